@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Idempotent set-up: a project virtualenv with rocke installed editable, plus a linker (ld.lld).
+# Sourced by scripts/main.sh and scripts/test.sh; safe to run on a fresh Debian machine as root.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+PY="${PYTHON:-python3}"
+
+if ! command -v ld.lld >/dev/null 2>&1 && ! ls /opt/rocm*/llvm/bin/ld.lld >/dev/null 2>&1 \
+   && ! ls /usr/lib/llvm-*/bin/ld.lld >/dev/null 2>&1; then
+  echo "[setup] no ld.lld found: installing Debian's lld-19" >&2
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq lld-19 >&2
+fi
+
+stamp="$VENV/.rocke-installed"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV" >&2
+  "$PY" -m venv "$VENV"
+fi
+if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
+  echo "[setup] installing rocke and its dependencies" >&2
+  "$VENV/bin/pip" install -q --upgrade pip >&2 || true
+  # torch 2.13.0 (CPU build) first, so the range in pyproject.toml never pulls a multi-GB GPU build.
+  "$VENV/bin/pip" install -q "torch==2.13.0" >&2
+  "$VENV/bin/pip" install -q -e "$ROOT[test]" >&2
+  touch "$stamp"
+fi
