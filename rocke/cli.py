@@ -1,3 +1,117 @@
-"""Placeholder until the CLI lands (issue 2, item 7)."""
+"""The `rocke` command: list variants, emit ll/asm/code objects, resource reports, golden table."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+def _variants(names):
+    from .kernels.registry import all_variants, get_variant
+    if not names:
+        return list(all_variants().values())
+    try:
+        return [get_variant(n) for n in names]
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+
+
+@click.group()
 def main():
-    raise SystemExit("rocke CLI not built yet")
+    """rocke: a Python DSL for AMD CDNA (gfx942) kernels."""
+
+
+@main.command("list")
+def list_cmd():
+    """List every shipped kernel variant."""
+    for v in _variants(()):
+        click.echo(f"{v.name:48s} {v.spec!r}")
+
+
+@main.command()
+@click.argument("variant")
+@click.option("--format", "fmt", type=click.Choice(["ll", "asm", "co"]), default="ll",
+              show_default=True, help="LLVM IR, gfx942 assembly, or a linked code object")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
+              help="write here instead of stdout (required for --format co)")
+def emit(variant, fmt, output):
+    """Emit one variant's IR, assembly or code object."""
+    (v,) = _variants((variant,))
+    if fmt == "co" and not output:
+        raise click.UsageError("--format co writes binary: give -o FILE")
+    if fmt == "ll":
+        data = v.ir().encode()
+    else:
+        ck = v.compile()
+        data = ck.asm.encode() if fmt == "asm" else ck.code_object
+    if output:
+        tmp = Path(output + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(output)
+        click.echo(f"wrote {len(data)} bytes to {output}", err=True)
+    else:
+        sys.stdout.write(data.decode())
+
+
+@main.command()
+@click.argument("variants", nargs=-1)
+@click.option("--no-cache", is_flag=True, help="compile from scratch, bypassing the on-disk cache")
+def report(variants, no_cache):
+    """Compile variants (default: all) and print their resource report with occupancy."""
+    spills = 0
+    rows = []
+    for v in _variants(variants):
+        ck = v.compile(cache=not no_cache)
+        i = ck.info
+        spills += i.spills
+        o = i.occupancy
+        rows.append((v.name, i.vgprs, i.agprs, i.sgprs, i.lds_bytes, i.scratch_bytes,
+                     f"{i.vgpr_spills}/{i.sgpr_spills}", i.max_workgroup_size,
+                     f"{o.waves_per_simd}w/SIMD {o.workgroups_per_cu}WG/CU ({o.limiter})",
+                     f"{ck.build_seconds * 1e3:.0f}{' (cached)' if ck.cache_hit else ''}"))
+    head = ("variant", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spill v/s", "WG", "occupancy", "build ms")
+    widths = [max(len(str(r[c])) for r in rows + [head]) for c in range(len(head))]
+    for r in [head] + rows:
+        click.echo("  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
+    click.echo(f"\n{len(rows)} variants for gfx942; total spills: {spills}")
+    if spills:
+        raise SystemExit(1)
+
+
+@main.group()
+def golden():
+    """Check or rewrite the golden IR-hash table (tests/golden/ir_hashes.json)."""
+
+
+@golden.command("check")
+def golden_check():
+    """Exit non-zero if any variant's IR hash differs from the table."""
+    from .kernels.golden import current_hashes, diff_golden, load_golden
+    d = diff_golden(load_golden(), current_hashes())
+    for kind, names in d.items():
+        for n in names:
+            click.echo(f"{kind}: {n}")
+    if any(d.values()):
+        raise SystemExit(1)
+    click.echo("golden IR table matches")
+
+
+@golden.command("update")
+def golden_update():
+    """Rewrite the table from the current IR (a deliberate act: say why in the commit)."""
+    from .kernels.golden import GOLDEN_PATH, current_hashes, diff_golden, load_golden, write_golden
+    cur = current_hashes()
+    try:
+        d = diff_golden(load_golden(), cur)
+    except FileNotFoundError:
+        d = {"missing": sorted(cur)}
+    write_golden(cur)
+    for kind, names in d.items():
+        for n in names:
+            click.echo(f"{kind}: {n}")
+    click.echo(f"wrote {len(cur)} hashes to {GOLDEN_PATH}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""The MFMA catalog: every dense f16/bf16/fp8 matrix-core atom rocke can emit, with its LLVM
+intrinsic, operand types, shape, cost and lane <-> (block, row, col) layout.
+
+Layout convention (AMD's matrix instruction calculator, restated as formulas):
+- A is M x K per block, B is K x N per block, C/D is M x N per block, `blocks` independent blocks.
+- An A operand lane holds `k_per_lane` consecutive K elements of one row:
+  lane = row + M * (block + blocks * (k // k_per_lane)), item = k % k_per_lane.
+  B is the same with the column in place of the row.
+- A C/D lane holds 4 consecutive rows per group of 4 registers:
+  row_group = lane // N + (64 // N) * (reg // 4); global_row = 4 * row_group + reg % 4;
+  block = global_row // M, row = global_row % M, col = lane % N.
+
+Costs: `passes` (4 cycles each) derive from MI300X's dense peak rate (512 f16 flop/clk/SIMD, fp8
+twice that) for the K-reduction atoms; the multi-block atoms run at half that rate.
+The emulator does NOT use this module (it derives MFMA semantics from the ISA independently).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+WAVE = 64
+
+# operand element type -> (LLVM IR type of one lane's operand for 4 / 8 elements)
+_IR_OPERAND = {
+    ("f16", 4): "<4 x half>",
+    ("bf16", 4): "<4 x i16>",
+    ("fp8", 8): "i64",
+    ("bf8", 8): "i64",
+}
+
+
+@dataclass(frozen=True)
+class MfmaAtom:
+    key: str                 # catalog key, e.g. "32x32x8_f16"
+    mnemonic: str            # as LLVM prints it for gfx942
+    intrinsic: str           # llvm.amdgcn.* name
+    a_type: str              # f16 | bf16 | fp8 | bf8
+    b_type: str
+    m: int
+    n: int
+    k: int
+    blocks: int
+    passes: int
+    targets: tuple[str, ...] = ("gfx942", "gfx950")
+    acc_type: str = "f32"
+
+    # -- sizes ---------------------------------------------------------------------------
+    @property
+    def cycles(self) -> int:
+        return 4 * self.passes
+
+    @property
+    def k_per_lane(self) -> int:
+        return self.m * self.k * self.blocks // WAVE
+
+    @property
+    def acc_regs(self) -> int:
+        return self.m * self.n * self.blocks // WAVE
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.blocks
+
+    @property
+    def ir_operand_type(self) -> str:
+        return _IR_OPERAND[(self.a_type, self.k_per_lane)]
+
+    @property
+    def ir_acc_type(self) -> str:
+        return f"<{self.acc_regs} x float>"
+
+    # -- layouts --------------------------------------------------------------------------
+    def a_coord(self, lane: int, item: int) -> tuple[int, int, int]:
+        """(block, row, k) of A held by `lane` at operand element `item`."""
+        return self._operand_coord(self.m, lane, item)
+
+    def b_coord(self, lane: int, item: int) -> tuple[int, int, int]:
+        """(block, k, col) of B held by `lane` at operand element `item`."""
+        block, col, k = self._operand_coord(self.n, lane, item)
+        return block, k, col
+
+    def c_coord(self, lane: int, reg: int) -> tuple[int, int, int]:
+        """(block, row, col) of C/D held by `lane` in accumulator register `reg`."""
+        row_group = lane // self.n + (WAVE // self.n) * (reg // 4)
+        global_row = 4 * row_group + reg % 4
+        return global_row // self.m, global_row % self.m, lane % self.n
+
+    def _operand_coord(self, extent: int, lane: int, item: int) -> tuple[int, int, int]:
+        if not (0 <= lane < WAVE and 0 <= item < self.k_per_lane):
+            raise ValueError(f"{self.key}: lane {lane} / item {item} out of range")
+        q = lane // extent
+        return q % self.blocks, lane % extent, (q // self.blocks) * self.k_per_lane + item
+
+    @cached_property
+    def a_table(self) -> np.ndarray:
+        """int array [64, k_per_lane, 3]: (block, row, k) per lane and item."""
+        return np.array([[self.a_coord(l, i) for i in range(self.k_per_lane)] for l in range(WAVE)])
+
+    @cached_property
+    def b_table(self) -> np.ndarray:
+        """int array [64, k_per_lane, 3]: (block, k, col) per lane and item."""
+        return np.array([[self.b_coord(l, i) for i in range(self.k_per_lane)] for l in range(WAVE)])
+
+    @cached_property
+    def c_table(self) -> np.ndarray:
+        """int array [64, acc_regs, 3]: (block, row, col) per lane and register."""
+        return np.array([[self.c_coord(l, r) for r in range(self.acc_regs)] for l in range(WAVE)])
+
+
+def _atoms() -> list[MfmaAtom]:
+    out = []
+    # (m, n, k, blocks, passes) for the 16-bit families; intrinsic suffix spelled per LLVM.
+    shapes16 = [(32, 32, 8, 1, 8), (16, 16, 16, 1, 4), (32, 32, 4, 2, 16), (16, 16, 4, 4, 8),
+                (4, 4, 4, 16, 2)]
+    for m, n, k, b, passes in shapes16:
+        blk = f"_{b}b" if b > 1 else ""
+        shape = f"{m}x{n}x{k}"
+        out.append(MfmaAtom(f"{shape}{blk}_f16", f"v_mfma_f32_{shape}{blk}_f16",
+                            f"llvm.amdgcn.mfma.f32.{shape}f16", "f16", "f16", m, n, k, b, passes))
+        out.append(MfmaAtom(f"{shape}{blk}_bf16", f"v_mfma_f32_{shape}{blk}_bf16",
+                            f"llvm.amdgcn.mfma.f32.{shape}bf16.1k", "bf16", "bf16", m, n, k, b, passes))
+    for m, n, k, passes in [(16, 16, 32, 4), (32, 32, 16, 8)]:
+        shape = f"{m}x{n}x{k}"
+        for a in ("fp8", "bf8"):
+            for bt in ("fp8", "bf8"):
+                out.append(MfmaAtom(f"{shape}_{a}_{bt}", f"v_mfma_f32_{shape}_{a}_{bt}",
+                                    f"llvm.amdgcn.mfma.f32.{shape}.{a}.{bt}", a, bt, m, n, k, 1, passes,
+                                    targets=("gfx942",)))
+    return out
+
+
+MFMA_CATALOG: dict[str, MfmaAtom] = {a.key: a for a in _atoms()}
+
+# element dtype names the DSL uses -> MFMA operand type names
+_DTYPE_TO_OPERAND = {"f16": "f16", "bf16": "bf16", "fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "bf8"}
+
+
+def get_atom(key: str, target: str = "gfx942") -> MfmaAtom:
+    """Look up an atom by catalog key ('32x32x8_f16'); error names the valid keys for `target`."""
+    atom = MFMA_CATALOG.get(key)
+    base = target.split(":", 1)[0]
+    if atom is None or base not in atom.targets:
+        valid = sorted(k for k, a in MFMA_CATALOG.items() if base in a.targets)
+        raise ValueError(f"no MFMA atom {key!r} on {base}; valid atoms: {', '.join(valid)}")
+    return atom
+
+
+def atom_for(shape: str, a_dtype: str, b_dtype: str | None = None, target: str = "gfx942") -> MfmaAtom:
+    """Atom for a shape ('32x32x8') and element dtypes ('f16', 'bf16', 'fp8_e4m3fnuz', ...)."""
+    try:
+        a = _DTYPE_TO_OPERAND[a_dtype]
+        b = _DTYPE_TO_OPERAND[b_dtype or a_dtype]
+    except KeyError as e:
+        raise ValueError(f"no MFMA operand type for dtype {e.args[0]!r}; "
+                         f"supported: {sorted(_DTYPE_TO_OPERAND)}") from None
+    key = f"{shape}_{a}" if a in ("f16", "bf16") and a == b else f"{shape}_{a}_{b}"
+    return get_atom(key, target)

@@ -1,0 +1,103 @@
+"""Target facts as data: one frozen record per CDNA generation rocke knows.
+
+Sources: AMD's CDNA3 ISA reference (register files, LDS, waves per SIMD) and LLVM's AMDGPUUsage
+(target ids, accum_offset rules, allocation granules). Nothing else in rocke restates these.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str                      # LLVM processor name
+    target_id: str                 # default target id (features appended)
+    product: str
+    cu_count: int
+    simds_per_cu: int
+    wave_size: int
+    max_waves_per_simd: int        # hardware wave slots per SIMD ("EU")
+    max_workgroups_per_cu: int
+    max_workgroup_size: int
+    vgprs_per_simd_lane: int       # unified VGPR+AGPR file, 32-bit registers per lane per SIMD
+    max_arch_vgprs: int            # v0..v255 addressable per wave
+    max_agprs: int                 # a0..a255 addressable per wave
+    vgpr_alloc_granule: int        # unified-file allocation granule (registers)
+    accum_offset_granule: int      # AGPRs start at a multiple of this (accum_offset)
+    sgprs_per_simd: int
+    max_sgprs_per_wave: int        # addressable s0..s(n-1) for the kernel, excluding VCC
+    sgpr_alloc_granule: int
+    lds_bytes_per_cu: int
+    max_lds_per_workgroup: int
+    lds_alloc_granule: int         # bytes
+    lds_banks: int
+    peak_dense_f16_tflops: float   # vendor peak, for roofline context only
+    hbm_tbytes_per_s: float
+
+    @property
+    def waves_per_cu(self) -> int:
+        return self.simds_per_cu * self.max_waves_per_simd
+
+
+GFX942 = Target(
+    name="gfx942",
+    target_id="gfx942:sramecc+:xnack-",
+    product="MI300X (CDNA3)",
+    cu_count=304,
+    simds_per_cu=4,
+    wave_size=64,
+    max_waves_per_simd=8,
+    max_workgroups_per_cu=16,
+    max_workgroup_size=1024,
+    vgprs_per_simd_lane=512,
+    max_arch_vgprs=256,
+    max_agprs=256,
+    vgpr_alloc_granule=8,
+    accum_offset_granule=4,
+    sgprs_per_simd=800,
+    max_sgprs_per_wave=102,
+    sgpr_alloc_granule=16,
+    lds_bytes_per_cu=64 * 1024,
+    max_lds_per_workgroup=64 * 1024,
+    lds_alloc_granule=512,
+    lds_banks=32,
+    peak_dense_f16_tflops=1307.4,
+    hbm_tbytes_per_s=5.3,
+)
+
+GFX950 = Target(
+    name="gfx950",
+    target_id="gfx950:sramecc+:xnack-",
+    product="MI355X (CDNA4)",
+    cu_count=256,
+    simds_per_cu=4,
+    wave_size=64,
+    max_waves_per_simd=8,
+    max_workgroups_per_cu=16,
+    max_workgroup_size=1024,
+    vgprs_per_simd_lane=512,
+    max_arch_vgprs=256,
+    max_agprs=256,
+    vgpr_alloc_granule=8,
+    accum_offset_granule=4,
+    sgprs_per_simd=800,
+    max_sgprs_per_wave=102,
+    sgpr_alloc_granule=16,
+    lds_bytes_per_cu=160 * 1024,
+    max_lds_per_workgroup=160 * 1024,
+    lds_alloc_granule=1280,
+    lds_banks=64,
+    peak_dense_f16_tflops=2516.6,
+    hbm_tbytes_per_s=8.0,
+)
+
+TARGETS: dict[str, Target] = {t.name: t for t in (GFX942, GFX950)}
+
+
+def get_target(name: str) -> Target:
+    """Look a target up by processor name (a full target id such as 'gfx942:sramecc+' works too)."""
+    base = name.split(":", 1)[0]
+    try:
+        return TARGETS[base]
+    except KeyError:
+        raise ValueError(f"unknown target {name!r}; rocke knows {sorted(TARGETS)}") from None

@@ -1,0 +1,75 @@
+"""Content-addressed on-disk cache of compiled kernels.
+
+Key: SHA-256 over (IR text, target id, toolchain fingerprint, options, format version). An entry
+is a directory written atomically (temp dir + rename); an entry that fails to load or whose
+recorded key does not match is deleted and rebuilt, never a crash.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+FORMAT_VERSION = 1
+_FILES = ("kernel.s", "kernel.o", "kernel.hsaco")
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("ROCKE_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rocke"
+
+
+def cache_key(ir: str, target_id: str, toolchain: str, options: dict) -> str:
+    h = hashlib.sha256()
+    for part in (f"v{FORMAT_VERSION}", target_id, toolchain, json.dumps(options, sort_keys=True), ir):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class CompileCache:
+    def __init__(self, root: Path | str | None = None):
+        self.root = Path(root) if root is not None else default_cache_dir()
+
+    def _dir(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def load(self, key: str) -> dict | None:
+        d = self._dir(key)
+        if not d.exists():
+            return None
+        try:
+            meta = json.loads((d / "entry.json").read_text())
+            if meta.get("key") != key:
+                raise ValueError("key mismatch")
+            blobs = {f: (d / f).read_bytes() for f in _FILES}
+            if hashlib.sha256(b"".join(blobs.values())).hexdigest() != meta.get("digest"):
+                raise ValueError("content digest mismatch")
+        except (OSError, ValueError, json.JSONDecodeError):
+            shutil.rmtree(d, ignore_errors=True)   # corrupt entry: drop it, caller rebuilds
+            return None
+        return {"asm": blobs["kernel.s"].decode(), "object": blobs["kernel.o"],
+                "code_object": blobs["kernel.hsaco"], **meta}
+
+    def store(self, key: str, asm: str, obj: bytes, code_object: bytes, extra: dict) -> None:
+        d = self._dir(key)
+        blobs = {"kernel.s": asm.encode(), "kernel.o": obj, "kernel.hsaco": code_object}
+        meta = {"key": key, "digest": hashlib.sha256(b"".join(blobs.values())).hexdigest(), **extra}
+        try:
+            d.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=d.parent, prefix=".tmp-"))
+            for f, b in blobs.items():
+                (tmp / f).write_bytes(b)
+            (tmp / "entry.json").write_text(json.dumps(meta, sort_keys=True))
+            try:
+                os.rename(tmp, d)
+            except OSError:          # another process stored it first; keep theirs
+                shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:
+            pass                     # a read-only or full cache dir only costs a rebuild later

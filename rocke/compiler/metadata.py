@@ -1,0 +1,100 @@
+"""Kernel metadata from LLVM's assembly: the `.amdgpu_metadata` YAML and `.amdhsa_*` directives."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import yaml
+
+from ..arch import Occupancy, occupancy
+
+
+@dataclass(frozen=True)
+class KernArgInfo:
+    name: str
+    offset: int
+    size: int
+    value_kind: str
+    address_space: str | None = None
+
+    @property
+    def hidden(self) -> bool:
+        return self.value_kind.startswith("hidden_")
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    name: str
+    target: str
+    args: tuple[KernArgInfo, ...]
+    kernarg_size: int
+    vgprs: int
+    agprs: int
+    sgprs: int
+    accum_offset: int
+    lds_bytes: int
+    scratch_bytes: int
+    vgpr_spills: int
+    sgpr_spills: int
+    wave_size: int
+    max_workgroup_size: int
+    occupancy: Occupancy = field(compare=False)
+
+    @property
+    def explicit_args(self) -> tuple[KernArgInfo, ...]:
+        return tuple(a for a in self.args if not a.hidden)
+
+    @property
+    def spills(self) -> int:
+        return self.vgpr_spills + self.sgpr_spills
+
+    def report(self) -> str:
+        return (f"{self.name}: VGPR {self.vgprs}  AGPR {self.agprs}  SGPR {self.sgprs}  "
+                f"LDS {self.lds_bytes} B  scratch {self.scratch_bytes} B  "
+                f"spills {self.vgpr_spills}v/{self.sgpr_spills}s  WG<= {self.max_workgroup_size}  "
+                f"occupancy {self.occupancy}")
+
+
+_META_RE = re.compile(r"\.amdgpu_metadata\s*\n(.*?)\n\s*\.end_amdgpu_metadata", re.S)
+_DIRECTIVE_RE = re.compile(r"^\s*\.amdhsa_(\w+)\s+(-?\w+)", re.M)
+
+
+def parse_metadata(asm: str) -> dict:
+    m = _META_RE.search(asm)
+    if not m:
+        raise ValueError("assembly has no .amdgpu_metadata block")
+    return yaml.safe_load(m.group(1))
+
+
+def _kernel_descriptor(asm: str, name: str) -> dict[str, int]:
+    m = re.search(rf"\.amdhsa_kernel\s+{re.escape(name)}\s*\n(.*?)\.end_amdhsa_kernel", asm, re.S)
+    if not m:
+        return {}
+    return {k: int(v, 0) for k, v in _DIRECTIVE_RE.findall(m.group(1))}
+
+
+def kernel_info(asm: str, name: str, target: str, workgroup_size: int | None = None) -> KernelInfo:
+    meta = parse_metadata(asm)
+    kernels = {k[".name"]: k for k in meta.get("amdhsa.kernels", [])}
+    if name not in kernels:
+        raise ValueError(f"kernel {name!r} not in metadata; have {sorted(kernels)}")
+    k = kernels[name]
+    desc = _kernel_descriptor(asm, name)
+    args = tuple(KernArgInfo(a.get(".name", f"hidden{i}"), a[".offset"], a[".size"],
+                             a[".value_kind"], a.get(".address_space"))
+                 for i, a in enumerate(k.get(".args", [])))
+    vgprs, agprs = k[".vgpr_count"], k.get(".agpr_count", 0)
+    # .vgpr_count is the unified total on gfx90a+; the arch VGPR part is accum_offset when AGPRs exist
+    arch_vgprs = desc.get("accum_offset", vgprs) if agprs else vgprs
+    lds = k.get(".group_segment_fixed_size", 0)
+    wg = workgroup_size or k.get(".max_flat_workgroup_size", 1024)
+    occ = occupancy(vgprs=min(arch_vgprs, 256), agprs=agprs, sgprs=k.get(".sgpr_count", 0),
+                    lds_bytes=lds, workgroup_size=wg, target=target)
+    return KernelInfo(
+        name=name, target=target, args=args, kernarg_size=k.get(".kernarg_segment_size", 0),
+        vgprs=arch_vgprs, agprs=agprs, sgprs=k.get(".sgpr_count", 0),
+        accum_offset=desc.get("accum_offset", 0), lds_bytes=lds,
+        scratch_bytes=k.get(".private_segment_fixed_size", 0),
+        vgpr_spills=k.get(".vgpr_spill_count", 0), sgpr_spills=k.get(".sgpr_spill_count", 0),
+        wave_size=k.get(".wavefront_size", 64), max_workgroup_size=k.get(".max_flat_workgroup_size", 0),
+        occupancy=occ)

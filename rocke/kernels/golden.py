@@ -1,0 +1,34 @@
+"""The golden IR table: every shipped variant -> SHA-256 of its IR text (tests/golden/ir_hashes.json)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .registry import all_variants
+
+GOLDEN_PATH = Path(__file__).resolve().parents[2] / "tests" / "golden" / "ir_hashes.json"
+
+
+def current_hashes() -> dict[str, str]:
+    return {name: v.ir_hash() for name, v in sorted(all_variants().items())}
+
+
+def load_golden(path: Path = GOLDEN_PATH) -> dict[str, str]:
+    if not path.exists():
+        raise FileNotFoundError(f"no golden table at {path}; create it with `rocke golden update`")
+    return json.loads(path.read_text())
+
+
+def diff_golden(golden: dict[str, str], current: dict[str, str]) -> dict[str, list[str]]:
+    return {
+        "changed": sorted(k for k in golden.keys() & current.keys() if golden[k] != current[k]),
+        "missing": sorted(current.keys() - golden.keys()),   # shipped but not pinned
+        "stale": sorted(golden.keys() - current.keys()),     # pinned but no longer shipped
+    }
+
+
+def write_golden(hashes: dict[str, str], path: Path = GOLDEN_PATH) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dict(sorted(hashes.items())), indent=1) + "\n")
+    tmp.replace(path)

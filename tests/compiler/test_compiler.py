@@ -1,0 +1,69 @@
+import struct
+
+import pytest
+
+from rocke.compiler import CompileCache, CompileError, ToolchainError, compile_ir, find_linker
+from rocke.compiler import toolchain
+
+SAXPY_IR = """
+target triple = "amdgcn-amd-amdhsa"
+define amdgpu_kernel void @saxpy(ptr addrspace(1) noalias %y, ptr addrspace(1) noalias %x, float %a) #0 {
+  %id = call i32 @llvm.amdgcn.workitem.id.x()
+  %px = getelementptr float, ptr addrspace(1) %x, i32 %id
+  %py = getelementptr float, ptr addrspace(1) %y, i32 %id
+  %vx = load float, ptr addrspace(1) %px
+  %vy = load float, ptr addrspace(1) %py
+  %r = call float @llvm.fma.f32(float %a, float %vx, float %vy)
+  store float %r, ptr addrspace(1) %py
+  ret void
+}
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare float @llvm.fma.f32(float, float, float)
+attributes #0 = { "amdgpu-flat-work-group-size"="1,128" }
+!llvm.module.flags = !{!0}
+!0 = !{i32 1, !"amdhsa_code_object_version", i32 500}
+"""
+
+
+def test_compile_produces_code_object_and_info(tmp_path):
+    ck = compile_ir(SAXPY_IR, name="saxpy", cache=CompileCache(tmp_path))
+    assert ck.code_object[:4] == b"\x7fELF"
+    e_type, e_machine = struct.unpack_from("<HH", ck.code_object, 16)
+    assert e_type == 3 and e_machine == 224          # ET_DYN, EM_AMDGPU
+    assert "v_fma_f32" in ck.asm or "v_fmac_f32" in ck.asm
+    assert ".amdhsa_code_object_version 5" in ck.asm
+    i = ck.info
+    assert [a.name for a in i.explicit_args] == ["y", "x", "a"]
+    assert [a.size for a in i.explicit_args] == [8, 8, 4]
+    assert i.max_workgroup_size == 128 and i.spills == 0 and 1 <= i.vgprs <= 8
+
+
+def test_cache_hit_and_corrupt_entry_rebuilt(tmp_path):
+    store = CompileCache(tmp_path)
+    cold = compile_ir(SAXPY_IR, name="saxpy", cache=store)
+    warm = compile_ir(SAXPY_IR, name="saxpy", cache=store)
+    assert not cold.cache_hit and warm.cache_hit and warm.code_object == cold.code_object
+    for f in tmp_path.rglob("kernel.hsaco"):
+        f.write_bytes(b"garbage")
+    again = compile_ir(SAXPY_IR, name="saxpy", cache=store)
+    assert not again.cache_hit and again.code_object == cold.code_object
+    assert compile_ir(SAXPY_IR, name="saxpy", cache=store).cache_hit
+
+
+def test_verifier_error_names_variant():
+    bad = SAXPY_IR.replace("ret void", "ret i32 0")
+    with pytest.raises(CompileError, match=r"saxpy\(f32, wide\)"):
+        compile_ir(bad, name="saxpy", variant="saxpy(f32, wide)", cache=False)
+
+
+def test_missing_linker_says_what_to_install(monkeypatch):
+    toolchain.find_linker.cache_clear()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("ROCM_PATH", "/nonexistent")
+    monkeypatch.delenv("ROCKE_LD_LLD", raising=False)
+    monkeypatch.setattr(toolchain.glob, "glob", lambda pattern: [])
+    try:
+        with pytest.raises(ToolchainError, match="lld-19"):
+            find_linker()
+    finally:
+        toolchain.find_linker.cache_clear()
