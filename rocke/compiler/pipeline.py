@@ -84,7 +84,8 @@ def compile_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str
     except RuntimeError as e:
         raise CompileError(f"LLVM rejected the IR of kernel variant {variant!r}: {e}") from None
     _optimize(mod, tm, opt)
-    asm = tm.emit_assembly(mod)
+    # codegen rewrites the module in place (structurizer intrinsics), so each emit gets a fresh copy
+    asm = tm.emit_assembly(mod.clone())
     obj = tm.emit_object(mod)
     code_object = link_code_object(obj, name)
     info = kernel_info(asm, name, target, workgroup_size)
