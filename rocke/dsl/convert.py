@@ -1,0 +1,170 @@
+"""Numeric conversions between DTypes (``Value.to``).
+
+- f32 -> bf16 is emitted as the round-to-nearest-even bit sequence (NaN stays a quiet NaN), so
+  the rounding is explicit integer code rather than a backend lowering choice.
+- f32 -> f16 is ``fptrunc`` (RNE); ``rounding="rtz"`` uses ``v_cvt_pkrtz_f16_f32``.
+- fp8 (e4m3fnuz / e5m2fnuz) conversions use gfx942's ``v_cvt_pk_{fp8,bf8}_f32`` and
+  ``v_cvt_f32_{fp8,bf8}`` through their LLVM intrinsics; other types go through f32.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from . import types as T
+from .errors import dsl_type_error, dsl_value_error
+
+_I1 = ir.IntType(1)
+_I32 = ir.IntType(32)
+_F32 = ir.FloatType()
+_FP8_KIND = {"fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "bf8"}
+
+
+def convert(v, dst: T.DType, rounding: str):
+    src = v.dtype
+    if rounding not in ("rne", "rtz"):
+        raise dsl_value_error(f"rounding must be 'rne' or 'rtz', got {rounding!r}")
+    if rounding == "rtz" and not (src == T.f32 and dst == T.f16):
+        raise dsl_value_error(f"rounding='rtz' is only available for f32 -> f16, not {src} -> {dst}")
+    if "ptr" in (src.kind, dst.kind):
+        raise dsl_type_error(f"cannot convert {v.type_name} to {dst.name}")
+    if src == dst:
+        return v
+    # Formats without direct LLVM casts go through f32, which holds all of them exactly.
+    if src.kind in ("bf16", "fp8"):
+        as_f32 = _bf16_to_f32(v) if src.kind == "bf16" else _fp8_to_f32(v)
+        return as_f32 if dst == T.f32 else convert(as_f32, dst, "rne")
+    if dst.kind in ("bf16", "fp8"):
+        as_f32 = convert(v, T.f32, "rne")
+        return _f32_to_bf16(as_f32) if dst.kind == "bf16" else _f32_to_fp8(as_f32, dst)
+    if rounding == "rtz":
+        return _f32_to_f16_rtz(v)
+    return _llvm_cast(v, dst)
+
+
+def _llvm_cast(v, dst: T.DType):
+    k = v.kernel
+    b = k._b
+    x = k._use(v)
+    src = v.dtype
+    out_ty = dst.vector_ir_type(v.lanes)
+    if dst.kind == "bool":
+        zero = ir.Constant(x.type, None)
+        out = b.fcmp_unordered("!=", x, zero) if src.kind == "float" else b.icmp_unsigned("!=", x, zero)
+    elif src.kind == "float" and dst.kind == "float":
+        out = b.fpext(x, out_ty) if dst.bits > src.bits else b.fptrunc(x, out_ty)
+    elif src.kind == "float":
+        out = b.fptosi(x, out_ty) if dst.kind == "sint" else b.fptoui(x, out_ty)
+    elif dst.kind == "float":
+        out = b.sitofp(x, out_ty) if src.kind == "sint" else b.uitofp(x, out_ty)
+    elif dst.bits < src.bits:
+        out = b.trunc(x, out_ty)
+    elif dst.bits > src.bits:
+        out = b.sext(x, out_ty) if src.kind == "sint" else b.zext(x, out_ty)
+    else:
+        out = x  # same width, other signedness: a reinterpretation
+    return k._wrap(out, dst, v.lanes)
+
+
+def _const_like(v, value: int, bits: int = 32):
+    ty = ir.IntType(bits)
+    return ir.Constant(ty if v.lanes == 1 else ir.VectorType(ty, v.lanes),
+                       value if v.lanes == 1 else [value] * v.lanes)
+
+
+def _bf16_to_f32(v):
+    k = v.kernel
+    b = k._b
+    wide = b.zext(k._use(v), T.i32.vector_ir_type(v.lanes))
+    bits = b.shl(wide, _const_like(v, 16))
+    return k._wrap(b.bitcast(bits, T.f32.vector_ir_type(v.lanes)), T.f32, v.lanes)
+
+
+def _f32_to_bf16(v):
+    """Round to nearest even: add 0x7FFF plus the lsb of the kept half; NaN -> quiet NaN."""
+    k = v.kernel
+    b = k._b
+    x = k._use(v)
+    bits = b.bitcast(x, T.i32.vector_ir_type(v.lanes))
+    high = b.lshr(bits, _const_like(v, 16))
+    lsb = b.and_(high, _const_like(v, 1))
+    rounded = b.lshr(b.add(b.add(bits, _const_like(v, 0x7FFF)), lsb), _const_like(v, 16))
+    quiet_nan = b.or_(high, _const_like(v, 0x40))
+    is_nan = b.fcmp_unordered("uno", x, x)
+    chosen = b.select(is_nan, quiet_nan, rounded)
+    return k._wrap(b.trunc(chosen, T.i16.vector_ir_type(v.lanes)), T.bf16, v.lanes)
+
+
+def _f32_to_f16_rtz(v):
+    k = v.kernel
+    b = k._b
+    pkrtz = k._intrinsic("llvm.amdgcn.cvt.pkrtz", ir.VectorType(ir.HalfType(), 2), [_F32, _F32])
+    elems = _scalars(v)
+    halves = []
+    for i in range(0, len(elems), 2):
+        lo = elems[i]
+        hi = elems[i + 1] if i + 1 < len(elems) else lo
+        pair = b.call(pkrtz, [lo, hi])
+        halves.append(b.extract_element(pair, ir.Constant(_I32, 0)))
+        if i + 1 < len(elems):
+            halves.append(b.extract_element(pair, ir.Constant(_I32, 1)))
+    return k._wrap(_pack(k, halves, ir.HalfType()), T.f16, v.lanes)
+
+
+def _f32_to_fp8(v, dst: T.DType):
+    """Pairs of f32 go through one ``cvt.pk.{fp8,bf8}.f32``; four results fill one dword."""
+    k = v.kernel
+    b = k._b
+    cvt = k._intrinsic(f"llvm.amdgcn.cvt.pk.{_FP8_KIND[dst.name]}.f32", _I32, [_F32, _F32, _I32, _I1])
+    elems = _scalars(v)
+    words = []
+    for base in range(0, len(elems), 4):
+        word = ir.Constant(_I32, 0)
+        for half, i in enumerate(range(base, min(base + 4, len(elems)), 2)):
+            lo = elems[i]
+            hi = elems[i + 1] if i + 1 < len(elems) else ir.Constant(_F32, 0.0)
+            word = b.call(cvt, [lo, hi, word, ir.Constant(_I1, half)])
+        words.append(word)
+    i8 = ir.IntType(8)
+    if len(elems) == 1:
+        return k._wrap(b.trunc(words[0], i8), dst, 1)
+    packed = _pack(k, words, _I32) if len(words) > 1 else words[0]
+    as_bytes = b.bitcast(packed, ir.VectorType(i8, 4 * len(words)))
+    if 4 * len(words) != len(elems):
+        mask = ir.Constant(ir.VectorType(_I32, len(elems)), list(range(len(elems))))
+        as_bytes = b.shuffle_vector(as_bytes, ir.Constant(as_bytes.type, ir.Undefined), mask)
+    return k._wrap(as_bytes, dst, v.lanes)
+
+
+def _fp8_to_f32(v):
+    k = v.kernel
+    b = k._b
+    cvt = k._intrinsic(f"llvm.amdgcn.cvt.f32.{_FP8_KIND[v.dtype.name]}", _F32, [_I32, _I32])
+    x = k._use(v)
+    if v.lanes % 4 == 0:  # whole dwords: select each byte with the intrinsic's byte_sel
+        words = b.bitcast(x, ir.VectorType(_I32, v.lanes // 4)) if v.lanes > 4 else b.bitcast(x, _I32)
+        outs = []
+        for w in range(v.lanes // 4):
+            word = b.extract_element(words, ir.Constant(_I32, w)) if v.lanes > 4 else words
+            outs += [b.call(cvt, [word, ir.Constant(_I32, sel)]) for sel in range(4)]
+    else:
+        outs = [b.call(cvt, [b.zext(e, _I32), ir.Constant(_I32, 0)]) for e in _scalars(v)]
+    return k._wrap(_pack(k, outs, _F32) if len(outs) > 1 else outs[0], T.f32, v.lanes)
+
+
+def _scalars(v):
+    """The IR scalars of ``v``, lane by lane."""
+    k = v.kernel
+    x = k._use(v)
+    if v.lanes == 1:
+        return [x]
+    return [k._b.extract_element(x, ir.Constant(_I32, i)) for i in range(v.lanes)]
+
+
+def _pack(k, scalars, elem_ty):
+    if len(scalars) == 1:
+        return scalars[0]
+    out = ir.Constant(ir.VectorType(elem_ty, len(scalars)), ir.Undefined)
+    for i, s in enumerate(scalars):
+        out = k._b.insert_element(out, s, ir.Constant(_I32, i))
+    return out

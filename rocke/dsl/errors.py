@@ -1,0 +1,27 @@
+"""Build-time errors that point at the kernel author's line, not at DSL internals."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_DSL_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_location() -> str:
+    """``file:line`` of the innermost stack frame outside ``rocke/dsl``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_DSL_DIR) and not filename.startswith("<frozen"):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>:0"
+
+
+def dsl_type_error(message: str) -> TypeError:
+    return TypeError(f"{user_location()}: {message}")
+
+
+def dsl_value_error(message: str) -> ValueError:
+    return ValueError(f"{user_location()}: {message}")

@@ -1,0 +1,291 @@
+"""Global memory, buffer resources and the LDS arena.
+
+- ``GlobalPtr``: a typed ``ptr addrspace(1)``; ``load``/``store`` at an element index, optionally
+  as a vector of ``width`` elements (default alignment = the access size, up to 16 bytes: pass
+  ``align=`` when an access is less aligned than that).
+- ``BufferResource``: a ``ptr addrspace(8)`` made by ``llvm.amdgcn.make.buffer.rsrc`` with a
+  byte extent (``num_records``). Raw buffer loads past the extent return 0 and stores past it
+  are dropped by the hardware, which is how ragged edges are handled without branches.
+  ``load_to_lds`` is the asynchronous DMA ``buffer_load_dword ... lds``: each lane's dword lands
+  at ``lds_base + 4 * lane`` (``lds_base`` must be wave-uniform) and the data is only there after
+  ``k.wait_vmcnt(n)`` (plus ``k.barrier()`` for other waves) -- LLVM cannot infer that wait.
+- ``LdsTensor``: a named region of the kernel's single LDS arena (``@rocke_lds``, addrspace 3),
+  with a shape, an element type, optional row padding (elements appended to the last dimension)
+  and an explicit or automatic byte offset; regions may alias only when asked to.
+"""
+
+from __future__ import annotations
+
+import re
+
+import llvmlite.ir as ir
+
+from . import types as T
+from .errors import dsl_type_error, dsl_value_error
+from .kernel import LDS_ARENA_NAME
+from .values import Value
+
+_I8 = ir.IntType(8)
+_I16 = ir.IntType(16)
+_I32 = ir.IntType(32)
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# gfx9 buffer descriptor word 3 for raw (untyped) access: DATA_FORMAT=32, NUM_FORMAT=float.
+BUFFER_RSRC_FLAGS = 0x27000
+_BUFFER_CARRIERS = {1: (_I8, "i8"), 2: (_I16, "i16"), 4: (_I32, "i32"),
+                    8: (ir.VectorType(_I32, 2), "v2i32"), 12: (ir.VectorType(_I32, 3), "v3i32"),
+                    16: (ir.VectorType(_I32, 4), "v4i32")}
+
+
+def _natural_align(nbytes: int) -> int:
+    return min(16, nbytes & -nbytes)
+
+
+def _check_width(width) -> int:
+    if not isinstance(width, int) or width < 1 or width > 64:
+        raise dsl_value_error(f"width must be an int in [1, 64], got {width!r}")
+    return width
+
+
+def _index_value(k, index, what: str) -> Value:
+    """An element index as an integer Value (Python ints become i32 constants)."""
+    if isinstance(index, bool) or not isinstance(index, (int, Value)):
+        raise dsl_type_error(f"{what} index must be an int or integer Value, got {type(index).__name__}")
+    if isinstance(index, int):
+        return k.const(index, T.i32 if -2**31 <= index < 2**31 else T.i64)
+    v = k._coerce(index, T.i32, 1, what)
+    if not v.dtype.is_int or v.lanes != 1:
+        raise dsl_type_error(f"{what} index must be a scalar integer, got {v.type_name}")
+    return v
+
+
+def _stored_value(k, value, dtype: T.DType, what: str) -> Value:
+    v = k._coerce(value, dtype, 1, what)
+    if v.dtype != dtype:
+        raise dsl_type_error(f"{what}: storing {v.type_name} into memory of {dtype.name}; convert with .to()")
+    return v
+
+
+class GlobalPtr:
+    """A global-memory pointer argument (or an offset of one) to elements of ``dtype``."""
+
+    def __init__(self, value: Value, dtype: T.DType, *, name: str, readonly: bool):
+        if dtype.kind in ("bool", "ptr"):
+            raise dsl_type_error(f"global pointer {name!r} cannot point to {dtype.name}")
+        self.value = value
+        self.dtype = dtype
+        self.name = name
+        self.readonly = readonly
+        self.kernel = value.kernel
+
+    def _element_address(self, index):
+        k = self.kernel
+        idx = _index_value(k, index, f"{self.name}")
+        if idx.dtype.kind == "uint":  # GEP indices are signed: widen unsigned ones explicitly
+            idx = idx.to(T.u64).bitcast(T.i64)
+        return k._b.gep(k._use(self.value), [k._use(idx)], inbounds=True, source_etype=self.dtype.ir_type)
+
+    def offset(self, index) -> "GlobalPtr":
+        """The pointer ``index`` elements further on."""
+        k = self.kernel
+        address = self._element_address(index)
+        return GlobalPtr(k._wrap(address, T.ptr_global, 1), self.dtype, name=self.name, readonly=self.readonly)
+
+    def load(self, index, *, width: int = 1, align: int | None = None) -> Value:
+        """Load ``width`` consecutive elements starting at element ``index``."""
+        k = self.kernel
+        width = _check_width(width)
+        address = self._element_address(index)
+        ty = self.dtype.vector_ir_type(width)
+        loaded = k._b.load(address, typ=ty, align=align or _natural_align(self.dtype.nbytes * width))
+        return k._wrap(loaded, self.dtype, width)
+
+    def store(self, index, value, *, align: int | None = None):
+        """Store a scalar or vector of ``dtype`` starting at element ``index``."""
+        k = self.kernel
+        if self.readonly:
+            raise dsl_value_error(f"pointer {self.name!r} was declared readonly")
+        v = _stored_value(k, value, self.dtype, f"store to {self.name}")
+        address = self._element_address(index)
+        k._b.store(k._use(v), address, align=align or _natural_align(self.dtype.nbytes * v.lanes))
+
+    def buffer(self, num_elements) -> "BufferResource":
+        """A buffer resource over this pointer covering ``num_elements`` elements."""
+        k = self.kernel
+        if isinstance(num_elements, int):
+            num_records = num_elements * self.dtype.nbytes
+        else:
+            n = _index_value(k, num_elements, "buffer num_elements")
+            n64 = n.to(T.i64) if n.dtype.is_signed else n.to(T.u64).bitcast(T.i64)
+            num_records = n64 * self.dtype.nbytes
+        return buffer_resource(self, num_records)
+
+
+def buffer_resource(pointer: GlobalPtr, num_records, *, stride: int = 0,
+                    flags: int = BUFFER_RSRC_FLAGS) -> "BufferResource":
+    """``llvm.amdgcn.make.buffer.rsrc`` over ``pointer`` with an extent of ``num_records`` bytes."""
+    k = pointer.kernel
+    if isinstance(num_records, int):
+        if not 0 <= num_records < 2 ** 32:
+            raise dsl_value_error(f"num_records must be in [0, 2**32), got {num_records}")
+        records = k.const(num_records, T.i64)
+    else:
+        records = _index_value(k, num_records, "num_records")
+        if records.dtype != T.i64:
+            records = records.to(T.i64) if records.dtype.is_signed else records.to(T.u64).bitcast(T.i64)
+    ptr = k._use(pointer.value)
+    rsrc = k._call("llvm.amdgcn.make.buffer.rsrc.p8.p1", T.buffer_rsrc.ir_type,
+                   [ptr, ir.Constant(_I16, stride), k._use(records), ir.Constant(_I32, flags)])
+    return BufferResource(k._wrap(rsrc, T.buffer_rsrc, 1), pointer.dtype, name=pointer.name)
+
+
+class BufferResource:
+    """Raw buffer access (out-of-range loads read 0, out-of-range stores are dropped)."""
+
+    def __init__(self, value: Value, dtype: T.DType, *, name: str):
+        self.value = value
+        self.dtype = dtype
+        self.name = name
+        self.kernel = value.kernel
+
+    def _voffset(self, index):
+        k = self.kernel
+        idx = _index_value(k, index, f"buffer {self.name}")
+        if idx.dtype.bits != 32:
+            raise dsl_type_error(f"buffer offsets are 32-bit; index is {idx.type_name}")
+        return k._use(idx * self.dtype.nbytes)
+
+    def _carrier(self, width: int):
+        nbytes = self.dtype.nbytes * width
+        if nbytes not in _BUFFER_CARRIERS:
+            raise dsl_value_error(f"a buffer access moves 1, 2, 4, 8, 12 or 16 bytes; "
+                                  f"{width} x {self.dtype.name} is {nbytes}")
+        return _BUFFER_CARRIERS[nbytes]
+
+    def load(self, index, *, width: int = 1, soffset: int = 0, aux: int = 0) -> Value:
+        """Load ``width`` elements at element ``index``; lanes past the extent read 0."""
+        k = self.kernel
+        carrier, suffix = self._carrier(_check_width(width))
+        raw = k._call(f"llvm.amdgcn.raw.ptr.buffer.load.{suffix}", carrier,
+                      [k._use(self.value), self._voffset(index), ir.Constant(_I32, soffset), ir.Constant(_I32, aux)])
+        ty = self.dtype.vector_ir_type(width)
+        return k._wrap(raw if raw.type == ty else k._b.bitcast(raw, ty), self.dtype, width)
+
+    def store(self, index, value, *, soffset: int = 0, aux: int = 0):
+        """Store a scalar/vector of ``dtype`` at element ``index``; bytes past the extent are dropped."""
+        k = self.kernel
+        v = _stored_value(k, value, self.dtype, f"buffer store to {self.name}")
+        carrier, suffix = self._carrier(v.lanes)
+        data = k._use(v)
+        if data.type != carrier:
+            data = k._b.bitcast(data, carrier)
+        k._call(f"llvm.amdgcn.raw.ptr.buffer.store.{suffix}", ir.VoidType(),
+                [data, k._use(self.value), self._voffset(index), ir.Constant(_I32, soffset), ir.Constant(_I32, aux)])
+
+    def load_to_lds(self, lds_base: Value, index, *, soffset: int = 0, aux: int = 0):
+        """Async DMA: each lane copies the dword at element ``index`` to ``lds_base + 4 * lane``."""
+        k = self.kernel
+        if not isinstance(lds_base, Value) or lds_base.dtype != T.ptr_lds:
+            raise dsl_type_error("load_to_lds destination must be an LDS address (LdsTensor.address())")
+        k._call("llvm.amdgcn.raw.ptr.buffer.load.lds", ir.VoidType(),
+                [k._use(self.value), k._use(lds_base), ir.Constant(_I32, 4), self._voffset(index),
+                 ir.Constant(_I32, soffset), ir.Constant(_I32, 0), ir.Constant(_I32, aux)])
+
+
+class LdsTensor:
+    """A region of the LDS arena viewed as a row-major array (row padding in elements)."""
+
+    def __init__(self, kernel, name, shape, dtype, pad, byte_offset):
+        self.kernel = kernel
+        self.name = name
+        self.shape = shape
+        self.dtype = dtype
+        self.pad = pad
+        strides = [1]
+        for d in range(len(shape) - 1, 0, -1):
+            inner = shape[d] + (pad if d == len(shape) - 1 else 0)
+            strides.insert(0, strides[0] * inner)
+        self.strides = tuple(strides)  # in elements
+        self.byte_offset = byte_offset
+        self.size_bytes = shape[0] * self.strides[0] * dtype.nbytes if len(shape) > 1 else \
+            (shape[0] + pad) * dtype.nbytes
+
+    def _byte_offset(self, index) -> Value:
+        k = self.kernel
+        index = index if isinstance(index, tuple) else (index,)
+        if len(index) != len(self.shape):
+            raise dsl_value_error(f"LDS tensor {self.name!r} has {len(self.shape)} dims, got {len(index)} indices")
+        static = self.byte_offset
+        dynamic = None
+        for idx, stride in zip(index, self.strides):
+            step = stride * self.dtype.nbytes
+            if isinstance(idx, int) and not isinstance(idx, bool):
+                static += idx * step
+                continue
+            v = _index_value(k, idx, f"LDS {self.name}")
+            if v.dtype.bits != 32:
+                v = v.to(T.i32)
+            term = v * step if step != 1 else v
+            dynamic = term if dynamic is None else dynamic + term
+        if dynamic is None:
+            return k.const(static, T.i32)
+        return dynamic + static if static else dynamic
+
+    def address(self, *index) -> Value:
+        """Address (``ptr addrspace(3)``) of the element at ``index``."""
+        k = self.kernel
+        offset = self._byte_offset(tuple(index))
+        ptr = k._b.gep(k._lds_arena, [k._use(offset)], inbounds=True, source_etype=_I8)
+        return k._wrap(ptr, T.ptr_lds, 1)
+
+    def load(self, index, *, width: int = 1, align: int | None = None) -> Value:
+        """Load ``width`` consecutive elements at ``index`` (an int/Value or tuple of them)."""
+        k = self.kernel
+        width = _check_width(width)
+        address = self.address(*(index if isinstance(index, tuple) else (index,)))
+        loaded = k._b.load(k._use(address), typ=self.dtype.vector_ir_type(width),
+                           align=align or _natural_align(self.dtype.nbytes * width))
+        return k._wrap(loaded, self.dtype, width)
+
+    def store(self, index, value, *, align: int | None = None):
+        """Store a scalar/vector of ``dtype`` at ``index``."""
+        k = self.kernel
+        v = _stored_value(k, value, self.dtype, f"store to LDS {self.name}")
+        address = self.address(*(index if isinstance(index, tuple) else (index,)))
+        k._b.store(k._use(v), k._use(address), align=align or _natural_align(self.dtype.nbytes * v.lanes))
+
+
+def allocate_lds(k, name, shape, dtype, *, pad, offset, align, alias) -> LdsTensor:
+    if not isinstance(name, str) or not _IDENT.match(name):
+        raise dsl_value_error(f"LDS region name must be an identifier, got {name!r}")
+    if name in k._lds_regions:
+        raise dsl_value_error(f"LDS region {name!r} is already allocated")
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if not shape or any(not isinstance(s, int) or isinstance(s, bool) or s <= 0 for s in shape):
+        raise dsl_value_error(f"LDS region {name!r}: shape must be positive ints, got {shape!r}")
+    if not isinstance(pad, int) or pad < 0:
+        raise dsl_value_error(f"LDS region {name!r}: pad must be a non-negative int, got {pad!r}")
+    if not isinstance(align, int) or align <= 0 or align & (align - 1):
+        raise dsl_value_error(f"LDS region {name!r}: align must be a power of two, got {align!r}")
+    dt = T.dtype(dtype)
+    if dt.kind in ("bool", "ptr"):
+        raise dsl_type_error(f"LDS region {name!r} cannot hold {dt.name}")
+    if offset is None:
+        offset = -(-k.lds_bytes // align) * align
+    elif not isinstance(offset, int) or offset < 0 or offset % dt.nbytes:
+        raise dsl_value_error(f"LDS region {name!r}: offset must be a non-negative multiple of "
+                              f"{dt.nbytes}, got {offset!r}")
+    region = LdsTensor(k, name, shape, dt, pad, offset)
+    if not alias:
+        for other in k._lds_regions.values():
+            if offset < other.byte_offset + other.size_bytes and other.byte_offset < offset + region.size_bytes:
+                raise dsl_value_error(
+                    f"LDS region {name!r} [{offset}, {offset + region.size_bytes}) overlaps {other.name!r} "
+                    f"[{other.byte_offset}, {other.byte_offset + other.size_bytes}); pass alias=True if intended")
+    if k._lds_arena is None:
+        arena = ir.GlobalVariable(k.module, ir.ArrayType(_I8, 0), LDS_ARENA_NAME, addrspace=3)
+        arena.linkage = "internal"
+        arena.align = 16
+        arena.type = T.ptr_lds.ir_type  # opaque pointer, so accesses of any type need no casts
+        k._lds_arena = arena
+    k._lds_regions[name] = region
+    return region

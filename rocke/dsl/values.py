@@ -1,0 +1,322 @@
+"""Runtime values: a scalar or short vector of one DType, with Python operators.
+
+Operands must have the same DType (mixing raises TypeError at the author's line); a scalar
+operand broadcasts against a vector; Python numbers become constants of the other operand's type.
+Integer ``//`` and ``%`` truncate toward zero (C / Triton semantics); ``>>`` is arithmetic for
+signed and logical for unsigned types. bf16 arithmetic runs in f32 and rounds back (RNE).
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from . import types as T
+from .errors import dsl_type_error, dsl_value_error
+
+_I32 = ir.IntType(32)
+
+
+class Value:
+    """A runtime SSA value of ``dtype`` with ``lanes`` elements (1 = scalar)."""
+
+    __slots__ = ("kernel", "ir", "dtype", "lanes", "scope")
+    __hash__ = object.__hash__
+
+    def __init__(self, kernel, ir_value, dtype: T.DType, lanes: int, scope):
+        self.kernel = kernel
+        self.ir = ir_value
+        self.dtype = dtype
+        self.lanes = lanes
+        self.scope = scope
+
+    @property
+    def type_name(self) -> str:
+        return T.type_name(self.dtype, self.lanes)
+
+    def __repr__(self) -> str:
+        return f"Value({self.type_name})"
+
+    def __bool__(self):
+        raise dsl_type_error(
+            f"a runtime {self.type_name} value has no Python truth value; "
+            "use k.if_/k.if_else for runtime branches or select() for values")
+
+    def __iter__(self):
+        if self.lanes == 1:
+            raise dsl_type_error(f"cannot iterate over scalar {self.type_name}")
+        return iter([self[i] for i in range(self.lanes)])
+
+    # ---- arithmetic -------------------------------------------------------------------------
+    def __add__(self, other): return _arith(self, other, "+", False)
+    def __radd__(self, other): return _arith(self, other, "+", True)
+    def __sub__(self, other): return _arith(self, other, "-", False)
+    def __rsub__(self, other): return _arith(self, other, "-", True)
+    def __mul__(self, other): return _arith(self, other, "*", False)
+    def __rmul__(self, other): return _arith(self, other, "*", True)
+    def __truediv__(self, other): return _arith(self, other, "/", False)
+    def __rtruediv__(self, other): return _arith(self, other, "/", True)
+    def __floordiv__(self, other): return _arith(self, other, "//", False)
+    def __rfloordiv__(self, other): return _arith(self, other, "//", True)
+    def __mod__(self, other): return _arith(self, other, "%", False)
+    def __rmod__(self, other): return _arith(self, other, "%", True)
+    def __and__(self, other): return _bitwise(self, other, "&", False)
+    def __rand__(self, other): return _bitwise(self, other, "&", True)
+    def __or__(self, other): return _bitwise(self, other, "|", False)
+    def __ror__(self, other): return _bitwise(self, other, "|", True)
+    def __xor__(self, other): return _bitwise(self, other, "^", False)
+    def __rxor__(self, other): return _bitwise(self, other, "^", True)
+    def __lshift__(self, other): return _bitwise(self, other, "<<", False)
+    def __rlshift__(self, other): return _bitwise(self, other, "<<", True)
+    def __rshift__(self, other): return _bitwise(self, other, ">>", False)
+    def __rrshift__(self, other): return _bitwise(self, other, ">>", True)
+
+    def __lt__(self, other): return _compare(self, other, "<")
+    def __le__(self, other): return _compare(self, other, "<=")
+    def __gt__(self, other): return _compare(self, other, ">")
+    def __ge__(self, other): return _compare(self, other, ">=")
+    def __eq__(self, other): return _compare(self, other, "==")
+    def __ne__(self, other): return _compare(self, other, "!=")
+
+    def __neg__(self):
+        return _arith(self, 0, "-", True)
+
+    def __invert__(self):
+        if not (self.dtype.is_int or self.dtype.kind == "bool"):
+            raise dsl_type_error(f"'~' needs an integer or i1 operand, got {self.type_name}")
+        return _bitwise(self, -1 if self.dtype.kind != "bool" else True, "^", False)
+
+    def __abs__(self):
+        from .math import abs_
+        return abs_(self)
+
+    # ---- conversions ------------------------------------------------------------------------
+    def to(self, dtype, *, rounding: str = "rne") -> "Value":
+        """Convert to ``dtype`` (numeric conversion). ``rounding="rtz"`` is accepted for
+        f32->f16 only (``v_cvt_pkrtz``); everything else rounds to nearest even."""
+        from .convert import convert
+        return convert(self, T.dtype(dtype), rounding)
+
+    def bitcast(self, dtype, lanes: int | None = None) -> "Value":
+        """Reinterpret the bits as ``dtype``; the lane count follows from the total width."""
+        dst = T.dtype(dtype)
+        if self.dtype.kind == "ptr" or dst.kind == "ptr":
+            raise dsl_type_error("bitcast does not apply to pointers or buffer resources")
+        total = self.dtype.bits * self.lanes
+        new_lanes = total // dst.bits if lanes is None else lanes
+        if new_lanes * dst.bits != total:
+            raise dsl_type_error(
+                f"bitcast {self.type_name} ({total} bits) to {dst.name} x{new_lanes} changes the width")
+        k = self.kernel
+        src = k._use(self)
+        out_ty = dst.vector_ir_type(new_lanes)
+        result = src if src.type == out_ty else k._b.bitcast(src, out_ty)
+        return k._wrap(result, dst, new_lanes)
+
+    # ---- vectors ----------------------------------------------------------------------------
+    def __getitem__(self, index):
+        k = self.kernel
+        if self.lanes == 1:
+            raise dsl_type_error(f"cannot index scalar {self.type_name}")
+        if isinstance(index, slice):
+            picks = list(range(self.lanes))[index]
+            if not picks:
+                raise dsl_value_error(f"empty slice of {self.type_name}")
+            return shuffle(self, picks)
+        if isinstance(index, Value):
+            if not index.dtype.is_int:
+                raise dsl_type_error(f"vector index must be an integer, got {index.type_name}")
+            idx = k._use(index.to(T.i32))
+        else:
+            if not isinstance(index, int) or not -self.lanes <= index < self.lanes:
+                raise dsl_value_error(f"index {index!r} out of range for {self.type_name}")
+            idx = ir.Constant(_I32, index % self.lanes)
+        return k._wrap(k._b.extract_element(k._use(self), idx), self.dtype, 1)
+
+    def insert(self, index: int, element) -> "Value":
+        """A copy of this vector with lane ``index`` replaced by ``element``."""
+        k = self.kernel
+        if self.lanes == 1 or not isinstance(index, int) or not 0 <= index < self.lanes:
+            raise dsl_value_error(f"insert index {index!r} invalid for {self.type_name}")
+        elem = k._coerce(element, self.dtype, 1, "insert")
+        if elem.lanes != 1:
+            raise dsl_type_error(f"insert expects a scalar {self.dtype}, got {elem.type_name}")
+        out = k._b.insert_element(k._use(self), k._use(elem), ir.Constant(_I32, index))
+        return k._wrap(out, self.dtype, self.lanes)
+
+
+# ---- helpers shared by the operators ----------------------------------------------------------
+
+def _operands(a: Value, other, symbol: str, reflected: bool):
+    k = a.kernel
+    b = k._coerce(other, a.dtype, 1, symbol)
+    if b.dtype != a.dtype:
+        left, right = (b, a) if reflected else (a, b)
+        raise dsl_type_error(
+            f"operands of '{symbol}' have different types: {left.type_name} and {right.type_name}; "
+            "convert one explicitly with .to(dtype)")
+    a, b = broadcast_pair(a, b, symbol)
+    return (b, a) if reflected else (a, b)
+
+
+def broadcast_pair(a: Value, b: Value, symbol: str):
+    """Broadcast a scalar against a vector; vectors of different lengths are a TypeError."""
+    if a.lanes == b.lanes:
+        return a, b
+    if a.lanes == 1:
+        return splat(a, b.lanes), b
+    if b.lanes == 1:
+        return a, splat(b, a.lanes)
+    raise dsl_type_error(
+        f"operands of '{symbol}' are vectors of different lengths: {a.type_name} and {b.type_name}")
+
+
+def _via_f32(a: Value, b: Value, fn):
+    return fn(a.to(T.f32), b.to(T.f32)).to(a.dtype)
+
+
+def _arith(self: Value, other, symbol: str, reflected: bool) -> Value:
+    a, b = _operands(self, other, symbol, reflected)
+    kind = a.dtype.kind
+    if kind == "bf16":
+        return _via_f32(a, b, lambda x, y: _arith(x, y, symbol, False))
+    if kind not in ("sint", "uint", "float"):
+        raise dsl_type_error(f"'{symbol}' is not defined for {a.type_name}"
+                             + ("; convert fp8 to f32 first" if kind == "fp8" else ""))
+    k = a.kernel
+    x, y = k._use(a), k._use(b)
+    bld = k._b
+    if kind == "float":
+        if symbol == "//":
+            from .math import floor
+            return floor(_arith(a, b, "/", False))
+        op = {"+": bld.fadd, "-": bld.fsub, "*": bld.fmul, "/": bld.fdiv, "%": bld.frem}[symbol]
+    else:
+        if symbol == "/":
+            raise dsl_type_error(f"'/' is float division; use '//' for integer division of {a.type_name}")
+        signed = kind == "sint"
+        op = {"+": bld.add, "-": bld.sub, "*": bld.mul,
+              "//": bld.sdiv if signed else bld.udiv, "%": bld.srem if signed else bld.urem}[symbol]
+    return k._wrap(op(x, y), a.dtype, a.lanes)
+
+
+def _bitwise(self: Value, other, symbol: str, reflected: bool) -> Value:
+    a, b = _operands(self, other, symbol, reflected)
+    kind = a.dtype.kind
+    shifts = symbol in ("<<", ">>")
+    if not (kind in ("sint", "uint") or (kind == "bool" and not shifts)):
+        raise dsl_type_error(f"'{symbol}' needs integer operands, got {a.type_name}")
+    k = a.kernel
+    bld = k._b
+    op = {"&": bld.and_, "|": bld.or_, "^": bld.xor, "<<": bld.shl,
+          ">>": bld.ashr if kind == "sint" else bld.lshr}[symbol]
+    return k._wrap(op(k._use(a), k._use(b)), a.dtype, a.lanes)
+
+
+def _compare(self: Value, other, symbol: str) -> Value:
+    a, b = _operands(self, other, symbol, False)
+    kind = a.dtype.kind
+    if kind == "bf16":
+        return _compare(a.to(T.f32), b.to(T.f32), symbol)
+    if kind in ("fp8", "ptr"):
+        raise dsl_type_error(f"'{symbol}' is not defined for {a.type_name}")
+    k = a.kernel
+    bld = k._b
+    x, y = k._use(a), k._use(b)
+    if kind == "float":
+        # Python semantics: every comparison with NaN is False except '!='.
+        result = bld.fcmp_unordered(symbol, x, y) if symbol == "!=" else bld.fcmp_ordered(symbol, x, y)
+    elif kind == "sint":
+        result = bld.icmp_signed(symbol, x, y)
+    else:
+        result = bld.icmp_unsigned(symbol, x, y)
+    return k._wrap(result, T.i1, a.lanes)
+
+
+# ---- free functions on values ----------------------------------------------------------------
+
+def splat(value: Value, lanes: int) -> Value:
+    """Broadcast a scalar to a ``lanes``-wide vector."""
+    k = value.kernel
+    if value.lanes != 1:
+        raise dsl_type_error(f"splat expects a scalar, got {value.type_name}")
+    if lanes == 1:
+        return value
+    vec_ty = value.dtype.vector_ir_type(lanes)
+    one = k._b.insert_element(ir.Constant(vec_ty, ir.Undefined), k._use(value), ir.Constant(_I32, 0))
+    zeros = ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes)
+    return k._wrap(k._b.shuffle_vector(one, ir.Constant(vec_ty, ir.Undefined), zeros), value.dtype, lanes)
+
+
+def shuffle(value: Value, picks, other: Value | None = None) -> Value:
+    """LLVM shufflevector: lanes ``picks`` of ``value`` (then of ``other``), in order."""
+    k = value.kernel
+    picks = [int(p) for p in picks]
+    if other is not None and (other.dtype != value.dtype or other.lanes != value.lanes):
+        raise dsl_type_error(f"shuffle operands differ: {value.type_name} and {other.type_name}")
+    limit = value.lanes * (2 if other is not None else 1)
+    if not picks or any(not 0 <= p < limit for p in picks):
+        raise dsl_value_error(f"shuffle picks {picks} out of range for {value.type_name}")
+    first = _as_ir_vector(value)
+    second = _as_ir_vector(other) if other is not None else ir.Constant(first.type, ir.Undefined)
+    mask = ir.Constant(ir.VectorType(_I32, len(picks)), picks)
+    out = k._b.shuffle_vector(first, second, mask)
+    if len(picks) == 1:
+        out = k._b.extract_element(out, ir.Constant(_I32, 0))
+    return k._wrap(out, value.dtype, len(picks))
+
+
+def _as_ir_vector(value: Value):
+    """The IR of ``value`` as a vector (a scalar becomes a 1-lane vector)."""
+    k = value.kernel
+    src = k._use(value)
+    if value.lanes > 1:
+        return src
+    one_ty = ir.VectorType(value.dtype.ir_type, 1)
+    return k._b.insert_element(ir.Constant(one_ty, ir.Undefined), src, ir.Constant(_I32, 0))
+
+
+def vector(elements) -> Value:
+    """Pack scalars of one dtype (Python numbers adapt to it) into a vector."""
+    elements = list(elements)
+    first = next((e for e in elements if isinstance(e, Value)), None)
+    if first is None:
+        raise dsl_type_error("vector() needs at least one runtime Value to know the dtype")
+    k = first.kernel
+    elems = [k._coerce(e, first.dtype, 1, "vector") for e in elements]
+    for e in elems:
+        if e.dtype != first.dtype or e.lanes != 1:
+            raise dsl_type_error(
+                f"vector() elements must all be scalar {first.dtype}, got {e.type_name}")
+    if len(elems) == 1:
+        return elems[0]
+    vec_ty = first.dtype.vector_ir_type(len(elems))
+    out = ir.Constant(vec_ty, ir.Undefined)
+    for i, e in enumerate(elems):
+        out = k._b.insert_element(out, k._use(e), ir.Constant(_I32, i))
+    return k._wrap(out, first.dtype, len(elems))
+
+
+def concat(*parts: Value) -> Value:
+    """Concatenate scalars/vectors of one dtype into one vector."""
+    if not parts:
+        raise dsl_value_error("concat() needs at least one value")
+    return vector([e for p in parts for e in ([p] if p.lanes == 1 else list(p))])
+
+
+def select(cond: Value, if_true, if_false) -> Value:
+    """``cond ? if_true : if_false`` per lane; ``cond`` is i1 (scalar or matching vector)."""
+    if not isinstance(cond, Value) or cond.dtype != T.i1:
+        got = cond.type_name if isinstance(cond, Value) else type(cond).__name__
+        raise dsl_type_error(f"select condition must be an i1 value, got {got}")
+    k = cond.kernel
+    like = if_true if isinstance(if_true, Value) else if_false
+    if not isinstance(like, Value):
+        raise dsl_type_error("select needs at least one runtime Value among its two choices")
+    a = k._coerce(if_true, like.dtype, 1, "select")
+    b = k._coerce(if_false, like.dtype, 1, "select")
+    if a.dtype != b.dtype:
+        raise dsl_type_error(f"select choices have different types: {a.type_name} and {b.type_name}")
+    a, b = broadcast_pair(a, b, "select")
+    if cond.lanes not in (1, a.lanes):
+        raise dsl_type_error(f"select condition {cond.type_name} does not match {a.type_name}")
+    return k._wrap(k._b.select(k._use(cond), k._use(a), k._use(b)), a.dtype, a.lanes)

@@ -1,0 +1,81 @@
+"""c = a + b over n elements.
+
+Each thread owns ``vector_width`` consecutive elements. Threads whose whole vector is in range
+use one vector load/store per operand; the (at most one) thread straddling ``n`` falls back to
+per-element buffer accesses, where the buffer's range check turns loads past ``n`` into 0 and
+drops stores past ``n`` -- so ragged ``n`` needs no padding and writes nothing out of bounds.
+bf16 adds in f32 and rounds back to nearest even.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rocke import dsl
+
+DTYPES = ("f16", "bf16", "f32")
+
+
+@dataclass(frozen=True)
+class VectorAddSpec:
+    dtype: str = "f32"
+    vector_width: int = 4       # elements per thread
+    block_size: int = 256       # threads per workgroup
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if not isinstance(self.vector_width, int) or self.vector_width not in (1, 2, 4, 8):
+            raise ValueError(f"vector_width: must be 1, 2, 4 or 8, got {self.vector_width!r}")
+        if self.vector_width * dsl.dtype(self.dtype).nbytes > 16:
+            raise ValueError(f"vector_width: {self.vector_width} x {self.dtype} exceeds the 16-byte "
+                             "maximum of one buffer access")
+        if not isinstance(self.block_size, int) or not 64 <= self.block_size <= 1024 or self.block_size % 64:
+            raise ValueError(f"block_size: must be a multiple of 64 in [64, 1024], got {self.block_size!r}")
+
+    @property
+    def kernel_name(self) -> str:
+        return f"vector_add_{self.dtype}_v{self.vector_width}_b{self.block_size}"
+
+
+VARIANTS = {
+    "f32_v4": VectorAddSpec("f32", 4, 256),
+    "f16_v8": VectorAddSpec("f16", 8, 256),
+    "bf16_v4": VectorAddSpec("bf16", 4, 128),
+}
+
+# (name, kind, dtype) in launch order; pointer dtypes follow spec.dtype.
+ARGS = (("a", "global_ptr", None), ("b", "global_ptr", None), ("c", "global_ptr", None),
+        ("n", "scalar", "i32"))
+
+
+def args(spec: VectorAddSpec) -> list[tuple[str, str, str]]:
+    """The kernel's arguments in order: (name, kind, dtype)."""
+    return [(name, kind, dt or spec.dtype) for name, kind, dt in ARGS]
+
+
+def launch_geometry(spec: VectorAddSpec, *, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(grid in workgroups, block in threads) covering ``n`` elements."""
+    if not isinstance(n, int) or not 0 < n < 2 ** 31:
+        raise ValueError(f"n: must be an int in [1, 2**31), got {n!r}")
+    per_block = spec.block_size * spec.vector_width
+    return (-(-n // per_block), 1, 1), (spec.block_size, 1, 1)
+
+
+def build(spec: VectorAddSpec) -> dsl.Kernel:
+    k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.block_size)
+    a = k.arg_ptr("a", spec.dtype, readonly=True)
+    b = k.arg_ptr("b", spec.dtype, readonly=True)
+    c = k.arg_ptr("c", spec.dtype)
+    n = k.arg_i32("n")
+    width = spec.vector_width
+    first = (k.block_id(0) * spec.block_size + k.thread_id(0)) * width
+    a_buf, b_buf, c_buf = a.buffer(n), b.buffer(n), c.buffer(n)
+
+    whole_vector = k.if_else(first + width <= n)
+    with whole_vector.then_():
+        c_buf.store(first, a_buf.load(first, width=width) + b_buf.load(first, width=width))
+    with whole_vector.else_():
+        for j in range(width):  # build-time unroll over the tail elements
+            c_buf.store(first + j, a_buf.load(first + j) + b_buf.load(first + j))
+    return k
