@@ -84,11 +84,20 @@ def golden():
     """Check or rewrite the golden IR-hash table (tests/golden/ir_hashes.json)."""
 
 
+_path_option = click.option("--path", type=click.Path(dir_okay=False), default=None,
+                            help="table to use (default: tests/golden/ir_hashes.json)")
+
+
 @golden.command("check")
-def golden_check():
+@_path_option
+def golden_check(path):
     """Exit non-zero if any variant's IR hash differs from the table."""
-    from .kernels.golden import current_hashes, diff_golden, load_golden
-    d = diff_golden(load_golden(), current_hashes())
+    from .kernels.golden import GOLDEN_PATH, current_hashes, diff_golden, load_golden
+    try:
+        table = load_golden(Path(path) if path else GOLDEN_PATH)
+    except FileNotFoundError as e:
+        raise click.ClickException(str(e)) from None
+    d = diff_golden(table, current_hashes())
     for kind, names in d.items():
         for n in names:
             click.echo(f"{kind}: {n}")
@@ -98,19 +107,21 @@ def golden_check():
 
 
 @golden.command("update")
-def golden_update():
+@_path_option
+def golden_update(path):
     """Rewrite the table from the current IR (a deliberate act: say why in the commit)."""
     from .kernels.golden import GOLDEN_PATH, current_hashes, diff_golden, load_golden, write_golden
+    target = Path(path) if path else GOLDEN_PATH
     cur = current_hashes()
     try:
-        d = diff_golden(load_golden(), cur)
+        d = diff_golden(load_golden(target), cur)
     except FileNotFoundError:
         d = {"missing": sorted(cur)}
-    write_golden(cur)
+    write_golden(cur, target)
     for kind, names in d.items():
         for n in names:
             click.echo(f"{kind}: {n}")
-    click.echo(f"wrote {len(cur)} hashes to {GOLDEN_PATH}")
+    click.echo(f"wrote {len(cur)} hashes to {target}")
 
 
 if __name__ == "__main__":

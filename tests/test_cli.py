@@ -1,0 +1,40 @@
+from click.testing import CliRunner
+
+from rocke.cli import main as cli
+from rocke.kernels.registry import all_variants
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_list_names_every_variant():
+    r = run("list")
+    assert r.exit_code == 0
+    listed = [line.split()[0] for line in r.output.splitlines()]
+    assert listed == list(all_variants())
+
+
+def test_emit_ll_asm_and_code_object(tmp_path):
+    name = "vector_add/f32_v4"
+    r = run("emit", name)
+    assert r.exit_code == 0 and "define amdgpu_kernel" in r.output
+    r = run("emit", name, "--format", "asm")
+    assert r.exit_code == 0 and ".amdhsa_kernel" in r.output and "buffer_" in r.output
+    out = tmp_path / "k.hsaco"
+    r = run("emit", name, "--format", "co", "-o", str(out))
+    assert r.exit_code == 0 and out.read_bytes()[:4] == b"\x7fELF"
+    r = run("emit", name, "--format", "co")
+    assert r.exit_code != 0 and "-o FILE" in r.output
+
+
+def test_report_shows_resources_and_occupancy():
+    r = run("report", "softmax/f32_wave", "vector_add/f16_v8")
+    assert r.exit_code == 0, r.output
+    assert "VGPR" in r.output and "w/SIMD" in r.output and "total spills: 0" in r.output
+
+
+def test_unknown_variant_is_a_usage_error():
+    r = run("emit", "vector_add/f64")
+    assert r.exit_code == 2 and "unknown kernel variant 'vector_add/f64'" in r.output
+    assert "vector_add/f32_v4" in r.output       # suggestions
