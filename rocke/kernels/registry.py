@@ -5,6 +5,7 @@ A kernel family module provides `build(spec) -> dsl.Kernel` and `VARIANTS: dict[
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 from dataclasses import dataclass
@@ -65,7 +66,9 @@ def all_variants() -> dict[str, Variant]:
 def get_variant(name: str) -> Variant:
     variants = all_variants()
     if name not in variants:
-        close = [v for v in variants if name in v]
+        family = name.split("/", 1)[0]
+        close = [v for v in variants if v.startswith(family + "/")] or difflib.get_close_matches(
+            name, list(variants), n=5, cutoff=0.5)
         hint = f"; did you mean {', '.join(close[:5])}" if close else ""
         raise ValueError(f"unknown kernel variant {name!r}{hint} (see `rocke list`)")
     return variants[name]
