@@ -1,7 +1,22 @@
-"""Target facts as data: limits, the MFMA catalog, occupancy. Plain data and small pure functions."""
-from .mfma import MFMA_CATALOG, MfmaAtom, atom_for, get_atom
-from .occupancy import Occupancy, occupancy, unified_vgpr_count
-from .targets import GFX942, GFX950, TARGETS, Target, get_target
+"""Target facts as data: limits, the MFMA catalog, occupancy, the kernarg ABI.
 
-__all__ = ["GFX942", "GFX950", "TARGETS", "Target", "get_target", "MFMA_CATALOG", "MfmaAtom",
-           "get_atom", "atom_for", "Occupancy", "occupancy", "unified_vgpr_count"]
+Names are resolved lazily so that `rocke.emu` can use `rocke.arch.abi` without loading the MFMA
+layout tables: the emulator derives MFMA semantics from the ISA on its own (a test checks this).
+"""
+import importlib
+
+_EXPORTS = {
+    "GFX942": "targets", "GFX950": "targets", "TARGETS": "targets", "Target": "targets",
+    "get_target": "targets",
+    "MFMA_CATALOG": "mfma", "MfmaAtom": "mfma", "get_atom": "mfma", "atom_for": "mfma",
+    "Occupancy": "occupancy_rules", "occupancy": "occupancy_rules", "unified_vgpr_count": "occupancy_rules",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rocke.arch' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
