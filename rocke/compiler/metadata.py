@@ -7,26 +7,14 @@ from dataclasses import dataclass, field
 import yaml
 
 from ..arch import Occupancy, occupancy
-
-
-@dataclass(frozen=True)
-class KernArgInfo:
-    name: str
-    offset: int
-    size: int
-    value_kind: str
-    address_space: str | None = None
-
-    @property
-    def hidden(self) -> bool:
-        return self.value_kind.startswith("hidden_")
+from ..arch.abi import KernArg, parse_kernel_args
 
 
 @dataclass(frozen=True)
 class KernelInfo:
     name: str
     target: str
-    args: tuple[KernArgInfo, ...]
+    args: tuple[KernArg, ...]
     kernarg_size: int
     vgprs: int
     agprs: int
@@ -41,7 +29,7 @@ class KernelInfo:
     occupancy: Occupancy = field(compare=False)
 
     @property
-    def explicit_args(self) -> tuple[KernArgInfo, ...]:
+    def explicit_args(self) -> tuple[KernArg, ...]:
         return tuple(a for a in self.args if not a.hidden)
 
     @property
@@ -80,9 +68,7 @@ def kernel_info(asm: str, name: str, target: str, workgroup_size: int | None = N
         raise ValueError(f"kernel {name!r} not in metadata; have {sorted(kernels)}")
     k = kernels[name]
     desc = _kernel_descriptor(asm, name)
-    args = tuple(KernArgInfo(a.get(".name", f"hidden{i}"), a[".offset"], a[".size"],
-                             a[".value_kind"], a.get(".address_space"))
-                 for i, a in enumerate(k.get(".args", [])))
+    args = tuple(parse_kernel_args(k))
     vgprs, agprs = k[".vgpr_count"], k.get(".agpr_count", 0)
     # .vgpr_count is the unified total on gfx90a+; the arch VGPR part is accum_offset when AGPRs exist
     arch_vgprs = desc.get("accum_offset", vgprs) if agprs else vgprs
