@@ -1,0 +1,151 @@
+"""Emulator throughput on fixed workloads built from the committed Triton fixtures.
+
+Prints (never asserts) the host machine, then for each workload the median over --repeats of
+the emulator's wall time and its lane-instructions per second. These are EMULATOR wall times
+on this CPU: they say nothing about how fast the kernels run on an MI300X. The first launch of
+each workload also pays the emulator's one-off parse/decode (later launches hit its cache),
+which the median mostly hides.
+
+Run:  .venv/bin/python benchmarks/emu.py [--repeats 3] [--workloads NAME ...]
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy
+import torch
+
+import rocke.emu
+
+FIXTURE_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "triton"
+WAVE_SIZE = 64
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def axpy_workload():
+    """fp32 a*x+y over 256 Ki elements: 256 workgroups of 4 waves = 1024 waves."""
+    n = 256 * 1024
+    rng = torch.Generator().manual_seed(0)
+    x, y = torch.randn(n, generator=rng), torch.randn(n, generator=rng)
+    args = dict(x_ptr=x, y_ptr=y, out_ptr=torch.empty(n), alpha=0.5, n_elements=n)
+    return "axpy_f32", (cdiv(n, 1024), 1, 1), args, "out_ptr", lambda: 0.5 * x + y
+
+
+def matmul_workload():
+    """bf16 GEMM 512x512x256 with 16x16 MFMA: 64 workgroups of 4 waves = 256 waves."""
+    m = n = 512
+    k = 256
+    rng = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, generator=rng).bfloat16()
+    b = torch.randn(k, n, generator=rng).bfloat16()
+    args = dict(a_ptr=a, b_ptr=b, c_ptr=torch.empty(m, n, dtype=torch.bfloat16), M=m, N=n, K=k,
+                stride_am=k, stride_bk=n, stride_cm=n)
+    return ("matmul_bf16_mfma16", (cdiv(m, 64), cdiv(n, 64), 1), args, "c_ptr",
+            lambda: a.float() @ b.float())
+
+
+def flash_attention_workload():
+    """Causal flash attention, fp16, B*H = 8, S = 1024, D = 128: 128 workgroups = 512 waves."""
+    batch_heads, seq_len, head_dim = 8, 1024, 128
+    rng = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(batch_heads, seq_len, head_dim, generator=rng).half()
+               for _ in range(3))
+    args = dict(q_ptr=q, k_ptr=k, v_ptr=v, out_ptr=torch.empty_like(q),
+                stride_bh=seq_len * head_dim, stride_seq=head_dim, seq_len=seq_len,
+                sm_scale=head_dim ** -0.5)
+
+    def reference():
+        scores = (q.float() @ k.float().transpose(-1, -2)) * head_dim ** -0.5
+        future = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(diagonal=1)
+        return torch.softmax(scores.masked_fill(future, -float("inf")), dim=-1) @ v.float()
+
+    return ("flash_attn_fwd_d128_causal", (cdiv(seq_len, 64), batch_heads, 1), args, "out_ptr",
+            reference)
+
+
+# name -> () -> (fixture, grid, runtime args by name, output arg name, fp32 reference thunk)
+WORKLOADS = {
+    "axpy": axpy_workload,
+    "matmul": matmul_workload,
+    "flash_attention": flash_attention_workload,
+}
+
+
+def host_description():
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return [
+        f"platform : {platform.platform()}",
+        f"cpu      : {cpu}",
+        f"cores    : {os.cpu_count()} logical, {usable} usable by this process",
+        f"python   : {platform.python_version()}, numpy {numpy.__version__}, "
+        f"torch {torch.__version__}",
+    ]
+
+
+def launch(fixture_name, grid, runtime_args):
+    info = json.loads((FIXTURE_DIR / f"{fixture_name}.json").read_text())
+    asm = (FIXTURE_DIR / f"{fixture_name}.s").read_text()
+    ordered = [runtime_args[arg["name"]] for arg in info["runtime_args"]]
+    ordered += [None] * info["extra_trailing_pointer_args"]
+    start = time.perf_counter()
+    report = rocke.emu.launch(asm, info["kernel_symbol"], grid, tuple(info["block"]), ordered,
+                              shared_mem=info["shared_mem_bytes"], check=True)
+    return time.perf_counter() - start, report, info
+
+
+def run_workload(name, repeats):
+    fixture_name, grid, runtime_args, output_name, reference = WORKLOADS[name]()
+    wall_times, report, info = [], None, None
+    for _ in range(repeats):
+        seconds, report, info = launch(fixture_name, grid, runtime_args)
+        wall_times.append(seconds)
+    median = statistics.median(wall_times)
+    waves = grid[0] * grid[1] * grid[2] * info["block"][0] // WAVE_SIZE
+    lane_instructions = report.lane_instructions
+    print(f"\n[{name}] fixture {fixture_name}, grid {grid}, block {tuple(info['block'])}, "
+          f"{waves} waves")
+    print(f"  emulator wall time (median of {repeats}): {median:.3f} s  "
+          f"(min {min(wall_times):.3f} s, max {max(wall_times):.3f} s)")
+    print(f"  lane-instructions: {lane_instructions:,}  ->  "
+          f"{lane_instructions / median:,.0f} lane-instructions/s of emulator wall time")
+    error = (runtime_args[output_name].float() - reference()).abs().max().item()
+    print(f"  sanity: max |output - torch fp32 reference| = {error:.3g}")
+    print(f"  emulator report: {report.waves} waves, {report.total_instructions:,} wave-"
+          f"instructions, emulator-internal wall time {report.emulator_wall_time_s:.3f} s")
+    print("  wave-instructions by class: "
+          + ", ".join(f"{cls} {count:,}" for cls, count in report.instructions.items() if count))
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="launches per workload (median)")
+    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS),
+                        default=list(WORKLOADS), help="which workloads to run")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    print("rocke gfx942 emulator benchmark -- emulator wall time on this host, NOT GPU time")
+    print("\n".join(host_description()))
+    for name in args.workloads:
+        run_workload(name, args.repeats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
