@@ -1,0 +1,517 @@
+"""Register tiles with a thread-value layout, and the MFMA that consumes and produces them.
+
+A ``Fragment`` is one wave's register tile: a per-lane vector ``Value`` plus the ``TVLayout``
+saying which (row, col) of the tile each lane/value holds. Every lane-dependent address, mask
+and reduction is derived from the layout, so kernels never write lane arithmetic by hand::
+
+    mma = Mfma(k, "16x16x16", "f16")
+    acc = mma.zeros()                                        # C fragment, f32
+    a = load_fragment(a_lds, mma.A, origin=(row0, k0))       # A from a row-major LDS tile
+    b = load_fragment(bt_lds, mma.B, origin=(k0, col0), transposed=True)   # LDS holds B^T
+    acc = mma(a, b, acc)
+    row_max = acc.reduce(COL, "max")                         # one value per row
+    p = (acc - row_max.broadcast_to(acc.layout)).exp2()      # an AxisVector also broadcasts itself
+    store_fragment_global(c_buf, p.to("f16"), origin=(m0, n0), ld=ldc, bounds=(M, N))
+
+Storage conventions: LDS tiles and global matrices are row-major; ``transposed=True`` means the
+storage holds the transpose of the fragment's logical tile (``storage[c, r] = tile[r, c]``).
+``origin`` is always in the fragment's logical (row, col) coordinates.
+"""
+
+from __future__ import annotations
+
+import math
+
+import llvmlite.ir as ir
+
+from . import types as T
+from .errors import dsl_type_error, dsl_value_error
+from .lanes import shuffle_xor
+from .math import exp2, maximum, minimum
+from .memory import BufferResource, LdsTensor
+from .tv_layout import COL, ROW, TVLayout
+from .values import Value, concat, select, shuffle, splat
+from ..arch.mfma import MfmaAtom, atom_for, get_atom
+
+__all__ = ["Fragment", "AxisVector", "Mfma", "mfma", "load_fragment", "store_fragment",
+           "load_fragment_global", "store_fragment_global", "copy_tile_to_lds", "ROW", "COL"]
+
+# A buffer element index whose byte offset is past any extent the kernels create (< 2 GiB
+# tensors), used to turn a masked lane's access into a dropped store / zero read without a branch.
+_OUT_OF_RANGE_BYTE = 0x7FFFFFF0
+
+
+def _const_vector(k, ints, dtype=T.i32) -> Value:
+    ints = [int(x) for x in ints]
+    if len(ints) == 1:
+        return k.const(ints[0], dtype)
+    return Value(k, ir.Constant(dtype.vector_ir_type(len(ints)), ints), dtype, len(ints), None)
+
+
+def _lane_affine_value(k, affine) -> Value:
+    """Emit a LaneAffine (bit-field terms of the lane id) as shifts/ands/multiplies."""
+    lane = k.lane_id()
+    out = None
+    for shift, mask, scale in affine.terms:
+        term = lane >> shift if shift else lane
+        if mask != 63 >> shift:
+            term = term & mask
+        if scale != 1:
+            term = term * scale if scale & (scale - 1) else term << (scale.bit_length() - 1)
+        out = term if out is None else out + term
+    if out is None:
+        return k.const(affine.const, T.i32)
+    return out + affine.const if affine.const else out
+
+
+def _index(x) -> Value | int:
+    if isinstance(x, bool) or not isinstance(x, (int, Value)):
+        raise dsl_type_error(f"tile origin/bound must be an int or integer Value, got {type(x).__name__}")
+    return x
+
+
+class Fragment:
+    """A wave's register tile: ``value`` (one vector per lane, ``layout.values_per_lane`` wide)
+    laid out by ``layout``."""
+
+    __slots__ = ("value", "layout")
+
+    def __init__(self, value: Value, layout: TVLayout):
+        if not isinstance(value, Value):
+            raise dsl_type_error(f"a fragment holds a runtime Value, got {type(value).__name__}")
+        if not isinstance(layout, TVLayout):
+            raise dsl_type_error(f"a fragment's layout must be a TVLayout, got {type(layout).__name__}")
+        if value.lanes != layout.values_per_lane:
+            raise dsl_value_error(f"layout {layout.name} holds {layout.values_per_lane} values per lane, "
+                                  f"the value is {value.type_name}")
+        self.value = value
+        self.layout = layout
+
+    def __repr__(self):
+        return f"Fragment({self.layout.name}, {self.value.type_name})"
+
+    @property
+    def kernel(self):
+        return self.value.kernel
+
+    @property
+    def dtype(self) -> T.DType:
+        return self.value.dtype
+
+    @staticmethod
+    def full(kernel, layout: TVLayout, dtype, fill) -> "Fragment":
+        """A fragment with every element ``fill``."""
+        return Fragment(kernel.const(fill, T.dtype(dtype), layout.values_per_lane), layout)
+
+    def with_value(self, value: Value) -> "Fragment":
+        """The same layout holding ``value`` (e.g. a loop-carried value)."""
+        return Fragment(value, self.layout)
+
+    # -- element-wise ---------------------------------------------------------------------
+    def map(self, fn) -> "Fragment":
+        """``fn(value) -> value`` applied to the whole register vector (an element-wise op)."""
+        out = fn(self.value)
+        if not isinstance(out, Value) or out.lanes != self.value.lanes:
+            raise dsl_type_error(f"Fragment.map: fn must return a {self.value.lanes}-wide Value")
+        return Fragment(out, self.layout)
+
+    def _other(self, other, symbol: str):
+        if isinstance(other, Fragment):
+            if not self.layout.same_as(other.layout):
+                raise dsl_value_error(f"'{symbol}' between fragments of different layouts "
+                                      f"{self.layout.name} {self.layout.shape} and "
+                                      f"{other.layout.name} {other.layout.shape}")
+            return other.value
+        if isinstance(other, AxisVector):
+            return other.broadcast_to(self.layout).value
+        if isinstance(other, Value) and other.lanes not in (1, self.value.lanes):
+            raise dsl_type_error(f"'{symbol}' between a fragment ({self.value.type_name}) and "
+                                 f"{other.type_name}; use a scalar, a fragment or an AxisVector")
+        return other
+
+    def __add__(self, o): return Fragment(self.value + self._other(o, "+"), self.layout)
+    def __radd__(self, o): return Fragment(self._other(o, "+") + self.value, self.layout)
+    def __sub__(self, o): return Fragment(self.value - self._other(o, "-"), self.layout)
+    def __rsub__(self, o): return Fragment(self._other(o, "-") - self.value, self.layout)
+    def __mul__(self, o): return Fragment(self.value * self._other(o, "*"), self.layout)
+    def __rmul__(self, o): return Fragment(self._other(o, "*") * self.value, self.layout)
+    def __truediv__(self, o): return Fragment(self.value / self._other(o, "/"), self.layout)
+    def __neg__(self): return Fragment(-self.value, self.layout)
+
+    def maximum(self, other) -> "Fragment":
+        return Fragment(maximum(self.value, self._other(other, "maximum")), self.layout)
+
+    def minimum(self, other) -> "Fragment":
+        return Fragment(minimum(self.value, self._other(other, "minimum")), self.layout)
+
+    def exp2(self, *, fast: bool = True) -> "Fragment":
+        return Fragment(exp2(self.value, fast=fast), self.layout)
+
+    def where(self, cond: Value, other) -> "Fragment":
+        """``cond ? self : other`` per element (``cond`` an i1 vector from ``coords()``)."""
+        return Fragment(select(cond, self.value, self._other(other, "where")), self.layout)
+
+    def to(self, dtype) -> "Fragment":
+        return Fragment(self.value.to(dtype), self.layout)
+
+    # -- coordinates ----------------------------------------------------------------------
+    def coords(self, origin=(0, 0)) -> tuple[Value, Value]:
+        """(rows, cols): i32 vectors with each value's tile coordinate plus ``origin``, for
+        causal / ragged masks with ``select`` / ``where``."""
+        k = self.kernel
+        out = []
+        for axis in (ROW, COL):
+            base = _lane_affine_value(k, self.layout.lane_part(axis))
+            o = _index(origin[axis])
+            if not (isinstance(o, int) and o == 0):
+                base = base + o
+            offsets = self.layout.value_offsets(axis)
+            if self.layout.values_per_lane == 1:
+                out.append(base + offsets[0] if offsets[0] else base)
+            elif not any(offsets):
+                out.append(splat(base, len(offsets)))
+            else:
+                out.append(splat(base, len(offsets)) + _const_vector(k, offsets))
+        return out[0], out[1]
+
+    # -- reductions -----------------------------------------------------------------------
+    def reduce(self, axis: int, op: str = "sum") -> "AxisVector":
+        """Reduce along ``axis`` (COL: one result per row). In-lane first, then xor butterflies;
+        every lane ends up holding the result for each of its rows (or cols)."""
+        if op not in ("sum", "max", "min"):
+            raise dsl_value_error(f"reduce op must be 'sum', 'max' or 'min', got {op!r}")
+        if axis not in (ROW, COL):
+            raise dsl_value_error(f"reduce axis must be ROW (0) or COL (1), got {axis!r}")
+        plan = self.layout.reduce_plan(axis)
+        vals = list(self.value) if self.value.lanes > 1 else [self.value]
+        partials = []
+        for group in plan.in_lane:
+            acc = vals[group[0]]
+            for v in group[1:]:
+                acc = _combine(op, acc, vals[v])
+            partials.append(acc)
+        acc = concat(*partials) if len(partials) > 1 else partials[0]
+        for mask in plan.xor_masks:
+            acc = _combine(op, acc, shuffle_xor(acc, mask))
+        return AxisVector(acc, self.layout, axis)
+
+    # -- operand reuse --------------------------------------------------------------------
+    def as_operand(self, layout: TVLayout, offset=(0, 0)) -> "Fragment":
+        """The sub-tile at ``offset`` as a fragment of ``layout`` using the registers this lane
+        already holds (``TVLayout.values_matching``): e.g. an S^T accumulator as the B operand
+        of the next MFMA. Raises if the layouts would need a cross-lane shuffle."""
+        picks = self.layout.values_matching(layout, tuple(offset))
+        if picks is None:
+            raise dsl_value_error(f"fragment {self.layout.name} does not hold {layout.name} at "
+                                  f"offset {tuple(offset)} in place; a cross-lane shuffle would be needed")
+        if list(picks) == list(range(self.value.lanes)):
+            return Fragment(self.value, layout)
+        return Fragment(shuffle(self.value, picks), layout)
+
+
+def _combine(op: str, a: Value, b: Value) -> Value:
+    if op == "sum":
+        return a + b
+    return maximum(a, b) if op == "max" else minimum(a, b)
+
+
+class AxisVector:
+    """A fragment reduced along one axis: per lane, one value per distinct kept coordinate
+    (``layout.reduced_coords(axis)``) -- a row vector (axis=COL) or a column vector (axis=ROW)."""
+
+    __slots__ = ("value", "source", "axis")
+
+    def __init__(self, value: Value, source: TVLayout, axis: int):
+        groups = len(source.reduce_plan(axis).in_lane)
+        if not isinstance(value, Value) or value.lanes != groups:
+            raise dsl_value_error(f"an axis vector of {source.name} holds {groups} values per lane")
+        self.value = value
+        self.source = source
+        self.axis = axis
+
+    def __repr__(self):
+        return f"AxisVector({self.source.name}, axis={self.axis}, {self.value.type_name})"
+
+    @property
+    def kernel(self):
+        return self.value.kernel
+
+    def with_value(self, value: Value) -> "AxisVector":
+        return AxisVector(value, self.source, self.axis)
+
+    def _other(self, other, symbol: str):
+        if isinstance(other, AxisVector):
+            mine, theirs = self.source.reduced_coords(self.axis), other.source.reduced_coords(other.axis)
+            if mine.shape != theirs.shape or not (mine == theirs).all():
+                raise dsl_value_error(f"'{symbol}' between axis vectors over different coordinates "
+                                      f"({self.source.name} and {other.source.name})")
+            return other.value
+        return other
+
+    def map(self, fn) -> "AxisVector":
+        return AxisVector(fn(self.value), self.source, self.axis)
+
+    def __add__(self, o): return self.with_value(self.value + self._other(o, "+"))
+    def __radd__(self, o): return self.with_value(self._other(o, "+") + self.value)
+    def __sub__(self, o): return self.with_value(self.value - self._other(o, "-"))
+    def __rsub__(self, o): return self.with_value(self._other(o, "-") - self.value)
+    def __mul__(self, o): return self.with_value(self.value * self._other(o, "*"))
+    def __rmul__(self, o): return self.with_value(self._other(o, "*") * self.value)
+
+    def maximum(self, other) -> "AxisVector":
+        return self.with_value(maximum(self.value, self._other(other, "maximum")))
+
+    def broadcast_to(self, layout: TVLayout) -> Fragment:
+        """Spread over a tile of ``layout``: each value gets the result for its own row (or col).
+        ``layout`` may differ from the source (e.g. an O^T accumulator sharing S^T's columns)
+        as long as every lane holds the needed results."""
+        keep = 1 - self.axis
+        have = self.source.reduced_coords(self.axis)                # [64, groups]
+        picks = []
+        for v in range(layout.values_per_lane):
+            want = layout.coords[:, v, keep]
+            hit = have == want[:, None]
+            idx = hit.argmax(axis=1)
+            if not hit.any(axis=1).all() or not (idx == idx[0]).all():
+                raise dsl_value_error(f"cannot broadcast a reduction of {self.source.name} over "
+                                      f"{layout.name}: lanes do not hold the needed results")
+            picks.append(int(idx[0]))
+        n = layout.values_per_lane
+        if self.value.lanes == 1:
+            return Fragment(splat(self.value, n) if n > 1 else self.value, layout)
+        return Fragment(shuffle(self.value, picks), layout)
+
+
+# ---- MFMA ---------------------------------------------------------------------------------------
+
+class Mfma:
+    """One MFMA atom for element ``dtype`` with its operand layouts ``A`` (M x K), ``B`` (K x N)
+    and accumulator ``C`` (M x N, f32). ``atom``: a shape ("32x32x8") or a catalog key."""
+
+    def __init__(self, kernel, atom, dtype):
+        dt = T.dtype(dtype)
+        if isinstance(atom, MfmaAtom):
+            self.atom = atom
+        elif isinstance(atom, str):
+            self.atom = get_atom(atom, kernel.target) if "_" in atom else atom_for(atom, dt.name,
+                                                                                   target=kernel.target)
+        else:
+            raise dsl_type_error(f"Mfma atom must be a shape string or MfmaAtom, got {type(atom).__name__}")
+        if self.atom.a_type != dt.name or self.atom.b_type != dt.name:
+            raise dsl_value_error(f"MFMA {self.atom.key} takes {self.atom.a_type} operands, not {dt.name}")
+        self.kernel = kernel
+        self.dtype = dt
+        self.A = TVLayout.mfma_a(self.atom)
+        self.B = TVLayout.mfma_b(self.atom)
+        self.C = TVLayout.mfma_c(self.atom)
+
+    def __repr__(self):
+        return f"Mfma({self.atom.key})"
+
+    def zeros(self) -> Fragment:
+        """A zero accumulator (C) fragment."""
+        return Fragment.full(self.kernel, self.C, T.f32, 0.0)
+
+    def _check(self, frag, layout: TVLayout, dtype: T.DType, role: str):
+        if not isinstance(frag, Fragment):
+            raise dsl_type_error(f"MFMA {self.atom.key} operand {role} must be a Fragment, "
+                                 f"got {type(frag).__name__}")
+        if not frag.layout.same_as(layout):
+            raise dsl_value_error(f"MFMA {self.atom.key} operand {role} needs layout {layout.name} "
+                                  f"{layout.shape}, got a fragment of {frag.layout.name} {frag.layout.shape}")
+        if frag.dtype != dtype:
+            raise dsl_type_error(f"MFMA {self.atom.key} operand {role} must be {dtype.name}, "
+                                 f"got {frag.value.type_name}")
+
+    def __call__(self, a: Fragment, b: Fragment, c: Fragment) -> Fragment:
+        """D = A @ B + C (f32 accumulate), cbsz = abid = blgp = 0."""
+        self._check(a, self.A, self.dtype, "A")
+        self._check(b, self.B, self.dtype, "B")
+        self._check(c, self.C, T.f32, "C")
+        d = self.kernel.call_intrinsic(self.atom.intrinsic, [a.value, b.value, c.value, 0, 0, 0],
+                                       result=(T.f32, self.atom.acc_regs))
+        return Fragment(d, self.C)
+
+
+def mfma(kernel, atom, dtype) -> Mfma:
+    """``Mfma(kernel, atom, dtype)``: the fragment-level MFMA (``k.mfma`` once in the core)."""
+    return Mfma(kernel, atom, dtype)
+
+
+# ---- memory -------------------------------------------------------------------------------------
+
+def _storage_layout(layout: TVLayout, transposed: bool) -> TVLayout:
+    return layout.transpose() if transposed else layout
+
+
+def _storage_origin(origin, transposed: bool):
+    if len(origin) != 2:
+        raise dsl_value_error(f"origin must be (row, col), got {origin!r}")
+    return (origin[1], origin[0]) if transposed else (origin[0], origin[1])
+
+
+def _run_addresses(k, storage: TVLayout, origin):
+    """For each run of values contiguous along storage columns: (first value, length, row, col)
+    with row/col as i32 Values (lane part + value offset + origin)."""
+    lane_row = _lane_affine_value(k, storage.lane_part(ROW))
+    lane_col = _lane_affine_value(k, storage.lane_part(COL))
+    off_r, off_c = storage.value_offsets(ROW), storage.value_offsets(COL)
+    r0, c0 = (_index(o) for o in origin)
+    out = []
+    for v0, n in storage.value_runs(COL):
+        row = lane_row + (r0 + off_r[v0] if isinstance(r0, int) else r0 + off_r[v0])
+        col = lane_col + (c0 + off_c[v0] if isinstance(c0, int) else c0 + off_c[v0])
+        out.append((v0, n, row, col))
+    return out
+
+
+def _gather(parts, count):
+    if not parts:
+        raise dsl_value_error("empty fragment")
+    value = concat(*parts) if len(parts) > 1 else parts[0]
+    if value.lanes != count:
+        raise dsl_value_error(f"internal: gathered {value.lanes} values, expected {count}")
+    return value
+
+
+def _split_runs(value: Value, runs):
+    for v0, n, row, col in runs:
+        part = value if (n == value.lanes) else (value[v0] if n == 1 else value[v0:v0 + n])
+        yield part, n, row, col
+
+
+def load_fragment(lds: LdsTensor, layout: TVLayout, origin=(0, 0), *, transposed: bool = False) -> Fragment:
+    """Read a fragment of ``layout`` from a row-major 2-D LDS tile, its logical tile at
+    ``origin``; one vector access per run of values contiguous in LDS."""
+    if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
+        raise dsl_type_error(f"load_fragment needs a 2-D LdsTensor, got {lds!r}")
+    k = lds.kernel
+    storage = _storage_layout(layout, transposed)
+    parts = [lds.load((row, col), width=n)
+             for _, n, row, col in _run_addresses(k, storage, _storage_origin(origin, transposed))]
+    return Fragment(_gather(parts, layout.values_per_lane), layout)
+
+
+def store_fragment(lds: LdsTensor, frag: Fragment, origin=(0, 0), *, transposed: bool = False):
+    """Write ``frag`` into a row-major 2-D LDS tile (its logical tile at ``origin``)."""
+    if not isinstance(frag, Fragment):
+        raise dsl_type_error(f"store_fragment stores a Fragment, got {type(frag).__name__}")
+    if frag.dtype != lds.dtype:
+        raise dsl_type_error(f"storing a {frag.dtype.name} fragment into LDS tile {lds.name!r} of "
+                             f"{lds.dtype.name}; convert with .to()")
+    k = lds.kernel
+    storage = _storage_layout(frag.layout, transposed)
+    runs = _run_addresses(k, storage, _storage_origin(origin, transposed))
+    for part, _, row, col in _split_runs(frag.value, runs):
+        lds.store((row, col), part)
+
+
+def load_fragment_global(buf: BufferResource, layout: TVLayout, origin, ld, *,
+                         transposed: bool = False) -> Fragment:
+    """Read a fragment from a row-major global matrix (row stride ``ld`` elements) through a
+    buffer resource; elements past the buffer's extent read 0 (that is how ragged rows at the
+    end of a matrix are handled)."""
+    if not isinstance(buf, BufferResource):
+        raise dsl_type_error(f"load_fragment_global reads a BufferResource, got {type(buf).__name__}")
+    k = buf.kernel
+    storage = _storage_layout(layout, transposed)
+    parts = [buf.load(row * ld + col, width=n)
+             for _, n, row, col in _run_addresses(k, storage, _storage_origin(origin, transposed))]
+    return Fragment(_gather(parts, layout.values_per_lane), layout)
+
+
+def store_fragment_global(buf: BufferResource, frag: Fragment, origin, ld, *, bounds=None,
+                          transposed: bool = False):
+    """Write ``frag`` to a row-major global matrix through a buffer resource. ``bounds`` =
+    (rows, cols) in the fragment's logical coordinates (None entries: no check along that axis);
+    masked elements are sent past the buffer's extent, where the hardware drops them. Runs of
+    values along an axis with a bound are stored element by element, others as vectors."""
+    if not isinstance(buf, BufferResource):
+        raise dsl_type_error(f"store_fragment_global writes a BufferResource, got {type(buf).__name__}")
+    if not isinstance(frag, Fragment):
+        raise dsl_type_error(f"store_fragment_global stores a Fragment, got {type(frag).__name__}")
+    if frag.dtype != buf.dtype:
+        raise dsl_type_error(f"storing a {frag.dtype.name} fragment into buffer {buf.name!r} of "
+                             f"{buf.dtype.name}; convert with .to()")
+    k = buf.kernel
+    bounds = (None, None) if bounds is None else tuple(bounds)
+    row_bound, col_bound = _storage_origin(bounds, transposed)
+    storage = _storage_layout(frag.layout, transposed)
+    runs = _run_addresses(k, storage, _storage_origin(origin, transposed))
+    for part, n, row, col in _split_runs(frag.value, runs):
+        if col_bound is not None and n > 1:
+            elems = list(part)
+            for j, e in enumerate(elems):
+                _masked_store(k, buf, row, col + j, ld, e, row_bound, col_bound)
+        else:
+            _masked_store(k, buf, row, col, ld, part, row_bound, col_bound)
+
+
+def _masked_store(k, buf, row, col, ld, value, row_bound, col_bound):
+    index = row * ld + col
+    ok = None
+    if row_bound is not None:
+        ok = row < row_bound
+    if col_bound is not None:
+        col_ok = col < col_bound
+        ok = col_ok if ok is None else ok & col_ok
+    if ok is not None:
+        index = select(ok, index, _OUT_OF_RANGE_BYTE // buf.dtype.nbytes)
+    buf.store(index, value)
+
+
+def copy_tile_to_lds(src: BufferResource, lds: LdsTensor, origin, ld, *, thread_index: Value,
+                     threads: int, vector: int = 8, cols_limit=None, transpose: bool = False):
+    """Cooperative copy of a row-major global tile at ``origin`` (row, col; row stride ``ld``)
+    into ``lds`` by ``threads`` threads (``thread_index`` in [0, threads)). The tile is
+    ``lds.shape`` or, with ``transpose`` (``lds[c, r] = src[r, c]``), its transpose. Each thread
+    moves ``vector`` consecutive elements of a row per access. Rows past the buffer's extent
+    read 0; columns >= ``cols_limit`` (when given) are written as 0."""
+    if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
+        raise dsl_type_error("copy_tile_to_lds needs a 2-D LdsTensor destination")
+    if src.dtype != lds.dtype:
+        raise dsl_type_error(f"copy_tile_to_lds: source {src.dtype.name} and LDS {lds.dtype.name} differ")
+    k = src.kernel
+    rows, cols = (lds.shape[1], lds.shape[0]) if transpose else lds.shape
+    if cols % vector or vector & (vector - 1):
+        raise dsl_value_error(f"copy_tile_to_lds: vector {vector} must be a power of two dividing "
+                              f"the tile's {cols} columns")
+    per_row = cols // vector
+    total = rows * per_row
+    r0, c0 = origin
+    for first in range(0, total, threads):
+        def copy_one():
+            i = thread_index + first if first else thread_index
+            r = i >> int(math.log2(per_row)) if per_row & (per_row - 1) == 0 else i // per_row
+            c = (i & (per_row - 1) if per_row & (per_row - 1) == 0 else i % per_row) * vector
+            index = (r0 + r) * ld + (c0 + c)
+            if cols_limit is None:
+                loaded = src.load(index, width=vector)
+            else:
+                loaded = _load_row_segment(k, src, index, c0 + c, cols_limit, vector)
+            if transpose:
+                for j, e in enumerate(list(loaded) if vector > 1 else [loaded]):
+                    lds.store((c + j, r), e)
+            else:
+                lds.store((r, c), loaded)
+        if first + threads <= total:
+            copy_one()
+        else:
+            with k.if_(thread_index < total - first):
+                copy_one()
+
+
+def _load_row_segment(k, src: BufferResource, index, col, cols_limit, width: int) -> Value:
+    """``width`` elements of a row from ``index`` (at column ``col``); columns >= ``cols_limit``
+    read 0. A segment crossing the limit is read element by element: the buffer range check
+    works on whole dwords (or whole accesses), so in-range elements of a vector straddling the
+    extent can read 0."""
+    zero = k.const(0.0, src.dtype)
+    if width == 1:
+        return select(col < cols_limit, src.load(index), zero)
+    whole = k.if_else(col + width <= cols_limit)
+    with whole.then_():
+        whole.yield_(src.load(index, width=width))
+    with whole.else_():
+        whole.yield_(concat(*[select(col + j < cols_limit, src.load(index + j), zero) for j in range(width)]))
+    return whole.results[0]

@@ -1,0 +1,254 @@
+"""Dense flash-attention forward sample: O = softmax(Q K^T * scale [+ causal mask]) V.
+
+Q, K, V, O are contiguous ``[B, H, S, D]`` (f16 or bf16, D in {64, 128}, any S); one workgroup
+handles ``block_m`` queries of one (batch, head) and streams the keys in tiles of ``block_n``.
+
+Mapping (seeds/000 section 6, the transposed orientation): each warp computes the score tile
+transposed, ``S^T = K Q^T`` -- K from LDS as the A operand, its queries' ``Q^T`` held in registers
+as B operands for the whole loop -- so the probabilities ``P^T`` come out in exactly the registers
+the ``O^T = V^T P^T`` MFMA takes as its B operand (``Fragment.as_operand``): no LDS round trip for
+P. V is staged transposed (``V^T``) so each lane's A operand is contiguous in LDS.
+
+Online softmax (seeds/000 section 3) in the log2 domain: ``sm_scale * log2(e)`` is folded once,
+every exponential is one ``exp2``; the running max ``m``, sum ``l`` (one value per query column)
+and the ``O^T`` accumulators are carried through the runtime KV loop; the end divides by ``l``.
+Causal masking is bottom-right aligned, which for S_q == S_k is key <= query; KV tiles wholly in
+the future of the workgroup's queries are never visited. Keys past S read as 0 (the per-head
+buffer's extent) and are masked to -inf; query rows past S are computed but never stored.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rocke import dsl
+from rocke.arch.mfma import atom_for
+from rocke.dsl import exp2, minimum, rcp, select
+from rocke.dsl.fragment import (AxisVector, Mfma, ROW, copy_tile_to_lds, load_fragment,
+                                load_fragment_global, store_fragment_global)
+
+DTYPES = ("f16", "bf16")
+HEAD_DIMS = (64, 128)
+ATOMS = ("16x16x16", "32x32x8")
+LOG2E = 1.4426950408889634
+STAGING_VECTOR = 8
+
+
+@dataclass(frozen=True)
+class FlashAttentionSpec:
+    dtype: str = "f16"
+    head_dim: int = 128
+    causal: bool = True
+    block_m: int = 64          # queries per workgroup (num_warps slabs of block_m / num_warps)
+    block_n: int = 64          # keys per KV tile
+    num_warps: int = 4
+    atom: str = "16x16x16"
+    lds_pad: int = 8           # elements appended to each LDS row
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.head_dim not in HEAD_DIMS:
+            raise ValueError(f"head_dim: must be one of {HEAD_DIMS}, got {self.head_dim!r}")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"causal: must be a bool, got {self.causal!r}")
+        if self.atom not in ATOMS:
+            raise ValueError(f"atom: must be one of {', '.join(ATOMS)}, got {self.atom!r}")
+        for name in ("block_m", "block_n", "num_warps", "lds_pad"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0 or (v == 0 and name != "lds_pad"):
+                raise ValueError(f"{name}: must be a positive int, got {v!r}")
+        if self.num_warps not in (1, 2, 4, 8):
+            raise ValueError(f"num_warps: must be 1, 2, 4 or 8, got {self.num_warps!r}")
+        a = atom_for(self.atom, self.dtype)
+        if self.block_m % (self.num_warps * a.n):
+            raise ValueError(f"block_m: {self.block_m} must be a multiple of num_warps ({self.num_warps}) "
+                             f"x the atom's N ({a.n}): each warp owns whole query columns of S^T")
+        if self.block_n % a.m:
+            raise ValueError(f"block_n: {self.block_n} must be a multiple of the atom's M ({a.m})")
+        if self.lds_pad % 4:
+            raise ValueError(f"lds_pad: {self.lds_pad} must be a multiple of 4 (8-byte operand reads)")
+        lds = 2 * (self.block_n * (self.head_dim + self.lds_pad) + self.head_dim * (self.block_n + self.lds_pad))
+        if lds > dsl.LDS_BYTES:
+            raise ValueError(f"block_n: K and V^T tiles need {lds} bytes of LDS, gfx942 has {dsl.LDS_BYTES}")
+
+    @property
+    def workgroup_size(self) -> int:
+        return 64 * self.num_warps
+
+    @property
+    def kernel_name(self) -> str:
+        return (f"flash_attention_{self.dtype}_d{self.head_dim}_{'causal' if self.causal else 'full'}"
+                f"_{self.atom.replace('x', '_')}_m{self.block_m}n{self.block_n}_w{self.num_warps}")
+
+
+def _variants() -> dict[str, FlashAttentionSpec]:
+    out = {}
+    for dtype in DTYPES:
+        for d in HEAD_DIMS:
+            for causal in (True, False):
+                # D128 f16 takes the 32x32x8 "transposed-x8" regime of the seed, the rest 16x16x16
+                # (D128 streams 32-key tiles: K + V^T then fit 3 workgroups' LDS per CU)
+                wide = dtype == "f16" and d == 128
+                spec = FlashAttentionSpec(dtype, d, causal, block_m=128 if wide else 64,
+                                          block_n=32 if d == 128 else 64,
+                                          num_warps=4, atom="32x32x8" if wide else "16x16x16")
+                out[f"{dtype}_d{d}_{'causal' if causal else 'full'}"] = spec
+    return out
+
+
+VARIANTS: dict[str, FlashAttentionSpec] = _variants()
+
+ARGS = ("q", "k", "v", "o", "seq_len", "sm_scale")
+
+
+def launch_geometry(spec: FlashAttentionSpec, B: int, H: int, S: int):
+    """(grid in workgroups, block in threads): (query blocks, B * H) workgroups."""
+    for name, v in (("B", B), ("H", H), ("S", S)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 2 ** 31:
+            raise ValueError(f"{name}: must be an int in [1, 2**31), got {v!r}")
+    if B * H >= 2 ** 31:
+        raise ValueError(f"B * H: {B * H} exceeds the grid's y range")
+    return (-(-S // spec.block_m), B * H, 1), (spec.workgroup_size, 1, 1)
+
+
+def kernel_args(spec: FlashAttentionSpec, q, k, v, o, sm_scale: float | None = None) -> list:
+    """Ordered kernel arguments for contiguous [B, H, S, D] torch tensors; ``sm_scale`` defaults
+    to 1/sqrt(D)."""
+    import torch
+    want = {"f16": torch.float16, "bf16": torch.bfloat16}[spec.dtype]
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name}: must be a 4-D [B, H, S, D] torch tensor")
+        if t.dtype != want:
+            raise ValueError(f"{name}: dtype must be {want}, got {t.dtype}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous")
+        if t.shape != q.shape:
+            raise ValueError(f"{name}: shape {tuple(t.shape)} differs from q's {tuple(q.shape)}")
+    if q.shape[3] != spec.head_dim:
+        raise ValueError(f"q: head dim {q.shape[3]} differs from the spec's {spec.head_dim}")
+    if q.shape[2] * q.shape[3] * q.element_size() >= 2 ** 31:
+        raise ValueError(f"q: S * D = {q.shape[2] * q.shape[3]} exceeds the 2 GiB per-head buffer range")
+    scale = 1.0 / math.sqrt(spec.head_dim) if sm_scale is None else float(sm_scale)
+    return [q, k, v, o, int(q.shape[2]), scale]
+
+
+def finite_base(m: dsl.Value) -> dsl.Value:
+    """``m``, or 0 where ``m`` is -inf (no key seen yet), so ``exp2(x - base)`` is never NaN."""
+    return select(m == -math.inf, 0.0, m)
+
+
+def build(spec: FlashAttentionSpec) -> dsl.Kernel:
+    k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.workgroup_size)
+    q_ptr = k.arg_ptr("q", spec.dtype, readonly=True)
+    k_ptr = k.arg_ptr("k", spec.dtype, readonly=True)
+    v_ptr = k.arg_ptr("v", spec.dtype, readonly=True)
+    o_ptr = k.arg_ptr("o", spec.dtype)
+    seq_len = k.arg_i32("seq_len")
+    sm_scale = k.arg_f32("sm_scale")
+
+    D = spec.head_dim
+    mma = Mfma(k, spec.atom, spec.dtype)
+    am, an, ak = mma.atom.m, mma.atom.n, mma.atom.k
+    warp_q = spec.block_m // spec.num_warps
+    q_frags, kv_frags, d_frags = warp_q // an, spec.block_n // am, D // am
+    threads = spec.workgroup_size
+
+    k_tile = k.lds("k_tile", (spec.block_n, D), spec.dtype, pad=spec.lds_pad)
+    vt_tile = k.lds("vt_tile", (D, spec.block_n), spec.dtype, pad=spec.lds_pad)
+
+    head_elems = seq_len * D
+    head_start = k.block_id(1) * head_elems
+    q_buf, k_buf, v_buf, o_buf = (p.offset(head_start).buffer(head_elems) for p in (q_ptr, k_ptr, v_ptr, o_ptr))
+    block_q0 = k.block_id(0) * spec.block_m
+    warp_q0 = block_q0 + k.wave_id() * warp_q
+    q_cols = [warp_q0 + t * an for t in range(q_frags)]
+    qk_scale = sm_scale * LOG2E
+    tid = k.thread_id(0)
+
+    # Q^T as B operands, one per (head-dim step, query fragment), resident for the whole loop
+    q_ops = [[load_fragment_global(q_buf, mma.B, (d0, q_cols[t]), D, transposed=True)
+              for t in range(q_frags)] for d0 in range(0, D, ak)]
+
+    per_lane_queries = len(mma.C.reduce_plan(ROW).in_lane)
+    m_init = AxisVector(k.const(-math.inf, dsl.f32, per_lane_queries), mma.C, ROW)
+    l_init = m_init.with_value(k.const(0.0, dsl.f32, per_lane_queries))
+    o_init = mma.zeros()
+    carry = ([m_init.value] * q_frags + [l_init.value] * q_frags + [o_init.value] * (q_frags * d_frags))
+
+    kv_end = minimum(seq_len, block_q0 + spec.block_m) if spec.causal else seq_len
+    with k.for_range(0, kv_end, spec.block_n, carry=carry) as loop:
+        kv0 = loop.index
+        m = [m_init.with_value(x) for x in loop.carry[:q_frags]]
+        l = [l_init.with_value(x) for x in loop.carry[q_frags:2 * q_frags]]
+        o = [o_init.with_value(x) for x in loop.carry[2 * q_frags:]]      # [t * d_frags + j]
+
+        copy_tile_to_lds(k_buf, k_tile, (kv0, 0), D, thread_index=tid, threads=threads, vector=STAGING_VECTOR)
+        copy_tile_to_lds(v_buf, vt_tile, (kv0, 0), D, thread_index=tid, threads=threads,
+                         vector=STAGING_VECTOR, transpose=True)
+        k.barrier()
+
+        # S^T = K Q^T, one [am keys x an queries] fragment per (kv fragment i, query fragment t)
+        scores = [[mma.zeros() for _ in range(q_frags)] for _ in range(kv_frags)]
+        for i in range(kv_frags):
+            for s, d0 in enumerate(range(0, D, ak)):
+                k_op = load_fragment(k_tile, mma.A, (i * am, d0))
+                for t in range(q_frags):
+                    scores[i][t] = mma(k_op, q_ops[s][t], scores[i][t])
+
+        probs = [[None] * q_frags for _ in range(kv_frags)]
+        for t in range(q_frags):
+            masked = []
+            for i in range(kv_frags):
+                keys, queries = scores[i][t].coords(origin=(kv0 + i * am, q_cols[t]))
+                valid = keys < seq_len
+                if spec.causal:
+                    valid = valid & (keys <= queries)
+                masked.append((scores[i][t] * qk_scale).where(valid, -math.inf))
+            m[t], l[t], p_t, alpha = online_softmax_update(m[t], l[t], masked)
+            for i in range(kv_frags):
+                probs[i][t] = p_t[i].to(spec.dtype)
+            alpha_o = alpha.broadcast_to(mma.C)
+            for j in range(d_frags):
+                o[t * d_frags + j] = o[t * d_frags + j] * alpha_o
+
+        # O^T += V^T P^T, P^T straight from the score registers
+        for i in range(kv_frags):
+            for sub in range(0, am, ak):
+                p_ops = [probs[i][t].as_operand(mma.B, (sub, 0)) for t in range(q_frags)]
+                for j in range(d_frags):
+                    v_op = load_fragment(vt_tile, mma.A, (j * am, i * am + sub))
+                    for t in range(q_frags):
+                        o[t * d_frags + j] = mma(v_op, p_ops[t], o[t * d_frags + j])
+        k.barrier()     # the next tile overwrites K and V^T
+        loop.yield_(*[x.value for x in m], *[x.value for x in l], *[x.value for x in o])
+
+    results = loop.results
+    l_final = [l_init.with_value(x) for x in results[q_frags:2 * q_frags]]
+    o_final = [o_init.with_value(x) for x in results[2 * q_frags:]]
+    for t in range(q_frags):
+        inv_l = l_final[t].map(rcp).broadcast_to(mma.C)
+        for j in range(d_frags):
+            out = (o_final[t * d_frags + j] * inv_l).to(spec.dtype)
+            store_fragment_global(o_buf, out, (j * am, q_cols[t]), D, bounds=(None, seq_len), transposed=True)
+    return k
+
+
+def online_softmax_update(m: AxisVector, l: AxisVector, scores):
+    """One KV tile of the streaming softmax (seeds/000 section 3) for log2-domain score
+    fragments (keys along rows): new running max and sum, the tile's probabilities, and the
+    rescale factor alpha = 2^(m_old - m_new) for the output accumulator."""
+    tile_max = scores[0]
+    for s in scores[1:]:
+        tile_max = tile_max.maximum(s)
+    m_new = m.maximum(tile_max.reduce(ROW, "max"))
+    base = m_new.map(finite_base)
+    alpha = (m - base).map(lambda x: exp2(x, fast=True))
+    probs = [(s - base).exp2(fast=True) for s in scores]
+    tile_sum = probs[0]
+    for p in probs[1:]:
+        tile_sum = tile_sum + p
+    l_new = l * alpha + tile_sum.reduce(ROW, "sum")
+    return m_new, l_new, probs, alpha

@@ -1,0 +1,165 @@
+"""Tiled GEMM sample: C[M, N] = A[M, K] @ B[K, N], row-major, f16/bf16 in and out, f32 accumulation.
+
+Each workgroup computes a ``block_m x block_n`` tile of C; its warps tile that block as a
+``warps_m x warps_n`` grid, each warp holding ``(block_m / warps_m) x (block_n / warps_n)`` of C as
+MFMA accumulator fragments carried through a runtime K loop. Per K step the A tile is staged
+global -> LDS as is, the B tile transposed (``B^T``, so each lane's B operand is contiguous in
+LDS); buffer loads read 0 past the matrices' ends and columns past K / N are zeroed, so ragged
+M, N, K need no special cases. The epilogue stores C with per-element masks for ragged edges.
+Tensors are limited to < 2 GiB (32-bit buffer offsets).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rocke import dsl
+from rocke.arch.mfma import atom_for
+from rocke.dsl.fragment import Mfma, copy_tile_to_lds, load_fragment, store_fragment_global
+
+DTYPES = ("f16", "bf16")
+ATOMS = ("32x32x8", "16x16x16")
+STAGING_VECTOR = 8          # elements per global load of a staging copy (16 bytes)
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    dtype: str = "f16"
+    atom: str = "32x32x8"
+    block_m: int = 64
+    block_n: int = 64
+    block_k: int = 32
+    num_warps: int = 4
+    lds_pad: int = 8           # elements appended to each LDS row (bank spreading; keeps 16 B rows)
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.atom not in ATOMS:
+            raise ValueError(f"atom: must be one of {', '.join(ATOMS)}, got {self.atom!r}")
+        for name in ("block_m", "block_n", "block_k", "num_warps", "lds_pad"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0 or (v == 0 and name != "lds_pad"):
+                raise ValueError(f"{name}: must be a positive int, got {v!r}")
+        if self.num_warps not in (1, 2, 4, 8):
+            raise ValueError(f"num_warps: must be 1, 2, 4 or 8, got {self.num_warps!r}")
+        a = atom_for(self.atom, self.dtype)
+        if self.block_m % (self.warps_m * a.m):
+            raise ValueError(f"block_m: {self.block_m} must be a multiple of warps_m ({self.warps_m}) "
+                             f"x the atom's M ({a.m})")
+        if self.block_n % (self.warps_n * a.n):
+            raise ValueError(f"block_n: {self.block_n} must be a multiple of warps_n ({self.warps_n}) "
+                             f"x the atom's N ({a.n})")
+        if self.block_k % a.k or self.block_k % STAGING_VECTOR:
+            raise ValueError(f"block_k: {self.block_k} must be a multiple of the atom's K ({a.k}) "
+                             f"and of {STAGING_VECTOR}")
+        if self.block_n % STAGING_VECTOR:
+            raise ValueError(f"block_n: {self.block_n} must be a multiple of {STAGING_VECTOR}")
+        if self.lds_pad % 4:
+            raise ValueError(f"lds_pad: {self.lds_pad} must be a multiple of 4 (8-byte operand reads)")
+        lds = 2 * (self.block_m * (self.block_k + self.lds_pad) + self.block_n * (self.block_k + self.lds_pad))
+        if lds > dsl.LDS_BYTES:
+            raise ValueError(f"block_m/block_n/block_k: LDS tiles need {lds} bytes, gfx942 has {dsl.LDS_BYTES}")
+
+    @property
+    def warps_n(self) -> int:
+        return 1 if self.num_warps == 1 else 2
+
+    @property
+    def warps_m(self) -> int:
+        return self.num_warps // self.warps_n
+
+    @property
+    def workgroup_size(self) -> int:
+        return 64 * self.num_warps
+
+    @property
+    def kernel_name(self) -> str:
+        return (f"gemm_{self.dtype}_{self.atom.replace('x', '_')}_m{self.block_m}n{self.block_n}"
+                f"k{self.block_k}_w{self.num_warps}")
+
+
+VARIANTS: dict[str, GemmSpec] = {
+    "f16_32x32x8": GemmSpec("f16", "32x32x8"),
+    "f16_16x16x16": GemmSpec("f16", "16x16x16"),
+    "bf16_32x32x8": GemmSpec("bf16", "32x32x8"),
+    "bf16_16x16x16": GemmSpec("bf16", "16x16x16"),
+}
+
+ARGS = ("a", "b", "c", "M", "N", "K", "lda", "ldb", "ldc")
+
+
+def launch_geometry(spec: GemmSpec, M: int, N: int, K: int):
+    """(grid in workgroups, block in threads) for C[M, N] = A[M, K] @ B[K, N]."""
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 2 ** 31:
+            raise ValueError(f"{name}: must be an int in [1, 2**31), got {v!r}")
+    return (-(-N // spec.block_n), -(-M // spec.block_m), 1), (spec.workgroup_size, 1, 1)
+
+
+def kernel_args(spec: GemmSpec, a, b, c) -> list:
+    """The kernel's ordered arguments for torch tensors a [M, K], b [K, N], c [M, N] (row-major
+    with unit column stride; leading dims may exceed the row length)."""
+    import torch
+    want = {"f16": torch.float16, "bf16": torch.bfloat16}[spec.dtype]
+    for name, t in (("a", a), ("b", b), ("c", c)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+            raise ValueError(f"{name}: must be a 2-D torch tensor")
+        if t.dtype != want:
+            raise ValueError(f"{name}: dtype must be {want}, got {t.dtype}")
+        if t.stride(1) != 1 or t.stride(0) < t.shape[1]:
+            raise ValueError(f"{name}: must be row-major with unit column stride, got strides {t.stride()}")
+        if t.stride(0) * t.shape[0] * t.element_size() >= 2 ** 31:
+            raise ValueError(f"{name}: {t.shape} exceeds the kernel's 2 GiB buffer range")
+    M, K = a.shape
+    if b.shape[0] != K or c.shape != (M, b.shape[1]):
+        raise ValueError(f"shapes: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c {tuple(c.shape)} do not match")
+    N = b.shape[1]
+    return [a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0)]
+
+
+def build(spec: GemmSpec) -> dsl.Kernel:
+    k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.workgroup_size)
+    a = k.arg_ptr("a", spec.dtype, readonly=True)
+    b = k.arg_ptr("b", spec.dtype, readonly=True)
+    c = k.arg_ptr("c", spec.dtype)
+    M, N, K, lda, ldb, ldc = (k.arg_i32(n) for n in ARGS[3:])
+    mma = Mfma(k, spec.atom, spec.dtype)
+    am, an, ak = mma.atom.m, mma.atom.n, mma.atom.k
+    warp_m, warp_n = spec.block_m // spec.warps_m, spec.block_n // spec.warps_n
+    frags_m, frags_n = warp_m // am, warp_n // an
+
+    a_tile = k.lds("a_tile", (spec.block_m, spec.block_k), spec.dtype, pad=spec.lds_pad)
+    bt_tile = k.lds("bt_tile", (spec.block_n, spec.block_k), spec.dtype, pad=spec.lds_pad)
+    a_buf, b_buf, c_buf = a.buffer(M * lda), b.buffer(K * ldb), c.buffer(M * ldc)
+    m0 = k.block_id(1) * spec.block_m
+    n0 = k.block_id(0) * spec.block_n
+    wave = k.wave_id()
+    warp_row = (wave // spec.warps_n) * warp_m
+    warp_col = (wave % spec.warps_n) * warp_n
+    tid = k.thread_id(0)
+
+    acc0 = [mma.zeros() for _ in range(frags_m * frags_n)]
+    with k.for_range(0, K, spec.block_k, carry=[f.value for f in acc0]) as loop:
+        k0 = loop.index
+        acc = [f.with_value(v) for f, v in zip(acc0, loop.carry)]
+        copy_tile_to_lds(a_buf, a_tile, (m0, k0), lda, thread_index=tid, threads=spec.workgroup_size,
+                         vector=STAGING_VECTOR, cols_limit=K)
+        copy_tile_to_lds(b_buf, bt_tile, (k0, n0), ldb, thread_index=tid, threads=spec.workgroup_size,
+                         vector=STAGING_VECTOR, cols_limit=N, transpose=True)
+        k.barrier()
+        for ks in range(0, spec.block_k, ak):
+            a_ops = [load_fragment(a_tile, mma.A, (warp_row + i * am, ks)) for i in range(frags_m)]
+            b_ops = [load_fragment(bt_tile, mma.B, (ks, warp_col + j * an), transposed=True)
+                     for j in range(frags_n)]
+            acc = [mma(a_ops[i], b_ops[j], acc[i * frags_n + j])
+                   for i in range(frags_m) for j in range(frags_n)]
+        k.barrier()     # the next step overwrites the tiles
+        loop.yield_(*[f.value for f in acc])
+    acc = [f.with_value(v) for f, v in zip(acc0, loop.results)]
+
+    for i in range(frags_m):
+        for j in range(frags_n):
+            origin = (m0 + warp_row + i * am, n0 + warp_col + j * an)
+            store_fragment_global(c_buf, acc[i * frags_n + j].to(spec.dtype), origin, ldc, bounds=(M, N))
+    return k
