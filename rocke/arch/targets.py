@@ -5,7 +5,7 @@ Sources: AMD's CDNA3 ISA reference (register files, LDS, waves per SIMD) and LLV
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -65,24 +65,13 @@ GFX942 = Target(
     hbm_tbytes_per_s=5.3,
 )
 
-GFX950 = Target(
+# CDNA4 keeps CDNA3's wave/register model; it differs in CU count, LDS and peak rates.
+GFX950 = replace(
+    GFX942,
     name="gfx950",
     target_id="gfx950:sramecc+:xnack-",
     product="MI355X (CDNA4)",
     cu_count=256,
-    simds_per_cu=4,
-    wave_size=64,
-    max_waves_per_simd=8,
-    max_workgroups_per_cu=16,
-    max_workgroup_size=1024,
-    vgprs_per_simd_lane=512,
-    max_arch_vgprs=256,
-    max_agprs=256,
-    vgpr_alloc_granule=8,
-    accum_offset_granule=4,
-    sgprs_per_simd=800,
-    max_sgprs_per_wave=102,
-    sgpr_alloc_granule=16,
     lds_bytes_per_cu=160 * 1024,
     max_lds_per_workgroup=160 * 1024,
     lds_alloc_granule=1280,
