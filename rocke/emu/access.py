@@ -1,0 +1,91 @@
+"""Vectorized register-file accessors used by decoded instruction closures.
+
+All take a pool `P`, a batch selector `sel` (slice or index array over the pool's waves) and the
+batch size `n`. Vector values are (n, 64) arrays, scalar values (n,) arrays.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .operands import Operand, constant_bits, TYPE_BITS
+
+U32, U64 = np.uint32, np.uint64
+LANES = np.arange(64)
+
+
+def sgpr_pair_to_mask(P, sel, index: int) -> np.ndarray:
+    """Bool (n, 64) from the 64-bit SGPR pair at `index` (lane i = bit i)."""
+    pair = np.ascontiguousarray(P.sgpr[sel, index:index + 2])
+    return np.unpackbits(pair.view(np.uint8), axis=1, bitorder="little").view(bool)
+
+
+def mask_to_words(mask: np.ndarray) -> np.ndarray:
+    """(n, 64) bool -> (n, 2) uint32 (lo, hi)."""
+    return np.packbits(mask, axis=1, bitorder="little").view(U32)
+
+
+def write_mask(P, sel, index: int, mask: np.ndarray):
+    P.sgpr[sel, index:index + 2] = mask_to_words(mask)
+
+
+def scalar_raw_reader(op: Operand, typ: str):
+    """Reader of a SALU/SMEM source: uint32 (n,) or uint64 (n,) for 64-bit types."""
+    wide = TYPE_BITS.get(typ, 32) == 64
+    if op.kind == "s":
+        i = op.index
+        if wide:
+            if op.count < 2:
+                raise ValueError(f"operand {op.text!r} must be a 64-bit register pair")
+            return lambda P, sel, n: (P.sgpr[sel, i].astype(U64) | (P.sgpr[sel, i + 1].astype(U64) << U64(32)))
+        return lambda P, sel, n: P.sgpr[sel, i]
+    if op.kind in ("const", "float"):
+        c = constant_bits(op, typ)
+        dtype = U64 if wide else U32
+        return lambda P, sel, n: np.full(n, c, dtype)
+    if op.kind == "scc":
+        return lambda P, sel, n: P.scc[sel].astype(U64 if wide else U32)
+    raise ValueError(f"operand {op.text!r} cannot be a scalar source")
+
+
+def scalar_writer(op: Operand, typ: str):
+    if op.kind != "s":
+        raise ValueError(f"operand {op.text!r} cannot be a scalar destination")
+    i = op.index
+    if TYPE_BITS.get(typ, 32) == 64:
+        if op.count < 2:
+            raise ValueError(f"operand {op.text!r} must be a 64-bit register pair")
+
+        def write64(P, sel, value):
+            value = value.astype(U64, copy=False)
+            P.sgpr[sel, i] = (value & U64(0xFFFFFFFF)).astype(U32)
+            P.sgpr[sel, i + 1] = (value >> U64(32)).astype(U32)
+        return write64
+
+    def write32(P, sel, value):
+        P.sgpr[sel, i] = value.astype(U32, copy=False)
+    return write32
+
+
+def vector_raw_reader(op: Operand, typ: str):
+    """Reader of a VALU source: uint32 (n, 64) or uint64 (n, 64) for 64-bit types."""
+    wide = TYPE_BITS.get(typ, 32) == 64
+    if op.kind == "v":
+        r = op.index
+        if wide:
+            if op.count < 2:
+                raise ValueError(f"operand {op.text!r} must be a 64-bit register pair")
+            return lambda P, sel, n: P.vgpr[sel, r].astype(U64) | (P.vgpr[sel, r + 1].astype(U64) << U64(32))
+        return lambda P, sel, n: P.vgpr[sel, r]
+    if op.kind == "s":
+        i = op.index
+        if wide:
+            if op.count < 2:
+                raise ValueError(f"operand {op.text!r} must be a 64-bit register pair")
+            return lambda P, sel, n: np.broadcast_to(
+                (P.sgpr[sel, i].astype(U64) | (P.sgpr[sel, i + 1].astype(U64) << U64(32)))[:, None], (n, 64))
+        return lambda P, sel, n: np.broadcast_to(P.sgpr[sel, i][:, None], (n, 64))
+    if op.kind in ("const", "float"):
+        c = constant_bits(op, typ)
+        dtype = U64 if wide else U32
+        return lambda P, sel, n: np.full((n, 64), c, dtype)
+    raise ValueError(f"operand {op.text!r} cannot be a vector source")

@@ -1,0 +1,194 @@
+"""Parse gfx942 assembly text as LLVM prints it: instructions, labels, kernel descriptors
+(`.amdhsa_kernel` blocks) and the `.amdgpu_metadata` YAML document."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import yaml
+
+_LABEL = re.compile(r"^([A-Za-z_.$][\w.$]*):(.*)$")
+_SKIP_DIRECTIVE_PREFIXES = (".loc", ".cfi_", ".file", ".section", ".text", ".globl", ".type",
+                            ".size", ".set", ".p2alignl", ".fill", ".amdgcn_target",
+                            ".amdhsa_code_object_version", ".ident", ".weak", ".local",
+                            ".protected", ".hidden", ".addrsig")
+
+
+@dataclass
+class Instr:
+    line_no: int
+    text: str          # source text (stripped)
+    mnemonic: str
+    operands: list[str]
+    modifiers: list[str]
+    index: int = 0     # position in Program.instrs
+
+
+@dataclass
+class KernelSource:
+    name: str
+    entry: int                      # instruction index of the symbol
+    preload_entry: int | None       # first instruction 256 bytes in (after `.p2align 8`)
+    descriptor: dict[str, int] = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class Program:
+    instrs: list[Instr]
+    labels: dict[str, int]
+    kernels: dict[str, KernelSource]
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split on `sep` outside brackets, parentheses and quotes."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def _split_operands(rest: str) -> tuple[list[str], list[str]]:
+    """Operands are comma separated; modifiers follow the last operand, space separated."""
+    pieces = split_top_level(rest, ",")
+    if not pieces:
+        return [], []
+    tail = _split_spaces(pieces[-1])
+    operands = pieces[:-1]
+    if tail and not _looks_like_modifier(tail[0]):
+        operands.append(tail[0])
+        tail = tail[1:]
+    return operands, tail
+
+
+def _split_spaces(text: str) -> list[str]:
+    out, depth, quoted, cur = [], 0, False, ""
+    for ch in text:
+        if ch == '"':
+            quoted = not quoted
+        if not quoted and ch in "[(":
+            depth += 1
+        if not quoted and ch in "])":
+            depth -= 1
+        if ch.isspace() and depth == 0 and not quoted:
+            if cur:
+                out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur:
+        out.append(cur)
+    return out
+
+
+_MODIFIER_WORDS = {"off", "glc", "slc", "dlc", "nt", "sc0", "sc1", "lds", "offen", "idxen",
+                   "addr64", "gds", "clamp", "tfe", "lwe", "da", "r128", "a16", "d16"}
+
+
+def _looks_like_modifier(tok: str) -> bool:
+    if tok == "off":
+        return False  # `off` is an operand (no vaddr/saddr)
+    return tok in _MODIFIER_WORDS or (":" in tok and not tok.startswith(("v[", "s[", "a[")))
+
+
+def _strip_comment(line: str) -> str:
+    quoted = False
+    for i, ch in enumerate(line):
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and (ch == ";" or line.startswith("//", i)):
+            return line[:i]
+    return line
+
+
+def parse_program(text: str) -> Program:
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("assembly text is empty or not a string")
+    instrs: list[Instr] = []
+    labels: dict[str, int] = {}
+    descriptors: dict[str, dict[str, int]] = {}
+    align256_marks: list[int] = []
+    metadata_lines: list[str] | None = None
+    metadata_text = None
+    current_descriptor: dict[str, int] | None = None
+    for line_no, raw in enumerate(text.splitlines(), start=1):
+        if metadata_lines is not None:
+            if raw.strip() == ".end_amdgpu_metadata":
+                metadata_text, metadata_lines = "\n".join(metadata_lines), None
+            else:
+                metadata_lines.append(raw)
+            continue
+        line = _strip_comment(raw).strip()
+        if not line:
+            continue
+        if current_descriptor is not None:
+            if line == ".end_amdhsa_kernel":
+                current_descriptor = None
+                continue
+            key, _, value = line.partition(" ")
+            try:
+                current_descriptor[key.lstrip(".")] = int(value.strip(), 0)
+            except ValueError:
+                raise ValueError(f"line {line_no}: malformed descriptor directive {line!r}") from None
+            continue
+        while True:
+            m = _LABEL.match(line)
+            if not m:
+                break
+            labels[m.group(1)] = len(instrs)
+            line = m.group(2).strip()
+        if not line:
+            continue
+        if line.startswith("."):
+            head = line.split()[0]
+            if head == ".amdgpu_metadata":
+                metadata_lines = []
+            elif head == ".amdhsa_kernel":
+                parts = line.split()
+                if len(parts) != 2:
+                    raise ValueError(f"line {line_no}: malformed {line!r}")
+                current_descriptor = descriptors.setdefault(parts[1], {})
+            elif head in (".p2align", ".align", ".balign"):
+                args = line.split(None, 1)[1].split(",")
+                if int(args[0], 0) >= 8:
+                    align256_marks.append(len(instrs))
+            continue
+        mnemonic, _, rest = line.partition(" ")
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", mnemonic):
+            raise ValueError(f"line {line_no}: malformed instruction {line!r}")
+        operands, modifiers = _split_operands(rest.strip())
+        instrs.append(Instr(line_no, line, mnemonic, operands, modifiers, len(instrs)))
+    if metadata_lines is not None:
+        raise ValueError("`.amdgpu_metadata` block is not terminated by `.end_amdgpu_metadata`")
+    if current_descriptor is not None:
+        raise ValueError("`.amdhsa_kernel` block is not terminated by `.end_amdhsa_kernel`")
+    if metadata_text is None:
+        raise ValueError("assembly has no `.amdgpu_metadata` block (kernel metadata YAML)")
+    try:
+        metadata = yaml.safe_load(metadata_text)
+    except yaml.YAMLError as err:
+        raise ValueError(f"malformed `.amdgpu_metadata` YAML: {err}") from None
+    kernels = {}
+    for entry in (metadata or {}).get("amdhsa.kernels", []) or []:
+        name = entry.get(".name")
+        if name not in labels:
+            raise ValueError(f"kernel {name!r} in metadata has no code label in the assembly")
+        if name not in descriptors:
+            raise ValueError(f"kernel {name!r} has no `.amdhsa_kernel` descriptor block")
+        entry_index = labels[name]
+        preload_entry = next((m for m in align256_marks if m > entry_index), None)
+        kernels[name] = KernelSource(name, entry_index, preload_entry, descriptors[name], entry)
+    if not kernels:
+        raise ValueError("assembly metadata lists no kernels (`amdhsa.kernels` is empty)")
+    return Program(instrs, labels, kernels)

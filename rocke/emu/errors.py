@@ -1,0 +1,17 @@
+"""Errors raised by the gfx942 emulator."""
+
+
+class EmulatorError(RuntimeError):
+    """A launch stopped: unimplemented instruction/operand, fault, or checker finding."""
+
+
+class MemoryFault(EmulatorError):
+    """A global/flat/buffer/SMEM access outside the memory the launch was given."""
+
+
+class LdsFault(EmulatorError):
+    """An LDS access beyond the workgroup's static + dynamic LDS allocation."""
+
+
+class LdsRace(EmulatorError):
+    """Two waves of a workgroup touched the same LDS bytes without a barrier in between."""
