@@ -43,6 +43,8 @@ class KernelInfo:
                 f"occupancy {self.occupancy}")
 
 
+# libyaml's loader when present: metadata parsing dominates a warm cache hit otherwise
+_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _META_RE = re.compile(r"\.amdgpu_metadata\s*\n(.*?)\n\s*\.end_amdgpu_metadata", re.S)
 _DIRECTIVE_RE = re.compile(r"^\s*\.amdhsa_(\w+)\s+(-?\w+)", re.M)
 
@@ -51,7 +53,7 @@ def parse_metadata(asm: str) -> dict:
     m = _META_RE.search(asm)
     if not m:
         raise ValueError("assembly has no .amdgpu_metadata block")
-    return yaml.safe_load(m.group(1))
+    return yaml.load(m.group(1), Loader=_YamlLoader)
 
 
 def _kernel_descriptor(asm: str, name: str) -> dict[str, int]:
