@@ -138,6 +138,11 @@ MFMA_CATALOG: dict[str, MfmaAtom] = {a.key: a for a in _atoms()}
 _DTYPE_TO_OPERAND = {"f16": "f16", "bf16": "bf16", "fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "bf8"}
 
 
+def operand_type(dtype: str) -> str | None:
+    """The MFMA operand type name ('f16', 'bf16', 'fp8', 'bf8') of an element dtype, else None."""
+    return _DTYPE_TO_OPERAND.get(dtype)
+
+
 def get_atom(key: str, target: str = "gfx942") -> MfmaAtom:
     """Look up an atom by catalog key ('32x32x8_f16'); error names the valid keys for `target`."""
     atom = MFMA_CATALOG.get(key)

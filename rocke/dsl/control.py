@@ -18,6 +18,11 @@
         br.yield_(-x)
     (y,) = br.results
 
+Carried and yielded items (``for_range``, ``if_``, ``if_else``) may also be register tiles
+(``Fragment``, ``AxisVector``): they travel as their register vector and come back
+(``loop.carry``, ``results``) as tiles of the same layout; yielding a tile of another layout
+where one was carried is a ValueError.
+
 A value defined inside a loop body or branch arm is only usable inside it; using it after the
 region closes is a ValueError at the line of the use. Loops compare ``i < hi`` (signed or
 unsigned per the index dtype) and require ``step > 0``.
@@ -56,6 +61,60 @@ def _check_yield(k, region_scope, expected, values, what: str):
     return irs
 
 
+def _tile_types():
+    from .fragment import AxisVector, Fragment   # fragments build on this module
+    return Fragment, AxisVector
+
+
+def _is_tile(x) -> bool:
+    return isinstance(x, _tile_types())
+
+
+def _tile_kind(x) -> str:
+    fragment, _ = _tile_types()
+    if isinstance(x, fragment):
+        return f"Fragment of {x.layout.name}"
+    return f"AxisVector of {x.source.name} (axis {x.axis})"
+
+
+def _same_tile_shape(tile, other) -> bool:
+    """Whether ``other`` is a tile of exactly ``tile``'s kind and layout."""
+    fragment, _ = _tile_types()
+    if type(other) is not type(tile):
+        return False
+    if isinstance(tile, fragment):
+        return tile.layout.same_as(other.layout)
+    return tile.axis == other.axis and tile.source.same_as(other.source)
+
+
+class _Carried:
+    """The flat Values behind a carry list of Values and tiles, and how to re-wrap them."""
+
+    def __init__(self, items):
+        self.templates = tuple(items)
+        self.values = tuple(x.value if _is_tile(x) else x for x in self.templates)
+
+    def unwrap_yield(self, items, what: str):
+        """The yielded Values; a tile must match the carried tile's kind and layout."""
+        if len(items) != len(self.templates):
+            return list(items)            # _check_yield reports the count mismatch
+        out = []
+        for i, (x, like) in enumerate(zip(items, self.templates)):
+            if _is_tile(like) or _is_tile(x):
+                if not (_is_tile(like) and _same_tile_shape(like, x)):
+                    got = _tile_kind(x) if _is_tile(x) else type(x).__name__
+                    want = _tile_kind(like) if _is_tile(like) else "a Value"
+                    raise dsl_value_error(f"{what}.yield_ item #{i} is {got} but the carried item "
+                                          f"is {want}")
+                x = x.value
+            out.append(x)
+        return out
+
+    def wrap(self, values):
+        return tuple(like.with_value(v) if _is_tile(like) else v
+                     for like, v in zip(self.templates, values))
+
+
 class ForRange:
     """``with k.for_range(lo, hi, step, carry=(...)) as loop``: see the module docstring."""
 
@@ -73,7 +132,8 @@ class ForRange:
                 raise dsl_type_error(f"for_range bounds must all be scalar {dtype.name}, got {b.type_name}")
         self.lo, self.hi, self.step = bounds
         self.dtype = dtype
-        self._init_carry = _check_values(k, carry, "for_range carry values")
+        self._carried = _Carried(carry)
+        self._init_carry = _check_values(k, self._carried.values, "for_range carry values")
         self._yielded = None
         self.results = None
 
@@ -103,14 +163,15 @@ class ForRange:
         self._scope = Scope("for_range", self._parent, user_location())
         k._scope = self._scope
         self.index = Value(k, self._index_phi, self.dtype, 1, self._scope)
-        self.carry = tuple(Value(k, phi, c.dtype, c.lanes, self._scope)
-                           for phi, c in zip(self._carry_phis, self._init_carry))
+        self.carry = self._carried.wrap(Value(k, phi, c.dtype, c.lanes, self._scope)
+                                        for phi, c in zip(self._carry_phis, self._init_carry))
         return self
 
     def yield_(self, *values):
         """The carried values for the next iteration (once, at the end of the body)."""
         if self._yielded is not None:
             raise dsl_value_error("for_range.yield_ called twice in one body")
+        values = self._carried.unwrap_yield(values, "for_range")
         self._yielded = _check_yield(self.k, self._scope, self._init_carry, values, "for_range")
 
     def __exit__(self, exc_type, exc, tb):
@@ -130,8 +191,8 @@ class ForRange:
         for phi, value in zip(self._carry_phis, self._yielded or ()):
             phi.add_incoming(value, latch)
         b.position_at_end(self._exit)
-        self.results = tuple(Value(k, phi, c.dtype, c.lanes, self._parent)
-                             for phi, c in zip(self._carry_phis, self._init_carry))
+        self.results = self._carried.wrap(Value(k, phi, c.dtype, c.lanes, self._parent)
+                                          for phi, c in zip(self._carry_phis, self._init_carry))
         return False
 
 
@@ -149,7 +210,8 @@ class IfThen:
     def __init__(self, k, cond, carry):
         self.k = k
         self._cond = cond
-        self.carry = _check_values(k, carry, "if_ carry values")
+        self._carried = _Carried(carry)
+        self.carry = _check_values(k, self._carried.values, "if_ carry values")
         self._yielded = None
         self.results = None
 
@@ -171,6 +233,7 @@ class IfThen:
     def yield_(self, *values):
         if self._yielded is not None:
             raise dsl_value_error("if_.yield_ called twice")
+        values = self._carried.unwrap_yield(values, "if_")
         self._yielded = _check_yield(self.k, self._scope, self.carry, values, "if_")
 
     def __exit__(self, exc_type, exc, tb):
@@ -192,7 +255,7 @@ class IfThen:
             phi.add_incoming(value, then_end)
             phi.add_incoming(original.ir, self._entry)
             results.append(Value(k, phi, original.dtype, original.lanes, self._parent))
-        self.results = tuple(results)
+        self.results = self._carried.wrap(results)
         return False
 
 
@@ -227,6 +290,7 @@ class IfElse:
         self._yields = {}
         self._ends = {}
         self._like = None
+        self._carried = None
         self.results = None
         k._pending_branch = self
 
@@ -253,14 +317,17 @@ class IfElse:
             raise dsl_value_error(f"if_else {which}_ arm yielded twice")
         k = self.k
         if which == "then":
+            self._carried = _Carried(values)
             coerced = []
-            for v in values:
+            for v in self._carried.values:
                 if not isinstance(v, Value):
-                    raise dsl_type_error("the then_ arm must yield runtime Values (it fixes the types)")
+                    raise dsl_type_error("the then_ arm must yield runtime Values or tiles "
+                                         "(it fixes the types)")
                 coerced.append(v)
             self._like = coerced
             self._yields[which] = _check_yield(k, self._scope, coerced, coerced, "if_else")
         else:
+            values = self._carried.unwrap_yield(values, "if_else") if self._carried else values
             self._yields[which] = _check_yield(k, self._scope, self._like or [], values, "if_else")
 
     def _exit_arm(self, which: str, exc_type):
@@ -289,5 +356,5 @@ class IfElse:
             phi.add_incoming(tv, self._ends["then"])
             phi.add_incoming(ev, self._ends["else"])
             results.append(Value(k, phi, like.dtype, like.lanes, self._parent))
-        self.results = tuple(results)
+        self.results = self._carried.wrap(results) if self._carried else tuple(results)
         return False

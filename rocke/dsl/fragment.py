@@ -4,7 +4,7 @@ A ``Fragment`` is one wave's register tile: a per-lane vector ``Value`` plus the
 saying which (row, col) of the tile each lane/value holds. Every lane-dependent address, mask
 and reduction is derived from the layout, so kernels never write lane arithmetic by hand::
 
-    mma = Mfma(k, "16x16x16", "f16")
+    mma = k.mfma("16x16x16", "f16")                          # an Mfma: layouts A, B, C
     acc = mma.zeros()                                        # C fragment, f32
     a = load_fragment(a_lds, mma.A, origin=(row0, k0))       # A from a row-major LDS tile
     b = load_fragment(bt_lds, mma.B, origin=(k0, col0), transposed=True)   # LDS holds B^T
@@ -16,36 +16,29 @@ and reduction is derived from the layout, so kernels never write lane arithmetic
 Storage conventions: LDS tiles and global matrices are row-major; ``transposed=True`` means the
 storage holds the transpose of the fragment's logical tile (``storage[c, r] = tile[r, c]``).
 ``origin`` is always in the fragment's logical (row, col) coordinates.
+
+Every gfx942 f16/bf16/fp8 atom works as fragments: fp8/bf8 operands are i8-carrier fragments
+(``fp8_e4m3fnuz`` / ``fp8_e5m2fnuz``), and a multi-block atom's operands are 2-D tiles with the
+block folded into the rows of A and C and the columns of B (see ``Mfma``). Fragments travel
+through ``for_range`` / ``if_`` / ``if_else`` as carried values and come back as fragments.
 """
 
 from __future__ import annotations
 
 import math
 
-import llvmlite.ir as ir
-
 from . import types as T
 from .errors import dsl_type_error, dsl_value_error
 from .lanes import shuffle_xor
 from .math import exp2, maximum, minimum
-from .memory import BufferResource, LdsTensor
+from .memory import BUFFER_ACCESS_BYTES, BufferResource, LdsTensor
 from .tv_layout import COL, ROW, TVLayout
 from .values import Value, concat, select, shuffle, splat
-from ..arch.mfma import MfmaAtom, atom_for, get_atom
+from ..arch.mfma import operand_type
+from ..arch.mfma import MFMA_CATALOG, MfmaAtom, atom_for, get_atom
 
-__all__ = ["Fragment", "AxisVector", "Mfma", "mfma", "load_fragment", "store_fragment",
+__all__ = ["Fragment", "AxisVector", "Mfma", "load_fragment", "store_fragment",
            "load_fragment_global", "store_fragment_global", "copy_tile_to_lds", "ROW", "COL"]
-
-# A buffer element index whose byte offset is past any extent the kernels create (< 2 GiB
-# tensors), used to turn a masked lane's access into a dropped store / zero read without a branch.
-_OUT_OF_RANGE_BYTE = 0x7FFFFFF0
-
-
-def _const_vector(k, ints, dtype=T.i32) -> Value:
-    ints = [int(x) for x in ints]
-    if len(ints) == 1:
-        return k.const(ints[0], dtype)
-    return Value(k, ir.Constant(dtype.vector_ir_type(len(ints)), ints), dtype, len(ints), None)
 
 
 def _lane_affine_value(k, affine) -> Value:
@@ -171,7 +164,7 @@ class Fragment:
             elif not any(offsets):
                 out.append(splat(base, len(offsets)))
             else:
-                out.append(splat(base, len(offsets)) + _const_vector(k, offsets))
+                out.append(splat(base, len(offsets)) + k.const_vector(offsets, T.i32))
         return out[0], out[1]
 
     # -- reductions -----------------------------------------------------------------------
@@ -236,6 +229,13 @@ class AxisVector:
     def kernel(self):
         return self.value.kernel
 
+    @staticmethod
+    def full(kernel, source: TVLayout, axis: int, dtype, fill) -> "AxisVector":
+        """A reduction of ``source`` along ``axis`` with every entry ``fill`` (e.g. a running
+        max starting at -inf)."""
+        groups = len(source.reduce_plan(axis).in_lane)
+        return AxisVector(kernel.const(fill, T.dtype(dtype), groups), source, axis)
+
     def with_value(self, value: Value) -> "AxisVector":
         return AxisVector(value, self.source, self.axis)
 
@@ -285,22 +285,35 @@ class AxisVector:
 # ---- MFMA ---------------------------------------------------------------------------------------
 
 class Mfma:
-    """One MFMA atom for element ``dtype`` with its operand layouts ``A`` (M x K), ``B`` (K x N)
-    and accumulator ``C`` (M x N, f32). ``atom``: a shape ("32x32x8") or a catalog key."""
+    """One MFMA atom with its operand layouts ``A``, ``B`` and accumulator ``C`` (f32).
 
-    def __init__(self, kernel, atom, dtype):
-        dt = T.dtype(dtype)
+    ``atom``: a shape ("32x32x8", "4x4x4_16b") or a catalog key ("16x16x32_fp8_bf8");
+    ``dtype``: the A element type, ``b_dtype`` the B one when it differs (fp8 x bf8 atoms).
+    fp8/bf8 operands are ``fp8_e4m3fnuz`` / ``fp8_e5m2fnuz`` fragments (i8 carriers), 8 per lane,
+    passed to the intrinsic packed in one i64.
+
+    A multi-block atom (``blocks`` > 1) is a batch of independent products folded into 2-D
+    tiles (see ``TVLayout.mfma_a``): A is (blocks*M) x K, B is K x (blocks*N), C is
+    (blocks*M) x N, and C[b*M + m, n] = sum_k A[b*M + m, k] * B[k, b*N + n]."""
+
+    def __init__(self, kernel, atom, dtype, *, b_dtype=None):
+        a_dt = T.dtype(dtype)
+        b_dt = a_dt if b_dtype is None else T.dtype(b_dtype)
         if isinstance(atom, MfmaAtom):
             self.atom = atom
         elif isinstance(atom, str):
-            self.atom = get_atom(atom, kernel.target) if "_" in atom else atom_for(atom, dt.name,
-                                                                                   target=kernel.target)
+            self.atom = (get_atom(atom, kernel.target) if atom in MFMA_CATALOG
+                         else atom_for(atom, a_dt.name, b_dt.name, target=kernel.target))
         else:
             raise dsl_type_error(f"Mfma atom must be a shape string or MfmaAtom, got {type(atom).__name__}")
-        if self.atom.a_type != dt.name or self.atom.b_type != dt.name:
-            raise dsl_value_error(f"MFMA {self.atom.key} takes {self.atom.a_type} operands, not {dt.name}")
+        expected = (self.atom.a_type, self.atom.b_type)
+        if (operand_type(a_dt.name), operand_type(b_dt.name)) != expected:
+            takes = expected[0] if expected[0] == expected[1] else " x ".join(expected)
+            given = a_dt.name if a_dt == b_dt else f"{a_dt.name} x {b_dt.name}"
+            raise dsl_value_error(f"MFMA {self.atom.key} takes {takes} operands, not {given}")
         self.kernel = kernel
-        self.dtype = dt
+        self.dtype = a_dt
+        self.b_dtype = b_dt
         self.A = TVLayout.mfma_a(self.atom)
         self.B = TVLayout.mfma_b(self.atom)
         self.C = TVLayout.mfma_c(self.atom)
@@ -323,19 +336,21 @@ class Mfma:
             raise dsl_type_error(f"MFMA {self.atom.key} operand {role} must be {dtype.name}, "
                                  f"got {frag.value.type_name}")
 
+    def _operand(self, frag: Fragment) -> Value:
+        """The intrinsic's operand: the fragment's vector, or its bytes as one i64 for fp8."""
+        if self.atom.ir_operand_type == "i64":
+            return frag.value.bitcast(T.i64)
+        return frag.value
+
     def __call__(self, a: Fragment, b: Fragment, c: Fragment) -> Fragment:
         """D = A @ B + C (f32 accumulate), cbsz = abid = blgp = 0."""
         self._check(a, self.A, self.dtype, "A")
-        self._check(b, self.B, self.dtype, "B")
+        self._check(b, self.B, self.b_dtype, "B")
         self._check(c, self.C, T.f32, "C")
-        d = self.kernel.call_intrinsic(self.atom.intrinsic, [a.value, b.value, c.value, 0, 0, 0],
+        d = self.kernel.call_intrinsic(self.atom.intrinsic,
+                                       [self._operand(a), self._operand(b), c.value, 0, 0, 0],
                                        result=(T.f32, self.atom.acc_regs))
         return Fragment(d, self.C)
-
-
-def mfma(kernel, atom, dtype) -> Mfma:
-    """``Mfma(kernel, atom, dtype)``: the fragment-level MFMA (``k.mfma`` once in the core)."""
-    return Mfma(kernel, atom, dtype)
 
 
 # ---- memory -------------------------------------------------------------------------------------
@@ -362,6 +377,24 @@ def _run_addresses(k, storage: TVLayout, origin):
         row = lane_row + (r0 + off_r[v0] if isinstance(r0, int) else r0 + off_r[v0])
         col = lane_col + (c0 + off_c[v0] if isinstance(c0, int) else c0 + off_c[v0])
         out.append((v0, n, row, col))
+    return out
+
+
+def _buffer_sized(runs, elem_bytes: int):
+    """Split runs whose byte size no single buffer access moves (e.g. 6 fp8 values) into
+    power-of-two pieces, largest first."""
+    out = []
+    for v0, n, row, col in runs:
+        if n * elem_bytes in BUFFER_ACCESS_BYTES:
+            out.append((v0, n, row, col))
+            continue
+        done = 0
+        while done < n:
+            piece = 1 << ((n - done).bit_length() - 1)
+            while piece * elem_bytes not in BUFFER_ACCESS_BYTES:
+                piece //= 2
+            out.append((v0 + done, piece, row, col + done if done else col))
+            done += piece
     return out
 
 
@@ -415,8 +448,8 @@ def load_fragment_global(buf: BufferResource, layout: TVLayout, origin, ld, *,
         raise dsl_type_error(f"load_fragment_global reads a BufferResource, got {type(buf).__name__}")
     k = buf.kernel
     storage = _storage_layout(layout, transposed)
-    parts = [buf.load(row * ld + col, width=n)
-             for _, n, row, col in _run_addresses(k, storage, _storage_origin(origin, transposed))]
+    runs = _buffer_sized(_run_addresses(k, storage, _storage_origin(origin, transposed)), buf.dtype.nbytes)
+    parts = [buf.load(row * ld + col, width=n) for _, n, row, col in runs]
     return Fragment(_gather(parts, layout.values_per_lane), layout)
 
 
@@ -437,7 +470,7 @@ def store_fragment_global(buf: BufferResource, frag: Fragment, origin, ld, *, bo
     bounds = (None, None) if bounds is None else tuple(bounds)
     row_bound, col_bound = _storage_origin(bounds, transposed)
     storage = _storage_layout(frag.layout, transposed)
-    runs = _run_addresses(k, storage, _storage_origin(origin, transposed))
+    runs = _buffer_sized(_run_addresses(k, storage, _storage_origin(origin, transposed)), buf.dtype.nbytes)
     for part, n, row, col in _split_runs(frag.value, runs):
         if col_bound is not None and n > 1:
             elems = list(part)
@@ -455,9 +488,7 @@ def _masked_store(k, buf, row, col, ld, value, row_bound, col_bound):
     if col_bound is not None:
         col_ok = col < col_bound
         ok = col_ok if ok is None else ok & col_ok
-    if ok is not None:
-        index = select(ok, index, _OUT_OF_RANGE_BYTE // buf.dtype.nbytes)
-    buf.store(index, value)
+    buf.store(index, value, mask=ok)
 
 
 def copy_tile_to_lds(src: BufferResource, lds: LdsTensor, origin, ld, *, thread_index: Value,

@@ -263,28 +263,20 @@ class Kernel:
         dt = T.dtype(dtype)
         if isinstance(value, Value):
             raise dsl_type_error("const() takes a Python number, not a runtime Value")
-        if not isinstance(value, (bool, int, float)):
-            raise dsl_type_error(f"cannot make a {dt.name} constant from {type(value).__name__}")
-        if dt.kind == "bool":
-            if value not in (0, 1, True, False):
-                raise dsl_type_error(f"i1 constant must be a bool, got {value!r}")
-            payload = int(bool(value))
-        elif dt.kind in ("sint", "uint"):
-            if isinstance(value, float):
-                raise dsl_type_error(f"float constant {value!r} cannot become integer type {dt.name}")
-            lo, hi = -(1 << (dt.bits - 1)), (1 << dt.bits) - 1
-            if not lo <= value <= hi:
-                raise dsl_type_error(f"constant {value} does not fit in {dt.name}")
-            payload = int(value) & ((1 << dt.bits) - 1)
-        elif dt.kind == "float":
-            payload = float(value)
-        elif dt.kind == "bf16":
-            payload = _bf16_bits(float(value))
-        else:
-            raise dsl_type_error(f"constants of {dt.name} are not supported; convert from f32")
-        scalar = ir.Constant(dt.ir_type, payload)
+        scalar = ir.Constant(dt.ir_type, _const_payload(value, dt))
         ir_value = scalar if lanes == 1 else ir.Constant(dt.vector_ir_type(lanes), [scalar] * lanes)
         return Value(self, ir_value, dt, lanes, None)
+
+    def const_vector(self, values, dtype) -> Value:
+        """A constant vector of ``dtype`` with one Python number per lane (one value: a scalar)."""
+        dt = T.dtype(dtype)
+        if isinstance(values, Value) or not isinstance(values, (list, tuple)) or not values:
+            raise dsl_type_error(f"const_vector takes a non-empty list/tuple of Python numbers, "
+                                 f"got {type(values).__name__}")
+        if len(values) == 1:
+            return self.const(values[0], dt)
+        scalars = [ir.Constant(dt.ir_type, _const_payload(v, dt)) for v in values]
+        return Value(self, ir.Constant(dt.vector_ir_type(len(scalars)), scalars), dt, len(scalars), None)
 
     def zeros(self, dtype, lanes: int = 1) -> Value:
         return self.const(0, dtype, lanes)
@@ -397,12 +389,13 @@ class Kernel:
 
     # ---- control flow and memory (implemented in control.py / memory.py) ------------------
     def for_range(self, lo, hi, step=1, *, carry=()):
-        """Runtime loop ``for i in range(lo, hi, step)`` (step > 0) with loop-carried values."""
+        """Runtime loop ``for i in range(lo, hi, step)`` (step > 0) with loop-carried values
+        (Values, or register tiles -- Fragments / AxisVectors -- which come back re-wrapped)."""
         from .control import ForRange
         return ForRange(self, lo, hi, step, tuple(carry))
 
     def if_(self, cond: Value, *, carry=()):
-        """Runtime ``if cond:``; ``carry`` values flow through unchanged when cond is false."""
+        """Runtime ``if cond:``; ``carry`` values (or tiles) flow through unchanged when cond is false."""
         from .control import IfThen
         return IfThen(self, cond, tuple(carry))
 
@@ -410,6 +403,12 @@ class Kernel:
         """Runtime if/else whose arms may yield values (``results``)."""
         from .control import IfElse
         return IfElse(self, cond)
+
+    def mfma(self, atom, dtype, *, b_dtype=None):
+        """The fragment-level MFMA (``fragment.Mfma``) for ``atom`` (a shape like "32x32x8" or a
+        catalog key) on ``dtype`` operands (``b_dtype`` for B when it differs, e.g. fp8 x bf8)."""
+        from .fragment import Mfma
+        return Mfma(self, atom, dtype, b_dtype=b_dtype)
 
     def lds(self, name: str, shape, dtype, *, pad: int = 0, offset: int | None = None,
             align: int = 16, alias: bool = False):
@@ -459,6 +458,28 @@ def _u32(value, what: str) -> int:
     if not isinstance(value, int) or not 0 <= value < 2 ** 32:
         raise dsl_value_error(f"{what} must be a non-negative 32-bit int, got {value!r}")
     return int(value)
+
+
+def _const_payload(value, dt: T.DType):
+    """The llvmlite constant payload of Python number ``value`` as ``dt`` (range-checked)."""
+    if not isinstance(value, (bool, int, float)):
+        raise dsl_type_error(f"cannot make a {dt.name} constant from {type(value).__name__}")
+    if dt.kind == "bool":
+        if value not in (0, 1, True, False):
+            raise dsl_type_error(f"i1 constant must be a bool, got {value!r}")
+        return int(bool(value))
+    if dt.kind in ("sint", "uint"):
+        if isinstance(value, float):
+            raise dsl_type_error(f"float constant {value!r} cannot become integer type {dt.name}")
+        lo, hi = -(1 << (dt.bits - 1)), (1 << dt.bits) - 1
+        if not lo <= value <= hi:
+            raise dsl_type_error(f"constant {value} does not fit in {dt.name}")
+        return int(value) & ((1 << dt.bits) - 1)
+    if dt.kind == "float":
+        return float(value)
+    if dt.kind == "bf16":
+        return _bf16_bits(float(value))
+    raise dsl_type_error(f"constants of {dt.name} are not supported; convert from f32")
 
 
 def _bf16_bits(value: float) -> int:

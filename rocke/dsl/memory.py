@@ -23,7 +23,7 @@ import llvmlite.ir as ir
 from . import types as T
 from .errors import dsl_type_error, dsl_value_error
 from .kernel import LDS_ARENA_NAME
-from .values import Value
+from .values import Value, select
 
 _I8 = ir.IntType(8)
 _I16 = ir.IntType(16)
@@ -31,9 +31,13 @@ _I32 = ir.IntType(32)
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # gfx9 buffer descriptor word 3 for raw (untyped) access: DATA_FORMAT=32, NUM_FORMAT=float.
 BUFFER_RSRC_FLAGS = 0x27000
+# A byte offset past any extent rocke's buffers have (tensors < 2 GiB): a masked lane's access is
+# sent there, so the hardware's range check drops the store / zeroes the load without a branch.
+OUT_OF_RANGE_BYTE = 0x7FFFFFF0
 _BUFFER_CARRIERS = {1: (_I8, "i8"), 2: (_I16, "i16"), 4: (_I32, "i32"),
                     8: (ir.VectorType(_I32, 2), "v2i32"), 12: (ir.VectorType(_I32, 3), "v3i32"),
                     16: (ir.VectorType(_I32, 4), "v4i32")}
+BUFFER_ACCESS_BYTES = tuple(_BUFFER_CARRIERS)
 
 
 def _natural_align(nbytes: int) -> int:
@@ -161,20 +165,36 @@ class BufferResource:
                                   f"{width} x {self.dtype.name} is {nbytes}")
         return _BUFFER_CARRIERS[nbytes]
 
-    def load(self, index, *, width: int = 1, soffset: int = 0, aux: int = 0) -> Value:
-        """Load ``width`` elements at element ``index``; lanes past the extent read 0."""
+    def _masked(self, index, mask):
+        """``index``, or for lanes where ``mask`` is false an element index past the extent."""
+        if mask is None:
+            return index
+        k = self.kernel
+        if not isinstance(mask, Value) or mask.dtype != T.i1 or mask.lanes != 1:
+            got = mask.type_name if isinstance(mask, Value) else type(mask).__name__
+            raise dsl_type_error(f"buffer {self.name} mask must be a scalar i1 value, got {got}")
+        idx = _index_value(k, index, f"buffer {self.name}")
+        return select(mask, idx, OUT_OF_RANGE_BYTE // self.dtype.nbytes)
+
+    def load(self, index, *, width: int = 1, mask: Value | None = None, soffset: int = 0,
+             aux: int = 0) -> Value:
+        """Load ``width`` elements at element ``index``; lanes past the extent, or where ``mask``
+        (an i1) is false, read 0."""
         k = self.kernel
         carrier, suffix = self._carrier(_check_width(width))
+        index = self._masked(index, mask)
         raw = k._call(f"llvm.amdgcn.raw.ptr.buffer.load.{suffix}", carrier,
                       [k._use(self.value), self._voffset(index), ir.Constant(_I32, soffset), ir.Constant(_I32, aux)])
         ty = self.dtype.vector_ir_type(width)
         return k._wrap(raw if raw.type == ty else k._b.bitcast(raw, ty), self.dtype, width)
 
-    def store(self, index, value, *, soffset: int = 0, aux: int = 0):
-        """Store a scalar/vector of ``dtype`` at element ``index``; bytes past the extent are dropped."""
+    def store(self, index, value, *, mask: Value | None = None, soffset: int = 0, aux: int = 0):
+        """Store a scalar/vector of ``dtype`` at element ``index``; bytes past the extent, and
+        lanes where ``mask`` (an i1) is false, are dropped."""
         k = self.kernel
         v = _stored_value(k, value, self.dtype, f"buffer store to {self.name}")
         carrier, suffix = self._carrier(v.lanes)
+        index = self._masked(index, mask)
         data = k._use(v)
         if data.type != carrier:
             data = k._b.bitcast(data, carrier)

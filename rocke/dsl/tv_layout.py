@@ -9,7 +9,6 @@ builder writes lane arithmetic by hand. Pure Python + numpy; the DSL turns the r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 
@@ -86,23 +85,31 @@ class TVLayout:
         object.__setattr__(self, "coords", c.astype(np.int64))
 
     # -- construction ---------------------------------------------------------------------
+    # A multi-block atom (e.g. 4x4x4_16b) computes `blocks` independent products at once. Its
+    # fragments are ordinary 2-D tiles with the block index folded in: A is (blocks*M) x K and
+    # C is (blocks*M) x N (block b owns rows b*M ..), B is K x (blocks*N) (block b owns columns
+    # b*N ..), so that C[b*M + m, n] = sum_k A[b*M + m, k] * B[k, b*N + n]. Single-block atoms
+    # are the case blocks = 1.
     @staticmethod
     def mfma_a(atom: MfmaAtom) -> "TVLayout":
-        """A operand of a single-block atom: an M x K tile."""
-        t = _single_block(atom).a_table
-        return TVLayout(f"{atom.key}.A", (atom.m, atom.k), t[..., 1:])
+        """A operand: a (blocks*M) x K tile."""
+        block, row, k = np.moveaxis(atom.a_table, -1, 0)
+        return TVLayout(f"{atom.key}.A", (atom.blocks * atom.m, atom.k),
+                        np.stack([block * atom.m + row, k], axis=-1))
 
     @staticmethod
     def mfma_b(atom: MfmaAtom) -> "TVLayout":
-        """B operand of a single-block atom: a K x N tile."""
-        t = _single_block(atom).b_table
-        return TVLayout(f"{atom.key}.B", (atom.k, atom.n), t[..., 1:])
+        """B operand: a K x (blocks*N) tile."""
+        block, k, col = np.moveaxis(atom.b_table, -1, 0)
+        return TVLayout(f"{atom.key}.B", (atom.k, atom.blocks * atom.n),
+                        np.stack([k, block * atom.n + col], axis=-1))
 
     @staticmethod
     def mfma_c(atom: MfmaAtom) -> "TVLayout":
-        """Accumulator of a single-block atom: an M x N tile."""
-        t = _single_block(atom).c_table
-        return TVLayout(f"{atom.key}.C", (atom.m, atom.n), t[..., 1:])
+        """Accumulator: a (blocks*M) x N tile."""
+        block, row, col = np.moveaxis(atom.c_table, -1, 0)
+        return TVLayout(f"{atom.key}.C", (atom.blocks * atom.m, atom.n),
+                        np.stack([block * atom.m + row, col], axis=-1))
 
     def transpose(self) -> "TVLayout":
         return TVLayout(f"{self.name}^T", (self.shape[1], self.shape[0]), self.coords[..., ::-1])
@@ -199,8 +206,3 @@ class TVLayout:
         plan = self.reduce_plan(axis)
         return self.coords[:, [g[0] for g in plan.in_lane], 1 - axis]
 
-
-def _single_block(atom: MfmaAtom) -> MfmaAtom:
-    if atom.blocks != 1:
-        raise ValueError(f"{atom.key} is a {atom.blocks}-block atom; fragments use single-block atoms")
-    return atom

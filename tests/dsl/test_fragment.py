@@ -166,3 +166,103 @@ def test_accumulator_reused_in_place_as_next_b_operand(atom, dtype):
     _run(k, [A, B.t().contiguous(), A2, E])
     ref = A2.float() @ (A.float() @ B.float()).to(tdt).float()
     np.testing.assert_allclose(E.numpy(), ref.numpy(), atol=1e-4, rtol=1e-4)
+
+
+# ---- kernel conveniences: k.mfma, const_vector, tiles as carried values, masked buffer access ----
+
+def test_kernel_mfma_resolves_shapes_keys_and_mixed_fp8_operands():
+    k = dsl.Kernel("frag_kernel_mfma", workgroup_size=64)
+    assert k.mfma("4x4x4_16b", "bf16").atom.key == "4x4x4_16b_bf16"
+    mixed = k.mfma("16x16x32", "fp8_e5m2fnuz", b_dtype="fp8_e4m3fnuz")
+    assert mixed.atom.key == "16x16x32_bf8_fp8" and mixed.b_dtype == dsl.fp8_e4m3fnuz
+    with pytest.raises(ValueError, match=r"takes fp8 x bf8 operands, not fp8_e4m3fnuz"):
+        k.mfma("16x16x32_fp8_bf8", "fp8_e4m3fnuz")
+
+
+def test_const_vector_rejects_non_numbers():
+    k = dsl.Kernel("frag_const_vector", workgroup_size=64)
+    with pytest.raises(TypeError, match="non-empty list"):
+        k.const_vector([], dsl.i32)
+    with pytest.raises(TypeError, match="does not fit in u8"):
+        k.const_vector([1, 256], dsl.u8)
+    assert k.const_vector([7], dsl.i32).lanes == 1
+
+
+def test_tile_carry_yield_of_another_layout_is_an_error():
+    k, mma, buf = _fresh()
+    with k.for_range(0, 4, 1, carry=[mma.zeros()]) as loop:
+        (acc,) = loop.carry
+        assert isinstance(acc, Fragment) and acc.layout is mma.C
+        message = r"item #0 is Fragment of 32x32x8_f16.C\^T but the carried item is Fragment of 32x32x8_f16.C"
+        where = _here()
+        with pytest.raises(ValueError, match=message) as e:
+            loop.yield_(Fragment(acc.value, mma.C.transpose()))
+        assert str(e.value).startswith(where)
+        loop.yield_(acc)
+
+
+@pytest.mark.parametrize("atom", ["16x16x16", "4x4x4_16b"])
+def test_tiles_carried_through_loop_and_branch(atom):
+    """acc = n * (A @ B) accumulated in a runtime loop carrying the fragment and a running row
+    max (an AxisVector); an if_ carrying the fragment doubles it when flag != 0, an if_else
+    halves the running max when flag == 0."""
+    k = dsl.Kernel(f"frag_carry_{atom.replace('x', '_')}", workgroup_size=64)
+    a, bt = k.arg_ptr("a", "f16"), k.arg_ptr("bt", "f16")
+    out, row_max = k.arg_ptr("out", "f32"), k.arg_ptr("row_max", "f32")
+    n, flag = k.arg_i32("n"), k.arg_i32("flag")
+    mma = k.mfma(atom, "f16")
+    (rows, kk), cols = mma.A.shape, mma.B.shape[1]
+    fa = load_fragment_global(a.buffer(rows * kk), mma.A, (0, 0), kk)
+    fb = load_fragment_global(bt.buffer(cols * kk), mma.B, (0, 0), kk, transposed=True)
+    start_max = AxisVector.full(k, mma.C, COL, dsl.f32, -1e30)
+    with k.for_range(0, n, 1, carry=[mma.zeros(), start_max]) as loop:
+        acc, best = loop.carry
+        acc = mma(fa, fb, acc)
+        loop.yield_(acc, best.maximum(acc.reduce(COL, "max")))
+    acc, best = loop.results
+    with k.if_(flag != 0, carry=[acc]) as br:
+        br.yield_(acc * 2.0)
+    (acc,) = br.results
+    halve = k.if_else(flag == 0)                  # an AxisVector through both arms of an if_else
+    with halve.then_():
+        halve.yield_(best * 0.5)
+    with halve.else_():
+        halve.yield_(best)
+    (best,) = halve.results
+    store_fragment_global(out.buffer(rows * mma.C.shape[1]), acc, (0, 0), mma.C.shape[1])
+    store_fragment_global(row_max.buffer(rows), best.broadcast_to(mma.C), (0, 0), 0, transposed=True)
+
+    gen = torch.Generator().manual_seed(5)
+    A, B = torch.randn(rows, kk, generator=gen).half(), torch.randn(kk, cols, generator=gen).half()
+    m, n_ = mma.atom.m, mma.atom.n          # block b: rows b*m.. of A with columns b*n.. of B
+    ref = torch.cat([A[b * m:(b + 1) * m].float() @ B[:, b * n_:(b + 1) * n_].float()
+                     for b in range(mma.atom.blocks)])
+    ck = compile_ir(k.ir(), name=k.name)
+    for n_iter, f in ((3, 1), (2, 0)):
+        O, R = torch.zeros(rows, mma.C.shape[1]), torch.zeros(rows)
+        launch(ck, 1, 64, [A, B.t().contiguous(), O, R, n_iter, f])
+        np.testing.assert_allclose(O.numpy(), (ref * n_iter * (2 if f else 1)).numpy(), rtol=1e-5, atol=1e-4)
+        row_max = ref.max(dim=1).values                  # running max over iterations 1..n
+        running = torch.maximum(row_max, n_iter * row_max) * (1.0 if f else 0.5)
+        np.testing.assert_allclose(R.numpy(), running.numpy(), rtol=1e-5, atol=1e-4)
+
+
+def test_masked_buffer_load_and_store_and_const_vector():
+    """Lanes with lane % 3 == 0 read 0 (masked load) and lanes with lane % 4 == 0 write nothing
+    (masked store); each lane adds const_vector([10, 20, 30, 40]) to its 4-wide row."""
+    k = dsl.Kernel("frag_masked_access", workgroup_size=64)
+    x, y = k.arg_ptr("x", dsl.f32), k.arg_ptr("y", dsl.f32)
+    lane = k.lane_id()
+    xb, yb = x.buffer(256), y.buffer(256)
+    row = xb.load(lane * 4, width=4, mask=lane % 3 != 0)
+    yb.store(lane * 4, row + k.const_vector([10.0, 20.0, 30.0, 40.0], dsl.f32), mask=lane % 4 != 0)
+    with pytest.raises(TypeError, match="mask must be a scalar i1"):
+        yb.store(lane, 1.0, mask=lane)
+
+    X = torch.randn(64, 4)
+    Y = torch.full((64, 4), -7.0)
+    _run(k, [X, Y])
+    lanes = torch.arange(64)
+    expected = torch.where((lanes % 3 != 0)[:, None], X, 0.0) + torch.tensor([10.0, 20.0, 30.0, 40.0])
+    expected = torch.where((lanes % 4 != 0)[:, None], expected, -7.0)
+    assert torch.equal(Y, expected)

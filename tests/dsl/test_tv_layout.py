@@ -4,10 +4,10 @@ import pytest
 from rocke.arch import MFMA_CATALOG, get_atom
 from rocke.dsl.tv_layout import COL, ROW, LaneAffine, TVLayout
 
-SINGLE = sorted(k for k, a in MFMA_CATALOG.items() if a.blocks == 1)
+ALL = sorted(MFMA_CATALOG)
 
 
-@pytest.mark.parametrize("key", SINGLE)
+@pytest.mark.parametrize("key", ALL)
 def test_lane_parts_reconstruct_coordinates(key):
     atom = get_atom(key)
     for lay in (TVLayout.mfma_a(atom), TVLayout.mfma_b(atom), TVLayout.mfma_c(atom)):
@@ -17,7 +17,7 @@ def test_lane_parts_reconstruct_coordinates(key):
             np.testing.assert_array_equal(got, lay.coords[:, :, axis])
 
 
-@pytest.mark.parametrize("key", SINGLE)
+@pytest.mark.parametrize("key", ALL)
 def test_row_reduction_plan_reduces_exactly_each_row(key):
     """Simulate the plan on a random tile in numpy: every lane must end with the true row max."""
     lay = TVLayout.mfma_c(get_atom(key))
@@ -50,5 +50,27 @@ def test_bad_layouts_rejected():
     coords = np.zeros((64, 1, 2), dtype=int)
     with pytest.raises(ValueError, match="exactly once"):
         TVLayout("dup", (8, 8), coords)
-    with pytest.raises(ValueError, match="single-block"):
-        TVLayout.mfma_c(get_atom("4x4x4_16b_f16"))
+
+
+def test_multi_block_atoms_fold_the_block_into_rows_of_a_c_and_columns_of_b():
+    """4x4x4_16b, per AMD's matrix instruction calculator: lane l holds A row l%4 of block l//4
+    (k = 0..3), B column l%4 of block l//4, and C rows 0..3 (one per register) of column l%4 of
+    block l//4. Folded: A row = C row = 4*block + row, B column = 4*block + col."""
+    atom = get_atom("4x4x4_16b_f16")
+    a, b, c = TVLayout.mfma_a(atom), TVLayout.mfma_b(atom), TVLayout.mfma_c(atom)
+    assert (a.shape, b.shape, c.shape) == ((64, 4), (4, 64), (64, 4))
+    lane = np.arange(64)[:, None]
+    item = np.arange(4)[None, :]
+    np.testing.assert_array_equal(a.coords[..., 0], np.broadcast_to(lane, (64, 4)))
+    np.testing.assert_array_equal(a.coords[..., 1], np.broadcast_to(item, (64, 4)))
+    np.testing.assert_array_equal(b.coords[..., 1], np.broadcast_to(lane, (64, 4)))
+    np.testing.assert_array_equal(c.coords[..., 0], 4 * (lane // 4) + item)
+    np.testing.assert_array_equal(c.coords[..., 1], np.broadcast_to(lane % 4, (64, 4)))
+    # per-row sums combine the 4 lanes of a block; per-column sums of the folded tile span blocks
+    assert c.reduce_plan(ROW).xor_masks == (4, 8, 16, 32) and c.reduce_plan(COL).xor_masks == (1, 2)
+
+
+def test_fp8_atoms_hold_eight_consecutive_k_per_lane():
+    a = TVLayout.mfma_a(get_atom("16x16x32_fp8_bf8"))
+    assert a.shape == (16, 32) and a.value_runs() == ((0, 8),)
+    assert a.lane_part(1)(np.arange(64)).tolist() == [8 * (l // 16) for l in range(64)]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from rocke import dsl
 from rocke.arch.mfma import atom_for
 from rocke.dsl import exp2, minimum, rcp, select
-from rocke.dsl.fragment import (AxisVector, Mfma, ROW, copy_tile_to_lds, load_fragment,
+from rocke.dsl.fragment import (AxisVector, ROW, copy_tile_to_lds, load_fragment,
                                 load_fragment_global, store_fragment_global)
 
 DTYPES = ("f16", "bf16")
@@ -150,7 +150,7 @@ def build(spec: FlashAttentionSpec) -> dsl.Kernel:
     sm_scale = k.arg_f32("sm_scale")
 
     D = spec.head_dim
-    mma = Mfma(k, spec.atom, spec.dtype)
+    mma = k.mfma(spec.atom, spec.dtype)
     am, an, ak = mma.atom.m, mma.atom.n, mma.atom.k
     warp_q = spec.block_m // spec.num_warps
     q_frags, kv_frags, d_frags = warp_q // an, spec.block_n // am, D // am
@@ -172,18 +172,16 @@ def build(spec: FlashAttentionSpec) -> dsl.Kernel:
     q_ops = [[load_fragment_global(q_buf, mma.B, (d0, q_cols[t]), D, transposed=True)
               for t in range(q_frags)] for d0 in range(0, D, ak)]
 
-    per_lane_queries = len(mma.C.reduce_plan(ROW).in_lane)
-    m_init = AxisVector(k.const(-math.inf, dsl.f32, per_lane_queries), mma.C, ROW)
-    l_init = m_init.with_value(k.const(0.0, dsl.f32, per_lane_queries))
-    o_init = mma.zeros()
-    carry = ([m_init.value] * q_frags + [l_init.value] * q_frags + [o_init.value] * (q_frags * d_frags))
+    m_init = AxisVector.full(k, mma.C, ROW, dsl.f32, -math.inf)     # one entry per query column
+    l_init = AxisVector.full(k, mma.C, ROW, dsl.f32, 0.0)
+    carry = [m_init] * q_frags + [l_init] * q_frags + [mma.zeros()] * (q_frags * d_frags)
 
     kv_end = minimum(seq_len, block_q0 + spec.block_m) if spec.causal else seq_len
     with k.for_range(0, kv_end, spec.block_n, carry=carry) as loop:
         kv0 = loop.index
-        m = [m_init.with_value(x) for x in loop.carry[:q_frags]]
-        l = [l_init.with_value(x) for x in loop.carry[q_frags:2 * q_frags]]
-        o = [o_init.with_value(x) for x in loop.carry[2 * q_frags:]]      # [t * d_frags + j]
+        m = list(loop.carry[:q_frags])
+        l = list(loop.carry[q_frags:2 * q_frags])
+        o = list(loop.carry[2 * q_frags:])      # [t * d_frags + j]
 
         copy_tile_to_lds(k_buf, k_tile, (kv0, 0), D, thread_index=tid, threads=threads, vector=STAGING_VECTOR)
         copy_tile_to_lds(v_buf, vt_tile, (kv0, 0), D, thread_index=tid, threads=threads,
@@ -223,11 +221,10 @@ def build(spec: FlashAttentionSpec) -> dsl.Kernel:
                     for t in range(q_frags):
                         o[t * d_frags + j] = mma(v_op, p_ops[t], o[t * d_frags + j])
         k.barrier()     # the next tile overwrites K and V^T
-        loop.yield_(*[x.value for x in m], *[x.value for x in l], *[x.value for x in o])
+        loop.yield_(*m, *l, *o)
 
-    results = loop.results
-    l_final = [l_init.with_value(x) for x in results[q_frags:2 * q_frags]]
-    o_final = [o_init.with_value(x) for x in results[2 * q_frags:]]
+    l_final = loop.results[q_frags:2 * q_frags]
+    o_final = loop.results[2 * q_frags:]
     for t in range(q_frags):
         inv_l = l_final[t].map(rcp).broadcast_to(mma.C)
         for j in range(d_frags):

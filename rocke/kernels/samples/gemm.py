@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from rocke import dsl
 from rocke.arch.mfma import atom_for
-from rocke.dsl.fragment import Mfma, copy_tile_to_lds, load_fragment, store_fragment_global
+from rocke.dsl.fragment import copy_tile_to_lds, load_fragment, store_fragment_global
 
 DTYPES = ("f16", "bf16")
 ATOMS = ("32x32x8", "16x16x16")
@@ -124,7 +124,7 @@ def build(spec: GemmSpec) -> dsl.Kernel:
     b = k.arg_ptr("b", spec.dtype, readonly=True)
     c = k.arg_ptr("c", spec.dtype)
     M, N, K, lda, ldb, ldc = (k.arg_i32(n) for n in ARGS[3:])
-    mma = Mfma(k, spec.atom, spec.dtype)
+    mma = k.mfma(spec.atom, spec.dtype)
     am, an, ak = mma.atom.m, mma.atom.n, mma.atom.k
     warp_m, warp_n = spec.block_m // spec.warps_m, spec.block_n // spec.warps_n
     frags_m, frags_n = warp_m // am, warp_n // an
@@ -139,10 +139,9 @@ def build(spec: GemmSpec) -> dsl.Kernel:
     warp_col = (wave % spec.warps_n) * warp_n
     tid = k.thread_id(0)
 
-    acc0 = [mma.zeros() for _ in range(frags_m * frags_n)]
-    with k.for_range(0, K, spec.block_k, carry=[f.value for f in acc0]) as loop:
+    with k.for_range(0, K, spec.block_k, carry=[mma.zeros() for _ in range(frags_m * frags_n)]) as loop:
         k0 = loop.index
-        acc = [f.with_value(v) for f, v in zip(acc0, loop.carry)]
+        acc = list(loop.carry)
         copy_tile_to_lds(a_buf, a_tile, (m0, k0), lda, thread_index=tid, threads=spec.workgroup_size,
                          vector=STAGING_VECTOR, cols_limit=K)
         copy_tile_to_lds(b_buf, bt_tile, (k0, n0), ldb, thread_index=tid, threads=spec.workgroup_size,
@@ -155,8 +154,8 @@ def build(spec: GemmSpec) -> dsl.Kernel:
             acc = [mma(a_ops[i], b_ops[j], acc[i * frags_n + j])
                    for i in range(frags_m) for j in range(frags_n)]
         k.barrier()     # the next step overwrites the tiles
-        loop.yield_(*[f.value for f in acc])
-    acc = [f.with_value(v) for f, v in zip(acc0, loop.results)]
+        loop.yield_(*acc)
+    acc = loop.results
 
     for i in range(frags_m):
         for j in range(frags_n):
