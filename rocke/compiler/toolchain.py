@@ -49,7 +49,13 @@ def split_target_id(target_id: str) -> tuple[str, str]:
 def target_machine(target_id: str, opt: int = 3):
     _init_llvm()
     cpu, features = split_target_id(target_id)
-    return llvm.Target.from_triple(TRIPLE).create_target_machine(
+    try:
+        target = llvm.Target.from_triple(TRIPLE)
+    except RuntimeError as e:
+        raise ToolchainError(f"this llvmlite ({llvmlite.__version__}, LLVM {llvm_version()}) has no "
+                             f"AMDGPU target ({e}); install llvmlite>=0.50 (`pip install -U "
+                             "'llvmlite>=0.50'`, which scripts/setup.sh does)") from None
+    return target.create_target_machine(
         cpu=cpu, features=features, opt=opt, reloc="pic", codemodel="default")
 
 

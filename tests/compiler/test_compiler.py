@@ -90,3 +90,15 @@ def test_divergent_branch_compiles_to_asm_and_object():
     # codegen mutates the module (structurizer intrinsics); asm and object must not share it
     ck = compile_ir(DIVERGENT_IR, name="clamp_store", cache=False)
     assert "s_and_saveexec_b64" in ck.asm and ck.code_object[:4] == b"\x7fELF"
+
+
+def test_llvm_without_amdgpu_says_what_to_install(monkeypatch):
+    def no_amdgpu(triple):
+        raise RuntimeError(f"No available targets are compatible with triple {triple!r}")
+    toolchain.target_machine.cache_clear()
+    monkeypatch.setattr(toolchain.llvm.Target, "from_triple", staticmethod(no_amdgpu))
+    try:
+        with pytest.raises(ToolchainError, match=r"llvmlite>=0.50"):
+            compile_ir(SAXPY_IR, name="saxpy", cache=False)
+    finally:
+        toolchain.target_machine.cache_clear()
