@@ -116,7 +116,7 @@ def test_flash_attention_variants_compile_without_spills(name):
     (dict(block_m=48), "block_m: 48 must be a multiple of num_warps"),
     (dict(atom="32x32x8", block_m=64), "block_m: 64 must be a multiple of num_warps"),
     (dict(atom="32x32x8", block_m=128, block_n=48), "block_n: 48 must be a multiple of the atom's M"),
-    (dict(num_warps=5), "num_warps: must be 1, 2, 4 or 8"),
+    (dict(num_warps=5), "num_warps: must be one of 1, 2, 4, 8, got 5"),
     (dict(lds_pad=3), "lds_pad: 3 must be a multiple of 4"),
     (dict(block_n=256), "K and V\\^T tiles need"),
 ])

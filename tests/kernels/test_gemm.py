@@ -80,10 +80,10 @@ def test_gemm_variants_compile_without_spills(name):
     (dict(block_m=48), "block_m: 48 must be a multiple of warps_m"),
     (dict(block_n=32, atom="32x32x8"), "block_n: 32 must be a multiple of warps_n"),
     (dict(block_k=12), "block_k: 12 must be a multiple"),
-    (dict(num_warps=3), "num_warps: must be 1, 2, 4 or 8"),
+    (dict(num_warps=3), "num_warps: must be one of 1, 2, 4, 8, got 3"),
     (dict(lds_pad=2), "lds_pad: 2 must be a multiple of 4"),
     (dict(block_m=0), "block_m: must be a positive int"),
-    (dict(block_m=512, block_n=512, block_k=64), "LDS tiles need"),
+    (dict(block_m=512, block_n=512, block_k=64), r"A and B\^T tiles need \d+ bytes of LDS"),
 ])
 def test_gemm_spec_validation(fields, message):
     with pytest.raises(ValueError, match=message):

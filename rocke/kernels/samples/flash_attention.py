@@ -27,6 +27,9 @@ from rocke.arch.mfma import atom_for
 from rocke.dsl import exp2, minimum, rcp, select
 from rocke.dsl.fragment import (AxisVector, ROW, copy_tile_to_lds, load_fragment,
                                 load_fragment_global, store_fragment_global)
+from rocke.kernels.common.checks import (check_bool, check_buffer_bytes, check_choice, check_extent,
+                                         check_grid_extent, check_lds_budget, check_multiple,
+                                         check_positive_int, check_tensor)
 
 DTYPES = ("f16", "bf16")
 HEAD_DIMS = (64, 128)
@@ -47,31 +50,22 @@ class FlashAttentionSpec:
     lds_pad: int = 8           # elements appended to each LDS row
 
     def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype: must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.head_dim not in HEAD_DIMS:
-            raise ValueError(f"head_dim: must be one of {HEAD_DIMS}, got {self.head_dim!r}")
-        if not isinstance(self.causal, bool):
-            raise ValueError(f"causal: must be a bool, got {self.causal!r}")
-        if self.atom not in ATOMS:
-            raise ValueError(f"atom: must be one of {', '.join(ATOMS)}, got {self.atom!r}")
-        for name in ("block_m", "block_n", "num_warps", "lds_pad"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0 or (v == 0 and name != "lds_pad"):
-                raise ValueError(f"{name}: must be a positive int, got {v!r}")
-        if self.num_warps not in (1, 2, 4, 8):
-            raise ValueError(f"num_warps: must be 1, 2, 4 or 8, got {self.num_warps!r}")
+        check_choice("dtype", self.dtype, DTYPES)
+        check_choice("head_dim", self.head_dim, HEAD_DIMS)
+        check_bool("causal", self.causal)
+        check_choice("atom", self.atom, ATOMS)
+        for name in ("block_m", "block_n"):
+            check_positive_int(name, getattr(self, name))
+        check_choice("num_warps", self.num_warps, (1, 2, 4, 8))
+        check_positive_int("lds_pad", self.lds_pad, allow_zero=True)
         a = atom_for(self.atom, self.dtype)
-        if self.block_m % (self.num_warps * a.n):
-            raise ValueError(f"block_m: {self.block_m} must be a multiple of num_warps ({self.num_warps}) "
-                             f"x the atom's N ({a.n}): each warp owns whole query columns of S^T")
-        if self.block_n % a.m:
-            raise ValueError(f"block_n: {self.block_n} must be a multiple of the atom's M ({a.m})")
-        if self.lds_pad % 4:
-            raise ValueError(f"lds_pad: {self.lds_pad} must be a multiple of 4 (8-byte operand reads)")
+        check_multiple("block_m", self.block_m, self.num_warps * a.n,
+                       of=f"num_warps ({self.num_warps}) x the atom's N ({a.n})",
+                       because="each warp owns whole query columns of S^T")
+        check_multiple("block_n", self.block_n, a.m, of=f"the atom's M ({a.m})")
+        check_multiple("lds_pad", self.lds_pad, 4, because="operands are read from LDS 8 bytes at a time")
         lds = 2 * (self.block_n * (self.head_dim + self.lds_pad) + self.head_dim * (self.block_n + self.lds_pad))
-        if lds > dsl.LDS_BYTES:
-            raise ValueError(f"block_n: K and V^T tiles need {lds} bytes of LDS, gfx942 has {dsl.LDS_BYTES}")
+        check_lds_budget("block_n", lds, "the K and V^T tiles")
 
     @property
     def workgroup_size(self) -> int:
@@ -106,31 +100,22 @@ ARGS = ("q", "k", "v", "o", "seq_len", "sm_scale")
 def launch_geometry(spec: FlashAttentionSpec, B: int, H: int, S: int):
     """(grid in workgroups, block in threads): (query blocks, B * H) workgroups."""
     for name, v in (("B", B), ("H", H), ("S", S)):
-        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 2 ** 31:
-            raise ValueError(f"{name}: must be an int in [1, 2**31), got {v!r}")
-    if B * H >= 2 ** 31:
-        raise ValueError(f"B * H: {B * H} exceeds the grid's y range")
+        check_extent(name, v)
+    check_grid_extent("B * H", B * H, axis="y")
     return (-(-S // spec.block_m), B * H, 1), (spec.workgroup_size, 1, 1)
 
 
 def kernel_args(spec: FlashAttentionSpec, q, k, v, o, sm_scale: float | None = None) -> list:
     """Ordered kernel arguments for contiguous [B, H, S, D] torch tensors; ``sm_scale`` defaults
     to 1/sqrt(D)."""
-    import torch
-    want = {"f16": torch.float16, "bf16": torch.bfloat16}[spec.dtype]
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f"{name}: must be a 4-D [B, H, S, D] torch tensor")
-        if t.dtype != want:
-            raise ValueError(f"{name}: dtype must be {want}, got {t.dtype}")
-        if not t.is_contiguous():
-            raise ValueError(f"{name}: must be contiguous")
+        # each head is its own buffer resource (checked below), the whole tensor may exceed 2 GiB
+        check_tensor(name, t, dtype=spec.dtype, dims=("B", "H", "S", "D"), one_buffer=False)
         if t.shape != q.shape:
             raise ValueError(f"{name}: shape {tuple(t.shape)} differs from q's {tuple(q.shape)}")
     if q.shape[3] != spec.head_dim:
         raise ValueError(f"q: head dim {q.shape[3]} differs from the spec's {spec.head_dim}")
-    if q.shape[2] * q.shape[3] * q.element_size() >= 2 ** 31:
-        raise ValueError(f"q: S * D = {q.shape[2] * q.shape[3]} exceeds the 2 GiB per-head buffer range")
+    check_buffer_bytes("q", q.shape[2] * q.shape[3] * q.element_size(), "one head's S x D slice")
     scale = 1.0 / math.sqrt(spec.head_dim) if sm_scale is None else float(sm_scale)
     return [q, k, v, o, int(q.shape[2]), scale]
 

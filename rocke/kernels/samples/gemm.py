@@ -11,11 +11,14 @@ Tensors are limited to < 2 GiB (32-bit buffer offsets).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rocke import dsl
 from rocke.arch.mfma import atom_for
 from rocke.dsl.fragment import copy_tile_to_lds, load_fragment, store_fragment_global
+from rocke.kernels.common.checks import (check_choice, check_extent, check_lds_budget, check_multiple,
+                                         check_positive_int, check_tensor)
 
 DTYPES = ("f16", "bf16")
 ATOMS = ("32x32x8", "16x16x16")
@@ -33,33 +36,23 @@ class GemmSpec:
     lds_pad: int = 8           # elements appended to each LDS row (bank spreading; keeps 16 B rows)
 
     def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype: must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.atom not in ATOMS:
-            raise ValueError(f"atom: must be one of {', '.join(ATOMS)}, got {self.atom!r}")
-        for name in ("block_m", "block_n", "block_k", "num_warps", "lds_pad"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0 or (v == 0 and name != "lds_pad"):
-                raise ValueError(f"{name}: must be a positive int, got {v!r}")
-        if self.num_warps not in (1, 2, 4, 8):
-            raise ValueError(f"num_warps: must be 1, 2, 4 or 8, got {self.num_warps!r}")
+        check_choice("dtype", self.dtype, DTYPES)
+        check_choice("atom", self.atom, ATOMS)
+        for name in ("block_m", "block_n", "block_k"):
+            check_positive_int(name, getattr(self, name))
+        check_choice("num_warps", self.num_warps, (1, 2, 4, 8))
+        check_positive_int("lds_pad", self.lds_pad, allow_zero=True)
         a = atom_for(self.atom, self.dtype)
-        if self.block_m % (self.warps_m * a.m):
-            raise ValueError(f"block_m: {self.block_m} must be a multiple of warps_m ({self.warps_m}) "
-                             f"x the atom's M ({a.m})")
-        if self.block_n % (self.warps_n * a.n):
-            raise ValueError(f"block_n: {self.block_n} must be a multiple of warps_n ({self.warps_n}) "
-                             f"x the atom's N ({a.n})")
-        if self.block_k % a.k or self.block_k % STAGING_VECTOR:
-            raise ValueError(f"block_k: {self.block_k} must be a multiple of the atom's K ({a.k}) "
-                             f"and of {STAGING_VECTOR}")
-        if self.block_n % STAGING_VECTOR:
-            raise ValueError(f"block_n: {self.block_n} must be a multiple of {STAGING_VECTOR}")
-        if self.lds_pad % 4:
-            raise ValueError(f"lds_pad: {self.lds_pad} must be a multiple of 4 (8-byte operand reads)")
+        check_multiple("block_m", self.block_m, self.warps_m * a.m,
+                       of=f"warps_m ({self.warps_m}) x the atom's M ({a.m})")
+        check_multiple("block_n", self.block_n, self.warps_n * a.n,
+                       of=f"warps_n ({self.warps_n}) x the atom's N ({a.n})")
+        check_multiple("block_k", self.block_k, math.lcm(a.k, STAGING_VECTOR),
+                       of=f"the atom's K ({a.k}) and of the staging vector ({STAGING_VECTOR})")
+        check_multiple("block_n", self.block_n, STAGING_VECTOR, of=f"the staging vector ({STAGING_VECTOR})")
+        check_multiple("lds_pad", self.lds_pad, 4, because="operands are read from LDS 8 bytes at a time")
         lds = 2 * (self.block_m * (self.block_k + self.lds_pad) + self.block_n * (self.block_k + self.lds_pad))
-        if lds > dsl.LDS_BYTES:
-            raise ValueError(f"block_m/block_n/block_k: LDS tiles need {lds} bytes, gfx942 has {dsl.LDS_BYTES}")
+        check_lds_budget("block_m/block_n/block_k", lds, "the A and B^T tiles")
 
     @property
     def warps_n(self) -> int:
@@ -92,25 +85,15 @@ ARGS = ("a", "b", "c", "M", "N", "K", "lda", "ldb", "ldc")
 def launch_geometry(spec: GemmSpec, M: int, N: int, K: int):
     """(grid in workgroups, block in threads) for C[M, N] = A[M, K] @ B[K, N]."""
     for name, v in (("M", M), ("N", N), ("K", K)):
-        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 2 ** 31:
-            raise ValueError(f"{name}: must be an int in [1, 2**31), got {v!r}")
+        check_extent(name, v)
     return (-(-N // spec.block_n), -(-M // spec.block_m), 1), (spec.workgroup_size, 1, 1)
 
 
 def kernel_args(spec: GemmSpec, a, b, c) -> list:
     """The kernel's ordered arguments for torch tensors a [M, K], b [K, N], c [M, N] (row-major
     with unit column stride; leading dims may exceed the row length)."""
-    import torch
-    want = {"f16": torch.float16, "bf16": torch.bfloat16}[spec.dtype]
-    for name, t in (("a", a), ("b", b), ("c", c)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 2:
-            raise ValueError(f"{name}: must be a 2-D torch tensor")
-        if t.dtype != want:
-            raise ValueError(f"{name}: dtype must be {want}, got {t.dtype}")
-        if t.stride(1) != 1 or t.stride(0) < t.shape[1]:
-            raise ValueError(f"{name}: must be row-major with unit column stride, got strides {t.stride()}")
-        if t.stride(0) * t.shape[0] * t.element_size() >= 2 ** 31:
-            raise ValueError(f"{name}: {t.shape} exceeds the kernel's 2 GiB buffer range")
+    for name, t, dims in (("a", a, ("M", "K")), ("b", b, ("K", "N")), ("c", c, ("M", "N"))):
+        check_tensor(name, t, dtype=spec.dtype, dims=dims, contiguous=False)
     M, K = a.shape
     if b.shape[0] != K or c.shape != (M, b.shape[1]):
         raise ValueError(f"shapes: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c {tuple(c.shape)} do not match")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from rocke import dsl
 from rocke.dsl import exp2, maximum, rcp, select, vector, wave_max, wave_sum
+from rocke.kernels.common.checks import check_choice, check_extent, check_index_extent, check_vector_access
 
 DTYPES = ("f16", "bf16", "f32")
 LOG2E = 1.4426950408889634
@@ -29,19 +30,12 @@ class SoftmaxSpec:
     reduce_via: str = "dpp"     # "dpp" | "swizzle": how lanes exchange partial results
 
     def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype: must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.rows_per not in ("wave", "workgroup"):
-            raise ValueError(f"rows_per: must be 'wave' or 'workgroup', got {self.rows_per!r}")
-        if not isinstance(self.num_warps, int) or self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"num_warps: must be 1, 2, 4, 8 or 16, got {self.num_warps!r}")
-        if not isinstance(self.vector_width, int) or self.vector_width not in (1, 2, 4, 8):
-            raise ValueError(f"vector_width: must be 1, 2, 4 or 8, got {self.vector_width!r}")
-        if self.vector_width * dsl.dtype(self.dtype).nbytes > 16:
-            raise ValueError(f"vector_width: {self.vector_width} x {self.dtype} exceeds the 16-byte "
-                             "maximum of one buffer access")
-        if self.reduce_via not in ("dpp", "swizzle"):
-            raise ValueError(f"reduce_via: must be 'dpp' or 'swizzle', got {self.reduce_via!r}")
+        check_choice("dtype", self.dtype, DTYPES)
+        check_choice("rows_per", self.rows_per, ("wave", "workgroup"))
+        check_choice("num_warps", self.num_warps, (1, 2, 4, 8, 16))
+        check_choice("vector_width", self.vector_width, (1, 2, 4, 8))
+        check_vector_access("vector_width", self.vector_width, self.dtype)
+        check_choice("reduce_via", self.reduce_via, ("dpp", "swizzle"))
 
     @property
     def workgroup_size(self) -> int:
@@ -70,11 +64,9 @@ def args(spec: SoftmaxSpec) -> list[tuple[str, str, str]]:
 
 def launch_geometry(spec: SoftmaxSpec, *, rows: int, cols: int):
     """(grid in workgroups, block in threads) for a [rows, cols] problem."""
-    for name, v in (("rows", rows), ("cols", cols)):
-        if not isinstance(v, int) or not 0 < v < 2 ** 31:
-            raise ValueError(f"{name}: must be an int in [1, 2**31), got {v!r}")
-    if rows * cols >= 2 ** 31:
-        raise ValueError(f"rows * cols: {rows * cols} elements exceed the kernel's 32-bit indexing")
+    check_extent("rows", rows)
+    check_extent("cols", cols)
+    check_index_extent("rows * cols", rows * cols)
     blocks = -(-rows // spec.num_warps) if spec.rows_per == "wave" else rows
     return (blocks, 1, 1), (spec.workgroup_size, 1, 1)
 

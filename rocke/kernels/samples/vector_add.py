@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rocke import dsl
+from rocke.kernels.common.checks import (check_choice, check_extent, check_int_range, check_multiple,
+                                         check_vector_access)
 
 DTYPES = ("f16", "bf16", "f32")
 
@@ -23,15 +25,11 @@ class VectorAddSpec:
     block_size: int = 256       # threads per workgroup
 
     def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype: must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if not isinstance(self.vector_width, int) or self.vector_width not in (1, 2, 4, 8):
-            raise ValueError(f"vector_width: must be 1, 2, 4 or 8, got {self.vector_width!r}")
-        if self.vector_width * dsl.dtype(self.dtype).nbytes > 16:
-            raise ValueError(f"vector_width: {self.vector_width} x {self.dtype} exceeds the 16-byte "
-                             "maximum of one buffer access")
-        if not isinstance(self.block_size, int) or not 64 <= self.block_size <= 1024 or self.block_size % 64:
-            raise ValueError(f"block_size: must be a multiple of 64 in [64, 1024], got {self.block_size!r}")
+        check_choice("dtype", self.dtype, DTYPES)
+        check_choice("vector_width", self.vector_width, (1, 2, 4, 8))
+        check_vector_access("vector_width", self.vector_width, self.dtype)
+        check_int_range("block_size", self.block_size, 64, 1024)
+        check_multiple("block_size", self.block_size, 64, because="a workgroup is whole waves")
 
     @property
     def kernel_name(self) -> str:
@@ -56,8 +54,7 @@ def args(spec: VectorAddSpec) -> list[tuple[str, str, str]]:
 
 def launch_geometry(spec: VectorAddSpec, *, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(grid in workgroups, block in threads) covering ``n`` elements."""
-    if not isinstance(n, int) or not 0 < n < 2 ** 31:
-        raise ValueError(f"n: must be an int in [1, 2**31), got {n!r}")
+    check_extent("n", n)
     per_block = spec.block_size * spec.vector_width
     return (-(-n // per_block), 1, 1), (spec.block_size, 1, 1)
 

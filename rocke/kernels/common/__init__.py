@@ -1,0 +1,1 @@
+"""Pieces every kernel family shares; `checks` validates specs and launch inputs."""

@@ -1,0 +1,127 @@
+"""Validation helpers for kernel specs (``__post_init__``) and launch inputs.
+
+Each helper raises ``ValueError`` whose message starts with ``"<field>: "`` and states the rule
+that was broken, so a spec or launch error reads the same in every kernel family. torch is
+imported only by the tensor check, so specs and builders stay importable without it.
+"""
+
+from __future__ import annotations
+
+from rocke import dsl
+
+# Kernel arguments (sizes, indices) are i32, grid dimensions are 32-bit counts, and buffer
+# resources address 32-bit byte offsets; rocke keeps all of them below 2**31 so signed and
+# unsigned readings agree.
+I32_LIMIT = 2 ** 31
+BUFFER_RANGE_BYTES = 2 ** 31
+MAX_ACCESS_BYTES = 16           # widest single global/buffer load or store (dwordx4)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _show(choice) -> str:
+    return choice if isinstance(choice, str) else repr(choice)
+
+
+def check_choice(field: str, value, choices) -> None:
+    """``value`` must be one of ``choices``, with the same type (so ``True`` is not ``1``,
+    nor ``4.0`` a ``4``)."""
+    if not any(type(value) is type(c) and value == c for c in choices):
+        raise ValueError(f"{field}: must be one of {', '.join(_show(c) for c in choices)}, got {value!r}")
+
+
+def check_bool(field: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{field}: must be a bool, got {value!r}")
+
+
+def check_positive_int(field: str, value, *, allow_zero: bool = False) -> None:
+    """An int (not a bool) > 0, or >= 0 with ``allow_zero``."""
+    if not _is_int(value) or value < 0 or (value == 0 and not allow_zero):
+        rule = "a non-negative int" if allow_zero else "a positive int"
+        raise ValueError(f"{field}: must be {rule}, got {value!r}")
+
+
+def check_int_range(field: str, value, low: int, high: int) -> None:
+    """An int (not a bool) in the closed range [low, high]."""
+    if not _is_int(value) or not low <= value <= high:
+        raise ValueError(f"{field}: must be an int in [{low}, {high}], got {value!r}")
+
+
+def check_multiple(field: str, value: int, factor: int, *, of: str | None = None,
+                   because: str | None = None) -> None:
+    """``value`` must divide by ``factor``. ``of`` says where the factor comes from (e.g.
+    "warps_m (2) x the atom's M (32)"); ``because`` says why the rule exists."""
+    if value % factor:
+        reason = f", because {because}" if because else ""
+        raise ValueError(f"{field}: {value} must be a multiple of {of or factor}{reason}")
+
+
+def check_vector_access(field: str, width: int, dtype: str) -> None:
+    """``width`` elements of ``dtype`` must fit one global/buffer access."""
+    if width * dsl.dtype(dtype).nbytes > MAX_ACCESS_BYTES:
+        raise ValueError(f"{field}: {width} x {dtype} exceeds the {MAX_ACCESS_BYTES}-byte maximum "
+                         "of one buffer access")
+
+
+def check_lds_budget(field: str, nbytes: int, what: str) -> None:
+    """The workgroup's LDS allocation (``what``, sized by ``field``) must fit gfx942's LDS."""
+    if nbytes > dsl.LDS_BYTES:
+        raise ValueError(f"{field}: {what} need {nbytes} bytes of LDS, gfx942 has {dsl.LDS_BYTES}")
+
+
+def check_extent(name: str, value) -> None:
+    """A launch-time size the kernel takes as an i32 argument: an int in [1, 2**31)."""
+    if not _is_int(value) or not 0 < value < I32_LIMIT:
+        raise ValueError(f"{name}: must be an int in [1, 2**31), got {value!r}")
+
+
+def check_index_extent(name: str, count: int) -> None:
+    """A count of elements the kernel indexes with i32 arithmetic (e.g. ``rows * cols``)."""
+    if count >= I32_LIMIT:
+        raise ValueError(f"{name}: {count} elements exceed the kernel's 32-bit indexing (< 2**31)")
+
+
+def check_grid_extent(name: str, workgroups: int, axis: str) -> None:
+    """The grid's ``axis`` ("x", "y" or "z") dimension, in workgroups."""
+    if workgroups >= I32_LIMIT:
+        raise ValueError(f"{name}: {workgroups} workgroups exceed the grid's {axis} range (< 2**31)")
+
+
+def check_buffer_bytes(name: str, nbytes: int, what: str) -> None:
+    """Memory the kernel reaches through one buffer resource (32-bit byte offsets)."""
+    if nbytes >= BUFFER_RANGE_BYTES:
+        raise ValueError(f"{name}: {what} spans {nbytes} bytes, beyond the 2 GiB range of one "
+                         "buffer resource")
+
+
+def torch_dtype(dtype: str):
+    """The torch dtype holding elements of rocke ``dtype`` ("f16", "bf16", "f32")."""
+    import torch
+    return {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
+
+
+def check_tensor(name: str, t, *, dtype: str, dims: tuple[str, ...], contiguous: bool = True,
+                 one_buffer: bool = True) -> None:
+    """A torch tensor with ``len(dims)`` dimensions (``dims`` names them for the message) of rocke
+    ``dtype``. ``contiguous=False`` still requires a unit innermost stride and rows that do not
+    overlap, but lets outer strides be padded (a leading dimension larger than the row).
+    ``one_buffer``: the kernel reaches the whole tensor through one buffer resource, so its span
+    must stay below 2 GiB."""
+    import torch
+    if not isinstance(t, torch.Tensor) or t.dim() != len(dims):
+        got = f"{t.dim()}-D tensor" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"{name}: must be a {len(dims)}-D [{', '.join(dims)}] torch tensor, got {got}")
+    want = torch_dtype(dtype)
+    if t.dtype != want:
+        raise ValueError(f"{name}: dtype must be {want}, got {t.dtype}")
+    if contiguous:
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous, got strides {t.stride()}")
+    elif t.stride(-1) != 1 or any(t.stride(i) < t.stride(i + 1) * t.shape[i + 1] for i in range(t.dim() - 1)):
+        raise ValueError(f"{name}: must be row-major with unit column stride, got strides {t.stride()}")
+    if one_buffer:
+        span = t.stride(0) * t.shape[0] * t.element_size()
+        check_buffer_bytes(name, span, f"the {list(t.shape)} tensor")
