@@ -4,7 +4,8 @@ Prints (never asserts) the host machine, then for each workload the median over 
 the emulator's wall time and its lane-instructions per second. These are EMULATOR wall times
 on this CPU: they say nothing about how fast the kernels run on an MI300X. The first launch of
 each workload also pays the emulator's one-off parse/decode (later launches hit its cache),
-which the median mostly hides.
+which the median mostly hides. Workloads: axpy (1024 waves), matmul (bf16, 256 waves),
+flash_attention (512 waves), matmul_f16 (256 waves), softmax (1024 waves).
 
 Run:  .venv/bin/python benchmarks/emu.py [--repeats 3] [--workloads NAME ...]
 """
@@ -53,6 +54,29 @@ def matmul_workload():
             lambda: a.float() @ b.float())
 
 
+def matmul_f16_workload():
+    """f16 GEMM 512x512x512 with 32x32 MFMA: 64 workgroups of 4 waves = 256 waves."""
+    m = n = k = 512
+    rng = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, generator=rng).half()
+    b = torch.randn(k, n, generator=rng).half()
+    args = dict(a_ptr=a, b_ptr=b, c_ptr=torch.empty(m, n, dtype=torch.float16), M=m, N=n, K=k,
+                stride_am=k, stride_bk=n, stride_cm=n)
+    return ("matmul_f16_mfma32", (cdiv(m, 64), cdiv(n, 64), 1), args, "c_ptr",
+            lambda: a.float() @ b.float())
+
+
+def softmax_workload():
+    """fp32 row softmax, 256 rows of 256: 256 workgroups of 4 waves = 1024 waves (VALU and
+    cross-lane / LDS reductions)."""
+    rows, cols = 256, 256
+    rng = torch.Generator().manual_seed(0)
+    x = 4 * torch.randn(rows, cols, generator=rng)
+    args = dict(in_ptr=x, out_ptr=torch.empty(rows, cols), in_row_stride=cols,
+                out_row_stride=cols, n_cols=cols)
+    return "softmax_rows_f32", (rows, 1, 1), args, "out_ptr", lambda: torch.softmax(x, dim=1)
+
+
 def flash_attention_workload():
     """Causal flash attention, fp16, B*H = 8, S = 1024, D = 128: 128 workgroups = 512 waves."""
     batch_heads, seq_len, head_dim = 8, 1024, 128
@@ -77,6 +101,8 @@ WORKLOADS = {
     "axpy": axpy_workload,
     "matmul": matmul_workload,
     "flash_attention": flash_attention_workload,
+    "matmul_f16": matmul_f16_workload,
+    "softmax": softmax_workload,
 }
 
 

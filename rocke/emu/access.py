@@ -89,3 +89,15 @@ def vector_raw_reader(op: Operand, typ: str):
         dtype = U64 if wide else U32
         return lambda P, sel, n: np.full((n, 64), c, dtype)
     raise ValueError(f"operand {op.text!r} cannot be a vector source")
+
+
+def scratch(workspace: dict | None, key: str, shape: tuple, dtype) -> np.ndarray:
+    """An uninitialized array; from `workspace` (grown as needed) when given. Reusing memory
+    across calls avoids faulting in fresh pages for every large temporary."""
+    size = int(np.prod(shape))
+    if workspace is None:
+        return np.empty(shape, dtype)
+    buffer = workspace.get(key)
+    if buffer is None or buffer.size < size or buffer.dtype != dtype:
+        buffer = workspace[key] = np.empty(size, dtype)
+    return buffer[:size].reshape(shape)

@@ -4,12 +4,13 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import EmulatorError, LdsFault, LdsRace, MemoryFault
-from .memory import AccessFault, GlobalMemory
+from .memory import AccessFault, GlobalMemory, access_rows, put_rows, take_rows
 from .memops import apply_atomics
 from .operands import EXEC_LO
 from .program import CLASSES, DecodedKernel
 
 RUN, BARRIER, DONE = 0, 1, 2
+LDS_GRANULE = 16   # bytes: the widest LDS access of one lane; LDS strides are multiples
 
 
 class Pool:
@@ -34,12 +35,12 @@ class Pool:
         self.wg_of = np.repeat(np.arange(self.num_wgs), wpw)
         self.wave_in_wg = np.tile(np.arange(wpw), self.num_wgs)
         self.lds_bytes = lds_bytes
-        self.lds_stride = max(4, -(-lds_bytes // 4) * 4)
+        self.lds_stride = max(LDS_GRANULE, -(-lds_bytes // LDS_GRANULE) * LDS_GRANULE)
         self.lds = np.zeros(self.num_wgs * self.lds_stride, np.uint8)
-        self.lds_words = self.lds.view(np.uint32)
         self.vm_issued = np.zeros(n, np.int64)
         self._exec_sel = self._exec_cached = None
         self._current = None
+        self.workspace: dict = {}   # scratch arrays reused by instructions (see mfma.execute)
         self.counts = [0] * len(CLASSES)
         self.lane_instructions = 0
         if check:
@@ -48,13 +49,27 @@ class Pool:
     # ------------------------------------------------------------------ helpers for closures
     def exec_mask(self, sel) -> np.ndarray:
         """EXEC of the batch as bool (n, 64); cached until an EXEC-writing instruction runs."""
+        return self.exec_state(sel)[0]
+
+    def exec_state(self, sel):
+        """(EXEC as read-only bool (n, 64), whether every lane is on, active lane count).
+
+        Cached until an EXEC-writing instruction runs or the batch changes.
+        """
         if self._exec_sel is sel:
             return self._exec_cached
-        pair = np.ascontiguousarray(self.sgpr[sel, EXEC_LO:EXEC_LO + 2])
-        mask = np.unpackbits(pair.view(np.uint8), axis=1, bitorder="little").view(bool)
+        pair = self.sgpr[sel, EXEC_LO:EXEC_LO + 2]
+        full = bool((pair == 0xFFFFFFFF).all())
+        if full:
+            mask = np.ones((len(pair), 64), bool)
+            lanes = mask.size
+        else:
+            pair = np.ascontiguousarray(pair)
+            mask = np.unpackbits(pair.view(np.uint8), axis=1, bitorder="little").view(bool)
+            lanes = int(np.count_nonzero(mask))
         mask.flags.writeable = False
-        self._exec_sel, self._exec_cached = sel, mask
-        return mask
+        self._exec_sel, self._exec_cached = sel, (mask, full, lanes)
+        return self._exec_cached
 
     def vm_issue(self, sel):
         self.vm_issued[sel] += 1
@@ -122,40 +137,41 @@ class Pool:
     # ------------------------------------------------------------------ LDS
     def _lds_flat(self, ins, sel, addr, nbytes, active):
         """Flat byte index into self.lds of every active lane's access (m,), bounds-checked."""
-        bad = active & ((addr < 0) | (addr + nbytes > self.lds_bytes))
-        if bad.any():
+        full = bool(active.all())
+        if full:   # two reductions instead of masking every lane
+            in_bounds = addr.min() >= 0 and addr.max() + nbytes <= self.lds_bytes
+        else:
+            in_bounds = False
+        bad = None if in_bounds else active & ((addr < 0) | (addr + nbytes > self.lds_bytes))
+        if bad is not None and bad.any():
             w, l = np.argwhere(bad)[0]
             wave = np.arange(self.num_waves)[sel][w]
             raise LdsFault(f"LDS out of bounds in {self._where(ins)}: {self.wave_label(wave)}, "
                            f"lane {l}: {nbytes}-byte access at LDS address {int(addr[w, l])} "
                            f"(0x{int(addr[w, l]):x}) but the workgroup has {self.lds_bytes} bytes "
                            f"of LDS (static + dynamic)")
-        base = (self.wg_of[sel] * self.lds_stride)[:, None]
-        return (base + addr)[active]
+        flat = (self.wg_of[sel] * self.lds_stride)[:, None] + addr
+        return flat.reshape(-1) if full else flat[active]
 
     def lds_read(self, ins, sel, addr, nbytes, active):
         flat = self._lds_flat(ins, sel, addr, nbytes, active)
-        if nbytes % 4 == 0 and not (flat & 3).any():
-            data = self.lds_words[(flat >> 2)[:, None] + np.arange(nbytes // 4)].view(np.uint8)
-        else:
-            data = self.lds[flat[:, None] + np.arange(nbytes)]
+        granule, rows = access_rows(flat, nbytes, LDS_GRANULE)
+        data = take_rows(self.lds, granule, rows)
         if self.check:
-            self.race.record(ins, sel, active, flat, nbytes, write=False)
+            self.race.record(ins, sel, active, granule, rows, nbytes, write=False)
         return data.reshape(len(flat), nbytes)
 
     def lds_write(self, ins, sel, addr, data, active, dma=False):
         nbytes = data.shape[-1]
         flat = self._lds_flat(ins, sel, addr, nbytes, active)
-        values = data[active]
+        granule, rows = access_rows(flat, nbytes, LDS_GRANULE)
+        values = (data.reshape(-1, nbytes) if len(flat) == active.size else data[active]) \
+            .reshape(len(rows), granule)
         if self.check:  # before the write: rewriting identical bytes is not a race
-            self.race.record(ins, sel, active, flat, nbytes, write=True, dma=dma,
-                             new_bytes=np.ascontiguousarray(values).reshape(-1))
-        if nbytes % 4 == 0 and not (flat & 3).any():
-            self.lds_words[(flat >> 2)[:, None] + np.arange(nbytes // 4)] = \
-                np.ascontiguousarray(values).view(np.uint32).reshape(len(flat), nbytes // 4)
-        else:
-            self.lds[flat[:, None] + np.arange(nbytes)] = values
-        if self.check:
+            self.race.record(ins, sel, active, granule, rows, nbytes, write=True, dma=dma,
+                             new_bytes=values)
+        put_rows(self.lds, granule, rows, values)
+        if self.check and len(rows):
             self.race.check_batch_writes(ins)
 
     def lds_atomic(self, ins, sel, addr, dtype, data, cmp, update, ufunc, want_old, active):
@@ -165,7 +181,7 @@ class Pool:
             raise LdsFault(f"misaligned LDS atomic in {self._where(ins)}")
         if self.check:
             # atomics of different waves do not race each other; check them against plain accesses
-            self.race.record(ins, sel, active, flat, size, write=True, atomic=True)
+            self.race.record(ins, sel, active, size, flat // size, size, write=True, atomic=True)
         view = self.lds.view(dtype)
         return apply_atomics(view, flat // size, data, cmp, update, ufunc, want_old)
 
@@ -186,11 +202,11 @@ class Pool:
         waiting = (status == BARRIER).any(1) & ~(status == RUN).any(1)
         if not waiting.any():
             return False
-        for wg in np.flatnonzero(waiting):
-            row = status[wg]
-            row[row == BARRIER] = RUN
-            if self.check:
-                self.race.new_epoch(int(wg))
+        released = status[waiting]
+        released[released == BARRIER] = RUN
+        status[waiting] = released
+        if self.check:
+            self.race.new_epoch(np.flatnonzero(waiting))
         return True
 
     # ------------------------------------------------------------------ the scheduler
@@ -250,8 +266,12 @@ class Pool:
 class RaceTracker:
     """Per-byte LDS access bookkeeping within one barrier epoch of each workgroup.
 
-    `writer` holds the wave (index within its workgroup) that last wrote a byte this epoch,
-    `readers` a bitmask of the waves that read it; both are cleared when a barrier releases.
+    `written` holds (pc << 8) | (wave + 1) of the last write of a byte this epoch (wave: index
+    within the workgroup; 0 = not written). `readers` has one plane of `size` bytes per wave
+    index w, nonzero where wave w read the byte this epoch: a read marks all its waves with one
+    scatter, no read-modify-write. `reader_pc` is the pc of a byte's last read. `written` and
+    `readers` are cleared when a barrier releases. An access moves each array a row of
+    `granule` bytes at a time (see memory.access_rows).
     """
 
     def __init__(self, pool: Pool, waves_per_wg: int):
@@ -259,77 +279,123 @@ class RaceTracker:
             raise EmulatorError("the LDS race checker supports at most 16 waves per workgroup")
         self.pool = pool
         size = pool.num_wgs * pool.lds_stride
-        self.writer = np.full(size, -1, np.int8)
-        self.writer_pc = np.zeros(size, np.int32)
-        self.readers = np.zeros(size, np.uint16)
+        if len(pool.kernel.code) >= 1 << 23:
+            raise EmulatorError("the LDS race checker supports kernels of fewer than 2**23 "
+                                "instructions")
+        self.written = np.zeros(size, np.int32)
+        self.size, self.waves_per_wg = size, waves_per_wg
+        self.readers = np.zeros(waves_per_wg * size, np.uint8)
         self.reader_pc = np.zeros(size, np.int32)
         self.pending: dict[int, list] = {}   # wave -> [(vm sequence, flat bytes, pc)]
+        # workgroups whose `written` / `readers` may hold marks this epoch: the others are known
+        # clean, so their checks and clearing can be skipped
+        self.wrote = np.zeros(pool.num_wgs, bool)
+        self.was_read = np.zeros(pool.num_wgs, bool)
         self._batch = None
+        self._lanes = (None, None, None, None, None)   # (sel, active, wave, local, workgroups)
 
-    def record(self, ins, sel, active, flat, nbytes, write, dma=False, new_bytes=None,
+    def _lane_waves(self, sel, active):
+        """(pool wave, wave within its workgroup) of each active lane and the workgroups of the
+        batch, cached per batch."""
+        cached_sel, cached_active, lane_wave, lane_local, wgs = self._lanes
+        if cached_sel is not sel or cached_active is not active:
+            pool = self.pool
+            waves = np.arange(pool.num_waves)[sel]
+            lane_wave = np.broadcast_to(waves[:, None], active.shape)[active]
+            lane_local = pool.wave_in_wg[lane_wave]
+            wgs = pool.wg_of[waves]
+            self._lanes = (sel, active, lane_wave, lane_local, wgs)
+        return lane_wave, lane_local, wgs
+
+    def record(self, ins, sel, active, granule, rows, nbytes, write, dma=False, new_bytes=None,
                atomic=False):
+        """Check and mark an LDS access given as `rows` of `granule` bytes, row r belonging to
+        active lane r // (nbytes // granule) in row-major (wave, lane) order."""
+        if len(rows) == 0:   # no active lane: nothing accessed
+            return
         pool = self.pool
-        waves = np.arange(pool.num_waves)[sel]
-        lane_wave = np.broadcast_to(waves[:, None], active.shape)[active]
-        byte_index = (flat[:, None] + np.arange(nbytes)).reshape(-1)
-        byte_wave = np.repeat(lane_wave, nbytes) if nbytes > 1 else lane_wave
-        local = pool.wave_in_wg[byte_wave].astype(np.int8)
+        lane_wave, lane_local, wgs = self._lane_waves(sel, active)
+        per_lane = nbytes // granule
+        row_wave = np.repeat(lane_wave, per_lane) if per_lane > 1 else lane_wave
+        local = np.repeat(lane_local, per_lane) if per_lane > 1 else lane_local
         pc = ins.index
-        self._check_and_mark(ins, pc, byte_index, byte_wave, local, write, new_bytes, atomic)
+        self._check_and_mark(ins, pc, granule, rows, row_wave, local, write, new_bytes, atomic,
+                             self.wrote[wgs].any(), write and self.was_read[wgs].any())
+        if write and not atomic:
+            self.wrote[wgs] = True
+        elif not write:
+            self.was_read[wgs] = True
         if dma:
+            byte_index = (rows[:, None] * granule + np.arange(granule)).reshape(-1)
+            byte_wave = np.repeat(row_wave, granule)
             for wave in np.unique(lane_wave):
                 mine = byte_wave == wave
                 self.pending.setdefault(int(wave), []).append(
                     (int(pool.vm_issued[wave]), byte_index[mine], pc))
 
-    def _check_and_mark(self, ins, pc, byte_index, byte_wave, local, write, new_bytes, atomic):
-        writer = self.writer[byte_index]
-        conflict = (writer >= 0) & (writer != local)
+    def _check_and_mark(self, ins, pc, granule, rows, row_wave, local, write, new_bytes, atomic,
+                        any_writer, any_reader):
+        """`any_writer` / `any_reader`: whether the batch's workgroups may have writer / reader
+        marks this epoch (when not, those checks cannot fire and are skipped)."""
+        local_col = local[:, None]
+        mine = (local_col + 1).astype(np.int32)
         changes = None
-        if write and new_bytes is not None:
-            changes = self.pool.lds[byte_index] != new_bytes
-            conflict &= changes
-        if conflict.any():
-            i = int(np.flatnonzero(conflict)[0])
-            self._report(ins, pc, byte_index[i], byte_wave[i], write, int(writer[i]),
-                         self.writer_pc[byte_index[i]], "write")
-        own_bit = np.left_shift(np.uint16(1), local.astype(np.uint16))
+
+        def changing(suspects):
+            """`suspects` limited to the bytes this write changes (rewriting a byte with its
+            current value is not a race); LDS is read only when there is a suspect."""
+            nonlocal changes
+            if new_bytes is None or not suspects.any():
+                return suspects
+            if changes is None:
+                changes = take_rows(self.pool.lds, granule, rows) != new_bytes
+            return suspects & changes
+
+        if any_writer:
+            written = take_rows(self.written, granule, rows)
+            conflict = (written != 0) & ((written & 0xFF) != mine)
+            if write:
+                conflict = changing(conflict)
+            if conflict.any():
+                row, byte = divmod(int(np.flatnonzero(conflict)[0]), granule)
+                other = int(written[row, byte])
+                self._report(ins, pc, rows[row] * granule + byte, row_wave[row], write,
+                             (other & 0xFF) - 1, other >> 8, "write")
+        plane_rows = self.size // granule
         if write:
-            others = (self.readers[byte_index] & ~own_bit) != 0
-            if changes is not None:
-                others &= changes
-            if others.any():
-                i = int(np.flatnonzero(others)[0])
-                bits = int(self.readers[byte_index[i]]) & ~int(own_bit[i])
-                self._report(ins, pc, byte_index[i], byte_wave[i], True,
-                             (bits & -bits).bit_length() - 1, self.reader_pc[byte_index[i]], "read")
+            if any_reader:
+                others = np.zeros((len(rows), granule), bool)
+                for w in range(self.waves_per_wg):
+                    read = take_rows(self.readers, granule, rows + w * plane_rows) != 0
+                    others |= read & (local_col != w)
+                others = changing(others)
+                if others.any():
+                    row, byte = divmod(int(np.flatnonzero(others)[0]), granule)
+                    flat_byte = rows[row] * granule + byte
+                    other = next(w for w in range(self.waves_per_wg) if w != local[row]
+                                 and self.readers[w * self.size + flat_byte])
+                    self._report(ins, pc, flat_byte, row_wave[row], True, other,
+                                 self.reader_pc[flat_byte], "read")
             if atomic:
                 return
-            self.writer[byte_index] = local
-            self.writer_pc[byte_index] = pc
-            self._batch = (byte_index, local, byte_wave, pc, new_bytes)
+            mark = mine | np.int32(pc << 8)
+            put_rows(self.written, granule, rows, np.repeat(mark, granule, axis=1))
+            self._batch = (granule, rows, mark, row_wave, pc, new_bytes)
         else:
-            # OR each wave's bit in separately: duplicate indices within one wave are harmless
-            first, last = int(local.min()), int(local.max())
-            if first == last:
-                self.readers[byte_index] |= own_bit[0]
-            else:
-                for w in range(first, last + 1):
-                    mine = local == w
-                    if mine.any():
-                        self.readers[byte_index[mine]] |= np.uint16(1 << w)
-            self.reader_pc[byte_index] = pc
+            put_rows(self.readers, granule, rows + local * plane_rows, np.ones((1, granule)))
+            put_rows(self.reader_pc, granule, rows, np.full((1, granule), pc))
 
     def check_batch_writes(self, ins):
         """After a batch's write landed: two waves of the batch wrote one byte differently."""
-        byte_index, local, byte_wave, pc, new_bytes = self._batch
-        clash = self.writer[byte_index] != local
-        if new_bytes is not None:
-            clash &= self.pool.lds[byte_index] != new_bytes
+        granule, rows, mark, row_wave, pc, new_bytes = self._batch
+        written = take_rows(self.written, granule, rows)
+        clash = written != mark
+        if new_bytes is not None and clash.any():
+            clash &= take_rows(self.pool.lds, granule, rows) != new_bytes
         if clash.any():
-            i = int(np.flatnonzero(clash)[0])
-            self._report(ins, pc, byte_index[i], byte_wave[i], True,
-                         int(self.writer[byte_index[i]]), pc, "write")
+            row, byte = divmod(int(np.flatnonzero(clash)[0]), granule)
+            self._report(ins, pc, rows[row] * granule + byte, row_wave[row], True,
+                         (int(written[row, byte]) & 0xFF) - 1, pc, "write")
 
     def _report(self, ins, pc, flat_byte, wave, write, other_local, other_pc, other_kind):
         pool = self.pool
@@ -360,14 +426,21 @@ class RaceTracker:
         for wave in waves:
             self.pending.pop(int(wave), None)
 
-    def new_epoch(self, wg: int):
+    def new_epoch(self, wgs: np.ndarray):
+        """Workgroups `wgs` passed a barrier: forget their epoch's accesses."""
         pool = self.pool
-        span = slice(wg * pool.lds_stride, (wg + 1) * pool.lds_stride)
-        self.writer[span] = -1
-        self.readers[span] = 0
+        wrote, was_read = wgs[self.wrote[wgs]], wgs[self.was_read[wgs]]
+        if len(wrote):
+            self.written.reshape(pool.num_wgs, pool.lds_stride)[wrote] = 0
+            self.wrote[wrote] = False
+        if len(was_read):
+            self.readers.reshape(self.waves_per_wg, pool.num_wgs, pool.lds_stride)[:, was_read] = 0
+            self.was_read[was_read] = False
         # LDS-DMA writes still in flight may land anywhere in the new epoch
+        released = set(wgs.tolist())
         for wave, entries in self.pending.items():
-            if pool.wg_of[wave] == wg:
+            wg = int(pool.wg_of[wave])
+            if wg in released:
+                self.wrote[wg] = True
                 for _, byte_index, pc in entries:
-                    self.writer[byte_index] = pool.wave_in_wg[wave]
-                    self.writer_pc[byte_index] = pc
+                    self.written[byte_index] = (pc << 8) | (int(pool.wave_in_wg[wave]) + 1)

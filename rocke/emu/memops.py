@@ -61,6 +61,9 @@ def _loaded_words(data, nbytes, how, old_rows):
 def _write_loaded(P, sel, row, active, words):
     """Scatter (m, k) words for the active lanes into rows row..row+k-1."""
     k = words.shape[1]
+    if len(words) == active.size:   # every lane active: no merge with the old values
+        P.vgpr[sel, row:row + k] = words.reshape(active.shape + (k,)).transpose(0, 2, 1)
+        return
     block = _gather_rows(P, sel, row, k).copy()
     block[active] = words
     P.vgpr[sel, row:row + k] = np.moveaxis(block, 2, 1)
@@ -107,7 +110,9 @@ class _AddressPlan:
                 addr = base[:, None] + P.vgpr[sel, self.vrow].astype(U64)
             else:
                 addr = P.vgpr[sel, self.vrow].astype(U64) | (P.vgpr[sel, self.vrow + 1].astype(U64) << U64(32))
-            return (addr.astype(np.int64) + self.imm).astype(U64), None
+            if self.imm:
+                addr = (addr.astype(np.int64) + self.imm).astype(U64)
+            return addr, None
         r = self.rsrc
         w0, w1, w2, w3 = (P.sgpr[sel, r + i] for i in range(4))
         if (w3 & U32(1 << 23)).any():
@@ -197,14 +202,15 @@ def decode_vmem(ins, ops, mods):
 def _load(ins, plan, row, nbytes, how, family):
     words_per_lane = max(1, nbytes // 4)
     def run(P, sel, n):
-        active = P.exec_mask(sel)
+        active, full, lanes = P.exec_state(sel)
         addr, check = plan.addresses(P, sel, n)
         P.vm_issue(sel)
         if family == "flat":
             _check_flat_apertures(P, ins, sel, addr, active)
         if check is None:
             fetch = active
-            data = P.global_load(ins, sel, addr[fetch], nbytes, fetch, addr)
+            data = P.global_load(ins, sel, addr.reshape(-1) if full else addr[fetch], nbytes,
+                                 fetch, addr)
         else:
             # buffer: each dword is range-checked on its own; out-of-range dwords read 0
             fetch = active
@@ -217,20 +223,21 @@ def _load(ins, plan, row, nbytes, how, family):
                         ins, sel, addr[ok_lanes] + U64(k), width, ok_lanes, None)
         old = P.vgpr[sel, row][fetch] if how.startswith("d16") else None
         _write_loaded(P, sel, row, fetch, _loaded_words(data, nbytes, how, old))
-        return int(np.count_nonzero(active))
+        return lanes
     return run
 
 
 def _store(ins, plan, row, nbytes, how, family):
     k = max(1, (nbytes + 3) // 4)
     def run(P, sel, n):
-        active = P.exec_mask(sel)
+        active, full, lanes = P.exec_state(sel)
         addr, check = plan.addresses(P, sel, n)
         P.vm_issue(sel)
         if family == "flat":
             _check_flat_apertures(P, ins, sel, addr, active)
-        data = _pack_store_bytes(_gather_rows(P, sel, row, k)[active], nbytes, how)
-        lane_addr = addr[active]
+        words = _gather_rows(P, sel, row, k)
+        data = _pack_store_bytes(words.reshape(-1, k) if full else words[active], nbytes, how)
+        lane_addr = addr.reshape(-1) if full else addr[active]
         if check is None:
             P.global_store(ins, sel, lane_addr, data, active, addr)
         else:
@@ -240,7 +247,7 @@ def _store(ins, plan, row, nbytes, how, family):
                 if ok_lanes.any():
                     P.global_store(ins, sel, addr[ok_lanes] + U64(j),
                                    data[ok_lanes[active], j:j + width], ok_lanes, None)
-        return int(np.count_nonzero(active))
+        return lanes
     return run
 
 
@@ -503,27 +510,32 @@ def decode_ds(ins, ops, mods):
 
 def _ds_read(ins, addr_row, parts):
     def run(P, sel, n):
-        active = P.exec_mask(sel)
+        active, full, lanes = P.exec_state(sel)
         base = P.vgpr[sel, addr_row].astype(np.int64)
         loaded = []
         for offset, nbytes, how, row in parts:
-            loaded.append(P.lds_read(ins, sel, (base + offset) & 0xFFFFFFFF, nbytes, active))
+            loaded.append(P.lds_read(ins, sel, _lds_address(base, offset), nbytes, active))
         for (offset, nbytes, how, row), data in zip(parts, loaded):
             old = P.vgpr[sel, row][active] if how.startswith("d16") else None
             _write_loaded(P, sel, row, active, _loaded_words(data, nbytes, how, old))
-        return int(np.count_nonzero(active))
+        return lanes
     return run
+
+
+def _lds_address(base, offset):
+    """32-bit LDS address of a lane: VGPR (as int64) + instruction offset, wrapped."""
+    return base + offset & 0xFFFFFFFF if offset else base
 
 
 def _ds_write(ins, addr_row, parts):
     def run(P, sel, n):
-        active = P.exec_mask(sel)
+        active, full, lanes = P.exec_state(sel)
         base = P.vgpr[sel, addr_row].astype(np.int64)
         for offset, nbytes, how, row in parts:
             words = _gather_rows(P, sel, row, max(1, (nbytes + 3) // 4))
             data = _pack_store_bytes(words.reshape(n * 64, -1), nbytes, how).reshape(n, 64, nbytes)
-            P.lds_write(ins, sel, (base + offset) & 0xFFFFFFFF, data, active)
-        return int(np.count_nonzero(active))
+            P.lds_write(ins, sel, _lds_address(base, offset), data, active)
+        return lanes
     return run
 
 

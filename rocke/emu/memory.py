@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,6 @@ class Region:
     name: str
     writable: bool
     bytes: np.ndarray      # uint8 view of the range
-    words: np.ndarray | None  # uint32 view when the range is 4-byte aligned
 
     @property
     def end(self) -> int:
@@ -24,6 +24,51 @@ class Region:
 def host_view(address: int, size: int) -> np.ndarray:
     pointer = ctypes.cast(ctypes.c_void_p(address), ctypes.POINTER(ctypes.c_uint8))
     return np.ctypeslib.as_array(pointer, shape=(size,))
+
+
+@functools.lru_cache(maxsize=None)
+def _opaque(nbytes: int) -> np.dtype:
+    return np.dtype((np.void, nbytes))
+
+
+def _as_rows(array: np.ndarray, granule: int) -> np.ndarray:
+    """1-D view of contiguous `array` with one opaque item per `granule` elements."""
+    return array.view(_opaque(granule * array.itemsize))
+
+
+def take_rows(array: np.ndarray, granule: int, rows: np.ndarray) -> np.ndarray:
+    """`array` (1-D, length a multiple of granule) as rows of `granule` elements, gathered at
+    `rows`: (len(rows), granule). np.take of opaque items is far faster than 2-D fancy indexing."""
+    return np.take(_as_rows(array, granule), rows).view(array.dtype).reshape(-1, granule)
+
+
+def put_rows(array: np.ndarray, granule: int, rows: np.ndarray, values):
+    """Scatter (len(rows), granule) or (1, granule) `values` into rows of `array`; like fancy
+    assignment, the last of duplicate rows wins."""
+    items = _as_rows(array, granule)
+    values = np.ascontiguousarray(values, array.dtype).reshape(-1, granule)
+    items[rows] = values.view(items.dtype).reshape(-1)
+
+
+def access_rows(offsets: np.ndarray, nbytes: int, limit: int = 16) -> tuple[int, np.ndarray]:
+    """(granule, rows): accesses of `nbytes` at byte `offsets` (m,) as m * nbytes / granule rows
+    of `granule` bytes (access-major), granule the largest power of two <= limit dividing
+    nbytes and every offset."""
+    alignment = (int(np.bitwise_or.reduce(offsets)) if len(offsets) else 0) | nbytes | limit
+    granule = alignment & -alignment
+    rows = offsets // granule
+    if nbytes > granule:
+        rows = (rows[:, None] + np.arange(nbytes // granule)).reshape(-1)
+    return granule, rows
+
+
+def region_rows(region: "Region", offsets: np.ndarray, nbytes: int, take=False, put=None):
+    """Load (take) or store (put: uint8 (m, nbytes)) `nbytes` at each byte offset of a region."""
+    granule, rows = access_rows(offsets, nbytes)
+    body = region.bytes[: region.size - region.size % granule]
+    if take:
+        return take_rows(body, granule, rows).reshape(len(offsets), nbytes)
+    put_rows(body, granule, rows, put)
 
 
 class AccessFault(Exception):
@@ -51,8 +96,7 @@ class GlobalMemory:
                 region.writable |= writable
                 return
         view = array if array is not None else host_view(start, size)
-        words = view[: size - size % 4].view(np.uint32) if start % 4 == 0 and size >= 4 else None
-        self.regions.append(Region(start, size, name, writable, view, words))
+        self.regions.append(Region(start, size, name, writable, view))
         self.regions.sort(key=lambda r: r.start)
         self._starts = np.array([r.start for r in self.regions], np.uint64)
         self._ends = np.array([r.end for r in self.regions], np.uint64)
@@ -87,21 +131,36 @@ class GlobalMemory:
             raise AccessFault(bad, int(addresses[bad]), "outside every buffer of the launch")
         return clipped
 
+    def _by_region(self, addresses: np.ndarray, nbytes: int, write: bool):
+        """[(region, rows picked (slice or mask), byte offsets into the region)], checked."""
+        region = self._enclosing(int(addresses.min()), int(addresses.max()) + nbytes)
+        if region is not None and (region.writable or not write):   # the common case
+            groups = [(region, slice(None))]
+        else:
+            ridx = self._locate(addresses, nbytes, write)
+            groups = [(self.regions[int(r)], ridx == r) for r in np.unique(ridx)]
+        # addresses are below 2**63: their int64 view is their value
+        return [(region, pick, addresses[pick].view(np.int64) - region.start)
+                for region, pick in groups]
+
+    def _enclosing(self, start: int, end: int) -> Region | None:
+        """The region holding all of [start, end), if one does."""
+        index = int(np.searchsorted(self._starts, np.uint64(start), side="right")) - 1
+        if index >= 0 and end <= self.regions[index].end:
+            return self.regions[index]
+        return None
+
     def load(self, addresses: np.ndarray, nbytes: int) -> np.ndarray:
         """Bytes at flat uint64 `addresses`: returns uint8 (m, nbytes)."""
         if addresses.size == 0:
             return np.zeros((0, nbytes), np.uint8)
-        ridx = self._locate(addresses, nbytes, False)
+        groups = self._by_region(addresses, nbytes, False)
+        if len(groups) == 1:
+            region, _, offsets = groups[0]
+            return region_rows(region, offsets, nbytes, take=True)
         out = np.empty((addresses.size, nbytes), np.uint8)
-        for r in np.unique(ridx) if len(self.regions) > 1 else (0,):
-            region = self.regions[r]
-            pick = slice(None) if len(self.regions) == 1 else (ridx == r)
-            offsets = (addresses[pick] - np.uint64(region.start)).astype(np.int64)
-            if nbytes % 4 == 0 and region.words is not None and not (offsets & 3).any():
-                words = region.words[(offsets >> 2)[:, None] + np.arange(nbytes // 4)]
-                out[pick] = words.view(np.uint8).reshape(-1, nbytes)
-            else:
-                out[pick] = region.bytes[offsets[:, None] + np.arange(nbytes)]
+        for region, pick, offsets in groups:
+            out[pick] = region_rows(region, offsets, nbytes, take=True)
         return out
 
     def store(self, addresses: np.ndarray, data: np.ndarray):
@@ -109,16 +168,8 @@ class GlobalMemory:
         if addresses.size == 0:
             return
         nbytes = data.shape[1]
-        ridx = self._locate(addresses, nbytes, True)
-        for r in np.unique(ridx) if len(self.regions) > 1 else (0,):
-            region = self.regions[r]
-            pick = slice(None) if len(self.regions) == 1 else (ridx == r)
-            offsets = (addresses[pick] - np.uint64(region.start)).astype(np.int64)
-            if nbytes % 4 == 0 and region.words is not None and not (offsets & 3).any():
-                region.words[(offsets >> 2)[:, None] + np.arange(nbytes // 4)] = \
-                    np.ascontiguousarray(data[pick]).view(np.uint32).reshape(-1, nbytes // 4)
-            else:
-                region.bytes[offsets[:, None] + np.arange(nbytes)] = data[pick]
+        for region, pick, offsets in self._by_region(addresses, nbytes, True):
+            region_rows(region, offsets, nbytes, put=data[pick])
 
     def typed_view(self, addresses: np.ndarray, dtype, write: bool):
         """(region views, offsets in elements) for atomics on naturally aligned `dtype` data."""

@@ -33,23 +33,27 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import numerics
+from .access import scratch
 
 _FORMAT_BITS = {"f16": 16, "bf16": 16, "e4m3fnuz": 8, "e5m2fnuz": 8}
 
 
-def _decode(words: np.ndarray, fmt: str) -> np.ndarray:
-    """uint32[n, regs, 64] -> float64[n, 64, regs * per_reg] (element p = r * per_reg + e)."""
-    per_reg = 32 // _FORMAT_BITS[fmt]
-    n, regs = words.shape[0], words.shape[1]
-    # Little-endian views put the low half / low byte of each register first.
-    lanes_first = np.ascontiguousarray(words.transpose(0, 2, 1))  # [n, 64, regs]
+def _decode_into(words: np.ndarray, fmt: str, out: np.ndarray) -> np.ndarray:
+    """uint32[..., w] -> float64[..., w * per_reg] into `out`: the elements of each word, low
+    half / low byte first (little-endian views). `words` needs a contiguous last axis."""
     if fmt == "f16":
-        values = lanes_first.view(np.float16)
-    elif fmt == "bf16":
-        values = numerics.bf16_bits_to_f32(lanes_first.view(np.uint16))
+        np.copyto(out, words.view(np.float16))
+    elif fmt == "bf16":   # bf16 bits are the high half of the float32 with the same value
+        np.copyto(out, np.left_shift(words.view(np.uint16), 16, dtype=np.uint32).view(np.float32))
     else:
-        values = numerics.fp8_bits_to_f32(lanes_first.view(np.uint8), fmt)
-    return values.astype(np.float64).reshape(n, 64, regs * per_reg)
+        np.take(_fp8_table(fmt), words.view(np.uint8), out=out)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _fp8_table(fmt: str) -> np.ndarray:
+    """float64 value of each of the 256 codes of an fp8 format."""
+    return numerics.fp8_bits_to_f32(np.arange(256), fmt).astype(np.float64)
 
 
 def _blgp_source_lane(blgp: int) -> np.ndarray:
@@ -93,49 +97,50 @@ class MfmaOp:
         object.__setattr__(self, "b_regs", k_per_lane * _FORMAT_BITS[self.b_format] // 32)
         object.__setattr__(self, "c_regs", self.blocks * self.m * self.n // 64)
 
-    # -- layouts ---------------------------------------------------------------------------
+    # -- layouts: each is a reshape + transpose of the register file -----------------------
 
-    def _operand_coords(self, rows: int, k_per_lane: int):
-        """(block, row-or-col, k) of each (lane, position) of an A or B operand."""
-        lane = np.arange(64)[:, None]
-        position = np.arange(k_per_lane)[None, :]
-        shape = (64, k_per_lane)
-        index = np.broadcast_to(lane % rows, shape)
-        if self.blocks > 1:
-            return np.broadcast_to(lane // rows, shape), index, np.broadcast_to(position, shape)
-        return np.zeros(shape, dtype=int), index, (lane // rows) * k_per_lane + position
+    def _a_matrix(self, a: np.ndarray, workspace) -> np.ndarray:
+        """uint32[n, regs, 64] of A -> float64[n, blocks, M, K]. The 32-bit words are put in
+        order first (fewer bytes than moving decoded values), then decoded in place."""
+        n, regs = a.shape[0], a.shape[1]
+        split = a.reshape(n, regs, 64 // self.m, self.m)    # lane = group * M + row
+        # blocks > 1: block = group, k = (register, element); one block: k = (group, register,
+        # element)
+        order = (0, 2, 3, 1) if self.blocks > 1 else (0, 3, 2, 1)
+        words = scratch(workspace, "a", tuple(split.shape[i] for i in order), np.uint32)
+        np.copyto(words, split.transpose(order))
+        matrix = scratch(workspace, "A", (n, self.blocks, self.m, self.k), np.float64)
+        _decode_into(words, self.a_format, matrix.reshape(words.shape[:-1] + (-1,)))
+        return matrix
 
-    def _acc_coords(self):
-        """(block, i, j) of each (register, lane) of C/D."""
-        reg = np.arange(self.c_regs)[:, None]
-        lane = np.arange(64)[None, :]
-        shape = (self.c_regs, 64)
-        if self.n == 4:
-            return np.broadcast_to(lane // 4, shape), np.broadcast_to(reg, shape), np.broadcast_to(lane % 4, shape)
+    def _b_values(self, b: np.ndarray, workspace) -> np.ndarray:
+        """uint32[n, regs, 64] of B -> float64[n, regs, 64, per_reg] (element e of register r
+        of lane l)."""
+        n = b.shape[0]
+        per_reg = 32 // _FORMAT_BITS[self.b_format]
+        values = scratch(workspace, "b", (n, self.b_regs, 64 * per_reg), np.float64)
+        return _decode_into(b, self.b_format, values).reshape(n, self.b_regs, 64, per_reg)
+
+    def _b_matrix(self, values: np.ndarray) -> np.ndarray:
+        """float64[n, regs, 64, per_reg] of B -> float64[n, blocks, K, N]."""
+        n, regs, _, per_reg = values.shape
         groups = 64 // self.n
-        regs_per_block = self.m // groups
-        q = reg % regs_per_block
-        block = np.broadcast_to(reg // regs_per_block, shape)
-        row = 4 * groups * (q // 4) + 4 * (lane // self.n) + q % 4
-        return block, row, np.broadcast_to(lane % self.n, shape)
+        split = values.reshape(n, regs, groups, self.n, per_reg)    # lane = group * N + column
+        # blocks > 1: block = group, k = (register, element); one block: k = (group, register,
+        # element). Both are the order (group, register, element, column).
+        return split.transpose(0, 2, 1, 4, 3).reshape(n, self.blocks, self.k, self.n)
 
-    @functools.cached_property
-    def _gathers(self):
-        """Flat gather indices: A[b,i,k] and B[b,k,j] from (lane, position); C[b,i,j] from
-        (register, lane); D (register, lane) from [b,i,j]."""
-        k_per_lane = self.blocks * self.m * self.k // 64
-        lane_position = np.arange(64 * k_per_lane).reshape(64, k_per_lane)
-        a_gather = np.empty((self.blocks, self.m, self.k), dtype=np.intp)
-        block, row, kk = self._operand_coords(self.m, k_per_lane)
-        a_gather[block, row, kk] = lane_position
-        b_gather = np.empty((self.blocks, self.k, self.n), dtype=np.intp)
-        block, col, kk = self._operand_coords(self.n, k_per_lane)
-        b_gather[block, kk, col] = lane_position
-        block, row, col = self._acc_coords()
-        c_gather = np.empty((self.blocks, self.m, self.n), dtype=np.intp)
-        c_gather[block, row, col] = np.arange(self.c_regs * 64).reshape(self.c_regs, 64)
-        d_gather = np.ravel_multi_index((block, row, col), (self.blocks, self.m, self.n))
-        return a_gather, b_gather, c_gather, d_gather
+    def _register_order(self, matrix: np.ndarray, n: int) -> tuple[np.ndarray, tuple]:
+        """A view of [n, blocks, M, N] `matrix` whose C-order walk is the C/D registers
+        [n, c_regs, 64], and the shape that splits those registers the same way."""
+        if self.n == 4:   # register = row, lane = block * 4 + column
+            return matrix.transpose(0, 2, 1, 3), (n, self.m, self.blocks, self.n)
+        groups = 64 // self.n
+        quads = self.m // groups // 4
+        # row = 4 * groups * quad + 4 * group + r4; register = block * M/G + 4 * quad + r4;
+        # lane = group * N + column
+        split = matrix.reshape(n, self.blocks, quads, groups, 4, self.n)
+        return split.transpose(0, 1, 2, 4, 3, 5), (n, self.blocks, quads, 4, groups, self.n)
 
     # -- execution -------------------------------------------------------------------------
 
@@ -163,21 +168,34 @@ class MfmaOp:
         if not 0 <= blgp <= 7:
             raise NotImplementedError(f"{self.name}: blgp={blgp} outside 0..7")
 
-    def execute(self, a, b, c, cbsz: int = 0, abid: int = 0, blgp: int = 0) -> np.ndarray:
-        """D = A * B + C per block, over a batch of waves; returns float32[n, c_regs, 64]."""
+    def execute(self, a, b, c, cbsz: int = 0, abid: int = 0, blgp: int = 0, out=None,
+                workspace: dict | None = None) -> np.ndarray:
+        """D = A * B + C per block, over a batch of waves; returns float32[n, c_regs, 64].
+
+        `a`, `b`, `c` may be strided views (e.g. slices of a register file) as long as their
+        lane axis is contiguous. `out` (float32[n, c_regs, 64], may be `c` itself) receives D;
+        `workspace`, a dict the caller keeps, lets repeated calls reuse their scratch memory.
+        """
         self._check(a, b, c, cbsz, abid, blgp)
         n = a.shape[0]
-        a_gather, b_gather, c_gather, d_gather = self._gathers
-        a_values = _decode(a, self.a_format).reshape(n, -1)
-        b_values = _decode(b, self.b_format)[:, _blgp_source_lane(blgp)].reshape(n, -1)
-        a_matrix = a_values[:, a_gather]
+        b_values = self._b_values(b, workspace)
+        if blgp:
+            b_values = b_values[:, :, _blgp_source_lane(blgp)]
+        # contiguous operands: numpy's matmul then sums in one fixed order (NaN payloads too)
+        a_matrix = self._a_matrix(a, workspace)
         if cbsz:
             source_block = (np.arange(self.blocks) >> cbsz << cbsz) + abid
-            a_matrix = a_matrix[:, source_block]
-        c_matrix = c.reshape(n, -1)[:, c_gather].astype(np.float64)
+            a_matrix = np.ascontiguousarray(a_matrix[:, source_block])
+        b_matrix = scratch(workspace, "B", (n, self.blocks, self.k, self.n), np.float64)
+        np.copyto(b_matrix, self._b_matrix(b_values))
+        products = scratch(workspace, "P", (n, self.blocks, self.m, self.n), np.float64)
+        d = np.empty((n, self.c_regs, 64), np.float32) if out is None else out
         with np.errstate(all="ignore"):
-            d_matrix = np.matmul(a_matrix, b_values[:, b_gather]) + c_matrix
-            return d_matrix.reshape(n, -1)[:, d_gather].astype(np.float32)
+            np.matmul(a_matrix, b_matrix, out=products)
+            ordered, split = self._register_order(products, n)
+            # the sum is formed in float64 and rounded once into the float32 output
+            np.add(ordered, c.reshape(split), out=d.reshape(split), casting="same_kind")
+        return d
 
 
 def _catalog() -> dict[str, MfmaOp]:

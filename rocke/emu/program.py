@@ -9,10 +9,11 @@ from typing import Callable
 
 import numpy as np
 
+from .access import scratch
 from .asm import Instr, KernelSource, Program
 from .errors import EmulatorError
 from .operands import OperandError, parse_modifiers, parse_operand
-from .valu import DecodeError, decode_valu
+from .valu import DecodeError, decode_valu, write_rows
 from . import salu, memops
 
 CLASSES = ("SALU", "VALU", "MFMA", "DS", "VMEM", "SMEM", "branch/other")
@@ -301,23 +302,23 @@ def _decode_mfma(ins, ops, mods, mfma_ops):
     na, nb, nc = op.a_regs, op.b_regs, op.c_regs
 
     def run(P, sel, n):
-        active = P.exec_mask(sel)
+        active, full, lanes = P.exec_state(sel)
         a_val = P.vgpr[sel, arow:arow + na]
         b_val = P.vgpr[sel, brow:brow + nb]
         if c_const is None:
-            c_val = np.ascontiguousarray(P.vgpr[sel, crow:crow + nc]).view(np.float32)
+            c_val = P.vgpr[sel, crow:crow + nc].view(np.float32)
         else:
             c_val = np.full((n, nc, 64), c_const, np.float32)
+        # a contiguous batch with every lane on takes D straight into the register file
+        direct = full and isinstance(sel, slice)
+        out = (P.vgpr[sel, drow:drow + nc].view(np.float32) if direct
+               else scratch(P.workspace, "D", (n, nc, 64), np.float32))
         try:
-            d_val = execute(np.ascontiguousarray(a_val), np.ascontiguousarray(b_val), c_val,
-                            cbsz=cbsz, abid=abid, blgp=blgp)
+            d_val = execute(a_val, b_val, c_val, cbsz=cbsz, abid=abid, blgp=blgp, out=out,
+                            workspace=P.workspace)
         except NotImplementedError as err:
             raise EmulatorError(f"{ins.mnemonic} at line {ins.line_no} `{ins.text}`: {err}") from None
-        bits = np.ascontiguousarray(d_val).view(np.uint32)
-        if isinstance(sel, slice):
-            np.copyto(P.vgpr[sel, drow:drow + nc], bits, where=active[:, None, :])
-        else:
-            old = P.vgpr[sel, drow:drow + nc]
-            P.vgpr[sel, drow:drow + nc] = np.where(active[:, None, :], bits, old)
-        return int(np.count_nonzero(active))
+        if not direct:
+            write_rows(P, sel, drow, nc, d_val.view(np.uint32), active, full)
+        return lanes
     return run

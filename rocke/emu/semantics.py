@@ -135,7 +135,23 @@ def _fma_f32_scaled(a, b, c, scale=None):
 
 
 def _fma_f32(a, b, c):
-    return _fma_f32_scaled(_f32(a), _f32(b), _f32(c))
+    """fma rounded once to float32. The float64 sum a*b + c (a*b exact) is within half a float64
+    ulp of the exact value, so rounding it to float32 is correct unless the sum was inexact and
+    landed exactly on a float32 midpoint (low 29 mantissa bits 0x10000000), or lies in float32's
+    subnormal range; only those lanes take the exact path."""
+    a, b, c = np.broadcast_arrays(_f32(a), _f32(b), _f32(c))
+    product = a.astype(np.float64) * b.astype(np.float64)
+    # exactly the expression _fma_f32_scaled rounds for non-finite sums: numpy's choice of NaN
+    # payload depends on the expression's form (temporary elision)
+    total = product + c.astype(np.float64)
+    result = total.astype(np.float32)
+    boundary = (total.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)
+    if boundary.any():   # keep the ties whose float64 sum was inexact
+        boundary[boundary] = _two_sum(product[boundary], c[boundary].astype(np.float64))[1] != 0
+    boundary |= (np.abs(total) < 2.0 ** -126) & (total != 0)
+    if boundary.any():
+        result[boundary] = _fma_f32_scaled(a[boundary], b[boundary], c[boundary])
+    return result
 
 
 def _exact_fma_f64_scalar(a: float, b: float, c: float, scale_exponent: int) -> float:
@@ -176,12 +192,15 @@ _FLOAT_BITS = {np.float16: (np.uint16, 1 << 9), np.float32: (np.uint32, 1 << 22)
 def _ieee_min_max(a, b, pick):
     """IEEE-mode NaN rules of V_MIN/V_MAX: a signaling NaN operand gives that NaN made quiet,
     otherwise a quiet NaN operand yields the other operand."""
+    a_nan, b_nan = np.isnan(a), np.isnan(b)
+    if not (a_nan.any() or b_nan.any()):
+        return pick.astype(a.dtype, copy=False)
     uint, quiet_bit = _FLOAT_BITS[a.dtype.type]
     a_bits, b_bits = a.view(uint), b.view(uint)
-    a_signaling = np.isnan(a) & ((a_bits & uint(quiet_bit)) == 0)
-    b_signaling = np.isnan(b) & ((b_bits & uint(quiet_bit)) == 0)
-    pick = np.where(np.isnan(b), a, pick)
-    pick = np.where(np.isnan(a), b, pick)
+    a_signaling = a_nan & ((a_bits & uint(quiet_bit)) == 0)
+    b_signaling = b_nan & ((b_bits & uint(quiet_bit)) == 0)
+    pick = np.where(b_nan, a, pick)
+    pick = np.where(a_nan, b, pick)
     pick = np.where(b_signaling, (b_bits | uint(quiet_bit)).view(a.dtype), pick)
     return np.where(a_signaling, (a_bits | uint(quiet_bit)).view(a.dtype), pick).astype(a.dtype)
 
@@ -648,6 +667,9 @@ def _alignbyte(hi, lo, shift):
 
 def _perm(s0, s1, selector):
     """V_PERM_B32: each selector byte picks a byte of {S0, S1} (S1 = bytes 0-3) or a constant."""
+    if selector.size and (selector == selector.flat[0]).all():
+        s0, s1, _ = np.broadcast_arrays(s0, s1, selector)
+        return _perm_uniform(s0, s1, int(selector.flat[0]))
     data = (s0.astype(np.uint64) << np.uint64(32)) | s1
     result = np.zeros(np.broadcast(s0, s1, selector).shape, dtype=np.uint32)
     for lane_byte in range(4):
@@ -657,6 +679,27 @@ def _perm(s0, s1, selector):
         sign_fill = np.where((data >> sign_bit_index) & np.uint64(1), 0xFF, 0x00)
         byte = np.where(sel < 8, picked, np.where(sel < 12, sign_fill, np.where(sel == 12, 0x00, 0xFF)))
         result |= (byte.astype(np.uint32) << _U32(8 * lane_byte))
+    return result
+
+
+def _perm_uniform(s0, s1, selector: int):
+    """_perm with one selector for every lane (the common, constant-operand case), on the
+    32-bit sources directly: byte k of {S0, S1} is byte k % 4 of S1 (k < 4) or of S0."""
+    s0, s1 = np.asarray(s0, np.uint32), np.asarray(s1, np.uint32)
+    result = np.zeros(s0.shape, dtype=np.uint32)
+    for lane_byte in range(4):
+        sel = (selector >> (8 * lane_byte)) & 0xFF
+        if sel == 12:
+            continue
+        if sel > 12:
+            byte = _U32(0xFF)
+        elif sel < 8:
+            byte = ((s0 if sel >= 4 else s1) >> _U32(8 * (sel & 3))) & _U32(0xFF)
+        else:   # sign bit 15 / 31 of S1 (8, 9) or of S0 (10, 11), replicated
+            bit = 16 * (sel - 8) + 15
+            byte = ((s0 if bit >= 32 else s1) >> _U32(bit & 31)) & _U32(1)
+            byte = byte * _U32(0xFF)
+        result |= byte << _U32(8 * lane_byte)
     return result
 
 

@@ -185,12 +185,14 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
     fn = op.fn
 
     def run(P, sel, n):
-        active = P.exec_mask(sel)
+        active, full, lanes = P.exec_state(sel)
         if dpp is not None:
             src_lane, in_range, lane_enabled, bound_ctrl = dpp
             valid = in_range & active[:, src_lane]
             extra = {"dpp": (src_lane, valid, bound_ctrl)}
             write_lanes = active & lane_enabled & (valid | bound_ctrl)
+            full = bool(write_lanes.all())
+            lanes = int(np.count_nonzero(write_lanes))
         else:
             extra = None
             write_lanes = active
@@ -199,8 +201,8 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
         if nd == 1:
             result = (result,)
         for f, value in zip(dst_fns, result):
-            f(P, sel, n, value, write_lanes)
-        return int(np.count_nonzero(write_lanes))
+            f(P, sel, n, value, write_lanes, full)
+        return lanes
     return run
 
 
@@ -240,10 +242,14 @@ def _source(i, src, typ, op, encoding, mods, packed, op_sel, op_sel_hi, neg_lo, 
         nh = bool(neg_hi and neg_hi[i])
 
         def read_pk32(P, sel, n, extra):
-            halves = np.ascontiguousarray(raw64(P, sel, n)).view(U32).reshape(n, 64, 2)
-            out = np.stack([halves[..., sel_lo], halves[..., sel_hi]], -1)
+            if src.kind == "v":   # the register pair itself: no 64-bit detour
+                pair = P.vgpr[sel, src.index:src.index + 2]
+                out = np.stack([pair[:, sel_lo], pair[:, sel_hi]], -1)
+            else:
+                halves = np.ascontiguousarray(raw64(P, sel, n)).view(U32).reshape(n, 64, 2)
+                out = np.stack([halves[..., sel_lo], halves[..., sel_hi]], -1)
             if typ == "pk_f32":
-                out = out.view(np.float32).copy()
+                out = out.view(np.float32)   # a fresh array: safe to negate in place
                 if nl:
                     out[..., 0] = -out[..., 0]
                 if nh:
@@ -342,7 +348,7 @@ def _destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp, omod,
             raise DecodeError(f"mask destination {dst.text!r} must be an SGPR pair or vcc")
         index = dst.index
 
-        def write_mask_dst(P, sel, n, value, lanes):
+        def write_mask_dst(P, sel, n, value, lanes, full):
             bits = np.broadcast_to(value, (n, 64)) & lanes
             if is_cmpx:
                 write_mask(P, sel, EXEC_LO, bits)
@@ -367,18 +373,23 @@ def _destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp, omod,
     flush_out = (typ == "f32" and denorm32 in (0, 1)) or (typ == "f16" and denorm16 in (0, 1))
     bits = TYPE_BITS[typ]
     if bits == 64:
-        def write64(P, sel, n, value, lanes):
+        def write64(P, sel, n, value, lanes, full):
             if post:
                 value = post(value)
+            if typ == "pk_f32":   # (n, 64, 2) float32 halves -> the register pair directly
+                halves = np.broadcast_to(np.asarray(value).astype(np.float32, copy=False),
+                                         (n, 64, 2)).view(U32)
+                write_rows(P, sel, row, 2, halves.transpose(0, 2, 1), lanes, full)
+                return
             raw = _from_typed(value, typ, (n, 64))
             pair = np.stack([(raw & U64(0xFFFFFFFF)).astype(U32), (raw >> U64(32)).astype(U32)], 1)
-            _write_rows(P, sel, row, 2, pair, lanes)
+            write_rows(P, sel, row, 2, pair, lanes, full)
         return write64
     if packed and typ in PACKED_ELEM:
-        def write_packed(P, sel, n, value, lanes):
+        def write_packed(P, sel, n, value, lanes, full):
             if post:
                 value = post(value)
-            _write_rows(P, sel, row, 1, _from_typed(value, typ, (n, 64))[:, None], lanes)
+            write_rows(P, sel, row, 1, _from_typed(value, typ, (n, 64))[:, None], lanes, full)
         return write_packed
     dst_hi = bits == 16 and not base.startswith(("v_fma_mix", "v_mad_mix")) and op_sel is not None and len(op_sel) >= 1 and op_sel[-1] == 1 and encoding != "sdwa"
     zero_high = base in ZEROES_HIGH_16
@@ -387,7 +398,7 @@ def _destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp, omod,
         shift, width = SDWA_SEL[mods.get("dst_sel", "DWORD")]
         sdwa_dst = (shift, width, mods.get("dst_unused", "UNUSED_PAD"))
 
-    def write(P, sel, n, value, lanes):
+    def write(P, sel, n, value, lanes, full):
         if post:
             value = post(value)
         if flush_out:
@@ -412,12 +423,15 @@ def _destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp, omod,
                     raw = placed | np.where(sign == 1, high, U32(0))
                 else:
                     raw = placed
-        _write_rows(P, sel, row, 1, np.asarray(raw, U32)[:, None], lanes)
+        write_rows(P, sel, row, 1, np.asarray(raw, U32)[:, None], lanes, full)
     return write
 
 
-def _write_rows(P, sel, row, count, values, lanes):
-    if isinstance(sel, slice):
+def write_rows(P, sel, row, count, values, lanes, full):
+    """Write (n, count, 64) `values` into rows row..row+count-1 of the lanes set in `lanes`."""
+    if full:
+        P.vgpr[sel, row:row + count] = values
+    elif isinstance(sel, slice):
         np.copyto(P.vgpr[sel, row:row + count], values, where=lanes[:, None, :])
     else:
         old = P.vgpr[sel, row:row + count]

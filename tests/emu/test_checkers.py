@@ -66,3 +66,42 @@ define amdgpu_kernel void @same(ptr addrspace(1) %out) "amdgpu-flat-work-group-s
     out = torch.zeros(256, dtype=torch.int32)
     emu.launch(compile_ir(ir), "same", 1, 256, [out])
     assert torch.all(out == 42)
+
+
+ROTATE_IN_PLACE = """
+@tile = internal addrspace(3) global [256 x float] undef, align 16
+define amdgpu_kernel void @rotate(ptr addrspace(1) %x, ptr addrspace(1) %out) "amdgpu-flat-work-group-size"="1,256" {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %px = getelementptr float, ptr addrspace(1) %x, i32 %tid
+  %v = load float, ptr addrspace(1) %px
+  %ps = getelementptr float, ptr addrspace(3) @tile, i32 %tid
+  store volatile float %v, ptr addrspace(3) %ps
+  call void @llvm.amdgcn.s.barrier()
+  %next = add i32 %tid, 64
+  %wrapped = and i32 %next, 255
+  %pn = getelementptr float, ptr addrspace(3) @tile, i32 %wrapped
+  %w = load volatile float, ptr addrspace(3) %pn
+  call void @llvm.amdgcn.s.barrier()
+  %w1 = fadd float %w, 1.0
+  store volatile float %w1, ptr addrspace(3) %ps
+  %po = getelementptr float, ptr addrspace(1) %out, i32 %tid
+  store float %w1, ptr addrspace(1) %po
+  ret void
+}
+"""
+
+
+def test_write_after_another_waves_read_is_a_race():
+    asm = compile_ir(ROTATE_IN_PLACE)
+    assert asm.count("s_barrier") == 2
+    x = torch.randn(256)
+    out = torch.zeros(256)
+    emu.launch(asm, "rotate", 1, 256, [x, out])   # barrier between the read and the write
+    assert torch.equal(out, torch.roll(x, -64) + 1)
+    # without it, wave w+1 overwrites words wave w still reads in the same barrier epoch
+    racy = asm[::-1].replace("s_barrier"[::-1], "s_nop 0"[::-1], 1)[::-1]
+    with pytest.raises(emu.LdsRace) as info:
+        emu.launch(racy, "rotate", 1, 256, [x, torch.zeros(256)])
+    message = str(info.value)
+    assert re.search(r"wave \d writes it at line \d+ `ds_write", message)
+    assert re.search(r"and wave \d reads it at line \d+ `ds_read", message)

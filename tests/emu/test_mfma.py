@@ -114,6 +114,33 @@ def test_mfma_matches_float64_matmul(name):
         np.testing.assert_allclose(d[wave], expected, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["v_mfma_f32_32x32x8_f16", "v_mfma_f32_16x16x4_4b_bf16",
+                                  "v_mfma_f32_4x4x4_16b_f16", "v_mfma_f32_16x16x32_fp8_bf8"])
+def test_register_file_views_in_place_output_and_reused_workspace(name):
+    """How the emulator calls execute: operands are strided slices of one register file, D
+    overwrites C in place, and scratch memory is reused across calls of other batch sizes."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + 1)
+    m, n, k, blocks, a_fmt, b_fmt = OPS[name]
+    workspace = {}
+    for waves in (3, 1, 4):
+        op, (a, b, c), (a_vals, b_vals, c_vals) = make_case(rng, name, waves=waves)
+        registers = np.zeros((waves, 2 + op.a_regs + op.b_regs + op.c_regs, 64), np.uint32)
+        a_rows = slice(1, 1 + op.a_regs)
+        b_rows = slice(a_rows.stop, a_rows.stop + op.b_regs)
+        c_rows = slice(b_rows.stop + 1, b_rows.stop + 1 + op.c_regs)
+        registers[:, a_rows], registers[:, b_rows] = a, b
+        registers[:, c_rows] = c.view(np.uint32)
+        acc = registers[:, c_rows].view(np.float32)
+        d = op.execute(registers[:, a_rows], registers[:, b_rows], acc, out=acc,
+                       workspace=workspace)
+        assert d is acc
+        reference = a_vals @ b_vals + c_vals.astype(np.float64)
+        for wave in range(waves):
+            np.testing.assert_allclose(registers[wave, c_rows].view(np.float32),
+                                       pack_acc(reference[wave], m, op.c_regs), rtol=1e-6, atol=1e-6)
+        assert not registers[:, 0].any() and not registers[:, b_rows.stop].any()
+
+
 def test_identity_a_gives_b_plus_c_exactly():
     rng = np.random.default_rng(7)
     name = "v_mfma_f32_16x16x16_f16"

@@ -1,5 +1,7 @@
 """Spot checks of rocke.emu.semantics against numpy / hand-derived values."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import torch
@@ -103,6 +105,55 @@ def test_fma_f32_rounds_once():
     x, y, z = (rng.standard_normal(1000).astype(np.float32) for _ in range(3))
     exact = x.astype(np.float64) * y + z
     np.testing.assert_allclose(v("v_fma_f32", x, y, z), exact.astype(np.float32), rtol=0, atol=0)
+
+
+def _round_to_f32(exact):
+    """Fraction -> nearest float32, ties to even, by exact comparison with both neighbours."""
+    guess = np.float32(float(exact))
+    candidates = [np.nextafter(guess, np.float32(-np.inf)), guess,
+                  np.nextafter(guess, np.float32(np.inf))]
+    best = min(candidates, key=lambda c: (abs(Fraction(float(c)) - exact),
+                                          int(np.array(c).view(np.uint32)) & 1))
+    return np.float32(best)
+
+
+def test_fma_f32_exact_on_mixed_lanes():
+    """Lanes that need the exact path (ties after an inexact float64 sum, float32 subnormal
+    results) next to ordinary lanes, against exact rational arithmetic."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(512).astype(np.float32)
+    b = rng.standard_normal(512).astype(np.float32)
+    c = rng.standard_normal(512).astype(np.float32)
+    # (1 + k 2^-12)^2 + tiny: float64 drops `tiny` and lands on a float32 tie
+    k = rng.integers(1, 2 ** 11, 128)
+    a[:128] = b[:128] = (1 + k * 2.0 ** -12).astype(np.float32)
+    c[:128] = np.float32(2.0 ** -60) * rng.choice([-1, 1], 128).astype(np.float32)
+    # results in float32's subnormal range
+    a[128:192] = (rng.standard_normal(64) * 2.0 ** -70).astype(np.float32)
+    b[128:192] = (rng.standard_normal(64) * 2.0 ** -70).astype(np.float32)
+    c[128:192] = (rng.integers(-8, 9, 64) * 2.0 ** -149).astype(np.float32)
+    got = v("v_fma_f32", a, b, c)
+    for i in range(512):
+        exact = Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(c[i]))
+        if exact == 0:
+            continue
+        assert bits(got[i]) == bits(_round_to_f32(exact)), i
+
+
+def test_perm_with_a_different_selector_per_lane():
+    s0, s1 = u32(0x44332211, 0x01020304, 0xDEADBEEF), u32(0x88776655, 0x8899AABB, 0x00FF7F80)
+    selector = u32(0x03020100, 0x0C0D0400, 0x0B0A0908)
+    data = [(int(hi) << 32) | int(lo) for hi, lo in zip(s0, s1)]
+
+    def pick(word, sel):
+        if sel < 8:
+            return (word >> (8 * sel)) & 0xFF
+        if sel < 12:
+            return 0xFF if (word >> (16 * (sel - 8) + 15)) & 1 else 0
+        return 0 if sel == 12 else 0xFF
+    expected = [sum(pick(word, (int(sel) >> (8 * i)) & 0xFF) << (8 * i) for i in range(4))
+                for word, sel in zip(data, selector)]
+    assert v("v_perm_b32", s0, s1, selector).tolist() == expected
 
 
 def test_fdiv_expansion_is_correctly_rounded():
