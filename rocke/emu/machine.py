@@ -263,15 +263,20 @@ class Pool:
                     break
 
 
+READ_LOG_ROWS = 1 << 21   # rows of reads kept unreplayed (bounds the log to 16 MiB)
+
+
 class RaceTracker:
     """Per-byte LDS access bookkeeping within one barrier epoch of each workgroup.
 
     `written` holds (pc << 8) | (wave + 1) of the last write of a byte this epoch (wave: index
     within the workgroup; 0 = not written). `readers` has one plane of `size` bytes per wave
     index w, nonzero where wave w read the byte this epoch: a read marks all its waves with one
-    scatter, no read-modify-write. `reader_pc` is the pc of a byte's last read. `written` and
-    `readers` are cleared when a barrier releases. An access moves each array a row of
-    `granule` bytes at a time (see memory.access_rows).
+    scatter, no read-modify-write. The pc of a byte's last read, needed only to report a race, is
+    `reader_pc` updated by the reads of `read_log` (pc, granule, rows), which are replayed into
+    it only when the log grows long. `written` and `readers` are cleared when a barrier
+    releases. An access moves each array a row of `granule` bytes at a time (see
+    memory.access_rows).
     """
 
     def __init__(self, pool: Pool, waves_per_wg: int):
@@ -286,6 +291,8 @@ class RaceTracker:
         self.size, self.waves_per_wg = size, waves_per_wg
         self.readers = np.zeros(waves_per_wg * size, np.uint8)
         self.reader_pc = np.zeros(size, np.int32)
+        self.read_log: list[tuple[int, int, np.ndarray]] = []
+        self.read_log_rows = 0
         self.pending: dict[int, list] = {}   # wave -> [(vm sequence, flat bytes, pc)]
         # workgroups whose `written` / `readers` may hold marks this epoch: the others are known
         # clean, so their checks and clearing can be skipped
@@ -375,7 +382,7 @@ class RaceTracker:
                     other = next(w for w in range(self.waves_per_wg) if w != local[row]
                                  and self.readers[w * self.size + flat_byte])
                     self._report(ins, pc, flat_byte, row_wave[row], True, other,
-                                 self.reader_pc[flat_byte], "read")
+                                 self._last_read_pc(flat_byte), "read")
             if atomic:
                 return
             mark = mine | np.int32(pc << 8)
@@ -383,7 +390,25 @@ class RaceTracker:
             self._batch = (granule, rows, mark, row_wave, pc, new_bytes)
         else:
             put_rows(self.readers, granule, rows + local * plane_rows, np.ones((1, granule)))
+            self.read_log.append((pc, granule, rows))
+            self.read_log_rows += len(rows)
+            if self.read_log_rows > READ_LOG_ROWS:
+                self._replay_reads()
+
+    def _replay_reads(self):
+        for pc, granule, rows in self.read_log:
             put_rows(self.reader_pc, granule, rows, np.full((1, granule), pc))
+        self._forget_reads()
+
+    def _forget_reads(self):
+        self.read_log.clear()
+        self.read_log_rows = 0
+
+    def _last_read_pc(self, flat_byte: int) -> int:
+        for pc, granule, rows in reversed(self.read_log):
+            if (rows == flat_byte // granule).any():
+                return pc
+        return int(self.reader_pc[flat_byte])
 
     def check_batch_writes(self, ins):
         """After a batch's write landed: two waves of the batch wrote one byte differently."""
@@ -436,6 +461,10 @@ class RaceTracker:
         if len(was_read):
             self.readers.reshape(self.waves_per_wg, pool.num_wgs, pool.lds_stride)[:, was_read] = 0
             self.was_read[was_read] = False
+            if not self.was_read.any():
+                # every byte read from now on is logged anew: older reads can no longer be
+                # the last read of a byte a race report names
+                self._forget_reads()
         # LDS-DMA writes still in flight may land anywhere in the new epoch
         released = set(wgs.tolist())
         for wave, entries in self.pending.items():

@@ -100,18 +100,35 @@ class MfmaOp:
     # -- layouts: each is a reshape + transpose of the register file -----------------------
 
     def _a_matrix(self, a: np.ndarray, workspace) -> np.ndarray:
-        """uint32[n, regs, 64] of A -> float64[n, blocks, M, K]. The 32-bit words are put in
-        order first (fewer bytes than moving decoded values), then decoded in place."""
+        """uint32[n, regs, 64] of A -> float64[n, blocks, M, K], rows in `_row_split` order. The
+        32-bit words are put in order first (fewer bytes than moving decoded values), then
+        decoded in place."""
         n, regs = a.shape[0], a.shape[1]
-        split = a.reshape(n, regs, 64 // self.m, self.m)    # lane = group * M + row
+        row_split = self._row_split()
+        # lane = group * M + row, row split as (quad, group of C, r4) (or kept whole)
+        split = a.reshape((n, regs, 64 // self.m) + row_split)
+        rows = tuple(range(3, 3 + len(row_split)))
+        if len(row_split) == 3:   # rows in C/D register order: (quad, r4, group of C)
+            rows = (rows[0], rows[2], rows[1])
         # blocks > 1: block = group, k = (register, element); one block: k = (group, register,
         # element)
-        order = (0, 2, 3, 1) if self.blocks > 1 else (0, 3, 2, 1)
+        order = (0, 2) + rows + (1,) if self.blocks > 1 else (0,) + rows + (2, 1)
         words = scratch(workspace, "a", tuple(split.shape[i] for i in order), np.uint32)
         np.copyto(words, split.transpose(order))
         matrix = scratch(workspace, "A", (n, self.blocks, self.m, self.k), np.float64)
         _decode_into(words, self.a_format, matrix.reshape(words.shape[:-1] + (-1,)))
         return matrix
+
+    def _row_split(self) -> tuple:
+        """How A's rows (and so D's) are split so that, reordered, they follow the C/D
+        registers: for N >= 16 row = 4 * groups * quad + 4 * group + r4 is split as
+        (quad, group, r4) and stored as (quad, r4, group), which makes a [blocks, M, N] product
+        the C-order walk of the C/D registers [c_regs, 64] (register = block * M/G + 4 * quad
+        + r4, lane = group * N + column); 4x4 ops keep the row whole."""
+        if self.n == 4:
+            return (self.m,)
+        groups = 64 // self.n
+        return (self.m // groups // 4, groups, 4)
 
     def _b_values(self, b: np.ndarray, workspace) -> np.ndarray:
         """uint32[n, regs, 64] of B -> float64[n, regs, 64, per_reg] (element e of register r
@@ -131,16 +148,12 @@ class MfmaOp:
         return split.transpose(0, 2, 1, 4, 3).reshape(n, self.blocks, self.k, self.n)
 
     def _register_order(self, matrix: np.ndarray, n: int) -> tuple[np.ndarray, tuple]:
-        """A view of [n, blocks, M, N] `matrix` whose C-order walk is the C/D registers
-        [n, c_regs, 64], and the shape that splits those registers the same way."""
+        """A view of [n, blocks, M, N] `matrix` (rows in `_row_split` order) whose C-order walk
+        is the C/D registers [n, c_regs, 64], and the shape that splits those registers the
+        same way."""
         if self.n == 4:   # register = row, lane = block * 4 + column
             return matrix.transpose(0, 2, 1, 3), (n, self.m, self.blocks, self.n)
-        groups = 64 // self.n
-        quads = self.m // groups // 4
-        # row = 4 * groups * quad + 4 * group + r4; register = block * M/G + 4 * quad + r4;
-        # lane = group * N + column
-        split = matrix.reshape(n, self.blocks, quads, groups, 4, self.n)
-        return split.transpose(0, 1, 2, 4, 3, 5), (n, self.blocks, quads, 4, groups, self.n)
+        return matrix.reshape(n, self.c_regs, 64), (n, self.c_regs, 64)
 
     # -- execution -------------------------------------------------------------------------
 
@@ -193,8 +206,10 @@ class MfmaOp:
         with np.errstate(all="ignore"):
             np.matmul(a_matrix, b_matrix, out=products)
             ordered, split = self._register_order(products, n)
-            # the sum is formed in float64 and rounded once into the float32 output
-            np.add(ordered, c.reshape(split), out=d.reshape(split), casting="same_kind")
+            # the sum is formed in float64 and rounded once into the float32 output (two
+            # unbuffered passes beat one mixed-type add)
+            np.add(ordered, c.reshape(split), out=ordered)
+            np.copyto(d.reshape(split), ordered, casting="same_kind")
         return d
 
 
