@@ -131,7 +131,6 @@ def dpp(value: Value, control: int, *, row_mask: int = 0xF, bank_mask: int = 0xF
     without a valid source read 0 when ``bound_ctrl`` (else keep ``old``)."""
     if not isinstance(control, int) or not 0 <= control <= 0x1FF:
         raise dsl_value_error(f"DPP control must be a DppCtrl encoding, got {control!r}")
-    k = value.kernel
     old_words = None
     if old is not None:
         if old.dtype != value.dtype or old.lanes != value.lanes:

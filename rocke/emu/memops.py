@@ -200,7 +200,6 @@ def decode_vmem(ins, ops, mods):
 
 
 def _load(ins, plan, row, nbytes, how, family):
-    words_per_lane = max(1, nbytes // 4)
     def run(P, sel, n):
         active, full, lanes = P.exec_state(sel)
         addr, check = plan.addresses(P, sel, n)

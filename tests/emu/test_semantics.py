@@ -3,7 +3,6 @@
 from fractions import Fraction
 
 import numpy as np
-import pytest
 import torch
 
 from rocke.emu.semantics import SALU_OPS, VALU_CLAMP_OPS, VALU_OPS, AluOp
