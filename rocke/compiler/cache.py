@@ -13,16 +13,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .. import env
+
 FORMAT_VERSION = 1
 _FILES = ("kernel.s", "kernel.o", "kernel.hsaco")
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("ROCKE_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rocke"
+    return env.cache_dir()
 
 
 def cache_key(ir: str, target_id: str, toolchain: str, options: dict) -> str:

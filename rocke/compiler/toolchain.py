@@ -9,6 +9,7 @@ import shutil
 import llvmlite
 import llvmlite.binding as llvm
 
+from .. import env
 from ..arch import get_target
 
 TRIPLE = "amdgcn-amd-amdhsa"
@@ -67,8 +68,8 @@ _LINKER_HINT = ("no ld.lld found. Install Debian's lld-19 (`apt-get install lld-
 def find_linker() -> str:
     """ROCm's ld.lld first, then $ROCKE_LD_LLD, ld.lld on PATH, Debian's versioned lld."""
     candidates = []
-    if os.environ.get("ROCKE_LD_LLD"):
-        candidates.append(os.environ["ROCKE_LD_LLD"])
+    if env.linker_override():
+        candidates.append(env.linker_override())
     for root in filter(None, [os.environ.get("ROCM_PATH"), "/opt/rocm"]):
         candidates.append(os.path.join(root, "llvm", "bin", "ld.lld"))
     candidates += sorted(glob.glob("/opt/rocm-*/llvm/bin/ld.lld"), reverse=True)

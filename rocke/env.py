@@ -1,0 +1,59 @@
+"""Every ROCKE_* environment lever, read in this one module (a leaf: it imports only the stdlib,
+so the emulator may use it too). The attention family's HIPDNN_GFX942_* levers are read in
+``rocke/kernels/common/knobs.py``.
+
+Each reader validates its variable and raises ``ValueError`` naming it, so a typo in a lever is
+an error rather than a silently ignored default.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: name -> (default, meaning); the README's options table lists the same.
+LEVERS: dict[str, tuple[str, str]] = {
+    "ROCKE_CACHE_DIR": ("$XDG_CACHE_HOME/rocke or ~/.cache/rocke", "compile cache directory"),
+    "ROCKE_LD_LLD": ("discovered", "the ld.lld to link code objects with"),
+    "ROCKE_DEVICE": ("hip if a gfx942 GPU is found, else emu", "launch device: emu | hip"),
+    "ROCKE_EMU_TIMEOUT_S": ("600", "wall-time budget of one emulator launch, seconds"),
+}
+
+
+def raw(name: str) -> str | None:
+    """The variable's value, or None when unset or empty."""
+    if name not in LEVERS:
+        raise KeyError(f"{name} is not a rocke lever (see rocke.env.LEVERS)")
+    value = os.environ.get(name)
+    return value if value else None
+
+
+def cache_dir() -> Path:
+    env = raw("ROCKE_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rocke"
+
+
+def linker_override() -> str | None:
+    return raw("ROCKE_LD_LLD")
+
+
+def device() -> str | None:
+    value = raw("ROCKE_DEVICE")
+    if value is not None and value not in ("emu", "hip"):
+        raise ValueError(f"ROCKE_DEVICE must be 'emu' or 'hip', got {value!r}")
+    return value
+
+
+def emu_timeout_s() -> float:
+    value = raw("ROCKE_EMU_TIMEOUT_S")
+    if value is None:
+        return 600.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"ROCKE_EMU_TIMEOUT_S must be a positive number of seconds, got {value!r}")
+    return seconds
