@@ -357,4 +357,9 @@ class HipDevice(Device):
                 _call("hipGraphDestroy", graph)
             native.close()
             raise
-        native.end()
+        try:
+            native.end()
+        except BaseException:
+            with contextlib.suppress(HipError):
+                native.close()
+            raise

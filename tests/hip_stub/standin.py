@@ -103,8 +103,8 @@ class StandIn:
         self.code_objects[hashlib.sha256(compiled.code_object).hexdigest()] = compiled.asm
 
     def reset(self, active: bool = False) -> None:
-        for name in ("allocations", "modules", "functions", "streams", "graphs", "execs",
-                     "events", "fail", "calls"):
+        for name in ("code_objects", "allocations", "modules", "functions", "streams", "graphs",
+                     "execs", "events", "fail", "calls"):
             getattr(self, name).clear()
         self.executed.clear()
         self.errors.clear()
