@@ -295,7 +295,11 @@ class HipDevice(Device):
             return torch.cuda.current_stream().cuda_stream
         return None
 
-    def execute(self, launch: PreparedLaunch, *, stream=None, check: bool = True):
+    def launch_params(self, launch: PreparedLaunch, stream=None) -> tuple:
+        """The hipModuleLaunchKernel arguments for `launch` (the module is loaded on first use);
+        the host side of a HIP launch, short of the call itself. The kernarg buffer and the
+        `extra` array ride along as the tuple's last items' referents: keep the tuple alive until
+        the call returns (HIP copies the kernarg buffer during the call)."""
         for value in launch.args:
             device = getattr(value, "device", None)
             if getattr(device, "type", None) == "cpu":
@@ -305,14 +309,18 @@ class HipDevice(Device):
         if stream is None:
             stream = self.current_stream()
         kernarg = launch.kernarg
-        size = ctypes.c_size_t(len(kernarg))
         buffer = ctypes.create_string_buffer(kernarg, len(kernarg))
+        size = ctypes.c_size_t(len(kernarg))
         extra = (ctypes.c_void_p * 5)(HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
                                       HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size),
                                       HIP_LAUNCH_PARAM_END)
         grid, block = launch.grid, launch.block
-        _call("hipModuleLaunchKernel", fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-              launch.shared_mem, stream, None, ctypes.addressof(extra))
+        return (fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], launch.shared_mem,
+                stream, None, ctypes.addressof(extra), (buffer, size, extra))
+
+    def execute(self, launch: PreparedLaunch, *, stream=None, check: bool = True):
+        params = self.launch_params(launch, stream)
+        _call("hipModuleLaunchKernel", *params[:-1])
         capture = _graph.active_capture(self)
         if capture is not None and capture._native is not None:
             capture._native.num_launches += 1
