@@ -96,11 +96,28 @@ def arch_compatible(code_target: str, device_arch: str) -> bool:
     return all(dev.get(k, v) == v for k, v in code.items())
 
 
+@functools.cache
+def bindings_generation() -> int:
+    """Major version of the installed hip-python: 7.x and earlier take caller-made out-structs
+    (`hipGetDeviceProperties(props, device)`), >= 10 return them
+    (`hipGetDeviceProperties(device)`, `hipGraphInstantiate(graph, bufferSize)`)."""
+    from importlib.metadata import PackageNotFoundError, version
+    for dist in ("hip-python", "rocm-bindings-hip"):
+        try:
+            return int(version(dist).split(".", 1)[0])
+        except (PackageNotFoundError, ValueError):
+            continue
+    return 0
+
+
 def device_arch(index: int) -> str:
     """gcnArchName of HIP device `index`, e.g. 'gfx942:sramecc+:xnack-'."""
     hip = hip_module()
-    props = hip.hipDeviceProp_t()
-    _call("hipGetDeviceProperties", props, index)
+    if bindings_generation() >= 10:
+        props = _call("hipGetDeviceProperties", index)
+    else:
+        props = hip.hipDeviceProp_t()
+        _call("hipGetDeviceProperties", props, index)
     name = props.gcnArchName
     return (name.decode() if isinstance(name, bytes) else str(name)).split("\x00", 1)[0]
 
@@ -206,7 +223,10 @@ class _StreamGraph:
 
     def end(self):
         self.graph = _call("hipStreamEndCapture", self.stream)
-        self.exec, _error_node = _call("hipGraphInstantiate", self.graph, None, 0)
+        if bindings_generation() >= 10:
+            self.exec = _call("hipGraphInstantiate", self.graph, 0)[0]
+        else:
+            self.exec = _call("hipGraphInstantiate", self.graph, None, 0)[0]
 
     def replay(self, stream=None):
         _call("hipGraphLaunch", self.exec, self.stream if stream is None else stream)
