@@ -93,6 +93,10 @@ class Device:
         """Whether launches on `stream` (default: the current one) are being captured."""
         raise NotImplementedError
 
+    def timed(self, fn, stream=None):
+        """Run `fn`, which launches on this device; a `timing.Timing` on the device's clock."""
+        raise NotImplementedError
+
     def __repr__(self):
         return f"<rocke {self.kind} device {self.arch}>"
 

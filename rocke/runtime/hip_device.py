@@ -353,6 +353,29 @@ class HipDevice(Device):
         else:
             _call("hipDeviceSynchronize")
 
+    def timed(self, fn, stream=None):
+        from .timing import GPU_CLOCK, Timing
+        if stream is None and torch_rocm():
+            import torch
+            start, stop = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            return Timing(start.elapsed_time(stop) / 1e3, GPU_CLOCK)
+        stream = self.current_stream() if stream is None else stream
+        start, stop = _call("hipEventCreate"), _call("hipEventCreate")
+        try:
+            _call("hipEventRecord", start, stream)
+            fn()
+            _call("hipEventRecord", stop, stream)
+            _call("hipEventSynchronize", stop)
+            milliseconds = _call("hipEventElapsedTime", start, stop)
+        finally:
+            _call("hipEventDestroy", start)
+            _call("hipEventDestroy", stop)
+        return Timing(milliseconds / 1e3, GPU_CLOCK)
+
     # --- memory ---
     def alloc(self, nbytes: int) -> DeviceBuffer:
         return DeviceBuffer(self, nbytes)

@@ -67,6 +67,7 @@ class _Launch:
     block: tuple
     shared_mem: int
     kernarg: bytes
+    stream: int | None = None
 
 
 @dataclass
@@ -263,7 +264,7 @@ class StandIn:
         if stream is not None and stream not in self.streams:
             return INVALID_HANDLE
         record = _Launch(function, (gx, gy, gz), (bx, by, bz), shared_mem,
-                         ctypes.string_at(buffer, size))
+                         ctypes.string_at(buffer, size), stream)
         capture = self.streams[stream].capture if stream is not None else None
         if capture is not None:
             capture.append(record)          # captured launches do not run now

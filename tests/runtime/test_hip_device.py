@@ -156,3 +156,41 @@ def test_default_device_selection(standin, monkeypatch):
     with pytest.raises(HipError, match=r"hipGetDeviceCount failed: hipErrorNoDevice \(100\): "
                                        "no ROCm-capable device is detected"):
         runtime.get_device("hip")
+
+
+def test_with_a_rocm_torch_launches_follow_torchs_current_stream(standin, vector_add, monkeypatch):
+    """torch here is a CPU build, so its ROCm surface is faked: current_stream() hands out a
+    stand-in stream and is_current_stream_capturing() a flag. What is checked is that rocke
+    launches on torch's current stream and asks torch whether it is capturing."""
+    import types
+    from rocke.runtime import hip_device
+    _variant, ck = vector_add
+    standin.register(ck)
+    dev = runtime.get_device("hip")
+    stream = hip_device._call("hipStreamCreate")
+    capturing = [False]
+    monkeypatch.setattr(hip_device, "torch_rocm", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda: types.SimpleNamespace(cuda_stream=int(stream)))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    buf = dev.alloc(4 * 256)
+    runtime.launch(ck, 1, 256, [buf, buf, buf, 256], device="hip")
+    assert standin.executed[-1].stream == int(stream)
+    assert not runtime.is_capturing("hip")
+    capturing[0] = True
+    assert runtime.is_capturing("hip")
+
+
+def test_timing_names_its_clock(standin, vector_add):
+    _variant, ck = vector_add
+    standin.register(ck)
+    dev = runtime.get_device("hip")
+    buf = dev.alloc(4 * 256)
+    hip_time = runtime.timed(lambda: runtime.launch(ck, 1, 256, [buf, buf, buf, 256],
+                                                    device="hip"), device="hip")
+    assert hip_time.clock == runtime.GPU_CLOCK and hip_time.seconds > 0   # via HIP events
+    assert standin.calls["event_record"] == 2 and standin.events == {}    # both destroyed
+    x = torch.zeros(256)
+    emu_time = runtime.timed(lambda: runtime.launch(ck, 1, 256, [x, x, x, 256], device="emu"),
+                             device="emu")
+    assert emu_time.clock == "emulator wall time" and "emulator wall time" in str(emu_time)
