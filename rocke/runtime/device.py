@@ -11,6 +11,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 from .. import env
 from ..arch import abi
 
@@ -33,8 +35,16 @@ def _pointer_of(value) -> int:
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
-    if isinstance(value, int) and value > 0:      # the common case, without abi's generality
+    # the common cases (an int, a full 3-tuple of ints) without abi's generality: this is per launch
+    if type(value) is int and value > 0:
         return (value, 1, 1)
+    if type(value) is tuple and len(value) == 3 and all(type(d) is int and d > 0 for d in value):
+        return value
+    items = (value,) if isinstance(value, (int, np.integer)) else value
+    if isinstance(items, (str, bytes)) or not isinstance(items, (tuple, list)) or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in items):
+        # abi.normalize_dims would int() strings and truncate floats; launches take integers only
+        raise ValueError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}")
     return abi.normalize_dims(value, what)
 
 
@@ -45,18 +55,32 @@ def _checked_args(compiled, grid, block, args) -> list:
     block, args)`, which returns the converted arguments; until that module is in this branch the
     arguments pass through unchanged (kernarg packing below still rejects wrong kinds and sizes).
     """
-    if _check_launch_args is not None:
-        return list(_check_launch_args(compiled, grid, block, args))
+    check = _signature_check()
+    if check is not None:
+        return list(check(compiled, grid, block, args))
     if not isinstance(args, (list, tuple)):
         raise ValueError(f"args must be a list or tuple of kernel arguments, "
                          f"got {type(args).__name__}")
     return list(args)
 
 
-try:   # see _checked_args: host-rel's signature module, once merged
-    from .signature import check_launch_args as _check_launch_args
-except ModuleNotFoundError:
-    _check_launch_args = None
+_UNRESOLVED = object()
+_check_launch_args = _UNRESOLVED
+
+
+def _signature_check():
+    """host-rel's check_launch_args, imported on first use (so rocke.runtime and its
+    signature module cannot import each other in a circle); None while it does not exist."""
+    global _check_launch_args
+    if _check_launch_args is _UNRESOLVED:
+        try:
+            from .signature import check_launch_args
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.signature":
+                raise           # the module exists but something it needs does not
+            check_launch_args = None
+        _check_launch_args = check_launch_args
+    return _check_launch_args
 
 
 def prepare_launch(compiled, grid, block, args: Sequence[Any], shared_mem: int = 0) -> PreparedLaunch:

@@ -275,10 +275,13 @@ class HipDevice(Device):
     # --- modules ---
     def function(self, compiled):
         """The loaded kernel function of `compiled`, loading its module on first use."""
-        digest = compiled.__dict__.get("_code_object_sha256")
+        digest = getattr(compiled, "_code_object_sha256", None)
         if digest is None:
             digest = hashlib.sha256(compiled.code_object).hexdigest()
-            object.__setattr__(compiled, "_code_object_sha256", digest)
+            try:        # remembered on the (frozen) CompiledKernel: hashing is per object, once
+                object.__setattr__(compiled, "_code_object_sha256", digest)
+            except AttributeError:
+                pass
         entry = self._modules.get(digest)
         if entry is not None:
             fn = entry[1].get(compiled.name)
