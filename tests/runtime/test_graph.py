@@ -114,3 +114,60 @@ def test_hip_capture_error_maps_and_cleans_up(standin, vector_add):
     with pytest.raises(GraphError, match="before capture"):
         g.replay()
     assert standin.graphs == {} and standin.streams == {}      # nothing leaked
+
+
+def test_with_a_rocm_torch_the_graph_is_torchs(standin, vector_add, monkeypatch):
+    """torch here is a CPU build, so its graph API is faked the way ROCm torch behaves: inside
+    `torch.cuda.graph(g)` the current stream is a capturing side stream (here: HIP stream capture
+    on a stand-in stream) and `g.replay()` launches the captured graph. Checked: rocke captures
+    into torch's graph (not a graph of its own) and replays through it."""
+    import contextlib
+    import types
+    from rocke.runtime import hip_device
+    _variant, ck = vector_add
+    standin.register(ck)
+    dev = runtime.get_device("hip")
+    side = hip_device._call("hipStreamCreate")
+    current = [None]
+
+    class FakeCUDAGraph:
+        exec = None
+
+        def replay(self):
+            hip_device._call("hipGraphLaunch", self.exec, side)
+
+        def reset(self):
+            hip_device._call("hipGraphExecDestroy", self.exec)
+
+    @contextlib.contextmanager
+    def fake_graph(g):
+        hip = hip_device.hip_module()
+        hip_device._call("hipStreamBeginCapture", side,
+                         hip.hipStreamCaptureMode.hipStreamCaptureModeThreadLocal)
+        current[0] = side
+        try:
+            yield
+        finally:
+            current[0] = None
+            graph = hip_device._call("hipStreamEndCapture", side)
+            g.exec = hip_device._call("hipGraphInstantiate", graph, None, 0)[0]
+
+    monkeypatch.setattr(hip_device, "torch_rocm", lambda: True)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeCUDAGraph)
+    monkeypatch.setattr(torch.cuda, "graph", fake_graph)
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda: types.SimpleNamespace(cuda_stream=current[0]))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: current[0] is not None)
+    a = torch.randn(N)
+    da, dc = dev.alloc(4 * N).copy_from(a), dev.alloc(4 * N)
+    g = Graph(device="hip")
+    with g.capture():
+        assert is_capturing("hip")
+        runtime.launch(ck, 2, 256, [da, da, dc, N], device="hip")
+    assert standin.executed == [] and g.num_launches == 1
+    assert standin.calls["stream_create"] == 1       # the side stream only: rocke made none
+    g.replay()
+    assert standin.executed[0].stream == int(side)
+    assert torch.equal(dc.copy_to(torch.empty(N)), 2 * a)
+    g.close()
+    assert standin.execs == {}
