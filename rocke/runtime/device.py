@@ -139,18 +139,23 @@ def get_device(device: Device | str | None = None) -> Device:
         device = default_device_kind()
     if device not in DEVICE_KINDS:
         raise ValueError(f"unknown device {device!r}; rocke has {DEVICE_KINDS}")
-    found = _devices.get(device)
+    if device == "emu":
+        key = "emu"
+    else:
+        from .hip_device import current_device_index
+        key = f"hip:{current_device_index()}"     # the caller's current GPU (torch's, or HIP's)
+    found = _devices.get(key)
     if found is not None:
         return found
     with _lock:
-        if device not in _devices:
+        if key not in _devices:
             if device == "emu":
                 from .emu_device import EmuDevice
-                _devices[device] = EmuDevice()
+                _devices[key] = EmuDevice()
             else:
                 from .hip_device import HipDevice
-                _devices[device] = HipDevice(0)
-        return _devices[device]
+                _devices[key] = HipDevice(int(key.split(":")[1]))
+        return _devices[key]
 
 
 def default_device_kind() -> str:

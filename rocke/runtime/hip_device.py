@@ -145,6 +145,14 @@ def torch_rocm() -> bool:
     return bool(getattr(torch.version, "hip", None)) and torch.cuda.is_available()
 
 
+def current_device_index() -> int:
+    """The GPU launches go to: torch's current device on a ROCm torch, else hipGetDevice()."""
+    if torch_rocm():
+        import torch
+        return torch.cuda.current_device()
+    return _call("hipGetDevice")
+
+
 class DeviceBuffer:
     """`nbytes` of HIP device memory (hipMalloc); passes as a pointer argument like a tensor."""
 

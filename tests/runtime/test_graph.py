@@ -153,6 +153,7 @@ def test_with_a_rocm_torch_the_graph_is_torchs(standin, vector_add, monkeypatch)
             g.exec = hip_device._call("hipGraphInstantiate", graph, None, 0)[0]
 
     monkeypatch.setattr(hip_device, "torch_rocm", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeCUDAGraph)
     monkeypatch.setattr(torch.cuda, "graph", fake_graph)
     monkeypatch.setattr(torch.cuda, "current_stream",

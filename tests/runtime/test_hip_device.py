@@ -170,6 +170,7 @@ def test_with_a_rocm_torch_launches_follow_torchs_current_stream(standin, vector
     stream = hip_device._call("hipStreamCreate")
     capturing = [False]
     monkeypatch.setattr(hip_device, "torch_rocm", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "current_stream",
                         lambda: types.SimpleNamespace(cuda_stream=int(stream)))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
