@@ -214,6 +214,13 @@ class DeviceBuffer:
         return f"<DeviceBuffer {self._nbytes} B at {self._address:#x}>"
 
 
+def instantiate_graph(graph):
+    """hipGraphInstantiate(graph) -> the executable graph, in the installed bindings' shape."""
+    if bindings_generation() >= 10:
+        return _call("hipGraphInstantiate", graph, 0)[0]
+    return _call("hipGraphInstantiate", graph, None, 0)[0]
+
+
 class _StreamGraph:
     """A HIP graph made by stream capture: hipStreamBeginCapture .. hipGraphInstantiate."""
 
@@ -231,10 +238,7 @@ class _StreamGraph:
 
     def end(self):
         self.graph = _call("hipStreamEndCapture", self.stream)
-        if bindings_generation() >= 10:
-            self.exec = _call("hipGraphInstantiate", self.graph, 0)[0]
-        else:
-            self.exec = _call("hipGraphInstantiate", self.graph, None, 0)[0]
+        self.exec = instantiate_graph(self.graph)
 
     def replay(self, stream=None):
         _call("hipGraphLaunch", self.exec, self.stream if stream is None else stream)

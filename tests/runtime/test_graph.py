@@ -150,7 +150,7 @@ def test_with_a_rocm_torch_the_graph_is_torchs(standin, vector_add, monkeypatch)
         finally:
             current[0] = None
             graph = hip_device._call("hipStreamEndCapture", side)
-            g.exec = hip_device._call("hipGraphInstantiate", graph, None, 0)[0]
+            g.exec = hip_device.instantiate_graph(graph)
 
     monkeypatch.setattr(hip_device, "torch_rocm", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
