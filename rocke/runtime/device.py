@@ -83,7 +83,8 @@ def _signature_check():
     return _check_launch_args
 
 
-def prepare_launch(compiled, grid, block, args: Sequence[Any], shared_mem: int = 0) -> PreparedLaunch:
+def prepare_launch(compiled, grid, block, args: Sequence[Any],
+                   shared_mem: int = 0) -> PreparedLaunch:
     """Check a launch of `compiled` and pack its kernarg segment; raises ValueError before any
     work when something is wrong."""
     info = compiled.info

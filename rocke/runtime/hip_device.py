@@ -323,8 +323,9 @@ class HipDevice(Device):
     # --- launches ---
     def current_stream(self):
         capture = _graph.active_capture(self)
-        if capture is not None and capture._native is not None and capture._native.stream is not None:
-            return capture._native.stream
+        native = capture._native if capture is not None else None
+        if native is not None and native.stream is not None:
+            return native.stream
         if torch_rocm():
             import torch
             return torch.cuda.current_stream().cuda_stream

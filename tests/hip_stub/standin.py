@@ -287,7 +287,7 @@ class StandIn:
                 found = self._allocation_of(address)
                 if found is None:
                     return self._fail(LAUNCH_FAILURE, f"{fn.name}: {arg.label} points at "
-                                                      f"{address:#x}, outside every hipMalloc range")
+                                      f"{address:#x}, outside every hipMalloc range")
                 start, array = found
                 values.append(torch.from_numpy(array)[address - start:])
             else:
