@@ -23,6 +23,9 @@ def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
     """Run `compiled` over `grid` workgroups of `block` work-items; returns the device's report."""
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; rocke has {DEVICES}")
+    # launch arguments vs the kernel's declared signature (rocke/runtime/signature.py)
+    from .signature import check_launch_args
+    args = check_launch_args(compiled, grid, block, args, device=device)
     from .. import emu
     return emu.launch(compiled.asm, compiled.name, _dims("grid", grid), _dims("block", block),
                       list(args), shared_mem=shared_mem, check=check)

@@ -1,0 +1,159 @@
+"""Launch arguments are checked against the kernel's declared signature before any work starts
+(issue 10, catalog items 1 and 6). Every refused launch leaves every argument byte-identical."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from rocke.compiler import CompileCache, compile_ir
+from rocke.dsl import Kernel, bf16, f16, f32
+from rocke.runtime import launch
+from rocke.runtime.signature import LaunchArgumentError, check_launch_args
+
+from ._util import snapshot
+
+
+def _scale_kernel(dtype, block=256, name="scale"):
+    """The README's example: x[i] *= alpha for i < n."""
+    k = Kernel(name, workgroup_size=block)
+    x = k.arg_ptr("x", dtype)
+    n = k.arg_i32("n")
+    alpha = k.arg_f32("alpha")
+    i = k.block_id(0) * block + k.thread_id(0)
+    buf = x.buffer(n)
+    buf.store(i, (buf.load(i).to(f32) * alpha).to(dtype))
+    return k
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    store = CompileCache(tmp_path_factory.mktemp("cache"))
+    out = {}
+    for dt, name in ((f32, "scale_f32"), (f16, "scale_f16")):
+        k = _scale_kernel(dt, name=name)
+        out[dt.name] = compile_ir(k.ir(), name=k.name, cache=store)
+    return out
+
+
+def test_signature_is_in_the_code_object_metadata(kernels):
+    info = kernels["f16"].info
+    assert [(a.name, a.type_name) for a in info.explicit_args] == [("x", "f16*"), ("n", "i32"), ("alpha", "f32")]
+    assert info.reqd_workgroup_size == (256, 1, 1)
+    assert b"f16*" in kernels["f16"].code_object       # the linked code object carries it too
+
+
+def test_int_for_f32_is_converted_exactly_and_runs(kernels):
+    """Catalog 1: the README example with alpha=2 (an int) used to pack 2.8e-45."""
+    x = torch.arange(1000, dtype=torch.float32)
+    launch(kernels["f32"], grid=(4,), block=(256,), args=[x, 1000, 2])
+    assert torch.equal(x, torch.arange(1000, dtype=torch.float32) * 2)
+    converted = check_launch_args(kernels["f32"], (4,), (256,), [x, 1000, 2])
+    assert converted[2] == 2.0 and converted[2].dtype == np.float32 and converted[1].dtype == np.int32
+
+
+def test_numpy_scalars_with_exact_values_are_accepted(kernels):
+    x = torch.zeros(4)
+    out = check_launch_args(kernels["f32"], 1, 256, [x, np.int64(4), np.float16(0.5)])
+    assert out[1] == 4 and out[2] == np.float32(0.5)
+    out = check_launch_args(kernels["f32"], 1, 256, [x, np.uint8(7), np.int16(-3)])
+    assert out[1] == 7 and out[2] == -3.0
+
+
+def test_python_float_rounds_to_f32(kernels):
+    out = check_launch_args(kernels["f32"], 1, 256, [torch.zeros(4), 4, 0.1])
+    assert out[2] == np.float32(0.1)
+
+
+BAD = [
+    # (description, overrides, error words)
+    ("float for i32", dict(args=1, value=1000.0), "pass an int, got float"),
+    ("numpy float for i32", dict(args=1, value=np.float32(3)), "pass an int, got float32"),
+    ("bool for i32", dict(args=1, value=True), "got a bool"),
+    ("numpy bool for i32", dict(args=1, value=np.bool_(True)), "got a bool"),
+    ("2**31 for i32", dict(args=1, value=2 ** 31), "outside the i32 range"),
+    ("2**32 - 1 for i32", dict(args=1, value=2 ** 32 - 1), "outside the i32 range"),
+    ("-2**31 - 1 for i32", dict(args=1, value=-2 ** 31 - 1), "outside the i32 range"),
+    ("numpy u64 beyond i32", dict(args=1, value=np.uint64(2 ** 40)), "outside the i32 range"),
+    ("str for i32", dict(args=1, value="1000"), "pass an int, got str"),
+    ("None for i32", dict(args=1, value=None), "passed by value"),
+    ("tensor for i32", dict(args=1, value=torch.tensor(3)), "passed by value"),
+    ("inexact int for f32", dict(args=2, value=2 ** 24 + 1), "no exact f32 value"),
+    ("huge int for f32", dict(args=2, value=10 ** 400), "no exact f32 value"),
+    ("inexact numpy f64 for f32", dict(args=2, value=np.float64(0.1)), "no exact f32 value"),
+    ("overflowing float for f32", dict(args=2, value=1e39), "overflows f32"),
+    ("bool for f32", dict(args=2, value=False), "pass a float, got bool"),
+    ("complex for f32", dict(args=2, value=1j), "pass a float, got complex"),
+    ("f64 tensor for f32*", dict(args=0, value="f64"), "pass a torch.float32 tensor, got torch.float64"),
+    ("numpy array for f32*", dict(args=0, value=np.zeros(4, np.float32)), "pass a torch tensor"),
+    ("int address for f32*", dict(args=0, value=12345), "pass a torch tensor"),
+    ("block 200 for a 256-thread kernel", dict(block=(200,)), "does not match"),
+    ("block (16, 16) for a (256, 1, 1) kernel", dict(block=(16, 16)), "does not match"),
+    ("block of 2048 threads", dict(block=(2048,)), "outside [1, 1025)"),
+    ("float grid", dict(grid=(3.9,)), "must be ints"),
+    ("zero grid", dict(grid=(0,)), "outside [1,"),
+    ("4-D grid", dict(grid=(1, 1, 1, 1)), "1-3 ints"),
+    ("grid beyond 2**32 work-items", dict(grid=(2 ** 24 + 1,)), "beyond the dispatch limit"),
+    ("too few args", dict(drop=1), "takes 3 arguments"),
+    ("args as a dict", dict(as_dict=True), "must be a list or tuple"),
+]
+
+
+@pytest.mark.parametrize("what,bad,words", BAD, ids=[b[0] for b in BAD])
+def test_bad_launch_is_refused_and_nothing_changes(kernels, what, bad, words):
+    x = torch.arange(8, dtype=torch.float32)
+    args = [x, 8, 2.0]
+    if "args" in bad:
+        value = bad["value"]
+        args[bad["args"]] = x.double() if isinstance(value, str) and value == "f64" else value
+    if bad.get("drop"):
+        args = args[:-bad["drop"]]
+    grid, block = bad.get("grid", (1,)), bad.get("block", (256,))
+    call_args = dict(enumerate(args)) if bad.get("as_dict") else args
+    before = snapshot(args)
+    with pytest.raises(LaunchArgumentError, match=re.escape(words)):
+        launch(kernels["f32"], grid=grid, block=block, args=call_args)
+    assert snapshot(args) == before
+
+
+def test_f32_tensor_for_f16_pointer(kernels):
+    """Catalog 6: f32 tensors for f16 pointers ran and returned garbage."""
+    x = torch.ones(16, dtype=torch.float32)
+    before = snapshot([x])
+    with pytest.raises(LaunchArgumentError, match=r"argument 0 \(x: f16\*\) points to f16"):
+        launch(kernels["f16"], grid=(1,), block=(256,), args=[x, 16, 2.0])
+    assert snapshot([x]) == before
+
+
+def test_meta_tensor_refused_for_the_emulator(kernels):
+    x = torch.empty(16, dtype=torch.float32, device="meta")
+    with pytest.raises(LaunchArgumentError, match="the emulator reads CPU tensors, got one on meta"):
+        check_launch_args(kernels["f32"], 1, 256, [x, 16, 1.0])
+
+
+def test_bf16_value_argument_is_packed_as_bf16(tmp_path):
+    k = Kernel("fill_bf16", workgroup_size=64)
+    y = k.arg_ptr("y", bf16)
+    v = k.arg("v", bf16)
+    y.buffer(64).store(k.thread_id(0), v)
+    ck = compile_ir(k.ir(), name=k.name, cache=CompileCache(tmp_path))
+    y_t = torch.zeros(64, dtype=torch.bfloat16)
+    launch(ck, grid=1, block=64, args=[y_t, 1.5])
+    assert torch.equal(y_t, torch.full((64,), 1.5, dtype=torch.bfloat16))
+    with pytest.raises(LaunchArgumentError, match="int 257 has no exact bf16 value"):
+        check_launch_args(ck, 1, 64, [y_t, 257])
+    assert check_launch_args(ck, 1, 64, [y_t, 256])[1] == 0x4380    # 256.0 in bf16
+
+
+def test_kernel_reading_y_ids_keeps_a_flat_workgroup_size(tmp_path):
+    """A kernel that reads thread_id(1) is not pinned to (N, 1, 1): (16, 16) launches are valid."""
+    k = Kernel("two_d", workgroup_size=256)
+    y = k.arg_ptr("y", f32)
+    y.buffer(256).store(k.thread_id(1) * 16 + k.thread_id(0), k.const(1.0, f32))
+    ck = compile_ir(k.ir(), name=k.name, cache=CompileCache(tmp_path))
+    assert ck.info.reqd_workgroup_size is None
+    t = torch.zeros(256)
+    launch(ck, grid=1, block=(16, 16), args=[t])
+    assert torch.equal(t, torch.ones(256))
