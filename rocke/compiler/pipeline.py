@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
+import signal
 import subprocess
 import tempfile
 import time
@@ -45,6 +47,55 @@ def _optimize(mod, tm, opt: int) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
+def _codegen(mod, tm, opt: int) -> tuple[str, bytes]:
+    _optimize(mod, tm, opt)
+    # codegen rewrites the module in place (structurizer intrinsics), so each emit gets a fresh copy
+    asm = tm.emit_assembly(mod.clone())
+    return asm, tm.emit_object(mod)
+
+
+def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
+    """`_codegen` in a forked child: LLVM reports some errors (e.g. "Cannot select" for an
+    intrinsic the target lacks) by aborting the process, which here kills only the child and
+    becomes a CompileError carrying LLVM's message. fork shares the parsed module and the
+    target machine copy-on-write; its cost (a few ms) is measured by benchmarks/compile.py."""
+    if not hasattr(os, "fork"):
+        return _codegen(mod, tm, opt)
+    read_fd, write_fd = os.pipe()
+    with tempfile.TemporaryFile(prefix="rocke-llvm-stderr-") as err:
+        pid = os.fork()
+        if pid == 0:                                     # child: never returns
+            status = 1
+            try:
+                os.close(read_fd)
+                os.dup2(err.fileno(), 2)
+                try:
+                    payload = ("ok", _codegen(mod, tm, opt))
+                except BaseException as e:           # an LLVM error llvmlite raises normally
+                    payload = ("error", f"{type(e).__name__}: {e}")
+                with os.fdopen(write_fd, "wb") as out:
+                    out.write(pickle.dumps(payload))
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as inp:
+            data = inp.read()
+        _, wait_status = os.waitpid(pid, 0)
+        err.seek(0)
+        llvm_says = err.read().decode(errors="replace").strip()
+    if os.WIFSIGNALED(wait_status) or not data:
+        sig = os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None
+        how = f"killed by {signal.Signals(sig).name}" if sig else f"exited {os.WEXITSTATUS(wait_status)}"
+        raise CompileError(f"LLVM aborted compiling kernel variant {variant!r} ({how}): "
+                           f"{llvm_says or 'no message'}")
+    kind, result = pickle.loads(data)
+    if kind == "error":
+        raise CompileError(f"LLVM failed compiling kernel variant {variant!r}: {result}"
+                           + (f"\n{llvm_says}" if llvm_says else ""))
+    return result
+
+
 def link_code_object(obj: bytes, name: str) -> bytes:
     """Link a relocatable AMDGPU object into a shared-object code object (hipModuleLoadData input)."""
     ld = find_linker()
@@ -83,10 +134,7 @@ def compile_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str
         mod.verify()
     except RuntimeError as e:
         raise CompileError(f"LLVM rejected the IR of kernel variant {variant!r}: {e}") from None
-    _optimize(mod, tm, opt)
-    # codegen rewrites the module in place (structurizer intrinsics), so each emit gets a fresh copy
-    asm = tm.emit_assembly(mod.clone())
-    obj = tm.emit_object(mod)
+    asm, obj = _codegen_isolated(mod, tm, opt, variant)
     code_object = link_code_object(obj, name)
     info = kernel_info(asm, name, target, workgroup_size)
     if store is not None:
