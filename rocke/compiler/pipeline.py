@@ -4,17 +4,19 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
 import signal
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
 
+from . import toolchain
 from .cache import CompileCache, cache_key
+from .elf import ET_DYN, InvalidCodeObject, validate_code_object
 from .metadata import KernelInfo, kernel_info
-from .toolchain import ToolchainError, find_linker, target_machine, toolchain_fingerprint
+from .toolchain import ToolchainError, find_linker, linker_fingerprint, target_machine, toolchain_fingerprint
 
 DEFAULT_TARGET = "gfx942:sramecc+:xnack-"
 
@@ -96,6 +98,15 @@ def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
     return result
 
 
+def _served(hit: dict, name: str, target: str, workgroup_size: int | None) -> KernelInfo | None:
+    """The KernelInfo of a cache entry whose code object and metadata check out, else None."""
+    try:
+        validate_code_object(hit["code_object"], name, e_type=ET_DYN)
+        return kernel_info(hit["asm"], name, target, workgroup_size)
+    except Exception:            # any wrong-shaped entry is rebuilt, never an error
+        return None
+
+
 def link_code_object(obj: bytes, name: str) -> bytes:
     """Link a relocatable AMDGPU object into a shared-object code object (hipModuleLoadData input)."""
     ld = find_linker()
@@ -103,12 +114,22 @@ def link_code_object(obj: bytes, name: str) -> bytes:
         src, dst = os.path.join(tmp, "k.o"), os.path.join(tmp, "k.hsaco")
         with open(src, "wb") as f:
             f.write(obj)
-        proc = subprocess.run([ld, "-shared", "--no-undefined", "-o", dst, src],
-                              capture_output=True, text=True)
+        proc = toolchain.run_tool([ld, "-shared", "--no-undefined", "-o", dst, src],
+                                  timeout=toolchain.LINK_TIMEOUT_S, what=f"linking {name}")
         if proc.returncode != 0:
-            raise ToolchainError(f"{ld} failed linking {name}: {proc.stderr.strip()}")
-        with open(dst, "rb") as f:
-            return f.read()
+            raise ToolchainError(f"{ld} failed linking {name} (exit {proc.returncode}): "
+                                 f"{proc.stderr.strip()}")
+        try:
+            with open(dst, "rb") as f:
+                code_object = f.read()
+        except OSError:
+            raise ToolchainError(f"{ld} exited 0 linking {name} but wrote no output") from None
+    try:
+        validate_code_object(code_object, name, e_type=ET_DYN)
+    except InvalidCodeObject as e:
+        raise ToolchainError(f"{ld} exited 0 linking {name} but its output is not a valid "
+                             f"code object: {e}") from None
+    return code_object
 
 
 def compile_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str | None = None,
@@ -116,25 +137,40 @@ def compile_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str
                cache: CompileCache | None | bool = True) -> CompiledKernel:
     """Compile AMDGPU LLVM IR text for `target`. `cache=True` uses the default on-disk cache,
     `False` disables it, or pass a CompileCache."""
+    if not isinstance(ir, str):
+        raise TypeError(f"ir must be LLVM IR text (str), got {type(ir).__name__}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be the kernel's symbol name, got {name!r}")
+    if isinstance(opt, bool) or not isinstance(opt, int) or opt not in (0, 1, 2, 3):
+        raise ValueError(f"opt must be 0, 1, 2 or 3, got {opt!r}")
     variant = variant or name
     t0 = time.perf_counter()
-    options = {"opt": opt}
+    options = {"opt": opt, "name": name}
     store = CompileCache() if cache is True else (cache or None)
-    key = cache_key(ir, target, toolchain_fingerprint(), options)
     if store is not None:
+        key = cache_key(ir, target, f"{toolchain_fingerprint()}|ld:{linker_fingerprint()}", options)
         hit = store.load(key)
         if hit is not None:
-            info = kernel_info(hit["asm"], name, target, workgroup_size)
-            return CompiledKernel(name, variant, target, ir, hit["asm"], hit["object"],
-                                  hit["code_object"], info, cache_hit=True,
-                                  build_seconds=time.perf_counter() - t0)
+            served = _served(hit, name, target, workgroup_size)
+            if served is not None:
+                return CompiledKernel(name, variant, target, ir, hit["asm"], hit["object"],
+                                      hit["code_object"], served, cache_hit=True,
+                                      build_seconds=time.perf_counter() - t0)
+            store.drop(key)
     tm = target_machine(target, opt)
     try:
         mod = llvm.parse_assembly(ir)
         mod.verify()
     except RuntimeError as e:
         raise CompileError(f"LLVM rejected the IR of kernel variant {variant!r}: {e}") from None
+    kernels = [f.name for f in mod.functions if not f.is_declaration]
+    if name not in kernels:
+        raise CompileError(f"the IR of kernel variant {variant!r} defines no function {name!r}; "
+                           f"it defines {kernels or 'none'}")
     asm, obj = _codegen_isolated(mod, tm, opt, variant)
+    if not re.search(rf"^\s*\.amdhsa_kernel\s+{re.escape(name)}\s*$", asm, re.M):
+        raise CompileError(f"function {name!r} of kernel variant {variant!r} is not an "
+                           "amdgpu_kernel (no kernel descriptor was emitted)")
     code_object = link_code_object(obj, name)
     info = kernel_info(asm, name, target, workgroup_size)
     if store is not None:
