@@ -6,6 +6,7 @@ import os
 import pickle
 import re
 import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -81,8 +82,13 @@ def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
             finally:
                 os._exit(status)
         os.close(write_fd)
-        with os.fdopen(read_fd, "rb") as inp:
-            data = inp.read()
+        try:
+            with os.fdopen(read_fd, "rb") as inp:
+                data = inp.read()
+        except BaseException:                            # e.g. Ctrl-C: do not leave the child
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
         _, wait_status = os.waitpid(pid, 0)
         err.seek(0)
         llvm_says = err.read().decode(errors="replace").strip()
@@ -95,6 +101,8 @@ def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
     if kind == "error":
         raise CompileError(f"LLVM failed compiling kernel variant {variant!r}: {result}"
                            + (f"\n{llvm_says}" if llvm_says else ""))
+    if llvm_says:                 # warnings LLVM printed in the child still reach the user
+        print(llvm_says, file=sys.stderr)
     return result
 
 

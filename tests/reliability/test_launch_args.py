@@ -157,3 +157,40 @@ def test_kernel_reading_y_ids_keeps_a_flat_workgroup_size(tmp_path):
     t = torch.zeros(256)
     launch(ck, grid=1, block=(16, 16), args=[t])
     assert torch.equal(t, torch.ones(256))
+
+
+# ---- spec construction: hostile specs are refused in __post_init__, before any build ----------
+from rocke.kernels.samples.flash_attention import FlashAttentionSpec   # noqa: E402
+from rocke.kernels.samples.gemm import GemmSpec                         # noqa: E402
+from rocke.kernels.samples.softmax import SoftmaxSpec                   # noqa: E402
+from rocke.kernels.samples.vector_add import VectorAddSpec              # noqa: E402
+
+BAD_SPECS = [
+    (lambda: VectorAddSpec("f64"), "dtype: must be one of f16, bf16, f32, got 'f64'"),
+    (lambda: VectorAddSpec("F32"), "dtype: must be one of"),
+    (lambda: VectorAddSpec("f32", True), "vector_width: must be one of 1, 2, 4, 8, got True"),
+    (lambda: VectorAddSpec("f32", np.int64(4)), "vector_width: must be one of"),
+    (lambda: VectorAddSpec("f32", 8), "8 x f32 exceeds the 16-byte maximum"),
+    (lambda: VectorAddSpec("f32", 4, 100), "block_size: 100 must be a multiple of 64"),
+    (lambda: VectorAddSpec("f32", 4, 256.0), "block_size: must be an int in [64, 1024], got 256.0"),
+    (lambda: SoftmaxSpec(rows_per="warp"), "rows_per: must be one of wave, workgroup"),
+    (lambda: SoftmaxSpec(num_warps=3), "num_warps: must be one of 1, 2, 4, 8, 16, got 3"),
+    (lambda: SoftmaxSpec(reduce_via="shfl"), "reduce_via: must be one of dpp, swizzle"),
+    (lambda: GemmSpec(block_m=0), "block_m: must be a positive int, got 0"),
+    (lambda: GemmSpec(block_k=12), "block_k: 12 must be a multiple of"),
+    (lambda: GemmSpec(lds_pad=2), "lds_pad: 2 must be a multiple of 4"),
+    (lambda: GemmSpec(dtype="f32"), "dtype: must be one of f16, bf16, got 'f32'"),
+    (lambda: GemmSpec(block_m=1024, block_n=1024, block_k=8, num_warps=1, lds_pad=0),
+     "each warp's fp32 C accumulators need 16384 registers per lane, gfx942 has 512"),
+    (lambda: FlashAttentionSpec(head_dim=96), "head_dim: must be one of 64, 128, got 96"),
+    (lambda: FlashAttentionSpec(causal=1), "causal: must be a bool, got 1"),
+    (lambda: FlashAttentionSpec(block_n=24), "block_n: 24 must be a multiple of the atom's M (16)"),
+    # used to be accepted, then the builder unrolled 15.6 million query fragments
+    (lambda: FlashAttentionSpec(block_m=10 ** 9), "O^T and S^T accumulators need 750000000 registers"),
+]
+
+
+@pytest.mark.parametrize("make,words", BAD_SPECS, ids=[w[:40] for _, w in BAD_SPECS])
+def test_hostile_spec_is_refused(make, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        make()

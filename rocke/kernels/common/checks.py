@@ -66,6 +66,18 @@ def check_vector_access(field: str, width: int, dtype: str) -> None:
                          "of one buffer access")
 
 
+def check_register_budget(field: str, registers: int, what: str, target: str = "gfx942") -> None:
+    """Registers per lane that ``what`` holds for a whole loop (fp32 accumulators) must fit the
+    target's VGPR + AGPR file; beyond it the kernel cannot be built (and the builder would
+    unroll an absurd number of fragments first)."""
+    from rocke.arch import get_target
+    t = get_target(target)
+    limit = t.max_arch_vgprs + t.max_agprs
+    if registers > limit:
+        raise ValueError(f"{field}: {what} need {registers} registers per lane, {target} has "
+                         f"{limit} (VGPR + AGPR)")
+
+
 def check_lds_budget(field: str, nbytes: int, what: str) -> None:
     """The workgroup's LDS allocation (``what``, sized by ``field``) must fit gfx942's LDS."""
     if nbytes > dsl.LDS_BYTES:

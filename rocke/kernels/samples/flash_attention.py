@@ -38,7 +38,8 @@ from rocke.dsl.fragment import (AxisVector, ROW, copy_tile_to_lds, load_fragment
                                 load_fragment_global, store_fragment_global)
 from rocke.kernels.common.checks import (check_bool, check_choice, check_device, check_extent,
                                          check_grid_extent, check_i32_value, check_lds_budget, check_multiple,
-                                         check_num_records, check_positive_int, check_tensor, round_up)
+                                         check_num_records, check_positive_int, check_register_budget,
+                                         check_tensor, round_up)
 
 DTYPES = ("f16", "bf16")
 HEAD_DIMS = (64, 128)
@@ -75,6 +76,9 @@ class FlashAttentionSpec:
         check_multiple("lds_pad", self.lds_pad, 4, because="operands are read from LDS 8 bytes at a time")
         lds = 2 * (self.block_n * (self.head_dim + self.lds_pad) + self.head_dim * (self.block_n + self.lds_pad))
         check_lds_budget("block_n", lds, "the K and V^T tiles")
+        warp_q = self.block_m // self.num_warps
+        check_register_budget("block_m/block_n", warp_q * (self.head_dim + self.block_n) // 64,
+                              "each warp's fp32 O^T and S^T accumulators")
 
     @property
     def workgroup_size(self) -> int:

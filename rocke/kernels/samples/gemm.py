@@ -25,8 +25,8 @@ from rocke import dsl
 from rocke.arch.mfma import atom_for
 from rocke.dsl.fragment import copy_tile_to_lds, load_fragment, store_fragment_global
 from rocke.kernels.common.checks import (check_choice, check_device, check_extent, check_i32_value,
-                                         check_lds_budget, check_multiple, check_positive_int, check_tensor,
-                                         round_up)
+                                         check_lds_budget, check_multiple, check_positive_int,
+                                         check_register_budget, check_tensor, round_up)
 
 DTYPES = ("f16", "bf16")
 ATOMS = ("32x32x8", "16x16x16")
@@ -61,6 +61,8 @@ class GemmSpec:
         check_multiple("lds_pad", self.lds_pad, 4, because="operands are read from LDS 8 bytes at a time")
         lds = 2 * (self.block_m * (self.block_k + self.lds_pad) + self.block_n * (self.block_k + self.lds_pad))
         check_lds_budget("block_m/block_n/block_k", lds, "the A and B^T tiles")
+        accumulators = (self.block_m // self.warps_m) * (self.block_n // self.warps_n) // 64
+        check_register_budget("block_m/block_n", accumulators, "each warp's fp32 C accumulators")
 
     @property
     def warps_n(self) -> int:
