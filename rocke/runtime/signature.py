@@ -3,8 +3,9 @@
 The DSL records each argument's rocke dtype in the code object (`.type_name`: ``"f16*"`` for a
 pointer to f16, ``"i32"`` for an i32 by value) and the exact workgroup shape
 (`.reqd_workgroup_size`); see ``rocke.dsl.kernel.Kernel._record_signature``. A launch is checked
-against that before any work starts, and by-value arguments come back as numpy scalars of the
-declared type, so packing writes exactly the bits the kernel reads.
+against that before any work starts, and by-value arguments come back as plain Python numbers
+whose value the declared type holds exactly (a bf16 as its 16-bit pattern, an int), so the
+size-based packing of ``rocke.arch.abi`` writes exactly the bits the kernel reads.
 
 Rules: a tensor's dtype must be the pointer's element type; an integer argument takes an int (or
 numpy integer) in the type's range, never a float or a bool; a float argument takes a float, or
@@ -109,7 +110,7 @@ def _convert_int(label: str, dtype: str, value):
     v = int(value)
     if not lo <= v < hi:
         raise LaunchArgumentError(f"{label}: {v} is outside the {dtype} range [{lo}, {hi})")
-    return np.dtype(f"{'i' if signed else 'u'}{bits // 8}").type(v)
+    return v
 
 
 def _bf16_bits(value: float) -> np.uint16:
@@ -143,10 +144,10 @@ def _round_float(label: str, dtype: str, value, as_float: float, exact_required:
             u = int(np.array(f32, np.float32).view(np.uint32))
             bits = np.uint16(((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
             rounded = float(np.array(int(bits) << 16, np.uint32).view(np.float32))
-        converted = bits
+        converted = int(bits)     # abi packs a 2-byte int as these bits; a float would become f16
     else:
-        converted = _FLOATS[dtype](as_float)
-        rounded = float(converted)
+        rounded = float(_FLOATS[dtype](as_float))
+        converted = rounded
     if math.isfinite(as_float) and not math.isfinite(rounded):
         raise LaunchArgumentError(f"{label}: {value!r} overflows {dtype}")
     if exact_required and not (rounded == as_float or (math.isnan(rounded) and math.isnan(as_float))):
@@ -174,7 +175,7 @@ def _check_by_value(label: str, arg: KernArg, dtype: str | None, value):
 def check_launch_args(info_or_compiled, grid, block, args: Sequence[Any], *,
                       device: str = "emu") -> list:
     """Check a launch against the kernel's signature; returns the arguments to pack (by-value
-    ones converted to numpy scalars of the declared type). Raises LaunchArgumentError naming
+    ones converted to Python numbers exact in the declared type). Raises LaunchArgumentError naming
     the first argument that does not fit; nothing is modified."""
     info = _info(info_or_compiled)
     grid3 = _dims("grid", grid, MAX_GRID_WORKITEMS)
