@@ -1,6 +1,7 @@
 """IR text -> verified module -> optimized module -> gfx942 asm + object -> linked code object."""
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import os
 import pickle
@@ -72,6 +73,7 @@ def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
             try:
                 os.close(read_fd)
                 os.dup2(err.fileno(), 2)
+                faulthandler.disable()     # an LLVM abort here is expected, not a Python crash
                 try:
                     payload = ("ok", _codegen(mod, tm, opt))
                 except BaseException as e:           # an LLVM error llvmlite raises normally

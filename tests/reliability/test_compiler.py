@@ -2,7 +2,6 @@
 broken or hung linker and bad compile_ir inputs are clear errors, never a dead process or a hang."""
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
