@@ -29,7 +29,8 @@ _FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "bf16": None
 # names OpenCL/HIP front ends write in `.type_name`, for foreign code objects
 _C_NAMES = {"char": "i8", "uchar": "u8", "short": "i16", "ushort": "u16", "int": "i32",
             "uint": "u32", "unsigned int": "u32", "long": "i64", "ulong": "u64",
-            "half": "f16", "float": "f32", "double": "f64", "__bf16": "bf16", "bfloat16": "bf16"}
+            "half": "f16", "__half": "f16", "_Float16": "f16", "float": "f32", "double": "f64",
+            "__bf16": "bf16", "bfloat16": "bf16"}
 _TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
                  "i8": "int8", "u8": "uint8", "i16": "int16", "u16": "uint16", "i32": "int32",
                  "u32": "uint32", "i64": "int64", "u64": "uint64",

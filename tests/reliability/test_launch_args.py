@@ -194,3 +194,40 @@ BAD_SPECS = [
 def test_hostile_spec_is_refused(make, words):
     with pytest.raises(ValueError, match=re.escape(words)):
         make()
+
+
+# ---- foreign kernels: no .type_name, so checks come from sizes and the metadata ----------------
+from rocke.arch.abi import KernArg                                      # noqa: E402
+from rocke.runtime.signature import declared_type                       # noqa: E402
+from tests.compiler.test_compiler import SAXPY_IR                       # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def saxpy(tmp_path_factory):
+    return compile_ir(SAXPY_IR, name="saxpy", cache=CompileCache(tmp_path_factory.mktemp("c")))
+
+
+def test_foreign_kernel_block_beyond_its_flat_maximum(saxpy):
+    y, x = torch.zeros(4), torch.ones(4)
+    before = snapshot([y, x])
+    with pytest.raises(LaunchArgumentError, match=r"block \(256, 1, 1\) has 256 work-items, beyond kernel saxpy's maximum of 128"):
+        launch(saxpy, (1,), (256,), [y, x, 2.0])
+    assert snapshot([y, x]) == before
+
+
+@pytest.mark.parametrize("value,words", [(True, "pass an int or a float, got bool"),
+                                         ("2", "pass an int or a float, got str"),
+                                         (2 ** 32, "does not fit in 4 bytes")])
+def test_foreign_kernel_by_value_checked_by_size(saxpy, value, words):
+    with pytest.raises(LaunchArgumentError, match=re.escape(words)):
+        check_launch_args(saxpy, 1, 64, [torch.zeros(4), torch.zeros(4), value])
+
+
+@pytest.mark.parametrize("type_name,want", [
+    ("f16*", ("f16", True)), ("i32", ("i32", False)), ("float*", ("f32", True)),
+    ("const float*", ("f32", True)), ("__half*", ("f16", True)), ("unsigned int", ("u32", False)),
+    ("struct foo", (None, False)), (None, (None, False)),
+])
+def test_declared_type_reads_rocke_and_c_names(type_name, want):
+    arg = KernArg("a", 0, 0, 8, "global_buffer" if want[1] else "by_value", type_name=type_name)
+    assert declared_type(arg) == want
