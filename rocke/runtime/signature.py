@@ -85,6 +85,17 @@ def _is_float(value) -> bool:
     return isinstance(value, (float, np.floating))
 
 
+def _same_bits(dtype: str, tensor_dtype) -> bool:
+    """Tensors that hold the pointer's elements bit for bit under another torch name: integer
+    pointers take any torch integer type of the same width (torch has few unsigned types), fp8
+    pointers take uint8 tensors of raw bytes."""
+    import torch
+    if dtype in _INT_BITS:
+        return (not tensor_dtype.is_floating_point and not tensor_dtype.is_complex
+                and tensor_dtype != torch.bool and tensor_dtype.itemsize * 8 == _INT_BITS[dtype][0])
+    return dtype.startswith("fp8_") and tensor_dtype == torch.uint8
+
+
 def _check_pointer(label: str, arg: KernArg, dtype: str | None, value, device: str):
     if value is None:
         return None
@@ -94,7 +105,7 @@ def _check_pointer(label: str, arg: KernArg, dtype: str | None, value, device: s
     if dtype is not None and dtype in _TORCH_DTYPES:
         import torch
         want = getattr(torch, _TORCH_DTYPES[dtype], None)
-        if want is not None and value.dtype != want:
+        if want is not None and value.dtype != want and not _same_bits(dtype, value.dtype):
             raise LaunchArgumentError(f"{label} points to {dtype}: pass a {want} tensor, "
                                       f"got {value.dtype}")
     if device == "emu" and value.device.type != "cpu":

@@ -231,3 +231,31 @@ def test_foreign_kernel_by_value_checked_by_size(saxpy, value, words):
 def test_declared_type_reads_rocke_and_c_names(type_name, want):
     arg = KernArg("a", 0, 0, 8, "global_buffer" if want[1] else "by_value", type_name=type_name)
     assert declared_type(arg) == want
+
+
+# ---- pointer element types that torch names differently ----------------------------------------
+@pytest.fixture(scope="module")
+def typed_pointers(tmp_path_factory):
+    from rocke.dsl import fp8_e4m3fnuz, u8, u32
+    k = Kernel("typed_ptrs", workgroup_size=64)
+    p8 = k.arg_ptr("p8", fp8_e4m3fnuz, readonly=True)
+    pu = k.arg_ptr("pu", u32)
+    pu.buffer(64).store(k.thread_id(0), p8.buffer(64).load(k.thread_id(0)).bitcast(u8).to(u32))
+    return compile_ir(k.ir(), name=k.name, cache=CompileCache(tmp_path_factory.mktemp("c")))
+
+
+@pytest.mark.parametrize("p8,pu,ok", [
+    (torch.uint8, torch.int32, True),                       # raw fp8 bytes; u32 as torch int32
+    (torch.float8_e4m3fnuz, torch.uint32, True),
+    (torch.float8_e5m2fnuz, torch.int32, False),            # the other fp8 format
+    (torch.int8, torch.int32, False),
+    (torch.uint8, torch.float32, False),                    # same width, but a float
+    (torch.uint8, torch.int64, False),                      # an integer of another width
+])
+def test_pointer_types_with_other_torch_names(typed_pointers, p8, pu, ok):
+    args = [torch.zeros(64, dtype=p8), torch.zeros(64, dtype=pu)]
+    if ok:
+        check_launch_args(typed_pointers, 1, 64, args)
+    else:
+        with pytest.raises(LaunchArgumentError, match="points to"):
+            check_launch_args(typed_pointers, 1, 64, args)
