@@ -96,7 +96,7 @@ def _same_bits(dtype: str, tensor_dtype) -> bool:
     return dtype.startswith("fp8_") and tensor_dtype == torch.uint8
 
 
-def _check_pointer(label: str, arg: KernArg, dtype: str | None, value, device: str):
+def _check_pointer(label: str, dtype: str | None, value, device: str):
     if value is None:
         return None
     if not _is_tensor(value):
@@ -125,11 +125,6 @@ def _convert_int(label: str, dtype: str, value):
     return v
 
 
-def _bf16_bits(value: float) -> np.uint16:
-    """bf16 bits of a float that bf16 holds exactly (checked by the caller)."""
-    return np.uint16(int(np.array(value, np.float32).view(np.uint32)) >> 16)
-
-
 def _convert_float(label: str, dtype: str, value):
     if isinstance(value, (bool, np.bool_)) or not (_is_int(value) or _is_float(value)):
         raise LaunchArgumentError(f"{label} is a float ({dtype}): pass a float, "
@@ -149,14 +144,15 @@ def _convert_float(label: str, dtype: str, value):
 
 def _round_float(label: str, dtype: str, value, as_float: float, exact_required: bool):
     if dtype == "bf16":
-        f32 = np.float32(as_float)
-        bits = _bf16_bits(f32)
-        rounded = float(np.array(int(bits) << 16, np.uint32).view(np.float32))
-        if not exact_required and math.isfinite(as_float):   # Python float: round to nearest even
-            u = int(np.array(f32, np.float32).view(np.uint32))
-            bits = np.uint16(((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
-            rounded = float(np.array(int(bits) << 16, np.uint32).view(np.float32))
-        converted = int(bits)     # abi packs a 2-byte int as these bits; a float would become f16
+        f32_bits = int(np.array(as_float, np.float32).view(np.uint32))
+        if math.isnan(as_float):
+            bits = 0x7FC0
+        elif exact_required:             # truncation; an inexact value is refused below
+            bits = f32_bits >> 16
+        else:                            # a Python float rounds to nearest even (via f32)
+            bits = ((f32_bits + 0x7FFF + ((f32_bits >> 16) & 1)) >> 16) & 0xFFFF
+        rounded = float(np.array(bits << 16, np.uint32).view(np.float32))
+        converted = bits                 # abi packs a 2-byte int as these bits; a float would become f16
     else:
         rounded = float(_FLOATS[dtype](as_float))
         converted = rounded
@@ -215,7 +211,7 @@ def check_launch_args(info_or_compiled, grid, block, args: Sequence[Any], *,
         dtype, _ = declared_type(arg)
         label = f"argument {arg.index} ({arg.name or 'unnamed'}: {arg.type_name or arg.value_kind})"
         if arg.value_kind == "global_buffer":
-            out.append(_check_pointer(label, arg, dtype, value, device))
+            out.append(_check_pointer(label, dtype, value, device))
         elif arg.value_kind == "by_value":
             out.append(_check_by_value(label, arg, dtype, value))
         else:
