@@ -62,7 +62,9 @@ def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
     """`_codegen` in a forked child: LLVM reports some errors (e.g. "Cannot select" for an
     intrinsic the target lacks) by aborting the process, which here kills only the child and
     becomes a CompileError carrying LLVM's message. fork shares the parsed module and the
-    target machine copy-on-write; its cost (a few ms) is measured by benchmarks/compile.py."""
+    target machine copy-on-write. Always, not only for suspect modules: LLVM offers no way to
+    prove a module selectable, and only cold builds pay (benchmarks/compile.py, 'fork' column:
+    tens of ms on builds of a few hundred ms; a cache hit never gets here)."""
     if not hasattr(os, "fork"):
         return _codegen(mod, tm, opt)
     read_fd, write_fd = os.pipe()
