@@ -15,7 +15,7 @@ from rocke.kernels.samples import flash_attention as fa
 from rocke.kernels.samples import gemm, softmax, vector_add
 from rocke.runtime import launch
 
-from ._util import snapshot
+from ._host_helpers import snapshot
 
 I32_MAX = 2 ** 31 - 1
 

@@ -12,7 +12,7 @@ from rocke.compiler import CompileCache, ToolchainError, compile_ir, toolchain
 from rocke.compiler.cache import _FILES
 from tests.compiler.test_compiler import SAXPY_IR
 
-from . import _fakes
+from . import _host_helpers as fakes
 
 
 @pytest.fixture
@@ -43,8 +43,8 @@ def _rebuilt(store, cold):
 def test_junk_linker_poisons_nothing_and_the_fixed_linker_builds(tmp_path, linker):
     """Catalog 7: a linker exiting 0 with junk had a 4-byte 'code object' cached and served."""
     store = CompileCache(tmp_path / "cache")
-    real = _fakes.real_linker()
-    linker(_fakes.junk_linker(tmp_path))
+    real = fakes.real_linker()
+    linker(fakes.junk_linker(tmp_path))
     with pytest.raises(ToolchainError, match="not a valid code object"):
         compile_ir(SAXPY_IR, name="saxpy", cache=store)
     assert not list((tmp_path / "cache").rglob("kernel.hsaco"))
@@ -55,7 +55,7 @@ def test_junk_linker_poisons_nothing_and_the_fixed_linker_builds(tmp_path, linke
 
 def test_key_includes_the_linker(tmp_path, linker, warm):
     store, cold, _ = warm
-    linker(_fakes.wrapper_linker(tmp_path, _fakes.real_linker()))
+    linker(fakes.wrapper_linker(tmp_path, fakes.real_linker()))
     other = compile_ir(SAXPY_IR, name="saxpy", cache=store)
     assert not other.cache_hit                    # another linker: not served the first's output
     assert len(list((tmp_path / "cache").rglob("entry.json"))) == 2
@@ -63,10 +63,10 @@ def test_key_includes_the_linker(tmp_path, linker, warm):
 
 def test_replaced_linker_at_the_same_path_misses(tmp_path, linker):
     store = CompileCache(tmp_path / "cache")
-    path = _fakes.wrapper_linker(tmp_path, _fakes.real_linker())
+    path = fakes.wrapper_linker(tmp_path, fakes.real_linker())
     linker(path)
     compile_ir(SAXPY_IR, name="saxpy", cache=store)
-    _fakes.wrapper_linker(tmp_path, _fakes.real_linker())       # rewritten: new mtime
+    fakes.wrapper_linker(tmp_path, fakes.real_linker())       # rewritten: new mtime
     with open(path, "a") as f:
         f.write("# upgraded\n")                                 # and size
     assert not compile_ir(SAXPY_IR, name="saxpy", cache=store).cache_hit

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from rocke.cli import EXIT_CHECK_FAILED, EXIT_TOOLCHAIN_ERROR, EXIT_USER_ERROR, main as cli
 from rocke.compiler import toolchain
 
-from . import _fakes
+from . import _host_helpers as fakes
 
 VARIANT = "vector_add/f32_v4"
 
@@ -66,9 +66,9 @@ def test_emit_writes_atomically_and_leaves_no_temporaries(tmp_path):
 @pytest.mark.parametrize("make,words", [
     (lambda d: str(d / "nope"), "does not exist"),
     (lambda d: str(d), "is a directory"),
-    (_fakes.junk_linker, "not a valid code object"),
-    (_fakes.failing_linker, "pretend failure"),
-    (_fakes.silent_linker, "wrote no output"),
+    (fakes.junk_linker, "not a valid code object"),
+    (fakes.failing_linker, "pretend failure"),
+    (fakes.silent_linker, "wrote no output"),
 ])
 def test_broken_linker_is_exit_3_and_the_old_output_survives(tmp_path, make, words):
     out = tmp_path / "k.hsaco"
@@ -86,7 +86,7 @@ def test_report_with_missing_linker_is_exit_3(tmp_path):
 
 def test_sleeping_linker_is_exit_3(tmp_path, monkeypatch):
     monkeypatch.setattr(toolchain, "VERSION_TIMEOUT_S", 0.3)
-    r = run("emit", VARIANT, "--format", "asm", env={"ROCKE_LD_LLD": _fakes.sleeping_linker(tmp_path)})
+    r = run("emit", VARIANT, "--format", "asm", env={"ROCKE_LD_LLD": fakes.sleeping_linker(tmp_path)})
     assert r.exit_code == EXIT_TOOLCHAIN_ERROR and "did not finish" in error_line(r)
 
 

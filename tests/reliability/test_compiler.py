@@ -10,7 +10,7 @@ from rocke.compiler import CompileCache, CompileError, ToolchainError, compile_i
 from rocke.dsl import Kernel, i1, i32
 from tests.compiler.test_compiler import SAXPY_IR
 
-from . import _fakes
+from . import _host_helpers as fakes
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_cannot_select_is_not_cached(tmp_path):
 @pytest.mark.parametrize("make,words", [
     (lambda d: str(d / "missing-ld"), "does not exist"),
     (lambda d: str(d), "is a directory"),
-    (lambda d: _fakes.script(d, "noexec-ld", "exit 0\n") and str(_noexec(d / "noexec-ld")), "is not executable"),
+    (lambda d: fakes.script(d, "noexec-ld", "exit 0\n") and str(_noexec(d / "noexec-ld")), "is not executable"),
 ])
 def test_misconfigured_rocke_ld_lld_names_the_path(tmp_path, linker, make, words):
     path = make(tmp_path)
@@ -70,9 +70,9 @@ def _noexec(path):
 
 
 @pytest.mark.parametrize("fake,words", [
-    (_fakes.junk_linker, "exited 0 linking saxpy but its output is not a valid code object: not an ELF"),
-    (_fakes.silent_linker, "exited 0 linking saxpy but wrote no output"),
-    (_fakes.failing_linker, "failed linking saxpy (exit 1): ld.lld: error: pretend failure"),
+    (fakes.junk_linker, "exited 0 linking saxpy but its output is not a valid code object: not an ELF"),
+    (fakes.silent_linker, "exited 0 linking saxpy but wrote no output"),
+    (fakes.failing_linker, "failed linking saxpy (exit 1): ld.lld: error: pretend failure"),
 ])
 def test_broken_linker_is_a_toolchain_error_and_nothing_is_cached(tmp_path, linker, fake, words):
     linker(fake(tmp_path))
@@ -87,14 +87,14 @@ def test_linker_writing_another_kernels_code_object_is_refused(tmp_path, linker)
     other = compile_ir(SAXPY_IR.replace("@saxpy", "@other"), name="other", cache=False)
     blob = tmp_path / "other.hsaco"
     blob.write_bytes(other.code_object)
-    linker(_fakes.copying_linker(tmp_path, blob))
+    linker(fakes.copying_linker(tmp_path, blob))
     with pytest.raises(ToolchainError, match="no symbol for kernel 'saxpy'"):
         compile_ir(SAXPY_IR, name="saxpy", cache=False)
 
 
 def test_sleeping_linker_times_out(tmp_path, linker, monkeypatch):
     """Catalog 8: a linker that sleeps blocked forever (no subprocess timeout)."""
-    linker(_fakes.sleeping_linker(tmp_path))
+    linker(fakes.sleeping_linker(tmp_path))
     monkeypatch.setattr(toolchain, "LINK_TIMEOUT_S", 0.5)
     monkeypatch.setattr(toolchain, "VERSION_TIMEOUT_S", 0.5)
     t0 = time.perf_counter()
@@ -104,7 +104,7 @@ def test_sleeping_linker_times_out(tmp_path, linker, monkeypatch):
 
 
 def test_sleeping_linker_version_probe_times_out(tmp_path, linker, monkeypatch):
-    linker(_fakes.sleeping_linker(tmp_path))
+    linker(fakes.sleeping_linker(tmp_path))
     monkeypatch.setattr(toolchain, "VERSION_TIMEOUT_S", 0.3)
     with pytest.raises(ToolchainError, match="did not finish reporting its version within 0.3 s"):
         compile_ir(SAXPY_IR, name="saxpy", cache=CompileCache(tmp_path / "c"))

@@ -13,7 +13,7 @@ from rocke.dsl import Kernel, bf16, f16, f32
 from rocke.runtime import launch
 from rocke.runtime.signature import LaunchArgumentError, check_launch_args
 
-from ._util import snapshot
+from ._host_helpers import snapshot
 
 
 def _scale_kernel(dtype, block=256, name="scale"):

@@ -1,11 +1,27 @@
-"""Fake linkers (shell scripts) for the compiler/cache/CLI reliability tests."""
+"""Helpers of the host-side reliability tests: byte-level snapshots that prove launch arguments
+untouched, and fake linkers (shell scripts) for the compiler, cache and CLI tests."""
 from __future__ import annotations
 
+import copy
 import os
 import stat
 from pathlib import Path
 
 from rocke.compiler import toolchain
+
+
+def snapshot(values):
+    """A deep, byte-level picture of launch arguments (tensor bytes, dtype, shape, strides)."""
+    out = []
+    for v in values:
+        if hasattr(v, "untyped_storage"):
+            out.append(("tensor", v.dtype, tuple(v.shape), v.stride(), v.storage_offset(),
+                        bytes(v.untyped_storage().cpu())))
+        elif hasattr(v, "tobytes"):          # numpy arrays and scalars
+            out.append(("numpy", type(v), getattr(v, "dtype", None), v.tobytes()))
+        else:
+            out.append(("value", type(v), copy.deepcopy(v)))
+    return out
 
 # the shell snippet that finds the value of "-o" in "$@"
 _OUT = 'out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
