@@ -4,7 +4,9 @@ Columns (median of --repeats runs; LLVM's one-time target initialisation is repo
   dsl   = running the builder to IR text (spec -> Kernel -> ir());
   cold  = dsl + compile_ir with the cache bypassed (verify, O3, codegen, ld.lld link, metadata);
   hit   = compile_ir on that IR with a warm cache (IR hash, entry load, metadata);
-  warm  = dsl + hit, what rebuilding a variant in a new process costs with a warm cache.
+  warm  = dsl + hit, what rebuilding a variant in a new process costs with a warm cache;
+  fork  = what crash isolation adds to cold (codegen in a forked child, so an LLVM abort becomes
+          a CompileError): cold minus the same build with codegen in-process.
 
     .venv/bin/python benchmarks/compile.py [--repeats 5] [VARIANT ...]
 """
@@ -18,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from rocke.compiler import CompileCache, compile_ir, llvm_version
+from rocke.compiler import CompileCache, compile_ir, llvm_version, pipeline
 from rocke.compiler.toolchain import target_machine
 from rocke.compiler.pipeline import DEFAULT_TARGET
 from rocke.kernels.registry import all_variants, get_variant
@@ -46,12 +48,12 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     target_machine(DEFAULT_TARGET, 3)
     print(f"LLVM target init (once per process): {(time.perf_counter() - t0) * 1e3:.1f} ms")
-    print(f"{'variant':40s} {'dsl ms':>8s} {'cold ms':>8s} {'hit ms':>8s} {'warm ms':>8s}"
+    print(f"{'variant':40s} {'dsl ms':>8s} {'cold ms':>8s} {'hit ms':>8s} {'warm ms':>8s} {'fork ms':>8s}"
           f"   (median of {a.repeats})")
     with tempfile.TemporaryDirectory() as tmp:
         store = CompileCache(tmp)
         for v in variants:
-            dsl, cold, hit, warm = [], [], [], []
+            dsl, cold, hit, warm, inproc = [], [], [], [], []
             for _ in range(a.repeats):
                 t0 = time.perf_counter()
                 kern = v.kernel()
@@ -61,6 +63,14 @@ def main(argv=None) -> int:
                 t2 = time.perf_counter()
                 dsl.append(t1 - t0)
                 cold.append(t2 - t0)
+                isolated = pipeline._codegen_isolated
+                pipeline._codegen_isolated = lambda mod, tm, opt, variant: pipeline._codegen(mod, tm, opt)
+                try:
+                    t3 = time.perf_counter()
+                    compile_ir(ir, name=kern.name, cache=False)
+                    inproc.append(time.perf_counter() - t3 + (t1 - t0))
+                finally:
+                    pipeline._codegen_isolated = isolated
             compile_ir(ir, name=kern.name, cache=store)
             for _ in range(a.repeats):
                 t0 = time.perf_counter()
@@ -72,8 +82,8 @@ def main(argv=None) -> int:
                 assert ck.cache_hit
                 hit.append(t2 - t1)
                 warm.append(t2 - t0)
-            ms = [statistics.median(x) * 1e3 for x in (dsl, cold, hit, warm)]
-            print(f"{v.name:40s} {ms[0]:8.1f} {ms[1]:8.1f} {ms[2]:8.2f} {ms[3]:8.1f}")
+            ms = [statistics.median(x) * 1e3 for x in (dsl, cold, hit, warm, inproc)]
+            print(f"{v.name:40s} {ms[0]:8.1f} {ms[1]:8.1f} {ms[2]:8.2f} {ms[3]:8.1f} {ms[1] - ms[4]:8.1f}")
     return 0
 
 

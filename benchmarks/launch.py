@@ -118,7 +118,7 @@ def hip_side(compiled, grid, block, args):
     device = runtime.get_device("hip")
     buffers = [device.alloc(t.numel() * t.element_size()) if hasattr(t, "data_ptr") else t
                for t in args]
-    prepared = runtime.prepare_launch(compiled, grid, block, buffers)
+    prepared = runtime.prepare_launch(compiled, grid, block, buffers, device_kind="hip")
     device.launch_params(prepared)                   # loads the module once
     return lambda: device.launch_params(prepared)
 

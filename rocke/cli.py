@@ -1,10 +1,98 @@
-"""The `rocke` command: list variants, emit ll/asm/code objects, resource reports, golden table."""
+"""The `rocke` command: list variants, emit ll/asm/code objects, resource reports, golden table.
+
+Exit codes: 0 success; 1 a check failed (golden table differs, a variant spills);
+2 usage or user error (bad option, unknown variant, unreadable golden table, unwritable
+output); 3 toolchain or compile error (no or broken ld.lld, LLVM rejected or aborted on a
+kernel). Errors are one line on stderr, never a traceback. Files are written atomically
+(a temporary file in the same directory, renamed into place, removed on failure).
+"""
 from __future__ import annotations
 
+import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import click
+
+EXIT_CHECK_FAILED = 1
+EXIT_USER_ERROR = 2
+EXIT_TOOLCHAIN_ERROR = 3
+
+
+class CliError(click.ClickException):
+    """A one-line error with a documented exit code."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(" | ".join(line.strip() for line in str(message).splitlines() if line.strip()))
+        self.exit_code = exit_code
+
+
+class _Cli(click.Group):
+    """Turns the errors a user can cause into one-line messages with an exit code."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+            raise
+        except Exception as e:
+            from .compiler import CompileError, ToolchainError
+            if isinstance(e, (ToolchainError, CompileError)):
+                raise CliError(str(e), EXIT_TOOLCHAIN_ERROR) from None
+            if isinstance(e, (ValueError, OSError)):
+                raise CliError(str(e), EXIT_USER_ERROR) from None
+            raise
+
+
+def _atomic_write(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file in the same directory and a rename; on any
+    failure the temporary file is removed and the target is left as it was."""
+    path = Path(path)
+    if path.is_dir():
+        raise CliError(f"cannot write {path}: it is a directory", EXIT_USER_ERROR)
+    if not path.parent.is_dir():
+        raise CliError(f"cannot write {path}: directory {path.parent} does not exist", EXIT_USER_ERROR)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise CliError(f"cannot write {path}: {e.strerror}", EXIT_USER_ERROR) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise CliError(f"cannot write {path}: {e.strerror or e}", EXIT_USER_ERROR) from None
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _read_golden(path: Path) -> dict[str, str]:
+    """The golden table at `path`: a JSON object of variant name -> hex digest."""
+    from .kernels.golden import load_golden
+    try:
+        table = load_golden(path)
+    except FileNotFoundError as e:
+        raise CliError(str(e), EXIT_USER_ERROR) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError(f"cannot read golden table {path}: {e}", EXIT_USER_ERROR) from None
+    except json.JSONDecodeError as e:
+        raise CliError(f"golden table {path} is not valid JSON ({e}); regenerate it with "
+                       "`rocke golden update`", EXIT_USER_ERROR) from None
+    if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in table.items()):
+        raise CliError(f"golden table {path} must be a JSON object of variant name -> hash string; "
+                       "regenerate it with `rocke golden update`", EXIT_USER_ERROR)
+    return table
 
 
 def _variants(names):
@@ -17,7 +105,7 @@ def _variants(names):
         raise click.UsageError(str(e)) from None
 
 
-@click.group()
+@click.group(cls=_Cli)
 def main():
     """rocke: a Python DSL for AMD CDNA (gfx942) kernels."""
 
@@ -46,9 +134,7 @@ def emit(variant, fmt, output):
         ck = v.compile()
         data = ck.asm.encode() if fmt == "asm" else ck.code_object
     if output:
-        tmp = Path(output + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(output)
+        _atomic_write(output, data)
         click.echo(f"wrote {len(data)} bytes to {output}", err=True)
     else:
         sys.stdout.write(data.decode())
@@ -76,7 +162,7 @@ def report(variants, no_cache):
         click.echo("  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
     click.echo(f"\n{len(rows)} variants for gfx942; total spills: {spills}")
     if spills:
-        raise SystemExit(1)
+        raise SystemExit(EXIT_CHECK_FAILED)
 
 
 @main.group()
@@ -92,17 +178,14 @@ _path_option = click.option("--path", type=click.Path(dir_okay=False), default=N
 @_path_option
 def golden_check(path):
     """Exit non-zero if any variant's IR hash differs from the table."""
-    from .kernels.golden import GOLDEN_PATH, current_hashes, diff_golden, load_golden
-    try:
-        table = load_golden(Path(path) if path else GOLDEN_PATH)
-    except FileNotFoundError as e:
-        raise click.ClickException(str(e)) from None
+    from .kernels.golden import GOLDEN_PATH, current_hashes, diff_golden
+    table = _read_golden(Path(path) if path else GOLDEN_PATH)
     d = diff_golden(table, current_hashes())
     for kind, names in d.items():
         for n in names:
             click.echo(f"{kind}: {n}")
     if any(d.values()):
-        raise SystemExit(1)
+        raise SystemExit(EXIT_CHECK_FAILED)
     click.echo("golden IR table matches")
 
 
@@ -110,14 +193,20 @@ def golden_check(path):
 @_path_option
 def golden_update(path):
     """Rewrite the table from the current IR (a deliberate act: say why in the commit)."""
-    from .kernels.golden import GOLDEN_PATH, current_hashes, diff_golden, load_golden, write_golden
+    from .kernels.golden import GOLDEN_PATH, current_hashes, diff_golden, write_golden
     target = Path(path) if path else GOLDEN_PATH
     cur = current_hashes()
     try:
-        d = diff_golden(load_golden(target), cur)
-    except FileNotFoundError:
+        d = diff_golden(_read_golden(target), cur)
+    except CliError as e:
+        click.echo(f"replacing: {e.message}", err=True)
         d = {"missing": sorted(cur)}
-    write_golden(cur, target)
+    if target.is_dir():
+        raise CliError(f"cannot write {target}: it is a directory", EXIT_USER_ERROR)
+    try:
+        write_golden(cur, target)
+    except OSError as e:
+        raise CliError(f"cannot write {target}: {e.strerror or e}", EXIT_USER_ERROR) from None
     for kind, names in d.items():
         for n in names:
             click.echo(f"{kind}: {n}")

@@ -1,8 +1,10 @@
 """Content-addressed on-disk cache of compiled kernels.
 
-Key: SHA-256 over (IR text, target id, toolchain fingerprint, options, format version). An entry
-is a directory written atomically (temp dir + rename); an entry that fails to load or whose
-recorded key does not match is deleted and rebuilt, never a crash.
+Key: SHA-256 over (IR text, target id, toolchain fingerprint -- llvmlite, LLVM, and the linker's
+path, size, mtime and version --, options, format version). An entry is a directory written
+atomically (temp dir + rename). An entry that cannot be read, has the wrong shape, a recorded
+key or digest that does not match, or (checked by the compiler) a code object that is not one
+is deleted and rebuilt, never an exception.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from .. import env
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _FILES = ("kernel.s", "kernel.o", "kernel.hsaco")
 
 
@@ -40,20 +42,31 @@ class CompileCache:
 
     def load(self, key: str) -> dict | None:
         d = self._dir(key)
-        if not d.exists():
-            return None
         try:
+            if not d.exists():
+                return None
             meta = json.loads((d / "entry.json").read_text())
-            if meta.get("key") != key:
-                raise ValueError("key mismatch")
+            if not isinstance(meta, dict) or meta.get("key") != key:
+                raise ValueError("wrong shape or key mismatch")
             blobs = {f: (d / f).read_bytes() for f in _FILES}
             if hashlib.sha256(b"".join(blobs.values())).hexdigest() != meta.get("digest"):
                 raise ValueError("content digest mismatch")
-        except (OSError, ValueError, json.JSONDecodeError):
-            shutil.rmtree(d, ignore_errors=True)   # corrupt entry: drop it, caller rebuilds
+            asm = blobs["kernel.s"].decode()
+        except Exception:        # unreadable or wrong-shaped entry: drop it, the caller rebuilds
+            self.drop(key)
             return None
-        return {"asm": blobs["kernel.s"].decode(), "object": blobs["kernel.o"],
-                "code_object": blobs["kernel.hsaco"], **meta}
+        return {**meta, "asm": asm, "object": blobs["kernel.o"], "code_object": blobs["kernel.hsaco"]}
+
+    def drop(self, key: str) -> None:
+        """Delete an entry (a directory, or whatever else squats on its path)."""
+        d = self._dir(key)
+        try:
+            if d.is_dir() and not d.is_symlink():
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                d.unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def store(self, key: str, asm: str, obj: bytes, code_object: bytes, extra: dict) -> None:
         d = self._dir(key)

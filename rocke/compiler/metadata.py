@@ -27,6 +27,8 @@ class KernelInfo:
     wave_size: int
     max_workgroup_size: int
     occupancy: Occupancy = field(compare=False)
+    # the exact (x, y, z) block the kernel was built for (`.reqd_workgroup_size`), when it has one
+    reqd_workgroup_size: tuple[int, int, int] | None = None
 
     @property
     def explicit_args(self) -> tuple[KernArg, ...]:
@@ -85,4 +87,11 @@ def kernel_info(asm: str, name: str, target: str, workgroup_size: int | None = N
         scratch_bytes=k.get(".private_segment_fixed_size", 0),
         vgpr_spills=k.get(".vgpr_spill_count", 0), sgpr_spills=k.get(".sgpr_spill_count", 0),
         wave_size=k.get(".wavefront_size", 64), max_workgroup_size=k.get(".max_flat_workgroup_size", 0),
-        occupancy=occ)
+        occupancy=occ, reqd_workgroup_size=_reqd_workgroup_size(k))
+
+
+def _reqd_workgroup_size(k: dict) -> tuple[int, int, int] | None:
+    shape = k.get(".reqd_workgroup_size")
+    if not isinstance(shape, list) or len(shape) != 3 or not all(isinstance(d, int) for d in shape):
+        return None
+    return tuple(shape)

@@ -1,18 +1,24 @@
 """IR text -> verified module -> optimized module -> gfx942 asm + object -> linked code object."""
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import os
-import subprocess
+import pickle
+import re
+import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
 
+from . import toolchain
 from .cache import CompileCache, cache_key
+from .elf import ET_DYN, InvalidCodeObject, validate_code_object
 from .metadata import KernelInfo, kernel_info
-from .toolchain import ToolchainError, find_linker, target_machine, toolchain_fingerprint
+from .toolchain import ToolchainError, find_linker, linker_fingerprint, target_machine, toolchain_fingerprint
 
 DEFAULT_TARGET = "gfx942:sramecc+:xnack-"
 
@@ -45,6 +51,74 @@ def _optimize(mod, tm, opt: int) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
+def _codegen(mod, tm, opt: int) -> tuple[str, bytes]:
+    _optimize(mod, tm, opt)
+    # codegen rewrites the module in place (structurizer intrinsics), so each emit gets a fresh copy
+    asm = tm.emit_assembly(mod.clone())
+    return asm, tm.emit_object(mod)
+
+
+def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
+    """`_codegen` in a forked child: LLVM reports some errors (e.g. "Cannot select" for an
+    intrinsic the target lacks) by aborting the process, which here kills only the child and
+    becomes a CompileError carrying LLVM's message. fork shares the parsed module and the
+    target machine copy-on-write. Always, not only for suspect modules: LLVM offers no way to
+    prove a module selectable, and only cold builds pay (benchmarks/compile.py, 'fork' column:
+    tens of ms on builds of a few hundred ms; a cache hit never gets here)."""
+    if not hasattr(os, "fork"):
+        return _codegen(mod, tm, opt)
+    read_fd, write_fd = os.pipe()
+    with tempfile.TemporaryFile(prefix="rocke-llvm-stderr-") as err:
+        pid = os.fork()
+        if pid == 0:                                     # child: never returns
+            status = 1
+            try:
+                os.close(read_fd)
+                os.dup2(err.fileno(), 2)
+                faulthandler.disable()     # an LLVM abort here is expected, not a Python crash
+                try:
+                    payload = ("ok", _codegen(mod, tm, opt))
+                except BaseException as e:           # an LLVM error llvmlite raises normally
+                    payload = ("error", f"{type(e).__name__}: {e}")
+                with os.fdopen(write_fd, "wb") as out:
+                    out.write(pickle.dumps(payload))
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_fd)
+        try:
+            with os.fdopen(read_fd, "rb") as inp:
+                data = inp.read()
+        except BaseException:                            # e.g. Ctrl-C: do not leave the child
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+        _, wait_status = os.waitpid(pid, 0)
+        err.seek(0)
+        llvm_says = err.read().decode(errors="replace").strip()
+    if os.WIFSIGNALED(wait_status) or not data:
+        sig = os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None
+        how = f"killed by {signal.Signals(sig).name}" if sig else f"exited {os.WEXITSTATUS(wait_status)}"
+        raise CompileError(f"LLVM aborted compiling kernel variant {variant!r} ({how}): "
+                           f"{llvm_says or 'no message'}")
+    kind, result = pickle.loads(data)
+    if kind == "error":
+        raise CompileError(f"LLVM failed compiling kernel variant {variant!r}: {result}"
+                           + (f"\n{llvm_says}" if llvm_says else ""))
+    if llvm_says:                 # warnings LLVM printed in the child still reach the user
+        print(llvm_says, file=sys.stderr)
+    return result
+
+
+def _served(hit: dict, name: str, target: str, workgroup_size: int | None) -> KernelInfo | None:
+    """The KernelInfo of a cache entry whose code object and metadata check out, else None."""
+    try:
+        validate_code_object(hit["code_object"], name, e_type=ET_DYN)
+        return kernel_info(hit["asm"], name, target, workgroup_size)
+    except Exception:            # any wrong-shaped entry is rebuilt, never an error
+        return None
+
+
 def link_code_object(obj: bytes, name: str) -> bytes:
     """Link a relocatable AMDGPU object into a shared-object code object (hipModuleLoadData input)."""
     ld = find_linker()
@@ -52,12 +126,22 @@ def link_code_object(obj: bytes, name: str) -> bytes:
         src, dst = os.path.join(tmp, "k.o"), os.path.join(tmp, "k.hsaco")
         with open(src, "wb") as f:
             f.write(obj)
-        proc = subprocess.run([ld, "-shared", "--no-undefined", "-o", dst, src],
-                              capture_output=True, text=True)
+        proc = toolchain.run_tool([ld, "-shared", "--no-undefined", "-o", dst, src],
+                                  timeout=toolchain.LINK_TIMEOUT_S, what=f"linking {name}")
         if proc.returncode != 0:
-            raise ToolchainError(f"{ld} failed linking {name}: {proc.stderr.strip()}")
-        with open(dst, "rb") as f:
-            return f.read()
+            raise ToolchainError(f"{ld} failed linking {name} (exit {proc.returncode}): "
+                                 f"{proc.stderr.strip()}")
+        try:
+            with open(dst, "rb") as f:
+                code_object = f.read()
+        except OSError:
+            raise ToolchainError(f"{ld} exited 0 linking {name} but wrote no output") from None
+    try:
+        validate_code_object(code_object, name, e_type=ET_DYN)
+    except InvalidCodeObject as e:
+        raise ToolchainError(f"{ld} exited 0 linking {name} but its output is not a valid "
+                             f"code object: {e}") from None
+    return code_object
 
 
 def compile_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str | None = None,
@@ -65,28 +149,40 @@ def compile_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str
                cache: CompileCache | None | bool = True) -> CompiledKernel:
     """Compile AMDGPU LLVM IR text for `target`. `cache=True` uses the default on-disk cache,
     `False` disables it, or pass a CompileCache."""
+    if not isinstance(ir, str):
+        raise TypeError(f"ir must be LLVM IR text (str), got {type(ir).__name__}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be the kernel's symbol name, got {name!r}")
+    if isinstance(opt, bool) or not isinstance(opt, int) or opt not in (0, 1, 2, 3):
+        raise ValueError(f"opt must be 0, 1, 2 or 3, got {opt!r}")
     variant = variant or name
     t0 = time.perf_counter()
-    options = {"opt": opt}
+    options = {"opt": opt, "name": name}
     store = CompileCache() if cache is True else (cache or None)
-    key = cache_key(ir, target, toolchain_fingerprint(), options)
     if store is not None:
+        key = cache_key(ir, target, f"{toolchain_fingerprint()}|ld:{linker_fingerprint()}", options)
         hit = store.load(key)
         if hit is not None:
-            info = kernel_info(hit["asm"], name, target, workgroup_size)
-            return CompiledKernel(name, variant, target, ir, hit["asm"], hit["object"],
-                                  hit["code_object"], info, cache_hit=True,
-                                  build_seconds=time.perf_counter() - t0)
+            served = _served(hit, name, target, workgroup_size)
+            if served is not None:
+                return CompiledKernel(name, variant, target, ir, hit["asm"], hit["object"],
+                                      hit["code_object"], served, cache_hit=True,
+                                      build_seconds=time.perf_counter() - t0)
+            store.drop(key)
     tm = target_machine(target, opt)
     try:
         mod = llvm.parse_assembly(ir)
         mod.verify()
     except RuntimeError as e:
         raise CompileError(f"LLVM rejected the IR of kernel variant {variant!r}: {e}") from None
-    _optimize(mod, tm, opt)
-    # codegen rewrites the module in place (structurizer intrinsics), so each emit gets a fresh copy
-    asm = tm.emit_assembly(mod.clone())
-    obj = tm.emit_object(mod)
+    kernels = [f.name for f in mod.functions if not f.is_declaration]
+    if name not in kernels:
+        raise CompileError(f"the IR of kernel variant {variant!r} defines no function {name!r}; "
+                           f"it defines {kernels or 'none'}")
+    asm, obj = _codegen_isolated(mod, tm, opt, variant)
+    if not re.search(rf"^\s*\.amdhsa_kernel\s+{re.escape(name)}\s*$", asm, re.M):
+        raise CompileError(f"function {name!r} of kernel variant {variant!r} is not an "
+                           "amdgpu_kernel (no kernel descriptor was emitted)")
     code_object = link_code_object(obj, name)
     info = kernel_info(asm, name, target, workgroup_size)
     if store is not None:

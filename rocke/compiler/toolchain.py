@@ -5,6 +5,7 @@ import functools
 import glob
 import os
 import shutil
+import subprocess
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -13,6 +14,9 @@ from .. import env
 from ..arch import get_target
 
 TRIPLE = "amdgcn-amd-amdhsa"
+# wall-time limits of the linker subprocesses: a hung linker is an error, never a hang
+LINK_TIMEOUT_S = 120.0
+VERSION_TIMEOUT_S = 10.0
 
 
 class ToolchainError(RuntimeError):
@@ -64,12 +68,17 @@ _LINKER_HINT = ("no ld.lld found. Install Debian's lld-19 (`apt-get install lld-
                 "scripts/setup.sh does), or ROCm, or put an ld.lld on PATH / in $ROCKE_LD_LLD")
 
 
-@functools.cache
 def find_linker() -> str:
-    """ROCm's ld.lld first, then $ROCKE_LD_LLD, ld.lld on PATH, Debian's versioned lld."""
+    """$ROCKE_LD_LLD if set (it must be an executable file), else ROCm's ld.lld, ld.lld on PATH,
+    Debian's versioned lld."""
+    return _find_linker(env.linker_override())
+
+
+@functools.cache
+def _find_linker(override: str | None) -> str:
+    if override:
+        return _checked_override(override)
     candidates = []
-    if env.linker_override():
-        candidates.append(env.linker_override())
     for root in filter(None, [os.environ.get("ROCM_PATH"), "/opt/rocm"]):
         candidates.append(os.path.join(root, "llvm", "bin", "ld.lld"))
     candidates += sorted(glob.glob("/opt/rocm-*/llvm/bin/ld.lld"), reverse=True)
@@ -82,3 +91,50 @@ def find_linker() -> str:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return c
     raise ToolchainError(_LINKER_HINT)
+
+
+find_linker.cache_clear = _find_linker.cache_clear
+
+
+def _checked_override(path: str) -> str:
+    """The linker named by ROCKE_LD_LLD: a misconfiguration is an error, never silently ignored."""
+    where = f"ROCKE_LD_LLD={path!r}"
+    if not os.path.exists(path):
+        raise ToolchainError(f"{where} does not exist; point it at an ld.lld or unset it")
+    if os.path.isdir(path):
+        raise ToolchainError(f"{where} is a directory; point it at the ld.lld file inside")
+    if not os.access(path, os.X_OK):
+        raise ToolchainError(f"{where} is not executable (chmod +x it or point it at an ld.lld)")
+    return path
+
+
+def run_tool(argv: list[str], *, timeout: float, what: str) -> subprocess.CompletedProcess:
+    """A toolchain subprocess with a wall-time limit; failing to start or overrunning the limit
+    is a ToolchainError naming the tool."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ToolchainError(f"{argv[0]} did not finish {what} within {timeout:g} s; "
+                             "it was stopped") from None
+    except OSError as e:
+        raise ToolchainError(f"cannot run {argv[0]} ({what}): {e.strerror or e}") from None
+
+
+def linker_fingerprint() -> str:
+    """Identity and version of the linker in use, for the compile cache key: a different or
+    replaced linker never serves another's code objects."""
+    ld = find_linker()
+    try:
+        st = os.stat(ld)
+    except OSError as e:
+        raise ToolchainError(f"cannot stat linker {ld}: {e.strerror}") from None
+    real = os.path.realpath(ld)
+    return f"{real}|{st.st_size}|{st.st_mtime_ns}|{_linker_version(real, st.st_size, st.st_mtime_ns)}"
+
+
+@functools.cache
+def _linker_version(path: str, size: int, mtime_ns: int) -> str:
+    proc = run_tool([path, "--version"], timeout=VERSION_TIMEOUT_S, what="reporting its version")
+    first = (proc.stdout or proc.stderr).strip().splitlines()
+    return f"{first[0] if first else 'no version'} (exit {proc.returncode})"

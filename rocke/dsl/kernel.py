@@ -48,6 +48,13 @@ class _KernelFunctionAttributes(irv.FunctionAttributes):
             super().add(name)
 
 
+class _KernelFunction(ir.Function):
+    """llvmlite joins function metadata attachments with commas; LLVM wants spaces."""
+
+    def _stringify_metadata(self, leading_comma=False):
+        return " ".join(f"!{k} {v.get_reference()}" for k, v in self.metadata.items())
+
+
 class _PointerArgumentAttributes(irv.ArgumentAttributes):
     _known = dict(irv.ArgumentAttributes._known, readonly=False, writeonly=False)
 
@@ -175,7 +182,7 @@ class Kernel:
     def _seal(self):
         """Create the function once the argument list is final."""
         fn_type = ir.FunctionType(ir.VoidType(), [v.dtype.ir_type for _, v, _ in self._arg_values])
-        fn = ir.Function(self.module, fn_type, self.name)
+        fn = _KernelFunction(self.module, fn_type, self.name)
         fn.calling_convention = "amdgpu_kernel"
         fn.attributes = _KernelFunctionAttributes()
         preloaded = self._preloaded_arg_count()
@@ -441,11 +448,25 @@ class Kernel:
         attrs.add(f'"amdgpu-flat-work-group-size"="{self.workgroup_size},{self.workgroup_size}"')
         if self.waves_per_eu is not None:
             attrs.add(f'"amdgpu-waves-per-eu"="{self.waves_per_eu}"')
+        self._record_signature()
         self.module.add_named_metadata(
             "llvm.module.flags",
             [ir.Constant(_I32, 1), "amdhsa_code_object_version", ir.Constant(_I32, CODE_OBJECT_VERSION)])
         self._ir_text = str(self.module)
         return self._ir_text
+
+    def _record_signature(self):
+        """The argument signature and workgroup shape as function metadata, which LLVM emits as
+        ``.name`` / ``.type_name`` (rocke dtype, ``*`` for a pointer) and ``.reqd_workgroup_size``
+        in the code object, so launches check against the compiled kernel itself. The shape is
+        only pinned to (workgroup_size, 1, 1) when the kernel never reads a y/z work-item id."""
+        m, fn = self.module, self._function
+        types = [a.dtype + ("*" if a.kind == "global_ptr" else "") for a in self.args]
+        fn.set_metadata("kernel_arg_name", m.add_metadata([a.name for a in self.args]))
+        fn.set_metadata("kernel_arg_type", m.add_metadata(types))
+        if "tid.y" not in self._special_values and "tid.z" not in self._special_values:
+            shape = [ir.Constant(_I32, d) for d in (self.workgroup_size, 1, 1)]
+            fn.set_metadata("reqd_work_group_size", m.add_metadata(shape))
 
 
 def _axis(axis) -> str:

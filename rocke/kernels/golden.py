@@ -30,5 +30,9 @@ def diff_golden(golden: dict[str, str], current: dict[str, str]) -> dict[str, li
 def write_golden(hashes: dict[str, str], path: Path = GOLDEN_PATH) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(dict(sorted(hashes.items())), indent=1) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(dict(sorted(hashes.items())), indent=1) + "\n")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)     # a failed update leaves nothing behind
+        raise

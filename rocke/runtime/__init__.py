@@ -27,7 +27,7 @@ def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
     checker; HIP ignores it. Every error is raised before the device is touched.
     """
     target = get_device(device)
-    prepared = prepare_launch(compiled, grid, block, args, shared_mem)
+    prepared = prepare_launch(compiled, grid, block, args, shared_mem, device_kind=target.kind)
     return target.execute(prepared, stream=stream, check=check)
 
 

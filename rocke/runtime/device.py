@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import env
 from ..arch import abi
+from .signature import check_launch_args
 
 DEVICE_KINDS = ("emu", "hip")
 
@@ -35,68 +36,23 @@ def _pointer_of(value) -> int:
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
-    # the common cases (an int, a full 3-tuple of ints) without abi's generality: this is per launch
-    if type(value) is int and value > 0:
-        return (value, 1, 1)
-    if type(value) is tuple and len(value) == 3 and all(type(d) is int and d > 0 for d in value):
+    """(x, y, z) of a grid/block that check_launch_args has already validated."""
+    if type(value) is tuple and len(value) == 3:
         return value
-    items = (value,) if isinstance(value, (int, np.integer)) else value
-    if isinstance(items, (str, bytes)) or not isinstance(items, (tuple, list)) or not all(
-            isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in items):
-        # abi.normalize_dims would int() strings and truncate floats; launches take integers only
-        raise ValueError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}")
     return abi.normalize_dims(value, what)
 
 
-def _checked_args(compiled, grid, block, args) -> list:
-    """The single call site of the signature check (dtypes, value kinds, ranges).
-
-    MERGE: helper host-rel adds `rocke/runtime/signature.py::check_launch_args(compiled, grid,
-    block, args)`, which returns the converted arguments; until that module is in this branch the
-    arguments pass through unchanged (kernarg packing below still rejects wrong kinds and sizes).
-    """
-    check = _signature_check()
-    if check is not None:
-        return list(check(compiled, grid, block, args))
-    if not isinstance(args, (list, tuple)):
-        raise ValueError(f"args must be a list or tuple of kernel arguments, "
-                         f"got {type(args).__name__}")
-    return list(args)
-
-
-_UNRESOLVED = object()
-_check_launch_args = _UNRESOLVED
-
-
-def _signature_check():
-    """host-rel's check_launch_args, imported on first use (so rocke.runtime and its
-    signature module cannot import each other in a circle); None while it does not exist."""
-    global _check_launch_args
-    if _check_launch_args is _UNRESOLVED:
-        try:
-            from .signature import check_launch_args
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}.signature":
-                raise           # the module exists but something it needs does not
-            check_launch_args = None
-        _check_launch_args = check_launch_args
-    return _check_launch_args
-
-
 def prepare_launch(compiled, grid, block, args: Sequence[Any],
-                   shared_mem: int = 0) -> PreparedLaunch:
+                   shared_mem: int = 0, *, device_kind: str = "emu") -> PreparedLaunch:
     """Check a launch of `compiled` and pack its kernarg segment; raises ValueError before any
     work when something is wrong."""
     info = compiled.info
+    # launch arguments vs the kernel's declared signature: grid/block, dtypes, value kinds, ranges
+    values = check_launch_args(compiled, grid, block, args, device=device_kind)
     grid3 = _dims(grid, "grid")
     block3 = _dims(block, "block")
     if not isinstance(shared_mem, int) or isinstance(shared_mem, bool) or shared_mem < 0:
         raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
-    threads = block3[0] * block3[1] * block3[2]
-    if info.max_workgroup_size and threads > info.max_workgroup_size:
-        raise ValueError(f"{compiled.variant}: block {block3} has {threads} work-items, beyond "
-                         f"the kernel's maximum workgroup size {info.max_workgroup_size}")
-    values = _checked_args(compiled, grid3, block3, args)
     kernarg = abi.pack_kernarg_segment(info.args, values, grid3, block3, shared_mem, _pointer_of,
                                        info.kernarg_size)
     return PreparedLaunch(compiled, grid3, block3, shared_mem, tuple(values), kernarg)

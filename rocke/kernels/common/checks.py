@@ -66,6 +66,18 @@ def check_vector_access(field: str, width: int, dtype: str) -> None:
                          "of one buffer access")
 
 
+def check_register_budget(field: str, registers: int, what: str, target: str = "gfx942") -> None:
+    """Registers per lane that ``what`` holds for a whole loop (fp32 accumulators) must fit the
+    target's VGPR + AGPR file; beyond it the kernel cannot be built (and the builder would
+    unroll an absurd number of fragments first)."""
+    from rocke.arch import get_target
+    t = get_target(target)
+    limit = t.max_arch_vgprs + t.max_agprs
+    if registers > limit:
+        raise ValueError(f"{field}: {what} need {registers} registers per lane, {target} has "
+                         f"{limit} (VGPR + AGPR)")
+
+
 def check_lds_budget(field: str, nbytes: int, what: str) -> None:
     """The workgroup's LDS allocation (``what``, sized by ``field``) must fit gfx942's LDS."""
     if nbytes > dsl.LDS_BYTES:
@@ -95,6 +107,40 @@ def check_buffer_bytes(name: str, nbytes: int, what: str) -> None:
     if nbytes >= BUFFER_RANGE_BYTES:
         raise ValueError(f"{name}: {what} spans {nbytes} bytes, beyond the 2 GiB range of one "
                          "buffer resource")
+
+
+NUM_RECORDS_LIMIT = 2 ** 32     # a buffer resource's extent (num_records) is a 32-bit byte count
+
+
+def check_i32_value(name: str, value: int, what: str) -> None:
+    """A value the kernel computes in i32 arithmetic (an element index, a row offset, a loop
+    bound): it must stay <= 2**31 - 1, or it wraps negative and addresses the wrong element."""
+    if value >= I32_LIMIT:
+        raise ValueError(f"{name}: the kernel computes {what} = {value} in 32-bit (i32) "
+                         "arithmetic, which holds at most 2**31 - 1")
+
+
+def check_num_records(name: str, nbytes: int, what: str) -> None:
+    """Bytes covered by one buffer resource: its num_records field is 32 bits wide."""
+    if nbytes >= NUM_RECORDS_LIMIT:
+        raise ValueError(f"{name}: {what} spans {nbytes} bytes; a buffer resource's extent "
+                         "(num_records) is 32-bit, so it must stay below 2**32")
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def check_device(tensors: dict) -> None:
+    """All tensors on one real device (CPU for the emulator, a GPU for HIP)."""
+    devices = {name: t.device for name, t in tensors.items()}
+    for name, device in devices.items():
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{name}: tensor must be on the CPU (emulator) or a GPU (HIP), "
+                             f"got device {device}")
+    if len({str(d) for d in devices.values()}) > 1:
+        listing = ", ".join(f"{n} on {d}" for n, d in devices.items())
+        raise ValueError(f"tensors must share one device, got {listing}")
 
 
 def torch_dtype(dtype: str):

@@ -15,6 +15,15 @@ and the ``O^T`` accumulators are carried through the runtime KV loop; the end di
 Causal masking is bottom-right aligned, which for S_q == S_k is key <= query; KV tiles wholly in
 the future of the workgroup's queries are never visited. Keys past S read as 0 (the per-head
 buffer's extent) and are masked to -inf; query rows past S are computed but never stored.
+
+Address width (``check_problem``): a head's start ``block_id.y * (S * D)`` is an i32 multiply
+(``s_mul_i32``), widened to 64 bits only in the pointer offset, so the last head's start
+``(B * H - 1) * S * D`` must stay <= 2**31 - 1 -- beyond it later heads read and write at
+wrapped addresses. Within a head the staged K/V rows run to S rounded up to block_n as i32
+element indices ``row * D + d``; those must stay <= 2**31 - 1 so V rows past S land past the
+head's extent (reading 0: their probabilities are 0, but 0 x a wrapped-in inf would be NaN)
+instead of wrapping. The head's extent ``S * D * 2`` bytes then fits the 32-bit num_records.
+(Q columns past S only feed outputs that are never stored.)
 """
 
 from __future__ import annotations
@@ -27,9 +36,10 @@ from rocke.arch.mfma import atom_for
 from rocke.dsl import exp2, minimum, rcp, select
 from rocke.dsl.fragment import (AxisVector, ROW, copy_tile_to_lds, load_fragment,
                                 load_fragment_global, store_fragment_global)
-from rocke.kernels.common.checks import (check_bool, check_buffer_bytes, check_choice, check_extent,
-                                         check_grid_extent, check_lds_budget, check_multiple,
-                                         check_positive_int, check_tensor)
+from rocke.kernels.common.checks import (check_bool, check_choice, check_device, check_extent,
+                                         check_grid_extent, check_i32_value, check_lds_budget, check_multiple,
+                                         check_num_records, check_positive_int, check_register_budget,
+                                         check_tensor, round_up)
 
 DTYPES = ("f16", "bf16")
 HEAD_DIMS = (64, 128)
@@ -66,6 +76,9 @@ class FlashAttentionSpec:
         check_multiple("lds_pad", self.lds_pad, 4, because="operands are read from LDS 8 bytes at a time")
         lds = 2 * (self.block_n * (self.head_dim + self.lds_pad) + self.head_dim * (self.block_n + self.lds_pad))
         check_lds_budget("block_n", lds, "the K and V^T tiles")
+        warp_q = self.block_m // self.num_warps
+        check_register_budget("block_m/block_n", warp_q * (self.head_dim + self.block_n) // 64,
+                              "each warp's fp32 O^T and S^T accumulators")
 
     @property
     def workgroup_size(self) -> int:
@@ -97,11 +110,21 @@ VARIANTS: dict[str, FlashAttentionSpec] = _variants()
 ARGS = ("q", "k", "v", "o", "seq_len", "sm_scale")
 
 
-def launch_geometry(spec: FlashAttentionSpec, B: int, H: int, S: int):
-    """(grid in workgroups, block in threads): (query blocks, B * H) workgroups."""
+def check_problem(spec: FlashAttentionSpec, *, B: int, H: int, S: int) -> None:
+    """A [B, H, S, D] problem fits the kernel's address arithmetic (see the module docstring)."""
     for name, v in (("B", B), ("H", H), ("S", S)):
         check_extent(name, v)
     check_grid_extent("B * H", B * H, axis="y")
+    D = spec.head_dim
+    check_i32_value("S", round_up(S, spec.block_n) * D - 1,
+                    f"the largest staged K/V index (S rounded up to {spec.block_n}) * D - 1")
+    check_num_records("S", S * D * 2, "one head's S x D slice")
+    check_i32_value("B * H", (B * H - 1) * S * D, "the last head's start (B * H - 1) * S * D")
+
+
+def launch_geometry(spec: FlashAttentionSpec, B: int, H: int, S: int):
+    """(grid in workgroups, block in threads): (query blocks, B * H) workgroups."""
+    check_problem(spec, B=B, H=H, S=S)
     return (-(-S // spec.block_m), B * H, 1), (spec.workgroup_size, 1, 1)
 
 
@@ -115,7 +138,12 @@ def kernel_args(spec: FlashAttentionSpec, q, k, v, o, sm_scale: float | None = N
             raise ValueError(f"{name}: shape {tuple(t.shape)} differs from q's {tuple(q.shape)}")
     if q.shape[3] != spec.head_dim:
         raise ValueError(f"q: head dim {q.shape[3]} differs from the spec's {spec.head_dim}")
-    check_buffer_bytes("q", q.shape[2] * q.shape[3] * q.element_size(), "one head's S x D slice")
+    B, H, S, _ = q.shape
+    check_problem(spec, B=B, H=H, S=S)
+    check_device({"q": q, "k": k, "v": v, "o": o})
+    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
+                                 or not math.isfinite(sm_scale)):
+        raise ValueError(f"sm_scale: must be a finite number or None, got {sm_scale!r}")
     scale = 1.0 / math.sqrt(spec.head_dim) if sm_scale is None else float(sm_scale)
     return [q, k, v, o, int(q.shape[2]), scale]
 

@@ -6,7 +6,14 @@ MFMA accumulator fragments carried through a runtime K loop. Per K step the A ti
 global -> LDS as is, the B tile transposed (``B^T``, so each lane's B operand is contiguous in
 LDS); buffer loads read 0 past the matrices' ends and columns past K / N are zeroed, so ragged
 M, N, K need no special cases. The epilogue stores C with per-element masks for ragged edges.
-Tensors are limited to < 2 GiB (32-bit buffer offsets).
+
+Address width (``check_problem``): each buffer's extent is ``rows * ld`` elements computed in
+i32 (``M * lda``, ``K * ldb``, ``M * ldc`` <= 2**31 - 1, hence < 2**32 bytes of num_records for
+16-bit elements), and every element index ``row * ld + col`` is i32. The staging of B^T reads
+rows up to K rounded up to block_k with no row mask: those reads must land past the extent
+(reading 0, which the zeroed A columns multiply), not wrap back into B, so
+``(K rounded up - 1) * ldb + N - 1`` must stay <= 2**31 - 1. (A's rows past M only feed C rows
+that are never stored, A's columns past K and C's ragged edges are masked.)
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from dataclasses import dataclass
 from rocke import dsl
 from rocke.arch.mfma import atom_for
 from rocke.dsl.fragment import copy_tile_to_lds, load_fragment, store_fragment_global
-from rocke.kernels.common.checks import (check_choice, check_extent, check_lds_budget, check_multiple,
-                                         check_positive_int, check_tensor)
+from rocke.kernels.common.checks import (check_choice, check_device, check_extent, check_i32_value,
+                                         check_lds_budget, check_multiple, check_positive_int,
+                                         check_register_budget, check_tensor, round_up)
 
 DTYPES = ("f16", "bf16")
 ATOMS = ("32x32x8", "16x16x16")
@@ -53,6 +61,8 @@ class GemmSpec:
         check_multiple("lds_pad", self.lds_pad, 4, because="operands are read from LDS 8 bytes at a time")
         lds = 2 * (self.block_m * (self.block_k + self.lds_pad) + self.block_n * (self.block_k + self.lds_pad))
         check_lds_budget("block_m/block_n/block_k", lds, "the A and B^T tiles")
+        accumulators = (self.block_m // self.warps_m) * (self.block_n // self.warps_n) // 64
+        check_register_budget("block_m/block_n", accumulators, "each warp's fp32 C accumulators")
 
     @property
     def warps_n(self) -> int:
@@ -89,16 +99,29 @@ def launch_geometry(spec: GemmSpec, M: int, N: int, K: int):
     return (-(-N // spec.block_n), -(-M // spec.block_m), 1), (spec.workgroup_size, 1, 1)
 
 
+def check_problem(spec: GemmSpec, *, M: int, N: int, K: int, lda: int, ldb: int, ldc: int) -> None:
+    """Sizes and leading dimensions fit the kernel's address arithmetic (module docstring)."""
+    for name, v in (("M", M), ("N", N), ("K", K), ("lda", lda), ("ldb", ldb), ("ldc", ldc)):
+        check_extent(name, v)
+    for name, rows, ld, what in (("a", M, lda, "M * lda"), ("b", K, ldb, "K * ldb"), ("c", M, ldc, "M * ldc")):
+        check_i32_value(name, rows * ld, f"its buffer extent {what}")
+    check_i32_value("b", (round_up(K, spec.block_k) - 1) * ldb + N - 1,
+                    f"the largest staged B index (K rounded up to {spec.block_k} - 1) * ldb + N - 1")
+
+
 def kernel_args(spec: GemmSpec, a, b, c) -> list:
     """The kernel's ordered arguments for torch tensors a [M, K], b [K, N], c [M, N] (row-major
     with unit column stride; leading dims may exceed the row length)."""
     for name, t, dims in (("a", a, ("M", "K")), ("b", b, ("K", "N")), ("c", c, ("M", "N"))):
-        check_tensor(name, t, dtype=spec.dtype, dims=dims, contiguous=False)
+        check_tensor(name, t, dtype=spec.dtype, dims=dims, contiguous=False, one_buffer=False)
     M, K = a.shape
     if b.shape[0] != K or c.shape != (M, b.shape[1]):
         raise ValueError(f"shapes: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c {tuple(c.shape)} do not match")
     N = b.shape[1]
-    return [a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0)]
+    lda, ldb, ldc = a.stride(0), b.stride(0), c.stride(0)
+    check_problem(spec, M=M, N=N, K=K, lda=lda, ldb=ldb, ldc=ldc)
+    check_device({"a": a, "b": b, "c": c})
+    return [a, b, c, M, N, K, lda, ldb, ldc]
 
 
 def build(spec: GemmSpec) -> dsl.Kernel:

@@ -6,6 +6,12 @@ scaled by log2(e) as they are loaded so every exponential is one ``exp2``. Pass 
 reduction (DPP or ds_swizzle), and waves of a workgroup through LDS. Pass 2 re-reads the row and
 writes ``exp2(s - m) / l``. Columns past ``cols`` read as -inf (their exp2 is 0) and are never
 written: each row is addressed through a buffer resource whose extent is the row itself.
+
+Address width (``check_problem``): the row start ``row * cols`` is i32 (the last row's must stay
+<= 2**31 - 1; it is widened to 64 bits only in the pointer offset); a row's extent is
+``cols * element size`` bytes in the 32-bit num_records (f32 needs cols < 2**30); the column loop
+steps ``i += chunk`` in i32, so ``cols`` rounded up to a chunk must stay <= 2**31 - 1 or the loop
+counter wraps; in per-wave mode the computed row index runs to ``rows`` rounded up to num_warps.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from dataclasses import dataclass
 
 from rocke import dsl
 from rocke.dsl import exp2, maximum, rcp, select, vector, wave_max, wave_sum
-from rocke.kernels.common.checks import check_choice, check_extent, check_index_extent, check_vector_access
+from rocke.kernels.common.checks import (check_choice, check_device, check_extent, check_i32_value,
+                                         check_num_records, check_tensor, check_vector_access, round_up)
 
 DTYPES = ("f16", "bf16", "f32")
 LOG2E = 1.4426950408889634
@@ -62,11 +69,33 @@ def args(spec: SoftmaxSpec) -> list[tuple[str, str, str]]:
     return [(name, kind, dt or spec.dtype) for name, kind, dt in ARGS]
 
 
-def launch_geometry(spec: SoftmaxSpec, *, rows: int, cols: int):
-    """(grid in workgroups, block in threads) for a [rows, cols] problem."""
+def check_problem(spec: SoftmaxSpec, *, rows: int, cols: int) -> None:
+    """A [rows, cols] problem fits the kernel's address arithmetic (see the module docstring)."""
     check_extent("rows", rows)
     check_extent("cols", cols)
-    check_index_extent("rows * cols", rows * cols)
+    check_i32_value("rows * cols", (rows - 1) * cols, "the last row's start (rows - 1) * cols")
+    check_num_records("cols", cols * dsl.dtype(spec.dtype).nbytes, f"one {cols}-element {spec.dtype} row")
+    chunk = (64 if spec.rows_per == "wave" else spec.workgroup_size) * spec.vector_width
+    check_i32_value("cols", round_up(cols, chunk), f"the column loop's last step (cols rounded up to {chunk})")
+    if spec.rows_per == "wave":
+        check_i32_value("rows", round_up(rows, spec.num_warps) - 1, "the last wave's row index")
+
+
+def kernel_args(spec: SoftmaxSpec, x, y) -> list:
+    """The kernel's ordered arguments for contiguous [rows, cols] torch tensors x (in), y (out)."""
+    for name, t in (("x", x), ("y", y)):
+        check_tensor(name, t, dtype=spec.dtype, dims=("rows", "cols"), one_buffer=False)
+    if y.shape != x.shape:
+        raise ValueError(f"y: shape {tuple(y.shape)} differs from x's {tuple(x.shape)}")
+    rows, cols = x.shape
+    check_problem(spec, rows=rows, cols=cols)
+    check_device({"x": x, "y": y})
+    return [x, y, rows, cols]
+
+
+def launch_geometry(spec: SoftmaxSpec, *, rows: int, cols: int):
+    """(grid in workgroups, block in threads) for a [rows, cols] problem."""
+    check_problem(spec, rows=rows, cols=cols)
     blocks = -(-rows // spec.num_warps) if spec.rows_per == "wave" else rows
     return (blocks, 1, 1), (spec.workgroup_size, 1, 1)
 

@@ -5,6 +5,11 @@ use one vector load/store per operand; the (at most one) thread straddling ``n``
 per-element buffer accesses, where the buffer's range check turns loads past ``n`` into 0 and
 drops stores past ``n`` -- so ragged ``n`` needs no padding and writes nothing out of bounds.
 bf16 adds in f32 and rounds back to nearest even.
+
+Address width (``check_problem``): each buffer's extent is ``n * element size`` bytes in the
+32-bit num_records field (f32 needs n < 2**30: n = 2**30 wraps it to 0 and nothing is read or
+written), and each thread's ``first + vector_width`` is i32 arithmetic, so the grid's elements,
+``n`` rounded up to ``block_size * vector_width``, must stay <= 2**31 - 1.
 """
 
 from __future__ import annotations
@@ -12,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rocke import dsl
-from rocke.kernels.common.checks import (check_choice, check_extent, check_int_range, check_multiple,
-                                         check_vector_access)
+from rocke.kernels.common.checks import (check_choice, check_device, check_extent, check_i32_value,
+                                         check_int_range, check_multiple, check_num_records, check_tensor,
+                                         check_vector_access, round_up)
 
 DTYPES = ("f16", "bf16", "f32")
 
@@ -52,11 +58,31 @@ def args(spec: VectorAddSpec) -> list[tuple[str, str, str]]:
     return [(name, kind, dt or spec.dtype) for name, kind, dt in ARGS]
 
 
+def check_problem(spec: VectorAddSpec, *, n: int) -> None:
+    """``n`` elements fit the kernel's address arithmetic (see the module docstring)."""
+    check_extent("n", n)
+    check_num_records("n", n * dsl.dtype(spec.dtype).nbytes, f"each {n}-element {spec.dtype} buffer")
+    check_i32_value("n", round_up(n, spec.block_size * spec.vector_width),
+                    "the last thread's first element + vector_width")
+
+
 def launch_geometry(spec: VectorAddSpec, *, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(grid in workgroups, block in threads) covering ``n`` elements."""
-    check_extent("n", n)
+    check_problem(spec, n=n)
     per_block = spec.block_size * spec.vector_width
     return (-(-n // per_block), 1, 1), (spec.block_size, 1, 1)
+
+
+def kernel_args(spec: VectorAddSpec, a, b, c) -> list:
+    """The kernel's ordered arguments for contiguous 1-D torch tensors a, b, c of ``n`` elements."""
+    for name, t in (("a", a), ("b", b), ("c", c)):
+        check_tensor(name, t, dtype=spec.dtype, dims=("n",), one_buffer=False)
+        if t.shape != a.shape:
+            raise ValueError(f"{name}: shape {tuple(t.shape)} differs from a's {tuple(a.shape)}")
+    n = a.shape[0]
+    check_problem(spec, n=n)
+    check_device({"a": a, "b": b, "c": c})
+    return [a, b, c, n]
 
 
 def build(spec: VectorAddSpec) -> dsl.Kernel:
