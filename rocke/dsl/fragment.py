@@ -413,30 +413,63 @@ def _split_runs(value: Value, runs):
         yield part, n, row, col
 
 
-def load_fragment(lds: LdsTensor, layout: TVLayout, origin=(0, 0), *, transposed: bool = False) -> Fragment:
-    """Read a fragment of ``layout`` from a row-major 2-D LDS tile, its logical tile at
-    ``origin``; one vector access per run of values contiguous in LDS."""
+def _check_lds_fit(lds, storage: TVLayout, origin, what: str):
     if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
-        raise dsl_type_error(f"load_fragment needs a 2-D LdsTensor, got {lds!r}")
-    k = lds.kernel
+        raise dsl_type_error(f"{what} needs a 2-D LdsTensor (or a 2-D view of one), got {lds!r}")
+    lds.check_fits(f"{what} of a {storage.name} fragment", origin, storage.shape)
+
+
+def load_fragment(lds: LdsTensor, layout: TVLayout, origin=(0, 0), *, transposed: bool = False) -> Fragment:
+    """Read a fragment of ``layout`` from a row-major 2-D LDS tile (or view), its logical tile
+    at ``origin``; one vector access per run of values contiguous in LDS. A fragment that does
+    not fit the tile is a build-time error."""
     storage = _storage_layout(layout, transposed)
-    parts = [lds.load((row, col), width=n)
-             for _, n, row, col in _run_addresses(k, storage, _storage_origin(origin, transposed))]
+    at = _storage_origin(origin, transposed)
+    _check_lds_fit(lds, storage, at, "load_fragment")
+    k = lds.kernel
+    parts = [lds.load((row, col), width=n) for _, n, row, col in _run_addresses(k, storage, at)]
     return Fragment(_gather(parts, layout.values_per_lane), layout)
 
 
-def store_fragment(lds: LdsTensor, frag: Fragment, origin=(0, 0), *, transposed: bool = False):
-    """Write ``frag`` into a row-major 2-D LDS tile (its logical tile at ``origin``)."""
+def store_fragment(lds: LdsTensor, frag: Fragment, origin=(0, 0), *, transposed: bool = False, bounds=None):
+    """Write ``frag`` into a row-major 2-D LDS tile or view (its logical tile at ``origin``).
+    ``bounds`` = (rows, cols) in the fragment's logical coordinates (None: no check along that
+    axis): elements at or past a bound are not written (an exec-masked store)."""
     if not isinstance(frag, Fragment):
         raise dsl_type_error(f"store_fragment stores a Fragment, got {type(frag).__name__}")
+    storage = _storage_layout(frag.layout, transposed)
+    at = _storage_origin(origin, transposed)
+    _check_lds_fit(lds, storage, at, "store_fragment")
     if frag.dtype != lds.dtype:
         raise dsl_type_error(f"storing a {frag.dtype.name} fragment into LDS tile {lds.name!r} of "
                              f"{lds.dtype.name}; convert with .to()")
     k = lds.kernel
-    storage = _storage_layout(frag.layout, transposed)
-    runs = _run_addresses(k, storage, _storage_origin(origin, transposed))
-    for part, _, row, col in _split_runs(frag.value, runs):
-        lds.store((row, col), part)
+    runs = _run_addresses(k, storage, at)
+    if bounds is None:
+        for part, _, row, col in _split_runs(frag.value, runs):
+            lds.store((row, col), part)
+        return
+    row_bound, col_bound = _storage_origin(tuple(bounds), transposed)
+    for part, n, row, col in _split_runs(frag.value, runs):
+        pieces = list(part) if (col_bound is not None and n > 1) else [part]
+        for j, piece in enumerate(pieces):
+            c = col + j if len(pieces) > 1 and j else col
+            ok = _in_bounds(row, c, row_bound, col_bound)
+            if ok is None:
+                lds.store((row, c), piece)
+            else:
+                with k.if_(ok):
+                    lds.store((row, c), piece)
+
+
+def _in_bounds(row, col, row_bound, col_bound):
+    ok = None
+    if row_bound is not None:
+        ok = row < row_bound
+    if col_bound is not None:
+        col_ok = col < col_bound
+        ok = col_ok if ok is None else ok & col_ok
+    return ok
 
 
 def load_fragment_global(buf: BufferResource, layout: TVLayout, origin, ld, *,

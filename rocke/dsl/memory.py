@@ -212,30 +212,133 @@ class BufferResource:
 
 
 class LdsTensor:
-    """A region of the LDS arena viewed as a row-major array (row padding in elements)."""
+    """A region of the LDS arena viewed as a row-major array (row padding in elements), or a
+    view of part of one (``view`` / indexing), at a static or runtime offset.
 
-    def __init__(self, kernel, name, shape, dtype, pad, byte_offset):
+    A view keeps its parent's strides (so row padding is preserved) and has static extents:
+    every fragment load/store and tile copy checks at build time that it fits the view."""
+
+    def __init__(self, kernel, name, shape, dtype, pad, byte_offset, *, strides=None,
+                 dynamic_offset: Value | None = None, parent: "LdsTensor | None" = None):
         self.kernel = kernel
         self.name = name
         self.shape = shape
         self.dtype = dtype
         self.pad = pad
-        strides = [1]
-        for d in range(len(shape) - 1, 0, -1):
-            inner = shape[d] + (pad if d == len(shape) - 1 else 0)
-            strides.insert(0, strides[0] * inner)
+        if strides is None:
+            strides = [1]
+            for d in range(len(shape) - 1, 0, -1):
+                inner = shape[d] + (pad if d == len(shape) - 1 else 0)
+                strides.insert(0, strides[0] * inner)
         self.strides = tuple(strides)  # in elements
         self.byte_offset = byte_offset
+        self.dynamic_offset = dynamic_offset  # i32 byte offset added at run time (views only)
+        self.parent = parent
         self.size_bytes = shape[0] * self.strides[0] * dtype.nbytes if len(shape) > 1 else \
             (shape[0] + pad) * dtype.nbytes
 
-    def _byte_offset(self, index) -> Value:
-        k = self.kernel
+    def __repr__(self):
+        kind = "view of " + self.root.name if self.parent is not None else self.name
+        return f"LdsTensor({kind}, shape={self.shape}, {self.dtype.name})"
+
+    @property
+    def root(self) -> "LdsTensor":
+        """The allocated region this tensor (or view) lies in."""
+        return self if self.parent is None else self.parent.root
+
+    @property
+    def is_view(self) -> bool:
+        return self.parent is not None
+
+    # -- views ----------------------------------------------------------------------------
+    def view(self, origin, shape=None) -> "LdsTensor":
+        """The sub-tensor starting at ``origin`` (one int or integer Value per dimension) with
+        extents ``shape`` (static ints; default: the rest of each dimension, which needs a
+        static origin there). Runtime origins are allowed (e.g. a per-wave slab); the extents
+        are checked against this tensor's at build time."""
+        origin = origin if isinstance(origin, tuple) else (origin,)
+        if len(origin) != len(self.shape):
+            raise dsl_value_error(f"LDS tensor {self.name!r} has {len(self.shape)} dims, "
+                                  f"view origin has {len(origin)}")
+        if shape is None:
+            shape = tuple(None for _ in self.shape)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        if len(shape) != len(self.shape):
+            raise dsl_value_error(f"LDS tensor {self.name!r} has {len(self.shape)} dims, "
+                                  f"view shape has {len(shape)}")
+        extents = []
+        for d, (o, n, full) in enumerate(zip(origin, shape, self.shape)):
+            if isinstance(o, bool) or not isinstance(o, (int, Value)):
+                raise dsl_type_error(f"view origin must be ints or integer Values, got {type(o).__name__}")
+            if n is None:
+                if not isinstance(o, int):
+                    raise dsl_value_error(f"view of {self.name!r}: dim {d} has a runtime origin; "
+                                          "give its extent in shape=")
+                n = full - o
+            if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+                raise dsl_value_error(f"view of {self.name!r}: extents must be positive ints, got {shape!r}")
+            low = o if isinstance(o, int) else 0
+            if low < 0 or low + n > full:
+                raise dsl_value_error(
+                    f"view of {self.name!r}: dim {d} [{low}, {low + n}) does not fit its extent {full}")
+            extents.append(n)
+        return self._subview(origin, tuple(extents), keep=range(len(self.shape)))
+
+    def __getitem__(self, index) -> "LdsTensor":
+        """Indexing makes views: ``t[w]`` drops the first dimension (``w`` an int or runtime
+        Value), ``t[a:b]`` / ``t[:, c:d]`` take static ranges."""
         index = index if isinstance(index, tuple) else (index,)
-        if len(index) != len(self.shape):
+        if len(index) > len(self.shape):
             raise dsl_value_error(f"LDS tensor {self.name!r} has {len(self.shape)} dims, got {len(index)} indices")
+        index = index + (slice(None),) * (len(self.shape) - len(index))
+        origin, extents, keep = [], [], []
+        for d, (ix, full) in enumerate(zip(index, self.shape)):
+            if isinstance(ix, slice):
+                start, stop, step = ix.indices(full) if all(
+                    isinstance(x, (int, type(None))) for x in (ix.start, ix.stop, ix.step)) else (None,) * 3
+                if start is None or step != 1 or stop <= start:
+                    raise dsl_value_error(f"LDS slices take static ints with step 1 and a non-empty "
+                                          f"range; got {ix!r} (use .view(origin, shape) for runtime offsets)")
+                origin.append(start)
+                extents.append(stop - start)
+                keep.append(d)
+            else:
+                if isinstance(ix, int) and not isinstance(ix, bool):
+                    if not 0 <= ix < full:
+                        raise dsl_value_error(f"index {ix} out of range for dim {d} of {self.name!r} ({full})")
+                elif not isinstance(ix, Value):
+                    raise dsl_type_error(f"LDS index must be an int, integer Value or slice, "
+                                         f"got {type(ix).__name__}")
+                origin.append(ix)
+                extents.append(1)
+        if not keep:
+            raise dsl_value_error(f"indexing every dimension of {self.name!r} names one element; "
+                                  "use load/store for that")
+        return self._subview(tuple(origin), tuple(extents), keep=keep)
+
+    def _subview(self, origin, extents, keep) -> "LdsTensor":
+        static, dynamic = self._offsets(origin)
+        view = LdsTensor(self.kernel, self.name, tuple(extents[d] for d in keep), self.dtype, 0, static,
+                         strides=tuple(self.strides[d] for d in keep), dynamic_offset=dynamic, parent=self)
+        return view
+
+    def check_fits(self, what: str, origin, extent):
+        """Build-time check that a 2-D box of ``extent`` (rows, cols) at ``origin`` lies inside
+        this tensor: static origins are checked exactly, runtime ones only by extent."""
+        for d, (o, n, full) in enumerate(zip(origin, extent, self.shape)):
+            low = o if isinstance(o, int) and not isinstance(o, bool) else 0
+            if low < 0 or low + n > full:
+                at = f"at {o}" if isinstance(o, int) else "at a runtime offset"
+                raise dsl_value_error(
+                    f"{what}: {extent[0]} x {extent[1]} does not fit LDS tile {self!r} along dim {d} "
+                    f"({n} {at} > extent {full}); it would alias neighbouring LDS")
+
+    # -- addressing -----------------------------------------------------------------------
+    def _offsets(self, index):
+        """(static bytes, dynamic i32 bytes or None) of ``index`` (ints / Values per dim)."""
+        k = self.kernel
         static = self.byte_offset
-        dynamic = None
+        dynamic = self.dynamic_offset
         for idx, stride in zip(index, self.strides):
             step = stride * self.dtype.nbytes
             if isinstance(idx, int) and not isinstance(idx, bool):
@@ -246,6 +349,14 @@ class LdsTensor:
                 v = v.to(T.i32)
             term = v * step if step != 1 else v
             dynamic = term if dynamic is None else dynamic + term
+        return static, dynamic
+
+    def _byte_offset(self, index) -> Value:
+        k = self.kernel
+        index = index if isinstance(index, tuple) else (index,)
+        if len(index) != len(self.shape):
+            raise dsl_value_error(f"LDS tensor {self.name!r} has {len(self.shape)} dims, got {len(index)} indices")
+        static, dynamic = self._offsets(index)
         if dynamic is None:
             return k.const(static, T.i32)
         return dynamic + static if static else dynamic
