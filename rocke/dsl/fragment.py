@@ -32,13 +32,14 @@ from .errors import dsl_type_error, dsl_value_error
 from .lanes import shuffle_xor
 from .math import exp2, maximum, minimum
 from .memory import BUFFER_ACCESS_BYTES, BufferResource, LdsTensor
-from .tv_layout import COL, ROW, TVLayout
+from .tv_layout import COL, ROW, LaneAffine, TVLayout
 from .values import Value, concat, select, shuffle, splat
 from ..arch.mfma import operand_type
 from ..arch.mfma import MFMA_CATALOG, MfmaAtom, atom_for, get_atom
 
 __all__ = ["Fragment", "AxisVector", "Mfma", "load_fragment", "store_fragment",
-           "load_fragment_global", "store_fragment_global", "copy_tile_to_lds", "ROW", "COL"]
+           "load_fragment_global", "store_fragment_global", "copy_tile_to_lds", "ROW", "COL",
+           "store_axis", "load_axis", "merge_across_waves"]
 
 
 def _lane_affine_value(k, affine) -> Value:
@@ -579,3 +580,170 @@ def _load_row_segment(k, src: BufferResource, index, col, cols_limit, width: int
     with whole.else_():
         whole.yield_(concat(*[select(col + j < cols_limit, src.load(index + j), zero) for j in range(width)]))
     return whole.results[0]
+
+
+# ---- axis vectors through memory ----------------------------------------------------------------
+
+def _axis_runs(source: TVLayout, axis: int):
+    """(first group, length, lane part, offset) for each run of a reduction's groups that are
+    consecutive along the kept axis; the coordinate of group g is lane_part(lane) + offsets[g]."""
+    coords = source.reduced_coords(axis)                    # [64, groups]
+    offsets = coords[0] - coords[0, 0]
+    lane_part = LaneAffine.fit(coords[:, 0])
+    if lane_part is None or not (coords - coords[:, :1] == offsets).all():
+        raise dsl_value_error(f"the reduction of {source.name} along axis {axis} is not lane-affine; "
+                              "it cannot be addressed in memory")
+    runs, g = [], 0
+    while g < len(offsets):
+        start = g
+        while g + 1 < len(offsets) and offsets[g + 1] == offsets[g] + 1:
+            g += 1
+        runs.append((start, g - start + 1, int(offsets[start])))
+        g += 1
+    return lane_part, runs
+
+
+def _axis_pieces(runs, elem_bytes: int):
+    """Runs split into accesses of at most 16 bytes that a buffer access can move."""
+    out = []
+    for g0, n, off in runs:
+        done = 0
+        while done < n:
+            piece = 1 << ((n - done).bit_length() - 1)
+            while piece * elem_bytes > 16 or piece * elem_bytes not in BUFFER_ACCESS_BYTES:
+                piece //= 2
+            out.append((g0 + done, piece, off + done))
+            done += piece
+    return out
+
+
+def _writer_lane(k, source: TVLayout, axis: int):
+    """i1: whether this lane is the first of the lanes holding the same reduced values (so each
+    entry is written once), or None when every lane holds distinct entries."""
+    masks = source.reduce_plan(axis).xor_masks
+    if not masks:
+        return None
+    lane = k.lane_id()
+    if all(m & (m - 1) == 0 for m in masks):
+        bits = 0
+        for m in masks:
+            bits |= m
+        return (lane & bits) == 0
+    span = {0}
+    for m in masks:
+        span |= {x ^ m for x in span}
+    first = sum(1 << l for l in range(64) if all(l <= (l ^ m) for m in span))
+    return ((k.const(first, T.u64) >> lane.to(T.u64)) & 1) != 0
+
+
+def _axis_memory(mem, what: str):
+    if isinstance(mem, LdsTensor):
+        if len(mem.shape) != 1:
+            raise dsl_type_error(f"{what} needs a 1-D LdsTensor or view (e.g. t[row]), got {mem!r}")
+        return "lds"
+    if isinstance(mem, BufferResource):
+        return "global"
+    raise dsl_type_error(f"{what} takes a 1-D LdsTensor or a BufferResource, got {type(mem).__name__}")
+
+
+def store_axis(mem, vec: "AxisVector", origin=0, *, bound=None):
+    """Store a per-row / per-column vector (an ``AxisVector``): entry for kept coordinate ``c``
+    goes to element ``origin + c`` of ``mem`` (a 1-D LDS tensor/view or a buffer). Each entry is
+    written by one lane. ``bound``: entries with ``c + origin >= bound`` are not written."""
+    if not isinstance(vec, AxisVector):
+        raise dsl_type_error(f"store_axis stores an AxisVector, got {type(vec).__name__}")
+    kind = _axis_memory(mem, "store_axis")
+    if vec.value.dtype != mem.dtype:
+        raise dsl_type_error(f"storing a {vec.value.dtype.name} axis vector into {mem.dtype.name} "
+                             f"memory; convert with .map(lambda v: v.to(...))")
+    k = vec.kernel
+    lane_part, runs = _axis_runs(vec.source, vec.axis)
+    runs = _axis_pieces(runs, mem.dtype.nbytes)
+    extent = vec.source.shape[1 - vec.axis]
+    if kind == "lds" and isinstance(origin, int):
+        mem.check_fits_1d("store_axis", origin, extent)
+    base = _lane_affine_value(k, lane_part) + origin if not (isinstance(origin, int) and origin == 0) \
+        else _lane_affine_value(k, lane_part)
+    writer = _writer_lane(k, vec.source, vec.axis)
+    for g0, n, off in runs:
+        part = vec.value if n == vec.value.lanes else (vec.value[g0] if n == 1 else vec.value[g0:g0 + n])
+        index = base + off if off else base
+        pieces = list(part) if (bound is not None and n > 1) else [part]
+        for j, piece in enumerate(pieces):
+            at = index + j if j else index
+            ok = writer
+            if bound is not None:
+                ok = (at < bound) if ok is None else ok & (at < bound)
+            if kind == "global":
+                mem.store(at, piece, mask=ok)
+            elif ok is None:
+                mem.store(at, piece, align=mem.dtype.nbytes)
+            else:
+                with k.if_(ok):
+                    mem.store(at, piece, align=mem.dtype.nbytes)
+
+
+def load_axis(mem, source: TVLayout, axis: int, origin=0) -> "AxisVector":
+    """Load an ``AxisVector`` (the reduction of ``source`` along ``axis``) written by
+    ``store_axis``: every lane reads the entries it holds."""
+    kind = _axis_memory(mem, "load_axis")
+    k = mem.kernel
+    lane_part, runs = _axis_runs(source, axis)
+    runs = _axis_pieces(runs, mem.dtype.nbytes)
+    if kind == "lds" and isinstance(origin, int):
+        mem.check_fits_1d("load_axis", origin, source.shape[1 - axis])
+    base = _lane_affine_value(k, lane_part)
+    if not (isinstance(origin, int) and origin == 0):
+        base = base + origin
+    extra = {"align": mem.dtype.nbytes} if kind == "lds" else {}
+    parts = [mem.load(base + off if off else base, width=n, **extra) for _, n, off in runs]
+    return AxisVector(_gather(parts, sum(n for _, n, _ in runs)), source, axis)
+
+
+def merge_across_waves(k, m: "AxisVector", l: "AxisVector", o, *, base2: bool = True,
+                       name: str = "merge"):
+    """Merge per-wave partial softmax results over disjoint key segments (ALGORITHM.md §5):
+    ``m = max_w m_w``, ``l = sum_w e^(m_w - m) l_w``, ``o = sum_w e^(m_w - m) o_w``, with ``e``
+    = 2 when ``base2`` (scores in the log2 domain) else e. ``m``/``l`` are AxisVectors (one
+    entry per query), ``o`` a Fragment or a list of them (unnormalized outputs whose queries are
+    ``m``'s kept axis). Every wave gets the merged (m, l, o).
+
+    LDS footprint: 2 x waves x queries f32 for (m, l) plus ONE f32 copy of ``o``, accumulated
+    wave by wave (waves + 1 barriers) rather than one copy per wave."""
+    from .math import exp
+    frags = [o] if isinstance(o, Fragment) else list(o)
+    if not isinstance(m, AxisVector) or not isinstance(l, AxisVector):
+        raise dsl_type_error("merge_across_waves: m and l must be AxisVectors")
+    waves = k.num_waves
+    if waves == 1:
+        return m, l, o
+    power = (lambda x: exp2(x, fast=True)) if base2 else exp
+    queries = m.source.shape[1 - m.axis]
+    ml = k.lds(f"{name}_ml", (2, waves, queries), T.f32)
+    rows, cols = frags[0].layout.shape
+    acc = k.lds(f"{name}_o", (len(frags), rows, cols), T.f32)
+    wave = k.wave_id()
+    store_axis(ml[0, wave], m)
+    store_axis(ml[1, wave], l)
+    k.barrier()
+    ms = [load_axis(ml[0, w], m.source, m.axis) for w in range(waves)]
+    ls = [load_axis(ml[1, w], l.source, l.axis) for w in range(waves)]
+    m_all = ms[0]
+    for mw in ms[1:]:
+        m_all = m_all.maximum(mw)
+    base = m_all.map(lambda v: select(v == -math.inf, 0.0, v))
+    l_all = None
+    for mw, lw in zip(ms, ls):
+        term = lw * (mw - base).map(power)
+        l_all = term if l_all is None else l_all + term
+    mine = (m - base).map(power)
+    scaled = [f * mine for f in frags]
+    for w in range(waves):
+        with k.if_(wave == w):
+            for i, f in enumerate(scaled):
+                if w:
+                    f = f + load_fragment(acc[i], f.layout)
+                store_fragment(acc[i], f)
+        k.barrier()
+    merged = [load_fragment(acc[i], f.layout) for i, f in enumerate(frags)]
+    return m_all, l_all, (merged[0] if isinstance(o, Fragment) else merged)

@@ -333,6 +333,11 @@ class LdsTensor:
                     f"{what}: {extent[0]} x {extent[1]} does not fit LDS tile {self!r} along dim {d} "
                     f"({n} {at} > extent {full}); it would alias neighbouring LDS")
 
+    def check_fits_1d(self, what: str, origin: int, extent: int):
+        if origin < 0 or origin + extent > self.shape[0]:
+            raise dsl_value_error(f"{what}: {extent} entries at {origin} do not fit LDS {self!r} "
+                                  f"(extent {self.shape[0]}); it would alias neighbouring LDS")
+
     # -- addressing -----------------------------------------------------------------------
     def _offsets(self, index):
         """(static bytes, dynamic i32 bytes or None) of ``index`` (ints / Values per dim)."""
