@@ -19,9 +19,19 @@
     (y,) = br.results
 
 Carried and yielded items (``for_range``, ``if_``, ``if_else``) may also be register tiles
-(``Fragment``, ``AxisVector``): they travel as their register vector and come back
-(``loop.carry``, ``results``) as tiles of the same layout; yielding a tile of another layout
-where one was carried is a ValueError.
+(``Fragment``, ``AxisVector``) or any DSL object with the carry protocol (``rocke.dsl.tree``),
+and dicts, dataclasses, lists and tuples of those, nested. A list/tuple ``carry`` is a list of
+items (``loop.carry`` is a tuple, ``yield_(*items)``); any other ``carry`` (a dict, a
+dataclass, one tile) is one structure (``loop.carry`` is that structure, ``yield_(structure)``)::
+
+    with k.for_range(0, n, 1, carry={"m": m0, "l": l0, "o": [acc0, acc1]}) as loop:
+        st = loop.carry
+        ...
+        loop.yield_({"m": m1, "l": l1, "o": [o0, o1]})
+    final = loop.results                      # a dict of the same keys
+
+Yielding a structure or tile layout other than the carried one is a ValueError naming the
+item's path (``item #2['o'][1]``).
 
 A value defined inside a loop body or branch arm is only usable inside it; using it after the
 region closes is a ValueError at the line of the use. Loops compare ``i < hi`` (signed or
@@ -33,6 +43,7 @@ from __future__ import annotations
 from . import types as T
 from .errors import dsl_type_error, dsl_value_error, user_location
 from .kernel import Scope
+from . import tree
 from .values import Value
 
 
@@ -61,58 +72,39 @@ def _check_yield(k, region_scope, expected, values, what: str):
     return irs
 
 
-def _tile_types():
-    from .fragment import AxisVector, Fragment   # fragments build on this module
-    return Fragment, AxisVector
-
-
-def _is_tile(x) -> bool:
-    return isinstance(x, _tile_types())
-
-
-def _tile_kind(x) -> str:
-    fragment, _ = _tile_types()
-    if isinstance(x, fragment):
-        return f"Fragment of {x.layout.name}"
-    return f"AxisVector of {x.source.name} (axis {x.axis})"
-
-
-def _same_tile_shape(tile, other) -> bool:
-    """Whether ``other`` is a tile of exactly ``tile``'s kind and layout."""
-    fragment, _ = _tile_types()
-    if type(other) is not type(tile):
-        return False
-    if isinstance(tile, fragment):
-        return tile.layout.same_as(other.layout)
-    return tile.axis == other.axis and tile.source.same_as(other.source)
-
-
 class _Carried:
-    """The flat Values behind a carry list of Values and tiles, and how to re-wrap them."""
+    """The flat Values behind a carry: a list/tuple of items (each a Value, a DSL object with
+    the carry protocol, or a dict / dataclass / list / tuple of those, nested) or one such
+    structure (``single``), and how to rebuild it (``rocke.dsl.tree``)."""
 
-    def __init__(self, items):
-        self.templates = tuple(items)
-        self.values = tuple(x.value if _is_tile(x) else x for x in self.templates)
+    def __init__(self, carry):
+        if tree.is_iterable_items(carry):
+            carry = tuple(carry)          # a generator of items
+        self.single = not isinstance(carry, (list, tuple))
+        items = (carry,) if self.single else tuple(carry)
+        flat = [tree.flatten(item) for item in items]
+        self.specs = tuple(spec for _, spec in flat)
+        self.values = tuple(leaf for leaves, _ in flat for leaf in leaves)
 
     def unwrap_yield(self, items, what: str):
-        """The yielded Values; a tile must match the carried tile's kind and layout."""
-        if len(items) != len(self.templates):
-            return list(items)            # _check_yield reports the count mismatch
+        """The yielded Values; each item must have the carried item's structure and layouts."""
+        if self.single:
+            if len(items) != 1:
+                raise dsl_value_error(f"{what}.yield_ takes the one carried structure, got {len(items)} items")
+        elif len(items) != len(self.specs):
+            if all(s.kind == "value" or s.kind == "object" for s in self.specs):
+                return list(items)        # _check_yield reports the count mismatch
+            raise dsl_value_error(f"{what}.yield_ got {len(items)} items, expected {len(self.specs)}")
         out = []
-        for i, (x, like) in enumerate(zip(items, self.templates)):
-            if _is_tile(like) or _is_tile(x):
-                if not (_is_tile(like) and _same_tile_shape(like, x)):
-                    got = _tile_kind(x) if _is_tile(x) else type(x).__name__
-                    want = _tile_kind(like) if _is_tile(like) else "a Value"
-                    raise dsl_value_error(f"{what}.yield_ item #{i} is {got} but the carried item "
-                                          f"is {want}")
-                x = x.value
-            out.append(x)
+        for i, (x, spec) in enumerate(zip(items, self.specs)):
+            path = f"{what}.yield_ item" if self.single else f"{what}.yield_ item #{i}"
+            out += tree.match(spec, x, path)
         return out
 
     def wrap(self, values):
-        return tuple(like.with_value(v) if _is_tile(like) else v
-                     for like, v in zip(self.templates, values))
+        it = iter(values)
+        items = tuple(tree.unflatten(spec, it) for spec in self.specs)
+        return items[0] if self.single else items
 
 
 class ForRange:
@@ -211,7 +203,8 @@ class IfThen:
         self.k = k
         self._cond = cond
         self._carried = _Carried(carry)
-        self.carry = _check_values(k, self._carried.values, "if_ carry values")
+        self._init_values = _check_values(k, self._carried.values, "if_ carry values")
+        self.carry = carry
         self._yielded = None
         self.results = None
 
@@ -234,7 +227,7 @@ class IfThen:
         if self._yielded is not None:
             raise dsl_value_error("if_.yield_ called twice")
         values = self._carried.unwrap_yield(values, "if_")
-        self._yielded = _check_yield(self.k, self._scope, self.carry, values, "if_")
+        self._yielded = _check_yield(self.k, self._scope, self._init_values, values, "if_")
 
     def __exit__(self, exc_type, exc, tb):
         k = self.k
@@ -242,15 +235,15 @@ class IfThen:
         k._scope = self._parent
         if exc_type is not None:
             return False
-        if self.carry and self._yielded is None:
+        if self._init_values and self._yielded is None:
             raise dsl_value_error(f"the if_ opened at {self._scope.opened_at} carries "
-                                  f"{len(self.carry)} values but never called yield_")
+                                  f"{len(self._init_values)} values but never called yield_")
         b = k._builder
         then_end = b.block
         b.branch(self._merge)
         b.position_at_end(self._merge)
         results = []
-        for value, original in zip(self._yielded or (), self.carry):
+        for value, original in zip(self._yielded or (), self._init_values):
             phi = b.phi(value.type, name="if_result")
             phi.add_incoming(value, then_end)
             phi.add_incoming(original.ir, self._entry)
@@ -321,8 +314,8 @@ class IfElse:
             coerced = []
             for v in self._carried.values:
                 if not isinstance(v, Value):
-                    raise dsl_type_error("the then_ arm must yield runtime Values or tiles "
-                                         "(it fixes the types)")
+                    raise dsl_type_error("the then_ arm must yield runtime Values, tiles or "
+                                         "structures of them (it fixes the types)")
                 coerced.append(v)
             self._like = coerced
             self._yields[which] = _check_yield(k, self._scope, coerced, coerced, "if_else")

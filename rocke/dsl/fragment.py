@@ -32,6 +32,7 @@ from .errors import dsl_type_error, dsl_value_error
 from .lanes import shuffle_xor
 from .math import exp2, maximum, minimum
 from .memory import BUFFER_ACCESS_BYTES, BufferResource, LdsTensor
+from .tree import CarryLayout
 from .tv_layout import COL, ROW, LaneAffine, TVLayout
 from .values import Value, concat, select, shuffle, splat
 from ..arch.mfma import operand_type
@@ -100,6 +101,10 @@ class Fragment:
     def with_value(self, value: Value) -> "Fragment":
         """The same layout holding ``value`` (e.g. a loop-carried value)."""
         return Fragment(value, self.layout)
+
+    def carry_flatten(self):
+        """The carry protocol (``rocke.dsl.tree``): one register vector, rebuilt with this layout."""
+        return (self.value,), _FragmentCarry(self.layout)
 
     # -- element-wise ---------------------------------------------------------------------
     def map(self, fn) -> "Fragment":
@@ -203,6 +208,35 @@ class Fragment:
         return Fragment(shuffle(self.value, picks), layout)
 
 
+class _FragmentCarry(CarryLayout):
+    def __init__(self, layout: TVLayout):
+        self.layout = layout
+
+    def rebuild(self, values):
+        return Fragment(values[0], self.layout)
+
+    def same_as(self, other) -> bool:
+        return isinstance(other, _FragmentCarry) and self.layout.same_as(other.layout)
+
+    def describe(self) -> str:
+        return f"Fragment of {self.layout.name}"
+
+
+class _AxisCarry(CarryLayout):
+    def __init__(self, source: TVLayout, axis: int):
+        self.source, self.axis = source, axis
+
+    def rebuild(self, values):
+        return AxisVector(values[0], self.source, self.axis)
+
+    def same_as(self, other) -> bool:
+        return (isinstance(other, _AxisCarry) and other.axis == self.axis
+                and self.source.same_as(other.source))
+
+    def describe(self) -> str:
+        return f"AxisVector of {self.source.name} (axis {self.axis})"
+
+
 def _combine(op: str, a: Value, b: Value) -> Value:
     if op == "sum":
         return a + b
@@ -239,6 +273,10 @@ class AxisVector:
 
     def with_value(self, value: Value) -> "AxisVector":
         return AxisVector(value, self.source, self.axis)
+
+    def carry_flatten(self):
+        """The carry protocol (``rocke.dsl.tree``)."""
+        return (self.value,), _AxisCarry(self.source, self.axis)
 
     def _other(self, other, symbol: str):
         if isinstance(other, AxisVector):

@@ -389,15 +389,17 @@ class Kernel:
 
     # ---- control flow and memory (implemented in control.py / memory.py) ------------------
     def for_range(self, lo, hi, step=1, *, carry=()):
-        """Runtime loop ``for i in range(lo, hi, step)`` (step > 0) with loop-carried values
-        (Values, or register tiles -- Fragments / AxisVectors -- which come back re-wrapped)."""
+        """Runtime loop ``for i in range(lo, hi, step)`` (step > 0) with loop-carried values:
+        a list/tuple of items, or one structure (dict, dataclass, tile); items may be Values,
+        register tiles or nested dicts/dataclasses/lists of them (see ``rocke.dsl.control``)."""
         from .control import ForRange
-        return ForRange(self, lo, hi, step, tuple(carry))
+        return ForRange(self, lo, hi, step, carry)
 
     def if_(self, cond: Value, *, carry=()):
-        """Runtime ``if cond:``; ``carry`` values (or tiles) flow through unchanged when cond is false."""
+        """Runtime ``if cond:``; ``carry`` (as for ``for_range``) flows through unchanged when
+        cond is false."""
         from .control import IfThen
-        return IfThen(self, cond, tuple(carry))
+        return IfThen(self, cond, carry)
 
     def if_else(self, cond: Value):
         """Runtime if/else whose arms may yield values (``results``)."""
