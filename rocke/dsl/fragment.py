@@ -13,6 +13,15 @@ and reduction is derived from the layout, so kernels never write lane arithmetic
     p = (acc - row_max.broadcast_to(acc.layout)).exp2()      # an AxisVector also broadcasts itself
     store_fragment_global(c_buf, p.to("f16"), origin=(m0, n0), ld=ldc, bounds=(M, N))
 
+Per-row / per-column vectors (``AxisVector``: a reduction's result, a bias, a running max) go
+to and from memory with ``store_axis`` / ``load_axis``. A per-column bias of a C tile is::
+
+    bias = load_axis(bias_buf, mma.C, ROW, origin=n0)      # one entry per column, from global
+    out = acc + bias                                         # broadcast over the rows
+
+(the older idiom ``load_fragment_global(bias_buf, mma.C, (0, n0), 0)`` -- a row stride of 0, so
+every row reads the same values -- also works, but loads the whole tile's worth of registers).
+
 Storage conventions: LDS tiles and global matrices are row-major; ``transposed=True`` means the
 storage holds the transpose of the fragment's logical tile (``storage[c, r] = tile[r, c]``).
 ``origin`` is always in the fragment's logical (row, col) coordinates.
@@ -33,7 +42,7 @@ from .lanes import shuffle_xor
 from .math import exp2, maximum, minimum
 from .memory import BUFFER_ACCESS_BYTES, BufferResource, LdsTensor
 from .tree import CarryLayout
-from .tv_layout import COL, ROW, LaneAffine, TVLayout
+from .tv_layout import COL, ROW, WAVE, LaneAffine, TVLayout
 from .values import Value, concat, select, shuffle, splat
 from ..arch.mfma import operand_type
 from ..arch.mfma import MFMA_CATALOG, MfmaAtom, atom_for, get_atom
@@ -670,7 +679,7 @@ def _writer_lane(k, source: TVLayout, axis: int):
     span = {0}
     for m in masks:
         span |= {x ^ m for x in span}
-    first = sum(1 << l for l in range(64) if all(l <= (l ^ m) for m in span))
+    first = sum(1 << l for l in range(WAVE) if all(l <= (l ^ m) for m in span))
     return ((k.const(first, T.u64) >> lane.to(T.u64)) & 1) != 0
 
 

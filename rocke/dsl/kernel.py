@@ -18,18 +18,21 @@ import llvmlite.ir as ir
 import llvmlite.ir.values as irv
 
 from . import types as T
+from ..arch.targets import DEFAULT_TARGET, get_target
 from .errors import dsl_type_error, dsl_value_error, user_location
 from .values import Value
 
-TARGETS = ("gfx942",)
+# The DSL emits gfx942 IR (its fp8 conversions are the gfx942 fnuz ones); target facts live in
+# rocke/arch/targets.py and are read from there.
+TARGETS = (DEFAULT_TARGET.name,)
 TRIPLE = "amdgcn-amd-amdhsa"
 # The AMDGPU data layout of LLVM 22 (what the gfx942 target machine reports).
 DATA_LAYOUT = ("e-m:e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:32-p7:160:256:256:32"
                "-p8:128:128:128:48-p9:192:256:256:32-i64:64-v16:16-v24:32-v32:32-v48:64-v96:128"
                "-v192:256-v256:256-v512:512-v1024:1024-v2048:2048-n32:64-S32-A5-G1-ni:7:8:9")
 CODE_OBJECT_VERSION = 500
-WAVE_SIZE = 64
-LDS_BYTES = 65536
+WAVE_SIZE = DEFAULT_TARGET.wave_size
+LDS_BYTES = DEFAULT_TARGET.max_lds_per_workgroup
 LDS_ARENA_NAME = "rocke_lds"
 KERNARG_PRELOAD_SGPRS = 14
 
@@ -96,7 +99,7 @@ class Scope:
 class Kernel:
     """A GPU kernel under construction. See the package docstring for an example."""
 
-    def __init__(self, name: str, *, target: str = "gfx942", workgroup_size: int = 256,
+    def __init__(self, name: str, *, target: str = DEFAULT_TARGET.name, workgroup_size: int = 256,
                  waves_per_eu: int | None = None, kernarg_preload: bool = False):
         if not isinstance(name, str) or not _IDENT.match(name):
             raise ValueError(f"name: kernel name must be an identifier, got {name!r}")
@@ -130,8 +133,17 @@ class Kernel:
         self._ir_text = None
 
     @property
+    def wave_size(self) -> int:
+        return get_target(self.target).wave_size
+
+    @property
+    def lds_limit(self) -> int:
+        """Bytes of LDS one workgroup may use on this kernel's target."""
+        return get_target(self.target).max_lds_per_workgroup
+
+    @property
     def num_waves(self) -> int:
-        return -(-self.workgroup_size // WAVE_SIZE)
+        return -(-self.workgroup_size // self.wave_size)
 
     # ---- arguments ------------------------------------------------------------------------
     def _declare_arg(self, name: str, dtype: T.DType, kind: str, readonly: bool,
@@ -340,7 +352,7 @@ class Kernel:
         tid = self.thread_id(0)
 
         def make(b):
-            wave = b.lshr(tid.ir, ir.Constant(_I32, 6))
+            wave = b.lshr(tid.ir, ir.Constant(_I32, self.wave_size.bit_length() - 1))
             return self._call("llvm.amdgcn.readfirstlane.i32", _I32, [wave], b)
         return self._special("wave", make)
 
@@ -435,9 +447,11 @@ class Kernel:
         if not builder.block.is_terminated:
             builder.ret_void()
         if self._lds_arena is not None:
-            if self.lds_bytes > LDS_BYTES:
-                raise ValueError(f"kernel {self.name!r} uses {self.lds_bytes} bytes of LDS; "
-                                 f"gfx942 has {LDS_BYTES} per workgroup")
+            if self.lds_bytes > self.lds_limit:
+                from .memory import lds_breakdown
+                raise dsl_value_error(f"kernel {self.name!r} uses {self.lds_bytes} bytes of LDS; {self.target} "
+                                      f"has {self.lds_limit} per workgroup. Regions:\n"
+                                      + lds_breakdown(self._lds_regions.values()))
             self._lds_arena.value_type = ir.ArrayType(ir.IntType(8), self.lds_bytes)
         attrs = self._function.attributes
         attrs.add(f'"amdgpu-flat-work-group-size"="{self.workgroup_size},{self.workgroup_size}"')

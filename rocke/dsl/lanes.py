@@ -10,12 +10,14 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from . import types as T
+from ..arch.targets import DEFAULT_TARGET
 from .errors import dsl_type_error, dsl_value_error
 from .values import Value
 
 _I1 = ir.IntType(1)
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
+_WAVE = DEFAULT_TARGET.wave_size
 
 
 class DppCtrl:
@@ -176,7 +178,7 @@ def _combine(op: str, a: Value, b: Value) -> Value:
     return minimum(a, b)
 
 
-def wave_reduce(value: Value, op: str = "sum", *, width: int = 64, via: str = "swizzle") -> Value:
+def wave_reduce(value: Value, op: str = "sum", *, width: int = _WAVE, via: str = "swizzle") -> Value:
     """All-reduce ``op`` ("sum" | "max" | "min") over aligned groups of ``width`` lanes
     (2..64, a power of two); every lane of a group gets the group's result.
 
@@ -186,8 +188,8 @@ def wave_reduce(value: Value, op: str = "sum", *, width: int = 64, via: str = "s
     """
     if op not in ("sum", "max", "min"):
         raise dsl_value_error(f"wave_reduce op must be 'sum', 'max' or 'min', got {op!r}")
-    if not isinstance(width, int) or width < 2 or width > 64 or width & (width - 1):
-        raise dsl_value_error(f"wave_reduce width must be a power of two in 2..64, got {width!r}")
+    if not isinstance(width, int) or width < 2 or width > _WAVE or width & (width - 1):
+        raise dsl_value_error(f"wave_reduce width must be a power of two in 2..{_WAVE}, got {width!r}")
     if via not in ("swizzle", "dpp"):
         raise dsl_value_error(f"wave_reduce via must be 'swizzle' or 'dpp', got {via!r}")
     dpp_steps = {1: DppCtrl.quad_perm(1, 0, 3, 2), 2: DppCtrl.quad_perm(2, 3, 0, 1),
@@ -204,14 +206,14 @@ def wave_reduce(value: Value, op: str = "sum", *, width: int = 64, via: str = "s
     return acc
 
 
-def wave_sum(value: Value, *, width: int = 64, via: str = "swizzle") -> Value:
+def wave_sum(value: Value, *, width: int = _WAVE, via: str = "swizzle") -> Value:
     return wave_reduce(value, "sum", width=width, via=via)
 
 
-def wave_max(value: Value, *, width: int = 64, via: str = "swizzle") -> Value:
+def wave_max(value: Value, *, width: int = _WAVE, via: str = "swizzle") -> Value:
     return wave_reduce(value, "max", width=width, via=via)
 
 
-def wave_min(value: Value, *, width: int = 64, via: str = "swizzle") -> Value:
+def wave_min(value: Value, *, width: int = _WAVE, via: str = "swizzle") -> Value:
     return wave_reduce(value, "min", width=width, via=via)
 

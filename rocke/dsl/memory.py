@@ -21,7 +21,7 @@ import re
 import llvmlite.ir as ir
 
 from . import types as T
-from .errors import dsl_type_error, dsl_value_error
+from .errors import dsl_type_error, dsl_value_error, user_location
 from .kernel import LDS_ARENA_NAME
 from .values import Value, select
 
@@ -234,6 +234,7 @@ class LdsTensor:
         self.byte_offset = byte_offset
         self.dynamic_offset = dynamic_offset  # i32 byte offset added at run time (views only)
         self.parent = parent
+        self.allocated_at = parent.allocated_at if parent is not None else None  # set by allocate_lds
         self.size_bytes = shape[0] * self.strides[0] * dtype.nbytes if len(shape) > 1 else \
             (shape[0] + pad) * dtype.nbytes
 
@@ -411,6 +412,7 @@ def allocate_lds(k, name, shape, dtype, *, pad, offset, align, alias) -> LdsTens
         raise dsl_value_error(f"LDS region {name!r}: offset must be a non-negative multiple of "
                               f"{dt.nbytes}, got {offset!r}")
     region = LdsTensor(k, name, shape, dt, pad, offset)
+    region.allocated_at = user_location()
     if not alias:
         for other in k._lds_regions.values():
             if offset < other.byte_offset + other.size_bytes and other.byte_offset < offset + region.size_bytes:
@@ -423,5 +425,21 @@ def allocate_lds(k, name, shape, dtype, *, pad, offset, align, alias) -> LdsTens
         arena.align = 16
         arena.type = T.ptr_lds.ir_type  # opaque pointer, so accesses of any type need no casts
         k._lds_arena = arena
+    budget = k.lds_limit
+    end = max(k.lds_bytes, offset + region.size_bytes)
+    if end > budget:
+        regions = list(k._lds_regions.values()) + [region]
+        raise dsl_value_error(f"LDS region {name!r} takes the kernel {k.name!r} to {end} bytes of LDS; "
+                              f"{k.target} has {budget} per workgroup. Regions:\n" + lds_breakdown(regions))
     k._lds_regions[name] = region
     return region
+
+
+def lds_breakdown(regions) -> str:
+    """One line per LDS region: name, byte range, size, shape and where it was allocated."""
+    lines = []
+    for r in sorted(regions, key=lambda r: r.byte_offset):
+        shape = "x".join(str(d) for d in r.shape) + (f" (+{r.pad} pad)" if r.pad else "")
+        lines.append(f"  {r.name:16s} [{r.byte_offset:6d}, {r.byte_offset + r.size_bytes:6d}) "
+                     f"{r.size_bytes:6d} B  {shape} {r.dtype.name}  at {r.allocated_at}")
+    return "\n".join(lines)

@@ -4,6 +4,11 @@ Operands must have the same DType (mixing raises TypeError at the author's line)
 operand broadcasts against a vector; Python numbers become constants of the other operand's type.
 Integer ``//`` and ``%`` truncate toward zero (C / Triton semantics); ``>>`` is arithmetic for
 signed and logical for unsigned types. bf16 arithmetic runs in f32 and rounds back (RNE).
+
+A vector iterates over its lanes (``list(v)``, ``a, b = v2``), so Python's ``sum(v)`` adds the
+lanes in order as a scalar (``0 + v[0] + v[1] + ...``; the 0 becomes a constant of v's dtype),
+and ``max``-style folds can be written with ``functools.reduce(maximum, v)``. For a sum across
+lanes of a wave use ``wave_sum``; across a fragment's rows or columns, ``Fragment.reduce``.
 """
 
 from __future__ import annotations

@@ -76,3 +76,15 @@ def test_gelu_rejects_unknown_form():
         dsl.gelu(x, approximate="fast")
     with pytest.raises(TypeError, match="needs an f16, bf16 or f32"):
         dsl.erf(k.const(1, dsl.i32))
+
+
+def test_python_sum_adds_a_vectors_lanes():
+    k = dsl.Kernel("lane_sum", workgroup_size=64)
+    src, dst = k.arg_ptr("x", dsl.f32), k.arg_ptr("y", dsl.f32)
+    v = src.load(0, width=4)
+    total = sum(v)
+    assert (total.dtype, total.lanes) == (dsl.f32, 1)
+    dst.store(0, total)
+    x, y = torch.tensor([1.0, 2.0, 4.0, 8.5]), torch.zeros(1)
+    run(k, (1,), [x, y])
+    assert y.item() == 15.5

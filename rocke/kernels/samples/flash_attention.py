@@ -69,7 +69,7 @@ class FlashAttentionSpec:
 
     @property
     def workgroup_size(self) -> int:
-        return 64 * self.num_warps
+        return dsl.WAVE_SIZE * self.num_warps
 
     @property
     def kernel_name(self) -> str:

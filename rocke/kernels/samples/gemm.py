@@ -64,7 +64,7 @@ class GemmSpec:
 
     @property
     def workgroup_size(self) -> int:
-        return 64 * self.num_warps
+        return dsl.WAVE_SIZE * self.num_warps
 
     @property
     def kernel_name(self) -> str:

@@ -39,7 +39,7 @@ class SoftmaxSpec:
 
     @property
     def workgroup_size(self) -> int:
-        return 64 * self.num_warps
+        return dsl.WAVE_SIZE * self.num_warps
 
     @property
     def kernel_name(self) -> str:
@@ -127,7 +127,7 @@ def build(spec: SoftmaxSpec) -> dsl.Kernel:
     per_wave = spec.rows_per == "wave"
     if per_wave:
         row = k.block_id(0) * spec.num_warps + k.wave_id()
-        lane_in_row, threads_per_row = k.lane_id(), 64
+        lane_in_row, threads_per_row = k.lane_id(), dsl.WAVE_SIZE
     else:
         row = k.block_id(0)
         lane_in_row, threads_per_row = k.thread_id(0), spec.workgroup_size

@@ -28,8 +28,8 @@ class VectorAddSpec:
         check_choice("dtype", self.dtype, DTYPES)
         check_choice("vector_width", self.vector_width, (1, 2, 4, 8))
         check_vector_access("vector_width", self.vector_width, self.dtype)
-        check_int_range("block_size", self.block_size, 64, 1024)
-        check_multiple("block_size", self.block_size, 64, because="a workgroup is whole waves")
+        check_int_range("block_size", self.block_size, dsl.WAVE_SIZE, 1024)
+        check_multiple("block_size", self.block_size, dsl.WAVE_SIZE, because="a workgroup is whole waves")
 
     @property
     def kernel_name(self) -> str:
