@@ -93,6 +93,7 @@ def _variants() -> dict[str, FlashAttentionSpec]:
 
 
 VARIANTS: dict[str, FlashAttentionSpec] = _variants()
+GOLDEN_PERTURBATION = ("causal", {True: False, False: True})     # see rocke.kernels.registry
 
 ARGS = ("q", "k", "v", "o", "seq_len", "sm_scale")
 

@@ -78,6 +78,7 @@ VARIANTS: dict[str, GemmSpec] = {
     "bf16_32x32x8": GemmSpec("bf16", "32x32x8"),
     "bf16_16x16x16": GemmSpec("bf16", "16x16x16"),
 }
+GOLDEN_PERTURBATION = ("block_k", {32: 16, 16: 32, 64: 32})     # see rocke.kernels.registry
 
 ARGS = ("a", "b", "c", "M", "N", "K", "lda", "ldb", "ldc")
 

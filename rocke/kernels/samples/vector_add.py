@@ -41,6 +41,8 @@ VARIANTS = {
     "f16_v8": VectorAddSpec("f16", 8, 256),
     "bf16_v4": VectorAddSpec("bf16", 4, 128),
 }
+# golden tests: one spec change per variant value, to show a spec change reaches the IR
+GOLDEN_PERTURBATION = ("vector_width", {4: 2, 8: 4, 2: 4})
 
 # (name, kind, dtype) in launch order; pointer dtypes follow spec.dtype.
 ARGS = (("a", "global_ptr", None), ("b", "global_ptr", None), ("c", "global_ptr", None),
