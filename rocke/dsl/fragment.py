@@ -748,7 +748,7 @@ def load_axis(mem, source: TVLayout, axis: int, origin=0) -> "AxisVector":
 
 
 def merge_across_waves(k, m: "AxisVector", l: "AxisVector", o, *, base2: bool = True,
-                       name: str = "merge"):
+                       name: str = "merge", at: int | None = None):
     """Merge per-wave partial softmax results over disjoint key segments (ALGORITHM.md §5):
     ``m = max_w m_w``, ``l = sum_w e^(m_w - m) l_w``, ``o = sum_w e^(m_w - m) o_w``, with ``e``
     = 2 when ``base2`` (scores in the log2 domain) else e. ``m``/``l`` are AxisVectors (one
@@ -756,7 +756,9 @@ def merge_across_waves(k, m: "AxisVector", l: "AxisVector", o, *, base2: bool = 
     ``m``'s kept axis). Every wave gets the merged (m, l, o).
 
     LDS footprint: 2 x waves x queries f32 for (m, l) plus ONE f32 copy of ``o``, accumulated
-    wave by wave (waves + 1 barriers) rather than one copy per wave."""
+    wave by wave (waves + 1 barriers) rather than one copy per wave. ``at``: a byte offset in the
+    LDS arena to place them at, aliasing regions that are dead by now (e.g. a main loop's K/V
+    tiles after its closing barrier), so the merge costs no extra LDS."""
     from .math import exp
     frags = [o] if isinstance(o, Fragment) else list(o)
     if not isinstance(m, AxisVector) or not isinstance(l, AxisVector):
@@ -766,9 +768,12 @@ def merge_across_waves(k, m: "AxisVector", l: "AxisVector", o, *, base2: bool = 
         return m, l, o
     power = (lambda x: exp2(x, fast=True)) if base2 else exp
     queries = m.source.shape[1 - m.axis]
-    ml = k.lds(f"{name}_ml", (2, waves, queries), T.f32)
+    place = {} if at is None else {"offset": at, "alias": True}
+    ml = k.lds(f"{name}_ml", (2, waves, queries), T.f32, **place)
     rows, cols = frags[0].layout.shape
-    acc = k.lds(f"{name}_o", (len(frags), rows, cols), T.f32)
+    if at is not None:
+        place["offset"] = at + ml.size_bytes
+    acc = k.lds(f"{name}_o", (len(frags), rows, cols), T.f32, **place)
     wave = k.wave_id()
     store_axis(ml[0, wave], m)
     store_axis(ml[1, wave], l)
