@@ -42,7 +42,6 @@ from __future__ import annotations
 
 from . import types as T
 from .errors import dsl_type_error, dsl_value_error, user_location
-from .kernel import Scope
 from . import tree
 from .values import Value
 
@@ -52,23 +51,23 @@ def _check_values(k, values, what: str):
         if not isinstance(v, Value):
             raise dsl_type_error(f"{what} must be runtime Values (use k.const for numbers), "
                                  f"got {type(v).__name__}")
-        k._use(v)
+        k.ir_of(v)
     return values
 
 
 def _check_yield(k, region_scope, expected, values, what: str):
-    if k._scope is not region_scope:
+    if k.current_scope is not region_scope:
         raise dsl_value_error(f"{what}.yield_ must be called directly in its own body, "
-                              f"not inside a nested {k._scope.kind}")
+                              f"not inside a nested {k.current_scope.kind}")
     if len(values) != len(expected):
         raise dsl_value_error(f"{what}.yield_ got {len(values)} values, expected {len(expected)}")
     irs = []
     for i, (v, like) in enumerate(zip(values, expected)):
-        v = k._coerce(v, like.dtype, like.lanes, "yield_")
+        v = k.coerce(v, like.dtype, like.lanes, "yield_")
         if v.dtype != like.dtype or v.lanes != like.lanes:
             raise dsl_type_error(f"{what}.yield_ value #{i} is {v.type_name} but the carried "
                                  f"value is {like.type_name}")
-        irs.append(k._use(v))
+        irs.append(k.ir_of(v))
     return irs
 
 
@@ -118,7 +117,7 @@ class ForRange:
             raise dsl_type_error(f"for_range bounds must be integers, got {dtype.name}")
         if isinstance(step, (int, float)) and not isinstance(step, bool) and step <= 0:
             raise dsl_value_error(f"for_range step must be positive, got {step!r}")
-        bounds = [k._coerce(x, dtype, 1, "for_range") for x in (lo, hi, step)]
+        bounds = [k.coerce(x, dtype, 1, "for_range") for x in (lo, hi, step)]
         for b in bounds:
             if b.dtype != dtype or b.lanes != 1:
                 raise dsl_type_error(f"for_range bounds must all be scalar {dtype.name}, got {b.type_name}")
@@ -131,10 +130,10 @@ class ForRange:
 
     def __enter__(self):
         k = self.k
-        b = k._b
-        lo, hi, self._step_ir = k._use(self.lo), k._use(self.hi), k._use(self.step)
-        inits = [k._use(c) for c in self._init_carry]
-        fn = k._function
+        b = k.builder
+        lo, hi, self._step_ir = k.ir_of(self.lo), k.ir_of(self.hi), k.ir_of(self.step)
+        inits = [k.ir_of(c) for c in self._init_carry]
+        fn = k.function
         preheader = b.block
         self._header = fn.append_basic_block("loop_header")
         body = fn.append_basic_block("loop_body")
@@ -151,9 +150,8 @@ class ForRange:
         cmp = b.icmp_signed if self.dtype.is_signed else b.icmp_unsigned
         b.cbranch(cmp("<", self._index_phi, hi), body, self._exit)
         b.position_at_end(body)
-        self._parent = k._scope
-        self._scope = Scope("for_range", self._parent, user_location())
-        k._scope = self._scope
+        self._parent = k.current_scope
+        self._scope = k.enter_scope("for_range")
         self.index = Value(k, self._index_phi, self.dtype, 1, self._scope)
         self.carry = self._carried.wrap(Value(k, phi, c.dtype, c.lanes, self._scope)
                                         for phi, c in zip(self._carry_phis, self._init_carry))
@@ -168,14 +166,13 @@ class ForRange:
 
     def __exit__(self, exc_type, exc, tb):
         k = self.k
-        self._scope.closed = True
-        k._scope = self._parent
+        k.leave_scope(self._scope)
         if exc_type is not None:
             return False
         if self._init_carry and self._yielded is None:
             raise dsl_value_error(f"the for_range opened at {self._scope.opened_at} carries "
                                   f"{len(self._init_carry)} values but its body never called yield_")
-        b = k._builder
+        b = k.builder_unchecked
         next_index = b.add(self._index_phi, self._step_ir, name="loop_next")
         latch = b.block
         b.branch(self._header)
@@ -192,7 +189,7 @@ def _check_cond(k, cond):
     if not isinstance(cond, Value) or cond.dtype != T.i1 or cond.lanes != 1:
         got = cond.type_name if isinstance(cond, Value) else type(cond).__name__
         raise dsl_type_error(f"branch condition must be a scalar i1 value, got {got}")
-    return k._use(cond)
+    return k.ir_of(cond)
 
 
 class IfThen:
@@ -210,17 +207,16 @@ class IfThen:
 
     def __enter__(self):
         k = self.k
-        b = k._b
+        b = k.builder
         cond = _check_cond(k, self._cond)
-        fn = k._function
+        fn = k.function
         self._entry = b.block
         then_block = fn.append_basic_block("if_then")
         self._merge = fn.append_basic_block("if_end")
         b.cbranch(cond, then_block, self._merge)
         b.position_at_end(then_block)
-        self._parent = k._scope
-        self._scope = Scope("if_", self._parent, user_location())
-        k._scope = self._scope
+        self._parent = k.current_scope
+        self._scope = k.enter_scope("if_")
         return self
 
     def yield_(self, *values):
@@ -231,14 +227,13 @@ class IfThen:
 
     def __exit__(self, exc_type, exc, tb):
         k = self.k
-        self._scope.closed = True
-        k._scope = self._parent
+        k.leave_scope(self._scope)
         if exc_type is not None:
             return False
         if self._init_values and self._yielded is None:
             raise dsl_value_error(f"the if_ opened at {self._scope.opened_at} carries "
                                   f"{len(self._init_values)} values but never called yield_")
-        b = k._builder
+        b = k.builder_unchecked
         then_end = b.block
         b.branch(self._merge)
         b.position_at_end(self._merge)
@@ -270,14 +265,14 @@ class IfElse:
 
     def __init__(self, k, cond):
         self.k = k
-        b = k._b
+        b = k.builder
         cond_ir = _check_cond(k, cond)
-        fn = k._function
+        fn = k.function
         self._entry = b.block
         self._blocks = {"then": fn.append_basic_block("if_then"), "else": fn.append_basic_block("if_else")}
         self._merge = fn.append_basic_block("if_end")
         b.cbranch(cond_ir, self._blocks["then"], self._blocks["else"])
-        self._parent = k._scope
+        self._parent = k.current_scope
         self._opened_at = user_location()
         self._state = "then"
         self._yields = {}
@@ -285,7 +280,7 @@ class IfElse:
         self._like = None
         self._carried = None
         self.results = None
-        k._pending_branch = self
+        k.set_pending_branch(self)
 
     def then_(self):
         return _Arm(self, "then")
@@ -295,13 +290,12 @@ class IfElse:
 
     def _enter_arm(self, which: str):
         k = self.k
-        if self._state != which or k._scope is not self._parent:
+        if self._state != which or k.current_scope is not self._parent:
             raise dsl_value_error(f"if_else arms must be opened in order then_, else_ right after "
                                   f"if_else (at {self._opened_at}); got {which}_ out of order")
-        k._pending_branch = None
-        k._builder.position_at_end(self._blocks[which])
-        self._scope = Scope(f"if_else {which}_ arm", self._parent, user_location())
-        k._scope = self._scope
+        k.set_pending_branch(None)
+        k.builder_unchecked.position_at_end(self._blocks[which])
+        self._scope = k.enter_scope(f"if_else {which}_ arm")
         return self
 
     def yield_(self, *values):
@@ -325,17 +319,16 @@ class IfElse:
 
     def _exit_arm(self, which: str, exc_type):
         k = self.k
-        self._scope.closed = True
-        k._scope = self._parent
+        k.leave_scope(self._scope)
         if exc_type is not None:
-            k._pending_branch = None
+            k.set_pending_branch(None)
             return False
-        b = k._builder
+        b = k.builder_unchecked
         self._ends[which] = b.block
         b.branch(self._merge)
         if which == "then":
             self._state = "else"
-            k._pending_branch = self
+            k.set_pending_branch(self)
             return False
         then_count = len(self._yields.get("then", ()))
         if then_count != len(self._yields.get("else", ())):

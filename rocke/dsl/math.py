@@ -12,14 +12,7 @@ import llvmlite.ir as ir
 
 from . import types as T
 from .errors import dsl_type_error
-from .values import Value, broadcast_pair, select
-
-_SUFFIX = {"f16": "f16", "f32": "f32", "f64": "f64"}
-
-
-def _mangle(dt: T.DType, lanes: int) -> str:
-    base = _SUFFIX.get(dt.name) or f"i{dt.bits}"
-    return base if lanes == 1 else f"v{lanes}{base}"
+from .values import Value, abs_, broadcast_pair, mangle as _mangle, select
 
 
 def _float_unary(x: Value, name: str, intrinsic: str, *, f32_only: bool = False) -> Value:
@@ -34,11 +27,11 @@ def _float_unary(x: Value, name: str, intrinsic: str, *, f32_only: bool = False)
     if x.lanes > 1 and intrinsic.startswith("llvm.amdgcn."):  # target intrinsics are scalar-only
         out = ir.Constant(ty, ir.Undefined)
         for i in range(x.lanes):
-            lane = k._b.extract_element(k._use(x), ir.Constant(ir.IntType(32), i))
-            res = k._call(f"{intrinsic}.{_mangle(x.dtype, 1)}", x.dtype.ir_type, [lane])
-            out = k._b.insert_element(out, res, ir.Constant(ir.IntType(32), i))
-        return k._wrap(out, x.dtype, x.lanes)
-    return k._wrap(k._call(f"{intrinsic}.{_mangle(x.dtype, x.lanes)}", ty, [k._use(x)]), x.dtype, x.lanes)
+            lane = k.builder.extract_element(k.ir_of(x), ir.Constant(ir.IntType(32), i))
+            res = k.call(f"{intrinsic}.{_mangle(x.dtype, 1)}", x.dtype.ir_type, [lane])
+            out = k.builder.insert_element(out, res, ir.Constant(ir.IntType(32), i))
+        return k.wrap(out, x.dtype, x.lanes)
+    return k.wrap(k.call(f"{intrinsic}.{_mangle(x.dtype, x.lanes)}", ty, [k.ir_of(x)]), x.dtype, x.lanes)
 
 
 def exp2(x: Value, *, fast: bool = False) -> Value:
@@ -79,8 +72,8 @@ def _binary(a, b, symbol: str):
     if not isinstance(like, Value):
         raise dsl_type_error(f"{symbol} needs at least one runtime Value")
     k = like.kernel
-    a = k._coerce(a, like.dtype, 1, symbol)
-    b = k._coerce(b, like.dtype, 1, symbol)
+    a = k.coerce(a, like.dtype, 1, symbol)
+    b = k.coerce(b, like.dtype, 1, symbol)
     if a.dtype != b.dtype:
         raise dsl_type_error(f"operands of {symbol} have different types: {a.type_name} and {b.type_name}")
     return broadcast_pair(a, b, symbol)
@@ -108,7 +101,7 @@ def _minmax(a, b, which: str) -> Value:
     else:
         raise dsl_type_error(f"{which}imum is not defined for {a.type_name}")
     ty = a.dtype.vector_ir_type(a.lanes)
-    return k._wrap(k._call(f"{name}.{_mangle(a.dtype, a.lanes)}", ty, [k._use(a), k._use(b)]), a.dtype, a.lanes)
+    return k.wrap(k.call(f"{name}.{_mangle(a.dtype, a.lanes)}", ty, [k.ir_of(a), k.ir_of(b)]), a.dtype, a.lanes)
 
 
 def fma(a, b, c) -> Value:
@@ -117,7 +110,7 @@ def fma(a, b, c) -> Value:
     if like is None:
         raise dsl_type_error("fma needs at least one runtime Value")
     k = like.kernel
-    vals = [k._coerce(v, like.dtype, 1, "fma") for v in (a, b, c)]
+    vals = [k.coerce(v, like.dtype, 1, "fma") for v in (a, b, c)]
     for v in vals:
         if v.dtype != like.dtype:
             raise dsl_type_error(f"fma operands have different types: {like.type_name} and {v.type_name}")
@@ -129,24 +122,8 @@ def fma(a, b, c) -> Value:
     if like.dtype.kind != "float":
         raise dsl_type_error(f"fma needs float values, got {like.type_name}")
     ty = like.dtype.vector_ir_type(lanes)
-    out = k._call(f"llvm.fma.{_mangle(like.dtype, lanes)}", ty, [k._use(v) for v in vals])
-    return k._wrap(out, like.dtype, lanes)
-
-
-def abs_(x: Value) -> Value:
-    """|x|: ``llvm.fabs`` for floats, ``llvm.abs`` for signed ints."""
-    if x.dtype.kind == "bf16":
-        return (x.bitcast(T.i16) & 0x7FFF).bitcast(T.bf16)
-    k = x.kernel
-    ty = x.dtype.vector_ir_type(x.lanes)
-    if x.dtype.kind == "float":
-        return k._wrap(k._call(f"llvm.fabs.{_mangle(x.dtype, x.lanes)}", ty, [k._use(x)]), x.dtype, x.lanes)
-    if x.dtype.kind == "sint":
-        out = k._call(f"llvm.abs.{_mangle(x.dtype, x.lanes)}", ty, [k._use(x), ir.Constant(ir.IntType(1), 0)])
-        return k._wrap(out, x.dtype, x.lanes)
-    if x.dtype.kind == "uint":
-        return x
-    raise dsl_type_error(f"abs is not defined for {x.type_name}")
+    out = k.call(f"llvm.fma.{_mangle(like.dtype, lanes)}", ty, [k.ir_of(v) for v in vals])
+    return k.wrap(out, like.dtype, lanes)
 
 
 # ---- transcendental functions built on the above ------------------------------------------------

@@ -22,7 +22,6 @@ import llvmlite.ir as ir
 
 from . import types as T
 from .errors import dsl_type_error, dsl_value_error, user_location
-from .kernel import LDS_ARENA_NAME
 from .values import Value, select
 
 _I8 = ir.IntType(8)
@@ -56,14 +55,14 @@ def _index_value(k, index, what: str) -> Value:
         raise dsl_type_error(f"{what} index must be an int or integer Value, got {type(index).__name__}")
     if isinstance(index, int):
         return k.const(index, T.i32 if -2**31 <= index < 2**31 else T.i64)
-    v = k._coerce(index, T.i32, 1, what)
+    v = k.coerce(index, T.i32, 1, what)
     if not v.dtype.is_int or v.lanes != 1:
         raise dsl_type_error(f"{what} index must be a scalar integer, got {v.type_name}")
     return v
 
 
 def _stored_value(k, value, dtype: T.DType, what: str) -> Value:
-    v = k._coerce(value, dtype, 1, what)
+    v = k.coerce(value, dtype, 1, what)
     if v.dtype != dtype:
         raise dsl_type_error(f"{what}: storing {v.type_name} into memory of {dtype.name}; convert with .to()")
     return v
@@ -86,13 +85,13 @@ class GlobalPtr:
         idx = _index_value(k, index, f"{self.name}")
         if idx.dtype.kind == "uint":  # GEP indices are signed: widen unsigned ones explicitly
             idx = idx.to(T.u64).bitcast(T.i64)
-        return k._b.gep(k._use(self.value), [k._use(idx)], inbounds=True, source_etype=self.dtype.ir_type)
+        return k.builder.gep(k.ir_of(self.value), [k.ir_of(idx)], inbounds=True, source_etype=self.dtype.ir_type)
 
     def offset(self, index) -> "GlobalPtr":
         """The pointer ``index`` elements further on."""
         k = self.kernel
         address = self._element_address(index)
-        return GlobalPtr(k._wrap(address, T.ptr_global, 1), self.dtype, name=self.name, readonly=self.readonly)
+        return GlobalPtr(k.wrap(address, T.ptr_global, 1), self.dtype, name=self.name, readonly=self.readonly)
 
     def load(self, index, *, width: int = 1, align: int | None = None) -> Value:
         """Load ``width`` consecutive elements starting at element ``index``."""
@@ -100,8 +99,8 @@ class GlobalPtr:
         width = _check_width(width)
         address = self._element_address(index)
         ty = self.dtype.vector_ir_type(width)
-        loaded = k._b.load(address, typ=ty, align=align or _natural_align(self.dtype.nbytes * width))
-        return k._wrap(loaded, self.dtype, width)
+        loaded = k.builder.load(address, typ=ty, align=align or _natural_align(self.dtype.nbytes * width))
+        return k.wrap(loaded, self.dtype, width)
 
     def store(self, index, value, *, align: int | None = None):
         """Store a scalar or vector of ``dtype`` starting at element ``index``."""
@@ -110,7 +109,7 @@ class GlobalPtr:
             raise dsl_value_error(f"pointer {self.name!r} was declared readonly")
         v = _stored_value(k, value, self.dtype, f"store to {self.name}")
         address = self._element_address(index)
-        k._b.store(k._use(v), address, align=align or _natural_align(self.dtype.nbytes * v.lanes))
+        k.builder.store(k.ir_of(v), address, align=align or _natural_align(self.dtype.nbytes * v.lanes))
 
     def buffer(self, num_elements) -> "BufferResource":
         """A buffer resource over this pointer covering ``num_elements`` elements."""
@@ -136,10 +135,10 @@ def buffer_resource(pointer: GlobalPtr, num_records, *, stride: int = 0,
         records = _index_value(k, num_records, "num_records")
         if records.dtype != T.i64:
             records = records.to(T.i64) if records.dtype.is_signed else records.to(T.u64).bitcast(T.i64)
-    ptr = k._use(pointer.value)
-    rsrc = k._call("llvm.amdgcn.make.buffer.rsrc.p8.p1", T.buffer_rsrc.ir_type,
-                   [ptr, ir.Constant(_I16, stride), k._use(records), ir.Constant(_I32, flags)])
-    return BufferResource(k._wrap(rsrc, T.buffer_rsrc, 1), pointer.dtype, name=pointer.name)
+    ptr = k.ir_of(pointer.value)
+    rsrc = k.call("llvm.amdgcn.make.buffer.rsrc.p8.p1", T.buffer_rsrc.ir_type,
+                   [ptr, ir.Constant(_I16, stride), k.ir_of(records), ir.Constant(_I32, flags)])
+    return BufferResource(k.wrap(rsrc, T.buffer_rsrc, 1), pointer.dtype, name=pointer.name)
 
 
 class BufferResource:
@@ -156,7 +155,7 @@ class BufferResource:
         idx = _index_value(k, index, f"buffer {self.name}")
         if idx.dtype.bits != 32:
             raise dsl_type_error(f"buffer offsets are 32-bit; index is {idx.type_name}")
-        return k._use(idx * self.dtype.nbytes)
+        return k.ir_of(idx * self.dtype.nbytes)
 
     def _carrier(self, width: int):
         nbytes = self.dtype.nbytes * width
@@ -183,10 +182,10 @@ class BufferResource:
         k = self.kernel
         carrier, suffix = self._carrier(_check_width(width))
         index = self._masked(index, mask)
-        raw = k._call(f"llvm.amdgcn.raw.ptr.buffer.load.{suffix}", carrier,
-                      [k._use(self.value), self._voffset(index), ir.Constant(_I32, soffset), ir.Constant(_I32, aux)])
+        raw = k.call(f"llvm.amdgcn.raw.ptr.buffer.load.{suffix}", carrier,
+                      [k.ir_of(self.value), self._voffset(index), ir.Constant(_I32, soffset), ir.Constant(_I32, aux)])
         ty = self.dtype.vector_ir_type(width)
-        return k._wrap(raw if raw.type == ty else k._b.bitcast(raw, ty), self.dtype, width)
+        return k.wrap(raw if raw.type == ty else k.builder.bitcast(raw, ty), self.dtype, width)
 
     def store(self, index, value, *, mask: Value | None = None, soffset: int = 0, aux: int = 0):
         """Store a scalar/vector of ``dtype`` at element ``index``; bytes past the extent, and
@@ -195,19 +194,19 @@ class BufferResource:
         v = _stored_value(k, value, self.dtype, f"buffer store to {self.name}")
         carrier, suffix = self._carrier(v.lanes)
         index = self._masked(index, mask)
-        data = k._use(v)
+        data = k.ir_of(v)
         if data.type != carrier:
-            data = k._b.bitcast(data, carrier)
-        k._call(f"llvm.amdgcn.raw.ptr.buffer.store.{suffix}", ir.VoidType(),
-                [data, k._use(self.value), self._voffset(index), ir.Constant(_I32, soffset), ir.Constant(_I32, aux)])
+            data = k.builder.bitcast(data, carrier)
+        k.call(f"llvm.amdgcn.raw.ptr.buffer.store.{suffix}", ir.VoidType(),
+                [data, k.ir_of(self.value), self._voffset(index), ir.Constant(_I32, soffset), ir.Constant(_I32, aux)])
 
     def load_to_lds(self, lds_base: Value, index, *, soffset: int = 0, aux: int = 0):
         """Async DMA: each lane copies the dword at element ``index`` to ``lds_base + 4 * lane``."""
         k = self.kernel
         if not isinstance(lds_base, Value) or lds_base.dtype != T.ptr_lds:
             raise dsl_type_error("load_to_lds destination must be an LDS address (LdsTensor.address())")
-        k._call("llvm.amdgcn.raw.ptr.buffer.load.lds", ir.VoidType(),
-                [k._use(self.value), k._use(lds_base), ir.Constant(_I32, 4), self._voffset(index),
+        k.call("llvm.amdgcn.raw.ptr.buffer.load.lds", ir.VoidType(),
+                [k.ir_of(self.value), k.ir_of(lds_base), ir.Constant(_I32, 4), self._voffset(index),
                  ir.Constant(_I32, soffset), ir.Constant(_I32, 0), ir.Constant(_I32, aux)])
 
 
@@ -371,30 +370,30 @@ class LdsTensor:
         """Address (``ptr addrspace(3)``) of the element at ``index``."""
         k = self.kernel
         offset = self._byte_offset(tuple(index))
-        ptr = k._b.gep(k._lds_arena, [k._use(offset)], inbounds=True, source_etype=_I8)
-        return k._wrap(ptr, T.ptr_lds, 1)
+        ptr = k.builder.gep(k.lds_arena(), [k.ir_of(offset)], inbounds=True, source_etype=_I8)
+        return k.wrap(ptr, T.ptr_lds, 1)
 
     def load(self, index, *, width: int = 1, align: int | None = None) -> Value:
         """Load ``width`` consecutive elements at ``index`` (an int/Value or tuple of them)."""
         k = self.kernel
         width = _check_width(width)
         address = self.address(*(index if isinstance(index, tuple) else (index,)))
-        loaded = k._b.load(k._use(address), typ=self.dtype.vector_ir_type(width),
+        loaded = k.builder.load(k.ir_of(address), typ=self.dtype.vector_ir_type(width),
                            align=align or _natural_align(self.dtype.nbytes * width))
-        return k._wrap(loaded, self.dtype, width)
+        return k.wrap(loaded, self.dtype, width)
 
     def store(self, index, value, *, align: int | None = None):
         """Store a scalar/vector of ``dtype`` at ``index``."""
         k = self.kernel
         v = _stored_value(k, value, self.dtype, f"store to LDS {self.name}")
         address = self.address(*(index if isinstance(index, tuple) else (index,)))
-        k._b.store(k._use(v), k._use(address), align=align or _natural_align(self.dtype.nbytes * v.lanes))
+        k.builder.store(k.ir_of(v), k.ir_of(address), align=align or _natural_align(self.dtype.nbytes * v.lanes))
 
 
 def allocate_lds(k, name, shape, dtype, *, pad, offset, align, alias) -> LdsTensor:
     if not isinstance(name, str) or not _IDENT.match(name):
         raise dsl_value_error(f"LDS region name must be an identifier, got {name!r}")
-    if name in k._lds_regions:
+    if name in k.lds_regions:
         raise dsl_value_error(f"LDS region {name!r} is already allocated")
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if not shape or any(not isinstance(s, int) or isinstance(s, bool) or s <= 0 for s in shape):
@@ -414,24 +413,19 @@ def allocate_lds(k, name, shape, dtype, *, pad, offset, align, alias) -> LdsTens
     region = LdsTensor(k, name, shape, dt, pad, offset)
     region.allocated_at = user_location()
     if not alias:
-        for other in k._lds_regions.values():
+        for other in k.lds_regions.values():
             if offset < other.byte_offset + other.size_bytes and other.byte_offset < offset + region.size_bytes:
                 raise dsl_value_error(
                     f"LDS region {name!r} [{offset}, {offset + region.size_bytes}) overlaps {other.name!r} "
                     f"[{other.byte_offset}, {other.byte_offset + other.size_bytes}); pass alias=True if intended")
-    if k._lds_arena is None:
-        arena = ir.GlobalVariable(k.module, ir.ArrayType(_I8, 0), LDS_ARENA_NAME, addrspace=3)
-        arena.linkage = "internal"
-        arena.align = 16
-        arena.type = T.ptr_lds.ir_type  # opaque pointer, so accesses of any type need no casts
-        k._lds_arena = arena
     budget = k.lds_limit
     end = max(k.lds_bytes, offset + region.size_bytes)
     if end > budget:
-        regions = list(k._lds_regions.values()) + [region]
+        regions = list(k.lds_regions.values()) + [region]
         raise dsl_value_error(f"LDS region {name!r} takes the kernel {k.name!r} to {end} bytes of LDS; "
                               f"{k.target} has {budget} per workgroup. Regions:\n" + lds_breakdown(regions))
-    k._lds_regions[name] = region
+    k.lds_arena()
+    k.add_lds_region(region)
     return region
 
 
