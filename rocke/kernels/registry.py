@@ -33,10 +33,10 @@ FAMILIES: dict[str, str] = {
     "vector_add": "rocke.kernels.samples.vector_add",
     "softmax": "rocke.kernels.samples.softmax",
     "gemm": "rocke.kernels.samples.gemm",
-    "flash_attention": "rocke.kernels.samples.flash_attention",
     "rmsnorm_residual": "rocke.kernels.samples.rmsnorm_residual",
     "gemm_bias_gelu": "rocke.kernels.samples.gemm_bias_gelu",
     "paged_decode": "rocke.kernels.samples.paged_decode",
+    "flash_attention": "rocke.kernels.samples.flash_attention",
 }
 
 _REGISTERED: dict[str, str] = {}
