@@ -493,11 +493,13 @@ def store_fragment(lds: LdsTensor, frag: Fragment, origin=(0, 0), *, transposed:
                              f"{lds.dtype.name}; convert with .to()")
     k = lds.kernel
     runs = _run_addresses(k, storage, at)
-    if bounds is None:
+    if bounds is None and lds.valid is None:
         for part, _, row, col in _split_runs(frag.value, runs):
             lds.store((row, col), part)
         return
-    row_bound, col_bound = _storage_origin(tuple(bounds), transposed)
+    row_bound, col_bound = _storage_origin(tuple(bounds), transposed) if bounds is not None else (None, None)
+    if lds.valid is not None:          # a view's runtime extents are storage bounds too
+        row_bound, col_bound = (_tighter(b, v) for b, v in zip((row_bound, col_bound), lds.valid))
     for part, n, row, col in _split_runs(frag.value, runs):
         pieces = list(part) if (col_bound is not None and n > 1) else [part]
         for j, piece in enumerate(pieces):
@@ -508,6 +510,12 @@ def store_fragment(lds: LdsTensor, frag: Fragment, origin=(0, 0), *, transposed:
             else:
                 with k.if_(ok):
                     lds.store((row, c), piece)
+
+
+def _tighter(bound, valid):
+    if bound is None or valid is None:
+        return valid if bound is None else bound
+    return minimum(bound, valid) if isinstance(bound, Value) or isinstance(valid, Value) else min(bound, valid)
 
 
 def _in_bounds(row, col, row_bound, col_bound):
@@ -578,7 +586,8 @@ def copy_tile_to_lds(src: BufferResource, lds: LdsTensor, origin, ld, *, thread_
     into ``lds`` by ``threads`` threads (``thread_index`` in [0, threads)). The tile is
     ``lds.shape`` or, with ``transpose`` (``lds[c, r] = src[r, c]``), its transpose. Each thread
     moves ``vector`` consecutive elements of a row per access. Rows past the buffer's extent
-    read 0; columns >= ``cols_limit`` (when given) are written as 0."""
+    read 0; columns >= ``cols_limit`` (when given) are written as 0, and so is everything past
+    a view's runtime extents (``LdsTensor.view(..., valid=...)``)."""
     if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
         raise dsl_type_error("copy_tile_to_lds needs a 2-D LdsTensor destination")
     if src.dtype != lds.dtype:
@@ -601,6 +610,8 @@ def copy_tile_to_lds(src: BufferResource, lds: LdsTensor, origin, ld, *, thread_
                 loaded = src.load(index, width=vector)
             else:
                 loaded = _load_row_segment(k, src, index, c0 + c, cols_limit, vector)
+            if lds.valid is not None:
+                loaded = _zero_past_valid(k, lds.valid, r, c, loaded, vector, transpose)
             if transpose:
                 for j, e in enumerate(list(loaded) if vector > 1 else [loaded]):
                     lds.store((c + j, r), e)
@@ -611,6 +622,20 @@ def copy_tile_to_lds(src: BufferResource, lds: LdsTensor, origin, ld, *, thread_
         else:
             with k.if_(thread_index < total - first):
                 copy_one()
+
+
+def _zero_past_valid(k, valid, r, c, loaded, vector: int, transpose: bool) -> Value:
+    """``loaded`` (a source row segment at tile row ``r``, columns ``c``..) with the elements
+    outside the destination view's runtime extents replaced by 0."""
+    row_valid, col_valid = (valid[1], valid[0]) if transpose else valid
+    zero = k.const(0, loaded.dtype) if loaded.dtype.is_int else k.const(0.0, loaded.dtype)
+    if col_valid is not None:
+        elems = list(loaded) if vector > 1 else [loaded]
+        elems = [select(c + j < col_valid, e, zero) for j, e in enumerate(elems)]
+        loaded = concat(*elems) if vector > 1 else elems[0]
+    if row_valid is not None:
+        loaded = select(r < row_valid, loaded, zero)
+    return loaded
 
 
 def _load_row_segment(k, src: BufferResource, index, col, cols_limit, width: int) -> Value:

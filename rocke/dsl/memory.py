@@ -234,6 +234,7 @@ class LdsTensor:
         self.dynamic_offset = dynamic_offset  # i32 byte offset added at run time (views only)
         self.parent = parent
         self.allocated_at = parent.allocated_at if parent is not None else None  # set by allocate_lds
+        self.valid = None   # runtime extents of a view (see view())
         self.size_bytes = shape[0] * self.strides[0] * dtype.nbytes if len(shape) > 1 else \
             (shape[0] + pad) * dtype.nbytes
 
@@ -251,11 +252,15 @@ class LdsTensor:
         return self.parent is not None
 
     # -- views ----------------------------------------------------------------------------
-    def view(self, origin, shape=None) -> "LdsTensor":
+    def view(self, origin, shape=None, *, valid=None) -> "LdsTensor":
         """The sub-tensor starting at ``origin`` (one int or integer Value per dimension) with
         extents ``shape`` (static ints; default: the rest of each dimension, which needs a
         static origin there). Runtime origins are allowed (e.g. a per-wave slab); the extents
-        are checked against this tensor's at build time."""
+        are checked against this tensor's at build time.
+
+        ``valid``: runtime extents (one int, integer Value or None per dimension, each at most
+        the static extent), e.g. the tokens of a ragged last tile. ``copy_tile_to_lds`` writes
+        zeros past them and ``store_fragment`` does not write there; loads are unaffected."""
         origin = origin if isinstance(origin, tuple) else (origin,)
         if len(origin) != len(self.shape):
             raise dsl_value_error(f"LDS tensor {self.name!r} has {len(self.shape)} dims, "
@@ -282,7 +287,18 @@ class LdsTensor:
                 raise dsl_value_error(
                     f"view of {self.name!r}: dim {d} [{low}, {low + n}) does not fit its extent {full}")
             extents.append(n)
-        return self._subview(origin, tuple(extents), keep=range(len(self.shape)))
+        view = self._subview(origin, tuple(extents), keep=range(len(self.shape)))
+        if valid is not None:
+            valid = valid if isinstance(valid, tuple) else (valid,)
+            if len(valid) != len(self.shape):
+                raise dsl_value_error(f"view of {self.name!r}: valid needs one entry per dim, got {valid!r}")
+            for d, (v, n) in enumerate(zip(valid, extents)):
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, Value))
+                                      or (isinstance(v, int) and not 0 <= v <= n)):
+                    raise dsl_value_error(f"view of {self.name!r}: valid[{d}] must be None, an int in "
+                                          f"[0, {n}] or an integer Value, got {v!r}")
+            view.valid = tuple(valid)
+        return view
 
     def __getitem__(self, index) -> "LdsTensor":
         """Indexing makes views: ``t[w]`` drops the first dimension (``w`` an int or runtime
@@ -320,6 +336,12 @@ class LdsTensor:
         static, dynamic = self._offsets(origin)
         view = LdsTensor(self.kernel, self.name, tuple(extents[d] for d in keep), self.dtype, 0, static,
                          strides=tuple(self.strides[d] for d in keep), dynamic_offset=dynamic, parent=self)
+        if self.valid is not None:       # the parent's runtime extents, relative to the new origin
+            view.valid = tuple(None if self.valid[d] is None else
+                               (self.valid[d] - origin[d] if not (isinstance(origin[d], int) and origin[d] == 0)
+                                else self.valid[d]) for d in keep)
+            if all(v is None for v in view.valid):
+                view.valid = None
         return view
 
     def check_fits(self, what: str, origin, extent):

@@ -66,3 +66,33 @@ def test_fragment_wider_than_tile_is_build_error_at_user_line():
         tile[k.wave_id():]
     # a runtime origin is checked by extent: a 16-row fragment in a 16-row view is fine
     load_fragment(tile.view((k.wave_id() * 0, 0), (16, 16)), mma.A)
+
+
+@pytest.mark.parametrize("rows, cols", [(32, 16), (19, 5), (0, 16)])
+def test_runtime_valid_extents_zero_copies_and_mask_stores(rows, cols):
+    k = dsl.Kernel("lds_valid", workgroup_size=64)
+    x, y, z = k.arg_ptr("x", dsl.f16), k.arg_ptr("y", dsl.f16), k.arg_ptr("z", dsl.f16)
+    n_rows, n_cols = k.arg_i32("rows"), k.arg_i32("cols")
+    mma = k.mfma("16x16x16", dsl.f16)
+    tile = k.lds("tile", (32, 16), dsl.f16, pad=8)
+    ragged = tile.view((0, 0), (32, 16), valid=(n_rows, n_cols))
+    copy_tile_to_lds(x.buffer(32 * 16), ragged, (0, 0), 16, thread_index=k.lane_id(), threads=64, vector=8)
+    k.barrier()
+    halves = [load_fragment(tile, mma.A, (16 * h, 0)) for h in range(2)]
+    for h, f in enumerate(halves):
+        store_fragment_global(y.buffer(32 * 16), f, (16 * h, 0), 16)
+    k.barrier()
+    for h in range(2):                                     # a sub-view inherits the extents
+        store_fragment(tile, dsl.fragment.Fragment.full(k, mma.A, dsl.f16, 0.0), (16 * h, 0))
+        store_fragment(ragged[16 * h:16 * h + 16, :], dsl.fragment.Fragment.full(k, mma.A, dsl.f16, 1.0))
+    k.barrier()
+    for h in range(2):
+        store_fragment_global(z.buffer(32 * 16), load_fragment(tile, mma.A, (16 * h, 0)), (16 * h, 0), 16)
+
+    X = torch.randn(32, 16, generator=torch.Generator().manual_seed(rows)).half()
+    Y, Z = torch.full((32, 16), 7.0).half(), torch.full((32, 16), 7.0).half()
+    run(k, (1,), [X, Y, Z, rows, cols])
+    inside = torch.zeros(32, 16, dtype=torch.bool)
+    inside[:rows, :cols] = True
+    assert torch.equal(Y, torch.where(inside, X, torch.zeros_like(X)))
+    assert torch.equal(Z, inside.half())
