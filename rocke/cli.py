@@ -87,11 +87,15 @@ def golden():
 _path_option = click.option("--path", type=click.Path(dir_okay=False), default=None,
                             help="table to use (default: tests/golden/ir_hashes.json)")
 _family_option = click.option("--family", "families", multiple=True,
-                              help="only these kernel families (repeatable): a user's own table")
+                              help="only these kernel families (repeatable), e.g. for a user's own table; "
+                                   "default: rocke's own families for the default table, all with --path")
 
 
-def _current_hashes(families):
+def _current_hashes(families, path):
     from .kernels.golden import current_hashes
+    from .kernels.registry import FAMILIES
+    if not families and not path:      # rocke's table pins rocke's own families only
+        families = tuple(FAMILIES)
     try:
         return current_hashes(families)
     except ValueError as e:
@@ -108,7 +112,7 @@ def golden_check(path, families):
         table = load_golden(Path(path) if path else GOLDEN_PATH)
     except FileNotFoundError as e:
         raise click.ClickException(str(e)) from None
-    d = diff_golden(table, _current_hashes(families))
+    d = diff_golden(table, _current_hashes(families, path))
     for kind, names in d.items():
         for n in names:
             click.echo(f"{kind}: {n}")
@@ -124,7 +128,7 @@ def golden_update(path, families):
     """Rewrite the table from the current IR (a deliberate act: say why in the commit)."""
     from .kernels.golden import GOLDEN_PATH, diff_golden, load_golden, write_golden
     target = Path(path) if path else GOLDEN_PATH
-    cur = _current_hashes(families)
+    cur = _current_hashes(families, path)
     try:
         d = diff_golden(load_golden(target), cur)
     except FileNotFoundError:

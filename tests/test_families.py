@@ -46,6 +46,18 @@ def test_rocke_families_lever_lists_reports_and_golden_checks(tmp_path):
     table.write_text(json.dumps(pinned))
     r = _rocke("golden", "check", "--path", str(table), "--family", "oot_demo", env_extra=lever)
     assert r.returncode == 1 and "changed: oot_demo/f16_v2" in r.stdout
+    r = _rocke("golden", "check", env_extra=lever)               # rocke's table: its own families
+    assert r.returncode == 0 and "matches" in r.stdout, r.stdout + r.stderr
+
+
+def test_golden_tests_cover_an_out_of_tree_family():
+    env = dict(os.environ, ROCKE_FAMILIES="oot_demo=rocke_oot_demo",
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(OUT_OF_TREE)]))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+                        "tests/test_golden.py", "-k", "oot_demo or table_matches or declares"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "3 passed" in r.stdout, r.stdout[-2000:]
 
 
 def test_entry_point_registers_a_family(tmp_path):
