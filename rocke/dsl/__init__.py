@@ -20,6 +20,9 @@ Example -- scale a vector in place, ragged tail handled by the buffer's range ch
         return k
 
     ir_text = build_scale().ir()
+
+A walk-through of a larger kernel (LDS views, paged copies, structured carries, the cross-wave
+merge, math): docs/writing-kernels.md.
 """
 
 from .control import ForRange, IfElse, IfThen
@@ -32,12 +35,13 @@ from .magic import UnsignedMagic, sdiv_const, smod_const, udiv_const, umod_const
 from .math import (abs_, ceil, erf, exp, exp2, floor, fma, gelu, log, log2, maximum, minimum, rcp, rsq,
                    sigmoid, sqrt, tanh)
 from .memory import BUFFER_RSRC_FLAGS, BufferResource, GlobalPtr, LdsTensor, buffer_resource
+from .tree import CarryLayout
 from .types import (DType, bf16, dtype, f16, f32, f64, fp8_e4m3fnuz, fp8_e5m2fnuz, i1, i8, i16, i32, i64,
                     u8, u16, u32, u64)
 from .values import Value, concat, select, shuffle, splat, vector
 
 __all__ = [
-    "Kernel", "ArgInfo", "SchedMask", "Value", "DType", "dtype",
+    "Kernel", "ArgInfo", "SchedMask", "Value", "DType", "dtype", "CarryLayout",
     "ForRange", "IfThen", "IfElse",
     "GlobalPtr", "BufferResource", "LdsTensor", "buffer_resource", "BUFFER_RSRC_FLAGS",
     "select", "splat", "shuffle", "vector", "concat",
