@@ -18,6 +18,7 @@ LEVERS: dict[str, tuple[str, str]] = {
                      "comgr bindings and ROCm's libamd_comgr)"),
     "ROCKE_DEVICE": ("hip if a gfx942 GPU is found, else emu", "launch device: emu | hip"),
     "ROCKE_EMU_TIMEOUT_S": ("600", "wall-time budget of one emulator launch, seconds"),
+    "ROCKE_FAMILIES": ("none", "extra kernel families: comma-separated name=python.module entries"),
 }
 
 
@@ -66,3 +67,20 @@ def emu_timeout_s() -> float:
     if not seconds > 0 or seconds == float("inf"):
         raise ValueError(f"ROCKE_EMU_TIMEOUT_S must be a positive number of seconds, got {value!r}")
     return seconds
+
+
+def families() -> list[tuple[str, str]]:
+    """``ROCKE_FAMILIES`` as (family name, module path) pairs, in the order given."""
+    value = raw("ROCKE_FAMILIES")
+    if value is None:
+        return []
+    out = []
+    for entry in value.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        name, sep, module = (part.strip() for part in entry.partition("="))
+        if not sep or not name.isidentifier() or not all(p.isidentifier() for p in module.split(".")):
+            raise ValueError(f"ROCKE_FAMILIES entries must be name=python.module, got {entry!r}")
+        out.append((name, module))
+    return out

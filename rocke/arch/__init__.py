@@ -7,7 +7,7 @@ import importlib
 
 _EXPORTS = {
     "GFX942": "targets", "GFX950": "targets", "TARGETS": "targets", "Target": "targets",
-    "get_target": "targets",
+    "get_target": "targets", "DEFAULT_TARGET": "targets",
     "MFMA_CATALOG": "mfma", "MfmaAtom": "mfma", "get_atom": "mfma", "atom_for": "mfma",
     "Occupancy": "occupancy_rules", "occupancy": "occupancy_rules", "unified_vgpr_count": "occupancy_rules",
 }

@@ -21,7 +21,9 @@ from functools import cached_property
 
 import numpy as np
 
-WAVE = 64
+from .targets import DEFAULT_TARGET
+
+WAVE = DEFAULT_TARGET.wave_size     # every CDNA MFMA layout is a wave64 layout
 
 # operand element type -> (LLVM IR type of one lane's operand for 4 / 8 elements)
 _IR_OPERAND = {

@@ -82,6 +82,9 @@ GFX950 = replace(
 
 TARGETS: dict[str, Target] = {t.name: t for t in (GFX942, GFX950)}
 
+# The target rocke builds for unless told otherwise (the DSL, the compiler and the emulator).
+DEFAULT_TARGET = GFX942
+
 
 def get_target(name: str) -> Target:
     """Look a target up by processor name (a full target id such as 'gfx942:sramecc+' works too)."""

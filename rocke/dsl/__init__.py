@@ -20,6 +20,9 @@ Example -- scale a vector in place, ragged tail handled by the buffer's range ch
         return k
 
     ir_text = build_scale().ir()
+
+A walk-through of a larger kernel (LDS views, paged copies, structured carries, the cross-wave
+merge, math): docs/writing-kernels.md.
 """
 
 from .control import ForRange, IfElse, IfThen
@@ -29,17 +32,20 @@ from .kernel import (CODE_OBJECT_VERSION, DATA_LAYOUT, LDS_BYTES, TRIPLE, WAVE_S
 from .lanes import (DppCtrl, ballot, dpp, ds_bpermute, ds_swizzle, readfirstlane, shuffle_xor,
                     swizzle_bitmask, swizzle_quad_perm, wave_max, wave_min, wave_reduce, wave_sum)
 from .magic import UnsignedMagic, sdiv_const, smod_const, udiv_const, umod_const, unsigned_magic
-from .math import abs_, ceil, exp2, floor, fma, log2, maximum, minimum, rcp, rsq, sqrt
+from .math import (abs_, ceil, erf, exp, exp2, floor, fma, gelu, log, log2, maximum, minimum, rcp, rsq,
+                   sigmoid, sqrt, tanh)
 from .memory import BUFFER_RSRC_FLAGS, BufferResource, GlobalPtr, LdsTensor, buffer_resource
+from .tree import CarryLayout
 from .types import (DType, bf16, dtype, f16, f32, f64, fp8_e4m3fnuz, fp8_e5m2fnuz, i1, i8, i16, i32, i64,
                     u8, u16, u32, u64)
 from .values import Value, concat, select, shuffle, splat, vector
 
 __all__ = [
-    "Kernel", "ArgInfo", "SchedMask", "Value", "DType", "dtype",
+    "Kernel", "ArgInfo", "SchedMask", "Value", "DType", "dtype", "CarryLayout",
     "ForRange", "IfThen", "IfElse",
     "GlobalPtr", "BufferResource", "LdsTensor", "buffer_resource", "BUFFER_RSRC_FLAGS",
     "select", "splat", "shuffle", "vector", "concat",
+    "exp", "log", "erf", "tanh", "sigmoid", "gelu",
     "exp2", "log2", "rcp", "rsq", "sqrt", "floor", "ceil", "fma", "maximum", "minimum", "abs_",
     "readfirstlane", "ballot", "ds_swizzle", "ds_bpermute", "dpp", "DppCtrl", "shuffle_xor",
     "swizzle_bitmask", "swizzle_quad_perm", "wave_reduce", "wave_sum", "wave_max", "wave_min",

@@ -19,9 +19,19 @@
     (y,) = br.results
 
 Carried and yielded items (``for_range``, ``if_``, ``if_else``) may also be register tiles
-(``Fragment``, ``AxisVector``): they travel as their register vector and come back
-(``loop.carry``, ``results``) as tiles of the same layout; yielding a tile of another layout
-where one was carried is a ValueError.
+(``Fragment``, ``AxisVector``) or any DSL object with the carry protocol (``rocke.dsl.tree``),
+and dicts, dataclasses, lists and tuples of those, nested. A list/tuple ``carry`` is a list of
+items (``loop.carry`` is a tuple, ``yield_(*items)``); any other ``carry`` (a dict, a
+dataclass, one tile) is one structure (``loop.carry`` is that structure, ``yield_(structure)``)::
+
+    with k.for_range(0, n, 1, carry={"m": m0, "l": l0, "o": [acc0, acc1]}) as loop:
+        st = loop.carry
+        ...
+        loop.yield_({"m": m1, "l": l1, "o": [o0, o1]})
+    final = loop.results                      # a dict of the same keys
+
+Yielding a structure or tile layout other than the carried one is a ValueError naming the
+item's path (``item #2['o'][1]``).
 
 A value defined inside a loop body or branch arm is only usable inside it; using it after the
 region closes is a ValueError at the line of the use. Loops compare ``i < hi`` (signed or
@@ -32,7 +42,7 @@ from __future__ import annotations
 
 from . import types as T
 from .errors import dsl_type_error, dsl_value_error, user_location
-from .kernel import Scope
+from . import tree
 from .values import Value
 
 
@@ -41,78 +51,59 @@ def _check_values(k, values, what: str):
         if not isinstance(v, Value):
             raise dsl_type_error(f"{what} must be runtime Values (use k.const for numbers), "
                                  f"got {type(v).__name__}")
-        k._use(v)
+        k.ir_of(v)
     return values
 
 
 def _check_yield(k, region_scope, expected, values, what: str):
-    if k._scope is not region_scope:
+    if k.current_scope is not region_scope:
         raise dsl_value_error(f"{what}.yield_ must be called directly in its own body, "
-                              f"not inside a nested {k._scope.kind}")
+                              f"not inside a nested {k.current_scope.kind}")
     if len(values) != len(expected):
         raise dsl_value_error(f"{what}.yield_ got {len(values)} values, expected {len(expected)}")
     irs = []
     for i, (v, like) in enumerate(zip(values, expected)):
-        v = k._coerce(v, like.dtype, like.lanes, "yield_")
+        v = k.coerce(v, like.dtype, like.lanes, "yield_")
         if v.dtype != like.dtype or v.lanes != like.lanes:
             raise dsl_type_error(f"{what}.yield_ value #{i} is {v.type_name} but the carried "
                                  f"value is {like.type_name}")
-        irs.append(k._use(v))
+        irs.append(k.ir_of(v))
     return irs
 
 
-def _tile_types():
-    from .fragment import AxisVector, Fragment   # fragments build on this module
-    return Fragment, AxisVector
-
-
-def _is_tile(x) -> bool:
-    return isinstance(x, _tile_types())
-
-
-def _tile_kind(x) -> str:
-    fragment, _ = _tile_types()
-    if isinstance(x, fragment):
-        return f"Fragment of {x.layout.name}"
-    return f"AxisVector of {x.source.name} (axis {x.axis})"
-
-
-def _same_tile_shape(tile, other) -> bool:
-    """Whether ``other`` is a tile of exactly ``tile``'s kind and layout."""
-    fragment, _ = _tile_types()
-    if type(other) is not type(tile):
-        return False
-    if isinstance(tile, fragment):
-        return tile.layout.same_as(other.layout)
-    return tile.axis == other.axis and tile.source.same_as(other.source)
-
-
 class _Carried:
-    """The flat Values behind a carry list of Values and tiles, and how to re-wrap them."""
+    """The flat Values behind a carry: a list/tuple of items (each a Value, a DSL object with
+    the carry protocol, or a dict / dataclass / list / tuple of those, nested) or one such
+    structure (``single``), and how to rebuild it (``rocke.dsl.tree``)."""
 
-    def __init__(self, items):
-        self.templates = tuple(items)
-        self.values = tuple(x.value if _is_tile(x) else x for x in self.templates)
+    def __init__(self, carry):
+        if tree.is_iterable_items(carry):
+            carry = tuple(carry)          # a generator of items
+        self.single = not isinstance(carry, (list, tuple))
+        items = (carry,) if self.single else tuple(carry)
+        flat = [tree.flatten(item) for item in items]
+        self.specs = tuple(spec for _, spec in flat)
+        self.values = tuple(leaf for leaves, _ in flat for leaf in leaves)
 
     def unwrap_yield(self, items, what: str):
-        """The yielded Values; a tile must match the carried tile's kind and layout."""
-        if len(items) != len(self.templates):
-            return list(items)            # _check_yield reports the count mismatch
+        """The yielded Values; each item must have the carried item's structure and layouts."""
+        if self.single:
+            if len(items) != 1:
+                raise dsl_value_error(f"{what}.yield_ takes the one carried structure, got {len(items)} items")
+        elif len(items) != len(self.specs):
+            if all(s.kind == "value" or s.kind == "object" for s in self.specs):
+                return list(items)        # _check_yield reports the count mismatch
+            raise dsl_value_error(f"{what}.yield_ got {len(items)} items, expected {len(self.specs)}")
         out = []
-        for i, (x, like) in enumerate(zip(items, self.templates)):
-            if _is_tile(like) or _is_tile(x):
-                if not (_is_tile(like) and _same_tile_shape(like, x)):
-                    got = _tile_kind(x) if _is_tile(x) else type(x).__name__
-                    want = _tile_kind(like) if _is_tile(like) else "a Value"
-                    raise dsl_value_error(f"{what}.yield_ item #{i} is {got} but the carried item "
-                                          f"is {want}")
-                x = x.value
-            out.append(x)
+        for i, (x, spec) in enumerate(zip(items, self.specs)):
+            path = f"{what}.yield_ item" if self.single else f"{what}.yield_ item #{i}"
+            out += tree.match(spec, x, path)
         return out
 
     def wrap(self, values):
-        return tuple(like.with_value(v) if _is_tile(like) else v
-                     for like, v in zip(self.templates, values))
+        it = iter(values)
+        items = tuple(tree.unflatten(spec, it) for spec in self.specs)
+        return items[0] if self.single else items
 
 
 class ForRange:
@@ -126,7 +117,7 @@ class ForRange:
             raise dsl_type_error(f"for_range bounds must be integers, got {dtype.name}")
         if isinstance(step, (int, float)) and not isinstance(step, bool) and step <= 0:
             raise dsl_value_error(f"for_range step must be positive, got {step!r}")
-        bounds = [k._coerce(x, dtype, 1, "for_range") for x in (lo, hi, step)]
+        bounds = [k.coerce(x, dtype, 1, "for_range") for x in (lo, hi, step)]
         for b in bounds:
             if b.dtype != dtype or b.lanes != 1:
                 raise dsl_type_error(f"for_range bounds must all be scalar {dtype.name}, got {b.type_name}")
@@ -139,10 +130,10 @@ class ForRange:
 
     def __enter__(self):
         k = self.k
-        b = k._b
-        lo, hi, self._step_ir = k._use(self.lo), k._use(self.hi), k._use(self.step)
-        inits = [k._use(c) for c in self._init_carry]
-        fn = k._function
+        b = k.builder
+        lo, hi, self._step_ir = k.ir_of(self.lo), k.ir_of(self.hi), k.ir_of(self.step)
+        inits = [k.ir_of(c) for c in self._init_carry]
+        fn = k.function
         preheader = b.block
         self._header = fn.append_basic_block("loop_header")
         body = fn.append_basic_block("loop_body")
@@ -159,9 +150,8 @@ class ForRange:
         cmp = b.icmp_signed if self.dtype.is_signed else b.icmp_unsigned
         b.cbranch(cmp("<", self._index_phi, hi), body, self._exit)
         b.position_at_end(body)
-        self._parent = k._scope
-        self._scope = Scope("for_range", self._parent, user_location())
-        k._scope = self._scope
+        self._parent = k.current_scope
+        self._scope = k.enter_scope("for_range")
         self.index = Value(k, self._index_phi, self.dtype, 1, self._scope)
         self.carry = self._carried.wrap(Value(k, phi, c.dtype, c.lanes, self._scope)
                                         for phi, c in zip(self._carry_phis, self._init_carry))
@@ -176,14 +166,13 @@ class ForRange:
 
     def __exit__(self, exc_type, exc, tb):
         k = self.k
-        self._scope.closed = True
-        k._scope = self._parent
+        k.leave_scope(self._scope)
         if exc_type is not None:
             return False
         if self._init_carry and self._yielded is None:
             raise dsl_value_error(f"the for_range opened at {self._scope.opened_at} carries "
                                   f"{len(self._init_carry)} values but its body never called yield_")
-        b = k._builder
+        b = k.builder_unchecked
         next_index = b.add(self._index_phi, self._step_ir, name="loop_next")
         latch = b.block
         b.branch(self._header)
@@ -200,7 +189,7 @@ def _check_cond(k, cond):
     if not isinstance(cond, Value) or cond.dtype != T.i1 or cond.lanes != 1:
         got = cond.type_name if isinstance(cond, Value) else type(cond).__name__
         raise dsl_type_error(f"branch condition must be a scalar i1 value, got {got}")
-    return k._use(cond)
+    return k.ir_of(cond)
 
 
 class IfThen:
@@ -211,46 +200,45 @@ class IfThen:
         self.k = k
         self._cond = cond
         self._carried = _Carried(carry)
-        self.carry = _check_values(k, self._carried.values, "if_ carry values")
+        self._init_values = _check_values(k, self._carried.values, "if_ carry values")
+        self.carry = carry
         self._yielded = None
         self.results = None
 
     def __enter__(self):
         k = self.k
-        b = k._b
+        b = k.builder
         cond = _check_cond(k, self._cond)
-        fn = k._function
+        fn = k.function
         self._entry = b.block
         then_block = fn.append_basic_block("if_then")
         self._merge = fn.append_basic_block("if_end")
         b.cbranch(cond, then_block, self._merge)
         b.position_at_end(then_block)
-        self._parent = k._scope
-        self._scope = Scope("if_", self._parent, user_location())
-        k._scope = self._scope
+        self._parent = k.current_scope
+        self._scope = k.enter_scope("if_")
         return self
 
     def yield_(self, *values):
         if self._yielded is not None:
             raise dsl_value_error("if_.yield_ called twice")
         values = self._carried.unwrap_yield(values, "if_")
-        self._yielded = _check_yield(self.k, self._scope, self.carry, values, "if_")
+        self._yielded = _check_yield(self.k, self._scope, self._init_values, values, "if_")
 
     def __exit__(self, exc_type, exc, tb):
         k = self.k
-        self._scope.closed = True
-        k._scope = self._parent
+        k.leave_scope(self._scope)
         if exc_type is not None:
             return False
-        if self.carry and self._yielded is None:
+        if self._init_values and self._yielded is None:
             raise dsl_value_error(f"the if_ opened at {self._scope.opened_at} carries "
-                                  f"{len(self.carry)} values but never called yield_")
-        b = k._builder
+                                  f"{len(self._init_values)} values but never called yield_")
+        b = k.builder_unchecked
         then_end = b.block
         b.branch(self._merge)
         b.position_at_end(self._merge)
         results = []
-        for value, original in zip(self._yielded or (), self.carry):
+        for value, original in zip(self._yielded or (), self._init_values):
             phi = b.phi(value.type, name="if_result")
             phi.add_incoming(value, then_end)
             phi.add_incoming(original.ir, self._entry)
@@ -277,14 +265,14 @@ class IfElse:
 
     def __init__(self, k, cond):
         self.k = k
-        b = k._b
+        b = k.builder
         cond_ir = _check_cond(k, cond)
-        fn = k._function
+        fn = k.function
         self._entry = b.block
         self._blocks = {"then": fn.append_basic_block("if_then"), "else": fn.append_basic_block("if_else")}
         self._merge = fn.append_basic_block("if_end")
         b.cbranch(cond_ir, self._blocks["then"], self._blocks["else"])
-        self._parent = k._scope
+        self._parent = k.current_scope
         self._opened_at = user_location()
         self._state = "then"
         self._yields = {}
@@ -292,7 +280,7 @@ class IfElse:
         self._like = None
         self._carried = None
         self.results = None
-        k._pending_branch = self
+        k.set_pending_branch(self)
 
     def then_(self):
         return _Arm(self, "then")
@@ -302,13 +290,12 @@ class IfElse:
 
     def _enter_arm(self, which: str):
         k = self.k
-        if self._state != which or k._scope is not self._parent:
+        if self._state != which or k.current_scope is not self._parent:
             raise dsl_value_error(f"if_else arms must be opened in order then_, else_ right after "
                                   f"if_else (at {self._opened_at}); got {which}_ out of order")
-        k._pending_branch = None
-        k._builder.position_at_end(self._blocks[which])
-        self._scope = Scope(f"if_else {which}_ arm", self._parent, user_location())
-        k._scope = self._scope
+        k.set_pending_branch(None)
+        k.builder_unchecked.position_at_end(self._blocks[which])
+        self._scope = k.enter_scope(f"if_else {which}_ arm")
         return self
 
     def yield_(self, *values):
@@ -321,8 +308,8 @@ class IfElse:
             coerced = []
             for v in self._carried.values:
                 if not isinstance(v, Value):
-                    raise dsl_type_error("the then_ arm must yield runtime Values or tiles "
-                                         "(it fixes the types)")
+                    raise dsl_type_error("the then_ arm must yield runtime Values, tiles or "
+                                         "structures of them (it fixes the types)")
                 coerced.append(v)
             self._like = coerced
             self._yields[which] = _check_yield(k, self._scope, coerced, coerced, "if_else")
@@ -332,17 +319,16 @@ class IfElse:
 
     def _exit_arm(self, which: str, exc_type):
         k = self.k
-        self._scope.closed = True
-        k._scope = self._parent
+        k.leave_scope(self._scope)
         if exc_type is not None:
-            k._pending_branch = None
+            k.set_pending_branch(None)
             return False
-        b = k._builder
+        b = k.builder_unchecked
         self._ends[which] = b.block
         b.branch(self._merge)
         if which == "then":
             self._state = "else"
-            k._pending_branch = self
+            k.set_pending_branch(self)
             return False
         then_count = len(self._yields.get("then", ()))
         if then_count != len(self._yields.get("else", ())):

@@ -44,8 +44,8 @@ def convert(v, dst: T.DType, rounding: str):
 
 def _llvm_cast(v, dst: T.DType):
     k = v.kernel
-    b = k._b
-    x = k._use(v)
+    b = k.builder
+    x = k.ir_of(v)
     src = v.dtype
     out_ty = dst.vector_ir_type(v.lanes)
     if dst.kind == "bool":
@@ -63,7 +63,7 @@ def _llvm_cast(v, dst: T.DType):
         out = b.sext(x, out_ty) if src.kind == "sint" else b.zext(x, out_ty)
     else:
         out = x  # same width, other signedness: a reinterpretation
-    return k._wrap(out, dst, v.lanes)
+    return k.wrap(out, dst, v.lanes)
 
 
 def _const_like(v, value: int, bits: int = 32):
@@ -74,17 +74,17 @@ def _const_like(v, value: int, bits: int = 32):
 
 def _bf16_to_f32(v):
     k = v.kernel
-    b = k._b
-    wide = b.zext(k._use(v), T.i32.vector_ir_type(v.lanes))
+    b = k.builder
+    wide = b.zext(k.ir_of(v), T.i32.vector_ir_type(v.lanes))
     bits = b.shl(wide, _const_like(v, 16))
-    return k._wrap(b.bitcast(bits, T.f32.vector_ir_type(v.lanes)), T.f32, v.lanes)
+    return k.wrap(b.bitcast(bits, T.f32.vector_ir_type(v.lanes)), T.f32, v.lanes)
 
 
 def _f32_to_bf16(v):
     """Round to nearest even: add 0x7FFF plus the lsb of the kept half; NaN -> quiet NaN."""
     k = v.kernel
-    b = k._b
-    x = k._use(v)
+    b = k.builder
+    x = k.ir_of(v)
     bits = b.bitcast(x, T.i32.vector_ir_type(v.lanes))
     high = b.lshr(bits, _const_like(v, 16))
     lsb = b.and_(high, _const_like(v, 1))
@@ -92,13 +92,13 @@ def _f32_to_bf16(v):
     quiet_nan = b.or_(high, _const_like(v, 0x40))
     is_nan = b.fcmp_unordered("uno", x, x)
     chosen = b.select(is_nan, quiet_nan, rounded)
-    return k._wrap(b.trunc(chosen, T.i16.vector_ir_type(v.lanes)), T.bf16, v.lanes)
+    return k.wrap(b.trunc(chosen, T.i16.vector_ir_type(v.lanes)), T.bf16, v.lanes)
 
 
 def _f32_to_f16_rtz(v):
     k = v.kernel
-    b = k._b
-    pkrtz = k._intrinsic("llvm.amdgcn.cvt.pkrtz", ir.VectorType(ir.HalfType(), 2), [_F32, _F32])
+    b = k.builder
+    pkrtz = k.intrinsic("llvm.amdgcn.cvt.pkrtz", ir.VectorType(ir.HalfType(), 2), [_F32, _F32])
     elems = _scalars(v)
     halves = []
     for i in range(0, len(elems), 2):
@@ -108,14 +108,14 @@ def _f32_to_f16_rtz(v):
         halves.append(b.extract_element(pair, ir.Constant(_I32, 0)))
         if i + 1 < len(elems):
             halves.append(b.extract_element(pair, ir.Constant(_I32, 1)))
-    return k._wrap(_pack(k, halves, ir.HalfType()), T.f16, v.lanes)
+    return k.wrap(_pack(k, halves, ir.HalfType()), T.f16, v.lanes)
 
 
 def _f32_to_fp8(v, dst: T.DType):
     """Pairs of f32 go through one ``cvt.pk.{fp8,bf8}.f32``; four results fill one dword."""
     k = v.kernel
-    b = k._b
-    cvt = k._intrinsic(f"llvm.amdgcn.cvt.pk.{_FP8_KIND[dst.name]}.f32", _I32, [_F32, _F32, _I32, _I1])
+    b = k.builder
+    cvt = k.intrinsic(f"llvm.amdgcn.cvt.pk.{_FP8_KIND[dst.name]}.f32", _I32, [_F32, _F32, _I32, _I1])
     elems = _scalars(v)
     words = []
     for base in range(0, len(elems), 4):
@@ -127,20 +127,20 @@ def _f32_to_fp8(v, dst: T.DType):
         words.append(word)
     i8 = ir.IntType(8)
     if len(elems) == 1:
-        return k._wrap(b.trunc(words[0], i8), dst, 1)
+        return k.wrap(b.trunc(words[0], i8), dst, 1)
     packed = _pack(k, words, _I32) if len(words) > 1 else words[0]
     as_bytes = b.bitcast(packed, ir.VectorType(i8, 4 * len(words)))
     if 4 * len(words) != len(elems):
         mask = ir.Constant(ir.VectorType(_I32, len(elems)), list(range(len(elems))))
         as_bytes = b.shuffle_vector(as_bytes, ir.Constant(as_bytes.type, ir.Undefined), mask)
-    return k._wrap(as_bytes, dst, v.lanes)
+    return k.wrap(as_bytes, dst, v.lanes)
 
 
 def _fp8_to_f32(v):
     k = v.kernel
-    b = k._b
-    cvt = k._intrinsic(f"llvm.amdgcn.cvt.f32.{_FP8_KIND[v.dtype.name]}", _F32, [_I32, _I32])
-    x = k._use(v)
+    b = k.builder
+    cvt = k.intrinsic(f"llvm.amdgcn.cvt.f32.{_FP8_KIND[v.dtype.name]}", _F32, [_I32, _I32])
+    x = k.ir_of(v)
     if v.lanes % 4 == 0:  # whole dwords: select each byte with the intrinsic's byte_sel
         words = b.bitcast(x, ir.VectorType(_I32, v.lanes // 4)) if v.lanes > 4 else b.bitcast(x, _I32)
         outs = []
@@ -149,16 +149,16 @@ def _fp8_to_f32(v):
             outs += [b.call(cvt, [word, ir.Constant(_I32, sel)]) for sel in range(4)]
     else:
         outs = [b.call(cvt, [b.zext(e, _I32), ir.Constant(_I32, 0)]) for e in _scalars(v)]
-    return k._wrap(_pack(k, outs, _F32) if len(outs) > 1 else outs[0], T.f32, v.lanes)
+    return k.wrap(_pack(k, outs, _F32) if len(outs) > 1 else outs[0], T.f32, v.lanes)
 
 
 def _scalars(v):
     """The IR scalars of ``v``, lane by lane."""
     k = v.kernel
-    x = k._use(v)
+    x = k.ir_of(v)
     if v.lanes == 1:
         return [x]
-    return [k._b.extract_element(x, ir.Constant(_I32, i)) for i in range(v.lanes)]
+    return [k.builder.extract_element(x, ir.Constant(_I32, i)) for i in range(v.lanes)]
 
 
 def _pack(k, scalars, elem_ty):
@@ -166,5 +166,5 @@ def _pack(k, scalars, elem_ty):
         return scalars[0]
     out = ir.Constant(ir.VectorType(elem_ty, len(scalars)), ir.Undefined)
     for i, s in enumerate(scalars):
-        out = k._b.insert_element(out, s, ir.Constant(_I32, i))
+        out = k.builder.insert_element(out, s, ir.Constant(_I32, i))
     return out

@@ -13,6 +13,15 @@ and reduction is derived from the layout, so kernels never write lane arithmetic
     p = (acc - row_max.broadcast_to(acc.layout)).exp2()      # an AxisVector also broadcasts itself
     store_fragment_global(c_buf, p.to("f16"), origin=(m0, n0), ld=ldc, bounds=(M, N))
 
+Per-row / per-column vectors (``AxisVector``: a reduction's result, a bias, a running max) go
+to and from memory with ``store_axis`` / ``load_axis``. A per-column bias of a C tile is::
+
+    bias = load_axis(bias_buf, mma.C, ROW, origin=n0)      # one entry per column, from global
+    out = acc + bias                                         # broadcast over the rows
+
+(the older idiom ``load_fragment_global(bias_buf, mma.C, (0, n0), 0)`` -- a row stride of 0, so
+every row reads the same values -- also works, but loads the whole tile's worth of registers).
+
 Storage conventions: LDS tiles and global matrices are row-major; ``transposed=True`` means the
 storage holds the transpose of the fragment's logical tile (``storage[c, r] = tile[r, c]``).
 ``origin`` is always in the fragment's logical (row, col) coordinates.
@@ -32,13 +41,15 @@ from .errors import dsl_type_error, dsl_value_error
 from .lanes import shuffle_xor
 from .math import exp2, maximum, minimum
 from .memory import BUFFER_ACCESS_BYTES, BufferResource, LdsTensor
-from .tv_layout import COL, ROW, TVLayout
+from .tree import CarryLayout
+from .tv_layout import COL, ROW, WAVE, LaneAffine, TVLayout
 from .values import Value, concat, select, shuffle, splat
 from ..arch.mfma import operand_type
 from ..arch.mfma import MFMA_CATALOG, MfmaAtom, atom_for, get_atom
 
 __all__ = ["Fragment", "AxisVector", "Mfma", "load_fragment", "store_fragment",
-           "load_fragment_global", "store_fragment_global", "copy_tile_to_lds", "ROW", "COL"]
+           "load_fragment_global", "store_fragment_global", "copy_tile_to_lds", "ROW", "COL",
+           "store_axis", "load_axis", "merge_across_waves"]
 
 
 def _lane_affine_value(k, affine) -> Value:
@@ -99,6 +110,10 @@ class Fragment:
     def with_value(self, value: Value) -> "Fragment":
         """The same layout holding ``value`` (e.g. a loop-carried value)."""
         return Fragment(value, self.layout)
+
+    def carry_flatten(self):
+        """The carry protocol (``rocke.dsl.tree``): one register vector, rebuilt with this layout."""
+        return (self.value,), _FragmentCarry(self.layout)
 
     # -- element-wise ---------------------------------------------------------------------
     def map(self, fn) -> "Fragment":
@@ -202,6 +217,35 @@ class Fragment:
         return Fragment(shuffle(self.value, picks), layout)
 
 
+class _FragmentCarry(CarryLayout):
+    def __init__(self, layout: TVLayout):
+        self.layout = layout
+
+    def rebuild(self, values):
+        return Fragment(values[0], self.layout)
+
+    def same_as(self, other) -> bool:
+        return isinstance(other, _FragmentCarry) and self.layout.same_as(other.layout)
+
+    def describe(self) -> str:
+        return f"Fragment of {self.layout.name}"
+
+
+class _AxisCarry(CarryLayout):
+    def __init__(self, source: TVLayout, axis: int):
+        self.source, self.axis = source, axis
+
+    def rebuild(self, values):
+        return AxisVector(values[0], self.source, self.axis)
+
+    def same_as(self, other) -> bool:
+        return (isinstance(other, _AxisCarry) and other.axis == self.axis
+                and self.source.same_as(other.source))
+
+    def describe(self) -> str:
+        return f"AxisVector of {self.source.name} (axis {self.axis})"
+
+
 def _combine(op: str, a: Value, b: Value) -> Value:
     if op == "sum":
         return a + b
@@ -238,6 +282,10 @@ class AxisVector:
 
     def with_value(self, value: Value) -> "AxisVector":
         return AxisVector(value, self.source, self.axis)
+
+    def carry_flatten(self):
+        """The carry protocol (``rocke.dsl.tree``)."""
+        return (self.value,), _AxisCarry(self.source, self.axis)
 
     def _other(self, other, symbol: str):
         if isinstance(other, AxisVector):
@@ -413,30 +461,71 @@ def _split_runs(value: Value, runs):
         yield part, n, row, col
 
 
-def load_fragment(lds: LdsTensor, layout: TVLayout, origin=(0, 0), *, transposed: bool = False) -> Fragment:
-    """Read a fragment of ``layout`` from a row-major 2-D LDS tile, its logical tile at
-    ``origin``; one vector access per run of values contiguous in LDS."""
+def _check_lds_fit(lds, storage: TVLayout, origin, what: str):
     if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
-        raise dsl_type_error(f"load_fragment needs a 2-D LdsTensor, got {lds!r}")
-    k = lds.kernel
+        raise dsl_type_error(f"{what} needs a 2-D LdsTensor (or a 2-D view of one), got {lds!r}")
+    lds.check_fits(f"{what} of a {storage.name} fragment", origin, storage.shape)
+
+
+def load_fragment(lds: LdsTensor, layout: TVLayout, origin=(0, 0), *, transposed: bool = False) -> Fragment:
+    """Read a fragment of ``layout`` from a row-major 2-D LDS tile (or view), its logical tile
+    at ``origin``; one vector access per run of values contiguous in LDS. A fragment that does
+    not fit the tile is a build-time error."""
     storage = _storage_layout(layout, transposed)
-    parts = [lds.load((row, col), width=n)
-             for _, n, row, col in _run_addresses(k, storage, _storage_origin(origin, transposed))]
+    at = _storage_origin(origin, transposed)
+    _check_lds_fit(lds, storage, at, "load_fragment")
+    k = lds.kernel
+    parts = [lds.load((row, col), width=n) for _, n, row, col in _run_addresses(k, storage, at)]
     return Fragment(_gather(parts, layout.values_per_lane), layout)
 
 
-def store_fragment(lds: LdsTensor, frag: Fragment, origin=(0, 0), *, transposed: bool = False):
-    """Write ``frag`` into a row-major 2-D LDS tile (its logical tile at ``origin``)."""
+def store_fragment(lds: LdsTensor, frag: Fragment, origin=(0, 0), *, transposed: bool = False, bounds=None):
+    """Write ``frag`` into a row-major 2-D LDS tile or view (its logical tile at ``origin``).
+    ``bounds`` = (rows, cols) in the fragment's logical coordinates (None: no check along that
+    axis): elements at or past a bound are not written (an exec-masked store)."""
     if not isinstance(frag, Fragment):
         raise dsl_type_error(f"store_fragment stores a Fragment, got {type(frag).__name__}")
+    storage = _storage_layout(frag.layout, transposed)
+    at = _storage_origin(origin, transposed)
+    _check_lds_fit(lds, storage, at, "store_fragment")
     if frag.dtype != lds.dtype:
         raise dsl_type_error(f"storing a {frag.dtype.name} fragment into LDS tile {lds.name!r} of "
                              f"{lds.dtype.name}; convert with .to()")
     k = lds.kernel
-    storage = _storage_layout(frag.layout, transposed)
-    runs = _run_addresses(k, storage, _storage_origin(origin, transposed))
-    for part, _, row, col in _split_runs(frag.value, runs):
-        lds.store((row, col), part)
+    runs = _run_addresses(k, storage, at)
+    if bounds is None and lds.valid is None:
+        for part, _, row, col in _split_runs(frag.value, runs):
+            lds.store((row, col), part)
+        return
+    row_bound, col_bound = _storage_origin(tuple(bounds), transposed) if bounds is not None else (None, None)
+    if lds.valid is not None:          # a view's runtime extents are storage bounds too
+        row_bound, col_bound = (_tighter(b, v) for b, v in zip((row_bound, col_bound), lds.valid))
+    for part, n, row, col in _split_runs(frag.value, runs):
+        pieces = list(part) if (col_bound is not None and n > 1) else [part]
+        for j, piece in enumerate(pieces):
+            c = col + j if len(pieces) > 1 and j else col
+            ok = _in_bounds(row, c, row_bound, col_bound)
+            if ok is None:
+                lds.store((row, c), piece)
+            else:
+                with k.if_(ok):
+                    lds.store((row, c), piece)
+
+
+def _tighter(bound, valid):
+    if bound is None or valid is None:
+        return valid if bound is None else bound
+    return minimum(bound, valid) if isinstance(bound, Value) or isinstance(valid, Value) else min(bound, valid)
+
+
+def _in_bounds(row, col, row_bound, col_bound):
+    ok = None
+    if row_bound is not None:
+        ok = row < row_bound
+    if col_bound is not None:
+        col_ok = col < col_bound
+        ok = col_ok if ok is None else ok & col_ok
+    return ok
 
 
 def load_fragment_global(buf: BufferResource, layout: TVLayout, origin, ld, *,
@@ -497,7 +586,8 @@ def copy_tile_to_lds(src: BufferResource, lds: LdsTensor, origin, ld, *, thread_
     into ``lds`` by ``threads`` threads (``thread_index`` in [0, threads)). The tile is
     ``lds.shape`` or, with ``transpose`` (``lds[c, r] = src[r, c]``), its transpose. Each thread
     moves ``vector`` consecutive elements of a row per access. Rows past the buffer's extent
-    read 0; columns >= ``cols_limit`` (when given) are written as 0."""
+    read 0; columns >= ``cols_limit`` (when given) are written as 0, and so is everything past
+    a view's runtime extents (``LdsTensor.view(..., valid=...)``)."""
     if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
         raise dsl_type_error("copy_tile_to_lds needs a 2-D LdsTensor destination")
     if src.dtype != lds.dtype:
@@ -520,6 +610,8 @@ def copy_tile_to_lds(src: BufferResource, lds: LdsTensor, origin, ld, *, thread_
                 loaded = src.load(index, width=vector)
             else:
                 loaded = _load_row_segment(k, src, index, c0 + c, cols_limit, vector)
+            if lds.valid is not None:
+                loaded = _zero_past_valid(k, lds.valid, r, c, loaded, vector, transpose)
             if transpose:
                 for j, e in enumerate(list(loaded) if vector > 1 else [loaded]):
                     lds.store((c + j, r), e)
@@ -530,6 +622,20 @@ def copy_tile_to_lds(src: BufferResource, lds: LdsTensor, origin, ld, *, thread_
         else:
             with k.if_(thread_index < total - first):
                 copy_one()
+
+
+def _zero_past_valid(k, valid, r, c, loaded, vector: int, transpose: bool) -> Value:
+    """``loaded`` (a source row segment at tile row ``r``, columns ``c``..) with the elements
+    outside the destination view's runtime extents replaced by 0."""
+    row_valid, col_valid = (valid[1], valid[0]) if transpose else valid
+    zero = k.const(0, loaded.dtype) if loaded.dtype.is_int else k.const(0.0, loaded.dtype)
+    if col_valid is not None:
+        elems = list(loaded) if vector > 1 else [loaded]
+        elems = [select(c + j < col_valid, e, zero) for j, e in enumerate(elems)]
+        loaded = concat(*elems) if vector > 1 else elems[0]
+    if row_valid is not None:
+        loaded = select(r < row_valid, loaded, zero)
+    return loaded
 
 
 def _load_row_segment(k, src: BufferResource, index, col, cols_limit, width: int) -> Value:
@@ -546,3 +652,175 @@ def _load_row_segment(k, src: BufferResource, index, col, cols_limit, width: int
     with whole.else_():
         whole.yield_(concat(*[select(col + j < cols_limit, src.load(index + j), zero) for j in range(width)]))
     return whole.results[0]
+
+
+# ---- axis vectors through memory ----------------------------------------------------------------
+
+def _axis_runs(source: TVLayout, axis: int):
+    """(first group, length, lane part, offset) for each run of a reduction's groups that are
+    consecutive along the kept axis; the coordinate of group g is lane_part(lane) + offsets[g]."""
+    coords = source.reduced_coords(axis)                    # [64, groups]
+    offsets = coords[0] - coords[0, 0]
+    lane_part = LaneAffine.fit(coords[:, 0])
+    if lane_part is None or not (coords - coords[:, :1] == offsets).all():
+        raise dsl_value_error(f"the reduction of {source.name} along axis {axis} is not lane-affine; "
+                              "it cannot be addressed in memory")
+    runs, g = [], 0
+    while g < len(offsets):
+        start = g
+        while g + 1 < len(offsets) and offsets[g + 1] == offsets[g] + 1:
+            g += 1
+        runs.append((start, g - start + 1, int(offsets[start])))
+        g += 1
+    return lane_part, runs
+
+
+def _axis_pieces(runs, elem_bytes: int):
+    """Runs split into accesses of at most 16 bytes that a buffer access can move."""
+    out = []
+    for g0, n, off in runs:
+        done = 0
+        while done < n:
+            piece = 1 << ((n - done).bit_length() - 1)
+            while piece * elem_bytes > 16 or piece * elem_bytes not in BUFFER_ACCESS_BYTES:
+                piece //= 2
+            out.append((g0 + done, piece, off + done))
+            done += piece
+    return out
+
+
+def _writer_lane(k, source: TVLayout, axis: int):
+    """i1: whether this lane is the first of the lanes holding the same reduced values (so each
+    entry is written once), or None when every lane holds distinct entries."""
+    masks = source.reduce_plan(axis).xor_masks
+    if not masks:
+        return None
+    lane = k.lane_id()
+    if all(m & (m - 1) == 0 for m in masks):
+        bits = 0
+        for m in masks:
+            bits |= m
+        return (lane & bits) == 0
+    span = {0}
+    for m in masks:
+        span |= {x ^ m for x in span}
+    first = sum(1 << l for l in range(WAVE) if all(l <= (l ^ m) for m in span))
+    return ((k.const(first, T.u64) >> lane.to(T.u64)) & 1) != 0
+
+
+def _axis_memory(mem, what: str):
+    if isinstance(mem, LdsTensor):
+        if len(mem.shape) != 1:
+            raise dsl_type_error(f"{what} needs a 1-D LdsTensor or view (e.g. t[row]), got {mem!r}")
+        return "lds"
+    if isinstance(mem, BufferResource):
+        return "global"
+    raise dsl_type_error(f"{what} takes a 1-D LdsTensor or a BufferResource, got {type(mem).__name__}")
+
+
+def store_axis(mem, vec: "AxisVector", origin=0, *, bound=None):
+    """Store a per-row / per-column vector (an ``AxisVector``): entry for kept coordinate ``c``
+    goes to element ``origin + c`` of ``mem`` (a 1-D LDS tensor/view or a buffer). Each entry is
+    written by one lane. ``bound``: entries with ``c + origin >= bound`` are not written."""
+    if not isinstance(vec, AxisVector):
+        raise dsl_type_error(f"store_axis stores an AxisVector, got {type(vec).__name__}")
+    kind = _axis_memory(mem, "store_axis")
+    if vec.value.dtype != mem.dtype:
+        raise dsl_type_error(f"storing a {vec.value.dtype.name} axis vector into {mem.dtype.name} "
+                             f"memory; convert with .map(lambda v: v.to(...))")
+    k = vec.kernel
+    lane_part, runs = _axis_runs(vec.source, vec.axis)
+    runs = _axis_pieces(runs, mem.dtype.nbytes)
+    extent = vec.source.shape[1 - vec.axis]
+    if kind == "lds" and isinstance(origin, int):
+        mem.check_fits_1d("store_axis", origin, extent)
+    base = _lane_affine_value(k, lane_part) + origin if not (isinstance(origin, int) and origin == 0) \
+        else _lane_affine_value(k, lane_part)
+    writer = _writer_lane(k, vec.source, vec.axis)
+    for g0, n, off in runs:
+        part = vec.value if n == vec.value.lanes else (vec.value[g0] if n == 1 else vec.value[g0:g0 + n])
+        index = base + off if off else base
+        pieces = list(part) if (bound is not None and n > 1) else [part]
+        for j, piece in enumerate(pieces):
+            at = index + j if j else index
+            ok = writer
+            if bound is not None:
+                ok = (at < bound) if ok is None else ok & (at < bound)
+            if kind == "global":
+                mem.store(at, piece, mask=ok)
+            elif ok is None:
+                mem.store(at, piece, align=mem.dtype.nbytes)
+            else:
+                with k.if_(ok):
+                    mem.store(at, piece, align=mem.dtype.nbytes)
+
+
+def load_axis(mem, source: TVLayout, axis: int, origin=0) -> "AxisVector":
+    """Load an ``AxisVector`` (the reduction of ``source`` along ``axis``) written by
+    ``store_axis``: every lane reads the entries it holds."""
+    kind = _axis_memory(mem, "load_axis")
+    k = mem.kernel
+    lane_part, runs = _axis_runs(source, axis)
+    runs = _axis_pieces(runs, mem.dtype.nbytes)
+    if kind == "lds" and isinstance(origin, int):
+        mem.check_fits_1d("load_axis", origin, source.shape[1 - axis])
+    base = _lane_affine_value(k, lane_part)
+    if not (isinstance(origin, int) and origin == 0):
+        base = base + origin
+    extra = {"align": mem.dtype.nbytes} if kind == "lds" else {}
+    parts = [mem.load(base + off if off else base, width=n, **extra) for _, n, off in runs]
+    return AxisVector(_gather(parts, sum(n for _, n, _ in runs)), source, axis)
+
+
+def merge_across_waves(k, m: "AxisVector", l: "AxisVector", o, *, base2: bool = True,
+                       name: str = "merge", at: int | None = None):
+    """Merge per-wave partial softmax results over disjoint key segments (ALGORITHM.md §5):
+    ``m = max_w m_w``, ``l = sum_w e^(m_w - m) l_w``, ``o = sum_w e^(m_w - m) o_w``, with ``e``
+    = 2 when ``base2`` (scores in the log2 domain) else e. ``m``/``l`` are AxisVectors (one
+    entry per query), ``o`` a Fragment or a list of them (unnormalized outputs whose queries are
+    ``m``'s kept axis). Every wave gets the merged (m, l, o).
+
+    LDS footprint: 2 x waves x queries f32 for (m, l) plus ONE f32 copy of ``o``, accumulated
+    wave by wave (waves + 1 barriers) rather than one copy per wave. ``at``: a byte offset in the
+    LDS arena to place them at, aliasing regions that are dead by now (e.g. a main loop's K/V
+    tiles after its closing barrier), so the merge costs no extra LDS."""
+    from .math import exp
+    frags = [o] if isinstance(o, Fragment) else list(o)
+    if not isinstance(m, AxisVector) or not isinstance(l, AxisVector):
+        raise dsl_type_error("merge_across_waves: m and l must be AxisVectors")
+    waves = k.num_waves
+    if waves == 1:
+        return m, l, o
+    power = (lambda x: exp2(x, fast=True)) if base2 else exp
+    queries = m.source.shape[1 - m.axis]
+    place = {} if at is None else {"offset": at, "alias": True}
+    ml = k.lds(f"{name}_ml", (2, waves, queries), T.f32, **place)
+    rows, cols = frags[0].layout.shape
+    if at is not None:
+        place["offset"] = at + ml.size_bytes
+    acc = k.lds(f"{name}_o", (len(frags), rows, cols), T.f32, **place)
+    wave = k.wave_id()
+    store_axis(ml[0, wave], m)
+    store_axis(ml[1, wave], l)
+    k.barrier()
+    ms = [load_axis(ml[0, w], m.source, m.axis) for w in range(waves)]
+    ls = [load_axis(ml[1, w], l.source, l.axis) for w in range(waves)]
+    m_all = ms[0]
+    for mw in ms[1:]:
+        m_all = m_all.maximum(mw)
+    base = m_all.map(lambda v: select(v == -math.inf, 0.0, v))
+    l_all = None
+    for mw, lw in zip(ms, ls):
+        term = lw * (mw - base).map(power)
+        l_all = term if l_all is None else l_all + term
+    mine = (m - base).map(power)
+    scaled = [f * mine for f in frags]
+    for w in range(waves):
+        with k.if_(wave == w):
+            for i, f in enumerate(scaled):
+                if w:
+                    f = f + load_fragment(acc[i], f.layout)
+                store_fragment(acc[i], f)
+        k.barrier()
+    merged = [load_fragment(acc[i], f.layout) for i, f in enumerate(frags)]
+    return m_all, l_all, (merged[0] if isinstance(o, Fragment) else merged)

@@ -9,28 +9,29 @@ order, so the text is identical across processes and hash seeds.
 from __future__ import annotations
 
 import enum
-import math
 import re
-import struct
 from dataclasses import dataclass
 
 import llvmlite.ir as ir
 import llvmlite.ir.values as irv
 
 from . import types as T
+from ..arch.targets import DEFAULT_TARGET, get_target
+from .emitter import LDS_ARENA_NAME, Emitter, Scope  # noqa: F401  (LDS_ARENA_NAME: re-exported)
 from .errors import dsl_type_error, dsl_value_error, user_location
 from .values import Value
 
-TARGETS = ("gfx942",)
+# The DSL emits gfx942 IR (its fp8 conversions are the gfx942 fnuz ones); target facts live in
+# rocke/arch/targets.py and are read from there.
+TARGETS = (DEFAULT_TARGET.name,)
 TRIPLE = "amdgcn-amd-amdhsa"
 # The AMDGPU data layout of LLVM 22 (what the gfx942 target machine reports).
 DATA_LAYOUT = ("e-m:e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:32-p7:160:256:256:32"
                "-p8:128:128:128:48-p9:192:256:256:32-i64:64-v16:16-v24:32-v32:32-v48:64-v96:128"
                "-v192:256-v256:256-v512:512-v1024:1024-v2048:2048-n32:64-S32-A5-G1-ni:7:8:9")
 CODE_OBJECT_VERSION = 500
-WAVE_SIZE = 64
-LDS_BYTES = 65536
-LDS_ARENA_NAME = "rocke_lds"
+WAVE_SIZE = DEFAULT_TARGET.wave_size
+LDS_BYTES = DEFAULT_TARGET.max_lds_per_workgroup
 KERNARG_PRELOAD_SGPRS = 14
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -88,22 +89,11 @@ class ArgInfo:
     readonly: bool = False
 
 
-class Scope:
-    """A region of straight-line emission: the kernel body, a loop body or a branch arm."""
+class Kernel(Emitter):
+    """A GPU kernel under construction. See the package docstring for an example. The emission
+    API other DSL modules use (``builder``, ``ir_of``, ``wrap``, scopes, LDS) is ``Emitter``'s."""
 
-    __slots__ = ("kind", "parent", "opened_at", "closed")
-
-    def __init__(self, kind: str, parent: "Scope | None", opened_at: str):
-        self.kind = kind
-        self.parent = parent
-        self.opened_at = opened_at
-        self.closed = False
-
-
-class Kernel:
-    """A GPU kernel under construction. See the package docstring for an example."""
-
-    def __init__(self, name: str, *, target: str = "gfx942", workgroup_size: int = 256,
+    def __init__(self, name: str, *, target: str = DEFAULT_TARGET.name, workgroup_size: int = 256,
                  waves_per_eu: int | None = None, kernarg_preload: bool = False):
         if not isinstance(name, str) or not _IDENT.match(name):
             raise ValueError(f"name: kernel name must be an identifier, got {name!r}")
@@ -137,8 +127,17 @@ class Kernel:
         self._ir_text = None
 
     @property
+    def wave_size(self) -> int:
+        return get_target(self.target).wave_size
+
+    @property
+    def lds_limit(self) -> int:
+        """Bytes of LDS one workgroup may use on this kernel's target."""
+        return get_target(self.target).max_lds_per_workgroup
+
+    @property
     def num_waves(self) -> int:
-        return -(-self.workgroup_size // WAVE_SIZE)
+        return -(-self.workgroup_size // self.wave_size)
 
     # ---- arguments ------------------------------------------------------------------------
     def _declare_arg(self, name: str, dtype: T.DType, kind: str, readonly: bool,
@@ -179,6 +178,9 @@ class Kernel:
         return self.arg(name, T.f32)
 
     # ---- emission machinery ----------------------------------------------------------------
+    def _open_function(self):
+        self._seal()
+
     def _seal(self):
         """Create the function once the argument list is final."""
         fn_type = ir.FunctionType(ir.VoidType(), [v.dtype.ir_type for _, v, _ in self._arg_values])
@@ -218,108 +220,10 @@ class Kernel:
             count += 1
         return count
 
-    @property
-    def _b(self) -> ir.IRBuilder:
-        """The builder, after checking that emitting here is legal."""
-        if self._ir_text is not None:
-            raise dsl_value_error(f"kernel {self.name!r} is finished (ir() was called); cannot emit more")
-        if self._pending_branch is not None:
-            raise dsl_value_error("an if_else has a then_ arm but no else_ arm yet; "
-                                  "open the else_ arm before emitting other code")
-        if self._function is None:
-            self._seal()
-        return self._builder
-
-    def _use(self, value: Value):
-        """The IR of ``value``, after checking it is visible from the current scope."""
-        if not isinstance(value, Value):
-            raise dsl_type_error(f"expected a runtime Value, got {type(value).__name__}")
-        if value.kernel is not self:
-            raise dsl_value_error(f"value of type {value.type_name} belongs to kernel "
-                                  f"{value.kernel.name!r}, not {self.name!r}")
-        if value.scope is not None:
-            scope = self._scope
-            while scope is not None and scope is not value.scope:
-                scope = scope.parent
-            if scope is None:
-                region = value.scope
-                state = "after it closed" if region.closed else "outside it"
-                hint = ("pass it out through carry=/yield_ and use loop.results"
-                        if region.kind == "for_range" else
-                        "pass it out through yield_ and use the branch's results")
-                raise dsl_value_error(
-                    f"{value.type_name} value defined inside the {region.kind} opened at "
-                    f"{region.opened_at} is used {state}; {hint}")
-        if value.ir is None:
-            self._b  # creating the function binds the argument values
-        return value.ir
-
-    def _wrap(self, ir_value, dtype: T.DType, lanes: int) -> Value:
-        return Value(self, ir_value, dtype, lanes, self._scope)
-
-    def _coerce(self, x, dtype: T.DType, lanes: int, what: str) -> Value:
-        """``x`` itself if it is a Value, else a constant of ``dtype`` made from a Python number."""
-        if isinstance(x, Value):
-            if x.kernel is not self:
-                raise dsl_value_error(f"value used in '{what}' belongs to kernel {x.kernel.name!r}")
-            return x
-        return self.const(x, dtype, lanes)
-
-    def const(self, value, dtype, lanes: int = 1) -> Value:
-        """A constant of ``dtype`` (a Python bool/int/float), broadcast to ``lanes``."""
-        dt = T.dtype(dtype)
-        if isinstance(value, Value):
-            raise dsl_type_error("const() takes a Python number, not a runtime Value")
-        scalar = ir.Constant(dt.ir_type, _const_payload(value, dt))
-        ir_value = scalar if lanes == 1 else ir.Constant(dt.vector_ir_type(lanes), [scalar] * lanes)
-        return Value(self, ir_value, dt, lanes, None)
-
-    def const_vector(self, values, dtype) -> Value:
-        """A constant vector of ``dtype`` with one Python number per lane (one value: a scalar)."""
-        dt = T.dtype(dtype)
-        if isinstance(values, Value) or not isinstance(values, (list, tuple)) or not values:
-            raise dsl_type_error(f"const_vector takes a non-empty list/tuple of Python numbers, "
-                                 f"got {type(values).__name__}")
-        if len(values) == 1:
-            return self.const(values[0], dt)
-        scalars = [ir.Constant(dt.ir_type, _const_payload(v, dt)) for v in values]
-        return Value(self, ir.Constant(dt.vector_ir_type(len(scalars)), scalars), dt, len(scalars), None)
-
-    def zeros(self, dtype, lanes: int = 1) -> Value:
-        return self.const(0, dtype, lanes)
-
-    def _intrinsic(self, name: str, ret: ir.Type, params: list) -> ir.Function:
-        existing = self.module.globals.get(name)
-        if existing is not None:
-            return existing
-        return ir.Function(self.module, ir.FunctionType(ret, params), name)
-
-    def _call(self, name: str, ret: ir.Type, args: list, builder: ir.IRBuilder | None = None):
-        fn = self._intrinsic(name, ret, [a.type for a in args])
-        return (builder or self._b).call(fn, args)
-
-    def call_intrinsic(self, name: str, args, result=None) -> Value | None:
-        """Call an LLVM intrinsic (e.g. an MFMA) -- the extension point for layers built on
-        the DSL. ``args``: Values, or Python ints passed as i32 immediates (make other immediate
-        widths with ``k.const``). ``result``: None for void, else ``(dtype, lanes)``."""
-        if not isinstance(name, str) or not name.startswith("llvm."):
-            raise dsl_value_error(f"intrinsic name must start with 'llvm.', got {name!r}")
-        operands = []
-        for a in args:
-            if isinstance(a, int) and not isinstance(a, bool):
-                operands.append(ir.Constant(_I32, a))
-            else:
-                operands.append(self._use(a))
-        if result is None:
-            self._call(name, ir.VoidType(), operands)
-            return None
-        dt, lanes = T.dtype(result[0]), int(result[1])
-        return self._wrap(self._call(name, dt.vector_ir_type(lanes), operands), dt, lanes)
-
     def _special(self, key: str, make) -> Value:
         """A value computed once in the prologue (ids), visible everywhere in the kernel."""
         if key not in self._special_values:
-            self._b  # make sure the prologue exists
+            self.builder  # make sure the prologue exists
             self._special_values[key] = Value(self, make(self._prologue_builder), T.i32, 1, None)
         return self._special_values[key]
 
@@ -327,19 +231,19 @@ class Kernel:
     def thread_id(self, axis=0) -> Value:
         """Work-item id within the workgroup along ``axis`` (0/1/2 or "x"/"y"/"z")."""
         a = _axis(axis)
-        return self._special(f"tid.{a}", lambda b: self._call(f"llvm.amdgcn.workitem.id.{a}", _I32, [], b))
+        return self._special(f"tid.{a}", lambda b: self.call(f"llvm.amdgcn.workitem.id.{a}", _I32, [], b))
 
     def block_id(self, axis=0) -> Value:
         """Workgroup id along ``axis``."""
         a = _axis(axis)
-        return self._special(f"wgid.{a}", lambda b: self._call(f"llvm.amdgcn.workgroup.id.{a}", _I32, [], b))
+        return self._special(f"wgid.{a}", lambda b: self.call(f"llvm.amdgcn.workgroup.id.{a}", _I32, [], b))
 
     def lane_id(self) -> Value:
         """Lane within the wave (0..63), via mbcnt_lo/hi."""
         def make(b):
             ones = ir.Constant(_I32, -1)
-            low = self._call("llvm.amdgcn.mbcnt.lo", _I32, [ones, ir.Constant(_I32, 0)], b)
-            return self._call("llvm.amdgcn.mbcnt.hi", _I32, [ones, low], b)
+            low = self.call("llvm.amdgcn.mbcnt.lo", _I32, [ones, ir.Constant(_I32, 0)], b)
+            return self.call("llvm.amdgcn.mbcnt.hi", _I32, [ones, low], b)
         return self._special("lane", make)
 
     def wave_id(self) -> Value:
@@ -347,16 +251,16 @@ class Kernel:
         tid = self.thread_id(0)
 
         def make(b):
-            wave = b.lshr(tid.ir, ir.Constant(_I32, 6))
-            return self._call("llvm.amdgcn.readfirstlane.i32", _I32, [wave], b)
+            wave = b.lshr(tid.ir, ir.Constant(_I32, self.wave_size.bit_length() - 1))
+            return self.call("llvm.amdgcn.readfirstlane.i32", _I32, [wave], b)
         return self._special("wave", make)
 
     # ---- synchronisation and scheduling ---------------------------------------------------
     def barrier(self):
         """Workgroup barrier that also orders LDS: release fence, s_barrier, acquire fence."""
-        b = self._b
+        b = self.builder
         b.fence("release", "workgroup")
-        self._call("llvm.amdgcn.s.barrier", ir.VoidType(), [])
+        self.call("llvm.amdgcn.s.barrier", ir.VoidType(), [])
         b.fence("acquire", "workgroup")
 
     def waitcnt(self, *, vmcnt: int = 63, expcnt: int = 7, lgkmcnt: int = 15):
@@ -365,7 +269,7 @@ class Kernel:
             if not isinstance(value, int) or not 0 <= value <= top:
                 raise dsl_value_error(f"{field} must be an int in [0, {top}], got {value!r}")
         imm = (vmcnt & 0xF) | (expcnt << 4) | (lgkmcnt << 8) | ((vmcnt >> 4) << 14)
-        self._call("llvm.amdgcn.s.waitcnt", ir.VoidType(), [ir.Constant(_I32, imm)])
+        self.call("llvm.amdgcn.s.waitcnt", ir.VoidType(), [ir.Constant(_I32, imm)])
 
     def wait_vmcnt(self, n: int = 0):
         """Wait until at most ``n`` vector-memory operations (incl. LDS DMA) are outstanding."""
@@ -377,34 +281,36 @@ class Kernel:
 
     def sched_barrier(self, mask: int = 0):
         """``llvm.amdgcn.sched.barrier``: which instruction classes may cross (SchedMask)."""
-        self._call("llvm.amdgcn.sched.barrier", ir.VoidType(), [ir.Constant(_I32, _u32(mask, "mask"))])
+        self.call("llvm.amdgcn.sched.barrier", ir.VoidType(), [ir.Constant(_I32, _u32(mask, "mask"))])
 
     def sched_group_barrier(self, mask: int, size: int, sync_id: int):
         """Ask the scheduler for a group of ``size`` instructions of class ``mask`` here."""
         args = [ir.Constant(_I32, _u32(v, n)) for v, n in ((mask, "mask"), (size, "size"), (sync_id, "sync_id"))]
-        self._call("llvm.amdgcn.sched.group.barrier", ir.VoidType(), args)
+        self.call("llvm.amdgcn.sched.group.barrier", ir.VoidType(), args)
 
     def iglp_opt(self, strategy: int):
         """``llvm.amdgcn.iglp.opt``: one of the backend's built-in interleaving strategies."""
-        self._call("llvm.amdgcn.iglp.opt", ir.VoidType(), [ir.Constant(_I32, _u32(strategy, "strategy"))])
+        self.call("llvm.amdgcn.iglp.opt", ir.VoidType(), [ir.Constant(_I32, _u32(strategy, "strategy"))])
 
     def s_setprio(self, priority: int):
         """``s_setprio``: wave issue priority 0..3."""
         if not isinstance(priority, int) or not 0 <= priority <= 3:
             raise dsl_value_error(f"s_setprio priority must be in [0, 3], got {priority!r}")
-        self._call("llvm.amdgcn.s.setprio", ir.VoidType(), [ir.Constant(ir.IntType(16), priority)])
+        self.call("llvm.amdgcn.s.setprio", ir.VoidType(), [ir.Constant(ir.IntType(16), priority)])
 
     # ---- control flow and memory (implemented in control.py / memory.py) ------------------
     def for_range(self, lo, hi, step=1, *, carry=()):
-        """Runtime loop ``for i in range(lo, hi, step)`` (step > 0) with loop-carried values
-        (Values, or register tiles -- Fragments / AxisVectors -- which come back re-wrapped)."""
+        """Runtime loop ``for i in range(lo, hi, step)`` (step > 0) with loop-carried values:
+        a list/tuple of items, or one structure (dict, dataclass, tile); items may be Values,
+        register tiles or nested dicts/dataclasses/lists of them (see ``rocke.dsl.control``)."""
         from .control import ForRange
-        return ForRange(self, lo, hi, step, tuple(carry))
+        return ForRange(self, lo, hi, step, carry)
 
     def if_(self, cond: Value, *, carry=()):
-        """Runtime ``if cond:``; ``carry`` values (or tiles) flow through unchanged when cond is false."""
+        """Runtime ``if cond:``; ``carry`` (as for ``for_range``) flows through unchanged when
+        cond is false."""
         from .control import IfThen
-        return IfThen(self, cond, tuple(carry))
+        return IfThen(self, cond, carry)
 
     def if_else(self, cond: Value):
         """Runtime if/else whose arms may yield values (``results``)."""
@@ -436,13 +342,15 @@ class Kernel:
         if self._scope is not self._root:
             raise dsl_value_error(f"ir() called inside the {self._scope.kind} opened at "
                                   f"{self._scope.opened_at}; close it first")
-        builder = self._b
+        builder = self.builder
         if not builder.block.is_terminated:
             builder.ret_void()
         if self._lds_arena is not None:
-            if self.lds_bytes > LDS_BYTES:
-                raise ValueError(f"kernel {self.name!r} uses {self.lds_bytes} bytes of LDS; "
-                                 f"gfx942 has {LDS_BYTES} per workgroup")
+            if self.lds_bytes > self.lds_limit:
+                from .memory import lds_breakdown
+                raise dsl_value_error(f"kernel {self.name!r} uses {self.lds_bytes} bytes of LDS; {self.target} "
+                                      f"has {self.lds_limit} per workgroup. Regions:\n"
+                                      + lds_breakdown(self._lds_regions.values()))
             self._lds_arena.value_type = ir.ArrayType(ir.IntType(8), self.lds_bytes)
         attrs = self._function.attributes
         attrs.add(f'"amdgpu-flat-work-group-size"="{self.workgroup_size},{self.workgroup_size}"')
@@ -479,33 +387,3 @@ def _u32(value, what: str) -> int:
     if not isinstance(value, int) or not 0 <= value < 2 ** 32:
         raise dsl_value_error(f"{what} must be a non-negative 32-bit int, got {value!r}")
     return int(value)
-
-
-def _const_payload(value, dt: T.DType):
-    """The llvmlite constant payload of Python number ``value`` as ``dt`` (range-checked)."""
-    if not isinstance(value, (bool, int, float)):
-        raise dsl_type_error(f"cannot make a {dt.name} constant from {type(value).__name__}")
-    if dt.kind == "bool":
-        if value not in (0, 1, True, False):
-            raise dsl_type_error(f"i1 constant must be a bool, got {value!r}")
-        return int(bool(value))
-    if dt.kind in ("sint", "uint"):
-        if isinstance(value, float):
-            raise dsl_type_error(f"float constant {value!r} cannot become integer type {dt.name}")
-        lo, hi = -(1 << (dt.bits - 1)), (1 << dt.bits) - 1
-        if not lo <= value <= hi:
-            raise dsl_type_error(f"constant {value} does not fit in {dt.name}")
-        return int(value) & ((1 << dt.bits) - 1)
-    if dt.kind == "float":
-        return float(value)
-    if dt.kind == "bf16":
-        return _bf16_bits(float(value))
-    raise dsl_type_error(f"constants of {dt.name} are not supported; convert from f32")
-
-
-def _bf16_bits(value: float) -> int:
-    """bf16 bit pattern of a Python float, rounded to nearest even via f32."""
-    if math.isnan(value):
-        return 0x7FC0
-    bits = struct.unpack("<I", struct.pack("<f", value))[0]
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF

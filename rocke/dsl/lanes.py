@@ -10,12 +10,14 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from . import types as T
+from ..arch.targets import DEFAULT_TARGET
 from .errors import dsl_type_error, dsl_value_error
 from .values import Value
 
 _I1 = ir.IntType(1)
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
+_WAVE = DEFAULT_TARGET.wave_size
 
 
 class DppCtrl:
@@ -72,15 +74,15 @@ def swizzle_quad_perm(a: int, b: int, c: int, d: int) -> int:
 def _map_dwords(value: Value, op):
     """Apply ``op(kernel, i32_ir) -> i32_ir`` to every dword of ``value``."""
     k = value.kernel
-    b = k._b
+    b = k.builder
     bits = value.dtype.bits * value.lanes
-    x = k._use(value)
+    x = k.ir_of(value)
     if bits == 16 and value.lanes == 1:
         narrow = x if value.dtype.kind != "float" else b.bitcast(x, ir.IntType(16))
         out = b.trunc(op(k, b.zext(narrow, _I32)), ir.IntType(16))
         if value.dtype.kind == "float":
             out = b.bitcast(out, x.type)
-        return k._wrap(out, value.dtype, 1)
+        return k.wrap(out, value.dtype, 1)
     if bits % 32 or value.dtype.kind in ("ptr", "bool"):
         raise dsl_type_error(f"cross-lane ops move whole dwords; {value.type_name} is {bits} bits")
     words = bits // 32
@@ -93,12 +95,12 @@ def _map_dwords(value: Value, op):
             word = b.extract_element(as_words, ir.Constant(_I32, w))
             moved = b.insert_element(moved, op(k, word), ir.Constant(_I32, w))
     out = moved if moved.type == x.type else b.bitcast(moved, x.type)
-    return k._wrap(out, value.dtype, value.lanes)
+    return k.wrap(out, value.dtype, value.lanes)
 
 
 def readfirstlane(value: Value) -> Value:
     """The value of the first active lane, as a wave-uniform (SGPR) value."""
-    return _map_dwords(value, lambda k, w: k._call("llvm.amdgcn.readfirstlane.i32", _I32, [w]))
+    return _map_dwords(value, lambda k, w: k.call("llvm.amdgcn.readfirstlane.i32", _I32, [w]))
 
 
 def ballot(pred: Value) -> Value:
@@ -106,14 +108,14 @@ def ballot(pred: Value) -> Value:
     if not isinstance(pred, Value) or pred.dtype != T.i1 or pred.lanes != 1:
         raise dsl_type_error("ballot needs a scalar i1 predicate")
     k = pred.kernel
-    return k._wrap(k._call("llvm.amdgcn.ballot.i64", _I64, [k._use(pred)]), T.i64, 1)
+    return k.wrap(k.call("llvm.amdgcn.ballot.i64", _I64, [k.ir_of(pred)]), T.i64, 1)
 
 
 def ds_swizzle(value: Value, offset: int) -> Value:
     """``ds_swizzle_b32`` with a pattern from swizzle_bitmask / swizzle_quad_perm."""
     if not isinstance(offset, int) or not 0 <= offset <= 0xFFFF:
         raise dsl_value_error(f"ds_swizzle offset must be a 16-bit int, got {offset!r}")
-    return _map_dwords(value, lambda k, w: k._call("llvm.amdgcn.ds.swizzle", _I32, [w, ir.Constant(_I32, offset)]))
+    return _map_dwords(value, lambda k, w: k.call("llvm.amdgcn.ds.swizzle", _I32, [w, ir.Constant(_I32, offset)]))
 
 
 def ds_bpermute(lane_byte_address: Value, value: Value) -> Value:
@@ -121,8 +123,8 @@ def ds_bpermute(lane_byte_address: Value, value: Value) -> Value:
     k = value.kernel
     if not isinstance(lane_byte_address, Value) or lane_byte_address.dtype not in (T.i32, T.u32):
         raise dsl_type_error("ds_bpermute address must be an i32 byte address (4 * source lane)")
-    addr = k._use(lane_byte_address)
-    return _map_dwords(value, lambda kk, w: kk._call("llvm.amdgcn.ds.bpermute", _I32, [addr, w]))
+    addr = k.ir_of(lane_byte_address)
+    return _map_dwords(value, lambda kk, w: kk.call("llvm.amdgcn.ds.bpermute", _I32, [addr, w]))
 
 
 def dpp(value: Value, control: int, *, row_mask: int = 0xF, bank_mask: int = 0xF,
@@ -139,7 +141,7 @@ def dpp(value: Value, control: int, *, row_mask: int = 0xF, bank_mask: int = 0xF
 
     def op(kk, word):
         previous = next(old_words) if old_words is not None else ir.Constant(_I32, 0)
-        return kk._call("llvm.amdgcn.update.dpp.i32", _I32,
+        return kk.call("llvm.amdgcn.update.dpp.i32", _I32,
                         [previous, word, ir.Constant(_I32, control), ir.Constant(_I32, row_mask),
                          ir.Constant(_I32, bank_mask), ir.Constant(_I1, int(bound_ctrl))])
     return _map_dwords(value, op)
@@ -147,8 +149,8 @@ def dpp(value: Value, control: int, *, row_mask: int = 0xF, bank_mask: int = 0xF
 
 def _dwords_ir(value: Value):
     k = value.kernel
-    b = k._b
-    x = k._use(value)
+    b = k.builder
+    x = k.ir_of(value)
     words = value.dtype.bits * value.lanes // 32
     if words == 1:
         return [x if x.type == _I32 else b.bitcast(x, _I32)]
@@ -176,7 +178,7 @@ def _combine(op: str, a: Value, b: Value) -> Value:
     return minimum(a, b)
 
 
-def wave_reduce(value: Value, op: str = "sum", *, width: int = 64, via: str = "swizzle") -> Value:
+def wave_reduce(value: Value, op: str = "sum", *, width: int = _WAVE, via: str = "swizzle") -> Value:
     """All-reduce ``op`` ("sum" | "max" | "min") over aligned groups of ``width`` lanes
     (2..64, a power of two); every lane of a group gets the group's result.
 
@@ -186,8 +188,8 @@ def wave_reduce(value: Value, op: str = "sum", *, width: int = 64, via: str = "s
     """
     if op not in ("sum", "max", "min"):
         raise dsl_value_error(f"wave_reduce op must be 'sum', 'max' or 'min', got {op!r}")
-    if not isinstance(width, int) or width < 2 or width > 64 or width & (width - 1):
-        raise dsl_value_error(f"wave_reduce width must be a power of two in 2..64, got {width!r}")
+    if not isinstance(width, int) or width < 2 or width > _WAVE or width & (width - 1):
+        raise dsl_value_error(f"wave_reduce width must be a power of two in 2..{_WAVE}, got {width!r}")
     if via not in ("swizzle", "dpp"):
         raise dsl_value_error(f"wave_reduce via must be 'swizzle' or 'dpp', got {via!r}")
     dpp_steps = {1: DppCtrl.quad_perm(1, 0, 3, 2), 2: DppCtrl.quad_perm(2, 3, 0, 1),
@@ -204,14 +206,14 @@ def wave_reduce(value: Value, op: str = "sum", *, width: int = 64, via: str = "s
     return acc
 
 
-def wave_sum(value: Value, *, width: int = 64, via: str = "swizzle") -> Value:
+def wave_sum(value: Value, *, width: int = _WAVE, via: str = "swizzle") -> Value:
     return wave_reduce(value, "sum", width=width, via=via)
 
 
-def wave_max(value: Value, *, width: int = 64, via: str = "swizzle") -> Value:
+def wave_max(value: Value, *, width: int = _WAVE, via: str = "swizzle") -> Value:
     return wave_reduce(value, "max", width=width, via=via)
 
 
-def wave_min(value: Value, *, width: int = 64, via: str = "swizzle") -> Value:
+def wave_min(value: Value, *, width: int = _WAVE, via: str = "swizzle") -> Value:
     return wave_reduce(value, "min", width=width, via=via)
 

@@ -110,7 +110,7 @@ def udiv_const(x: Value, divisor: int, *, max_value: int = U32_MAX) -> Value:
     _check(x, divisor, "udiv_const", signed=False)
     k = x.kernel
     magic = unsigned_magic(divisor, max_value)
-    return k._wrap(emit_udiv(k._b, k._use(x), magic), x.dtype, x.lanes)
+    return k.wrap(emit_udiv(k.builder, k.ir_of(x), magic), x.dtype, x.lanes)
 
 
 def umod_const(x: Value, divisor: int, *, max_value: int = U32_MAX) -> Value:

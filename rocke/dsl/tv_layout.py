@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..arch.mfma import MfmaAtom
+from ..arch.mfma import WAVE, MfmaAtom
 
-WAVE = 64
+_LANE_BITS = WAVE.bit_length() - 1
 ROW, COL = 0, 1
 
 
@@ -37,18 +37,18 @@ class LaneAffine:
         """Express a length-64 integer table as bit-field terms, or None if it is not of that form."""
         values = np.asarray(values, dtype=np.int64)
         base = int(values[0])
-        weights = [int(values[1 << b]) - base for b in range(6)]
+        weights = [int(values[1 << b]) - base for b in range(_LANE_BITS)]
         lanes = np.arange(WAVE)
         recon = base + sum(((lanes >> b) & 1) * w for b, w in enumerate(weights))
         if not np.array_equal(recon, values):
             return None
         terms, b = [], 0
-        while b < 6:   # merge runs of bits whose weights double, e.g. lane & 31 instead of 5 terms
+        while b < _LANE_BITS:   # merge runs of bits whose weights double, e.g. lane & 31 instead of 5 terms
             if weights[b] == 0:
                 b += 1
                 continue
             start, scale = b, weights[b]
-            while b + 1 < 6 and weights[b + 1] == 2 * weights[b]:
+            while b + 1 < _LANE_BITS and weights[b + 1] == 2 * weights[b]:
                 b += 1
             terms.append((start, (1 << (b - start + 1)) - 1, scale))
             b += 1

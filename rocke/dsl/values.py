@@ -4,6 +4,11 @@ Operands must have the same DType (mixing raises TypeError at the author's line)
 operand broadcasts against a vector; Python numbers become constants of the other operand's type.
 Integer ``//`` and ``%`` truncate toward zero (C / Triton semantics); ``>>`` is arithmetic for
 signed and logical for unsigned types. bf16 arithmetic runs in f32 and rounds back (RNE).
+
+A vector iterates over its lanes (``list(v)``, ``a, b = v2``), so Python's ``sum(v)`` adds the
+lanes in order as a scalar (``0 + v[0] + v[1] + ...``; the 0 becomes a constant of v's dtype),
+and ``max``-style folds can be written with ``functools.reduce(maximum, v)``. For a sum across
+lanes of a wave use ``wave_sum``; across a fragment's rows or columns, ``Fragment.reduce``.
 """
 
 from __future__ import annotations
@@ -86,7 +91,6 @@ class Value:
         return _bitwise(self, -1 if self.dtype.kind != "bool" else True, "^", False)
 
     def __abs__(self):
-        from .math import abs_
         return abs_(self)
 
     # ---- conversions ------------------------------------------------------------------------
@@ -107,10 +111,10 @@ class Value:
             raise dsl_type_error(
                 f"bitcast {self.type_name} ({total} bits) to {dst.name} x{new_lanes} changes the width")
         k = self.kernel
-        src = k._use(self)
+        src = k.ir_of(self)
         out_ty = dst.vector_ir_type(new_lanes)
-        result = src if src.type == out_ty else k._b.bitcast(src, out_ty)
-        return k._wrap(result, dst, new_lanes)
+        result = src if src.type == out_ty else k.builder.bitcast(src, out_ty)
+        return k.wrap(result, dst, new_lanes)
 
     # ---- vectors ----------------------------------------------------------------------------
     def __getitem__(self, index):
@@ -125,30 +129,30 @@ class Value:
         if isinstance(index, Value):
             if not index.dtype.is_int:
                 raise dsl_type_error(f"vector index must be an integer, got {index.type_name}")
-            idx = k._use(index.to(T.i32))
+            idx = k.ir_of(index.to(T.i32))
         else:
             if not isinstance(index, int) or not -self.lanes <= index < self.lanes:
                 raise dsl_value_error(f"index {index!r} out of range for {self.type_name}")
             idx = ir.Constant(_I32, index % self.lanes)
-        return k._wrap(k._b.extract_element(k._use(self), idx), self.dtype, 1)
+        return k.wrap(k.builder.extract_element(k.ir_of(self), idx), self.dtype, 1)
 
     def insert(self, index: int, element) -> "Value":
         """A copy of this vector with lane ``index`` replaced by ``element``."""
         k = self.kernel
         if self.lanes == 1 or not isinstance(index, int) or not 0 <= index < self.lanes:
             raise dsl_value_error(f"insert index {index!r} invalid for {self.type_name}")
-        elem = k._coerce(element, self.dtype, 1, "insert")
+        elem = k.coerce(element, self.dtype, 1, "insert")
         if elem.lanes != 1:
             raise dsl_type_error(f"insert expects a scalar {self.dtype}, got {elem.type_name}")
-        out = k._b.insert_element(k._use(self), k._use(elem), ir.Constant(_I32, index))
-        return k._wrap(out, self.dtype, self.lanes)
+        out = k.builder.insert_element(k.ir_of(self), k.ir_of(elem), ir.Constant(_I32, index))
+        return k.wrap(out, self.dtype, self.lanes)
 
 
 # ---- helpers shared by the operators ----------------------------------------------------------
 
 def _operands(a: Value, other, symbol: str, reflected: bool):
     k = a.kernel
-    b = k._coerce(other, a.dtype, 1, symbol)
+    b = k.coerce(other, a.dtype, 1, symbol)
     if b.dtype != a.dtype:
         left, right = (b, a) if reflected else (a, b)
         raise dsl_type_error(
@@ -183,12 +187,13 @@ def _arith(self: Value, other, symbol: str, reflected: bool) -> Value:
         raise dsl_type_error(f"'{symbol}' is not defined for {a.type_name}"
                              + ("; convert fp8 to f32 first" if kind == "fp8" else ""))
     k = a.kernel
-    x, y = k._use(a), k._use(b)
-    bld = k._b
+    x, y = k.ir_of(a), k.ir_of(b)
+    bld = k.builder
     if kind == "float":
         if symbol == "//":
-            from .math import floor
-            return floor(_arith(a, b, "/", False))
+            quotient = _arith(a, b, "/", False)
+            floor = f"llvm.floor.{mangle(a.dtype, a.lanes)}"
+            return k.wrap(k.call(floor, a.dtype.vector_ir_type(a.lanes), [k.ir_of(quotient)]), a.dtype, a.lanes)
         op = {"+": bld.fadd, "-": bld.fsub, "*": bld.fmul, "/": bld.fdiv, "%": bld.frem}[symbol]
     else:
         if symbol == "/":
@@ -196,7 +201,7 @@ def _arith(self: Value, other, symbol: str, reflected: bool) -> Value:
         signed = kind == "sint"
         op = {"+": bld.add, "-": bld.sub, "*": bld.mul,
               "//": bld.sdiv if signed else bld.udiv, "%": bld.srem if signed else bld.urem}[symbol]
-    return k._wrap(op(x, y), a.dtype, a.lanes)
+    return k.wrap(op(x, y), a.dtype, a.lanes)
 
 
 def _bitwise(self: Value, other, symbol: str, reflected: bool) -> Value:
@@ -206,10 +211,10 @@ def _bitwise(self: Value, other, symbol: str, reflected: bool) -> Value:
     if not (kind in ("sint", "uint") or (kind == "bool" and not shifts)):
         raise dsl_type_error(f"'{symbol}' needs integer operands, got {a.type_name}")
     k = a.kernel
-    bld = k._b
+    bld = k.builder
     op = {"&": bld.and_, "|": bld.or_, "^": bld.xor, "<<": bld.shl,
           ">>": bld.ashr if kind == "sint" else bld.lshr}[symbol]
-    return k._wrap(op(k._use(a), k._use(b)), a.dtype, a.lanes)
+    return k.wrap(op(k.ir_of(a), k.ir_of(b)), a.dtype, a.lanes)
 
 
 def _compare(self: Value, other, symbol: str) -> Value:
@@ -220,8 +225,8 @@ def _compare(self: Value, other, symbol: str) -> Value:
     if kind in ("fp8", "ptr"):
         raise dsl_type_error(f"'{symbol}' is not defined for {a.type_name}")
     k = a.kernel
-    bld = k._b
-    x, y = k._use(a), k._use(b)
+    bld = k.builder
+    x, y = k.ir_of(a), k.ir_of(b)
     if kind == "float":
         # Python semantics: every comparison with NaN is False except '!='.
         result = bld.fcmp_unordered(symbol, x, y) if symbol == "!=" else bld.fcmp_ordered(symbol, x, y)
@@ -229,7 +234,7 @@ def _compare(self: Value, other, symbol: str) -> Value:
         result = bld.icmp_signed(symbol, x, y)
     else:
         result = bld.icmp_unsigned(symbol, x, y)
-    return k._wrap(result, T.i1, a.lanes)
+    return k.wrap(result, T.i1, a.lanes)
 
 
 # ---- free functions on values ----------------------------------------------------------------
@@ -242,9 +247,9 @@ def splat(value: Value, lanes: int) -> Value:
     if lanes == 1:
         return value
     vec_ty = value.dtype.vector_ir_type(lanes)
-    one = k._b.insert_element(ir.Constant(vec_ty, ir.Undefined), k._use(value), ir.Constant(_I32, 0))
+    one = k.builder.insert_element(ir.Constant(vec_ty, ir.Undefined), k.ir_of(value), ir.Constant(_I32, 0))
     zeros = ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes)
-    return k._wrap(k._b.shuffle_vector(one, ir.Constant(vec_ty, ir.Undefined), zeros), value.dtype, lanes)
+    return k.wrap(k.builder.shuffle_vector(one, ir.Constant(vec_ty, ir.Undefined), zeros), value.dtype, lanes)
 
 
 def shuffle(value: Value, picks, other: Value | None = None) -> Value:
@@ -259,20 +264,20 @@ def shuffle(value: Value, picks, other: Value | None = None) -> Value:
     first = _as_ir_vector(value)
     second = _as_ir_vector(other) if other is not None else ir.Constant(first.type, ir.Undefined)
     mask = ir.Constant(ir.VectorType(_I32, len(picks)), picks)
-    out = k._b.shuffle_vector(first, second, mask)
+    out = k.builder.shuffle_vector(first, second, mask)
     if len(picks) == 1:
-        out = k._b.extract_element(out, ir.Constant(_I32, 0))
-    return k._wrap(out, value.dtype, len(picks))
+        out = k.builder.extract_element(out, ir.Constant(_I32, 0))
+    return k.wrap(out, value.dtype, len(picks))
 
 
 def _as_ir_vector(value: Value):
     """The IR of ``value`` as a vector (a scalar becomes a 1-lane vector)."""
     k = value.kernel
-    src = k._use(value)
+    src = k.ir_of(value)
     if value.lanes > 1:
         return src
     one_ty = ir.VectorType(value.dtype.ir_type, 1)
-    return k._b.insert_element(ir.Constant(one_ty, ir.Undefined), src, ir.Constant(_I32, 0))
+    return k.builder.insert_element(ir.Constant(one_ty, ir.Undefined), src, ir.Constant(_I32, 0))
 
 
 def vector(elements) -> Value:
@@ -282,7 +287,7 @@ def vector(elements) -> Value:
     if first is None:
         raise dsl_type_error("vector() needs at least one runtime Value to know the dtype")
     k = first.kernel
-    elems = [k._coerce(e, first.dtype, 1, "vector") for e in elements]
+    elems = [k.coerce(e, first.dtype, 1, "vector") for e in elements]
     for e in elems:
         if e.dtype != first.dtype or e.lanes != 1:
             raise dsl_type_error(
@@ -292,8 +297,8 @@ def vector(elements) -> Value:
     vec_ty = first.dtype.vector_ir_type(len(elems))
     out = ir.Constant(vec_ty, ir.Undefined)
     for i, e in enumerate(elems):
-        out = k._b.insert_element(out, k._use(e), ir.Constant(_I32, i))
-    return k._wrap(out, first.dtype, len(elems))
+        out = k.builder.insert_element(out, k.ir_of(e), ir.Constant(_I32, i))
+    return k.wrap(out, first.dtype, len(elems))
 
 
 def concat(*parts: Value) -> Value:
@@ -312,11 +317,36 @@ def select(cond: Value, if_true, if_false) -> Value:
     like = if_true if isinstance(if_true, Value) else if_false
     if not isinstance(like, Value):
         raise dsl_type_error("select needs at least one runtime Value among its two choices")
-    a = k._coerce(if_true, like.dtype, 1, "select")
-    b = k._coerce(if_false, like.dtype, 1, "select")
+    a = k.coerce(if_true, like.dtype, 1, "select")
+    b = k.coerce(if_false, like.dtype, 1, "select")
     if a.dtype != b.dtype:
         raise dsl_type_error(f"select choices have different types: {a.type_name} and {b.type_name}")
     a, b = broadcast_pair(a, b, "select")
     if cond.lanes not in (1, a.lanes):
         raise dsl_type_error(f"select condition {cond.type_name} does not match {a.type_name}")
-    return k._wrap(k._b.select(k._use(cond), k._use(a), k._use(b)), a.dtype, a.lanes)
+    return k.wrap(k.builder.select(k.ir_of(cond), k.ir_of(a), k.ir_of(b)), a.dtype, a.lanes)
+
+
+_SUFFIX = {"f16": "f16", "f32": "f32", "f64": "f64"}
+
+
+def mangle(dt: T.DType, lanes: int) -> str:
+    """The type suffix of an overloaded LLVM intrinsic (``f32``, ``v4f16``, ``i32``)."""
+    base = _SUFFIX.get(dt.name) or f"i{dt.bits}"
+    return base if lanes == 1 else f"v{lanes}{base}"
+
+
+def abs_(x: Value) -> Value:
+    """|x|: ``llvm.fabs`` for floats, ``llvm.abs`` for signed ints."""
+    if x.dtype.kind == "bf16":
+        return (x.bitcast(T.i16) & 0x7FFF).bitcast(T.bf16)
+    k = x.kernel
+    ty = x.dtype.vector_ir_type(x.lanes)
+    if x.dtype.kind == "float":
+        return k.wrap(k.call(f"llvm.fabs.{mangle(x.dtype, x.lanes)}", ty, [k.ir_of(x)]), x.dtype, x.lanes)
+    if x.dtype.kind == "sint":
+        out = k.call(f"llvm.abs.{mangle(x.dtype, x.lanes)}", ty, [k.ir_of(x), ir.Constant(ir.IntType(1), 0)])
+        return k.wrap(out, x.dtype, x.lanes)
+    if x.dtype.kind == "uint":
+        return x
+    raise dsl_type_error(f"abs is not defined for {x.type_name}")

@@ -9,8 +9,16 @@ from .registry import all_variants
 GOLDEN_PATH = Path(__file__).resolve().parents[2] / "tests" / "golden" / "ir_hashes.json"
 
 
-def current_hashes() -> dict[str, str]:
-    return {name: v.ir_hash() for name, v in sorted(all_variants().items())}
+def current_hashes(families=None) -> dict[str, str]:
+    """Variant -> IR hash, for every family or only ``families`` (a user's own table)."""
+    variants = all_variants()
+    if families:
+        known = {v.family for v in variants.values()}
+        unknown = sorted(set(families) - known)
+        if unknown:
+            raise ValueError(f"unknown kernel families {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return {name: v.ir_hash() for name, v in sorted(variants.items())
+            if not families or v.family in families}
 
 
 def load_golden(path: Path = GOLDEN_PATH) -> dict[str, str]:

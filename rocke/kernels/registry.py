@@ -1,7 +1,18 @@
-"""Every shipped kernel variant, by name: the golden IR table, the CLI and the report walk this.
+"""Every kernel variant rocke knows, by name: the golden IR table, the CLI and the report walk this.
 
-A kernel family module provides `build(spec) -> dsl.Kernel` and `VARIANTS: dict[str, spec]`
-(the shipped specs, named). A variant's name is "<family>/<variant>".
+The family contract -- a family is a Python module (anywhere on ``sys.path``) providing:
+
+- ``build(spec) -> rocke.dsl.Kernel``;
+- ``VARIANTS: dict[str, spec]``: the shipped specs, named (a variant is "<family>/<variant>");
+- ``GOLDEN_PERTURBATION = (field, {value: other value, ...})``: one spec field and, for each
+  value the variants use, a different one; the golden tests rebuild one variant with it and
+  check that exactly that variant's IR hash moves (a spec change must reach the IR).
+
+Families come from, in this order (a name may be registered once):
+1. ``FAMILIES`` below (rocke's own);
+2. Python entry points in the group ``rocke.kernel_families`` (``name = "package.module"``);
+3. the ``ROCKE_FAMILIES`` environment lever (``name=package.module,...``, see ``rocke.env``);
+4. ``register_family(name, module)`` calls.
 """
 from __future__ import annotations
 
@@ -10,15 +21,25 @@ import hashlib
 import importlib
 from dataclasses import dataclass
 from functools import cache
+from importlib import metadata
 from typing import Any, Callable
+
+from .. import env
+
+ENTRY_POINT_GROUP = "rocke.kernel_families"
 
 # family name -> module path; order is the listing order
 FAMILIES: dict[str, str] = {
     "vector_add": "rocke.kernels.samples.vector_add",
     "softmax": "rocke.kernels.samples.softmax",
     "gemm": "rocke.kernels.samples.gemm",
+    "rmsnorm_residual": "rocke.kernels.samples.rmsnorm_residual",
+    "gemm_bias_gelu": "rocke.kernels.samples.gemm_bias_gelu",
+    "paged_decode": "rocke.kernels.samples.paged_decode",
     "flash_attention": "rocke.kernels.samples.flash_attention",
 }
+
+_REGISTERED: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -44,15 +65,82 @@ class Variant:
                           workgroup_size=getattr(k, "workgroup_size", None), **kw)
 
 
-def _load_family(family: str):
-    return importlib.import_module(FAMILIES[family])
+def register_family(name: str, module: str) -> None:
+    """Register a kernel family (a module following the contract above) under ``name``."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"family name must be an identifier, got {name!r}")
+    if not isinstance(module, str) or not all(p.isidentifier() for p in module.split(".")):
+        raise ValueError(f"family {name!r}: module must be a dotted Python module path, got {module!r}")
+    known = families()
+    if name in known and known[name][0] != module:
+        raise ValueError(f"family {name!r} is already registered to {known[name][0]!r} "
+                         f"(from {known[name][1]})")
+    _REGISTERED[name] = module
+    all_variants.cache_clear()
+
+
+def unregister_family(name: str) -> None:
+    """Undo ``register_family`` (for tests and interactive use)."""
+    _REGISTERED.pop(name, None)
+    all_variants.cache_clear()
+
+
+def _entry_point_families() -> list[tuple[str, str]]:
+    return sorted((ep.name, ep.value) for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def families() -> dict[str, tuple[str, str]]:
+    """family name -> (module path, where it was registered), in listing order."""
+    out: dict[str, tuple[str, str]] = {}
+    sources = ([(n, m, "rocke.kernels.registry.FAMILIES") for n, m in FAMILIES.items()]
+               + [(n, m, f"entry point group {ENTRY_POINT_GROUP!r}") for n, m in _entry_point_families()]
+               + [(n, m, "ROCKE_FAMILIES") for n, m in env.families()]
+               + [(n, m, "register_family()") for n, m in _REGISTERED.items()])
+    for name, module, source in sources:
+        if name in out and out[name][0] != module:
+            raise ValueError(f"kernel family {name!r} is registered twice: {out[name][0]!r} "
+                             f"(from {out[name][1]}) and {module!r} (from {source})")
+        out.setdefault(name, (module, source))
+    return out
+
+
+def load_family(family: str):
+    """The family's module, checked against the contract; errors name the family and module."""
+    known = families()
+    if family not in known:
+        raise ValueError(f"unknown kernel family {family!r}; known: {', '.join(known)}")
+    module_path, source = known[family]
+    try:
+        mod = importlib.import_module(module_path)
+    except ModuleNotFoundError as e:
+        raise ValueError(f"kernel family {family!r} (registered by {source}): cannot import module "
+                         f"{module_path!r} ({e}); is its package installed or on PYTHONPATH?") from None
+    missing = [attr for attr in ("build", "VARIANTS") if not hasattr(mod, attr)]
+    if missing:
+        raise ValueError(f"kernel family {family!r}: module {module_path!r} lacks {', '.join(missing)} "
+                         "(a family provides build(spec), VARIANTS and GOLDEN_PERTURBATION)")
+    if not callable(mod.build) or not isinstance(mod.VARIANTS, dict):
+        raise ValueError(f"kernel family {family!r}: module {module_path!r} needs a callable build "
+                         "and a dict VARIANTS")
+    return mod
+
+
+def golden_perturbation(family: str) -> tuple[str, dict]:
+    """The family's declared ``GOLDEN_PERTURBATION`` (field, {value: other value})."""
+    mod = load_family(family)
+    change = getattr(mod, "GOLDEN_PERTURBATION", None)
+    if not (isinstance(change, tuple) and len(change) == 2 and isinstance(change[0], str)
+            and isinstance(change[1], dict) and change[1]):
+        raise ValueError(f"kernel family {family!r}: {mod.__name__}.GOLDEN_PERTURBATION must be "
+                         f"(spec field, {{value: other value}}), got {change!r}")
+    return change
 
 
 @cache
 def all_variants() -> dict[str, Variant]:
     out: dict[str, Variant] = {}
-    for family in FAMILIES:
-        mod = _load_family(family)
+    for family in families():
+        mod = load_family(family)
         for vname, spec in mod.VARIANTS.items():
             out[f"{family}/{vname}"] = Variant(f"{family}/{vname}", family, spec, mod.build)
     return out

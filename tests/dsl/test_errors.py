@@ -173,9 +173,17 @@ def test_kernel_and_lds_validation():
         k.lds("b", 16, dsl.f32, offset=64)
     alias = k.lds("b", 16, dsl.f32, offset=64, alias=True)
     assert alias.byte_offset == 64
-    k.lds("huge", (128, 128), dsl.f32)
-    with pytest.raises(ValueError, match="LDS"):
-        k.ir()
+    where = next_line()
+    with pytest.raises(ValueError, match="LDS") as err:
+        k.lds("huge", (128, 128), dsl.f32)
+    # the allocation that overflows is named at the author's line, with every region listed
+    msg = str(err.value)
+    assert msg.startswith(where + ":"), msg
+    assert "to 66560 bytes of LDS; gfx942 has 65536 per workgroup" in msg
+    for line in ("a                [     0,   1024)   1024 B  16x16 f32  at " + HERE,
+                 "huge             [  1024,  66560)  65536 B  128x128 f32  at " + where):
+        assert line in msg, msg
+    k.ir()                                    # the failed allocation left the kernel as it was
 
 
 def test_readonly_pointer_store_and_wrong_store_type():

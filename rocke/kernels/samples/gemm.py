@@ -74,7 +74,7 @@ class GemmSpec:
 
     @property
     def workgroup_size(self) -> int:
-        return 64 * self.num_warps
+        return dsl.WAVE_SIZE * self.num_warps
 
     @property
     def kernel_name(self) -> str:
@@ -88,6 +88,7 @@ VARIANTS: dict[str, GemmSpec] = {
     "bf16_32x32x8": GemmSpec("bf16", "32x32x8"),
     "bf16_16x16x16": GemmSpec("bf16", "16x16x16"),
 }
+GOLDEN_PERTURBATION = ("block_k", {32: 16, 16: 32, 64: 32})     # see rocke.kernels.registry
 
 ARGS = ("a", "b", "c", "M", "N", "K", "lda", "ldb", "ldc")
 
@@ -130,6 +131,17 @@ def build(spec: GemmSpec) -> dsl.Kernel:
     b = k.arg_ptr("b", spec.dtype, readonly=True)
     c = k.arg_ptr("c", spec.dtype)
     M, N, K, lda, ldb, ldc = (k.arg_i32(n) for n in ARGS[3:])
+    tiles, (c_buf,) = accumulate_tiles(k, spec, a, b, M, N, K, lda, ldb, lambda: [c.buffer(M * ldc)])
+    for acc, origin in tiles:
+        at = origin()
+        store_fragment_global(c_buf, acc.to(spec.dtype), at, ldc, bounds=(M, N))
+    return k
+
+
+def accumulate_tiles(k, spec: GemmSpec, a, b, M, N, K, lda, ldb, epilogue_buffers=lambda: []):
+    """The workgroup's main loop: ``[(accumulator fragment, origin)]`` for this wave (f32, after
+    the whole K reduction; ``origin()`` emits the (row, col) of the fragment's tile in C), and the buffers ``epilogue_buffers()`` makes
+    (called next to the A/B buffers, so the IR keeps one order). Epilogues: see gemm_bias_gelu."""
     mma = k.mfma(spec.atom, spec.dtype)
     am, an, ak = mma.atom.m, mma.atom.n, mma.atom.k
     warp_m, warp_n = spec.block_m // spec.warps_m, spec.block_n // spec.warps_n
@@ -137,7 +149,8 @@ def build(spec: GemmSpec) -> dsl.Kernel:
 
     a_tile = k.lds("a_tile", (spec.block_m, spec.block_k), spec.dtype, pad=spec.lds_pad)
     bt_tile = k.lds("bt_tile", (spec.block_n, spec.block_k), spec.dtype, pad=spec.lds_pad)
-    a_buf, b_buf, c_buf = a.buffer(M * lda), b.buffer(K * ldb), c.buffer(M * ldc)
+    a_buf, b_buf = a.buffer(M * lda), b.buffer(K * ldb)
+    extra = epilogue_buffers()
     m0 = k.block_id(1) * spec.block_m
     n0 = k.block_id(0) * spec.block_n
     wave = k.wave_id()
@@ -162,9 +175,5 @@ def build(spec: GemmSpec) -> dsl.Kernel:
         k.barrier()     # the next step overwrites the tiles
         loop.yield_(*acc)
     acc = loop.results
-
-    for i in range(frags_m):
-        for j in range(frags_n):
-            origin = (m0 + warp_row + i * am, n0 + warp_col + j * an)
-            store_fragment_global(c_buf, acc[i * frags_n + j].to(spec.dtype), origin, ldc, bounds=(M, N))
-    return k
+    return [(acc[i * frags_n + j], lambda i=i, j=j: (m0 + warp_row + i * am, n0 + warp_col + j * an))
+            for i in range(frags_m) for j in range(frags_n)], extra

@@ -34,8 +34,8 @@ class VectorAddSpec:
         check_choice("dtype", self.dtype, DTYPES)
         check_choice("vector_width", self.vector_width, (1, 2, 4, 8))
         check_vector_access("vector_width", self.vector_width, self.dtype)
-        check_int_range("block_size", self.block_size, 64, 1024)
-        check_multiple("block_size", self.block_size, 64, because="a workgroup is whole waves")
+        check_int_range("block_size", self.block_size, dsl.WAVE_SIZE, 1024)
+        check_multiple("block_size", self.block_size, dsl.WAVE_SIZE, because="a workgroup is whole waves")
 
     @property
     def kernel_name(self) -> str:
@@ -47,6 +47,8 @@ VARIANTS = {
     "f16_v8": VectorAddSpec("f16", 8, 256),
     "bf16_v4": VectorAddSpec("bf16", 4, 128),
 }
+# golden tests: one spec change per variant value, to show a spec change reaches the IR
+GOLDEN_PERTURBATION = ("vector_width", {4: 2, 8: 4, 2: 4})
 
 # (name, kind, dtype) in launch order; pointer dtypes follow spec.dtype.
 ARGS = (("a", "global_ptr", None), ("b", "global_ptr", None), ("c", "global_ptr", None),
