@@ -77,27 +77,35 @@ def test_ck_internal_levers_at_rockes_behaviour_are_accepted():
 @dataclass(frozen=True)
 class _Spec:
     dtype: str = "f16"
-    waves_per_eu: int | None = None
-    use_iglp: bool = False
-    kv_cache_policy: str = "stream"
-    use_q_direct: bool = False
-    use_k_lds_dma: bool = False
-    use_q_major_grid: bool = False
-    use_cfv_store: bool = False
+    waves_per_eu: int = 0
+    iglp: bool = False
+    kv_cache_policy: str = "normal"
+    q_direct: bool = False
+    global_load_lds_k: bool = False
+    q_major_grid: bool = False
+    cfv_store: bool = False
 
 
-def test_spec_overrides_only_for_levers_that_are_set():
-    assert kn.spec_overrides(kn.read_knobs({}), _Spec) == {}
+def test_spec_overrides_apply_the_provider_defaults():
+    # unset levers: the provider's defaults (stream KV loads, no occupancy hint), not the bare spec's
+    assert kn.spec_overrides(kn.read_knobs({}), _Spec) == {
+        "waves_per_eu": 0, "iglp": False, "kv_cache_policy": "stream", "q_direct": False,
+        "global_load_lds_k": False, "q_major_grid": False, "cfv_store": False}
     k = kn.read_knobs({"HIPDNN_GFX942_IGLP": "1", "HIPDNN_GFX942_WAVES_PER_EU": "2",
-                       "HIPDNN_GFX942_CFV_STORE": "1"})
-    assert kn.spec_overrides(k, _Spec) == {"use_iglp": True, "waves_per_eu": 2, "use_cfv_store": True}
+                       "HIPDNN_GFX942_CFV_STORE": "1", "HIPDNN_GFX942_KV_CACHE_POLICY": "normal",
+                       "HIPDNN_GFX942_Q_DIRECT": "1", "HIPDNN_GFX942_GLOBAL_LOAD_LDS_K": "1",
+                       "HIPDNN_GFX942_Q_MAJOR_GRID": "1"})
+    assert kn.spec_overrides(k, _Spec) == {
+        "waves_per_eu": 2, "iglp": True, "kv_cache_policy": "normal", "q_direct": True,
+        "global_load_lds_k": True, "q_major_grid": True, "cfv_store": True}
+    _Spec(**kn.spec_overrides(k, _Spec))        # every override is a real field
 
 
 def test_a_lever_the_kernel_lacks_is_an_error_not_dropped():
     @dataclass(frozen=True)
     class Bare:
         dtype: str = "f16"
-    with pytest.raises(ValueError, match="HIPDNN_GFX942_Q_DIRECT: Bare has no field 'use_q_direct'"):
+    with pytest.raises(ValueError, match="HIPDNN_GFX942_Q_DIRECT: Bare has no field 'q_direct'"):
         kn.spec_overrides(kn.read_knobs({"HIPDNN_GFX942_Q_DIRECT": "1"}), Bare)
 
 

@@ -109,6 +109,7 @@ CASES = [
     ("max_seqlen_k_not_int", _set(max_seqlen_k=33.0), ValueError, r"max_seqlen_k: must be an int"),
     ("softmax_scale_nan", _set(softmax_scale=math.nan), ValueError, r"softmax_scale"),
     ("causal_not_bool", _set(causal=1), ValueError, r"causal: must be a bool"),
+    ("non_causal_prefill", _set(causal=False), NotImplementedError, r"causal: non-causal prefill"),
 ]
 
 

@@ -8,7 +8,7 @@ split-KV kernel (``attention_tiled_3d``) followed by ``reduce_segments``. The st
 2. every input is validated on the host (``describe_problem``); nothing is launched and ``out`` is
    untouched when anything is wrong;
 3. ``UnifiedAttentionProblem.select_path`` picks 2D or 3D and ``geometry`` the kernel geometry,
-   each from a small table of rules with the reason beside each (ALGORITHM.md §7);
+   each from a small table of rules with the reason beside each (ALGORITHM.md §11);
 4. the kernel specs are compiled once per process (a dict over the on-disk compile cache) and
    launched.
 """
@@ -31,7 +31,7 @@ KV_ADDR_32_LIMIT = 2 ** 31          # page bases past this many bytes need 64-bi
 WORKGROUPS_PER_CU_TARGET = 4
 # seed 004 §6: at or below this KV length the 2D path is taken regardless of the grid
 SHORT_CONTEXT_K = 512
-# the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §7.1)
+# the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §11.1)
 REFERENCE_BLOCK_M = 16
 # the KV tile every geometry walks (seed 000 §5: matches the flash regime's T = 64)
 TILE_SIZE = 64
@@ -71,7 +71,7 @@ def reference_block_q(num_queries_per_kv: int) -> int:
 
 @dataclass(frozen=True)
 class Geometry:
-    """How one path is mapped onto the device (ALGORITHM.md §7.2)."""
+    """How one path is mapped onto the device (ALGORITHM.md §11.2)."""
     path: str                   # "2d" | "3d"
     regime: str                 # "narrow" (16x16x16, P via LDS) | "flash" (transposed 32x32x8)
     name: str                   # "narrow", "wide4", "wide2", "L4"
@@ -141,7 +141,7 @@ class UnifiedAttentionProblem:
         return self.max_seqlen_q == 1
 
     def grid_2d_reference(self) -> int:
-        """The q-block x kv-head grid the path rule compares with the device (ALGORITHM.md §7.1)."""
+        """The q-block x kv-head grid the path rule compares with the device (ALGORITHM.md §11.1)."""
         block_q = reference_block_q(self.num_queries_per_kv)
         return total_num_q_blocks(self.total_q, self.num_seqs, block_q) * self.num_kv_heads
 
@@ -175,7 +175,7 @@ class UnifiedAttentionProblem:
         return max(1, min(wanted, MAX_SEGMENTS, cdiv(self.max_seqlen_k, geo.tile_size)))
 
 
-# ---- the dispatcher's rules (ALGORITHM.md §7). First match wins; the reason is the why. ----
+# ---- the dispatcher's rules (ALGORITHM.md §11). First match wins; the reason is the why. ----
 # (applies(problem, num_sms), path, reason)
 PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
     # (sliding window -> 2D joins here with issue 8's window feature)
@@ -393,6 +393,8 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
             if a < hi and lo < b:
                 raise ValueError(f"out: overlaps {name} in memory; out must be its own buffer")
 
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal: must be a bool, got {causal!r}")
     num_seqs = seqused_k.shape[0]
     if num_seqs < 1:
         raise ValueError("seqused_k: the batch has no sequences")
@@ -419,6 +421,11 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
         s = int(torch.nonzero(lens_k > capacity)[0])
         raise ValueError(f"seqused_k: sequence {s} has {int(lens_k[s])} KV tokens, beyond its block "
                          f"table's capacity {block_table.shape[1]} blocks x {block_size} = {capacity}")
+    if not causal and bool((q_lens > 1).any()):
+        # decode rows are the same either way; the kernels always apply the causal mask
+        raise NotImplementedError("causal: non-causal prefill (causal=False with a query longer "
+                                  "than 1 token) is not supported; the kernels apply the "
+                                  "bottom-right causal mask (ALGORITHM.md §3)")
     if causal and bool((q_lens > lens_k).any()):
         s = int(torch.nonzero(q_lens > lens_k)[0])
         raise ValueError(f"seqused_k: causal attention needs query_len <= kv_len, but sequence {s} "
@@ -439,8 +446,6 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
             raise ValueError(f"{name}: must be an int, got {given!r}")
         if given < actual:
             raise ValueError(f"{name}: {given} is below the batch's longest length {actual}")
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal: must be a bool, got {causal!r}")
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or \
             not math.isfinite(softmax_scale) or softmax_scale <= 0:
         raise ValueError(f"softmax_scale: must be a finite positive float, got {softmax_scale!r}")
@@ -486,7 +491,7 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
     cls = mod.UnifiedAttention2DSpec if geo.path == "2d" else mod.UnifiedAttention3DSpec
     have = {f.name for f in fields(cls)}
     wanted = dict(dtype=problem.dtype, head_size=problem.head_size, block_size=problem.block_size,
-                  num_queries_per_kv=problem.num_queries_per_kv, causal=problem.causal,
+                  num_queries_per_kv=problem.num_queries_per_kv,
                   num_warps=geo.num_warps, block_m_per_warp=geo.block_m_per_warp,
                   tile_size=geo.tile_size, use_k_single_buffer=geo.k_single_buffer,
                   kv_addr_64=problem.kv_addr_64)

@@ -92,33 +92,41 @@ class AttentionKnobs:
         return self == AttentionKnobs()
 
 
-# knob field -> the 2D/3D spec field it sets (attention_tiled_2d / _3d). A lever left at its
-# default sets nothing, so the spec's own default (and golden hash) is untouched.
+# knob field -> the 2D/3D spec field it sets (attention_tiled_2d / _3d share the names). Like
+# wide4 (seed 000 §7), the levers' defaults are the provider's, not necessarily the bare spec's:
+# KV_CACHE_POLICY defaults to "stream" (seed 001) while a bare spec loads with "normal".
 SPEC_FIELDS: dict[str, str] = {
     "waves_per_eu": "waves_per_eu",
-    "iglp": "use_iglp",
+    "iglp": "iglp",
     "kv_cache_policy": "kv_cache_policy",
-    "q_direct": "use_q_direct",
-    "global_load_lds_k": "use_k_lds_dma",
-    "q_major_grid": "use_q_major_grid",
-    "cfv_store": "use_cfv_store",
+    "q_direct": "q_direct",
+    "global_load_lds_k": "global_load_lds_k",
+    "q_major_grid": "q_major_grid",
+    "cfv_store": "cfv_store",
 }
 
 
+def _spec_value(knob: str, value):
+    if knob == "waves_per_eu":
+        return 0 if value is None else value     # the spec's "no hint"
+    return value
+
+
 def spec_overrides(knobs: AttentionKnobs, spec_cls) -> dict:
-    """The spec fields the non-default levers set, for a spec dataclass ``spec_cls``. A lever
-    whose field the kernel does not have is an error naming both (never silently dropped)."""
+    """The spec fields the levers set, for a spec dataclass ``spec_cls``. Every lever is applied
+    (so the provider defaults hold); a lever the kernel has no field for is an error naming
+    both when it is set away from its default, never silently dropped."""
     have = {f.name for f in fields(spec_cls)}
     default = AttentionKnobs()
     out = {}
     for knob, field_name in SPEC_FIELDS.items():
         value = getattr(knobs, knob)
-        if value == getattr(default, knob):
-            continue
         if field_name not in have:
-            raise ValueError(f"{PREFIX}{knob.upper()}: {spec_cls.__name__} has no field "
-                             f"{field_name!r} for this lever")
-        out[field_name] = value
+            if value != getattr(default, knob):
+                raise ValueError(f"{PREFIX}{knob.upper()}: {spec_cls.__name__} has no field "
+                                 f"{field_name!r} for this lever")
+            continue
+        out[field_name] = _spec_value(knob, value)
     return out
 
 
