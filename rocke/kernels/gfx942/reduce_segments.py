@@ -1,4 +1,4 @@
-"""``reduce_segments``: the exact merge of the 3D split-KV partials (ALGORITHM.md §5, §5.1).
+"""``reduce_segments``: the exact merge of the 3D split-KV partials (ALGORITHM.md §5, §5.2).
 
 The 3D kernel leaves, per (token, query head, segment), the log2-domain partial ``m`` (running max
 of the scaled scores), ``l = Σ 2^(s - m)`` and the unnormalised ``o = Σ 2^(s - m)·V`` in an fp32
