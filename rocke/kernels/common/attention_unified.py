@@ -497,7 +497,10 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
                   kv_addr_64=problem.kv_addr_64)
     if geo.regime == "flash":
         wanted.update(use_mfma_32x32x8=True, use_transposed_qk_32x32=True)
-    kwargs = {name: value for name, value in wanted.items() if name in have}
+    missing = sorted(set(wanted) - have)
+    if missing:      # never drop a geometry field silently: the kernel would run another geometry
+        raise NotImplementedError(f"{cls.__name__} lacks the dispatcher's fields {missing}")
+    kwargs = dict(wanted)
     kwargs.update(knobs_mod.spec_overrides(knobs, cls))
     spec = cls(**kwargs)
     if geo.path == "2d":
