@@ -33,8 +33,10 @@ WORKGROUPS_PER_CU_TARGET = 4
 SHORT_CONTEXT_K = 512
 # the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §11.1)
 REFERENCE_BLOCK_M = 16
-# the KV tile every geometry walks (seed 000 §5: matches the flash regime's T = 64)
+# the KV tile the 2D geometries walk (seed 000 §5: the flash regime's T = 64)
 TILE_SIZE = 64
+# the 3D tile: half the K/V/P LDS of T = 64, so ~20 KB and 3 single-wave workgroups per CU
+TILE_SIZE_3D = 32
 MAX_SEGMENTS = 64                   # bounds the 3D workspace and reduce_segments' walk
 # seed 000 §9: prefill up to this query length is host-overhead dominated -> graph replay
 GRAPH_PREFILL_MAX_Q = 768
@@ -196,10 +198,10 @@ def _flash(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
                     k_single_buffer=warps * 32 <= TILE_SIZE)
 
 
-def _narrow(path: str, warps: int, rows_per_warp: int) -> Callable:
+def _narrow(path: str, warps: int, rows_per_warp: int, tile: int = TILE_SIZE) -> Callable:
     def make(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
-        return Geometry(path, "narrow", "narrow", warps, rows_per_warp, TILE_SIZE,
-                        k_single_buffer=warps * rows_per_warp <= TILE_SIZE)
+        return Geometry(path, "narrow", "narrow", warps, rows_per_warp, tile,
+                        k_single_buffer=warps * rows_per_warp <= tile)
     return make
 
 
@@ -215,9 +217,10 @@ GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
     ("2d", lambda p: True, _narrow("2d", 2, 32),
      "D128 bf16: narrow 16x16x16 with num_warps 2 (seed 000 §6.1; the x8 atom path is "
      "fp16-only); BLOCK_M 64 = T, so K single-buffers and 2 WG/CU fit the LDS (seed 004 §4 lever 2)"),
-    ("3d", lambda p: True, _narrow("3d", 1, 16),
+    ("3d", lambda p: True, _narrow("3d", 1, 16, TILE_SIZE_3D),
      "split-KV: one warp, 16 rows (the GQA group of a decode token) per segment workgroup; the "
-     "segment grid, not the tile, fills the device (seed 004 §5)"),
+     "segment grid, not the tile, fills the device (seed 004 §5), so T = 32 halves the LDS "
+     "(~20 KB at d128: 3 workgroups per CU instead of 1 at T = 64)"),
 )
 
 
@@ -502,6 +505,8 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
         raise NotImplementedError(f"{cls.__name__} lacks the dispatcher's fields {missing}")
     kwargs = dict(wanted)
     kwargs.update(knobs_mod.spec_overrides(knobs, cls))
+    if geo.path == "3d":
+        kwargs.pop("q_major_grid", None)     # a 2D grid lever: the 3D grid has no query-major form
     spec = cls(**kwargs)
     if geo.path == "2d":
         return (spec,)
