@@ -99,7 +99,22 @@ ARGS = ("q", "k_cache", "v_cache", "segm_output", "segm_max", "segm_expsum", "bl
 
 
 def _variants() -> dict[str, UnifiedAttention3DSpec]:
-    return {}
+    """Decode-shaped: one warp of 16 rows holds a decode token's whole GQA group (narrow, every
+    dtype x head size x block size) and the L4 flash geometry for D128 f16; groups rotate as in
+    the 2D table."""
+    out = {}
+    for di, dtype in enumerate(a2.DTYPES):
+        for hi, d in enumerate(a2.HEAD_SIZES):
+            for bi, bs in enumerate(a2.BLOCK_SIZES):
+                g = a2.rotated_group(di, hi, bi)
+                out[f"narrow_{dtype}_d{d}_b{bs}_g{g}"] = UnifiedAttention3DSpec(
+                    dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g, num_warps=1,
+                    block_m_per_warp=16)
+    for bi, bs in enumerate(a2.BLOCK_SIZES):
+        g = a2.rotated_group(1, bi, 2)
+        out[f"L4_f16_d128_b{bs}_g{g}"] = UnifiedAttention3DSpec(
+            dtype="f16", head_size=128, block_size=bs, num_queries_per_kv=g, **a2.flash_geometry("L4", 128))
+    return out
 
 
 VARIANTS: dict[str, UnifiedAttention3DSpec] = _variants()
