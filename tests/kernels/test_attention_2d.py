@@ -167,3 +167,40 @@ def test_out_of_range_blocks_are_never_read():
     spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_warps=4, tile_size=64)
     out, ref, _ = run_2d(spec, [5, 1], [17, 33])
     assert_close(spec, out, ref)
+
+
+def test_cache_past_4gib_needs_kv_addr_64():
+    """A K/V cache of 4.5 GiB whose pages in use sit past 4 GiB (seeds/004 §7.2). ``torch.empty``
+    only reserves address space: just the touched pages (a few KiB) become memory. The 64-bit
+    page base reads them; the 32-bit path refuses the cache in ``kernel_args``, and launched
+    anyway (same arguments) its wrapped offsets read the wrong pages."""
+    D, bs, dtype = 64, 16, "f16"
+    block_bytes = bs * D * 2
+    num_blocks = (9 << 29) // block_bytes                     # 4.5 GiB per cache
+    gen = torch.Generator().manual_seed(11)
+    k_cache = torch.empty(num_blocks, bs, 1, D, dtype=torch.float16)
+    v_cache = torch.empty(num_blocks, bs, 1, D, dtype=torch.float16)
+    pages = torch.tensor([num_blocks - 1, num_blocks - 7, num_blocks - 3, (1 << 32) // block_bytes + 5])
+    for t in (k_cache, v_cache):
+        t[pages] = (torch.rand(len(pages), bs, 1, D, generator=gen) - 0.5).half()
+    table = pages.to(torch.int32).view(1, -1)
+    q_len, kv_len = 3, 4 * bs - 5
+    q = (torch.rand(q_len, 1, D, generator=gen) - 0.5).half()
+    cu = torch.tensor([0, q_len], dtype=torch.int32)
+    seqused = torch.tensor([kv_len], dtype=torch.int32)
+    ref = ref_paged_attn(q, k_cache, v_cache, cu, seqused, table, 0.125)
+
+    wide = a2.UnifiedAttention2DSpec(dtype=dtype, head_size=D, block_size=bs, num_warps=1, kv_addr_64=True)
+    narrow = a2.UnifiedAttention2DSpec(dtype=dtype, head_size=D, block_size=bs, num_warps=1)
+    grid, block = a2.launch_geometry(wide, 1, q_len, 1)
+    out = torch.zeros_like(q)
+    args = a2.kernel_args(wide, q, k_cache, v_cache, out, table, cu, seqused, 0.125)
+    launch(compiled(wide), grid, block, args)
+    assert_close(wide, out, ref)
+
+    with pytest.raises(ValueError, match="k_cache: the cache \\(use kv_addr_64 for caches past 2 GiB\\)"):
+        a2.kernel_args(narrow, q, k_cache, v_cache, out, table, cu, seqused, 0.125)
+    wrong = torch.zeros_like(q)
+    args[3] = wrong
+    launch(compiled(narrow), grid, block, args)
+    assert (wrong.float() - ref).abs().max().item() > 3 * attention_atol(dtype)
