@@ -41,9 +41,9 @@ def test_segments_fill_exactly_the_target_when_uncapped():
     # 8 decode tokens x 16 kv heads, 1 query head each (MHA): 8 * 16 = 128 workgroups per segment
     p = _problem(num_q_heads=16, num_kv_heads=16, num_seqs=8, total_q=8)
     assert p.select_path(MI300X_SMS)[0] == "3d"
-    block_q = 16 // 1
-    base = (8 // block_q + 8) * 16
-    assert p.geometry("3d", sms=MI300X_SMS).num_segments == -(-MI300X_SMS * 4 // base) == 10
+    geo = p.geometry("3d", sms=MI300X_SMS)
+    base = (8 // geo.block_m + 8) * 16          # one token per query row (group 1)
+    assert geo.num_segments == -(-MI300X_SMS * 4 // base) == 10
 
 
 @pytest.mark.parametrize("kv, path", [(512, "2d"), (513, "3d")])
@@ -86,28 +86,77 @@ def test_reference_block_q_packs_the_gqa_group(group, block_q):
 # ---- the geometry tier (seeds 000 §6-7, 004 §6; ALGORITHM.md §11.2) ----
 
 @pytest.mark.parametrize("flash_wide, name, warps, single", [
-    (4, "wide4", 4, False), (2, "wide2", 2, True), (0, "L4", 1, True)])
+    (4, "wide4", 4, False), (2, "wide2", 2, False), (0, "L4", 1, True)])
 def test_d128_fp16_is_flash_with_the_levers_geometry(flash_wide, name, warps, single):
     geo = _problem(max_seqlen_k=100).geometry("2d", AttentionKnobs(flash_wide=flash_wide))
     assert (geo.regime, geo.name, geo.num_warps, geo.k_single_buffer) == ("flash", name, warps, single)
-    assert geo.block_m == 32 * warps and geo.tile_size == 64
+    # d128 walks 32-key tiles: K single-buffers only when the warps' 32 columns each fit one tile
+    assert geo.block_m == 32 * warps and geo.tile_size == 32
+
+
+def test_d64_fp16_is_flash_too():
+    geo = _problem(head_size=64).geometry("2d")
+    assert (geo.regime, geo.name, geo.tile_size, geo.k_single_buffer) == ("flash", "wide4", 64, False)
 
 
 def test_num_warps_lever_overrides_flash_width():
     geo = _problem().geometry("2d", AttentionKnobs(flash_wide=0, num_warps=2))
-    assert (geo.regime, geo.num_warps, geo.k_single_buffer) == ("flash", 2, True)
+    assert (geo.regime, geo.name, geo.num_warps, geo.k_single_buffer) == ("flash", "wide2", 2, False)
 
 
-def test_d128_bf16_is_narrow_two_warps_single_k():
-    geo = _problem(dtype="bf16").geometry("2d")
-    assert (geo.regime, geo.num_warps, geo.block_m_per_warp, geo.k_single_buffer) == ("narrow", 2, 32, True)
+@pytest.mark.parametrize("d, warps, rows, bs, tile, single", [
+    (128, 2, 16, 64, 32, True), (128, 2, 16, 16, 16, False), (64, 4, 32, 32, 32, False)])
+def test_bf16_is_narrow(d, warps, rows, bs, tile, single):
+    geo = _problem(dtype="bf16", head_size=d, block_size=bs).geometry("2d")
+    assert (geo.regime, geo.num_warps, geo.block_m_per_warp, geo.tile_size, geo.k_single_buffer) == \
+        ("narrow", warps, rows, tile, single)
     assert "fp16-only" in geo.reason
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_d64_is_narrow_four_warps_double_k(dtype):
-    geo = _problem(dtype=dtype, head_size=64).geometry("2d")
-    assert (geo.regime, geo.num_warps, geo.block_m_per_warp, geo.k_single_buffer) == ("narrow", 4, 32, False)
+@pytest.mark.parametrize("dtype, d, regime, block_m", [
+    ("f16", 128, "flash", 32), ("f16", 64, "narrow", 16), ("bf16", 128, "narrow", 16)])
+def test_3d_geometry_is_one_warp(dtype, d, regime, block_m):
+    geo = _problem(dtype=dtype, head_size=d).geometry("3d", sms=MI300X_SMS)
+    assert (geo.regime, geo.num_warps, geo.block_m, geo.k_single_buffer) == (regime, 1, block_m, True)
+
+
+def _knobs_for(name):
+    return AttentionKnobs(flash_wide={"wide4": 4, "wide2": 2, "L4": 0}[name]) if name != "narrow" \
+        else AttentionKnobs()
+
+
+@pytest.mark.parametrize("family, path", [("attention_2d", "2d"), ("attention_3d", "3d")])
+def test_dispatcher_picks_exactly_the_shipped_variants(family, path):
+    """A shipped variant of the regime the dispatcher picks for its (dtype, head size, block size,
+    GQA group) is exactly the dispatcher's spec under the lever that selects its geometry, and
+    every geometry the dispatcher can build for a shipped (dtype, head size, block size) is
+    shipped (up to the GQA group, a compile-time constant): `rocke list` shows what it runs."""
+    from rocke.kernels import registry
+    shipped = {n: v.spec for n, v in registry.all_variants().items() if v.family == family}
+    assert shipped
+
+    def spec_for(spec, knobs):
+        p = _problem(dtype=spec.dtype, head_size=spec.head_size, block_size=spec.block_size,
+                     num_q_heads=8 * spec.num_queries_per_kv, num_kv_heads=8)
+        return au.make_specs(p, p.geometry(path, knobs, sms=MI300X_SMS), knobs)[0]
+
+    agreed = 0
+    for name, spec in shipped.items():
+        picked = spec_for(spec, _knobs_for(name.split("/")[1].split("_")[0]))
+        if picked.use_transposed_qk_32x32 == spec.use_transposed_qk_32x32:
+            assert picked == spec, name       # same regime: the very same kernel
+            agreed += 1
+    # (narrow fp16 variants ship for coverage of the narrow path; the dispatcher sends fp16 to flash)
+    assert agreed >= len(shipped) // 2
+
+    def key(s):
+        return tuple((f, getattr(s, f)) for f in s.__dataclass_fields__ if f != "num_queries_per_kv")
+    shipped_keys = {key(s) for s in shipped.values()}
+    for spec in shipped.values():
+        names = ["narrow"] if path == "3d" else ["wide4", "wide2", "L4"]
+        for geometry in names:
+            picked = spec_for(spec, _knobs_for(geometry))
+            assert key(picked) in shipped_keys, picked.kernel_name
 
 
 def test_every_geometry_rule_has_a_reason():
@@ -219,5 +268,5 @@ def test_levers_reach_the_kernel(monkeypatch, env, geometry, warps):
     (spec,) = record.plan.specs
     assert (record.plan.geometry.name, spec.num_warps, spec.use_transposed_qk_32x32) == (geometry, warps, True)
     assert spec.q_major_grid == ("HIPDNN_GFX942_Q_MAJOR_GRID" in env)
-    assert spec.kv_cache_policy == "stream"
+    assert spec.kv_cache_policy == "normal"
     _check(args, record, "f16")
