@@ -266,7 +266,8 @@ def test_levers_reach_the_kernel(monkeypatch, env, geometry, warps):
     args = make_inputs(MIXED, hq=4, hk=2, d=128, bs=32, dtype="f16", seed=5)
     record = au.run_unified_attention_torch(**args)
     (spec,) = record.plan.specs
-    assert (record.plan.geometry.name, spec.num_warps, spec.use_transposed_qk_32x32) == (geometry, warps, True)
+    assert (record.plan.geometry.name, spec.num_warps, spec.use_transposed_qk_32x32) == \
+        (geometry, warps, True)
     assert spec.q_major_grid == ("HIPDNN_GFX942_Q_MAJOR_GRID" in env)
     assert spec.kv_cache_policy == "normal"
     _check(args, record, "f16")
