@@ -204,3 +204,17 @@ def test_cache_past_4gib_needs_kv_addr_64():
     args[3] = wrong
     launch(compiled(narrow), grid, block, args)
     assert (wrong.float() - ref).abs().max().item() > 3 * attention_atol(dtype)
+
+
+MEDIUM = {
+    "wide4_d128_b16_g4": (a2.VARIANTS["wide4_f16_d128_b16_g4"], [130, 1, 64], [200, 300, 64]),
+    "narrow_bf16_d128_b64_g1": (a2.VARIANTS["narrow_bf16_d128_b64_g1"], [96, 1], [250, 333]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MEDIUM))
+def test_medium_prefill(name):
+    spec, q_lens, kv_lens = MEDIUM[name]
+    out, ref, _ = run_2d(spec, q_lens, kv_lens, num_kv_heads=1)
+    assert_close(spec, out, ref)

@@ -83,3 +83,10 @@ def test_workspace_shape_is_checked():
         a3.kernel_args(spec, q, kc, vc, o, m, torch.zeros(1, 1, 2), table, cu, seqused, 0.1, 2)
     with pytest.raises(ValueError, match="num_segments: must be an int"):
         a3.kernel_args(spec, q, kc, vc, o, m, m, table, cu, seqused, 0.1, 0)
+
+
+@pytest.mark.slow
+def test_medium_long_decode():
+    spec = a3.VARIANTS["narrow_bf16_d128_b16_g5"]
+    partials, ref, _ = run_3d(spec, [1, 1], [700, 1000], 16, num_kv_heads=1)
+    assert_close(spec, merge_segments(*partials), ref)

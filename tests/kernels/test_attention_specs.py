@@ -175,3 +175,41 @@ def test_kernel_args_checks():
                        torch.tensor([5, 9, 9], dtype=torch.int32), 0.1)
     with pytest.raises(ValueError, match="out: shape"):
         a2.kernel_args(spec, q, kc, vc, out[:1], table, cu, seqused, 0.1)
+
+
+def _worst_bank_conflict(dword_addresses):
+    """Most distinct dwords one LDS bank serves in one access, per half wave (32 banks x 4 B)."""
+    import numpy as np
+    worst = 0
+    for half in (slice(0, 32), slice(32, 64)):
+        distinct = np.unique(dword_addresses[half])
+        worst = max(worst, int(np.bincount(distinct % 32).max()))
+    return worst
+
+
+@pytest.mark.parametrize("head_size", [64, 128])
+@pytest.mark.parametrize("flash", [False, True])
+def test_cfv_store_layout_is_bank_conflict_free(head_size, flash):
+    """ALGORITHM.md §9: with cfv_store the V tile is row-major with a pitch of 2 (narrow) / 4
+    (flash) dwords mod 8: the PV operand reads and the row stores hit distinct banks, where the
+    default V^T tile's column stores pile onto one bank."""
+    import numpy as np
+    from rocke.arch.mfma import atom_for
+    from rocke.dsl.tv_layout import TVLayout
+    pitch = head_size + a2.cfv_pad(flash)
+    atom = atom_for("32x32x8" if flash else "16x16x16", "f16")
+    layout = TVLayout.mfma_a(atom) if flash else TVLayout.mfma_b(atom)
+    for v in range(layout.values_per_lane):      # the PV operand reads, one per register
+        rc = layout.coords[:, v]
+        key, d = (rc[:, 1], rc[:, 0]) if flash else (rc[:, 0], rc[:, 1])
+        assert _worst_bank_conflict((key * pitch + d) // 2) == 1
+    lanes = np.arange(64)
+    per_row = head_size // a2.STAGING_VECTOR     # the copy's 16-byte row stores
+    row, col = lanes // per_row, (lanes % per_row) * a2.STAGING_VECTOR
+    first = (row * pitch + col) // 2
+    for group in range(0, 64, 8):                 # a ds_write_b128 serves 8 lanes x 4 dwords per pass
+        dwords = (first[group:group + 8, None] + np.arange(4)).ravel()
+        assert len(set(dwords % 32)) == 32
+    tile = 32                                     # default V^T: each element its own column store
+    vt_pitch = tile + a2.LDS_PAD
+    assert _worst_bank_conflict(((col + 0) * vt_pitch + row) // 2) >= 8
