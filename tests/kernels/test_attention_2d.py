@@ -152,10 +152,9 @@ def test_q_and_out_may_be_strided_views():
 
 
 def test_causal_early_exit_skips_future_tiles():
-    """One sequence, q = kv = 4 tiles: block 0's 1 tile... the causal kernel issues MFMAs for
-    the lower triangle of (query block, KV tile) pairs only."""
+    """One sequence, q = kv = 4 tiles of 16 with BLOCK_Q = T = 16: query block b visits tiles
+    0..b only, 1 + 2 + 3 + 4 = 10 tile steps of the one-tile problem's MFMAs (not 16)."""
     spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_warps=1)
-    # BLOCK_Q = 16 = T: query block b visits tiles 0..b -> 1+2+3+4 = 10 tile steps
     _, _, report_4 = run_2d(spec, [64], [64], num_kv_heads=1)
     _, _, report_1 = run_2d(spec, [16], [16], num_kv_heads=1)
     assert report_4.instructions["MFMA"] == 10 * report_1.instructions["MFMA"]
