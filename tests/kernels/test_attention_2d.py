@@ -161,9 +161,11 @@ def test_causal_early_exit_skips_future_tiles():
 
 
 def test_out_of_range_blocks_are_never_read():
-    """Table entries past a sequence's pages hold 2**30 (make_problem): memcheck would fault on
-    any read of them; a tile running past kv_len reads zeros instead."""
-    spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_warps=4, tile_size=64)
+    """Table entries past a sequence's pages hold 2**30 (make_problem): with the 64-bit page base
+    a use of one would address far outside the cache and memcheck would stop the launch; a tile
+    running past kv_len reads zeros instead."""
+    spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_warps=4, tile_size=64,
+                                     kv_addr_64=True)
     out, ref, _ = run_2d(spec, [5, 1], [17, 33])
     assert_close(spec, out, ref)
 
@@ -216,4 +218,12 @@ MEDIUM = {
 def test_medium_prefill(name):
     spec, q_lens, kv_lens = MEDIUM[name]
     out, ref, _ = run_2d(spec, q_lens, kv_lens, num_kv_heads=1)
+    assert_close(spec, out, ref)
+
+
+def test_sequences_without_queries_are_skipped():
+    """Empty query rows (q_len 0, even kv_len 0) own q blocks that exit at once; their
+    neighbours' blocks are still found by the q-block search."""
+    spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_warps=1, num_queries_per_kv=4)
+    out, ref, _ = run_2d(spec, [0, 5, 0, 1, 6], [0, 9, 4, 3, 30], num_kv_heads=1)
     assert_close(spec, out, ref)
