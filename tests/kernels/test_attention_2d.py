@@ -26,7 +26,7 @@ def compiled(spec, build=a2.build):
 
 
 def make_problem(dtype, head_size, block_size, group, q_lens, kv_lens, *, num_kv_heads=2, seed=0,
-                 spare_blocks=3):
+                 spare_blocks=3, spare_columns=1):
     """vLLM-layout inputs: a shuffled, non-contiguous block table, pages of several sequences
     interleaved in the cache, uniform(-0.5, 0.5) data (seeds/001)."""
     gen = torch.Generator().manual_seed(seed)
@@ -35,7 +35,7 @@ def make_problem(dtype, head_size, block_size, group, q_lens, kv_lens, *, num_kv
     pages = [-(-kv // block_size) for kv in kv_lens]
     num_blocks = sum(pages) + spare_blocks
     perm = torch.randperm(num_blocks, generator=gen)
-    table = torch.full((len(q_lens), max(pages) + 1), 2 ** 30, dtype=torch.int32)   # unused: never read
+    table = torch.full((len(q_lens), max(pages) + spare_columns), 2 ** 30, dtype=torch.int32)
     used = 0
     for s, p in enumerate(pages):
         table[s, :p] = perm[used:used + p]
@@ -48,10 +48,11 @@ def make_problem(dtype, head_size, block_size, group, q_lens, kv_lens, *, num_kv
     return q, k_cache, v_cache, table, cu, seqused
 
 
-def run_2d(spec, q_lens, kv_lens, *, num_kv_heads=2, seed=0, scale=None):
+def run_2d(spec, q_lens, kv_lens, *, num_kv_heads=2, seed=0, scale=None, spare_columns=1):
     q, kc, vc, table, cu, seqused = make_problem(spec.dtype, spec.head_size, spec.block_size,
                                                  spec.num_queries_per_kv, q_lens, kv_lens,
-                                                 num_kv_heads=num_kv_heads, seed=seed)
+                                                 num_kv_heads=num_kv_heads, seed=seed,
+                                                 spare_columns=spare_columns)
     out = torch.full_like(q, 7.0)
     scale = 1 / math.sqrt(spec.head_size) if scale is None else scale
     grid, block = a2.launch_geometry(spec, len(q_lens), q.shape[0], num_kv_heads)
@@ -161,12 +162,12 @@ def test_causal_early_exit_skips_future_tiles():
 
 
 def test_out_of_range_blocks_are_never_read():
-    """Table entries past a sequence's pages hold 2**30 (make_problem): with the 64-bit page base
-    a use of one would address far outside the cache and memcheck would stop the launch; a tile
-    running past kv_len reads zeros instead."""
+    """A 64-token tile over 16-token pages runs past the last sequence's 3 pages; the table is
+    exactly 3 columns wide, so reading its entry for the 4th page would read past the table
+    (memcheck stops the launch). The copy clamps the index and the tokens read zeros instead."""
     spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_warps=4, tile_size=64,
                                      kv_addr_64=True)
-    out, ref, _ = run_2d(spec, [5, 1], [17, 33])
+    out, ref, _ = run_2d(spec, [5, 1], [17, 33], spare_columns=0)
     assert_close(spec, out, ref)
 
 
