@@ -42,7 +42,14 @@ BLOCK_SIZES = (16, 32, 64)
 TILE_SIZES = (16, 32, 64)
 NUM_WARPS = (1, 2, 4, 8)
 LDS_PAD = 8                 # elements appended to each LDS row (bank spread; 16-byte aligned rows)
-CFV_PAD = 2                 # V rows of an odd number of dwords: a PV column read hits 4 banks
+
+
+def cfv_pad(flash: bool) -> int:
+    """Row pad (elements) of the row-major V tile of ``cfv_store`` (ALGORITHM.md §9): a row pitch
+    of 2 (narrow) / 4 (flash) dwords mod 8 puts the rows one PV read touches on distinct banks."""
+    return 8 if flash else 4
+
+
 STAGING_VECTOR = 8          # elements per lane per global access of the cooperative copies
 MAX_GROUP = 16
 
@@ -228,7 +235,7 @@ def lds_model(spec, *, tile: int | None = None) -> dict[str, int]:
         single = (spec.num_warps * 32 if flash else block_m) <= tile
     k_pad = 0 if spec.global_load_lds_k and D * esz < 256 else LDS_PAD
     regions = {"k": (1 if single else 2) * tile * (D + k_pad) * esz}
-    regions["v"] = tile * (D + CFV_PAD) * esz if spec.cfv_store else D * (tile + LDS_PAD) * esz
+    regions["v"] = tile * (D + cfv_pad(flash)) * esz if spec.cfv_store else D * (tile + LDS_PAD) * esz
     if not flash:
         regions["p"] = block_m * (tile + LDS_PAD) * esz
     kv = sum(regions.values())
@@ -531,7 +538,7 @@ class _PathBase:
         k_pad = 0 if s.global_load_lds_k and D * 2 < 256 else LDS_PAD
         self.k_lds = k.lds("k_tile", (nbuf * T, D), s.dtype, pad=k_pad)
         if s.cfv_store:
-            self.v_lds = k.lds("v_tile", (T, D), s.dtype, pad=CFV_PAD)
+            self.v_lds = k.lds("v_tile", (T, D), s.dtype, pad=cfv_pad(s.flash))
         else:
             self.v_lds = k.lds("vt_tile", (D, T), s.dtype, pad=LDS_PAD)
 
