@@ -16,7 +16,7 @@ def _problem(**kw):
     return au.UnifiedAttentionProblem(**base)
 
 
-# ---- select_path (seed 004 §6; ALGORITHM.md §11.1) ----
+# ---- select_path (seed 004 §6; ALGORITHM.md §10.1) ----
 
 def test_num_sms_is_mi300x_without_a_device():
     assert au.num_sms() == MI300X_SMS
@@ -83,7 +83,7 @@ def test_reference_block_q_packs_the_gqa_group(group, block_q):
     assert au.reference_block_q(group) == block_q
 
 
-# ---- the geometry tier (seeds 000 §6-7, 004 §6; ALGORITHM.md §11.2) ----
+# ---- the geometry tier (seeds 000 §6-7, 004 §6; ALGORITHM.md §10.2) ----
 
 @pytest.mark.parametrize("flash_wide, name, warps, single", [
     (4, "wide4", 4, False), (2, "wide2", 2, False), (0, "L4", 1, True)])

@@ -8,7 +8,7 @@ split-KV kernel (``attention_tiled_3d``) followed by ``reduce_segments``. The st
 2. every input is validated on the host (``describe_problem``); nothing is launched and ``out`` is
    untouched when anything is wrong;
 3. ``UnifiedAttentionProblem.select_path`` picks 2D or 3D and ``geometry`` the kernel geometry,
-   each from a small table of rules with the reason beside each (ALGORITHM.md §11);
+   each from a small table of rules with the reason beside each (ALGORITHM.md §10);
 4. the kernel specs are compiled once per process (a dict over the on-disk compile cache) and
    launched.
 """
@@ -31,7 +31,7 @@ KV_ADDR_32_LIMIT = 2 ** 31          # page bases past this many bytes need 64-bi
 WORKGROUPS_PER_CU_TARGET = 4
 # seed 004 §6: at or below this KV length the 2D path is taken regardless of the grid
 SHORT_CONTEXT_K = 512
-# the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §11.1)
+# the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §10.1)
 REFERENCE_BLOCK_M = 16
 MAX_SEGMENTS = 64                   # bounds the 3D workspace and reduce_segments' walk
 # seed 000 §9: prefill up to this query length is host-overhead dominated -> graph replay
@@ -69,7 +69,7 @@ def reference_block_q(num_queries_per_kv: int) -> int:
 
 @dataclass(frozen=True)
 class Geometry:
-    """How one path is mapped onto the device (ALGORITHM.md §11.2)."""
+    """How one path is mapped onto the device (ALGORITHM.md §10.2)."""
     path: str                   # "2d" | "3d"
     regime: str                 # "narrow" (16x16x16, P via LDS) | "flash" (transposed 32x32x8)
     name: str                   # "narrow", "wide4", "wide2", "L4"
@@ -139,7 +139,7 @@ class UnifiedAttentionProblem:
         return self.max_seqlen_q == 1
 
     def grid_2d_reference(self) -> int:
-        """The q-block x kv-head grid the path rule compares with the device (ALGORITHM.md §11.1)."""
+        """The q-block x kv-head grid the path rule compares with the device (ALGORITHM.md §10.1)."""
         block_q = reference_block_q(self.num_queries_per_kv)
         return total_num_q_blocks(self.total_q, self.num_seqs, block_q) * self.num_kv_heads
 
@@ -173,7 +173,7 @@ class UnifiedAttentionProblem:
         return max(1, min(wanted, MAX_SEGMENTS, cdiv(self.max_seqlen_k, geo.tile_size)))
 
 
-# ---- the dispatcher's rules (ALGORITHM.md §11). First match wins; the reason is the why. ----
+# ---- the dispatcher's rules (ALGORITHM.md §10). First match wins; the reason is the why. ----
 # (applies(problem, num_sms), path, reason)
 PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
     # (sliding window -> 2D joins here with issue 8's window feature)

@@ -29,7 +29,8 @@ LEVERS: dict[str, tuple[str, str]] = {
                         "2 = wide2 (WG 128), 0 = L4 (WG 64)"),
     "NUM_WARPS": ("unset", "override num_warps of the flash regime (1, 2, 4 or 8)"),
     "WAVES_PER_EU": ("unset", "amdgpu-waves-per-eu occupancy hint (1..8)"),
-    "IGLP": ("0", "emit the iglp_opt(1) scheduling hint in the KV loop"),
+    "IGLP": ("0", "emit an iglp_opt scheduling hint in the tile step (strategy 0: the kernel's; "
+                  "see ALGORITHM.md §9)"),
     "KV_CACHE_POLICY": ("unset", "KV-cache load policy: stream (non-temporal) or normal; unset = "
                                  "the shipped variants' policy (normal)"),
     "Q_DIRECT": ("0", "load Q straight from global memory into registers (no Q LDS stage)"),
