@@ -20,10 +20,9 @@ from typing import Callable
 
 from rocke.kernels.common import knobs as knobs_mod
 from rocke.kernels.common.knobs import AttentionKnobs
+from rocke.kernels.gfx942.attention_tiled_2d import BLOCK_SIZES, HEAD_SIZES, MAX_GROUP
 
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
-HEAD_SIZES = (64, 128)
-BLOCK_SIZES = (16, 32, 64)
 BACKENDS = ("auto", "2d", "3d")
 KV_ADDR_32_LIMIT = 2 ** 31          # page bases past this many bytes need 64-bit math (seed 004 §7.2)
 
@@ -407,6 +406,10 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     if num_kv_heads < 1 or num_q_heads % num_kv_heads:
         raise ValueError(f"q: num_q_heads {num_q_heads} is not a multiple of the caches' "
                          f"num_kv_heads {num_kv_heads} (GQA needs whole groups)")
+    if num_q_heads // num_kv_heads > MAX_GROUP:
+        raise ValueError(f"q: a GQA group of {num_q_heads // num_kv_heads} query heads per KV head "
+                         f"exceeds the kernels' {MAX_GROUP} (the group is packed into one "
+                         "workgroup's rows)")
     if num_blocks < 1:
         raise ValueError("k: the cache has no blocks")
     for name in ("q", "k", "v", "out"):
