@@ -1,6 +1,7 @@
 """run_unified_attention_torch: the dispatcher's rules (pure, nothing launched), and the whole entry
 point in the emulator (memcheck + racecheck on) against ref_paged_attn."""
 import pytest
+import torch
 
 from rocke.kernels.common import attention_unified as au
 from rocke.kernels.common.knobs import AttentionKnobs, read_knobs
@@ -271,3 +272,21 @@ def test_levers_reach_the_kernel(monkeypatch, env, geometry, warps):
     assert spec.q_major_grid == ("HIPDNN_GFX942_Q_MAJOR_GRID" in env)
     assert spec.kv_cache_policy == "normal"
     _check(args, record, "f16")
+
+
+def test_empty_batch_launches_nothing(monkeypatch):
+    import rocke.runtime
+    monkeypatch.setattr(rocke.runtime, "launch", lambda *a, **k: pytest.fail("launched"))
+    args = make_inputs([(1, 5)], hq=4, hk=2, d=64, bs=16, dtype="f16", seed=1)
+    args.update(q=args["q"][:0], out=args["out"][:0], cu_seqlens_q=torch.zeros(2, dtype=torch.int32),
+                max_seqlen_q=0)
+    assert au.run_unified_attention_torch(**args) is None
+
+
+def test_size_one_dimensions_with_odd_strides_are_accepted():
+    """torch may give a size-1 dimension any stride; only real overlap is an error."""
+    args = make_inputs([(2, 5)], hq=2, hk=1, d=64, bs=16, dtype="f16", seed=2)
+    k = args["k"]
+    args["k"] = k.as_strided(k.shape, (k.stride(0), k.stride(1), 10 ** 6, 1))   # Hk = 1
+    args["v"] = args["v"].as_strided(k.shape, (k.stride(0), k.stride(1), 7, 1))
+    assert au.describe_problem(**args).num_kv_heads == 1

@@ -300,8 +300,9 @@ def _check_row_major(name: str, t):
         raise ValueError(f"{name}: the last (head_size) dimension must have stride 1, "
                          f"got strides {t.stride()}")
     for i in range(t.dim() - 1):
-        if t.shape[i] > 1 and t.stride(i) < t.stride(i + 1) * t.shape[i + 1]:
-            raise ValueError(f"{name}: dimension {i} overlaps dimension {i + 1} (strides "
+        inner = 1 + sum((n - 1) * st for n, st in zip(t.shape[i + 1:], t.stride()[i + 1:]))
+        if t.shape[i] > 1 and t.stride(i) < inner:
+            raise ValueError(f"{name}: dimension {i} overlaps the dimensions inside it (strides "
                              f"{t.stride()}, shape {list(t.shape)}); rows must not overlap")
 
 
