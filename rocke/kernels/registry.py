@@ -37,6 +37,9 @@ FAMILIES: dict[str, str] = {
     "gemm_bias_gelu": "rocke.kernels.samples.gemm_bias_gelu",
     "paged_decode": "rocke.kernels.samples.paged_decode",
     "flash_attention": "rocke.kernels.samples.flash_attention",
+    "attention_2d": "rocke.kernels.gfx942.attention_tiled_2d",
+    "attention_3d": "rocke.kernels.gfx942.attention_tiled_3d",
+    "reduce_segments": "rocke.kernels.gfx942.reduce_segments",
 }
 
 _REGISTERED: dict[str, str] = {}
