@@ -1,9 +1,17 @@
 """Public entry point of the gfx942 emulator: `launch(code, kernel, grid, block, args, ...)`.
 
-Readings of the ISA this engine commits to (each has a test in tests/emu/test_engine.py):
-- raw buffer range check: (VGPR offset + instruction offset) + access size <= num_records per
-  dword, the SGPR offset excluded; structured buffers check index < num_records;
-  out-of-range loads return 0 and out-of-range stores are dropped;
+Readings of the ISA this engine commits to (tests in tests/emu/test_engine.py and, for buffers,
+tests/emu/test_buffer_rules.py):
+- buffer range check, as the hardware does it (AMD's CDNA simulator, checked against the
+  hardware; the CDNA3 ISA guide's text leaves the SGPR offset out, the hardware does not):
+  the byte offset is SOFFSET + ((VOFFSET + instruction offset) mod 2**32) — only the VGPR
+  offset plus the instruction offset wraps at 32 bits — and an access is in range when
+  byte offset + its size <= num_records; dwordx2/x3/x4 loads and stores are checked dword by
+  dword; atomics are all or nothing (an out-of-range atomic changes nothing and returns 0);
+  only IDXEN on a buffer with a nonzero stride checks index < num_records instead, OFFEN
+  alone is checked by byte offset; out-of-range loads return 0, out-of-range stores are
+  dropped, out-of-range lanes of `buffer_load_dword ... lds` write 0 to LDS. (Format
+  loads/stores and MTBUF, all or nothing on hardware, are not decoded.)
 - LDS DMA writes lane i's dword to LDS at M0 + instruction offset + 4 * i;
 - DPP: a source lane outside the row/wave or with EXEC off is invalid (bound_ctrl writes 0,
   otherwise the lane keeps its old value); row_mask/bank_mask disable writes;
