@@ -54,6 +54,7 @@ class LaunchReport:
     instructions: dict[str, int] = field(default_factory=dict)  # wave-level issues per class
     lane_instructions: int = 0   # active lanes summed over VALU/VMEM/DS/MFMA issues
     emulator_wall_time_s: float = 0.0   # host time spent emulating: not GPU time
+    batches: int = 0   # scheduler picks: groups of waves run together (fewer = wider batches)
 
     @property
     def total_instructions(self) -> int:
@@ -154,15 +155,17 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
                        -1).transpose(2, 1, 0, 3).reshape(-1, 3)   # x fastest
     counts = [0] * len(CLASSES)
     lane_instructions = 0
+    batches = 0
     for first in range(0, len(all_ids), pool_wgs):
         pool = Pool(dk, memory, all_ids[first:first + pool_wgs], block3, lds_bytes, check)
         _initial_state(pool, dk, block3, kernarg, dispatch, queue)
         pool.run()
         counts = [a + b for a, b in zip(counts, pool.counts)]
         lane_instructions += pool.lane_instructions
+        batches += pool.batches
     wall = time.perf_counter() - start
     return LaunchReport(kernel, grid3, block3, len(all_ids), len(all_ids) * waves_per_wg,
-                        dict(zip(CLASSES, counts)), lane_instructions, wall)
+                        dict(zip(CLASSES, counts)), lane_instructions, wall, batches)
 
 
 def _dispatch_packet(grid, block, group_segment, kernarg_address) -> np.ndarray:

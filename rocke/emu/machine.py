@@ -10,6 +10,8 @@ from .operands import EXEC_LO
 from .program import CLASSES, DecodedKernel
 
 RUN, BARRIER, DONE = 0, 1, 2
+# backward branches a wave may run ahead of the runnable wave furthest behind (see Pool._run)
+FAIR_SLACK = 32
 LDS_GRANULE = 16   # bytes: the widest LDS access of one lane; LDS strides are multiples
 
 
@@ -38,11 +40,14 @@ class Pool:
         self.lds_stride = max(LDS_GRANULE, -(-lds_bytes // LDS_GRANULE) * LDS_GRANULE)
         self.lds = np.zeros(self.num_wgs * self.lds_stride, np.uint8)
         self.vm_issued = np.zeros(n, np.int64)
+        self.loops = np.zeros(n, np.int64)   # backward branches taken, per wave
+        self.loops_floor = 0
         self._exec_sel = self._exec_cached = None
         self._current = None
         self.workspace: dict = {}   # scratch arrays reused by instructions (see mfma.execute)
         self.counts = [0] * len(CLASSES)
         self.lane_instructions = 0
+        self.batches = 0          # scheduler picks (a group of waves run together)
         if check:
             self.race = RaceTracker(self, wpw)
 
@@ -221,14 +226,26 @@ class Pool:
             raise EmulatorError(f"{where}: emulation failed with {type(err).__name__}: {err}") from err
 
     def _run(self):
+        """Batched scheduling: the runnable waves at the lowest pc run together until a branch
+        (or, when some runnable waves are elsewhere, a branch target). For forward progress,
+        each wave counts the backward branches it takes (`loops`); a wave more than
+        FAIR_SLACK loop iterations ahead of the runnable wave furthest behind is not scheduled,
+        so a wave spinning on memory lets the wave it waits for run. Waves whose loop counts
+        stay within the slack are scheduled by pc alone, which keeps batches wide."""
         code = self.kernel.code
         is_target = self.kernel.is_target
         counts = self.counts
-        status, pc = self.status, self.pc
+        status, pc, loops = self.status, self.pc, self.loops
+        eligible = None            # runnable waves within the slack; None: every runnable wave
         while True:
             runnable = status == RUN
+            if eligible is not None:
+                runnable &= eligible
             count = int(np.count_nonzero(runnable))
             if count == 0:
+                if eligible is not None:
+                    eligible = self._eligible()
+                    continue
                 if (status == DONE).all():
                     return
                 if not self.release_barriers():
@@ -238,6 +255,7 @@ class Pool:
                                         "rest of its workgroup never reaches")
                 continue
             p = int(pc[runnable].min())
+            self.batches += 1
             idx = np.flatnonzero(runnable & (pc == p))
             n = len(idx)
             full = n == count
@@ -253,6 +271,16 @@ class Pool:
                     pc[sel] = p
                     d.run(self, sel, n, p)
                     self._exec_sel = None
+                    if d.control == "branch":
+                        back = pc[sel] <= p
+                        if back.any():
+                            loops[sel] += back
+                            self.watchdog_tick()
+                            if eligible is not None or \
+                                    int(loops[sel].max()) > self.loops_floor + FAIR_SLACK:
+                                eligible = self._eligible()
+                    elif eligible is not None:
+                        eligible = self._eligible()
                     break
                 self.lane_instructions += d.run(self, sel, n)
                 if d.writes_exec:
@@ -261,6 +289,20 @@ class Pool:
                 if not full and is_target[p]:
                     pc[sel] = p
                     break
+
+    def _eligible(self):
+        """Runnable waves at most FAIR_SLACK backward branches ahead of the one furthest behind
+        (None when that is all of them), and the new floor of loop counts."""
+        runnable = self.status == RUN
+        if not runnable.any():
+            return None
+        behind = int(self.loops[runnable].min())
+        self.loops_floor = behind
+        within = self.loops <= behind + FAIR_SLACK
+        return None if within[runnable].all() else within
+
+    def watchdog_tick(self):
+        """Called at every backward branch batch; a launch's wall-time budget is enforced here."""
 
 
 READ_LOG_ROWS = 1 << 21   # rows of reads kept unreplayed (bounds the log to 16 MiB)
