@@ -1,9 +1,11 @@
 """Machine state of a pool of resident workgroups, the batched scheduler, and the checkers."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
-from .errors import EmulatorError, LdsFault, LdsRace, MemoryFault
+from .errors import EmulatorError, LaunchTimeout, LdsFault, LdsRace, MemoryFault
 from .memory import AccessFault, GlobalMemory, access_rows, put_rows, take_rows
 from .memops import apply_atomics
 from .operands import EXEC_LO
@@ -48,6 +50,8 @@ class Pool:
         self.counts = [0] * len(CLASSES)
         self.lane_instructions = 0
         self.batches = 0          # scheduler picks (a group of waves run together)
+        self.deadline = None      # time.perf_counter() value past which the launch stops
+        self.budget_s = 0.0
         if check:
             self.race = RaceTracker(self, wpw)
 
@@ -302,7 +306,28 @@ class Pool:
         return None if within[runnable].all() else within
 
     def watchdog_tick(self):
-        """Called at every backward branch batch; a launch's wall-time budget is enforced here."""
+        """Called at every backward branch batch (only loops can run forever): stop the launch
+        once its wall-time budget is spent."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.raise_timeout()
+
+    def raise_timeout(self, also: str = ""):
+        running = np.flatnonzero(self.status != DONE)
+        code = self.kernel.code
+        shown = []
+        for wave in running[:4]:
+            p = int(self.pc[wave])
+            where = (f"line {code[p].instr.line_no} `{code[p].instr.text}`" if p < len(code)
+                     else f"instruction {p}")
+            state = "at a barrier" if self.status[wave] == BARRIER else "running"
+            shown.append(f"{self.wave_label(wave)} {state} at {where}")
+        more = f" (and {len(running) - 4} more)" if len(running) > 4 else ""
+        waves = (f"{len(running)} waves had not ended: " + "; ".join(shown) + more
+                 if len(running) else "")
+        raise LaunchTimeout(
+            f"kernel {self.kernel.source.name}: stopped after its emulator wall-time budget of "
+            f"{self.budget_s:g} s (timeout_s= / ROCKE_EMU_TIMEOUT_S); "
+            + "; ".join(t for t in (waves, also) if t))
 
 
 READ_LOG_ROWS = 1 << 21   # rows of reads kept unreplayed (bounds the log to 16 MiB)

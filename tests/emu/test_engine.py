@@ -645,12 +645,13 @@ def test_global_lds_dma_flat_scalar_buffer_and_f16_high_bits():
     rng = torch.Generator().manual_seed(3)
     src = torch.randint(0, 1000, (64,), dtype=torch.int32, generator=rng)
     memory = torch.randint(0, 1000, (68,), dtype=torch.int32, generator=rng)
-    generic, constants = memory[:64], memory[64:]
+    constants = memory[64:]
     constants.copy_(torch.tensor([5, 6, 77, 8]))
     out = torch.zeros(64, dtype=torch.int32)
     rsrc = constants.data_ptr() | (16 << 64) | (0x00020000 << 96)
-    emu.launch(asm, "mixed", 1, 64, [src, out, generic, rsrc])
-    total = src.numpy()[::-1].astype(np.int64) + 77 + generic.numpy()
+    # the scalar buffer's bytes must be inside an argument's view: `generic` spans all of memory
+    emu.launch(asm, "mixed", 1, 64, [src, out, memory, rsrc])
+    total = src.numpy()[::-1].astype(np.int64) + 77 + memory.numpy()[:64]
     half = (total & 0xFFFF).astype(np.uint16).view(np.float16)
     bumped = (half + np.float16(1)).astype(np.float16).view(np.uint16).astype(np.int64)
     expected = ((total + bumped) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
