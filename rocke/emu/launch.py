@@ -58,6 +58,8 @@ class LaunchReport:
     lane_instructions: int = 0   # active lanes summed over VALU/VMEM/DS/MFMA issues
     emulator_wall_time_s: float = 0.0   # host time spent emulating: not GPU time
     batches: int = 0   # scheduler picks: groups of waves run together (fewer = wider batches)
+    shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
+    shadow_bytes: int = 0        # bytes copied for rollback (every argument's view span)
 
     @property
     def total_instructions(self) -> int:
@@ -288,6 +290,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
 
     start = time.perf_counter()
     shadow = _Shadow(ranges)
+    copied = time.perf_counter()
     try:
         report = _run_pools(dk, memory, grid3, block3, static_lds + int(shared_mem), check,
                             kernarg, dispatch, queue, start + budget, budget)
@@ -295,6 +298,8 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
         shadow.restore()
         raise
     report.emulator_wall_time_s = time.perf_counter() - start
+    report.shadow_copy_s = copied - start
+    report.shadow_bytes = sum(end - begin for begin, end, _ in ranges)
     return report
 
 
