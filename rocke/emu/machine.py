@@ -338,12 +338,14 @@ class RaceTracker:
 
     `written` holds (pc << 8) | (wave + 1) of the last write of a byte this epoch (wave: index
     within the workgroup; 0 = not written). `readers` has one plane of `size` bytes per wave
-    index w, nonzero where wave w read the byte this epoch: a read marks all its waves with one
-    scatter, no read-modify-write. The pc of a byte's last read, needed only to report a race, is
-    `reader_pc` updated by the reads of `read_log` (pc, granule, rows), which are replayed into
-    it only when the log grows long. `written` and `readers` are cleared when a barrier
-    releases. An access moves each array a row of `granule` bytes at a time (see
-    memory.access_rows).
+    index w, nonzero where wave w read the byte this epoch, and `reader_pc` the pc of a byte's
+    last read (only to report a race). Both are filled lazily: a read is only appended to
+    `read_log` (time, pc, granule, rows, wave of each row), and the log is replayed into them
+    when a write meets a workgroup read this epoch or the log grows long — most kernels put a
+    barrier between reading and rewriting LDS, so most reads are never replayed. An entry is
+    stale for a workgroup whose epoch began after it (`clock` counts barrier releases,
+    `epoch_start` per workgroup). `written` and `readers` are cleared when a barrier releases.
+    An access moves each array a row of `granule` bytes at a time (see memory.access_rows).
     """
 
     def __init__(self, pool: Pool, waves_per_wg: int):
@@ -358,8 +360,11 @@ class RaceTracker:
         self.size, self.waves_per_wg = size, waves_per_wg
         self.readers = np.zeros(waves_per_wg * size, np.uint8)
         self.reader_pc = np.zeros(size, np.int32)
-        self.read_log: list[tuple[int, int, np.ndarray]] = []
+        self.read_log: list[tuple[int, int, int, np.ndarray, np.ndarray]] = []
         self.read_log_rows = 0
+        self.clock = 0
+        self.epoch_start = np.zeros(pool.num_wgs, np.int64)
+        self.replayed = np.zeros(pool.num_wgs, bool)   # `readers` may hold marks
         self.pending: dict[int, list] = {}   # wave -> [(vm sequence, flat bytes, pc)]
         # workgroups whose `written` / `readers` may hold marks this epoch: the others are known
         # clean, so their checks and clearing can be skipped
@@ -438,6 +443,7 @@ class RaceTracker:
         plane_rows = self.size // granule
         if write:
             if any_reader:
+                self._replay_reads()
                 others = np.zeros((len(rows), granule), bool)
                 for w in range(self.waves_per_wg):
                     read = take_rows(self.readers, granule, rows + w * plane_rows) != 0
@@ -449,39 +455,49 @@ class RaceTracker:
                     other = next(w for w in range(self.waves_per_wg) if w != local[row]
                                  and self.readers[w * self.size + flat_byte])
                     self._report(ins, pc, flat_byte, row_wave[row], True, other,
-                                 self._last_read_pc(flat_byte), "read")
+                                 int(self.reader_pc[flat_byte]), "read")
             if atomic:
                 return
             mark = mine | np.int32(pc << 8)
             put_rows(self.written, granule, rows, np.repeat(mark, granule, axis=1))
             self._batch = (granule, rows, mark, row_wave, pc, new_bytes)
         else:
-            put_rows(self.readers, granule, rows + local * plane_rows, np.ones((1, granule)))
-            self.read_log.append((pc, granule, rows))
+            self.read_log.append((self.clock, pc, granule, rows, local))
             self.read_log_rows += len(rows)
             if self.read_log_rows > READ_LOG_ROWS:
                 self._replay_reads()
 
     def _replay_reads(self):
-        for pc, granule, rows in self.read_log:
+        """Mark the logged reads of still-current epochs in `readers` / `reader_pc`."""
+        stride = self.pool.lds_stride
+        plane_rows_of = {}
+        for time_, pc, granule, rows, local in self.read_log:
+            wg = rows * granule // stride
+            current = time_ >= self.epoch_start[wg]
+            if not current.all():
+                rows, local, wg = rows[current], local[current], wg[current]
+                if not len(rows):
+                    continue
+            plane_rows = plane_rows_of.setdefault(granule, self.size // granule)
+            put_rows(self.readers, granule, rows + local * plane_rows, np.ones((1, granule)))
             put_rows(self.reader_pc, granule, rows, np.full((1, granule), pc))
+            self.replayed[wg] = True
         self._forget_reads()
 
     def _forget_reads(self):
         self.read_log.clear()
         self.read_log_rows = 0
 
-    def _last_read_pc(self, flat_byte: int) -> int:
-        for pc, granule, rows in reversed(self.read_log):
-            if (rows == flat_byte // granule).any():
-                return pc
-        return int(self.reader_pc[flat_byte])
-
     def check_batch_writes(self, ins):
         """After a batch's write landed: two waves of the batch wrote one byte differently."""
         granule, rows, mark, row_wave, pc, new_bytes = self._batch
+        # a row's bytes all carry its writer's mark, and a later duplicate row overwrites a
+        # whole row: comparing each row's first byte finds every row another wave won
+        lost = self.written[rows * granule] != mark[:, 0]
+        if not lost.any():
+            return
         written = take_rows(self.written, granule, rows)
-        clash = written != mark
+        clash = (written != mark) & lost[:, None]
         if new_bytes is not None and clash.any():
             clash &= take_rows(self.pool.lds, granule, rows) != new_bytes
         if clash.any():
@@ -525,13 +541,16 @@ class RaceTracker:
         if len(wrote):
             self.written.reshape(pool.num_wgs, pool.lds_stride)[wrote] = 0
             self.wrote[wrote] = False
+        self.clock += 1
+        self.epoch_start[wgs] = self.clock    # logged reads of these workgroups are now stale
         if len(was_read):
-            self.readers.reshape(self.waves_per_wg, pool.num_wgs, pool.lds_stride)[:, was_read] = 0
+            marked = was_read[self.replayed[was_read]]
+            if len(marked):
+                self.readers.reshape(self.waves_per_wg, pool.num_wgs, pool.lds_stride)[:, marked] = 0
+                self.replayed[marked] = False
             self.was_read[was_read] = False
             if not self.was_read.any():
-                # every byte read from now on is logged anew: older reads can no longer be
-                # the last read of a byte a race report names
-                self._forget_reads()
+                self._forget_reads()   # every logged read is stale
         # LDS-DMA writes still in flight may land anywhere in the new epoch
         released = set(wgs.tolist())
         for wave, entries in self.pending.items():
