@@ -115,12 +115,23 @@ def _budget(timeout_s) -> float:
     return float(timeout_s)
 
 
+_FLOAT_DTYPES = {2: np.float16, 4: np.float32, 8: np.float64}
 _FLOAT_LIMITS = {2: ("f16", 65504.0), 4: ("f32", float(np.finfo(np.float32).max)),
                  8: ("f64", float("inf"))}
 
 
-def _check_by_value(arg: abi.KernArg, value):
-    """Refuse what packing would mangle or crash on (the packer checks the rest)."""
+def _by_value(arg: abi.KernArg, value):
+    """`value` ready for packing, or ValueError for what packing would mangle or crash on (the
+    packer checks the rest). numpy scalars of another size pass when their value is exact."""
+    if isinstance(value, np.generic) and value.dtype.itemsize != arg.size:
+        if isinstance(value, (np.integer, np.bool_)):
+            value = int(value)
+        elif isinstance(value, np.floating):
+            if arg.size not in _FLOAT_DTYPES or np.isfinite(value) and \
+                    _FLOAT_DTYPES[arg.size](value) != value:
+                raise ValueError(f"{arg.label}: {value.dtype} {value} is not exactly "
+                                 f"representable in {arg.size} bytes")
+            value = float(value)
     if isinstance(value, float):
         if arg.size not in _FLOAT_LIMITS:
             raise ValueError(f"{arg.label}: cannot pass a float in {arg.size} bytes")
@@ -128,6 +139,7 @@ def _check_by_value(arg: abi.KernArg, value):
         if np.isfinite(value) and abs(value) > largest:
             raise ValueError(f"{arg.label}: float {value!r} does not fit in {arg.size} bytes "
                              f"({name}, largest finite {largest:g})")
+    return value
 
 
 def _writes_through(metadata_arg: dict) -> bool:
@@ -261,12 +273,13 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
                          f"got {len(args)}")
     metadata_args = source.metadata.get(".args", [])
     spans = []
-    for arg, value in zip(explicit, args):
+    args = list(args)
+    for position, (arg, value) in enumerate(zip(explicit, args)):
         if _is_tensor(value):
             if arg.value_kind in abi.POINTER_KINDS:
                 spans.append(_tensor_span(arg, value, _writes_through(metadata_args[arg.index])))
         elif arg.value_kind == "by_value":
-            _check_by_value(arg, value)
+            args[position] = _by_value(arg, value)
     if not allow_alias:
         _check_aliasing(spans)
     segment_size = int(source.descriptor.get("amdhsa_kernarg_size", 0))

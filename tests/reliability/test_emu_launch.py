@@ -167,7 +167,9 @@ def test_huge_legal_grid_allocates_nothing_up_front_and_is_stopped_by_the_watchd
     (3, -2 ** 31 - 1, [r"argument 3 \(n, by_value\)", "does not fit in 4 bytes"]),
     (4, 1e39, [r"argument 4 \(scale, by_value\)", r"does not fit in 4 bytes", "f32"]),
     (4, -3.5e38, [r"argument 4 \(scale, by_value\)", r"does not fit in 4 bytes"]),
-    (4, np.float64(1.0), [r"argument 4 \(scale, by_value\)", "has size 4", "float64"]),
+    (4, np.float64(0.1), [r"argument 4 \(scale, by_value\)", "float64 0.1",
+                          "not exactly representable in 4 bytes"]),
+    (3, np.int64(2 ** 40), [r"argument 3 \(n, by_value\)", "does not fit in 4 bytes"]),
     (3, "256", [r"argument 3 \(n, by_value\)", "unsupported argument type str"]),
     (3, None, [r"argument 3 \(n, by_value\)", "pass a number"]),
     (3, torch.ones(1), [r"argument 3 \(n, by_value\)", "pass a number"]),
@@ -181,6 +183,12 @@ def test_bad_arguments(position, value, words):
     args = vadd_args()
     args[position] = value
     expect(ValueError, words, lambda: emu.launch(asm("vadd"), "vadd", 4, 256, args), args)
+
+
+def test_numpy_scalars_of_another_size_pass_when_exact():
+    a, b, c = torch.arange(256.0), torch.ones(256), torch.zeros(256)
+    emu.launch(asm("vadd"), "vadd", 1, 256, [a, b, c, np.int64(200), np.float64(0.5)])
+    assert c[:200].tolist() == (a[:200] * 0.5 + 1).tolist() and torch.all(c[200:] == 0)
 
 
 @pytest.mark.parametrize("args_of, words", [
