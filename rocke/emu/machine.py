@@ -322,8 +322,8 @@ class Pool:
             state = "at a barrier" if self.status[wave] == BARRIER else "running"
             shown.append(f"{self.wave_label(wave)} {state} at {where}")
         more = f" (and {len(running) - 4} more)" if len(running) > 4 else ""
-        waves = (f"{len(running)} waves had not ended: " + "; ".join(shown) + more
-                 if len(running) else "")
+        count = f"{len(running)} wave{'s' if len(running) != 1 else ''}"
+        waves = f"{count} had not ended: " + "; ".join(shown) + more if len(running) else ""
         raise LaunchTimeout(
             f"kernel {self.kernel.source.name}: stopped after its emulator wall-time budget of "
             f"{self.budget_s:g} s (timeout_s= / ROCKE_EMU_TIMEOUT_S); "

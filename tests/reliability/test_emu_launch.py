@@ -333,7 +333,7 @@ def test_loop_with_step_zero_is_stopped_by_the_environment_budget(monkeypatch):
     monkeypatch.setenv("ROCKE_EMU_TIMEOUT_S", "0.2")
     out = torch.zeros(64, dtype=torch.int32)
     args = [out, 10, 0]
-    message = expect(emu.LaunchTimeout, [r"ROCKE_EMU_TIMEOUT_S", r"1 waves had not ended",
+    message = expect(emu.LaunchTimeout, [r"ROCKE_EMU_TIMEOUT_S", r"1 wave had not ended",
                                          r"line \d+ `"],
                      lambda: emu.launch(asm("step_loop"), "step_loop", 1, 64, args), args)
     assert torch.all(out == 0), message
