@@ -333,6 +333,7 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
         ids = np.stack([flat % gx, flat // gx % gy, flat // (gx * gy)], -1)
         pool = Pool(dk, memory, ids, block3, lds_bytes, check)
         pool.deadline, pool.budget_s = deadline, budget
+        pool.not_started = max(0, total - first - pool_wgs)
         _initial_state(pool, dk, block3, kernarg, dispatch, queue)
         pool.run()
         counts = [a + b for a, b in zip(counts, pool.counts)]

@@ -52,6 +52,7 @@ class Pool:
         self.batches = 0          # scheduler picks (a group of waves run together)
         self.deadline = None      # time.perf_counter() value past which the launch stops
         self.budget_s = 0.0
+        self.not_started = 0      # workgroups of the launch waiting for later pools
         if check:
             self.race = RaceTracker(self, wpw)
 
@@ -324,10 +325,15 @@ class Pool:
         more = f" (and {len(running) - 4} more)" if len(running) > 4 else ""
         count = f"{len(running)} wave{'s' if len(running) != 1 else ''}"
         waves = f"{count} had not ended: " + "; ".join(shown) + more if len(running) else ""
+        later = ""
+        if self.not_started and len(running):
+            later = (f"{self.not_started} workgroups of the launch had not started yet (the "
+                     f"emulator keeps {self.num_wgs} workgroups resident at a time; a wave "
+                     "waiting for a workgroup not yet resident cannot finish)")
         raise LaunchTimeout(
             f"kernel {self.kernel.source.name}: stopped after its emulator wall-time budget of "
             f"{self.budget_s:g} s (timeout_s= / ROCKE_EMU_TIMEOUT_S); "
-            + "; ".join(t for t in (waves, also) if t))
+            + "; ".join(t for t in (waves, later, also) if t))
 
 
 READ_LOG_ROWS = 1 << 21   # rows of reads kept unreplayed (bounds the log to 16 MiB)

@@ -98,3 +98,19 @@ def test_cross_workgroup_semaphore_chain_completes():
     expected = np.cumsum(np.arange(workgroups)[::-1])[::-1]   # values[k] = k + ... + last
     assert values.tolist() == expected.tolist()
     assert flags.tolist() == [1] * workgroups
+
+
+def test_waiting_for_a_workgroup_beyond_the_resident_pool_names_it(monkeypatch):
+    """The emulator keeps MAX_POOL_WAVES waves resident; a chain reaching past them cannot end
+    (as on hardware when the waited-for workgroup is not resident): the watchdog says why."""
+    import importlib
+    monkeypatch.setattr(importlib.import_module("rocke.emu.launch"), "MAX_POOL_WAVES", 8)
+    asm = compile_ir(SEMAPHORE_CHAIN)
+    flags = torch.zeros(6, dtype=torch.int32)
+    values = torch.full((6,), -1, dtype=torch.int32)
+    with pytest.raises(emu.LaunchTimeout) as info:
+        emu.launch(asm, "chain", 6, 128, [flags, values, 5], timeout_s=0.3)
+    message = str(info.value)
+    assert "2 workgroups of the launch had not started" in message
+    assert "keeps 4 workgroups resident" in message
+    assert flags.tolist() == [0] * 6 and values.tolist() == [-1] * 6
