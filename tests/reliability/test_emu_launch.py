@@ -254,6 +254,8 @@ def test_two_writable_arguments_overlapping_are_refused():
 
 
 def test_read_only_inputs_may_share_memory():
+    # what marks them: LLVM's metadata for a noalias readonly pointer (rocke's readonly=True)
+    assert asm("add_ro").count(".actual_access:  read_only") == 2
     x = torch.arange(256, dtype=torch.float32)
     out = torch.zeros(256)
     emu.launch(asm("add_ro"), "add_ro", 4, 64, [x, x, out, 256])
