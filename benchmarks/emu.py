@@ -7,10 +7,17 @@ each workload also pays the emulator's one-off parse/decode (later launches hit 
 which the median mostly hides. Workloads: axpy (1024 waves), matmul (bf16, 256 waves),
 flash_attention (512 waves), matmul_f16 (256 waves), softmax (1024 waves).
 
-Run:  .venv/bin/python benchmarks/emu.py [--repeats 3] [--workloads NAME ...]
+Each workload also reports the scheduler's batch count (deterministic: fewer = wider batches),
+the process CPU time (less disturbed than wall time by other load on the host), and the cost of
+the launch's safety features: the shadow copies that make a failed launch leave its arguments
+untouched (`shadow_copy_s`, measured inside every launch) and, with --safety-ab, the same
+workload with the shadow copies and the watchdog switched off (an A/B of process CPU time).
+
+Run:  .venv/bin/python benchmarks/emu.py [--repeats 3] [--workloads NAME ...] [--safety-ab]
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -23,6 +30,10 @@ import numpy
 import torch
 
 import rocke.emu
+import rocke.emu.machine
+from rocke.emu import launch as _launch_function
+
+_LAUNCH_MODULE = sys.modules[_launch_function.__module__]
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "triton"
 WAVE_SIZE = 64
@@ -131,17 +142,52 @@ def launch(fixture_name, grid, runtime_args):
     ordered = [runtime_args[arg["name"]] for arg in info["runtime_args"]]
     ordered += [None] * info["extra_trailing_pointer_args"]
     start = time.perf_counter()
+    cpu = time.process_time()
     report = rocke.emu.launch(asm, info["kernel_symbol"], grid, tuple(info["block"]), ordered,
                               shared_mem=info["shared_mem_bytes"], check=True)
+    report.process_cpu_s = time.process_time() - cpu
     return time.perf_counter() - start, report, info
 
 
-def run_workload(name, repeats):
+class _NoShadow:
+    def __init__(self, ranges):
+        pass
+
+    def restore(self):
+        pass
+
+
+@contextlib.contextmanager
+def safety_off():
+    """Shadow copies and watchdog disabled (for the A/B only; never do this for real)."""
+    shadow, tick = _LAUNCH_MODULE._Shadow, rocke.emu.machine.Pool.watchdog_tick
+    _LAUNCH_MODULE._Shadow = _NoShadow
+    rocke.emu.machine.Pool.watchdog_tick = lambda self: None
+    try:
+        yield
+    finally:
+        _LAUNCH_MODULE._Shadow = shadow
+        rocke.emu.machine.Pool.watchdog_tick = tick
+
+
+def safety_ab(fixture_name, grid, runtime_args, repeats):
+    """Median process CPU time with the safety features off and on, interleaved."""
+    on, off = [], []
+    for _ in range(repeats):
+        with safety_off():
+            off.append(launch(fixture_name, grid, runtime_args)[1].process_cpu_s)
+        on.append(launch(fixture_name, grid, runtime_args)[1].process_cpu_s)
+    return statistics.median(off), statistics.median(on)
+
+
+def run_workload(name, repeats, ab=False):
     fixture_name, grid, runtime_args, output_name, reference = WORKLOADS[name]()
-    wall_times, report, info = [], None, None
+    wall_times, cpu_times, shadow_times, report, info = [], [], [], None, None
     for _ in range(repeats):
         seconds, report, info = launch(fixture_name, grid, runtime_args)
         wall_times.append(seconds)
+        cpu_times.append(report.process_cpu_s)
+        shadow_times.append(report.shadow_copy_s)
     median = statistics.median(wall_times)
     waves = grid[0] * grid[1] * grid[2] * info["block"][0] // WAVE_SIZE
     lane_instructions = report.lane_instructions
@@ -157,19 +203,30 @@ def run_workload(name, repeats):
           f"instructions, emulator-internal wall time {report.emulator_wall_time_s:.3f} s")
     print("  wave-instructions by class: "
           + ", ".join(f"{cls} {count:,}" for cls, count in report.instructions.items() if count))
+    print(f"  scheduler batches: {report.batches:,}; process CPU time (median): "
+          f"{statistics.median(cpu_times):.3f} s")
+    shadow = statistics.median(shadow_times)
+    print(f"  rollback shadow copies: {report.shadow_bytes / 2 ** 20:.2f} MiB in {shadow * 1e3:.2f} ms "
+          f"= {100 * shadow / median:.2f} % of the emulator wall time")
+    if ab:
+        off, on = safety_ab(fixture_name, grid, runtime_args, repeats)
+        print(f"  safety A/B (process CPU, median of {repeats}): shadow copies + watchdog off "
+              f"{off:.3f} s, on {on:.3f} s ({100 * (on - off) / off:+.1f} %)")
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="launches per workload (median)")
     parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS),
                         default=list(WORKLOADS), help="which workloads to run")
+    parser.add_argument("--safety-ab", action="store_true",
+                        help="also time each workload with shadow copies and watchdog off")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     print("rocke gfx942 emulator benchmark -- emulator wall time on this host, NOT GPU time")
     print("\n".join(host_description()))
     for name in args.workloads:
-        run_workload(name, args.repeats)
+        run_workload(name, args.repeats, args.safety_ab)
     return 0
 
 

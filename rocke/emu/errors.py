@@ -15,3 +15,8 @@ class LdsFault(EmulatorError):
 
 class LdsRace(EmulatorError):
     """Two waves of a workgroup touched the same LDS bytes without a barrier in between."""
+
+
+class LaunchTimeout(EmulatorError):
+    """A launch ran past its wall-time budget (`timeout_s`, ROCKE_EMU_TIMEOUT_S): an endless or
+    far too long kernel."""

@@ -1,9 +1,17 @@
 """Public entry point of the gfx942 emulator: `launch(code, kernel, grid, block, args, ...)`.
 
-Readings of the ISA this engine commits to (each has a test in tests/emu/test_engine.py):
-- raw buffer range check: (VGPR offset + instruction offset) + access size <= num_records per
-  dword, the SGPR offset excluded; structured buffers check index < num_records;
-  out-of-range loads return 0 and out-of-range stores are dropped;
+Readings of the ISA this engine commits to (tests in tests/emu/test_engine.py and, for buffers,
+tests/emu/test_buffer_rules.py):
+- buffer range check, as the hardware does it (AMD's CDNA simulator, checked against the
+  hardware; the CDNA3 ISA guide's text leaves the SGPR offset out, the hardware does not):
+  the byte offset is SOFFSET + ((VOFFSET + instruction offset) mod 2**32) — only the VGPR
+  offset plus the instruction offset wraps at 32 bits — and an access is in range when
+  byte offset + its size <= num_records; dwordx2/x3/x4 loads and stores are checked dword by
+  dword; atomics are all or nothing (an out-of-range atomic changes nothing and returns 0);
+  only IDXEN on a buffer with a nonzero stride checks index < num_records instead, OFFEN
+  alone is checked by byte offset; out-of-range loads return 0, out-of-range stores are
+  dropped, out-of-range lanes of `buffer_load_dword ... lds` write 0 to LDS. (Format
+  loads/stores and MTBUF, all or nothing on hardware, are not decoded.)
 - LDS DMA writes lane i's dword to LDS at M0 + instruction offset + 4 * i;
 - DPP: a source lane outside the row/wave or with EXEC off is invalid (bound_ctrl writes 0,
   otherwise the lane keeps its old value); row_mask/bank_mask disable writes;
@@ -21,15 +29,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rocke import env
 from rocke.arch import abi
 
 from .asm import Program, parse_program
 from .errors import EmulatorError
-from .memory import GlobalMemory
+from .memory import GlobalMemory, host_view
 from .machine import Pool
 from .program import CLASSES, DecodedKernel, decode_kernel
 
 LDS_LIMIT = 64 * 1024
+MAX_WORKGROUP_SIZE = 1024            # work-items per workgroup on gfx942
+MAX_GRID_WORK_ITEMS = 2 ** 32 - 1    # per axis: the dispatch packet's grid size is 32-bit
 MAX_POOL_WAVES = 512
 RACE_TRACKER_BUDGET = 96 << 20   # bytes of race bookkeeping per pool
 _CACHE: OrderedDict[str, tuple[Program, dict[str, DecodedKernel]]] = OrderedDict()
@@ -46,6 +57,9 @@ class LaunchReport:
     instructions: dict[str, int] = field(default_factory=dict)  # wave-level issues per class
     lane_instructions: int = 0   # active lanes summed over VALU/VMEM/DS/MFMA issues
     emulator_wall_time_s: float = 0.0   # host time spent emulating: not GPU time
+    batches: int = 0   # scheduler picks: groups of waves run together (fewer = wider batches)
+    shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
+    shadow_bytes: int = 0        # bytes copied for rollback (every argument's view span)
 
     @property
     def total_instructions(self) -> int:
@@ -76,26 +90,171 @@ def _is_tensor(value) -> bool:
     return hasattr(value, "untyped_storage") and hasattr(value, "data_ptr")
 
 
+def _dims(value, what: str) -> tuple[int, int, int]:
+    """(x, y, z) of a grid or block: an int or 1-3 ints, each >= 1 (floats are refused, not
+    truncated)."""
+    dims = value if isinstance(value, (tuple, list)) else (value,)
+    if not 1 <= len(dims) <= 3:
+        raise ValueError(f"{what} must have 1-3 dimensions, got {value!r}")
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise ValueError(f"{what} dimensions must be ints, got {value!r} "
+                             f"({type(d).__name__} {d!r})")
+        if d < 1:
+            raise ValueError(f"{what} has a zero or negative dimension: {value!r}")
+    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+
+
+def _budget(timeout_s) -> float:
+    if timeout_s is None:
+        return env.emu_timeout_s()
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float, np.integer,
+                                                                 np.floating)) \
+            or not 0 < float(timeout_s) < float("inf"):
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    return float(timeout_s)
+
+
+_FLOAT_DTYPES = {2: np.float16, 4: np.float32, 8: np.float64}
+_FLOAT_LIMITS = {2: ("f16", 65504.0), 4: ("f32", float(np.finfo(np.float32).max)),
+                 8: ("f64", float("inf"))}
+
+
+def _by_value(arg: abi.KernArg, value):
+    """`value` ready for packing, or ValueError for what packing would mangle or crash on (the
+    packer checks the rest). numpy scalars of another size pass when their value is exact."""
+    if isinstance(value, np.generic) and value.dtype.itemsize != arg.size:
+        if isinstance(value, (np.integer, np.bool_)):
+            value = int(value)
+        elif isinstance(value, np.floating):
+            if arg.size not in _FLOAT_DTYPES or np.isfinite(value) and \
+                    _FLOAT_DTYPES[arg.size](value) != value:
+                raise ValueError(f"{arg.label}: {value.dtype} {value} is not exactly "
+                                 f"representable in {arg.size} bytes")
+            value = float(value)
+    if isinstance(value, float):
+        if arg.size not in _FLOAT_LIMITS:
+            raise ValueError(f"{arg.label}: cannot pass a float in {arg.size} bytes")
+        name, largest = _FLOAT_LIMITS[arg.size]
+        if np.isfinite(value) and abs(value) > largest:
+            raise ValueError(f"{arg.label}: float {value!r} does not fit in {arg.size} bytes "
+                             f"({name}, largest finite {largest:g})")
+    return value
+
+
+def _writes_through(metadata_arg: dict) -> bool:
+    """Whether the kernel may write through a pointer argument: not when its metadata says it
+    only reads (LLVM's `.actual_access: read_only` for a noalias readonly pointer — what
+    rocke's `readonly=True` gives — OpenCL's `.is_const`/`.access`, the constant space)."""
+    if metadata_arg.get(".actual_access") == "read_only" or metadata_arg.get(".access") == "read_only":
+        return False
+    if metadata_arg.get(".is_const") in (True, "true", 1):
+        return False
+    return metadata_arg.get(".address_space") != "constant"
+
+
+@dataclass
+class _Span:
+    start: int
+    end: int          # one past the last byte any element of the view occupies
+    label: str
+    written: bool     # the kernel may write through this argument
+
+
+def _tensor_span(arg: abi.KernArg, value, written: bool) -> _Span:
+    """The bytes a tensor argument's view can reach: its first element to one past its last
+    element through its sizes and strides (not its whole storage)."""
+    if value.device.type != "cpu":
+        raise ValueError(f"{arg.label}: tensor must be on the CPU, got {value.device}")
+    if str(getattr(value, "layout", "torch.strided")) != "torch.strided":
+        raise ValueError(f"{arg.label}: only strided (dense) tensors can be passed, got "
+                         f"layout {value.layout}")
+    try:
+        sizes, strides = tuple(value.shape), tuple(value.stride())
+        itemsize = value.element_size()
+        start = int(value.data_ptr())
+    except (RuntimeError, NotImplementedError) as err:
+        raise ValueError(f"{arg.label}: only strided (dense) tensors can be passed ({err})") \
+            from None
+    if any(s == 0 for s in sizes):
+        return _Span(start, start, arg.label, written)
+    last = sum((n - 1) * st for n, st in zip(sizes, strides))
+    return _Span(start, start + (last + 1) * itemsize, arg.label, written)
+
+
+def _check_aliasing(spans: list[_Span]):
+    for i, a in enumerate(spans):
+        for b in spans[i + 1:]:
+            if (a.written or b.written) and a.start < b.end and b.start < a.end:
+                low, high = max(a.start, b.start), min(a.end, b.end)
+                raise ValueError(
+                    f"{a.label} and {b.label} overlap in memory ({high - low} bytes at "
+                    f"0x{low:x}) and the kernel may write {a.label if a.written else b.label}: "
+                    "outputs must not alias other arguments; pass allow_alias=True if the "
+                    "kernel is written for in-place use")
+
+
+def _merged(spans: list[_Span]) -> list[tuple[int, int, str]]:
+    """Overlapping spans joined into one range each (start, end, names)."""
+    ranges: list[list] = []
+    for span in sorted((s for s in spans if s.end > s.start), key=lambda s: s.start):
+        if ranges and span.start < ranges[-1][1]:
+            ranges[-1][1] = max(ranges[-1][1], span.end)
+            ranges[-1][2] += " / " + span.label
+        else:
+            ranges.append([span.start, span.end, span.label])
+    return [tuple(r) for r in ranges]
+
+
+class _Shadow:
+    """Copies of every argument's bytes, put back if the launch raises (transactional launch)."""
+
+    def __init__(self, ranges):
+        self.saved = [(view, view.copy()) for view in
+                      (host_view(start, end - start) for start, end, _ in ranges)]
+
+    def restore(self):
+        for view, copy in self.saved:
+            view[:] = copy
+
+
 def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
-           check: bool = True) -> LaunchReport:
+           check: bool = True, *, timeout_s: float | None = None,
+           allow_alias: bool = False) -> LaunchReport:
     """Run `kernel` from gfx942 assembly `code` over `grid` workgroups of `block` work-items.
 
-    Tensors in `args` are CPU torch tensors, read and written in place.
+    Tensors in `args` are CPU torch tensors, read and written in place; each is addressable
+    exactly over its view (an access outside every argument's view is a MemoryFault). Every
+    input is checked before anything runs (ValueError); an argument the kernel may write
+    (see `_writes_through`) overlapping another argument is refused unless `allow_alias`.
+    A launch that raises — fault, trap, checker finding, `timeout_s` (default
+    ROCKE_EMU_TIMEOUT_S, 600 s) of emulator wall time spent — leaves every argument's bytes
+    as they were before it.
     """
     program, decoded = _program(code)
-    if kernel not in program.kernels:
+    if not isinstance(kernel, str) or kernel not in program.kernels:
         raise ValueError(f"unknown kernel {kernel!r}; the assembly defines: "
                          f"{', '.join(sorted(program.kernels))}")
     source = program.kernels[kernel]
-    grid3 = abi.normalize_dims(grid, "grid")
-    block3 = abi.normalize_dims(block, "block")
+    grid3 = _dims(grid, "grid")
+    block3 = _dims(block, "block")
     threads = block3[0] * block3[1] * block3[2]
-    max_flat = int(source.metadata.get(".max_flat_workgroup_size", 1024))
+    max_flat = int(source.metadata.get(".max_flat_workgroup_size", MAX_WORKGROUP_SIZE))
     if threads > max_flat:
         raise ValueError(f"block {block3} has {threads} work-items, beyond the kernel's "
                          f".max_flat_workgroup_size {max_flat}")
-    if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
+    if threads > MAX_WORKGROUP_SIZE:
+        raise ValueError(f"block {block3} has {threads} work-items; gfx942 allows at most "
+                         f"{MAX_WORKGROUP_SIZE} per workgroup")
+    for axis, (g, b) in enumerate(zip(grid3, block3)):
+        if g * b > MAX_GRID_WORK_ITEMS:
+            raise ValueError(f"grid {grid3} of block {block3}: {g * b} work-items along "
+                             f"axis {'xyz'[axis]}, beyond the hardware's 32-bit grid size "
+                             f"({MAX_GRID_WORK_ITEMS})")
+    if isinstance(shared_mem, bool) or not isinstance(shared_mem, (int, np.integer)) \
+            or shared_mem < 0:
         raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
+    budget = _budget(timeout_s)
     static_lds = int(source.descriptor.get("amdhsa_group_segment_fixed_size", 0))
     if static_lds + shared_mem > LDS_LIMIT:
         raise ValueError(f"LDS request too large: {static_lds} static + {shared_mem} dynamic bytes "
@@ -112,13 +271,17 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
         names = ", ".join(a.name or f"#{a.index}" for a in explicit)
         raise ValueError(f"kernel {kernel} takes {len(explicit)} explicit arguments ({names}), "
                          f"got {len(args)}")
-    memory = GlobalMemory()
-    for arg, value in zip(explicit, args):
+    metadata_args = source.metadata.get(".args", [])
+    spans = []
+    args = list(args)
+    for position, (arg, value) in enumerate(zip(explicit, args)):
         if _is_tensor(value):
-            if value.device.type != "cpu":
-                raise ValueError(f"{arg.label}: tensor must be on the CPU, got {value.device}")
-            storage = value.untyped_storage()
-            memory.add(storage.data_ptr(), storage.nbytes(), f"{arg.label}", True)
+            if arg.value_kind in abi.POINTER_KINDS:
+                spans.append(_tensor_span(arg, value, _writes_through(metadata_args[arg.index])))
+        elif arg.value_kind == "by_value":
+            args[position] = _by_value(arg, value)
+    if not allow_alias:
+        _check_aliasing(spans)
     segment_size = int(source.descriptor.get("amdhsa_kernarg_size", 0))
     packed = abi.pack_kernarg_segment(kernel_args, list(args), grid3, block3, int(shared_mem),
                                       lambda t: t.data_ptr(), segment_size)
@@ -126,6 +289,10 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
         decoded[kernel] = decode_kernel(program, source)
     dk = decoded[kernel]
 
+    memory = GlobalMemory()
+    ranges = _merged(spans)
+    for start, end, names in ranges:
+        memory.add(start, end - start, names, True)
     kernarg = np.zeros(-(-max(len(packed), 16) // 64) * 64 + 64, np.uint8)
     kernarg[:len(packed)] = np.frombuffer(packed, np.uint8)
     dispatch = _dispatch_packet(grid3, block3, static_lds + int(shared_mem), kernarg.ctypes.data)
@@ -135,26 +302,47 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     memory.add(queue.ctypes.data, queue.size, "queue (read-only)", False, queue)
 
     start = time.perf_counter()
+    shadow = _Shadow(ranges)
+    copied = time.perf_counter()
+    try:
+        report = _run_pools(dk, memory, grid3, block3, static_lds + int(shared_mem), check,
+                            kernarg, dispatch, queue, start + budget, budget)
+    except BaseException:
+        shadow.restore()
+        raise
+    report.emulator_wall_time_s = time.perf_counter() - start
+    report.shadow_copy_s = copied - start
+    report.shadow_bytes = sum(end - begin for begin, end, _ in ranges)
+    return report
+
+
+def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, queue,
+               deadline, budget) -> LaunchReport:
+    threads = block3[0] * block3[1] * block3[2]
     waves_per_wg = -(-threads // 64)
-    lds_bytes = static_lds + int(shared_mem)
     per_wg_tracker = (lds_bytes + 4) * 11 if check else 0
     pool_wgs = max(1, MAX_POOL_WAVES // waves_per_wg)
     if per_wg_tracker:
         pool_wgs = max(1, min(pool_wgs, RACE_TRACKER_BUDGET // per_wg_tracker))
     gx, gy, gz = grid3
-    all_ids = np.stack(np.meshgrid(np.arange(gx), np.arange(gy), np.arange(gz), indexing="ij"),
-                       -1).transpose(2, 1, 0, 3).reshape(-1, 3)   # x fastest
+    total = gx * gy * gz
     counts = [0] * len(CLASSES)
-    lane_instructions = 0
-    for first in range(0, len(all_ids), pool_wgs):
-        pool = Pool(dk, memory, all_ids[first:first + pool_wgs], block3, lds_bytes, check)
+    lane_instructions = batches = 0
+    for first in range(0, total, pool_wgs):
+        flat = np.arange(first, min(first + pool_wgs, total), dtype=np.int64)   # x fastest
+        ids = np.stack([flat % gx, flat // gx % gy, flat // (gx * gy)], -1)
+        pool = Pool(dk, memory, ids, block3, lds_bytes, check)
+        pool.deadline, pool.budget_s = deadline, budget
+        pool.not_started = max(0, total - first - pool_wgs)
         _initial_state(pool, dk, block3, kernarg, dispatch, queue)
         pool.run()
         counts = [a + b for a, b in zip(counts, pool.counts)]
         lane_instructions += pool.lane_instructions
-    wall = time.perf_counter() - start
-    return LaunchReport(kernel, grid3, block3, len(all_ids), len(all_ids) * waves_per_wg,
-                        dict(zip(CLASSES, counts)), lane_instructions, wall)
+        batches += pool.batches
+        if first + pool_wgs < total and time.perf_counter() > deadline:
+            pool.raise_timeout(f"{total - first - pool_wgs} workgroups not started")
+    return LaunchReport(dk.source.name, grid3, block3, total, total * waves_per_wg,
+                        dict(zip(CLASSES, counts)), lane_instructions, 0.0, batches)
 
 
 def _dispatch_packet(grid, block, group_segment, kernarg_address) -> np.ndarray:

@@ -1,15 +1,19 @@
 """Machine state of a pool of resident workgroups, the batched scheduler, and the checkers."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
-from .errors import EmulatorError, LdsFault, LdsRace, MemoryFault
+from .errors import EmulatorError, LaunchTimeout, LdsFault, LdsRace, MemoryFault
 from .memory import AccessFault, GlobalMemory, access_rows, put_rows, take_rows
 from .memops import apply_atomics
 from .operands import EXEC_LO
 from .program import CLASSES, DecodedKernel
 
 RUN, BARRIER, DONE = 0, 1, 2
+# backward branches a wave may run ahead of the runnable wave furthest behind (see Pool._run)
+FAIR_SLACK = 32
 LDS_GRANULE = 16   # bytes: the widest LDS access of one lane; LDS strides are multiples
 
 
@@ -38,11 +42,17 @@ class Pool:
         self.lds_stride = max(LDS_GRANULE, -(-lds_bytes // LDS_GRANULE) * LDS_GRANULE)
         self.lds = np.zeros(self.num_wgs * self.lds_stride, np.uint8)
         self.vm_issued = np.zeros(n, np.int64)
+        self.loops = np.zeros(n, np.int64)   # backward branches taken, per wave
+        self.loops_floor = 0
         self._exec_sel = self._exec_cached = None
         self._current = None
         self.workspace: dict = {}   # scratch arrays reused by instructions (see mfma.execute)
         self.counts = [0] * len(CLASSES)
         self.lane_instructions = 0
+        self.batches = 0          # scheduler picks (a group of waves run together)
+        self.deadline = None      # time.perf_counter() value past which the launch stops
+        self.budget_s = 0.0
+        self.not_started = 0      # workgroups of the launch waiting for later pools
         if check:
             self.race = RaceTracker(self, wpw)
 
@@ -221,14 +231,26 @@ class Pool:
             raise EmulatorError(f"{where}: emulation failed with {type(err).__name__}: {err}") from err
 
     def _run(self):
+        """Batched scheduling: the runnable waves at the lowest pc run together until a branch
+        (or, when some runnable waves are elsewhere, a branch target). For forward progress,
+        each wave counts the backward branches it takes (`loops`); a wave more than
+        FAIR_SLACK loop iterations ahead of the runnable wave furthest behind is not scheduled,
+        so a wave spinning on memory lets the wave it waits for run. Waves whose loop counts
+        stay within the slack are scheduled by pc alone, which keeps batches wide."""
         code = self.kernel.code
         is_target = self.kernel.is_target
         counts = self.counts
-        status, pc = self.status, self.pc
+        status, pc, loops = self.status, self.pc, self.loops
+        eligible = None            # runnable waves within the slack; None: every runnable wave
         while True:
             runnable = status == RUN
+            if eligible is not None:
+                runnable &= eligible
             count = int(np.count_nonzero(runnable))
             if count == 0:
+                if eligible is not None:
+                    eligible = self._eligible()
+                    continue
                 if (status == DONE).all():
                     return
                 if not self.release_barriers():
@@ -238,6 +260,7 @@ class Pool:
                                         "rest of its workgroup never reaches")
                 continue
             p = int(pc[runnable].min())
+            self.batches += 1
             idx = np.flatnonzero(runnable & (pc == p))
             n = len(idx)
             full = n == count
@@ -253,6 +276,16 @@ class Pool:
                     pc[sel] = p
                     d.run(self, sel, n, p)
                     self._exec_sel = None
+                    if d.control == "branch":
+                        back = pc[sel] <= p
+                        if back.any():
+                            loops[sel] += back
+                            self.watchdog_tick()
+                            if eligible is not None or \
+                                    int(loops[sel].max()) > self.loops_floor + FAIR_SLACK:
+                                eligible = self._eligible()
+                    elif eligible is not None:
+                        eligible = self._eligible()
                     break
                 self.lane_instructions += d.run(self, sel, n)
                 if d.writes_exec:
@@ -261,6 +294,46 @@ class Pool:
                 if not full and is_target[p]:
                     pc[sel] = p
                     break
+
+    def _eligible(self):
+        """Runnable waves at most FAIR_SLACK backward branches ahead of the one furthest behind
+        (None when that is all of them), and the new floor of loop counts."""
+        runnable = self.status == RUN
+        if not runnable.any():
+            return None
+        behind = int(self.loops[runnable].min())
+        self.loops_floor = behind
+        within = self.loops <= behind + FAIR_SLACK
+        return None if within[runnable].all() else within
+
+    def watchdog_tick(self):
+        """Called at every backward branch batch (only loops can run forever): stop the launch
+        once its wall-time budget is spent."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.raise_timeout()
+
+    def raise_timeout(self, also: str = ""):
+        running = np.flatnonzero(self.status != DONE)
+        code = self.kernel.code
+        shown = []
+        for wave in running[:4]:
+            p = int(self.pc[wave])
+            where = (f"line {code[p].instr.line_no} `{code[p].instr.text}`" if p < len(code)
+                     else f"instruction {p}")
+            state = "at a barrier" if self.status[wave] == BARRIER else "running"
+            shown.append(f"{self.wave_label(wave)} {state} at {where}")
+        more = f" (and {len(running) - 4} more)" if len(running) > 4 else ""
+        count = f"{len(running)} wave{'s' if len(running) != 1 else ''}"
+        waves = f"{count} had not ended: " + "; ".join(shown) + more if len(running) else ""
+        later = ""
+        if self.not_started and len(running):
+            later = (f"{self.not_started} workgroups of the launch had not started yet (the "
+                     f"emulator keeps {self.num_wgs} workgroups resident at a time; a wave "
+                     "waiting for a workgroup not yet resident cannot finish)")
+        raise LaunchTimeout(
+            f"kernel {self.kernel.source.name}: stopped after its emulator wall-time budget of "
+            f"{self.budget_s:g} s (timeout_s= / ROCKE_EMU_TIMEOUT_S); "
+            + "; ".join(t for t in (waves, later, also) if t))
 
 
 READ_LOG_ROWS = 1 << 21   # rows of reads kept unreplayed (bounds the log to 16 MiB)
@@ -271,12 +344,14 @@ class RaceTracker:
 
     `written` holds (pc << 8) | (wave + 1) of the last write of a byte this epoch (wave: index
     within the workgroup; 0 = not written). `readers` has one plane of `size` bytes per wave
-    index w, nonzero where wave w read the byte this epoch: a read marks all its waves with one
-    scatter, no read-modify-write. The pc of a byte's last read, needed only to report a race, is
-    `reader_pc` updated by the reads of `read_log` (pc, granule, rows), which are replayed into
-    it only when the log grows long. `written` and `readers` are cleared when a barrier
-    releases. An access moves each array a row of `granule` bytes at a time (see
-    memory.access_rows).
+    index w, nonzero where wave w read the byte this epoch, and `reader_pc` the pc of a byte's
+    last read (only to report a race). Both are filled lazily: a read is only appended to
+    `read_log` (time, pc, granule, rows, wave of each row), and the log is replayed into them
+    when a write meets a workgroup read this epoch or the log grows long — most kernels put a
+    barrier between reading and rewriting LDS, so most reads are never replayed. An entry is
+    stale for a workgroup whose epoch began after it (`clock` counts barrier releases,
+    `epoch_start` per workgroup). `written` and `readers` are cleared when a barrier releases.
+    An access moves each array a row of `granule` bytes at a time (see memory.access_rows).
     """
 
     def __init__(self, pool: Pool, waves_per_wg: int):
@@ -291,8 +366,11 @@ class RaceTracker:
         self.size, self.waves_per_wg = size, waves_per_wg
         self.readers = np.zeros(waves_per_wg * size, np.uint8)
         self.reader_pc = np.zeros(size, np.int32)
-        self.read_log: list[tuple[int, int, np.ndarray]] = []
+        self.read_log: list[tuple[int, int, int, np.ndarray, np.ndarray]] = []
         self.read_log_rows = 0
+        self.clock = 0
+        self.epoch_start = np.zeros(pool.num_wgs, np.int64)
+        self.replayed = np.zeros(pool.num_wgs, bool)   # `readers` may hold marks
         self.pending: dict[int, list] = {}   # wave -> [(vm sequence, flat bytes, pc)]
         # workgroups whose `written` / `readers` may hold marks this epoch: the others are known
         # clean, so their checks and clearing can be skipped
@@ -371,6 +449,7 @@ class RaceTracker:
         plane_rows = self.size // granule
         if write:
             if any_reader:
+                self._replay_reads()
                 others = np.zeros((len(rows), granule), bool)
                 for w in range(self.waves_per_wg):
                     read = take_rows(self.readers, granule, rows + w * plane_rows) != 0
@@ -382,39 +461,49 @@ class RaceTracker:
                     other = next(w for w in range(self.waves_per_wg) if w != local[row]
                                  and self.readers[w * self.size + flat_byte])
                     self._report(ins, pc, flat_byte, row_wave[row], True, other,
-                                 self._last_read_pc(flat_byte), "read")
+                                 int(self.reader_pc[flat_byte]), "read")
             if atomic:
                 return
             mark = mine | np.int32(pc << 8)
             put_rows(self.written, granule, rows, np.repeat(mark, granule, axis=1))
             self._batch = (granule, rows, mark, row_wave, pc, new_bytes)
         else:
-            put_rows(self.readers, granule, rows + local * plane_rows, np.ones((1, granule)))
-            self.read_log.append((pc, granule, rows))
+            self.read_log.append((self.clock, pc, granule, rows, local))
             self.read_log_rows += len(rows)
             if self.read_log_rows > READ_LOG_ROWS:
                 self._replay_reads()
 
     def _replay_reads(self):
-        for pc, granule, rows in self.read_log:
+        """Mark the logged reads of still-current epochs in `readers` / `reader_pc`."""
+        stride = self.pool.lds_stride
+        plane_rows_of = {}
+        for time_, pc, granule, rows, local in self.read_log:
+            wg = rows * granule // stride
+            current = time_ >= self.epoch_start[wg]
+            if not current.all():
+                rows, local, wg = rows[current], local[current], wg[current]
+                if not len(rows):
+                    continue
+            plane_rows = plane_rows_of.setdefault(granule, self.size // granule)
+            put_rows(self.readers, granule, rows + local * plane_rows, np.ones((1, granule)))
             put_rows(self.reader_pc, granule, rows, np.full((1, granule), pc))
+            self.replayed[wg] = True
         self._forget_reads()
 
     def _forget_reads(self):
         self.read_log.clear()
         self.read_log_rows = 0
 
-    def _last_read_pc(self, flat_byte: int) -> int:
-        for pc, granule, rows in reversed(self.read_log):
-            if (rows == flat_byte // granule).any():
-                return pc
-        return int(self.reader_pc[flat_byte])
-
     def check_batch_writes(self, ins):
         """After a batch's write landed: two waves of the batch wrote one byte differently."""
         granule, rows, mark, row_wave, pc, new_bytes = self._batch
+        # a row's bytes all carry its writer's mark, and a later duplicate row overwrites a
+        # whole row: comparing each row's first byte finds every row another wave won
+        lost = self.written[rows * granule] != mark[:, 0]
+        if not lost.any():
+            return
         written = take_rows(self.written, granule, rows)
-        clash = written != mark
+        clash = (written != mark) & lost[:, None]
         if new_bytes is not None and clash.any():
             clash &= take_rows(self.pool.lds, granule, rows) != new_bytes
         if clash.any():
@@ -458,13 +547,16 @@ class RaceTracker:
         if len(wrote):
             self.written.reshape(pool.num_wgs, pool.lds_stride)[wrote] = 0
             self.wrote[wrote] = False
+        self.clock += 1
+        self.epoch_start[wgs] = self.clock    # logged reads of these workgroups are now stale
         if len(was_read):
-            self.readers.reshape(self.waves_per_wg, pool.num_wgs, pool.lds_stride)[:, was_read] = 0
+            marked = was_read[self.replayed[was_read]]
+            if len(marked):
+                self.readers.reshape(self.waves_per_wg, pool.num_wgs, pool.lds_stride)[:, marked] = 0
+                self.replayed[marked] = False
             self.was_read[was_read] = False
             if not self.was_read.any():
-                # every byte read from now on is logged anew: older reads can no longer be
-                # the last read of a byte a race report names
-                self._forget_reads()
+                self._forget_reads()   # every logged read is stale
         # LDS-DMA writes still in flight may land anywhere in the new epoch
         released = set(wgs.tolist())
         for wave, entries in self.pending.items():

@@ -129,19 +129,24 @@ class _AddressPlan:
             index = P.vgpr[sel, self.vrow].astype(np.int64)
         elif self.offen:
             voffset = P.vgpr[sel, self.vrow].astype(np.int64)
-        offset = voffset + self.imm
+        # VOFFSET + the instruction offset wrap at 32 bits; SOFFSET is added after the wrap and
+        # counts toward the range check (see rocke/emu/launch.py)
+        offset = (voffset + self.imm) & 0xFFFFFFFF
         soffset = self.soffset(P, sel, n).astype(np.int64)
-        addr = base[:, None].astype(np.int64) + soffset[:, None] + offset + index * stride[:, None]
-        # gfx9 range check: SGPR offset excluded; structured buffers check the index
+        byte_offset = soffset[:, None] + offset
+        addr = base[:, None].astype(np.int64) + byte_offset + index * stride[:, None]
+        # only IDXEN on a strided buffer checks the index; everything else the byte offset
         structured = (stride != 0)[:, None] & self.idxen
-        limit = num_records[:, None]
-        return addr.astype(U64), (structured, index, offset, limit, stride[:, None])
+        return addr.astype(U64), (structured, index, byte_offset, num_records[:, None])
 
     @staticmethod
     def in_range(check, nbytes_from, nbytes):
-        structured, index, offset, limit, stride = check
-        end = offset + nbytes_from + nbytes
-        return np.where(structured, (index < limit) & (end <= stride), end <= limit)
+        """Lanes whose bytes [nbytes_from, nbytes_from + nbytes) of the access are in range."""
+        structured, index, byte_offset, limit = check
+        by_offset = byte_offset + (nbytes_from + nbytes) <= limit
+        if not structured.any():
+            return by_offset
+        return np.where(structured, index < limit, by_offset)
 
 
 def _check_flat_apertures(P, ins, sel, addr, active):
@@ -361,11 +366,12 @@ def _decode_atomic(ins, ops, mods, family, op):
     ufunc = None if is_cmpswap else _UNORDERED_NORET.get(op)
 
     def run(P, sel, n):
-        active = P.exec_mask(sel)
+        issued = P.exec_mask(sel)
         addr, check = plan.addresses(P, sel, n)
         P.vm_issue(sel)
-        if check is not None:
-            active = active & plan.in_range(check, 0, 4 * width)
+        # buffer atomics are range-checked all or nothing: an out-of-range lane changes no
+        # memory and, when it returns, reads 0
+        active = issued if check is None else issued & plan.in_range(check, 0, 4 * width)
         if family == "flat":
             _check_flat_apertures(P, ins, sel, addr, active)
         rows = _gather_rows(P, sel, data_row, width * (2 if is_cmpswap else 1))[active]
@@ -375,9 +381,13 @@ def _decode_atomic(ins, ops, mods, family, op):
         old_all = P.global_atomic(ins, sel, lane_addr, dtype, data, cmp, update, ufunc,
                                   dst_row is not None, active, addr)
         if dst_row is not None:
-            _write_loaded(P, sel, dst_row, active,
-                          np.ascontiguousarray(old_all).view(U32).reshape(-1, width))
-        return int(np.count_nonzero(active))
+            words = np.ascontiguousarray(old_all).view(U32).reshape(-1, width)
+            if active is not issued:
+                returned = np.zeros(issued.shape + (width,), U32)
+                returned[active] = words
+                words = returned[issued]
+            _write_loaded(P, sel, dst_row, issued, words)
+        return int(np.count_nonzero(issued))
     return run
 
 

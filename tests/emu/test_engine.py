@@ -645,12 +645,13 @@ def test_global_lds_dma_flat_scalar_buffer_and_f16_high_bits():
     rng = torch.Generator().manual_seed(3)
     src = torch.randint(0, 1000, (64,), dtype=torch.int32, generator=rng)
     memory = torch.randint(0, 1000, (68,), dtype=torch.int32, generator=rng)
-    generic, constants = memory[:64], memory[64:]
+    constants = memory[64:]
     constants.copy_(torch.tensor([5, 6, 77, 8]))
     out = torch.zeros(64, dtype=torch.int32)
     rsrc = constants.data_ptr() | (16 << 64) | (0x00020000 << 96)
-    emu.launch(asm, "mixed", 1, 64, [src, out, generic, rsrc])
-    total = src.numpy()[::-1].astype(np.int64) + 77 + generic.numpy()
+    # the scalar buffer's bytes must be inside an argument's view: `generic` spans all of memory
+    emu.launch(asm, "mixed", 1, 64, [src, out, memory, rsrc])
+    total = src.numpy()[::-1].astype(np.int64) + 77 + memory.numpy()[:64]
     half = (total & 0xFFFF).astype(np.uint16).view(np.float16)
     bumped = (half + np.float16(1)).astype(np.float16).view(np.uint16).astype(np.int64)
     expected = ((total + bumped) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
@@ -876,3 +877,36 @@ def test_mfma_operand_plumbing_with_all_ones_inputs():
     report = emu.launch(asm, "mfma_ones", 1, 64, [c, out])
     assert torch.equal(out, (c + 8.0) + 8.0)
     assert report.instructions["MFMA"] == 2
+
+
+# ------------------------------------------------------------------------------ pool splitting
+
+def test_splitting_the_grid_into_pools_changes_nothing(monkeypatch):
+    """A grid larger than MAX_POOL_WAVES runs as consecutive pools; results, workgroup ids and
+    instruction counts are the same whatever the pool size (down to one workgroup a pool)."""
+    import importlib
+    launch_module = importlib.import_module("rocke.emu.launch")
+    kernels = [(compile_ir(HIDDEN_ARGS), "hidden", (3, 2, 2), 128,
+                lambda: [torch.zeros(12, 8, dtype=torch.int32)]),
+               (compile_ir(LDS_REVERSE), "reverse", 5, 256,
+                lambda: [torch.arange(5 * 256, dtype=torch.float32), torch.zeros(5 * 256)]),
+               (compile_ir(ATOMICS), "atomics", 4, 256,
+                lambda: [torch.zeros(4, dtype=torch.int32), torch.zeros(2),
+                         torch.zeros(1, dtype=torch.int32), torch.zeros(1024, dtype=torch.int32)])]
+    runs = {}
+    for pool_waves in (launch_module.MAX_POOL_WAVES, 8, 4, 1):
+        monkeypatch.setattr(launch_module, "MAX_POOL_WAVES", pool_waves)
+        for asm, name, grid, block, make_args in kernels:
+            args = make_args()
+            report = emu.launch(asm, name, grid, block, args)
+            runs.setdefault(name, []).append(([a.tolist() for a in args], report.instructions,
+                                              report.lane_instructions, report.batches))
+    for name, results in runs.items():
+        outputs, instructions, lanes, batches = zip(*results)
+        assert all(o == outputs[0] for o in outputs), name
+        if name == "atomics":
+            continue   # its compare-and-swap loop retries more when more waves contend at once
+        assert all(i == instructions[0] for i in instructions), name
+        assert all(n == lanes[0] for n in lanes), name
+        assert batches[-1] > batches[0], name     # the small pools really did split the grid
+    assert runs["hidden"][0][0][0][11] == [2, 1, 1, 3, 2, 2, 128, 384]
