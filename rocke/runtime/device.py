@@ -29,6 +29,7 @@ class PreparedLaunch:
     shared_mem: int                    # dynamic LDS bytes
     args: tuple                        # explicit arguments, as checked
     kernarg: bytes                     # the whole kernarg segment (explicit + hidden)
+    allow_alias: bool = False          # outputs may overlap other arguments (in-place kernels)
 
 
 def _pointer_of(value) -> int:
@@ -43,7 +44,8 @@ def _dims(value, what: str) -> tuple[int, int, int]:
 
 
 def prepare_launch(compiled, grid, block, args: Sequence[Any],
-                   shared_mem: int = 0, *, device_kind: str = "emu") -> PreparedLaunch:
+                   shared_mem: int = 0, *, device_kind: str = "emu",
+                   allow_alias: bool = False) -> PreparedLaunch:
     """Check a launch of `compiled` and pack its kernarg segment; raises ValueError before any
     work when something is wrong."""
     info = compiled.info
@@ -55,7 +57,7 @@ def prepare_launch(compiled, grid, block, args: Sequence[Any],
         raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
     kernarg = abi.pack_kernarg_segment(info.args, values, grid3, block3, shared_mem, _pointer_of,
                                        info.kernarg_size)
-    return PreparedLaunch(compiled, grid3, block3, shared_mem, tuple(values), kernarg)
+    return PreparedLaunch(compiled, grid3, block3, shared_mem, tuple(values), kernarg, allow_alias)
 
 
 class Device:

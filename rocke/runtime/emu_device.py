@@ -27,7 +27,8 @@ class EmuDevice(Device):
         from .. import emu
         c = launch.compiled
         return emu.launch(c.asm, c.name, launch.grid, launch.block, list(launch.args),
-                          shared_mem=launch.shared_mem, check=check)
+                          shared_mem=launch.shared_mem, check=check,
+                          allow_alias=launch.allow_alias)
 
     def is_capturing(self, stream=None) -> bool:
         return _graph.active_capture(self) is not None

@@ -192,6 +192,7 @@ def test_timing_names_its_clock(standin, vector_add):
     assert hip_time.clock == runtime.GPU_CLOCK and hip_time.seconds > 0   # via HIP events
     assert standin.calls["event_record"] == 2 and standin.events == {}    # both destroyed
     x = torch.zeros(256)
-    emu_time = runtime.timed(lambda: runtime.launch(ck, 1, 256, [x, x, x, 256], device="emu"),
+    emu_time = runtime.timed(lambda: runtime.launch(ck, 1, 256, [x, x, x, 256], device="emu",
+                                                    allow_alias=True),
                              device="emu")
     assert emu_time.clock == "emulator wall time" and "emulator wall time" in str(emu_time)

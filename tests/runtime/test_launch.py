@@ -81,3 +81,15 @@ def test_emulator_is_the_default_without_a_gpu(monkeypatch):
     assert runtime.get_device().kind == "emu"     # no gfx942 here: hip-python finds none
     monkeypatch.setenv("ROCKE_DEVICE", "emu")
     assert runtime.get_device() is runtime.get_device("emu")
+
+
+def test_aliasing_outputs_are_refused_unless_allowed(vector_add):
+    """runtime.launch forwards allow_alias to the emulator: c = a + a in place is refused by
+    default (nothing written) and runs with allow_alias=True."""
+    _variant, ck = vector_add
+    x = torch.ones(256)
+    with pytest.raises(ValueError, match="allow_alias=True"):
+        runtime.launch(ck, 1, 256, [x, x, x, 256], device="emu")
+    assert torch.equal(x, torch.ones(256))
+    runtime.launch(ck, 1, 256, [x, x, x, 256], device="emu", allow_alias=True)
+    assert torch.equal(x, torch.full((256,), 2.0))

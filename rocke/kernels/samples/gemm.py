@@ -131,7 +131,7 @@ def build(spec: GemmSpec) -> dsl.Kernel:
     b = k.arg_ptr("b", spec.dtype, readonly=True)
     c = k.arg_ptr("c", spec.dtype)
     M, N, K, lda, ldb, ldc = (k.arg_i32(n) for n in ARGS[3:])
-    tiles, (c_buf,) = accumulate_tiles(k, spec, a, b, M, N, K, lda, ldb, lambda: [c.buffer(M * ldc)])
+    tiles, (c_buf,) = accumulate_tiles(k, spec, a, b, M, N, K, lda, ldb, lambda: [c.buffer((M - 1) * ldc + N)])
     for acc, origin in tiles:
         at = origin()
         store_fragment_global(c_buf, acc.to(spec.dtype), at, ldc, bounds=(M, N))
@@ -149,7 +149,8 @@ def accumulate_tiles(k, spec: GemmSpec, a, b, M, N, K, lda, ldb, epilogue_buffer
 
     a_tile = k.lds("a_tile", (spec.block_m, spec.block_k), spec.dtype, pad=spec.lds_pad)
     bt_tile = k.lds("bt_tile", (spec.block_n, spec.block_k), spec.dtype, pad=spec.lds_pad)
-    a_buf, b_buf = a.buffer(M * lda), b.buffer(K * ldb)
+    # each extent ends at the view's last element: the rows' padding past it is not the kernel's
+    a_buf, b_buf = a.buffer((M - 1) * lda + K), b.buffer((K - 1) * ldb + N)
     extra = epilogue_buffers()
     m0 = k.block_id(1) * spec.block_m
     n0 = k.block_id(0) * spec.block_n

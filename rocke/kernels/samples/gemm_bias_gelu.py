@@ -67,7 +67,7 @@ def build(spec: GemmBiasGeluSpec) -> dsl.Kernel:
     c = k.arg_ptr("c", g.dtype)
     M, N, K, lda, ldb, ldc = (k.arg_i32(n) for n in ARGS[4:])
     tiles, (bias_buf, c_buf) = gemm.accumulate_tiles(k, g, a, b, M, N, K, lda, ldb,
-                                                     lambda: [bias.buffer(N), c.buffer(M * ldc)])
+                                                     lambda: [bias.buffer(N), c.buffer((M - 1) * ldc + N)])
     for acc, origin in tiles:
         row0, col0 = origin()
         per_column = load_axis(bias_buf, acc.layout, ROW, origin=col0)      # reads 0 past N
