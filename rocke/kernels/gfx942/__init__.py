@@ -1,0 +1,1 @@
+"""gfx942 (CDNA3, MI300X) kernels: the unified paged attention family (2D tiled, 3D split-KV)."""
