@@ -1,0 +1,459 @@
+"""What the two attention harnesses share: the shape record, scaling a shape down for a CPU,
+the dense -> paged input mapping (seeds/001 "How the harness maps a dense SDPA problem onto the
+paged kernel"), the cost estimate, progress bars, timing reduction and the JSON report.
+
+Nothing here computes attention: kernels, the dispatcher, the knobs and the fp32 reference all
+live in ``rocke.kernels``. This module only feeds them and prints what they did.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:      # run the rocke of the checkout this script sits in
+    sys.path.insert(0, str(REPO_ROOT))
+
+BLOCK_SIZE = 64                 # cache block (page) size: the flash tile T of seeds/000 §5
+INPUT_RANGE = 0.1               # inputs ~ uniform(-0.1, 0.1), seeds/001
+TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
+NAME_DTYPES = {"f16": "fp16", "bf16": "bf16"}
+#: head sizes the gfx942 tiled kernels implement; d256 arrives with a later issue.
+SUPPORTED_HEAD_SIZES = (64, 128)
+D256_SKIP_REASON = "head_size 256: no gfx942 tiled d256 kernel yet (a later issue adds it)"
+#: --quick caps every KV length at this (same shape names, scaled lengths).
+QUICK_MAX_KV = 256
+#: Emulated attention FLOPs per second of emulator wall time on the 2-core development host
+#: (benchmarks/emu.py flash_attention: 2.15 GFLOP causal S=1024 d128 in 2.2 s). Only a first
+#: guess: each run refines it from its own launches.
+EMU_FLOPS_PER_S_GUESS = 1.0e9
+LONG_RUN_WARNING_S = 600.0
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes
+
+@dataclass(frozen=True)
+class Shape:
+    """One attention problem: a batch of sequences, each ``(query_len, kv_len)``, causal
+    (bottom-right aligned; a query_len 1 row sees every key)."""
+    name: str
+    dtype: str                  # "f16" | "bf16"
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    seqlens: tuple[tuple[int, int], ...]
+    covers: str = ""            # what the shape is in the set for
+    scaled_from: tuple[tuple[int, int], ...] | None = None
+
+    def __post_init__(self):
+        if self.dtype not in TORCH_DTYPES:
+            raise ValueError(f"{self.name}: dtype must be one of {sorted(TORCH_DTYPES)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"{self.name}: num_heads {self.num_heads} is not a multiple of "
+                             f"num_kv_heads {self.num_kv_heads}")
+        for q, k in self.seqlens:
+            if not 1 <= q <= k:
+                raise ValueError(f"{self.name}: causal needs 1 <= query_len <= kv_len, got {q}x{k}")
+
+    @property
+    def batch(self) -> int:
+        return len(self.seqlens)
+
+    @property
+    def group(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def max_q(self) -> int:
+        return max(q for q, _ in self.seqlens)
+
+    @property
+    def max_k(self) -> int:
+        return max(k for _, k in self.seqlens)
+
+    @property
+    def total_q(self) -> int:
+        return sum(q for q, _ in self.seqlens)
+
+    @property
+    def uniform(self) -> bool:
+        return len(set(self.seqlens)) == 1
+
+    @property
+    def kind(self) -> str:
+        if self.max_q == 1:
+            return "decode"
+        if all(q == k for q, k in self.seqlens):
+            return "prefill"
+        if any(q == 1 for q, _ in self.seqlens):
+            return "mixed"
+        return "chunked"
+
+    @property
+    def supported(self) -> bool:
+        return self.head_size in SUPPORTED_HEAD_SIZES
+
+    def describe(self) -> str:
+        lens = (f"{self.batch}x {self.seqlens[0][0]}x{self.seqlens[0][1]}" if self.uniform
+                else " ".join(f"{q}x{k}" for q, k in self.seqlens))
+        text = (f"{NAME_DTYPES[self.dtype]} h{self.num_heads}/kv{self.num_kv_heads} "
+                f"d{self.head_size} q x kv: {lens}")
+        if self.scaled_from is not None:
+            text += f" (scaled from max kv {max(k for _, k in self.scaled_from)})"
+        return text
+
+
+def dense(dtype, heads, kv_heads, batch, seqlen_q, seqlen_k, head_size, covers="", name=None):
+    """A uniform batch, named as seeds/001 does: ``fp16_h32kv8_b1_s2048x2048_d128``."""
+    name = name or (f"{NAME_DTYPES[dtype]}_h{heads}kv{kv_heads}_b{batch}_s{seqlen_q}x{seqlen_k}"
+                    f"_d{head_size}")
+    return Shape(name, dtype, heads, kv_heads, head_size, ((seqlen_q, seqlen_k),) * batch, covers)
+
+
+def decode(dtype, heads, kv_heads, batch, seqlen_k, head_size, covers="", name=None):
+    """A decode batch (query_len 1), named ``decode_fp16_h32kv8_b4_q1k1024_d128``."""
+    name = name or (f"decode_{NAME_DTYPES[dtype]}_h{heads}kv{kv_heads}_b{batch}_q1k{seqlen_k}"
+                    f"_d{head_size}")
+    return Shape(name, dtype, heads, kv_heads, head_size, ((1, seqlen_k),) * batch, covers)
+
+
+def varlen(name, dtype, heads, kv_heads, head_size, seqlens, covers=""):
+    return Shape(name, dtype, heads, kv_heads, head_size, tuple(map(tuple, seqlens)), covers)
+
+
+def scale_shape(shape: Shape, max_kv: int | None) -> Shape:
+    """The same shape (same name, heads, dtype, batch) with every KV length scaled by one
+    factor so the longest is ``max_kv``; query lengths scale with it, decode rows stay 1 and a
+    chunk (query_len < kv_len) stays a chunk. Shapes already within ``max_kv`` are unchanged."""
+    if max_kv is None or shape.max_k <= max_kv:
+        return shape
+    factor = max_kv / shape.max_k
+    scaled = []
+    for q, k in shape.seqlens:
+        k2 = max(1, round(k * factor))
+        q2 = 1 if q == 1 else min(k2, max(1, round(q * factor)))
+        if q < k and q2 >= k2 and k2 > 1:
+            q2 = k2 - 1
+        scaled.append((q2, k2))
+    return replace(shape, seqlens=tuple(scaled), scaled_from=shape.seqlens)
+
+
+def select(groups: dict[str, list[Shape]], selectors: list[str], all_word: str | None) -> list[Shape]:
+    """Shapes named by ``selectors`` (group names, ``all_word`` for every group, or exact
+    shape names), in set order, without duplicates. Unknown names are an error listing what
+    exists, raised before any work."""
+    by_name = {s.name: s for shapes in groups.values() for s in shapes}
+    chosen: dict[str, Shape] = {}
+    for sel in selectors:
+        if all_word is not None and sel == all_word:
+            picked = [s for shapes in groups.values() for s in shapes]
+        elif sel in groups:
+            picked = groups[sel]
+        elif sel in by_name:
+            picked = [by_name[sel]]
+        else:
+            words = sorted(groups) + ([all_word] if all_word else [])
+            raise SystemExit(f"error: unknown group or shape {sel!r}; groups: {', '.join(words)}; "
+                             f"shapes: {', '.join(by_name)}")
+        for s in picked:
+            chosen.setdefault(s.name, s)
+    return list(chosen.values())
+
+
+def groups_of(groups: dict[str, list[Shape]], name: str) -> list[str]:
+    return [g for g, shapes in groups.items() if any(s.name == name for s in shapes)]
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+def make_inputs(shape: Shape, device: str, seed: int = 0) -> dict:
+    """The paged problem of ``shape``: packed q/out ``[total_q, Hq, D]``, caches ``[num_blocks,
+    64, Hk, D]`` where each sequence owns a contiguous, non-overlapping run of blocks, the
+    block table, ``cu_seqlens_q`` and ``seqused_k``. Values ~ uniform(-0.1, 0.1)."""
+    gen = torch.Generator().manual_seed(seed)
+    dt = TORCH_DTYPES[shape.dtype]
+    d, hq, hk = shape.head_size, shape.num_heads, shape.num_kv_heads
+    blocks = [-(-k // BLOCK_SIZE) for _, k in shape.seqlens]
+    num_blocks, width = sum(blocks), max(blocks)
+
+    def uniform(*size):
+        return ((torch.rand(*size, generator=gen) * 2 - 1) * INPUT_RANGE).to(dt)
+
+    q = uniform(shape.total_q, hq, d)
+    k_cache = uniform(num_blocks, BLOCK_SIZE, hk, d)
+    v_cache = uniform(num_blocks, BLOCK_SIZE, hk, d)
+    table = torch.zeros(shape.batch, width, dtype=torch.int32)
+    first = 0
+    for s, n in enumerate(blocks):
+        table[s, :n] = torch.arange(first, first + n, dtype=torch.int32)
+        first += n
+    cu = [0]
+    for qlen, _ in shape.seqlens:
+        cu.append(cu[-1] + qlen)
+    tensors = dict(
+        q=q, k=k_cache, v=v_cache, out=torch.empty_like(q),
+        cu_seqlens_q=torch.tensor(cu, dtype=torch.int32),
+        seqused_k=torch.tensor([k for _, k in shape.seqlens], dtype=torch.int32),
+        block_table=table)
+    tensors = {key: t.to(device) for key, t in tensors.items()}
+    tensors.update(max_seqlen_q=shape.max_q, max_seqlen_k=shape.max_k,
+                   softmax_scale=1.0 / math.sqrt(d))
+    return tensors
+
+
+def reference(shape: Shape, inputs: dict) -> torch.Tensor:
+    """The fp32 paged reference (``ref_paged_attn``), on the CPU."""
+    from rocke.kernels.common.attention_reference import ref_paged_attn
+    cpu = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    return ref_paged_attn(cpu["q"], cpu["k"], cpu["v"], cpu["cu_seqlens_q"], cpu["seqused_k"],
+                          cpu["block_table"], cpu["softmax_scale"], causal=True)
+
+
+def tolerance(shape: Shape, override: float | None) -> float:
+    from rocke.kernels.common.tolerances import attention_atol
+    return override if override is not None else attention_atol(shape.dtype)
+
+
+def max_abs_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |out - ref|; NaN/inf anywhere (e.g. a row the kernel never wrote) is +inf."""
+    diff = (out.detach().float().cpu() - ref).abs()
+    if not torch.isfinite(diff).all():
+        return math.inf
+    return float(diff.max()) if diff.numel() else 0.0
+
+
+def print_worst_mismatches(shape: Shape, out: torch.Tensor, ref: torch.Tensor, count: int,
+                           cu_seqlens_q: torch.Tensor) -> None:
+    """The ``count`` largest |out - ref| elements with their (sequence, token, head, dim)."""
+    diff = (out.detach().float().cpu() - ref).abs().nan_to_num(nan=math.inf)
+    flat = diff.flatten()
+    top = torch.topk(flat, min(count, flat.numel()))
+    cu = cu_seqlens_q.cpu().tolist()
+    _, hq, d = ref.shape
+    print(f"    worst {len(top.indices)} mismatches of {shape.name}:")
+    print(f"    {'seq':>4} {'token':>6} {'head':>5} {'dim':>4} {'kernel':>12} {'ref':>12} {'|err|':>10}")
+    for idx in top.indices.tolist():
+        token, rest = divmod(idx, hq * d)
+        head, dim = divmod(rest, d)
+        seq = max(s for s in range(len(cu) - 1) if cu[s] <= token)
+        got = float(out.reshape(-1)[idx].float())
+        print(f"    {seq:>4} {token:>6} {head:>5} {dim:>4} {got:>12.5g} "
+              f"{float(ref.reshape(-1)[idx]):>12.5g} {float(flat[idx]):>10.3g}")
+
+
+def inject_error(out: torch.Tensor) -> None:
+    """Test-only (hidden ``--inject-error`` flag): corrupt one output element after the kernel
+    ran, so the tests can prove the correctness gate fails a wrong result."""
+    out.view(-1)[out.numel() // 2] += 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# device, levers
+
+def resolve_device(requested: str | None) -> str:
+    """``--device`` else ``ROCKE_DEVICE`` else hip when torch sees a GPU and rocke.runtime has a
+    hip device, else emu. Checked before any work: a hip run needs both."""
+    from rocke import env, runtime
+    devices = tuple(getattr(runtime, "DEVICES", ("emu",)))
+    device = requested or env.device()
+    if device is None:
+        device = "hip" if "hip" in devices and torch.cuda.is_available() else "emu"
+    if device not in devices:
+        raise SystemExit(f"error: --device {device}: this rocke.runtime offers {devices}")
+    if device == "hip" and not torch.cuda.is_available():
+        raise SystemExit("error: --device hip needs a ROCm torch that sees a GPU "
+                         "(torch.cuda.is_available() is False here)")
+    os.environ["ROCKE_DEVICE"] = device      # the dispatcher's launches follow the harness
+    return device
+
+
+def torch_device(device: str) -> str:
+    return "cuda" if device == "hip" else "cpu"
+
+
+def time_label(device: str) -> str:
+    return "emulator wall time" if device == "emu" else "GPU wall time (hip)"
+
+
+def echo_levers(printer=print) -> dict:
+    """Print every HIPDNN_GFX942_* lever as rocke reads it (rocke/kernels/common/knobs.py);
+    returns them for the report. A bad lever value stops the run here, before any work."""
+    from rocke.kernels.common import knobs
+    try:
+        read = knobs.read_knobs(os.environ)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    text = knobs.describe(read) if _takes_argument(knobs.describe) else knobs.describe()
+    printer("levers (HIPDNN_GFX942_*, read by rocke/kernels/common/knobs.py):")
+    for line in str(text).splitlines():
+        printer(f"  {line}")
+    return {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
+            for k, v in asdict(read).items()}
+
+
+def _takes_argument(fn) -> bool:
+    import inspect
+    try:
+        return len(inspect.signature(fn).parameters) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# cost estimate and progress
+
+def kernel_flops(shape: Shape) -> float:
+    """FLOPs a tiled kernel spends on ``shape``: 2 matmuls of 2*D per (row, visited key), rows
+    padded to the 16-row MFMA tile per (sequence, KV head) since a GQA group shares the tile,
+    keys cut by the causal early exit (a query at position p sees p + 1 keys)."""
+    total = 0.0
+    for q, k in shape.seqlens:
+        rows = -(-q * shape.group // 16) * 16
+        visited = k - q + (q + 1) / 2            # mean keys per query row under causal
+        total += 4.0 * shape.head_size * shape.num_kv_heads * rows * visited
+    return total
+
+
+class EmuRate:
+    """Emulated FLOPs per second of emulator wall time: a first guess refined by every launch
+    the run measures (a running total, so one slow compile does not dominate)."""
+
+    def __init__(self, guess: float = EMU_FLOPS_PER_S_GUESS):
+        self.guess = guess
+        self.flops = 0.0
+        self.seconds = 0.0
+
+    def record(self, flops: float, seconds: float) -> None:
+        if seconds > 0:
+            self.flops += flops
+            self.seconds += seconds
+
+    @property
+    def rate(self) -> float:
+        return self.flops / self.seconds if self.seconds > 0.5 else self.guess
+
+    def seconds_for(self, flops: float) -> float:
+        return flops / self.rate
+
+
+def print_estimate(plan: list[tuple[Shape, int]], device: str, rate: EmuRate) -> float:
+    """Before the run: per-shape launches and the estimated emulator wall time, and a warning
+    when the total is long. Returns the estimate in seconds (0 on hip)."""
+    if device != "emu":
+        return 0.0
+    total = sum(rate.seconds_for(kernel_flops(s) * n) for s, n in plan)
+    print(f"estimate: {len(plan)} shapes, {sum(n for _, n in plan)} emulated launches, "
+          f"~{format_seconds(total)} of emulator wall time (at {rate.rate / 1e9:.2f} emulated "
+          f"GFLOP/s, excluding compiles; refined as the run goes)")
+    heavy = sorted(plan, key=lambda p: -kernel_flops(p[0]) * p[1])[:3]
+    if total > LONG_RUN_WARNING_S:
+        print("  WARNING: long run on the emulator. Heaviest shapes: "
+              + ", ".join(f"{s.name} ~{format_seconds(rate.seconds_for(kernel_flops(s) * n))}"
+                          for s, n in heavy)
+              + ". Scale down with --quick or --max-kv N (same shapes, shorter KV).")
+    return total
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def progress(shape: Shape, launches: int, device: str, rate: EmuRate):
+    """A per-shape progress bar over its launches (stderr; silent when stderr is not a
+    terminal, so logs and tests stay clean)."""
+    from tqdm import tqdm
+    eta = f" ~{format_seconds(rate.seconds_for(kernel_flops(shape) * launches))}" \
+        if device == "emu" else ""
+    return tqdm(total=launches, desc=f"{shape.name}{eta}", unit="launch", leave=False,
+                file=sys.stderr, disable=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# timing
+
+def synchronize(device: str) -> None:
+    if device == "hip":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str) -> float:
+    """Wall seconds of ``fn()``, the device drained before and after."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - t0
+
+
+def reduce_times(samples: list[float], how: str, trim: float) -> float:
+    if how == "median":
+        return statistics.median(samples)
+    if how == "mean":
+        return statistics.fmean(samples)
+    if how == "trimmed":
+        cut = int(len(samples) * trim)
+        kept = sorted(samples)[cut:len(samples) - cut] or sorted(samples)
+        return statistics.fmean(kept)
+    raise ValueError(f"reduce: unknown method {how!r}")
+
+
+def spread(samples: list[float]) -> float | None:
+    """(max - min) / median of the measurements; None with fewer than two."""
+    if len(samples) < 2:
+        return None
+    mid = statistics.median(samples)
+    return (max(samples) - min(samples)) / mid if mid > 0 else None
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+REPORT_SCHEMA_VERSION = 1
+STATUSES = ("PASS", "FAIL", "SKIP", "ERROR")
+
+
+def shape_record(shape: Shape, groups: list[str]) -> dict:
+    return dict(shape=shape.name, groups=groups, dtype=shape.dtype, num_heads=shape.num_heads,
+                num_kv_heads=shape.num_kv_heads, head_size=shape.head_size,
+                seqlens=[list(p) for p in shape.seqlens],
+                scaled_from=None if shape.scaled_from is None
+                else [list(p) for p in shape.scaled_from],
+                kind=shape.kind)
+
+
+def write_report(path: str | None, payload: dict) -> None:
+    if path:
+        Path(path).write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+        print(f"report written to {path}")
+
+
+def summary(rows: list[dict]) -> dict:
+    return {status: sum(1 for r in rows if r["status"] == status) for status in STATUSES}
+
+
+def fmt_ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    print(f"\n{title}")
+    print("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  " + "  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))
