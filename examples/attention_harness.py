@@ -261,15 +261,14 @@ def inject_error(out: torch.Tensor) -> None:
 # device, levers
 
 def resolve_device(requested: str | None) -> str:
-    """``--device`` else ``ROCKE_DEVICE`` else hip when torch sees a GPU and rocke.runtime has a
-    hip device, else emu. Checked before any work: a hip run needs both."""
+    """``--device`` else ``ROCKE_DEVICE`` else rocke.runtime's default (hip when hip-python
+    finds a gfx942 GPU, else emu). Checked before any work: a hip run also needs a ROCm torch
+    that sees the GPU, since the harness allocates its tensors with torch."""
     from rocke import env, runtime
-    devices = tuple(getattr(runtime, "DEVICES", ("emu",)))
-    device = requested or env.device()
-    if device is None:
-        device = "hip" if "hip" in devices and torch.cuda.is_available() else "emu"
+    devices = tuple(runtime.DEVICES)
+    device = requested or env.device() or runtime.default_device_kind()
     if device not in devices:
-        raise SystemExit(f"error: --device {device}: this rocke.runtime offers {devices}")
+        raise SystemExit(f"error: --device {device}: rocke.runtime offers {devices}")
     if device == "hip" and not torch.cuda.is_available():
         raise SystemExit("error: --device hip needs a ROCm torch that sees a GPU "
                          "(torch.cuda.is_available() is False here)")
@@ -286,27 +285,16 @@ def time_label(device: str) -> str:
 
 
 def echo_levers(printer=print) -> dict:
-    """Print every HIPDNN_GFX942_* lever as rocke reads it (rocke/kernels/common/knobs.py);
-    returns them for the report. A bad lever value stops the run here, before any work."""
+    """Print every HIPDNN_GFX942_* lever as rocke reads it (rocke/kernels/common/knobs.py) and
+    return the values for the report. A bad lever value stops the run here, before any work."""
     from rocke.kernels.common import knobs
     try:
         read = knobs.read_knobs(os.environ)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
-    text = knobs.describe(read) if _takes_argument(knobs.describe) else knobs.describe()
-    printer("levers (HIPDNN_GFX942_*, read by rocke/kernels/common/knobs.py):")
-    for line in str(text).splitlines():
-        printer(f"  {line}")
-    return {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
-            for k, v in asdict(read).items()}
-
-
-def _takes_argument(fn) -> bool:
-    import inspect
-    try:
-        return len(inspect.signature(fn).parameters) > 0
-    except (TypeError, ValueError):
-        return False
+    for line in knobs.describe(read, os.environ).splitlines():
+        printer(line)
+    return asdict(read)
 
 
 # ---------------------------------------------------------------------------------------------

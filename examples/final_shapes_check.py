@@ -90,11 +90,22 @@ def dispatcher_call(inputs):
     t = inputs
 
     def launch():
-        run_unified_attention_torch(
+        return run_unified_attention_torch(
             t["q"], t["k"], t["v"], t["out"], t["cu_seqlens_q"], t["max_seqlen_q"],
             t["seqused_k"], t["max_seqlen_k"], t["softmax_scale"], True, (-1, -1),
             t["block_table"], 0.0, None, None, None, backend="auto")
     return launch
+
+
+def describe_plan(record) -> str | None:
+    """The dispatcher's choice: path, geometry, segments, whether it recommends graph replay."""
+    plan = getattr(record, "plan", None)
+    if plan is None:
+        return None
+    text = f"{plan.path} {plan.geometry.name}"
+    if plan.path == "3d":
+        text += f" x{plan.geometry.num_segments}"
+    return text + (" graph-rec" if plan.graph_replay else "")
 
 
 def capture_graph(launch):
@@ -191,7 +202,8 @@ def check_shape(shape, args, device, rate):
     row = dict(H.shape_record(shape, H.groups_of(GROUPS, shape.name)), status=None,
                reason=None, tol=H.tolerance(shape, None), max_abs_err_eager=None,
                max_abs_err_graph=None, time_kind=H.time_label(device), cells={},
-               torch_backend=None, torch_device=H.torch_device(device), torch_context_only=False)
+               torch_backend=None, torch_device=H.torch_device(device), torch_context_only=False,
+               path=None)
     cells = row["cells"]
     per_mode = args.warmup + args.reps * args.iters
     launches = 2 + 2 * per_mode
@@ -205,8 +217,11 @@ def check_shape(shape, args, device, rate):
         launch = dispatcher_call(inputs)
         try:
             out.fill_(float("nan"))
-            launch()
+            record = launch()
             bar.update(1)
+            row["path"] = describe_plan(record)
+            rate.record(H.kernel_flops(shape), sum(
+                getattr(r, "emulator_wall_time_s", 0.0) for r in getattr(record, "reports", [])))
             err, ok = gate(out, ref, row["tol"], args)
             row["max_abs_err_eager"] = err if math.isfinite(err) else None
             replay = capture_graph(launch)
@@ -226,7 +241,6 @@ def check_shape(shape, args, device, rate):
             return row          # no timing for a result that fails the gate
         t, s, samples = measure(launch, args, device, bar)
         cells["rocke_eager"] = dict(seconds=t, spread=s, samples=samples)
-        rate.record(H.kernel_flops(shape) * len(samples) * args.iters, sum(samples) * args.iters)
         if replay is not None:
             t, s, samples = measure(replay, args, device, bar)
             cells["rocke_graph"] = dict(seconds=t, spread=s, samples=samples)
@@ -306,13 +320,13 @@ def main(argv=None) -> int:
                      cell_text(c, "torch_eager", "-"),
                      cell_text(c, "torch_graph", "n/a (no torch graphs on CPU)"
                                if emu and r["status"] == "PASS" else "-"),
-                     ratios[0], ratios[1], backend, err_text, r["status"],
+                     ratios[0], ratios[1], backend, r["path"] or "-", err_text, r["status"],
                      "scaled" if r["scaled_from"] else "", r["reason"] or ""])
     unit = "emu wall ms" if emu else "ms"
     H.print_table("final shapes (rocke = production dispatcher, backend auto)",
                   ["shape", f"rocke eager ({unit})", f"rocke graph ({unit})",
                    f"torch eager (ms, {tdev})", "torch graph (ms)", "eager ratio",
-                   "graph ratio", "sdpa", "max|err|", "status", "", "reason"], body)
+                   "graph ratio", "sdpa", "rocke path", "max|err|", "status", "", "reason"], body)
     if emu:
         print("  ratios n/a: rocke ran on the emulator, torch on the CPU; times are not "
               "comparable. 'ctx' = torch masks top-left, rocke bottom-right: context only.")

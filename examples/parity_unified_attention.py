@@ -22,6 +22,7 @@ kernel launch, so the tests can show a wrong result fails the gate and the exit 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 
@@ -81,56 +82,96 @@ def parse_args(argv):
 # the three launch paths
 
 def dispatcher_launcher(inputs, backend):
+    """The production entry point; returns its RunRecord (plan + launch reports)."""
     from rocke.kernels.common.attention_unified import run_unified_attention_torch
     t = inputs
 
     def launch():
-        run_unified_attention_torch(
+        return run_unified_attention_torch(
             t["q"], t["k"], t["v"], t["out"], t["cu_seqlens_q"], t["max_seqlen_q"],
             t["seqused_k"], t["max_seqlen_k"], t["softmax_scale"], True, (-1, -1),
             t["block_table"], 0.0, None, None, None, backend=backend)
     return launch
 
 
-def build_2d_spec(shape: H.Shape, knobs):
-    """The 2D spec, built explicitly as seeds/000 §6-7 describe (not by the dispatcher): d128
-    fp16 takes the transposed-x8 flash regime in the FLASH_WIDE geometry; everything else the
-    narrow 16x16x16 path. Returns ``(spec, is_flash)``; raises Skip when the spec rejects it."""
+def build_2d_spec(shape: H.Shape, inputs, knobs):
+    """The 2D spec, built here by hand as seeds/000 §6-7 describe (the dispatcher is not
+    asked): d128 fp16 takes the transposed-x8 flash regime in the geometry FLASH_WIDE picks
+    (wide4 = 4 warps, the provider's default, set explicitly since a bare spec is not wide4;
+    L4 = 1; wide2 = 2; NUM_WARPS overrides), K single-buffered when num_warps * 32 <= T;
+    everything else the narrow 16x16x16 path — d64 with 4 warps x 32 rows, d128 bf16 with 2
+    warps (the x8 atom path is fp16-only). The other levers apply as the knobs module maps
+    them. The narrow path must pass the ``supports_tiled_2d`` LDS gate (else SKIP); the flash
+    configs bypass it and the spec's own rules arbitrate (seeds/001 arch notes)."""
+    from rocke.kernels.common import knobs as knobs_module
     from rocke.kernels.gfx942 import attention_tiled_2d as k2d
     flash = shape.dtype == "f16" and shape.head_size == 128
+    if flash:
+        warps = knobs.flash_num_warps
+        geometry = dict(num_warps=warps, block_m_per_warp=32, tile_size=H.BLOCK_SIZE,
+                        use_mfma_32x32x8=True, use_transposed_qk_32x32=True,
+                        use_k_single_buffer=warps * 32 <= H.BLOCK_SIZE)
+    elif shape.head_size == 64:
+        geometry = dict(num_warps=4, block_m_per_warp=32)
+    else:
+        geometry = dict(num_warps=2)
+    cache_bytes = inputs["k"].numel() * inputs["k"].element_size()
+    fields = dict(dtype=shape.dtype, head_size=shape.head_size, block_size=H.BLOCK_SIZE,
+                  num_queries_per_kv=shape.group, kv_addr_64=cache_bytes > 2 ** 31, **geometry)
+    fields.update(knobs_module.spec_overrides(knobs, k2d.UnifiedAttention2DSpec))
+    if not flash and not k2d.supports_tiled_2d(**fields):
+        problems = "; ".join(k2d.spec_problems(k2d._FieldView(**fields)))
+        raise Skip(f"unsupported on gfx942: narrow-path gate supports_tiled_2d ({problems})")
     try:
-        spec = k2d.harness_spec(shape.dtype, shape.head_size, H.BLOCK_SIZE, shape.group,
-                                flash=flash, knobs=knobs)
+        spec = k2d.UnifiedAttention2DSpec(**fields)
     except ValueError as exc:
-        raise Skip(f"spec rejects it: {exc}") from None
-    return spec, flash
+        raise Skip(f"unsupported on gfx942: the flash spec rejects it ({exc})") from None
+    geometry_name = ({4: "wide4", 2: "wide2", 1: "L4"}.get(spec.num_warps, f"w{spec.num_warps}")
+                     if flash else "narrow")
+    return spec, geometry_name
 
 
 def explicit_2d_launcher(shape, inputs, knobs, device):
-    """The explicitly built 2D spec, launched through its own kernel_args/launch_geometry."""
+    """The hand-built 2D spec, launched through its own kernel_args/launch_geometry."""
     from rocke import runtime
+    from rocke.kernels.common.attention_unified import compiled
     from rocke.kernels.gfx942 import attention_tiled_2d as k2d
-    from rocke.kernels.registry import Variant
-    spec, flash = build_2d_spec(shape, knobs)
-    if not flash and not k2d.supports_tiled_2d(spec):
-        raise Skip("unsupported on gfx942: the narrow path's LDS gate (supports_tiled_2d)")
-    compiled = Variant(f"attention_2d/{spec.name}", "attention_2d", spec, k2d.build).compile()
+    spec, geometry_name = build_2d_spec(shape, inputs, knobs)
+    kernel = compiled(spec)
     t = inputs
     args = k2d.kernel_args(spec, t["q"], t["k"], t["v"], t["out"], t["block_table"],
                            t["cu_seqlens_q"], t["seqused_k"], t["softmax_scale"])
     grid, block = k2d.launch_geometry(spec, shape.batch, shape.total_q, shape.num_kv_heads)
 
     def launch():
-        runtime.launch(compiled, grid, block, args, device=device)
-    return launch, spec.name
+        return [runtime.launch(kernel, grid, block, args, device=device)]
+    return launch, f"2d {geometry_name} ({spec.kernel_name})"
+
+
+def describe_record(record) -> str:
+    """What the dispatcher launched: path, geometry, segments."""
+    plan = getattr(record, "plan", None)
+    if plan is None:
+        return "run_unified_attention_torch"
+    geo = plan.geometry
+    text = f"{plan.path} {geo.name}"
+    if plan.path == "3d":
+        text += f" x{geo.num_segments} segments"
+    return text + f" ({plan.specs[0].kernel_name})"
 
 
 def launcher_for(table, shape, inputs, knobs, device):
-    """``(launch, what)``: a no-argument callable writing ``inputs["out"]``, and a label."""
+    """``(launch, label)``: a no-argument callable writing ``inputs["out"]`` (returning what
+    it launched), and a label of the path; the dispatcher's label comes after its first call."""
     if table == "2d":
         return explicit_2d_launcher(shape, inputs, knobs, device)
-    backend = "auto" if table == "auto" else "3d"
-    return dispatcher_launcher(inputs, backend), f"run_unified_attention_torch(backend={backend!r})"
+    return dispatcher_launcher(inputs, "auto" if table == "auto" else "3d"), None
+
+
+def emulated_seconds(result) -> float:
+    """Emulator wall time summed over the launch reports a call returned (0 if none)."""
+    reports = getattr(result, "reports", result) or []
+    return sum(getattr(r, "emulator_wall_time_s", 0.0) for r in reports)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,7 +189,10 @@ def run_table(table, shape, inputs, ref, args, knobs, device, rate, bar):
     try:
         launch, row["launched"] = launcher_for(table, shape, inputs, knobs, device)
         out.fill_(float("nan"))
-        launch()
+        result = launch()
+        if row["launched"] is None:
+            row["launched"] = describe_record(result)
+        rate.record(H.kernel_flops(shape), emulated_seconds(result))
     except Skip as exc:
         row.update(status="SKIP", reason=str(exc))
         bar.update(steps)
@@ -176,12 +220,13 @@ def run_table(table, shape, inputs, ref, args, knobs, device, rate, bar):
         bar.update(1)
     samples = []
     for _ in range(args.attempts):
-        samples.append(H.timed(launch, device))
+        box = []
+        samples.append(H.timed(lambda: box.append(launch()), device))
+        rate.record(H.kernel_flops(shape), emulated_seconds(box[0]))
         bar.update(1)
     if samples:
         row["time_s"] = statistics.median(samples)
         row["runs"] = len(samples)
-        rate.record(H.kernel_flops(shape) * len(samples), sum(samples))
     return row
 
 
@@ -199,7 +244,7 @@ def main(argv=None) -> int:
           f"{H.time_label(device)}" + (" on this CPU, NOT GPU time" if device == "emu" else ""))
     lever_values = H.echo_levers()
     from rocke.kernels.common import knobs as knobs_module
-    knobs = knobs_module.read_knobs()
+    knobs = knobs_module.read_knobs(os.environ)
     print(f"timing: {args.warmup} warm-up + {args.attempts} timed launches per table (median)")
     if args.max_kv is not None:
         print(f"scaled: every KV length capped at {args.max_kv} "
