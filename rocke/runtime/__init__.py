@@ -1,28 +1,35 @@
-"""Launching compiled kernels. The emulator is the default device; it needs no GPU.
+"""Launching compiled kernels on a device: rocke's gfx942 emulator ("emu") or a gfx942 GPU
+through hip-python ("hip").
 
-`launch(compiled, grid, block, args)` runs a `rocke.compiler.CompiledKernel` on the gfx942
-emulator (`rocke.emu`), which packs kernel arguments with `rocke.arch.abi` — the same packing a
-HIP launch uses.
+`launch(compiled, grid, block, args)` checks the launch, packs the kernarg segment with
+`rocke.arch.abi` (one path for both devices, see device.py) and runs it on `device` -- by default
+ROCKE_DEVICE, else hip when hip-python finds a gfx942 GPU, else the emulator. `Graph` captures
+launches and replays them (graph.py).
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-DEVICES = ("emu",)
+from .device import (DEVICE_KINDS, Device, PreparedLaunch, default_device_kind, get_device,
+                     prepare_launch, reset_devices)
+from .graph import Graph, GraphError, is_capturing
 
-
-def _dims(name: str, v) -> tuple[int, int, int]:
-    t = (v,) if isinstance(v, int) else tuple(v)
-    if not 1 <= len(t) <= 3 or not all(isinstance(x, int) for x in t):
-        raise ValueError(f"{name} must be an int or 1-3 ints, got {v!r}")
-    return t + (1,) * (3 - len(t))
+DEVICES = DEVICE_KINDS
 
 
 def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
-           device: str = "emu", check: bool = True):
-    """Run `compiled` over `grid` workgroups of `block` work-items; returns the device's report."""
-    if device not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; rocke has {DEVICES}")
-    from .. import emu
-    return emu.launch(compiled.asm, compiled.name, _dims("grid", grid), _dims("block", block),
-                      list(args), shared_mem=shared_mem, check=check)
+           device: Device | str | None = None, stream=None, check: bool = True):
+    """Run `compiled` over `grid` workgroups of `block` work-items with explicit `args`.
+
+    Returns the emulator's LaunchReport on "emu" (None while a Graph is capturing), None on
+    "hip" (the launch is asynchronous on `stream`). `check` turns on the emulator's LDS race
+    checker; HIP ignores it. Every error is raised before the device is touched.
+    """
+    target = get_device(device)
+    prepared = prepare_launch(compiled, grid, block, args, shared_mem)
+    return target.execute(prepared, stream=stream, check=check)
+
+
+__all__ = ["launch", "Device", "PreparedLaunch", "get_device", "prepare_launch",
+           "default_device_kind", "reset_devices", "Graph", "GraphError", "is_capturing",
+           "DEVICES"]

@@ -1,0 +1,31 @@
+"""The emulator device: prepared launches run on rocke's gfx942 emulator (`rocke.emu`), on CPU
+torch tensors, synchronously. Inside a `Graph` capture they are recorded instead (see graph.py)."""
+from __future__ import annotations
+
+from .device import Device, PreparedLaunch
+from . import graph as _graph
+
+
+class EmuDevice(Device):
+    kind = "emu"
+
+    def __init__(self):
+        from ..compiler import DEFAULT_TARGET
+        self.arch = DEFAULT_TARGET
+
+    def execute(self, launch: PreparedLaunch, *, stream=None, check: bool = True):
+        capture = _graph.active_capture(self)
+        if capture is not None:
+            capture.record(launch, check)
+            return None
+        return self.run(launch, check)
+
+    def run(self, launch: PreparedLaunch, check: bool = True):
+        """Emulate one launch now; returns the emulator's LaunchReport."""
+        from .. import emu
+        c = launch.compiled
+        return emu.launch(c.asm, c.name, launch.grid, launch.block, list(launch.args),
+                          shared_mem=launch.shared_mem, check=check)
+
+    def is_capturing(self, stream=None) -> bool:
+        return _graph.active_capture(self) is not None

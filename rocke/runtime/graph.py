@@ -1,0 +1,113 @@
+"""Graph replay: capture a sequence of launches once, replay it many times.
+
+    g = Graph()                      # on the default device, or Graph(device="hip")
+    with g.capture():
+        launch(k1, grid, block, args1)
+        launch(k2, grid, block, args2)
+    g.replay()                       # runs both again, with the kernarg buffers captured
+
+Inside `capture()` launches are recorded, not run (as in HIP stream capture). On the emulator a
+graph is the list of prepared launches with their packed kernarg segments; replay runs them in
+order and refuses if an argument's storage moved since the capture (the recorded pointers would
+be stale). On HIP the launches go to a capturing stream (`hipStreamBeginCapture` ..
+`hipStreamEndCapture`, `hipGraphInstantiate`, `hipGraphLaunch`), or into a torch CUDA graph when
+torch drives a ROCm GPU -- so graph mode is exercised on every device.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+from .device import Device, PreparedLaunch, get_device
+
+_local = threading.local()
+
+
+def active_capture(device: Device) -> "Graph | None":
+    """The graph capturing launches on `device` in this thread, if any."""
+    graph = getattr(_local, "graph", None)
+    return graph if graph is not None and graph.device is device else None
+
+
+def is_capturing(device: Device | str | None = None, stream=None) -> bool:
+    """Whether the caller is already capturing on `device`: an emulator `Graph` capture, HIP
+    stream capture on `stream` (default: the current stream), or torch's
+    `torch.cuda.is_current_stream_capturing()` on a ROCm torch."""
+    return get_device(device).is_capturing(stream)
+
+
+class GraphError(RuntimeError):
+    """A graph was used in a way it cannot honour (replay before capture, nested capture, ...)."""
+
+
+class Graph:
+    def __init__(self, device: Device | str | None = None):
+        self.device = get_device(device)
+        self._recorded: list[tuple[PreparedLaunch, bool]] = []   # emulator graphs
+        self._native: Any = None     # the device's graph object (HIP), set by capture()
+        self._captured = False
+
+    @property
+    def num_launches(self) -> int:
+        if self.device.kind == "emu":
+            return len(self._recorded)
+        return self._native.num_launches if self._native is not None else 0
+
+    # --- emulator recording (called by EmuDevice.execute while capturing) ---
+    def record(self, launch: PreparedLaunch, check: bool) -> None:
+        self._recorded.append((launch, check))
+
+    @contextlib.contextmanager
+    def capture(self, stream=None):
+        if getattr(_local, "graph", None) is not None:
+            raise GraphError("a Graph capture is already active in this thread; nested captures "
+                             "are not supported")
+        if self._captured:
+            raise GraphError("this Graph already holds a capture; make a new Graph")
+        _local.graph = self
+        try:
+            if self.device.kind == "emu":
+                yield self
+            else:
+                with self.device.capture_graph(stream) as native:
+                    self._native = native
+                    yield self
+        except BaseException:
+            self._recorded.clear()
+            self._native = None
+            raise
+        finally:
+            _local.graph = None
+        self._captured = True
+
+    def replay(self, stream=None, *, synchronize: bool = False) -> list:
+        """Run the captured launches again. Returns the emulator's reports (emu) or []."""
+        if not self._captured:
+            raise GraphError("replay() before capture(): capture the launches first")
+        if getattr(_local, "graph", None) is not None:
+            raise GraphError("replay() inside a capture is not supported")
+        if self.device.kind == "emu":
+            return [self._replay_one(launch, check) for launch, check in self._recorded]
+        self._native.replay(stream)
+        if synchronize:
+            self.device.synchronize()
+        return []
+
+    def _replay_one(self, launch: PreparedLaunch, check: bool):
+        from ..arch import abi
+        info = launch.compiled.info
+        now = abi.pack_kernarg_segment(info.args, launch.args, launch.grid, launch.block,
+                                       launch.shared_mem, lambda t: t.data_ptr(), info.kernarg_size)
+        if now != launch.kernarg:
+            raise GraphError(f"{launch.compiled.variant}: an argument's storage moved since the "
+                             "capture (its recorded pointer is stale); capture the graph again")
+        return self.device.run(launch, check)
+
+    def close(self) -> None:
+        """Release the device's graph objects (HIP); the emulator's need nothing."""
+        if self._native is not None:
+            self._native.close()
+            self._native = None
+        self._recorded.clear()
+        self._captured = False

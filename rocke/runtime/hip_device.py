@@ -1,0 +1,360 @@
+"""The HIP device: prepared launches run on a gfx942 GPU through hip-python.
+
+Follows hip-python's documented API (`from hip import hip`; every call returns a tuple whose
+first item is a `hipError_t`): `hipModuleLoadData` of the linked code object,
+`hipModuleGetFunction`, and `hipModuleLaunchKernel` with the kernarg segment that
+`rocke.arch.abi` packed passed through `extra` = HIP_LAUNCH_PARAM_BUFFER_POINTER / _SIZE / _END
+(the emulator receives the same bytes). Every failing call raises `HipError` naming the call and
+`hipGetErrorString`'s text. Modules are loaded once per (device, code-object hash).
+
+torch interop on a ROCm torch: tensor pointers are `tensor.data_ptr()` and launches go to
+`torch.cuda.current_stream()`. Without a ROCm torch, `DeviceBuffer` (hipMalloc'd memory) serves
+as a pointer argument and the null stream is used.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import hashlib
+import threading
+
+from .device import Device, PreparedLaunch
+from . import graph as _graph
+
+HIP_LAUNCH_PARAM_BUFFER_POINTER = 1
+HIP_LAUNCH_PARAM_BUFFER_SIZE = 2
+HIP_LAUNCH_PARAM_END = 3
+
+
+class HipError(RuntimeError):
+    """A HIP call returned an error; `call`, `code`, `name` and `text` say which and why."""
+
+    def __init__(self, call: str, code: int, name: str, text: str):
+        self.call, self.code, self.name, self.text = call, code, name, text
+        super().__init__(f"{call} failed: {name} ({code}): {text}")
+
+
+class HipUnavailable(RuntimeError):
+    """hip-python or the HIP runtime (libamdhip64.so) cannot be used here."""
+
+
+def hip_module():
+    """hip-python's `hip` module (the binding of the HIP runtime API)."""
+    try:
+        from hip import hip
+    except ImportError as e:
+        raise HipUnavailable(f"the HIP device needs hip-python (`pip install rocke[hip]`): {e}") \
+            from None
+    return hip
+
+
+def _error_text(hip, err) -> str:
+    try:
+        text = hip.hipGetErrorString(err)[1]
+        return text.decode() if text is not None else "(no error string)"
+    except Exception as e:   # the error path must not hide the original error
+        return f"(hipGetErrorString failed: {e})"
+
+
+def check(call: str, result):
+    """The payload of hip-python result tuple `result`, or HipError if its hipError_t says so."""
+    err = result[0]
+    if err.value != 0:
+        hip = hip_module()
+        raise HipError(call, int(err.value), err.name, _error_text(hip, err))
+    if len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else result[1:]
+
+
+def _call(call: str, *args):
+    hip = hip_module()
+    try:
+        fn = getattr(hip, call)
+        result = fn(*args)
+    except RuntimeError as e:    # hip-python raises this when libamdhip64.so cannot be opened
+        raise HipUnavailable(f"{call}: the HIP runtime could not be loaded ({e})") from None
+    return check(call, result)
+
+
+def processor_of(target_id: str) -> str:
+    return target_id.split(":", 1)[0]
+
+
+def _features(target_id: str) -> dict[str, str]:
+    return {f[:-1]: f[-1] for f in target_id.split(":")[1:] if f and f[-1] in "+-"}
+
+
+def arch_compatible(code_target: str, device_arch: str) -> bool:
+    """Whether a code object built for `code_target` may load on a `device_arch` GPU: the same
+    processor, and no target feature (sramecc, xnack) set one way in one and the other way in
+    the other."""
+    if processor_of(code_target) != processor_of(device_arch):
+        return False
+    code, dev = _features(code_target), _features(device_arch)
+    return all(dev.get(k, v) == v for k, v in code.items())
+
+
+def device_arch(index: int) -> str:
+    """gcnArchName of HIP device `index`, e.g. 'gfx942:sramecc+:xnack-'."""
+    hip = hip_module()
+    props = hip.hipDeviceProp_t()
+    _call("hipGetDeviceProperties", props, index)
+    name = props.gcnArchName
+    return (name.decode() if isinstance(name, bytes) else str(name)).split("\x00", 1)[0]
+
+
+def find_gfx942_device() -> int | None:
+    """Index of the first gfx942 GPU hip-python can see, or None (no hip-python, no runtime, no
+    device, or only other architectures)."""
+    try:
+        count = _call("hipGetDeviceCount")
+        for index in range(count):
+            if processor_of(device_arch(index)) == "gfx942":
+                return index
+    except (HipUnavailable, HipError):
+        return None
+    return None
+
+
+@functools.cache
+def torch_rocm() -> bool:
+    """True when torch is a ROCm build with a visible GPU (then torch owns streams and graphs)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(getattr(torch.version, "hip", None)) and torch.cuda.is_available()
+
+
+class DeviceBuffer:
+    """`nbytes` of HIP device memory (hipMalloc); passes as a pointer argument like a tensor."""
+
+    def __init__(self, device: "HipDevice", nbytes: int):
+        if not isinstance(nbytes, int) or nbytes <= 0:
+            raise ValueError(f"nbytes must be a positive int, got {nbytes!r}")
+        self.device = device
+        self._nbytes = nbytes
+        self._pointer = _call("hipMalloc", nbytes)
+        self._address = int(self._pointer)
+
+    def data_ptr(self) -> int:
+        return self._address
+
+    def untyped_storage(self) -> "DeviceBuffer":
+        return self
+
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    def _host_view(self, host) -> tuple[int, int]:
+        """(address, nbytes) of a contiguous CPU tensor, numpy array or bytes-like."""
+        if hasattr(host, "data_ptr"):
+            if not host.is_contiguous() or host.device.type != "cpu":
+                raise ValueError("host tensor must be a contiguous CPU tensor")
+            return host.data_ptr(), host.numel() * host.element_size()
+        view = memoryview(host)
+        if not view.c_contiguous:
+            raise ValueError("host buffer must be contiguous")
+        if view.readonly:
+            buf = (ctypes.c_char * view.nbytes).from_buffer_copy(view)
+        else:
+            buf = (ctypes.c_char * view.nbytes).from_buffer(view)
+        self._keep = buf
+        return ctypes.addressof(buf), view.nbytes
+
+    def copy_from(self, host) -> "DeviceBuffer":
+        address, nbytes = self._host_view(host)
+        if nbytes > self._nbytes:
+            raise ValueError(f"host data has {nbytes} bytes, the buffer {self._nbytes}")
+        hip = hip_module()
+        _call("hipMemcpy", self._address, address, nbytes, hip.hipMemcpyKind.hipMemcpyHostToDevice)
+        return self
+
+    def copy_to(self, host):
+        address, nbytes = self._host_view(host)
+        if nbytes > self._nbytes:
+            raise ValueError(f"host destination has {nbytes} bytes, the buffer {self._nbytes}")
+        hip = hip_module()
+        _call("hipMemcpy", address, self._address, nbytes, hip.hipMemcpyKind.hipMemcpyDeviceToHost)
+        return host
+
+    def free(self) -> None:
+        if self._pointer is not None:
+            _call("hipFree", self._pointer)
+            self._pointer = None
+
+    def __repr__(self):
+        return f"<DeviceBuffer {self._nbytes} B at {self._address:#x}>"
+
+
+class _StreamGraph:
+    """A HIP graph made by stream capture: hipStreamBeginCapture .. hipGraphInstantiate."""
+
+    def __init__(self, device: "HipDevice", stream):
+        self.device = device
+        self.owns_stream = stream is None
+        self.stream = _call("hipStreamCreate") if stream is None else stream
+        self.graph = self.exec = None
+        self.num_launches = 0
+
+    def begin(self):
+        hip = hip_module()
+        _call("hipStreamBeginCapture", self.stream,
+              hip.hipStreamCaptureMode.hipStreamCaptureModeThreadLocal)
+
+    def end(self):
+        self.graph = _call("hipStreamEndCapture", self.stream)
+        self.exec, _error_node = _call("hipGraphInstantiate", self.graph, None, 0)
+
+    def replay(self, stream=None):
+        _call("hipGraphLaunch", self.exec, self.stream if stream is None else stream)
+
+    def close(self):
+        if self.exec is not None:
+            _call("hipGraphExecDestroy", self.exec)
+        if self.graph is not None:
+            _call("hipGraphDestroy", self.graph)
+        if self.owns_stream and self.stream is not None:
+            _call("hipStreamDestroy", self.stream)
+        self.exec = self.graph = self.stream = None
+
+
+class _TorchGraph:
+    """torch's CUDA graph on a ROCm torch: launches go to torch's (capturing) current stream."""
+
+    def __init__(self):
+        import torch
+        self.torch = torch
+        self.graph = torch.cuda.CUDAGraph()
+        self.stream = None
+        self.num_launches = 0
+
+    def replay(self, stream=None):
+        self.graph.replay()
+
+    def close(self):
+        self.graph.reset()
+
+
+class HipDevice(Device):
+    kind = "hip"
+
+    def __init__(self, index: int = 0):
+        self.index = index
+        count = _call("hipGetDeviceCount")
+        if not 0 <= index < count:
+            raise HipError("hipGetDeviceCount", 101, "hipErrorInvalidDevice",
+                           f"device {index} requested, {count} present")
+        self.arch = device_arch(index)
+        self._modules: dict[str, tuple[object, dict[str, object]]] = {}
+        self._lock = threading.Lock()
+        self.loads = 0      # hipModuleLoadData calls made (the module cache's misses)
+
+    # --- modules ---
+    def function(self, compiled):
+        """The loaded kernel function of `compiled`, loading its module on first use."""
+        digest = compiled.__dict__.get("_code_object_sha256")
+        if digest is None:
+            digest = hashlib.sha256(compiled.code_object).hexdigest()
+            object.__setattr__(compiled, "_code_object_sha256", digest)
+        entry = self._modules.get(digest)
+        if entry is not None:
+            fn = entry[1].get(compiled.name)
+            if fn is not None:
+                return fn
+        with self._lock:
+            if digest not in self._modules:
+                if not arch_compatible(compiled.target, self.arch):
+                    raise ValueError(
+                        f"{compiled.variant}: its code object is built for {compiled.target} and "
+                        f"cannot load on HIP device {self.index}, a {self.arch}")
+                module = _call("hipModuleLoadData", compiled.code_object)
+                self.loads += 1
+                self._modules[digest] = (module, {})
+            module, functions = self._modules[digest]
+            if compiled.name not in functions:
+                functions[compiled.name] = _call("hipModuleGetFunction", module,
+                                                 compiled.name.encode())
+            return functions[compiled.name]
+
+    def unload_all(self) -> None:
+        with self._lock:
+            for module, _ in self._modules.values():
+                _call("hipModuleUnload", module)
+            self._modules.clear()
+
+    # --- launches ---
+    def current_stream(self):
+        capture = _graph.active_capture(self)
+        if capture is not None and capture._native is not None and capture._native.stream is not None:
+            return capture._native.stream
+        if torch_rocm():
+            import torch
+            return torch.cuda.current_stream().cuda_stream
+        return None
+
+    def execute(self, launch: PreparedLaunch, *, stream=None, check: bool = True):
+        for value in launch.args:
+            device = getattr(value, "device", None)
+            if getattr(device, "type", None) == "cpu":
+                raise ValueError(f"{launch.compiled.variant}: a CPU tensor was passed to the HIP "
+                                 "device; pass GPU tensors or DeviceBuffers")
+        fn = self.function(launch.compiled)
+        if stream is None:
+            stream = self.current_stream()
+        kernarg = launch.kernarg
+        size = ctypes.c_size_t(len(kernarg))
+        buffer = ctypes.create_string_buffer(kernarg, len(kernarg))
+        extra = (ctypes.c_void_p * 5)(HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
+                                      HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size),
+                                      HIP_LAUNCH_PARAM_END)
+        grid, block = launch.grid, launch.block
+        _call("hipModuleLaunchKernel", fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+              launch.shared_mem, stream, None, ctypes.addressof(extra))
+        capture = _graph.active_capture(self)
+        if capture is not None and capture._native is not None:
+            capture._native.num_launches += 1
+        return None
+
+    def synchronize(self) -> None:
+        if torch_rocm():
+            import torch
+            torch.cuda.synchronize()
+        else:
+            _call("hipDeviceSynchronize")
+
+    # --- memory ---
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        return DeviceBuffer(self, nbytes)
+
+    # --- graphs ---
+    def is_capturing(self, stream=None) -> bool:
+        if stream is None and torch_rocm():
+            import torch
+            return bool(torch.cuda.is_current_stream_capturing())
+        if stream is None:
+            stream = self.current_stream()
+        hip = hip_module()
+        status = _call("hipStreamIsCapturing", stream)
+        return status == hip.hipStreamCaptureStatus.hipStreamCaptureStatusActive
+
+    @contextlib.contextmanager
+    def capture_graph(self, stream=None):
+        if stream is None and torch_rocm():
+            native = _TorchGraph()
+            with native.torch.cuda.graph(native.graph):
+                yield native
+            return
+        native = _StreamGraph(self, stream)
+        native.begin()
+        try:
+            yield native
+        except BaseException:
+            with contextlib.suppress(HipError):
+                graph = _call("hipStreamEndCapture", native.stream)
+                _call("hipGraphDestroy", graph)
+            native.close()
+            raise
+        native.end()
