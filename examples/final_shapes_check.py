@@ -304,8 +304,7 @@ def main(argv=None) -> int:
     body = []
     for r in rows:
         c = r["cells"]
-        err = [r["max_abs_err_eager"], r["max_abs_err_graph"]]
-        err_text = "-" if err[0] is None else f"{max(e for e in err if e is not None):.2e}"
+        errs = [e for e in (r["max_abs_err_eager"], r["max_abs_err_graph"]) if e is not None]
         ratios = []
         for mode in ("eager", "graph"):
             ours, theirs = c.get(f"rocke_{mode}"), c.get(f"torch_{mode}")
@@ -313,24 +312,30 @@ def main(argv=None) -> int:
                           if not emu and ours and theirs else "n/a")
         backend = "-" if r["torch_backend"] is None else (
             f"{r['torch_backend']}[{tdev}]" + (" ctx" if r["torch_context_only"] else ""))
-        rocke_graph_missing = GRAPH_UNAVAILABLE if not graph_ok else "-"
-        body.append([r["shape"], cell_text(c, "rocke_eager", "-"),
-                     cell_text(c, "rocke_graph", rocke_graph_missing if r["status"] == "PASS"
-                               else "-"),
-                     cell_text(c, "torch_eager", "-"),
-                     cell_text(c, "torch_graph", "n/a (no torch graphs on CPU)"
-                               if emu and r["status"] == "PASS" else "-"),
-                     ratios[0], ratios[1], backend, r["path"] or "-", err_text, r["status"],
-                     "scaled" if r["scaled_from"] else "", r["reason"] or ""])
+        graph_missing = "n/a" if r["status"] == "PASS" else "-"
+        body.append([r["shape"], r["status"], f"{max(errs):.2e}" if errs else "-",
+                     r["path"] or "-", cell_text(c, "rocke_eager", "-"),
+                     cell_text(c, "rocke_graph", graph_missing),
+                     cell_text(c, "torch_eager", "-"), cell_text(c, "torch_graph", graph_missing),
+                     ratios[0], ratios[1], backend,
+                     ("scaled " if r["scaled_from"] else "") + (r["reason"] or "")])
     unit = "emu wall ms" if emu else "ms"
     H.print_table("final shapes (rocke = production dispatcher, backend auto)",
-                  ["shape", f"rocke eager ({unit})", f"rocke graph ({unit})",
-                   f"torch eager (ms, {tdev})", "torch graph (ms)", "eager ratio",
-                   "graph ratio", "sdpa", "rocke path", "max|err|", "status", "", "reason"], body)
+                  ["shape", "status", "max|err|", "rocke path", f"rocke eager ({unit})",
+                   f"rocke graph ({unit})", f"torch eager (ms, {tdev})", "torch graph (ms)",
+                   "eager x", "graph x", "sdpa", "note"], body)
+    print("  x = rocke time / torch time (< 1: rocke faster); noisy = spread (max-min)/median > "
+          f"{NOISY_SPREAD:.0%} over the reps; 'graph-rec' = the dispatcher recommends graph replay")
+    if not graph_ok:
+        print(f"  rocke graph: {GRAPH_UNAVAILABLE}")
     if emu:
-        print("  ratios n/a: rocke ran on the emulator, torch on the CPU; times are not "
-              "comparable. 'ctx' = torch masks top-left, rocke bottom-right: context only.")
-    else:
+        print("  rocke eager = host work (validation, dispatch, kernarg packing) + emulation; "
+              "rocke graph = replay of the captured launches (emulation only)")
+        print("  torch graph: n/a (torch on the CPU has no graphs); ratios n/a: rocke ran on the "
+              "emulator, torch on the CPU, the times are not comparable")
+    print("  sdpa: torch backend (flash where the shape is flash-eligible, else default); "
+          "ctx = torch's is_causal is top-left aligned, rocke's bottom-right: context only")
+    if not emu:
         flash_rows = [r for r in rows if r["torch_backend"] == "flash"
                       and "rocke_graph" in r["cells"] and "torch_graph" in r["cells"]]
         wins = sum(r["cells"]["rocke_graph"]["seconds"] < r["cells"]["torch_graph"]["seconds"]
