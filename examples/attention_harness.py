@@ -30,11 +30,14 @@ NAME_DTYPES = {"f16": "fp16", "bf16": "bf16"}
 SUPPORTED_HEAD_SIZES = (64, 128)
 D256_SKIP_REASON = "head_size 256: no gfx942 tiled d256 kernel yet (a later issue adds it)"
 #: --quick caps every KV length at this (same shape names, scaled lengths).
-QUICK_MAX_KV = 256
+QUICK_MAX_KV = 1024
 #: Emulated attention FLOPs per second of emulator wall time on the 2-core development host
 #: (benchmarks/emu.py flash_attention: 2.15 GFLOP causal S=1024 d128 in 2.2 s). Only a first
 #: guess: each run refines it from its own launches.
 EMU_FLOPS_PER_S_GUESS = 1.0e9
+#: Emulator wall time of a launch that does next to no work (decode, a handful of workgroups),
+#: measured on the same host; added per launch so tiny shapes are not estimated at zero.
+EMU_LAUNCH_OVERHEAD_S = 0.1
 LONG_RUN_WARNING_S = 600.0
 
 
@@ -313,8 +316,9 @@ def kernel_flops(shape: Shape) -> float:
 
 
 class EmuRate:
-    """Emulated FLOPs per second of emulator wall time: a first guess refined by every launch
-    the run measures (a running total, so one slow compile does not dominate)."""
+    """Emulator wall time of a launch ~ EMU_LAUNCH_OVERHEAD_S + FLOPs / rate, the rate a first
+    guess refined by every launch the run measures (running totals, so one odd launch does not
+    dominate)."""
 
     def __init__(self, guess: float = EMU_FLOPS_PER_S_GUESS):
         self.guess = guess
@@ -322,16 +326,17 @@ class EmuRate:
         self.seconds = 0.0
 
     def record(self, flops: float, seconds: float) -> None:
-        if seconds > 0:
+        work = seconds - EMU_LAUNCH_OVERHEAD_S
+        if work > 0:
             self.flops += flops
-            self.seconds += seconds
+            self.seconds += work
 
     @property
     def rate(self) -> float:
         return self.flops / self.seconds if self.seconds > 0.5 else self.guess
 
-    def seconds_for(self, flops: float) -> float:
-        return flops / self.rate
+    def seconds_for(self, flops: float, launches: int = 1) -> float:
+        return launches * EMU_LAUNCH_OVERHEAD_S + flops / self.rate
 
 
 def print_estimate(plan: list[tuple[Shape, int]], device: str, rate: EmuRate) -> float:
@@ -339,14 +344,14 @@ def print_estimate(plan: list[tuple[Shape, int]], device: str, rate: EmuRate) ->
     when the total is long. Returns the estimate in seconds (0 on hip)."""
     if device != "emu":
         return 0.0
-    total = sum(rate.seconds_for(kernel_flops(s) * n) for s, n in plan)
+    total = sum(rate.seconds_for(kernel_flops(s) * n, n) for s, n in plan)
     print(f"estimate: {len(plan)} shapes, {sum(n for _, n in plan)} emulated launches, "
           f"~{format_seconds(total)} of emulator wall time (at {rate.rate / 1e9:.2f} emulated "
-          f"GFLOP/s, excluding compiles; refined as the run goes)")
+          f"GFLOP/s + {EMU_LAUNCH_OVERHEAD_S} s a launch, excluding compiles; refined as the run goes)")
     heavy = sorted(plan, key=lambda p: -kernel_flops(p[0]) * p[1])[:3]
     if total > LONG_RUN_WARNING_S:
         print("  WARNING: long run on the emulator. Heaviest shapes: "
-              + ", ".join(f"{s.name} ~{format_seconds(rate.seconds_for(kernel_flops(s) * n))}"
+              + ", ".join(f"{s.name} ~{format_seconds(rate.seconds_for(kernel_flops(s) * n, n))}"
                           for s, n in heavy)
               + ". Scale down with --quick or --max-kv N (same shapes, shorter KV).")
     return total
@@ -364,7 +369,7 @@ def progress(shape: Shape, launches: int, device: str, rate: EmuRate):
     """A per-shape progress bar over its launches (stderr; silent when stderr is not a
     terminal, so logs and tests stay clean)."""
     from tqdm import tqdm
-    eta = f" ~{format_seconds(rate.seconds_for(kernel_flops(shape) * launches))}" \
+    eta = f" ~{format_seconds(rate.seconds_for(kernel_flops(shape) * launches, launches))}" \
         if device == "emu" else ""
     return tqdm(total=launches, desc=f"{shape.name}{eta}", unit="launch", leave=False,
                 file=sys.stderr, disable=None)
