@@ -18,6 +18,7 @@ FAMILIES: dict[str, str] = {
     "softmax": "rocke.kernels.samples.softmax",
     "gemm": "rocke.kernels.samples.gemm",
     "flash_attention": "rocke.kernels.samples.flash_attention",
+    "reduce_segments": "rocke.kernels.gfx942.reduce_segments",
 }
 
 

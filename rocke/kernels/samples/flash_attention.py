@@ -24,17 +24,17 @@ from dataclasses import dataclass
 
 from rocke import dsl
 from rocke.arch.mfma import atom_for
-from rocke.dsl import exp2, minimum, rcp, select
+from rocke.dsl import minimum, rcp
 from rocke.dsl.fragment import (AxisVector, ROW, copy_tile_to_lds, load_fragment,
                                 load_fragment_global, store_fragment_global)
 from rocke.kernels.common.checks import (check_bool, check_buffer_bytes, check_choice, check_extent,
                                          check_grid_extent, check_lds_budget, check_multiple,
                                          check_positive_int, check_tensor)
+from rocke.kernels.common.flash import LOG2E, online_softmax_update
 
 DTYPES = ("f16", "bf16")
 HEAD_DIMS = (64, 128)
 ATOMS = ("16x16x16", "32x32x8")
-LOG2E = 1.4426950408889634
 STAGING_VECTOR = 8
 
 
@@ -118,11 +118,6 @@ def kernel_args(spec: FlashAttentionSpec, q, k, v, o, sm_scale: float | None = N
     check_buffer_bytes("q", q.shape[2] * q.shape[3] * q.element_size(), "one head's S x D slice")
     scale = 1.0 / math.sqrt(spec.head_dim) if sm_scale is None else float(sm_scale)
     return [q, k, v, o, int(q.shape[2]), scale]
-
-
-def finite_base(m: dsl.Value) -> dsl.Value:
-    """``m``, or 0 where ``m`` is -inf (no key seen yet), so ``exp2(x - base)`` is never NaN."""
-    return select(m == -math.inf, 0.0, m)
 
 
 def build(spec: FlashAttentionSpec) -> dsl.Kernel:
@@ -217,20 +212,3 @@ def build(spec: FlashAttentionSpec) -> dsl.Kernel:
             store_fragment_global(o_buf, out, (j * am, q_cols[t]), D, bounds=(None, seq_len), transposed=True)
     return k
 
-
-def online_softmax_update(m: AxisVector, l: AxisVector, scores):
-    """One KV tile of the streaming softmax (seeds/000 section 3) for log2-domain score
-    fragments (keys along rows): new running max and sum, the tile's probabilities, and the
-    rescale factor alpha = 2^(m_old - m_new) for the output accumulator."""
-    tile_max = scores[0]
-    for s in scores[1:]:
-        tile_max = tile_max.maximum(s)
-    m_new = m.maximum(tile_max.reduce(ROW, "max"))
-    base = m_new.map(finite_base)
-    alpha = (m - base).map(lambda x: exp2(x, fast=True))
-    probs = [(s - base).exp2(fast=True) for s in scores]
-    tile_sum = probs[0]
-    for p in probs[1:]:
-        tile_sum = tile_sum + p
-    l_new = l * alpha + tile_sum.reduce(ROW, "sum")
-    return m_new, l_new, probs, alpha

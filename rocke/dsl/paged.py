@@ -1,0 +1,171 @@
+"""Paged tile copy: a ``[tokens x D]`` tile whose rows live in fixed-size pages named by a block
+table (vLLM's paged KV cache, ALGORITHM.md §6), copied cooperatively into LDS.
+
+::
+
+    cache = PagedView(k_ptr, page_size=16, page_stride=block_stride, token_stride=token_stride,
+                      col_offset=kv_head * head_stride, num_pages=num_blocks)
+    table = BlockTableRow(block_table_ptr, row_offset=seq * table_stride)
+    copy_paged_tile(cache, table, k_lds, first_token=kv0, valid_tokens=kv_len,
+                    thread_index=tid, threads=256)
+
+Rules the copy relies on:
+
+- Token ``t`` is row ``t % page_size`` of page ``table[t // page_size]`` (magic division: a
+  shift for the power-of-two page sizes). Each wave moves a run of consecutive rows that lies in
+  one page (``first_token`` is a multiple of that run), so the page number is wave-uniform: it is
+  read with a scalar load and the page's buffer resource lives in SGPRs.
+- Tokens at or past ``valid_tokens`` read as zero: their lanes are sent past the buffer's extent
+  and the hardware's range check returns 0 (so stale or uninitialised cache rows never reach the
+  math); their table entries are never read (the table index is clamped to the last used page).
+- ``addr_64``: the page base ``page * page_stride`` is formed as a 64-bit pointer and only the
+  offset inside the page goes in the 32-bit buffer offset, so caches past 2 GiB are addressed
+  correctly (seeds/004 §7.2). Without it one buffer spans the whole cache with 32-bit offsets
+  (the caller keeps the cache below 2 GiB).
+- ``transpose``: the LDS tile is ``[D x tokens]`` (``lds[c, t] = row_t[c]``), e.g. V^T.
+- ``lds_dma``: ``buffer_load_dword ... lds`` moves 64 dwords per instruction straight into LDS
+  (no VGPR round trip); a wave then owns ``128 / D`` whole rows per instruction (f16/bf16), so
+  with more than one row per instruction the LDS rows must be unpadded. The data is in LDS only
+  after ``k.wait_vmcnt(0)`` (and a barrier for the other waves): the caller issues both.
+- ``aux``: cache-policy bits of the loads (e.g. ``CACHE_STREAM``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import types as T
+from .errors import dsl_type_error, dsl_value_error
+from .magic import udiv_const
+from .math import minimum
+from .memory import GlobalPtr, LdsTensor, OUT_OF_RANGE_BYTE
+from .values import Value
+
+# gfx942 cache-policy bits of a buffer load's aux operand: nt (non-temporal / streaming).
+CACHE_NORMAL = 0
+CACHE_STREAM = 2
+CACHE_POLICIES = {"normal": CACHE_NORMAL, "stream": CACHE_STREAM}
+
+
+@dataclass(frozen=True)
+class PagedView:
+    """One head's view of a paged cache ``[num_pages, page_size, ..., D]``: element strides
+    between pages and between tokens of a page, the element offset of column 0 (the head), and
+    the page count (bounds the 32-bit buffer's extent)."""
+
+    base: GlobalPtr
+    page_size: int
+    page_stride: Value
+    token_stride: Value
+    col_offset: Value
+    num_pages: Value
+    addr_64: bool = False
+
+
+@dataclass(frozen=True)
+class BlockTableRow:
+    """One sequence's row of an int32 block table: ``table[row_offset + i]`` is the page of the
+    sequence's ``i``-th page-sized chunk of tokens."""
+
+    table: GlobalPtr
+    row_offset: Value
+
+
+def rows_per_wave(head_dim: int, vector: int, dtype_bytes: int = 2, *, lds_dma: bool = False) -> int:
+    """Consecutive rows one wave moves per copy step."""
+    if lds_dma:
+        return max(1, 256 // (head_dim * dtype_bytes))
+    return max(1, 64 * vector // head_dim)
+
+
+def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, first_token: Value,
+                    valid_tokens: Value, thread_index: Value, threads: int, vector: int = 8,
+                    transpose: bool = False, lds_dma: bool = False, aux: int = CACHE_NORMAL):
+    """Copy tokens ``[first_token, first_token + tokens)`` of ``cache`` (rows of ``D`` elements)
+    into ``lds`` (``[tokens, D]``, or ``[D, tokens]`` with ``transpose``). See the module rules;
+    ``first_token`` must be a multiple of ``rows_per_wave(...)`` (a tile start is)."""
+    if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
+        raise dsl_type_error("copy_paged_tile needs a 2-D LdsTensor destination")
+    if cache.base.dtype != lds.dtype:
+        raise dsl_type_error(f"copy_paged_tile: cache {cache.base.dtype.name} and LDS {lds.dtype.name} differ")
+    k = lds.kernel
+    tokens, dim = (lds.shape[1], lds.shape[0]) if transpose else lds.shape
+    elem = lds.dtype.nbytes
+    if threads % 64:
+        raise dsl_value_error(f"copy_paged_tile: threads ({threads}) must be whole waves")
+    if lds_dma:
+        if transpose:
+            raise dsl_value_error("copy_paged_tile: lds_dma writes rows as they are; it cannot transpose")
+        if (dim * elem) % 4 or 256 % (dim * elem):
+            raise dsl_value_error(f"copy_paged_tile: lds_dma needs rows whose size divides 256 "
+                                  f"bytes (one instruction's 64 dwords), got {dim * elem}")
+        if dim * elem < 256 and lds.pad:
+            raise dsl_value_error("copy_paged_tile: lds_dma with several rows per instruction needs "
+                                  "unpadded LDS rows (pad=0)")
+    elif dim % vector or vector & (vector - 1) or 64 * vector < dim:
+        raise dsl_value_error(f"copy_paged_tile: vector {vector} must be a power of two dividing "
+                              f"the row length {dim}, with one wave covering at least a row")
+    run = rows_per_wave(dim, vector, elem, lds_dma=lds_dma)
+    if cache.page_size % run:
+        raise dsl_value_error(f"copy_paged_tile: a wave's {run} rows must lie in one page of "
+                              f"{cache.page_size}")
+    waves = threads // 64
+    wave = k.wave_id()
+    lane = k.lane_id()
+    pages_used = udiv_const(valid_tokens + (cache.page_size - 1), cache.page_size)
+    steps = -(-tokens // (run * waves))
+    for step in range(steps):
+        row0 = (wave + step * waves) * run                      # wave-uniform first row
+
+        def copy_run(row0=row0):
+            token0 = first_token + row0
+            page = _page_of(cache, table, token0, pages_used)
+            in_page0 = token0 - udiv_const(token0, cache.page_size) * cache.page_size
+            rsrc, page_offset = _page_buffer(cache, page)
+            if lds_dma:
+                per_row = dim * elem // 4                        # lanes per row
+                r = lane // per_row if per_row & (per_row - 1) else lane >> (per_row.bit_length() - 1)
+                c = (lane & (per_row - 1)) * (4 // elem)
+                index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
+                ok = token0 + r < valid_tokens
+                rsrc.load_to_lds(lds.address(row0, 0), _masked_elem(rsrc, index, ok), aux=aux)
+                return
+            per_row = dim // vector
+            shift = per_row.bit_length() - 1
+            r = lane >> shift if shift else lane
+            c = (lane & (per_row - 1)) * vector if per_row > 1 else k.const(0, T.i32)
+            index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
+            loaded = rsrc.load(index, width=vector, mask=token0 + r < valid_tokens, aux=aux)
+            if transpose:
+                for j, e in enumerate(list(loaded) if vector > 1 else [loaded]):
+                    lds.store((c + j, row0 + r), e)
+            else:
+                lds.store((row0 + r, c), loaded)
+
+        if (step + 1) * run * waves <= tokens:
+            copy_run()
+        else:
+            with k.if_(wave < (tokens - step * run * waves) // run):
+                copy_run()
+
+
+def _masked_elem(rsrc, index, ok):
+    from .values import select
+    return select(ok, index, OUT_OF_RANGE_BYTE // rsrc.dtype.nbytes)
+
+
+def _page_of(cache: PagedView, table: BlockTableRow, token0: Value, pages_used: Value) -> Value:
+    """The (wave-uniform) page holding ``token0``; the table index is clamped to the last used
+    page so a tile running past the sequence never reads entries beyond its row."""
+    chunk = udiv_const(token0, cache.page_size)
+    chunk = minimum(chunk, pages_used - 1)
+    return table.table.load(table.row_offset + chunk)
+
+
+def _page_buffer(cache: PagedView, page: Value):
+    """(buffer resource, element offset of the page inside it)."""
+    k = cache.page_stride.kernel
+    if cache.addr_64:
+        base = cache.base.offset(page.to(T.i64) * cache.page_stride.to(T.i64))
+        return base.buffer(cache.page_stride), k.const(0, T.i32)
+    return cache.base.buffer(cache.num_pages * cache.page_stride), page * cache.page_stride

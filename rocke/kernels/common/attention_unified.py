@@ -1,0 +1,612 @@
+"""Unified paged attention: the problem, its validation, the dispatcher and the torch entry point.
+
+``run_unified_attention_torch`` takes vLLM's ``unified_attention`` arguments (same names, same
+order) and runs rocke's gfx942 kernels: the 2D tiled kernel (``attention_tiled_2d``) or the 3D
+split-KV kernel (``attention_tiled_3d``) followed by ``reduce_segments``. The steps, in order:
+
+1. the ``HIPDNN_GFX942_*`` levers are read and validated (``knobs.read_knobs``);
+2. every input is validated on the host (``describe_problem``); nothing is launched and ``out`` is
+   untouched when anything is wrong;
+3. ``UnifiedAttentionProblem.select_path`` picks 2D or 3D and ``geometry`` the kernel geometry,
+   each from a small table of rules with the reason beside each (ALGORITHM.md §11);
+4. the kernel specs are compiled once per process (a dict over the on-disk compile cache) and
+   launched.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from rocke.kernels.common import knobs as knobs_mod
+from rocke.kernels.common.knobs import AttentionKnobs
+
+DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+HEAD_SIZES = (64, 128)
+BLOCK_SIZES = (16, 32, 64)
+BACKENDS = ("auto", "2d", "3d")
+KV_ADDR_32_LIMIT = 2 ** 31          # page bases past this many bytes need 64-bit math (seed 004 §7.2)
+
+# seed 004 §6: the 2D grid "fills the device" at this many workgroups per CU
+WORKGROUPS_PER_CU_TARGET = 4
+# seed 004 §6: at or below this KV length the 2D path is taken regardless of the grid
+SHORT_CONTEXT_K = 512
+# the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §11.1)
+REFERENCE_BLOCK_M = 16
+# the KV tile the 2D geometries walk (seed 000 §5: the flash regime's T = 64)
+TILE_SIZE = 64
+# the 3D tile: half the K/V/P LDS of T = 64, so ~20 KB and 3 single-wave workgroups per CU
+TILE_SIZE_3D = 32
+MAX_SEGMENTS = 64                   # bounds the 3D workspace and reduce_segments' walk
+# seed 000 §9: prefill up to this query length is host-overhead dominated -> graph replay
+GRAPH_PREFILL_MAX_Q = 768
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def num_sms() -> int:
+    """Compute units of the device: a real device's count when one is visible, else gfx942's
+    (rocke/arch: 304 for MI300X)."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return int(torch.cuda.get_device_properties(0).multi_processor_count)
+    except Exception:           # no HIP/CUDA torch: the target's count
+        pass
+    from rocke.arch import GFX942
+    return GFX942.cu_count
+
+
+def total_num_q_blocks(total_q: int, num_seqs: int, block_q: int) -> int:
+    """q-blocks of a varlen batch when each sequence starts a new block (vLLM's bound)."""
+    return total_q // block_q + num_seqs
+
+
+def reference_block_q(num_queries_per_kv: int) -> int:
+    """Query tokens per q-block at the reference granularity: BLOCK_M rows hold the GQA group."""
+    block_m = REFERENCE_BLOCK_M if num_queries_per_kv <= REFERENCE_BLOCK_M else \
+        1 << (num_queries_per_kv - 1).bit_length()
+    return max(1, block_m // num_queries_per_kv)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How one path is mapped onto the device (ALGORITHM.md §11.2)."""
+    path: str                   # "2d" | "3d"
+    regime: str                 # "narrow" (16x16x16, P via LDS) | "flash" (transposed 32x32x8)
+    name: str                   # "narrow", "wide4", "wide2", "L4"
+    num_warps: int
+    block_m_per_warp: int
+    tile_size: int
+    k_single_buffer: bool
+    num_segments: int = 1       # 3D only
+    reason: str = ""
+
+    @property
+    def block_m(self) -> int:
+        return self.num_warps * self.block_m_per_warp
+
+
+@dataclass(frozen=True)
+class UnifiedAttentionProblem:
+    """One call, as the dispatcher sees it. ``features`` is where the later features
+    (window, softcap, ALiBi, QQ-bias, sinks, fp8) will be named; none is supported yet."""
+    dtype: str
+    head_size: int
+    num_q_heads: int
+    num_kv_heads: int
+    block_size: int
+    num_seqs: int
+    total_q: int
+    max_seqlen_q: int
+    max_seqlen_k: int
+    causal: bool = True
+    num_blocks: int = 1
+    kv_cache_bytes: int = 0     # bytes one cache's pages span: num_blocks * block stride
+    features: frozenset = frozenset()
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES.values():
+            raise ValueError(f"dtype: must be one of {', '.join(DTYPES.values())}, got {self.dtype!r}")
+        if self.head_size not in HEAD_SIZES:
+            raise ValueError(f"head_size: must be one of {HEAD_SIZES}, got {self.head_size!r}")
+        if self.block_size not in BLOCK_SIZES:
+            raise ValueError(f"block_size: must be one of {BLOCK_SIZES}, got {self.block_size!r}")
+        for name in ("num_q_heads", "num_kv_heads", "num_seqs", "max_seqlen_q", "max_seqlen_k",
+                     "num_blocks"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: must be a positive int, got {value!r}")
+        if not isinstance(self.total_q, int) or self.total_q < 0:
+            raise ValueError(f"total_q: must be a non-negative int, got {self.total_q!r}")
+        if self.num_q_heads % self.num_kv_heads:
+            raise ValueError(f"num_q_heads: {self.num_q_heads} is not a multiple of num_kv_heads "
+                             f"{self.num_kv_heads} (GQA needs whole groups)")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"causal: must be a bool, got {self.causal!r}")
+        if self.features:
+            raise NotImplementedError(f"features: {sorted(self.features)} not supported yet")
+
+    @property
+    def num_queries_per_kv(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def kv_addr_64(self) -> bool:
+        """Page bases need 64-bit math when the cache spans more than 2 GiB (seed 004 §7.2)."""
+        return self.kv_cache_bytes > KV_ADDR_32_LIMIT
+
+    @property
+    def is_decode(self) -> bool:
+        return self.max_seqlen_q == 1
+
+    def grid_2d_reference(self) -> int:
+        """The q-block x kv-head grid the path rule compares with the device (ALGORITHM.md §11.1)."""
+        block_q = reference_block_q(self.num_queries_per_kv)
+        return total_num_q_blocks(self.total_q, self.num_seqs, block_q) * self.num_kv_heads
+
+    def select_path(self, sms: int | None = None) -> tuple[str, str]:
+        """(path, reason): the first rule of PATH_RULES that applies."""
+        sms = num_sms() if sms is None else sms
+        for applies, path, reason in PATH_RULES:
+            if applies(self, sms):
+                return path, reason
+        raise AssertionError("PATH_RULES ends with a rule that always applies")
+
+    def geometry(self, path: str, knobs: AttentionKnobs | None = None,
+                 sms: int | None = None) -> Geometry:
+        """The kernel geometry of ``path`` for this problem (the first matching GEOMETRY_RULES
+        row), with 3D's segment count."""
+        knobs = AttentionKnobs() if knobs is None else knobs
+        for rule_path, applies, make, reason in GEOMETRY_RULES:
+            if rule_path == path and applies(self):
+                geo = replace(make(self, knobs), reason=reason)
+                if path == "3d":
+                    geo = replace(geo, num_segments=self.num_segments(geo, sms))
+                return geo
+        raise AssertionError(f"GEOMETRY_RULES has no default row for path {path!r}")
+
+    def num_segments(self, geo: Geometry, sms: int | None = None) -> int:
+        """Segments that bring the 3D grid to the device target, at least one KV tile each."""
+        sms = num_sms() if sms is None else sms
+        block_q = max(1, geo.block_m // self.num_queries_per_kv)
+        base = total_num_q_blocks(self.total_q, self.num_seqs, block_q) * self.num_kv_heads
+        wanted = cdiv(sms * WORKGROUPS_PER_CU_TARGET, base)
+        return max(1, min(wanted, MAX_SEGMENTS, cdiv(self.max_seqlen_k, geo.tile_size)))
+
+
+# ---- the dispatcher's rules (ALGORITHM.md §11). First match wins; the reason is the why. ----
+# (applies(problem, num_sms), path, reason)
+PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
+    # (sliding window -> 2D joins here with issue 8's window feature)
+    (lambda p, sms: p.max_seqlen_k <= SHORT_CONTEXT_K, "2d",
+     "short context (max_seqlen_k <= 512): the KV walk is short, segments would only add a "
+     "launch and workspace traffic"),
+    (lambda p, sms: p.grid_2d_reference() >= sms * WORKGROUPS_PER_CU_TARGET, "2d",
+     "the q-block x kv-head grid reaches num_sms * 4 workgroups: 2D already fills the device"),
+    (lambda p, sms: True, "3d",
+     "long context with too few 2D workgroups: split the KV walk into segments to fill the device"),
+)
+
+
+def _flash(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    warps = k.flash_num_warps
+    name = knobs_mod.FLASH_GEOMETRIES.get({4: 4, 2: 2, 1: 0}.get(warps, -1), (f"w{warps}",))[0]
+    return Geometry("2d", "flash", name, warps, 32, TILE_SIZE,
+                    k_single_buffer=warps * 32 <= TILE_SIZE)
+
+
+def _narrow(path: str, warps: int, rows_per_warp: int, tile: int = TILE_SIZE) -> Callable:
+    def make(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+        return Geometry(path, "narrow", "narrow", warps, rows_per_warp, tile,
+                        k_single_buffer=warps * rows_per_warp <= tile)
+    return make
+
+
+# (path, applies(problem), make(problem, knobs) -> Geometry, reason)
+GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
+    ("2d", lambda p: p.dtype == "f16" and p.head_size == 128, _flash,
+     "D128 fp16: transposed-x8 flash (S^T = K Q^T on the fp16-only 32x32x8 atom keeps P^T in "
+     "registers, seed 000 §6.2); wide4 is the analytic default, FLASH_WIDE picks L4/wide2 "
+     "(§7); K single-buffers when num_warps * 32 <= T"),
+    ("2d", lambda p: p.head_size == 64, _narrow("2d", 4, 32),
+     "D64: narrow 16x16x16 with num_warps 4 x 32 rows (seed 000 §6.1); K double-buffered "
+     "since BLOCK_M 128 > T"),
+    ("2d", lambda p: True, _narrow("2d", 2, 32),
+     "D128 bf16: narrow 16x16x16 with num_warps 2 (seed 000 §6.1; the x8 atom path is "
+     "fp16-only); BLOCK_M 64 = T, so K single-buffers and 2 WG/CU fit the LDS (seed 004 §4 lever 2)"),
+    ("3d", lambda p: True, _narrow("3d", 1, 16, TILE_SIZE_3D),
+     "split-KV: one warp, 16 rows (the GQA group of a decode token) per segment workgroup; the "
+     "segment grid, not the tile, fills the device (seed 004 §5), so T = 32 halves the LDS "
+     "(~20 KB at d128: 3 workgroups per CU instead of 1 at T = 64)"),
+)
+
+
+def _recommend_graph_replay(problem: UnifiedAttentionProblem, knobs: AttentionKnobs | None = None,
+                            *, path: str | None = None, capturing: bool | None = None) -> bool:
+    """Whether replaying a captured graph pays off for ``problem`` (seed 000 §9): decode and
+    prefill up to 768 query tokens are host-overhead dominated, longer prefill is kernel-bound.
+    Never for feature-flagged problems, never when the caller is already capturing (its graph
+    takes precedence), and never for a path whose HIPDNN_GFX942_{2D,3D}_GRAPH lever is off."""
+    knobs = AttentionKnobs() if knobs is None else knobs
+    if capturing is None:
+        capturing = _caller_is_capturing()
+    if capturing or problem.features:
+        return False
+    path = problem.select_path()[0] if path is None else path
+    if not (knobs.graph_2d if path == "2d" else knobs.graph_3d):
+        return False
+    return problem.max_seqlen_q <= GRAPH_PREFILL_MAX_Q      # decode (== 1) included
+
+
+def _caller_is_capturing() -> bool:
+    try:
+        import torch
+        return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+    except Exception:
+        return False
+
+
+# ---- input validation ------------------------------------------------------------------------
+
+def _feature_error(feature: str, argument: str, value) -> NotImplementedError:
+    return NotImplementedError(
+        f"{argument}: {feature} is not supported yet (a later issue adds it); got {value!r}")
+
+
+def _is_tensor(x) -> bool:
+    import torch
+    return isinstance(x, torch.Tensor)
+
+
+def _need_tensor(name: str, t, dims: int, dim_names: str):
+    if not _is_tensor(t):
+        raise ValueError(f"{name}: must be a torch tensor {dim_names}, got {type(t).__name__}")
+    if t.dim() != dims:
+        raise ValueError(f"{name}: must be {dims}-D {dim_names}, got shape {list(t.shape)}")
+
+
+def _check_row_major(name: str, t):
+    """Unit innermost stride, outer strides non-overlapping (padding allowed, e.g. a q view)."""
+    if t.stride(-1) != 1:
+        raise ValueError(f"{name}: the last (head_size) dimension must have stride 1, "
+                         f"got strides {t.stride()}")
+    for i in range(t.dim() - 1):
+        if t.shape[i] > 1 and t.stride(i) < t.stride(i + 1) * t.shape[i + 1]:
+            raise ValueError(f"{name}: dimension {i} overlaps dimension {i + 1} (strides "
+                             f"{t.stride()}, shape {list(t.shape)}); rows must not overlap")
+
+
+def _byte_range(t) -> tuple[int, int]:
+    if t.numel() == 0:
+        return (t.data_ptr(), t.data_ptr())
+    span = sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1
+    return t.data_ptr(), t.data_ptr() + span * t.element_size()
+
+
+def _check_descale(name: str, t, num_seqs: int, num_kv_heads: int):
+    """vLLM passes k/v descales on every call (a 0-dim fp32 expanded to [num_seqs, num_kv_heads]
+    with zero strides). Without an fp8 cache the only meaningful scale is 1."""
+    import torch
+    if t is None:
+        return
+    if not _is_tensor(t):
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            t = torch.tensor(float(t))
+        else:
+            raise ValueError(f"{name}: must be None or an fp32 tensor, got {type(t).__name__}")
+    if t.dtype != torch.float32:
+        raise ValueError(f"{name}: dtype must be torch.float32, got {t.dtype}")
+    if list(t.shape) not in ([], [1], [num_kv_heads], [num_seqs, num_kv_heads]):
+        raise ValueError(f"{name}: shape must be [], [1], [num_kv_heads] or [num_seqs, "
+                         f"num_kv_heads] = [{num_seqs}, {num_kv_heads}], got {list(t.shape)}")
+    off = t.detach().cpu()
+    if t.numel() and not bool((off == 1).all()):
+        bad = off[off != 1].reshape(-1)[0].item()
+        raise ValueError(f"{name}: a non-fp8 KV cache takes no dequantization scale; every entry "
+                         f"must be 1, got {bad!r} (fp8 caches are a later feature)")
+
+
+def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+                     softmax_scale, causal, window_size, block_table, softcap, q_descale,
+                     k_descale, v_descale, alibi_slopes=None, qq_bias=None,
+                     sinks=None) -> UnifiedAttentionProblem:
+    """Validate every input on the host (nothing is launched) and describe the call.
+
+    Raises ``NotImplementedError`` for a feature a later issue adds, ``ValueError`` for
+    everything else; each message starts with the argument's name."""
+    import torch
+    # features of issue 8 first: a set feature is the reason, whatever else is off
+    if window_size is not None and tuple(int(x) for x in window_size) != (-1, -1):
+        raise _feature_error("sliding window attention", "window_size", tuple(window_size))
+    if softcap not in (None, 0, 0.0):
+        raise _feature_error("logit softcapping", "softcap", softcap)
+    if alibi_slopes is not None:
+        raise _feature_error("ALiBi", "alibi_slopes", type(alibi_slopes).__name__)
+    if qq_bias is not None:
+        raise _feature_error("QQ-bias", "qq_bias", type(qq_bias).__name__)
+    if sinks is not None:
+        raise _feature_error("attention sinks", "sinks", type(sinks).__name__)
+    if q_descale is not None:
+        raise _feature_error("fp8 queries", "q_descale", type(q_descale).__name__)
+
+    _need_tensor("q", q, 3, "[total_q, num_q_heads, head_size]")
+    _need_tensor("k", k, 4, "[num_blocks, block_size, num_kv_heads, head_size]")
+    _need_tensor("v", v, 4, "[num_blocks, block_size, num_kv_heads, head_size]")
+    _need_tensor("out", out, 3, "[total_q, num_q_heads, head_size]")
+    _need_tensor("cu_seqlens_q", cu_seqlens_q, 1, "[num_seqs + 1]")
+    _need_tensor("seqused_k", seqused_k, 1, "[num_seqs]")
+    _need_tensor("block_table", block_table, 2, "[num_seqs, max_blocks_per_seq]")
+
+    named = {"q": q, "k": k, "v": v, "out": out, "cu_seqlens_q": cu_seqlens_q,
+             "seqused_k": seqused_k, "block_table": block_table}
+    for name, t in named.items():
+        if t.device != q.device:
+            raise ValueError(f"{name}: on {t.device}, but q is on {q.device}; every tensor must be "
+                             "on one device")
+    if q.device.type != "cpu":
+        raise ValueError(f"q: rocke's launch device here is the emulator, which runs on CPU "
+                         f"tensors; got {q.device}")
+
+    if str(q.dtype).removeprefix("torch.") not in DTYPES:
+        raise ValueError(f"q: dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
+    dtype = DTYPES[str(q.dtype).removeprefix("torch.")]
+    for name in ("k", "v"):
+        t = named[name]
+        if "float8" in str(t.dtype) or t.dtype == torch.uint8:
+            raise _feature_error("an fp8 KV cache", name, str(t.dtype))
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}")
+    if out.dtype != q.dtype:
+        raise ValueError(f"out: dtype {out.dtype} differs from q's {q.dtype}")
+    for name in ("cu_seqlens_q", "seqused_k", "block_table"):
+        if named[name].dtype != torch.int32:
+            raise ValueError(f"{name}: dtype must be torch.int32, got {named[name].dtype}")
+
+    total_q, num_q_heads, head_size = q.shape
+    num_blocks, block_size, num_kv_heads, kv_head_size = k.shape
+    if list(out.shape) != list(q.shape):
+        raise ValueError(f"out: shape {list(out.shape)} differs from q's {list(q.shape)}")
+    if list(v.shape) != list(k.shape):
+        raise ValueError(f"v: shape {list(v.shape)} differs from k's {list(k.shape)}")
+    if kv_head_size != head_size:
+        raise ValueError(f"k: head_size {kv_head_size} differs from q's {head_size}")
+    if head_size not in HEAD_SIZES:
+        raise ValueError(f"q: head_size must be one of {HEAD_SIZES}, got {head_size}")
+    if block_size not in BLOCK_SIZES:
+        raise ValueError(f"k: block_size must be one of {BLOCK_SIZES}, got {block_size}")
+    if num_kv_heads < 1 or num_q_heads % num_kv_heads:
+        raise ValueError(f"q: num_q_heads {num_q_heads} is not a multiple of the caches' "
+                         f"num_kv_heads {num_kv_heads} (GQA needs whole groups)")
+    if num_blocks < 1:
+        raise ValueError("k: the cache has no blocks")
+    for name in ("q", "k", "v", "out"):
+        _check_row_major(name, named[name])
+    for name in ("cu_seqlens_q", "seqused_k"):
+        if named[name].stride(0) != 1:
+            raise ValueError(f"{name}: must be contiguous, got stride {named[name].stride()}")
+    if block_table.stride(1) != 1:
+        raise ValueError(f"block_table: columns must have stride 1, got strides {block_table.stride()}")
+    lo, hi = _byte_range(out)
+    for name, t in named.items():
+        if name != "out" and t.numel() and out.numel():
+            a, b = _byte_range(t)
+            if a < hi and lo < b:
+                raise ValueError(f"out: overlaps {name} in memory; out must be its own buffer")
+
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal: must be a bool, got {causal!r}")
+    num_seqs = seqused_k.shape[0]
+    if num_seqs < 1:
+        raise ValueError("seqused_k: the batch has no sequences")
+    if cu_seqlens_q.shape[0] != num_seqs + 1:
+        raise ValueError(f"cu_seqlens_q: must have num_seqs + 1 = {num_seqs + 1} entries "
+                         f"(seqused_k has {num_seqs}), got {cu_seqlens_q.shape[0]}")
+    if block_table.shape[0] != num_seqs:
+        raise ValueError(f"block_table: must have num_seqs = {num_seqs} rows, got {block_table.shape[0]}")
+    cu = cu_seqlens_q.cpu().long()
+    lens_k = seqused_k.cpu().long()
+    if int(cu[0]) != 0:
+        raise ValueError(f"cu_seqlens_q: must start at 0, got {int(cu[0])}")
+    q_lens = cu[1:] - cu[:-1]
+    if bool((q_lens < 0).any()):
+        s = int(torch.nonzero(q_lens < 0)[0])
+        raise ValueError(f"cu_seqlens_q: not monotone: entry {s + 1} ({int(cu[s + 1])}) is below "
+                         f"entry {s} ({int(cu[s])})")
+    if int(cu[-1]) != total_q:
+        raise ValueError(f"cu_seqlens_q: must end at total_q = {total_q} (q's rows), got {int(cu[-1])}")
+    if bool((lens_k < 0).any()):
+        raise ValueError(f"seqused_k: KV lengths must be >= 0, got {int(lens_k.min())}")
+    capacity = block_table.shape[1] * block_size
+    if bool((lens_k > capacity).any()):
+        s = int(torch.nonzero(lens_k > capacity)[0])
+        raise ValueError(f"seqused_k: sequence {s} has {int(lens_k[s])} KV tokens, beyond its block "
+                         f"table's capacity {block_table.shape[1]} blocks x {block_size} = {capacity}")
+    if not causal and bool((q_lens > 1).any()):
+        # decode rows are the same either way; the kernels always apply the causal mask
+        raise NotImplementedError("causal: non-causal prefill (causal=False with a query longer "
+                                  "than 1 token) is not supported; the kernels apply the "
+                                  "bottom-right causal mask (ALGORITHM.md §3)")
+    if causal and bool((q_lens > lens_k).any()):
+        s = int(torch.nonzero(q_lens > lens_k)[0])
+        raise ValueError(f"seqused_k: causal attention needs query_len <= kv_len, but sequence {s} "
+                         f"has query_len {int(q_lens[s])} > kv_len {int(lens_k[s])}")
+    used_blocks = (lens_k + block_size - 1) // block_size
+    table = block_table.cpu().long()
+    used = torch.arange(table.shape[1])[None, :] < used_blocks[:, None]
+    bad = used & ((table < 0) | (table >= num_blocks))
+    if bool(bad.any()):
+        s, j = (int(x) for x in torch.nonzero(bad)[0])
+        raise ValueError(f"block_table: sequence {s} uses block index {int(table[s, j])} at column "
+                         f"{j}, outside the cache's [0, {num_blocks}) pages")
+    true_max_q = int(q_lens.max()) if num_seqs else 0
+    true_max_k = int(lens_k.max()) if num_seqs else 0
+    for name, given, actual in (("max_seqlen_q", max_seqlen_q, true_max_q),
+                                ("max_seqlen_k", max_seqlen_k, true_max_k)):
+        if not isinstance(given, int) or isinstance(given, bool):
+            raise ValueError(f"{name}: must be an int, got {given!r}")
+        if given < actual:
+            raise ValueError(f"{name}: {given} is below the batch's longest length {actual}")
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or \
+            not math.isfinite(softmax_scale) or softmax_scale <= 0:
+        raise ValueError(f"softmax_scale: must be a finite positive float, got {softmax_scale!r}")
+    _check_descale("k_descale", k_descale, num_seqs, num_kv_heads)
+    _check_descale("v_descale", v_descale, num_seqs, num_kv_heads)
+
+    cache_bytes = max(k.stride(0) * num_blocks * k.element_size(),
+                      v.stride(0) * num_blocks * v.element_size())
+    return UnifiedAttentionProblem(
+        dtype=dtype, head_size=head_size, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
+        block_size=block_size, num_seqs=num_seqs, total_q=total_q,
+        max_seqlen_q=max(1, max_seqlen_q), max_seqlen_k=max(1, max_seqlen_k), causal=causal,
+        num_blocks=num_blocks, kv_cache_bytes=cache_bytes)
+
+
+# ---- kernels: specs, the compiled-variant cache, launch ----------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """What one call launches: the path, its geometry and the kernel specs."""
+    problem: UnifiedAttentionProblem
+    path: str
+    reason: str
+    geometry: Geometry
+    specs: tuple                # (main spec,) or (3D spec, reduce spec)
+    graph_replay: bool
+
+
+def _kernel_module(path: str):
+    import importlib
+    name = {"2d": "attention_tiled_2d", "3d": "attention_tiled_3d"}[path]
+    try:
+        return importlib.import_module(f"rocke.kernels.gfx942.{name}")
+    except ModuleNotFoundError as e:
+        raise NotImplementedError(f"backend {path!r}: the {name} kernel is not available in this "
+                                  f"tree ({e})") from None
+
+
+def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKnobs) -> tuple:
+    """The kernel specs of ``geo`` for ``problem``, with the levers' spec fields applied."""
+    from dataclasses import fields
+    mod = _kernel_module(geo.path)
+    cls = mod.UnifiedAttention2DSpec if geo.path == "2d" else mod.UnifiedAttention3DSpec
+    have = {f.name for f in fields(cls)}
+    wanted = dict(dtype=problem.dtype, head_size=problem.head_size, block_size=problem.block_size,
+                  num_queries_per_kv=problem.num_queries_per_kv,
+                  num_warps=geo.num_warps, block_m_per_warp=geo.block_m_per_warp,
+                  tile_size=geo.tile_size, use_k_single_buffer=geo.k_single_buffer,
+                  kv_addr_64=problem.kv_addr_64)
+    if geo.regime == "flash":
+        wanted.update(use_mfma_32x32x8=True, use_transposed_qk_32x32=True)
+    missing = sorted(set(wanted) - have)
+    if missing:      # never drop a geometry field silently: the kernel would run another geometry
+        raise NotImplementedError(f"{cls.__name__} lacks the dispatcher's fields {missing}")
+    kwargs = dict(wanted)
+    kwargs.update(knobs_mod.spec_overrides(knobs, cls))
+    if geo.path == "3d":
+        kwargs.pop("q_major_grid", None)     # a 2D grid lever: the 3D grid has no query-major form
+    spec = cls(**kwargs)
+    if geo.path == "2d":
+        return (spec,)
+    from rocke.kernels.gfx942.reduce_segments import ReduceSegmentsSpec
+    return (spec, ReduceSegmentsSpec(problem.dtype, problem.head_size))
+
+
+def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
+         knobs: AttentionKnobs | None = None, *, with_specs: bool = True) -> Plan:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    knobs = knobs_mod.read_knobs() if knobs is None else knobs
+    if backend == "auto":
+        path, reason = problem.select_path()
+    else:
+        path, reason = backend, f"backend={backend!r} forced by the caller"
+    geo = problem.geometry(path, knobs)
+    specs = make_specs(problem, geo, knobs) if with_specs else ()
+    return Plan(problem, path, reason, geo, specs,
+                _recommend_graph_replay(problem, knobs, path=path))
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    builds: int = 0             # DSL builds + compiles (each may still hit the on-disk cache)
+    entries: dict = field(default_factory=dict)
+
+
+_COMPILED = CacheStats()
+
+
+def compiled(spec):
+    """The compiled kernel of ``spec``: built once per process, on top of the on-disk cache."""
+    hit = _COMPILED.entries.get(spec)
+    if hit is not None:
+        _COMPILED.hits += 1
+        return hit
+    import importlib
+    from rocke.compiler import compile_ir
+    mod = importlib.import_module(type(spec).__module__)
+    kern = mod.build(spec)
+    result = compile_ir(kern.ir(), name=kern.name, workgroup_size=kern.workgroup_size)
+    _COMPILED.builds += 1
+    _COMPILED.entries[spec] = result
+    return result
+
+
+def compiled_cache_stats() -> CacheStats:
+    return _COMPILED
+
+
+@dataclass
+class RunRecord:
+    plan: Plan
+    reports: list               # one launch report per kernel launched
+
+
+def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+                                softmax_scale, causal, window_size, block_table, softcap,
+                                q_descale, k_descale, v_descale, alibi_slopes=None, qq_bias=None,
+                                sinks=None, *, backend: str = "auto") -> RunRecord | None:
+    """vLLM's ``unified_attention`` on rocke's kernels; ``out`` is written in place.
+
+    ``backend``: "auto" (the dispatcher), "2d" or "3d" (forced, for A/B tables). Returns what
+    was launched (vLLM ignores the return value), or None for an empty batch."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    knobs = knobs_mod.read_knobs()
+    problem = describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+                               softmax_scale, causal, window_size, block_table, softcap, q_descale,
+                               k_descale, v_descale, alibi_slopes, qq_bias, sinks)
+    if problem.total_q == 0:
+        return None
+    the_plan = plan(problem, backend, knobs)
+    kernels = [compiled(spec) for spec in the_plan.specs]     # every build before any launch
+    from rocke.runtime import launch
+    scale = float(softmax_scale)
+    if the_plan.path == "2d":
+        (spec,) = the_plan.specs
+        mod = _kernel_module("2d")
+        args = mod.kernel_args(spec, q, k, v, out, block_table, cu_seqlens_q, seqused_k, scale)
+        grid, block = mod.launch_geometry(spec, problem.num_seqs, problem.total_q,
+                                          problem.num_kv_heads)
+        return RunRecord(the_plan, [launch(kernels[0], grid, block, args)])
+    import torch
+    spec3, spec_r = the_plan.specs
+    mod = _kernel_module("3d")
+    from rocke.kernels.gfx942 import reduce_segments
+    ns = the_plan.geometry.num_segments
+    hq, d = problem.num_q_heads, problem.head_size
+    segm_output = torch.empty(problem.total_q, hq, ns, d, dtype=torch.float32, device=q.device)
+    segm_max = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
+    segm_expsum = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
+    args3 = mod.kernel_args(spec3, q, k, v, segm_output, segm_max, segm_expsum, block_table,
+                            cu_seqlens_q, seqused_k, scale, ns)
+    grid3, block3 = mod.launch_geometry(spec3, problem.num_seqs, problem.total_q,
+                                        problem.num_kv_heads, ns)
+    args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out, ns)
+    grid_r, block_r = reduce_segments.launch_geometry(spec_r, problem.total_q, hq)
+    reports = [launch(kernels[0], grid3, block3, args3)]
+    reports.append(launch(kernels[1], grid_r, block_r, args_r))
+    return RunRecord(the_plan, reports)

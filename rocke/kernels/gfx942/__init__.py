@@ -1,0 +1,1 @@
+"""gfx942 (CDNA3, MI300X) kernel families."""

@@ -1,0 +1,828 @@
+"""gfx942 unified paged attention, 2D: one workgroup per (KV head, query block) walks the whole
+KV sequence of its query block (ALGORITHM.md §6-8; seeds/000 §5-7, seeds/004 §4).
+
+Layout (vLLM's, ATTENTION_CONTRACT.md): q/out ``[total_q, Hq, D]``, caches
+``[num_blocks, block_size, Hk, D]``, int32 block table / ``cu_seqlens_q`` / ``seqused_k``.
+A workgroup owns KV head ``h`` and ``BLOCK_Q = BLOCK_M // G`` query tokens of one sequence; its
+``BLOCK_M`` rows are (token, query head) pairs ``row = token_in_block * G + head_in_group`` so the
+group's heads share every K/V tile (GQA packed into M, ALGORITHM.md §7).
+
+Two matmul orientations (ALGORITHM.md §8):
+- narrow (default): 16x16x16 MFMA, ``S = Q K^T`` (queries on rows), P goes through LDS as the
+  A operand of ``O = P V``;
+- transposed-x8 flash (``use_mfma_32x32x8`` + ``use_transposed_qk_32x32``, f16 only):
+  ``S^T = K Q^T`` with 32x32x8, ``P^T`` stays in registers as the B operand of ``O^T = V^T P^T``;
+  the output is staged through LDS aliased onto the dead K/V tiles.
+
+Causal, bottom-right aligned (ALGORITHM.md §3): KV tiles wholly in the future of the block's
+queries are never visited, tiles wholly in the past run without a mask, only the diagonal tiles
+pay it. Keys past the sequence read as 0 (paged copy) and are masked by the causal rule.
+The tile loop is shared with the 3D split-KV kernel (``attention_tiled_3d``), which restricts it
+to a segment of tiles and writes fp32 partials (ALGORITHM.md §5).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from rocke import dsl
+from rocke.dsl import rcp
+from rocke.dsl.fragment import (AxisVector, COL, ROW, Fragment, load_fragment, store_fragment)
+from rocke.dsl.magic import udiv_const
+from rocke.dsl.paged import CACHE_POLICIES, BlockTableRow, PagedView, copy_paged_tile, rows_per_wave
+from rocke.kernels.common.checks import (check_bool, check_buffer_bytes, check_choice, check_extent,
+                                         check_grid_extent, check_int_range, check_tensor, I32_LIMIT,
+                                         torch_dtype)
+from rocke.kernels.common.flash import LOG2E, online_softmax_update
+
+DTYPES = ("f16", "bf16")
+HEAD_SIZES = (64, 128)
+BLOCK_SIZES = (16, 32, 64)
+TILE_SIZES = (16, 32, 64)
+NUM_WARPS = (1, 2, 4, 8)
+LDS_PAD = 8                 # elements appended to each LDS row (bank spread; 16-byte aligned rows)
+CFV_PAD = 2                 # V rows of an odd number of dwords: a PV column read hits 4 banks
+STAGING_VECTOR = 8          # elements per lane per global access of the cooperative copies
+MAX_GROUP = 16
+
+
+@dataclass(frozen=True)
+class UnifiedAttention2DSpec:
+    """Every field changes the emitted code and is encoded in ``kernel_name``."""
+
+    dtype: str = "f16"
+    head_size: int = 128
+    block_size: int = 16               # KV cache page size
+    num_queries_per_kv: int = 1        # GQA group G (any positive int up to 16)
+    num_warps: int = 4
+    block_m_per_warp: int = 16         # narrow: 16 or 32 rows per warp; flash: 32
+    tile_size: int = 0                 # KV tile T; 0 = block_size (narrow) / 64 (flash)
+    use_mfma_32x32x8: bool = False
+    use_transposed_qk_32x32: bool = False
+    use_k_single_buffer: bool | None = None   # None: num_warps * 32 <= T (flash) / BLOCK_M <= T
+    waves_per_eu: int = 0              # 0 = no occupancy hint
+    iglp: bool = False                 # iglp_opt(0) scheduling hint in the tile loop
+    kv_cache_policy: str = "normal"    # "stream": non-temporal K/V loads
+    q_direct: bool = False             # Q operands straight from global (no Q LDS stage)
+    global_load_lds_k: bool = False    # K tiles by LDS DMA
+    q_major_grid: bool = False         # grid (total_num_q_blocks, num_kv_heads)
+    cfv_store: bool = False            # V row-major with vector stores (see ALGORITHM.md §9)
+    kv_addr_64: bool = False           # 64-bit page base (caches past 2 GiB)
+
+    def __post_init__(self):
+        problems = spec_problems(self)
+        if problems:
+            raise ValueError(problems[0])
+        object.__setattr__(self, "tile_size", resolved_tile(self))
+        if self.use_k_single_buffer is None:
+            object.__setattr__(self, "use_k_single_buffer", self.block_m_rows <= self.tile_size
+                               if not self.flash else self.num_warps * 32 <= self.tile_size)
+
+    # ---- derived geometry -------------------------------------------------------------------
+    @property
+    def flash(self) -> bool:
+        return self.use_transposed_qk_32x32
+
+    @property
+    def block_m_rows(self) -> int:
+        """BLOCK_M: the workgroup's (token, head) rows."""
+        return self.num_warps * self.block_m_per_warp
+
+    @property
+    def block_q(self) -> int:
+        """Query tokens per workgroup."""
+        return self.block_m_rows // self.num_queries_per_kv
+
+    @property
+    def workgroup_size(self) -> int:
+        return 64 * self.num_warps
+
+    @property
+    def family(self) -> str:
+        return "attention_2d"
+
+    @property
+    def kernel_name(self) -> str:
+        path = "x8t" if self.flash else "narrow"
+        name = (f"{self.family}_{self.dtype}_d{self.head_size}_b{self.block_size}_g{self.num_queries_per_kv}"
+                f"_{path}_w{self.num_warps}m{self.block_m_per_warp}_t{self.tile_size}"
+                f"_k{'1' if self.use_k_single_buffer else '2'}")
+        flags = [("wpe", self.waves_per_eu), ("iglp", self.iglp),
+                 ("stream", self.kv_cache_policy == "stream"), ("qdirect", self.q_direct),
+                 ("kdma", self.global_load_lds_k), ("qmajor", self.q_major_grid),
+                 ("cfv", self.cfv_store), ("a64", self.kv_addr_64)]
+        for tag, value in flags:
+            if value is True:
+                name += f"_{tag}"
+            elif value and value is not False:
+                name += f"_{tag}{value}"
+        return name
+
+
+def resolved_tile(spec) -> int:
+    if spec.tile_size:
+        return spec.tile_size
+    return 64 if spec.use_transposed_qk_32x32 else spec.block_size
+
+
+def spec_problems(spec) -> list[str]:
+    """Every rule a spec breaks, each naming the field; the constructor raises the first, and
+    ``supports_tiled_2d`` accepts exactly the specs with none."""
+    out = []
+
+    def rule(check, *args, **kw):
+        try:
+            check(*args, **kw)
+        except ValueError as e:
+            out.append(str(e))
+            return False
+        return True
+
+    ok = rule(check_choice, "dtype", spec.dtype, DTYPES)
+    ok &= rule(check_choice, "head_size", spec.head_size, HEAD_SIZES)
+    ok &= rule(check_choice, "block_size", spec.block_size, BLOCK_SIZES)
+    ok &= rule(check_int_range, "num_queries_per_kv", spec.num_queries_per_kv, 1, MAX_GROUP)
+    ok &= rule(check_choice, "num_warps", spec.num_warps, NUM_WARPS)
+    ok &= rule(check_choice, "block_m_per_warp", spec.block_m_per_warp, (16, 32))
+    ok &= rule(check_choice, "tile_size", spec.tile_size, (0,) + TILE_SIZES)
+    for name in ("use_mfma_32x32x8", "use_transposed_qk_32x32", "iglp", "q_direct",
+                 "global_load_lds_k", "q_major_grid", "cfv_store", "kv_addr_64"):
+        ok &= rule(check_bool, name, getattr(spec, name))
+    if spec.use_k_single_buffer is not None:
+        ok &= rule(check_bool, "use_k_single_buffer", spec.use_k_single_buffer)
+    ok &= rule(check_int_range, "waves_per_eu", spec.waves_per_eu, 0, 8)
+    ok &= rule(check_choice, "kv_cache_policy", spec.kv_cache_policy, tuple(CACHE_POLICIES))
+    if not ok:
+        return out
+    if spec.use_mfma_32x32x8 and spec.dtype != "f16":
+        out.append("use_mfma_32x32x8: use_mfma_32x32x8 is fp16-only")
+    if spec.use_transposed_qk_32x32 and not spec.use_mfma_32x32x8:
+        out.append("use_transposed_qk_32x32: the transposed S^T = K Q^T path requires the 32x32x8 atom "
+                   "(use_mfma_32x32x8=True)")
+    if spec.use_mfma_32x32x8 and not spec.use_transposed_qk_32x32:
+        out.append("use_mfma_32x32x8: the 32x32x8 atom is wired only in the transposed path "
+                   "(use_transposed_qk_32x32=True)")
+    if out:
+        return out
+    flash = spec.use_transposed_qk_32x32
+    tile = resolved_tile(spec)
+    block_m = spec.num_warps * spec.block_m_per_warp
+    if flash and spec.block_m_per_warp != 32:
+        out.append(f"block_m_per_warp: the transposed-x8 path gives each warp 32 query columns, got "
+                   f"{spec.block_m_per_warp}")
+    if flash and tile % 32:
+        out.append(f"tile_size: {tile} must be a multiple of the 32x32x8 atom's M (32)")
+    if spec.num_queries_per_kv > block_m:
+        out.append(f"num_queries_per_kv: a GQA group of {spec.num_queries_per_kv} does not fit "
+                   f"BLOCK_M = {block_m} rows")
+    if tile % spec.block_size and spec.block_size % tile:
+        out.append(f"tile_size: {tile} and block_size {spec.block_size} must divide one another")
+    run = rows_per_wave(spec.head_size, STAGING_VECTOR, 2, lds_dma=spec.global_load_lds_k)
+    if spec.block_size % run:
+        out.append(f"block_size: {spec.block_size} is smaller than the {run} rows a wave copies at once")
+    if out:
+        return out
+    total = sum(lds_model(spec, tile=tile).values()) if not out else 0
+    if total > dsl.LDS_BYTES:
+        out.append(f"tile_size: the {'transposed-x8' if flash else 'narrow'} path needs {total} bytes "
+                   f"of LDS ({lds_model(spec, tile=tile)}), gfx942 has {dsl.LDS_BYTES}")
+    return out
+
+
+def supports_tiled_2d(spec=None, **fields) -> bool:
+    """The 2D LDS/shape gate: True iff ``UnifiedAttention2DSpec(**fields)`` is accepted (pass a
+    spec's fields or keyword fields). For the narrow path this is the LDS budget of its real
+    footprint; the transposed-x8 configs are judged by their own (smaller) model."""
+    if spec is not None:
+        fields = {**{f.name: getattr(spec, f.name) for f in _spec_fields(type(spec))}, **fields}
+    view = _FieldView(**fields)
+    return not spec_problems(view)
+
+
+def _spec_fields(cls):
+    return fields(cls)
+
+
+class _FieldView:
+    """The spec's fields with their defaults, before construction (for the gates)."""
+
+    def __init__(self, **kw):
+        for f in fields(UnifiedAttention2DSpec):
+            setattr(self, f.name, kw.pop(f.name, f.default))
+        if kw:
+            raise TypeError(f"unknown spec fields: {', '.join(sorted(kw))}")
+
+
+def lds_model(spec, *, tile: int | None = None) -> dict[str, int]:
+    """Bytes of each LDS region the kernel allocates (ALGORITHM.md §9). Regions marked
+    ``alias`` share offset 0 with the K/V tiles (they are live only outside the tile loop), so
+    the footprint is ``max(kv, aliased)``: ``total = sum(values)`` of the returned dict, whose
+    aliased entries are only the part exceeding the K/V tiles."""
+    tile = tile or spec.tile_size
+    D, esz = spec.head_size, 2
+    flash = spec.use_transposed_qk_32x32
+    block_m = spec.num_warps * spec.block_m_per_warp
+    single = spec.use_k_single_buffer
+    if single is None:
+        single = (spec.num_warps * 32 if flash else block_m) <= tile
+    k_pad = 0 if spec.global_load_lds_k and D * esz < 256 else LDS_PAD
+    regions = {"k": (1 if single else 2) * tile * (D + k_pad) * esz}
+    regions["v"] = tile * (D + CFV_PAD) * esz if spec.cfv_store else D * (tile + LDS_PAD) * esz
+    if not flash:
+        regions["p"] = block_m * (tile + LDS_PAD) * esz
+    kv = sum(regions.values())
+    aliased = 0
+    if not spec.q_direct:
+        aliased = max(aliased, block_m * (D + LDS_PAD) * esz)
+    if flash:
+        aliased = max(aliased, block_m * D * esz)
+    regions["aliased_excess"] = max(0, aliased - kv)
+    return regions
+
+
+# ---- launch -----------------------------------------------------------------------------------
+
+def total_num_q_blocks(spec, num_seqs: int, total_q: int) -> int:
+    """q blocks over the whole batch, as vLLM counts them (a sequence may start mid-block)."""
+    return total_q // spec.block_q + num_seqs
+
+
+def launch_geometry(spec, num_seqs: int, total_q: int, num_kv_heads: int):
+    """(grid, block): (num_kv_heads, total_num_q_blocks, 1), or query-major with q_major_grid."""
+    for name, v in (("num_seqs", num_seqs), ("total_q", total_q), ("num_kv_heads", num_kv_heads)):
+        check_extent(name, v)
+    blocks = total_num_q_blocks(spec, num_seqs, total_q)
+    check_grid_extent("total_num_q_blocks", blocks, axis="x" if spec.q_major_grid else "y")
+    grid = (blocks, num_kv_heads, 1) if spec.q_major_grid else (num_kv_heads, blocks, 1)
+    return grid, (spec.workgroup_size, 1, 1)
+
+
+def _search_steps(num_seqs: int) -> int:
+    return max(1, num_seqs.bit_length())
+
+
+def check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k):
+    """Per-tensor checks shared by the 2D and 3D kernels (cheap; the full problem validation is
+    the dispatcher's)."""
+    import torch
+    check_tensor("q", q, dtype=spec.dtype, dims=("total_q", "num_q_heads", "head_size"), contiguous=False)
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        check_tensor(name, t, dtype=spec.dtype, dims=("num_blocks", "block_size", "num_kv_heads", "head_size"),
+                     contiguous=False, one_buffer=False)
+        if tuple(t.shape[1:]) != (spec.block_size, k_cache.shape[2], spec.head_size):
+            raise ValueError(f"{name}: shape {tuple(t.shape)} does not match block_size "
+                             f"{spec.block_size} / head_size {spec.head_size} of the spec")
+        span = t.stride(0) * t.shape[0] * t.element_size()
+        if not spec.kv_addr_64:
+            check_buffer_bytes(name, span, "the cache (use kv_addr_64 for caches past 2 GiB)")
+        for i in range(3):
+            if t.stride(i) >= I32_LIMIT:
+                raise ValueError(f"{name}: stride {t.stride(i)} exceeds the kernel's 32-bit strides")
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} differs from k_cache's {tuple(k_cache.shape)}")
+    if q.shape[2] != spec.head_size:
+        raise ValueError(f"q: head_size {q.shape[2]} differs from the spec's {spec.head_size}")
+    hk = k_cache.shape[2]
+    if q.shape[1] != hk * spec.num_queries_per_kv:
+        raise ValueError(f"q: {q.shape[1]} query heads != num_kv_heads {hk} x num_queries_per_kv "
+                         f"{spec.num_queries_per_kv}")
+    for name, t, dims in (("block_table", block_table, 2), ("cu_seqlens_q", cu_seqlens_q, 1),
+                          ("seqused_k", seqused_k, 1)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != dims:
+            raise ValueError(f"{name}: must be a {dims}-D int32 tensor")
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name}: needs a unit last stride, got {t.stride()}")
+    num_seqs = seqused_k.shape[0]
+    if cu_seqlens_q.shape[0] != num_seqs + 1 or block_table.shape[0] != num_seqs:
+        raise ValueError(f"cu_seqlens_q / block_table: {cu_seqlens_q.shape[0]} prefix sums and "
+                         f"{block_table.shape[0]} table rows for {num_seqs} sequences")
+    check_extent("num_seqs", num_seqs)
+    check_extent("total_q", q.shape[0])
+    check_buffer_bytes("q", q.stride(0) * q.shape[0] * q.element_size(), "the q tensor")
+
+
+def _cache_args(t):
+    return [t.stride(0), t.stride(1), t.stride(2), t.shape[0]]
+
+
+def kernel_args(spec, q, k_cache, v_cache, out, block_table, cu_seqlens_q, seqused_k,
+                softmax_scale: float) -> list:
+    """Ordered kernel arguments (ARGS) for vLLM-layout tensors; cheap per-tensor checks."""
+    check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k)
+    check_tensor("out", out, dtype=spec.dtype, dims=("total_q", "num_q_heads", "head_size"), contiguous=False)
+    if out.shape != q.shape:
+        raise ValueError(f"out: shape {tuple(out.shape)} differs from q's {tuple(q.shape)}")
+    num_seqs = seqused_k.shape[0]
+    return [q, k_cache, v_cache, out, block_table, cu_seqlens_q, seqused_k, float(softmax_scale),
+            num_seqs, _search_steps(num_seqs), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+            *_cache_args(k_cache), *_cache_args(v_cache)[:3], block_table.stride(0)]
+
+
+ARGS = ("q", "k_cache", "v_cache", "out", "block_table", "cu_seqlens_q", "seqused_k", "softmax_scale",
+        "num_seqs", "search_steps", "q_stride_token", "q_stride_head", "o_stride_token",
+        "o_stride_head", "k_stride_block", "k_stride_token", "k_stride_head", "num_blocks",
+        "v_stride_block", "v_stride_token", "v_stride_head", "block_table_stride")
+
+
+# ---- the kernel ---------------------------------------------------------------------------------
+
+class _Args:
+    pass
+
+
+def _declare_args(k, spec, split: bool) -> _Args:
+    a = _Args()
+    dt = spec.dtype
+    a.q = k.arg_ptr("q", dt, readonly=True)
+    a.k_cache = k.arg_ptr("k_cache", dt, readonly=True)
+    a.v_cache = k.arg_ptr("v_cache", dt, readonly=True)
+    if split:
+        a.segm_output = k.arg_ptr("segm_output", "f32")
+        a.segm_max = k.arg_ptr("segm_max", "f32")
+        a.segm_expsum = k.arg_ptr("segm_expsum", "f32")
+    else:
+        a.out = k.arg_ptr("out", dt)
+    a.block_table = k.arg_ptr("block_table", "i32", readonly=True)
+    a.cu_seqlens_q = k.arg_ptr("cu_seqlens_q", "i32", readonly=True)
+    a.seqused_k = k.arg_ptr("seqused_k", "i32", readonly=True)
+    a.softmax_scale = k.arg_f32("softmax_scale")
+    for name in ("num_seqs", "search_steps", "q_stride_token", "q_stride_head"):
+        setattr(a, name, k.arg_i32(name))
+    if split:
+        a.num_segments = k.arg_i32("num_segments")
+        a.num_q_heads = k.arg_i32("num_q_heads")
+    else:
+        a.o_stride_token = k.arg_i32("o_stride_token")
+        a.o_stride_head = k.arg_i32("o_stride_head")
+    for name in ("k_stride_block", "k_stride_token", "k_stride_head", "num_blocks",
+                 "v_stride_block", "v_stride_token", "v_stride_head", "block_table_stride"):
+        setattr(a, name, k.arg_i32(name))
+    return a
+
+
+def build(spec: UnifiedAttention2DSpec) -> dsl.Kernel:
+    return build_tiled(spec, split=False)
+
+
+def build_tiled(spec, *, split: bool) -> dsl.Kernel:
+    """The 2D kernel (``split=False``) or the 3D split-KV kernel (``split=True``): one builder,
+    the 3D one restricting the tile loop to its segment and writing fp32 partials."""
+    k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.workgroup_size,
+                   waves_per_eu=spec.waves_per_eu or None)
+    a = _declare_args(k, spec, split)
+    G, D, T = spec.num_queries_per_kv, spec.head_size, spec.tile_size
+    BQ, BM = spec.block_q, spec.block_m_rows
+    threads = spec.workgroup_size
+    tid = k.thread_id(0)
+
+    if split:
+        q_block, kv_head, segment = k.block_id(0), k.block_id(1), k.block_id(2)
+    elif spec.q_major_grid:
+        q_block, kv_head = k.block_id(0), k.block_id(1)
+    else:
+        kv_head, q_block = k.block_id(0), k.block_id(1)
+
+    # the sequence of this q block: the last s with cu_seqlens_q[s] // BQ + s <= q_block
+    def block_start(s):
+        return udiv_const(a.cu_seqlens_q.load(s), BQ) + s
+    with k.for_range(0, a.search_steps, carry=(k.const(0, "i32"), a.num_seqs)) as search:
+        lo, hi = search.carry
+        mid = (lo + hi) >> 1
+        go_right = block_start(mid) <= q_block
+        searching = lo < hi
+        search.yield_(dsl.select(searching & go_right, mid + 1, lo),
+                      dsl.select(searching & ~go_right, mid, hi))
+    seq = search.results[0] - 1
+    q_seq_start = a.cu_seqlens_q.load(seq)
+    q_len = a.cu_seqlens_q.load(seq + 1) - q_seq_start
+    q_start = (q_block - block_start(seq)) * BQ          # first token of the block in the sequence
+    with k.if_(q_start < q_len):
+        kv_len = a.seqused_k.load(seq)
+        ctx = kv_len - q_len
+        q_rows = dsl.minimum(q_len - q_start, BQ)        # valid tokens of the block
+        kv_end = dsl.minimum(kv_len, ctx + q_start + q_rows)
+        n_tiles = udiv_const(kv_end + (T - 1), T)
+        n_full = dsl.minimum(udiv_const(ctx + q_start + 1, T), n_tiles)   # no key in the future
+        if split:
+            n_all = udiv_const(kv_len + (T - 1), T)
+            per_seg = (n_all + a.num_segments - 1) // a.num_segments
+            seg_lo = dsl.minimum(segment * per_seg, n_tiles)
+            seg_hi = dsl.minimum(seg_lo + per_seg, n_tiles)
+            bounds = (seg_lo, dsl.maximum(seg_lo, dsl.minimum(n_full, seg_hi)), seg_hi)
+        else:
+            bounds = (k.const(0, "i32"), n_full, n_tiles)
+        ctxs = _Ctx(k, spec, a, kv_head, seq, q_seq_start, q_len, q_start, kv_len, ctx, tid, threads)
+        path = _FlashPath(ctxs) if spec.flash else _NarrowPath(ctxs)
+        m, l, o = path.run(bounds)
+        if split:
+            _store_partials(ctxs, path, m, l, o, segment)
+        else:
+            path.store_output(l, o)
+    return k
+
+
+class _Ctx:
+    """Per-workgroup values the paths share."""
+
+    def __init__(self, k, spec, a, kv_head, seq, q_seq_start, q_len, q_start, kv_len, ctx, tid, threads):
+        self.k, self.spec, self.a = k, spec, a
+        self.kv_head, self.seq, self.q_seq_start = kv_head, seq, q_seq_start
+        self.q_len, self.q_start, self.kv_len, self.ctx = q_len, q_start, kv_len, ctx
+        self.tid, self.threads = tid, threads
+        G = spec.num_queries_per_kv
+        self.G = G
+        self.total_q = a.cu_seqlens_q.load(a.num_seqs)
+        self.q_buf = a.q.buffer(self.total_q * a.q_stride_token)
+        aux = CACHE_POLICIES[spec.kv_cache_policy]
+        self.aux = aux
+        table = BlockTableRow(a.block_table, seq * a.block_table_stride)
+        self.k_view = PagedView(a.k_cache, spec.block_size, a.k_stride_block, a.k_stride_token,
+                                kv_head * a.k_stride_head, a.num_blocks, spec.kv_addr_64)
+        self.v_view = PagedView(a.v_cache, spec.block_size, a.v_stride_block, a.v_stride_token,
+                                kv_head * a.v_stride_head, a.num_blocks, spec.kv_addr_64)
+        self.table = table
+
+    def row_token(self, rows):
+        """(token within the sequence, query head) of workgroup rows (i32 scalar or vector)."""
+        tok = udiv_const(rows, self.G) if self.G > 1 else rows
+        head = rows - tok * self.G if self.G > 1 else rows * 0
+        return self.q_start + tok, self.kv_head * self.G + head
+
+    def row_valid(self, rows):
+        tok, _ = self.row_token(rows)
+        ok = tok < self.q_len
+        if self.spec.block_m_rows % self.G:
+            ok = ok & (rows < self.spec.block_q * self.G)
+        return ok
+
+    def copy_k(self, lds, first, **kw):
+        s = self.spec
+        copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
+                        thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
+                        lds_dma=s.global_load_lds_k, aux=self.aux, **kw)
+
+    def copy_v(self, lds, first):
+        copy_paged_tile(self.v_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
+                        thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
+                        transpose=not self.spec.cfv_store, aux=self.aux)
+
+
+def _load_q_rows_to_lds(c: _Ctx, q_lds):
+    """Cooperative copy of the workgroup's BLOCK_M (token, head) rows of Q into ``q_lds``;
+    padding rows read 0."""
+    k, s = c.k, c.spec
+    D = s.head_size
+    per_row = D // STAGING_VECTOR
+    total = s.block_m_rows * per_row
+    for first in range(0, total, c.threads):
+        def one(first=first):
+            i = c.tid + first if first else c.tid
+            r = i >> (per_row.bit_length() - 1)
+            col = (i & (per_row - 1)) * STAGING_VECTOR
+            tok, head = c.row_token(r)
+            index = (c.q_seq_start + tok) * c.a.q_stride_token + head * c.a.q_stride_head + col
+            q_lds.store((r, col), c.q_buf.load(index, width=STAGING_VECTOR, mask=c.row_valid(r)))
+        if first + c.threads <= total:
+            one()
+        else:
+            with k.if_(c.tid < total - first):
+                one()
+
+
+def _row_runs(k, layout, row_axis: int, origin):
+    """For a fragment layout whose ``row_axis`` indexes workgroup rows (the other axis: head
+    dim), the runs of values contiguous along the head dim: (first value, length, row Value,
+    head-dim Value) per run."""
+    from rocke.dsl.fragment import _lane_affine_value
+    dim_axis = 1 - row_axis
+    out = []
+    lane_row = _lane_affine_value(k, layout.lane_part(row_axis))
+    lane_dim = _lane_affine_value(k, layout.lane_part(dim_axis))
+    for v0, n in layout.value_runs(dim_axis):
+        off_r = layout.value_offsets(row_axis)[v0]
+        off_d = layout.value_offsets(dim_axis)[v0]
+        out.append((v0, n, lane_row + (origin[row_axis] + off_r), lane_dim + (origin[dim_axis] + off_d)))
+    return out
+
+
+def _load_q_direct(c: _Ctx, layout, row_axis: int, origin) -> Fragment:
+    """A Q operand fragment read straight from global memory (``q_direct``)."""
+    parts = []
+    for v0, n, row, d in _row_runs(c.k, layout, row_axis, origin):
+        tok, head = c.row_token(row)
+        index = (c.q_seq_start + tok) * c.a.q_stride_token + head * c.a.q_stride_head + d
+        parts.append(c.q_buf.load(index, width=n, mask=c.row_valid(row)))
+    return Fragment(dsl.concat(*parts) if len(parts) > 1 else parts[0], layout)
+
+
+class _PathBase:
+    row_axis: int      # axis of the score/output fragments that indexes workgroup rows
+
+    def __init__(self, c: _Ctx):
+        self.c = c
+        self.k = c.k
+        self.spec = c.spec
+
+    def _alloc_kv(self):
+        s, k = self.spec, self.k
+        D, T = s.head_size, s.tile_size
+        nbuf = 1 if s.use_k_single_buffer else 2
+        k_pad = 0 if s.global_load_lds_k and D * 2 < 256 else LDS_PAD
+        self.k_lds = k.lds("k_tile", (nbuf * T, D), s.dtype, pad=k_pad)
+        if s.cfv_store:
+            self.v_lds = k.lds("v_tile", (T, D), s.dtype, pad=CFV_PAD)
+        else:
+            self.v_lds = k.lds("vt_tile", (D, T), s.dtype, pad=LDS_PAD)
+
+    def k_tile_view(self, j):
+        """(LDS tile, first row) of K tile ``j`` (double buffering alternates halves)."""
+        if self.spec.use_k_single_buffer:
+            return self.k_lds, 0
+        return self.k_lds, (j & 1) * self.spec.tile_size
+
+    def _copy_k_into(self, j):
+        s = self.spec
+        T = s.tile_size
+        if s.use_k_single_buffer:
+            self.c.copy_k(self.k_lds, j * T)
+        else:
+            self.c.copy_k(self.k_lds, j * T, tokens=T, lds_row0=(j & 1) * T)
+
+    def run(self, bounds):
+        """The tile loop (ALGORITHM.md §2-3): unmasked tiles, then the diagonal ones."""
+        k, s, c = self.k, self.spec, self.c
+        lo, mid, hi = bounds
+        carry = self.init_carry()
+        double = not s.use_k_single_buffer
+        if double:
+            with k.if_(lo < hi):
+                self._copy_k_into(lo)            # the first K tile; each step prefetches the next
+        for start, stop, masked in ((lo, mid, False), (mid, hi, True)):
+            with k.for_range(start, stop, carry=carry) as loop:
+                j = loop.index
+                kv0 = j * s.tile_size
+                if double:
+                    c.copy_v(self.v_lds, kv0)    # current V first, next K second (seeds/004 §7.1)
+                    self._copy_k_into(j + 1)
+                else:
+                    self._copy_k_into(j)
+                    c.copy_v(self.v_lds, kv0)
+                if s.global_load_lds_k:
+                    k.wait_vmcnt(0)
+                k.barrier()
+                if s.iglp:
+                    k.iglp_opt(0)       # strategy 1 trips an LLVM assertion with DS writes in the loop
+                new = self.step(loop.carry, j, kv0, masked)
+                k.barrier()                      # the next step overwrites V (and K)
+                loop.yield_(*new)
+            carry = loop.results
+        return self.split_carry(carry)
+
+    def masked_scores(self, score, kv0, key_origin, row_origin, masked: bool):
+        """Scaled scores, -inf where the key is in the future of the row's query (diagonal
+        tiles only)."""
+        scaled = score * self.qk_scale
+        if not masked:
+            return scaled
+        rows, keys = _axes(score, self.row_axis, row_origin, key_origin)
+        tok, _ = self.c.row_token(rows)
+        return scaled.where(keys <= tok + self.c.ctx, -math.inf)
+
+
+def _axes(frag, row_axis, row_origin, key_origin):
+    origin = (row_origin, key_origin) if row_axis == ROW else (key_origin, row_origin)
+    a, b = frag.coords(origin=origin)
+    return (a, b) if row_axis == ROW else (b, a)
+
+
+class _NarrowPath(_PathBase):
+    """16x16x16, S = Q K^T (queries on rows), P staged through LDS (ALGORITHM.md §8)."""
+
+    row_axis = ROW
+
+    def __init__(self, c):
+        super().__init__(c)
+        s, k = self.spec, self.k
+        self.mma = k.mfma("16x16x16", s.dtype)
+        self.mq = s.block_m_per_warp // 16
+        D, T = s.head_size, s.tile_size
+        self._alloc_kv()
+        self.p_lds = k.lds("p_tile", (s.block_m_rows, T), s.dtype, pad=LDS_PAD)
+        q_lds = None if s.q_direct else k.lds("q_stage", (s.block_m_rows, D), s.dtype, pad=LDS_PAD,
+                                               offset=0, alias=True)
+        self.warp_row0 = k.wave_id() * s.block_m_per_warp
+        self.qk_scale = c.a.softmax_scale * LOG2E
+        self.q_ops = []
+        if q_lds is not None:
+            _load_q_rows_to_lds(c, q_lds)
+            k.barrier()
+        for i in range(self.mq):
+            row = self.warp_row0 + i * 16
+            if q_lds is None:
+                ops = [_load_q_direct(c, self.mma.A, ROW, (row, d0)) for d0 in range(0, D, 16)]
+            else:
+                ops = [load_fragment(q_lds, self.mma.A, (row, d0)) for d0 in range(0, D, 16)]
+            self.q_ops.append(ops)
+        if q_lds is not None:
+            k.barrier()                           # Q's LDS is reused by the K/V tiles
+
+    def init_carry(self):
+        C = self.mma.C
+        m0 = AxisVector.full(self.k, C, COL, dsl.f32, -math.inf)
+        l0 = AxisVector.full(self.k, C, COL, dsl.f32, 0.0)
+        nd = self.spec.head_size // 16
+        return [m0] * self.mq + [l0] * self.mq + [self.mma.zeros()] * (self.mq * nd)
+
+    def split_carry(self, carry):
+        mq = self.mq
+        return list(carry[:mq]), list(carry[mq:2 * mq]), list(carry[2 * mq:])
+
+    def step(self, carry, j, kv0, masked):
+        s, mma = self.spec, self.mma
+        D, T = s.head_size, s.tile_size
+        nd, nk = D // 16, T // 16
+        m, l, o = self.split_carry(carry)
+        k_lds, k_row0 = self.k_tile_view(j)
+        for i in range(self.mq):
+            row = self.warp_row0 + i * 16
+            scores = []
+            for n in range(nk):
+                acc = mma.zeros()
+                for st, d0 in enumerate(range(0, D, 16)):
+                    kt = load_fragment(k_lds, mma.B, (d0, k_row0 + n * 16), transposed=True)
+                    acc = mma(self.q_ops[i][st], kt, acc)
+                scores.append(self.masked_scores(acc, kv0, kv0 + n * 16, row, masked))
+            m[i], l[i], probs, alpha = online_softmax_update(m[i], l[i], scores, axis=COL)
+            for n in range(nk):
+                store_fragment(self.p_lds, probs[n].to(s.dtype), (row, n * 16))
+            alpha_o = alpha.broadcast_to(mma.C)
+            p_ops = [load_fragment(self.p_lds, mma.A, (row, n * 16)) for n in range(nk)]
+            for jd in range(nd):
+                acc = o[i * nd + jd] * alpha_o
+                for n in range(nk):
+                    p_op = p_ops[n]
+                    v_op = load_fragment(self.v_lds, mma.B, (n * 16, jd * 16), transposed=not s.cfv_store)
+                    acc = mma(p_op, v_op, acc)
+                o[i * nd + jd] = acc
+        return [*m, *l, *o]
+
+    def output_fragments(self, l, o, normalise: bool):
+        """(fragment, row origin, head-dim origin) of the warp's output accumulators."""
+        nd = self.spec.head_size // 16
+        out = []
+        for i in range(self.mq):
+            inv = l[i].map(rcp).broadcast_to(self.mma.C) if normalise else None
+            for jd in range(nd):
+                f = o[i * nd + jd]
+                out.append((f * inv if normalise else f, self.warp_row0 + i * 16, jd * 16))
+        return out
+
+    def store_output(self, l, o):
+        c = self.c
+        out_buf = c.a.out.buffer(c.total_q * c.a.o_stride_token)
+        for frag, row0, d0 in self.output_fragments(l, o, True):
+            _store_rows(c, out_buf, frag.to(self.spec.dtype), self.row_axis, row0, d0,
+                        c.a.o_stride_token, c.a.o_stride_head)
+
+
+def _store_rows(c, buf, frag, row_axis, row0, d0, stride_token, stride_head):
+    """Scatter a fragment whose ``row_axis`` indexes workgroup rows to ``[token, head, D]``
+    memory; padding rows are dropped."""
+    origin = (row0, d0) if row_axis == ROW else (d0, row0)
+    for v0, n, row, d in _row_runs(c.k, frag.layout, row_axis, origin):
+        tok, head = c.row_token(row)
+        index = (c.q_seq_start + tok) * stride_token + head * stride_head + d
+        part = frag.value if n == frag.value.lanes else (frag.value[v0] if n == 1 else frag.value[v0:v0 + n])
+        buf.store(index, part, mask=c.row_valid(row))
+
+
+class _FlashPath(_PathBase):
+    """Transposed-x8: S^T = K Q^T on 32x32x8 (f16), P^T register-resident (ALGORITHM.md §8)."""
+
+    row_axis = COL
+
+    def __init__(self, c):
+        super().__init__(c)
+        s, k = self.spec, self.k
+        self.mma = k.mfma("32x32x8", s.dtype)
+        D = s.head_size
+        self._alloc_kv()
+        q_lds = None if s.q_direct else k.lds("q_stage", (s.block_m_rows, D), s.dtype, pad=LDS_PAD,
+                                               offset=0, alias=True)
+        self.warp_col0 = k.wave_id() * 32
+        self.qk_scale = c.a.softmax_scale * LOG2E
+        if q_lds is not None:
+            _load_q_rows_to_lds(c, q_lds)
+            k.barrier()
+            self.q_ops = [load_fragment(q_lds, self.mma.B, (d0, self.warp_col0), transposed=True)
+                          for d0 in range(0, D, 8)]
+            k.barrier()
+        else:
+            self.q_ops = [_load_q_direct(c, self.mma.B, COL, (d0, self.warp_col0)) for d0 in range(0, D, 8)]
+
+    def init_carry(self):
+        C = self.mma.C
+        m0 = AxisVector.full(self.k, C, ROW, dsl.f32, -math.inf)
+        l0 = AxisVector.full(self.k, C, ROW, dsl.f32, 0.0)
+        return [m0, l0] + [self.mma.zeros()] * (self.spec.head_size // 32)
+
+    def split_carry(self, carry):
+        return [carry[0]], [carry[1]], list(carry[2:])
+
+    def step(self, carry, j, kv0, masked):
+        s, mma = self.spec, self.mma
+        D, T = s.head_size, s.tile_size
+        nk = T // 32
+        m, l, o = self.split_carry(carry)
+        k_lds, k_row0 = self.k_tile_view(j)
+        scores = []
+        for i in range(nk):
+            acc = mma.zeros()
+            for st, d0 in enumerate(range(0, D, 8)):
+                k_op = load_fragment(k_lds, mma.A, (k_row0 + i * 32, d0))
+                acc = mma(k_op, self.q_ops[st], acc)
+            scores.append(self.masked_scores(acc, kv0, kv0 + i * 32, self.warp_col0, masked))
+        m0, l0, probs, alpha = online_softmax_update(m[0], l[0], scores, axis=ROW)
+        probs = [p.to(s.dtype) for p in probs]
+        alpha_o = alpha.broadcast_to(mma.C)
+        o = [x * alpha_o for x in o]
+        for i in range(nk):
+            for sub in range(0, 32, 8):
+                p_op = probs[i].as_operand(mma.B, (sub, 0))
+                for jd in range(D // 32):
+                    v_op = load_fragment(self.v_lds, mma.A, (jd * 32, i * 32 + sub), transposed=s.cfv_store)
+                    o[jd] = mma(v_op, p_op, o[jd])
+        return [m0, l0, *o]
+
+    def output_fragments(self, l, o, normalise: bool):
+        inv = l[0].map(rcp).broadcast_to(self.mma.C) if normalise else None
+        return [(f * inv if normalise else f, self.warp_col0, jd * 32) for jd, f in enumerate(o)]
+
+    def store_output(self, l, o):
+        """O^T -> LDS (aliased onto the dead K/V tiles) -> coalesced row stores."""
+        c, k, s = self.c, self.k, self.spec
+        D = s.head_size
+        acc_lds = k.lds("acc_stage", (s.block_m_rows, D), s.dtype, offset=0, alias=True)
+        k.barrier()     # every warp is done with K/V (the loop's last barrier may be skipped)
+        for frag, col0, d0 in self.output_fragments(l, o, True):
+            store_fragment(acc_lds, frag.to(s.dtype), (d0, col0), transposed=True)
+        k.barrier()
+        out_buf = c.a.out.buffer(c.total_q * c.a.o_stride_token)
+        per_row = D // STAGING_VECTOR
+        total = s.block_m_rows * per_row
+        for first in range(0, total, c.threads):
+            i = c.tid + first if first else c.tid
+            r = i >> (per_row.bit_length() - 1)
+            col = (i & (per_row - 1)) * STAGING_VECTOR
+            tok, head = c.row_token(r)
+            index = (c.q_seq_start + tok) * c.a.o_stride_token + head * c.a.o_stride_head + col
+            out_buf.store(index, acc_lds.load((r, col), width=STAGING_VECTOR), mask=c.row_valid(r))
+
+
+def _store_partials(c: _Ctx, path, m, l, o, segment):
+    """3D: this segment's (m, l, o) of every row it owns, fp32, unnormalised (ALGORITHM.md §5)."""
+    a = c.a
+    D = c.spec.head_size
+    row_entry = None
+
+    def entry(row):
+        tok, head = c.row_token(row)
+        return ((c.q_seq_start + tok) * a.num_q_heads + head) * a.num_segments + segment
+
+    total_rows = c.total_q * a.num_q_heads * a.num_segments
+    out_buf = a.segm_output.buffer(total_rows * D)
+    max_buf = a.segm_max.buffer(total_rows)
+    sum_buf = a.segm_expsum.buffer(total_rows)
+    for frag, row0, d0 in path.output_fragments(l, o, False):
+        origin = (row0, d0) if path.row_axis == ROW else (d0, row0)
+        for v0, n, row, d in _row_runs(c.k, frag.layout, path.row_axis, origin):
+            part = frag.value if n == frag.value.lanes else (frag.value[v0] if n == 1 else frag.value[v0:v0 + n])
+            out_buf.store(entry(row) * D + d, part, mask=c.row_valid(row))
+    # m and l: one store per row, from the lane holding it at head-dim/key coordinate 0
+    C = path.mma.C
+    groups = len(m)
+    for g in range(groups):
+        mf, lf = m[g].broadcast_to(C), l[g].broadcast_to(C)
+        row0 = path.warp_row0 + g * 16 if path.row_axis == ROW else path.warp_col0
+        origin = (row0, 0) if path.row_axis == ROW else (0, row0)
+        a0, b0 = mf.coords(origin=origin)
+        rows, other = (a0, b0) if path.row_axis == ROW else (b0, a0)
+        vals = C.values_per_lane
+        for v in range(vals):
+            r = rows[v] if vals > 1 else rows
+            first = (other[v] if vals > 1 else other) == 0
+            ok = c.row_valid(r) & first
+            e = entry(r)
+            max_buf.store(e, mf.value[v] if vals > 1 else mf.value, mask=ok)
+            sum_buf.store(e, lf.value[v] if vals > 1 else lf.value, mask=ok)
+    del row_entry
+
+
+# ---- shipped variants ---------------------------------------------------------------------------
+
+def _variants() -> dict[str, UnifiedAttention2DSpec]:
+    return {}
+
+
+VARIANTS: dict[str, UnifiedAttention2DSpec] = _variants()

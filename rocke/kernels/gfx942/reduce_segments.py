@@ -1,0 +1,185 @@
+"""``reduce_segments``: the exact merge of the 3D split-KV partials (ALGORITHM.md §5, §5.2).
+
+The 3D kernel leaves, per (token, query head, segment), the log2-domain partial ``m`` (running max
+of the scaled scores), ``l = Σ 2^(s - m)`` and the unnormalised ``o = Σ 2^(s - m)·V`` in an fp32
+workspace (ATTENTION_CONTRACT.md). One wave per (token, query head) merges them into ``out`` in
+its own dtype:
+
+- pass 1, lanes in parallel over segments: each lane folds its segments into a running (m, l);
+  a butterfly gives the row's ``M = max_s m_s`` and ``L = Σ_s 2^(m_s - M)·l_s``;
+- pass 2, ``64 / (head_size / vector_width)`` segments at a time (one lane group per segment,
+  ``vector_width`` fp32 per lane, 16-byte loads): ``acc += 2^(m_s - M)·o_s``; the groups are
+  summed with an xor butterfly and the first group writes ``acc / L``.
+
+An empty segment (m = -inf, l = 0) contributes nothing: its weight is 0 and its ``o`` is never
+loaded (the load is masked), so even garbage there could not leak in. A row whose every segment
+is empty (L = 0) writes 0, as the reference does for a row that sees no key.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rocke import dsl
+from rocke.dsl import exp2, maximum, rcp, select, shuffle_xor, splat, wave_max, wave_sum
+from rocke.kernels.common.checks import (I32_LIMIT, check_choice, check_extent, check_index_extent,
+                                         torch_dtype)
+
+DTYPES = ("f16", "bf16")
+HEAD_SIZES = (64, 128)
+WAVE = 64
+
+
+def finite_base(m):
+    """``m``, or 0 where ``m`` is -inf (nothing seen), so ``exp2(x - base)`` is never NaN."""
+    return select(m == -math.inf, 0.0, m)
+
+
+@dataclass(frozen=True)
+class ReduceSegmentsSpec:
+    dtype: str = "f16"          # dtype of ``out`` (the attention's q/out dtype)
+    head_size: int = 128
+    vector_width: int = 4       # fp32 elements of one segment's ``o`` per lane per load
+
+    def __post_init__(self):
+        check_choice("dtype", self.dtype, DTYPES)
+        check_choice("head_size", self.head_size, HEAD_SIZES)
+        check_choice("vector_width", self.vector_width, (1, 2, 4))
+        if self.head_size // self.vector_width > WAVE:
+            raise ValueError(f"vector_width: head_size {self.head_size} / vector_width "
+                             f"{self.vector_width} lanes exceed one wave ({WAVE})")
+
+    @property
+    def lanes_per_row(self) -> int:
+        """Lanes that together hold one segment's ``o`` row."""
+        return self.head_size // self.vector_width
+
+    @property
+    def segments_per_pass(self) -> int:
+        return WAVE // self.lanes_per_row
+
+    @property
+    def workgroup_size(self) -> int:
+        return WAVE
+
+    @property
+    def kernel_name(self) -> str:
+        return f"reduce_segments_{self.dtype}_d{self.head_size}_v{self.vector_width}"
+
+
+VARIANTS = {
+    f"{dt}_d{d}": ReduceSegmentsSpec(dt, d, 4) for dt in DTYPES for d in HEAD_SIZES
+}
+
+
+def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
+    d, vw = spec.head_size, spec.vector_width
+    k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.workgroup_size)
+    segm_output = k.arg_ptr("segm_output", dsl.f32, readonly=True)
+    segm_max = k.arg_ptr("segm_max", dsl.f32, readonly=True)
+    segm_expsum = k.arg_ptr("segm_expsum", dsl.f32, readonly=True)
+    out = k.arg_ptr("out", spec.dtype)
+    num_segments = k.arg_i32("num_segments")
+    num_q_heads = k.arg_i32("num_q_heads")
+    out_stride_token = k.arg_i32("out_stride_token")
+    out_stride_head = k.arg_i32("out_stride_head")
+
+    token, head = k.block_id(0), k.block_id(1)
+    lane = k.lane_id()
+    row = token * num_q_heads + head
+    stats = row * num_segments
+    max_buf = segm_max.offset(stats).buffer(num_segments)
+    sum_buf = segm_expsum.offset(stats).buffer(num_segments)
+    o_buf = segm_output.offset(stats * d).buffer(num_segments * d)
+
+    # pass 1: M and L over all segments (ALGORITHM.md §5)
+    neg_inf = k.const(-math.inf, dsl.f32)
+    with k.for_range(0, num_segments, WAVE, carry=(neg_inf, k.const(0.0, dsl.f32))) as scan:
+        m, l = scan.carry
+        s = scan.index + lane
+        m_s = select(s < num_segments, max_buf.load(s), -math.inf)
+        l_s = sum_buf.load(s)                    # past the extent: 0
+        m_new = maximum(m, m_s)
+        base = finite_base(m_new)
+        scan.yield_(m_new, l * exp2(m - base, fast=True) + l_s * exp2(m_s - base, fast=True))
+    m_lane, l_lane = scan.results
+    m_row = wave_max(m_lane)
+    base_row = finite_base(m_row)
+    l_row = wave_sum(l_lane * exp2(m_lane - base_row, fast=True))
+
+    # pass 2: acc = Σ_s 2^(m_s - M)·o_s, one lane group per segment
+    group = lane >> (spec.lanes_per_row.bit_length() - 1)
+    col = (lane & (spec.lanes_per_row - 1)) * vw
+    per_pass = spec.segments_per_pass
+    with k.for_range(0, num_segments, per_pass, carry=(k.zeros(dsl.f32, vw),)) as walk:
+        (acc,) = walk.carry
+        s = walk.index + group
+        m_s = select(s < num_segments, max_buf.load(s), -math.inf)
+        live = m_s > -math.inf                   # empty and past-the-end segments: no load
+        o_s = o_buf.load(s * d + col, width=vw, mask=live)
+        weight = exp2(m_s - base_row, fast=True)
+        walk.yield_(acc + o_s * (splat(weight, vw) if vw > 1 else weight))
+    (acc,) = walk.results
+    step = spec.lanes_per_row
+    while step < WAVE:
+        acc = acc + shuffle_xor(acc, step)
+        step *= 2
+
+    inv_l = select(l_row > 0.0, rcp(l_row), 0.0)   # every segment empty -> 0
+    result = acc * (splat(inv_l, vw) if vw > 1 else inv_l)
+    out_row = out.offset(token * out_stride_token + head * out_stride_head).buffer(d)
+    out_row.store(col, result.to(spec.dtype), mask=group == 0)
+    return k
+
+
+def _shape(t) -> list[int]:
+    return list(t.shape)
+
+
+def kernel_args(spec: ReduceSegmentsSpec, segm_output, segm_max, segm_expsum, out,
+                num_segments: int) -> list:
+    """The launch arguments, after cheap per-tensor checks (dtypes, shapes, strides, 32-bit
+    limits). ``out`` may be a strided view with a unit stride on head_size."""
+    import torch
+    check_extent("num_segments", num_segments)
+    if not isinstance(out, torch.Tensor) or out.dim() != 3:
+        raise ValueError("out: must be a 3-D [total_q, num_q_heads, head_size] torch tensor")
+    total_q, num_q_heads, head_size = out.shape
+    if head_size != spec.head_size:
+        raise ValueError(f"out: head_size {head_size} does not match the spec's {spec.head_size}")
+    if out.dtype != torch_dtype(spec.dtype):
+        raise ValueError(f"out: dtype must be {torch_dtype(spec.dtype)}, got {out.dtype}")
+    if out.stride(2) != 1:
+        raise ValueError(f"out: head_size must have unit stride, got strides {out.stride()}")
+    check_extent("total_q", total_q)
+    check_extent("num_q_heads", num_q_heads)
+    want = {"segm_output": [total_q, num_q_heads, num_segments, head_size],
+            "segm_max": [total_q, num_q_heads, num_segments],
+            "segm_expsum": [total_q, num_q_heads, num_segments]}
+    for name, t in (("segm_output", segm_output), ("segm_max", segm_max), ("segm_expsum", segm_expsum)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: must be a torch tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32:
+            raise ValueError(f"{name}: dtype must be torch.float32, got {t.dtype}")
+        if _shape(t) != want[name]:
+            raise ValueError(f"{name}: shape must be {want[name]} (from out and num_segments), "
+                             f"got {_shape(t)}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous, got strides {t.stride()}")
+        if t.device != out.device:
+            raise ValueError(f"{name}: on {t.device}, but out is on {out.device}")
+    check_index_extent("segm_output", segm_output.numel())
+    st, sh = out.stride(0), out.stride(1)
+    if st < 0 or sh < 0:
+        raise ValueError(f"out: strides must be non-negative, got {out.stride()}")
+    last = (total_q - 1) * st + (num_q_heads - 1) * sh + head_size
+    if last >= I32_LIMIT:
+        raise ValueError(f"out: spans {last} elements, beyond the kernel's 32-bit indexing")
+    return [segm_output, segm_max, segm_expsum, out, num_segments, num_q_heads, st, sh]
+
+
+def launch_geometry(spec: ReduceSegmentsSpec, total_q: int, num_q_heads: int):
+    """(grid, block): one wave per (token, query head)."""
+    check_extent("total_q", total_q)
+    check_extent("num_q_heads", num_q_heads)
+    return (total_q, num_q_heads, 1), (spec.workgroup_size, 1, 1)

@@ -1,0 +1,169 @@
+"""gfx942 paged attention, 2D kernel, in the emulator (memcheck + racecheck on) against the fp32
+``ref_paged_attn`` with the family's tolerance."""
+
+import math
+
+import pytest
+import torch
+
+from rocke.compiler import compile_ir
+from rocke.kernels.common.attention_reference import ref_paged_attn
+from rocke.kernels.common.tolerances import attention_atol
+from rocke.kernels.gfx942 import attention_tiled_2d as a2
+from rocke.runtime import launch
+
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
+FLASH = dict(use_mfma_32x32x8=True, use_transposed_qk_32x32=True, block_m_per_warp=32, dtype="f16")
+
+_COMPILED = {}
+
+
+def compiled(spec, build=a2.build):
+    if spec not in _COMPILED:
+        kern = build(spec)
+        _COMPILED[spec] = compile_ir(kern.ir(), name=kern.name)
+    return _COMPILED[spec]
+
+
+def make_problem(dtype, head_size, block_size, group, q_lens, kv_lens, *, num_kv_heads=2, seed=0,
+                 spare_blocks=3):
+    """vLLM-layout inputs: a shuffled, non-contiguous block table, pages of several sequences
+    interleaved in the cache, uniform(-0.5, 0.5) data (seeds/001)."""
+    gen = torch.Generator().manual_seed(seed)
+    dt = TORCH[dtype]
+    hq = num_kv_heads * group
+    pages = [-(-kv // block_size) for kv in kv_lens]
+    num_blocks = sum(pages) + spare_blocks
+    perm = torch.randperm(num_blocks, generator=gen)
+    table = torch.full((len(q_lens), max(pages) + 1), 2 ** 30, dtype=torch.int32)   # unused: never read
+    used = 0
+    for s, p in enumerate(pages):
+        table[s, :p] = perm[used:used + p]
+        used += p
+    q = (torch.rand(sum(q_lens), hq, head_size, generator=gen) - 0.5).to(dt)
+    k_cache = (torch.rand(num_blocks, block_size, num_kv_heads, head_size, generator=gen) - 0.5).to(dt)
+    v_cache = (torch.rand(num_blocks, block_size, num_kv_heads, head_size, generator=gen) - 0.5).to(dt)
+    cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
+    seqused = torch.tensor(kv_lens, dtype=torch.int32)
+    return q, k_cache, v_cache, table, cu, seqused
+
+
+def run_2d(spec, q_lens, kv_lens, *, num_kv_heads=2, seed=0, scale=None):
+    q, kc, vc, table, cu, seqused = make_problem(spec.dtype, spec.head_size, spec.block_size,
+                                                 spec.num_queries_per_kv, q_lens, kv_lens,
+                                                 num_kv_heads=num_kv_heads, seed=seed)
+    out = torch.full_like(q, 7.0)
+    scale = 1 / math.sqrt(spec.head_size) if scale is None else scale
+    grid, block = a2.launch_geometry(spec, len(q_lens), q.shape[0], num_kv_heads)
+    report = launch(compiled(spec), grid, block,
+                    a2.kernel_args(spec, q, kc, vc, out, table, cu, seqused, scale))
+    ref = ref_paged_attn(q, kc, vc, cu, seqused, table, scale)
+    return out, ref, report
+
+
+def assert_close(spec, out, ref):
+    err = (out.float() - ref).abs().max().item()
+    assert err <= attention_atol(spec.dtype), f"{spec.kernel_name}: max abs error {err}"
+
+
+# varlen mixes: decode rows (q = 1) and prefill rows in one batch, KV lengths not multiples of
+# the block size; the prefill rows have q < kv (chunked prefill) and q == kv
+MIX = ([1, 19, 1, 7], [37, 19, 1, 50])
+MIX_LONG = ([1, 40, 3], [70, 40, 129])
+
+NARROW = [
+    dict(dtype="f16", head_size=64, block_size=16, num_queries_per_kv=1, num_warps=4),
+    dict(dtype="bf16", head_size=64, block_size=32, num_queries_per_kv=4, num_warps=4, block_m_per_warp=32),
+    dict(dtype="f16", head_size=128, block_size=64, num_queries_per_kv=8, num_warps=2),
+    dict(dtype="bf16", head_size=128, block_size=16, num_queries_per_kv=5, num_warps=2),
+    dict(dtype="f16", head_size=128, block_size=32, num_queries_per_kv=4, num_warps=1, tile_size=64),
+    dict(dtype="bf16", head_size=64, block_size=64, num_queries_per_kv=1, num_warps=1, tile_size=32),
+]
+
+
+@pytest.mark.parametrize("fields", NARROW, ids=lambda f: a2.UnifiedAttention2DSpec(**f).kernel_name)
+def test_narrow_matches_reference(fields):
+    spec = a2.UnifiedAttention2DSpec(**fields)
+    out, ref, _ = run_2d(spec, *MIX)
+    assert_close(spec, out, ref)
+
+
+GEOMETRIES = {
+    "wide4": dict(FLASH, num_warps=4, tile_size=32),
+    "wide4_t64": dict(FLASH, num_warps=4, tile_size=64),
+    "wide2": dict(FLASH, num_warps=2),
+    "L4": dict(FLASH, num_warps=1),
+}
+
+
+@pytest.mark.parametrize("geometry", sorted(GEOMETRIES))
+@pytest.mark.parametrize("head_size, block_size, group", [(128, 64, 1), (64, 16, 5)])
+def test_flash_geometries_match_reference(geometry, head_size, block_size, group):
+    spec = a2.UnifiedAttention2DSpec(**GEOMETRIES[geometry], head_size=head_size, block_size=block_size,
+                                     num_queries_per_kv=group)
+    out, ref, _ = run_2d(spec, *MIX_LONG, num_kv_heads=1)
+    assert_close(spec, out, ref)
+
+
+def test_k_buffering_follows_the_seed_rule():
+    """use_k_single_buffer defaults to num_warps * 32 <= T on the flash path (seeds/000 §6.2)."""
+    assert not a2.UnifiedAttention2DSpec(**GEOMETRIES["wide4"]).use_k_single_buffer
+    assert a2.UnifiedAttention2DSpec(**GEOMETRIES["wide2"]).use_k_single_buffer
+    assert a2.UnifiedAttention2DSpec(**GEOMETRIES["L4"]).use_k_single_buffer
+
+
+LEVERS = {
+    "waves_per_eu": dict(waves_per_eu=2),
+    "iglp": dict(iglp=True),
+    "kv_cache_policy": dict(kv_cache_policy="stream"),
+    "q_direct": dict(q_direct=True),
+    "global_load_lds_k": dict(global_load_lds_k=True),
+    "q_major_grid": dict(q_major_grid=True),
+    "cfv_store": dict(cfv_store=True),
+    "kv_addr_64": dict(kv_addr_64=True),
+    "k_single_buffer_forced": dict(use_k_single_buffer=True),
+}
+
+
+@pytest.mark.parametrize("lever", sorted(LEVERS))
+@pytest.mark.parametrize("path", ["narrow", "flash"])
+def test_every_lever_matches_reference(lever, path):
+    base = dict(GEOMETRIES["wide4"], head_size=64, block_size=32) if path == "flash" else \
+        dict(dtype="bf16", head_size=64, block_size=16, num_warps=2, num_queries_per_kv=4)
+    spec = a2.UnifiedAttention2DSpec(**base, **LEVERS[lever])
+    out, ref, _ = run_2d(spec, [1, 21, 6], [45, 21, 70], num_kv_heads=1)
+    assert_close(spec, out, ref)
+
+
+def test_q_and_out_may_be_strided_views():
+    """q/out token and head strides are kernel arguments (vLLM passes q as a view)."""
+    spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_queries_per_kv=2,
+                                     num_warps=2)
+    q, kc, vc, table, cu, seqused = make_problem("f16", 64, 16, 2, [3, 9], [20, 9], num_kv_heads=1)
+    wide_q = torch.zeros(q.shape[0], 3 * q.shape[1], 64, dtype=q.dtype)
+    wide_q[:, ::3] = q
+    q_view = wide_q[:, ::3]
+    out_store = torch.full((q.shape[0], q.shape[1] + 1, 64), 5.0, dtype=q.dtype)
+    out = out_store[:, :q.shape[1]]
+    grid, block = a2.launch_geometry(spec, 2, q.shape[0], 1)
+    launch(compiled(spec), grid, block, a2.kernel_args(spec, q_view, kc, vc, out, table, cu, seqused, 0.125))
+    assert_close(spec, out, ref_paged_attn(q, kc, vc, cu, seqused, table, 0.125))
+    assert torch.equal(out_store[:, -1], torch.full_like(out_store[:, -1], 5.0))
+
+
+def test_causal_early_exit_skips_future_tiles():
+    """One sequence, q = kv = 4 tiles: block 0's 1 tile... the causal kernel issues MFMAs for
+    the lower triangle of (query block, KV tile) pairs only."""
+    spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_warps=1)
+    # BLOCK_Q = 16 = T: query block b visits tiles 0..b -> 1+2+3+4 = 10 tile steps
+    _, _, report_4 = run_2d(spec, [64], [64], num_kv_heads=1)
+    _, _, report_1 = run_2d(spec, [16], [16], num_kv_heads=1)
+    assert report_4.instructions["MFMA"] == 10 * report_1.instructions["MFMA"]
+
+
+def test_out_of_range_blocks_are_never_read():
+    """Table entries past a sequence's pages hold 2**30 (make_problem): memcheck would fault on
+    any read of them; a tile running past kv_len reads zeros instead."""
+    spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_warps=4, tile_size=64)
+    out, ref, _ = run_2d(spec, [5, 1], [17, 33])
+    assert_close(spec, out, ref)

@@ -1,0 +1,131 @@
+"""reduce_segments in the emulator against merges computed here in torch (fp64), independently of
+the kernel: from real split softmax partials (the result must be softmax(s) @ V) and from raw
+workspace values (the §5 formula), with empty segments, all-empty rows and strided outputs."""
+
+import math
+
+import pytest
+import torch
+
+from rocke.compiler import compile_ir
+from rocke.kernels.common.checks import torch_dtype
+from rocke.kernels.gfx942 import reduce_segments as rs
+from rocke.runtime import launch
+
+LOG2E = 1.4426950408889634
+# one output ulp near 1 (the kernel's fp32 math is ~1e-6 off the fp64 merge before rounding)
+OUT_ATOL = {"f16": 2 ** -10, "bf16": 2 ** -7}
+
+_compiled = {}
+
+
+def _run(spec, segm_output, segm_max, segm_expsum, out, num_segments):
+    if spec not in _compiled:
+        kern = rs.build(spec)
+        _compiled[spec] = compile_ir(kern.ir(), name=kern.name)
+    args = rs.kernel_args(spec, segm_output, segm_max, segm_expsum, out, num_segments)
+    grid, block = rs.launch_geometry(spec, out.shape[0], out.shape[1])
+    return launch(_compiled[spec], grid, block, args)
+
+
+def _partials_from_scores(scores, values, bounds):
+    """Split-KV partials in the log2 domain (the contract's meaning) for key ranges ``bounds``."""
+    rows, _ = scores.shape
+    d = values.shape[-1]
+    ns = len(bounds)
+    m = torch.full((rows, ns), -math.inf, dtype=torch.float64)
+    l = torch.zeros(rows, ns, dtype=torch.float64)
+    o = torch.zeros(rows, ns, d, dtype=torch.float64)
+    s2 = scores * LOG2E
+    for j, (lo, hi) in enumerate(bounds):
+        if hi <= lo:
+            continue       # an empty segment: m = -inf, l = 0, o = 0
+        m[:, j] = s2[:, lo:hi].max(dim=1).values
+        p = torch.exp2(s2[:, lo:hi] - m[:, j:j + 1])
+        l[:, j] = p.sum(dim=1)
+        o[:, j] = torch.einsum("rk,rkd->rd", p, values[:, lo:hi])
+    return m, l, o
+
+
+@pytest.mark.parametrize("name", sorted(rs.VARIANTS))
+def test_merge_equals_softmax_over_all_keys(name):
+    spec = rs.VARIANTS[name]
+    total_q, hq, d, kv = 3, 2, spec.head_size, 45
+    gen = torch.Generator().manual_seed(len(name))
+    scores = torch.randn(total_q * hq, kv, generator=gen, dtype=torch.float64) * 3
+    values = torch.randn(total_q * hq, kv, d, generator=gen, dtype=torch.float64)
+    # 7 segments: ragged, two empty (one in the middle, one at the end)
+    bounds = [(0, 9), (9, 10), (10, 10), (10, 30), (30, 38), (38, 45), (45, 45)]
+    m, l, o = _partials_from_scores(scores, values, bounds)
+    ns = len(bounds)
+    segm_max = m.float().reshape(total_q, hq, ns).contiguous()
+    segm_expsum = l.float().reshape(total_q, hq, ns).contiguous()
+    segm_output = o.float().reshape(total_q, hq, ns, d).contiguous()
+    out = torch.full((total_q, hq, d), 5.0, dtype=torch_dtype(spec.dtype))
+    _run(spec, segm_output, segm_max, segm_expsum, out, ns)
+    want = torch.einsum("rk,rkd->rd", torch.softmax(scores, dim=1), values).reshape(total_q, hq, d)
+    err = (out.double() - want).abs().max().item()
+    assert err <= OUT_ATOL[spec.dtype] * max(1.0, want.abs().max().item()), err
+
+
+def _formula_merge(segm_output, segm_max, segm_expsum):
+    """ALGORITHM.md §5 in fp64, written out directly: M, weights, L, O; L = 0 rows are 0."""
+    m = segm_max.double()
+    big_m = m.max(dim=-1, keepdim=True).values
+    w = torch.where(m == -math.inf, torch.zeros_like(m), torch.exp2(m - big_m))
+    big_l = (w * segm_expsum.double()).sum(-1)
+    o = (w[..., None] * torch.nan_to_num(segm_output.double()) * (m != -math.inf)[..., None]).sum(-2)
+    return torch.where(big_l[..., None] > 0, o / big_l[..., None].clamp_min(1e-300), torch.zeros_like(o))
+
+
+@pytest.mark.parametrize("dtype, head_size, num_segments", [("f16", 128, 67), ("bf16", 64, 5)])
+def test_empty_segments_and_rows_strided_out(dtype, head_size, num_segments):
+    spec = rs.ReduceSegmentsSpec(dtype, head_size, 4)
+    total_q, hq, d = 2, 3, head_size
+    gen = torch.Generator().manual_seed(num_segments)
+    segm_max = torch.randn(total_q, hq, num_segments, generator=gen) * 4
+    segm_expsum = torch.rand(total_q, hq, num_segments, generator=gen) * 3 + 1
+    segm_output = torch.randn(total_q, hq, num_segments, d, generator=gen)
+    empty = torch.rand(total_q, hq, num_segments, generator=gen) < 0.3
+    segm_max[empty] = -math.inf
+    segm_expsum[empty] = 0
+    segm_output[empty] = float("nan")        # never read: an empty segment contributes nothing
+    segm_max[1, 2] = -math.inf               # a row whose every segment is empty writes 0
+    segm_expsum[1, 2] = 0
+    segm_output[1, 2] = float("nan")
+    # out: a strided view (token stride padded) inside a guarded buffer
+    backing = torch.full((total_q, hq + 1, d), 9.0, dtype=torch_dtype(dtype))
+    out = backing[:, :hq]
+    _run(spec, segm_output, segm_max, segm_expsum, out, num_segments)
+    want = _formula_merge(segm_output, segm_max, segm_expsum)
+    assert not torch.isnan(out).any()
+    assert torch.equal(out[1, 2], torch.zeros(d, dtype=out.dtype))
+    err = (out.double() - want).abs().max().item()
+    assert err <= OUT_ATOL[dtype] * max(1.0, want.abs().max().item()), err
+    assert torch.equal(backing[:, hq], torch.full((total_q, d), 9.0, dtype=out.dtype))
+
+
+def test_kernel_args_reject_mismatched_workspace():
+    spec = rs.VARIANTS["f16_d64"]
+    out = torch.zeros(2, 3, 64, dtype=torch.float16)
+    good = (torch.zeros(2, 3, 4, 64), torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
+    assert len(rs.kernel_args(spec, *good, out, 4)) == 8
+    with pytest.raises(ValueError, match="segm_max: shape"):
+        rs.kernel_args(spec, good[0], torch.zeros(2, 3, 5), good[2], out, 4)
+    with pytest.raises(ValueError, match="segm_output: dtype"):
+        rs.kernel_args(spec, good[0].half(), *good[1:], out, 4)
+    with pytest.raises(ValueError, match="out: head_size"):
+        rs.kernel_args(spec, *good, torch.zeros(2, 3, 128, dtype=torch.float16), 4)
+    with pytest.raises(ValueError, match="out: dtype"):
+        rs.kernel_args(spec, *good, out.bfloat16(), 4)
+    with pytest.raises(ValueError, match="num_segments"):
+        rs.kernel_args(spec, *good, out, 0)
+
+
+def test_spec_rules_name_the_field():
+    with pytest.raises(ValueError, match="dtype"):
+        rs.ReduceSegmentsSpec("f32", 64, 4)
+    with pytest.raises(ValueError, match="head_size"):
+        rs.ReduceSegmentsSpec("f16", 96, 4)
+    with pytest.raises(ValueError, match="vector_width"):
+        rs.ReduceSegmentsSpec("f16", 128, 1)      # 128 lanes per row: more than a wave

@@ -1,0 +1,46 @@
+"""vLLM-style inputs for run_unified_attention_torch: a varlen batch over a shuffled paged cache."""
+from __future__ import annotations
+
+import torch
+
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def make_inputs(seqs, *, hq=4, hk=2, d=64, bs=16, dtype="f16", seed=0, extra_blocks=3,
+                extra_cols=1, causal=True, q_view=False):
+    """``seqs``: [(query_len, kv_len), ...]. Returns the 16 positional arguments of
+    run_unified_attention_torch as a dict (vLLM's names). Pages are a random permutation of the
+    cache, so block tables are non-contiguous and shuffled; ``extra_cols`` unused table columns
+    hold 0. ``q_view``: q is a strided view of a wider qkv tensor, as vLLM passes it."""
+    g = torch.Generator().manual_seed(seed)
+    dt = TORCH[dtype]
+    pages_per_seq = [-(-kv // bs) for _, kv in seqs]
+    max_pages = max(pages_per_seq) + extra_cols
+    num_blocks = sum(pages_per_seq) + extra_blocks
+    perm = torch.randperm(num_blocks, generator=g).tolist()
+    table = torch.zeros(len(seqs), max_pages, dtype=torch.int32)
+    used = 0
+    for s, n in enumerate(pages_per_seq):
+        table[s, :n] = torch.tensor(perm[used:used + n], dtype=torch.int32)
+        used += n
+    cu = [0]
+    for ql, _ in seqs:
+        cu.append(cu[-1] + ql)
+    total_q = cu[-1]
+    if q_view:
+        qkv = (torch.rand(total_q, hq + 2 * hk, d, generator=g) * 2 - 1).to(dt)
+        q = qkv[:, :hq]
+    else:
+        q = (torch.rand(total_q, hq, d, generator=g) * 2 - 1).to(dt)
+    k = (torch.rand(num_blocks, bs, hk, d, generator=g) * 2 - 1).to(dt)
+    v = (torch.rand(num_blocks, bs, hk, d, generator=g) * 2 - 1).to(dt)
+    one = torch.tensor(1.0)
+    return dict(
+        q=q, k=k, v=v, out=torch.full((total_q, hq, d), 7.0, dtype=dt),
+        cu_seqlens_q=torch.tensor(cu, dtype=torch.int32),
+        max_seqlen_q=max(ql for ql, _ in seqs),
+        seqused_k=torch.tensor([kv for _, kv in seqs], dtype=torch.int32),
+        max_seqlen_k=max(kv for _, kv in seqs),
+        softmax_scale=d ** -0.5, causal=causal, window_size=(-1, -1), block_table=table,
+        softcap=0.0, q_descale=None,
+        k_descale=one.expand(len(seqs), hk), v_descale=one.expand(len(seqs), hk))

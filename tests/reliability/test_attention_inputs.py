@@ -1,0 +1,178 @@
+"""Hostile inputs to run_unified_attention_torch: each is refused with an error of the right type
+whose message names what is wrong, before anything is compiled or launched, and leaves ``out`` and
+every input byte-identical."""
+import math
+
+import pytest
+import torch
+
+from rocke.kernels.common import attention_unified as au
+from tests.kernels.unified_inputs import make_inputs
+
+SEQS = [(3, 20), (1, 33), (4, 4)]      # bs 16: 2, 3 and 1 pages used
+
+
+def _base():
+    return make_inputs(SEQS, hq=4, hk=2, d=64, bs=16, dtype="f16", seed=3)
+
+
+def _set(**changes):
+    def mutate(a):
+        a.update(changes)
+        return a
+    return mutate
+
+
+def _tensor(name, fn):
+    def mutate(a):
+        a[name] = fn(a[name], a)
+        return a
+    return mutate
+
+
+def _table(s, j, value):
+    def fn(t, a):
+        t = t.clone()
+        t[s, j] = value
+        return t
+    return _tensor("block_table", fn)
+
+
+def _aliased_out(a):
+    a["out"] = a["q"]
+    return a
+
+
+def _strided_q(a):
+    wide = torch.zeros(a["q"].shape[0], a["q"].shape[1], 2 * a["q"].shape[2], dtype=a["q"].dtype)
+    a["q"] = wide[:, :, ::2]
+    return a
+
+
+def _gqa_5_over_2(a):
+    a["q"] = torch.zeros(a["q"].shape[0], 5, 64, dtype=a["q"].dtype)
+    a["out"] = torch.zeros_like(a["q"])
+    return a
+
+
+CASES = [
+    # (id, mutate, error type, regex the message must match)
+    ("page_past_cache", _table(0, 1, 10 ** 4), ValueError, r"block_table: .*block index 10000.*outside"),
+    ("negative_page", _table(1, 2, -1), ValueError, r"block_table: sequence 1 .*-1.*outside"),
+    ("cu_not_monotone", _tensor("cu_seqlens_q", lambda t, a: torch.tensor([0, 3, 2, 8], dtype=torch.int32)),
+     ValueError, r"cu_seqlens_q: not monotone"),
+    ("cu_not_ending_at_total_q", _tensor("cu_seqlens_q", lambda t, a: torch.tensor([0, 3, 4, 7], dtype=torch.int32)),
+     ValueError, r"cu_seqlens_q: must end at total_q = 8"),
+    ("cu_not_starting_at_0", _tensor("cu_seqlens_q", lambda t, a: torch.tensor([1, 3, 4, 8], dtype=torch.int32)),
+     ValueError, r"cu_seqlens_q: must start at 0"),
+    ("cu_wrong_length", _tensor("cu_seqlens_q", lambda t, a: t[:3].clone()), ValueError,
+     r"cu_seqlens_q: must have num_seqs \+ 1"),
+    ("seqused_k_beyond_table", _tensor("seqused_k", lambda t, a: torch.tensor([20, 65, 4], dtype=torch.int32)),
+     ValueError, r"seqused_k: sequence 1 has 65 .*capacity"),
+    ("seqused_k_negative", _tensor("seqused_k", lambda t, a: torch.tensor([20, -1, 4], dtype=torch.int32)),
+     ValueError, r"seqused_k: .*>= 0"),
+    ("q_float32", _tensor("q", lambda t, a: t.float()), ValueError, r"q: dtype"),
+    ("k_other_dtype", _tensor("k", lambda t, a: t.bfloat16()), ValueError, r"k: dtype .*differs"),
+    ("out_other_dtype", _tensor("out", lambda t, a: t.bfloat16()), ValueError, r"out: dtype"),
+    ("block_table_int64", _tensor("block_table", lambda t, a: t.long()), ValueError,
+     r"block_table: dtype must be torch.int32"),
+    ("cu_int64", _tensor("cu_seqlens_q", lambda t, a: t.long()), ValueError, r"cu_seqlens_q: dtype"),
+    ("v_on_other_device", _tensor("v", lambda t, a: torch.empty(t.shape, dtype=t.dtype, device="meta")),
+     ValueError, r"v: on meta.*one device"),
+    ("q_head_size_strided", _strided_q, ValueError, r"q: the last .* stride 1"),
+    ("k_rows_overlap", _tensor("k", lambda t, a: t.as_strided(t.shape, (64, 64, 64, 1))), ValueError,
+     r"k: dimension .*overlap"),
+    ("gqa_not_dividing", _gqa_5_over_2, ValueError, r"num_q_heads 5 is not a multiple of .*num_kv_heads 2"),
+    ("causal_q_longer_than_kv", _tensor("seqused_k", lambda t, a: torch.tensor([2, 33, 4], dtype=torch.int32)),
+     ValueError, r"query_len <= kv_len.*sequence 0 has query_len 3 > kv_len 2"),
+    ("sliding_window", _set(window_size=(8, -1)), NotImplementedError, r"window_size: sliding window"),
+    ("softcap", _set(softcap=30.0), NotImplementedError, r"softcap: .*softcapping"),
+    ("alibi", _set(alibi_slopes=torch.ones(4)), NotImplementedError, r"alibi_slopes: ALiBi"),
+    ("qq_bias", _set(qq_bias=torch.zeros(4, 4)), NotImplementedError, r"qq_bias: QQ-bias"),
+    ("sinks", _set(sinks=torch.zeros(4)), NotImplementedError, r"sinks: attention sinks"),
+    ("fp8_cache", _tensor("k", lambda t, a: t.to(torch.float8_e4m3fn)), NotImplementedError,
+     r"k: an fp8 KV cache"),
+    ("q_descale", _set(q_descale=torch.tensor(1.0)), NotImplementedError, r"q_descale: fp8 queries"),
+    ("k_descale_not_one", _set(k_descale=torch.tensor(0.5).expand(3, 2)), ValueError,
+     r"k_descale: a non-fp8 KV cache .*must be 1, got 0.5"),
+    ("v_descale_f16", _set(v_descale=torch.tensor(1.0, dtype=torch.float16)), ValueError,
+     r"v_descale: dtype must be torch.float32"),
+    ("k_descale_shape", _set(k_descale=torch.ones(2, 3)), ValueError, r"k_descale: shape"),
+    ("out_aliases_q", _aliased_out, ValueError, r"out: overlaps q"),
+    ("out_wrong_shape", _tensor("out", lambda t, a: t[:-1].clone()), ValueError, r"out: shape"),
+    ("head_size_96", _set(q=torch.zeros(8, 4, 96, dtype=torch.float16),
+                          k=torch.zeros(9, 16, 2, 96, dtype=torch.float16),
+                          v=torch.zeros(9, 16, 2, 96, dtype=torch.float16),
+                          out=torch.zeros(8, 4, 96, dtype=torch.float16)), ValueError,
+     r"q: head_size must be one of \(64, 128\), got 96"),
+    ("max_seqlen_q_too_small", _set(max_seqlen_q=2), ValueError, r"max_seqlen_q: 2 is below .* 4"),
+    ("max_seqlen_k_not_int", _set(max_seqlen_k=33.0), ValueError, r"max_seqlen_k: must be an int"),
+    ("softmax_scale_nan", _set(softmax_scale=math.nan), ValueError, r"softmax_scale"),
+    ("causal_not_bool", _set(causal=1), ValueError, r"causal: must be a bool"),
+    ("non_causal_prefill", _set(causal=False), NotImplementedError, r"causal: non-causal prefill"),
+]
+
+
+def _snapshot(args):
+    snap = {}
+    for name, value in args.items():
+        if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+            snap[name] = value.contiguous().view(torch.uint8).clone() if value.dim() else value.clone()
+    return snap
+
+
+def _assert_unchanged(args, snap):
+    for name, before in snap.items():
+        value = args[name]
+        now = value.contiguous().view(torch.uint8) if value.dim() else value
+        assert torch.equal(now, before), f"{name} changed"
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Record any compile or launch: a refused call must do neither."""
+    calls = []
+    import rocke.runtime
+    monkeypatch.setattr(rocke.runtime, "launch", lambda *a, **k: calls.append("launch"))
+    monkeypatch.setattr(au, "compiled", lambda spec: calls.append(("compile", spec)))
+    return calls
+
+
+@pytest.mark.parametrize("case_id, mutate, error, pattern", CASES, ids=[c[0] for c in CASES])
+def test_hostile_input_is_refused_before_launch(case_id, mutate, error, pattern, no_launch):
+    args = mutate(_base())
+    snap = _snapshot(args)
+    with pytest.raises(error, match=pattern):
+        au.run_unified_attention_torch(**args)
+    assert no_launch == []
+    _assert_unchanged(args, snap)
+
+
+def test_unknown_backend_is_refused(no_launch):
+    args = _base()
+    snap = _snapshot(args)
+    with pytest.raises(ValueError, match=r"backend: must be one of auto, 2d, 3d, got '4d'"):
+        au.run_unified_attention_torch(**args, backend="4d")
+    assert no_launch == []
+    _assert_unchanged(args, snap)
+
+
+def test_bad_lever_is_refused_before_launch(monkeypatch, no_launch):
+    monkeypatch.setenv("HIPDNN_GFX942_FLASH_WIDE", "3")
+    args = _base()
+    snap = _snapshot(args)
+    with pytest.raises(ValueError, match=r"HIPDNN_GFX942_FLASH_WIDE: must be one of 0, 2, 4, got '3'"):
+        au.run_unified_attention_torch(**args)
+    assert no_launch == []
+    _assert_unchanged(args, snap)
+
+
+def test_base_inputs_are_valid():
+    """The control: the unmutated inputs pass validation, so every refusal above is the
+    mutation's doing. An out-of-range index in an UNUSED table column is not an error (only
+    the pages a sequence uses are read), nor is vLLM's expanded fp32 descale of 1."""
+    args = _base()
+    args["block_table"][2, 3] = 10 ** 6          # sequence 2 uses one page; column 3 is unused
+    problem = au.describe_problem(**args)
+    assert (problem.num_seqs, problem.total_q, problem.num_queries_per_kv) == (3, 8, 2)
+    assert (problem.max_seqlen_q, problem.max_seqlen_k, problem.block_size) == (4, 33, 16)
