@@ -80,16 +80,20 @@ def rows_per_wave(head_dim: int, vector: int, dtype_bytes: int = 2, *, lds_dma: 
 
 def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, first_token: Value,
                     valid_tokens: Value, thread_index: Value, threads: int, vector: int = 8,
-                    transpose: bool = False, lds_dma: bool = False, aux: int = CACHE_NORMAL):
+                    transpose: bool = False, lds_dma: bool = False, aux: int = CACHE_NORMAL,
+                    tokens: int | None = None, lds_row0=0):
     """Copy tokens ``[first_token, first_token + tokens)`` of ``cache`` (rows of ``D`` elements)
     into ``lds`` (``[tokens, D]``, or ``[D, tokens]`` with ``transpose``). See the module rules;
-    ``first_token`` must be a multiple of ``rows_per_wave(...)`` (a tile start is)."""
+    ``first_token`` must be a multiple of ``rows_per_wave(...)`` (a tile start is).
+    ``tokens`` / ``lds_row0``: copy into rows (columns with ``transpose``) ``[lds_row0,
+    lds_row0 + tokens)`` of a larger tile, e.g. one half of a double buffer."""
     if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
         raise dsl_type_error("copy_paged_tile needs a 2-D LdsTensor destination")
     if cache.base.dtype != lds.dtype:
         raise dsl_type_error(f"copy_paged_tile: cache {cache.base.dtype.name} and LDS {lds.dtype.name} differ")
     k = lds.kernel
-    tokens, dim = (lds.shape[1], lds.shape[0]) if transpose else lds.shape
+    full, dim = (lds.shape[1], lds.shape[0]) if transpose else lds.shape
+    tokens = full if tokens is None else tokens
     elem = lds.dtype.nbytes
     if threads % 64:
         raise dsl_value_error(f"copy_paged_tile: threads ({threads}) must be whole waves")
@@ -128,7 +132,7 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                 c = (lane & (per_row - 1)) * (4 // elem)
                 index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
                 ok = token0 + r < valid_tokens
-                rsrc.load_to_lds(lds.address(row0, 0), _masked_elem(rsrc, index, ok), aux=aux)
+                rsrc.load_to_lds(lds.address(lds_row0 + row0, 0), _masked_elem(rsrc, index, ok), aux=aux)
                 return
             per_row = dim // vector
             shift = per_row.bit_length() - 1
@@ -138,9 +142,9 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
             loaded = rsrc.load(index, width=vector, mask=token0 + r < valid_tokens, aux=aux)
             if transpose:
                 for j, e in enumerate(list(loaded) if vector > 1 else [loaded]):
-                    lds.store((c + j, row0 + r), e)
+                    lds.store((c + j, lds_row0 + row0 + r), e)
             else:
-                lds.store((row0 + r, c), loaded)
+                lds.store((lds_row0 + row0 + r, c), loaded)
 
         if (step + 1) * run * waves <= tokens:
             copy_run()

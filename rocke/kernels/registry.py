@@ -19,6 +19,8 @@ FAMILIES: dict[str, str] = {
     "gemm": "rocke.kernels.samples.gemm",
     "flash_attention": "rocke.kernels.samples.flash_attention",
     "reduce_segments": "rocke.kernels.gfx942.reduce_segments",
+    "attention_2d": "rocke.kernels.gfx942.attention_tiled_2d",
+    "attention_3d": "rocke.kernels.gfx942.attention_tiled_3d",
 }
 
 

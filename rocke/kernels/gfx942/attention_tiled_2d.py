@@ -57,7 +57,7 @@ class UnifiedAttention2DSpec:
     num_queries_per_kv: int = 1        # GQA group G (any positive int up to 16)
     num_warps: int = 4
     block_m_per_warp: int = 16         # narrow: 16 or 32 rows per warp; flash: 32
-    tile_size: int = 0                 # KV tile T; 0 = block_size (narrow) / 64 (flash)
+    tile_size: int = 0                 # KV tile T; 0 = min(block_size, 32) (narrow) / 64 (flash)
     use_mfma_32x32x8: bool = False
     use_transposed_qk_32x32: bool = False
     use_k_single_buffer: bool | None = None   # None: num_warps * 32 <= T (flash) / BLOCK_M <= T
@@ -123,7 +123,7 @@ class UnifiedAttention2DSpec:
 def resolved_tile(spec) -> int:
     if spec.tile_size:
         return spec.tile_size
-    return 64 if spec.use_transposed_qk_32x32 else spec.block_size
+    return 64 if spec.use_transposed_qk_32x32 else min(spec.block_size, 32)
 
 
 def spec_problems(spec) -> list[str]:
@@ -233,9 +233,9 @@ def lds_model(spec, *, tile: int | None = None) -> dict[str, int]:
         regions["p"] = block_m * (tile + LDS_PAD) * esz
     kv = sum(regions.values())
     aliased = 0
-    if not spec.q_direct:
-        aliased = max(aliased, block_m * (D + LDS_PAD) * esz)
-    if flash:
+    if not spec.q_direct:      # the narrow Q stage is padded, the flash one is not
+        aliased = max(aliased, block_m * (D + (0 if flash else LDS_PAD)) * esz)
+    if flash:                  # the output staging
         aliased = max(aliased, block_m * D * esz)
     regions["aliased_excess"] = max(0, aliased - kv)
     return regions
@@ -708,7 +708,7 @@ class _FlashPath(_PathBase):
         self.mma = k.mfma("32x32x8", s.dtype)
         D = s.head_size
         self._alloc_kv()
-        q_lds = None if s.q_direct else k.lds("q_stage", (s.block_m_rows, D), s.dtype, pad=LDS_PAD,
+        q_lds = None if s.q_direct else k.lds("q_stage", (s.block_m_rows, D), s.dtype,
                                                offset=0, alias=True)
         self.warp_col0 = k.wave_id() * 32
         self.qk_scale = c.a.softmax_scale * LOG2E
@@ -821,8 +821,48 @@ def _store_partials(c: _Ctx, path, m, l, o, segment):
 
 # ---- shipped variants ---------------------------------------------------------------------------
 
+# GQA groups pinned in the table: every (path, geometry, dtype, head size, block size) ships once,
+# its group rotating through GROUPS, so each path meets MHA, power-of-two and non-power-of-two
+# packing (the group is a compile-time constant; the dispatcher builds other groups on demand).
+GROUPS = (1, 4, 5, 8)
+
+
+def rotated_group(*indices: int) -> int:
+    return GROUPS[sum(indices) % len(GROUPS)]
+
+
+def narrow_geometry(dtype: str, head_size: int) -> dict:
+    """seeds/000 §6.1: D64 ships num_warps 4 x 32 rows, D128 num_warps 2 x 16 rows."""
+    return dict(num_warps=4, block_m_per_warp=32) if head_size == 64 else dict(num_warps=2, block_m_per_warp=16)
+
+
+def flash_geometry(name: str, head_size: int) -> dict:
+    """The transposed-x8 geometries (seeds/000 §7): wide4 / wide2 / L4 = 4 / 2 / 1 warps of 32
+    query columns. D128 streams 32-key tiles so K + V^T and the aliased Q/Acc stages fit 32 KiB
+    (2 workgroups per CU, seeds/004 §4 lever 2); D64 keeps 64-key tiles at the same budget."""
+    warps = {"wide4": 4, "wide2": 2, "L4": 1}[name]
+    return dict(use_mfma_32x32x8=True, use_transposed_qk_32x32=True, num_warps=warps,
+                block_m_per_warp=32, tile_size=32 if head_size == 128 else 64)
+
+
+FLASH_GEOMETRIES = ("wide4", "wide2", "L4")
+
+
 def _variants() -> dict[str, UnifiedAttention2DSpec]:
-    return {}
+    out = {}
+    for di, dtype in enumerate(DTYPES):
+        for hi, d in enumerate(HEAD_SIZES):
+            for bi, bs in enumerate(BLOCK_SIZES):
+                g = rotated_group(di, hi, bi)
+                out[f"narrow_{dtype}_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(
+                    dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g, **narrow_geometry(dtype, d))
+    for hi, d in enumerate(HEAD_SIZES):
+        for bi, bs in enumerate(BLOCK_SIZES):
+            for gi, geometry in enumerate(FLASH_GEOMETRIES):
+                g = rotated_group(hi, bi, gi)
+                out[f"{geometry}_f16_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(
+                    dtype="f16", head_size=d, block_size=bs, num_queries_per_kv=g, **flash_geometry(geometry, d))
+    return out
 
 
 VARIANTS: dict[str, UnifiedAttention2DSpec] = _variants()
