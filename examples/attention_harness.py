@@ -31,10 +31,12 @@ SUPPORTED_HEAD_SIZES = (64, 128)
 D256_SKIP_REASON = "head_size 256: no gfx942 tiled d256 kernel yet (a later issue adds it)"
 #: --quick caps every KV length at this (same shape names, scaled lengths).
 QUICK_MAX_KV = 1024
-#: Emulated attention FLOPs per second of emulator wall time on the 2-core development host
-#: (benchmarks/emu.py flash_attention: 2.15 GFLOP causal S=1024 d128 in 2.2 s). Only a first
-#: guess: each run refines it from its own launches.
-EMU_FLOPS_PER_S_GUESS = 1.0e9
+#: Emulated attention FLOPs (``kernel_flops``) per second of emulator wall time: measured on the
+#: 2-core development host, shared with other jobs, over ``parity_unified_attention.py --quick
+#: --scenario default`` (58 GFLOP in 186 s of emulator time over the three tables; the 2D
+#: kernels run ~0.6, the forced 3D path on prefill ~0.2). Only a first guess: each run
+#: refines it from its own launches.
+EMU_FLOPS_PER_S_GUESS = 0.32e9
 #: Emulator wall time of a launch that does next to no work (decode, a handful of workgroups),
 #: measured on the same host; added per launch so tiny shapes are not estimated at zero.
 EMU_LAUNCH_OVERHEAD_S = 0.1
