@@ -227,3 +227,26 @@ def test_final_shapes_fails_on_a_corrupted_output(tmp_path, monkeypatch):
     (decode,) = json.loads(report.read_text())["results"]
     assert decode["status"] == "FAIL" and decode["cells"] == {}
     assert decode["max_abs_err_eager"] >= 0.9
+
+
+def test_flash_wide_lever_picks_the_explicit_geometry(tmp_path, monkeypatch):
+    """HIPDNN_GFX942_FLASH_WIDE=0 makes the hand-built 2D spec L4 (1 warp, WG 64) and is
+    echoed; the dispatcher follows the same lever."""
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    monkeypatch.setenv("HIPDNN_GFX942_FLASH_WIDE", "0")
+    report = tmp_path / "l4.json"
+    assert parity_unified_attention.main(["--scenario", TINY_PARITY[0], "--report",
+                                          str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["levers"]["flash_wide"] == 0
+    rows = {r["table"]: r for r in data["results"]}
+    assert rows["2d"]["launched"].startswith("2d L4") and "_w1m32_" in rows["2d"]["launched"]
+    assert all(r["status"] == "PASS" for r in rows.values())
+
+
+def test_a_bad_lever_stops_the_run_before_any_work(monkeypatch, capsys):
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    monkeypatch.setenv("HIPDNN_GFX942_FLASH_WIDE", "3")
+    with pytest.raises(SystemExit, match="HIPDNN_GFX942_FLASH_WIDE"):
+        parity_unified_attention.main(["--scenario", TINY_PARITY[0]])
+    assert "estimate:" not in capsys.readouterr().out
