@@ -142,6 +142,8 @@ def torch_backend(shape: H.Shape) -> str:
 
 
 def torch_call(shape: H.Shape, inputs, backend: str):
+    """``(run, resolved)``: the SDPA call on the dense twin, and the backend torch actually
+    uses for it (``default`` resolves through torch's own choice, e.g. its CPU flash kernel)."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     q, k, v = dense_twin(shape, inputs)
@@ -156,7 +158,17 @@ def torch_call(shape: H.Shape, inputs, backend: str):
                                                       enable_gqa=gqa)
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
                                               enable_gqa=gqa)
-    return run
+    resolved = "flash_attention"
+    if backend != "flash":
+        names = {int(getattr(SDPBackend, n)): n.lower() for n in
+                 ("MATH", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")
+                 if hasattr(SDPBackend, n)}
+        try:   # torch's own choice for these inputs (a private helper: unknown if it moves)
+            resolved = names.get(int(torch._fused_sdp_choice(
+                q, k, v, None, 0.0, causal, scale=scale, enable_gqa=gqa)), "unknown")
+        except Exception:
+            resolved = "unknown"
+    return run, resolved
 
 
 def torch_graph(run, device):
@@ -203,7 +215,7 @@ def check_shape(shape, args, device, rate):
                reason=None, tol=H.tolerance(shape, None), max_abs_err_eager=None,
                max_abs_err_graph=None, time_kind=H.time_label(device), cells={},
                torch_backend=None, torch_device=H.torch_device(device), torch_context_only=False,
-               path=None)
+               path=None, torch_backend_resolved=None)
     cells = row["cells"]
     per_mode = args.warmup + args.reps * args.iters
     launches = 2 + 2 * per_mode
@@ -247,7 +259,7 @@ def check_shape(shape, args, device, rate):
         backend = torch_backend(shape)
         row["torch_backend"] = backend
         row["torch_context_only"] = shape.max_q > 1 and shape.seqlens[0][0] != shape.seqlens[0][1]
-        run = torch_call(shape, inputs, backend)
+        run, row["torch_backend_resolved"] = torch_call(shape, inputs, backend)
         t, s, samples = measure(run, args, device)
         cells["torch_eager"] = dict(seconds=t, spread=s, samples=samples)
         tgraph = torch_graph(run, device)
@@ -310,8 +322,14 @@ def main(argv=None) -> int:
             ours, theirs = c.get(f"rocke_{mode}"), c.get(f"torch_{mode}")
             ratios.append(f"{ours['seconds'] / theirs['seconds']:.2f}"
                           if not emu and ours and theirs else "n/a")
-        backend = "-" if r["torch_backend"] is None else (
-            f"{r['torch_backend']}[{tdev}]" + (" ctx" if r["torch_context_only"] else ""))
+        backend = "-"
+        if r["torch_backend"] == "flash":
+            backend = f"flash[{tdev}]"
+        elif r["torch_backend"] is not None:
+            resolved = (r["torch_backend_resolved"] or "unknown").replace("_attention", "")
+            backend = f"default->{resolved}[{tdev}]"
+        if r["torch_context_only"]:
+            backend += " ctx"
         graph_missing = "n/a" if r["status"] == "PASS" else "-"
         body.append([r["shape"], r["status"], f"{max(errs):.2e}" if errs else "-",
                      r["path"] or "-", cell_text(c, "rocke_eager", "-"),
@@ -333,8 +351,9 @@ def main(argv=None) -> int:
               "rocke graph = replay of the captured launches (emulation only)")
         print("  torch graph: n/a (torch on the CPU has no graphs); ratios n/a: rocke ran on the "
               "emulator, torch on the CPU, the times are not comparable")
-    print("  sdpa: torch backend (flash where the shape is flash-eligible, else default); "
-          "ctx = torch's is_causal is top-left aligned, rocke's bottom-right: context only")
+    print("  sdpa: torch backend: flash where the shape is flash-eligible (square, d <= 128), "
+          "else torch's default (-> what torch resolved it to)")
+    print("  ctx: torch's is_causal is top-left aligned, rocke's bottom-right: context only")
     if not emu:
         flash_rows = [r for r in rows if r["torch_backend"] == "flash"
                       and "rocke_graph" in r["cells"] and "torch_graph" in r["cells"]]

@@ -207,6 +207,7 @@ def test_final_shapes_tiny_run(tmp_path):
     assert decode["scaled_from"] == [[1, 1024]]
     assert 0 <= decode["max_abs_err_eager"] <= decode["tol"]
     assert decode["torch_backend"] == "default"          # decode is not flash-eligible
+    assert decode["torch_backend_resolved"] in ("math", "flash_attention", "efficient_attention")
     assert {"rocke_eager", "torch_eager"} <= set(decode["cells"])
     assert len(decode["cells"]["rocke_eager"]["samples"]) == 2
     if data["graph_available"]:
@@ -250,3 +251,21 @@ def test_a_bad_lever_stops_the_run_before_any_work(monkeypatch, capsys):
     with pytest.raises(SystemExit, match="HIPDNN_GFX942_FLASH_WIDE"):
         parity_unified_attention.main(["--scenario", TINY_PARITY[0]])
     assert "estimate:" not in capsys.readouterr().out
+
+
+def test_narrow_gate_skips_and_flash_bypasses_it(monkeypatch):
+    """The seeds/001 rule: a narrow-path spec failing supports_tiled_2d is a SKIP naming the
+    gate; the flash configs do not consult the gate (their own spec rules arbitrate)."""
+    from rocke.kernels.common.knobs import AttentionKnobs
+    from rocke.kernels.gfx942 import attention_tiled_2d as k2d
+    monkeypatch.setattr(k2d, "supports_tiled_2d", lambda spec=None, **fields: False)
+    by_name = {s.name: s for s in all_parity_shapes()}
+    narrow = H.scale_shape(by_name["bf16_h16kv4_b4_s256x256_d64"], 64)
+    with pytest.raises(parity_unified_attention.Skip, match="supports_tiled_2d"):
+        parity_unified_attention.build_2d_spec(narrow, H.make_inputs(narrow, "cpu"),
+                                               AttentionKnobs())
+    flash = by_name[TINY_PARITY[0]]
+    spec, geometry = parity_unified_attention.build_2d_spec(flash, H.make_inputs(flash, "cpu"),
+                                                            AttentionKnobs(flash_wide=2))
+    assert geometry == "wide2" and spec.num_warps == 2 and spec.use_transposed_qk_32x32
+    assert spec.use_k_single_buffer is True             # 2 warps x 32 rows <= T = 64
