@@ -174,6 +174,25 @@ def select(groups: dict[str, list[Shape]], selectors: list[str], all_word: str |
     return list(chosen.values())
 
 
+def problem_key(shape: Shape) -> tuple:
+    """Shapes with equal keys are the same problem (e.g. S2048 and S4096 both scaled to 1024)."""
+    return (shape.dtype, shape.num_heads, shape.num_kv_heads, shape.head_size, shape.seqlens)
+
+
+def first_of_each_problem(shapes: list[Shape]) -> dict[str, str]:
+    """shape name -> name of the first shape with the same problem (itself if first)."""
+    first: dict[tuple, str] = {}
+    return {s.name: first.setdefault(problem_key(s), s.name) for s in shapes}
+
+
+def reuse_row(row: dict, shape: Shape, groups: list[str]) -> dict:
+    """``row`` (measured for an identical earlier problem) relabelled for ``shape``: a scaled
+    run measures each distinct problem once and says which rows share a result."""
+    out = dict(row, **shape_record(shape, groups))
+    out["reused_from"] = row["shape"]
+    return out
+
+
 def groups_of(groups: dict[str, list[Shape]], name: str) -> list[str]:
     return [g for g, shapes in groups.items() if any(s.name == name for s in shapes)]
 
@@ -355,7 +374,8 @@ def print_estimate(plan: list[tuple[Shape, int]], device: str, rate: EmuRate) ->
         print("  WARNING: long run on the emulator. Heaviest shapes: "
               + ", ".join(f"{s.name} ~{format_seconds(rate.seconds_for(kernel_flops(s) * n, n))}"
                           for s, n in heavy)
-              + ". Scale down with --quick or --max-kv N (same shapes, shorter KV).")
+              + ". Scale down with --quick or a smaller --max-kv N (same shapes, shorter KV), "
+              "or pick fewer shapes.")
     return total
 
 
@@ -427,7 +447,7 @@ def shape_record(shape: Shape, groups: list[str]) -> dict:
                 seqlens=[list(p) for p in shape.seqlens],
                 scaled_from=None if shape.scaled_from is None
                 else [list(p) for p in shape.scaled_from],
-                kind=shape.kind)
+                kind=shape.kind, reused_from=None)
 
 
 def write_report(path: str | None, payload: dict) -> None:

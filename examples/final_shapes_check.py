@@ -302,11 +302,18 @@ def main(argv=None) -> int:
               f"({'--quick' if args.quick else '--max-kv'}); shape names are the full set's")
     rate = H.EmuRate()
     per_mode = args.warmup + args.reps * args.iters
-    plan = [(s, 2 + 2 * per_mode) for s in shapes if s.supported]
+    first = H.first_of_each_problem(shapes)
+    plan = [(s, 2 + 2 * per_mode) for s in shapes if s.supported and first[s.name] == s.name]
     estimate = H.print_estimate(plan, device, rate)
 
     rows = []
     for index, shape in enumerate(shapes, 1):
+        if first[shape.name] != shape.name:     # the same problem after scaling: measured once
+            earlier = next(r for r in rows if r["shape"] == first[shape.name])
+            rows.append(H.reuse_row(earlier, shape, H.groups_of(GROUPS, shape.name)))
+            print(f"[{index}/{len(shapes)}] {shape.name}: same problem as {first[shape.name]} "
+                  f"after scaling, result reused   ({shape.describe()})", flush=True)
+            continue
         row = check_shape(shape, args, device, rate)
         rows.append(row)
         print(f"[{index}/{len(shapes)}] {shape.name}: {row['status']}   ({shape.describe()})",
@@ -336,7 +343,9 @@ def main(argv=None) -> int:
                      cell_text(c, "rocke_graph", graph_missing),
                      cell_text(c, "torch_eager", "-"), cell_text(c, "torch_graph", graph_missing),
                      ratios[0], ratios[1], backend,
-                     ("scaled " if r["scaled_from"] else "") + (r["reason"] or "")])
+                     ("scaled " if r["scaled_from"] else "")
+                     + (f"= {r['reused_from']} " if r["reused_from"] else "")
+                     + (r["reason"] or "")])
     unit = "emu wall ms" if emu else "ms"
     H.print_table("final shapes (rocke = production dispatcher, backend auto)",
                   ["shape", "status", "max|err|", "rocke path", f"rocke eager ({unit})",

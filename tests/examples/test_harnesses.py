@@ -87,6 +87,19 @@ def test_scaling_keeps_names_and_kinds():
     assert H.scale_shape(all_parity_shapes()[0], None) is all_parity_shapes()[0]
 
 
+def test_identical_scaled_problems_are_measured_once():
+    long = [H.scale_shape(s, 1024) for s in final_shapes.GROUPS["long_prefill"]]
+    first = H.first_of_each_problem(long)
+    same = [s.name for s in long if first[s.name] == "fp16_h32kv8_b1_s2048x2048_d128"]
+    assert same == ["fp16_h32kv8_b1_s2048x2048_d128", "fp16_h32kv8_b1_s4096x4096_d128",
+                    "fp16_h32kv8_b1_s8192x8192_d128"]
+    row = dict(H.shape_record(long[0], ["long_prefill"]), status="PASS")
+    reused = H.reuse_row(row, long[1], ["long_prefill"])
+    assert (reused["shape"], reused["reused_from"], reused["status"]) == \
+        (long[1].name, long[0].name, "PASS")
+    assert reused["scaled_from"] == [[4096, 4096]]
+
+
 def test_selection():
     groups = parity_shapes.GROUPS
     both = H.select(groups, ["decode_d128_q1k1024", "default"], "all")
