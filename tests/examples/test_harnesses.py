@@ -282,3 +282,12 @@ def test_narrow_gate_skips_and_flash_bypasses_it(monkeypatch):
                                                             AttentionKnobs(flash_wide=2))
     assert geometry == "wide2" and spec.num_warps == 2 and spec.use_transposed_qk_32x32
     assert spec.use_k_single_buffer is True             # 2 warps x 32 rows <= T = 64
+
+
+def test_hip_without_a_gpu_torch_is_refused_up_front(monkeypatch):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU torch is present: --device hip is legitimate here")
+    monkeypatch.delenv("ROCKE_DEVICE", raising=False)
+    with pytest.raises(SystemExit, match="--device hip needs a ROCm torch"):
+        parity_unified_attention.main(["--device", "hip", "--scenario", TINY_PARITY[0]])
