@@ -235,12 +235,27 @@ def make_inputs(shape: Shape, device: str, seed: int = 0) -> dict:
     return tensors
 
 
+#: Above this many bytes of fp32 scores (one sequence, all heads) the reference runs one KV
+#: head's query group at a time: S8192 x 32 heads would otherwise need ~26 GB.
+REFERENCE_CHUNK_BYTES = 1 << 30
+
+
 def reference(shape: Shape, inputs: dict) -> torch.Tensor:
-    """The fp32 paged reference (``ref_paged_attn``), on the CPU."""
+    """The fp32 paged reference (``ref_paged_attn``) on the CPU; per KV-head group for big
+    shapes (the groups are independent problems: query heads [h*G, (h+1)*G) see KV head h)."""
     from rocke.kernels.common.attention_reference import ref_paged_attn
-    cpu = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-    return ref_paged_attn(cpu["q"], cpu["k"], cpu["v"], cpu["cu_seqlens_q"], cpu["seqused_k"],
-                          cpu["block_table"], cpu["softmax_scale"], causal=True)
+    t = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    common = (t["cu_seqlens_q"], t["seqused_k"], t["block_table"], t["softmax_scale"])
+    scores = 4 * shape.num_heads * max(q * k for q, k in shape.seqlens)
+    if scores <= REFERENCE_CHUNK_BYTES:
+        return ref_paged_attn(t["q"], t["k"], t["v"], *common, causal=True)
+    g = shape.group
+    out = torch.empty(shape.total_q, shape.num_heads, shape.head_size, dtype=torch.float32)
+    for h in range(shape.num_kv_heads):
+        out[:, h * g:(h + 1) * g] = ref_paged_attn(
+            t["q"][:, h * g:(h + 1) * g], t["k"][:, :, h:h + 1], t["v"][:, :, h:h + 1], *common,
+            causal=True)
+    return out
 
 
 def tolerance(shape: Shape, override: float | None) -> float:
@@ -308,9 +323,10 @@ def time_label(device: str) -> str:
     return "emulator wall time" if device == "emu" else "GPU wall time (hip)"
 
 
-def echo_levers(printer=print) -> dict:
-    """Print every HIPDNN_GFX942_* lever as rocke reads it (rocke/kernels/common/knobs.py) and
-    return the values for the report. A bad lever value stops the run here, before any work."""
+def echo_levers(printer=print):
+    """Print every HIPDNN_GFX942_* lever as rocke reads it (rocke/kernels/common/knobs.py);
+    returns ``(knobs, values for the report)``. A bad lever value stops the run here, before
+    any work."""
     from rocke.kernels.common import knobs
     try:
         read = knobs.read_knobs(os.environ)
@@ -318,7 +334,7 @@ def echo_levers(printer=print) -> dict:
         raise SystemExit(f"error: {exc}") from None
     for line in knobs.describe(read, os.environ).splitlines():
         printer(line)
-    return asdict(read)
+    return read, asdict(read)
 
 
 # ---------------------------------------------------------------------------------------------

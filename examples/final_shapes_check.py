@@ -291,7 +291,7 @@ def main(argv=None) -> int:
     print(f"rocke gfx942 final shapes check — production dispatcher (backend auto), device "
           f"{device}; rocke times are {H.time_label(device)}"
           + (" on this CPU, NOT GPU time; torch runs on the CPU" if emu else ""))
-    lever_values = H.echo_levers()
+    _, lever_values = H.echo_levers()
     from rocke import runtime
     graph_ok = hasattr(runtime, "Graph")
     print(f"graph mode: {'rocke.runtime.Graph' if graph_ok else GRAPH_UNAVAILABLE}")

@@ -14,7 +14,7 @@ length down (same names, same heads, dtypes, batches and kinds) so a CPU can run
 Test-only lever: the hidden ``--inject-error`` flag corrupts one output element after each
 kernel launch, so the tests can show a wrong result fails the gate and the exit status.
 
-    python examples/parity_unified_attention.py --quick                  # default group, scaled
+    python examples/parity_unified_attention.py --quick --scenario default    # CPU-sized
     python examples/parity_unified_attention.py --scenario fmha --scenario decode_d128_q1k1024
     HIPDNN_GFX942_FLASH_WIDE=0 python examples/parity_unified_attention.py \\
         --scenario fp16_h32kv8_b1_s2048x2048_d128
@@ -22,7 +22,6 @@ kernel launch, so the tests can show a wrong result fails the gate and the exit 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 
@@ -248,9 +247,7 @@ def main(argv=None) -> int:
 
     print(f"rocke gfx942 unified attention parity harness — device {device}; times are "
           f"{H.time_label(device)}" + (" on this CPU, NOT GPU time" if device == "emu" else ""))
-    lever_values = H.echo_levers()
-    from rocke.kernels.common import knobs as knobs_module
-    knobs = knobs_module.read_knobs(os.environ)
+    knobs, lever_values = H.echo_levers()
     if device == "emu":
         print(f"timing: emulator wall time of the kernel launches themselves (the emulator's "
               f"own clock, no host work, no compile): median of {args.attempts} extra launches "

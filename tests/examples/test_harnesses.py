@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -98,6 +99,15 @@ def test_identical_scaled_problems_are_measured_once():
     assert (reused["shape"], reused["reused_from"], reused["status"]) == \
         (long[1].name, long[0].name, "PASS")
     assert reused["scaled_from"] == [[4096, 4096]]
+
+
+def test_reference_by_kv_head_group_matches_the_whole(monkeypatch):
+    shape = next(s for s in all_parity_shapes() if s.name == "bf16_h16kv2_varlen_s64x320_s200x999_d64")
+    inputs = H.make_inputs(shape, "cpu")
+    whole = H.reference(shape, inputs)
+    monkeypatch.setattr(H, "REFERENCE_CHUNK_BYTES", 0)
+    chunked = H.reference(shape, inputs)
+    assert torch.allclose(whole, chunked, atol=1e-6, rtol=0) and whole.abs().max() > 0
 
 
 def test_selection():
