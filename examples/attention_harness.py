@@ -395,6 +395,24 @@ def print_estimate(plan: list[tuple[Shape, int]], device: str, rate: EmuRate) ->
     return total
 
 
+def print_plan(shapes: list[Shape], first: dict[str, str], rate: EmuRate, device: str,
+               plan: list[tuple[Shape, int]]) -> None:
+    """--dry-run: every selected shape, its problem and (on the emulator) its estimate."""
+    launches = {s.name: n for s, n in plan}
+    for shape in shapes:
+        if not shape.supported:
+            note = f"SKIP: {D256_SKIP_REASON}"
+        elif first[shape.name] != shape.name:
+            note = f"= {first[shape.name]} after scaling"
+        elif device == "emu":
+            n = launches[shape.name]
+            note = (f"{n} launches, {kernel_flops(shape) * n / 1e9:.2f} GFLOP, "
+                    f"~{format_seconds(rate.seconds_for(kernel_flops(shape) * n, n))}")
+        else:
+            note = ""
+        print(f"  {shape.name:<42} {shape.describe():<58} {note}")
+
+
 def format_seconds(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.0f} s"

@@ -65,6 +65,8 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true",
                    help=f"CPU-sized run: --max-kv {H.QUICK_MAX_KV} unless --max-kv is given")
     p.add_argument("--report", metavar="PATH", help="write a JSON results report")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the selected shapes and the emulator-time estimate, run nothing")
     p.add_argument("--inject-error", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if not (0.0 <= args.trim < 0.5):
@@ -305,6 +307,9 @@ def main(argv=None) -> int:
     first = H.first_of_each_problem(shapes)
     plan = [(s, 2 + 2 * per_mode) for s in shapes if s.supported and first[s.name] == s.name]
     estimate = H.print_estimate(plan, device, rate)
+    if args.dry_run:
+        H.print_plan(shapes, first, rate, device, plan)
+        return 0
 
     rows = []
     for index, shape in enumerate(shapes, 1):

@@ -163,6 +163,18 @@ def test_flag_defaults_follow_the_seed():
     assert parity_unified_attention.parse_args(["--quick", "--max-kv", "9"]).max_kv == 9
 
 
+def test_dry_run_lists_and_estimates_without_launching(monkeypatch, capsys):
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    assert parity_unified_attention.main(["--scenario", "all", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "estimate:" in out and "WARNING: long run" in out       # the full set is hours here
+    assert "decode_fp16_h8kv1_b1_q1k65536_d128" in out and "SKIP: head_size 256" in out
+    assert final_shapes_check.main(["--quick", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "fp16_h32kv8_b1_s8192x8192_d128" in out
+    assert "= fp16_h32kv8_b1_s2048x2048_d128 after scaling" in out
+
+
 def test_unknown_scenario_is_an_error_before_any_launch():
     proc = run(PARITY, "--scenario", "no_such_shape")
     assert proc.returncode != 0 and "unknown group or shape 'no_such_shape'" in proc.stderr
