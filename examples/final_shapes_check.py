@@ -188,9 +188,10 @@ def torch_graph(run, device):
 
 # ---------------------------------------------------------------------------------------------
 
-def measure(fn, args, device, bar=None):
-    """``(reduced seconds per launch, spread)`` over ``--reps`` measurements of ``--iters``."""
-    for _ in range(args.warmup):
+def measure(fn, args, device, bar=None, min_warmup=0):
+    """``(reduced seconds per launch, spread, samples)`` over ``--reps`` measurements of
+    ``--iters`` launches, after ``max(--warmup, min_warmup)`` warm-up calls."""
+    for _ in range(max(args.warmup, min_warmup)):
         fn()
         if bar is not None:
             bar.update(1)
@@ -262,11 +263,13 @@ def check_shape(shape, args, device, rate):
         row["torch_backend"] = backend
         row["torch_context_only"] = shape.max_q > 1 and shape.seqlens[0][0] != shape.seqlens[0][1]
         run, row["torch_backend_resolved"] = torch_call(shape, inputs, backend)
-        t, s, samples = measure(run, args, device)
+        # torch is warmed at least once even when --warmup is 0 (the emulator default): its
+        # first call pays one-off initialisation that is not attention
+        t, s, samples = measure(run, args, device, min_warmup=1)
         cells["torch_eager"] = dict(seconds=t, spread=s, samples=samples)
         tgraph = torch_graph(run, device)
         if tgraph is not None:
-            t, s, samples = measure(tgraph, args, device)
+            t, s, samples = measure(tgraph, args, device, min_warmup=1)
             cells["torch_graph"] = dict(seconds=t, spread=s, samples=samples)
     return row
 
@@ -297,8 +300,9 @@ def main(argv=None) -> int:
     from rocke import runtime
     graph_ok = hasattr(runtime, "Graph")
     print(f"graph mode: {'rocke.runtime.Graph' if graph_ok else GRAPH_UNAVAILABLE}")
-    print(f"timing: {args.warmup} warm-up, {args.reps} reps x {args.iters} iters, reduce "
-          f"{args.reduce}" + (f" (trim {args.trim})" if args.reduce == "trimmed" else ""))
+    print(f"timing: {args.warmup} warm-up (torch: at least 1), {args.reps} reps x {args.iters} "
+          f"iters, reduce {args.reduce}" + (f" (trim {args.trim})" if args.reduce == "trimmed"
+                                           else ""))
     if args.max_kv is not None:
         print(f"scaled: every KV length capped at {args.max_kv} "
               f"({'--quick' if args.quick else '--max-kv'}); shape names are the full set's")
