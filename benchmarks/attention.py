@@ -115,7 +115,8 @@ def run_one(shape: Shape, dtype: str, d: int, knobs, do_run: bool) -> None:
     total_q = small.total_q
     for report in record.reports:
         mix = ", ".join(f"{k} {v / total_q:.0f}" for k, v in report.instructions.items() if v)
-        print(f"  {report.kernel}: {report.waves} waves; per output token (wave issues): {mix}; "
+        print(f"  {report.kernel}: {report.waves} waves; per output token (all "
+              f"{small.num_q_heads} query heads; wave issues): {mix}; "
               f"emulator wall time {report.emulator_wall_time_s:.2f} s")
     ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
                          args["block_table"], args["softmax_scale"])

@@ -16,9 +16,9 @@ SPEC_CHANGE = {
     "softmax": ("num_warps", {4: 2, 2: 4, 1: 2}),
     "gemm": ("block_k", {32: 16, 16: 32, 64: 32}),
     "flash_attention": ("causal", {True: False, False: True}),
-    "reduce_segments": ("vector_width", {4: 2, 2: 4, 1: 2}),
     "attention_2d": ("kv_cache_policy", {"normal": "stream", "stream": "normal"}),
     "attention_3d": ("kv_cache_policy", {"normal": "stream", "stream": "normal"}),
+    "reduce_segments": ("vector_width", {4: 2, 2: 4, 1: 2}),
 }
 
 

@@ -113,6 +113,9 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
     if cache.page_size % run:
         raise dsl_value_error(f"copy_paged_tile: a wave's {run} rows must lie in one page of "
                               f"{cache.page_size}")
+    # LDS rows start on a multiple of gcd(row pitch, 16) bytes: vector stores claim no more
+    pitch_bytes = lds.strides[0] * elem
+    store_align = min(vector * elem, pitch_bytes & -pitch_bytes, 16)
     waves = threads // 64
     wave = k.wave_id()
     lane = k.lane_id()
@@ -144,7 +147,7 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                 for j, e in enumerate(list(loaded) if vector > 1 else [loaded]):
                     lds.store((c + j, lds_row0 + row0 + r), e)
             else:
-                lds.store((lds_row0 + row0 + r, c), loaded)
+                lds.store((lds_row0 + row0 + r, c), loaded, align=store_align)
 
         if (step + 1) * run * waves <= tokens:
             copy_run()

@@ -18,9 +18,9 @@ FAMILIES: dict[str, str] = {
     "softmax": "rocke.kernels.samples.softmax",
     "gemm": "rocke.kernels.samples.gemm",
     "flash_attention": "rocke.kernels.samples.flash_attention",
-    "reduce_segments": "rocke.kernels.gfx942.reduce_segments",
     "attention_2d": "rocke.kernels.gfx942.attention_tiled_2d",
     "attention_3d": "rocke.kernels.gfx942.attention_tiled_3d",
+    "reduce_segments": "rocke.kernels.gfx942.reduce_segments",
 }
 
 

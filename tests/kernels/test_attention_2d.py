@@ -26,7 +26,7 @@ def compiled(spec, build=a2.build):
 
 
 def make_problem(dtype, head_size, block_size, group, q_lens, kv_lens, *, num_kv_heads=2, seed=0,
-                 spare_blocks=3):
+                 spare_blocks=3, spare_columns=1):
     """vLLM-layout inputs: a shuffled, non-contiguous block table, pages of several sequences
     interleaved in the cache, uniform(-0.5, 0.5) data (seeds/001)."""
     gen = torch.Generator().manual_seed(seed)
@@ -35,7 +35,7 @@ def make_problem(dtype, head_size, block_size, group, q_lens, kv_lens, *, num_kv
     pages = [-(-kv // block_size) for kv in kv_lens]
     num_blocks = sum(pages) + spare_blocks
     perm = torch.randperm(num_blocks, generator=gen)
-    table = torch.full((len(q_lens), max(pages) + 1), 2 ** 30, dtype=torch.int32)   # unused: never read
+    table = torch.full((len(q_lens), max(pages) + spare_columns), 2 ** 30, dtype=torch.int32)
     used = 0
     for s, p in enumerate(pages):
         table[s, :p] = perm[used:used + p]
@@ -48,10 +48,11 @@ def make_problem(dtype, head_size, block_size, group, q_lens, kv_lens, *, num_kv
     return q, k_cache, v_cache, table, cu, seqused
 
 
-def run_2d(spec, q_lens, kv_lens, *, num_kv_heads=2, seed=0, scale=None):
+def run_2d(spec, q_lens, kv_lens, *, num_kv_heads=2, seed=0, scale=None, spare_columns=1):
     q, kc, vc, table, cu, seqused = make_problem(spec.dtype, spec.head_size, spec.block_size,
                                                  spec.num_queries_per_kv, q_lens, kv_lens,
-                                                 num_kv_heads=num_kv_heads, seed=seed)
+                                                 num_kv_heads=num_kv_heads, seed=seed,
+                                                 spare_columns=spare_columns)
     out = torch.full_like(q, 7.0)
     scale = 1 / math.sqrt(spec.head_size) if scale is None else scale
     grid, block = a2.launch_geometry(spec, len(q_lens), q.shape[0], num_kv_heads)
@@ -152,18 +153,78 @@ def test_q_and_out_may_be_strided_views():
 
 
 def test_causal_early_exit_skips_future_tiles():
-    """One sequence, q = kv = 4 tiles: block 0's 1 tile... the causal kernel issues MFMAs for
-    the lower triangle of (query block, KV tile) pairs only."""
+    """One sequence, q = kv = 4 tiles of 16 with BLOCK_Q = T = 16: query block b visits tiles
+    0..b only, 1 + 2 + 3 + 4 = 10 tile steps of the one-tile problem's MFMAs (not 16)."""
     spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_warps=1)
-    # BLOCK_Q = 16 = T: query block b visits tiles 0..b -> 1+2+3+4 = 10 tile steps
     _, _, report_4 = run_2d(spec, [64], [64], num_kv_heads=1)
     _, _, report_1 = run_2d(spec, [16], [16], num_kv_heads=1)
     assert report_4.instructions["MFMA"] == 10 * report_1.instructions["MFMA"]
 
 
 def test_out_of_range_blocks_are_never_read():
-    """Table entries past a sequence's pages hold 2**30 (make_problem): memcheck would fault on
-    any read of them; a tile running past kv_len reads zeros instead."""
-    spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_warps=4, tile_size=64)
-    out, ref, _ = run_2d(spec, [5, 1], [17, 33])
+    """A 64-token tile over 16-token pages runs past the last sequence's 3 pages; the table is
+    exactly 3 columns wide, so reading its entry for the 4th page would read past the table
+    (memcheck stops the launch). The copy clamps the index and the tokens read zeros instead."""
+    spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_warps=4, tile_size=64,
+                                     kv_addr_64=True)
+    out, ref, _ = run_2d(spec, [5, 1], [17, 33], spare_columns=0)
+    assert_close(spec, out, ref)
+
+
+def test_cache_past_4gib_needs_kv_addr_64():
+    """A K/V cache of 4.5 GiB whose pages in use sit past 4 GiB (seeds/004 §7.2). ``torch.empty``
+    only reserves address space: just the touched pages (a few KiB) become memory. The 64-bit
+    page base reads them; the 32-bit path refuses the cache in ``kernel_args``, and launched
+    anyway (same arguments) its wrapped offsets read the wrong pages."""
+    D, bs, dtype = 64, 16, "f16"
+    block_bytes = bs * D * 2
+    num_blocks = (9 << 29) // block_bytes                     # 4.5 GiB per cache
+    gen = torch.Generator().manual_seed(11)
+    k_cache = torch.empty(num_blocks, bs, 1, D, dtype=torch.float16)
+    v_cache = torch.empty(num_blocks, bs, 1, D, dtype=torch.float16)
+    pages = torch.tensor([num_blocks - 1, num_blocks - 7, num_blocks - 3, (1 << 32) // block_bytes + 5])
+    for t in (k_cache, v_cache):
+        t[pages] = (torch.rand(len(pages), bs, 1, D, generator=gen) - 0.5).half()
+    table = pages.to(torch.int32).view(1, -1)
+    q_len, kv_len = 3, 4 * bs - 5
+    q = (torch.rand(q_len, 1, D, generator=gen) - 0.5).half()
+    cu = torch.tensor([0, q_len], dtype=torch.int32)
+    seqused = torch.tensor([kv_len], dtype=torch.int32)
+    ref = ref_paged_attn(q, k_cache, v_cache, cu, seqused, table, 0.125)
+
+    wide = a2.UnifiedAttention2DSpec(dtype=dtype, head_size=D, block_size=bs, num_warps=1, kv_addr_64=True)
+    narrow = a2.UnifiedAttention2DSpec(dtype=dtype, head_size=D, block_size=bs, num_warps=1)
+    grid, block = a2.launch_geometry(wide, 1, q_len, 1)
+    out = torch.zeros_like(q)
+    args = a2.kernel_args(wide, q, k_cache, v_cache, out, table, cu, seqused, 0.125)
+    launch(compiled(wide), grid, block, args)
+    assert_close(wide, out, ref)
+
+    with pytest.raises(ValueError, match="k_cache: the cache \\(use kv_addr_64 for caches past 2 GiB\\)"):
+        a2.kernel_args(narrow, q, k_cache, v_cache, out, table, cu, seqused, 0.125)
+    wrong = torch.zeros_like(q)
+    args[3] = wrong
+    launch(compiled(narrow), grid, block, args)
+    assert (wrong.float() - ref).abs().max().item() > 3 * attention_atol(dtype)
+
+
+MEDIUM = {
+    "wide4_d128_b16_g4": (a2.VARIANTS["wide4_f16_d128_b16_g4"], [130, 1, 64], [200, 300, 64]),
+    "narrow_bf16_d128_b64_g1": (a2.VARIANTS["narrow_bf16_d128_b64_g1"], [96, 1], [250, 333]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MEDIUM))
+def test_medium_prefill(name):
+    spec, q_lens, kv_lens = MEDIUM[name]
+    out, ref, _ = run_2d(spec, q_lens, kv_lens, num_kv_heads=1)
+    assert_close(spec, out, ref)
+
+
+def test_sequences_without_queries_are_skipped():
+    """Empty query rows (q_len 0, even kv_len 0) own q blocks that exit at once; their
+    neighbours' blocks are still found by the q-block search."""
+    spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16, num_warps=1, num_queries_per_kv=4)
+    out, ref, _ = run_2d(spec, [0, 5, 0, 1, 6], [0, 9, 4, 3, 30], num_kv_heads=1)
     assert_close(spec, out, ref)

@@ -59,6 +59,17 @@ def test_split_kv_partials_merge_to_reference(name, num_segments):
     assert_close(spec, merge_segments(*partials), ref)
 
 
+@pytest.mark.parametrize("levers", [
+    dict(kv_addr_64=True, global_load_lds_k=True, cfv_store=True),
+    dict(q_direct=True, kv_cache_policy="stream", use_k_single_buffer=False, waves_per_eu=4),
+], ids=["a64_kdma_cfv", "qdirect_stream_k2_wpe"])
+def test_levers_on_the_split_kernel(levers):
+    spec = a3.UnifiedAttention3DSpec(dtype="bf16", head_size=64, block_size=16, num_warps=1,
+                                     num_queries_per_kv=8, **levers)
+    partials, ref, _ = run_3d(spec, [1, 1, 4], [90, 33, 40], 3)
+    assert_close(spec, merge_segments(*partials), ref)
+
+
 def test_empty_segments_write_the_neutral_partial():
     """kv = 20 with T = 16: 2 tiles over 4 segments -> segments 2, 3 see no key."""
     spec = a3.UnifiedAttention3DSpec(dtype="f16", head_size=64, block_size=16, num_warps=1)
@@ -83,3 +94,10 @@ def test_workspace_shape_is_checked():
         a3.kernel_args(spec, q, kc, vc, o, m, torch.zeros(1, 1, 2), table, cu, seqused, 0.1, 2)
     with pytest.raises(ValueError, match="num_segments: must be an int"):
         a3.kernel_args(spec, q, kc, vc, o, m, m, table, cu, seqused, 0.1, 0)
+
+
+@pytest.mark.slow
+def test_medium_long_decode():
+    spec = a3.VARIANTS["narrow_bf16_d128_b16_g5"]
+    partials, ref, _ = run_3d(spec, [1, 1], [700, 1000], 16, num_kv_heads=1)
+    assert_close(spec, merge_segments(*partials), ref)

@@ -10,7 +10,7 @@ def test_defaults_when_unset():
     k = kn.read_knobs({})
     assert k == kn.AttentionKnobs() and k.is_default()
     assert (k.flash_geometry, k.flash_num_warps) == ("wide4", 4)
-    assert k.kv_cache_policy == "stream" and k.graph_2d and k.graph_3d
+    assert k.kv_cache_policy is None and k.graph_2d and k.graph_3d
 
 
 @pytest.mark.parametrize("value, geometry, warps", [("4", "wide4", 4), ("2", "wide2", 2), ("0", "L4", 1)])
@@ -86,11 +86,13 @@ class _Spec:
     cfv_store: bool = False
 
 
-def test_spec_overrides_apply_the_provider_defaults():
-    # unset levers: the provider's defaults (stream KV loads, no occupancy hint), not the bare spec's
+def test_spec_overrides_map_every_lever():
+    # unset levers: no occupancy hint, the kernel's own cache policy (shipped variants' default)
     assert kn.spec_overrides(kn.read_knobs({}), _Spec) == {
-        "waves_per_eu": 0, "iglp": False, "kv_cache_policy": "stream", "q_direct": False,
+        "waves_per_eu": 0, "iglp": False, "q_direct": False,
         "global_load_lds_k": False, "q_major_grid": False, "cfv_store": False}
+    assert kn.spec_overrides(kn.read_knobs({"HIPDNN_GFX942_KV_CACHE_POLICY": "stream"}),
+                             _Spec)["kv_cache_policy"] == "stream"
     k = kn.read_knobs({"HIPDNN_GFX942_IGLP": "1", "HIPDNN_GFX942_WAVES_PER_EU": "2",
                        "HIPDNN_GFX942_CFV_STORE": "1", "HIPDNN_GFX942_KV_CACHE_POLICY": "normal",
                        "HIPDNN_GFX942_Q_DIRECT": "1", "HIPDNN_GFX942_GLOBAL_LOAD_LDS_K": "1",

@@ -1,6 +1,7 @@
 """run_unified_attention_torch: the dispatcher's rules (pure, nothing launched), and the whole entry
 point in the emulator (memcheck + racecheck on) against ref_paged_attn."""
 import pytest
+import torch
 
 from rocke.kernels.common import attention_unified as au
 from rocke.kernels.common.knobs import AttentionKnobs, read_knobs
@@ -16,7 +17,7 @@ def _problem(**kw):
     return au.UnifiedAttentionProblem(**base)
 
 
-# ---- select_path (seed 004 §6; ALGORITHM.md §11.1) ----
+# ---- select_path (seed 004 §6; ALGORITHM.md §10.1) ----
 
 def test_num_sms_is_mi300x_without_a_device():
     assert au.num_sms() == MI300X_SMS
@@ -34,16 +35,16 @@ def test_long_kv_decode_goes_3d_and_fills_the_device():
 def test_segments_never_outnumber_kv_tiles():
     p = _problem(max_seqlen_k=600)
     assert p.select_path(MI300X_SMS)[0] == "3d"
-    assert p.geometry("3d", sms=MI300X_SMS).num_segments == 10      # cdiv(600, 64)
+    assert p.geometry("3d", sms=MI300X_SMS).num_segments == 19      # cdiv(600, T = 32)
 
 
 def test_segments_fill_exactly_the_target_when_uncapped():
     # 8 decode tokens x 16 kv heads, 1 query head each (MHA): 8 * 16 = 128 workgroups per segment
     p = _problem(num_q_heads=16, num_kv_heads=16, num_seqs=8, total_q=8)
     assert p.select_path(MI300X_SMS)[0] == "3d"
-    block_q = 16 // 1
-    base = (8 // block_q + 8) * 16
-    assert p.geometry("3d", sms=MI300X_SMS).num_segments == -(-MI300X_SMS * 4 // base) == 10
+    geo = p.geometry("3d", sms=MI300X_SMS)
+    base = (8 // geo.block_m + 8) * 16          # one token per query row (group 1)
+    assert geo.num_segments == -(-MI300X_SMS * 4 // base) == 10
 
 
 @pytest.mark.parametrize("kv, path", [(512, "2d"), (513, "3d")])
@@ -83,31 +84,80 @@ def test_reference_block_q_packs_the_gqa_group(group, block_q):
     assert au.reference_block_q(group) == block_q
 
 
-# ---- the geometry tier (seeds 000 §6-7, 004 §6; ALGORITHM.md §11.2) ----
+# ---- the geometry tier (seeds 000 §6-7, 004 §6; ALGORITHM.md §10.2) ----
 
 @pytest.mark.parametrize("flash_wide, name, warps, single", [
-    (4, "wide4", 4, False), (2, "wide2", 2, True), (0, "L4", 1, True)])
+    (4, "wide4", 4, False), (2, "wide2", 2, False), (0, "L4", 1, True)])
 def test_d128_fp16_is_flash_with_the_levers_geometry(flash_wide, name, warps, single):
     geo = _problem(max_seqlen_k=100).geometry("2d", AttentionKnobs(flash_wide=flash_wide))
     assert (geo.regime, geo.name, geo.num_warps, geo.k_single_buffer) == ("flash", name, warps, single)
-    assert geo.block_m == 32 * warps and geo.tile_size == 64
+    # d128 walks 32-key tiles: K single-buffers only when the warps' 32 columns each fit one tile
+    assert geo.block_m == 32 * warps and geo.tile_size == 32
+
+
+def test_d64_fp16_is_flash_too():
+    geo = _problem(head_size=64).geometry("2d")
+    assert (geo.regime, geo.name, geo.tile_size, geo.k_single_buffer) == ("flash", "wide4", 64, False)
 
 
 def test_num_warps_lever_overrides_flash_width():
     geo = _problem().geometry("2d", AttentionKnobs(flash_wide=0, num_warps=2))
-    assert (geo.regime, geo.num_warps, geo.k_single_buffer) == ("flash", 2, True)
+    assert (geo.regime, geo.name, geo.num_warps, geo.k_single_buffer) == ("flash", "wide2", 2, False)
 
 
-def test_d128_bf16_is_narrow_two_warps_single_k():
-    geo = _problem(dtype="bf16").geometry("2d")
-    assert (geo.regime, geo.num_warps, geo.block_m_per_warp, geo.k_single_buffer) == ("narrow", 2, 32, True)
+@pytest.mark.parametrize("d, warps, rows, bs, tile, single", [
+    (128, 2, 16, 64, 32, True), (128, 2, 16, 16, 16, False), (64, 4, 32, 32, 32, False)])
+def test_bf16_is_narrow(d, warps, rows, bs, tile, single):
+    geo = _problem(dtype="bf16", head_size=d, block_size=bs).geometry("2d")
+    assert (geo.regime, geo.num_warps, geo.block_m_per_warp, geo.tile_size, geo.k_single_buffer) == \
+        ("narrow", warps, rows, tile, single)
     assert "fp16-only" in geo.reason
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_d64_is_narrow_four_warps_double_k(dtype):
-    geo = _problem(dtype=dtype, head_size=64).geometry("2d")
-    assert (geo.regime, geo.num_warps, geo.block_m_per_warp, geo.k_single_buffer) == ("narrow", 4, 32, False)
+@pytest.mark.parametrize("dtype, d, regime, block_m", [
+    ("f16", 128, "flash", 32), ("f16", 64, "narrow", 16), ("bf16", 128, "narrow", 16)])
+def test_3d_geometry_is_one_warp(dtype, d, regime, block_m):
+    geo = _problem(dtype=dtype, head_size=d).geometry("3d", sms=MI300X_SMS)
+    assert (geo.regime, geo.num_warps, geo.block_m, geo.k_single_buffer) == (regime, 1, block_m, True)
+
+
+def _knobs_for(name):
+    return AttentionKnobs(flash_wide={"wide4": 4, "wide2": 2, "L4": 0}[name]) if name != "narrow" \
+        else AttentionKnobs()
+
+
+@pytest.mark.parametrize("family, path", [("attention_2d", "2d"), ("attention_3d", "3d")])
+def test_dispatcher_picks_exactly_the_shipped_variants(family, path):
+    """A shipped variant of the regime the dispatcher picks for its (dtype, head size, block size,
+    GQA group) is exactly the dispatcher's spec under the lever that selects its geometry, and
+    every geometry the dispatcher can build for a shipped (dtype, head size, block size) is
+    shipped (up to the GQA group, a compile-time constant): `rocke list` shows what it runs."""
+    from rocke.kernels import registry
+    shipped = {n: v.spec for n, v in registry.all_variants().items() if v.family == family}
+    assert shipped
+
+    def spec_for(spec, knobs):
+        p = _problem(dtype=spec.dtype, head_size=spec.head_size, block_size=spec.block_size,
+                     num_q_heads=8 * spec.num_queries_per_kv, num_kv_heads=8)
+        return au.make_specs(p, p.geometry(path, knobs, sms=MI300X_SMS), knobs)[0]
+
+    agreed = 0
+    for name, spec in shipped.items():
+        picked = spec_for(spec, _knobs_for(name.split("/")[1].split("_")[0]))
+        if picked.use_transposed_qk_32x32 == spec.use_transposed_qk_32x32:
+            assert picked == spec, name       # same regime: the very same kernel
+            agreed += 1
+    # (narrow fp16 variants ship for coverage of the narrow path; the dispatcher sends fp16 to flash)
+    assert agreed >= len(shipped) // 2
+
+    def key(s):
+        return tuple((f, getattr(s, f)) for f in s.__dataclass_fields__ if f != "num_queries_per_kv")
+    shipped_keys = {key(s) for s in shipped.values()}
+    for spec in shipped.values():
+        names = ["narrow"] if path == "3d" else ["wide4", "wide2", "L4"]
+        for geometry in names:
+            picked = spec_for(spec, _knobs_for(geometry))
+            assert key(picked) in shipped_keys, picked.kernel_name
 
 
 def test_every_geometry_rule_has_a_reason():
@@ -158,3 +208,85 @@ def test_no_graph_replay_for_feature_flagged_problems():
     assert au._recommend_graph_replay(flagged, capturing=False) is False
     with pytest.raises(NotImplementedError, match="features"):
         _problem(features=frozenset({"sinks"}))
+
+
+# ---- the entry point in the emulator (memcheck + racecheck on: runtime.launch's default) ----
+
+from rocke.kernels.common.attention_reference import ref_paged_attn  # noqa: E402
+from rocke.kernels.common.tolerances import attention_atol  # noqa: E402
+from tests.kernels.unified_inputs import make_inputs  # noqa: E402
+
+# (query_len, kv_len): decode rows and prefill rows in one batch, KV lengths off the page size
+MIXED = [(1, 37), (5, 21), (1, 1), (3, 50)]
+LONG_DECODE = [(1, 600), (1, 530)]          # > 512 keys, few workgroups: auto picks 3D
+
+
+def _check(args, record, dtype):
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"])
+    err = (args["out"].float() - ref).abs().max().item()
+    assert err <= attention_atol(dtype), f"max |out - ref| {err} ({record.plan.specs})"
+    return err
+
+
+@pytest.mark.parametrize("backend, seqs, dtype, d, bs, hq, hk, want_path", [
+    ("2d", MIXED, "f16", 64, 16, 8, 2, "2d"),            # GQA 4:1, narrow
+    ("auto", MIXED, "bf16", 128, 32, 10, 2, "2d"),       # GQA 5:1, short context -> 2D narrow
+    ("auto", MIXED, "f16", 128, 64, 8, 1, "2d"),         # GQA 8:1, flash wide4
+    ("3d", MIXED, "f16", 64, 32, 2, 2, "3d"),            # MHA 1:1, prefill rows through 3D
+    ("auto", LONG_DECODE, "bf16", 128, 16, 8, 2, "3d"),  # long decode -> 3D + reduce_segments
+    ("3d", MIXED, "f16", 128, 16, 10, 2, "3d"),          # GQA 5:1 flash-sized head, 3D
+])
+def test_entry_point_matches_reference(backend, seqs, dtype, d, bs, hq, hk, want_path):
+    args = make_inputs(seqs, hq=hq, hk=hk, d=d, bs=bs, dtype=dtype, seed=d + bs + hq,
+                       q_view=(hq == 8))
+    record = au.run_unified_attention_torch(**args, backend=backend)
+    assert record.plan.path == want_path
+    _check(args, record, dtype)
+
+
+def test_second_same_geometry_call_builds_nothing():
+    first = make_inputs(MIXED, hq=4, hk=2, d=64, bs=16, dtype="f16", seed=11)
+    au.run_unified_attention_torch(**first, backend="2d")
+    stats = au.compiled_cache_stats()
+    builds, hits = stats.builds, stats.hits
+    # different lengths and contents, same geometry (dtype, head size, block size, GQA group)
+    second = make_inputs([(2, 9), (1, 70)], hq=4, hk=2, d=64, bs=16, dtype="f16", seed=12)
+    record = au.run_unified_attention_torch(**second, backend="2d")
+    assert stats.builds == builds and stats.hits == hits + 1
+    _check(second, record, "f16")
+
+
+@pytest.mark.parametrize("env, geometry, warps", [
+    ({"HIPDNN_GFX942_FLASH_WIDE": "0"}, "L4", 1),
+    ({"HIPDNN_GFX942_FLASH_WIDE": "2", "HIPDNN_GFX942_Q_MAJOR_GRID": "1"}, "wide2", 2),
+])
+def test_levers_reach_the_kernel(monkeypatch, env, geometry, warps):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = make_inputs(MIXED, hq=4, hk=2, d=128, bs=32, dtype="f16", seed=5)
+    record = au.run_unified_attention_torch(**args)
+    (spec,) = record.plan.specs
+    assert (record.plan.geometry.name, spec.num_warps, spec.use_transposed_qk_32x32) == \
+        (geometry, warps, True)
+    assert spec.q_major_grid == ("HIPDNN_GFX942_Q_MAJOR_GRID" in env)
+    assert spec.kv_cache_policy == "normal"
+    _check(args, record, "f16")
+
+
+def test_empty_batch_launches_nothing(monkeypatch):
+    import rocke.runtime
+    monkeypatch.setattr(rocke.runtime, "launch", lambda *a, **k: pytest.fail("launched"))
+    args = make_inputs([(1, 5)], hq=4, hk=2, d=64, bs=16, dtype="f16", seed=1)
+    args.update(q=args["q"][:0], out=args["out"][:0], cu_seqlens_q=torch.zeros(2, dtype=torch.int32),
+                max_seqlen_q=0)
+    assert au.run_unified_attention_torch(**args) is None
+
+
+def test_size_one_dimensions_with_odd_strides_are_accepted():
+    """torch may give a size-1 dimension any stride; only real overlap is an error."""
+    args = make_inputs([(2, 5)], hq=2, hk=1, d=64, bs=16, dtype="f16", seed=2)
+    k = args["k"]
+    args["k"] = k.as_strided(k.shape, (k.stride(0), k.stride(1), 10 ** 6, 1))   # Hk = 1
+    args["v"] = args["v"].as_strided(k.shape, (k.stride(0), k.stride(1), 7, 1))
+    assert au.describe_problem(**args).num_kv_heads == 1

@@ -30,6 +30,10 @@ def _tensor(name, fn):
     return mutate
 
 
+def _ints(name, values):
+    return _tensor(name, lambda t, a: torch.tensor(values, dtype=torch.int32))
+
+
 def _table(s, j, value):
     def fn(t, a):
         t = t.clone()
@@ -49,6 +53,12 @@ def _strided_q(a):
     return a
 
 
+def _gqa_32_to_1(a):
+    a["q"] = torch.zeros(a["q"].shape[0], 64, 64, dtype=a["q"].dtype)
+    a["out"] = torch.zeros_like(a["q"])
+    return a
+
+
 def _gqa_5_over_2(a):
     a["q"] = torch.zeros(a["q"].shape[0], 5, 64, dtype=a["q"].dtype)
     a["out"] = torch.zeros_like(a["q"])
@@ -59,17 +69,17 @@ CASES = [
     # (id, mutate, error type, regex the message must match)
     ("page_past_cache", _table(0, 1, 10 ** 4), ValueError, r"block_table: .*block index 10000.*outside"),
     ("negative_page", _table(1, 2, -1), ValueError, r"block_table: sequence 1 .*-1.*outside"),
-    ("cu_not_monotone", _tensor("cu_seqlens_q", lambda t, a: torch.tensor([0, 3, 2, 8], dtype=torch.int32)),
+    ("cu_not_monotone", _ints("cu_seqlens_q", [0, 3, 2, 8]),
      ValueError, r"cu_seqlens_q: not monotone"),
-    ("cu_not_ending_at_total_q", _tensor("cu_seqlens_q", lambda t, a: torch.tensor([0, 3, 4, 7], dtype=torch.int32)),
+    ("cu_not_ending_at_total_q", _ints("cu_seqlens_q", [0, 3, 4, 7]),
      ValueError, r"cu_seqlens_q: must end at total_q = 8"),
-    ("cu_not_starting_at_0", _tensor("cu_seqlens_q", lambda t, a: torch.tensor([1, 3, 4, 8], dtype=torch.int32)),
+    ("cu_not_starting_at_0", _ints("cu_seqlens_q", [1, 3, 4, 8]),
      ValueError, r"cu_seqlens_q: must start at 0"),
     ("cu_wrong_length", _tensor("cu_seqlens_q", lambda t, a: t[:3].clone()), ValueError,
      r"cu_seqlens_q: must have num_seqs \+ 1"),
-    ("seqused_k_beyond_table", _tensor("seqused_k", lambda t, a: torch.tensor([20, 65, 4], dtype=torch.int32)),
+    ("seqused_k_beyond_table", _ints("seqused_k", [20, 65, 4]),
      ValueError, r"seqused_k: sequence 1 has 65 .*capacity"),
-    ("seqused_k_negative", _tensor("seqused_k", lambda t, a: torch.tensor([20, -1, 4], dtype=torch.int32)),
+    ("seqused_k_negative", _ints("seqused_k", [20, -1, 4]),
      ValueError, r"seqused_k: .*>= 0"),
     ("q_float32", _tensor("q", lambda t, a: t.float()), ValueError, r"q: dtype"),
     ("k_other_dtype", _tensor("k", lambda t, a: t.bfloat16()), ValueError, r"k: dtype .*differs"),
@@ -81,9 +91,11 @@ CASES = [
      ValueError, r"v: on meta.*one device"),
     ("q_head_size_strided", _strided_q, ValueError, r"q: the last .* stride 1"),
     ("k_rows_overlap", _tensor("k", lambda t, a: t.as_strided(t.shape, (64, 64, 64, 1))), ValueError,
-     r"k: dimension .*overlap"),
-    ("gqa_not_dividing", _gqa_5_over_2, ValueError, r"num_q_heads 5 is not a multiple of .*num_kv_heads 2"),
-    ("causal_q_longer_than_kv", _tensor("seqused_k", lambda t, a: torch.tensor([2, 33, 4], dtype=torch.int32)),
+     r"k: dimension .* overlaps"),
+    ("gqa_group_too_large", _gqa_32_to_1, ValueError, r"q: a GQA group of 32 .* exceeds .* 16"),
+    ("gqa_not_dividing", _gqa_5_over_2, ValueError,
+     r"num_q_heads 5 is not a multiple of .*num_kv_heads 2"),
+    ("causal_q_longer_than_kv", _ints("seqused_k", [2, 33, 4]),
      ValueError, r"query_len <= kv_len.*sequence 0 has query_len 3 > kv_len 2"),
     ("sliding_window", _set(window_size=(8, -1)), NotImplementedError, r"window_size: sliding window"),
     ("softcap", _set(softcap=30.0), NotImplementedError, r"softcap: .*softcapping"),

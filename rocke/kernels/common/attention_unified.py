@@ -8,7 +8,7 @@ split-KV kernel (``attention_tiled_3d``) followed by ``reduce_segments``. The st
 2. every input is validated on the host (``describe_problem``); nothing is launched and ``out`` is
    untouched when anything is wrong;
 3. ``UnifiedAttentionProblem.select_path`` picks 2D or 3D and ``geometry`` the kernel geometry,
-   each from a small table of rules with the reason beside each (ALGORITHM.md §11);
+   each from a small table of rules with the reason beside each (ALGORITHM.md §10);
 4. the kernel specs are compiled once per process (a dict over the on-disk compile cache) and
    launched.
 """
@@ -20,10 +20,9 @@ from typing import Callable
 
 from rocke.kernels.common import knobs as knobs_mod
 from rocke.kernels.common.knobs import AttentionKnobs
+from rocke.kernels.gfx942.attention_tiled_2d import BLOCK_SIZES, HEAD_SIZES, MAX_GROUP
 
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
-HEAD_SIZES = (64, 128)
-BLOCK_SIZES = (16, 32, 64)
 BACKENDS = ("auto", "2d", "3d")
 KV_ADDR_32_LIMIT = 2 ** 31          # page bases past this many bytes need 64-bit math (seed 004 §7.2)
 
@@ -31,12 +30,8 @@ KV_ADDR_32_LIMIT = 2 ** 31          # page bases past this many bytes need 64-bi
 WORKGROUPS_PER_CU_TARGET = 4
 # seed 004 §6: at or below this KV length the 2D path is taken regardless of the grid
 SHORT_CONTEXT_K = 512
-# the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §11.1)
+# the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §10.1)
 REFERENCE_BLOCK_M = 16
-# the KV tile the 2D geometries walk (seed 000 §5: the flash regime's T = 64)
-TILE_SIZE = 64
-# the 3D tile: half the K/V/P LDS of T = 64, so ~20 KB and 3 single-wave workgroups per CU
-TILE_SIZE_3D = 32
 MAX_SEGMENTS = 64                   # bounds the 3D workspace and reduce_segments' walk
 # seed 000 §9: prefill up to this query length is host-overhead dominated -> graph replay
 GRAPH_PREFILL_MAX_Q = 768
@@ -73,7 +68,7 @@ def reference_block_q(num_queries_per_kv: int) -> int:
 
 @dataclass(frozen=True)
 class Geometry:
-    """How one path is mapped onto the device (ALGORITHM.md §11.2)."""
+    """How one path is mapped onto the device (ALGORITHM.md §10.2)."""
     path: str                   # "2d" | "3d"
     regime: str                 # "narrow" (16x16x16, P via LDS) | "flash" (transposed 32x32x8)
     name: str                   # "narrow", "wide4", "wide2", "L4"
@@ -143,7 +138,7 @@ class UnifiedAttentionProblem:
         return self.max_seqlen_q == 1
 
     def grid_2d_reference(self) -> int:
-        """The q-block x kv-head grid the path rule compares with the device (ALGORITHM.md §11.1)."""
+        """The q-block x kv-head grid the path rule compares with the device (ALGORITHM.md §10.1)."""
         block_q = reference_block_q(self.num_queries_per_kv)
         return total_num_q_blocks(self.total_q, self.num_seqs, block_q) * self.num_kv_heads
 
@@ -177,7 +172,7 @@ class UnifiedAttentionProblem:
         return max(1, min(wanted, MAX_SEGMENTS, cdiv(self.max_seqlen_k, geo.tile_size)))
 
 
-# ---- the dispatcher's rules (ALGORITHM.md §11). First match wins; the reason is the why. ----
+# ---- the dispatcher's rules (ALGORITHM.md §10). First match wins; the reason is the why. ----
 # (applies(problem, num_sms), path, reason)
 PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
     # (sliding window -> 2D joins here with issue 8's window feature)
@@ -191,36 +186,67 @@ PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
 )
 
 
-def _flash(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
-    warps = k.flash_num_warps
-    name = knobs_mod.FLASH_GEOMETRIES.get({4: 4, 2: 2, 1: 0}.get(warps, -1), (f"w{warps}",))[0]
-    return Geometry("2d", "flash", name, warps, 32, TILE_SIZE,
-                    k_single_buffer=warps * 32 <= TILE_SIZE)
+def _a2():
+    from rocke.kernels.gfx942 import attention_tiled_2d
+    return attention_tiled_2d
 
 
-def _narrow(path: str, warps: int, rows_per_warp: int, tile: int = TILE_SIZE) -> Callable:
-    def make(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
-        return Geometry(path, "narrow", "narrow", warps, rows_per_warp, tile,
-                        k_single_buffer=warps * rows_per_warp <= tile)
-    return make
+def _flash_geometry(path: str, name: str, warps: int | None, p: UnifiedAttentionProblem) -> Geometry:
+    """A transposed-x8 geometry: warps and tile from the kernel's shipped table
+    (attention_tiled_2d.flash_geometry), ``warps`` overriding (HIPDNN_GFX942_NUM_WARPS)."""
+    fields = _a2().flash_geometry(name, p.head_size)
+    if warps is not None and warps != fields["num_warps"]:
+        name = {4: "wide4", 2: "wide2", 1: "L4"}.get(warps, f"w{warps}")
+    else:
+        warps = fields["num_warps"]
+    tile = fields["tile_size"]
+    return Geometry(path, "flash", name, warps, fields["block_m_per_warp"], tile,
+                    k_single_buffer=warps * 32 <= tile)
 
 
-# (path, applies(problem), make(problem, knobs) -> Geometry, reason)
+def _flash_2d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    return _flash_geometry("2d", k.flash_geometry, k.num_warps, p)
+
+
+def _narrow_geometry(path: str, warps: int, rows: int, p: UnifiedAttentionProblem) -> Geometry:
+    from types import SimpleNamespace         # the kernel's own default tile for the narrow path
+    tile = _a2().resolved_tile(SimpleNamespace(tile_size=0, use_transposed_qk_32x32=False,
+                                               block_size=p.block_size))
+    return Geometry(path, "narrow", "narrow", warps, rows, tile,
+                    k_single_buffer=warps * rows <= tile)
+
+
+def _narrow_2d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    fields = _a2().narrow_geometry(p.dtype, p.head_size)
+    return _narrow_geometry("2d", fields["num_warps"], fields["block_m_per_warp"], p)
+
+
+def _narrow_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    return _narrow_geometry("3d", 1, 16, p)
+
+
+def _flash_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    return _flash_geometry("3d", "L4", None, p)
+
+
+# (path, applies(problem), make(problem, knobs) -> Geometry, reason). The numbers (warps, rows,
+# tile) come from the kernel's shipped geometry table, so the dispatcher picks shipped variants.
 GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
-    ("2d", lambda p: p.dtype == "f16" and p.head_size == 128, _flash,
-     "D128 fp16: transposed-x8 flash (S^T = K Q^T on the fp16-only 32x32x8 atom keeps P^T in "
-     "registers, seed 000 §6.2); wide4 is the analytic default, FLASH_WIDE picks L4/wide2 "
-     "(§7); K single-buffers when num_warps * 32 <= T"),
-    ("2d", lambda p: p.head_size == 64, _narrow("2d", 4, 32),
-     "D64: narrow 16x16x16 with num_warps 4 x 32 rows (seed 000 §6.1); K double-buffered "
-     "since BLOCK_M 128 > T"),
-    ("2d", lambda p: True, _narrow("2d", 2, 32),
-     "D128 bf16: narrow 16x16x16 with num_warps 2 (seed 000 §6.1; the x8 atom path is "
-     "fp16-only); BLOCK_M 64 = T, so K single-buffers and 2 WG/CU fit the LDS (seed 004 §4 lever 2)"),
-    ("3d", lambda p: True, _narrow("3d", 1, 16, TILE_SIZE_3D),
-     "split-KV: one warp, 16 rows (the GQA group of a decode token) per segment workgroup; the "
-     "segment grid, not the tile, fills the device (seed 004 §5), so T = 32 halves the LDS "
-     "(~20 KB at d128: 3 workgroups per CU instead of 1 at T = 64)"),
+    ("2d", lambda p: p.dtype == "f16", _flash_2d,
+     "fp16: transposed-x8 flash (S^T = K Q^T on the fp16-only 32x32x8 atom keeps P^T in "
+     "registers, seed 000 §6.2; the production family admits d64 too, §6.1 note); wide4 is the "
+     "analytic default, FLASH_WIDE picks wide2/L4, NUM_WARPS overrides (§7); d128 walks T = 32 "
+     "so K + V^T + the aliased stages fit 32 KiB, 2 WG/CU (seed 004 §4 lever 2)"),
+    ("2d", lambda p: True, _narrow_2d,
+     "bf16: narrow 16x16x16, P through LDS (the x8 atom path is fp16-only, seed 000 §6.2); "
+     "d64 4 warps x 32 rows, d128 2 warps x 16 rows (§6.1); T = min(block_size, 32)"),
+    ("3d", lambda p: p.dtype == "f16" and p.head_size == 128, _flash_3d,
+     "split-KV d128 fp16: the single-warp flash geometry L4 (32 query columns hold a decode "
+     "token's GQA group); the segment grid, not the workgroup, fills the device (seed 004 §5)"),
+    ("3d", lambda p: True, _narrow_3d,
+     "split-KV: one warp of 16 rows (a decode token's GQA group) per segment workgroup, "
+     "T = min(block_size, 32): small LDS, several workgroups per CU; the segment grid fills "
+     "the device (seed 004 §5)"),
 )
 
 
@@ -274,8 +300,9 @@ def _check_row_major(name: str, t):
         raise ValueError(f"{name}: the last (head_size) dimension must have stride 1, "
                          f"got strides {t.stride()}")
     for i in range(t.dim() - 1):
-        if t.shape[i] > 1 and t.stride(i) < t.stride(i + 1) * t.shape[i + 1]:
-            raise ValueError(f"{name}: dimension {i} overlaps dimension {i + 1} (strides "
+        inner = 1 + sum((n - 1) * st for n, st in zip(t.shape[i + 1:], t.stride()[i + 1:]))
+        if t.shape[i] > 1 and t.stride(i) < inner:
+            raise ValueError(f"{name}: dimension {i} overlaps the dimensions inside it (strides "
                              f"{t.stride()}, shape {list(t.shape)}); rows must not overlap")
 
 
@@ -380,6 +407,10 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     if num_kv_heads < 1 or num_q_heads % num_kv_heads:
         raise ValueError(f"q: num_q_heads {num_q_heads} is not a multiple of the caches' "
                          f"num_kv_heads {num_kv_heads} (GQA needs whole groups)")
+    if num_q_heads // num_kv_heads > MAX_GROUP:
+        raise ValueError(f"q: a GQA group of {num_q_heads // num_kv_heads} query heads per KV head "
+                         f"exceeds the kernels' {MAX_GROUP} (the group is packed into one "
+                         "workgroup's rows)")
     if num_blocks < 1:
         raise ValueError("k: the cache has no blocks")
     for name in ("q", "k", "v", "out"):

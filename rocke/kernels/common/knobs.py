@@ -29,8 +29,10 @@ LEVERS: dict[str, tuple[str, str]] = {
                         "2 = wide2 (WG 128), 0 = L4 (WG 64)"),
     "NUM_WARPS": ("unset", "override num_warps of the flash regime (1, 2, 4 or 8)"),
     "WAVES_PER_EU": ("unset", "amdgpu-waves-per-eu occupancy hint (1..8)"),
-    "IGLP": ("0", "emit the iglp_opt(1) scheduling hint in the KV loop"),
-    "KV_CACHE_POLICY": ("stream", "KV-cache load policy: stream (non-temporal) or normal"),
+    "IGLP": ("0", "emit an iglp_opt scheduling hint in the tile step (strategy 0: the kernel's; "
+                  "see ALGORITHM.md §9)"),
+    "KV_CACHE_POLICY": ("unset", "KV-cache load policy: stream (non-temporal) or normal; unset = "
+                                 "the shipped variants' policy (normal)"),
     "Q_DIRECT": ("0", "load Q straight from global memory into registers (no Q LDS stage)"),
     "GLOBAL_LOAD_LDS_K": ("0", "move K tiles global -> LDS with buffer-load-to-LDS DMA"),
     "Q_MAJOR_GRID": ("0", "query-major launch grid (total_num_q_blocks, num_kv_heads)"),
@@ -71,7 +73,7 @@ class AttentionKnobs:
     num_warps: int | None = None
     waves_per_eu: int | None = None
     iglp: bool = False
-    kv_cache_policy: str = "stream"
+    kv_cache_policy: str | None = None     # None: the kernel's (shipped variants') default
     q_direct: bool = False
     global_load_lds_k: bool = False
     q_major_grid: bool = False
@@ -92,9 +94,10 @@ class AttentionKnobs:
         return self == AttentionKnobs()
 
 
-# knob field -> the 2D/3D spec field it sets (attention_tiled_2d / _3d share the names). Like
-# wide4 (seed 000 §7), the levers' defaults are the provider's, not necessarily the bare spec's:
-# KV_CACHE_POLICY defaults to "stream" (seed 001) while a bare spec loads with "normal".
+# knob field -> the 2D/3D spec field it sets (attention_tiled_2d / _3d share the names). An
+# unset KV_CACHE_POLICY keeps the kernel's default ("normal", the shipped variants'), so the
+# dispatcher picks only variants `rocke list` shows; seed 001's harness defaults to "stream",
+# which HIPDNN_GFX942_KV_CACHE_POLICY=stream selects.
 SPEC_FIELDS: dict[str, str] = {
     "waves_per_eu": "waves_per_eu",
     "iglp": "iglp",
@@ -125,6 +128,8 @@ def spec_overrides(knobs: AttentionKnobs, spec_cls) -> dict:
             if value != getattr(default, knob):
                 raise ValueError(f"{PREFIX}{knob.upper()}: {spec_cls.__name__} has no field "
                                  f"{field_name!r} for this lever")
+            continue
+        if value is None and knob == "kv_cache_policy":
             continue
         out[field_name] = _spec_value(knob, value)
     return out
@@ -187,7 +192,7 @@ def read_knobs(environ: Mapping[str, str] | None = None) -> AttentionKnobs:
         num_warps=_int(env, "NUM_WARPS", (1, 2, 4, 8)),
         waves_per_eu=_int(env, "WAVES_PER_EU", tuple(range(1, 9))),
         iglp=_bool(env, "IGLP", False),
-        kv_cache_policy="stream" if policy is None else policy.lower(),
+        kv_cache_policy=None if policy is None else policy.lower(),
         q_direct=_bool(env, "Q_DIRECT", False),
         global_load_lds_k=_bool(env, "GLOBAL_LOAD_LDS_K", False),
         q_major_grid=_bool(env, "Q_MAJOR_GRID", False),
@@ -205,7 +210,8 @@ def describe(knobs: AttentionKnobs | None = None, environ: Mapping[str, str] | N
         "FLASH_WIDE": f"{knobs.flash_wide} ({knobs.flash_geometry}, num_warps {knobs.flash_num_warps})",
         "NUM_WARPS": "unset" if knobs.num_warps is None else str(knobs.num_warps),
         "WAVES_PER_EU": "unset" if knobs.waves_per_eu is None else str(knobs.waves_per_eu),
-        "IGLP": str(int(knobs.iglp)), "KV_CACHE_POLICY": knobs.kv_cache_policy,
+        "IGLP": str(int(knobs.iglp)),
+        "KV_CACHE_POLICY": knobs.kv_cache_policy or "unset (kernel default: normal)",
         "Q_DIRECT": str(int(knobs.q_direct)), "GLOBAL_LOAD_LDS_K": str(int(knobs.global_load_lds_k)),
         "Q_MAJOR_GRID": str(int(knobs.q_major_grid)), "CFV_STORE": str(int(knobs.cfv_store)),
         "2D_GRAPH": str(int(knobs.graph_2d)), "3D_GRAPH": str(int(knobs.graph_3d)),

@@ -32,8 +32,7 @@ from rocke.dsl.fragment import (AxisVector, COL, ROW, Fragment, load_fragment, s
 from rocke.dsl.magic import udiv_const
 from rocke.dsl.paged import CACHE_POLICIES, BlockTableRow, PagedView, copy_paged_tile, rows_per_wave
 from rocke.kernels.common.checks import (check_bool, check_buffer_bytes, check_choice, check_extent,
-                                         check_grid_extent, check_int_range, check_tensor, I32_LIMIT,
-                                         torch_dtype)
+                                         check_grid_extent, check_int_range, check_tensor, I32_LIMIT)
 from rocke.kernels.common.flash import LOG2E, online_softmax_update
 
 DTYPES = ("f16", "bf16")
@@ -42,7 +41,14 @@ BLOCK_SIZES = (16, 32, 64)
 TILE_SIZES = (16, 32, 64)
 NUM_WARPS = (1, 2, 4, 8)
 LDS_PAD = 8                 # elements appended to each LDS row (bank spread; 16-byte aligned rows)
-CFV_PAD = 2                 # V rows of an odd number of dwords: a PV column read hits 4 banks
+
+
+def cfv_pad(flash: bool) -> int:
+    """Row pad (elements) of the row-major V tile of ``cfv_store`` (ALGORITHM.md §9): a row pitch
+    of 2 (narrow) / 4 (flash) dwords mod 8 puts the rows one PV read touches on distinct banks."""
+    return 8 if flash else 4
+
+
 STAGING_VECTOR = 8          # elements per lane per global access of the cooperative copies
 MAX_GROUP = 16
 
@@ -183,7 +189,7 @@ def spec_problems(spec) -> list[str]:
         out.append(f"block_size: {spec.block_size} is smaller than the {run} rows a wave copies at once")
     if out:
         return out
-    total = sum(lds_model(spec, tile=tile).values()) if not out else 0
+    total = sum(lds_model(spec, tile=tile).values())
     if total > dsl.LDS_BYTES:
         out.append(f"tile_size: the {'transposed-x8' if flash else 'narrow'} path needs {total} bytes "
                    f"of LDS ({lds_model(spec, tile=tile)}), gfx942 has {dsl.LDS_BYTES}")
@@ -195,20 +201,18 @@ def supports_tiled_2d(spec=None, **fields) -> bool:
     spec's fields or keyword fields). For the narrow path this is the LDS budget of its real
     footprint; the transposed-x8 configs are judged by their own (smaller) model."""
     if spec is not None:
-        fields = {**{f.name: getattr(spec, f.name) for f in _spec_fields(type(spec))}, **fields}
-    view = _FieldView(**fields)
-    return not spec_problems(view)
+        fields = {**{f.name: getattr(spec, f.name) for f in _FIELDS}, **fields}
+    return not spec_problems(_FieldView(**fields))
 
 
-def _spec_fields(cls):
-    return fields(cls)
+_FIELDS = fields(UnifiedAttention2DSpec)
 
 
 class _FieldView:
     """The spec's fields with their defaults, before construction (for the gates)."""
 
     def __init__(self, **kw):
-        for f in fields(UnifiedAttention2DSpec):
+        for f in _FIELDS:
             setattr(self, f.name, kw.pop(f.name, f.default))
         if kw:
             raise TypeError(f"unknown spec fields: {', '.join(sorted(kw))}")
@@ -228,7 +232,7 @@ def lds_model(spec, *, tile: int | None = None) -> dict[str, int]:
         single = (spec.num_warps * 32 if flash else block_m) <= tile
     k_pad = 0 if spec.global_load_lds_k and D * esz < 256 else LDS_PAD
     regions = {"k": (1 if single else 2) * tile * (D + k_pad) * esz}
-    regions["v"] = tile * (D + CFV_PAD) * esz if spec.cfv_store else D * (tile + LDS_PAD) * esz
+    regions["v"] = tile * (D + cfv_pad(flash)) * esz if spec.cfv_store else D * (tile + LDS_PAD) * esz
     if not flash:
         regions["p"] = block_m * (tile + LDS_PAD) * esz
     kv = sum(regions.values())
@@ -531,7 +535,7 @@ class _PathBase:
         k_pad = 0 if s.global_load_lds_k and D * 2 < 256 else LDS_PAD
         self.k_lds = k.lds("k_tile", (nbuf * T, D), s.dtype, pad=k_pad)
         if s.cfv_store:
-            self.v_lds = k.lds("v_tile", (T, D), s.dtype, pad=CFV_PAD)
+            self.v_lds = k.lds("v_tile", (T, D), s.dtype, pad=cfv_pad(s.flash))
         else:
             self.v_lds = k.lds("vt_tile", (D, T), s.dtype, pad=LDS_PAD)
 
@@ -784,7 +788,6 @@ def _store_partials(c: _Ctx, path, m, l, o, segment):
     """3D: this segment's (m, l, o) of every row it owns, fp32, unnormalised (ALGORITHM.md §5)."""
     a = c.a
     D = c.spec.head_size
-    row_entry = None
 
     def entry(row):
         tok, head = c.row_token(row)
@@ -816,7 +819,6 @@ def _store_partials(c: _Ctx, path, m, l, o, segment):
             e = entry(r)
             max_buf.store(e, mf.value[v] if vals > 1 else mf.value, mask=ok)
             sum_buf.store(e, lf.value[v] if vals > 1 else lf.value, mask=ok)
-    del row_entry
 
 
 # ---- shipped variants ---------------------------------------------------------------------------

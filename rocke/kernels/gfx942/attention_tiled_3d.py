@@ -13,12 +13,13 @@ the log2 domain (scores times ``softmax_scale * log2(e)``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields as dataclass_fields
 
 from rocke import dsl
 from rocke.kernels.common.checks import (check_extent, check_grid_extent, check_index_extent,
                                          check_tensor)
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
+# lds_model and total_num_q_blocks are this module's too (the 3D kernel has the 2D footprint)
 from rocke.kernels.gfx942.attention_tiled_2d import (UnifiedAttention2DSpec, lds_model,  # noqa: F401
                                                      total_num_q_blocks)
 
@@ -48,7 +49,7 @@ def supports_tiled_3d(spec=None, **fields) -> bool:
     return a2.supports_tiled_2d(**merged)
 
 
-_FIELDS = tuple(f.name for f in a2.fields(UnifiedAttention2DSpec))
+_FIELDS = tuple(f.name for f in dataclass_fields(UnifiedAttention2DSpec))
 
 
 def build(spec: UnifiedAttention3DSpec) -> dsl.Kernel:
