@@ -78,6 +78,12 @@ def rows_per_wave(head_dim: int, vector: int, dtype_bytes: int = 2, *, lds_dma: 
     return max(1, 64 * vector // head_dim)
 
 
+def min_dma_loads_per_wave(tokens: int, head_dim: int, threads: int, dtype_bytes: int = 2) -> int:
+    """LDS-DMA instructions every wave issues for one ``lds_dma`` tile copy (a wave may issue one
+    more): ``k.wait_vmcnt`` of this count leaves that copy in flight and everything older done."""
+    return tokens // (rows_per_wave(head_dim, 8, dtype_bytes, lds_dma=True) * (threads // 64))
+
+
 def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, first_token: Value,
                     valid_tokens: Value, thread_index: Value, threads: int, vector: int = 8,
                     transpose: bool = False, lds_dma: bool = False, aux: int = CACHE_NORMAL,

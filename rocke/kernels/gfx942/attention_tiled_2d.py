@@ -30,7 +30,8 @@ from rocke import dsl
 from rocke.dsl import rcp
 from rocke.dsl.fragment import (AxisVector, COL, ROW, Fragment, load_fragment, store_fragment)
 from rocke.dsl.magic import udiv_const
-from rocke.dsl.paged import CACHE_POLICIES, BlockTableRow, PagedView, copy_paged_tile, rows_per_wave
+from rocke.dsl.paged import (CACHE_POLICIES, BlockTableRow, PagedView, copy_paged_tile,
+                              min_dma_loads_per_wave, rows_per_wave)
 from rocke.kernels.common.checks import (check_bool, check_buffer_bytes, check_choice, check_extent,
                                          check_grid_extent, check_int_range, check_tensor, I32_LIMIT)
 from rocke.kernels.common.flash import LOG2E, online_softmax_update
@@ -573,7 +574,9 @@ class _PathBase:
                     self._copy_k_into(j)
                     c.copy_v(self.v_lds, kv0)
                 if s.global_load_lds_k:
-                    k.wait_vmcnt(0)
+                    # this tile's K and V are in; a double buffer's next-K DMAs (the newest
+                    # loads) stay in flight through this step (seeds/004 §7.1)
+                    k.wait_vmcnt(min_dma_loads_per_wave(s.tile_size, s.head_size, c.threads) if double else 0)
                 k.barrier()
                 if s.iglp:
                     k.iglp_opt(0)       # strategy 1 trips an LLVM assertion with DS writes in the loop
@@ -581,6 +584,8 @@ class _PathBase:
                 k.barrier()                      # the next step overwrites V (and K)
                 loop.yield_(*new)
             carry = loop.results
+        if double and s.global_load_lds_k:
+            k.wait_vmcnt(0)                      # the last prefetch lands before LDS is reused
         return self.split_carry(carry)
 
     def masked_scores(self, score, kv0, key_origin, row_origin, masked: bool):
