@@ -14,6 +14,8 @@ from pathlib import Path
 LEVERS: dict[str, tuple[str, str]] = {
     "ROCKE_CACHE_DIR": ("$XDG_CACHE_HOME/rocke or ~/.cache/rocke", "compile cache directory"),
     "ROCKE_LD_LLD": ("discovered", "the ld.lld to link code objects with"),
+    "ROCKE_LINKER": ("ld.lld", "what links code objects: ld.lld | comgr (needs hip-python's "
+                     "comgr bindings and ROCm's libamd_comgr)"),
     "ROCKE_DEVICE": ("hip if a gfx942 GPU is found, else emu", "launch device: emu | hip"),
     "ROCKE_EMU_TIMEOUT_S": ("600", "wall-time budget of one emulator launch, seconds"),
 }
@@ -37,6 +39,13 @@ def cache_dir() -> Path:
 
 def linker_override() -> str | None:
     return raw("ROCKE_LD_LLD")
+
+
+def linker() -> str:
+    value = raw("ROCKE_LINKER") or "ld.lld"
+    if value not in ("ld.lld", "comgr"):
+        raise ValueError(f"ROCKE_LINKER must be 'ld.lld' or 'comgr', got {value!r}")
+    return value
 
 
 def device() -> str | None:

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from .device import (DEVICE_KINDS, Device, PreparedLaunch, default_device_kind, get_device,
                      prepare_launch, reset_devices)
 from .graph import Graph, GraphError, is_capturing
+from .timing import EMULATOR_CLOCK, GPU_CLOCK, Timing, timed
 
 DEVICES = DEVICE_KINDS
 
@@ -32,4 +33,4 @@ def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
 
 __all__ = ["launch", "Device", "PreparedLaunch", "get_device", "prepare_launch",
            "default_device_kind", "reset_devices", "Graph", "GraphError", "is_capturing",
-           "DEVICES"]
+           "DEVICES", "Timing", "timed", "GPU_CLOCK", "EMULATOR_CLOCK"]

@@ -11,6 +11,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 from .. import env
 from ..arch import abi
 
@@ -33,8 +35,16 @@ def _pointer_of(value) -> int:
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
-    if isinstance(value, int) and value > 0:      # the common case, without abi's generality
+    # the common cases (an int, a full 3-tuple of ints) without abi's generality: this is per launch
+    if type(value) is int and value > 0:
         return (value, 1, 1)
+    if type(value) is tuple and len(value) == 3 and all(type(d) is int and d > 0 for d in value):
+        return value
+    items = (value,) if isinstance(value, (int, np.integer)) else value
+    if isinstance(items, (str, bytes)) or not isinstance(items, (tuple, list)) or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in items):
+        # abi.normalize_dims would int() strings and truncate floats; launches take integers only
+        raise ValueError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}")
     return abi.normalize_dims(value, what)
 
 
@@ -45,21 +55,36 @@ def _checked_args(compiled, grid, block, args) -> list:
     block, args)`, which returns the converted arguments; until that module is in this branch the
     arguments pass through unchanged (kernarg packing below still rejects wrong kinds and sizes).
     """
-    if _check_launch_args is not None:
-        return list(_check_launch_args(compiled, grid, block, args))
+    check = _signature_check()
+    if check is not None:
+        return list(check(compiled, grid, block, args))
     if not isinstance(args, (list, tuple)):
         raise ValueError(f"args must be a list or tuple of kernel arguments, "
                          f"got {type(args).__name__}")
     return list(args)
 
 
-try:   # see _checked_args: host-rel's signature module, once merged
-    from .signature import check_launch_args as _check_launch_args
-except ModuleNotFoundError:
-    _check_launch_args = None
+_UNRESOLVED = object()
+_check_launch_args = _UNRESOLVED
 
 
-def prepare_launch(compiled, grid, block, args: Sequence[Any], shared_mem: int = 0) -> PreparedLaunch:
+def _signature_check():
+    """host-rel's check_launch_args, imported on first use (so rocke.runtime and its
+    signature module cannot import each other in a circle); None while it does not exist."""
+    global _check_launch_args
+    if _check_launch_args is _UNRESOLVED:
+        try:
+            from .signature import check_launch_args
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.signature":
+                raise           # the module exists but something it needs does not
+            check_launch_args = None
+        _check_launch_args = check_launch_args
+    return _check_launch_args
+
+
+def prepare_launch(compiled, grid, block, args: Sequence[Any],
+                   shared_mem: int = 0) -> PreparedLaunch:
     """Check a launch of `compiled` and pack its kernarg segment; raises ValueError before any
     work when something is wrong."""
     info = compiled.info
@@ -93,6 +118,10 @@ class Device:
         """Whether launches on `stream` (default: the current one) are being captured."""
         raise NotImplementedError
 
+    def timed(self, fn, stream=None):
+        """Run `fn`, which launches on this device; a `timing.Timing` on the device's clock."""
+        raise NotImplementedError
+
     def __repr__(self):
         return f"<rocke {self.kind} device {self.arch}>"
 
@@ -111,18 +140,23 @@ def get_device(device: Device | str | None = None) -> Device:
         device = default_device_kind()
     if device not in DEVICE_KINDS:
         raise ValueError(f"unknown device {device!r}; rocke has {DEVICE_KINDS}")
-    found = _devices.get(device)
+    if device == "emu":
+        key = "emu"
+    else:
+        from .hip_device import current_device_index
+        key = f"hip:{current_device_index()}"     # the caller's current GPU (torch's, or HIP's)
+    found = _devices.get(key)
     if found is not None:
         return found
     with _lock:
-        if device not in _devices:
+        if key not in _devices:
             if device == "emu":
                 from .emu_device import EmuDevice
-                _devices[device] = EmuDevice()
+                _devices[key] = EmuDevice()
             else:
                 from .hip_device import HipDevice
-                _devices[device] = HipDevice(0)
-        return _devices[device]
+                _devices[key] = HipDevice(int(key.split(":")[1]))
+        return _devices[key]
 
 
 def default_device_kind() -> str:

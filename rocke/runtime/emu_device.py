@@ -2,6 +2,8 @@
 torch tensors, synchronously. Inside a `Graph` capture they are recorded instead (see graph.py)."""
 from __future__ import annotations
 
+import time
+
 from .device import Device, PreparedLaunch
 from . import graph as _graph
 
@@ -29,3 +31,9 @@ class EmuDevice(Device):
 
     def is_capturing(self, stream=None) -> bool:
         return _graph.active_capture(self) is not None
+
+    def timed(self, fn, stream=None):
+        from .timing import EMULATOR_CLOCK, Timing
+        start = time.perf_counter()
+        fn()
+        return Timing(time.perf_counter() - start, EMULATOR_CLOCK)

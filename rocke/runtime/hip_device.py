@@ -96,11 +96,28 @@ def arch_compatible(code_target: str, device_arch: str) -> bool:
     return all(dev.get(k, v) == v for k, v in code.items())
 
 
+@functools.cache
+def bindings_generation() -> int:
+    """Major version of the installed hip-python: 7.x and earlier take caller-made out-structs
+    (`hipGetDeviceProperties(props, device)`), >= 10 return them
+    (`hipGetDeviceProperties(device)`, `hipGraphInstantiate(graph, bufferSize)`)."""
+    from importlib.metadata import PackageNotFoundError, version
+    for dist in ("hip-python", "rocm-bindings-hip"):
+        try:
+            return int(version(dist).split(".", 1)[0])
+        except (PackageNotFoundError, ValueError):
+            continue
+    return 0
+
+
 def device_arch(index: int) -> str:
     """gcnArchName of HIP device `index`, e.g. 'gfx942:sramecc+:xnack-'."""
     hip = hip_module()
-    props = hip.hipDeviceProp_t()
-    _call("hipGetDeviceProperties", props, index)
+    if bindings_generation() >= 10:
+        props = _call("hipGetDeviceProperties", index)
+    else:
+        props = hip.hipDeviceProp_t()
+        _call("hipGetDeviceProperties", props, index)
     name = props.gcnArchName
     return (name.decode() if isinstance(name, bytes) else str(name)).split("\x00", 1)[0]
 
@@ -126,6 +143,14 @@ def torch_rocm() -> bool:
     except ImportError:
         return False
     return bool(getattr(torch.version, "hip", None)) and torch.cuda.is_available()
+
+
+def current_device_index() -> int:
+    """The GPU launches go to: torch's current device on a ROCm torch, else hipGetDevice()."""
+    if torch_rocm():
+        import torch
+        return torch.cuda.current_device()
+    return _call("hipGetDevice")
 
 
 class DeviceBuffer:
@@ -189,6 +214,13 @@ class DeviceBuffer:
         return f"<DeviceBuffer {self._nbytes} B at {self._address:#x}>"
 
 
+def instantiate_graph(graph):
+    """hipGraphInstantiate(graph) -> the executable graph, in the installed bindings' shape."""
+    if bindings_generation() >= 10:
+        return _call("hipGraphInstantiate", graph, 0)[0]
+    return _call("hipGraphInstantiate", graph, None, 0)[0]
+
+
 class _StreamGraph:
     """A HIP graph made by stream capture: hipStreamBeginCapture .. hipGraphInstantiate."""
 
@@ -206,7 +238,7 @@ class _StreamGraph:
 
     def end(self):
         self.graph = _call("hipStreamEndCapture", self.stream)
-        self.exec, _error_node = _call("hipGraphInstantiate", self.graph, None, 0)
+        self.exec = instantiate_graph(self.graph)
 
     def replay(self, stream=None):
         _call("hipGraphLaunch", self.exec, self.stream if stream is None else stream)
@@ -255,10 +287,13 @@ class HipDevice(Device):
     # --- modules ---
     def function(self, compiled):
         """The loaded kernel function of `compiled`, loading its module on first use."""
-        digest = compiled.__dict__.get("_code_object_sha256")
+        digest = getattr(compiled, "_code_object_sha256", None)
         if digest is None:
             digest = hashlib.sha256(compiled.code_object).hexdigest()
-            object.__setattr__(compiled, "_code_object_sha256", digest)
+            try:        # remembered on the (frozen) CompiledKernel: hashing is per object, once
+                object.__setattr__(compiled, "_code_object_sha256", digest)
+            except AttributeError:
+                pass
         entry = self._modules.get(digest)
         if entry is not None:
             fn = entry[1].get(compiled.name)
@@ -288,14 +323,19 @@ class HipDevice(Device):
     # --- launches ---
     def current_stream(self):
         capture = _graph.active_capture(self)
-        if capture is not None and capture._native is not None and capture._native.stream is not None:
-            return capture._native.stream
+        native = capture._native if capture is not None else None
+        if native is not None and native.stream is not None:
+            return native.stream
         if torch_rocm():
             import torch
             return torch.cuda.current_stream().cuda_stream
         return None
 
-    def execute(self, launch: PreparedLaunch, *, stream=None, check: bool = True):
+    def launch_params(self, launch: PreparedLaunch, stream=None) -> tuple:
+        """The hipModuleLaunchKernel arguments for `launch` (the module is loaded on first use);
+        the host side of a HIP launch, short of the call itself. The kernarg buffer and the
+        `extra` array ride along as the tuple's last items' referents: keep the tuple alive until
+        the call returns (HIP copies the kernarg buffer during the call)."""
         for value in launch.args:
             device = getattr(value, "device", None)
             if getattr(device, "type", None) == "cpu":
@@ -305,14 +345,18 @@ class HipDevice(Device):
         if stream is None:
             stream = self.current_stream()
         kernarg = launch.kernarg
-        size = ctypes.c_size_t(len(kernarg))
         buffer = ctypes.create_string_buffer(kernarg, len(kernarg))
+        size = ctypes.c_size_t(len(kernarg))
         extra = (ctypes.c_void_p * 5)(HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
                                       HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size),
                                       HIP_LAUNCH_PARAM_END)
         grid, block = launch.grid, launch.block
-        _call("hipModuleLaunchKernel", fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-              launch.shared_mem, stream, None, ctypes.addressof(extra))
+        return (fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], launch.shared_mem,
+                stream, None, ctypes.addressof(extra), (buffer, size, extra))
+
+    def execute(self, launch: PreparedLaunch, *, stream=None, check: bool = True):
+        params = self.launch_params(launch, stream)
+        _call("hipModuleLaunchKernel", *params[:-1])
         capture = _graph.active_capture(self)
         if capture is not None and capture._native is not None:
             capture._native.num_launches += 1
@@ -324,6 +368,29 @@ class HipDevice(Device):
             torch.cuda.synchronize()
         else:
             _call("hipDeviceSynchronize")
+
+    def timed(self, fn, stream=None):
+        from .timing import GPU_CLOCK, Timing
+        if stream is None and torch_rocm():
+            import torch
+            start, stop = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            return Timing(start.elapsed_time(stop) / 1e3, GPU_CLOCK)
+        stream = self.current_stream() if stream is None else stream
+        start, stop = _call("hipEventCreate"), _call("hipEventCreate")
+        try:
+            _call("hipEventRecord", start, stream)
+            fn()
+            _call("hipEventRecord", stop, stream)
+            _call("hipEventSynchronize", stop)
+            milliseconds = _call("hipEventElapsedTime", start, stop)
+        finally:
+            _call("hipEventDestroy", start)
+            _call("hipEventDestroy", stop)
+        return Timing(milliseconds / 1e3, GPU_CLOCK)
 
     # --- memory ---
     def alloc(self, nbytes: int) -> DeviceBuffer:
@@ -357,4 +424,9 @@ class HipDevice(Device):
                 _call("hipGraphDestroy", graph)
             native.close()
             raise
-        native.end()
+        try:
+            native.end()
+        except BaseException:
+            with contextlib.suppress(HipError):
+                native.close()
+            raise
