@@ -22,13 +22,15 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:      # run the rocke of the checkout this script sits in
     sys.path.insert(0, str(REPO_ROOT))
 
+from rocke.kernels.common.attention_unified import HEAD_SIZES as SUPPORTED_HEAD_SIZES  # noqa: E402
+
 BLOCK_SIZE = 64                 # cache block (page) size: the flash tile T of seeds/000 §5
 INPUT_RANGE = 0.1               # inputs ~ uniform(-0.1, 0.1), seeds/001
 TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 NAME_DTYPES = {"f16": "fp16", "bf16": "bf16"}
-#: head sizes the gfx942 tiled kernels implement; d256 arrives with a later issue.
-SUPPORTED_HEAD_SIZES = (64, 128)
-D256_SKIP_REASON = "head_size 256: no gfx942 tiled d256 kernel yet (a later issue adds it)"
+#: why a shape whose head size the dispatcher does not take (d256) is SKIP, not run
+D256_SKIP_REASON = ("head_size 256: no gfx942 tiled d256 kernel yet (a later issue adds it); "
+                    f"the dispatcher takes {SUPPORTED_HEAD_SIZES}")
 #: --quick caps every KV length at this (same shape names, scaled lengths).
 QUICK_MAX_KV = 1024
 #: Emulated attention FLOPs (``kernel_flops``) per second of emulator wall time: measured on the
@@ -411,6 +413,8 @@ def print_plan(shapes: list[Shape], first: dict[str, str], rate: EmuRate, device
         else:
             note = ""
         print(f"  {shape.name:<42} {shape.describe():<58} {note}")
+        if shape.covers:
+            print(f"  {'':<42} covers: {shape.covers}")
 
 
 def format_seconds(seconds: float) -> str:
