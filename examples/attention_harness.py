@@ -154,7 +154,8 @@ def scale_shape(shape: Shape, max_kv: int | None) -> Shape:
     return replace(shape, seqlens=tuple(scaled), scaled_from=shape.seqlens)
 
 
-def select(groups: dict[str, list[Shape]], selectors: list[str], all_word: str | None) -> list[Shape]:
+def select(groups: dict[str, list[Shape]], selectors: list[str],
+           all_word: str | None) -> list[Shape]:
     """Shapes named by ``selectors`` (group names, ``all_word`` for every group, or exact
     shape names), in set order, without duplicates. Unknown names are an error listing what
     exists, raised before any work."""
@@ -282,7 +283,8 @@ def print_worst_mismatches(shape: Shape, out: torch.Tensor, ref: torch.Tensor, c
     cu = cu_seqlens_q.cpu().tolist()
     _, hq, d = ref.shape
     print(f"    worst {len(top.indices)} mismatches of {shape.name}:")
-    print(f"    {'seq':>4} {'token':>6} {'head':>5} {'dim':>4} {'kernel':>12} {'ref':>12} {'|err|':>10}")
+    print(f"    {'seq':>4} {'token':>6} {'head':>5} {'dim':>4} {'kernel':>12} {'ref':>12} "
+          f"{'|err|':>10}")
     for idx in top.indices.tolist():
         token, rest = divmod(idx, hq * d)
         head, dim = divmod(rest, d)
@@ -386,7 +388,8 @@ def print_estimate(plan: list[tuple[Shape, int]], device: str, rate: EmuRate) ->
     total = sum(rate.seconds_for(kernel_flops(s) * n, n) for s, n in plan)
     print(f"estimate: {len(plan)} shapes, {sum(n for _, n in plan)} emulated launches, "
           f"~{format_seconds(total)} of emulator wall time (at {rate.rate / 1e9:.2f} emulated "
-          f"GFLOP/s + {EMU_LAUNCH_OVERHEAD_S} s a launch, excluding compiles; refined as the run goes)")
+          f"GFLOP/s + {EMU_LAUNCH_OVERHEAD_S} s a launch, excluding compiles; refined as the "
+          "run goes)")
     heavy = sorted(plan, key=lambda p: -kernel_flops(p[0]) * p[1])[:3]
     if total > LONG_RUN_WARNING_S:
         print("  WARNING: long run on the emulator. Heaviest shapes: "

@@ -102,7 +102,8 @@ def test_identical_scaled_problems_are_measured_once():
 
 
 def test_reference_by_kv_head_group_matches_the_whole(monkeypatch):
-    shape = next(s for s in all_parity_shapes() if s.name == "bf16_h16kv2_varlen_s64x320_s200x999_d64")
+    name = "bf16_h16kv2_varlen_s64x320_s200x999_d64"
+    shape = next(s for s in all_parity_shapes() if s.name == name)
     inputs = H.make_inputs(shape, "cpu")
     whole = H.reference(shape, inputs)
     monkeypatch.setattr(H, "REFERENCE_CHUNK_BYTES", 0)
