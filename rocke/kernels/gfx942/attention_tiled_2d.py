@@ -376,8 +376,7 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
     k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.workgroup_size,
                    waves_per_eu=spec.waves_per_eu or None)
     a = _declare_args(k, spec, split)
-    G, D, T = spec.num_queries_per_kv, spec.head_size, spec.tile_size
-    BQ, BM = spec.block_q, spec.block_m_rows
+    T, BQ = spec.tile_size, spec.block_q
     threads = spec.workgroup_size
     tid = k.thread_id(0)
 
@@ -413,15 +412,15 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
             n_all = udiv_const(kv_len + (T - 1), T)
             per_seg = (n_all + a.num_segments - 1) // a.num_segments
             seg_lo = dsl.minimum(segment * per_seg, n_tiles)
-            seg_hi = dsl.minimum(seg_lo + per_seg, n_tiles)
+            seg_hi = dsl.minimum((segment + 1) * per_seg, n_tiles)
             bounds = (seg_lo, dsl.maximum(seg_lo, dsl.minimum(n_full, seg_hi)), seg_hi)
         else:
             bounds = (k.const(0, "i32"), n_full, n_tiles)
-        ctxs = _Ctx(k, spec, a, kv_head, seq, q_seq_start, q_len, q_start, kv_len, ctx, tid, threads)
-        path = _FlashPath(ctxs) if spec.flash else _NarrowPath(ctxs)
+        wg = _Ctx(k, spec, a, kv_head, seq, q_seq_start, q_len, q_start, kv_len, ctx, tid, threads)
+        path = _FlashPath(wg) if spec.flash else _NarrowPath(wg)
         m, l, o = path.run(bounds)
         if split:
-            _store_partials(ctxs, path, m, l, o, segment)
+            _store_partials(wg, path, m, l, o, segment)
         else:
             path.store_output(l, o)
     return k
@@ -435,24 +434,22 @@ class _Ctx:
         self.kv_head, self.seq, self.q_seq_start = kv_head, seq, q_seq_start
         self.q_len, self.q_start, self.kv_len, self.ctx = q_len, q_start, kv_len, ctx
         self.tid, self.threads = tid, threads
-        G = spec.num_queries_per_kv
-        self.G = G
+        self.G = spec.num_queries_per_kv
         self.total_q = a.cu_seqlens_q.load(a.num_seqs)
         self.q_buf = a.q.buffer(self.total_q * a.q_stride_token)
-        aux = CACHE_POLICIES[spec.kv_cache_policy]
-        self.aux = aux
-        table = BlockTableRow(a.block_table, seq * a.block_table_stride)
+        self.aux = CACHE_POLICIES[spec.kv_cache_policy]
+        self.table = BlockTableRow(a.block_table, seq * a.block_table_stride)
         self.k_view = PagedView(a.k_cache, spec.block_size, a.k_stride_block, a.k_stride_token,
                                 kv_head * a.k_stride_head, a.num_blocks, spec.kv_addr_64)
         self.v_view = PagedView(a.v_cache, spec.block_size, a.v_stride_block, a.v_stride_token,
                                 kv_head * a.v_stride_head, a.num_blocks, spec.kv_addr_64)
-        self.table = table
 
     def row_token(self, rows):
         """(token within the sequence, query head) of workgroup rows (i32 scalar or vector)."""
-        tok = udiv_const(rows, self.G) if self.G > 1 else rows
-        head = rows - tok * self.G if self.G > 1 else rows * 0
-        return self.q_start + tok, self.kv_head * self.G + head
+        if self.G == 1:
+            return self.q_start + rows, self.kv_head
+        tok = udiv_const(rows, self.G)
+        return self.q_start + tok, self.kv_head * self.G + (rows - tok * self.G)
 
     def row_valid(self, rows):
         tok, _ = self.row_token(rows)
