@@ -1,0 +1,515 @@
+"""What the two attention harnesses share: the shape record, scaling a shape down for a CPU,
+the dense -> paged input mapping (seeds/001 "How the harness maps a dense SDPA problem onto the
+paged kernel"), the cost estimate, progress bars, timing reduction and the JSON report.
+
+Nothing here computes attention: kernels, the dispatcher, the knobs and the fp32 reference all
+live in ``rocke.kernels``. This module only feeds them and prints what they did.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:      # run the rocke of the checkout this script sits in
+    sys.path.insert(0, str(REPO_ROOT))
+
+from rocke.kernels.common.attention_unified import HEAD_SIZES as SUPPORTED_HEAD_SIZES  # noqa: E402
+
+BLOCK_SIZE = 64                 # cache block (page) size: the flash tile T of seeds/000 §5
+INPUT_RANGE = 0.1               # inputs ~ uniform(-0.1, 0.1), seeds/001
+TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
+NAME_DTYPES = {"f16": "fp16", "bf16": "bf16"}
+#: why a shape whose head size the dispatcher does not take (d256) is SKIP, not run
+D256_SKIP_REASON = ("head_size 256: no gfx942 tiled d256 kernel yet (a later issue adds it); "
+                    f"the dispatcher takes {SUPPORTED_HEAD_SIZES}")
+#: --quick caps every KV length at this (same shape names, scaled lengths).
+QUICK_MAX_KV = 1024
+#: Emulated attention FLOPs (``kernel_flops``) per second of emulator wall time: measured on the
+#: 2-core development host, shared with other jobs, over ``parity_unified_attention.py --quick
+#: --scenario default`` (58 GFLOP in 186 s of emulator time over the three tables; the 2D
+#: kernels run ~0.6, the forced 3D path on prefill ~0.2). Only a first guess: each run
+#: refines it from its own launches.
+EMU_FLOPS_PER_S_GUESS = 0.32e9
+#: Emulator wall time of a launch that does next to no work (decode, a handful of workgroups),
+#: measured on the same host; added per launch so tiny shapes are not estimated at zero.
+EMU_LAUNCH_OVERHEAD_S = 0.1
+LONG_RUN_WARNING_S = 600.0
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes
+
+@dataclass(frozen=True)
+class Shape:
+    """One attention problem: a batch of sequences, each ``(query_len, kv_len)``, causal
+    (bottom-right aligned; a query_len 1 row sees every key)."""
+    name: str
+    dtype: str                  # "f16" | "bf16"
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    seqlens: tuple[tuple[int, int], ...]
+    covers: str = ""            # what the shape is in the set for
+    scaled_from: tuple[tuple[int, int], ...] | None = None
+
+    def __post_init__(self):
+        if self.dtype not in TORCH_DTYPES:
+            raise ValueError(f"{self.name}: dtype must be one of {sorted(TORCH_DTYPES)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"{self.name}: num_heads {self.num_heads} is not a multiple of "
+                             f"num_kv_heads {self.num_kv_heads}")
+        for q, k in self.seqlens:
+            if not 1 <= q <= k:
+                raise ValueError(f"{self.name}: causal needs 1 <= query_len <= kv_len, got {q}x{k}")
+
+    @property
+    def batch(self) -> int:
+        return len(self.seqlens)
+
+    @property
+    def group(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def max_q(self) -> int:
+        return max(q for q, _ in self.seqlens)
+
+    @property
+    def max_k(self) -> int:
+        return max(k for _, k in self.seqlens)
+
+    @property
+    def total_q(self) -> int:
+        return sum(q for q, _ in self.seqlens)
+
+    @property
+    def uniform(self) -> bool:
+        return len(set(self.seqlens)) == 1
+
+    @property
+    def kind(self) -> str:
+        if self.max_q == 1:
+            return "decode"
+        if all(q == k for q, k in self.seqlens):
+            return "prefill"
+        if any(q == 1 for q, _ in self.seqlens):
+            return "mixed"
+        return "chunked"
+
+    @property
+    def supported(self) -> bool:
+        return self.head_size in SUPPORTED_HEAD_SIZES
+
+    def describe(self) -> str:
+        lens = (f"{self.batch}x {self.seqlens[0][0]}x{self.seqlens[0][1]}" if self.uniform
+                else " ".join(f"{q}x{k}" for q, k in self.seqlens))
+        text = (f"{NAME_DTYPES[self.dtype]} h{self.num_heads}/kv{self.num_kv_heads} "
+                f"d{self.head_size} q x kv: {lens}")
+        if self.scaled_from is not None:
+            text += f" (scaled from max kv {max(k for _, k in self.scaled_from)})"
+        return text
+
+
+def dense(dtype, heads, kv_heads, batch, seqlen_q, seqlen_k, head_size, covers="", name=None):
+    """A uniform batch, named as seeds/001 does: ``fp16_h32kv8_b1_s2048x2048_d128``."""
+    name = name or (f"{NAME_DTYPES[dtype]}_h{heads}kv{kv_heads}_b{batch}_s{seqlen_q}x{seqlen_k}"
+                    f"_d{head_size}")
+    return Shape(name, dtype, heads, kv_heads, head_size, ((seqlen_q, seqlen_k),) * batch, covers)
+
+
+def decode(dtype, heads, kv_heads, batch, seqlen_k, head_size, covers="", name=None):
+    """A decode batch (query_len 1), named ``decode_fp16_h32kv8_b4_q1k1024_d128``."""
+    name = name or (f"decode_{NAME_DTYPES[dtype]}_h{heads}kv{kv_heads}_b{batch}_q1k{seqlen_k}"
+                    f"_d{head_size}")
+    return Shape(name, dtype, heads, kv_heads, head_size, ((1, seqlen_k),) * batch, covers)
+
+
+def varlen(name, dtype, heads, kv_heads, head_size, seqlens, covers=""):
+    return Shape(name, dtype, heads, kv_heads, head_size, tuple(map(tuple, seqlens)), covers)
+
+
+def scale_shape(shape: Shape, max_kv: int | None) -> Shape:
+    """The same shape (same name, heads, dtype, batch) with every KV length scaled by one
+    factor so the longest is ``max_kv``; query lengths scale with it, decode rows stay 1 and a
+    chunk (query_len < kv_len) stays a chunk. Shapes already within ``max_kv`` are unchanged."""
+    if max_kv is None or shape.max_k <= max_kv:
+        return shape
+    factor = max_kv / shape.max_k
+    scaled = []
+    for q, k in shape.seqlens:
+        k2 = max(1, round(k * factor))
+        q2 = 1 if q == 1 else min(k2, max(1, round(q * factor)))
+        if q < k and q2 >= k2 and k2 > 1:
+            q2 = k2 - 1
+        scaled.append((q2, k2))
+    return replace(shape, seqlens=tuple(scaled), scaled_from=shape.seqlens)
+
+
+def select(groups: dict[str, list[Shape]], selectors: list[str],
+           all_word: str | None) -> list[Shape]:
+    """Shapes named by ``selectors`` (group names, ``all_word`` for every group, or exact
+    shape names), in set order, without duplicates. Unknown names are an error listing what
+    exists, raised before any work."""
+    by_name = {s.name: s for shapes in groups.values() for s in shapes}
+    chosen: dict[str, Shape] = {}
+    for sel in selectors:
+        if all_word is not None and sel == all_word:
+            picked = [s for shapes in groups.values() for s in shapes]
+        elif sel in groups:
+            picked = groups[sel]
+        elif sel in by_name:
+            picked = [by_name[sel]]
+        else:
+            words = sorted(groups) + ([all_word] if all_word else [])
+            raise SystemExit(f"error: unknown group or shape {sel!r}; groups: {', '.join(words)}; "
+                             f"shapes: {', '.join(by_name)}")
+        for s in picked:
+            chosen.setdefault(s.name, s)
+    return list(chosen.values())
+
+
+def problem_key(shape: Shape) -> tuple:
+    """Shapes with equal keys are the same problem (e.g. S2048 and S4096 both scaled to 1024)."""
+    return (shape.dtype, shape.num_heads, shape.num_kv_heads, shape.head_size, shape.seqlens)
+
+
+def first_of_each_problem(shapes: list[Shape]) -> dict[str, str]:
+    """shape name -> name of the first shape with the same problem (itself if first)."""
+    first: dict[tuple, str] = {}
+    return {s.name: first.setdefault(problem_key(s), s.name) for s in shapes}
+
+
+def reuse_row(row: dict, shape: Shape, groups: list[str]) -> dict:
+    """``row`` (measured for an identical earlier problem) relabelled for ``shape``: a scaled
+    run measures each distinct problem once and says which rows share a result."""
+    out = dict(row, **shape_record(shape, groups))
+    out["reused_from"] = row["shape"]
+    return out
+
+
+def groups_of(groups: dict[str, list[Shape]], name: str) -> list[str]:
+    return [g for g, shapes in groups.items() if any(s.name == name for s in shapes)]
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+def make_inputs(shape: Shape, device: str, seed: int = 0) -> dict:
+    """The paged problem of ``shape``: packed q/out ``[total_q, Hq, D]``, caches ``[num_blocks,
+    64, Hk, D]`` where each sequence owns a contiguous, non-overlapping run of blocks, the
+    block table, ``cu_seqlens_q`` and ``seqused_k``. Values ~ uniform(-0.1, 0.1)."""
+    gen = torch.Generator().manual_seed(seed)
+    dt = TORCH_DTYPES[shape.dtype]
+    d, hq, hk = shape.head_size, shape.num_heads, shape.num_kv_heads
+    blocks = [-(-k // BLOCK_SIZE) for _, k in shape.seqlens]
+    num_blocks, width = sum(blocks), max(blocks)
+
+    def uniform(*size):
+        return ((torch.rand(*size, generator=gen) * 2 - 1) * INPUT_RANGE).to(dt)
+
+    q = uniform(shape.total_q, hq, d)
+    k_cache = uniform(num_blocks, BLOCK_SIZE, hk, d)
+    v_cache = uniform(num_blocks, BLOCK_SIZE, hk, d)
+    table = torch.zeros(shape.batch, width, dtype=torch.int32)
+    first = 0
+    for s, n in enumerate(blocks):
+        table[s, :n] = torch.arange(first, first + n, dtype=torch.int32)
+        first += n
+    cu = [0]
+    for qlen, _ in shape.seqlens:
+        cu.append(cu[-1] + qlen)
+    tensors = dict(
+        q=q, k=k_cache, v=v_cache, out=torch.empty_like(q),
+        cu_seqlens_q=torch.tensor(cu, dtype=torch.int32),
+        seqused_k=torch.tensor([k for _, k in shape.seqlens], dtype=torch.int32),
+        block_table=table)
+    tensors = {key: t.to(device) for key, t in tensors.items()}
+    tensors.update(max_seqlen_q=shape.max_q, max_seqlen_k=shape.max_k,
+                   softmax_scale=1.0 / math.sqrt(d))
+    return tensors
+
+
+#: Above this many bytes of fp32 scores (one sequence, all heads) the reference runs one KV
+#: head's query group at a time: S8192 x 32 heads would otherwise need ~26 GB.
+REFERENCE_CHUNK_BYTES = 1 << 30
+
+
+def reference(shape: Shape, inputs: dict) -> torch.Tensor:
+    """The fp32 paged reference (``ref_paged_attn``) on the CPU; per KV-head group for big
+    shapes (the groups are independent problems: query heads [h*G, (h+1)*G) see KV head h)."""
+    from rocke.kernels.common.attention_reference import ref_paged_attn
+    t = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    common = (t["cu_seqlens_q"], t["seqused_k"], t["block_table"], t["softmax_scale"])
+    scores = 4 * shape.num_heads * max(q * k for q, k in shape.seqlens)
+    if scores <= REFERENCE_CHUNK_BYTES:
+        return ref_paged_attn(t["q"], t["k"], t["v"], *common, causal=True)
+    g = shape.group
+    out = torch.empty(shape.total_q, shape.num_heads, shape.head_size, dtype=torch.float32)
+    for h in range(shape.num_kv_heads):
+        out[:, h * g:(h + 1) * g] = ref_paged_attn(
+            t["q"][:, h * g:(h + 1) * g], t["k"][:, :, h:h + 1], t["v"][:, :, h:h + 1], *common,
+            causal=True)
+    return out
+
+
+def tolerance(shape: Shape, override: float | None) -> float:
+    from rocke.kernels.common.tolerances import attention_atol
+    return override if override is not None else attention_atol(shape.dtype)
+
+
+def max_abs_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |out - ref|; NaN/inf anywhere (e.g. a row the kernel never wrote) is +inf."""
+    diff = (out.detach().float().cpu() - ref).abs()
+    if not torch.isfinite(diff).all():
+        return math.inf
+    return float(diff.max()) if diff.numel() else 0.0
+
+
+def print_worst_mismatches(shape: Shape, out: torch.Tensor, ref: torch.Tensor, count: int,
+                           cu_seqlens_q: torch.Tensor) -> None:
+    """The ``count`` largest |out - ref| elements with their (sequence, token, head, dim)."""
+    diff = (out.detach().float().cpu() - ref).abs().nan_to_num(nan=math.inf)
+    flat = diff.flatten()
+    top = torch.topk(flat, min(count, flat.numel()))
+    cu = cu_seqlens_q.cpu().tolist()
+    _, hq, d = ref.shape
+    print(f"    worst {len(top.indices)} mismatches of {shape.name}:")
+    print(f"    {'seq':>4} {'token':>6} {'head':>5} {'dim':>4} {'kernel':>12} {'ref':>12} "
+          f"{'|err|':>10}")
+    for idx in top.indices.tolist():
+        token, rest = divmod(idx, hq * d)
+        head, dim = divmod(rest, d)
+        seq = max(s for s in range(len(cu) - 1) if cu[s] <= token)
+        got = float(out.reshape(-1)[idx].float())
+        print(f"    {seq:>4} {token:>6} {head:>5} {dim:>4} {got:>12.5g} "
+              f"{float(ref.reshape(-1)[idx]):>12.5g} {float(flat[idx]):>10.3g}")
+
+
+def inject_error(out: torch.Tensor) -> None:
+    """Test-only (hidden ``--inject-error`` flag): corrupt one output element after the kernel
+    ran, so the tests can prove the correctness gate fails a wrong result."""
+    out.view(-1)[out.numel() // 2] += 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# device, levers
+
+def resolve_device(requested: str | None) -> str:
+    """``--device`` else ``ROCKE_DEVICE`` else rocke.runtime's default (hip when hip-python
+    finds a gfx942 GPU, else emu). Checked before any work: a hip run also needs a ROCm torch
+    that sees the GPU, since the harness allocates its tensors with torch."""
+    from rocke import env, runtime
+    devices = tuple(runtime.DEVICES)
+    device = requested or env.device() or runtime.default_device_kind()
+    if device not in devices:
+        raise SystemExit(f"error: --device {device}: rocke.runtime offers {devices}")
+    if device == "hip" and not torch.cuda.is_available():
+        raise SystemExit("error: --device hip needs a ROCm torch that sees a GPU "
+                         "(torch.cuda.is_available() is False here)")
+    os.environ["ROCKE_DEVICE"] = device      # the dispatcher's launches follow the harness
+    return device
+
+
+def torch_device(device: str) -> str:
+    return "cuda" if device == "hip" else "cpu"
+
+
+def time_label(device: str) -> str:
+    return "emulator wall time" if device == "emu" else "GPU wall time (hip)"
+
+
+def echo_levers(printer=print):
+    """Print every HIPDNN_GFX942_* lever as rocke reads it (rocke/kernels/common/knobs.py);
+    returns ``(knobs, values for the report)``. A bad lever value stops the run here, before
+    any work."""
+    from rocke.kernels.common import knobs
+    try:
+        read = knobs.read_knobs(os.environ)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for line in knobs.describe(read, os.environ).splitlines():
+        printer(line)
+    return read, asdict(read)
+
+
+# ---------------------------------------------------------------------------------------------
+# cost estimate and progress
+
+def kernel_flops(shape: Shape) -> float:
+    """FLOPs a tiled kernel spends on ``shape``: 2 matmuls of 2*D per (row, visited key), rows
+    padded to the 16-row MFMA tile per (sequence, KV head) since a GQA group shares the tile,
+    keys cut by the causal early exit (a query at position p sees p + 1 keys)."""
+    total = 0.0
+    for q, k in shape.seqlens:
+        rows = -(-q * shape.group // 16) * 16
+        visited = k - q + (q + 1) / 2            # mean keys per query row under causal
+        total += 4.0 * shape.head_size * shape.num_kv_heads * rows * visited
+    return total
+
+
+class EmuRate:
+    """Emulator wall time of a launch ~ EMU_LAUNCH_OVERHEAD_S + FLOPs / rate, the rate a first
+    guess refined by every launch the run measures (running totals, so one odd launch does not
+    dominate)."""
+
+    def __init__(self, guess: float = EMU_FLOPS_PER_S_GUESS):
+        self.guess = guess
+        self.flops = 0.0
+        self.seconds = 0.0
+
+    def record(self, flops: float, seconds: float) -> None:
+        work = seconds - EMU_LAUNCH_OVERHEAD_S
+        if work > 0:
+            self.flops += flops
+            self.seconds += work
+
+    @property
+    def rate(self) -> float:
+        return self.flops / self.seconds if self.seconds > 0.5 else self.guess
+
+    def seconds_for(self, flops: float, launches: int = 1) -> float:
+        return launches * EMU_LAUNCH_OVERHEAD_S + flops / self.rate
+
+
+def print_estimate(plan: list[tuple[Shape, int]], device: str, rate: EmuRate) -> float:
+    """Before the run: per-shape launches and the estimated emulator wall time, and a warning
+    when the total is long. Returns the estimate in seconds (0 on hip)."""
+    if device != "emu":
+        return 0.0
+    total = sum(rate.seconds_for(kernel_flops(s) * n, n) for s, n in plan)
+    print(f"estimate: {len(plan)} shapes, {sum(n for _, n in plan)} emulated launches, "
+          f"~{format_seconds(total)} of emulator wall time (at {rate.rate / 1e9:.2f} emulated "
+          f"GFLOP/s + {EMU_LAUNCH_OVERHEAD_S} s a launch, excluding compiles; refined as the "
+          "run goes)")
+    heavy = sorted(plan, key=lambda p: -kernel_flops(p[0]) * p[1])[:3]
+    if total > LONG_RUN_WARNING_S:
+        print("  WARNING: long run on the emulator. Heaviest shapes: "
+              + ", ".join(f"{s.name} ~{format_seconds(rate.seconds_for(kernel_flops(s) * n, n))}"
+                          for s, n in heavy)
+              + ". Scale down with --quick or a smaller --max-kv N (same shapes, shorter KV), "
+              "or pick fewer shapes.")
+    return total
+
+
+def print_plan(shapes: list[Shape], first: dict[str, str], rate: EmuRate, device: str,
+               plan: list[tuple[Shape, int]]) -> None:
+    """--dry-run: every selected shape, its problem and (on the emulator) its estimate."""
+    launches = {s.name: n for s, n in plan}
+    for shape in shapes:
+        if not shape.supported:
+            note = f"SKIP: {D256_SKIP_REASON}"
+        elif first[shape.name] != shape.name:
+            note = f"= {first[shape.name]} after scaling"
+        elif device == "emu":
+            n = launches[shape.name]
+            note = (f"{n} launches, {kernel_flops(shape) * n / 1e9:.2f} GFLOP, "
+                    f"~{format_seconds(rate.seconds_for(kernel_flops(shape) * n, n))}")
+        else:
+            note = ""
+        print(f"  {shape.name:<42} {shape.describe():<58} {note}")
+        if shape.covers:
+            print(f"  {'':<42} covers: {shape.covers}")
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def progress(shape: Shape, launches: int, device: str, rate: EmuRate):
+    """A per-shape progress bar over its launches (stderr; silent when stderr is not a
+    terminal, so logs and tests stay clean)."""
+    from tqdm import tqdm
+    eta = f" ~{format_seconds(rate.seconds_for(kernel_flops(shape) * launches, launches))}" \
+        if device == "emu" else ""
+    return tqdm(total=launches, desc=f"{shape.name}{eta}", unit="launch", leave=False,
+                file=sys.stderr, disable=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# timing
+
+def synchronize(device: str) -> None:
+    if device == "hip":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str) -> float:
+    """Wall seconds of ``fn()``, the device drained before and after."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - t0
+
+
+def reduce_times(samples: list[float], how: str, trim: float) -> float:
+    if how == "median":
+        return statistics.median(samples)
+    if how == "mean":
+        return statistics.fmean(samples)
+    if how == "trimmed":
+        cut = int(len(samples) * trim)
+        kept = sorted(samples)[cut:len(samples) - cut] or sorted(samples)
+        return statistics.fmean(kept)
+    raise ValueError(f"reduce: unknown method {how!r}")
+
+
+def spread(samples: list[float]) -> float | None:
+    """(max - min) / median of the measurements; None with fewer than two."""
+    if len(samples) < 2:
+        return None
+    mid = statistics.median(samples)
+    return (max(samples) - min(samples)) / mid if mid > 0 else None
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+REPORT_SCHEMA_VERSION = 1
+STATUSES = ("PASS", "FAIL", "SKIP", "ERROR")
+
+
+def shape_record(shape: Shape, groups: list[str]) -> dict:
+    return dict(shape=shape.name, groups=groups, dtype=shape.dtype, num_heads=shape.num_heads,
+                num_kv_heads=shape.num_kv_heads, head_size=shape.head_size,
+                seqlens=[list(p) for p in shape.seqlens],
+                scaled_from=None if shape.scaled_from is None
+                else [list(p) for p in shape.scaled_from],
+                kind=shape.kind, reused_from=None)
+
+
+def write_report(path: str | None, payload: dict) -> None:
+    if path:
+        Path(path).write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+        print(f"report written to {path}")
+
+
+def summary(rows: list[dict]) -> dict:
+    return {status: sum(1 for r in rows if r["status"] == status) for status in STATUSES}
+
+
+def fmt_ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    print(f"\n{title}")
+    print("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  " + "  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))

@@ -1,0 +1,325 @@
+"""gfx942 unified attention parity + latency harness (seeds/001).
+
+For every selected shape it runs three tables — ``auto`` (the production dispatcher,
+``run_unified_attention_torch(backend="auto")``), ``2d`` (the 2D spec built here explicitly:
+the transposed-x8 flash regime for d128 fp16 in the geometry ``HIPDNN_GFX942_FLASH_WIDE`` picks —
+wide4 by default, L4 for ``0``, wide2 for ``2`` — and the narrow 16x16x16 path otherwise) and
+``3d`` (the split-KV path, forced) — and gates each output against the fp32 paged reference
+(``ref_paged_attn``, tolerance ``attention_atol``). Exit status 1 on any FAIL or ERROR.
+
+On the emulator (the default device here) correctness is real and the time column is emulator
+wall time on this CPU, never GPU time. ``--quick`` / ``--max-kv N`` scale every shape's KV
+length down (same names, same heads, dtypes, batches and kinds) so a CPU can run the set.
+
+Test-only lever: the hidden ``--inject-error`` flag corrupts one output element after each
+kernel launch, so the tests can show a wrong result fails the gate and the exit status.
+
+    python examples/parity_unified_attention.py --quick --scenario default    # CPU-sized
+    python examples/parity_unified_attention.py --scenario fmha --scenario decode_d128_q1k1024
+    HIPDNN_GFX942_FLASH_WIDE=0 python examples/parity_unified_attention.py \\
+        --scenario fp16_h32kv8_b1_s2048x2048_d128
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import attention_harness as H
+from parity_shapes import GROUPS
+
+TABLES = ("auto", "2d", "3d")
+HIP_ATTEMPTS, HIP_WARMUP = 30, 10
+# Each emulated launch is a full CPU emulation, and its report already carries its emulator
+# wall time: by default the gated launch's own time is the figure (no extra launches).
+EMU_ATTEMPTS, EMU_WARMUP = 0, 0
+
+
+class Skip(Exception):
+    """The shape is outside what this path supports; the message says why."""
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description="gfx942 unified attention parity + latency harness (fp32-reference gated)",
+        epilog="groups: " + ", ".join(f"{g} ({len(s)} shapes)" for g, s in GROUPS.items())
+        + "; 'all' = every group")
+    p.add_argument("--scenario", action="append", metavar="S",
+                   help="a group (default/fmha/creative/all) or an exact shape name; repeatable, "
+                        "the selections union (default: all)")
+    p.add_argument("--attempts", type=int, default=None,
+                   help=f"timed launches (default {HIP_ATTEMPTS} on hip; {EMU_ATTEMPTS} on emu, "
+                        "where the gated launch's own emulator time is reported)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help=f"warm-up launches (default {HIP_WARMUP} on hip, {EMU_WARMUP} on emu)")
+    p.add_argument("--tol", type=float, default=None,
+                   help="absolute-tolerance override (default 2e-2 fp16 / 4e-2 bf16)")
+    p.add_argument("--report", metavar="PATH", help="write a JSON results report")
+    p.add_argument("--debug-mismatch", type=int, default=0, metavar="N",
+                   help="on failure, print the N worst mismatch samples")
+    p.add_argument("--device", choices=("emu", "hip"), default=None,
+                   help="launch device (default: ROCKE_DEVICE, else hip if present, else emu)")
+    p.add_argument("--max-kv", type=int, default=None, metavar="N",
+                   help="scale every shape so its longest KV length is at most N")
+    p.add_argument("--quick", action="store_true",
+                   help=f"CPU-sized run: --max-kv {H.QUICK_MAX_KV} unless --max-kv is given")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the selected shapes and the emulator-time estimate, run nothing")
+    p.add_argument("--inject-error", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for flag in ("attempts", "warmup"):
+        value = getattr(args, flag)
+        if value is not None and value < 0:
+            p.error(f"--{flag} must be >= 0, got {value}")
+    if args.tol is not None and not args.tol > 0:
+        p.error(f"--tol must be > 0, got {args.tol}")
+    if args.debug_mismatch < 0:
+        p.error(f"--debug-mismatch must be >= 0, got {args.debug_mismatch}")
+    if args.max_kv is not None and args.max_kv < 1:
+        p.error(f"--max-kv must be >= 1, got {args.max_kv}")
+    if args.quick and args.max_kv is None:
+        args.max_kv = H.QUICK_MAX_KV
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# the three launch paths
+
+def dispatcher_launcher(inputs, backend):
+    """The production entry point; returns its RunRecord (plan + launch reports)."""
+    from rocke.kernels.common.attention_unified import run_unified_attention_torch
+    t = inputs
+
+    def launch():
+        return run_unified_attention_torch(
+            t["q"], t["k"], t["v"], t["out"], t["cu_seqlens_q"], t["max_seqlen_q"],
+            t["seqused_k"], t["max_seqlen_k"], t["softmax_scale"], True, (-1, -1),
+            t["block_table"], 0.0, None, None, None, backend=backend)
+    return launch
+
+
+def build_2d_spec(shape: H.Shape, inputs, knobs):
+    """The 2D spec, built here by hand as seeds/000 §6-7 describe (the dispatcher is not
+    asked): d128 fp16 takes the transposed-x8 flash regime in the geometry FLASH_WIDE picks
+    (wide4 = 4 warps, the provider's default, set explicitly since a bare spec is not wide4;
+    L4 = 1; wide2 = 2; NUM_WARPS overrides), K single-buffered when num_warps * 32 <= T;
+    everything else the narrow 16x16x16 path — d64 with 4 warps x 32 rows, d128 bf16 with 2
+    warps (the x8 atom path is fp16-only). The other levers apply as the knobs module maps
+    them. The narrow path must pass the ``supports_tiled_2d`` LDS gate (else SKIP); the flash
+    configs bypass it and the spec's own rules arbitrate (seeds/001 arch notes)."""
+    from rocke.kernels.common import knobs as knobs_module
+    from rocke.kernels.gfx942 import attention_tiled_2d as k2d
+    flash = shape.dtype == "f16" and shape.head_size == 128
+    if flash:
+        warps = knobs.flash_num_warps
+        geometry = dict(num_warps=warps, block_m_per_warp=32, tile_size=H.BLOCK_SIZE,
+                        use_mfma_32x32x8=True, use_transposed_qk_32x32=True,
+                        use_k_single_buffer=warps * 32 <= H.BLOCK_SIZE)
+    elif shape.head_size == 64:
+        geometry = dict(num_warps=4, block_m_per_warp=32)
+    else:
+        geometry = dict(num_warps=2)
+    cache_bytes = inputs["k"].numel() * inputs["k"].element_size()
+    fields = dict(dtype=shape.dtype, head_size=shape.head_size, block_size=H.BLOCK_SIZE,
+                  num_queries_per_kv=shape.group, kv_addr_64=cache_bytes > 2 ** 31, **geometry)
+    fields.update(knobs_module.spec_overrides(knobs, k2d.UnifiedAttention2DSpec))
+    if not flash and not k2d.supports_tiled_2d(**fields):
+        problems = "; ".join(k2d.spec_problems(k2d._FieldView(**fields)))
+        raise Skip(f"unsupported on gfx942: narrow-path gate supports_tiled_2d ({problems})")
+    try:
+        spec = k2d.UnifiedAttention2DSpec(**fields)
+    except ValueError as exc:
+        raise Skip(f"unsupported on gfx942: the flash spec rejects it ({exc})") from None
+    geometry_name = ({4: "wide4", 2: "wide2", 1: "L4"}.get(spec.num_warps, f"w{spec.num_warps}")
+                     if flash else "narrow")
+    return spec, geometry_name
+
+
+def explicit_2d_launcher(shape, inputs, knobs, device):
+    """The hand-built 2D spec, launched through its own kernel_args/launch_geometry."""
+    from rocke import runtime
+    from rocke.kernels.common.attention_unified import compiled
+    from rocke.kernels.gfx942 import attention_tiled_2d as k2d
+    spec, geometry_name = build_2d_spec(shape, inputs, knobs)
+    kernel = compiled(spec)
+    t = inputs
+    args = k2d.kernel_args(spec, t["q"], t["k"], t["v"], t["out"], t["block_table"],
+                           t["cu_seqlens_q"], t["seqused_k"], t["softmax_scale"])
+    grid, block = k2d.launch_geometry(spec, shape.batch, shape.total_q, shape.num_kv_heads)
+
+    def launch():
+        return [runtime.launch(kernel, grid, block, args, device=device)]
+    return launch, f"2d {geometry_name} ({spec.kernel_name})"
+
+
+def describe_record(record) -> str:
+    """What the dispatcher launched: path, geometry, segments."""
+    plan = getattr(record, "plan", None)
+    if plan is None:
+        return "run_unified_attention_torch"
+    geo = plan.geometry
+    text = f"{plan.path} {geo.name}"
+    if plan.path == "3d":
+        text += f" x{geo.num_segments} segments"
+    return text + f" ({plan.specs[0].kernel_name})"
+
+
+def launcher_for(table, shape, inputs, knobs, device):
+    """``(launch, label)``: a no-argument callable writing ``inputs["out"]`` (returning what
+    it launched), and a label of the path; the dispatcher's label comes after its first call."""
+    if table == "2d":
+        return explicit_2d_launcher(shape, inputs, knobs, device)
+    return dispatcher_launcher(inputs, "auto" if table == "auto" else "3d"), None
+
+
+def emulated_seconds(result) -> float:
+    """Emulator wall time summed over the launch reports a call returned (0 if none)."""
+    reports = getattr(result, "reports", result) or []
+    return sum(getattr(r, "emulator_wall_time_s", 0.0) for r in reports)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def run_table(table, shape, inputs, ref, args, knobs, device, rate, bar):
+    row = dict(H.shape_record(shape, H.groups_of(GROUPS, shape.name)), table=table,
+               status=None, reason=None, max_abs_err=None, tol=H.tolerance(shape, args.tol),
+               time_s=None, time_kind=H.time_label(device), runs=0, launched=None)
+    steps = 1 + args.warmup + args.attempts
+    if not shape.supported:
+        row.update(status="SKIP", reason=H.D256_SKIP_REASON)
+        bar.update(steps)
+        return row
+    out = inputs["out"]
+    try:
+        launch, row["launched"] = launcher_for(table, shape, inputs, knobs, device)
+        out.fill_(float("nan"))
+        result = launch()
+        if row["launched"] is None:
+            row["launched"] = describe_record(result)
+        rate.record(H.kernel_flops(shape), emulated_seconds(result))
+    except Skip as exc:
+        row.update(status="SKIP", reason=str(exc))
+        bar.update(steps)
+        return row
+    except Exception as exc:        # a launch that raises is a failure of this table, not the run
+        row.update(status="ERROR", reason=f"{type(exc).__name__}: {exc}")
+        bar.update(steps)
+        return row
+    bar.update(1)
+    if args.inject_error:
+        H.inject_error(out)
+    err = H.max_abs_error(out, ref)
+    row["max_abs_err"] = err if err != float("inf") else None   # JSON has no inf
+    if err > row["tol"]:
+        row.update(status="FAIL", reason="output beyond tolerance of the fp32 reference"
+                   if row["max_abs_err"] is not None else "output has NaN/inf (unwritten rows?)")
+        if args.debug_mismatch:
+            print(f"\n  [{table}] {shape.name}: max |err| {err:.3g} > tol {row['tol']:.3g}")
+            H.print_worst_mismatches(shape, out, ref, args.debug_mismatch, inputs["cu_seqlens_q"])
+        bar.update(steps - 1)
+        return row                  # no latency for a kernel that fails the gate
+    row["status"] = "PASS"
+    for _ in range(args.warmup):
+        launch()
+        bar.update(1)
+    samples = []
+    for _ in range(args.attempts):
+        if device == "emu":
+            samples.append(emulated_seconds(launch()))
+        else:
+            samples.append(H.timed(launch, device))
+        bar.update(1)
+    if device == "emu" and not samples:
+        samples = [emulated_seconds(result)]   # the gated launch's own emulator time
+    if samples:
+        row["time_s"] = statistics.median(samples)
+        row["runs"] = len(samples)
+    return row
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    device = H.resolve_device(args.device)
+    if args.attempts is None:
+        args.attempts = HIP_ATTEMPTS if device == "hip" else EMU_ATTEMPTS
+    if args.warmup is None:
+        args.warmup = HIP_WARMUP if device == "hip" else EMU_WARMUP
+    shapes = H.select(GROUPS, args.scenario or ["all"], "all")
+    shapes = [H.scale_shape(s, args.max_kv) for s in shapes]
+
+    print(f"rocke gfx942 unified attention parity harness — device {device}; times are "
+          f"{H.time_label(device)}" + (" on this CPU, NOT GPU time" if device == "emu" else ""))
+    knobs, lever_values = H.echo_levers()
+    if device == "emu":
+        print(f"timing: emulator wall time of the kernel launches themselves (the emulator's "
+              f"own clock, no host work, no compile): median of {args.attempts} extra launches "
+              f"after {args.warmup} warm-up" if args.attempts else
+              "timing: emulator wall time of the gated launch itself (the emulator's own clock: "
+              "no host work, no compile); --attempts N adds N timed launches")
+    else:
+        print(f"timing: {args.warmup} warm-up + {args.attempts} timed launches per table "
+              "(median wall time, device synchronized)")
+    if args.max_kv is not None:
+        print(f"scaled: every KV length capped at {args.max_kv} "
+              f"({'--quick' if args.quick else '--max-kv'}); shape names are the full set's, "
+              f"lengths are scaled (see the 'scaled' column)")
+    rate = H.EmuRate()
+    steps = 1 + args.warmup + args.attempts
+    first = H.first_of_each_problem(shapes)
+    plan = [(s, len(TABLES) * steps) for s in shapes if s.supported and first[s.name] == s.name]
+    estimate = H.print_estimate(plan, device, rate)
+    if args.dry_run:
+        H.print_plan(shapes, first, rate, device, plan)
+        return 0
+
+    rows = []
+    for index, shape in enumerate(shapes, 1):
+        if first[shape.name] != shape.name:     # the same problem after scaling: measured once
+            earlier = [r for r in rows if r["shape"] == first[shape.name]]
+            rows.extend(H.reuse_row(r, shape, H.groups_of(GROUPS, shape.name)) for r in earlier)
+            print(f"[{index}/{len(shapes)}] {shape.name}: same problem as {first[shape.name]} "
+                  f"after scaling, result reused   ({shape.describe()})", flush=True)
+            continue
+        inputs = H.make_inputs(shape, H.torch_device(device))
+        ref = H.reference(shape, inputs) if shape.supported else None
+        with H.progress(shape, len(TABLES) * steps, device, rate) as bar:
+            for table in TABLES:
+                rows.append(run_table(table, shape, inputs, ref, args, knobs, device, rate, bar))
+        mine = rows[-len(TABLES):]
+        print(f"[{index}/{len(shapes)}] {shape.name}: "
+              + ", ".join(f"{r['table']} {r['status']}" for r in mine)
+              + f"   ({shape.describe()})", flush=True)
+
+    for table in TABLES:
+        body = []
+        for r in (r for r in rows if r["table"] == table):
+            err = "-" if r["max_abs_err"] is None else f"{r['max_abs_err']:.2e}"
+            note = r["reason"] or (r["launched"] or "")
+            if r["reused_from"]:
+                note = f"= {r['reused_from']} after scaling; " + note
+            scaled = "scaled" if r["scaled_from"] else ""
+            body.append([r["shape"], r["status"], err, f"{r['tol']:.0e}", H.fmt_ms(r["time_s"]),
+                         scaled, note])
+        H.print_table(f"table {table}" + {"auto": " (production dispatcher)",
+                                           "2d": " (explicit 2D spec)",
+                                           "3d": " (split-KV, forced)"}[table],
+                      ["shape", "status", "max|err|", "tol", f"ms ({H.time_label(device)})",
+                       "", "path / reason"], body)
+    counts = H.summary(rows)
+    failed = counts["FAIL"] + counts["ERROR"]
+    print("\nsummary: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+          + (f"; emulated at {rate.rate / 1e9:.2f} GFLOP/s (estimate was "
+             f"{H.format_seconds(estimate)})" if device == "emu" else ""))
+    exit_code = 1 if failed else 0
+    H.write_report(args.report, dict(
+        harness="parity_unified_attention", schema_version=H.REPORT_SCHEMA_VERSION,
+        device=device, time_kind=H.time_label(device), levers=lever_values,
+        scenarios=args.scenario or ["all"], max_kv=args.max_kv, quick=args.quick,
+        attempts=args.attempts, warmup=args.warmup, tol_override=args.tol,
+        injected_error=args.inject_error, tables=list(TABLES), results=rows, summary=counts,
+        exit_code=exit_code))
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""The two example harnesses: flags, shape sets and scaling, and real runs (subprocess, the
+emulator) on tiny scenarios — exit codes, the JSON report, d256 as SKIP, and a deliberately
+corrupted kernel output (the hidden, test-only ``--inject-error`` flag) failing the gate."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+import attention_harness as H          # noqa: E402
+import final_shapes                    # noqa: E402
+import final_shapes_check              # noqa: E402
+import parity_shapes                   # noqa: E402
+import parity_unified_attention        # noqa: E402
+
+PARITY = EXAMPLES / "parity_unified_attention.py"
+FINAL = EXAMPLES / "final_shapes_check.py"
+# tiny shapes of the sets (scaled by --max-kv 64): seconds on the emulator; plus a d256 shape,
+# which must come out SKIP without launching anything
+TINY_PARITY = ["fp16_h8kv2_b4_s3x3_d128", "decode_fp16_h8kv1_b2_q1k3000_d128"]
+D256 = "fp16_h8kv8_b1_s512x512_d256"
+
+
+def run(script, *argv, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ROCKE_DEVICE="emu")
+    return subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=timeout)
+
+
+# --------------------------------------------------------------------------- shape sets
+
+def all_parity_shapes():
+    return [s for shapes in parity_shapes.GROUPS.values() for s in shapes]
+
+
+def test_parity_groups_cover_the_seed_set():
+    shapes = all_parity_shapes()
+    names = [s.name for s in shapes]
+    assert len(names) == len(set(names))
+    assert {"decode_d128_q1k1024", "fp16_h32kv8_b1_s2048x2048_d128"} <= set(names)
+    assert set(parity_shapes.GROUPS) == {"default", "fmha", "creative"}
+    for group in ("default", "fmha", "creative"):
+        kinds = {s.kind for s in parity_shapes.GROUPS[group]}
+        assert "decode" in kinds and kinds & {"prefill", "chunked"}, group
+    assert {s.dtype for s in shapes} == {"f16", "bf16"}
+    assert {64, 128, 256} <= {s.head_size for s in shapes}
+    groups = {s.group for s in shapes}
+    assert 1 in groups and {3, 5, 7} <= groups                       # MHA + odd GQA ratios
+    fmha, creative = parity_shapes.GROUPS["fmha"], parity_shapes.GROUPS["creative"]
+    assert any(s.head_size == 256 for s in fmha) and any(s.head_size == 256 for s in creative)
+    assert any(s.max_k <= 8 for s in fmha)                           # tiny sequences
+    assert any(s.kind == "decode" and s.batch >= 64 for s in fmha)    # large-batch decode
+    assert any(s.kind == "chunked" for s in fmha)                     # asymmetric / cross
+    assert any(s.kind == "decode" and s.max_k >= 65536 for s in creative)  # long-KV decode
+    assert any(s.kind == "chunked" for s in creative)                 # chunked prefill
+    assert any(s.kind == "mixed" for s in creative)
+
+
+def test_final_groups_and_d256_disabled():
+    assert set(final_shapes.GROUPS) >= {"decode", "long_prefill", "d256_disabled"}
+    assert final_shapes.DISABLED == ("d256_disabled",)
+    for name, shapes in final_shapes.GROUPS.items():
+        assert all(s.uniform for s in shapes), name            # each has a dense torch twin
+        assert all((s.head_size == 256) == (name == "d256_disabled") for s in shapes)
+    assert max(s.max_k for s in final_shapes.GROUPS["long_prefill"]) == 8192
+
+
+def test_scaling_keeps_names_and_kinds():
+    for shape in all_parity_shapes():
+        small = H.scale_shape(shape, 256)
+        assert small.name == shape.name and small.batch == shape.batch
+        assert small.max_k <= 256
+        assert (small.num_heads, small.num_kv_heads, small.dtype, small.head_size) == \
+            (shape.num_heads, shape.num_kv_heads, shape.dtype, shape.head_size)
+        for (q, k), (q2, k2) in zip(shape.seqlens, small.seqlens):
+            assert (q == 1) == (q2 == 1)
+            assert (q < k) == (q2 < k2) or k2 == 1
+        assert (small.scaled_from is None) == (shape.max_k <= 256)
+    assert H.scale_shape(all_parity_shapes()[0], None) is all_parity_shapes()[0]
+
+
+def test_identical_scaled_problems_are_measured_once():
+    long = [H.scale_shape(s, 1024) for s in final_shapes.GROUPS["long_prefill"]]
+    first = H.first_of_each_problem(long)
+    same = [s.name for s in long if first[s.name] == "fp16_h32kv8_b1_s2048x2048_d128"]
+    assert same == ["fp16_h32kv8_b1_s2048x2048_d128", "fp16_h32kv8_b1_s4096x4096_d128",
+                    "fp16_h32kv8_b1_s8192x8192_d128"]
+    row = dict(H.shape_record(long[0], ["long_prefill"]), status="PASS")
+    reused = H.reuse_row(row, long[1], ["long_prefill"])
+    assert (reused["shape"], reused["reused_from"], reused["status"]) == \
+        (long[1].name, long[0].name, "PASS")
+    assert reused["scaled_from"] == [[4096, 4096]]
+
+
+def test_reference_by_kv_head_group_matches_the_whole(monkeypatch):
+    name = "bf16_h16kv2_varlen_s64x320_s200x999_d64"
+    shape = next(s for s in all_parity_shapes() if s.name == name)
+    inputs = H.make_inputs(shape, "cpu")
+    whole = H.reference(shape, inputs)
+    monkeypatch.setattr(H, "REFERENCE_CHUNK_BYTES", 0)
+    chunked = H.reference(shape, inputs)
+    assert torch.allclose(whole, chunked, atol=1e-6, rtol=0) and whole.abs().max() > 0
+
+
+def test_selection():
+    groups = parity_shapes.GROUPS
+    both = H.select(groups, ["decode_d128_q1k1024", "default"], "all")
+    assert [s.name for s in both] == [s.name for s in groups["default"]]   # union, no duplicates
+    assert len(H.select(groups, ["all"], "all")) == len(all_parity_shapes())
+    with pytest.raises(SystemExit, match="unknown group or shape 'nope'"):
+        H.select(groups, ["nope"], "all")
+
+
+def test_reductions_and_estimate():
+    samples = [1.0, 2.0, 3.0, 4.0, 100.0]
+    assert H.reduce_times(samples, "median", 0.2) == 3.0
+    assert H.reduce_times(samples, "mean", 0.2) == 22.0
+    assert H.reduce_times(samples, "trimmed", 0.2) == 3.0          # drops 1.0 and 100.0
+    assert H.reduce_times(samples, "trimmed", 0.0) == 22.0
+    assert H.spread([1.0]) is None and H.spread([1.0, 1.2, 1.1]) == pytest.approx(0.2 / 1.1)
+    # decode d128 GQA 4: 4 rows padded to 16, 1024 keys, 8 KV heads
+    decode = parity_shapes.GROUPS["default"][0]
+    assert H.kernel_flops(decode) == 4.0 * 128 * 8 * 16 * 1024
+    rate = H.EmuRate(guess=1e9)
+    assert rate.seconds_for(2e9, 3) == pytest.approx(2.0 + 3 * H.EMU_LAUNCH_OVERHEAD_S)
+    rate.record(6e9, 2.0 + H.EMU_LAUNCH_OVERHEAD_S)
+    assert rate.rate == pytest.approx(3e9)
+
+
+# --------------------------------------------------------------------------- flags
+
+@pytest.mark.parametrize("module, argv, message", [
+    (final_shapes_check, ["--trim", "0.5"], "--trim must be in [0, 0.5)"),
+    (final_shapes_check, ["--trim", "-0.1"], "--trim must be in [0, 0.5)"),
+    (final_shapes_check, ["--reduce", "max"], "invalid choice"),
+    (final_shapes_check, ["--iters", "0"], "--iters must be >= 1"),
+    (parity_unified_attention, ["--attempts", "-1"], "--attempts must be >= 0"),
+    (parity_unified_attention, ["--tol", "0"], "--tol must be > 0"),
+    (parity_unified_attention, ["--max-kv", "0"], "--max-kv must be >= 1"),
+])
+def test_bad_flags_are_rejected_before_work(module, argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        module.parse_args(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_flag_defaults_follow_the_seed():
+    final = final_shapes_check.parse_args([])
+    assert (final.reduce, final.trim, final.groups) == ("trimmed", 0.2, None)
+    assert final_shapes_check.HIP_DEFAULTS == dict(warmup=10, iters=50, reps=10)
+    parity = parity_unified_attention.parse_args(["--scenario", "default", "--scenario", "x"])
+    assert parity.scenario == ["default", "x"] and parity.debug_mismatch == 0
+    assert (parity_unified_attention.HIP_ATTEMPTS, parity_unified_attention.HIP_WARMUP) == (30, 10)
+    assert parity_unified_attention.parse_args(["--quick"]).max_kv == H.QUICK_MAX_KV
+    assert parity_unified_attention.parse_args(["--quick", "--max-kv", "9"]).max_kv == 9
+
+
+def test_dry_run_lists_and_estimates_without_launching(monkeypatch, capsys):
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    assert parity_unified_attention.main(["--scenario", "all", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "estimate:" in out and "WARNING: long run" in out       # the full set is hours here
+    assert "decode_fp16_h8kv1_b1_q1k65536_d128" in out and "SKIP: head_size 256" in out
+    assert final_shapes_check.main(["--quick", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "fp16_h32kv8_b1_s8192x8192_d128" in out
+    assert "= fp16_h32kv8_b1_s2048x2048_d128 after scaling" in out
+
+
+def test_unknown_scenario_is_an_error_before_any_launch():
+    proc = run(PARITY, "--scenario", "no_such_shape")
+    assert proc.returncode != 0 and "unknown group or shape 'no_such_shape'" in proc.stderr
+
+
+# --------------------------------------------------------------------------- real runs
+
+def test_parity_tiny_scenario_passes_with_report(tmp_path):
+    report = tmp_path / "parity.json"
+    argv = [a for name in TINY_PARITY + [D256] for a in ("--scenario", name)]
+    proc = run(PARITY, *argv, "--max-kv", "64", "--report", str(report))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(report.read_text())
+    assert "HIPDNN_GFX942_FLASH_WIDE=4 (wide4" in proc.stdout          # levers echoed
+    assert "emulator wall time" in proc.stdout and "estimate:" in proc.stdout
+    for table in ("table auto", "table 2d", "table 3d"):
+        assert table in proc.stdout
+    assert data["harness"] == "parity_unified_attention" and data["schema_version"] == 1
+    assert data["device"] == "emu" and data["time_kind"] == "emulator wall time"
+    assert data["tables"] == ["auto", "2d", "3d"] and data["exit_code"] == 0
+    assert data["levers"]["flash_wide"] == 4 and data["max_kv"] == 64
+    assert len(data["results"]) == 3 * (len(TINY_PARITY) + 1)
+    for row in data["results"]:
+        assert set(row) >= {"shape", "groups", "table", "status", "reason", "max_abs_err", "tol",
+                            "time_s", "time_kind", "seqlens", "scaled_from", "launched"}
+        if row["shape"] == D256:        # unsupported until a later issue: SKIP, never PASS
+            assert row["status"] == "SKIP" and "head_size 256" in row["reason"]
+            continue
+        assert row["status"] == "PASS", row
+        assert 0 <= row["max_abs_err"] <= row["tol"] and row["time_s"] > 0
+    decode = [r for r in data["results"] if r["shape"] == TINY_PARITY[1]]
+    assert all(r["seqlens"] == [[1, 64], [1, 64]] for r in decode)
+    assert decode[0]["scaled_from"] == [[1, 3000], [1, 3000]]
+    flash = next(r for r in data["results"] if r["shape"] == TINY_PARITY[0] and r["table"] == "2d")
+    assert flash["launched"].startswith("2d wide4")
+    assert data["summary"] == {"PASS": 6, "FAIL": 0, "SKIP": 3, "ERROR": 0}
+
+
+def test_parity_fails_on_a_corrupted_output(tmp_path, monkeypatch, capsys):
+    """In-process (saves an interpreter start): the hidden --inject-error corrupts one output
+    element after every launch; every launched table must FAIL and the exit status be 1."""
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    report = tmp_path / "parity.json"
+    argv = ["--scenario", TINY_PARITY[0], "--report", str(report), "--inject-error",
+            "--debug-mismatch", "3"]
+    assert parity_unified_attention.main(argv) == 1
+    data = json.loads(report.read_text())
+    assert data["exit_code"] == 1 and data["injected_error"] is True
+    assert [r["status"] for r in data["results"]] == ["FAIL"] * 3
+    assert all(r["time_s"] is None and r["max_abs_err"] >= 0.9 for r in data["results"])
+    assert "worst 3 mismatches" in capsys.readouterr().out
+
+
+def test_final_shapes_tiny_run(tmp_path):
+    report = tmp_path / "final.json"
+    proc = run(FINAL, "--groups", "decode_d128_q1k1024", "d256_disabled", "--max-kv", "64",
+               "--reps", "2", "--reduce", "median", "--report", str(report))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(report.read_text())
+    assert data["harness"] == "final_shapes_check" and data["exit_code"] == 0
+    assert (data["reps"], data["iters"], data["reduce"]) == (2, 1, "median")
+    rows = {r["shape"]: r for r in data["results"]}
+    decode = rows["decode_d128_q1k1024"]
+    assert decode["status"] == "PASS" and decode["seqlens"] == [[1, 64]]
+    assert decode["scaled_from"] == [[1, 1024]]
+    assert 0 <= decode["max_abs_err_eager"] <= decode["tol"]
+    assert decode["torch_backend"] == "default"          # decode is not flash-eligible
+    assert decode["torch_backend_resolved"] in ("math", "flash_attention", "efficient_attention")
+    assert {"rocke_eager", "torch_eager"} <= set(decode["cells"])
+    assert len(decode["cells"]["rocke_eager"]["samples"]) == 2
+    if data["graph_available"]:
+        assert "rocke_graph" in decode["cells"]
+        assert 0 <= decode["max_abs_err_graph"] <= decode["tol"]
+    else:
+        assert "n/a (Graph not available)" in proc.stdout
+    assert all(rows[s.name]["status"] == "SKIP" for s in final_shapes.GROUPS["d256_disabled"])
+    assert "emu wall ms" in proc.stdout
+
+
+def test_final_shapes_fails_on_a_corrupted_output(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    report = tmp_path / "final.json"
+    argv = ["--groups", "decode_d128_q1k1024", "--max-kv", "64", "--report", str(report),
+            "--inject-error"]
+    assert final_shapes_check.main(argv) == 1
+    (decode,) = json.loads(report.read_text())["results"]
+    assert decode["status"] == "FAIL" and decode["cells"] == {}
+    assert decode["max_abs_err_eager"] >= 0.9
+
+
+def test_flash_wide_lever_picks_the_explicit_geometry(tmp_path, monkeypatch):
+    """HIPDNN_GFX942_FLASH_WIDE=0 makes the hand-built 2D spec L4 (1 warp, WG 64) and is
+    echoed; the dispatcher follows the same lever."""
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    monkeypatch.setenv("HIPDNN_GFX942_FLASH_WIDE", "0")
+    report = tmp_path / "l4.json"
+    assert parity_unified_attention.main(["--scenario", TINY_PARITY[0], "--report",
+                                          str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["levers"]["flash_wide"] == 0
+    rows = {r["table"]: r for r in data["results"]}
+    assert rows["2d"]["launched"].startswith("2d L4") and "_w1m32_" in rows["2d"]["launched"]
+    assert all(r["status"] == "PASS" for r in rows.values())
+
+
+def test_a_bad_lever_stops_the_run_before_any_work(monkeypatch, capsys):
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    monkeypatch.setenv("HIPDNN_GFX942_FLASH_WIDE", "3")
+    with pytest.raises(SystemExit, match="HIPDNN_GFX942_FLASH_WIDE"):
+        parity_unified_attention.main(["--scenario", TINY_PARITY[0]])
+    assert "estimate:" not in capsys.readouterr().out
+
+
+def test_narrow_gate_skips_and_flash_bypasses_it(monkeypatch):
+    """The seeds/001 rule: a narrow-path spec failing supports_tiled_2d is a SKIP naming the
+    gate; the flash configs do not consult the gate (their own spec rules arbitrate)."""
+    from rocke.kernels.common.knobs import AttentionKnobs
+    from rocke.kernels.gfx942 import attention_tiled_2d as k2d
+    monkeypatch.setattr(k2d, "supports_tiled_2d", lambda spec=None, **fields: False)
+    by_name = {s.name: s for s in all_parity_shapes()}
+    narrow = H.scale_shape(by_name["bf16_h16kv4_b4_s256x256_d64"], 64)
+    with pytest.raises(parity_unified_attention.Skip, match="supports_tiled_2d"):
+        parity_unified_attention.build_2d_spec(narrow, H.make_inputs(narrow, "cpu"),
+                                               AttentionKnobs())
+    flash = by_name[TINY_PARITY[0]]
+    spec, geometry = parity_unified_attention.build_2d_spec(flash, H.make_inputs(flash, "cpu"),
+                                                            AttentionKnobs(flash_wide=2))
+    assert geometry == "wide2" and spec.num_warps == 2 and spec.use_transposed_qk_32x32
+    assert spec.use_k_single_buffer is True             # 2 warps x 32 rows <= T = 64
+
+
+def test_hip_without_a_gpu_torch_is_refused_up_front(monkeypatch):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU torch is present: --device hip is legitimate here")
+    monkeypatch.delenv("ROCKE_DEVICE", raising=False)
+    with pytest.raises(SystemExit, match="--device hip needs a ROCm torch"):
+        parity_unified_attention.main(["--device", "hip", "--scenario", TINY_PARITY[0]])
