@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import operator
 import re
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from typing import Callable
 
 import numpy as np
 
-from .access import scratch
+from .access import scalar_writer, scratch
 from .asm import Instr, KernelSource, Program
 from .errors import EmulatorError
 from .operands import OperandError, parse_modifiers, parse_operand
@@ -25,10 +26,8 @@ NO_OPS = {"s_nop", "s_setprio", "s_sleep", "s_dcache_inv", "s_dcache_wb", "s_ica
           "s_dcache_inv_vol", "s_dcache_wb_vol", "s_waitcnt_depctr", "s_sched_barrier",
           "s_ttracedata", "s_set_inst_prefetch_distance", "v_nop", "s_setkill", "s_sethalt_0"}
 RUNTIME_STOPS = {"s_trap": "the kernel executed s_trap (a trap or failed device assert)",
-                 "s_sendmsg": "s_sendmsg is not implemented",
-                 "s_getreg_b32": "s_getreg_b32 (hardware register read) is not implemented",
-                 "s_setreg_b32": "s_setreg_b32 (hardware register write) is not implemented",
-                 "s_setreg_imm32_b32": "s_setreg_imm32_b32 (hardware register write) is not implemented"}
+                 "s_sendmsg": "s_sendmsg is not implemented"}
+HWREG_INSTRUCTIONS = ("s_getreg_b32", "s_setreg_b32", "s_setreg_imm32_b32")
 SAVEEXEC = re.compile(r"^s_(and|or|xor|andn1|andn2|orn1|orn2|nand|nor|xnor)_saveexec_b64$|^s_andn[12]_wrexec_b64$")
 BRANCHES = {"s_branch", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz", "s_cbranch_vccnz",
             "s_cbranch_execz", "s_cbranch_execnz", "s_getpc_b64", "s_setpc_b64", "s_swappc_b64"}
@@ -54,10 +53,56 @@ class DecodedKernel:
     accum_offset: int
 
 
+HW_REG_MODE = 1
+_HWREG_IDS = {"HW_REG_MODE": HW_REG_MODE}
+# MODE bits whose values the emulator models (CDNA3 ISA, MODE register): FP_ROUND [3:0],
+# FP_DENORM [7:4], DX10_CLAMP [8], IEEE [9]. A write of any other bit stops the decode unless it
+# leaves that bit at its reset value.
+_MODELLED_MODE_BITS = 0x3FF
+_MODE_NOT_MODELLED = {"IEEE=0 (non-IEEE min/max NaN rules)": (9, 1, 1),
+                      "DX10_CLAMP=0 (clamp keeps NaN)": (8, 1, 1)}
+
+
 class _Context:
+    """Numeric state the decoder bakes into closures: the MODE register as it stands at each
+    instruction in program order (from the descriptor, then every `s_setreg*` on MODE)."""
+
     def __init__(self, descriptor):
-        self.denorm_mode_32 = int(descriptor.get("amdhsa_float_denorm_mode_32", 3))
-        self.denorm_mode_16_64 = int(descriptor.get("amdhsa_float_denorm_mode_16_64", 3))
+        mode = int(descriptor.get("amdhsa_float_round_mode_32", 0)) & 3
+        mode |= (int(descriptor.get("amdhsa_float_round_mode_16_64", 0)) & 3) << 2
+        mode |= (int(descriptor.get("amdhsa_float_denorm_mode_32", 3)) & 3) << 4
+        mode |= (int(descriptor.get("amdhsa_float_denorm_mode_16_64", 3)) & 3) << 6
+        mode |= (int(descriptor.get("amdhsa_dx10_clamp", 1)) & 1) << 8
+        mode |= (int(descriptor.get("amdhsa_ieee_mode", 1)) & 1) << 9
+        self.mode = mode
+
+    @property
+    def round_mode_32(self) -> int:
+        """0 nearest even, 1 toward +inf, 2 toward -inf, 3 toward zero (f32 results)."""
+        return self.mode & 3
+
+    @property
+    def round_mode_16_64(self) -> int:
+        return (self.mode >> 2) & 3
+
+    @property
+    def denorm_mode_32(self) -> int:
+        return (self.mode >> 4) & 3
+
+    @property
+    def denorm_mode_16_64(self) -> int:
+        return (self.mode >> 6) & 3
+
+    def write_mode(self, offset: int, size: int, value: int):
+        field = ((1 << size) - 1) << offset
+        new = (self.mode & ~field) | ((value << offset) & field)
+        if new & ~_MODELLED_MODE_BITS:
+            raise DecodeError(f"MODE bits {new & ~_MODELLED_MODE_BITS:#x} (exception enables, "
+                              "FP16_OVFL, ...) are not emulated")
+        for what, (bit, _, reset) in _MODE_NOT_MODELLED.items():
+            if (new >> bit) & 1 != reset:
+                raise DecodeError(f"MODE {what} is not emulated")
+        self.mode = new
 
     def flush_functions(self):
         if self.denorm_mode_32 == 3 and self.denorm_mode_16_64 == 3:
@@ -115,6 +160,12 @@ def decode_kernel(program: Program, kernel: KernelSource) -> DecodedKernel:
     for index in range(kernel.entry, end):
         ins = program.instrs[index]
         try:
+            if any("@" in t for t in ins.operands):
+                ins = dataclasses.replace(ins, operands=[_resolve_relocation(t, program, index)
+                                                         for t in ins.operands])
+            if ins.mnemonic in HWREG_INSTRUCTIONS:
+                code[index] = _decode_hwreg(ins, index, program, kernel, ctx)
+                continue
             cls = classify(ins.mnemonic)
             if cls in (VALU, SALU) and valu_ops is None:
                 valu_ops, salu_ops = _load_semantics()
@@ -122,7 +173,8 @@ def decode_kernel(program: Program, kernel: KernelSource) -> DecodedKernel:
                 mfma_ops = _load_mfma()
             decoded = _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx,
                                   valu_ops, salu_ops, mfma_ops, labels)
-        except (DecodeError, OperandError, KeyError, IndexError, NotImplementedError) as err:
+        except (DecodeError, OperandError, KeyError, IndexError, NotImplementedError,
+                ValueError) as err:
             raise EmulatorError(_where(ins, kernel.name) + f": {err}") from None
         decoded.writes_exec = _writes_exec(ins)
         code[index] = decoded
@@ -140,6 +192,97 @@ def decode_kernel(program: Program, kernel: KernelSource) -> DecodedKernel:
                                 "256-byte aligned entry (`.p2align 8`) follows the prologue")
         start = kernel.preload_entry
     return DecodedKernel(kernel, code, kernel.entry, start, targets, num_vector_regs, accum_offset)
+
+
+_RELOCATION = re.compile(r"^([.A-Za-z_$][\w.$]*)@(rel32|abs32)@(lo|hi)([-+]\d+)?$")
+
+
+def _resolve_relocation(token: str, program: Program, index: int) -> str:
+    """`f@rel32@lo+4` / `f@rel32@hi+12` (a call target made pc-relative to the preceding
+    s_getpc_b64) and `f@abs32@lo/hi` -> the value in the emulator's pseudo code addresses. The
+    addends only correct for real instruction sizes, so the pc-relative value is taken against
+    the address s_getpc_b64 returned, which is what the hardware sum amounts to."""
+    m = _RELOCATION.match(token)
+    if not m:
+        if "@" in token:
+            raise DecodeError(f"unsupported relocation operand {token!r}")
+        return token
+    name, kind, half = m.group(1), m.group(2), m.group(3)
+    if name not in program.labels:
+        raise DecodeError(f"relocation {token!r}: {name!r} is not defined in this assembly "
+                          "(external device-library symbols are not linked)")
+    value = _address_of_index(program.labels[name])
+    if kind == "rel32":
+        getpc = next((i for i in range(index - 1, max(-1, index - 16), -1)
+                      if program.instrs[i].mnemonic == "s_getpc_b64"), None)
+        if getpc is None:
+            raise DecodeError(f"relocation {token!r} has no s_getpc_b64 shortly before it")
+        value -= _address_of_index(getpc + 1)
+    value &= 0xFFFFFFFFFFFFFFFF
+    return str(value & 0xFFFFFFFF if half == "lo" else value >> 32)
+
+
+_HWREG = re.compile(r"^hwreg\(\s*(\w+)\s*(?:,\s*(\d+)\s*,\s*(\d+)\s*)?\)$")
+
+
+def _hwreg_field(token: str) -> tuple[int, int, int]:
+    """`hwreg(HW_REG_MODE, 4, 2)` / `hwreg(1)` / a raw simm16 -> (register id, offset, size)."""
+    m = _HWREG.match(token.replace(" ", "") if token.startswith("hwreg") else token)
+    if m:
+        name = m.group(1)
+        reg = _HWREG_IDS.get(name, int(name, 0) if name.isdigit() else -1)
+        if reg < 0:
+            raise DecodeError(f"hardware register {name} is not emulated")
+        offset = int(m.group(2)) if m.group(2) else 0
+        size = int(m.group(3)) if m.group(3) else 32
+        return reg, offset, size
+    if re.fullmatch(r"(0x[0-9a-fA-F]+|\d+)", token):
+        raw = int(token, 0)
+        return raw & 0x3F, (raw >> 6) & 0x1F, ((raw >> 11) & 0x1F) + 1
+    raise DecodeError(f"unsupported hardware-register operand {token!r}")
+
+
+def _static_sgpr_value(program: Program, index: int, register: str) -> int:
+    """The constant an SGPR holds at `index`, when straight-line code just before set it with
+    s_mov_b32 / s_movk_i32 (how compilers materialise a MODE value for s_setreg_b32)."""
+    entry_points = set(program.labels.values())
+    for i in range(index - 1, max(-1, index - 32), -1):
+        ins = program.instrs[i]
+        if i + 1 in entry_points or ins.mnemonic in BRANCHES:
+            break
+        if ins.operands and ins.operands[0] == register:
+            if ins.mnemonic in ("s_mov_b32", "s_movk_i32") and re.fullmatch(
+                    r"-?(0x[0-9a-fA-F]+|\d+)", ins.operands[1]):
+                return int(ins.operands[1], 0) & 0xFFFFFFFF
+            break
+    raise DecodeError(f"s_setreg_b32 from {register}, whose value is not a constant set just "
+                      "before: run-time MODE writes are not emulated")
+
+
+def _decode_hwreg(ins, index, program, kernel, ctx) -> Decoded:
+    """s_setreg* on MODE change the numerics of every instruction decoded after them (program
+    order); s_getreg_b32 of MODE reads that state. Both are resolved while decoding."""
+    name = ins.mnemonic
+    if len(ins.operands) != 2:
+        raise DecodeError(f"{name} expects 2 operands")
+    if name == "s_getreg_b32":
+        reg, offset, size = _hwreg_field(ins.operands[1])
+        if reg != HW_REG_MODE:
+            raise DecodeError(f"s_getreg_b32 of hardware register {reg} is not emulated")
+        value = (ctx.mode >> offset) & ((1 << size) - 1)
+        write = scalar_writer(parse_operand(ins.operands[0], 0, 1), "b32")
+        return Decoded(lambda P, sel, n: write(P, sel, np.full(n, value, np.uint32)) or 0,
+                       SALU, None, ins)
+    reg, offset, size = _hwreg_field(ins.operands[0])
+    if reg != HW_REG_MODE:
+        raise DecodeError(f"{name} to hardware register {reg} is not emulated")
+    token = ins.operands[1]
+    if name == "s_setreg_imm32_b32":
+        value = int(token, 0) & 0xFFFFFFFF
+    else:
+        value = _static_sgpr_value(program, index, token)
+    ctx.write_mode(offset, size, value)
+    return Decoded(lambda P, sel, n: 0, SALU, None, ins)
 
 
 def _writes_exec(ins: Instr) -> bool:

@@ -121,6 +121,8 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
     if base not in alu_ops:
         raise DecodeError(f"opcode {base!r} is not implemented (no entry in semantics.VALU_OPS)")
     op = alu_ops[base]
+    clamp = bool(mods.get("clamp"))
+    op, clamp = _numeric_variant(base, op, clamp, ctx)
     nd, ns = len(op.dsts), len(op.srcs)
     dst_ops, src_ops = ops[:nd], ops[nd:]
     is_cmpx = base.startswith("v_cmpx_")
@@ -140,7 +142,7 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
     op_sel = mods.get("op_sel")
     op_sel_hi = mods.get("op_sel_hi")
     neg_lo, neg_hi = mods.get("neg_lo"), mods.get("neg_hi")
-    clamp, omod = bool(mods.get("clamp")), 1.0
+    omod = 1.0
     if "mul" in mods:
         omod = float(mods["mul"])
     if "div" in mods:
@@ -204,6 +206,32 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
             f(P, sel, n, value, write_lanes, full)
         return lanes
     return run
+
+
+def _numeric_variant(base, op, clamp, ctx):
+    """The table entry that carries the instruction's numerics: the saturating form when `clamp`
+    is an integer/fp8 saturation (then the clamp is consumed), the directed-rounding form when
+    MODE.FP_ROUND is not round-to-nearest-even for the result type."""
+    from . import semantics
+    if clamp and base in semantics.VALU_CLAMP_OPS:
+        op, clamp = semantics.VALU_CLAMP_OPS[base], False
+    elif clamp and base in semantics.VALU_INT_CLAMP_OPS:
+        op, clamp = semantics.VALU_INT_CLAMP_OPS[base], False
+    result = op.dsts[0] if op.dsts else ""
+    if result in ("f32", "pk_f32"):
+        mode = ctx.round_mode_32
+    elif result in ("f16", "f64", "pk_f16"):
+        mode = ctx.round_mode_16_64
+    else:
+        mode = 0
+    if mode:
+        directed = semantics.rounded_op(base, mode)
+        if directed is not None:
+            op = directed if op is semantics.VALU_OPS.get(base) else op
+        elif not semantics.rounding_is_exact(base):
+            raise DecodeError(f"{base} under MODE.FP_ROUND={mode} (not round-to-nearest-even) "
+                              "is not emulated")
+    return op, clamp
 
 
 def _mix_source(i, src, op_sel, op_sel_hi, denorm32, flush):
@@ -358,9 +386,10 @@ def _destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp, omod,
         raise DecodeError(f"VALU destination {dst.text!r} must be a VGPR/AGPR")
     row = dst.index
     is_float = typ in FLOAT_TYPES and float_mods
+    packed_float = {"pk_f16": np.float16, "pk_f32": np.float32}.get(typ) if float_mods else None
     post = None
-    if is_float and (clamp or omod != 1.0):
-        ftype = FLOAT_TYPES[typ]
+    if (is_float or packed_float) and (clamp or omod != 1.0):
+        ftype = FLOAT_TYPES[typ] if is_float else packed_float
 
         def post(v):
             if omod != 1.0:
@@ -368,8 +397,8 @@ def _destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp, omod,
             if clamp:
                 v = np.where(np.isnan(v), ftype(0), np.clip(v, ftype(0), ftype(1))).astype(ftype)
             return v
-    elif clamp and not packed:
-        raise DecodeError(f"clamp on integer result type {typ} is not supported")
+    elif clamp:
+        raise DecodeError(f"clamp on result type {typ} of {base} is not supported")
     flush_out = (typ == "f32" and denorm32 in (0, 1)) or (typ == "f16" and denorm16 in (0, 1))
     bits = TYPE_BITS[typ]
     if bits == 64:
