@@ -96,7 +96,7 @@ def _split_spaces(text: str) -> list[str]:
 
 
 _MODIFIER_WORDS = {"off", "glc", "slc", "dlc", "nt", "sc0", "sc1", "lds", "offen", "idxen",
-                   "addr64", "gds", "clamp", "tfe", "lwe", "da", "r128", "a16", "d16"}
+                   "addr64", "gds", "clamp", "tfe", "lwe", "da", "r128", "d16"}   # not a16: AGPR a16
 
 
 _OPERAND_WRAPPERS = re.compile(r"^(?:-|neg\(|abs\(|sext\(|\|)+")

@@ -157,33 +157,48 @@ def decode_kernel(program: Program, kernel: KernelSource) -> DecodedKernel:
     labels = program.labels
     code: list[Decoded | None] = [None] * len(program.instrs)
     targets = np.zeros(len(program.instrs) + 1, bool)
-    for index in range(kernel.entry, end):
-        ins = program.instrs[index]
-        try:
-            if any("@" in t for t in ins.operands):
-                ins = dataclasses.replace(ins, operands=[_resolve_relocation(t, program, index)
-                                                         for t in ins.operands])
-            if ins.mnemonic in HWREG_INSTRUCTIONS:
-                code[index] = _decode_hwreg(ins, index, program, kernel, ctx)
-                continue
-            cls = classify(ins.mnemonic)
-            if cls in (VALU, SALU) and valu_ops is None:
-                valu_ops, salu_ops = _load_semantics()
-            if cls == MFMA and mfma_ops is None:
-                mfma_ops = _load_mfma()
-            decoded = _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx,
-                                  valu_ops, salu_ops, mfma_ops, labels)
-        except (DecodeError, OperandError, KeyError, IndexError, NotImplementedError,
-                ValueError) as err:
-            raise EmulatorError(_where(ins, kernel.name) + f": {err}") from None
-        decoded.writes_exec = _writes_exec(ins)
-        code[index] = decoded
-        if ins.mnemonic in BRANCHES:
-            for token in ins.operands:
-                if token in labels:
-                    targets[labels[token]] = True
+    own = range(kernel.entry, end)
+    # code outside every kernel (device functions reached by s_swappc_b64) is decoded too; an
+    # instruction there that cannot be decoded stops the launch only if a wave executes it
+    ranges = [(e, next((f for f in entries if f > e), len(program.instrs))) for e in entries]
+    shared = [i for i in range(len(program.instrs)) if not any(a <= i < b for a, b in ranges)]
+    for region, strict in ((own, True), (shared, False)):
+        if not strict:
+            ctx = _Context(d)
+        for index in region:
+            ins = program.instrs[index]
+            try:
+                if any("@" in t for t in ins.operands):
+                    ins = dataclasses.replace(ins, operands=[_resolve_relocation(t, program, index)
+                                                             for t in ins.operands])
+                if ins.mnemonic in HWREG_INSTRUCTIONS:
+                    code[index] = _decode_hwreg(ins, index, program, kernel, ctx)
+                    continue
+                cls = classify(ins.mnemonic)
+                if cls in (VALU, SALU) and valu_ops is None:
+                    valu_ops, salu_ops = _load_semantics()
+                if cls == MFMA and mfma_ops is None:
+                    mfma_ops = _load_mfma()
+                decoded = _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx,
+                                      valu_ops, salu_ops, mfma_ops, labels)
+            except (DecodeError, OperandError, KeyError, IndexError, NotImplementedError,
+                    ValueError) as err:
+                message = _where(ins, kernel.name) + f": {err}"
+                if strict:
+                    raise EmulatorError(message) from None
+
+                def stop(P, sel, n, message=message):
+                    raise EmulatorError(message)
+                decoded = Decoded(stop, OTHER, None, ins)
+            decoded.writes_exec = _writes_exec(ins)
+            code[index] = decoded
+            if ins.mnemonic in BRANCHES:
+                for token in ins.operands:
+                    if token in labels:
+                        targets[labels[token]] = True
+    shared_set = set(shared)
     for name, index in labels.items():
-        if kernel.entry <= index < end and not name.startswith(".Lfunc_end"):
+        if (kernel.entry <= index < end or index in shared_set) and not name.startswith(".Lfunc_end"):
             targets[index] = True
     start = kernel.entry
     if int(d.get("amdhsa_user_sgpr_kernarg_preload_length", 0)) > 0:
@@ -434,6 +449,8 @@ def _decode_mfma(ins, ops, mods, mfma_ops):
         raise DecodeError(f"MFMA C operand {c.text!r} must be {op.c_regs} vector registers")
     if c.kind not in ("v", "const", "float"):
         raise DecodeError(f"MFMA C operand {c.text!r} is not supported")
+    if getattr(op, "raw_registers", False):
+        return _decode_raw_mfma(ins, op, dst, a, b, c, mods)
     c_const = None
     if c.kind != "v":
         if c.kind == "const" and c.value != 0:
@@ -463,5 +480,30 @@ def _decode_mfma(ins, ops, mods, mfma_ops):
             raise EmulatorError(f"{ins.mnemonic} at line {ins.line_no} `{ins.text}`: {err}") from None
         if not direct:
             write_rows(P, sel, drow, nc, d_val.view(np.uint32), active, full)
+        return lanes
+    return run
+
+
+def _decode_raw_mfma(ins, op, dst, a, b, c, mods):
+    """MFMA families (f32, i8, f64) whose op works on raw register words."""
+    if c.kind == "v":
+        c_const = None
+    elif c.kind in ("const", "float"):
+        c_const = c.value
+    else:
+        raise DecodeError(f"MFMA C operand {c.text!r} is not supported")
+    cbsz, abid, blgp = int(mods.get("cbsz", 0)), int(mods.get("abid", 0)), int(mods.get("blgp", 0))
+    arow, brow, crow, drow = a.index, b.index, c.index, dst.index
+    na, nb, nc = op.a_regs, op.b_regs, op.c_regs
+
+    def run(P, sel, n):
+        active, full, lanes = P.exec_state(sel)
+        c_val = c_const if c_const is not None else P.vgpr[sel, crow:crow + nc]
+        try:
+            d_val = op.execute(P.vgpr[sel, arow:arow + na], P.vgpr[sel, brow:brow + nb], c_val,
+                               cbsz=cbsz, abid=abid, blgp=blgp)
+        except NotImplementedError as err:
+            raise EmulatorError(f"{ins.mnemonic} at line {ins.line_no} `{ins.text}`: {err}") from None
+        write_rows(P, sel, drow, nc, d_val, active, full)
         return lanes
     return run

@@ -1212,10 +1212,12 @@ for _sign, _t in (("u", "pk_u16"), ("i", "pk_i16")):
 
 
 def _dot4_exact(a, b, c, signed):
-    dtype = np.int8 if signed else np.uint8
     total = _wide(c)
     for byte in range(4):
-        total = total + _wide(a[..., byte].astype(dtype)) * _wide(b[..., byte].astype(dtype))
+        x, y = (np.asarray(v[..., byte]).astype(np.int64) for v in (a, b))
+        if signed:
+            x, y = np.where(x >= 128, x - 256, x), np.where(y >= 128, y - 256, y)
+        total = total + _wide(x) * _wide(y)
     return total
 
 

@@ -10,6 +10,8 @@ body. The body may use v0..v253, s16..s47 and vcc; it must not touch s0..s15 or 
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,7 +128,10 @@ def run_asm(body: str, vgprs=None, sgprs=None, scc=None, rows: int | None = None
         vgprs = vgprs.astype(np.uint32) if vgprs.dtype != np.uint32 else vgprs
     n_waves = waves or (vgprs.shape[0] if vgprs is not None else
                         np.asarray(sgprs).reshape(-1, SGPR_COUNT).shape[0] if sgprs is not None else 1)
-    rows = rows if rows is not None else (vgprs.shape[1] if vgprs is not None else 1)
+    if rows is None:   # every v register the body names comes back
+        named = [int(x) for x in re.findall(r"\bv(\d+)\b", body)]
+        named += [int(x) for x in re.findall(r"\bv\[\d+:(\d+)\]", body)]
+        rows = max([vgprs.shape[1] if vgprs is not None else 1] + [x + 1 for x in named if x < 254])
     v_in = np.zeros((n_waves, rows, 64), np.uint32)
     if vgprs is not None:
         v_in[:, :vgprs.shape[1]] = vgprs
@@ -144,3 +149,18 @@ def run_asm(body: str, vgprs=None, sgprs=None, scc=None, rows: int | None = None
     return AsmResult(vbuf.numpy().view(np.uint32).copy(), s_out[:, :SGPR_COUNT].copy(),
                      words[:, 0] | (words[:, 1] << np.uint64(32)),
                      words[:, 2] | (words[:, 3] << np.uint64(32)), words[:, 4] != 0)
+
+
+_TARGET_MACHINE = []
+
+
+def compile_ir(module_text: str) -> str:
+    """gfx942 assembly of an LLVM IR module (llvmlite, -O2)."""
+    import llvmlite.binding as llvm
+    if not _TARGET_MACHINE:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        target = llvm.Target.from_triple("amdgcn-amd-amdhsa")
+        _TARGET_MACHINE.append(target.create_target_machine(cpu="gfx942", opt=2))
+    module = llvm.parse_assembly('target triple = "amdgcn-amd-amdhsa"\n' + module_text)
+    return _TARGET_MACHINE[0].emit_assembly(module)
