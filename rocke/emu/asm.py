@@ -24,6 +24,7 @@ class Instr:
     operands: list[str]
     modifiers: list[str]
     index: int = 0     # position in Program.instrs
+    address: int | None = None   # byte address in a code object (`.emu_address`), else None
 
 
 @dataclass
@@ -41,6 +42,12 @@ class Program:
     labels: dict[str, int]
     kernels: dict[str, KernelSource]
     symbols: dict[str, str] = field(default_factory=dict)   # `.set` name -> expression text
+    functions: set[str] = field(default_factory=set)        # `.type NAME,@function` symbols
+
+    @property
+    def has_addresses(self) -> bool:
+        """Every instruction carries its code-object byte address (disassembled code objects)."""
+        return bool(self.instrs) and all(i.address is not None for i in self.instrs)
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
@@ -214,6 +221,8 @@ def parse_program(text: str) -> Program:
     current_descriptor: dict[str, int] | None = None
     symbols: dict[str, str] = {}
     pending: list[tuple[dict, str, str, int]] = []   # descriptor values that are expressions
+    next_address: int | None = None
+    functions: set[str] = set()
     for line_no, raw in enumerate(text.splitlines(), start=1):
         if metadata_lines is not None:
             if raw.strip() == ".end_amdgpu_metadata":
@@ -246,7 +255,11 @@ def parse_program(text: str) -> Program:
             continue
         if line.startswith("."):
             head = line.split()[0]
-            if head == ".set":
+            if head == ".type" and line.replace(" ", "").endswith(",@function"):
+                functions.add(line.split(None, 1)[1].split(",")[0].strip())
+            elif head == ".emu_address":   # codeobject.py: the byte address of the next instruction
+                next_address = int(line.split()[1], 0)
+            elif head == ".set":
                 name, _, expression = line[4:].strip().partition(",")
                 if not expression.strip():
                     raise ValueError(f"line {line_no}: malformed {line!r}")
@@ -267,7 +280,8 @@ def parse_program(text: str) -> Program:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", mnemonic):
             raise ValueError(f"line {line_no}: malformed instruction {line!r}")
         operands, modifiers = _split_operands(rest.strip())
-        instrs.append(Instr(line_no, line, mnemonic, operands, modifiers, len(instrs)))
+        instrs.append(Instr(line_no, line, mnemonic, operands, modifiers, len(instrs), next_address))
+        next_address = None
     if metadata_lines is not None:
         raise ValueError("`.amdgpu_metadata` block is not terminated by `.end_amdgpu_metadata`")
     if current_descriptor is not None:
@@ -295,4 +309,4 @@ def parse_program(text: str) -> Program:
         kernels[name] = KernelSource(name, entry_index, preload_entry, descriptors[name], entry)
     if not kernels:
         raise ValueError("assembly metadata lists no kernels (`amdhsa.kernels` is empty)")
-    return Program(instrs, labels, kernels, symbols)
+    return Program(instrs, labels, kernels, symbols, functions)

@@ -151,8 +151,12 @@ def decode_kernel(program: Program, kernel: KernelSource) -> DecodedKernel:
     agprs = int(kernel.metadata.get(".agpr_count", 0) or 0)
     num_vector_regs = max(int(d.get("amdhsa_next_free_vgpr", 1)), accum_offset + agprs, 1)
     entries = sorted(k.entry for k in program.kernels.values())
-    end = next((e for e in entries if e > kernel.entry), len(program.instrs))
+    # a kernel's code ends where the next function or kernel symbol begins
+    starts = sorted(set(entries) | {program.labels[f] for f in program.functions if f in program.labels})
+    end = next((e for e in starts if e > kernel.entry), len(program.instrs))
     ctx = _Context(d)
+    addressing = _code_addressing(program)
+    ctx.index_of_address, ctx.address_of_index = addressing
     valu_ops = salu_ops = mfma_ops = None
     labels = program.labels
     code: list[Decoded | None] = [None] * len(program.instrs)
@@ -160,11 +164,12 @@ def decode_kernel(program: Program, kernel: KernelSource) -> DecodedKernel:
     own = range(kernel.entry, end)
     # code outside every kernel (device functions reached by s_swappc_b64) is decoded too; an
     # instruction there that cannot be decoded stops the launch only if a wave executes it
-    ranges = [(e, next((f for f in entries if f > e), len(program.instrs))) for e in entries]
+    ranges = [(e, next((f for f in starts if f > e), len(program.instrs))) for e in entries]
     shared = [i for i in range(len(program.instrs)) if not any(a <= i < b for a, b in ranges)]
     for region, strict in ((own, True), (shared, False)):
         if not strict:
             ctx = _Context(d)
+            ctx.index_of_address, ctx.address_of_index = addressing
         for index in region:
             ins = program.instrs[index]
             try:
@@ -335,7 +340,7 @@ def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, val
     if name == "s_barrier":
         return Decoded(lambda P, sel, n, pc: P.arrive_barrier(sel, pc), OTHER, "barrier", ins)
     if name in BRANCHES:
-        run = salu.decode_branch(ins, ops, labels, _index_of_address, _address_of_index)
+        run = salu.decode_branch(ins, ops, labels, ctx.index_of_address, ctx.address_of_index)
         return Decoded(run, OTHER, "branch", ins)
     if name in ("s_memtime", "s_memrealtime"):
         return Decoded(salu.decode_misc_scalar(ins, ops, mods), OTHER, None, ins)
@@ -408,6 +413,27 @@ def _parse_vmcnt(ins) -> int | None:
 
 def _address_of_index(index: int) -> int:
     return CODE_BASE + 8 * index
+
+
+def _code_addressing(program: Program):
+    """(index_of_address, address_of_index) for s_getpc/s_setpc/s_swappc: the code object's own
+    byte addresses when the program came from one, else 8 bytes per instruction."""
+    if not program.has_addresses:
+        return _index_of_address, _address_of_index
+    byte_address = np.array([ins.address for ins in program.instrs], np.int64)
+    order = np.argsort(byte_address)
+    sorted_addresses = byte_address[order]
+
+    def address_of_index(index: int) -> int:
+        return CODE_BASE + int(byte_address[index])
+
+    def index_of_address(addresses: np.ndarray) -> np.ndarray:
+        offsets = addresses.astype(np.int64) - CODE_BASE
+        position = np.clip(np.searchsorted(sorted_addresses, offsets), 0, len(order) - 1)
+        if (sorted_addresses[position] != offsets).any():
+            raise EmulatorError("s_setpc/s_swappc to an address that is not an instruction")
+        return order[position]
+    return index_of_address, address_of_index
 
 
 def _index_of_address(addresses: np.ndarray) -> np.ndarray:
