@@ -56,9 +56,11 @@ class DecodedKernel:
 HW_REG_MODE = 1
 _HWREG_IDS = {"HW_REG_MODE": HW_REG_MODE}
 # MODE bits whose values the emulator models (CDNA3 ISA, MODE register): FP_ROUND [3:0],
-# FP_DENORM [7:4], DX10_CLAMP [8], IEEE [9]. A write of any other bit stops the decode unless it
-# leaves that bit at its reset value.
-_MODELLED_MODE_BITS = 0x3FF
+# FP_DENORM [7:4], DX10_CLAMP [8], IEEE [9], FP16_OVFL [23] (finite overflow of f16 and f32->fp8
+# results saturates). A write of any other bit stops the decode unless it leaves that bit at its
+# reset value.
+FP16_OVFL_BIT = 23
+_MODELLED_MODE_BITS = 0x3FF | (1 << FP16_OVFL_BIT)
 _MODE_NOT_MODELLED = {"IEEE=0 (non-IEEE min/max NaN rules)": (9, 1, 1),
                       "DX10_CLAMP=0 (clamp keeps NaN)": (8, 1, 1)}
 
@@ -74,6 +76,7 @@ class _Context:
         mode |= (int(descriptor.get("amdhsa_float_denorm_mode_16_64", 3)) & 3) << 6
         mode |= (int(descriptor.get("amdhsa_dx10_clamp", 1)) & 1) << 8
         mode |= (int(descriptor.get("amdhsa_ieee_mode", 1)) & 1) << 9
+        mode |= (int(descriptor.get("amdhsa_fp16_overflow", 0)) & 1) << FP16_OVFL_BIT
         self.mode = mode
 
     @property
@@ -84,6 +87,11 @@ class _Context:
     @property
     def round_mode_16_64(self) -> int:
         return (self.mode >> 2) & 3
+
+    @property
+    def fp16_overflow(self) -> bool:
+        """MODE.FP16_OVFL: finite f16 / f32->fp8 results that overflow saturate to max."""
+        return bool((self.mode >> FP16_OVFL_BIT) & 1)
 
     @property
     def denorm_mode_32(self) -> int:
@@ -98,7 +106,7 @@ class _Context:
         new = (self.mode & ~field) | ((value << offset) & field)
         if new & ~_MODELLED_MODE_BITS:
             raise DecodeError(f"MODE bits {new & ~_MODELLED_MODE_BITS:#x} (exception enables, "
-                              "FP16_OVFL, ...) are not emulated")
+                              "GPR_IDX_EN, ...) are not emulated")
         for what, (bit, _, reset) in _MODE_NOT_MODELLED.items():
             if (new >> bit) & 1 != reset:
                 raise DecodeError(f"MODE {what} is not emulated")

@@ -1398,3 +1398,55 @@ def rounding_is_exact(name: str) -> bool:
                    "cvt_f64_u32", "cvt_f32_ubyte", "cvt_f32_fp8", "cvt_f32_bf8", "cvt_pk_f32_",
                    "cvt_pkrtz", "ldexp", "div_fixup", "accvgpr", "pk_mov", "trig_preop")
     return any(word in name for word in exact_words)
+
+
+# ---------------------------------------------------------------------------------------
+# MODE.FP16_OVFL: finite overflow saturates (f16 results; f32 -> fp8/bf8 conversions)
+# ---------------------------------------------------------------------------------------
+
+_FP8_OVERFLOW_SATURATES = {
+    "v_cvt_pk_fp8_f32": "e4m3fnuz", "v_cvt_pk_bf8_f32": "e5m2fnuz",
+}
+
+
+def _pack_fp8_saturating_finite(fmt):
+    """f32 pair -> two fp8 codes; a finite value beyond the format saturates to ±max, an
+    infinite one stays non-finite (the NaN code: the format has no infinity)."""
+    def pack(a, b):
+        codes = []
+        for x in (a, b):
+            code = numerics.f32_to_fp8_bits(x, fmt, saturate=True)
+            code = np.where(np.isinf(x), np.uint8(numerics.FP8_NAN_CODE), code)
+            codes.append(code.astype(np.uint16))
+        return (codes[0] | (codes[1] << np.uint16(8))).astype(np.uint16)
+    return pack
+
+
+def _saturating_f16(fn):
+    """f16 results: an infinity produced from finite float sources becomes ±65504."""
+    def apply(*args):
+        result = np.asarray(fn(*args))
+        finite = np.ones(result.shape, bool)
+        for a in args:
+            a = np.asarray(a)
+            if a.dtype.kind != "f":
+                continue
+            ok = np.isfinite(a)
+            while ok.ndim > result.ndim:    # packed sources of a per-lane result
+                ok = ok.all(axis=-1)
+            while ok.ndim < result.ndim:
+                ok = ok[..., None]
+            finite &= np.broadcast_to(ok, result.shape)
+        overflowed = np.isinf(result) & finite
+        return np.where(overflowed, np.copysign(np.float16(65504.0), result),
+                        result).astype(result.dtype)
+    return apply
+
+
+def fp16_overflow_op(name: str, op: AluOp) -> AluOp:
+    """`op` as MODE.FP16_OVFL=1 runs it."""
+    if name in _FP8_OVERFLOW_SATURATES:
+        return dataclasses_replace(op, fn=_quiet(_pack_fp8_saturating_finite(_FP8_OVERFLOW_SATURATES[name])))
+    if op.dsts and op.dsts[0] in ("f16", "pk_f16"):
+        return dataclasses_replace(op, fn=_quiet(_saturating_f16(op.fn)))
+    return op

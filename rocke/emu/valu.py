@@ -210,13 +210,14 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
 
 def _numeric_variant(base, op, clamp, ctx):
     """The table entry that carries the instruction's numerics: the saturating form when `clamp`
-    is an integer/fp8 saturation (then the clamp is consumed), the directed-rounding form when
-    MODE.FP_ROUND is not round-to-nearest-even for the result type."""
+    is an integer/fp8 saturation (then the clamp is consumed); else the directed-rounding form
+    when MODE.FP_ROUND is not round-to-nearest-even for the result type, and the saturating-
+    overflow form when MODE.FP16_OVFL is set."""
     from . import semantics
     if clamp and base in semantics.VALU_CLAMP_OPS:
-        op, clamp = semantics.VALU_CLAMP_OPS[base], False
-    elif clamp and base in semantics.VALU_INT_CLAMP_OPS:
-        op, clamp = semantics.VALU_INT_CLAMP_OPS[base], False
+        return semantics.VALU_CLAMP_OPS[base], False
+    if clamp and base in semantics.VALU_INT_CLAMP_OPS:
+        return semantics.VALU_INT_CLAMP_OPS[base], False
     result = op.dsts[0] if op.dsts else ""
     if result in ("f32", "pk_f32"):
         mode = ctx.round_mode_32
@@ -226,11 +227,12 @@ def _numeric_variant(base, op, clamp, ctx):
         mode = 0
     if mode:
         directed = semantics.rounded_op(base, mode)
-        if directed is not None:
-            op = directed if op is semantics.VALU_OPS.get(base) else op
-        elif not semantics.rounding_is_exact(base):
+        if directed is None and not semantics.rounding_is_exact(base):
             raise DecodeError(f"{base} under MODE.FP_ROUND={mode} (not round-to-nearest-even) "
                               "is not emulated")
+        op = directed or op
+    if ctx.fp16_overflow:
+        op = semantics.fp16_overflow_op(base, op)
     return op, clamp
 
 
