@@ -364,6 +364,105 @@ def matmul_typed_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stri
 
 
 @triton.jit
+def compare_matrix_kernel(h_ptr, f_ptr, d_ptr, s16_ptr, u16_ptr, i32_ptr, u32_ptr, i64_ptr,
+                          u64_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Six comparisons (<, <=, >, >=, ==, !=) of neighbouring elements for nine element
+    types; the 54 results are packed as bits of two int32 words per element."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    lo = tl.zeros([BLOCK], dtype=tl.int32)
+    hi = tl.zeros([BLOCK], dtype=tl.int32)
+    ptrs = [h_ptr, f_ptr, d_ptr, s16_ptr, u16_ptr, i32_ptr, u32_ptr, i64_ptr, u64_ptr]
+    for t in tl.static_range(9):
+        a = tl.load(ptrs[t] + offs, mask=m)
+        b = tl.load(ptrs[t] + offs + 1, mask=m)
+        bits = ((a < b).to(tl.int32) | ((a <= b).to(tl.int32) << 1) | ((a > b).to(tl.int32) << 2)
+                | ((a >= b).to(tl.int32) << 3) | ((a == b).to(tl.int32) << 4)
+                | ((a != b).to(tl.int32) << 5))
+        if t < 5:
+            lo = lo | (bits << (6 * t))
+        else:
+            hi = hi | (bits << (6 * (t - 5)))
+    tl.store(out_ptr + offs * 2, lo, mask=m)
+    tl.store(out_ptr + offs * 2 + 1, hi, mask=m)
+
+
+@triton.jit
+def small_types_kernel(i8_ptr, u8_ptr, i16_ptr, h_ptr, bf_ptr, d_ptr, i8_out, u8_out, i16_out,
+                       h_out, bf_out, d_out, f_out, n, BLOCK: tl.constexpr):
+    """8/16-bit integer, f16, bf16 and f64 element-wise arithmetic and conversions."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    a8 = tl.load(i8_ptr + offs, mask=m, other=0)
+    u8 = tl.load(u8_ptr + offs, mask=m, other=0)
+    a16 = tl.load(i16_ptr + offs, mask=m, other=0)
+    h = tl.load(h_ptr + offs, mask=m, other=0.0)
+    bf = tl.load(bf_ptr + offs, mask=m, other=0.0)
+    d = tl.load(d_ptr + offs, mask=m, other=0.0)
+    tl.store(i8_out + offs, (a8 * 3 + (a8 >> 2)) ^ 0x55, mask=m)
+    tl.store(u8_out + offs, tl.maximum(u8, 100) - (u8 >> 3), mask=m)
+    tl.store(i16_out + offs, tl.minimum(a16 * a16, a16 << 4) + tl.abs(a16) // 3, mask=m)
+    h2 = h * h + h
+    tl.store(h_out + offs * 4 + 0, h2, mask=m)
+    tl.store(h_out + offs * 4 + 1, tl.maximum(h, -h * 0.5), mask=m)
+    tl.store(h_out + offs * 4 + 2, a16.to(tl.float16), mask=m)
+    tl.store(h_out + offs * 4 + 3, u8.to(tl.float16) * 0.25, mask=m)
+    tl.store(bf_out + offs * 2, bf * 2.0 + 1.0, mask=m)
+    tl.store(bf_out + offs * 2 + 1, a8.to(tl.bfloat16), mask=m)
+    tl.store(d_out + offs * 6 + 0, tl.floor(d), mask=m)
+    tl.store(d_out + offs * 6 + 1, tl.ceil(d), mask=m)
+    tl.store(d_out + offs * 6 + 2, tl.minimum(d, -d), mask=m)
+    tl.store(d_out + offs * 6 + 3, tl.maximum(d, 0.5), mask=m)
+    tl.store(d_out + offs * 6 + 4, (d * 1000.0).to(tl.int64).to(tl.float64), mask=m)
+    tl.store(d_out + offs * 6 + 5, tl.abs(d) + a16.to(tl.float64), mask=m)
+    tl.store(f_out + offs * 3 + 0, h.to(tl.float32) + bf.to(tl.float32), mask=m)
+    tl.store(f_out + offs * 3 + 1, d.to(tl.float32), mask=m)
+    tl.store(f_out + offs * 3 + 2, u8.to(tl.float32) + a8.to(tl.float32), mask=m)
+
+
+@triton.jit
+def atomics_wide_kernel(x_ptr, f64_sum, i64_sum, u32_max, u32_min, i64_max, f32_swap, n,
+                        BLOCK: tl.constexpr):
+    """64-bit and unsigned atomics: f64/i64 add, unsigned max/min, i64 max, f32 exchange."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0)
+    slot = offs % 4
+    tl.atomic_add(f64_sum + slot, x.to(tl.float64) * 0.5, mask=m)
+    tl.atomic_add(i64_sum + slot, x.to(tl.int64) << 20, mask=m)
+    tl.atomic_max(u32_max + slot, x.to(tl.uint32, bitcast=True), mask=m)
+    tl.atomic_min(u32_min + slot, x.to(tl.uint32, bitcast=True), mask=m)
+    tl.atomic_max(i64_max + slot, x.to(tl.int64) * 3, mask=m)
+    tl.atomic_xchg(f32_swap + offs, x.to(tl.float32), mask=m)
+
+
+@triton.jit
+def f32_f16_math_kernel(x_ptr, y_ptr, h_ptr, g_ptr, out_ptr, hout_ptr, iout_ptr, n,
+                        BLOCK: tl.constexpr):
+    """f32 rounding/transcendental/min-max-median math and packed f16 / i16 arithmetic
+    (several elements per lane, so the compiler packs them): out[n, 12], hout[n, 6], iout[n, 4]."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=1.0)
+    y = tl.load(y_ptr + offs, mask=m, other=1.0)
+    h = tl.load(h_ptr + offs, mask=m, other=1.0)
+    g = tl.load(g_ptr + offs, mask=m, other=1.0)
+    cols = [tl.floor(x), tl.ceil(x), libdevice.trunc(x), libdevice.rint(x), tl.sin(x), tl.cos(y),
+            tl.exp2(y), tl.log2(tl.abs(x) + 1.0), tl.sqrt_rn(tl.abs(y)), tl.rsqrt(tl.abs(x) + 0.5),
+            tl.minimum(tl.minimum(x, y), 0.25), tl.maximum(tl.minimum(x, y), tl.minimum(tl.maximum(x, y), 0.5))]
+    for c in tl.static_range(12):
+        tl.store(out_ptr + offs * 12 + c, cols[c], mask=m)
+    hcols = [h * g + h, tl.maximum(h, g), tl.minimum(h, g), h + g, h - g, h * g]
+    for c in tl.static_range(6):
+        tl.store(hout_ptr + offs * 6 + c, hcols[c], mask=m)
+    i = (x * 100.0).to(tl.int16)
+    j = (y * 100.0).to(tl.int16)
+    icols = [i + j, i - j, tl.maximum(i, j), i * j]
+    for c in tl.static_range(4):
+        tl.store(iout_ptr + offs * 4 + c, icols[c].to(tl.int32), mask=m)
+
+
+@triton.jit
 def row_sum_wide_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
     """One program sums a long row with many warps (cross-wave reduction through LDS)."""
     row = tl.program_id(0)
@@ -546,6 +645,31 @@ VARIANTS += [
              {"BLOCK": 1024}, {"num_warps": 8, "num_stages": 1},
              divisible_by_16=("x_ptr", "out_ptr"),
              notes="grid (rows,); 8 waves per program."),
+]
+
+
+VARIANTS += [
+    _elementwise("compare_matrix", compare_matrix_kernel,
+                 {"h_ptr": "*fp16", "f_ptr": "*fp32", "d_ptr": "*fp64", "s16_ptr": "*i16",
+                  "u16_ptr": "*u16", "i32_ptr": "*i32", "u32_ptr": "*u32", "i64_ptr": "*i64",
+                  "u64_ptr": "*u64", "out_ptr": "*i32", "n": "i32", "BLOCK": "constexpr"}, 64,
+                 warps=1, notes="grid (cdiv(n,64),); inputs have n + 1 elements; out[n, 2]."),
+    _elementwise("small_types", small_types_kernel,
+                 {"i8_ptr": "*i8", "u8_ptr": "*u8", "i16_ptr": "*i16", "h_ptr": "*fp16",
+                  "bf_ptr": "*bf16", "d_ptr": "*fp64", "i8_out": "*i8", "u8_out": "*u8",
+                  "i16_out": "*i16", "h_out": "*fp16", "bf_out": "*bf16", "d_out": "*fp64",
+                  "f_out": "*fp32", "n": "i32", "BLOCK": "constexpr"}, 64, warps=1,
+                 notes="grid (cdiv(n,64),); h_out[n,4] bf_out[n,2] d_out[n,6] f_out[n,3]."),
+    _elementwise("f32_f16_math", f32_f16_math_kernel,
+                 {"x_ptr": "*fp32", "y_ptr": "*fp32", "h_ptr": "*fp16", "g_ptr": "*fp16",
+                  "out_ptr": "*fp32", "hout_ptr": "*fp16", "iout_ptr": "*i32", "n": "i32",
+                  "BLOCK": "constexpr"}, 256, warps=1, enable_fp_fusion=False,
+                 notes="grid (cdiv(n,256),); 4 elements per lane."),
+    _elementwise("atomics_wide", atomics_wide_kernel,
+                 {"x_ptr": "*i32", "f64_sum": "*fp64", "i64_sum": "*i64", "u32_max": "*u32",
+                  "u32_min": "*u32", "i64_max": "*i64", "f32_swap": "*fp32", "n": "i32",
+                  "BLOCK": "constexpr"}, 128, warps=2,
+                 notes="grid (cdiv(n,128),); 4 slots per reduction target."),
 ]
 
 

@@ -36,6 +36,7 @@ def _words() -> list[list[int]]:
     for op in range(128):
         out.append([0xBF000000 | (op << 16) | 0x0201])                              # SOPC
         out.append([0xBF800000 | (op << 16) | 0x0001])                              # SOPP
+        out.append([0xBF800000 | (op << 16)])
     for op in range(256):
         for sdata in (0, 4, 8, 16):
             out.append([0xC0000000 | (op << 18) | (1 << 17) | (sdata << 6) | 2, 0])  # SMEM imm
@@ -60,7 +61,7 @@ def _words() -> list[list[int]]:
                 out.append([0xD3800000 | (op << 16) | acc | 0x4000 | 0, src])       # VOP3P / MAI
                 out.append([0xD3800000 | (op << 16) | acc | 0x4000 | 32, src])
     for op in range(256):
-        for data in (0x02040600, 0x00000400):
+        for data in (0x02040600, 0x00000400, 0x04000000, 0x04000400, 0x04040200):
             out.append([0xD8000000 | (op << 17), data | 0x08])                      # DS
     for seg in range(3):
         for op in range(128):

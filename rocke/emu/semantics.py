@@ -1450,3 +1450,10 @@ def fp16_overflow_op(name: str, op: AluOp) -> AluOp:
     if op.dsts and op.dsts[0] in ("f16", "pk_f16"):
         return dataclasses_replace(op, fn=_quiet(_saturating_f16(op.fn)))
     return op
+
+
+# gfx9 "legacy" 16-bit multiply-adds: the gfx8 forms LLVM still selects when op_sel is unused
+VALU_OPS["v_mad_legacy_u16"] = VALU_OPS["v_mad_u16"]
+VALU_OPS["v_mad_legacy_i16"] = VALU_OPS["v_mad_i16"]
+VALU_OPS["v_mad_legacy_f16"] = VALU_OPS["v_mad_f16"]
+VALU_OPS["v_fma_legacy_f16"] = VALU_OPS["v_fma_f16"]

@@ -21,7 +21,8 @@ ZEROES_HIGH_16 = frozenset(
         "cos_f16 floor_f16 ceil_f16 trunc_f16 rndne_f16 fract_f16 frexp_mant_f16 frexp_exp_i16_f16 "
         "ldexp_f16 lshlrev_b16 lshrrev_b16 ashrrev_i16 add_u16 sub_u16 subrev_u16 mul_lo_u16 "
         "add_f16 sub_f16 subrev_f16 mul_f16 max_f16 min_f16 max_u16 min_u16 max_i16 min_i16 "
-        "mad_f16 mad_u16 mad_i16 fma_f16 div_fixup_f16").split())
+        "mad_f16 mad_u16 mad_i16 fma_f16 div_fixup_f16 mad_legacy_f16 mad_legacy_u16 "
+        "mad_legacy_i16 fma_legacy_f16").split())
 SDWA_SEL = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (24, 8),
             "WORD_0": (0, 16), "WORD_1": (16, 16), "DWORD": (0, 32)}
 

@@ -9,6 +9,7 @@ each launch runs at most a few dozen waves.
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -30,6 +31,12 @@ TOLERANCES = {
 
 TORCH_DTYPES = {
     "fp64": torch.float64,
+    "i16": torch.int16,
+    "u16": torch.uint16,
+    "u32": torch.uint32,
+    "i64": torch.int64,
+    "u64": torch.uint64,
+    "u8": torch.uint8,
     "i8": torch.int8,
     "fp8e4b8_": torch.float8_e4m3fnuz,
     "fp8e5b16": torch.float8_e5m2fnuz,
@@ -267,6 +274,7 @@ ISSUE_11_FIXTURES = {
     "atomics_mix_i32", "spin_lock", "gather_rows_f32", "row_sum_w16", "row_sum_w8",
     "matmul_f32_ieee_mfma16", "matmul_f32_ieee_mfma32", "matmul_i8_mfma16", "matmul_i8_mfma32",
     "matmul_f64_mfma16", "matmul_f16_kpack2_w8_s3", "matmul_bf16_mfma32_s3",
+    "compare_matrix", "small_types", "atomics_wide", "f32_f16_math",
 }
 
 
@@ -479,3 +487,123 @@ def test_matmul_more_families(name, in_dtype, out_dtype, M, N, K):
         tol = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 5e-3), torch.bfloat16: (1e-4, 1e-5)}[in_dtype]
         torch.testing.assert_close(c[:, :N].double(), expected, atol=tol[0], rtol=tol[1])
     assert torch.all(c[:, N:] == 7), "masked columns of C were written"
+
+
+def test_compare_matrix_nine_types():
+    n = 100
+    rng = generator(20)
+    base = torch.randint(-3, 4, (n + 1,), generator=rng)
+    floats = base.double() / 2
+    floats[5] = float("nan")
+    floats[9] = float("-inf")
+    b = base.numpy()
+    tensors = [floats.half(), floats.float(), floats, base.to(torch.int16),
+               torch.from_numpy((b + 3).astype(np.uint16)), base.to(torch.int32) * 100000,
+               torch.from_numpy(((b + 3) * 1000000000 // 3).astype(np.uint32)), base.long() << 40,
+               torch.from_numpy(((b + 3).astype(np.uint64) << np.uint64(61)))]
+    out = torch.zeros(n, 2, dtype=torch.int32)
+    launch_fixture("compare_matrix", (cdiv(n, 64), 1, 1), h_ptr=tensors[0], f_ptr=tensors[1],
+                   d_ptr=tensors[2], s16_ptr=tensors[3], u16_ptr=tensors[4], i32_ptr=tensors[5],
+                   u32_ptr=tensors[6], i64_ptr=tensors[7], u64_ptr=tensors[8], out_ptr=out, n=n)
+    for t, tensor in enumerate(tensors):
+        values = tensor.numpy().tolist()
+        for i in range(n):
+            a, b = values[i], values[i + 1]
+            bits = (a < b) | (a <= b) << 1 | (a > b) << 2 | (a >= b) << 3 | (a == b) << 4 | (a != b) << 5
+            word, shift = (0, 6 * t) if t < 5 else (1, 6 * (t - 5))
+            got = (int(out[i, word]) >> shift) & 63
+            assert got == bits, (t, i, a, b, got, bits)
+
+
+def test_small_integer_f16_bf16_f64_types():
+    n = 100
+    rng = generator(21)
+    a8 = torch.randint(-128, 128, (n,), generator=rng, dtype=torch.int8)
+    u8 = torch.randint(0, 256, (n,), generator=rng).to(torch.uint8)
+    a16 = torch.randint(-300, 300, (n,), generator=rng, dtype=torch.int16)
+    h = torch.randn(n, generator=rng).half()
+    bf = torch.randn(n, generator=rng).bfloat16()
+    d = torch.randn(n, generator=rng, dtype=torch.float64) * 10
+    outs = dict(i8_out=torch.zeros(n, dtype=torch.int8), u8_out=torch.zeros(n, dtype=torch.uint8),
+                i16_out=torch.zeros(n, dtype=torch.int16), h_out=torch.zeros(n, 4, dtype=torch.float16),
+                bf_out=torch.zeros(n, 2, dtype=torch.bfloat16), d_out=torch.zeros(n, 6, dtype=torch.float64),
+                f_out=torch.zeros(n, 3))
+    launch_fixture("small_types", (cdiv(n, 64), 1, 1), i8_ptr=a8, u8_ptr=u8, i16_ptr=a16, h_ptr=h,
+                   bf_ptr=bf, d_ptr=d, n=n, **outs)
+    w8 = a8.int()
+    assert torch.equal(outs["i8_out"], ((w8 * 3 + (w8 >> 2)).to(torch.int8) ^ 0x55).to(torch.int8))
+    wu = u8.int()
+    assert torch.equal(outs["u8_out"], (torch.maximum(wu, torch.tensor(100)) - (wu >> 3)).to(torch.uint8))
+    w16 = a16.int()
+    prod = (w16 * w16).to(torch.int16).int()
+    shifted = (w16 << 4).to(torch.int16).int()
+    expected16 = (torch.minimum(prod, shifted) + torch.div(w16.abs(), 3, rounding_mode="trunc")).to(torch.int16)
+    assert torch.equal(outs["i16_out"], expected16)
+    hf = h.float()
+    expected_h = torch.stack([(h * h).float().half().float() + hf, torch.maximum(hf, (-hf * 0.5).half().float()),
+                              a16.half().float(), (u8.half() * 0.25).float()], 1)
+    torch.testing.assert_close(outs["h_out"].float(), expected_h, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(outs["bf_out"].float(), torch.stack([bf.float() * 2 + 1, a8.bfloat16().float()], 1),
+                               rtol=1e-2, atol=1e-2)
+    expected_d = torch.stack([d.floor(), d.ceil(), torch.minimum(d, -d), torch.maximum(d, torch.tensor(0.5, dtype=torch.float64)),
+                              (d * 1000).long().double(), d.abs() + a16.double()], 1)
+    assert torch.equal(outs["d_out"], expected_d)
+    assert torch.equal(outs["f_out"], torch.stack([hf + bf.float(), d.float(), u8.float() + a8.float()], 1))
+
+
+def test_wide_and_unsigned_atomics():
+    n = 300
+    rng = generator(22)
+    x = torch.randint(-2**31, 2**31 - 1, (n,), generator=rng, dtype=torch.int32)
+    f64_sum = torch.zeros(4, dtype=torch.float64)
+    i64_sum = torch.zeros(4, dtype=torch.int64)
+    u32_max = torch.zeros(4, dtype=torch.uint32)
+    u32_min = torch.full((4,), 2**32 - 1, dtype=torch.int64).to(torch.uint32)
+    i64_max = torch.full((4,), -2**62, dtype=torch.int64)
+    f32_swap = torch.zeros(n)
+    launch_fixture("atomics_wide", (cdiv(n, 128), 1, 1), x_ptr=x, f64_sum=f64_sum, i64_sum=i64_sum,
+                   u32_max=u32_max, u32_min=u32_min, i64_max=i64_max, f32_swap=f32_swap, n=n)
+    slot = torch.arange(n) % 4
+    unsigned = x.long() & 0xFFFFFFFF
+    for s in range(4):
+        sel = slot == s
+        torch.testing.assert_close(f64_sum[s], (x[sel].double() * 0.5).sum(), rtol=1e-15, atol=0)
+        assert i64_sum[s].item() == int((x[sel].long() << 20).sum())
+        assert int(u32_max[s].to(torch.int64)) == int(unsigned[sel].max())
+        assert int(u32_min[s].to(torch.int64)) == int(unsigned[sel].min())
+        assert i64_max[s].item() == int(x[sel].long().max() * 3)
+    assert torch.equal(f32_swap, x.float())
+
+
+def test_f32_f16_math_packed():
+    n = 300
+    rng = generator(23)
+    x = torch.randn(n, generator=rng) * 4
+    y = torch.randn(n, generator=rng) * 2
+    x[:4] = torch.tensor([2.5, -2.5, 0.5, -0.0])
+    h = torch.randn(n, generator=rng).half()
+    g = torch.randn(n, generator=rng).half()
+    out = torch.zeros(n, 12)
+    hout = torch.zeros(n, 6, dtype=torch.float16)
+    iout = torch.zeros(n, 4, dtype=torch.int32)
+    launch_fixture("f32_f16_math", (cdiv(n, 256), 1, 1), x_ptr=x, y_ptr=y, h_ptr=h, g_ptr=g,
+                   out_ptr=out, hout_ptr=hout, iout_ptr=iout, n=n)
+    exact = torch.stack([x.floor(), x.ceil(), x.trunc(), x.round(), None or x, y, y, x, y, x,
+                         torch.minimum(torch.minimum(x, y), torch.tensor(0.25)),
+                         torch.maximum(torch.minimum(x, y), torch.minimum(torch.maximum(x, y), torch.tensor(0.5)))], 1)
+    for c in (0, 1, 2, 3, 10, 11):
+        assert torch.equal(out[:, c], exact[:, c]), c
+    approx = {4: x.double().sin(), 5: y.double().cos(), 6: torch.exp2(y.double()),
+              7: torch.log2(x.double().abs() + 1), 8: y.double().abs().sqrt(), 9: torch.rsqrt(x.double().abs() + 0.5)}
+    for c, ref in approx.items():
+        torch.testing.assert_close(out[:, c].double(), ref, rtol=4e-6, atol=4e-6, msg=str(c))
+    # sqrt_rn is correctly rounded (numpy's float32 sqrt is; torch's CPU kernel can be 1 ulp off)
+    assert torch.equal(out[:, 8], torch.from_numpy(np.sqrt(y.abs().numpy())))
+    hf, gf = h.float(), g.float()
+    expected_h = torch.stack([(h * g).float() + hf, torch.maximum(hf, gf), torch.minimum(hf, gf),
+                              (h + g).float(), (h - g).float(), (h * g).float()], 1)
+    torch.testing.assert_close(hout.float(), expected_h, rtol=1e-3, atol=1e-3)
+    i = (x * 100).to(torch.int16).int()
+    j = (y * 100).to(torch.int16).int()
+    wrap16 = lambda v: ((v + 32768) % 65536) - 32768
+    assert torch.equal(iout, torch.stack([wrap16(i + j), wrap16(i - j), torch.maximum(i, j), wrap16(i * j)], 1))
