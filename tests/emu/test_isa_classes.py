@@ -2,7 +2,6 @@
 pairs, integer clamp, MODE writes, f64 range-reduction helpers, MFMA f32/i8/f64, real calls
 and `.set` descriptor expressions. Expected values come from numpy / Python integers here."""
 import math
-import struct
 
 import numpy as np
 import pytest

@@ -939,8 +939,8 @@ def test_salu_ops_against_references(half):
                   f"  v_mov_b32 v{3 * index + 1}, s41", f"  v_mov_b32 v{3 * index + 2}, s42"]
         rows[name] = 3 * index
     words = _salu_inputs()
-    # s_cmpk_*_u32 compare s16 with the immediate: operands are printed as `s16, imm`
-    text = "\n".join(lines).replace(f"s_cmpk_", "s_cmpk_")
+    # s_cmpk_* compare s16 with the immediate: operands are printed as `s16, imm`
+    text = "\n".join(lines)
     for name in names:
         if name.startswith("s_cmpk_"):
             text = text.replace(f"  {name} {K16:#x}", f"  {name} s16, {K16:#x}")
