@@ -460,3 +460,68 @@ def test_f32_i8_f64_mfma_names_match_what_llvm_prints():
         op = MFMA_OPS[name]
         assert int(last) - int(first) + 1 == op.c_regs, name
         assert (int(a_last) - int(a_first) + 1 if a_last else 1) == op.a_regs, name
+
+
+def test_fp16_ovfl_mode_saturates_fp8_and_f16_overflow():
+    x = np.array([1e9, -1e9, np.inf, np.nan, 250.0, 1.0, 70000.0, -70000.0] * 8, np.float32)
+    out = run_asm("""
+  v_cvt_pk_fp8_f32 v1, v0, v0
+  v_cvt_f16_f32 v2, v0
+  s_setreg_imm32_b32 hwreg(HW_REG_MODE, 23, 1), 1
+  v_cvt_pk_fp8_f32 v3, v0, v0
+  v_cvt_pk_bf8_f32 v4, v0, v0
+  v_cvt_f16_f32 v5, v0
+  s_setreg_imm32_b32 hwreg(HW_REG_MODE, 23, 1), 0
+  v_cvt_f16_f32 v6, v0""", f32_row(x)[None]).vgprs[0]
+    # without FP16_OVFL: fp8 overflow is the NaN code, f16 overflow is inf
+    np.testing.assert_array_equal(out[1][:8] & 0xFF, [0x80, 0x80, 0x80, 0x80, 0x80, 0x40, 0x80, 0x80])
+    np.testing.assert_array_equal(as_f16(out[2][:8]), np.array([np.inf, -np.inf, np.inf, np.nan, 250, 1,
+                                                                  np.inf, -np.inf], np.float16))
+    # with it: finite overflow saturates to +-max; infinity and NaN stay non-finite
+    np.testing.assert_array_equal(out[3][:8] & 0xFF, [0x7F, 0xFF, 0x80, 0x80, 0x7F, 0x40, 0x7F, 0xFF])
+    # bf8 (e5m2 fnuz, bias 16): 250 rounds to 256 = 0x60; max 57344 = 0x7F
+    np.testing.assert_array_equal(out[4][:8] & 0xFF, [0x7F, 0xFF, 0x80, 0x80, 0x60, 0x40, 0x7F, 0xFF])
+    np.testing.assert_array_equal(as_f16(out[5][:8]), np.array([65504, -65504, np.inf, np.nan, 250, 1,
+                                                                  65504, -65504], np.float16))
+    np.testing.assert_array_equal(as_f16(out[6][:8]), as_f16(out[2][:8]))   # bit cleared again
+
+
+def as_f16(words):
+    return (np.asarray(words) & 0xFFFF).astype(np.uint16).view(np.float16)
+
+
+@pytest.mark.parametrize("mode", [1, 2, 3])
+def test_round_mode_16_64_on_f64_and_f16_arithmetic(mode):
+    from fractions import Fraction
+    rng = np.random.default_rng(10 + mode)
+    a = rng.standard_normal(64) * 1e3
+    b = rng.standard_normal(64) * 1e-9
+    h = rng.standard_normal(64).astype(np.float16)
+    g = (rng.standard_normal(64) * 1e-3).astype(np.float16)
+    v = np.concatenate([f64_rows(a), f64_rows(b), (h.view(np.uint16).astype(np.uint32) |
+                                                   (g.view(np.uint16).astype(np.uint32) << 16))[None],
+                        np.zeros((6, 64), np.uint32)])
+    out = run_asm(f"""
+  s_setreg_imm32_b32 hwreg(HW_REG_MODE, 2, 2), {mode}
+  v_add_f64 v[6:7], v[0:1], v[2:3]
+  v_mul_f64 v[8:9], v[0:1], v[2:3]
+  v_lshrrev_b32 v5, 16, v4
+  v_add_f16 v10, v4, v5""", v).vgprs[0]
+
+    def directed(exact, dtype):
+        r = dtype(float(exact))
+        if Fraction(float(r)) == exact:
+            return r
+        low = r if Fraction(float(r)) < exact else np.nextafter(r, dtype(-np.inf))
+        high = np.nextafter(low, dtype(np.inf))
+        if mode == 1:
+            return high
+        if mode == 2:
+            return low
+        return low if exact > 0 else high
+    for lane in range(64):
+        fa, fb = Fraction(a[lane]), Fraction(b[lane])
+        assert rows_f64(out[6:8])[lane] == directed(fa + fb, np.float64)
+        assert rows_f64(out[8:10])[lane] == directed(fa * fb, np.float64)
+        exact16 = Fraction(float(h[lane])) + Fraction(float(g[lane]))
+        assert as_f16(out[10])[lane] == directed(exact16, np.float16)
