@@ -4,7 +4,7 @@ decode (encoding suffixes _e32/_e64/_sdwa/_dpp stripped) are the target's instru
 
     python tools/gfx942_opcodes.py [--llvm-mc llvm-mc-19] [--out tests/fixtures/gfx942_opcodes.txt]
 
-The output file (one `FAMILY MNEMONIC` per line) is committed so the census needs no LLVM.
+The output file (one `FAMILY<TAB>OPCODE<TAB>SAMPLE INSTRUCTION` per line) is committed so the census needs no LLVM.
 Encodings (AMD CDNA3 ISA, "Microcode Formats"): SOP2/SOPK/SOP1/SOPC/SOPP, SMEM, VOP2/VOP1/VOPC,
 VOP3 (10-bit opcode), VOP3P (incl. MAI), DS, FLAT/GLOBAL/SCRATCH, MUBUF, MTBUF. A few operand
 variants are tried per opcode so that opcodes needing aligned or special operands decode too.
@@ -120,7 +120,7 @@ def normalize(mnemonic: str) -> str:
     return _SUFFIX.sub("", mnemonic)
 
 
-def llvm_opcodes(llvm_mc: str) -> set[str]:
+def llvm_opcodes(llvm_mc: str) -> dict[str, str]:
     lines = []
     for words in _words():
         lines.append(" ".join(f"0x{b:02x}" for w in words for b in w.to_bytes(4, "little")))
@@ -130,11 +130,11 @@ def llvm_opcodes(llvm_mc: str) -> set[str]:
     result = subprocess.run([llvm_mc, "--disassemble", "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx942",
                              path], capture_output=True, text=True)
     Path(path).unlink()
-    names = set()
+    names: dict[str, str] = {}   # opcode -> one disassembled instruction using it
     for line in result.stdout.splitlines():
-        text = line.strip()
-        if text and not text.startswith((".", ";", "//")):
-            names.add(normalize(text.split()[0]))
+        text = line.split("//")[0].strip()
+        if text and not text.startswith((".", ";")):
+            names.setdefault(normalize(text.split()[0]), text)
     return names
 
 
@@ -147,9 +147,10 @@ def main() -> int:
         print(f"{args.llvm_mc} not found: install Debian's llvm-19", file=sys.stderr)
         return 1
     names = llvm_opcodes(args.llvm_mc)
-    rows = sorted((family(n), n) for n in names)
-    args.out.write_text("# gfx942 opcodes decoded by LLVM 19 (tools/gfx942_opcodes.py)\n"
-                        + "".join(f"{f}\t{n}\n" for f, n in rows))
+    rows = sorted((family(n), n, names[n]) for n in names)
+    args.out.write_text("# gfx942 opcodes decoded by LLVM 19 (tools/gfx942_opcodes.py): "
+                        "family, opcode, one instruction\n"
+                        + "".join(f"{f}\t{n}\t{t}\n" for f, n, t in rows))
     print(f"{len(names)} opcodes -> {args.out}")
     return 0
 

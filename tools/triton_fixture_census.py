@@ -75,7 +75,7 @@ def llvm_opcodes(path: Path = OPCODES) -> dict[str, str]:
     out = {}
     for line in path.read_text().splitlines():
         if line and not line.startswith("#"):
-            family, name = line.split("\t")
+            family, name = line.split("\t")[:2]
             out[name] = family
     return out
 
