@@ -31,7 +31,8 @@ RUNTIME_STOPS = {"s_trap": "the kernel executed s_trap (a trap or failed device 
 HWREG_INSTRUCTIONS = ("s_getreg_b32", "s_setreg_b32", "s_setreg_imm32_b32")
 SAVEEXEC = re.compile(r"^s_(and|or|xor|andn1|andn2|orn1|orn2|nand|nor|xnor)_saveexec_b64$|^s_andn[12]_wrexec_b64$")
 BRANCHES = {"s_branch", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz", "s_cbranch_vccnz",
-            "s_cbranch_execz", "s_cbranch_execnz", "s_getpc_b64", "s_setpc_b64", "s_swappc_b64"}
+            "s_cbranch_execz", "s_cbranch_execnz", "s_getpc_b64", "s_setpc_b64", "s_swappc_b64",
+            "s_call_b64"}
 
 
 @dataclass

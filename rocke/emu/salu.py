@@ -146,6 +146,14 @@ def decode_branch(ins, ops, labels, index_of_label, pc_address):
             write(P, sel, np.full(n, pc_address(pc + 1), U64))
             P.pc[sel] = pc + 1
         return run_getpc
+    if name == "s_call_b64":   # SOPK: the return address goes to sdst, then jump to the label
+        write = scalar_writer(ops[0], "b64")
+        target = target_of(ops[1])
+
+        def run_call(P, sel, n, pc):
+            write(P, sel, np.full(n, pc_address(pc + 1), U64))
+            P.pc[sel] = target
+        return run_call
     if name in ("s_setpc_b64", "s_swappc_b64"):
         src = scalar_raw_reader(ops[-1], "b64")
         write = scalar_writer(ops[0], "b64") if name == "s_swappc_b64" else None

@@ -1457,3 +1457,131 @@ VALU_OPS["v_mad_legacy_u16"] = VALU_OPS["v_mad_u16"]
 VALU_OPS["v_mad_legacy_i16"] = VALU_OPS["v_mad_i16"]
 VALU_OPS["v_mad_legacy_f16"] = VALU_OPS["v_mad_f16"]
 VALU_OPS["v_fma_legacy_f16"] = VALU_OPS["v_fma_f16"]
+
+# ---------------------------------------------------------------------------------------
+# Less common VALU/SALU ops LLVM defines for gfx942 (CDNA3 ISA definitions)
+# ---------------------------------------------------------------------------------------
+
+
+def _bytes_of(x):
+    x = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+    return [(x >> (8 * k)) & 0xFF for k in range(4)]
+
+
+def _halves_of(x, signed=False):
+    x = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+    lo, hi = x & 0xFFFF, x >> 16
+    if signed:
+        lo, hi = np.where(lo >= 0x8000, lo - 0x10000, lo), np.where(hi >= 0x8000, hi - 0x10000, hi)
+    return lo, hi
+
+
+def _nibbles_of(x, signed):
+    x = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+    out = []
+    for k in range(8):
+        n = (x >> (4 * k)) & 0xF
+        out.append(np.where(n >= 8, n - 16, n) if signed else n)
+    return out
+
+
+def _wrap32(x, signed):
+    x = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+    return x.astype(np.uint32).view(np.int32) if signed else x.astype(np.uint32)
+
+
+_valu("v_mad_u32_u16", "u32", "u16 u16 u32",
+      lambda a, b, c: _wrap32(a.astype(np.int64) * b.astype(np.int64) + c, False))
+_valu("v_mad_i32_i16", "i32", "i16 i16 i32",
+      lambda a, b, c: _wrap32(a.astype(np.int64) * b.astype(np.int64) + c, True))
+_valu("v_sad_u8", "u32", "b32 b32 u32",
+      lambda a, b, c: _wrap32(sum(np.abs(x - y) for x, y in zip(_bytes_of(a), _bytes_of(b))) + c, False))
+_valu("v_sad_hi_u8", "u32", "b32 b32 u32",
+      lambda a, b, c: _wrap32((sum(np.abs(x - y) for x, y in zip(_bytes_of(a), _bytes_of(b))) << 16) + c, False))
+_valu("v_sad_u16", "u32", "b32 b32 u32",
+      lambda a, b, c: _wrap32(sum(np.abs(x - y) for x, y in zip(_halves_of(a), _halves_of(b))) + c, False))
+# masked SAD: byte positions where the reference (S1) byte is 0 are skipped
+_valu("v_msad_u8", "u32", "b32 b32 u32",
+      lambda a, b, c: _wrap32(sum(np.where(y != 0, np.abs(x - y), 0)
+                                  for x, y in zip(_bytes_of(a), _bytes_of(b))) + c, False))
+_valu("v_lerp_u8", "b32", "b32 b32 b32",
+      lambda a, b, c: _wrap32(sum(((x + y + (z & 1)) >> 1) << (8 * k) for k, (x, y, z)
+                                  in enumerate(zip(_bytes_of(a), _bytes_of(b), _bytes_of(c)))), False))
+_valu("v_sat_pk_u8_i16", "u16", "b32",
+      lambda a: (np.clip(_halves_of(a, True)[0], 0, 255) | (np.clip(_halves_of(a, True)[1], 0, 255) << 8)).astype(np.uint16))
+# the low nibble as a signed 4-bit integer, in sixteenths
+_valu("v_cvt_off_f32_i4", "f32", "b32",
+      lambda a: (_nibbles_of(a, True)[0] * 0.0625).astype(np.float32), float_mods=False)
+_valu("v_madak_f16", "f16", "f16 f16 f16", lambda a, b, k: a * b + k)
+_valu("v_madmk_f16", "f16", "f16 f16 f16", lambda a, k, b: a * k + b)
+_valu("v_pk_fmac_f16", "pk_f16", "pk_f16 pk_f16 pk_f16",
+      lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float16), implicit=("dst",))
+
+
+def _dot2_16(a, b, c, signed):
+    (a0, a1), (b0, b1) = _halves_of(a, signed), _halves_of(b, signed)
+    return _wrap32(a0 * b0 + a1 * b1 + np.asarray(c).astype(np.int64), signed)
+
+
+def _dot8_4(a, b, c, signed):
+    total = np.asarray(c).astype(np.int64)
+    for x, y in zip(_nibbles_of(a, signed), _nibbles_of(b, signed)):
+        total = total + x * y
+    return _wrap32(total, signed)
+
+
+_valu("v_dot2_i32_i16", "i32", "b32 b32 i32", lambda a, b, c: _dot2_16(a, b, c, True))
+_valu("v_dot2c_i32_i16", "i32", "b32 b32 i32", lambda a, b, c: _dot2_16(a, b, c, True), implicit=("dst",))
+_valu("v_dot2_u32_u16", "u32", "b32 b32 u32", lambda a, b, c: _dot2_16(a, b, c, False))
+_valu("v_dot8_i32_i4", "i32", "b32 b32 i32", lambda a, b, c: _dot8_4(a, b, c, True))
+_valu("v_dot8c_i32_i4", "i32", "b32 b32 i32", lambda a, b, c: _dot8_4(a, b, c, True), implicit=("dst",))
+_valu("v_dot8_u32_u4", "u32", "b32 b32 u32", lambda a, b, c: _dot8_4(a, b, c, False))
+
+
+def _groups_any(x, width, group):
+    """Bool per `group`-bit group of a `width`-bit value: any bit set."""
+    x = np.asarray(x).astype(np.uint64)
+    return [((x >> np.uint64(group * k)) & np.uint64((1 << group) - 1)) != 0 for k in range(width // group)]
+
+
+def _wqm(width):
+    def fn(a):
+        out = np.zeros(np.shape(a), np.uint64)
+        for k, hit in enumerate(_groups_any(a, width, 4)):
+            out |= np.where(hit, np.uint64(0xF) << np.uint64(4 * k), np.uint64(0))
+        out = out.astype(np.uint32 if width == 32 else np.uint64)
+        return out, out != 0
+    return fn
+
+
+def _quadmask(width):
+    def fn(a):
+        out = np.zeros(np.shape(a), np.uint64)
+        for k, hit in enumerate(_groups_any(a, width, 4)):
+            out |= np.where(hit, np.uint64(1) << np.uint64(k), np.uint64(0))
+        out = out.astype(np.uint32 if width == 32 else np.uint64)
+        return out, out != 0
+    return fn
+
+
+def _bitreplicate(a):
+    a = np.asarray(a).astype(np.uint64)
+    out = np.zeros(a.shape, np.uint64)
+    for k in range(32):
+        bit = (a >> np.uint64(k)) & np.uint64(1)
+        out |= (bit << np.uint64(2 * k)) | (bit << np.uint64(2 * k + 1))
+    return out
+
+
+_salu("s_ff0_i32_b32", "i32", "b32",
+      lambda a: np.where(a == 0xFFFFFFFF, -1, _trailing_zeros(~np.asarray(a).astype(np.uint64) & np.uint64(0xFFFFFFFF), 32)).astype(np.int32))
+_salu("s_ff0_i32_b64", "i32", "b64",
+      lambda a: np.where(a == np.uint64(0xFFFFFFFFFFFFFFFF), -1, _trailing_zeros(~np.asarray(a).astype(np.uint64), 64)).astype(np.int32))
+_salu("s_flbit_i32_i64", "i32", "i64",
+      lambda a: np.where((a == 0) | (a == -1), -1,
+                         _leading_zeros(np.where(a < 0, ~a, a).view(np.uint64), 64)).astype(np.int32))
+_salu("s_wqm_b32", "b32", "b32", _wqm(32), writes_scc=True)
+_salu("s_wqm_b64", "b64", "b64", _wqm(64), writes_scc=True)
+_salu("s_quadmask_b32", "b32", "b32", _quadmask(32), writes_scc=True)
+_salu("s_quadmask_b64", "b64", "b64", _quadmask(64), writes_scc=True)
+_salu("s_bitreplicate_b64_b32", "b64", "b32", _bitreplicate)

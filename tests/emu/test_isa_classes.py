@@ -525,3 +525,20 @@ def test_round_mode_16_64_on_f64_and_f16_arithmetic(mode):
         assert rows_f64(out[8:10])[lane] == directed(fa * fb, np.float64)
         exact16 = Fraction(float(h[lane])) + Fraction(float(g[lane]))
         assert as_f16(out[10])[lane] == directed(exact16, np.float16)
+
+
+def test_s_call_b64_and_return_through_setpc():
+    v = np.arange(64, dtype=np.uint32)[None]
+    res = run_asm("""
+  s_call_b64 s[30:31], .Lfn
+  v_add_u32 v0, v0, 100
+  s_branch .Ldone
+.Lfn:
+  v_add_u32 v0, v0, 5
+  s_setpc_b64 s[30:31]
+.Ldone:
+  s_getpc_b64 s[32:33]""", v)
+    np.testing.assert_array_equal(res.vgprs[0, 0], np.arange(64) + 105)
+    ret = int(res.sgprs[0, 14]) | (int(res.sgprs[0, 15]) << 32)
+    here = int(res.sgprs[0, 16]) | (int(res.sgprs[0, 17]) << 32)
+    assert 0 < here - ret < 64    # both are code addresses of this kernel, the return one earlier

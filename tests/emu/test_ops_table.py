@@ -566,6 +566,38 @@ for _p in ("v_cmp", "v_cmpx"):
         for _c, _f in _INT_CMP.items():
             ref(f"{_p}_{_c}_{_t}", lambda a, b, f=_f: f(np.asarray(a, dtype=object), np.asarray(b, dtype=object)).astype(bool))
 
+def _bytes(x):
+    x = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+    return [(x >> (8 * k)) & 0xFF for k in range(4)]
+
+
+def _halves(x, signed):
+    x = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+    return [as_int(x, 16, signed), as_int(x >> 16, 16, signed)]
+
+
+def _nibbles(x, signed):
+    x = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+    return [as_int(x >> (4 * k), 4, signed) for k in range(8)]
+
+
+ref("v_mad_u32_u16 v_mad_i32_i16", lambda a, b, c: a * b + c)
+ref("v_sad_u8", lambda a, b, c: sum(abs(x - y) for x, y in zip(_bytes(a), _bytes(b))) + c)
+ref("v_sad_hi_u8", lambda a, b, c: (sum(abs(x - y) for x, y in zip(_bytes(a), _bytes(b))) << 16) + c)
+ref("v_sad_u16", lambda a, b, c: sum(abs(x - y) for x, y in zip(_halves(a, False), _halves(b, False))) + c)
+ref("v_msad_u8", lambda a, b, c: sum(np.where(y == 0, 0, abs(x - y)) for x, y in zip(_bytes(a), _bytes(b))) + c)
+ref("v_lerp_u8", lambda a, b, c: sum(((x + y + (z & 1)) >> 1) << (8 * k)
+                                     for k, (x, y, z) in enumerate(zip(_bytes(a), _bytes(b), _bytes(c)))))
+ref("v_sat_pk_u8_i16", lambda a: np.clip(_halves(a, True)[0], 0, 255) | (np.clip(_halves(a, True)[1], 0, 255) << 8))
+ref("v_cvt_off_f32_i4", lambda a: np.array([F32(v / 16) for v in as_int(a, 4, True)]))
+ref("v_madak_f16", lambda a, b, k: a * b + k)
+ref("v_madmk_f16", lambda a, k, b: a * k + b)
+ref("v_pk_fmac_f16", lambda a, b, c: np.stack([fused(a[:, h], b[:, h], c[:, h], F16) for h in (0, 1)], -1))
+ref("v_dot2_i32_i16 v_dot2c_i32_i16", lambda a, b, c: sum(x * y for x, y in zip(_halves(a, True), _halves(b, True))) + c)
+ref("v_dot2_u32_u16", lambda a, b, c: sum(x * y for x, y in zip(_halves(a, False), _halves(b, False))) + c)
+ref("v_dot8_i32_i4 v_dot8c_i32_i4", lambda a, b, c: sum(x * y for x, y in zip(_nibbles(a, True), _nibbles(b, True))) + c)
+ref("v_dot8_u32_u4", lambda a, b, c: sum(x * y for x, y in zip(_nibbles(a, False), _nibbles(b, False))) + c)
+
 # ops whose source rows differ from the default (k-th source of its type)
 SOURCE_OVERRIDE = {
     "v_ldexp_f32": [("f32", 0), ("small_signed", 0)], "v_ldexp_f64": [("f64", 0), ("small_signed", 0)],
@@ -574,13 +606,16 @@ SOURCE_OVERRIDE = {
 for _t in ("f32", "f16", "f64"):
     SOURCE_OVERRIDE[f"v_cmp_class_{_t}"] = [(_t, 0), ("class", 0)]
     SOURCE_OVERRIDE[f"v_cmpx_class_{_t}"] = [(_t, 0), ("class", 0)]
-LITERAL_FORMS = {  # VOP2 forms with a 32-bit literal K, as LLVM prints them
+LITERAL_FORMS = {  # VOP2 forms with a literal K, as LLVM prints them
     "v_fmaak_f32": "{d}, {s0}, {s1}, 0x40490fdb", "v_madak_f32": "{d}, {s0}, {s1}, 0x40490fdb",
     "v_fmamk_f32": "{d}, {s0}, 0x40490fdb, {s1}", "v_madmk_f32": "{d}, {s0}, 0x40490fdb, {s1}",
+    "v_madak_f16": "{d}, {s0}, {s1}, 0x4248", "v_madmk_f16": "{d}, {s0}, 0x4248, {s1}",
 }
 K_LITERAL = F32(np.array(0x40490FDB, np.uint32).view(F32))
+K_LITERAL_F16 = np.array(0x4248, np.uint16).view(F16)
 VOP2_ONLY = {"v_fmaak_f32", "v_madak_f32", "v_fmamk_f32", "v_madmk_f32", "v_dot2c_f32_f16",
-             "v_dot4c_i32_i8"}
+             "v_dot4c_i32_i8", "v_madak_f16", "v_madmk_f16", "v_dot2c_i32_i16", "v_dot8c_i32_i4",
+             "v_pk_fmac_f16"}
 
 
 def _source(typ, kind_k, name):
@@ -663,7 +698,8 @@ def _emit(name, first_row, mask_sgpr):
     if name in LITERAL_FORMS:
         text = LITERAL_FORMS[name].format(d=dst_texts[0], s0=operands[0], s1=operands[1])
         values = [values[0], values[1]]
-        values.insert(2 if name in ("v_fmaak_f32", "v_madak_f32") else 1, np.full(64, K_LITERAL))
+        k = K_LITERAL_F16 if name.endswith("_f16") else K_LITERAL
+        values.insert(2 if "ak_" in name else 1, np.full(64, k))
         lines.append(f"  {name} {text}")
     elif name == "v_accvgpr_write_b32":
         lines.append(f"  v_accvgpr_write_b32 a{row}, {operands[0]}")
@@ -889,6 +925,30 @@ for _cond, _f in _S_CMP.items():
     sref(f"s_cmp_{_cond}_i32", "s16, s17", lambda a, b, c, A, B, scc, f=_f: (None, f(s32(a), s32(b))))
     sref(f"s_cmpk_{_cond}_u32", f"{K16:#x}", lambda a, b, c, A, B, scc, f=_f: (None, f(a, K16)))
     sref(f"s_cmpk_{_cond}_i32", f"{K16:#x}", lambda a, b, c, A, B, scc, f=_f: (None, f(s32(a), sext(K16, 16))))
+sref("s_ff0_i32_b32", "s16", lambda a, b, c, A, B, scc: (((~a & M32) & -(~a & M32)).bit_length() - 1 if a != M32 else -1, None))
+sref("s_ff0_i32_b64", "s[20:21]", lambda a, b, c, A, B, scc: (((~A & M64) & -(~A & M64)).bit_length() - 1 if A != M64 else -1, None))
+sref("s_flbit_i32_i64", "s[20:21]", lambda a, b, c, A, B, scc: (
+    -1 if A in (0, M64) else 64 - ((A ^ M64) if A >> 63 else A).bit_length(), None))
+
+
+def _wqm_ref(v, width):
+    out = 0
+    for k in range(width // 4):
+        if (v >> (4 * k)) & 0xF:
+            out |= 0xF << (4 * k)
+    return out
+
+
+def _quadmask_ref(v, width):
+    return sum(1 << k for k in range(width // 4) if (v >> (4 * k)) & 0xF)
+
+
+sref("s_wqm_b32", "s16", lambda a, b, c, A, B, scc: (_wqm_ref(a, 32), _wqm_ref(a, 32) != 0))
+sref("s_wqm_b64", "s[20:21]", lambda a, b, c, A, B, scc: (_wqm_ref(A, 64), _wqm_ref(A, 64) != 0))
+sref("s_quadmask_b32", "s16", lambda a, b, c, A, B, scc: (_quadmask_ref(a, 32), _quadmask_ref(a, 32) != 0))
+sref("s_quadmask_b64", "s[20:21]", lambda a, b, c, A, B, scc: (_quadmask_ref(A, 64), _quadmask_ref(A, 64) != 0))
+sref("s_bitreplicate_b64_b32", "s16", lambda a, b, c, A, B, scc: (
+    sum(3 << (2 * k) for k in range(32) if (a >> k) & 1), None))
 sref("s_cmp_eq_u64", "s[20:21], s[22:23]", lambda a, b, c, A, B, scc: (None, A == B))
 sref("s_cmp_lg_u64", "s[20:21], s[22:23]", lambda a, b, c, A, B, scc: (None, A != B))
 sref("s_bitcmp0_b32", "s16, s17", lambda a, b, c, A, B, scc: (None, (a >> (b & 31)) & 1 == 0))
