@@ -2,6 +2,8 @@
 driving the per-opcode semantics of `rocke.emu.semantics`."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .access import (LANES, U32, U64, sgpr_pair_to_mask, vector_raw_reader, write_mask)
@@ -29,6 +31,26 @@ SDWA_SEL = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (24
 
 class DecodeError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class _Form:
+    """How one VALU instruction spells its operation: what the operand decoders need."""
+    base: str                 # mnemonic without encoding suffix
+    encoding: str             # "" | e32 | e64 | sdwa | dpp
+    mods: dict
+    op: object                # the semantics.AluOp in effect (clamp/rounding variants applied)
+    packed: bool              # VOP3P packed operands
+    op_sel: list | None
+    op_sel_hi: list | None
+    neg_lo: list | None
+    neg_hi: list | None
+    clamp: bool
+    omod: float
+    denorm32: int
+    denorm16: int
+    flush: dict
+    is_cmpx: bool
 
 
 def dpp_source_lanes(mods: dict) -> tuple[np.ndarray, np.ndarray, str]:
@@ -157,17 +179,16 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
         raise DecodeError(f"unsupported modifier(s) {sorted(unknown)}")
     if "fi" in mods and mods["fi"]:
         raise DecodeError("DPP fetch-inactive (fi:1) is not supported")
-    denorm32, denorm16 = ctx.denorm_mode_32, ctx.denorm_mode_16_64
-    flush = ctx.flush_functions()
+    form = _Form(base, encoding, mods, op, packed, op_sel, op_sel_hi, neg_lo, neg_hi, clamp, omod,
+                 ctx.denorm_mode_32, ctx.denorm_mode_16_64, ctx.flush_functions(), is_cmpx)
 
     # ---- sources
     src_fns = []
     for i, (src, typ) in enumerate(zip(src_ops, op.srcs)):
         if mix and i < 3:
-            src_fns.append(_mix_source(i, src, op_sel, op_sel_hi, denorm32, flush))
+            src_fns.append(_mix_source(i, src, form))
             continue
-        src_fns.append(_source(i, src, typ, op, encoding, mods, packed, op_sel, op_sel_hi,
-                               neg_lo, neg_hi, denorm32, denorm16, flush))
+        src_fns.append(_source(i, src, typ, form))
 
     # ---- DPP lane plumbing (src0 only)
     dpp = None
@@ -183,8 +204,7 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
     # ---- destinations
     dst_fns = []
     for j, (dst, typ) in enumerate(zip(dst_ops, op.dsts)):
-        dst_fns.append(_destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp,
-                                    omod, op.float_mods, denorm32, denorm16, flush, is_cmpx))
+        dst_fns.append(_destination(j, dst, typ, form))
     fn = op.fn
 
     def run(P, sel, n):
@@ -237,8 +257,9 @@ def _numeric_variant(base, op, clamp, ctx):
     return op, clamp
 
 
-def _mix_source(i, src, op_sel, op_sel_hi, denorm32, flush):
+def _mix_source(i, src, form):
     """fma_mix operand: an f16 half (op_sel_hi set; op_sel picks the half) or an f32, as f32."""
+    op_sel, op_sel_hi = form.op_sel, form.op_sel_hi
     raw = vector_raw_reader(src, "f32") if src.kind != "float" else None
     is_f16 = bool(op_sel_hi and i < len(op_sel_hi) and op_sel_hi[i])
     if src.kind == "float":
@@ -256,8 +277,10 @@ def _mix_source(i, src, op_sel, op_sel_hi, denorm32, flush):
     return read
 
 
-def _source(i, src, typ, op, encoding, mods, packed, op_sel, op_sel_hi, neg_lo, neg_hi,
-            denorm32, denorm16, flush):
+def _source(i, src, typ, form):
+    op, encoding, mods, packed = form.op, form.encoding, form.mods, form.packed
+    op_sel, op_sel_hi, neg_lo, neg_hi = form.op_sel, form.op_sel_hi, form.neg_lo, form.neg_hi
+    denorm32, denorm16, flush = form.denorm32, form.denorm16, form.flush
     if typ == "mask":
         if src.kind != "s" or src.count != 2:
             raise DecodeError(f"mask operand {src.text!r} must be an SGPR pair or vcc")
@@ -372,8 +395,10 @@ def _source(i, src, typ, op, encoding, mods, packed, op_sel, op_sel_hi, neg_lo, 
     return read
 
 
-def _destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp, omod, float_mods,
-                 denorm32, denorm16, flush, is_cmpx):
+def _destination(j, dst, typ, form):
+    base, encoding, mods, op_sel, packed = form.base, form.encoding, form.mods, form.op_sel, form.packed
+    clamp, omod, float_mods = form.clamp, form.omod, form.op.float_mods
+    denorm32, denorm16, flush, is_cmpx = form.denorm32, form.denorm16, form.flush, form.is_cmpx
     if typ == "mask":
         if dst.kind != "s" or dst.count != 2:
             raise DecodeError(f"mask destination {dst.text!r} must be an SGPR pair or vcc")
@@ -392,14 +417,7 @@ def _destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp, omod,
     packed_float = {"pk_f16": np.float16, "pk_f32": np.float32}.get(typ) if float_mods else None
     post = None
     if (is_float or packed_float) and (clamp or omod != 1.0):
-        ftype = FLOAT_TYPES[typ] if is_float else packed_float
-
-        def post(v):
-            if omod != 1.0:
-                v = (v * ftype(omod)).astype(ftype)
-            if clamp:
-                v = np.where(np.isnan(v), ftype(0), np.clip(v, ftype(0), ftype(1))).astype(ftype)
-            return v
+        post = _output_modifier(FLOAT_TYPES[typ] if is_float else packed_float, omod, clamp)
     elif clamp:
         raise DecodeError(f"clamp on result type {typ} of {base} is not supported")
     flush_out = (typ == "f32" and denorm32 in (0, 1)) or (typ == "f16" and denorm16 in (0, 1))
@@ -457,6 +475,17 @@ def _destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp, omod,
                     raw = placed
         write_rows(P, sel, row, 1, np.asarray(raw, U32)[:, None], lanes, full)
     return write
+
+
+def _output_modifier(ftype, omod, clamp):
+    """The VOP3 output modifier (omod scale, then clamp to [0, 1] with NaN -> 0) as a function."""
+    def post(v):
+        if omod != 1.0:
+            v = (v * ftype(omod)).astype(ftype)
+        if clamp:
+            v = np.where(np.isnan(v), ftype(0), np.clip(v, ftype(0), ftype(1))).astype(ftype)
+        return v
+    return post
 
 
 def write_rows(P, sel, row, count, values, lanes, full):
