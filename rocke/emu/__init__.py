@@ -14,7 +14,9 @@ File map (the data flow of one launch, top to bottom):
                   (``s_setreg``/``s_getreg``) in program order; call relocations; code addresses.
 - ``valu.py``     VOP1/2/3/3P, VOPC, DPP, SDWA operand plumbing around ``semantics`` entries;
                   clamp, omod, directed rounding and FP16_OVFL variants.
-- ``salu.py``     SALU/SOPC/SOPK plumbing, saveexec, branches and calls, SMEM, readlane.
+- ``salu.py``     SALU/SOPC/SOPK plumbing, saveexec, v_readlane/v_writelane/readfirstlane.
+- ``control.py``  branches, calls (s_call/s_swappc/s_setpc/s_getpc), s_memtime.
+- ``smem.py``     scalar memory loads.
 - ``semantics.py`` the per-opcode VALU/SALU numerics (``VALU_OPS``, ``SALU_OPS``, clamp,
                   rounding-mode and FP16_OVFL forms); pure numpy, no register file.
 - ``mfma.py``     MFMA arithmetic and operand layouts (f16/bf16/fp8, f32, i8, f64 families);

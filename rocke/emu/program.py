@@ -16,7 +16,7 @@ from .errors import EmulatorError
 from .operands import OperandError, parse_modifiers, parse_operand
 from .mfma_decode import decode_mfma
 from .valu import DecodeError, decode_valu
-from . import salu, memops
+from . import control, memops, salu, smem
 
 CLASSES = ("SALU", "VALU", "MFMA", "DS", "VMEM", "SMEM", "branch/other")
 SALU, VALU, MFMA, DS, VMEM, SMEM, OTHER = range(7)
@@ -351,12 +351,12 @@ def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, val
     if name == "s_barrier":
         return Decoded(lambda P, sel, n, pc: P.arrive_barrier(sel, pc), OTHER, "barrier", ins)
     if name in BRANCHES:
-        run = salu.decode_branch(ins, ops, labels, ctx.index_of_address, ctx.address_of_index)
+        run = control.decode_branch(ins, ops, labels, ctx.index_of_address, ctx.address_of_index)
         return Decoded(run, OTHER, "branch", ins)
     if name in ("s_memtime", "s_memrealtime"):
-        return Decoded(salu.decode_misc_scalar(ins, ops, mods), OTHER, None, ins)
+        return Decoded(control.decode_misc_scalar(ins, ops, mods), OTHER, None, ins)
     if cls == SMEM:
-        return Decoded(salu.decode_smem(ins, ops, mods, _smem_read), SMEM, None, ins)
+        return Decoded(smem.decode_smem(ins, ops, mods, _smem_read), SMEM, None, ins)
     if cls == SALU:
         if SAVEEXEC.match(name):
             return Decoded(salu.decode_saveexec(ins, ops), SALU, None, ins)
