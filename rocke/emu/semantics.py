@@ -25,6 +25,18 @@ at least as accurate as the hardware's ~1 ulp, so it can differ from it in the l
 v_exp_f32 flushes subnormal results. v_log/rcp/rsq/sqrt_f32 flush subnormal inputs to
 zero, as their hardware does. LLVM's lowering scales those ranges itself.
 
+Variants the decoder picks per instruction (rocke/emu/valu.py `_numeric_variant`):
+``VALU_CLAMP_OPS`` (fp8 packs saturating under `clamp`), ``VALU_INT_CLAMP_OPS`` (integer
+`clamp` saturates instead of wrapping; carry-outs stay the unclamped ones), ``rounded_op`` (MODE
+FP_ROUND toward +inf/-inf/zero, applied to the add/sub/mul/fma/mad families and float
+down-conversions; other float results refuse a non-default mode unless exact, see
+``rounding_is_exact``) and ``fp16_overflow_op`` (MODE FP16_OVFL: finite overflow of f16 results
+and f32->fp8/bf8 packs saturates to the format's max; an infinite input stays non-finite, the
+NaN code for the fnuz formats — a reading the ISA text leaves implicit). v_trig_preop_f64 returns
+the 53-bit chunk of 2/pi starting `53 * segment + max(exponent - 1077, 0)` bits in; with it the
+device library's Payne-Hanek reduction reproduces glibc's sin/cos for arguments up to 2^1000
+(tests/emu/test_triton_kernels.py f64_math).
+
 Extensions to the contract: ``AluOp.implicit_srcs`` names sources that are not asm
 operands (the tied destination, VCC). The ``pk_f32`` type is a 64-bit register pair of two
 f32 (float32 with a trailing axis of 2, element 0 = the op_sel-selected register).
