@@ -80,6 +80,7 @@ class _Context:
         mode |= (int(descriptor.get("amdhsa_ieee_mode", 1)) & 1) << 9
         mode |= (int(descriptor.get("amdhsa_fp16_overflow", 0)) & 1) << FP16_OVFL_BIT
         self.mode = mode
+        self.getreg_values: dict[int, int] = {}   # instruction index -> what s_getreg_b32 read
 
     @property
     def round_mode_32(self) -> int:
@@ -273,9 +274,10 @@ def _hwreg_field(token: str) -> tuple[int, int, int]:
     raise DecodeError(f"unsupported hardware-register operand {token!r}")
 
 
-def _static_sgpr_value(program: Program, index: int, register: str) -> int:
+def _static_sgpr_value(program: Program, index: int, register: str, ctx=None) -> int:
     """The constant an SGPR holds at `index`, when straight-line code just before set it with
-    s_mov_b32 / s_movk_i32 (how compilers materialise a MODE value for s_setreg_b32)."""
+    s_mov_b32 / s_movk_i32 (how compilers materialise a MODE value for s_setreg_b32) or saved it
+    with s_getreg_b32 (the save/restore pattern around a temporary mode switch)."""
     entry_points = set(program.labels.values())
     for i in range(index - 1, max(-1, index - 32), -1):
         ins = program.instrs[i]
@@ -285,6 +287,8 @@ def _static_sgpr_value(program: Program, index: int, register: str) -> int:
             if ins.mnemonic in ("s_mov_b32", "s_movk_i32") and re.fullmatch(
                     r"-?(0x[0-9a-fA-F]+|\d+)", ins.operands[1]):
                 return int(ins.operands[1], 0) & 0xFFFFFFFF
+            if ins.mnemonic == "s_getreg_b32" and ctx is not None and i in ctx.getreg_values:
+                return ctx.getreg_values[i]
             break
     raise DecodeError(f"s_setreg_b32 from {register}, whose value is not a constant set just "
                       "before: run-time MODE writes are not emulated")
@@ -301,6 +305,7 @@ def _decode_hwreg(ins, index, program, kernel, ctx) -> Decoded:
         if reg != HW_REG_MODE:
             raise DecodeError(f"s_getreg_b32 of hardware register {reg} is not emulated")
         value = (ctx.mode >> offset) & ((1 << size) - 1)
+        ctx.getreg_values[index] = value
         write = scalar_writer(parse_operand(ins.operands[0], 0, 1), "b32")
         return Decoded(lambda P, sel, n: write(P, sel, np.full(n, value, np.uint32)) or 0,
                        SALU, None, ins)
@@ -311,7 +316,7 @@ def _decode_hwreg(ins, index, program, kernel, ctx) -> Decoded:
     if name == "s_setreg_imm32_b32":
         value = int(token, 0) & 0xFFFFFFFF
     else:
-        value = _static_sgpr_value(program, index, token)
+        value = _static_sgpr_value(program, index, token, ctx)
     ctx.write_mode(offset, size, value)
     return Decoded(lambda P, sel, n: 0, SALU, None, ins)
 

@@ -542,3 +542,47 @@ def test_s_call_b64_and_return_through_setpc():
     ret = int(res.sgprs[0, 14]) | (int(res.sgprs[0, 15]) << 32)
     here = int(res.sgprs[0, 16]) | (int(res.sgprs[0, 17]) << 32)
     assert 0 < here - ret < 64    # both are code addresses of this kernel, the return one earlier
+
+
+FDIV_FTZ_IR = """
+declare i32 @llvm.amdgcn.workitem.id.x()
+define amdgpu_kernel void @fdiv_ftz(ptr addrspace(1) %p) #0 {
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %q = getelementptr float, ptr addrspace(1) %p, i32 %t
+  %x = load float, ptr addrspace(1) %q
+  %y = fdiv float 3.0, %x
+  store float %y, ptr addrspace(1) %q
+  ret void
+}
+attributes #0 = { "denormal-fp-math-f32"="preserve-sign,preserve-sign" }
+"""
+
+
+def test_fdiv_under_flush_mode_switches_denormals_on_around_the_expansion():
+    """LLVM's IEEE f32 division in a flush-denormals kernel turns MODE.FP_DENORM on with
+    s_setreg_imm32_b32 for the div_scale/fmas steps and off again: quotients stay correctly
+    rounded, and a denormal divisor is flushed (3 / 0 = inf)."""
+    asm = compile_ir(FDIV_FTZ_IR)
+    assert asm.count("s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 2)") == 2
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(64) * 10.0 ** rng.integers(-30, 30, 64)).astype(np.float32)
+    x[:3] = [1e-40, 3.0, -7.0]
+    data = torch.tensor(x)
+    emu.launch(asm, "fdiv_ftz", 1, 64, [data])
+    expected = (np.float64(3.0) / x[3:].astype(np.float64)).astype(np.float32)
+    expected = np.where(np.abs(expected) < np.finfo(np.float32).tiny, np.float32(0) * expected, expected)
+    np.testing.assert_array_equal(data.numpy()[3:], expected)
+    assert data[0].item() == float("inf") and data[1].item() == 1.0 and data[2].item() == np.float32(3 / -7.0)
+
+
+def test_mode_saved_with_getreg_and_restored_with_setreg():
+    x = np.full(64, 1e-40, np.float32)
+    out = run_asm("""
+  s_getreg_b32 s20, hwreg(HW_REG_MODE, 4, 2)
+  s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 2), 0
+  v_add_f32 v1, v0, 0
+  s_setreg_b32 hwreg(HW_REG_MODE, 4, 2), s20
+  v_add_f32 v2, v0, 0""", f32_row(x)[None])
+    got = out.vgprs[0].view(np.float32)
+    assert (got[1] == 0).all() and (got[2] == np.float32(1e-40)).all()
+    assert out.sgprs[0, 4] == 3   # denormals were on before the switch
