@@ -194,3 +194,11 @@ def test_by_value_struct_argument_as_raw_bytes():
     np.testing.assert_array_equal(out.numpy(), (lane * 3 + 107) ^ 0xFF)
     with pytest.raises(ValueError, match="size 16 but 15 raw bytes"):
         emu.launch(STRUCT_KERNEL, "struct_args", 1, 64, [out, params[:15]])
+
+
+def test_missing_llvm_tools_give_a_clear_error(monkeypatch):
+    import rocke.emu.codeobject as co
+    monkeypatch.setattr(co.shutil, "which", lambda name: None)
+    monkeypatch.setattr(co, "_TOOL_VERSIONS", ("99",))
+    with pytest.raises(CodeObjectError, match="install Debian's `llvm-19`"):
+        co.code_object_assembly(CODE_OBJECT)
