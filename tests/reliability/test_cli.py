@@ -119,7 +119,7 @@ def test_golden_missing_table(tmp_path):
 def test_golden_check_failure_is_exit_1(tmp_path):
     table = tmp_path / "golden.json"
     table.write_text(json.dumps({VARIANT: "0" * 64}))
-    r = run("golden", "check", "--path", table)
+    r = run("golden", "check", "--path", table, "--family", VARIANT.split("/")[0])
     assert r.exit_code == EXIT_CHECK_FAILED and f"changed: {VARIANT}" in r.output
 
 
@@ -131,7 +131,7 @@ def test_failed_golden_update_leaves_no_tmp_and_the_table_intact(tmp_path, monke
     def fail(self, target):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(Path, "replace", fail)
-    r = run("golden", "update", "--path", table)
+    r = run("golden", "update", "--path", table, "--family", VARIANT.split("/")[0])
     assert r.exit_code == EXIT_USER_ERROR and "No space left on device" in error_line(r)
     assert table.read_text() == '{"old": "table"}'
     assert not list(tmp_path.glob("*.tmp")) and leftovers(tmp_path) == []
@@ -140,7 +140,7 @@ def test_failed_golden_update_leaves_no_tmp_and_the_table_intact(tmp_path, monke
 def test_golden_update_onto_a_directory(tmp_path):
     target = tmp_path / "ir_hashes.json"
     target.mkdir()
-    r = run("golden", "update", "--path", target)
+    r = run("golden", "update", "--path", target, "--family", VARIANT.split("/")[0])
     assert r.exit_code == EXIT_USER_ERROR and "is a directory" in error_line(r)
     assert not (tmp_path / "ir_hashes.tmp").exists()
 
@@ -148,7 +148,7 @@ def test_golden_update_onto_a_directory(tmp_path):
 def test_golden_update_replaces_an_unreadable_table(tmp_path):
     table = tmp_path / "ir_hashes.json"
     table.write_text("{broken")
-    r = run("golden", "update", "--path", table)
+    r = run("golden", "update", "--path", table, "--family", VARIANT.split("/")[0])
     assert r.exit_code == 0 and "replacing" in r.output
     assert VARIANT in json.loads(table.read_text())
 
