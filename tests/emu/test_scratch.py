@@ -228,10 +228,11 @@ def test_kernels_the_emulator_cannot_give_private_memory_are_refused_before_runn
 ROW = 160   # floats per work-item held in registers: more than 64 VGPRs can hold
 
 
-def _row_mean_var(waves_per_eu):
+def row_mean_var_kernel(waves_per_eu: int | None) -> dsl.Kernel:
     """Two-pass mean and variance of each work-item's row, the whole row live in registers
-    across the first pass."""
-    k = dsl.Kernel("row_mean_var", workgroup_size=64, waves_per_eu=waves_per_eu)
+    across the first pass: spills when `waves_per_eu` leaves a wave too few registers."""
+    k = dsl.Kernel(f"row_mean_var_wpe{waves_per_eu or 0}", workgroup_size=64,
+                   waves_per_eu=waves_per_eu)
     src, dst = k.arg_ptr("x", dsl.f32, readonly=True), k.arg_ptr("y", dsl.f32)
     rows = k.arg_i32("rows")
     row = k.block_id(0) * 64 + k.thread_id(0)
@@ -249,6 +250,11 @@ def _row_mean_var(waves_per_eu):
         squares = squares + (v - mean) * (v - mean)
     b.store(row * 2, mean)
     b.store(row * 2 + 1, squares * (1.0 / ROW))
+    return k
+
+
+def _row_mean_var(waves_per_eu):
+    k = row_mean_var_kernel(waves_per_eu)
     return compile_kernel(k.ir(), name=k.name, cache=False)
 
 
