@@ -19,6 +19,9 @@ from .errors import EmulatorError, MemoryFault
 from .memory import access_rows, put_rows, take_rows
 
 GRANULE = 16                     # bytes: the widest access of one lane (dwordx4)
+# gfx9 (gfx942 included) sizes a wave's scratch in a 13-bit field of 1 KiB units
+# (COMPUTE_TMPRING_SIZE.WAVESIZE): at most 8191 KiB per wave of 64 lanes
+MAX_WAVE_SCRATCH_BYTES = 8191 * 1024
 SCRATCH_POOL_BUDGET = 256 << 20  # bytes of emulated private memory per pool of waves
 
 
@@ -43,6 +46,11 @@ def lane_bytes_of(descriptor: dict, kernel: str) -> int:
             "scratch) does not have: was it compiled for another target?")
     if size < 0:
         raise EmulatorError(f"kernel {kernel}: negative private segment size {size}")
+    if -(-size * 64 // 1024) * 1024 > MAX_WAVE_SCRATCH_BYTES:
+        raise EmulatorError(
+            f"kernel {kernel} asks for {size} bytes of private memory per work-item; a gfx942 "
+            f"wave can have at most {MAX_WAVE_SCRATCH_BYTES} bytes of scratch "
+            f"({MAX_WAVE_SCRATCH_BYTES // 64} per lane)")
     return size
 
 

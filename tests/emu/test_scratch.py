@@ -12,6 +12,7 @@ import torch
 import rocke.emu as emu
 from rocke import dsl
 from rocke.compiler import compile_ir as compile_kernel
+from rocke.emu import scratch
 from rocke.emu.scratch import PrivateFault
 from rocke.runtime import launch as runtime_launch
 
@@ -186,6 +187,29 @@ def test_flat_access_through_the_private_aperture_is_the_lane_private_memory():
     assert (out[:, 0] == val).all() and (out[:, 1] == val + 7).all()
 
 
+def test_the_largest_private_segment_in_pools_of_one_workgroup(monkeypatch):
+    """131056 bytes per lane (8191 KiB per wave, gfx942's limit), the emulator's private memory
+    budget cut to one workgroup per pool: the far end of every lane's segment is its own."""
+    monkeypatch.setattr(scratch, "SCRATCH_POOL_BUDGET", 1)
+    out = run("""
+  v_mov_b32_e32 v3, 0x1ffe0
+  scratch_store_dword v3, v2, off offset:0xc
+  s_mov_b32 s22, 0x1ffec
+  scratch_load_dword v10, off, s22
+  v_mov_b32_e32 v11, 0
+  v_mov_b32_e32 v12, 0
+  v_mov_b32_e32 v13, 0
+  v_mov_b32_e32 v14, 0
+  v_mov_b32_e32 v15, 0
+  s_waitcnt vmcnt(0)
+""", lane_bytes=131056)
+    assert (out[:, 0] == lane_values()).all()
+    assert "private offset 131056" in _fault("""
+  s_mov_b32 s22, 0x1ffe0
+  scratch_load_dword v10, off, s22 offset:0x10
+""", lane_bytes=131056)
+
+
 def _fault(body, lane_bytes=LANE_BYTES):
     out = torch.full((GRID * BLOCK, OUTS), -1, dtype=torch.int32)
     with pytest.raises(PrivateFault) as caught:
@@ -221,6 +245,8 @@ def test_kernels_the_emulator_cannot_give_private_memory_are_refused_before_runn
         emu.launch(kernel_asm(body, 0), "priv", (GRID,), (BLOCK,), [out, 0])
     with pytest.raises(emu.EmulatorError, match="dynamic stack"):
         emu.launch(kernel_asm(body, uses_dynamic_stack=1), "priv", (GRID,), (BLOCK,), [out, 0])
+    with pytest.raises(emu.EmulatorError, match="at most 8387584 bytes of scratch"):
+        emu.launch(kernel_asm(body, 131057), "priv", (GRID,), (BLOCK,), [out, 0])
     assert (out == -1).all()
 
 
