@@ -371,7 +371,7 @@ def _initial_state(pool: Pool, dk: DecodedKernel, block, kernarg, dispatch, queu
         sg[:, i + 1] = value >> 32
         i += 2
     if d.get("amdhsa_user_sgpr_private_segment_buffer", 0):
-        i += 4   # no scratch: an all-zero buffer resource
+        i += 4   # an all-zero resource: kernels that have private memory are refused with it
     if d.get("amdhsa_user_sgpr_dispatch_ptr", 0):
         put64(dispatch.ctypes.data)
     if d.get("amdhsa_user_sgpr_queue_ptr", 0):
@@ -383,6 +383,8 @@ def _initial_state(pool: Pool, dk: DecodedKernel, block, kernarg, dispatch, queu
     if d.get("amdhsa_user_sgpr_flat_scratch_init", 0):
         put64(0)   # not used on architected flat scratch targets (must be 0 there)
     if d.get("amdhsa_user_sgpr_private_segment_size", 0):
+        # a work-item's private bytes, rounded up to a dword as the packet processor does
+        sg[:, i] = -(-int(d.get("amdhsa_private_segment_fixed_size", 0)) // 4) * 4
         i += 1
     preload = int(d.get("amdhsa_user_sgpr_kernarg_preload_length", 0))
     if preload:

@@ -49,6 +49,7 @@ def kernel_asm(body: str, lane_bytes: int = LANE_BYTES, **descriptor) -> str:
     head, rest = asm.split("priv:\n", 1)
     _, tail = rest.split("\ts_endpgm\n", 1)
     fields = dict(re.findall(r"\.amdhsa_(\w+) (\d+)", asm))
+    fields.update((key, str(value)) for key, value in descriptor.items())
     kernarg = 2 * (int(fields["user_sgpr_dispatch_ptr"]) + int(fields["user_sgpr_queue_ptr"]))
     assert fields["system_sgpr_workgroup_id_x"] == "1"
     code = body.format(out=f"s[{kernarg}:{kernarg + 1}]", wg=f"s{fields['user_sgpr_count']}")
@@ -167,6 +168,23 @@ def test_exec_masked_lanes_keep_their_private_bytes():
     low = (np.arange(GRID * BLOCK) % 64) < 32
     assert (out[low, 0] == val[low] + 0x500).all()
     assert (out[~low, 0] == val[~low]).all()
+
+
+def test_the_private_segment_size_user_sgpr_holds_the_dword_rounded_lane_size():
+    # the size SGPR follows the four 64-bit user SGPR pairs (dispatch, queue, kernarg, dispatch
+    # id: s0..s7) and precedes the workgroup id
+    template = kernel_asm("")
+    assert all(f".amdhsa_user_sgpr_{key} 1" in template
+               for key in ("dispatch_ptr", "queue_ptr", "kernarg_segment_ptr", "dispatch_id"))
+    out = run("""
+  v_mov_b32_e32 v10, s8
+  v_mov_b32_e32 v11, 0
+  v_mov_b32_e32 v12, 0
+  v_mov_b32_e32 v13, 0
+  v_mov_b32_e32 v14, 0
+  v_mov_b32_e32 v15, 0
+""", lane_bytes=61, user_sgpr_private_segment_size=1, user_sgpr_count=9)
+    assert (out[:, 0] == 64).all()
 
 
 def test_flat_access_through_the_private_aperture_is_the_lane_private_memory():
