@@ -6,12 +6,21 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PY="${PYTHON:-python3}"
 
+# Debian's LLVM 19 tools: ld.lld links code objects (when no ROCm/PATH linker exists), and
+# llvm-objdump/llvm-readelf/llvm-mc let the emulator take linked code objects.
+need=()
 if ! command -v ld.lld >/dev/null 2>&1 && ! ls /opt/rocm*/llvm/bin/ld.lld >/dev/null 2>&1 \
    && ! ls /usr/lib/llvm-*/bin/ld.lld >/dev/null 2>&1; then
-  echo "[setup] no ld.lld found: installing Debian's lld-19" >&2
+  need+=(lld-19)
+fi
+if ! command -v llvm-objdump-19 >/dev/null 2>&1 && ! ls /usr/lib/llvm-*/bin/llvm-objdump >/dev/null 2>&1; then
+  need+=(llvm-19)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  echo "[setup] installing Debian's ${need[*]}" >&2
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq lld-19 >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >&2
 fi
 
 stamp="$VENV/.rocke-installed"

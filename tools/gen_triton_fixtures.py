@@ -208,6 +208,271 @@ def histogram_atomic_kernel(values_ptr, hist_ptr, n_values, BLOCK: tl.constexpr)
     tl.atomic_add(hist_ptr + bins, 1, mask=in_bounds, sem="relaxed")
 
 
+# ---- issue 11: ISA coverage beyond attention and GEMM -----------------------------------------
+
+try:
+    from triton.language.extra import libdevice
+except ImportError:   # older Triton: the f64 math variants are then not generated
+    libdevice = None
+
+
+@triton.jit
+def int_bits_kernel(x_ptr, d_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Integer division/modulo by a runtime divisor (signed and unsigned), bit tricks and i64
+    arithmetic; out has 12 int32 columns per element."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=1)
+    d = tl.load(d_ptr + offs, mask=m, other=1)
+    ux = x.to(tl.uint32, bitcast=True)
+    ud = d.to(tl.uint32, bitcast=True)
+    wide = x.to(tl.int64) * d.to(tl.int64) + (x.to(tl.int64) << 20)
+    cols = [x // d, x % d, (ux // ud).to(tl.int32, bitcast=True),
+            (ux % ud).to(tl.int32, bitcast=True), libdevice.popc(x), libdevice.clz(x),
+            tl.where(x > d, x - d, d - x), tl.umulhi(ux, ud).to(tl.int32, bitcast=True),
+            tl.minimum(x, d) ^ tl.maximum(x, d), tl.abs(x) >> 3,
+            (wide >> 17).to(tl.int32), (wide & 0xFFFFFFFF).to(tl.int32)]
+    for c in tl.static_range(12):
+        tl.store(out_ptr + offs * 12 + c, cols[c], mask=m)
+
+
+@triton.jit
+def f64_math_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """f64 arithmetic and device-library math: 8 f64 results per element."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=1.0)
+    y = tl.load(y_ptr + offs, mask=m, other=1.0)
+    cols = [x / y, tl.sqrt(tl.abs(x)), libdevice.exp(y), libdevice.log(tl.abs(x)),
+            libdevice.sin(x), libdevice.cos(y), libdevice.pow(tl.abs(x), y), libdevice.tanh(x)]
+    for c in tl.static_range(8):
+        tl.store(out_ptr + offs * 8 + c, cols[c], mask=m)
+
+
+@triton.jit
+def rounding_modes_kernel(x_ptr, w_ptr, bf_ptr, h_ptr, f_ptr, n, BLOCK: tl.constexpr):
+    """Round-toward-zero down-casts f32 -> bf16 and f32 -> f16 (the compiler may switch
+    MODE.FP_ROUND around them), and a nearest-even f64 -> f32 cast."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=1.0)
+    w = tl.load(w_ptr + offs, mask=m, other=1.0)
+    tl.store(bf_ptr + offs, x.to(tl.bfloat16, fp_downcast_rounding="rtz"), mask=m)
+    tl.store(h_ptr + offs, x.to(tl.float16, fp_downcast_rounding="rtz"), mask=m)
+    tl.store(f_ptr + offs, w.to(tl.float32), mask=m)
+
+
+@triton.jit
+def fp8_convert_kernel(x_ptr, e4_ptr, e5_ptr, e4nv_ptr, e5nv_ptr, back_ptr, n,
+                       BLOCK: tl.constexpr):
+    """f32 -> fp8 in both gfx942 (fnuz) and OCP encodings, and each back to f32."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0.0)
+    e4 = x.to(tl.float8e4b8)
+    e5 = x.to(tl.float8e5b16)
+    e4nv = x.to(tl.float8e4nv)
+    e5nv = x.to(tl.float8e5)
+    tl.store(e4_ptr + offs, e4, mask=m)
+    tl.store(e5_ptr + offs, e5, mask=m)
+    tl.store(e4nv_ptr + offs, e4nv, mask=m)
+    tl.store(e5nv_ptr + offs, e5nv, mask=m)
+    tl.store(back_ptr + offs * 4 + 0, e4.to(tl.float32), mask=m)
+    tl.store(back_ptr + offs * 4 + 1, e5.to(tl.float32), mask=m)
+    tl.store(back_ptr + offs * 4 + 2, e4nv.to(tl.float32), mask=m)
+    tl.store(back_ptr + offs * 4 + 3, e5nv.to(tl.float32), mask=m)
+
+
+@triton.jit
+def scan_sort_kernel(x_ptr, cumsum_ptr, sorted_ptr, argmax_ptr, N: tl.constexpr):
+    """One program per row of N values: inclusive prefix sum, ascending sort, argmax."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, N)
+    x = tl.load(x_ptr + row * N + cols)
+    tl.store(cumsum_ptr + row * N + cols, tl.cumsum(x, axis=0))
+    tl.store(sorted_ptr + row * N + cols, tl.sort(x))
+    tl.store(argmax_ptr + row, tl.argmax(x, axis=0))
+
+
+@triton.jit
+def atomics_mix_kernel(x_ptr, imax_ptr, imin_ptr, fmax_ptr, bits_ptr, swap_ptr, cas_ptr, n,
+                       BLOCK: tl.constexpr):
+    """Integer/float atomic max/min, and/or/xor, exchange and compare-and-swap."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0)
+    slot = offs % 8
+    tl.atomic_max(imax_ptr + slot, x, mask=m)
+    tl.atomic_min(imin_ptr + slot, x, mask=m)
+    tl.atomic_max(fmax_ptr + slot, x.to(tl.float32) * 0.5, mask=m)
+    zero = tl.zeros_like(offs)
+    tl.atomic_or(bits_ptr + zero, 1 << (offs % 32), mask=m)
+    tl.atomic_and(bits_ptr + zero + 1, ~(1 << (offs % 31)), mask=m)
+    tl.atomic_xor(bits_ptr + zero + 2, x, mask=m)
+    tl.atomic_xchg(swap_ptr + offs, x + 1, mask=m)
+    tl.atomic_cas(cas_ptr + offs, offs, x, sem="relaxed")
+
+
+@triton.jit
+def spin_lock_kernel(lock_ptr, counter_ptr, log_ptr, ITEMS: tl.constexpr):
+    """Each program takes a global spin lock (atomic_cas), bumps a counter ITEMS times inside
+    the critical section with plain loads/stores, records its ticket, and releases."""
+    pid = tl.program_id(0)
+    while tl.atomic_cas(lock_ptr, 0, 1, sem="acquire") == 1:
+        pass
+    ticket = tl.load(counter_ptr, volatile=True)
+    for i in range(ITEMS):
+        tl.store(counter_ptr, tl.load(counter_ptr, volatile=True) + 1)
+    tl.store(log_ptr + pid, ticket)
+    tl.atomic_xchg(lock_ptr, 0, sem="release")
+
+
+@triton.jit
+def gather_kernel(table_ptr, idx_ptr, out_ptr, gathered_ptr, n_idx, D: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """Embedding-style row gather by index, and tl.gather along a row."""
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = rows < n_idx
+    idx = tl.load(idx_ptr + rows, mask=m, other=0)
+    cols = tl.arange(0, D)
+    vals = tl.load(table_ptr + idx[:, None] * D + cols[None, :], mask=m[:, None], other=0.0)
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], vals, mask=m[:, None])
+    perm = (cols * 5 + 3) % D
+    picked = tl.gather(vals, tl.broadcast_to(perm[None, :], (BLOCK, D)), axis=1)
+    tl.store(gathered_ptr + rows[:, None] * D + cols[None, :], picked, mask=m[:, None])
+
+
+@triton.jit
+def matmul_typed_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        ACC_TYPE: tl.constexpr, PRECISION: tl.constexpr):
+    """matmul_kernel with a chosen accumulator type (int32 for i8, fp64 for fp64) and dot
+    input precision ("ieee" keeps f32 inputs exact)."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_TYPE)
+    for k_start in range(0, K, BLOCK_K):
+        ks = k_start + offs_k
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + ks[None, :],
+                    mask=(offs_m[:, None] < M) & (ks[None, :] < K), other=0)
+        b = tl.load(b_ptr + ks[:, None] * stride_bk + offs_n[None, :],
+                    mask=(ks[:, None] < K) & (offs_n[None, :] < N), other=0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC_TYPE)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc.to(c_ptr.dtype.element_ty),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def compare_matrix_kernel(h_ptr, f_ptr, d_ptr, s16_ptr, u16_ptr, i32_ptr, u32_ptr, i64_ptr,
+                          u64_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Six comparisons (<, <=, >, >=, ==, !=) of neighbouring elements for nine element
+    types; the 54 results are packed as bits of two int32 words per element."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    lo = tl.zeros([BLOCK], dtype=tl.int32)
+    hi = tl.zeros([BLOCK], dtype=tl.int32)
+    ptrs = [h_ptr, f_ptr, d_ptr, s16_ptr, u16_ptr, i32_ptr, u32_ptr, i64_ptr, u64_ptr]
+    for t in tl.static_range(9):
+        a = tl.load(ptrs[t] + offs, mask=m)
+        b = tl.load(ptrs[t] + offs + 1, mask=m)
+        bits = ((a < b).to(tl.int32) | ((a <= b).to(tl.int32) << 1) | ((a > b).to(tl.int32) << 2)
+                | ((a >= b).to(tl.int32) << 3) | ((a == b).to(tl.int32) << 4)
+                | ((a != b).to(tl.int32) << 5))
+        if t < 5:
+            lo = lo | (bits << (6 * t))
+        else:
+            hi = hi | (bits << (6 * (t - 5)))
+    tl.store(out_ptr + offs * 2, lo, mask=m)
+    tl.store(out_ptr + offs * 2 + 1, hi, mask=m)
+
+
+@triton.jit
+def small_types_kernel(i8_ptr, u8_ptr, i16_ptr, h_ptr, bf_ptr, d_ptr, i8_out, u8_out, i16_out,
+                       h_out, bf_out, d_out, f_out, n, BLOCK: tl.constexpr):
+    """8/16-bit integer, f16, bf16 and f64 element-wise arithmetic and conversions."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    a8 = tl.load(i8_ptr + offs, mask=m, other=0)
+    u8 = tl.load(u8_ptr + offs, mask=m, other=0)
+    a16 = tl.load(i16_ptr + offs, mask=m, other=0)
+    h = tl.load(h_ptr + offs, mask=m, other=0.0)
+    bf = tl.load(bf_ptr + offs, mask=m, other=0.0)
+    d = tl.load(d_ptr + offs, mask=m, other=0.0)
+    tl.store(i8_out + offs, (a8 * 3 + (a8 >> 2)) ^ 0x55, mask=m)
+    tl.store(u8_out + offs, tl.maximum(u8, 100) - (u8 >> 3), mask=m)
+    tl.store(i16_out + offs, tl.minimum(a16 * a16, a16 << 4) + tl.abs(a16) // 3, mask=m)
+    h2 = h * h + h
+    tl.store(h_out + offs * 4 + 0, h2, mask=m)
+    tl.store(h_out + offs * 4 + 1, tl.maximum(h, -h * 0.5), mask=m)
+    tl.store(h_out + offs * 4 + 2, a16.to(tl.float16), mask=m)
+    tl.store(h_out + offs * 4 + 3, u8.to(tl.float16) * 0.25, mask=m)
+    tl.store(bf_out + offs * 2, bf * 2.0 + 1.0, mask=m)
+    tl.store(bf_out + offs * 2 + 1, a8.to(tl.bfloat16), mask=m)
+    tl.store(d_out + offs * 6 + 0, tl.floor(d), mask=m)
+    tl.store(d_out + offs * 6 + 1, tl.ceil(d), mask=m)
+    tl.store(d_out + offs * 6 + 2, tl.minimum(d, -d), mask=m)
+    tl.store(d_out + offs * 6 + 3, tl.maximum(d, 0.5), mask=m)
+    tl.store(d_out + offs * 6 + 4, (d * 1000.0).to(tl.int64).to(tl.float64), mask=m)
+    tl.store(d_out + offs * 6 + 5, tl.abs(d) + a16.to(tl.float64), mask=m)
+    tl.store(f_out + offs * 3 + 0, h.to(tl.float32) + bf.to(tl.float32), mask=m)
+    tl.store(f_out + offs * 3 + 1, d.to(tl.float32), mask=m)
+    tl.store(f_out + offs * 3 + 2, u8.to(tl.float32) + a8.to(tl.float32), mask=m)
+
+
+@triton.jit
+def atomics_wide_kernel(x_ptr, f64_sum, i64_sum, u32_max, u32_min, i64_max, f32_swap, n,
+                        BLOCK: tl.constexpr):
+    """64-bit and unsigned atomics: f64/i64 add, unsigned max/min, i64 max, f32 exchange."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0)
+    slot = offs % 4
+    tl.atomic_add(f64_sum + slot, x.to(tl.float64) * 0.5, mask=m)
+    tl.atomic_add(i64_sum + slot, x.to(tl.int64) << 20, mask=m)
+    tl.atomic_max(u32_max + slot, x.to(tl.uint32, bitcast=True), mask=m)
+    tl.atomic_min(u32_min + slot, x.to(tl.uint32, bitcast=True), mask=m)
+    tl.atomic_max(i64_max + slot, x.to(tl.int64) * 3, mask=m)
+    tl.atomic_xchg(f32_swap + offs, x.to(tl.float32), mask=m)
+
+
+@triton.jit
+def f32_f16_math_kernel(x_ptr, y_ptr, h_ptr, g_ptr, out_ptr, hout_ptr, iout_ptr, n,
+                        BLOCK: tl.constexpr):
+    """f32 rounding/transcendental/min-max-median math and packed f16 / i16 arithmetic
+    (several elements per lane, so the compiler packs them): out[n, 12], hout[n, 6], iout[n, 4]."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=1.0)
+    y = tl.load(y_ptr + offs, mask=m, other=1.0)
+    h = tl.load(h_ptr + offs, mask=m, other=1.0)
+    g = tl.load(g_ptr + offs, mask=m, other=1.0)
+    cols = [tl.floor(x), tl.ceil(x), libdevice.trunc(x), libdevice.rint(x), tl.sin(x), tl.cos(y),
+            tl.exp2(y), tl.log2(tl.abs(x) + 1.0), tl.sqrt_rn(tl.abs(y)), tl.rsqrt(tl.abs(x) + 0.5),
+            tl.minimum(tl.minimum(x, y), 0.25), tl.maximum(tl.minimum(x, y), tl.minimum(tl.maximum(x, y), 0.5))]
+    for c in tl.static_range(12):
+        tl.store(out_ptr + offs * 12 + c, cols[c], mask=m)
+    hcols = [h * g + h, tl.maximum(h, g), tl.minimum(h, g), h + g, h - g, h * g]
+    for c in tl.static_range(6):
+        tl.store(hout_ptr + offs * 6 + c, hcols[c], mask=m)
+    i = (x * 100.0).to(tl.int16)
+    j = (y * 100.0).to(tl.int16)
+    icols = [i + j, i - j, tl.maximum(i, j), i * j]
+    for c in tl.static_range(4):
+        tl.store(iout_ptr + offs * 4 + c, icols[c].to(tl.int32), mask=m)
+
+
+@triton.jit
+def row_sum_wide_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    """One program sums a long row with many warps (cross-wave reduction through LDS)."""
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0)
+    tl.store(out_ptr + row, tl.sum(acc, axis=0))
+
+
 # ----------------------------------------------------------------------------------------------
 # Variants
 # ----------------------------------------------------------------------------------------------
@@ -323,6 +588,120 @@ VARIANTS = [
 ]
 
 
+def _elementwise(name, kernel, signature, block, warps=4, notes="", stages=1, **options):
+    return _variant(name, kernel, signature, {"BLOCK": block},
+                    {"num_warps": warps, "num_stages": stages, **options},
+                    divisible_by_16=tuple(k for k, v in signature.items() if v.startswith("*")),
+                    notes=notes)
+
+
+VARIANTS += [
+    _elementwise("int_bits_i32", int_bits_kernel,
+                 {"x_ptr": "*i32", "d_ptr": "*i32", "out_ptr": "*i32", "n": "i32",
+                  "BLOCK": "constexpr"}, 128, warps=2,
+                 notes="grid (cdiv(n,128),); d != 0; out[n, 12] int32."),
+    _elementwise("f64_math", f64_math_kernel,
+                 {"x_ptr": "*fp64", "y_ptr": "*fp64", "out_ptr": "*fp64", "n": "i32",
+                  "BLOCK": "constexpr"}, 64, warps=1, enable_fp_fusion=False,
+                 notes="grid (cdiv(n,64),); out[n, 8] f64: x/y sqrt|x| exp(y) log|x| sin(x) "
+                       "cos(y) |x|^y tanh(x). FP fusion off: contracting the device library's "
+                       "error-free transformations into FMAs breaks its double-double steps."),
+    _elementwise("rounding_modes_f32", rounding_modes_kernel,
+                 {"x_ptr": "*fp32", "w_ptr": "*fp64", "bf_ptr": "*bf16", "h_ptr": "*fp16",
+                  "f_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, 64, warps=1,
+                 notes="grid (cdiv(n,64),); bf16/f16 from x toward zero, f32 from w to nearest."),
+    _elementwise("fp8_convert", fp8_convert_kernel,
+                 {"x_ptr": "*fp32", "e4_ptr": "*fp8e4b8", "e5_ptr": "*fp8e5b16",
+                  "e4nv_ptr": "*fp8e4nv", "e5nv_ptr": "*fp8e5", "back_ptr": "*fp32", "n": "i32",
+                  "BLOCK": "constexpr"}, 128, warps=2,
+                 notes="grid (cdiv(n,128),); back[n, 4] = each fp8 value decoded."),
+    _variant("scan_sort_f32", scan_sort_kernel,
+             {"x_ptr": "*fp32", "cumsum_ptr": "*fp32", "sorted_ptr": "*fp32", "argmax_ptr": "*i32",
+              "N": "constexpr"}, {"N": 128}, {"num_warps": 2, "num_stages": 1},
+             divisible_by_16=("x_ptr", "cumsum_ptr", "sorted_ptr", "argmax_ptr"),
+             notes="grid (rows,); rows of 128 contiguous floats."),
+    _elementwise("atomics_mix_i32", atomics_mix_kernel,
+                 {"x_ptr": "*i32", "imax_ptr": "*i32", "imin_ptr": "*i32", "fmax_ptr": "*fp32",
+                  "bits_ptr": "*i32", "swap_ptr": "*i32", "cas_ptr": "*i32", "n": "i32",
+                  "BLOCK": "constexpr"}, 128, warps=2,
+                 notes="grid (cdiv(n,128),); 8 max/min slots; bits[3]; swap/cas per element."),
+    _variant("spin_lock", spin_lock_kernel,
+             {"lock_ptr": "*i32", "counter_ptr": "*i32", "log_ptr": "*i32", "ITEMS": "constexpr"},
+             {"ITEMS": 3}, {"num_warps": 1, "num_stages": 1},
+             notes="grid (programs,); lock and counter zeroed by the caller."),
+    _variant("gather_rows_f32", gather_kernel,
+             {"table_ptr": "*fp32", "idx_ptr": "*i32", "out_ptr": "*fp32",
+              "gathered_ptr": "*fp32", "n_idx": "i32", "D": "constexpr", "BLOCK": "constexpr"},
+             {"D": 32, "BLOCK": 16}, {"num_warps": 2, "num_stages": 1},
+             divisible_by_16=("table_ptr", "idx_ptr", "out_ptr", "gathered_ptr"),
+             notes="grid (cdiv(n_idx,16),); table[rows, 32]."),
+    _variant("row_sum_w16", row_sum_wide_kernel,
+             {"x_ptr": "*fp32", "out_ptr": "*fp32", "n_cols": "i32", "BLOCK": "constexpr"},
+             {"BLOCK": 2048}, {"num_warps": 16, "num_stages": 1},
+             divisible_by_16=("x_ptr", "out_ptr"),
+             notes="grid (rows,); 16 waves per program."),
+    _variant("row_sum_w8", row_sum_wide_kernel,
+             {"x_ptr": "*fp32", "out_ptr": "*fp32", "n_cols": "i32", "BLOCK": "constexpr"},
+             {"BLOCK": 1024}, {"num_warps": 8, "num_stages": 1},
+             divisible_by_16=("x_ptr", "out_ptr"),
+             notes="grid (rows,); 8 waves per program."),
+]
+
+
+VARIANTS += [
+    _elementwise("compare_matrix", compare_matrix_kernel,
+                 {"h_ptr": "*fp16", "f_ptr": "*fp32", "d_ptr": "*fp64", "s16_ptr": "*i16",
+                  "u16_ptr": "*u16", "i32_ptr": "*i32", "u32_ptr": "*u32", "i64_ptr": "*i64",
+                  "u64_ptr": "*u64", "out_ptr": "*i32", "n": "i32", "BLOCK": "constexpr"}, 64,
+                 warps=1, notes="grid (cdiv(n,64),); inputs have n + 1 elements; out[n, 2]."),
+    _elementwise("small_types", small_types_kernel,
+                 {"i8_ptr": "*i8", "u8_ptr": "*u8", "i16_ptr": "*i16", "h_ptr": "*fp16",
+                  "bf_ptr": "*bf16", "d_ptr": "*fp64", "i8_out": "*i8", "u8_out": "*u8",
+                  "i16_out": "*i16", "h_out": "*fp16", "bf_out": "*bf16", "d_out": "*fp64",
+                  "f_out": "*fp32", "n": "i32", "BLOCK": "constexpr"}, 64, warps=1,
+                 notes="grid (cdiv(n,64),); h_out[n,4] bf_out[n,2] d_out[n,6] f_out[n,3]."),
+    _elementwise("f32_f16_math", f32_f16_math_kernel,
+                 {"x_ptr": "*fp32", "y_ptr": "*fp32", "h_ptr": "*fp16", "g_ptr": "*fp16",
+                  "out_ptr": "*fp32", "hout_ptr": "*fp16", "iout_ptr": "*i32", "n": "i32",
+                  "BLOCK": "constexpr"}, 256, warps=1, enable_fp_fusion=False,
+                 notes="grid (cdiv(n,256),); 4 elements per lane."),
+    _elementwise("atomics_wide", atomics_wide_kernel,
+                 {"x_ptr": "*i32", "f64_sum": "*fp64", "i64_sum": "*i64", "u32_max": "*u32",
+                  "u32_min": "*u32", "i64_max": "*i64", "f32_swap": "*fp32", "n": "i32",
+                  "BLOCK": "constexpr"}, 128, warps=2,
+                 notes="grid (cdiv(n,128),); 4 slots per reduction target."),
+]
+
+
+def _matmul_extra(name, in_type, out_type, block_k, warps=4, stages=2, **options):
+    variant = _matmul_variant(name, in_type, out_type, options.pop("nonkdim", 16), block_k,
+                              aligned_nk=True)
+    variant["options"].update({"num_warps": warps, "num_stages": stages, **options})
+    variant["notes"] += f" num_warps={warps} num_stages={stages} {options or ''}"
+    return variant
+
+
+def _matmul_typed(name, in_type, out_type, acc, precision, block_k, nonkdim, **options):
+    variant = _matmul_variant(name, in_type, out_type, nonkdim, block_k, aligned_nk=True)
+    variant["kernel"] = matmul_typed_kernel
+    variant["signature"].update({"ACC_TYPE": "constexpr", "PRECISION": "constexpr"})
+    variant["constexprs"].update({"ACC_TYPE": acc, "PRECISION": precision})
+    variant["options"].update(options)
+    variant["notes"] += f" accumulator {acc}, input precision {precision}."
+    return variant
+
+
+VARIANTS += [
+    _matmul_typed("matmul_f32_ieee_mfma16", "fp32", "fp32", tl.float32, "ieee", 16, 16),
+    _matmul_typed("matmul_f32_ieee_mfma32", "fp32", "fp32", tl.float32, "ieee", 16, 32),
+    _matmul_typed("matmul_i8_mfma16", "i8", "i32", tl.int32, "ieee", 64, 16),
+    _matmul_typed("matmul_i8_mfma32", "i8", "i32", tl.int32, "ieee", 64, 32),
+    _matmul_typed("matmul_f64_mfma16", "fp64", "fp64", tl.float64, "ieee", 16, 16),
+    _matmul_extra("matmul_f16_kpack2_w8_s3", "fp16", "fp16", 64, warps=8, stages=3, kpack=2),
+    _matmul_extra("matmul_bf16_mfma32_s3", "bf16", "fp32", 32, stages=3, nonkdim=32),
+]
+
+
 # ----------------------------------------------------------------------------------------------
 # Compilation and output
 # ----------------------------------------------------------------------------------------------
@@ -402,7 +781,7 @@ def main(argv=None):
         asm = compiled.asm["amdgcn"]
         info = sidecar(variant, compiled, options, asm)
         (args.out / f"{variant['name']}.s").write_text(asm)
-        (args.out / f"{variant['name']}.json").write_text(json.dumps(info, indent=2) + "\n")
+        (args.out / f"{variant['name']}.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
         print(f"{variant['name']:<28} symbol={info['kernel_symbol']:<28} "
               f"block={info['block'][0]:<4} lds={info['shared_mem_bytes']:<6} "
               f"args={info['metadata_explicit_arg_count']}")

@@ -1,17 +1,25 @@
-"""List the distinct gfx942 instruction mnemonics used by the committed Triton fixtures.
+"""Which gfx942 opcodes the committed fixtures exercise, against the opcodes LLVM defines.
 
-Run:  .venv/bin/python tools/triton_fixture_census.py [--counts] [FIXTURE_DIR]
+Run:  .venv/bin/python tools/triton_fixture_census.py [--counts] [--hip] [--list-missing] [FIXTURE_DIR]
 
-Only the kernel body is scanned (from the kernel's label to its .Lfunc_end label), so the
-kernel descriptor, metadata YAML and comments are ignored. Needs no Triton.
+Only kernel bodies are scanned (from each kernel's label to its .Lfunc_end label), so the
+kernel descriptor, metadata YAML and comments are ignored; encoding suffixes (_e32, _e64, _sdwa,
+_dpp) are stripped. The reference opcode list, tests/fixtures/gfx942_opcodes.txt, is what
+llvm-mc-19 decodes for gfx942 (tools/gfx942_opcodes.py); coverage is reported per family.
+--hip adds the clang-compiled HIP fixtures (tests/fixtures/hip/kernels.s). Needs no Triton.
 """
 
 import argparse
 import collections
 import json
+import re
 from pathlib import Path
 
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "triton"
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DIR = ROOT / "tests" / "fixtures" / "triton"
+OPCODES = ROOT / "tests" / "fixtures" / "gfx942_opcodes.txt"
+HIP_ASM = ROOT / "tests" / "fixtures" / "hip" / "kernels.s"
+_SUFFIX = re.compile(r"_(e32|e64|sdwa|dpp)$")
 
 
 def kernel_body_mnemonics(asm: str, symbol: str) -> list[str]:
@@ -28,7 +36,24 @@ def kernel_body_mnemonics(asm: str, symbol: str) -> list[str]:
     return mnemonics
 
 
-def census(fixture_dir: Path) -> dict[str, collections.Counter]:
+def all_code_mnemonics(asm: str) -> list[str]:
+    """Every instruction line of an assembly file (kernels and device functions)."""
+    out = []
+    in_metadata = False
+    for line in asm.splitlines():
+        text = line.split(";", 1)[0].strip()
+        if text.startswith(".amdgpu_metadata") or text.startswith(".amdhsa_kernel"):
+            in_metadata = True
+        if in_metadata:
+            if text.startswith((".end_amdgpu_metadata", ".end_amdhsa_kernel")):
+                in_metadata = False
+            continue
+        if text and not text.startswith(".") and not text.endswith(":") and re.match(r"^[a-z]", text):
+            out.append(text.split()[0])
+    return out
+
+
+def census(fixture_dir: Path, hip: bool = False) -> dict[str, collections.Counter]:
     """Mnemonic -> Counter of fixture names using it."""
     usage: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     sidecars = sorted(fixture_dir.glob("*.json"))
@@ -39,7 +64,32 @@ def census(fixture_dir: Path) -> dict[str, collections.Counter]:
         asm = sidecar.with_suffix(".s").read_text()
         for mnemonic in kernel_body_mnemonics(asm, info["kernel_symbol"]):
             usage[mnemonic][info["name"]] += 1
+    if hip:
+        for mnemonic in all_code_mnemonics(HIP_ASM.read_text()):
+            usage[mnemonic]["hip:kernels"] += 1
     return usage
+
+
+def llvm_opcodes(path: Path = OPCODES) -> dict[str, str]:
+    """mnemonic -> family, from the committed LLVM opcode list."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            family, name = line.split("\t")[:2]
+            out[name] = family
+    return out
+
+
+def coverage(usage, opcodes: dict[str, str]):
+    """(per-family rows [(family, used, total)], used total, total, mnemonics not in LLVM's list)."""
+    used = {_SUFFIX.sub("", m) for m in usage}
+    families = collections.defaultdict(lambda: [0, 0])
+    for name, family in opcodes.items():
+        families[family][1] += 1
+        families[family][0] += name in used
+    rows = sorted((f, u, t) for f, (u, t) in families.items())
+    unknown = sorted(used - set(opcodes))
+    return rows, sum(u for _, u, _ in rows), len(opcodes), unknown
 
 
 def main():
@@ -47,15 +97,33 @@ def main():
     parser.add_argument("fixture_dir", nargs="?", type=Path, default=DEFAULT_DIR)
     parser.add_argument("--counts", action="store_true",
                         help="also print static occurrence count and number of fixtures")
+    parser.add_argument("--hip", action="store_true", help="include the HIP fixtures")
+    parser.add_argument("--list-missing", action="store_true",
+                        help="list LLVM opcodes no fixture uses, per family")
     args = parser.parse_args()
-    usage = census(args.fixture_dir)
-    for mnemonic in sorted(usage):
-        if args.counts:
+    usage = census(args.fixture_dir, args.hip)
+    if args.counts:
+        for mnemonic in sorted(usage):
             per_fixture = usage[mnemonic]
             print(f"{mnemonic:<36} {sum(per_fixture.values()):>5} {len(per_fixture):>3}")
-        else:
-            print(mnemonic)
-    print(f"# {len(usage)} distinct mnemonics")
+    opcodes = llvm_opcodes()
+    rows, used, total, unknown = coverage(usage, opcodes)
+    print(f"{'family':<22} {'used':>5} {'LLVM':>5}  coverage")
+    for family, u, t in rows:
+        print(f"{family:<22} {u:>5} {t:>5}  {100 * u / t:5.1f}%")
+    print(f"{'all':<22} {used:>5} {total:>5}  {100 * used / total:5.1f}%")
+    print(f"# {len(usage)} distinct mnemonics as printed; "
+          f"{len({_SUFFIX.sub('', m) for m in usage})} opcodes")
+    if unknown:
+        print(f"# not in LLVM's decoded list: {' '.join(unknown)}")
+    if args.list_missing:
+        used_set = {_SUFFIX.sub("", m) for m in usage}
+        by_family = collections.defaultdict(list)
+        for name, family in opcodes.items():
+            if name not in used_set:
+                by_family[family].append(name)
+        for family in sorted(by_family):
+            print(f"{family}: {' '.join(sorted(by_family[family]))}")
 
 
 if __name__ == "__main__":

@@ -71,8 +71,12 @@ def pack_explicit_arg(arg: KernArg, value: Any, pointer_of: Callable[[Any], int]
     if arg.value_kind != "by_value":
         raise ValueError(f"{arg.label}: unsupported explicit value kind {arg.value_kind!r}")
     if value is None or _is_tensor_like(value):
-        raise ValueError(f"{arg.label} is passed by value: pass a number, "
+        raise ValueError(f"{arg.label} is passed by value: pass a number or raw bytes, "
                          f"got {type(value).__name__}")
+    if isinstance(value, (bytes, bytearray, memoryview)):   # a by-value struct, already packed
+        if len(value) != arg.size:
+            raise ValueError(f"{arg.label} has size {arg.size} but {len(value)} raw bytes were given")
+        return bytes(value)
     if isinstance(value, np.generic):
         raw = value.tobytes()
         if len(raw) != arg.size:

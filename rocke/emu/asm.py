@@ -2,6 +2,8 @@
 (`.amdhsa_kernel` blocks) and the `.amdgpu_metadata` YAML document."""
 from __future__ import annotations
 
+import ast
+import operator
 import re
 from dataclasses import dataclass, field
 
@@ -22,6 +24,7 @@ class Instr:
     operands: list[str]
     modifiers: list[str]
     index: int = 0     # position in Program.instrs
+    address: int | None = None   # byte address in a code object (`.emu_address`), else None
 
 
 @dataclass
@@ -38,6 +41,13 @@ class Program:
     instrs: list[Instr]
     labels: dict[str, int]
     kernels: dict[str, KernelSource]
+    symbols: dict[str, str] = field(default_factory=dict)   # `.set` name -> expression text
+    functions: set[str] = field(default_factory=set)        # `.type NAME,@function` symbols
+
+    @property
+    def has_addresses(self) -> bool:
+        """Every instruction carries its code-object byte address (disassembled code objects)."""
+        return bool(self.instrs) and all(i.address is not None for i in self.instrs)
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
@@ -93,13 +103,18 @@ def _split_spaces(text: str) -> list[str]:
 
 
 _MODIFIER_WORDS = {"off", "glc", "slc", "dlc", "nt", "sc0", "sc1", "lds", "offen", "idxen",
-                   "addr64", "gds", "clamp", "tfe", "lwe", "da", "r128", "a16", "d16"}
+                   "addr64", "gds", "clamp", "tfe", "lwe", "da", "r128", "d16"}   # not a16: AGPR a16
+
+
+_OPERAND_WRAPPERS = re.compile(r"^(?:-|neg\(|abs\(|sext\(|\|)+")
 
 
 def _looks_like_modifier(tok: str) -> bool:
     if tok == "off":
         return False  # `off` is an operand (no vaddr/saddr)
-    return tok in _MODIFIER_WORDS or (":" in tok and not tok.startswith(("v[", "s[", "a[")))
+    # `-v[2:3]`, `|v[2:3]|`, `-|s[4:5]|`: a register range under source modifiers is an operand
+    bare = _OPERAND_WRAPPERS.sub("", tok)
+    return tok in _MODIFIER_WORDS or (":" in tok and not bare.startswith(("v[", "s[", "a[")))
 
 
 def _strip_comment(line: str) -> str:
@@ -112,6 +127,88 @@ def _strip_comment(line: str) -> str:
     return line
 
 
+_EXPR_TOKEN = re.compile(r"\s*(?:(0x[0-9a-fA-F]+|\d+)|([A-Za-z_.$][\w.$]*)|(<<|>>|[-+*/%&|^~(),!]))")
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.BitAnd: operator.and_,
+           ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.LShift: operator.lshift,
+           ast.RShift: operator.rshift}
+
+
+def _alignto(value, alignment):
+    return -(-value // alignment) * alignment if alignment else value
+
+
+def _total_vgprs(agprs, vgprs):
+    """Unified gfx90a/gfx942 register file: AGPRs start at the next multiple of 4 after VGPRs."""
+    return _alignto(vgprs, 4) + agprs if agprs else vgprs
+
+
+def _extra_sgprs(vcc, flat_scratch, xnack=0, *_):
+    """SGPRs the hardware reserves past the numbered ones (gfx9 rules)."""
+    if flat_scratch:
+        return 6
+    if xnack:
+        return 4
+    return 2 if vcc else 0
+
+
+# the function forms LLVM's AMDGPU MC layer prints in `.set` / descriptor expressions
+_EXPR_FUNCTIONS = {"max": lambda *a: max(a), "min": lambda *a: min(a),
+                   "or": lambda *a: int(any(a)), "and": lambda *a: int(all(a)),
+                   "alignto": _alignto, "totalnumvgprs": _total_vgprs,
+                   "extrasgprs": _extra_sgprs}
+
+
+def evaluate_expression(text: str, symbols: dict[str, str], _depth: int = 0) -> int:
+    """Value of an assembler integer expression (`max(32, .Lf.num_vgpr)`, `k.private_seg_size`,
+    `((a&~65536)&63)+1`) whose symbols are `.set` definitions in `symbols`."""
+    if _depth > 64:
+        raise ValueError(f"`.set` definitions are circular around {text!r}")
+    pieces, pos = [], 0
+    text = text.strip()
+    while pos < len(text):
+        m = _EXPR_TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise ValueError(f"cannot read expression {text!r} at {text[pos:]!r}")
+        number, name, op = m.groups()
+        pos = m.end()
+        if number is not None:
+            pieces.append(str(int(number, 0)))
+        elif name is not None:
+            if name in _EXPR_FUNCTIONS and text[pos:].lstrip().startswith("("):
+                pieces.append(f"F_{name}")
+            elif name in symbols:
+                pieces.append(f"({evaluate_expression(symbols[name], symbols, _depth + 1)})")
+            else:
+                raise ValueError(f"expression {text!r} uses the undefined symbol {name!r}")
+        else:
+            pieces.append({"/": "//", "!": " not "}.get(op, op))
+
+    def value(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            return _BINARY[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.UnaryOp):
+            operand = value(node.operand)
+            if isinstance(node.op, ast.USub):
+                return -operand
+            if isinstance(node.op, ast.UAdd):
+                return operand
+            if isinstance(node.op, ast.Invert):
+                return ~operand
+            if isinstance(node.op, ast.Not):
+                return int(not operand)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id.startswith("F_") and not node.keywords):
+            return int(_EXPR_FUNCTIONS[node.func.id[2:]](*(value(a) for a in node.args)))
+        raise ValueError(f"unsupported expression {text!r}")
+    try:
+        return value(ast.parse(" ".join(pieces), mode="eval").body)
+    except SyntaxError:
+        raise ValueError(f"malformed expression {text!r}") from None
+
+
 def parse_program(text: str) -> Program:
     if not isinstance(text, str) or not text.strip():
         raise ValueError("assembly text is empty or not a string")
@@ -122,6 +219,10 @@ def parse_program(text: str) -> Program:
     metadata_lines: list[str] | None = None
     metadata_text = None
     current_descriptor: dict[str, int] | None = None
+    symbols: dict[str, str] = {}
+    pending: list[tuple[dict, str, str, int]] = []   # descriptor values that are expressions
+    next_address: int | None = None
+    functions: set[str] = set()
     for line_no, raw in enumerate(text.splitlines(), start=1):
         if metadata_lines is not None:
             if raw.strip() == ".end_amdgpu_metadata":
@@ -137,10 +238,12 @@ def parse_program(text: str) -> Program:
                 current_descriptor = None
                 continue
             key, _, value = line.partition(" ")
+            if not value.strip():
+                raise ValueError(f"line {line_no}: malformed descriptor directive {line!r}")
             try:
                 current_descriptor[key.lstrip(".")] = int(value.strip(), 0)
-            except ValueError:
-                raise ValueError(f"line {line_no}: malformed descriptor directive {line!r}") from None
+            except ValueError:   # an expression over `.set` symbols, defined anywhere in the file
+                pending.append((current_descriptor, key.lstrip("."), value.strip(), line_no))
             continue
         while True:
             m = _LABEL.match(line)
@@ -152,7 +255,16 @@ def parse_program(text: str) -> Program:
             continue
         if line.startswith("."):
             head = line.split()[0]
-            if head == ".amdgpu_metadata":
+            if head == ".type" and line.replace(" ", "").endswith(",@function"):
+                functions.add(line.split(None, 1)[1].split(",")[0].strip())
+            elif head == ".emu_address":   # codeobject.py: the byte address of the next instruction
+                next_address = int(line.split()[1], 0)
+            elif head == ".set":
+                name, _, expression = line[4:].strip().partition(",")
+                if not expression.strip():
+                    raise ValueError(f"line {line_no}: malformed {line!r}")
+                symbols[name.strip()] = expression.strip()
+            elif head == ".amdgpu_metadata":
                 metadata_lines = []
             elif head == ".amdhsa_kernel":
                 parts = line.split()
@@ -168,11 +280,17 @@ def parse_program(text: str) -> Program:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", mnemonic):
             raise ValueError(f"line {line_no}: malformed instruction {line!r}")
         operands, modifiers = _split_operands(rest.strip())
-        instrs.append(Instr(line_no, line, mnemonic, operands, modifiers, len(instrs)))
+        instrs.append(Instr(line_no, line, mnemonic, operands, modifiers, len(instrs), next_address))
+        next_address = None
     if metadata_lines is not None:
         raise ValueError("`.amdgpu_metadata` block is not terminated by `.end_amdgpu_metadata`")
     if current_descriptor is not None:
         raise ValueError("`.amdhsa_kernel` block is not terminated by `.end_amdhsa_kernel`")
+    for descriptor, key, expression, line_no in pending:
+        try:
+            descriptor[key] = evaluate_expression(expression, symbols)
+        except ValueError as err:
+            raise ValueError(f"line {line_no}: descriptor directive .{key}: {err}") from None
     if metadata_text is None:
         raise ValueError("assembly has no `.amdgpu_metadata` block (kernel metadata YAML)")
     try:
@@ -191,4 +309,4 @@ def parse_program(text: str) -> Program:
         kernels[name] = KernelSource(name, entry_index, preload_entry, descriptors[name], entry)
     if not kernels:
         raise ValueError("assembly metadata lists no kernels (`amdhsa.kernels` is empty)")
-    return Program(instrs, labels, kernels)
+    return Program(instrs, labels, kernels, symbols, functions)

@@ -73,6 +73,9 @@ class LaunchReport:
 
 
 def _program(code: str) -> tuple[Program, dict[str, DecodedKernel]]:
+    from .codeobject import code_object_assembly, is_code_object   # code objects: bytes or a path
+    if is_code_object(code):
+        code = code_object_assembly(code)
     if not isinstance(code, str):
         raise ValueError(f"code must be gfx942 assembly text (str), got {type(code).__name__}")
     key = hashlib.sha256(code.encode()).hexdigest()

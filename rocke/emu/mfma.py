@@ -234,3 +234,207 @@ def _catalog() -> dict[str, MfmaOp]:
 
 
 MFMA_OPS: dict[str, MfmaOp] = _catalog()
+
+
+# ---------------------------------------------------------------------------------------
+# f32, i8 and f64 families: explicit element maps (CDNA3 ISA operand layouts)
+# ---------------------------------------------------------------------------------------
+
+_ELEMENT_BITS = {"f32": 32, "i8": 8, "f64": 64}
+
+
+@dataclass(frozen=True)
+class IndexedMfmaOp:
+    """D[b] = A[b] (M x K) * B[b] (K x N) + C[b] for an op whose operand registers are located by
+    explicit (register, lane, element) maps built from the ISA's layout rules.
+
+    * A/B (f32, i8): as for the f16 family: lane l holds row/column l % M of lane group
+      g = l // M; position p = register * per_reg + element; multi-block ops take b = g, k = p,
+      single-block ops k = g * K_per_lane + p.
+    * f64 A/B (one double per lane in a register pair): lane = 16 k + M b + row (A) or
+      16 k + N b + column (B).
+    * C/D f32/i32: the f32 MFMA layout (see the module docstring). C/D f64: 16x16 - pair i // 4,
+      lane 16 (i % 4) + j; 4x4 4-block - lane 16 i + 4 b + j.
+
+    `execute` works on raw register words: a, b uint32[n, regs, 64], c uint32[n, c_regs, 64]
+    (or a float constant), and returns uint32[n, c_regs, 64].
+    Numerics: i8 sums are exact and wrap to int32; f32 products are exact in float64 and the
+    K-sum plus C is rounded once; f64 results are A.B + C rounded once (error-free products
+    summed by math.fsum), which is at least as accurate as the hardware's fused chain.
+    """
+
+    name: str
+    m: int
+    n: int
+    k: int
+    blocks: int
+    in_format: str     # f32 | i8 | f64
+    out_format: str    # f32 | i32 | f64
+
+    @property
+    def a_regs(self) -> int:
+        return self.blocks * self.m * self.k // 64 * _ELEMENT_BITS[self.in_format] // 32
+
+    @property
+    def b_regs(self) -> int:
+        return self.blocks * self.n * self.k // 64 * _ELEMENT_BITS[self.in_format] // 32
+
+    @property
+    def c_regs(self) -> int:
+        return self.blocks * self.m * self.n // 64 * (2 if self.out_format == "f64" else 1)
+
+    raw_registers = True
+
+    @functools.cached_property
+    def _maps(self):
+        """(a_map [blocks, M, K], b_map [blocks, K, N], d_map [blocks, M, N]) of flat indices into
+        the element view of the operand: element index = (register * 64 + lane) * per_reg + e
+        for 32-bit-or-narrower formats, pair * 64 + lane for f64."""
+        B, M, N, K = self.blocks, self.m, self.n, self.k
+        a_map = np.zeros((B, M, K), np.int64)
+        b_map = np.zeros((B, K, N), np.int64)
+        d_map = np.zeros((B, M, N), np.int64)
+        if self.in_format == "f64":
+            for b in range(B):
+                for k in range(K):
+                    for i in range(M):
+                        a_map[b, i, k] = 16 * k + M * b + i
+                    for j in range(N):
+                        b_map[b, k, j] = 16 * k + N * b + j
+        else:
+            per_reg = 32 // _ELEMENT_BITS[self.in_format]
+            k_per_lane = B * M * K // 64
+            for operand, size, target in ((0, M, a_map), (1, N, b_map)):
+                for lane in range(64):
+                    group, row = lane // size, lane % size
+                    for p in range(k_per_lane):
+                        b, k = (group, p) if B > 1 else (0, group * k_per_lane + p)
+                        reg, e = p // per_reg, p % per_reg
+                        flat = (reg * 64 + lane) * per_reg + e
+                        if operand == 0:
+                            target[b, row, k] = flat
+                        else:
+                            target[b, k, row] = flat
+        if self.out_format == "f64":
+            for b in range(B):
+                for i in range(M):
+                    for j in range(N):
+                        d_map[b, i, j] = ((i // 4) * 64 + 16 * (i % 4) + j if B == 1
+                                          else 16 * i + 4 * b + j)
+        elif N == 4:
+            for lane in range(64):
+                for r in range(M):
+                    d_map[lane // 4, r, lane % 4] = r * 64 + lane
+        else:
+            groups = 64 // N
+            per_block = M // groups
+            for r in range(self.c_regs):
+                for lane in range(64):
+                    q, b = r % per_block, r // per_block
+                    i = 4 * groups * (q // 4) + 4 * (lane // N) + q % 4
+                    d_map[b, i, lane % N] = r * 64 + lane
+        return a_map, b_map, d_map
+
+    def _elements(self, words: np.ndarray) -> np.ndarray:
+        """uint32[n, regs, 64] -> elements [n, count] in map order, as float64 / int64."""
+        n = words.shape[0]
+        words = np.ascontiguousarray(words, np.uint32)
+        if self.in_format == "f64":
+            return _pairs_to_f64(words).reshape(n, -1)
+        if self.in_format == "i8":
+            return words.view(np.int8).reshape(n, -1).astype(np.int64)
+        return words.view(np.float32).reshape(n, -1).astype(np.float64)
+
+    def execute(self, a, b, c, cbsz: int = 0, abid: int = 0, blgp: int = 0, out=None,
+                workspace=None) -> np.ndarray:
+        if cbsz or abid or blgp:
+            raise NotImplementedError(f"{self.name}: cbsz/abid/blgp are not emulated for this "
+                                      f"family (got cbsz={cbsz}, abid={abid}, blgp={blgp})")
+        n = a.shape[0]
+        a_map, b_map, d_map = self._maps
+        a_mat = self._elements(a)[:, a_map]          # [n, B, M, K]
+        b_mat = self._elements(b)[:, b_map]          # [n, B, K, N]
+        if self.out_format == "f64":
+            c_vals = (np.full((n, self.c_regs // 2 * 64), float(c), np.float64) if np.isscalar(c)
+                      else _pairs_to_f64(np.ascontiguousarray(c, np.uint32)).reshape(n, -1))
+            d_vals = _fsum_matmul(a_mat, b_mat, c_vals[:, d_map])
+            flat = np.empty((n, self.c_regs // 2 * 64), np.float64)
+            flat[:, d_map] = d_vals
+            return _f64_to_pairs(flat.reshape(n, self.c_regs // 2, 64))
+        if self.out_format == "i32":
+            c_vals = (np.full((n, self.c_regs * 64), int(c), np.int64) if np.isscalar(c)
+                      else np.ascontiguousarray(c, np.uint32).view(np.int32).reshape(n, -1).astype(np.int64))
+            d_vals = np.matmul(a_mat, b_mat) + c_vals[:, d_map]
+            flat = np.empty((n, self.c_regs * 64), np.int64)
+            flat[:, d_map] = d_vals
+            return flat.astype(np.uint64).astype(np.uint32).reshape(n, self.c_regs, 64)
+        c_vals = (np.full((n, self.c_regs * 64), float(c), np.float64) if np.isscalar(c)
+                  else np.ascontiguousarray(c, np.uint32).view(np.float32).reshape(n, -1).astype(np.float64))
+        with np.errstate(all="ignore"):
+            d_vals = np.matmul(a_mat, b_mat) + c_vals[:, d_map]
+        flat = np.empty((n, self.c_regs * 64), np.float32)
+        with np.errstate(all="ignore"):
+            flat[:, d_map] = d_vals
+        return flat.view(np.uint32).reshape(n, self.c_regs, 64)
+
+
+def _pairs_to_f64(words: np.ndarray) -> np.ndarray:
+    """uint32[n, 2 * pairs, 64] (low register first) -> float64[n, pairs, 64]."""
+    low = words[:, 0::2].astype(np.uint64)
+    high = words[:, 1::2].astype(np.uint64)
+    return (low | (high << np.uint64(32))).view(np.float64)
+
+
+def _f64_to_pairs(values: np.ndarray) -> np.ndarray:
+    bits = np.ascontiguousarray(values, np.float64).view(np.uint64)
+    n, pairs, lanes = bits.shape
+    out = np.empty((n, 2 * pairs, lanes), np.uint32)
+    out[:, 0::2] = (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    out[:, 1::2] = (bits >> np.uint64(32)).astype(np.uint32)
+    return out
+
+
+def _fsum_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """A.B + C per element, rounded once: every product split exactly (Veltkamp/Dekker) and the
+    terms summed by math.fsum. Non-finite inputs fall back to the plain float64 expression."""
+    import math
+    with np.errstate(all="ignore"):
+        products = a[..., :, :, None] * b[..., None, :, :]      # [n, B, M, K, N]
+        split = 134217729.0
+        def halves(x):
+            t = split * x
+            high = t - (t - x)
+            return high, x - high
+        ah, al = halves(a[..., :, :, None])
+        bh, bl = halves(b[..., None, :, :])
+        errors = ((ah * bh - products) + ah * bl + al * bh) + al * bl
+        plain = products.sum(axis=-2) + c
+    terms = np.concatenate([products, errors], axis=-2)          # [n, B, M, 2K, N]
+    terms = np.moveaxis(terms, -2, -1)                           # [n, B, M, N, 2K]
+    result = plain.copy()
+    finite = np.isfinite(plain) & np.isfinite(terms).all(axis=-1)
+    idx = np.nonzero(finite)
+    for position in zip(*idx):
+        result[position] = math.fsum(list(terms[position]) + [c[position]])
+    return result
+
+
+def _indexed_catalog() -> dict[str, IndexedMfmaOp]:
+    ops = [
+        IndexedMfmaOp("v_mfma_f32_32x32x1_2b_f32", 32, 32, 1, 2, "f32", "f32"),
+        IndexedMfmaOp("v_mfma_f32_16x16x1_4b_f32", 16, 16, 1, 4, "f32", "f32"),
+        IndexedMfmaOp("v_mfma_f32_4x4x1_16b_f32", 4, 4, 1, 16, "f32", "f32"),
+        IndexedMfmaOp("v_mfma_f32_32x32x2_f32", 32, 32, 2, 1, "f32", "f32"),
+        IndexedMfmaOp("v_mfma_f32_16x16x4_f32", 16, 16, 4, 1, "f32", "f32"),
+        IndexedMfmaOp("v_mfma_i32_32x32x4_2b_i8", 32, 32, 4, 2, "i8", "i32"),
+        IndexedMfmaOp("v_mfma_i32_16x16x4_4b_i8", 16, 16, 4, 4, "i8", "i32"),
+        IndexedMfmaOp("v_mfma_i32_4x4x4_16b_i8", 4, 4, 4, 16, "i8", "i32"),
+        IndexedMfmaOp("v_mfma_i32_32x32x16_i8", 32, 32, 16, 1, "i8", "i32"),
+        IndexedMfmaOp("v_mfma_i32_16x16x32_i8", 16, 16, 32, 1, "i8", "i32"),
+        IndexedMfmaOp("v_mfma_f64_16x16x4_f64", 16, 16, 4, 1, "f64", "f64"),
+        IndexedMfmaOp("v_mfma_f64_4x4x4_4b_f64", 4, 4, 4, 4, "f64", "f64"),
+    ]
+    return {op.name: op for op in ops}
+
+
+MFMA_OPS.update(_indexed_catalog())

@@ -1,12 +1,10 @@
-"""Decode SALU, SMEM and program-control instructions into batched closures."""
+"""Decode SALU (SOP1/SOP2/SOPC/SOPK), saveexec and the VALU-SALU lane moves into batched closures."""
 from __future__ import annotations
-
-import time
 
 import numpy as np
 
 from .access import U32, U64, scalar_raw_reader, scalar_writer
-from .operands import EXEC_LO, VCC_LO, Operand, TYPE_BITS
+from .operands import EXEC_LO, Operand, TYPE_BITS
 from .valu import DecodeError
 
 SCALAR_VIEW = {"b32": U32, "u32": U32, "i32": np.int32, "f32": np.float32, "b64": U64, "u64": U64,
@@ -109,56 +107,6 @@ def decode_salu(ins, ops: list[Operand], op):
     return run
 
 
-def decode_branch(ins, ops, labels, index_of_label, pc_address):
-    """Returns (run(P, sel, n, pc)) for control-flow instructions; they set P.pc themselves."""
-    name = ins.mnemonic
-
-    def target_of(op):
-        if op.kind != "label" or op.value not in labels:
-            raise DecodeError(f"branch target {op.text!r} is not a label of this program")
-        return labels[op.value]
-
-    if name == "s_branch":
-        target = target_of(ops[0])
-
-        def run_branch(P, sel, n, pc):
-            P.pc[sel] = target
-        return run_branch
-    conditions = {
-        "s_cbranch_scc0": lambda P, sel: ~P.scc[sel],
-        "s_cbranch_scc1": lambda P, sel: P.scc[sel],
-        "s_cbranch_vccz": lambda P, sel: (P.sgpr[sel, VCC_LO] | P.sgpr[sel, VCC_LO + 1]) == 0,
-        "s_cbranch_vccnz": lambda P, sel: (P.sgpr[sel, VCC_LO] | P.sgpr[sel, VCC_LO + 1]) != 0,
-        "s_cbranch_execz": lambda P, sel: (P.sgpr[sel, EXEC_LO] | P.sgpr[sel, EXEC_LO + 1]) == 0,
-        "s_cbranch_execnz": lambda P, sel: (P.sgpr[sel, EXEC_LO] | P.sgpr[sel, EXEC_LO + 1]) != 0,
-    }
-    if name in conditions:
-        target = target_of(ops[0])
-        cond = conditions[name]
-
-        def run_cbranch(P, sel, n, pc):
-            P.pc[sel] = np.where(cond(P, sel), target, pc + 1)
-        return run_cbranch
-    if name == "s_getpc_b64":
-        write = scalar_writer(ops[0], "b64")
-
-        def run_getpc(P, sel, n, pc):
-            write(P, sel, np.full(n, pc_address(pc + 1), U64))
-            P.pc[sel] = pc + 1
-        return run_getpc
-    if name in ("s_setpc_b64", "s_swappc_b64"):
-        src = scalar_raw_reader(ops[-1], "b64")
-        write = scalar_writer(ops[0], "b64") if name == "s_swappc_b64" else None
-
-        def run_setpc(P, sel, n, pc):
-            targets = index_of_label(src(P, sel, n))
-            if write is not None:
-                write(P, sel, np.full(n, pc_address(pc + 1), U64))
-            P.pc[sel] = targets
-        return run_setpc
-    raise DecodeError(f"opcode {name!r} is not implemented")
-
-
 def decode_readlane(ins, ops):
     """v_readlane_b32 / v_writelane_b32 / v_readfirstlane_b32 (cross the scalar/vector boundary)."""
     name = ins.mnemonic.replace("_e32", "").replace("_e64", "")
@@ -205,62 +153,3 @@ def _vector_rows(P, sel, op, n):
     if op.kind == "s":
         return np.broadcast_to(P.sgpr[sel, op.index][:, None], (n, 64))
     raise DecodeError(f"operand {op.text!r} must be a register")
-
-
-def decode_smem(ins, ops, mods, P_memory_read):
-    """s_load_dword{,x2,x4,x8,x16} and s_buffer_load_* (scalar loads through the launch memory)."""
-    name = ins.mnemonic
-    widths = {"dword": 1, "dwordx2": 2, "dwordx4": 4, "dwordx8": 8, "dwordx16": 16}
-    kind = name.split("_")[-1]
-    if kind not in widths or not (name.startswith("s_load_") or name.startswith("s_buffer_load_")):
-        raise DecodeError(f"opcode {name!r} is not implemented")
-    count = widths[kind]
-    dst = ops[0]
-    if dst.kind != "s" or dst.count != count:
-        raise DecodeError(f"{name} destination must be {count} SGPRs")
-    buffered = name.startswith("s_buffer_load_")
-    base_op = ops[1]
-    if base_op.kind != "s" or base_op.count != (4 if buffered else 2):
-        raise DecodeError(f"{name} base must be an SGPR {'quad' if buffered else 'pair'}")
-    offset_reader = scalar_raw_reader(ops[2], "b32") if len(ops) > 2 else None
-    imm = int(mods.get("offset", 0))
-    b = base_op.index
-    d = dst.index
-
-    def run(P, sel, n):
-        lo, hi = P.sgpr[sel, b].astype(U64), P.sgpr[sel, b + 1].astype(U64)
-        offset = np.full(n, imm, np.int64)
-        if offset_reader is not None:
-            offset = offset + offset_reader(P, sel, n).astype(np.int64)
-        if buffered:
-            base = lo | ((hi & U64(0xFFFF)) << U64(32))
-            num_records = P.sgpr[sel, b + 2].astype(np.int64)
-            offset = offset & ~3
-            dword_offsets = offset[:, None] + 4 * np.arange(count)
-            in_range = dword_offsets + 4 <= num_records[:, None]
-            addresses = (base[:, None] + dword_offsets.astype(U64))
-            values = np.zeros((n, count), U32)
-            flat = addresses[in_range]
-            if flat.size:
-                values[in_range] = P_memory_read(P, sel, ins, flat, 4, in_range).view(U32)[:, 0]
-        else:
-            base = lo | (hi << U64(32))
-            addresses = (base.astype(np.int64) + (offset & ~3)).astype(U64)
-            values = P_memory_read(P, sel, ins, addresses, 4 * count, None).view(U32).reshape(n, count)
-        P.sgpr[sel, d:d + count] = values
-        return 0
-    return run
-
-
-def decode_misc_scalar(ins, ops, mods):
-    """s_memtime/s_memrealtime/s_getreg_b32 read-outs."""
-    name = ins.mnemonic
-    if name in ("s_memtime", "s_memrealtime"):
-        write = scalar_writer(ops[0], "b64")
-
-        def run(P, sel, n):
-            # a 100 MHz-style counter from host time: monotonic, not cycle-accurate
-            write(P, sel, np.full(n, time.perf_counter_ns() // 10, U64))
-            return 0
-        return run
-    raise DecodeError(f"opcode {name!r} is not implemented")

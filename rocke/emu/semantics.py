@@ -25,6 +25,18 @@ at least as accurate as the hardware's ~1 ulp, so it can differ from it in the l
 v_exp_f32 flushes subnormal results. v_log/rcp/rsq/sqrt_f32 flush subnormal inputs to
 zero, as their hardware does. LLVM's lowering scales those ranges itself.
 
+Variants the decoder picks per instruction (rocke/emu/valu.py `_numeric_variant`):
+``VALU_CLAMP_OPS`` (fp8 packs saturating under `clamp`), ``VALU_INT_CLAMP_OPS`` (integer
+`clamp` saturates instead of wrapping; carry-outs stay the unclamped ones), ``rounded_op`` (MODE
+FP_ROUND toward +inf/-inf/zero, applied to the add/sub/mul/fma/mad families and float
+down-conversions; other float results refuse a non-default mode unless exact, see
+``rounding_is_exact``) and ``fp16_overflow_op`` (MODE FP16_OVFL: finite overflow of f16 results
+and f32->fp8/bf8 packs saturates to the format's max; an infinite input stays non-finite, the
+NaN code for the fnuz formats — a reading the ISA text leaves implicit). v_trig_preop_f64 returns
+the 53-bit chunk of 2/pi starting `53 * segment + max(exponent - 1077, 0)` bits in; with it the
+device library's Payne-Hanek reduction reproduces glibc's sin/cos for arguments up to 2^1000
+(tests/emu/test_triton_kernels.py f64_math).
+
 Extensions to the contract: ``AluOp.implicit_srcs`` names sources that are not asm
 operands (the tied destination, VCC). The ``pk_f32`` type is a 64-bit register pair of two
 f32 (float32 with a trailing axis of 2, element 0 = the op_sel-selected register).
@@ -37,6 +49,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from dataclasses import replace as dataclasses_replace
 from fractions import Fraction
 from typing import Callable
 
@@ -1096,3 +1109,491 @@ for _width, _t in ((32, "b32"), (64, "b64")):
                                                   >> (i & _U32(w - 1)).astype(np.uint64)) & np.uint64(1))
                                                  == bit),),
               writes_scc=True)
+
+# ---------------------------------------------------------------------------------------
+# f64 range-reduction helper
+# ---------------------------------------------------------------------------------------
+
+
+def _two_over_pi_bits(bits: int) -> int:
+    """floor(2/pi * 2^bits), from Machin's formula in integer fixed point (guard bits cover the
+    truncation of each series)."""
+    precision = bits + 64
+
+    def arctan_inverse(x):   # atan(1/x) * 2^precision
+        total, term, k, sign = 0, (1 << precision) // x, 1, 1
+        while term:
+            total += sign * (term // k)
+            term //= x * x
+            k += 2
+            sign = -sign
+        return total
+    pi = 16 * arctan_inverse(5) - 4 * arctan_inverse(239)
+    return (2 << (precision + bits)) // pi
+
+
+# bits [1200:0] of 2/pi as the ISA's V_TRIG_PREOP_F64 table: bit 1200 has weight 2^-1
+_TWO_OVER_PI_1201 = _two_over_pi_bits(1201)
+
+
+def _trig_preop_scalar(x: float, segment: int) -> float:
+    """V_TRIG_PREOP_F64: the 53-bit chunk of 2/pi starting `53 * segment` bits in (plus the
+    excess of exponent(x) over 1077, so large arguments skip the bits that cannot matter),
+    scaled to its place value (and by 2^128 for exponents >= 1968, which LLVM undoes)."""
+    exponent = (int(np.float64(x).view(np.uint64)) >> 52) & 0x7FF
+    shift = 53 * (segment & 31) + max(exponent - 1077, 0)
+    low_bit = 1201 - 53 - shift
+    chunk = (_TWO_OVER_PI_1201 >> low_bit if low_bit >= 0 else _TWO_OVER_PI_1201 << -low_bit)
+    chunk &= (1 << 53) - 1
+    scale = -53 - shift + (128 if exponent >= 1968 else 0)
+    return math.ldexp(float(chunk), scale)
+
+
+_valu("v_trig_preop_f64", "f64", "f64 u32",
+      np.vectorize(_trig_preop_scalar, otypes=[np.float64]), float_mods=True)
+
+# ---------------------------------------------------------------------------------------
+# Integer clamp: VOP3's clamp bit on integer results saturates instead of wrapping
+# ---------------------------------------------------------------------------------------
+
+_INT_RANGE = {"u32": (0, 2**32 - 1), "i32": (-2**31, 2**31 - 1), "u16": (0, 2**16 - 1),
+              "i16": (-2**15, 2**15 - 1), "pk_u16": (0, 2**16 - 1), "pk_i16": (-2**15, 2**15 - 1),
+              "u64": (0, 2**64 - 1), "i64": (-2**63, 2**63 - 1)}
+_INT_DTYPE = {"u32": np.uint32, "i32": np.int32, "u16": np.uint16, "i16": np.int16,
+              "pk_u16": np.uint16, "pk_i16": np.int16, "u64": np.uint64, "i64": np.int64}
+
+
+def _saturate(exact, typ):
+    """Exact integers (object or int64 array) clipped to `typ`'s range."""
+    low, high = _INT_RANGE[typ]
+    exact = np.asarray(exact, dtype=object)
+    clipped = np.minimum(np.maximum(exact, low), high)
+    return clipped.astype(np.int64 if typ != "u64" else np.uint64).astype(_INT_DTYPE[typ])
+
+
+def _wide(x):
+    return np.asarray(x).astype(object)
+
+
+def _clamped(name, dsts, srcs, exact_fn, *, implicit=(), mask_fn=None):
+    """A saturating version of `name`: `exact_fn` gets the sources as Python-int arrays."""
+    result_type = dsts.split()[0]
+
+    def fn(*args):
+        result = _saturate(exact_fn(*(_wide(a) if not np.asarray(a).dtype == bool else a
+                                      for a in args)), result_type)
+        return result if mask_fn is None else (result, mask_fn(*args))
+    VALU_INT_CLAMP_OPS[name] = AluOp(tuple(dsts.split()), tuple(srcs.split()), _quiet(fn),
+                                     float_mods=False, implicit_srcs=tuple(implicit))
+
+
+VALU_INT_CLAMP_OPS: dict[str, AluOp] = {}
+for _t in ("u32", "i32", "u16", "i16"):
+    if f"v_add_{_t}" in VALU_OPS:
+        _clamped(f"v_add_{_t}", _t, f"{_t} {_t}", lambda a, b: a + b)
+        _clamped(f"v_sub_{_t}", _t, f"{_t} {_t}", lambda a, b: a - b)
+    if f"v_subrev_{_t}" in VALU_OPS:
+        _clamped(f"v_subrev_{_t}", _t, f"{_t} {_t}", lambda a, b: b - a)
+_clamped("v_add3_u32", "u32", "u32 u32 u32", lambda a, b, c: a + b + c)
+_clamped("v_mad_u16", "u16", "u16 u16 u16", lambda a, b, c: a * b + c)
+_clamped("v_mad_i16", "i16", "i16 i16 i16", lambda a, b, c: a * b + c)
+_clamped("v_mad_u32_u24", "u32", "u32 u32 u32", lambda a, b, c: (a & 0xFFFFFF) * (b & 0xFFFFFF) + c)
+_clamped("v_mad_i32_i24", "i32", "i32 i32 i32",
+         lambda a, b, c: _wide(_i24(a.astype(np.int64))) * _wide(_i24(b.astype(np.int64))) + c)
+_clamped("v_mad_u64_u32", "u64 mask", "u32 u32 u64", lambda a, b, c: a * b + c,
+         mask_fn=lambda a, b, c: VALU_OPS["v_mad_u64_u32"].fn(a, b, c)[1])
+_clamped("v_mad_i64_i32", "i64 mask", "i32 i32 i64", lambda a, b, c: a * b + c,
+         mask_fn=lambda a, b, c: VALU_OPS["v_mad_i64_i32"].fn(a, b, c)[1])
+# carry-out ops: the carry is the unclamped one, the sum saturates
+_clamped("v_add_co_u32", "u32 mask", "u32 u32", lambda a, b: a + b,
+         mask_fn=lambda a, b: _add_co(a, b)[1])
+_clamped("v_sub_co_u32", "u32 mask", "u32 u32", lambda a, b: a - b,
+         mask_fn=lambda a, b: _sub_co(a, b)[1])
+_clamped("v_subrev_co_u32", "u32 mask", "u32 u32", lambda a, b: b - a,
+         mask_fn=lambda a, b: _sub_co(b, a)[1])
+_clamped("v_addc_co_u32", "u32 mask", "u32 u32 mask", lambda a, b, c: a + b + c.astype(int),
+         mask_fn=_addc_co)
+_clamped("v_subb_co_u32", "u32 mask", "u32 u32 mask", lambda a, b, c: a - b - c.astype(int),
+         mask_fn=_subb_co)
+_clamped("v_subbrev_co_u32", "u32 mask", "u32 u32 mask", lambda a, b, c: b - a - c.astype(int),
+         mask_fn=lambda a, b, c: _subb_co(b, a, c))
+for _sign, _t in (("u", "pk_u16"), ("i", "pk_i16")):
+    _clamped(f"v_pk_add_{_sign}16", _t, f"{_t} {_t}", lambda a, b: a + b)
+    _clamped(f"v_pk_sub_{_sign}16", _t, f"{_t} {_t}", lambda a, b: a - b)
+    _clamped(f"v_pk_mad_{_sign}16", _t, f"{_t} {_t} {_t}", lambda a, b, c: a * b + c)
+
+
+def _dot4_exact(a, b, c, signed):
+    total = _wide(c)
+    for byte in range(4):
+        x, y = (np.asarray(v[..., byte]).astype(np.int64) for v in (a, b))
+        if signed:
+            x, y = np.where(x >= 128, x - 256, x), np.where(y >= 128, y - 256, y)
+        total = total + _wide(x) * _wide(y)
+    return total
+
+
+_clamped("v_dot4_i32_i8", "i32", "u8x4 u8x4 i32", lambda a, b, c: _dot4_exact(a, b, c, True))
+_clamped("v_dot4c_i32_i8", "i32", "u8x4 u8x4 i32", lambda a, b, c: _dot4_exact(a, b, c, True),
+         implicit=("dst",))
+_clamped("v_dot4_u32_u8", "u32", "u8x4 u8x4 u32", lambda a, b, c: _dot4_exact(a, b, c, False))
+
+# ---------------------------------------------------------------------------------------
+# Directed rounding (MODE.FP_ROUND 1 = toward +inf, 2 = toward -inf, 3 = toward zero)
+# ---------------------------------------------------------------------------------------
+
+
+def _round_pair(hi, lo, dtype, mode, finite_exact=None):
+    """The exact value hi + lo (float64 pair, |lo| small against hi) rounded to `dtype` in
+    direction `mode`. Starts from the nearest value of hi and steps one ulp where it lies on
+    the wrong side of the exact value."""
+    hi = np.asarray(hi, np.float64)
+    lo = np.broadcast_to(np.asarray(lo, np.float64), hi.shape)
+    r = hi.astype(dtype)
+    wide = r.astype(np.float64)
+    with np.errstate(all="ignore"):
+        diff = np.where(np.isfinite(wide) & np.isfinite(hi), wide - hi, 0.0)  # exact: close values
+        above = diff > lo   # r > hi + lo
+        below = diff < lo
+    overflowed = np.isinf(wide) & np.isfinite(hi)
+    if finite_exact is not None:
+        overflowed |= np.isinf(wide) & np.broadcast_to(finite_exact, hi.shape)
+    above = np.where(overflowed, wide > 0, above)
+    below = np.where(overflowed, wide < 0, below)
+    nan = np.isnan(hi) | np.isnan(lo) & ~overflowed
+    above &= ~nan
+    below &= ~nan
+    if mode == 1:
+        step, toward = below, np.inf
+    elif mode == 2:
+        step, toward = above, -np.inf
+    else:
+        step, toward = (above & (wide > 0)) | (below & (wide < 0)), 0.0
+    stepped = np.nextafter(r, np.asarray(toward, dtype)).astype(dtype)
+    return np.where(step, stepped, r).astype(dtype)
+
+
+def _two_product(a, b):
+    """p + e == a * b exactly (float64, barring overflow/underflow): Veltkamp split."""
+    def split(x):
+        c = 134217729.0 * x
+        high = c - (c - x)
+        return high, x - high
+    p = a * b
+    ah, al = split(a)
+    bh, bl = split(b)
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    return p, np.where(np.isfinite(e), e, 0.0)
+
+
+def _exact_fma_f64_directed(a: float, b: float, c: float, mode: int) -> float:
+    if not all(math.isfinite(v) for v in (a, b, c)):
+        return a * b + c
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    if exact == 0:
+        return a * b + c
+    try:
+        r = exact.numerator / exact.denominator
+    except OverflowError:
+        r = math.inf if exact > 0 else -math.inf
+    if math.isinf(r):
+        above, below = r > 0, r < 0
+    else:
+        above, below = Fraction(r) > exact, Fraction(r) < exact
+    if mode == 1 and below:
+        return math.nextafter(r, math.inf)
+    if mode == 2 and above:
+        return math.nextafter(r, -math.inf)
+    if mode == 3 and ((above and r > 0) or (below and r < 0)):
+        return math.nextafter(r, 0.0)
+    return r
+
+
+_exact_fma_f64_directed_vector = np.vectorize(_exact_fma_f64_directed, otypes=[np.float64])
+
+
+def _directed_sum(dtype, mode):
+    def add(a, b):
+        a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        hi, lo = _two_sum(a64, b64)
+        return _round_pair(hi, np.where(np.isfinite(lo), lo, 0.0), dtype, mode,
+                           np.isfinite(a64) & np.isfinite(b64))
+    return add
+
+
+def _directed_product(dtype, mode):
+    def mul(a, b):
+        a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        if dtype == np.float64:
+            hi, lo = _two_product(a64, b64)
+        else:
+            hi, lo = a64 * b64, 0.0   # f32/f16 products are exact in float64
+        return _round_pair(hi, lo, dtype, mode, np.isfinite(a64) & np.isfinite(b64))
+    return mul
+
+
+def _directed_fma(dtype, mode):
+    def fma(a, b, c):
+        if dtype == np.float64:
+            return _exact_fma_f64_directed_vector(a, b, c, mode)
+        a64, b64, c64 = (np.asarray(x, np.float64) for x in (a, b, c))
+        hi, lo = _two_sum(a64 * b64, c64)
+        finite = np.isfinite(a64) & np.isfinite(b64) & np.isfinite(c64)
+        return _round_pair(hi, np.where(np.isfinite(lo), lo, 0.0), dtype, mode, finite)
+    return fma
+
+
+def _directed_convert(dtype, mode):
+    return lambda x: _round_pair(np.asarray(x).astype(np.float64), 0.0, dtype, mode)
+
+
+def _directed_family(dtype, mode):
+    """name suffix-free builders: {operation: fn} for one result type and rounding mode."""
+    add, mul, fma = _directed_sum(dtype, mode), _directed_product(dtype, mode), _directed_fma(dtype, mode)
+    return {
+        "add": add, "sub": lambda a, b: add(a, -b), "subrev": lambda a, b: add(b, -a),
+        "mul": mul, "fma": fma, "fmac": fma, "fmaak": fma, "fmamk": lambda a, k, b: fma(a, k, b),
+        "mad": lambda a, b, c: add(mul(a, b), c), "mac": lambda a, b, c: add(mul(a, b), c),
+        "madak": lambda a, b, k: add(mul(a, b), k), "madmk": lambda a, k, b: add(mul(a, k), b),
+    }
+
+
+def _pair_wise(fn):
+    """Apply a per-element function to the (..., 2) halves of packed operands."""
+    def apply(*args):
+        halves = [fn(*(np.asarray(a)[..., h] for a in args)) for h in (0, 1)]
+        return np.stack(halves, axis=-1)
+    return apply
+
+
+@functools.lru_cache(maxsize=None)
+def rounded_op(name: str, mode: int) -> AluOp | None:
+    """The version of VALU op `name` that rounds its result in direction `mode` (1..3), or None
+    when the emulator has no directed-rounding form of it (the decoder then refuses the op).
+    Mode 0 is the plain table entry."""
+    if mode == 0:
+        return VALU_OPS.get(name)
+    base = VALU_OPS.get(name)
+    if base is None:
+        return None
+    result = base.dsts[0] if base.dsts else ""
+    parts = name.split("_")
+    if name.startswith("v_pk_") and result in ("pk_f32", "pk_f16"):
+        dtype = np.float32 if result == "pk_f32" else np.float16
+        family = _directed_family(dtype, mode)
+        operation = parts[2]
+        if operation not in ("add", "mul", "fma"):
+            return None
+        fn = _pair_wise(family[operation])
+        return dataclasses_replace(base, fn=_quiet(fn))
+    if name in ("v_cvt_f32_f64", "v_cvt_f32_i32", "v_cvt_f32_u32"):
+        return dataclasses_replace(base, fn=_quiet(_directed_convert(np.float32, mode)))
+    if name in ("v_cvt_f16_f32", "v_cvt_f16_i16", "v_cvt_f16_u16"):
+        return dataclasses_replace(base, fn=_quiet(_directed_convert(np.float16, mode)))
+    if name == "v_fma_mix_f32":
+        return dataclasses_replace(base, fn=_quiet(_directed_family(np.float32, mode)["fma"]))
+    if len(parts) == 3 and parts[2] in ("f32", "f16", "f64") and result == parts[2]:
+        dtype = {"f32": np.float32, "f16": np.float16, "f64": np.float64}[parts[2]]
+        family = _directed_family(dtype, mode)
+        if parts[1] in family:
+            return dataclasses_replace(base, fn=_quiet(family[parts[1]]))
+    if result in ("f32", "f16", "f64", "pk_f32", "pk_f16"):
+        return None
+    return base   # integer / bit results: the rounding mode does not apply
+
+
+def rounding_is_exact(name: str) -> bool:
+    """Float-result ops whose result is exact or defined without the rounding mode (moves,
+    min/max, compares, classification, rounding-to-integer, widening conversions)."""
+    exact_words = ("min", "max", "med3", "trunc", "ceil", "floor", "rndne", "fract", "frexp",
+                   "mov", "cndmask", "class", "cvt_f32_f16", "cvt_f64_f32", "cvt_f64_i32",
+                   "cvt_f64_u32", "cvt_f32_ubyte", "cvt_f32_fp8", "cvt_f32_bf8", "cvt_pk_f32_",
+                   "cvt_pkrtz", "ldexp", "div_fixup", "accvgpr", "pk_mov", "trig_preop")
+    return any(word in name for word in exact_words)
+
+
+# ---------------------------------------------------------------------------------------
+# MODE.FP16_OVFL: finite overflow saturates (f16 results; f32 -> fp8/bf8 conversions)
+# ---------------------------------------------------------------------------------------
+
+_FP8_OVERFLOW_SATURATES = {
+    "v_cvt_pk_fp8_f32": "e4m3fnuz", "v_cvt_pk_bf8_f32": "e5m2fnuz",
+}
+
+
+def _pack_fp8_saturating_finite(fmt):
+    """f32 pair -> two fp8 codes; a finite value beyond the format saturates to ±max, an
+    infinite one stays non-finite (the NaN code: the format has no infinity)."""
+    def pack(a, b):
+        codes = []
+        for x in (a, b):
+            code = numerics.f32_to_fp8_bits(x, fmt, saturate=True)
+            code = np.where(np.isinf(x), np.uint8(numerics.FP8_NAN_CODE), code)
+            codes.append(code.astype(np.uint16))
+        return (codes[0] | (codes[1] << np.uint16(8))).astype(np.uint16)
+    return pack
+
+
+def _saturating_f16(fn):
+    """f16 results: an infinity produced from finite float sources becomes ±65504."""
+    def apply(*args):
+        result = np.asarray(fn(*args))
+        finite = np.ones(result.shape, bool)
+        for a in args:
+            a = np.asarray(a)
+            if a.dtype.kind != "f":
+                continue
+            ok = np.isfinite(a)
+            while ok.ndim > result.ndim:    # packed sources of a per-lane result
+                ok = ok.all(axis=-1)
+            while ok.ndim < result.ndim:
+                ok = ok[..., None]
+            finite &= np.broadcast_to(ok, result.shape)
+        overflowed = np.isinf(result) & finite
+        return np.where(overflowed, np.copysign(np.float16(65504.0), result),
+                        result).astype(result.dtype)
+    return apply
+
+
+def fp16_overflow_op(name: str, op: AluOp) -> AluOp:
+    """`op` as MODE.FP16_OVFL=1 runs it."""
+    if name in _FP8_OVERFLOW_SATURATES:
+        return dataclasses_replace(op, fn=_quiet(_pack_fp8_saturating_finite(_FP8_OVERFLOW_SATURATES[name])))
+    if op.dsts and op.dsts[0] in ("f16", "pk_f16"):
+        return dataclasses_replace(op, fn=_quiet(_saturating_f16(op.fn)))
+    return op
+
+
+# gfx9 "legacy" 16-bit multiply-adds: the gfx8 forms LLVM still selects when op_sel is unused
+VALU_OPS["v_mad_legacy_u16"] = VALU_OPS["v_mad_u16"]
+VALU_OPS["v_mad_legacy_i16"] = VALU_OPS["v_mad_i16"]
+VALU_OPS["v_mad_legacy_f16"] = VALU_OPS["v_mad_f16"]
+VALU_OPS["v_fma_legacy_f16"] = VALU_OPS["v_fma_f16"]
+
+# ---------------------------------------------------------------------------------------
+# Less common VALU/SALU ops LLVM defines for gfx942 (CDNA3 ISA definitions)
+# ---------------------------------------------------------------------------------------
+
+
+def _bytes_of(x):
+    x = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+    return [(x >> (8 * k)) & 0xFF for k in range(4)]
+
+
+def _halves_of(x, signed=False):
+    x = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+    lo, hi = x & 0xFFFF, x >> 16
+    if signed:
+        lo, hi = np.where(lo >= 0x8000, lo - 0x10000, lo), np.where(hi >= 0x8000, hi - 0x10000, hi)
+    return lo, hi
+
+
+def _nibbles_of(x, signed):
+    x = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+    out = []
+    for k in range(8):
+        n = (x >> (4 * k)) & 0xF
+        out.append(np.where(n >= 8, n - 16, n) if signed else n)
+    return out
+
+
+def _wrap32(x, signed):
+    x = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+    return x.astype(np.uint32).view(np.int32) if signed else x.astype(np.uint32)
+
+
+_valu("v_mad_u32_u16", "u32", "u16 u16 u32",
+      lambda a, b, c: _wrap32(a.astype(np.int64) * b.astype(np.int64) + c, False))
+_valu("v_mad_i32_i16", "i32", "i16 i16 i32",
+      lambda a, b, c: _wrap32(a.astype(np.int64) * b.astype(np.int64) + c, True))
+_valu("v_sad_u8", "u32", "b32 b32 u32",
+      lambda a, b, c: _wrap32(sum(np.abs(x - y) for x, y in zip(_bytes_of(a), _bytes_of(b))) + c, False))
+_valu("v_sad_hi_u8", "u32", "b32 b32 u32",
+      lambda a, b, c: _wrap32((sum(np.abs(x - y) for x, y in zip(_bytes_of(a), _bytes_of(b))) << 16) + c, False))
+_valu("v_sad_u16", "u32", "b32 b32 u32",
+      lambda a, b, c: _wrap32(sum(np.abs(x - y) for x, y in zip(_halves_of(a), _halves_of(b))) + c, False))
+# masked SAD: byte positions where the reference (S1) byte is 0 are skipped
+_valu("v_msad_u8", "u32", "b32 b32 u32",
+      lambda a, b, c: _wrap32(sum(np.where(y != 0, np.abs(x - y), 0)
+                                  for x, y in zip(_bytes_of(a), _bytes_of(b))) + c, False))
+_valu("v_lerp_u8", "b32", "b32 b32 b32",
+      lambda a, b, c: _wrap32(sum(((x + y + (z & 1)) >> 1) << (8 * k) for k, (x, y, z)
+                                  in enumerate(zip(_bytes_of(a), _bytes_of(b), _bytes_of(c)))), False))
+_valu("v_sat_pk_u8_i16", "u16", "b32",
+      lambda a: (np.clip(_halves_of(a, True)[0], 0, 255) | (np.clip(_halves_of(a, True)[1], 0, 255) << 8)).astype(np.uint16))
+# the low nibble as a signed 4-bit integer, in sixteenths
+_valu("v_cvt_off_f32_i4", "f32", "b32",
+      lambda a: (_nibbles_of(a, True)[0] * 0.0625).astype(np.float32), float_mods=False)
+_valu("v_madak_f16", "f16", "f16 f16 f16", lambda a, b, k: a * b + k)
+_valu("v_madmk_f16", "f16", "f16 f16 f16", lambda a, k, b: a * k + b)
+_valu("v_pk_fmac_f16", "pk_f16", "pk_f16 pk_f16 pk_f16",
+      lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float16), implicit=("dst",))
+
+
+def _dot2_16(a, b, c, signed):
+    (a0, a1), (b0, b1) = _halves_of(a, signed), _halves_of(b, signed)
+    return _wrap32(a0 * b0 + a1 * b1 + np.asarray(c).astype(np.int64), signed)
+
+
+def _dot8_4(a, b, c, signed):
+    total = np.asarray(c).astype(np.int64)
+    for x, y in zip(_nibbles_of(a, signed), _nibbles_of(b, signed)):
+        total = total + x * y
+    return _wrap32(total, signed)
+
+
+_valu("v_dot2_i32_i16", "i32", "b32 b32 i32", lambda a, b, c: _dot2_16(a, b, c, True))
+_valu("v_dot2c_i32_i16", "i32", "b32 b32 i32", lambda a, b, c: _dot2_16(a, b, c, True), implicit=("dst",))
+_valu("v_dot2_u32_u16", "u32", "b32 b32 u32", lambda a, b, c: _dot2_16(a, b, c, False))
+_valu("v_dot8_i32_i4", "i32", "b32 b32 i32", lambda a, b, c: _dot8_4(a, b, c, True))
+_valu("v_dot8c_i32_i4", "i32", "b32 b32 i32", lambda a, b, c: _dot8_4(a, b, c, True), implicit=("dst",))
+_valu("v_dot8_u32_u4", "u32", "b32 b32 u32", lambda a, b, c: _dot8_4(a, b, c, False))
+
+
+def _groups_any(x, width, group):
+    """Bool per `group`-bit group of a `width`-bit value: any bit set."""
+    x = np.asarray(x).astype(np.uint64)
+    return [((x >> np.uint64(group * k)) & np.uint64((1 << group) - 1)) != 0 for k in range(width // group)]
+
+
+def _wqm(width):
+    def fn(a):
+        out = np.zeros(np.shape(a), np.uint64)
+        for k, hit in enumerate(_groups_any(a, width, 4)):
+            out |= np.where(hit, np.uint64(0xF) << np.uint64(4 * k), np.uint64(0))
+        out = out.astype(np.uint32 if width == 32 else np.uint64)
+        return out, out != 0
+    return fn
+
+
+def _quadmask(width):
+    def fn(a):
+        out = np.zeros(np.shape(a), np.uint64)
+        for k, hit in enumerate(_groups_any(a, width, 4)):
+            out |= np.where(hit, np.uint64(1) << np.uint64(k), np.uint64(0))
+        out = out.astype(np.uint32 if width == 32 else np.uint64)
+        return out, out != 0
+    return fn
+
+
+def _bitreplicate(a):
+    a = np.asarray(a).astype(np.uint64)
+    out = np.zeros(a.shape, np.uint64)
+    for k in range(32):
+        bit = (a >> np.uint64(k)) & np.uint64(1)
+        out |= (bit << np.uint64(2 * k)) | (bit << np.uint64(2 * k + 1))
+    return out
+
+
+_salu("s_ff0_i32_b32", "i32", "b32",
+      lambda a: np.where(a == 0xFFFFFFFF, -1, _trailing_zeros(~np.asarray(a).astype(np.uint64) & np.uint64(0xFFFFFFFF), 32)).astype(np.int32))
+_salu("s_ff0_i32_b64", "i32", "b64",
+      lambda a: np.where(a == np.uint64(0xFFFFFFFFFFFFFFFF), -1, _trailing_zeros(~np.asarray(a).astype(np.uint64), 64)).astype(np.int32))
+_salu("s_flbit_i32_i64", "i32", "i64",
+      lambda a: np.where((a == 0) | (a == -1), -1,
+                         _leading_zeros(np.where(a < 0, ~a, a).view(np.uint64), 64)).astype(np.int32))
+_salu("s_wqm_b32", "b32", "b32", _wqm(32), writes_scc=True)
+_salu("s_wqm_b64", "b64", "b64", _wqm(64), writes_scc=True)
+_salu("s_quadmask_b32", "b32", "b32", _quadmask(32), writes_scc=True)
+_salu("s_quadmask_b64", "b64", "b64", _quadmask(64), writes_scc=True)
+_salu("s_bitreplicate_b64_b32", "b64", "b32", _bitreplicate)

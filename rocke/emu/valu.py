@@ -2,6 +2,8 @@
 driving the per-opcode semantics of `rocke.emu.semantics`."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .access import (LANES, U32, U64, sgpr_pair_to_mask, vector_raw_reader, write_mask)
@@ -21,13 +23,34 @@ ZEROES_HIGH_16 = frozenset(
         "cos_f16 floor_f16 ceil_f16 trunc_f16 rndne_f16 fract_f16 frexp_mant_f16 frexp_exp_i16_f16 "
         "ldexp_f16 lshlrev_b16 lshrrev_b16 ashrrev_i16 add_u16 sub_u16 subrev_u16 mul_lo_u16 "
         "add_f16 sub_f16 subrev_f16 mul_f16 max_f16 min_f16 max_u16 min_u16 max_i16 min_i16 "
-        "mad_f16 mad_u16 mad_i16 fma_f16 div_fixup_f16").split())
+        "mad_f16 mad_u16 mad_i16 fma_f16 div_fixup_f16 mad_legacy_f16 mad_legacy_u16 "
+        "mad_legacy_i16 fma_legacy_f16").split())
 SDWA_SEL = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (24, 8),
             "WORD_0": (0, 16), "WORD_1": (16, 16), "DWORD": (0, 32)}
 
 
 class DecodeError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class _Form:
+    """How one VALU instruction spells its operation: what the operand decoders need."""
+    base: str                 # mnemonic without encoding suffix
+    encoding: str             # "" | e32 | e64 | sdwa | dpp
+    mods: dict
+    op: object                # the semantics.AluOp in effect (clamp/rounding variants applied)
+    packed: bool              # VOP3P packed operands
+    op_sel: list | None
+    op_sel_hi: list | None
+    neg_lo: list | None
+    neg_hi: list | None
+    clamp: bool
+    omod: float
+    denorm32: int
+    denorm16: int
+    flush: dict
+    is_cmpx: bool
 
 
 def dpp_source_lanes(mods: dict) -> tuple[np.ndarray, np.ndarray, str]:
@@ -121,6 +144,8 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
     if base not in alu_ops:
         raise DecodeError(f"opcode {base!r} is not implemented (no entry in semantics.VALU_OPS)")
     op = alu_ops[base]
+    clamp = bool(mods.get("clamp"))
+    op, clamp = _numeric_variant(base, op, clamp, ctx)
     nd, ns = len(op.dsts), len(op.srcs)
     dst_ops, src_ops = ops[:nd], ops[nd:]
     is_cmpx = base.startswith("v_cmpx_")
@@ -140,7 +165,7 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
     op_sel = mods.get("op_sel")
     op_sel_hi = mods.get("op_sel_hi")
     neg_lo, neg_hi = mods.get("neg_lo"), mods.get("neg_hi")
-    clamp, omod = bool(mods.get("clamp")), 1.0
+    omod = 1.0
     if "mul" in mods:
         omod = float(mods["mul"])
     if "div" in mods:
@@ -154,17 +179,16 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
         raise DecodeError(f"unsupported modifier(s) {sorted(unknown)}")
     if "fi" in mods and mods["fi"]:
         raise DecodeError("DPP fetch-inactive (fi:1) is not supported")
-    denorm32, denorm16 = ctx.denorm_mode_32, ctx.denorm_mode_16_64
-    flush = ctx.flush_functions()
+    form = _Form(base, encoding, mods, op, packed, op_sel, op_sel_hi, neg_lo, neg_hi, clamp, omod,
+                 ctx.denorm_mode_32, ctx.denorm_mode_16_64, ctx.flush_functions(), is_cmpx)
 
     # ---- sources
     src_fns = []
     for i, (src, typ) in enumerate(zip(src_ops, op.srcs)):
         if mix and i < 3:
-            src_fns.append(_mix_source(i, src, op_sel, op_sel_hi, denorm32, flush))
+            src_fns.append(_mix_source(i, src, form))
             continue
-        src_fns.append(_source(i, src, typ, op, encoding, mods, packed, op_sel, op_sel_hi,
-                               neg_lo, neg_hi, denorm32, denorm16, flush))
+        src_fns.append(_source(i, src, typ, form))
 
     # ---- DPP lane plumbing (src0 only)
     dpp = None
@@ -180,8 +204,7 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
     # ---- destinations
     dst_fns = []
     for j, (dst, typ) in enumerate(zip(dst_ops, op.dsts)):
-        dst_fns.append(_destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp,
-                                    omod, op.float_mods, denorm32, denorm16, flush, is_cmpx))
+        dst_fns.append(_destination(j, dst, typ, form))
     fn = op.fn
 
     def run(P, sel, n):
@@ -206,8 +229,37 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
     return run
 
 
-def _mix_source(i, src, op_sel, op_sel_hi, denorm32, flush):
+def _numeric_variant(base, op, clamp, ctx):
+    """The table entry that carries the instruction's numerics: the saturating form when `clamp`
+    is an integer/fp8 saturation (then the clamp is consumed); else the directed-rounding form
+    when MODE.FP_ROUND is not round-to-nearest-even for the result type, and the saturating-
+    overflow form when MODE.FP16_OVFL is set."""
+    from . import semantics
+    if clamp and base in semantics.VALU_CLAMP_OPS:
+        return semantics.VALU_CLAMP_OPS[base], False
+    if clamp and base in semantics.VALU_INT_CLAMP_OPS:
+        return semantics.VALU_INT_CLAMP_OPS[base], False
+    result = op.dsts[0] if op.dsts else ""
+    if result in ("f32", "pk_f32"):
+        mode = ctx.round_mode_32
+    elif result in ("f16", "f64", "pk_f16"):
+        mode = ctx.round_mode_16_64
+    else:
+        mode = 0
+    if mode:
+        directed = semantics.rounded_op(base, mode)
+        if directed is None and not semantics.rounding_is_exact(base):
+            raise DecodeError(f"{base} under MODE.FP_ROUND={mode} (not round-to-nearest-even) "
+                              "is not emulated")
+        op = directed or op
+    if ctx.fp16_overflow:
+        op = semantics.fp16_overflow_op(base, op)
+    return op, clamp
+
+
+def _mix_source(i, src, form):
     """fma_mix operand: an f16 half (op_sel_hi set; op_sel picks the half) or an f32, as f32."""
+    op_sel, op_sel_hi = form.op_sel, form.op_sel_hi
     raw = vector_raw_reader(src, "f32") if src.kind != "float" else None
     is_f16 = bool(op_sel_hi and i < len(op_sel_hi) and op_sel_hi[i])
     if src.kind == "float":
@@ -225,8 +277,10 @@ def _mix_source(i, src, op_sel, op_sel_hi, denorm32, flush):
     return read
 
 
-def _source(i, src, typ, op, encoding, mods, packed, op_sel, op_sel_hi, neg_lo, neg_hi,
-            denorm32, denorm16, flush):
+def _source(i, src, typ, form):
+    op, encoding, mods, packed = form.op, form.encoding, form.mods, form.packed
+    op_sel, op_sel_hi, neg_lo, neg_hi = form.op_sel, form.op_sel_hi, form.neg_lo, form.neg_hi
+    denorm32, denorm16, flush = form.denorm32, form.denorm16, form.flush
     if typ == "mask":
         if src.kind != "s" or src.count != 2:
             raise DecodeError(f"mask operand {src.text!r} must be an SGPR pair or vcc")
@@ -341,8 +395,10 @@ def _source(i, src, typ, op, encoding, mods, packed, op_sel, op_sel_hi, neg_lo, 
     return read
 
 
-def _destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp, omod, float_mods,
-                 denorm32, denorm16, flush, is_cmpx):
+def _destination(j, dst, typ, form):
+    base, encoding, mods, op_sel, packed = form.base, form.encoding, form.mods, form.op_sel, form.packed
+    clamp, omod, float_mods = form.clamp, form.omod, form.op.float_mods
+    denorm32, denorm16, flush, is_cmpx = form.denorm32, form.denorm16, form.flush, form.is_cmpx
     if typ == "mask":
         if dst.kind != "s" or dst.count != 2:
             raise DecodeError(f"mask destination {dst.text!r} must be an SGPR pair or vcc")
@@ -358,18 +414,12 @@ def _destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp, omod,
         raise DecodeError(f"VALU destination {dst.text!r} must be a VGPR/AGPR")
     row = dst.index
     is_float = typ in FLOAT_TYPES and float_mods
+    packed_float = {"pk_f16": np.float16, "pk_f32": np.float32}.get(typ) if float_mods else None
     post = None
-    if is_float and (clamp or omod != 1.0):
-        ftype = FLOAT_TYPES[typ]
-
-        def post(v):
-            if omod != 1.0:
-                v = (v * ftype(omod)).astype(ftype)
-            if clamp:
-                v = np.where(np.isnan(v), ftype(0), np.clip(v, ftype(0), ftype(1))).astype(ftype)
-            return v
-    elif clamp and not packed:
-        raise DecodeError(f"clamp on integer result type {typ} is not supported")
+    if (is_float or packed_float) and (clamp or omod != 1.0):
+        post = _output_modifier(FLOAT_TYPES[typ] if is_float else packed_float, omod, clamp)
+    elif clamp:
+        raise DecodeError(f"clamp on result type {typ} of {base} is not supported")
     flush_out = (typ == "f32" and denorm32 in (0, 1)) or (typ == "f16" and denorm16 in (0, 1))
     bits = TYPE_BITS[typ]
     if bits == 64:
@@ -425,6 +475,17 @@ def _destination(j, dst, typ, base, encoding, mods, op_sel, packed, clamp, omod,
                     raw = placed
         write_rows(P, sel, row, 1, np.asarray(raw, U32)[:, None], lanes, full)
     return write
+
+
+def _output_modifier(ftype, omod, clamp):
+    """The VOP3 output modifier (omod scale, then clamp to [0, 1] with NaN -> 0) as a function."""
+    def post(v):
+        if omod != 1.0:
+            v = (v * ftype(omod)).astype(ftype)
+        if clamp:
+            v = np.where(np.isnan(v), ftype(0), np.clip(v, ftype(0), ftype(1))).astype(ftype)
+        return v
+    return post
 
 
 def write_rows(P, sel, row, count, values, lanes, full):

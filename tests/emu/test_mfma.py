@@ -222,8 +222,9 @@ def test_catalog_names_match_llvm_gfx942_asm():
     machine = target.create_target_machine(cpu="gfx942", features="+sramecc,-xnack", opt=2)
     asm = machine.emit_assembly(llvm.parse_assembly("\n".join(lines)))
     printed = set(re.findall(r"\bv_mfma_\w+", asm))
-    assert len(printed) == len(intrinsics) == len(MFMA_OPS)
-    assert printed == set(MFMA_OPS)
+    dense = {name for name, op in MFMA_OPS.items() if not getattr(op, "raw_registers", False)}
+    assert len(printed) == len(intrinsics) == len(dense)
+    assert printed == dense
     # The accumulator register range LLVM allocates for each instruction matches c_regs.
     for name, first, last in re.findall(r"\b(v_mfma_\w+) [av]\[(\d+):(\d+)\]", asm):
         assert int(last) - int(first) + 1 == MFMA_OPS[name].c_regs, name

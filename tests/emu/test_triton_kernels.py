@@ -9,6 +9,7 @@ each launch runs at most a few dozen waves.
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -29,6 +30,18 @@ TOLERANCES = {
 }
 
 TORCH_DTYPES = {
+    "fp64": torch.float64,
+    "i16": torch.int16,
+    "u16": torch.uint16,
+    "u32": torch.uint32,
+    "i64": torch.int64,
+    "u64": torch.uint64,
+    "u8": torch.uint8,
+    "i8": torch.int8,
+    "fp8e4b8_": torch.float8_e4m3fnuz,
+    "fp8e5b16": torch.float8_e5m2fnuz,
+    "fp8e4nv": torch.float8_e4m3fn,
+    "fp8e5": torch.float8_e5m2,
     "fp32": torch.float32,
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
@@ -246,5 +259,351 @@ def test_every_fixture_has_a_test():
     tested = {"axpy_f32", "axpy_f16", "silu_mul_f16", "softmax_rows_f32", "layernorm_rows_f16",
               "column_sum_atomic_f32", "histogram_atomic_i32"}
     tested |= {case[0] for case in MATMUL_CASES} | {case[0] for case in FLASH_CASES}
+    tested |= ISSUE_11_FIXTURES
     committed = {path.stem for path in FIXTURE_DIR.glob("*.json")}
     assert committed == tested
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 11: integer tricks, f64 + device math, rounding/fp8 conversions, scans and sorts,
+# atomics of every kind, a spin lock, gathers, more MFMA families, 8/16 warps, pipelining
+# ----------------------------------------------------------------------------------------------
+
+ISSUE_11_FIXTURES = {
+    "int_bits_i32", "f64_math", "rounding_modes_f32", "fp8_convert", "scan_sort_f32",
+    "atomics_mix_i32", "spin_lock", "gather_rows_f32", "row_sum_w16", "row_sum_w8",
+    "matmul_f32_ieee_mfma16", "matmul_f32_ieee_mfma32", "matmul_i8_mfma16", "matmul_i8_mfma32",
+    "matmul_f64_mfma16", "matmul_f16_kpack2_w8_s3", "matmul_bf16_mfma32_s3",
+    "compare_matrix", "small_types", "atomics_wide", "f32_f16_math",
+}
+
+
+def test_int_bits_i32():
+    n = 300
+    rng = generator(11)
+    x = torch.randint(-2**31, 2**31 - 1, (n,), generator=rng, dtype=torch.int32)
+    d = torch.randint(-1000, 1000, (n,), generator=rng, dtype=torch.int32)
+    d[d == 0] = 7
+    x[:8] = torch.tensor([0, 1, -1, 2**31 - 1, -2**31, 12345, -12345, 99], dtype=torch.int32)
+    d[:8] = torch.tensor([3, -3, 2**31 - 1, 1, -1, 2**30, -7, 100000], dtype=torch.int32)
+    d[4] = 3   # INT_MIN / -1 is undefined
+    out = torch.zeros(n, 12, dtype=torch.int32)
+    launch_fixture("int_bits_i32", (cdiv(n, 128), 1, 1), x_ptr=x, d_ptr=d, out_ptr=out, n=n)
+    xs, ds = [int(v) for v in x], [int(v) for v in d]
+
+    def i32(v):
+        v &= 0xFFFFFFFF
+        return v - (1 << 32) if v >> 31 else v
+    expected = []
+    for a, b in zip(xs, ds):
+        q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)   # C: truncating division
+        ua, ub = a & 0xFFFFFFFF, b & 0xFFFFFFFF
+        wide = a * b + (a << 20)
+        expected.append([q, a - q * b, i32(ua // ub), i32(ua % ub), bin(ua).count("1"),
+                         32 - ua.bit_length(), i32(a - b if a > b else b - a), i32((ua * ub) >> 32),
+                         i32(min(a, b) ^ max(a, b)), i32(abs(a)) >> 3 if a != -2**31 else -2**31 >> 3,
+                         i32(wide >> 17), i32(wide & 0xFFFFFFFF)])
+    assert out.tolist() == expected
+
+
+def test_f64_math_device_library():
+    n = 100
+    rng = generator(12)
+    x = torch.randn(n, generator=rng, dtype=torch.float64) * 3
+    y = torch.rand(n, generator=rng, dtype=torch.float64) * 4 - 2
+    # 1e10 / 1e300 take the Payne-Hanek path (v_trig_preop_f64); -1e-300 stresses pow's
+    # double-double log
+    x[:6] = torch.tensor([0.5, -1e-300, 1e300, 3.0, 1e10, 2.0 ** 1000], dtype=torch.float64)
+    out = torch.zeros(n, 8, dtype=torch.float64)
+    launch_fixture("f64_math", (cdiv(n, 64), 1, 1), x_ptr=x, y_ptr=y, out_ptr=out, n=n)
+    expected = torch.stack([x / y, x.abs().sqrt(), y.exp(), x.abs().log(), x.sin(), y.cos(),
+                            x.abs().pow(y), x.tanh()], 1)
+    torch.testing.assert_close(out[:, 0], expected[:, 0], rtol=0, atol=0)   # IEEE division: exact
+    torch.testing.assert_close(out, expected, rtol=4.5e-16, atol=1e-300)    # library: ~1 ulp
+
+
+def test_rounding_mode_casts():
+    n = 100
+    rng = generator(13)
+    x = torch.randn(n, generator=rng) * 1000
+    x[:6] = torch.tensor([70000.0, -70000.0, 1.0 + 2 ** -12, -(1.0 + 2 ** -12), float("inf"), 3.0e38])
+    w = torch.randn(n, generator=rng, dtype=torch.float64)
+    bf = torch.zeros(n, dtype=torch.bfloat16)
+    h = torch.zeros(n, dtype=torch.float16)
+    f = torch.zeros(n)
+    launch_fixture("rounding_modes_f32", (cdiv(n, 64), 1, 1), x_ptr=x, w_ptr=w, bf_ptr=bf,
+                   h_ptr=h, f_ptr=f, n=n)
+    # toward zero: truncate the bf16 bits; f16 below max finite (inf stays inf)
+    expected_bf = (x.view(torch.int32) & ~0xFFFF).view(torch.float32)
+    assert torch.equal(bf.float(), expected_bf)
+    nearest = x.half()
+    stepped = torch.nextafter(nearest, torch.zeros(n, dtype=torch.float16))   # one f16 ulp
+    expected_h = torch.where(nearest.float().abs() > x.abs(), stepped.float(), nearest.float())
+    expected_h = torch.where(x.isinf(), x, torch.where(x.abs() >= 65504, x.sign() * 65504, expected_h))
+    assert torch.equal(h.float(), expected_h)
+    assert torch.equal(f, w.float())
+
+
+def test_fp8_conversions_fnuz_and_ocp():
+    n = 200
+    rng = generator(14)
+    x = torch.randn(n, generator=rng) * 50
+    specials = [0.0, -0.0, 1.0, -1.0, 240.0, 250.0, 300.0, 1e6, -1e6, float("inf"), float("-inf"),
+                float("nan"), 448.0, 460.0, 57344.0, 60000.0, 1e-3, 1e-9, -2.5e-3, 0.0625]
+    x[:len(specials)] = torch.tensor(specials)
+    outs = {k: torch.zeros(n, dtype=TORCH_DTYPES[t]) for k, t in
+            (("e4", "fp8e4b8_"), ("e5", "fp8e5b16"), ("e4nv", "fp8e4nv"), ("e5nv", "fp8e5"))}
+    back = torch.zeros(n, 4)
+    launch_fixture("fp8_convert", (cdiv(n, 128), 1, 1), x_ptr=x, e4_ptr=outs["e4"],
+                   e5_ptr=outs["e5"], e4nv_ptr=outs["e4nv"], e5nv_ptr=outs["e5nv"], back_ptr=back, n=n)
+    # Triton's fp8 casts saturate finite overflow (it sets MODE.FP16_OVFL for the hardware fnuz
+    # conversions); NaN stays NaN. fnuz has no infinity: +-inf -> NaN; OCP e5m2 saturates it.
+    for key, limit, inf_is_nan in (("e4", 240.0, True), ("e5", 57344.0, True),
+                                   ("e4nv", 448.0, True), ("e5nv", 57344.0, False)):
+        dtype = outs[key].dtype
+        clipped = x.clamp(-limit, limit)
+        expected = clipped.to(dtype).float()
+        if inf_is_nan:
+            expected = torch.where(x.isinf(), torch.nan, expected)
+        if key == "e4nv":   # the OCP software conversion matches torch's own cast
+            expected = x.to(dtype).float()
+        torch.testing.assert_close(outs[key].float(), expected, rtol=0, atol=0, equal_nan=True,
+                                   msg=key)
+        torch.testing.assert_close(back[:, list(outs).index(key)], outs[key].float(), rtol=0, atol=0,
+                                   equal_nan=True, msg=f"{key} decoded")
+
+
+def test_scan_sort_argmax():
+    rows = 3
+    rng = generator(15)
+    x = torch.randn(rows, 128, generator=rng)
+    cums, srt = torch.zeros(rows, 128), torch.zeros(rows, 128)
+    argmax = torch.zeros(rows, dtype=torch.int32)
+    launch_fixture("scan_sort_f32", (rows, 1, 1), x_ptr=x, cumsum_ptr=cums, sorted_ptr=srt,
+                   argmax_ptr=argmax)
+    assert_close(cums, x.cumsum(1), "fp32_reduction")
+    assert torch.equal(srt, x.sort(1).values)
+    assert torch.equal(argmax, x.argmax(1).to(torch.int32))
+
+
+def test_atomics_of_every_kind():
+    n = 256   # tl.atomic_cas takes no mask: the grid must cover n exactly
+    rng = generator(16)
+    x = torch.randint(-10000, 10000, (n,), generator=rng, dtype=torch.int32)
+    imax = torch.full((8,), -2**31, dtype=torch.int32)
+    imin = torch.full((8,), 2**31 - 1, dtype=torch.int32)
+    fmax = torch.full((8,), -float("inf"))
+    bits = torch.tensor([0, -1, 0], dtype=torch.int32)
+    swap = torch.zeros(n, dtype=torch.int32)
+    cas = torch.arange(n, dtype=torch.int32)
+    cas[::3] = -5   # these compare unequal: left alone
+    cas_before = cas.clone()
+    launch_fixture("atomics_mix_i32", (cdiv(n, 128), 1, 1), x_ptr=x, imax_ptr=imax, imin_ptr=imin,
+                   fmax_ptr=fmax, bits_ptr=bits, swap_ptr=swap, cas_ptr=cas, n=n)
+    slot = torch.arange(n) % 8
+    for s in range(8):
+        assert imax[s] == x[slot == s].max() and imin[s] == x[slot == s].min()
+        assert fmax[s] == x[slot == s].max().float() * 0.5
+    offs = torch.arange(n)
+    expected_or = 0
+    expected_and = -1
+    expected_xor = 0
+    for o, v in zip(offs.tolist(), x.tolist()):
+        expected_or |= 1 << (o % 32)
+        expected_and &= ~(1 << (o % 31))
+        expected_xor ^= v
+    as_i32 = lambda v: ((v + 2**31) % 2**32) - 2**31
+    assert bits.tolist() == [as_i32(expected_or), as_i32(expected_and), as_i32(expected_xor)]
+    assert torch.equal(swap, x + 1)
+    assert torch.equal(cas, torch.where(cas_before == offs.to(torch.int32), x, cas_before))
+
+
+def test_spin_lock_single_holder():
+    """A program that takes and releases a global lock (atomic_cas acquire / xchg release).
+    Contention between programs needs the scheduler's forward-progress guarantee (issue 11,
+    emu-core); one program runs here."""
+    lock = torch.zeros(1, dtype=torch.int32)
+    counter = torch.zeros(1, dtype=torch.int32)
+    log = torch.full((4,), -1, dtype=torch.int32)
+    launch_fixture("spin_lock", (1, 1, 1), lock_ptr=lock, counter_ptr=counter, log_ptr=log)
+    assert lock.item() == 0 and counter.item() == 3 and log[0].item() == 0
+
+
+def test_gather_rows():
+    n_idx, rows = 40, 50
+    rng = generator(17)
+    table = torch.randn(rows, 32, generator=rng)
+    idx = torch.randint(0, rows, (n_idx,), generator=rng, dtype=torch.int32)
+    out = torch.full((n_idx, 32), SENTINEL)
+    gathered = torch.full((n_idx, 32), SENTINEL)
+    launch_fixture("gather_rows_f32", (cdiv(n_idx, 16), 1, 1), table_ptr=table, idx_ptr=idx,
+                   out_ptr=out, gathered_ptr=gathered, n_idx=n_idx)
+    assert torch.equal(out, table[idx.long()])
+    perm = (torch.arange(32) * 5 + 3) % 32
+    assert torch.equal(gathered, table[idx.long()][:, perm])
+
+
+@pytest.mark.parametrize("name, block", [("row_sum_w16", 2048), ("row_sum_w8", 1024)])
+def test_row_sum_many_warps(name, block):
+    rows, n_cols = 2, block + 777
+    rng = generator(18)
+    x = torch.randn(rows, n_cols, generator=rng)
+    out = torch.zeros(rows)
+    launch_fixture(name, (rows, 1, 1), x_ptr=x, out_ptr=out, n_cols=n_cols)
+    assert_close(out, x.sum(1), "fp32_atomic_sum")
+
+
+TYPED_MATMUL_CASES = [
+    ("matmul_f32_ieee_mfma16", torch.float32, torch.float32, 70, 48, 48),
+    ("matmul_f32_ieee_mfma32", torch.float32, torch.float32, 70, 48, 48),
+    ("matmul_i8_mfma16", torch.int8, torch.int32, 70, 48, 128),
+    ("matmul_i8_mfma32", torch.int8, torch.int32, 70, 48, 128),
+    ("matmul_f64_mfma16", torch.float64, torch.float64, 70, 48, 48),
+    ("matmul_f16_kpack2_w8_s3", torch.float16, torch.float16, 70, 64, 192),
+    ("matmul_bf16_mfma32_s3", torch.bfloat16, torch.float32, 70, 48, 96),
+]
+
+
+@pytest.mark.parametrize("name, in_dtype, out_dtype, M, N, K", TYPED_MATMUL_CASES,
+                         ids=[case[0] for case in TYPED_MATMUL_CASES])
+def test_matmul_more_families(name, in_dtype, out_dtype, M, N, K):
+    lda, ldb, ldc = K, N, N + 16
+    rng = generator(19)
+    if in_dtype == torch.int8:
+        a = torch.randint(-128, 128, (M, lda), generator=rng, dtype=torch.int8)
+        b = torch.randint(-128, 128, (K, ldb), generator=rng, dtype=torch.int8)
+    else:
+        a = torch.randn(M, lda, generator=rng, dtype=torch.float64).to(in_dtype)
+        b = torch.randn(K, ldb, generator=rng, dtype=torch.float64).to(in_dtype)
+    c = torch.full((M, ldc), 7, dtype=out_dtype)
+    launch_fixture(name, (cdiv(M, 64), cdiv(N, 64), 1), a_ptr=a, b_ptr=b, c_ptr=c, M=M, N=N, K=K,
+                   stride_am=lda, stride_bk=ldb, stride_cm=ldc)
+    if in_dtype == torch.int8:
+        assert torch.equal(c[:, :N], (a.long() @ b.long()).to(torch.int32))
+    elif in_dtype == torch.float64:
+        torch.testing.assert_close(c[:, :N], a @ b, rtol=1e-14, atol=1e-14)
+    else:
+        expected = a.double() @ b.double()
+        tol = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 5e-3), torch.bfloat16: (1e-4, 1e-5)}[in_dtype]
+        torch.testing.assert_close(c[:, :N].double(), expected, atol=tol[0], rtol=tol[1])
+    assert torch.all(c[:, N:] == 7), "masked columns of C were written"
+
+
+def test_compare_matrix_nine_types():
+    n = 100
+    rng = generator(20)
+    base = torch.randint(-3, 4, (n + 1,), generator=rng)
+    floats = base.double() / 2
+    floats[5] = float("nan")
+    floats[9] = float("-inf")
+    b = base.numpy()
+    tensors = [floats.half(), floats.float(), floats, base.to(torch.int16),
+               torch.from_numpy((b + 3).astype(np.uint16)), base.to(torch.int32) * 100000,
+               torch.from_numpy(((b + 3) * 1000000000 // 3).astype(np.uint32)), base.long() << 40,
+               torch.from_numpy(((b + 3).astype(np.uint64) << np.uint64(61)))]
+    out = torch.zeros(n, 2, dtype=torch.int32)
+    launch_fixture("compare_matrix", (cdiv(n, 64), 1, 1), h_ptr=tensors[0], f_ptr=tensors[1],
+                   d_ptr=tensors[2], s16_ptr=tensors[3], u16_ptr=tensors[4], i32_ptr=tensors[5],
+                   u32_ptr=tensors[6], i64_ptr=tensors[7], u64_ptr=tensors[8], out_ptr=out, n=n)
+    for t, tensor in enumerate(tensors):
+        values = tensor.numpy().tolist()
+        for i in range(n):
+            a, b = values[i], values[i + 1]
+            bits = (a < b) | (a <= b) << 1 | (a > b) << 2 | (a >= b) << 3 | (a == b) << 4 | (a != b) << 5
+            word, shift = (0, 6 * t) if t < 5 else (1, 6 * (t - 5))
+            got = (int(out[i, word]) >> shift) & 63
+            assert got == bits, (t, i, a, b, got, bits)
+
+
+def test_small_integer_f16_bf16_f64_types():
+    n = 100
+    rng = generator(21)
+    a8 = torch.randint(-128, 128, (n,), generator=rng, dtype=torch.int8)
+    u8 = torch.randint(0, 256, (n,), generator=rng).to(torch.uint8)
+    a16 = torch.randint(-300, 300, (n,), generator=rng, dtype=torch.int16)
+    h = torch.randn(n, generator=rng).half()
+    bf = torch.randn(n, generator=rng).bfloat16()
+    d = torch.randn(n, generator=rng, dtype=torch.float64) * 10
+    outs = dict(i8_out=torch.zeros(n, dtype=torch.int8), u8_out=torch.zeros(n, dtype=torch.uint8),
+                i16_out=torch.zeros(n, dtype=torch.int16), h_out=torch.zeros(n, 4, dtype=torch.float16),
+                bf_out=torch.zeros(n, 2, dtype=torch.bfloat16), d_out=torch.zeros(n, 6, dtype=torch.float64),
+                f_out=torch.zeros(n, 3))
+    launch_fixture("small_types", (cdiv(n, 64), 1, 1), i8_ptr=a8, u8_ptr=u8, i16_ptr=a16, h_ptr=h,
+                   bf_ptr=bf, d_ptr=d, n=n, **outs)
+    w8 = a8.int()
+    assert torch.equal(outs["i8_out"], ((w8 * 3 + (w8 >> 2)).to(torch.int8) ^ 0x55).to(torch.int8))
+    wu = u8.int()
+    assert torch.equal(outs["u8_out"], (torch.maximum(wu, torch.tensor(100)) - (wu >> 3)).to(torch.uint8))
+    w16 = a16.int()
+    prod = (w16 * w16).to(torch.int16).int()
+    shifted = (w16 << 4).to(torch.int16).int()
+    expected16 = (torch.minimum(prod, shifted) + torch.div(w16.abs(), 3, rounding_mode="trunc")).to(torch.int16)
+    assert torch.equal(outs["i16_out"], expected16)
+    hf = h.float()
+    expected_h = torch.stack([(h * h).float().half().float() + hf, torch.maximum(hf, (-hf * 0.5).half().float()),
+                              a16.half().float(), (u8.half() * 0.25).float()], 1)
+    torch.testing.assert_close(outs["h_out"].float(), expected_h, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(outs["bf_out"].float(), torch.stack([bf.float() * 2 + 1, a8.bfloat16().float()], 1),
+                               rtol=1e-2, atol=1e-2)
+    expected_d = torch.stack([d.floor(), d.ceil(), torch.minimum(d, -d), torch.maximum(d, torch.tensor(0.5, dtype=torch.float64)),
+                              (d * 1000).long().double(), d.abs() + a16.double()], 1)
+    assert torch.equal(outs["d_out"], expected_d)
+    assert torch.equal(outs["f_out"], torch.stack([hf + bf.float(), d.float(), u8.float() + a8.float()], 1))
+
+
+def test_wide_and_unsigned_atomics():
+    n = 300
+    rng = generator(22)
+    x = torch.randint(-2**31, 2**31 - 1, (n,), generator=rng, dtype=torch.int32)
+    f64_sum = torch.zeros(4, dtype=torch.float64)
+    i64_sum = torch.zeros(4, dtype=torch.int64)
+    u32_max = torch.zeros(4, dtype=torch.uint32)
+    u32_min = torch.full((4,), 2**32 - 1, dtype=torch.int64).to(torch.uint32)
+    i64_max = torch.full((4,), -2**62, dtype=torch.int64)
+    f32_swap = torch.zeros(n)
+    launch_fixture("atomics_wide", (cdiv(n, 128), 1, 1), x_ptr=x, f64_sum=f64_sum, i64_sum=i64_sum,
+                   u32_max=u32_max, u32_min=u32_min, i64_max=i64_max, f32_swap=f32_swap, n=n)
+    slot = torch.arange(n) % 4
+    unsigned = x.long() & 0xFFFFFFFF
+    for s in range(4):
+        sel = slot == s
+        torch.testing.assert_close(f64_sum[s], (x[sel].double() * 0.5).sum(), rtol=1e-15, atol=0)
+        assert i64_sum[s].item() == int((x[sel].long() << 20).sum())
+        assert int(u32_max[s].to(torch.int64)) == int(unsigned[sel].max())
+        assert int(u32_min[s].to(torch.int64)) == int(unsigned[sel].min())
+        assert i64_max[s].item() == int(x[sel].long().max() * 3)
+    assert torch.equal(f32_swap, x.float())
+
+
+def test_f32_f16_math_packed():
+    n = 300
+    rng = generator(23)
+    x = torch.randn(n, generator=rng) * 4
+    y = torch.randn(n, generator=rng) * 2
+    x[:4] = torch.tensor([2.5, -2.5, 0.5, -0.0])
+    h = torch.randn(n, generator=rng).half()
+    g = torch.randn(n, generator=rng).half()
+    out = torch.zeros(n, 12)
+    hout = torch.zeros(n, 6, dtype=torch.float16)
+    iout = torch.zeros(n, 4, dtype=torch.int32)
+    launch_fixture("f32_f16_math", (cdiv(n, 256), 1, 1), x_ptr=x, y_ptr=y, h_ptr=h, g_ptr=g,
+                   out_ptr=out, hout_ptr=hout, iout_ptr=iout, n=n)
+    exact = torch.stack([x.floor(), x.ceil(), x.trunc(), x.round(), None or x, y, y, x, y, x,
+                         torch.minimum(torch.minimum(x, y), torch.tensor(0.25)),
+                         torch.maximum(torch.minimum(x, y), torch.minimum(torch.maximum(x, y), torch.tensor(0.5)))], 1)
+    for c in (0, 1, 2, 3, 10, 11):
+        assert torch.equal(out[:, c], exact[:, c]), c
+    approx = {4: x.double().sin(), 5: y.double().cos(), 6: torch.exp2(y.double()),
+              7: torch.log2(x.double().abs() + 1), 8: y.double().abs().sqrt(), 9: torch.rsqrt(x.double().abs() + 0.5)}
+    for c, ref in approx.items():
+        torch.testing.assert_close(out[:, c].double(), ref, rtol=4e-6, atol=4e-6, msg=str(c))
+    # sqrt_rn is correctly rounded (numpy's float32 sqrt is; torch's CPU kernel can be 1 ulp off)
+    assert torch.equal(out[:, 8], torch.from_numpy(np.sqrt(y.abs().numpy())))
+    hf, gf = h.float(), g.float()
+    expected_h = torch.stack([(h * g).float() + hf, torch.maximum(hf, gf), torch.minimum(hf, gf),
+                              (h + g).float(), (h - g).float(), (h * g).float()], 1)
+    torch.testing.assert_close(hout.float(), expected_h, rtol=1e-3, atol=1e-3)
+    i = (x * 100).to(torch.int16).int()
+    j = (y * 100).to(torch.int16).int()
+    wrap16 = lambda v: ((v + 32768) % 65536) - 32768
+    assert torch.equal(iout, torch.stack([wrap16(i + j), wrap16(i - j), torch.maximum(i, j), wrap16(i * j)], 1))

@@ -1,0 +1,287 @@
+"""Linked gfx942 code objects (`.co` / `.hsaco` ELF files, or clang offload bundles holding one)
+turned into the assembly text the emulator's parser reads: the disassembly with branch labels,
+one `.amdhsa_kernel` block per kernel rebuilt from its 64-byte kernel descriptor, and the
+`.amdgpu_metadata` YAML of the metadata note.
+
+Disassembly and the metadata note come from LLVM's tools (Debian package `llvm-19`:
+`llvm-objdump-19`, `llvm-readelf-19`; see `find_llvm_tool` for where they are looked for). The
+ELF structure (symbols, descriptors) is read here. Kernel descriptor layout: LLVM AMDGPUUsage, "Kernel Descriptor".
+Every instruction keeps its byte address (`.emu_address` lines), so s_getpc_b64 / s_setpc_b64 /
+s_swappc_b64 arithmetic on real code addresses works.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+from pathlib import Path
+
+_BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
+_ELF_MAGIC = b"\x7fELF"
+EM_AMDGPU = 224
+_TOOL_VERSIONS = ("19", "20", "18", "21", "17", "")
+
+
+class CodeObjectError(ValueError):
+    pass
+
+
+def find_llvm_tool(name: str) -> str:
+    """Path of LLVM tool `name` (llvm-objdump, llvm-readelf): `<name>-<version>` or `<name>` on
+    PATH, or under /usr/lib/llvm-<version>/bin."""
+    for version in _TOOL_VERSIONS:
+        candidate = f"{name}-{version}" if version else name
+        found = shutil.which(candidate)
+        if found:
+            return found
+        if version:
+            path = Path(f"/usr/lib/llvm-{version}/bin/{name}")
+            if path.is_file() and os.access(path, os.X_OK):
+                return str(path)
+    raise CodeObjectError(f"{name} was not found (looked for {name}-19 and other versions on "
+                          f"PATH and in /usr/lib/llvm-*/bin): install Debian's `llvm-19` package "
+                          "to load code objects")
+
+
+def is_code_object(code) -> bool:
+    """True for bytes / paths of a code object (as opposed to assembly text)."""
+    if isinstance(code, (bytes, bytearray, memoryview)):
+        return True
+    if isinstance(code, os.PathLike):
+        return True
+    return (isinstance(code, str) and "\n" not in code and code.endswith((".co", ".hsaco", ".o"))
+            and len(code) < 4096)
+
+
+def _read_bytes(code) -> bytes:
+    if isinstance(code, (bytes, bytearray, memoryview)):
+        return bytes(code)
+    path = Path(code)
+    if not path.is_file():
+        raise CodeObjectError(f"code object {str(path)!r} does not exist")
+    return path.read_bytes()
+
+
+def _unbundle(data: bytes, target: str = "gfx942") -> bytes:
+    """The gfx942 ELF inside a clang offload bundle (uncompressed format)."""
+    if data.startswith(b"CCOB"):
+        raise CodeObjectError("compressed offload bundles are not supported; unbundle with "
+                              "clang-offload-bundler first")
+    count = struct.unpack_from("<Q", data, len(_BUNDLE_MAGIC))[0]
+    pos = len(_BUNDLE_MAGIC) + 8
+    triples = []
+    for _ in range(count):
+        offset, size, triple_size = struct.unpack_from("<QQQ", data, pos)
+        pos += 24
+        triple = data[pos:pos + triple_size].decode(errors="replace")
+        pos += triple_size
+        triples.append(triple)
+        if target in triple and size:
+            return data[offset:offset + size]
+    raise CodeObjectError(f"offload bundle has no {target} entry (entries: {', '.join(triples)})")
+
+
+class _Elf:
+    """The few ELF64 facts needed: sections and the symbol table."""
+
+    def __init__(self, data: bytes):
+        if not data.startswith(_ELF_MAGIC) or data[4] != 2 or data[5] != 1:
+            raise CodeObjectError("not a little-endian ELF64 code object")
+        machine = struct.unpack_from("<H", data, 18)[0]
+        if machine != EM_AMDGPU:
+            raise CodeObjectError(f"ELF machine {machine} is not AMDGPU ({EM_AMDGPU})")
+        self.data = data
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+        self.sections = []
+        for i in range(shnum):
+            name, typ, flags, addr, offset, size, link, info, align, entsize = struct.unpack_from(
+                "<IIQQQQIIQQ", data, shoff + i * shentsize)
+            self.sections.append(dict(name=name, type=typ, addr=addr, offset=offset, size=size,
+                                      link=link, entsize=entsize))
+        names = self.sections[shstrndx]
+        for s in self.sections:
+            s["name"] = self._string(names, s["name"])
+        self.symbols = {}
+        for s in self.sections:
+            if s["type"] not in (2, 11):   # SHT_SYMTAB, SHT_DYNSYM
+                continue
+            strtab = self.sections[s["link"]]
+            for k in range(s["size"] // 24):
+                name, info, other, shndx, value, size = struct.unpack_from(
+                    "<IBBHQQ", data, s["offset"] + 24 * k)
+                if name:
+                    self.symbols.setdefault(self._string(strtab, name), (value, size, shndx))
+
+    def _string(self, section, offset):
+        start = section["offset"] + offset
+        return self.data[start:self.data.index(b"\0", start)].decode()
+
+    def read(self, address: int, size: int) -> bytes:
+        for s in self.sections:
+            if s["addr"] <= address < s["addr"] + s["size"] and s["type"] != 8:   # not NOBITS
+                start = s["offset"] + address - s["addr"]
+                return self.data[start:start + size]
+        raise CodeObjectError(f"address {address:#x} is in no section of the code object")
+
+
+def _bits(value: int, low: int, width: int) -> int:
+    return (value >> low) & ((1 << width) - 1)
+
+
+def kernel_descriptor_fields(raw: bytes) -> dict[str, int]:
+    """The `.amdhsa_*` directive values of a 64-byte gfx90a/gfx942 kernel descriptor."""
+    if len(raw) != 64:
+        raise CodeObjectError(f"kernel descriptor must be 64 bytes, got {len(raw)}")
+    group, private, kernarg = struct.unpack_from("<III", raw, 0)
+    entry_offset, = struct.unpack_from("<q", raw, 16)
+    rsrc3, rsrc1, rsrc2 = struct.unpack_from("<III", raw, 44)
+    properties, preload = struct.unpack_from("<HH", raw, 56)
+    return {
+        "amdhsa_group_segment_fixed_size": group,
+        "amdhsa_private_segment_fixed_size": private,
+        "amdhsa_kernarg_size": kernarg,
+        "kernel_code_entry_byte_offset": entry_offset,
+        "amdhsa_next_free_vgpr": (_bits(rsrc1, 0, 6) + 1) * 8,   # unified VGPR+AGPR granules of 8
+        "amdhsa_next_free_sgpr": (_bits(rsrc1, 6, 4) + 1) * 8,
+        "amdhsa_float_round_mode_32": _bits(rsrc1, 12, 2),
+        "amdhsa_float_round_mode_16_64": _bits(rsrc1, 14, 2),
+        "amdhsa_float_denorm_mode_32": _bits(rsrc1, 16, 2),
+        "amdhsa_float_denorm_mode_16_64": _bits(rsrc1, 18, 2),
+        "amdhsa_dx10_clamp": _bits(rsrc1, 21, 1),
+        "amdhsa_ieee_mode": _bits(rsrc1, 23, 1),
+        "amdhsa_fp16_overflow": _bits(rsrc1, 26, 1),
+        "amdhsa_enable_private_segment": _bits(rsrc2, 0, 1),
+        "amdhsa_user_sgpr_count": _bits(rsrc2, 1, 5),
+        "amdhsa_system_sgpr_workgroup_id_x": _bits(rsrc2, 7, 1),
+        "amdhsa_system_sgpr_workgroup_id_y": _bits(rsrc2, 8, 1),
+        "amdhsa_system_sgpr_workgroup_id_z": _bits(rsrc2, 9, 1),
+        "amdhsa_system_sgpr_workgroup_info": _bits(rsrc2, 10, 1),
+        "amdhsa_system_vgpr_workitem_id": _bits(rsrc2, 11, 2),
+        "amdhsa_accum_offset": (_bits(rsrc3, 0, 6) + 1) * 4,
+        "amdhsa_tg_split": _bits(rsrc3, 16, 1),
+        "amdhsa_user_sgpr_private_segment_buffer": _bits(properties, 0, 1),
+        "amdhsa_user_sgpr_dispatch_ptr": _bits(properties, 1, 1),
+        "amdhsa_user_sgpr_queue_ptr": _bits(properties, 2, 1),
+        "amdhsa_user_sgpr_kernarg_segment_ptr": _bits(properties, 3, 1),
+        "amdhsa_user_sgpr_dispatch_id": _bits(properties, 4, 1),
+        "amdhsa_user_sgpr_flat_scratch_init": _bits(properties, 5, 1),
+        "amdhsa_user_sgpr_private_segment_size": _bits(properties, 6, 1),
+        "amdhsa_wavefront_size32": _bits(properties, 10, 1),
+        "amdhsa_uses_dynamic_stack": _bits(properties, 11, 1),
+        "amdhsa_user_sgpr_kernarg_preload_length": _bits(preload, 0, 7),
+        "amdhsa_user_sgpr_kernarg_preload_offset": _bits(preload, 7, 9),
+    }
+
+
+_INSTRUCTION = re.compile(r"^\s+([a-z][a-z0-9_]*)(.*?)\s*//\s*([0-9A-Fa-f]+):")
+_FUNCTION = re.compile(r"^([0-9a-fA-F]+) <([^>]+)>:")
+_BRANCHES = ("s_branch", "s_cbranch_")
+
+
+def _run(tool: str, *args: str) -> str:
+    try:
+        result = subprocess.run([tool, *args], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise CodeObjectError(f"{Path(tool).name} failed: {err}") from None
+    if result.returncode:
+        raise CodeObjectError(f"{Path(tool).name} failed: {result.stderr.strip()[:500]}")
+    return result.stdout
+
+
+def _metadata_yaml(readelf_notes: str) -> str:
+    marker = readelf_notes.find("AMDGPU Metadata:")
+    if marker < 0:
+        raise CodeObjectError("code object has no AMDGPU metadata note (code object v3+ needed)")
+    lines = readelf_notes[marker:].splitlines()[1:]
+    out = []
+    for line in lines:
+        if line.strip() == "...":
+            break
+        out.append(line[8:] if line.startswith("        ---") else line)
+    return "\n".join(out).strip("\n")
+
+
+def code_object_assembly(code) -> str:
+    """Assembly text (the dialect `rocke.emu.asm.parse_program` reads) of a code object given
+    as bytes or a path."""
+    data = _read_bytes(code)
+    if data.startswith(_BUNDLE_MAGIC) or data.startswith(b"CCOB"):
+        data = _unbundle(data)
+    elf = _Elf(data)
+    objdump, readelf = find_llvm_tool("llvm-objdump"), find_llvm_tool("llvm-readelf")
+    with tempfile.TemporaryDirectory(prefix="rocke-co-") as tmp:
+        path = Path(tmp) / "kernel.co"
+        path.write_bytes(data)
+        listing = _run(objdump, "-d", "--mcpu=gfx942", "--no-show-raw-insn", str(path))
+        notes = _run(readelf, "--notes", str(path))
+    import yaml
+    metadata_text = _metadata_yaml(notes)
+    try:
+        metadata = yaml.safe_load(metadata_text) or {}
+    except yaml.YAMLError as err:
+        raise CodeObjectError(f"malformed metadata note: {err}") from None
+
+    # instructions with byte addresses; function symbols as labels
+    entries: list[tuple[int, str, str]] = []
+    labels: dict[int, list[str]] = {}
+    for line in listing.splitlines():
+        m = _FUNCTION.match(line)
+        if m:
+            labels.setdefault(int(m.group(1), 16), []).append(m.group(2))
+            continue
+        m = _INSTRUCTION.match(line)
+        if m:
+            entries.append((int(m.group(3), 16), m.group(1), m.group(2).strip()))
+    if not entries:
+        raise CodeObjectError("the code object's .text disassembled to no instructions")
+    addresses = [a for a, _, _ in entries]
+    next_address = {a: b for a, b in zip(addresses, addresses[1:] + [addresses[-1] + 4])}
+    for address, mnemonic, operands in entries:
+        if mnemonic.startswith(_BRANCHES) and re.fullmatch(r"-?\d+", operands):
+            offset = int(operands)
+            offset = offset - 0x10000 if offset >= 0x8000 else offset
+            target = next_address[address] + 4 * offset
+            labels.setdefault(target, []).append(f".Lcode_{target:x}")
+
+    kernels = []
+    for entry in metadata.get("amdhsa.kernels", []) or []:
+        symbol = entry.get(".symbol") or f"{entry.get('.name')}.kd"
+        if symbol not in elf.symbols:
+            raise CodeObjectError(f"kernel descriptor symbol {symbol!r} is not in the code object")
+        value, _, _ = elf.symbols[symbol]
+        fields = kernel_descriptor_fields(elf.read(value, 64))
+        code_address = value + fields.pop("kernel_code_entry_byte_offset")
+        name = entry.get(".name")
+        if code_address not in {a for a in addresses}:
+            raise CodeObjectError(f"kernel {name!r}: code entry {code_address:#x} is not an instruction")
+        labels.setdefault(code_address, [])
+        if name not in labels[code_address]:
+            labels[code_address].insert(0, name)
+        kernels.append((name, code_address, fields))
+
+    preload_marks = {code + 256 for _, code, f in kernels
+                     if f["amdhsa_user_sgpr_kernarg_preload_length"]}
+    lines = ["  .text"]
+    for address, mnemonic, operands in entries:
+        if address in preload_marks:
+            lines.append("  .p2align 8")
+        for label in labels.get(address, []):
+            if not label.startswith(".Lcode_"):
+                lines.append(f"  .type {label},@function")
+            lines.append(f"{label}:")
+        if mnemonic.startswith(_BRANCHES) and re.fullmatch(r"-?\d+", operands):
+            offset = int(operands)
+            offset = offset - 0x10000 if offset >= 0x8000 else offset
+            operands = f".Lcode_{next_address[address] + 4 * offset:x}"
+        lines.append(f"  .emu_address {address:#x}")
+        lines.append(f"  {mnemonic} {operands}".rstrip())
+    for name, _, fields in kernels:
+        lines.append(f".amdhsa_kernel {name}")
+        lines += [f"  .{key} {value}" for key, value in fields.items()]
+        lines.append(".end_amdhsa_kernel")
+    lines += ["  .amdgpu_metadata", metadata_text, "  .end_amdgpu_metadata", ""]
+    return "\n".join(lines)
