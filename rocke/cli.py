@@ -147,10 +147,13 @@ def report(variants, no_cache):
     """Compile variants (default: all) and print their resource report with occupancy."""
     spills = 0
     rows = []
+    advice = []
     for v in _variants(variants):
         ck = v.compile(cache=not no_cache)
         i = ck.info
         spills += i.spills
+        if i.spills:
+            advice.append(i.spill_advice())
         o = i.occupancy
         rows.append((v.name, i.vgprs, i.agprs, i.sgprs, i.lds_bytes, i.scratch_bytes,
                      f"{i.vgpr_spills}/{i.sgpr_spills}", i.max_workgroup_size,
@@ -161,6 +164,8 @@ def report(variants, no_cache):
     for r in [head] + rows:
         click.echo("  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
     click.echo(f"\n{len(rows)} variants for gfx942; total spills: {spills}")
+    for text in advice:
+        click.echo(text)
     if spills:
         raise SystemExit(EXIT_CHECK_FAILED)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from ..arch import Occupancy, occupancy
+from ..arch import Occupancy, get_target, occupancy
 from ..arch.abi import KernArg, parse_kernel_args
 
 
@@ -39,10 +39,50 @@ class KernelInfo:
         return self.vgpr_spills + self.sgpr_spills
 
     def report(self) -> str:
-        return (f"{self.name}: VGPR {self.vgprs}  AGPR {self.agprs}  SGPR {self.sgprs}  "
+        """One line of resources; a spilling kernel gets what to try on the lines after it."""
+        line = (f"{self.name}: VGPR {self.vgprs}  AGPR {self.agprs}  SGPR {self.sgprs}  "
                 f"LDS {self.lds_bytes} B  scratch {self.scratch_bytes} B  "
                 f"spills {self.vgpr_spills}v/{self.sgpr_spills}s  WG<= {self.max_workgroup_size}  "
                 f"occupancy {self.occupancy}")
+        advice = self.spill_advice()
+        return f"{line}\n{advice}" if advice else line
+
+    def spill_advice(self) -> str:
+        """What to try when the kernel spills ('' when it does not), with this kernel's numbers:
+        the register budget a wave got and the levers that raise it or lower the demand."""
+        if not self.spills:
+            return ""
+        t = get_target(self.target)
+        lines = [f"  {self.name} spills {self.vgpr_spills} VGPR and {self.sgpr_spills} SGPR values to "
+                 f"{self.scratch_bytes} B of scratch per work-item: every spilled value is a "
+                 "scratch store and load in the kernel (the emulator runs it; shipped kernels "
+                 "must not spill). To remove the spills, try:"]
+        if self.vgpr_spills:
+            regs = self.occupancy.unified_vgprs
+            waves = t.vgprs_per_simd_lane // max(regs, 1)
+            fewer = max(1, waves // 2)
+            lines.append(
+                f"  - a smaller tile (fewer values live per work-item: accumulators, prefetched "
+                f"loads, unrolled iterations): the wave was held to {regs} registers per lane")
+            wg_waves = -(-self.max_workgroup_size // t.wave_size)
+            forced = -(-wg_waves // t.simds_per_cu)
+            if forced > 1:
+                lines.append(
+                    f"  - fewer warps: a workgroup of up to {self.max_workgroup_size} work-items "
+                    f"({wg_waves} waves) puts {forced} waves on each of a CU's "
+                    f"{t.simds_per_cu} SIMDs, so a wave gets at most "
+                    f"{t.vgprs_per_simd_lane // forced} of the {t.vgprs_per_simd_lane} registers")
+            if waves > 1:
+                lines.append(
+                    f"  - a lower `waves_per_eu` (or none): {regs} registers means {waves} waves "
+                    f"per SIMD; waves_per_eu={fewer} allows "
+                    f"{min(t.vgprs_per_simd_lane // fewer, t.max_arch_vgprs + t.max_agprs)} "
+                    "registers per wave")
+        if self.sgpr_spills:
+            lines.append(
+                f"  - fewer uniform values live at once (SGPR budget {t.max_sgprs_per_wave} per "
+                "wave): fewer pointer/size arguments kept across loops, or recompute them")
+        return "\n".join(lines)
 
 
 # libyaml's loader when present: metadata parsing dominates a warm cache hit otherwise

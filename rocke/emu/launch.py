@@ -33,7 +33,7 @@ from rocke import env
 from rocke.arch import abi
 
 from .asm import Program, parse_program
-from .errors import EmulatorError
+from . import scratch
 from .memory import GlobalMemory, host_view
 from .machine import Pool
 from .program import CLASSES, DecodedKernel, decode_kernel
@@ -262,10 +262,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     if static_lds + shared_mem > LDS_LIMIT:
         raise ValueError(f"LDS request too large: {static_lds} static + {shared_mem} dynamic bytes "
                          f"> {LDS_LIMIT} bytes")
-    if int(source.descriptor.get("amdhsa_private_segment_fixed_size", 0)) or \
-            int(source.descriptor.get("amdhsa_uses_dynamic_stack", 0)):
-        raise EmulatorError(f"kernel {kernel} uses private (scratch) memory, which the "
-                            "emulator does not support")
+    lane_private_bytes = scratch.lane_bytes_of(source.descriptor, kernel)
     kernel_args = abi.parse_kernel_args(source.metadata)
     explicit = abi.explicit_args(kernel_args)
     if not isinstance(args, (list, tuple)):
@@ -309,7 +306,8 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     copied = time.perf_counter()
     try:
         report = _run_pools(dk, memory, grid3, block3, static_lds + int(shared_mem), check,
-                            kernarg, dispatch, queue, start + budget, budget)
+                            kernarg, dispatch, queue, start + budget, budget,
+                            lane_private_bytes)
     except BaseException:
         shadow.restore()
         raise
@@ -320,13 +318,16 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
 
 
 def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, queue,
-               deadline, budget) -> LaunchReport:
+               deadline, budget, lane_private_bytes=0) -> LaunchReport:
     threads = block3[0] * block3[1] * block3[2]
     waves_per_wg = -(-threads // 64)
     per_wg_tracker = (lds_bytes + 4) * 11 if check else 0
     pool_wgs = max(1, MAX_POOL_WAVES // waves_per_wg)
     if per_wg_tracker:
         pool_wgs = max(1, min(pool_wgs, RACE_TRACKER_BUDGET // per_wg_tracker))
+    private_limit = scratch.pool_workgroup_limit(lane_private_bytes, waves_per_wg)
+    if private_limit is not None:
+        pool_wgs = min(pool_wgs, private_limit)
     gx, gy, gz = grid3
     total = gx * gy * gz
     counts = [0] * len(CLASSES)
@@ -337,6 +338,10 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
         pool = Pool(dk, memory, ids, block3, lds_bytes, check)
         pool.deadline, pool.budget_s = deadline, budget
         pool.not_started = max(0, total - first - pool_wgs)
+        # every wave's lanes get fresh private segments (scratch is not an argument: no
+        # memcheck spans, no rollback copy)
+        pool.private = scratch.PrivateSegments(pool.num_waves, lane_private_bytes) \
+            if lane_private_bytes else None
         _initial_state(pool, dk, block3, kernarg, dispatch, queue)
         pool.run()
         counts = [a + b for a, b in zip(counts, pool.counts)]
@@ -369,7 +374,7 @@ def _initial_state(pool: Pool, dk: DecodedKernel, block, kernarg, dispatch, queu
         sg[:, i + 1] = value >> 32
         i += 2
     if d.get("amdhsa_user_sgpr_private_segment_buffer", 0):
-        i += 4   # no scratch: an all-zero buffer resource
+        i += 4   # an all-zero resource: kernels that have private memory are refused with it
     if d.get("amdhsa_user_sgpr_dispatch_ptr", 0):
         put64(dispatch.ctypes.data)
     if d.get("amdhsa_user_sgpr_queue_ptr", 0):
@@ -379,8 +384,10 @@ def _initial_state(pool: Pool, dk: DecodedKernel, block, kernarg, dispatch, queu
     if d.get("amdhsa_user_sgpr_dispatch_id", 0):
         put64(0)
     if d.get("amdhsa_user_sgpr_flat_scratch_init", 0):
-        put64(0)
+        put64(0)   # not used on architected flat scratch targets (must be 0 there)
     if d.get("amdhsa_user_sgpr_private_segment_size", 0):
+        # a work-item's private bytes, rounded up to a dword as the packet processor does
+        sg[:, i] = -(-int(d.get("amdhsa_private_segment_fixed_size", 0)) // 4) * 4
         i += 1
     preload = int(d.get("amdhsa_user_sgpr_kernarg_preload_length", 0))
     if preload:
@@ -397,6 +404,10 @@ def _initial_state(pool: Pool, dk: DecodedKernel, block, kernarg, dispatch, queu
     if d.get("amdhsa_system_sgpr_workgroup_info", 0):
         s += 1
     if d.get("amdhsa_enable_private_segment", 0) or d.get("amdhsa_system_sgpr_private_segment_wavefront_offset", 0):
+        # the wave's byte offset into the scratch backing memory; with architected flat
+        # scratch the hardware already added it to FLAT_SCRATCH, so code does not use it
+        lane_bytes = pool.private.stride if pool.private is not None else 0
+        sg[:, s] = (np.arange(pool.num_waves) * 64 * lane_bytes).astype(np.uint32)
         s += 1
     threads = block[0] * block[1] * block[2]
     flat = pool.wave_in_wg[:, None] * 64 + np.arange(64)

@@ -5,7 +5,12 @@ import numpy as np
 
 from .access import U32, U64, scalar_raw_reader
 from .operands import M0, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI
+from .errors import EmulatorError
 from .valu import DecodeError
+
+
+class PrivateAccessError(EmulatorError):
+    """A scratch instruction ran in a kernel whose descriptor gives it no private memory."""
 
 # bytes per lane, and how loaded bytes land in the destination VGPR(s)
 LOAD_KINDS = {"dword": (4, "full"), "dwordx2": (8, "full"), "dwordx3": (12, "full"),
@@ -149,11 +154,92 @@ class _AddressPlan:
         return np.where(structured, index < limit, by_offset)
 
 
-def _check_flat_apertures(P, ins, sel, addr, active):
+def _check_flat_apertures(P, ins, sel, addr, active, private_ok=False):
+    """Fault on lanes a flat access cannot serve; returns the lanes addressing the private
+    aperture (their low 32 bits are the private offset) when `private_ok`, else None."""
     hi = (addr >> U64(32)).astype(np.int64)
-    bad = active & ((hi == SHARED_APERTURE_HI) | (hi == PRIVATE_APERTURE_HI))
+    private = active & (hi == PRIVATE_APERTURE_HI)
+    if private.any() and not private_ok:
+        P.fault_at(ins, sel, private, addr, "flat atomic on the private aperture is not supported")
+    if private.any() and getattr(P, "private", None) is None:
+        P.fault_at(ins, sel, private, addr, "flat access to the private aperture by a kernel "
+                   "with no private segment (.amdhsa_private_segment_fixed_size 0)")
+    bad = active & (hi == SHARED_APERTURE_HI)
     if bad.any():
-        P.fault_at(ins, sel, bad, addr, "flat access to the LDS/private aperture is not supported")
+        P.fault_at(ins, sel, bad, addr, "flat access to the LDS aperture is not supported")
+    return private if private.any() else None
+
+
+class _ScratchPlan:
+    """Per-lane private byte offsets of a `scratch_*` instruction: [VADDR] + [SADDR] + the
+    signed instruction offset (either register may be `off`; gfx940 allows both)."""
+
+    def __init__(self, vaddr, saddr, mods, ins):
+        self.imm = int(mods.get("offset", 0))
+        self.vrow = None
+        if vaddr is not None and vaddr.kind != "off":
+            if vaddr.kind != "v" or vaddr.count != 1:
+                raise DecodeError(f"{ins.mnemonic}: address {vaddr.text!r} must be one VGPR or off")
+            self.vrow = vaddr.index
+        self.soffset = None
+        if saddr is not None and saddr.kind != "off":
+            if saddr.kind != "s" or saddr.count != 1:
+                raise DecodeError(f"{ins.mnemonic}: offset {saddr.text!r} must be one SGPR or off")
+            self.soffset = scalar_raw_reader(saddr, "b32")
+
+    def offsets(self, P, sel, n):
+        """int64 (n, 64): unwrapped, so a negative or past-4-GiB sum stays out of range."""
+        total = np.full((n, 64), self.imm, np.int64)
+        if self.vrow is not None:
+            total += P.vgpr[sel, self.vrow]
+        if self.soffset is not None:
+            total += self.soffset(P, sel, n).astype(np.int64)[:, None]
+        return total
+
+
+def _private(P, ins):
+    segments = getattr(P, "private", None)
+    if segments is None:
+        raise PrivateAccessError(f"`{ins.text}` (line {ins.line_no}) accesses private (scratch) "
+                                 "memory but the kernel descriptor gives it none "
+                                 "(.amdhsa_private_segment_fixed_size 0)")
+    return segments
+
+
+def _decode_scratch(ins, ops, mods, rest):
+    if rest.startswith("load_") and rest[len("load_"):] in LOAD_KINDS:
+        nbytes, how = LOAD_KINDS[rest[len("load_"):]]
+        dst = ops[0]
+        if dst.kind != "v":
+            raise DecodeError("load destination must be a VGPR")
+        plan = _ScratchPlan(ops[1], ops[2] if len(ops) > 2 else None, mods, ins)
+        row = dst.index
+
+        def run_load(P, sel, n):
+            active, full, lanes = P.exec_state(sel)
+            P.vm_issue(sel)
+            data = _private(P, ins).load(P, ins, sel, plan.offsets(P, sel, n), nbytes, active)
+            old = P.vgpr[sel, row][active] if how.startswith("d16") else None
+            _write_loaded(P, sel, row, active, _loaded_words(data, nbytes, how, old))
+            return lanes
+        return run_load
+    if rest.startswith("store_") and rest[len("store_"):] in STORE_KINDS:
+        nbytes, how = STORE_KINDS[rest[len("store_"):]]
+        data_op = ops[1]
+        if data_op.kind != "v":
+            raise DecodeError("store data must be a VGPR")
+        plan = _ScratchPlan(ops[0], ops[2] if len(ops) > 2 else None, mods, ins)
+        row, k = data_op.index, max(1, (nbytes + 3) // 4)
+
+        def run_store(P, sel, n):
+            active, full, lanes = P.exec_state(sel)
+            P.vm_issue(sel)
+            words = _gather_rows(P, sel, row, k)[active]
+            _private(P, ins).store(P, ins, sel, plan.offsets(P, sel, n),
+                                   _pack_store_bytes(words, nbytes, how), active)
+            return lanes
+        return run_store
+    raise DecodeError(f"opcode {ins.mnemonic!r} is not implemented")
 
 
 def decode_vmem(ins, ops, mods):
@@ -163,6 +249,8 @@ def decode_vmem(ins, ops, mods):
     unknown = set(mods) - {"glc", "slc", "nt", "sc0", "sc1", "dlc", "offset", "offen", "idxen", "lds"}
     if unknown:
         raise DecodeError(f"unsupported modifier(s) {sorted(unknown)}")
+    if family == "scratch":
+        return _decode_scratch(ins, ops, mods, rest)
     if family not in ("global", "flat", "buffer"):
         raise DecodeError(f"opcode {name!r} is not implemented")
     if rest.startswith("atomic_"):
@@ -209,9 +297,12 @@ def _load(ins, plan, row, nbytes, how, family):
         active, full, lanes = P.exec_state(sel)
         addr, check = plan.addresses(P, sel, n)
         P.vm_issue(sel)
-        if family == "flat":
-            _check_flat_apertures(P, ins, sel, addr, active)
-        if check is None:
+        private = _check_flat_apertures(P, ins, sel, addr, active, True) \
+            if family == "flat" else None
+        if private is not None:
+            fetch = active
+            data = _flat_private_load(P, ins, sel, addr, nbytes, active, private)
+        elif check is None:
             fetch = active
             data = P.global_load(ins, sel, addr.reshape(-1) if full else addr[fetch], nbytes,
                                  fetch, addr)
@@ -237,8 +328,13 @@ def _store(ins, plan, row, nbytes, how, family):
         active, full, lanes = P.exec_state(sel)
         addr, check = plan.addresses(P, sel, n)
         P.vm_issue(sel)
-        if family == "flat":
-            _check_flat_apertures(P, ins, sel, addr, active)
+        private = _check_flat_apertures(P, ins, sel, addr, active, True) \
+            if family == "flat" else None
+        if private is not None:
+            words = _gather_rows(P, sel, row, k)[active]
+            _flat_private_store(P, ins, sel, addr, _pack_store_bytes(words, nbytes, how),
+                                active, private)
+            return lanes
         words = _gather_rows(P, sel, row, k)
         data = _pack_store_bytes(words.reshape(-1, k) if full else words[active], nbytes, how)
         lane_addr = addr.reshape(-1) if full else addr[active]
@@ -253,6 +349,25 @@ def _store(ins, plan, row, nbytes, how, family):
                                    data[ok_lanes[active], j:j + width], ok_lanes, None)
         return lanes
     return run
+
+
+def _flat_private_load(P, ins, sel, addr, nbytes, active, private):
+    """(m, nbytes) for the active lanes of a flat load some of whose lanes are private."""
+    data = np.zeros((int(active.sum()), nbytes), np.uint8)
+    offsets = (addr & U64(0xFFFFFFFF)).astype(np.int64)
+    data[private[active]] = P.private.load(P, ins, sel, offsets, nbytes, private)
+    rest = active & ~private
+    if rest.any():
+        data[rest[active]] = P.global_load(ins, sel, addr[rest], nbytes, rest, addr)
+    return data
+
+
+def _flat_private_store(P, ins, sel, addr, data, active, private):
+    offsets = (addr & U64(0xFFFFFFFF)).astype(np.int64)
+    P.private.store(P, ins, sel, offsets, data[private[active]], private)
+    rest = active & ~private
+    if rest.any():
+        P.global_store(ins, sel, addr[rest], data[rest[active]], rest, addr)
 
 
 def _lds_dma(ins, plan, mods):

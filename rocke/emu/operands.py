@@ -144,6 +144,8 @@ def constant_bits(op: Operand, typ: str) -> int:
             raw = _f32_bits(value) | (_f32_bits(value) << 32)
         return raw
     value = int(value)
+    if bits == 64 and op.text in ("src_shared_base", "src_private_base"):
+        return value << 32   # 64-bit read: the aperture's base address (32-bit: its high half)
     if bits == 64:
         if typ == "f64" and not -16 <= value <= 64:
             return (value & 0xFFFFFFFF) << 32  # a 32-bit literal supplies the high half of a double

@@ -369,8 +369,6 @@ def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, val
             raise DecodeError(f"opcode {name!r} is not implemented")
         return Decoded(salu.decode_salu(ins, ops, salu_ops[name]), SALU, None, ins)
     if cls == VMEM:
-        if name.startswith("scratch_"):
-            raise DecodeError(f"opcode {name!r} is not implemented (no private segments)")
         run = memops.decode_vmem(ins, ops, mods)
         if run is None:
             return Decoded(lambda P, sel, n: 0, OTHER, None, ins)
