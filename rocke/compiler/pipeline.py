@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
 
+from ..arch import DEFAULT_TARGET as ARCH_DEFAULT_TARGET
 from . import toolchain
 from .cache import CompileCache, cache_key
 from .elf import ET_DYN, InvalidCodeObject, validate_code_object
 from .metadata import KernelInfo, kernel_info
 from .toolchain import ToolchainError, find_linker, linker_fingerprint, target_machine, toolchain_fingerprint
 
-DEFAULT_TARGET = "gfx942:sramecc+:xnack-"
+DEFAULT_TARGET = ARCH_DEFAULT_TARGET.target_id
 
 
 class CompileError(RuntimeError):

@@ -31,6 +31,7 @@ import numpy as np
 
 from rocke import env
 from rocke.arch import abi
+from rocke.arch.targets import GFX942
 
 from .asm import Program, parse_program
 from . import scratch
@@ -38,7 +39,7 @@ from .memory import GlobalMemory, host_view
 from .machine import Pool
 from .program import CLASSES, DecodedKernel, decode_kernel
 
-LDS_LIMIT = 64 * 1024
+LDS_LIMIT = GFX942.max_lds_per_workgroup     # the emulator models gfx942 only
 MAX_WORKGROUP_SIZE = 1024            # work-items per workgroup on gfx942
 MAX_GRID_WORK_ITEMS = 2 ** 32 - 1    # per axis: the dispatch packet's grid size is 32-bit
 MAX_POOL_WAVES = 512
