@@ -228,3 +228,34 @@ def test_cvt_pk_fp8_f32_overflow(clamp):
     expected = [_e4m3fnuz_bits(float(x), clamp) | (_e4m3fnuz_bits(float(y), clamp) << 8)
                 for x, y in zip(a, b)]
     assert (r.vgprs[0, 2] & 0xFFFF).tolist() == expected
+
+
+# ---------------------------------------------------------------- census against the ISA XML
+
+def test_census_reads_the_isa_xml_and_maps_llvm_names(tmp_path):
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "census", Path(__file__).resolve().parents[2] / "tools" / "triton_fixture_census.py")
+    census = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(census)
+    entries = [("V_ACCVGPR_READ", "ENC_VOP3P"), ("V_MAD_MIX_F32", "ENC_VOP3P"),
+               ("S_NOP", "ENC_SOPP"), ("DS_APPEND", "ENC_DS")]
+    xml = "<Spec><ISA><Instructions>" + "".join(
+        f"<Instruction><InstructionName>{n}</InstructionName><InstructionEncodings>"
+        f"<InstructionEncoding><EncodingName>{e}</EncodingName></InstructionEncoding>"
+        f"</InstructionEncodings></Instruction>" for n, e in entries) + \
+        "</Instructions></ISA></Spec>"
+    path = tmp_path / "isa.xml"
+    path.write_text(xml)
+    opcodes = census.xml_opcodes(path)
+    assert opcodes == {"v_accvgpr_read": "VOP3P", "v_mad_mix_f32": "VOP3P", "s_nop": "SOPP",
+                       "ds_append": "DS"}
+    usage = census.to_xml_names({"v_accvgpr_read_b32_e64": {"k": 1}, "v_fma_mix_f32": {"k": 2},
+                                 "s_nop": {"k": 3}})
+    rows, used, total, unknown = census.coverage(usage, opcodes)
+    assert (used, total, unknown) == (3, 4, [])
+    assert ("DS", 0, 1) in rows and ("VOP3P", 2, 2) in rows
+    (tmp_path / "empty.xml").write_text("<Spec/>")
+    with pytest.raises(ValueError, match="no <Instruction>"):
+        census.xml_opcodes(tmp_path / "empty.xml")
