@@ -159,22 +159,36 @@ def _f16_bits(x):
     return np.asarray(x, np.float16).view(np.uint16).astype(np.int64)
 
 
-def test_packed_inline_constants_fill_both_halves():
-    """An inline constant operand of a packed 16-bit op supplies the same 16-bit value to
-    both halves (integer 1 and float 1.0)."""
+def test_packed_inline_constants_are_one_32_bit_value():
+    """An inline constant in a packed 16-bit operand is a 32-bit value, not a splat: an integer
+    is sign-extended (1 -> 0x00000001, -1 -> 0xFFFFFFFF), a float is the f16 value in the low
+    half with 0 above for f16 ops and the f32 bits for integer ops. op_sel_hi:0 makes the high
+    lane read the low half too (how compilers splat a constant)."""
     lo = LANE * 3
     hi = 1000 + LANE
     words = lo | (hi << 16)
     flo = np.linspace(-4, 4, 64).astype(np.float16)
     fhi = np.linspace(10, -10, 64).astype(np.float16)
     fwords = _f16_bits(flo) | (_f16_bits(fhi) << 16)
-    body = "  v_pk_add_u16 v2, v0, 1\n  v_pk_add_f16 v3, v1, 1.0\n  v_pk_mul_f16 v4, v1, -2.0\n"
+    body = ("  v_pk_add_u16 v2, v0, 1\n"
+            "  v_pk_add_u16 v3, v0, -1\n"
+            "  v_pk_add_u16 v4, v0, 1.0\n"
+            "  v_pk_add_f16 v5, v1, 1.0\n"
+            "  v_pk_add_f16 v6, v1, 1.0 op_sel_hi:[1,0]\n"
+            "  v_pk_mul_f16 v7, v1, -2.0\n")
     r = run_asm(body, vgprs=_rows(words, fwords))
-    assert r.vgprs[0, 2].tolist() == ((lo + 1) | ((hi + 1) << 16)).tolist()
-    add = _f16_bits(flo + np.float16(1)) | (_f16_bits(fhi + np.float16(1)) << 16)
-    assert r.vgprs[0, 3].tolist() == add.tolist()
-    mul = _f16_bits(flo * np.float16(-2)) | (_f16_bits(fhi * np.float16(-2)) << 16)
-    assert r.vgprs[0, 4].tolist() == mul.tolist()
+
+    def pack(a, b):
+        return (np.asarray(a, np.int64) & 0xFFFF) | ((np.asarray(b, np.int64) & 0xFFFF) << 16)
+
+    assert r.vgprs[0, 2].tolist() == pack(lo + 1, hi).tolist()
+    assert r.vgprs[0, 3].tolist() == pack(lo - 1, hi - 1).tolist()
+    assert r.vgprs[0, 4].tolist() == pack(lo, hi + 0x3F80).tolist()       # f32 1.0 = 0x3F800000
+    zero, one = np.float16(0), np.float16(1)
+    assert r.vgprs[0, 5].tolist() == pack(_f16_bits(flo + one), _f16_bits(fhi + zero)).tolist()
+    assert r.vgprs[0, 6].tolist() == pack(_f16_bits(flo + one), _f16_bits(fhi + one)).tolist()
+    assert r.vgprs[0, 7].tolist() == pack(_f16_bits(flo * np.float16(-2)),
+                                          _f16_bits(fhi * zero)).tolist()
 
 
 # ---------------------------------------------------------------- hidden_grid_dims
