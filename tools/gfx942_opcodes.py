@@ -72,6 +72,14 @@ def _words() -> list[list[int]]:
         out.append([0xE0000000 | (op << 18), 0x00010200 | (4 << 8)])
     for op in range(16):
         out.append([0xE8000000 | (op << 15) | 0x1000 | (1 << 19), 0x00000200 | (4 << 8)])   # MTBUF
+    # operand-less forms (v_nop, v_clrexcp, s_memtime, s_dcache_*, ds_nop, ds_append, GDS ops)
+    # decode only with zero or GDS operand fields
+    for op in range(256):
+        out.append([0x7E000000 | (op << 9)])                                         # VOP1, no operands
+        out.append([0xC0000000 | (op << 18), 0])                                      # SMEM, no operands
+        for data in (0, 0x01000000, 0x00000100, 0x00000200):
+            for gds in (0, 1 << 16):
+                out.append([0xD8000000 | (op << 17) | gds, data])                     # DS, GDS
     return out
 
 

@@ -1,12 +1,16 @@
 """Which gfx942 opcodes the committed fixtures exercise, against the opcodes LLVM defines.
 
-Run:  .venv/bin/python tools/triton_fixture_census.py [--counts] [--hip] [--list-missing] [FIXTURE_DIR]
+Run:  .venv/bin/python tools/triton_fixture_census.py [--counts] [--hip] [--list-missing]
+          [--xml amdgpu_isa_cdna3.xml] [FIXTURE_DIR]
 
 Only kernel bodies are scanned (from each kernel's label to its .Lfunc_end label), so the
 kernel descriptor, metadata YAML and comments are ignored; encoding suffixes (_e32, _e64, _sdwa,
 _dpp) are stripped. The reference opcode list, tests/fixtures/gfx942_opcodes.txt, is what
 llvm-mc-19 decodes for gfx942 (tools/gfx942_opcodes.py); coverage is reported per family.
 --hip adds the clang-compiled HIP fixtures (tests/fixtures/hip/kernels.s). Needs no Triton.
+--xml takes the reference list from AMD's machine-readable ISA specification instead (the CDNA3
+XML from gpuopen.com, not committed): families are its encodings, LLVM's names for the few
+renamed opcodes are mapped to the XML's, and the opcodes on one list only are printed.
 """
 
 import argparse
@@ -80,6 +84,38 @@ def llvm_opcodes(path: Path = OPCODES) -> dict[str, str]:
     return out
 
 
+# LLVM gfx942 mnemonic -> the CDNA3 XML's name for the same opcode
+XML_ALIASES = {"v_accvgpr_read_b32": "v_accvgpr_read", "v_accvgpr_write_b32": "v_accvgpr_write",
+               "v_fma_mix_f32": "v_mad_mix_f32", "v_fma_mixlo_f16": "v_mad_mixlo_f16",
+               "v_fma_mixhi_f16": "v_mad_mixhi_f16"}
+
+
+def xml_opcodes(path: Path) -> dict[str, str]:
+    """mnemonic -> family (its first encoding, e.g. VOP3P) from an AMD ISA specification XML."""
+    import xml.etree.ElementTree as ET
+    out = {}
+    for _, element in ET.iterparse(path):
+        if element.tag != "Instruction":
+            continue
+        name = element.findtext("InstructionName")
+        encoding = element.findtext("InstructionEncodings/InstructionEncoding/EncodingName") or "?"
+        if name:
+            out[name.strip().lower()] = encoding.strip().removeprefix("ENC_")
+        element.clear()
+    if not out:
+        raise ValueError(f"{path}: no <Instruction> elements with an <InstructionName>")
+    return out
+
+
+def to_xml_names(usage):
+    """`usage` with LLVM's mnemonics renamed to the XML's where they differ."""
+    renamed = collections.defaultdict(collections.Counter)
+    for mnemonic, fixtures in usage.items():
+        base = _SUFFIX.sub("", mnemonic)
+        renamed[XML_ALIASES.get(base, base)].update(fixtures)
+    return renamed
+
+
 def coverage(usage, opcodes: dict[str, str]):
     """(per-family rows [(family, used, total)], used total, total, mnemonics not in LLVM's list)."""
     used = {_SUFFIX.sub("", m) for m in usage}
@@ -100,22 +136,35 @@ def main():
     parser.add_argument("--hip", action="store_true", help="include the HIP fixtures")
     parser.add_argument("--list-missing", action="store_true",
                         help="list LLVM opcodes no fixture uses, per family")
+    parser.add_argument("--xml", type=Path,
+                        help="AMD ISA specification XML (amdgpu_isa_cdna3.xml) as the reference")
     args = parser.parse_args()
     usage = census(args.fixture_dir, args.hip)
     if args.counts:
         for mnemonic in sorted(usage):
             per_fixture = usage[mnemonic]
             print(f"{mnemonic:<36} {sum(per_fixture.values()):>5} {len(per_fixture):>3}")
+    printed = len(usage)
     opcodes = llvm_opcodes()
+    reference = "LLVM"
+    if args.xml:
+        llvm_names = {XML_ALIASES.get(name, name) for name in opcodes}
+        opcodes = xml_opcodes(args.xml)
+        usage = to_xml_names(usage)
+        reference = "XML"
+        print(f"# XML only ({len(set(opcodes) - llvm_names)}): "
+              f"{' '.join(sorted(set(opcodes) - llvm_names))}")
+        print(f"# LLVM only ({len(llvm_names - set(opcodes))}): "
+              f"{' '.join(sorted(llvm_names - set(opcodes)))}")
     rows, used, total, unknown = coverage(usage, opcodes)
-    print(f"{'family':<22} {'used':>5} {'LLVM':>5}  coverage")
+    print(f"{'family':<22} {'used':>5} {reference:>5}  coverage")
     for family, u, t in rows:
         print(f"{family:<22} {u:>5} {t:>5}  {100 * u / t:5.1f}%")
     print(f"{'all':<22} {used:>5} {total:>5}  {100 * used / total:5.1f}%")
-    print(f"# {len(usage)} distinct mnemonics as printed; "
+    print(f"# {printed} distinct mnemonics as printed; "
           f"{len({_SUFFIX.sub('', m) for m in usage})} opcodes")
     if unknown:
-        print(f"# not in LLVM's decoded list: {' '.join(unknown)}")
+        print(f"# not in the {reference} list: {' '.join(unknown)}")
     if args.list_missing:
         used_set = {_SUFFIX.sub("", m) for m in usage}
         by_family = collections.defaultdict(list)

@@ -1,7 +1,7 @@
 """Public entry point of the gfx942 emulator: `launch(code, kernel, grid, block, args, ...)`.
 
-Readings of the ISA this engine commits to (tests in tests/emu/test_engine.py and, for buffers,
-tests/emu/test_buffer_rules.py):
+Readings of the ISA this engine commits to (tests in tests/emu/test_engine.py, for buffers
+tests/emu/test_buffer_rules.py, for the ones below with their sources tests/emu/test_readings.py):
 - buffer range check, as the hardware does it (AMD's CDNA simulator, checked against the
   hardware; the CDNA3 ISA guide's text leaves the SGPR offset out, the hardware does not):
   the byte offset is SOFFSET + ((VOFFSET + instruction offset) mod 2**32) — only the VGPR
@@ -12,9 +12,25 @@ tests/emu/test_buffer_rules.py):
   alone is checked by byte offset; out-of-range loads return 0, out-of-range stores are
   dropped, out-of-range lanes of `buffer_load_dword ... lds` write 0 to LDS. (Format
   loads/stores and MTBUF, all or nothing on hardware, are not decoded.)
-- LDS DMA writes lane i's dword to LDS at M0 + instruction offset + 4 * i;
+- LDS DMA writes lane i's dword to LDS at M0 + instruction offset + 4 * i (confirmed by LLVM's
+  LDS-DMA intrinsics: the immediate offset applies to both the memory and the LDS address;
+  the ISA guides' "Memory Buffer Load to LDS", LDS_ADDR = LDSbase + M0 + inst_offset + TID*4,
+  as quoted from the CDNA4 guide, the CDNA3 text not read here);
 - DPP: a source lane outside the row/wave or with EXEC off is invalid (bound_ctrl writes 0,
-  otherwise the lane keeps its old value); row_mask/bank_mask disable writes;
+  otherwise the lane keeps its old value); row_mask/bank_mask disable writes (confirmed by the
+  CDNA3 ISA XML, VOP_DPP fields BOUND_CTRL "when shared data is invalid: 0 = no write, 1 =
+  source 0", ROW_MASK/BANK_MASK lane sets; LLVM's modifier syntax calls disabled and
+  out-of-range lanes invalid). row_bcast:15 reads lane 15 of the previous row (rows 1-3),
+  row_bcast:31 lane 31 (rows 2-3); row 0 of bcast:15 has no documented source and is invalid;
+- SDWA sext(src) sign-extends the selected field, else it is zero-extended (CDNA3 ISA XML,
+  VOP_SDWA SRC0_SEXT/SRC1_SEXT);
+- a packed 16-bit operand's inline constant is one 32-bit value, not a splat (LLVM
+  AMDGPUBaseInfo getInlineEncodingV216, from the hardware; llvm-project PR 76522);
+- v_cvt_pk_{fp8,bf8}_f32 without clamp or MODE.FP16_OVFL turn a finite overflow into the NaN
+  code 0x80, with clamp into +-max (as torch's fnuz conversion; the CDNA3 guide's §7.2
+  FP16_OVFL table is not in the XML and was not read here: unconfirmed);
+- hidden_grid_dims is 3 (ROCm CLR: hipModuleLaunchKernel builds a 3-dimensional NDRange and
+  writes its dimension count; rocke/arch/abi.py grid_dims_count);
 - 16-bit VALU results zero or preserve the high half per LLVM's gfx9 opcode table;
 - without `check`, out-of-bounds global/LDS accesses still stop the launch (they would touch
   host memory); `check` adds the LDS race checker.

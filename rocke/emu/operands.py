@@ -131,16 +131,19 @@ def constant_bits(op: Operand, typ: str) -> int:
     """Raw bits an inline constant / literal supplies to an operand of type `typ`."""
     bits = TYPE_BITS[typ]
     value = op.value
+    # A packed 16-bit operand's inline constant is one 32-bit value, not a splat (LLVM
+    # AMDGPUBaseInfo getInlineEncodingV216, "the actual HW behavior", llvm-project PR 76522):
+    # an integer is sign-extended to 32 bits, a float is the f16 value in the low half with 0
+    # above for f16 ops and the f32 value for integer ops; op_sel_hi:0 reads the low half into
+    # both lanes, which is how compilers splat a constant.
     if op.kind == "float":
         if typ in ("f64", "b64", "u64", "i64", "mask"):
             raw = _f64_bits(value)
-        elif bits == 16 or typ.startswith("pk_") and typ != "pk_f32":
+        elif bits == 16 or typ in ("pk_f16", "pk_bf16"):
             raw = _f16_bits(value)
         else:
             raw = _f32_bits(value)
-        if typ.startswith("pk_") and typ not in ("pk_f32", "pk_b32"):
-            raw |= raw << 16  # packed math splats an inline constant into both halves
-        if typ in ("pk_f32", "pk_b32"):
+        if typ in ("pk_f32", "pk_b32"):   # not confirmed: compilers pair it with op_sel_hi:0
             raw = _f32_bits(value) | (_f32_bits(value) << 32)
         return raw
     value = int(value)
@@ -154,9 +157,6 @@ def constant_bits(op: Operand, typ: str) -> int:
         return value & 0xFFFFFFFFFFFFFFFF
     if bits == 16:
         return value & 0xFFFF
-    if typ.startswith("pk_"):
-        low = value & 0xFFFF
-        return low | (low << 16) if -16 <= value <= 64 else value & 0xFFFFFFFF
     return value & 0xFFFFFFFF
 
 
