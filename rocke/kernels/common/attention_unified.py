@@ -86,8 +86,10 @@ class Geometry:
 
 @dataclass(frozen=True)
 class UnifiedAttentionProblem:
-    """One call, as the dispatcher sees it. ``features`` is where the later features
-    (window, softcap, ALiBi, QQ-bias, sinks, fp8) will be named; none is supported yet."""
+    """One call, as the dispatcher sees it. The score features (ALGORITHM.md §11) are fields:
+    ``softcap`` (0 = off), ``alibi`` / ``qq_bias`` / ``sinks`` (whether the tensor is passed),
+    ``window_left`` (vLLM's ``window_size[0]``, -1 = no sliding window); ``features`` names the
+    ones that are on."""
     dtype: str
     head_size: int
     num_q_heads: int
@@ -100,7 +102,11 @@ class UnifiedAttentionProblem:
     causal: bool = True
     num_blocks: int = 1
     kv_cache_bytes: int = 0     # bytes one cache's pages span: num_blocks * block stride
-    features: frozenset = frozenset()
+    softcap: float = 0.0
+    alibi: bool = False
+    qq_bias: bool = False
+    window_left: int = -1
+    sinks: bool = False
 
     def __post_init__(self):
         if self.dtype not in DTYPES.values():
@@ -121,8 +127,29 @@ class UnifiedAttentionProblem:
                              f"{self.num_kv_heads} (GQA needs whole groups)")
         if not isinstance(self.causal, bool):
             raise ValueError(f"causal: must be a bool, got {self.causal!r}")
-        if self.features:
-            raise NotImplementedError(f"features: {sorted(self.features)} not supported yet")
+        if isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float)) or \
+                not math.isfinite(self.softcap) or self.softcap < 0:
+            raise ValueError(f"softcap: must be a finite float >= 0 (0 = off), got {self.softcap!r}")
+        for name in ("alibi", "qq_bias", "sinks"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: must be a bool, got {getattr(self, name)!r}")
+        if isinstance(self.window_left, bool) or not isinstance(self.window_left, int) or \
+                not -1 <= self.window_left < 2 ** 31:
+            raise ValueError(f"window_left: must be -1 (no window) or an int in [0, 2**31), got "
+                             f"{self.window_left!r}")
+        if self.window_left >= 0 and not self.causal and self.max_seqlen_q > 1:
+            raise ValueError("window_left: the sliding window is bottom-right aligned like the "
+                             "causal mask (ALGORITHM.md §11.6); it needs causal=True for prefill")
+
+    @property
+    def features(self) -> frozenset:
+        """Names of the score features this call applies (the kernel spec's feature fields)."""
+        return frozenset(name for name, on in self.spec_features().items() if on)
+
+    def spec_features(self) -> dict[str, bool]:
+        """The kernel spec's feature fields for this problem."""
+        return dict(softcap=self.softcap > 0, alibi=self.alibi, qq_bias=self.qq_bias,
+                    sliding_window=self.window_left >= 0, sinks=self.sinks)
 
     @property
     def num_queries_per_kv(self) -> int:
@@ -175,7 +202,9 @@ class UnifiedAttentionProblem:
 # ---- the dispatcher's rules (ALGORITHM.md §10). First match wins; the reason is the why. ----
 # (applies(problem, num_sms), path, reason)
 PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
-    # (sliding window -> 2D joins here with issue 8's window feature)
+    (lambda p, sms: p.window_left >= 0, "2d",
+     "sliding window: the walk is at most the window's tiles, so segments would only add a "
+     "launch and workspace traffic (seed 004 §6)"),
     (lambda p, sms: p.max_seqlen_k <= SHORT_CONTEXT_K, "2d",
      "short context (max_seqlen_k <= 512): the KV walk is short, segments would only add a "
      "launch and workspace traffic"),
@@ -345,17 +374,6 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     Raises ``NotImplementedError`` for a feature a later issue adds, ``ValueError`` for
     everything else; each message starts with the argument's name."""
     import torch
-    # features of issue 8 first: a set feature is the reason, whatever else is off
-    if window_size is not None and tuple(int(x) for x in window_size) != (-1, -1):
-        raise _feature_error("sliding window attention", "window_size", tuple(window_size))
-    if softcap not in (None, 0, 0.0):
-        raise _feature_error("logit softcapping", "softcap", softcap)
-    if alibi_slopes is not None:
-        raise _feature_error("ALiBi", "alibi_slopes", type(alibi_slopes).__name__)
-    if qq_bias is not None:
-        raise _feature_error("QQ-bias", "qq_bias", type(qq_bias).__name__)
-    if sinks is not None:
-        raise _feature_error("attention sinks", "sinks", type(sinks).__name__)
     if q_descale is not None:
         raise _feature_error("fp8 queries", "q_descale", type(q_descale).__name__)
 
@@ -486,13 +504,71 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     _check_descale("k_descale", k_descale, num_seqs, num_kv_heads)
     _check_descale("v_descale", v_descale, num_seqs, num_kv_heads)
 
+    window_left = _check_window(window_size)
+    softcap = _check_softcap(softcap)
+    for name, t in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
+        if t is not None:
+            _check_feature_tensor(name, t, q, [num_q_heads], "[num_q_heads]")
+    if qq_bias is not None:
+        _check_feature_tensor("qq_bias", qq_bias, q, None, "[max_q, max_q]")
+        if qq_bias.dim() != 2 or min(qq_bias.shape) < true_max_q:
+            raise ValueError(f"qq_bias: must be 2-D [max_q, max_q] covering the longest query "
+                             f"({true_max_q} tokens), got shape {list(qq_bias.shape)}")
+
     cache_bytes = max(k.stride(0) * num_blocks * k.element_size(),
                       v.stride(0) * num_blocks * v.element_size())
     return UnifiedAttentionProblem(
         dtype=dtype, head_size=head_size, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
         block_size=block_size, num_seqs=num_seqs, total_q=total_q,
         max_seqlen_q=max(1, max_seqlen_q), max_seqlen_k=max(1, max_seqlen_k), causal=causal,
-        num_blocks=num_blocks, kv_cache_bytes=cache_bytes)
+        num_blocks=num_blocks, kv_cache_bytes=cache_bytes, softcap=softcap,
+        alibi=alibi_slopes is not None, qq_bias=qq_bias is not None, window_left=window_left,
+        sinks=sinks is not None)
+
+
+def _check_window(window_size) -> int:
+    """vLLM's ``window_size``: ``(-1, -1)`` (or None) = no window; ``(left, 0)`` with ``left >= 0``
+    = keys at most ``left`` positions before the query (vLLM passes ``(sliding_window - 1, 0)``;
+    ``(left, -1)`` means the same under the causal mask). Returns ``left`` (-1 = off)."""
+    if window_size is None:
+        return -1
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2 or any(
+            isinstance(x, bool) or not isinstance(x, int) for x in window_size):
+        raise ValueError(f"window_size: must be a pair of ints (left, right) as vLLM passes it, "
+                         f"got {window_size!r}")
+    left, right = window_size
+    if (left, right) == (-1, -1):
+        return -1
+    if left < 0 or right not in (0, -1) or left >= 2 ** 31:
+        raise ValueError(f"window_size: must be (-1, -1) (no window) or (left, 0) / (left, -1) with "
+                         f"0 <= left < 2**31 (causal: no key after the query), got {tuple(window_size)}")
+    return left
+
+
+def _check_softcap(softcap) -> float:
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or \
+            not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap: must be a finite float >= 0 (0 = off), got {softcap!r}")
+    return float(softcap)
+
+
+def _check_feature_tensor(name: str, t, q, shape, dims: str):
+    import torch
+    if not _is_tensor(t):
+        raise ValueError(f"{name}: must be a torch.float32 tensor {dims}, got {type(t).__name__}")
+    if t.dtype != torch.float32:
+        raise ValueError(f"{name}: dtype must be torch.float32, got {t.dtype}")
+    if t.device != q.device:
+        raise ValueError(f"{name}: on {t.device}, but q is on {q.device}; every tensor must be on "
+                         "one device")
+    if shape is not None and list(t.shape) != shape:
+        raise ValueError(f"{name}: shape must be {dims} = {shape}, got {list(t.shape)}")
+    if t.dim() and t.stride(-1) != 1:
+        raise ValueError(f"{name}: the last dimension must have stride 1, got strides {t.stride()}")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name}: entries must be finite")
 
 
 # ---- kernels: specs, the compiled-variant cache, launch ----------------------------------------
@@ -528,7 +604,7 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
                   num_queries_per_kv=problem.num_queries_per_kv,
                   num_warps=geo.num_warps, block_m_per_warp=geo.block_m_per_warp,
                   tile_size=geo.tile_size, use_k_single_buffer=geo.k_single_buffer,
-                  kv_addr_64=problem.kv_addr_64)
+                  kv_addr_64=problem.kv_addr_64, **problem.spec_features())
     if geo.regime == "flash":
         wanted.update(use_mfma_32x32x8=True, use_transposed_qk_32x32=True)
     missing = sorted(set(wanted) - have)
@@ -616,10 +692,13 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     kernels = [compiled(spec) for spec in the_plan.specs]     # every build before any launch
     from rocke.runtime import launch
     scale = float(softmax_scale)
+    features = dict(softcap=problem.softcap, alibi_slopes=alibi_slopes, qq_bias=qq_bias,
+                    window_left=problem.window_left, sinks=sinks)
     if the_plan.path == "2d":
         (spec,) = the_plan.specs
         mod = _kernel_module("2d")
-        args = mod.kernel_args(spec, q, k, v, out, block_table, cu_seqlens_q, seqused_k, scale)
+        args = mod.kernel_args(spec, q, k, v, out, block_table, cu_seqlens_q, seqused_k, scale,
+                               **features)
         grid, block = mod.launch_geometry(spec, problem.num_seqs, problem.total_q,
                                           problem.num_kv_heads)
         return RunRecord(the_plan, [launch(kernels[0], grid, block, args)])
@@ -633,7 +712,7 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     segm_max = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
     segm_expsum = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
     args3 = mod.kernel_args(spec3, q, k, v, segm_output, segm_max, segm_expsum, block_table,
-                            cu_seqlens_q, seqused_k, scale, ns)
+                            cu_seqlens_q, seqused_k, scale, ns, **features)
     grid3, block3 = mod.launch_geometry(spec3, problem.num_seqs, problem.total_q,
                                         problem.num_kv_heads, ns)
     args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out, ns)

@@ -50,6 +50,9 @@ def cfv_pad(flash: bool) -> int:
     return 8 if flash else 4
 
 
+# spec field -> kernel-name tag of each score feature, in the order of seeds/004 §1
+FEATURES = {"softcap": "softcap", "alibi": "alibi", "qq_bias": "qqb", "sliding_window": "swa",
+            "sinks": "sinks"}
 STAGING_VECTOR = 8          # elements per lane per global access of the cooperative copies
 MAX_GROUP = 16
 
@@ -76,6 +79,18 @@ class UnifiedAttention2DSpec:
     q_major_grid: bool = False         # grid (total_num_q_blocks, num_kv_heads)
     cfv_store: bool = False            # V row-major with vector stores (see ALGORITHM.md §9)
     kv_addr_64: bool = False           # 64-bit page base (caches past 2 GiB)
+    # score features (ALGORITHM.md §11, seeds/004 §1); each adds runtime arguments after the
+    # base ones, so a spec with none emits exactly the featureless kernel
+    softcap: bool = False              # s <- c tanh(s / c), c a runtime argument
+    alibi: bool = False                # s += slope[head] (key - ctx), slopes [Hq] fp32
+    qq_bias: bool = False              # s += bias[q_local, key - ctx] inside the query section
+    sliding_window: bool = False       # mask keys older than the window; skip tiles outside it
+    sinks: bool = False                # per-head sink logit in the softmax denominator
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The score features this kernel applies, in ``FEATURES`` order."""
+        return tuple(name for name in FEATURES if getattr(self, name))
 
     def __post_init__(self):
         problems = spec_problems(self)
@@ -119,6 +134,7 @@ class UnifiedAttention2DSpec:
                  ("stream", self.kv_cache_policy == "stream"), ("qdirect", self.q_direct),
                  ("kdma", self.global_load_lds_k), ("qmajor", self.q_major_grid),
                  ("cfv", self.cfv_store), ("a64", self.kv_addr_64)]
+        flags += [(tag, getattr(self, name)) for name, tag in FEATURES.items()]
         for tag, value in flags:
             if value is True:
                 name += f"_{tag}"
@@ -154,7 +170,7 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_choice, "block_m_per_warp", spec.block_m_per_warp, (16, 32))
     ok &= rule(check_choice, "tile_size", spec.tile_size, (0,) + TILE_SIZES)
     for name in ("use_mfma_32x32x8", "use_transposed_qk_32x32", "iglp", "q_direct",
-                 "global_load_lds_k", "q_major_grid", "cfv_store", "kv_addr_64"):
+                 "global_load_lds_k", "q_major_grid", "cfv_store", "kv_addr_64", *FEATURES):
         ok &= rule(check_bool, name, getattr(spec, name))
     if spec.use_k_single_buffer is not None:
         ok &= rule(check_bool, "use_k_single_buffer", spec.use_k_single_buffer)
@@ -311,9 +327,63 @@ def _cache_args(t):
     return [t.stride(0), t.stride(1), t.stride(2), t.shape[0]]
 
 
+def feature_arg_names(spec) -> tuple[str, ...]:
+    """Names of the runtime arguments the spec's score features append after the base ones."""
+    names = {"softcap": ("softcap",), "alibi": ("alibi_slopes",),
+             "qq_bias": ("qq_bias", "qq_bias_stride", "qq_bias_rows"),
+             "sliding_window": ("window_left",), "sinks": ("sinks",)}
+    return tuple(n for f in spec.features for n in names[f])
+
+
+def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=None, qq_bias=None,
+                 window_left: int = -1, sinks=None) -> list:
+    """The feature arguments of ``spec`` (``feature_arg_names`` order), each checked against the
+    spec: a feature the spec applies needs its value, a value the spec would ignore is refused."""
+    import torch
+    given = {"softcap": softcap not in (None, 0, 0.0), "alibi": alibi_slopes is not None,
+             "qq_bias": qq_bias is not None, "sliding_window": window_left not in (None, -1),
+             "sinks": sinks is not None}
+    for name in FEATURES:
+        if given[name] != getattr(spec, name):
+            state = "applies" if getattr(spec, name) else "does not apply"
+            raise ValueError(f"{name}: the kernel {spec.kernel_name} {state} it, but the call "
+                             f"{'passes' if given[name] else 'omits'} it")
+    out = []
+    if spec.softcap:
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or \
+                not math.isfinite(softcap) or softcap <= 0:
+            raise ValueError(f"softcap: must be a finite positive float, got {softcap!r}")
+        out.append(float(softcap))
+    if spec.alibi:
+        out.append(_per_head_tensor("alibi_slopes", alibi_slopes, num_q_heads))
+    if spec.qq_bias:
+        if not isinstance(qq_bias, torch.Tensor) or qq_bias.dtype != torch.float32 or qq_bias.dim() != 2 \
+                or qq_bias.stride(1) != 1:
+            raise ValueError("qq_bias: must be a 2-D float32 tensor [max_q, max_q] with unit column stride")
+        check_buffer_bytes("qq_bias", qq_bias.stride(0) * qq_bias.shape[0] * 4, "the qq_bias tensor")
+        out += [qq_bias, qq_bias.stride(0), qq_bias.shape[0]]
+    if spec.sliding_window:
+        if isinstance(window_left, bool) or not isinstance(window_left, int) or \
+                not 0 <= window_left < I32_LIMIT:
+            raise ValueError(f"window_left: must be an int in [0, 2**31), got {window_left!r}")
+        out.append(window_left)
+    if spec.sinks:
+        out.append(_per_head_tensor("sinks", sinks, num_q_heads))
+    return out
+
+
+def _per_head_tensor(name, t, num_q_heads):
+    import torch
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or tuple(t.shape) != (num_q_heads,) \
+            or t.stride(0) != 1:
+        raise ValueError(f"{name}: must be a contiguous float32 tensor [num_q_heads = {num_q_heads}]")
+    return t
+
+
 def kernel_args(spec, q, k_cache, v_cache, out, block_table, cu_seqlens_q, seqused_k,
-                softmax_scale: float) -> list:
-    """Ordered kernel arguments (ARGS) for vLLM-layout tensors; cheap per-tensor checks."""
+                softmax_scale: float, **features) -> list:
+    """Ordered kernel arguments (ARGS, then ``feature_arg_names``) for vLLM-layout tensors; cheap
+    per-tensor checks. ``features``: ``feature_args``'s keywords."""
     check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k)
     check_tensor("out", out, dtype=spec.dtype, dims=("total_q", "num_q_heads", "head_size"), contiguous=False)
     if out.shape != q.shape:
@@ -321,7 +391,8 @@ def kernel_args(spec, q, k_cache, v_cache, out, block_table, cu_seqlens_q, sequs
     num_seqs = seqused_k.shape[0]
     return [q, k_cache, v_cache, out, block_table, cu_seqlens_q, seqused_k, float(softmax_scale),
             num_seqs, _search_steps(num_seqs), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-            *_cache_args(k_cache), *_cache_args(v_cache)[:3], block_table.stride(0)]
+            *_cache_args(k_cache), *_cache_args(v_cache)[:3], block_table.stride(0),
+            *feature_args(spec, q.shape[1], **features)]
 
 
 ARGS = ("q", "k_cache", "v_cache", "out", "block_table", "cu_seqlens_q", "seqused_k", "softmax_scale",
@@ -363,6 +434,19 @@ def _declare_args(k, spec, split: bool) -> _Args:
     for name in ("k_stride_block", "k_stride_token", "k_stride_head", "num_blocks",
                  "v_stride_block", "v_stride_token", "v_stride_head", "block_table_stride"):
         setattr(a, name, k.arg_i32(name))
+    # feature arguments last (feature_arg_names): the featureless kernel is unchanged
+    if spec.softcap:
+        a.softcap = k.arg_f32("softcap")
+    if spec.alibi:
+        a.alibi_slopes = k.arg_ptr("alibi_slopes", "f32", readonly=True)
+    if spec.qq_bias:
+        a.qq_bias = k.arg_ptr("qq_bias", "f32", readonly=True)
+        a.qq_bias_stride = k.arg_i32("qq_bias_stride")
+        a.qq_bias_rows = k.arg_i32("qq_bias_rows")
+    if spec.sliding_window:
+        a.window_left = k.arg_i32("window_left")
+    if spec.sinks:
+        a.sinks = k.arg_ptr("sinks", "f32", readonly=True)
     return a
 
 
@@ -408,7 +492,21 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         kv_end = dsl.minimum(kv_len, ctx + q_start + q_rows)
         n_tiles = udiv_const(kv_end + (T - 1), T)
         n_full = dsl.minimum(udiv_const(ctx + q_start + 1, T), n_tiles)   # no key in the future
-        if split:
+        if spec.sliding_window:
+            # ALGORITHM.md §11.6: tiles wholly older than the window of the block's first query
+            # are never visited; the left-edge tiles (older than the window of its last query)
+            # and the diagonal tiles are masked, the tiles between run unmasked
+            w_lo = udiv_const(dsl.maximum(ctx + q_start - a.window_left, 0), T)
+            w_full = udiv_const(dsl.maximum(ctx + q_start + q_rows - 1 - a.window_left, 0) + (T - 1), T)
+            if split:      # the segments split the window's tiles, not the whole sequence
+                per_seg = (n_tiles - w_lo + a.num_segments - 1) // a.num_segments
+                lo = dsl.minimum(w_lo + segment * per_seg, n_tiles)
+                hi = dsl.minimum(w_lo + (segment + 1) * per_seg, n_tiles)
+            else:
+                lo, hi = w_lo, n_tiles
+            edge = dsl.minimum(dsl.maximum(w_full, lo), hi)
+            bounds = (lo, edge, dsl.minimum(dsl.maximum(n_full, edge), hi), hi)
+        elif split:
             n_all = udiv_const(kv_len + (T - 1), T)
             per_seg = (n_all + a.num_segments - 1) // a.num_segments
             seg_lo = dsl.minimum(segment * per_seg, n_tiles)
@@ -417,6 +515,8 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         else:
             bounds = (k.const(0, "i32"), n_full, n_tiles)
         wg = _Ctx(k, spec, a, kv_head, seq, q_seq_start, q_len, q_start, kv_len, ctx, tid, threads)
+        if split:
+            wg.segment = segment
         path = _FlashPath(wg) if spec.flash else _NarrowPath(wg)
         m, l, o = path.run(bounds)
         if split:
@@ -434,6 +534,7 @@ class _Ctx:
         self.kv_head, self.seq, self.q_seq_start = kv_head, seq, q_seq_start
         self.q_len, self.q_start, self.kv_len, self.ctx = q_len, q_start, kv_len, ctx
         self.tid, self.threads = tid, threads
+        self.segment = None             # the 3D kernel's segment index
         self.G = spec.num_queries_per_kv
         self.total_q = a.cu_seqlens_q.load(a.num_seqs)
         self.q_buf = a.q.buffer(self.total_q * a.q_stride_token)
@@ -552,15 +653,21 @@ class _PathBase:
             self.c.copy_k(self.k_lds, j * T, tokens=T, lds_row0=(j & 1) * T)
 
     def run(self, bounds):
-        """The tile loop (ALGORITHM.md §2-3): unmasked tiles, then the diagonal ones."""
+        """The tile loop (ALGORITHM.md §2-3): unmasked tiles, then the diagonal ones. With a
+        sliding window ``bounds`` is (lo, edge, mid, hi): masked left-edge tiles first."""
         k, s, c = self.k, self.spec, self.c
-        lo, mid, hi = bounds
+        if len(bounds) == 4:
+            lo, edge, mid, hi = bounds
+            phases = ((lo, edge, True), (edge, mid, False), (mid, hi, True))
+        else:
+            lo, mid, hi = bounds
+            phases = ((lo, mid, False), (mid, hi, True))
         carry = self.init_carry()
         double = not s.use_k_single_buffer
         if double:
             with k.if_(lo < hi):
                 self._copy_k_into(lo)            # the first K tile; each step prefetches the next
-        for start, stop, masked in ((lo, mid, False), (mid, hi, True)):
+        for start, stop, masked in phases:
             with k.for_range(start, stop, carry=carry) as loop:
                 j = loop.index
                 kv0 = j * s.tile_size
@@ -585,15 +692,88 @@ class _PathBase:
             k.wait_vmcnt(0)                      # the last prefetch lands before LDS is reused
         return self.split_carry(carry)
 
-    def masked_scores(self, score, kv0, key_origin, row_origin, masked: bool):
-        """Scaled scores, -inf where the key is in the future of the row's query (diagonal
-        tiles only)."""
-        scaled = score * self.qk_scale
-        if not masked:
+    def masked_scores(self, score, kv0, key_origin, row_origin, masked: bool, group: int = 0):
+        """Log2-domain scores with the spec's features applied in the order of ALGORITHM.md §11
+        (scale, softcap, ALiBi, QQ-bias), then -inf where the key is in the future of the
+        row's query or older than its window (masked tiles only)."""
+        s, c = self.spec, self.c
+        if s.softcap:
+            scaled = (score * self.softcap_in).map(dsl.tanh) * self.softcap_out
+        else:
+            scaled = score * self.qk_scale
+        if not (masked or s.alibi or s.qq_bias):
             return scaled
         rows, keys = _axes(score, self.row_axis, row_origin, key_origin)
-        tok, _ = self.c.row_token(rows)
-        return scaled.where(keys <= tok + self.c.ctx, -math.inf)
+        tok, _ = c.row_token(rows)
+        rel = keys - c.ctx if s.alibi or s.qq_bias else None   # key position in the query section
+        if s.alibi:
+            scaled = scaled + self.alibi_rows[group] * rel.to(dsl.f32)
+        if s.qq_bias:
+            scaled = scaled + _qq_bias_values(c, tok, rel, score.layout.values_per_lane) * LOG2E
+        if not masked:
+            return scaled
+        visible = keys <= tok + c.ctx
+        if s.sliding_window:
+            visible = visible & (keys >= tok + c.ctx - c.a.window_left)
+        return scaled.where(visible, -math.inf)
+
+    def prepare_features(self, row_origins):
+        """Per-workgroup feature values, once before the tile loop: the softcap factors, and
+        per-row fragments (one per row group, in the score layout) of the ALiBi slopes (log2
+        domain) and sink logits (log2 domain)."""
+        s, c = self.spec, self.c
+        if s.softcap:
+            self.softcap_in = c.a.softmax_scale / c.a.softcap
+            self.softcap_out = c.a.softcap * LOG2E
+        C = self.mma.C
+        if s.alibi:
+            self.alibi_rows = [_per_head_rows(c, C, self.row_axis, r0, c.a.alibi_slopes, LOG2E)
+                               for r0 in row_origins]
+        if s.sinks:
+            self.sink_rows = [_per_head_rows(c, C, self.row_axis, r0, c.a.sinks, LOG2E)
+                              for r0 in row_origins]
+
+    def initial_state(self, group: int, key_axis: int):
+        """(m, l) a row starts from: (-inf, 0), or (sink, 1) with sinks (ALGORITHM.md §11.7). In
+        the 3D kernel only segment 0 carries the sink, so reduce_segments counts it once."""
+        C = self.mma.C
+        m0 = AxisVector.full(self.k, C, key_axis, dsl.f32, -math.inf)
+        l0 = AxisVector.full(self.k, C, key_axis, dsl.f32, 0.0)
+        if not self.spec.sinks:
+            return m0, l0
+        sink = self.sink_rows[group].reduce(key_axis, "max")
+        one = AxisVector.full(self.k, C, key_axis, dsl.f32, 1.0)
+        if self.c.segment is None:
+            return sink, one
+        first = self.c.segment == 0
+        return (sink.map(lambda v: dsl.select(first, v, -math.inf)),
+                one.map(lambda v: dsl.select(first, v, 0.0)))
+
+
+def _per_head_rows(c, layout, row_axis, row_origin, ptr, factor) -> Fragment:
+    """A fragment of ``layout`` whose every value is ``ptr[head of its row] * factor``."""
+    frag = Fragment.full(c.k, layout, dsl.f32, 0.0)
+    rows, _ = _axes(frag, row_axis, row_origin, 0)
+    _, head = c.row_token(rows)          # always a real head, padding rows included
+    n = layout.values_per_lane
+    vals = [ptr.load(_lane(head, v)) for v in range(n)]
+    return Fragment((dsl.concat(*vals) if n > 1 else vals[0]) * factor, layout)
+
+
+def _qq_bias_values(c, tok, rel, n):
+    """``qq_bias[tok, rel]`` per score value, 0 outside the query section (rel < 0) and past
+    the sequence's queries (seeds/004 §1 item 4; vLLM's row = query index in the sequence)."""
+    a = c.a
+    buf = a.qq_bias.buffer(a.qq_bias_rows * a.qq_bias_stride)
+    ok = (rel >= 0) & (rel < c.q_len) & (tok < c.q_len)
+    index = tok * a.qq_bias_stride + rel
+    vals = [buf.load(_lane(index, v), mask=_lane(ok, v)) for v in range(n)]
+    return dsl.concat(*vals) if n > 1 else vals[0]
+
+
+def _lane(x, v):
+    """Value ``v`` of a per-value vector, or ``x`` itself when it is uniform (a scalar)."""
+    return x[v] if isinstance(x, dsl.Value) and x.lanes > 1 else x
 
 
 def _axes(frag, row_axis, row_origin, key_origin):
@@ -619,6 +799,8 @@ class _NarrowPath(_PathBase):
                                                offset=0, alias=True)
         self.warp_row0 = k.wave_id() * s.block_m_per_warp
         self.qk_scale = c.a.softmax_scale * LOG2E
+        if s.features:
+            self.prepare_features([self.warp_row0 + i * 16 for i in range(self.mq)])
         self.q_ops = []
         if q_lds is not None:
             _load_q_rows_to_lds(c, q_lds)
@@ -635,9 +817,12 @@ class _NarrowPath(_PathBase):
 
     def init_carry(self):
         C = self.mma.C
+        nd = self.spec.head_size // 16
+        if self.spec.sinks:
+            m0, l0 = zip(*(self.initial_state(i, COL) for i in range(self.mq)))
+            return [*m0, *l0] + [self.mma.zeros()] * (self.mq * nd)
         m0 = AxisVector.full(self.k, C, COL, dsl.f32, -math.inf)
         l0 = AxisVector.full(self.k, C, COL, dsl.f32, 0.0)
-        nd = self.spec.head_size // 16
         return [m0] * self.mq + [l0] * self.mq + [self.mma.zeros()] * (self.mq * nd)
 
     def split_carry(self, carry):
@@ -658,7 +843,7 @@ class _NarrowPath(_PathBase):
                 for st, d0 in enumerate(range(0, D, 16)):
                     kt = load_fragment(k_lds, mma.B, (d0, k_row0 + n * 16), transposed=True)
                     acc = mma(self.q_ops[i][st], kt, acc)
-                scores.append(self.masked_scores(acc, kv0, kv0 + n * 16, row, masked))
+                scores.append(self.masked_scores(acc, kv0, kv0 + n * 16, row, masked, i))
             m[i], l[i], probs, alpha = online_softmax_update(m[i], l[i], scores, axis=COL)
             for n in range(nk):
                 store_fragment(self.p_lds, probs[n].to(s.dtype), (row, n * 16))
@@ -718,6 +903,8 @@ class _FlashPath(_PathBase):
                                                offset=0, alias=True)
         self.warp_col0 = k.wave_id() * 32
         self.qk_scale = c.a.softmax_scale * LOG2E
+        if s.features:
+            self.prepare_features([self.warp_col0])
         if q_lds is not None:
             _load_q_rows_to_lds(c, q_lds)
             k.barrier()
@@ -729,6 +916,9 @@ class _FlashPath(_PathBase):
 
     def init_carry(self):
         C = self.mma.C
+        if self.spec.sinks:
+            m0, l0 = self.initial_state(0, ROW)
+            return [m0, l0] + [self.mma.zeros()] * (self.spec.head_size // 32)
         m0 = AxisVector.full(self.k, C, ROW, dsl.f32, -math.inf)
         l0 = AxisVector.full(self.k, C, ROW, dsl.f32, 0.0)
         return [m0, l0] + [self.mma.zeros()] * (self.spec.head_size // 32)

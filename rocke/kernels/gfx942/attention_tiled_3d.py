@@ -69,8 +69,9 @@ def launch_geometry(spec, num_seqs: int, total_q: int, num_kv_heads: int, num_se
 
 
 def kernel_args(spec, q, k_cache, v_cache, segm_output, segm_max, segm_expsum, block_table,
-                cu_seqlens_q, seqused_k, softmax_scale: float, num_segments: int) -> list:
-    """Ordered kernel arguments (ARGS); cheap per-tensor checks."""
+                cu_seqlens_q, seqused_k, softmax_scale: float, num_segments: int, **features) -> list:
+    """Ordered kernel arguments (ARGS, then the 2D kernel's ``feature_arg_names``); cheap
+    per-tensor checks. ``features``: ``attention_tiled_2d.feature_args``'s keywords."""
     a2.check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k)
     check_extent("num_segments", num_segments)
     total_q, hq, d = q.shape
@@ -89,7 +90,7 @@ def kernel_args(spec, q, k_cache, v_cache, segm_output, segm_max, segm_expsum, b
     return [q, k_cache, v_cache, segm_output, segm_max, segm_expsum, block_table, cu_seqlens_q,
             seqused_k, float(softmax_scale), num_seqs, a2._search_steps(num_seqs), q.stride(0),
             q.stride(1), int(num_segments), hq, *a2._cache_args(k_cache), *a2._cache_args(v_cache)[:3],
-            block_table.stride(0)]
+            block_table.stride(0), *a2.feature_args(spec, hq, **features)]
 
 
 ARGS = ("q", "k_cache", "v_cache", "segm_output", "segm_max", "segm_expsum", "block_table",
