@@ -1056,6 +1056,29 @@ def _variants() -> dict[str, UnifiedAttention2DSpec]:
                 g = rotated_group(hi, bi, gi)
                 out[f"{geometry}_f16_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(
                     dtype="f16", head_size=d, block_size=bs, num_queries_per_kv=g, **flash_geometry(geometry, d))
+    out.update(feature_variants(UnifiedAttention2DSpec, narrow_geometry, flash="wide4"))
+    return out
+
+
+def feature_variants(cls, narrow_geometry_of, *, flash: str | None,
+                     features=tuple(FEATURES)) -> dict:
+    """One variant per score feature (ALGORITHM.md §11) for every dtype x head size on the
+    narrow path and, for fp16, the ``flash`` geometry (the dispatcher's default), at block size
+    16 with the group rotating as above; other block sizes, geometries and feature combinations
+    are the same code with other constants, built on demand."""
+    out = {}
+    for fi, feature in enumerate(features):
+        tag = FEATURES[feature]
+        for di, dtype in enumerate(DTYPES):
+            for hi, d in enumerate(HEAD_SIZES):
+                g = rotated_group(fi, di, hi)
+                out[f"narrow_{dtype}_d{d}_b16_g{g}_{tag}"] = cls(
+                    dtype=dtype, head_size=d, block_size=16, num_queries_per_kv=g,
+                    **narrow_geometry_of(dtype, d), **{feature: True})
+                if flash and dtype == "f16" and (flash != "L4" or d == 128):
+                    out[f"{flash}_f16_d{d}_b16_g{g}_{tag}"] = cls(
+                        dtype="f16", head_size=d, block_size=16, num_queries_per_kv=g,
+                        **flash_geometry(flash, d), **{feature: True})
     return out
 
 

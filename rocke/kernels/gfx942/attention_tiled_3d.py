@@ -116,6 +116,10 @@ def _variants() -> dict[str, UnifiedAttention3DSpec]:
         g = a2.rotated_group(1, bi, 2)
         out[f"L4_f16_d128_b{bs}_g{g}"] = UnifiedAttention3DSpec(
             dtype="f16", head_size=128, block_size=bs, num_queries_per_kv=g, **a2.flash_geometry("L4", 128))
+    # the features the dispatcher can send to 3D (a sliding window always goes 2D, seeds/004 §6)
+    out.update(a2.feature_variants(
+        UnifiedAttention3DSpec, lambda dtype, d: dict(num_warps=1, block_m_per_warp=16), flash="L4",
+        features=tuple(f for f in a2.FEATURES if f != "sliding_window")))
     return out
 
 
