@@ -138,7 +138,7 @@ def test_dispatcher_picks_exactly_the_shipped_variants(family, path):
 
     def spec_for(spec, knobs):
         p = _problem(dtype=spec.dtype, head_size=spec.head_size, block_size=spec.block_size,
-                     num_q_heads=8 * spec.num_queries_per_kv, num_kv_heads=8)
+                     num_q_heads=8 * spec.num_queries_per_kv, num_kv_heads=8, kv_dtype=spec.kv_dtype)
         return au.make_specs(p, p.geometry(path, knobs, sms=MI300X_SMS), knobs)[0]
 
     agreed = 0

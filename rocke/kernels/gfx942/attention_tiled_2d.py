@@ -936,16 +936,18 @@ def _variants() -> dict[str, UnifiedAttention2DSpec]:
                 g = rotated_group(hi, bi, gi)
                 out[f"{geometry}_f16_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(
                     dtype="f16", head_size=d, block_size=bs, num_queries_per_kv=g, **flash_geometry(geometry, d))
-    out.update(fp8_variants(UnifiedAttention2DSpec, flash_geometries=("wide4",)))
+    out.update(fp8_variants(UnifiedAttention2DSpec, flash_geometries=FLASH_GEOMETRIES))
     return out
 
 
 FP8_BLOCK_SIZES = (16, 64)
 
 
-def fp8_variants(cls, *, flash_geometries, narrow_geometry_of=None) -> dict:
+def fp8_variants(cls, *, flash_geometries, narrow_geometry_of=None,
+                 flash_head_sizes=FLASH_HEAD_SIZES) -> dict:
     """fp8 KV caches (kv_dtype fp8_e4m3fnuz): the narrow path for each Q dtype x d64/d128 x
-    block 16/64 and the fp16 flash geometries named, groups rotating as in the 16-bit table."""
+    block 16/64 and the fp16 flash geometries named (every one the dispatcher may pick), groups
+    rotating as in the 16-bit table."""
     narrow_geometry_of = narrow_geometry_of or narrow_geometry
     out = {}
     for di, dtype in enumerate(DTYPES):
@@ -955,10 +957,10 @@ def fp8_variants(cls, *, flash_geometries, narrow_geometry_of=None) -> dict:
                 out[f"narrow_{dtype}_d{d}_b{bs}_g{g}_kvfp8"] = cls(
                     dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g,
                     kv_dtype="fp8_e4m3fnuz", **narrow_geometry_of(dtype, d))
-    for hi, d in enumerate(FLASH_HEAD_SIZES):
+    for hi, d in enumerate(flash_head_sizes):
         for bi, bs in enumerate(FP8_BLOCK_SIZES):
-            for geometry in flash_geometries:
-                g = rotated_group(hi, bi, 2)
+            for gi, geometry in enumerate(flash_geometries):
+                g = rotated_group(hi, bi, gi, 2)
                 out[f"{geometry}_f16_d{d}_b{bs}_g{g}_kvfp8"] = cls(
                     dtype="f16", head_size=d, block_size=bs, num_queries_per_kv=g,
                     kv_dtype="fp8_e4m3fnuz", **flash_geometry(geometry, d))

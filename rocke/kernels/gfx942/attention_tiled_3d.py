@@ -118,7 +118,7 @@ def _variants() -> dict[str, UnifiedAttention3DSpec]:
         g = a2.rotated_group(1, bi, 2)
         out[f"L4_f16_d128_b{bs}_g{g}"] = UnifiedAttention3DSpec(
             dtype="f16", head_size=128, block_size=bs, num_queries_per_kv=g, **a2.flash_geometry("L4", 128))
-    out.update(a2.fp8_variants(UnifiedAttention3DSpec, flash_geometries=("L4",),
+    out.update(a2.fp8_variants(UnifiedAttention3DSpec, flash_geometries=("L4",), flash_head_sizes=(128,),
                                narrow_geometry_of=lambda dtype, d: dict(num_warps=1, block_m_per_warp=16)))
     return out
 
