@@ -213,8 +213,8 @@ def spec_problems(spec) -> list[str]:
         return out
     total = sum(lds_model(spec, tile=tile).values())
     if total > dsl.LDS_BYTES:
-        out.append(f"tile_size: the {'transposed-x8' if flash else 'narrow'} path at head_size "
-                   f"{spec.head_size}, BLOCK_M {block_m}, tile {tile} needs {total} bytes of LDS "
+        out.append(f"tile_size: the {'transposed-x8' if flash else 'narrow'} path needs {total} bytes "
+                   f"of LDS at head_size {spec.head_size}, BLOCK_M {block_m}, tile {tile} "
                    f"({lds_model(spec, tile=tile)}), gfx942 has {dsl.LDS_BYTES}; use a smaller "
                    f"tile_size, fewer rows or a single K buffer")
     return out
