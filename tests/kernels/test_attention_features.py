@@ -1,5 +1,5 @@
 """The score features of issue 8 (softcap, ALiBi, QQ-bias, sliding window, sinks; ALGORITHM.md
-§11) through run_unified_attention_torch in the emulator (memcheck + racecheck on: runtime.launch's
+§12) through run_unified_attention_torch in the emulator (memcheck + racecheck on: runtime.launch's
 default), against the fp32 reference ``ref_paged_attn``, each alone and in the combinations vLLM
 uses, on both paths; plus the dispatcher's feature rules and the window's tile skipping."""
 import pytest

@@ -140,7 +140,8 @@ def test_dispatcher_picks_exactly_the_shipped_variants(family, path):
         p = _problem(dtype=spec.dtype, head_size=spec.head_size, block_size=spec.block_size,
                      num_q_heads=8 * spec.num_queries_per_kv, num_kv_heads=8,
                      softcap=30.0 if spec.softcap else 0.0, alibi=spec.alibi, qq_bias=spec.qq_bias,
-                     window_left=127 if spec.sliding_window else -1, sinks=spec.sinks)
+                     window_left=127 if spec.sliding_window else -1, sinks=spec.sinks,
+                     kv_dtype=spec.kv_dtype)
         return au.make_specs(p, p.geometry(path, knobs, sms=MI300X_SMS), knobs)[0]
 
     agreed = 0

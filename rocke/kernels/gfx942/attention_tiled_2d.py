@@ -37,7 +37,9 @@ from rocke.kernels.common.checks import (check_bool, check_buffer_bytes, check_c
 from rocke.kernels.common.flash import LOG2E, online_softmax_update
 
 DTYPES = ("f16", "bf16")
-HEAD_SIZES = (64, 128)
+HEAD_SIZES = (64, 128, 256)
+FLASH_HEAD_SIZES = (64, 128)   # d256: narrow only (ALGORITHM.md §11.2)
+KV_DTYPES = ("fp8_e4m3fnuz",)  # kv_dtype values besides None (= the Q dtype); gfx942's fp8
 BLOCK_SIZES = (16, 32, 64)
 TILE_SIZES = (16, 32, 64)
 NUM_WARPS = (1, 2, 4, 8)
@@ -79,7 +81,9 @@ class UnifiedAttention2DSpec:
     q_major_grid: bool = False         # grid (total_num_q_blocks, num_kv_heads)
     cfv_store: bool = False            # V row-major with vector stores (see ALGORITHM.md §9)
     kv_addr_64: bool = False           # 64-bit page base (caches past 2 GiB)
-    # score features (ALGORITHM.md §11, seeds/004 §1); each adds runtime arguments after the
+    kv_dtype: str | None = None        # None: caches in `dtype`; "fp8_e4m3fnuz": dequantizing
+                                       # copy with k/v descales (ALGORITHM.md §11.1)
+    # score features (ALGORITHM.md §12, seeds/004 §1); each adds runtime arguments after the
     # base ones, so a spec with none emits exactly the featureless kernel
     softcap: bool = False              # s <- c tanh(s / c), c a runtime argument
     alibi: bool = False                # s += slope[head] (key - ctx), slopes [Hq] fp32
@@ -105,6 +109,15 @@ class UnifiedAttention2DSpec:
     @property
     def flash(self) -> bool:
         return self.use_transposed_qk_32x32
+
+    @property
+    def cache_dtype(self) -> str:
+        """The element type of k_cache / v_cache."""
+        return self.kv_dtype or self.dtype
+
+    @property
+    def fp8_kv(self) -> bool:
+        return self.kv_dtype is not None
 
     @property
     def block_m_rows(self) -> int:
@@ -133,7 +146,7 @@ class UnifiedAttention2DSpec:
         flags = [("wpe", self.waves_per_eu), ("iglp", self.iglp),
                  ("stream", self.kv_cache_policy == "stream"), ("qdirect", self.q_direct),
                  ("kdma", self.global_load_lds_k), ("qmajor", self.q_major_grid),
-                 ("cfv", self.cfv_store), ("a64", self.kv_addr_64)]
+                 ("cfv", self.cfv_store), ("a64", self.kv_addr_64), ("kvfp8", self.fp8_kv)]
         flags += [(tag, getattr(self, name)) for name, tag in FEATURES.items()]
         for tag, value in flags:
             if value is True:
@@ -176,8 +189,16 @@ def spec_problems(spec) -> list[str]:
         ok &= rule(check_bool, "use_k_single_buffer", spec.use_k_single_buffer)
     ok &= rule(check_int_range, "waves_per_eu", spec.waves_per_eu, 0, 8)
     ok &= rule(check_choice, "kv_cache_policy", spec.kv_cache_policy, tuple(CACHE_POLICIES))
+    if spec.kv_dtype is not None:
+        ok &= rule(check_choice, "kv_dtype", spec.kv_dtype, KV_DTYPES)
     if not ok:
         return out
+    if spec.kv_dtype is not None and spec.global_load_lds_k:
+        out.append("global_load_lds_k: the LDS DMA writes the cache's bytes as they are; an fp8 "
+                   "cache (kv_dtype) must be dequantized on its way to LDS")
+    if spec.head_size not in FLASH_HEAD_SIZES and spec.use_transposed_qk_32x32:
+        out.append(f"head_size: {spec.head_size} has only the narrow path; the transposed-x8 "
+                   f"path ships head sizes {FLASH_HEAD_SIZES}")
     if spec.use_mfma_32x32x8 and spec.dtype != "f16":
         out.append("use_mfma_32x32x8: use_mfma_32x32x8 is fp16-only")
     if spec.use_transposed_qk_32x32 and not spec.use_mfma_32x32x8:
@@ -209,7 +230,9 @@ def spec_problems(spec) -> list[str]:
     total = sum(lds_model(spec, tile=tile).values())
     if total > dsl.LDS_BYTES:
         out.append(f"tile_size: the {'transposed-x8' if flash else 'narrow'} path needs {total} bytes "
-                   f"of LDS ({lds_model(spec, tile=tile)}), gfx942 has {dsl.LDS_BYTES}")
+                   f"of LDS at head_size {spec.head_size}, BLOCK_M {block_m}, tile {tile} "
+                   f"({lds_model(spec, tile=tile)}), gfx942 has {dsl.LDS_BYTES}; use a smaller "
+                   f"tile_size, fewer rows or a single K buffer")
     return out
 
 
@@ -239,7 +262,8 @@ def lds_model(spec, *, tile: int | None = None) -> dict[str, int]:
     """Bytes of each LDS region the kernel allocates (ALGORITHM.md §9). Regions marked
     ``alias`` share offset 0 with the K/V tiles (they are live only outside the tile loop), so
     the footprint is ``max(kv, aliased)``: ``total = sum(values)`` of the returned dict, whose
-    aliased entries are only the part exceeding the K/V tiles."""
+    aliased entries are only the part exceeding the K/V tiles. An fp8 cache changes nothing here:
+    its tiles are dequantized into LDS in the Q dtype (ALGORITHM.md §11.1)."""
     tile = tile or spec.tile_size
     D, esz = spec.head_size, 2
     flash = spec.use_transposed_qk_32x32
@@ -289,7 +313,7 @@ def check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, sequ
     import torch
     check_tensor("q", q, dtype=spec.dtype, dims=("total_q", "num_q_heads", "head_size"), contiguous=False)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        check_tensor(name, t, dtype=spec.dtype, dims=("num_blocks", "block_size", "num_kv_heads", "head_size"),
+        check_tensor(name, t, dtype=spec.cache_dtype, dims=("num_blocks", "block_size", "num_kv_heads", "head_size"),
                      contiguous=False, one_buffer=False)
         if tuple(t.shape[1:]) != (spec.block_size, k_cache.shape[2], spec.head_size):
             raise ValueError(f"{name}: shape {tuple(t.shape)} does not match block_size "
@@ -327,71 +351,50 @@ def _cache_args(t):
     return [t.stride(0), t.stride(1), t.stride(2), t.shape[0]]
 
 
-def feature_arg_names(spec) -> tuple[str, ...]:
-    """Names of the runtime arguments the spec's score features append after the base ones."""
-    names = {"softcap": ("softcap",), "alibi": ("alibi_slopes",),
-             "qq_bias": ("qq_bias", "qq_bias_stride", "qq_bias_rows"),
-             "sliding_window": ("window_left",), "sinks": ("sinks",)}
-    return tuple(n for f in spec.features for n in names[f])
-
-
-def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=None, qq_bias=None,
-                 window_left: int = -1, sinks=None) -> list:
-    """The feature arguments of ``spec`` (``feature_arg_names`` order), each checked against the
-    spec: a feature the spec applies needs its value, a value the spec would ignore is refused."""
+def descale_args(spec, k_descale, v_descale, num_seqs: int, num_kv_heads: int) -> list:
+    """The fp8 kernels' trailing arguments (ARGS_FP8): each descale's pointer and its element
+    strides over (sequence, kv head). vLLM's shapes: ``[]``/``[1]`` (per tensor: strides 0),
+    ``[num_kv_heads]`` (per head) or ``[num_seqs, num_kv_heads]`` (often a stride-0 expand).
+    Empty for a spec without an fp8 cache (which takes no descale arguments)."""
     import torch
-    given = {"softcap": softcap not in (None, 0, 0.0), "alibi": alibi_slopes is not None,
-             "qq_bias": qq_bias is not None, "sliding_window": window_left not in (None, -1),
-             "sinks": sinks is not None}
-    for name in FEATURES:
-        if given[name] != getattr(spec, name):
-            state = "applies" if getattr(spec, name) else "does not apply"
-            raise ValueError(f"{name}: the kernel {spec.kernel_name} {state} it, but the call "
-                             f"{'passes' if given[name] else 'omits'} it")
+    if not spec.fp8_kv:
+        if k_descale is not None or v_descale is not None:
+            raise ValueError("k_descale/v_descale: this kernel reads a 16-bit cache (kv_dtype None) "
+                             "and takes no descale arguments")
+        return []
     out = []
-    if spec.softcap:
-        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or \
-                not math.isfinite(softcap) or softcap <= 0:
-            raise ValueError(f"softcap: must be a finite positive float, got {softcap!r}")
-        out.append(float(softcap))
-    if spec.alibi:
-        out.append(_per_head_tensor("alibi_slopes", alibi_slopes, num_q_heads))
-    if spec.qq_bias:
-        if not isinstance(qq_bias, torch.Tensor) or qq_bias.dtype != torch.float32 or qq_bias.dim() != 2 \
-                or qq_bias.stride(1) != 1:
-            raise ValueError("qq_bias: must be a 2-D float32 tensor [max_q, max_q] with unit column stride")
-        check_buffer_bytes("qq_bias", qq_bias.stride(0) * qq_bias.shape[0] * 4, "the qq_bias tensor")
-        out += [qq_bias, qq_bias.stride(0), qq_bias.shape[0]]
-    if spec.sliding_window:
-        if isinstance(window_left, bool) or not isinstance(window_left, int) or \
-                not 0 <= window_left < I32_LIMIT:
-            raise ValueError(f"window_left: must be an int in [0, 2**31), got {window_left!r}")
-        out.append(window_left)
-    if spec.sinks:
-        out.append(_per_head_tensor("sinks", sinks, num_q_heads))
+    for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+            raise ValueError(f"{name}: an fp8 cache needs an fp32 descale tensor, got "
+                             f"{getattr(t, 'dtype', type(t).__name__)}")
+        shape = list(t.shape)
+        if shape in ([], [1]):
+            strides = (0, 0)
+        elif shape == [num_kv_heads]:
+            strides = (0, t.stride(0))
+        elif shape == [num_seqs, num_kv_heads]:
+            strides = (t.stride(0), t.stride(1))
+        else:
+            raise ValueError(f"{name}: shape must be [], [1], [num_kv_heads] or [num_seqs, "
+                             f"num_kv_heads] = [{num_seqs}, {num_kv_heads}], got {shape}")
+        out += [t, *strides]
     return out
 
 
-def _per_head_tensor(name, t, num_q_heads):
-    import torch
-    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or tuple(t.shape) != (num_q_heads,) \
-            or t.stride(0) != 1:
-        raise ValueError(f"{name}: must be a contiguous float32 tensor [num_q_heads = {num_q_heads}]")
-    return t
-
-
 def kernel_args(spec, q, k_cache, v_cache, out, block_table, cu_seqlens_q, seqused_k,
-                softmax_scale: float, **features) -> list:
-    """Ordered kernel arguments (ARGS, then ``feature_arg_names``) for vLLM-layout tensors; cheap
-    per-tensor checks. ``features``: ``feature_args``'s keywords."""
+                softmax_scale: float, k_descale=None, v_descale=None, **features) -> list:
+    """Ordered kernel arguments (ARGS, then ARGS_FP8 for an fp8 cache, then
+    ``feature_arg_names``) for vLLM-layout tensors; cheap per-tensor checks. ``features``:
+    ``feature_args``'s keywords."""
     check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k)
     check_tensor("out", out, dtype=spec.dtype, dims=("total_q", "num_q_heads", "head_size"), contiguous=False)
     if out.shape != q.shape:
         raise ValueError(f"out: shape {tuple(out.shape)} differs from q's {tuple(q.shape)}")
     num_seqs = seqused_k.shape[0]
+    scales = descale_args(spec, k_descale, v_descale, num_seqs, k_cache.shape[2])
     return [q, k_cache, v_cache, out, block_table, cu_seqlens_q, seqused_k, float(softmax_scale),
             num_seqs, _search_steps(num_seqs), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-            *_cache_args(k_cache), *_cache_args(v_cache)[:3], block_table.stride(0),
+            *_cache_args(k_cache), *_cache_args(v_cache)[:3], block_table.stride(0), *scales,
             *feature_args(spec, q.shape[1], **features)]
 
 
@@ -399,6 +402,9 @@ ARGS = ("q", "k_cache", "v_cache", "out", "block_table", "cu_seqlens_q", "sequse
         "num_seqs", "search_steps", "q_stride_token", "q_stride_head", "o_stride_token",
         "o_stride_head", "k_stride_block", "k_stride_token", "k_stride_head", "num_blocks",
         "v_stride_block", "v_stride_token", "v_stride_head", "block_table_stride")
+# appended (2D and 3D) when the spec has an fp8 cache; a spec without one keeps ARGS exactly
+ARGS_FP8 = ("k_descale", "k_descale_stride_seq", "k_descale_stride_head",
+            "v_descale", "v_descale_stride_seq", "v_descale_stride_head")
 
 
 # ---- the kernel ---------------------------------------------------------------------------------
@@ -411,8 +417,8 @@ def _declare_args(k, spec, split: bool) -> _Args:
     a = _Args()
     dt = spec.dtype
     a.q = k.arg_ptr("q", dt, readonly=True)
-    a.k_cache = k.arg_ptr("k_cache", dt, readonly=True)
-    a.v_cache = k.arg_ptr("v_cache", dt, readonly=True)
+    a.k_cache = k.arg_ptr("k_cache", spec.cache_dtype, readonly=True)
+    a.v_cache = k.arg_ptr("v_cache", spec.cache_dtype, readonly=True)
     if split:
         a.segm_output = k.arg_ptr("segm_output", "f32")
         a.segm_max = k.arg_ptr("segm_max", "f32")
@@ -434,6 +440,12 @@ def _declare_args(k, spec, split: bool) -> _Args:
     for name in ("k_stride_block", "k_stride_token", "k_stride_head", "num_blocks",
                  "v_stride_block", "v_stride_token", "v_stride_head", "block_table_stride"):
         setattr(a, name, k.arg_i32(name))
+    if spec.fp8_kv:
+        for which in ("k", "v"):
+            setattr(a, f"{which}_descale", k.arg_ptr(f"{which}_descale", "f32", readonly=True))
+            for part in ("seq", "head"):
+                name = f"{which}_descale_stride_{part}"
+                setattr(a, name, k.arg_i32(name))
     # feature arguments last (feature_arg_names): the featureless kernel is unchanged
     if spec.softcap:
         a.softcap = k.arg_f32("softcap")
@@ -493,7 +505,7 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         n_tiles = udiv_const(kv_end + (T - 1), T)
         n_full = dsl.minimum(udiv_const(ctx + q_start + 1, T), n_tiles)   # no key in the future
         if spec.sliding_window:
-            # ALGORITHM.md §11.6: tiles wholly older than the window of the block's first query
+            # ALGORITHM.md §12.6: tiles wholly older than the window of the block's first query
             # are never visited; the left-edge tiles (older than the window of its last query)
             # and the diagonal tiles are masked, the tiles between run unmasked
             w_lo = udiv_const(dsl.maximum(ctx + q_start - a.window_left, 0), T)
@@ -544,6 +556,10 @@ class _Ctx:
                                 kv_head * a.k_stride_head, a.num_blocks, spec.kv_addr_64)
         self.v_view = PagedView(a.v_cache, spec.block_size, a.v_stride_block, a.v_stride_token,
                                 kv_head * a.v_stride_head, a.num_blocks, spec.kv_addr_64)
+        self.k_scale = self.v_scale = None
+        if spec.fp8_kv:      # this (sequence, kv head)'s descales, folded into the tile copies
+            self.k_scale = a.k_descale.load(seq * a.k_descale_stride_seq + kv_head * a.k_descale_stride_head)
+            self.v_scale = a.v_descale.load(seq * a.v_descale_stride_seq + kv_head * a.v_descale_stride_head)
 
     def row_token(self, rows):
         """(token within the sequence, query head) of workgroup rows (i32 scalar or vector)."""
@@ -563,12 +579,12 @@ class _Ctx:
         s = self.spec
         copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
-                        lds_dma=s.global_load_lds_k, aux=self.aux, **kw)
+                        lds_dma=s.global_load_lds_k, aux=self.aux, scale=self.k_scale, **kw)
 
     def copy_v(self, lds, first):
         copy_paged_tile(self.v_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
-                        transpose=not self.spec.cfv_store, aux=self.aux)
+                        transpose=not self.spec.cfv_store, aux=self.aux, scale=self.v_scale)
 
 
 def _load_q_rows_to_lds(c: _Ctx, q_lds):
@@ -693,7 +709,7 @@ class _PathBase:
         return self.split_carry(carry)
 
     def masked_scores(self, score, kv0, key_origin, row_origin, masked: bool, group: int = 0):
-        """Log2-domain scores with the spec's features applied in the order of ALGORITHM.md §11
+        """Log2-domain scores with the spec's features applied in the order of ALGORITHM.md §12
         (scale, softcap, ALiBi, QQ-bias), then -inf where the key is in the future of the
         row's query or older than its window (masked tiles only)."""
         s, c = self.spec, self.c
@@ -734,7 +750,7 @@ class _PathBase:
                               for r0 in row_origins]
 
     def initial_state(self, group: int, key_axis: int):
-        """(m, l) a row starts from: (-inf, 0), or (sink, 1) with sinks (ALGORITHM.md §11.7). In
+        """(m, l) a row starts from: (-inf, 0), or (sink, 1) with sinks (ALGORITHM.md §12.7). In
         the 3D kernel only segment 0 carries the sink, so reduce_segments counts it once."""
         C = self.mma.C
         m0 = AxisVector.full(self.k, C, key_axis, dsl.f32, -math.inf)
@@ -1026,7 +1042,8 @@ def rotated_group(*indices: int) -> int:
 
 
 def narrow_geometry(dtype: str, head_size: int) -> dict:
-    """seeds/000 §6.1: D64 ships num_warps 4 x 32 rows, D128 num_warps 2 x 16 rows."""
+    """seeds/000 §6.1: D64 ships num_warps 4 x 32 rows, D128 num_warps 2 x 16 rows; D256 the
+    D128 geometry (2 x 16 rows: 16 output fragments per warp, ALGORITHM.md §11.2)."""
     return dict(num_warps=4, block_m_per_warp=32) if head_size == 64 else dict(num_warps=2, block_m_per_warp=16)
 
 
@@ -1050,19 +1067,20 @@ def _variants() -> dict[str, UnifiedAttention2DSpec]:
                 g = rotated_group(di, hi, bi)
                 out[f"narrow_{dtype}_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(
                     dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g, **narrow_geometry(dtype, d))
-    for hi, d in enumerate(HEAD_SIZES):
+    for hi, d in enumerate(FLASH_HEAD_SIZES):
         for bi, bs in enumerate(BLOCK_SIZES):
             for gi, geometry in enumerate(FLASH_GEOMETRIES):
                 g = rotated_group(hi, bi, gi)
                 out[f"{geometry}_f16_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(
                     dtype="f16", head_size=d, block_size=bs, num_queries_per_kv=g, **flash_geometry(geometry, d))
     out.update(feature_variants(UnifiedAttention2DSpec, narrow_geometry, flash="wide4"))
+    out.update(fp8_variants(UnifiedAttention2DSpec, flash_geometries=FLASH_GEOMETRIES))
     return out
 
 
 def feature_variants(cls, narrow_geometry_of, *, flash: str | None,
                      features=tuple(FEATURES)) -> dict:
-    """One variant per score feature (ALGORITHM.md §11) for every dtype x head size on the
+    """One variant per score feature (ALGORITHM.md §12) for every dtype x head size on the
     narrow path and, for fp16, the ``flash`` geometry (the dispatcher's default), at block size
     16 with the group rotating as above; other block sizes, geometries and feature combinations
     are the same code with other constants, built on demand."""
@@ -1070,7 +1088,7 @@ def feature_variants(cls, narrow_geometry_of, *, flash: str | None,
     for fi, feature in enumerate(features):
         tag = FEATURES[feature]
         for di, dtype in enumerate(DTYPES):
-            for hi, d in enumerate(HEAD_SIZES):
+            for hi, d in enumerate(FLASH_HEAD_SIZES):     # d64 / d128
                 g = rotated_group(fi, di, hi)
                 out[f"narrow_{dtype}_d{d}_b16_g{g}_{tag}"] = cls(
                     dtype=dtype, head_size=d, block_size=16, num_queries_per_kv=g,
@@ -1079,6 +1097,33 @@ def feature_variants(cls, narrow_geometry_of, *, flash: str | None,
                     out[f"{flash}_f16_d{d}_b16_g{g}_{tag}"] = cls(
                         dtype="f16", head_size=d, block_size=16, num_queries_per_kv=g,
                         **flash_geometry(flash, d), **{feature: True})
+    return out
+
+
+FP8_BLOCK_SIZES = (16, 64)
+
+
+def fp8_variants(cls, *, flash_geometries, narrow_geometry_of=None,
+                 flash_head_sizes=FLASH_HEAD_SIZES) -> dict:
+    """fp8 KV caches (kv_dtype fp8_e4m3fnuz): the narrow path for each Q dtype x d64/d128 x
+    block 16/64 and the fp16 flash geometries named (every one the dispatcher may pick), groups
+    rotating as in the 16-bit table."""
+    narrow_geometry_of = narrow_geometry_of or narrow_geometry
+    out = {}
+    for di, dtype in enumerate(DTYPES):
+        for hi, d in enumerate(FLASH_HEAD_SIZES):
+            for bi, bs in enumerate(FP8_BLOCK_SIZES):
+                g = rotated_group(di, hi, bi, 1)
+                out[f"narrow_{dtype}_d{d}_b{bs}_g{g}_kvfp8"] = cls(
+                    dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g,
+                    kv_dtype="fp8_e4m3fnuz", **narrow_geometry_of(dtype, d))
+    for hi, d in enumerate(flash_head_sizes):
+        for bi, bs in enumerate(FP8_BLOCK_SIZES):
+            for gi, geometry in enumerate(flash_geometries):
+                g = rotated_group(hi, bi, gi, 2)
+                out[f"{geometry}_f16_d{d}_b{bs}_g{g}_kvfp8"] = cls(
+                    dtype="f16", head_size=d, block_size=bs, num_queries_per_kv=g,
+                    kv_dtype="fp8_e4m3fnuz", **flash_geometry(geometry, d))
     return out
 
 
