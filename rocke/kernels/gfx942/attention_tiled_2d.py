@@ -351,6 +351,59 @@ def _cache_args(t):
     return [t.stride(0), t.stride(1), t.stride(2), t.shape[0]]
 
 
+def feature_arg_names(spec) -> tuple[str, ...]:
+    """Names of the runtime arguments the spec's score features append after the base ones."""
+    names = {"softcap": ("softcap",), "alibi": ("alibi_slopes",),
+             "qq_bias": ("qq_bias", "qq_bias_stride", "qq_bias_rows"),
+             "sliding_window": ("window_left",), "sinks": ("sinks",)}
+    return tuple(n for f in spec.features for n in names[f])
+
+
+def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=None, qq_bias=None,
+                 window_left: int = -1, sinks=None) -> list:
+    """The feature arguments of ``spec`` (``feature_arg_names`` order), each checked against the
+    spec: a feature the spec applies needs its value, a value the spec would ignore is refused."""
+    import torch
+    given = {"softcap": softcap not in (None, 0, 0.0), "alibi": alibi_slopes is not None,
+             "qq_bias": qq_bias is not None, "sliding_window": window_left not in (None, -1),
+             "sinks": sinks is not None}
+    for name in FEATURES:
+        if given[name] != getattr(spec, name):
+            state = "applies" if getattr(spec, name) else "does not apply"
+            raise ValueError(f"{name}: the kernel {spec.kernel_name} {state} it, but the call "
+                             f"{'passes' if given[name] else 'omits'} it")
+    out = []
+    if spec.softcap:
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or \
+                not math.isfinite(softcap) or softcap <= 0:
+            raise ValueError(f"softcap: must be a finite positive float, got {softcap!r}")
+        out.append(float(softcap))
+    if spec.alibi:
+        out.append(_per_head_tensor("alibi_slopes", alibi_slopes, num_q_heads))
+    if spec.qq_bias:
+        if not isinstance(qq_bias, torch.Tensor) or qq_bias.dtype != torch.float32 or qq_bias.dim() != 2 \
+                or qq_bias.stride(1) != 1:
+            raise ValueError("qq_bias: must be a 2-D float32 tensor [max_q, max_q] with unit column stride")
+        check_buffer_bytes("qq_bias", qq_bias.stride(0) * qq_bias.shape[0] * 4, "the qq_bias tensor")
+        out += [qq_bias, qq_bias.stride(0), qq_bias.shape[0]]
+    if spec.sliding_window:
+        if isinstance(window_left, bool) or not isinstance(window_left, int) or \
+                not 0 <= window_left < I32_LIMIT:
+            raise ValueError(f"window_left: must be an int in [0, 2**31), got {window_left!r}")
+        out.append(window_left)
+    if spec.sinks:
+        out.append(_per_head_tensor("sinks", sinks, num_q_heads))
+    return out
+
+
+def _per_head_tensor(name, t, num_q_heads):
+    import torch
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or tuple(t.shape) != (num_q_heads,) \
+            or t.stride(0) != 1:
+        raise ValueError(f"{name}: must be a contiguous float32 tensor [num_q_heads = {num_q_heads}]")
+    return t
+
+
 def descale_args(spec, k_descale, v_descale, num_seqs: int, num_kv_heads: int) -> list:
     """The fp8 kernels' trailing arguments (ARGS_FP8): each descale's pointer and its element
     strides over (sequence, kv head). vLLM's shapes: ``[]``/``[1]`` (per tensor: strides 0),
