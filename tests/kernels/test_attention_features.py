@@ -38,6 +38,8 @@ def _run(names, seqs, backend, dtype, d, bs, hq, hk, seed=0):
     args = make_inputs(seqs, hq=hq, hk=hk, d=d, bs=bs, dtype=dtype, seed=seed)
     feats = _features(names, hq, args["max_seqlen_q"], seed)
     args.update(feats)
+    if "sinks" in names:    # values away from 0 so the sink's share of the denominator shows
+        args["v"] = (args["v"].float() + 1.0).to(args["v"].dtype)
     record = au.run_unified_attention_torch(**args, backend=backend)
     ref_kw = {k: v for k, v in feats.items()}
     ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
@@ -55,7 +57,7 @@ def _run(names, seqs, backend, dtype, d, bs, hq, hk, seed=0):
     # each feature alone
     (("softcap",), MIXED, "2d", "f16", 64, 16, 8, 2, "2d"),        # GQA 4:1, flash
     (("alibi",), MIXED, "3d", "bf16", 64, 32, 2, 2, "3d"),         # MHA, 3D narrow
-    (("qq_bias",), MIXED, "auto", "f16", 128, 64, 8, 1, "2d"),     # GQA 8:1, flash wide4
+    (("qq_bias",), MIXED, "auto", "f16", 128, 64, 8, 1, "2d"),     # GQA 8:1, fp16 but narrow
     (("window",), MIXED, "auto", "bf16", 128, 16, 10, 2, "2d"),    # GQA 5:1, narrow
     (("sinks",), MIXED, "3d", "f16", 128, 16, 8, 2, "3d"),         # 3D flash L4, GQA 4:1
     (("sinks",), LONG_DECODE, "auto", "bf16", 64, 16, 4, 1, "3d"),  # sink carried by segment 0 only
@@ -75,6 +77,29 @@ def test_feature_matches_reference(names, seqs, backend, dtype, d, bs, hq, hk, w
     expect = {"softcap", "alibi", "qq_bias", "sinks"} & set(names) | \
         ({"sliding_window"} if "window" in names else set())
     assert set(spec.features) == expect
+
+
+def test_large_softcap_on_large_scores():
+    """Gemma-style c = 30 with scores up to about +-60: the kernels' exp2/rcp form of c tanh
+    (ALGORITHM.md §12.2) holds the fp16 tolerance where the cap bites hardest, on the flash path."""
+    args = make_inputs(MIXED, hq=8, hk=2, d=64, bs=16, dtype="f16", seed=21)
+    args.update(softcap=30.0, softmax_scale=8.0)
+    record = au.run_unified_attention_torch(**args, backend="2d")
+    assert record.plan.geometry.regime == "flash"
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], 8.0, softcap=30.0)
+    plain = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                           args["block_table"], 8.0)
+    assert (plain - ref).abs().max().item() > 0.1
+    assert (args["out"].float() - ref).abs().max().item() <= attention_atol("f16")
+
+
+def test_qq_bias_runs_narrow_on_both_paths():
+    p = _problem(qq_bias=True)
+    for path in ("2d", "3d"):
+        geo = p.geometry(path, sms=MI300X_SMS)
+        assert geo.regime == "narrow" and "QQ-bias" in geo.reason
+    assert _problem().geometry("2d", sms=MI300X_SMS).regime == "flash"
 
 
 def test_window_visits_only_the_tiles_inside_it():

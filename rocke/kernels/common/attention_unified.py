@@ -266,6 +266,13 @@ def _flash_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
 # (path, applies(problem), make(problem, knobs) -> Geometry, reason). The numbers (warps, rows,
 # tile) come from the kernel's shipped geometry table, so the dispatcher picks shipped variants.
 GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
+    ("2d", lambda p: p.qq_bias, _narrow_2d,
+     "QQ-bias: narrow, whatever the dtype: the bias is one gathered load per score value, and the "
+     "flash layout's 16 score values per lane (x T/32 subtiles) exhaust the registers (SGPR/VGPR "
+     "spills), while the narrow layout holds 4 per 16x16 subtile (ALGORITHM.md §12.4)"),
+    ("3d", lambda p: p.qq_bias, _narrow_3d,
+     "QQ-bias: narrow 1 warp x 16 rows, as in 2D (the flash L4 geometry spills with the "
+     "per-score bias gather, ALGORITHM.md §12.4)"),
     ("2d", lambda p: p.dtype == "f16" and p.head_size in FLASH_HEAD_SIZES, _flash_2d,
      "fp16: transposed-x8 flash (S^T = K Q^T on the fp16-only 32x32x8 atom keeps P^T in "
      "registers, seed 000 §6.2; the production family admits d64 too, §6.1 note); wide4 is the "

@@ -767,7 +767,10 @@ class _PathBase:
         row's query or older than its window (masked tiles only)."""
         s, c = self.spec, self.c
         if s.softcap:
-            scaled = (score * self.softcap_in).map(dsl.tanh) * self.softcap_out
+            # c tanh(x) = c - 2c / (e^(2x) + 1), in the log2 domain: four VALU ops per score
+            # (exp2, add, rcp, fma); error budget in ALGORITHM.md §12.2
+            e = (score * self.softcap_in).exp2(fast=True)
+            scaled = (e + 1.0).map(rcp) * self.softcap_out2 + self.softcap_out
         else:
             scaled = score * self.qk_scale
         if not (masked or s.alibi or s.qq_bias):
@@ -792,8 +795,9 @@ class _PathBase:
         domain) and sink logits (log2 domain)."""
         s, c = self.spec, self.c
         if s.softcap:
-            self.softcap_in = c.a.softmax_scale / c.a.softcap
+            self.softcap_in = c.a.softmax_scale / c.a.softcap * (2 * LOG2E)
             self.softcap_out = c.a.softcap * LOG2E
+            self.softcap_out2 = c.a.softcap * (-2 * LOG2E)
         C = self.mma.C
         if s.alibi:
             self.alibi_rows = [_per_head_rows(c, C, self.row_axis, r0, c.a.alibi_slopes, LOG2E)
@@ -1134,7 +1138,8 @@ def _variants() -> dict[str, UnifiedAttention2DSpec]:
 def feature_variants(cls, narrow_geometry_of, *, flash: str | None,
                      features=tuple(FEATURES)) -> dict:
     """One variant per score feature (ALGORITHM.md §12) for every dtype x head size on the
-    narrow path and, for fp16, the ``flash`` geometry (the dispatcher's default), at block size
+    narrow path and, for fp16, the ``flash`` geometry (the dispatcher's default; not for QQ-bias,
+    which the dispatcher always runs narrow), at block size
     16 with the group rotating as above; other block sizes, geometries and feature combinations
     are the same code with other constants, built on demand."""
     out = {}
@@ -1146,7 +1151,8 @@ def feature_variants(cls, narrow_geometry_of, *, flash: str | None,
                 out[f"narrow_{dtype}_d{d}_b16_g{g}_{tag}"] = cls(
                     dtype=dtype, head_size=d, block_size=16, num_queries_per_kv=g,
                     **narrow_geometry_of(dtype, d), **{feature: True})
-                if flash and dtype == "f16" and (flash != "L4" or d == 128):
+                # QQ-bias always runs narrow (attention_unified.GEOMETRY_RULES)
+                if flash and dtype == "f16" and (flash != "L4" or d == 128) and feature != "qq_bias":
                     out[f"{flash}_f16_d{d}_b16_g{g}_{tag}"] = cls(
                         dtype="f16", head_size=d, block_size=16, num_queries_per_kv=g,
                         **flash_geometry(flash, d), **{feature: True})
