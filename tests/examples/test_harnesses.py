@@ -47,7 +47,7 @@ def test_parity_groups_cover_the_seed_set():
     names = [s.name for s in shapes]
     assert len(names) == len(set(names))
     assert {"decode_d128_q1k1024", "fp16_h32kv8_b1_s2048x2048_d128"} <= set(names)
-    assert set(parity_shapes.GROUPS) == {"default", "fmha", "creative"}
+    assert set(parity_shapes.GROUPS) == {"default", "fmha", "creative", "features"}
     for group in ("default", "fmha", "creative"):
         kinds = {s.kind for s in parity_shapes.GROUPS[group]}
         assert "decode" in kinds and kinds & {"prefill", "chunked"}, group

@@ -187,3 +187,26 @@ def test_kernel_args_refuse_a_feature_the_kernel_does_not_apply():
     with pytest.raises(ValueError, match="sliding_window: the kernel .* applies it"):
         a2.kernel_args(windowed, *base[1:])
     assert a2.kernel_args(windowed, *base[1:], window_left=3)[-1] == 3
+
+
+def test_parity_harness_feature_scenarios_pass(tmp_path):
+    """Two of the harness's ``features`` shapes through all three tables (subprocess, emulator):
+    exit 0 and every row PASS against the reference with the shape's features."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    report = tmp_path / "features.json"
+    env = dict(os.environ, PYTHONPATH=str(root), ROCKE_DEVICE="emu")
+    run = subprocess.run(
+        [sys.executable, str(root / "examples" / "parity_unified_attention.py"),
+         "--scenario", "features_qq_bias_fp16_h4kv1_d64",
+         "--scenario", "features_sinks_window_fp16_h8kv8_d64", "--report", str(report)],
+        capture_output=True, text=True, cwd=root, env=env, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    rows = json.loads(report.read_text())["results"]
+    assert len(rows) == 6 and all(r["status"] == "PASS" for r in rows)
+    launched = " ".join(r["launched"] for r in rows)
+    assert "_qqb" in launched and "_swa_sinks" in launched
