@@ -216,7 +216,7 @@ def _flash_2d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
 def _narrow_geometry(path: str, warps: int, rows: int, p: UnifiedAttentionProblem) -> Geometry:
     from types import SimpleNamespace         # the kernel's own default tile for the narrow path
     tile = _a2().resolved_tile(SimpleNamespace(tile_size=0, use_transposed_qk_32x32=False,
-                                               block_size=p.block_size))
+                                               block_size=p.block_size, head_size=p.head_size))
     return Geometry(path, "narrow", "narrow", warps, rows, tile,
                     k_single_buffer=warps * rows <= tile)
 
