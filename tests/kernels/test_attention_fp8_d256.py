@@ -189,3 +189,25 @@ def test_d256_geometry_that_cannot_fit_says_why():
                                   block_m_per_warp=32)
     with pytest.raises(ValueError, match=r"head_size: 256 has only the narrow path"):
         a2.UnifiedAttention2DSpec(head_size=256, **a2.flash_geometry("wide4", 128))
+
+
+@pytest.mark.parametrize("levers", [
+    dict(dtype="f16", kv_addr_64=True, cfv_store=True, q_direct=True, **a2.flash_geometry("wide2", 64)),
+    dict(dtype="bf16", kv_cache_policy="stream", use_k_single_buffer=False, num_warps=1),
+], ids=["flash_a64_cfv_qdirect", "narrow_stream_k2"])
+def test_fp8_with_the_copy_levers(levers):
+    """The dequantizing copy under the levers that change the copy (64-bit page base, row-major V,
+    streaming loads, K double buffer), launched directly."""
+    from rocke.runtime import launch
+    dtype = levers["dtype"]
+    spec = a2.UnifiedAttention2DSpec(head_size=64, block_size=16, num_queries_per_kv=4,
+                                     kv_dtype="fp8_e4m3fnuz", **levers)
+    args = _fp8_inputs(MIXED, hq=8, hk=2, d=64, bs=16, dtype=dtype, seed=13, descale="per_head")
+    out = args["out"]
+    grid, block = a2.launch_geometry(spec, len(MIXED), out.shape[0], 2)
+    launch(au.compiled(spec), grid, block,
+           a2.kernel_args(spec, args["q"], args["k"], args["v"], out, args["block_table"],
+                          args["cu_seqlens_q"], args["seqused_k"], args["softmax_scale"],
+                          args["k_descale"], args["v_descale"]))
+    err = (out.float() - _reference(args)).abs().max().item()
+    assert err <= attention_atol(dtype, "fp8_e4m3fnuz"), err
