@@ -88,7 +88,8 @@ class Geometry:
 @dataclass(frozen=True)
 class UnifiedAttentionProblem:
     """One call, as the dispatcher sees it. ``features`` is where the later features
-    (window, softcap, ALiBi, QQ-bias, sinks, fp8) will be named; none is supported yet."""
+    (window, softcap, ALiBi, QQ-bias, sinks) will be named; none is supported yet. An fp8 KV
+    cache is ``kv_dtype`` (ALGORITHM.md §11.1)."""
     dtype: str
     head_size: int
     num_q_heads: int
