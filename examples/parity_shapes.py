@@ -10,7 +10,7 @@ groups, every shape causal (bottom-right), cache block size 64.
 - ``creative``: exploratory sweep — long-KV decode (up to 64 Ki keys), chunked prefill,
   non-standard GQA ratios, d64/d256 bf16, large-batch variants, a mixed decode+prefill batch.
 
-d256 shapes stay in the set under their names and are reported SKIP until a d256 kernel exists.
+d256 shapes run like the others (the tiled narrow d256 path, ALGORITHM.md §11.2).
 """
 from __future__ import annotations
 

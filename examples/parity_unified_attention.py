@@ -228,7 +228,7 @@ def run_table(table, shape, inputs, ref, args, knobs, device, rate, bar):
                time_s=None, time_kind=H.time_label(device), runs=0, launched=None)
     steps = 1 + args.warmup + args.attempts
     if not shape.supported:
-        row.update(status="SKIP", reason=H.D256_SKIP_REASON)
+        row.update(status="SKIP", reason=H.UNSUPPORTED_HEAD_SIZE_REASON)
         bar.update(steps)
         return row
     out = inputs["out"]

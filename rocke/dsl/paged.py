@@ -28,11 +28,12 @@ Rules the copy relies on:
   with more than one row per instruction the LDS rows must be unpadded. The data is in LDS only
   after ``k.wait_vmcnt(0)`` (and a barrier for the other waves): the caller issues both.
 - ``aux``: cache-policy bits of the loads (e.g. ``CACHE_STREAM``).
-- ``scale`` (dequantizing copy, ALGORITHM.md §11): the cache holds fp8 (``fp8_e4m3fnuz``) and
-  the LDS tile a 16-bit dtype; each element is decoded to f32 by the hardware conversion, multiplied
-  by ``scale`` (an f32 Value, e.g. a per-head ``k_descale``) and rounded once to the LDS dtype, so
-  the MFMAs that read the tile are unchanged (seeds/004 §7.3). Out-of-range tokens read code 0,
-  which decodes to 0. Not with ``lds_dma`` (the DMA writes bytes as they are).
+- dequantizing copy (ALGORITHM.md §11.1): when the cache holds fp8 (``fp8_e4m3fnuz``) and the
+  LDS tile a 16-bit dtype, each element is decoded to f32 by the hardware conversion, multiplied
+  by ``scale`` if one is given (an f32 Value, e.g. a per-head descale) and rounded to the LDS
+  dtype, so the MFMAs that read the tile are unchanged (seeds/004 §7.3). Without a scale the
+  conversion is exact (every e4m3fnuz value is an f16 and a bf16 value). Out-of-range tokens read
+  code 0, which decodes to 0. Not with ``lds_dma`` (the DMA writes bytes as they are).
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
             index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
             loaded = rsrc.load(index, width=vector, mask=token0 + r < valid_tokens, aux=aux)
             if dequant:
-                loaded = (loaded.to(T.f32) * scale).to(lds.dtype)
+                loaded = _dequantize(loaded, scale, lds.dtype)
             if transpose:
                 for j, e in enumerate(list(loaded) if vector > 1 else [loaded]):
                     lds.store((c + j, lds_row0 + row0 + r), e)
@@ -167,6 +168,17 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
         else:
             with k.if_(wave < (tokens - step * run * waves) // run):
                 copy_run()
+
+
+def _dequantize(codes: Value, scale, dtype):
+    """fp8 codes -> ``dtype`` (times ``scale``). Unscaled to bf16 the f32 value is exact in bf16,
+    so its high half is the bf16 (no rounding code: fewer registers than the RNE sequence)."""
+    wide = codes.to(T.f32)
+    if scale is not None:
+        return (wide * scale).to(dtype)
+    if dtype == T.bf16:
+        return (wide.bitcast(T.u32) >> 16).to(T.u16).bitcast(T.bf16)
+    return wide.to(dtype)
 
 
 def _check_dequant(cache: PagedView, lds: LdsTensor, scale, lds_dma: bool) -> bool:
@@ -181,8 +193,8 @@ def _check_dequant(cache: PagedView, lds: LdsTensor, scale, lds_dma: bool) -> bo
     if src.kind != "fp8" or dst.bits != 16:
         raise dsl_type_error(f"copy_paged_tile: cache {src.name} and LDS {dst.name} differ (only an "
                              "fp8 cache into a 16-bit LDS tile converts, with a scale)")
-    if scale is None or not isinstance(scale, Value) or scale.dtype != T.f32 or scale.lanes != 1:
-        raise dsl_type_error("copy_paged_tile: dequantizing an fp8 cache needs scale, a scalar f32 Value")
+    if scale is not None and (not isinstance(scale, Value) or scale.dtype != T.f32 or scale.lanes != 1):
+        raise dsl_type_error("copy_paged_tile: the dequantization scale must be a scalar f32 Value")
     if lds_dma:
         raise dsl_value_error("copy_paged_tile: lds_dma writes the cache's bytes as they are; it "
                               "cannot dequantize an fp8 cache")

@@ -90,7 +90,7 @@ class UnifiedAttentionProblem:
     """One call, as the dispatcher sees it. The score features (ALGORITHM.md §12) are fields:
     ``softcap`` (0 = off), ``alibi`` / ``qq_bias`` / ``sinks`` (whether the tensor is passed),
     ``window_left`` (vLLM's ``window_size[0]``, -1 = no sliding window); ``features`` names the
-    ones that are on."""
+    ones that are on. An fp8 KV cache is ``kv_dtype`` (ALGORITHM.md §11.1)."""
     dtype: str
     head_size: int
     num_q_heads: int
@@ -245,7 +245,7 @@ def _flash_2d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
 def _narrow_geometry(path: str, warps: int, rows: int, p: UnifiedAttentionProblem) -> Geometry:
     from types import SimpleNamespace         # the kernel's own default tile for the narrow path
     tile = _a2().resolved_tile(SimpleNamespace(tile_size=0, use_transposed_qk_32x32=False,
-                                               block_size=p.block_size))
+                                               block_size=p.block_size, head_size=p.head_size))
     return Geometry(path, "narrow", "narrow", warps, rows, tile,
                     k_single_buffer=warps * rows <= tile)
 

@@ -157,9 +157,13 @@ class UnifiedAttention2DSpec:
 
 
 def resolved_tile(spec) -> int:
+    """The default KV tile: 64 (flash), min(block_size, 32) (narrow), 16 (narrow d256: K double
+    buffer + V^T + P in 30 KiB, 2 workgroups per CU and no SGPR spills, ALGORITHM.md §11.2)."""
     if spec.tile_size:
         return spec.tile_size
-    return 64 if spec.use_transposed_qk_32x32 else min(spec.block_size, 32)
+    if spec.use_transposed_qk_32x32:
+        return 64
+    return min(spec.block_size, 32 if spec.head_size <= 128 else 16)
 
 
 def spec_problems(spec) -> list[str]:
@@ -609,10 +613,16 @@ class _Ctx:
                                 kv_head * a.k_stride_head, a.num_blocks, spec.kv_addr_64)
         self.v_view = PagedView(a.v_cache, spec.block_size, a.v_stride_block, a.v_stride_token,
                                 kv_head * a.v_stride_head, a.num_blocks, spec.kv_addr_64)
-        self.k_scale = self.v_scale = None
-        if spec.fp8_kv:      # this (sequence, kv head)'s descales, folded into the tile copies
-            self.k_scale = a.k_descale.load(seq * a.k_descale_stride_seq + kv_head * a.k_descale_stride_head)
-            self.v_scale = a.v_descale.load(seq * a.v_descale_stride_seq + kv_head * a.v_descale_stride_head)
+
+    def descale(self, which: str):
+        """This (sequence, kv head)'s k or v descale (fp8 caches), applied in fp32 outside the
+        tile loop (ALGORITHM.md §11.1): k's into the score scale, v's into the output."""
+        if not self.spec.fp8_kv:
+            return None
+        a = self.a
+        index = (self.seq * getattr(a, f"{which}_descale_stride_seq")
+                 + self.kv_head * getattr(a, f"{which}_descale_stride_head"))
+        return getattr(a, f"{which}_descale").load(index)
 
     def row_token(self, rows):
         """(token within the sequence, query head) of workgroup rows (i32 scalar or vector)."""
@@ -632,12 +642,12 @@ class _Ctx:
         s = self.spec
         copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
-                        lds_dma=s.global_load_lds_k, aux=self.aux, scale=self.k_scale, **kw)
+                        lds_dma=s.global_load_lds_k, aux=self.aux, **kw)
 
     def copy_v(self, lds, first):
         copy_paged_tile(self.v_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
-                        transpose=not self.spec.cfv_store, aux=self.aux, scale=self.v_scale)
+                        transpose=not self.spec.cfv_store, aux=self.aux)
 
 
 def _load_q_rows_to_lds(c: _Ctx, q_lds):
@@ -686,6 +696,23 @@ def _load_q_direct(c: _Ctx, layout, row_axis: int, origin) -> Fragment:
         index = (c.q_seq_start + tok) * c.a.q_stride_token + head * c.a.q_stride_head + d
         parts.append(c.q_buf.load(index, width=n, mask=c.row_valid(row)))
     return Fragment(dsl.concat(*parts) if len(parts) > 1 else parts[0], layout)
+
+
+def _score_scale(c: _Ctx):
+    """softmax_scale * log2(e), times k_descale for an fp8 cache (the exactly dequantized K tile
+    is unscaled, so S = (Q K^T) * k_descale * softmax_scale; ALGORITHM.md §11.1)."""
+    if not c.spec.fp8_kv:
+        return c.a.softmax_scale * LOG2E
+    return c.a.softmax_scale * c.descale("k") * LOG2E
+
+
+def _value_scaled(c: _Ctx, frags):
+    """Output fragments times v_descale for an fp8 cache (O = P (V * v_descale) = (P V) * v_descale,
+    also for the 3D partials, which are linear in V)."""
+    if not c.spec.fp8_kv:
+        return frags
+    vs = c.descale("v")
+    return [(f * vs, r, d) for f, r, d in frags]
 
 
 class _PathBase:
@@ -795,7 +822,7 @@ class _PathBase:
         domain) and sink logits (log2 domain)."""
         s, c = self.spec, self.c
         if s.softcap:
-            self.softcap_in = c.a.softmax_scale / c.a.softcap * (2 * LOG2E)
+            self.softcap_in = self.qk_scale * (2.0 / c.a.softcap)   # k_descale included (fp8)
             self.softcap_out = c.a.softcap * LOG2E
             self.softcap_out2 = c.a.softcap * (-2 * LOG2E)
         C = self.mma.C
@@ -871,7 +898,7 @@ class _NarrowPath(_PathBase):
         q_lds = None if s.q_direct else k.lds("q_stage", (s.block_m_rows, D), s.dtype, pad=LDS_PAD,
                                                offset=0, alias=True)
         self.warp_row0 = k.wave_id() * s.block_m_per_warp
-        self.qk_scale = c.a.softmax_scale * LOG2E
+        self.qk_scale = _score_scale(c)
         if s.features:
             self.prepare_features([self.warp_row0 + i * 16 for i in range(self.mq)])
         self.q_ops = []
@@ -940,7 +967,7 @@ class _NarrowPath(_PathBase):
             for jd in range(nd):
                 f = o[i * nd + jd]
                 out.append((f * inv if normalise else f, self.warp_row0 + i * 16, jd * 16))
-        return out
+        return _value_scaled(self.c, out)
 
     def store_output(self, l, o):
         c = self.c
@@ -975,7 +1002,7 @@ class _FlashPath(_PathBase):
         q_lds = None if s.q_direct else k.lds("q_stage", (s.block_m_rows, D), s.dtype,
                                                offset=0, alias=True)
         self.warp_col0 = k.wave_id() * 32
-        self.qk_scale = c.a.softmax_scale * LOG2E
+        self.qk_scale = _score_scale(c)
         if s.features:
             self.prepare_features([self.warp_col0])
         if q_lds is not None:
@@ -1026,7 +1053,8 @@ class _FlashPath(_PathBase):
 
     def output_fragments(self, l, o, normalise: bool):
         inv = l[0].map(rcp).broadcast_to(self.mma.C) if normalise else None
-        return [(f * inv if normalise else f, self.warp_col0, jd * 32) for jd, f in enumerate(o)]
+        return _value_scaled(self.c, [(f * inv if normalise else f, self.warp_col0, jd * 32)
+                                      for jd, f in enumerate(o)])
 
     def store_output(self, l, o):
         """O^T -> LDS (aliased onto the dead K/V tiles) -> coalesced row stores."""
