@@ -210,3 +210,28 @@ def test_parity_harness_feature_scenarios_pass(tmp_path):
     assert len(rows) == 6 and all(r["status"] == "PASS" for r in rows)
     launched = " ".join(r["launched"] for r in rows)
     assert "_qqb" in launched and "_swa_sinks" in launched
+
+
+@pytest.mark.parametrize("backend, names, dtype, d, hq, hk, want", [
+    ("auto", ("window",), "f16", 64, 8, 2, "2d"),              # fp8 KV + sliding window (vLLM)
+    ("3d", ("window", "sinks"), "bf16", 128, 10, 2, "3d"),
+    ("2d", ("softcap", "alibi"), "f16", 128, 8, 1, "2d"),      # softcap on the k_descale'd scale
+])
+def test_fp8_kv_cache_with_features(backend, names, dtype, d, hq, hk, want):
+    """The fp8 dequantizing copy (ALGORITHM.md §11.1) under the score features: k_descale folds
+    into the score scale the softcap divides, so both must compose."""
+    from tests.kernels.test_attention_fp8_d256 import _fp8_inputs
+    args = _fp8_inputs(MIXED, hq=hq, hk=hk, d=d, bs=16, dtype=dtype, seed=d + hq, descale="per_head")
+    feats = _features(names, hq, args["max_seqlen_q"], seed=3)
+    if "softcap" in feats:
+        feats["softcap"] = 1.0          # the fp8 tests' scores reach several units
+    args.update(feats)
+    record = au.run_unified_attention_torch(**args, backend=backend)
+    assert record.plan.path == want and record.plan.specs[0].kv_dtype == "fp8_e4m3fnuz"
+    common = (args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+              args["block_table"], args["softmax_scale"])
+    scales = dict(k_descale=args["k_descale"], v_descale=args["v_descale"])
+    ref = ref_paged_attn(*common, **scales, **feats)
+    assert (ref_paged_attn(*common, **scales) - ref).abs().max().item() > 3 * attention_atol(dtype)
+    err = (args["out"].float() - ref).abs().max().item()
+    assert err <= attention_atol(dtype, "fp8_e4m3fnuz"), err
