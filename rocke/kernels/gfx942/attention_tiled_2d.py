@@ -17,6 +17,9 @@ Two matmul orientations (ALGORITHM.md §8):
 Causal, bottom-right aligned (ALGORITHM.md §3): KV tiles wholly in the future of the block's
 queries are never visited, tiles wholly in the past run without a mask, only the diagonal tiles
 pay it. Keys past the sequence read as 0 (paged copy) and are masked by the causal rule.
+fp8 KV caches (``kv_dtype``) are dequantized exactly on their way into LDS, the descales applied
+in fp32 to the score scale and the output; head_size 256 runs on the narrow path, the head dim in
+16 MFMA K-steps (ALGORITHM.md §11).
 The tile loop is shared with the 3D split-KV kernel (``attention_tiled_3d``), which restricts it
 to a segment of tiles and writes fp32 partials (ALGORITHM.md §5).
 """
