@@ -28,9 +28,10 @@ BLOCK_SIZE = 64                 # cache block (page) size: the flash tile T of s
 INPUT_RANGE = 0.1               # inputs ~ uniform(-0.1, 0.1), seeds/001
 TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 NAME_DTYPES = {"f16": "fp16", "bf16": "bf16"}
-#: why a shape whose head size the dispatcher does not take (d256) is SKIP, not run
-D256_SKIP_REASON = ("head_size 256: no gfx942 tiled d256 kernel yet (a later issue adds it); "
-                    f"the dispatcher takes {SUPPORTED_HEAD_SIZES}")
+#: why a shape whose head size the dispatcher does not take is SKIP, not run (d256 is taken
+#: since the tiled d256 path; the old name D256_SKIP_REASON stays an alias for callers)
+UNSUPPORTED_HEAD_SIZE_REASON = f"head_size not taken by the dispatcher ({SUPPORTED_HEAD_SIZES})"
+D256_SKIP_REASON = UNSUPPORTED_HEAD_SIZE_REASON
 #: --quick caps every KV length at this (same shape names, scaled lengths).
 QUICK_MAX_KV = 1024
 #: Emulated attention FLOPs (``kernel_flops``) per second of emulator wall time: measured on the
@@ -406,7 +407,7 @@ def print_plan(shapes: list[Shape], first: dict[str, str], rate: EmuRate, device
     launches = {s.name: n for s, n in plan}
     for shape in shapes:
         if not shape.supported:
-            note = f"SKIP: {D256_SKIP_REASON}"
+            note = f"SKIP: {UNSUPPORTED_HEAD_SIZE_REASON}"
         elif first[shape.name] != shape.name:
             note = f"= {first[shape.name]} after scaling"
         elif device == "emu":

@@ -46,8 +46,8 @@ def parse_args(argv):
                                       f"{', off by default' if g in DISABLED else ''})"
                                       for g, s in GROUPS.items()))
     p.add_argument("--groups", nargs="+", metavar="G",
-                   help="shape groups to run, or exact shape names (default: every group but "
-                        + ", ".join(DISABLED) + ")")
+                   help="shape groups to run, or exact shape names (default: every group"
+                        + (" but " + ", ".join(DISABLED) if DISABLED else "") + ")")
     for flag, meaning in (("warmup", "warm-up launches before timing"),
                           ("iters", "timed launches per measurement"),
                           ("reps", "measurements per cell, reduced per --reduce")):
@@ -223,7 +223,7 @@ def check_shape(shape, args, device, rate):
     per_mode = args.warmup + args.reps * args.iters
     launches = 2 + 2 * per_mode
     if not shape.supported:
-        row.update(status="SKIP", reason=H.D256_SKIP_REASON)
+        row.update(status="SKIP", reason=H.UNSUPPORTED_HEAD_SIZE_REASON)
         return row
     inputs = H.make_inputs(shape, H.torch_device(device))
     ref = H.reference(shape, inputs)

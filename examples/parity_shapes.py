@@ -5,10 +5,12 @@ groups, every shape causal (bottom-right), cache block size 64.
   varied batch sizes.
 - ``fmha``: integration-test net shapes — GQA ratios (non-powers of two too), asymmetric
   lengths, tiny sequences, cross-attention, large-batch decode, select d256 shapes.
+- ``features``: small shapes exercising vLLM's score features (softcap, ALiBi, QQ-bias,
+  sliding window, sinks; ``FEATURE_ARGS`` names each shape's), alone and combined.
 - ``creative``: exploratory sweep — long-KV decode (up to 64 Ki keys), chunked prefill,
   non-standard GQA ratios, d64/d256 bf16, large-batch variants, a mixed decode+prefill batch.
 
-d256 shapes stay in the set under their names and are reported SKIP until a d256 kernel exists.
+d256 shapes run like the others (the tiled narrow d256 path, ALGORITHM.md §11.2).
 """
 from __future__ import annotations
 
@@ -63,4 +65,30 @@ CREATIVE = [
            "mixed batch: decode rows and prefill chunks in one launch"),
 ]
 
-GROUPS = {"default": DEFAULT, "fmha": FMHA, "creative": CREATIVE}
+# ``features``: vLLM's score features (ALGORITHM.md §12), each shape with the features named in
+# FEATURE_ARGS (the harness builds the tensors; values chosen so each feature moves the output on
+# the harness's +-0.1 inputs: their scores are ~0.003, so the cap is 0.002)
+FEATURES = [
+    varlen("features_softcap_fp16_h8kv2_d128", "f16", 8, 2, 128, [(1, 100), (5, 40)],
+           "softcap alone, fp16 flash"),
+    varlen("features_alibi_varlen_bf16_h10kv2_d64", "bf16", 10, 2, 64, [(6, 6), (1, 70), (9, 130)],
+           "ALiBi + causal varlen, GQA 5"),
+    varlen("features_qq_bias_fp16_h4kv1_d64", "f16", 4, 1, 64, [(7, 30), (1, 20)],
+           "QQ-bias alone (runs narrow), GQA 4"),
+    varlen("features_window_softcap_bf16_h16kv2_d128", "bf16", 16, 2, 128, [(1, 300), (12, 200)],
+           "sliding window 32 + softcap, GQA 8"),
+    varlen("features_sinks_window_fp16_h8kv8_d64", "f16", 8, 8, 64, [(1, 250), (4, 90)],
+           "sinks + sliding window 64, MHA"),
+    decode("bf16", 32, 8, 2, 700, 128, "sinks on long decode (auto: 3D, sink in segment 0)",
+           name="features_sinks_decode_bf16_h32kv8_d128"),
+]
+FEATURE_ARGS = {
+    "features_softcap_fp16_h8kv2_d128": dict(softcap=0.002),
+    "features_alibi_varlen_bf16_h10kv2_d64": dict(alibi=True),
+    "features_qq_bias_fp16_h4kv1_d64": dict(qq_bias=True),
+    "features_window_softcap_bf16_h16kv2_d128": dict(window=(31, 0), softcap=0.002),
+    "features_sinks_window_fp16_h8kv8_d64": dict(sinks=True, window=(63, 0)),
+    "features_sinks_decode_bf16_h32kv8_d128": dict(sinks=True),
+}
+
+GROUPS = {"default": DEFAULT, "fmha": FMHA, "creative": CREATIVE, "features": FEATURES}

@@ -16,6 +16,7 @@ kernel launch, so the tests can show a wrong result fails the gate and the exit 
 
     python examples/parity_unified_attention.py --quick --scenario default    # CPU-sized
     python examples/parity_unified_attention.py --scenario fmha --scenario decode_d128_q1k1024
+    python examples/parity_unified_attention.py --scenario features      # softcap, ALiBi, ...
     HIPDNN_GFX942_FLASH_WIDE=0 python examples/parity_unified_attention.py \\
         --scenario fp16_h32kv8_b1_s2048x2048_d128
 """
@@ -26,7 +27,7 @@ import statistics
 import sys
 
 import attention_harness as H
-from parity_shapes import GROUPS
+from parity_shapes import FEATURE_ARGS, GROUPS
 
 TABLES = ("auto", "2d", "3d")
 HIP_ATTEMPTS, HIP_WARMUP = 30, 10
@@ -45,7 +46,7 @@ def parse_args(argv):
         epilog="groups: " + ", ".join(f"{g} ({len(s)} shapes)" for g, s in GROUPS.items())
         + "; 'all' = every group")
     p.add_argument("--scenario", action="append", metavar="S",
-                   help="a group (default/fmha/creative/all) or an exact shape name; repeatable, "
+                   help="a group (default/fmha/creative/features/all) or an exact shape name; repeatable, "
                         "the selections union (default: all)")
     p.add_argument("--attempts", type=int, default=None,
                    help=f"timed launches (default {HIP_ATTEMPTS} on hip; {EMU_ATTEMPTS} on emu, "
@@ -85,16 +86,48 @@ def parse_args(argv):
 # ---------------------------------------------------------------------------------------------
 # the three launch paths
 
+def feature_inputs(shape: H.Shape, device: str) -> dict:
+    """vLLM's feature arguments of a ``features`` shape (parity_shapes.FEATURE_ARGS), as
+    ``run_unified_attention_torch`` / ``ref_paged_attn`` take them; {} for other shapes."""
+    import torch
+    spec = FEATURE_ARGS.get(shape.name, {})
+    gen = torch.Generator().manual_seed(len(shape.name))
+    hq, max_q = shape.num_heads, shape.max_q
+    out = {}
+    if "softcap" in spec:
+        out["softcap"] = spec["softcap"]
+    if "window" in spec:
+        out["window_size"] = spec["window"]
+    if spec.get("alibi"):       # the ALiBi paper's geometric slopes, 2^(-8 (h+1) / Hq)
+        out["alibi_slopes"] = torch.tensor([2.0 ** (-8 * (h + 1) / hq) for h in range(hq)])
+    if spec.get("qq_bias"):
+        out["qq_bias"] = torch.randn(max_q, max_q, generator=gen)
+    if spec.get("sinks"):
+        out["sinks"] = torch.randn(hq, generator=gen) + 3.0
+    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
+
+
+def feature_reference(shape: H.Shape, inputs) -> "torch.Tensor":
+    """The fp32 reference with the shape's features (features shapes are small: one call)."""
+    from rocke.kernels.common.attention_reference import ref_paged_attn
+    t = {k: (v.cpu() if hasattr(v, "cpu") else v) for k, v in inputs.items()}
+    feats = {k: (v.cpu() if hasattr(v, "cpu") else v) for k, v in inputs["features"].items()}
+    return ref_paged_attn(t["q"], t["k"], t["v"], t["cu_seqlens_q"], t["seqused_k"],
+                          t["block_table"], t["softmax_scale"], causal=True, **feats)
+
+
 def dispatcher_launcher(inputs, backend):
     """The production entry point; returns its RunRecord (plan + launch reports)."""
     from rocke.kernels.common.attention_unified import run_unified_attention_torch
     t = inputs
+    f = inputs.get("features", {})
 
     def launch():
         return run_unified_attention_torch(
             t["q"], t["k"], t["v"], t["out"], t["cu_seqlens_q"], t["max_seqlen_q"],
-            t["seqused_k"], t["max_seqlen_k"], t["softmax_scale"], True, (-1, -1),
-            t["block_table"], 0.0, None, None, None, backend=backend)
+            t["seqused_k"], t["max_seqlen_k"], t["softmax_scale"], True,
+            f.get("window_size", (-1, -1)), t["block_table"], f.get("softcap", 0.0), None, None,
+            None, f.get("alibi_slopes"), f.get("qq_bias"), f.get("sinks"), backend=backend)
     return launch
 
 
@@ -109,7 +142,9 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
     configs bypass it and the spec's own rules arbitrate (seeds/001 arch notes)."""
     from rocke.kernels.common import knobs as knobs_module
     from rocke.kernels.gfx942 import attention_tiled_2d as k2d
-    flash = shape.dtype == "f16" and shape.head_size == 128
+    features = inputs.get("features", {})
+    # QQ-bias runs narrow (the dispatcher's rule: the flash layout's per-score gather spills)
+    flash = shape.dtype == "f16" and shape.head_size == 128 and "qq_bias" not in features
     if flash:
         warps = knobs.flash_num_warps
         geometry = dict(num_warps=warps, block_m_per_warp=32, tile_size=H.BLOCK_SIZE,
@@ -121,7 +156,10 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
         geometry = dict(num_warps=2)
     cache_bytes = inputs["k"].numel() * inputs["k"].element_size()
     fields = dict(dtype=shape.dtype, head_size=shape.head_size, block_size=H.BLOCK_SIZE,
-                  num_queries_per_kv=shape.group, kv_addr_64=cache_bytes > 2 ** 31, **geometry)
+                  num_queries_per_kv=shape.group, kv_addr_64=cache_bytes > 2 ** 31, **geometry,
+                  softcap="softcap" in features, alibi="alibi_slopes" in features,
+                  qq_bias="qq_bias" in features, sliding_window="window_size" in features,
+                  sinks="sinks" in features)
     fields.update(knobs_module.spec_overrides(knobs, k2d.UnifiedAttention2DSpec))
     if not flash and not k2d.supports_tiled_2d(**fields):
         problems = "; ".join(k2d.spec_problems(k2d._FieldView(**fields)))
@@ -143,8 +181,12 @@ def explicit_2d_launcher(shape, inputs, knobs, device):
     spec, geometry_name = build_2d_spec(shape, inputs, knobs)
     kernel = compiled(spec)
     t = inputs
+    f = inputs.get("features", {})
     args = k2d.kernel_args(spec, t["q"], t["k"], t["v"], t["out"], t["block_table"],
-                           t["cu_seqlens_q"], t["seqused_k"], t["softmax_scale"])
+                           t["cu_seqlens_q"], t["seqused_k"], t["softmax_scale"],
+                           softcap=f.get("softcap", 0.0), alibi_slopes=f.get("alibi_slopes"),
+                           qq_bias=f.get("qq_bias"), window_left=f.get("window_size", (-1,))[0],
+                           sinks=f.get("sinks"))
     grid, block = k2d.launch_geometry(spec, shape.batch, shape.total_q, shape.num_kv_heads)
 
     def launch():
@@ -186,7 +228,7 @@ def run_table(table, shape, inputs, ref, args, knobs, device, rate, bar):
                time_s=None, time_kind=H.time_label(device), runs=0, launched=None)
     steps = 1 + args.warmup + args.attempts
     if not shape.supported:
-        row.update(status="SKIP", reason=H.D256_SKIP_REASON)
+        row.update(status="SKIP", reason=H.UNSUPPORTED_HEAD_SIZE_REASON)
         bar.update(steps)
         return row
     out = inputs["out"]
@@ -281,7 +323,11 @@ def main(argv=None) -> int:
                   f"after scaling, result reused   ({shape.describe()})", flush=True)
             continue
         inputs = H.make_inputs(shape, H.torch_device(device))
-        ref = H.reference(shape, inputs) if shape.supported else None
+        if shape.name in FEATURE_ARGS:
+            inputs["features"] = feature_inputs(shape, H.torch_device(device))
+            ref = feature_reference(shape, inputs) if shape.supported else None
+        else:
+            ref = H.reference(shape, inputs) if shape.supported else None
         with H.progress(shape, len(TABLES) * steps, device, rate) as bar:
             for table in TABLES:
                 rows.append(run_table(table, shape, inputs, ref, args, knobs, device, rate, bar))

@@ -28,6 +28,12 @@ Rules the copy relies on:
   with more than one row per instruction the LDS rows must be unpadded. The data is in LDS only
   after ``k.wait_vmcnt(0)`` (and a barrier for the other waves): the caller issues both.
 - ``aux``: cache-policy bits of the loads (e.g. ``CACHE_STREAM``).
+- dequantizing copy (ALGORITHM.md §11.1): when the cache holds fp8 (``fp8_e4m3fnuz``) and the
+  LDS tile a 16-bit dtype, each element is decoded to f32 by the hardware conversion, multiplied
+  by ``scale`` if one is given (an f32 Value, e.g. a per-head descale) and rounded to the LDS
+  dtype, so the MFMAs that read the tile are unchanged (seeds/004 §7.3). Without a scale the
+  conversion is exact (every e4m3fnuz value is an f16 and a bf16 value). Out-of-range tokens read
+  code 0, which decodes to 0. Not with ``lds_dma`` (the DMA writes bytes as they are).
 """
 
 from __future__ import annotations
@@ -87,16 +93,16 @@ def min_dma_loads_per_wave(tokens: int, head_dim: int, threads: int, dtype_bytes
 def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, first_token: Value,
                     valid_tokens: Value, thread_index: Value, threads: int, vector: int = 8,
                     transpose: bool = False, lds_dma: bool = False, aux: int = CACHE_NORMAL,
-                    tokens: int | None = None, lds_row0=0):
+                    tokens: int | None = None, lds_row0=0, scale: Value | None = None):
     """Copy tokens ``[first_token, first_token + tokens)`` of ``cache`` (rows of ``D`` elements)
     into ``lds`` (``[tokens, D]``, or ``[D, tokens]`` with ``transpose``). See the module rules;
     ``first_token`` must be a multiple of ``rows_per_wave(...)`` (a tile start is).
     ``tokens`` / ``lds_row0``: copy into rows (columns with ``transpose``) ``[lds_row0,
-    lds_row0 + tokens)`` of a larger tile, e.g. one half of a double buffer."""
+    lds_row0 + tokens)`` of a larger tile, e.g. one half of a double buffer. ``scale``: the
+    dequantizing copy of an fp8 cache (module rules)."""
     if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
         raise dsl_type_error("copy_paged_tile needs a 2-D LdsTensor destination")
-    if cache.base.dtype != lds.dtype:
-        raise dsl_type_error(f"copy_paged_tile: cache {cache.base.dtype.name} and LDS {lds.dtype.name} differ")
+    dequant = _check_dequant(cache, lds, scale, lds_dma)
     k = lds.kernel
     full, dim = (lds.shape[1], lds.shape[0]) if transpose else lds.shape
     tokens = full if tokens is None else tokens
@@ -149,6 +155,8 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
             c = (lane & (per_row - 1)) * vector if per_row > 1 else k.const(0, T.i32)
             index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
             loaded = rsrc.load(index, width=vector, mask=token0 + r < valid_tokens, aux=aux)
+            if dequant:
+                loaded = _dequantize(loaded, scale, lds.dtype)
             if transpose:
                 for j, e in enumerate(list(loaded) if vector > 1 else [loaded]):
                     lds.store((c + j, lds_row0 + row0 + r), e)
@@ -160,6 +168,37 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
         else:
             with k.if_(wave < (tokens - step * run * waves) // run):
                 copy_run()
+
+
+def _dequantize(codes: Value, scale, dtype):
+    """fp8 codes -> ``dtype`` (times ``scale``). Unscaled to bf16 the f32 value is exact in bf16,
+    so its high half is the bf16 (no rounding code: fewer registers than the RNE sequence)."""
+    wide = codes.to(T.f32)
+    if scale is not None:
+        return (wide * scale).to(dtype)
+    if dtype == T.bf16:
+        return (wide.bitcast(T.u32) >> 16).to(T.u16).bitcast(T.bf16)
+    return wide.to(dtype)
+
+
+def _check_dequant(cache: PagedView, lds: LdsTensor, scale, lds_dma: bool) -> bool:
+    """True for a dequantizing copy (fp8 cache -> 16-bit LDS with ``scale``); raises for any
+    other dtype mismatch."""
+    src, dst = cache.base.dtype, lds.dtype
+    if src == dst:
+        if scale is not None:
+            raise dsl_value_error(f"copy_paged_tile: scale dequantizes an fp8 cache; the cache is "
+                                  f"already {src.name}")
+        return False
+    if src.kind != "fp8" or dst.bits != 16:
+        raise dsl_type_error(f"copy_paged_tile: cache {src.name} and LDS {dst.name} differ (only an "
+                             "fp8 cache into a 16-bit LDS tile converts, with a scale)")
+    if scale is not None and (not isinstance(scale, Value) or scale.dtype != T.f32 or scale.lanes != 1):
+        raise dsl_type_error("copy_paged_tile: the dequantization scale must be a scalar f32 Value")
+    if lds_dma:
+        raise dsl_value_error("copy_paged_tile: lds_dma writes the cache's bytes as they are; it "
+                              "cannot dequantize an fp8 cache")
+    return True
 
 
 def _masked_elem(rsrc, index, ok):

@@ -1,5 +1,5 @@
 """The two example harnesses: flags, shape sets and scaling, and real runs (subprocess, the
-emulator) on tiny scenarios — exit codes, the JSON report, d256 as SKIP, and a deliberately
+emulator) on tiny scenarios — exit codes, the JSON report, d256 run like the rest, and a deliberately
 corrupted kernel output (the hidden, test-only ``--inject-error`` flag) failing the gate."""
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import parity_unified_attention        # noqa: E402
 PARITY = EXAMPLES / "parity_unified_attention.py"
 FINAL = EXAMPLES / "final_shapes_check.py"
 # tiny shapes of the sets (scaled by --max-kv 64): seconds on the emulator; plus a d256 shape,
-# which must come out SKIP without launching anything
+# which runs on the tiled narrow d256 path and must PASS like the others
 TINY_PARITY = ["fp16_h8kv2_b4_s3x3_d128", "decode_fp16_h8kv1_b2_q1k3000_d128"]
 D256 = "fp16_h8kv8_b1_s512x512_d256"
 
@@ -47,7 +47,7 @@ def test_parity_groups_cover_the_seed_set():
     names = [s.name for s in shapes]
     assert len(names) == len(set(names))
     assert {"decode_d128_q1k1024", "fp16_h32kv8_b1_s2048x2048_d128"} <= set(names)
-    assert set(parity_shapes.GROUPS) == {"default", "fmha", "creative"}
+    assert set(parity_shapes.GROUPS) == {"default", "fmha", "creative", "features"}
     for group in ("default", "fmha", "creative"):
         kinds = {s.kind for s in parity_shapes.GROUPS[group]}
         assert "decode" in kinds and kinds & {"prefill", "chunked"}, group
@@ -65,12 +65,14 @@ def test_parity_groups_cover_the_seed_set():
     assert any(s.kind == "mixed" for s in creative)
 
 
-def test_final_groups_and_d256_disabled():
-    assert set(final_shapes.GROUPS) >= {"decode", "long_prefill", "d256_disabled"}
-    assert final_shapes.DISABLED == ("d256_disabled",)
+def test_final_groups_and_d256_runs():
+    assert set(final_shapes.GROUPS) >= {"decode", "long_prefill", "d256_disabled", "d256"}
+    assert final_shapes.DISABLED == ()                          # d256 runs by default now
+    assert final_shapes.GROUPS["d256"] is final_shapes.GROUPS["d256_disabled"]     # alias
     for name, shapes in final_shapes.GROUPS.items():
         assert all(s.uniform for s in shapes), name            # each has a dense torch twin
-        assert all((s.head_size == 256) == (name == "d256_disabled") for s in shapes)
+        assert all((s.head_size == 256) == (name in ("d256_disabled", "d256")) for s in shapes)
+        assert all(s.supported for s in shapes), name
     assert max(s.max_k for s in final_shapes.GROUPS["long_prefill"]) == 8192
 
 
@@ -169,7 +171,8 @@ def test_dry_run_lists_and_estimates_without_launching(monkeypatch, capsys):
     assert parity_unified_attention.main(["--scenario", "all", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "estimate:" in out and "WARNING: long run" in out       # the full set is hours here
-    assert "decode_fp16_h8kv1_b1_q1k65536_d128" in out and "SKIP: head_size 256" in out
+    assert "decode_fp16_h8kv1_b1_q1k65536_d128" in out and "SKIP" not in out
+    assert f"{D256} " in out
     assert final_shapes_check.main(["--quick", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "fp16_h32kv8_b1_s8192x8192_d128" in out
@@ -201,17 +204,14 @@ def test_parity_tiny_scenario_passes_with_report(tmp_path):
     for row in data["results"]:
         assert set(row) >= {"shape", "groups", "table", "status", "reason", "max_abs_err", "tol",
                             "time_s", "time_kind", "seqlens", "scaled_from", "launched"}
-        if row["shape"] == D256:        # unsupported until a later issue: SKIP, never PASS
-            assert row["status"] == "SKIP" and "head_size 256" in row["reason"]
-            continue
-        assert row["status"] == "PASS", row
+        assert row["status"] == "PASS", row           # d256 included
         assert 0 <= row["max_abs_err"] <= row["tol"] and row["time_s"] > 0
     decode = [r for r in data["results"] if r["shape"] == TINY_PARITY[1]]
     assert all(r["seqlens"] == [[1, 64], [1, 64]] for r in decode)
     assert decode[0]["scaled_from"] == [[1, 3000], [1, 3000]]
     flash = next(r for r in data["results"] if r["shape"] == TINY_PARITY[0] and r["table"] == "2d")
     assert flash["launched"].startswith("2d wide4")
-    assert data["summary"] == {"PASS": 6, "FAIL": 0, "SKIP": 3, "ERROR": 0}
+    assert data["summary"] == {"PASS": 9, "FAIL": 0, "SKIP": 0, "ERROR": 0}
 
 
 def test_parity_fails_on_a_corrupted_output(tmp_path, monkeypatch, capsys):
@@ -251,7 +251,9 @@ def test_final_shapes_tiny_run(tmp_path):
         assert 0 <= decode["max_abs_err_graph"] <= decode["tol"]
     else:
         assert "n/a (Graph not available)" in proc.stdout
-    assert all(rows[s.name]["status"] == "SKIP" for s in final_shapes.GROUPS["d256_disabled"])
+    for s in final_shapes.GROUPS["d256_disabled"]:          # d256 runs on the narrow path
+        assert rows[s.name]["status"] == "PASS", rows[s.name]
+        assert 0 <= rows[s.name]["max_abs_err_eager"] <= rows[s.name]["tol"]
     assert "emu wall ms" in proc.stdout
 
 

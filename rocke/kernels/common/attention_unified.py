@@ -20,7 +20,8 @@ from typing import Callable
 
 from rocke.kernels.common import knobs as knobs_mod
 from rocke.kernels.common.knobs import AttentionKnobs
-from rocke.kernels.gfx942.attention_tiled_2d import BLOCK_SIZES, HEAD_SIZES, MAX_GROUP
+from rocke.kernels.gfx942.attention_tiled_2d import (BLOCK_SIZES, FLASH_HEAD_SIZES, HEAD_SIZES,
+                                                     KV_DTYPES, MAX_GROUP)
 
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 BACKENDS = ("auto", "2d", "3d")
@@ -86,8 +87,10 @@ class Geometry:
 
 @dataclass(frozen=True)
 class UnifiedAttentionProblem:
-    """One call, as the dispatcher sees it. ``features`` is where the later features
-    (window, softcap, ALiBi, QQ-bias, sinks, fp8) will be named; none is supported yet."""
+    """One call, as the dispatcher sees it. The score features (ALGORITHM.md §12) are fields:
+    ``softcap`` (0 = off), ``alibi`` / ``qq_bias`` / ``sinks`` (whether the tensor is passed),
+    ``window_left`` (vLLM's ``window_size[0]``, -1 = no sliding window); ``features`` names the
+    ones that are on. An fp8 KV cache is ``kv_dtype`` (ALGORITHM.md §11.1)."""
     dtype: str
     head_size: int
     num_q_heads: int
@@ -100,7 +103,12 @@ class UnifiedAttentionProblem:
     causal: bool = True
     num_blocks: int = 1
     kv_cache_bytes: int = 0     # bytes one cache's pages span: num_blocks * block stride
-    features: frozenset = frozenset()
+    softcap: float = 0.0
+    alibi: bool = False
+    qq_bias: bool = False
+    window_left: int = -1
+    sinks: bool = False
+    kv_dtype: str | None = None  # None: the caches hold `dtype`; "fp8_e4m3fnuz": fp8 with descales
 
     def __post_init__(self):
         if self.dtype not in DTYPES.values():
@@ -121,8 +129,32 @@ class UnifiedAttentionProblem:
                              f"{self.num_kv_heads} (GQA needs whole groups)")
         if not isinstance(self.causal, bool):
             raise ValueError(f"causal: must be a bool, got {self.causal!r}")
-        if self.features:
-            raise NotImplementedError(f"features: {sorted(self.features)} not supported yet")
+        if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype: must be None (the caches hold q's dtype) or one of "
+                             f"{KV_DTYPES}, got {self.kv_dtype!r}")
+        if isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float)) or \
+                not math.isfinite(self.softcap) or self.softcap < 0:
+            raise ValueError(f"softcap: must be a finite float >= 0 (0 = off), got {self.softcap!r}")
+        for name in ("alibi", "qq_bias", "sinks"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: must be a bool, got {getattr(self, name)!r}")
+        if isinstance(self.window_left, bool) or not isinstance(self.window_left, int) or \
+                not -1 <= self.window_left < 2 ** 31:
+            raise ValueError(f"window_left: must be -1 (no window) or an int in [0, 2**31), got "
+                             f"{self.window_left!r}")
+        if self.window_left >= 0 and not self.causal and self.max_seqlen_q > 1:
+            raise ValueError("window_left: the sliding window is bottom-right aligned like the "
+                             "causal mask (ALGORITHM.md §12.6); it needs causal=True for prefill")
+
+    @property
+    def features(self) -> frozenset:
+        """Names of the score features this call applies (the kernel spec's feature fields)."""
+        return frozenset(name for name, on in self.spec_features().items() if on)
+
+    def spec_features(self) -> dict[str, bool]:
+        """The kernel spec's feature fields for this problem."""
+        return dict(softcap=self.softcap > 0, alibi=self.alibi, qq_bias=self.qq_bias,
+                    sliding_window=self.window_left >= 0, sinks=self.sinks)
 
     @property
     def num_queries_per_kv(self) -> int:
@@ -175,7 +207,9 @@ class UnifiedAttentionProblem:
 # ---- the dispatcher's rules (ALGORITHM.md §10). First match wins; the reason is the why. ----
 # (applies(problem, num_sms), path, reason)
 PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
-    # (sliding window -> 2D joins here with issue 8's window feature)
+    (lambda p, sms: p.window_left >= 0, "2d",
+     "sliding window: the walk is at most the window's tiles, so segments would only add a "
+     "launch and workspace traffic (seed 004 §6)"),
     (lambda p, sms: p.max_seqlen_k <= SHORT_CONTEXT_K, "2d",
      "short context (max_seqlen_k <= 512): the KV walk is short, segments would only add a "
      "launch and workspace traffic"),
@@ -211,7 +245,7 @@ def _flash_2d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
 def _narrow_geometry(path: str, warps: int, rows: int, p: UnifiedAttentionProblem) -> Geometry:
     from types import SimpleNamespace         # the kernel's own default tile for the narrow path
     tile = _a2().resolved_tile(SimpleNamespace(tile_size=0, use_transposed_qk_32x32=False,
-                                               block_size=p.block_size))
+                                               block_size=p.block_size, head_size=p.head_size))
     return Geometry(path, "narrow", "narrow", warps, rows, tile,
                     k_single_buffer=warps * rows <= tile)
 
@@ -232,14 +266,23 @@ def _flash_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
 # (path, applies(problem), make(problem, knobs) -> Geometry, reason). The numbers (warps, rows,
 # tile) come from the kernel's shipped geometry table, so the dispatcher picks shipped variants.
 GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
-    ("2d", lambda p: p.dtype == "f16", _flash_2d,
+    ("2d", lambda p: p.qq_bias, _narrow_2d,
+     "QQ-bias: narrow, whatever the dtype: the bias is one gathered load per score value, and the "
+     "flash layout's 16 score values per lane (x T/32 subtiles) exhaust the registers (SGPR/VGPR "
+     "spills), while the narrow layout holds 4 per 16x16 subtile (ALGORITHM.md §12.4)"),
+    ("3d", lambda p: p.qq_bias, _narrow_3d,
+     "QQ-bias: narrow 1 warp x 16 rows, as in 2D (the flash L4 geometry spills with the "
+     "per-score bias gather, ALGORITHM.md §12.4)"),
+    ("2d", lambda p: p.dtype == "f16" and p.head_size in FLASH_HEAD_SIZES, _flash_2d,
      "fp16: transposed-x8 flash (S^T = K Q^T on the fp16-only 32x32x8 atom keeps P^T in "
      "registers, seed 000 §6.2; the production family admits d64 too, §6.1 note); wide4 is the "
      "analytic default, FLASH_WIDE picks wide2/L4, NUM_WARPS overrides (§7); d128 walks T = 32 "
      "so K + V^T + the aliased stages fit 32 KiB, 2 WG/CU (seed 004 §4 lever 2)"),
     ("2d", lambda p: True, _narrow_2d,
      "bf16: narrow 16x16x16, P through LDS (the x8 atom path is fp16-only, seed 000 §6.2); "
-     "d64 4 warps x 32 rows, d128 2 warps x 16 rows (§6.1); T = min(block_size, 32)"),
+     "d64 4 warps x 32 rows, d128 2 warps x 16 rows (§6.1); T = min(block_size, 32). d256 "
+     "(fp16 and bf16) is narrow only: 2 warps x 16 rows, the head dim split over 16 K-steps, "
+     "LDS checked by the spec (ALGORITHM.md §11.2)"),
     ("3d", lambda p: p.dtype == "f16" and p.head_size == 128, _flash_3d,
      "split-KV d128 fp16: the single-warp flash geometry L4 (32 query columns hold a decode "
      "token's GQA group); the segment grid, not the workgroup, fills the device (seed 004 §5)"),
@@ -259,7 +302,7 @@ def _recommend_graph_replay(problem: UnifiedAttentionProblem, knobs: AttentionKn
     knobs = AttentionKnobs() if knobs is None else knobs
     if capturing is None:
         capturing = _caller_is_capturing()
-    if capturing or problem.features:
+    if capturing or problem.features or problem.kv_dtype is not None:     # fp8: seed 000 §9
         return False
     path = problem.select_path()[0] if path is None else path
     if not (knobs.graph_2d if path == "2d" else knobs.graph_3d):
@@ -313,27 +356,81 @@ def _byte_range(t) -> tuple[int, int]:
     return t.data_ptr(), t.data_ptr() + span * t.element_size()
 
 
-def _check_descale(name: str, t, num_seqs: int, num_kv_heads: int):
-    """vLLM passes k/v descales on every call (a 0-dim fp32 expanded to [num_seqs, num_kv_heads]
-    with zero strides). Without an fp8 cache the only meaningful scale is 1."""
+# The cache encodings the kernels read (ALGORITHM.md §11.1): 16-bit caches in q's dtype, or
+# gfx942's fp8 e4m3fnuz (bias 8, code 0x80 = NaN, max 240), decoded by v_cvt_f32_fp8.
+FP8_CACHE_DTYPES = {"float8_e4m3fnuz": "fp8_e4m3fnuz"}
+
+
+def _cache_kv_dtype(name: str, t, q_dtype) -> str | None:
+    """The cache's kv_dtype (None: q's dtype), or a clear error for an encoding the kernels do
+    not read. No cache is ever reinterpreted or converted."""
     import torch
+    dtype = str(t.dtype).removeprefix("torch.")
+    if dtype in FP8_CACHE_DTYPES:
+        return FP8_CACHE_DTYPES[dtype]
+    if t.dtype == torch.float8_e4m3fn:
+        raise ValueError(
+            f"{name}: a torch.float8_e4m3fn cache (OCP e4m3: bias 7, NaN 0x7f/0xff) is not read by "
+            "the gfx942 kernels, which decode fp8 with the hardware's e4m3fnuz conversion (bias 8, "
+            "NaN 0x80): the same bits would mean half the value. Store the cache as "
+            "torch.float8_e4m3fnuz (gfx942's fp8, what vLLM uses on MI300); nothing is converted "
+            "silently")
+    if "float8" in dtype:
+        raise ValueError(f"{name}: fp8 cache dtype {t.dtype} is not supported; the kernels read "
+                         "torch.float8_e4m3fnuz caches (or q's fp16/bf16)")
+    if t.dtype == torch.uint8:
+        raise ValueError(f"{name}: a uint8 cache does not say its fp8 encoding; pass "
+                         "k.view(torch.float8_e4m3fnuz) if it holds gfx942 e4m3fnuz codes")
+    if t.dtype != q_dtype:
+        raise ValueError(f"{name}: dtype {t.dtype} differs from q's {q_dtype} (a cache is q's dtype "
+                         "or torch.float8_e4m3fnuz)")
+    return None
+
+
+def _descale_tensor(name: str, t):
+    """A descale as a tensor (a Python number becomes a 0-dim fp32 tensor, as vLLM's scalar)."""
+    import torch
+    if t is None or _is_tensor(t):
+        return t
+    if isinstance(t, (int, float)) and not isinstance(t, bool):
+        return torch.tensor(float(t), dtype=torch.float32)
+    raise ValueError(f"{name}: must be None or an fp32 tensor, got {type(t).__name__}")
+
+
+def _check_descale(name: str, t, num_seqs: int, num_kv_heads: int, *, fp8: bool, device=None,
+                   cache: str = "KV cache"):
+    """vLLM passes k/v descales on every call (a 0-dim fp32 expanded to [num_seqs, num_kv_heads]
+    with zero strides), or per KV head. An fp8 cache needs one (finite, > 0, on q's device: the
+    kernel reads it); without an fp8 cache the only meaningful scale is 1."""
+    t = _descale_tensor(name, t)
     if t is None:
+        if fp8:
+            raise ValueError(f"{name}: the fp8 {cache} needs its dequantization scale (fp32, [1] or "
+                             "[num_kv_heads] or [num_seqs, num_kv_heads]); got None")
         return
-    if not _is_tensor(t):
-        if isinstance(t, (int, float)) and not isinstance(t, bool):
-            t = torch.tensor(float(t))
-        else:
-            raise ValueError(f"{name}: must be None or an fp32 tensor, got {type(t).__name__}")
+    import torch
     if t.dtype != torch.float32:
         raise ValueError(f"{name}: dtype must be torch.float32, got {t.dtype}")
     if list(t.shape) not in ([], [1], [num_kv_heads], [num_seqs, num_kv_heads]):
         raise ValueError(f"{name}: shape must be [], [1], [num_kv_heads] or [num_seqs, "
                          f"num_kv_heads] = [{num_seqs}, {num_kv_heads}], got {list(t.shape)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name}: on {t.device}, but q is on {device}; the kernel reads the "
+                         "descale from q's device")
     off = t.detach().cpu()
-    if t.numel() and not bool((off == 1).all()):
-        bad = off[off != 1].reshape(-1)[0].item()
-        raise ValueError(f"{name}: a non-fp8 KV cache takes no dequantization scale; every entry "
-                         f"must be 1, got {bad!r} (fp8 caches are a later feature)")
+    if not fp8:
+        if t.numel() and not bool((off == 1).all()):
+            bad = off[off != 1].reshape(-1)[0].item()
+            why = ("rocke's queries are fp16/bf16, there is no fp8 query to dequantize"
+                   if name == "q_descale" else "a non-fp8 KV cache takes no dequantization scale")
+            raise ValueError(f"{name}: {why}; every entry must be 1, got {bad!r}")
+        return
+    if t.numel() == 0:
+        raise ValueError(f"{name}: empty descale for the fp8 {cache}")
+    bad = ~torch.isfinite(off) | (off <= 0)
+    if bool(bad.any()):
+        raise ValueError(f"{name}: fp8 dequantization scales must be finite and > 0, got "
+                         f"{off[bad].reshape(-1)[0].item()!r}")
 
 
 def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
@@ -345,19 +442,6 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     Raises ``NotImplementedError`` for a feature a later issue adds, ``ValueError`` for
     everything else; each message starts with the argument's name."""
     import torch
-    # features of issue 8 first: a set feature is the reason, whatever else is off
-    if window_size is not None and tuple(int(x) for x in window_size) != (-1, -1):
-        raise _feature_error("sliding window attention", "window_size", tuple(window_size))
-    if softcap not in (None, 0, 0.0):
-        raise _feature_error("logit softcapping", "softcap", softcap)
-    if alibi_slopes is not None:
-        raise _feature_error("ALiBi", "alibi_slopes", type(alibi_slopes).__name__)
-    if qq_bias is not None:
-        raise _feature_error("QQ-bias", "qq_bias", type(qq_bias).__name__)
-    if sinks is not None:
-        raise _feature_error("attention sinks", "sinks", type(sinks).__name__)
-    if q_descale is not None:
-        raise _feature_error("fp8 queries", "q_descale", type(q_descale).__name__)
 
     _need_tensor("q", q, 3, "[total_q, num_q_heads, head_size]")
     _need_tensor("k", k, 4, "[num_blocks, block_size, num_kv_heads, head_size]")
@@ -380,12 +464,10 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     if str(q.dtype).removeprefix("torch.") not in DTYPES:
         raise ValueError(f"q: dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
     dtype = DTYPES[str(q.dtype).removeprefix("torch.")]
-    for name in ("k", "v"):
-        t = named[name]
-        if "float8" in str(t.dtype) or t.dtype == torch.uint8:
-            raise _feature_error("an fp8 KV cache", name, str(t.dtype))
-        if t.dtype != q.dtype:
-            raise ValueError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}")
+    kv_dtype = _cache_kv_dtype("k", k, q.dtype)
+    if _cache_kv_dtype("v", v, q.dtype) != kv_dtype or v.dtype != k.dtype:
+        raise ValueError(f"v: dtype {v.dtype} differs from k's {k.dtype}; both caches share one "
+                         "encoding")
     if out.dtype != q.dtype:
         raise ValueError(f"out: dtype {out.dtype} differs from q's {q.dtype}")
     for name in ("cu_seqlens_q", "seqused_k", "block_table"):
@@ -483,8 +565,27 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or \
             not math.isfinite(softmax_scale) or softmax_scale <= 0:
         raise ValueError(f"softmax_scale: must be a finite positive float, got {softmax_scale!r}")
-    _check_descale("k_descale", k_descale, num_seqs, num_kv_heads)
-    _check_descale("v_descale", v_descale, num_seqs, num_kv_heads)
+    fp8 = kv_dtype is not None
+    _check_descale("k_descale", k_descale, num_seqs, num_kv_heads, fp8=fp8, device=q.device,
+                   cache="K cache")
+    _check_descale("v_descale", v_descale, num_seqs, num_kv_heads, fp8=fp8, device=q.device,
+                   cache="V cache")
+    # q_descale dequantizes an fp8 query (vLLM's Triton unified path passes None). rocke's
+    # queries are fp16/bf16, so it may only be None or 1 (ALGORITHM.md §11.1).
+    q_descale = _descale_tensor("q_descale", q_descale)
+    if q_descale is not None:
+        _check_descale("q_descale", q_descale, num_seqs, num_kv_heads, fp8=False, device=q.device)
+
+    window_left = _check_window(window_size)
+    softcap = _check_softcap(softcap)
+    for name, t in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
+        if t is not None:
+            _check_feature_tensor(name, t, q, [num_q_heads], "[num_q_heads]")
+    if qq_bias is not None:
+        _check_feature_tensor("qq_bias", qq_bias, q, None, "[max_q, max_q]")
+        if qq_bias.dim() != 2 or min(qq_bias.shape) < true_max_q:
+            raise ValueError(f"qq_bias: must be 2-D [max_q, max_q] covering the longest query "
+                             f"({true_max_q} tokens), got shape {list(qq_bias.shape)}")
 
     cache_bytes = max(k.stride(0) * num_blocks * k.element_size(),
                       v.stride(0) * num_blocks * v.element_size())
@@ -492,7 +593,54 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
         dtype=dtype, head_size=head_size, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
         block_size=block_size, num_seqs=num_seqs, total_q=total_q,
         max_seqlen_q=max(1, max_seqlen_q), max_seqlen_k=max(1, max_seqlen_k), causal=causal,
-        num_blocks=num_blocks, kv_cache_bytes=cache_bytes)
+        num_blocks=num_blocks, kv_cache_bytes=cache_bytes, softcap=softcap,
+        alibi=alibi_slopes is not None, qq_bias=qq_bias is not None, window_left=window_left,
+        sinks=sinks is not None, kv_dtype=kv_dtype)
+
+
+def _check_window(window_size) -> int:
+    """vLLM's ``window_size``: ``(-1, -1)`` (or None) = no window; ``(left, 0)`` with ``left >= 0``
+    = keys at most ``left`` positions before the query (vLLM passes ``(sliding_window - 1, 0)``;
+    ``(left, -1)`` means the same under the causal mask). Returns ``left`` (-1 = off)."""
+    if window_size is None:
+        return -1
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2 or any(
+            isinstance(x, bool) or not isinstance(x, int) for x in window_size):
+        raise ValueError(f"window_size: must be a pair of ints (left, right) as vLLM passes it, "
+                         f"got {window_size!r}")
+    left, right = window_size
+    if (left, right) == (-1, -1):
+        return -1
+    if left < 0 or right not in (0, -1) or left >= 2 ** 31:
+        raise ValueError(f"window_size: must be (-1, -1) (no window) or (left, 0) / (left, -1) with "
+                         f"0 <= left < 2**31 (causal: no key after the query), got {tuple(window_size)}")
+    return left
+
+
+def _check_softcap(softcap) -> float:
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or \
+            not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap: must be a finite float >= 0 (0 = off), got {softcap!r}")
+    return float(softcap)
+
+
+def _check_feature_tensor(name: str, t, q, shape, dims: str):
+    import torch
+    if not _is_tensor(t):
+        raise ValueError(f"{name}: must be a torch.float32 tensor {dims}, got {type(t).__name__}")
+    if t.dtype != torch.float32:
+        raise ValueError(f"{name}: dtype must be torch.float32, got {t.dtype}")
+    if t.device != q.device:
+        raise ValueError(f"{name}: on {t.device}, but q is on {q.device}; every tensor must be on "
+                         "one device")
+    if shape is not None and list(t.shape) != shape:
+        raise ValueError(f"{name}: shape must be {dims} = {shape}, got {list(t.shape)}")
+    if t.dim() and t.stride(-1) != 1:
+        raise ValueError(f"{name}: the last dimension must have stride 1, got strides {t.stride()}")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name}: entries must be finite")
 
 
 # ---- kernels: specs, the compiled-variant cache, launch ----------------------------------------
@@ -528,7 +676,8 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
                   num_queries_per_kv=problem.num_queries_per_kv,
                   num_warps=geo.num_warps, block_m_per_warp=geo.block_m_per_warp,
                   tile_size=geo.tile_size, use_k_single_buffer=geo.k_single_buffer,
-                  kv_addr_64=problem.kv_addr_64)
+                  kv_addr_64=problem.kv_addr_64, kv_dtype=problem.kv_dtype,
+                  **problem.spec_features())
     if geo.regime == "flash":
         wanted.update(use_mfma_32x32x8=True, use_transposed_qk_32x32=True)
     missing = sorted(set(wanted) - have)
@@ -614,12 +763,17 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         return None
     the_plan = plan(problem, backend, knobs)
     kernels = [compiled(spec) for spec in the_plan.specs]     # every build before any launch
+    descales = ((_descale_tensor("k_descale", k_descale), _descale_tensor("v_descale", v_descale))
+                if problem.kv_dtype is not None else ())
     from rocke.runtime import launch
     scale = float(softmax_scale)
+    features = dict(softcap=problem.softcap, alibi_slopes=alibi_slopes, qq_bias=qq_bias,
+                    window_left=problem.window_left, sinks=sinks)
     if the_plan.path == "2d":
         (spec,) = the_plan.specs
         mod = _kernel_module("2d")
-        args = mod.kernel_args(spec, q, k, v, out, block_table, cu_seqlens_q, seqused_k, scale)
+        args = mod.kernel_args(spec, q, k, v, out, block_table, cu_seqlens_q, seqused_k, scale,
+                               *descales, **features)
         grid, block = mod.launch_geometry(spec, problem.num_seqs, problem.total_q,
                                           problem.num_kv_heads)
         return RunRecord(the_plan, [launch(kernels[0], grid, block, args)])
@@ -633,7 +787,7 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     segm_max = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
     segm_expsum = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
     args3 = mod.kernel_args(spec3, q, k, v, segm_output, segm_max, segm_expsum, block_table,
-                            cu_seqlens_q, seqused_k, scale, ns)
+                            cu_seqlens_q, seqused_k, scale, ns, *descales, **features)
     grid3, block3 = mod.launch_geometry(spec3, problem.num_seqs, problem.total_q,
                                         problem.num_kv_heads, ns)
     args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out, ns)

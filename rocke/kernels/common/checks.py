@@ -144,9 +144,11 @@ def check_device(tensors: dict) -> None:
 
 
 def torch_dtype(dtype: str):
-    """The torch dtype holding elements of rocke ``dtype`` ("f16", "bf16", "f32")."""
+    """The torch dtype holding elements of rocke ``dtype`` ("f16", "bf16", "f32",
+    "fp8_e4m3fnuz")."""
     import torch
-    return {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
+    return {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
+            "fp8_e4m3fnuz": torch.float8_e4m3fnuz}[dtype]
 
 
 def check_tensor(name: str, t, *, dtype: str, dims: tuple[str, ...], contiguous: bool = True,

@@ -17,6 +17,10 @@ Two matmul orientations (ALGORITHM.md §8):
 Causal, bottom-right aligned (ALGORITHM.md §3): KV tiles wholly in the future of the block's
 queries are never visited, tiles wholly in the past run without a mask, only the diagonal tiles
 pay it. Keys past the sequence read as 0 (paged copy) and are masked by the causal rule.
+fp8 KV caches (``kv_dtype``) are dequantized exactly on their way into LDS, the descales applied
+in fp32 to the score scale and the output; head_size 256 runs on the narrow path, the head dim in
+16 MFMA K-steps (ALGORITHM.md §11). The score features (softcap, ALiBi, QQ-bias, sliding window
+with tile skipping, sinks) are spec fields applied in the tile loop (ALGORITHM.md §12).
 The tile loop is shared with the 3D split-KV kernel (``attention_tiled_3d``), which restricts it
 to a segment of tiles and writes fp32 partials (ALGORITHM.md §5).
 """
@@ -37,7 +41,9 @@ from rocke.kernels.common.checks import (check_bool, check_buffer_bytes, check_c
 from rocke.kernels.common.flash import LOG2E, online_softmax_update
 
 DTYPES = ("f16", "bf16")
-HEAD_SIZES = (64, 128)
+HEAD_SIZES = (64, 128, 256)
+FLASH_HEAD_SIZES = (64, 128)   # d256: narrow only (ALGORITHM.md §11.2)
+KV_DTYPES = ("fp8_e4m3fnuz",)  # kv_dtype values besides None (= the Q dtype); gfx942's fp8
 BLOCK_SIZES = (16, 32, 64)
 TILE_SIZES = (16, 32, 64)
 NUM_WARPS = (1, 2, 4, 8)
@@ -50,6 +56,9 @@ def cfv_pad(flash: bool) -> int:
     return 8 if flash else 4
 
 
+# spec field -> kernel-name tag of each score feature, in the order of seeds/004 §1
+FEATURES = {"softcap": "softcap", "alibi": "alibi", "qq_bias": "qqb", "sliding_window": "swa",
+            "sinks": "sinks"}
 STAGING_VECTOR = 8          # elements per lane per global access of the cooperative copies
 MAX_GROUP = 16
 
@@ -76,6 +85,20 @@ class UnifiedAttention2DSpec:
     q_major_grid: bool = False         # grid (total_num_q_blocks, num_kv_heads)
     cfv_store: bool = False            # V row-major with vector stores (see ALGORITHM.md §9)
     kv_addr_64: bool = False           # 64-bit page base (caches past 2 GiB)
+    kv_dtype: str | None = None        # None: caches in `dtype`; "fp8_e4m3fnuz": dequantizing
+                                       # copy with k/v descales (ALGORITHM.md §11.1)
+    # score features (ALGORITHM.md §12, seeds/004 §1); each adds runtime arguments after the
+    # base ones, so a spec with none emits exactly the featureless kernel
+    softcap: bool = False              # s <- c tanh(s / c), c a runtime argument
+    alibi: bool = False                # s += slope[head] (key - ctx), slopes [Hq] fp32
+    qq_bias: bool = False              # s += bias[q_local, key - ctx] inside the query section
+    sliding_window: bool = False       # mask keys older than the window; skip tiles outside it
+    sinks: bool = False                # per-head sink logit in the softmax denominator
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The score features this kernel applies, in ``FEATURES`` order."""
+        return tuple(name for name in FEATURES if getattr(self, name))
 
     def __post_init__(self):
         problems = spec_problems(self)
@@ -90,6 +113,15 @@ class UnifiedAttention2DSpec:
     @property
     def flash(self) -> bool:
         return self.use_transposed_qk_32x32
+
+    @property
+    def cache_dtype(self) -> str:
+        """The element type of k_cache / v_cache."""
+        return self.kv_dtype or self.dtype
+
+    @property
+    def fp8_kv(self) -> bool:
+        return self.kv_dtype is not None
 
     @property
     def block_m_rows(self) -> int:
@@ -118,7 +150,8 @@ class UnifiedAttention2DSpec:
         flags = [("wpe", self.waves_per_eu), ("iglp", self.iglp),
                  ("stream", self.kv_cache_policy == "stream"), ("qdirect", self.q_direct),
                  ("kdma", self.global_load_lds_k), ("qmajor", self.q_major_grid),
-                 ("cfv", self.cfv_store), ("a64", self.kv_addr_64)]
+                 ("cfv", self.cfv_store), ("a64", self.kv_addr_64), ("kvfp8", self.fp8_kv)]
+        flags += [(tag, getattr(self, name)) for name, tag in FEATURES.items()]
         for tag, value in flags:
             if value is True:
                 name += f"_{tag}"
@@ -128,9 +161,13 @@ class UnifiedAttention2DSpec:
 
 
 def resolved_tile(spec) -> int:
+    """The default KV tile: 64 (flash), min(block_size, 32) (narrow), 16 (narrow d256: K double
+    buffer + V^T + P in 30 KiB, 2 workgroups per CU and no SGPR spills, ALGORITHM.md §11.2)."""
     if spec.tile_size:
         return spec.tile_size
-    return 64 if spec.use_transposed_qk_32x32 else min(spec.block_size, 32)
+    if spec.use_transposed_qk_32x32:
+        return 64
+    return min(spec.block_size, 32 if spec.head_size <= 128 else 16)
 
 
 def spec_problems(spec) -> list[str]:
@@ -154,14 +191,22 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_choice, "block_m_per_warp", spec.block_m_per_warp, (16, 32))
     ok &= rule(check_choice, "tile_size", spec.tile_size, (0,) + TILE_SIZES)
     for name in ("use_mfma_32x32x8", "use_transposed_qk_32x32", "iglp", "q_direct",
-                 "global_load_lds_k", "q_major_grid", "cfv_store", "kv_addr_64"):
+                 "global_load_lds_k", "q_major_grid", "cfv_store", "kv_addr_64", *FEATURES):
         ok &= rule(check_bool, name, getattr(spec, name))
     if spec.use_k_single_buffer is not None:
         ok &= rule(check_bool, "use_k_single_buffer", spec.use_k_single_buffer)
     ok &= rule(check_int_range, "waves_per_eu", spec.waves_per_eu, 0, 8)
     ok &= rule(check_choice, "kv_cache_policy", spec.kv_cache_policy, tuple(CACHE_POLICIES))
+    if spec.kv_dtype is not None:
+        ok &= rule(check_choice, "kv_dtype", spec.kv_dtype, KV_DTYPES)
     if not ok:
         return out
+    if spec.kv_dtype is not None and spec.global_load_lds_k:
+        out.append("global_load_lds_k: the LDS DMA writes the cache's bytes as they are; an fp8 "
+                   "cache (kv_dtype) must be dequantized on its way to LDS")
+    if spec.head_size not in FLASH_HEAD_SIZES and spec.use_transposed_qk_32x32:
+        out.append(f"head_size: {spec.head_size} has only the narrow path; the transposed-x8 "
+                   f"path ships head sizes {FLASH_HEAD_SIZES}")
     if spec.use_mfma_32x32x8 and spec.dtype != "f16":
         out.append("use_mfma_32x32x8: use_mfma_32x32x8 is fp16-only")
     if spec.use_transposed_qk_32x32 and not spec.use_mfma_32x32x8:
@@ -193,7 +238,9 @@ def spec_problems(spec) -> list[str]:
     total = sum(lds_model(spec, tile=tile).values())
     if total > dsl.LDS_BYTES:
         out.append(f"tile_size: the {'transposed-x8' if flash else 'narrow'} path needs {total} bytes "
-                   f"of LDS ({lds_model(spec, tile=tile)}), gfx942 has {dsl.LDS_BYTES}")
+                   f"of LDS at head_size {spec.head_size}, BLOCK_M {block_m}, tile {tile} "
+                   f"({lds_model(spec, tile=tile)}), gfx942 has {dsl.LDS_BYTES}; use a smaller "
+                   f"tile_size, fewer rows or a single K buffer")
     return out
 
 
@@ -223,7 +270,8 @@ def lds_model(spec, *, tile: int | None = None) -> dict[str, int]:
     """Bytes of each LDS region the kernel allocates (ALGORITHM.md §9). Regions marked
     ``alias`` share offset 0 with the K/V tiles (they are live only outside the tile loop), so
     the footprint is ``max(kv, aliased)``: ``total = sum(values)`` of the returned dict, whose
-    aliased entries are only the part exceeding the K/V tiles."""
+    aliased entries are only the part exceeding the K/V tiles. An fp8 cache changes nothing here:
+    its tiles are dequantized into LDS in the Q dtype (ALGORITHM.md §11.1)."""
     tile = tile or spec.tile_size
     D, esz = spec.head_size, 2
     flash = spec.use_transposed_qk_32x32
@@ -273,7 +321,7 @@ def check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, sequ
     import torch
     check_tensor("q", q, dtype=spec.dtype, dims=("total_q", "num_q_heads", "head_size"), contiguous=False)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        check_tensor(name, t, dtype=spec.dtype, dims=("num_blocks", "block_size", "num_kv_heads", "head_size"),
+        check_tensor(name, t, dtype=spec.cache_dtype, dims=("num_blocks", "block_size", "num_kv_heads", "head_size"),
                      contiguous=False, one_buffer=False)
         if tuple(t.shape[1:]) != (spec.block_size, k_cache.shape[2], spec.head_size):
             raise ValueError(f"{name}: shape {tuple(t.shape)} does not match block_size "
@@ -311,23 +359,113 @@ def _cache_args(t):
     return [t.stride(0), t.stride(1), t.stride(2), t.shape[0]]
 
 
+def feature_arg_names(spec) -> tuple[str, ...]:
+    """Names of the runtime arguments the spec's score features append after the base ones."""
+    names = {"softcap": ("softcap",), "alibi": ("alibi_slopes",),
+             "qq_bias": ("qq_bias", "qq_bias_stride", "qq_bias_rows"),
+             "sliding_window": ("window_left",), "sinks": ("sinks",)}
+    return tuple(n for f in spec.features for n in names[f])
+
+
+def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=None, qq_bias=None,
+                 window_left: int = -1, sinks=None) -> list:
+    """The feature arguments of ``spec`` (``feature_arg_names`` order), each checked against the
+    spec: a feature the spec applies needs its value, a value the spec would ignore is refused."""
+    import torch
+    given = {"softcap": softcap not in (None, 0, 0.0), "alibi": alibi_slopes is not None,
+             "qq_bias": qq_bias is not None, "sliding_window": window_left not in (None, -1),
+             "sinks": sinks is not None}
+    for name in FEATURES:
+        if given[name] != getattr(spec, name):
+            state = "applies" if getattr(spec, name) else "does not apply"
+            raise ValueError(f"{name}: the kernel {spec.kernel_name} {state} it, but the call "
+                             f"{'passes' if given[name] else 'omits'} it")
+    out = []
+    if spec.softcap:
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or \
+                not math.isfinite(softcap) or softcap <= 0:
+            raise ValueError(f"softcap: must be a finite positive float, got {softcap!r}")
+        out.append(float(softcap))
+    if spec.alibi:
+        out.append(_per_head_tensor("alibi_slopes", alibi_slopes, num_q_heads))
+    if spec.qq_bias:
+        if not isinstance(qq_bias, torch.Tensor) or qq_bias.dtype != torch.float32 or qq_bias.dim() != 2 \
+                or qq_bias.stride(1) != 1:
+            raise ValueError("qq_bias: must be a 2-D float32 tensor [max_q, max_q] with unit column stride")
+        check_buffer_bytes("qq_bias", qq_bias.stride(0) * qq_bias.shape[0] * 4, "the qq_bias tensor")
+        out += [qq_bias, qq_bias.stride(0), qq_bias.shape[0]]
+    if spec.sliding_window:
+        if isinstance(window_left, bool) or not isinstance(window_left, int) or \
+                not 0 <= window_left < I32_LIMIT:
+            raise ValueError(f"window_left: must be an int in [0, 2**31), got {window_left!r}")
+        out.append(window_left)
+    if spec.sinks:
+        out.append(_per_head_tensor("sinks", sinks, num_q_heads))
+    return out
+
+
+def _per_head_tensor(name, t, num_q_heads):
+    import torch
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or tuple(t.shape) != (num_q_heads,) \
+            or t.stride(0) != 1:
+        raise ValueError(f"{name}: must be a contiguous float32 tensor [num_q_heads = {num_q_heads}]")
+    return t
+
+
+def descale_args(spec, k_descale, v_descale, num_seqs: int, num_kv_heads: int) -> list:
+    """The fp8 kernels' trailing arguments (ARGS_FP8): each descale's pointer and its element
+    strides over (sequence, kv head). vLLM's shapes: ``[]``/``[1]`` (per tensor: strides 0),
+    ``[num_kv_heads]`` (per head) or ``[num_seqs, num_kv_heads]`` (often a stride-0 expand).
+    Empty for a spec without an fp8 cache (which takes no descale arguments)."""
+    import torch
+    if not spec.fp8_kv:
+        if k_descale is not None or v_descale is not None:
+            raise ValueError("k_descale/v_descale: this kernel reads a 16-bit cache (kv_dtype None) "
+                             "and takes no descale arguments")
+        return []
+    out = []
+    for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+            raise ValueError(f"{name}: an fp8 cache needs an fp32 descale tensor, got "
+                             f"{getattr(t, 'dtype', type(t).__name__)}")
+        shape = list(t.shape)
+        if shape in ([], [1]):
+            strides = (0, 0)
+        elif shape == [num_kv_heads]:
+            strides = (0, t.stride(0))
+        elif shape == [num_seqs, num_kv_heads]:
+            strides = (t.stride(0), t.stride(1))
+        else:
+            raise ValueError(f"{name}: shape must be [], [1], [num_kv_heads] or [num_seqs, "
+                             f"num_kv_heads] = [{num_seqs}, {num_kv_heads}], got {shape}")
+        out += [t, *strides]
+    return out
+
+
 def kernel_args(spec, q, k_cache, v_cache, out, block_table, cu_seqlens_q, seqused_k,
-                softmax_scale: float) -> list:
-    """Ordered kernel arguments (ARGS) for vLLM-layout tensors; cheap per-tensor checks."""
+                softmax_scale: float, k_descale=None, v_descale=None, **features) -> list:
+    """Ordered kernel arguments (ARGS, then ARGS_FP8 for an fp8 cache, then
+    ``feature_arg_names``) for vLLM-layout tensors; cheap per-tensor checks. ``features``:
+    ``feature_args``'s keywords."""
     check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k)
     check_tensor("out", out, dtype=spec.dtype, dims=("total_q", "num_q_heads", "head_size"), contiguous=False)
     if out.shape != q.shape:
         raise ValueError(f"out: shape {tuple(out.shape)} differs from q's {tuple(q.shape)}")
     num_seqs = seqused_k.shape[0]
+    scales = descale_args(spec, k_descale, v_descale, num_seqs, k_cache.shape[2])
     return [q, k_cache, v_cache, out, block_table, cu_seqlens_q, seqused_k, float(softmax_scale),
             num_seqs, _search_steps(num_seqs), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-            *_cache_args(k_cache), *_cache_args(v_cache)[:3], block_table.stride(0)]
+            *_cache_args(k_cache), *_cache_args(v_cache)[:3], block_table.stride(0), *scales,
+            *feature_args(spec, q.shape[1], **features)]
 
 
 ARGS = ("q", "k_cache", "v_cache", "out", "block_table", "cu_seqlens_q", "seqused_k", "softmax_scale",
         "num_seqs", "search_steps", "q_stride_token", "q_stride_head", "o_stride_token",
         "o_stride_head", "k_stride_block", "k_stride_token", "k_stride_head", "num_blocks",
         "v_stride_block", "v_stride_token", "v_stride_head", "block_table_stride")
+# appended (2D and 3D) when the spec has an fp8 cache; a spec without one keeps ARGS exactly
+ARGS_FP8 = ("k_descale", "k_descale_stride_seq", "k_descale_stride_head",
+            "v_descale", "v_descale_stride_seq", "v_descale_stride_head")
 
 
 # ---- the kernel ---------------------------------------------------------------------------------
@@ -340,8 +478,8 @@ def _declare_args(k, spec, split: bool) -> _Args:
     a = _Args()
     dt = spec.dtype
     a.q = k.arg_ptr("q", dt, readonly=True)
-    a.k_cache = k.arg_ptr("k_cache", dt, readonly=True)
-    a.v_cache = k.arg_ptr("v_cache", dt, readonly=True)
+    a.k_cache = k.arg_ptr("k_cache", spec.cache_dtype, readonly=True)
+    a.v_cache = k.arg_ptr("v_cache", spec.cache_dtype, readonly=True)
     if split:
         a.segm_output = k.arg_ptr("segm_output", "f32")
         a.segm_max = k.arg_ptr("segm_max", "f32")
@@ -363,6 +501,25 @@ def _declare_args(k, spec, split: bool) -> _Args:
     for name in ("k_stride_block", "k_stride_token", "k_stride_head", "num_blocks",
                  "v_stride_block", "v_stride_token", "v_stride_head", "block_table_stride"):
         setattr(a, name, k.arg_i32(name))
+    if spec.fp8_kv:
+        for which in ("k", "v"):
+            setattr(a, f"{which}_descale", k.arg_ptr(f"{which}_descale", "f32", readonly=True))
+            for part in ("seq", "head"):
+                name = f"{which}_descale_stride_{part}"
+                setattr(a, name, k.arg_i32(name))
+    # feature arguments last (feature_arg_names): the featureless kernel is unchanged
+    if spec.softcap:
+        a.softcap = k.arg_f32("softcap")
+    if spec.alibi:
+        a.alibi_slopes = k.arg_ptr("alibi_slopes", "f32", readonly=True)
+    if spec.qq_bias:
+        a.qq_bias = k.arg_ptr("qq_bias", "f32", readonly=True)
+        a.qq_bias_stride = k.arg_i32("qq_bias_stride")
+        a.qq_bias_rows = k.arg_i32("qq_bias_rows")
+    if spec.sliding_window:
+        a.window_left = k.arg_i32("window_left")
+    if spec.sinks:
+        a.sinks = k.arg_ptr("sinks", "f32", readonly=True)
     return a
 
 
@@ -408,7 +565,21 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         kv_end = dsl.minimum(kv_len, ctx + q_start + q_rows)
         n_tiles = udiv_const(kv_end + (T - 1), T)
         n_full = dsl.minimum(udiv_const(ctx + q_start + 1, T), n_tiles)   # no key in the future
-        if split:
+        if spec.sliding_window:
+            # ALGORITHM.md §12.6: tiles wholly older than the window of the block's first query
+            # are never visited; the left-edge tiles (older than the window of its last query)
+            # and the diagonal tiles are masked, the tiles between run unmasked
+            w_lo = udiv_const(dsl.maximum(ctx + q_start - a.window_left, 0), T)
+            w_full = udiv_const(dsl.maximum(ctx + q_start + q_rows - 1 - a.window_left, 0) + (T - 1), T)
+            if split:      # the segments split the window's tiles, not the whole sequence
+                per_seg = (n_tiles - w_lo + a.num_segments - 1) // a.num_segments
+                lo = dsl.minimum(w_lo + segment * per_seg, n_tiles)
+                hi = dsl.minimum(w_lo + (segment + 1) * per_seg, n_tiles)
+            else:
+                lo, hi = w_lo, n_tiles
+            edge = dsl.minimum(dsl.maximum(w_full, lo), hi)
+            bounds = (lo, edge, dsl.minimum(dsl.maximum(n_full, edge), hi), hi)
+        elif split:
             n_all = udiv_const(kv_len + (T - 1), T)
             per_seg = (n_all + a.num_segments - 1) // a.num_segments
             seg_lo = dsl.minimum(segment * per_seg, n_tiles)
@@ -417,6 +588,8 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         else:
             bounds = (k.const(0, "i32"), n_full, n_tiles)
         wg = _Ctx(k, spec, a, kv_head, seq, q_seq_start, q_len, q_start, kv_len, ctx, tid, threads)
+        if split:
+            wg.segment = segment
         path = _FlashPath(wg) if spec.flash else _NarrowPath(wg)
         m, l, o = path.run(bounds)
         if split:
@@ -434,6 +607,7 @@ class _Ctx:
         self.kv_head, self.seq, self.q_seq_start = kv_head, seq, q_seq_start
         self.q_len, self.q_start, self.kv_len, self.ctx = q_len, q_start, kv_len, ctx
         self.tid, self.threads = tid, threads
+        self.segment = None             # the 3D kernel's segment index
         self.G = spec.num_queries_per_kv
         self.total_q = a.cu_seqlens_q.load(a.num_seqs)
         self.q_buf = a.q.buffer(self.total_q * a.q_stride_token)
@@ -443,6 +617,16 @@ class _Ctx:
                                 kv_head * a.k_stride_head, a.num_blocks, spec.kv_addr_64)
         self.v_view = PagedView(a.v_cache, spec.block_size, a.v_stride_block, a.v_stride_token,
                                 kv_head * a.v_stride_head, a.num_blocks, spec.kv_addr_64)
+
+    def descale(self, which: str):
+        """This (sequence, kv head)'s k or v descale (fp8 caches), applied in fp32 outside the
+        tile loop (ALGORITHM.md §11.1): k's into the score scale, v's into the output."""
+        if not self.spec.fp8_kv:
+            return None
+        a = self.a
+        index = (self.seq * getattr(a, f"{which}_descale_stride_seq")
+                 + self.kv_head * getattr(a, f"{which}_descale_stride_head"))
+        return getattr(a, f"{which}_descale").load(index)
 
     def row_token(self, rows):
         """(token within the sequence, query head) of workgroup rows (i32 scalar or vector)."""
@@ -518,6 +702,23 @@ def _load_q_direct(c: _Ctx, layout, row_axis: int, origin) -> Fragment:
     return Fragment(dsl.concat(*parts) if len(parts) > 1 else parts[0], layout)
 
 
+def _score_scale(c: _Ctx):
+    """softmax_scale * log2(e), times k_descale for an fp8 cache (the exactly dequantized K tile
+    is unscaled, so S = (Q K^T) * k_descale * softmax_scale; ALGORITHM.md §11.1)."""
+    if not c.spec.fp8_kv:
+        return c.a.softmax_scale * LOG2E
+    return c.a.softmax_scale * c.descale("k") * LOG2E
+
+
+def _value_scaled(c: _Ctx, frags):
+    """Output fragments times v_descale for an fp8 cache (O = P (V * v_descale) = (P V) * v_descale,
+    also for the 3D partials, which are linear in V)."""
+    if not c.spec.fp8_kv:
+        return frags
+    vs = c.descale("v")
+    return [(f * vs, r, d) for f, r, d in frags]
+
+
 class _PathBase:
     row_axis: int      # axis of the score/output fragments that indexes workgroup rows
 
@@ -552,15 +753,21 @@ class _PathBase:
             self.c.copy_k(self.k_lds, j * T, tokens=T, lds_row0=(j & 1) * T)
 
     def run(self, bounds):
-        """The tile loop (ALGORITHM.md §2-3): unmasked tiles, then the diagonal ones."""
+        """The tile loop (ALGORITHM.md §2-3): unmasked tiles, then the diagonal ones. With a
+        sliding window ``bounds`` is (lo, edge, mid, hi): masked left-edge tiles first."""
         k, s, c = self.k, self.spec, self.c
-        lo, mid, hi = bounds
+        if len(bounds) == 4:
+            lo, edge, mid, hi = bounds
+            phases = ((lo, edge, True), (edge, mid, False), (mid, hi, True))
+        else:
+            lo, mid, hi = bounds
+            phases = ((lo, mid, False), (mid, hi, True))
         carry = self.init_carry()
         double = not s.use_k_single_buffer
         if double:
             with k.if_(lo < hi):
                 self._copy_k_into(lo)            # the first K tile; each step prefetches the next
-        for start, stop, masked in ((lo, mid, False), (mid, hi, True)):
+        for start, stop, masked in phases:
             with k.for_range(start, stop, carry=carry) as loop:
                 j = loop.index
                 kv0 = j * s.tile_size
@@ -585,15 +792,92 @@ class _PathBase:
             k.wait_vmcnt(0)                      # the last prefetch lands before LDS is reused
         return self.split_carry(carry)
 
-    def masked_scores(self, score, kv0, key_origin, row_origin, masked: bool):
-        """Scaled scores, -inf where the key is in the future of the row's query (diagonal
-        tiles only)."""
-        scaled = score * self.qk_scale
-        if not masked:
+    def masked_scores(self, score, kv0, key_origin, row_origin, masked: bool, group: int = 0):
+        """Log2-domain scores with the spec's features applied in the order of ALGORITHM.md §12
+        (scale, softcap, ALiBi, QQ-bias), then -inf where the key is in the future of the
+        row's query or older than its window (masked tiles only)."""
+        s, c = self.spec, self.c
+        if s.softcap:
+            # c tanh(x) = c - 2c / (e^(2x) + 1), in the log2 domain: four VALU ops per score
+            # (exp2, add, rcp, fma); error budget in ALGORITHM.md §12.2
+            e = (score * self.softcap_in).exp2(fast=True)
+            scaled = (e + 1.0).map(rcp) * self.softcap_out2 + self.softcap_out
+        else:
+            scaled = score * self.qk_scale
+        if not (masked or s.alibi or s.qq_bias):
             return scaled
         rows, keys = _axes(score, self.row_axis, row_origin, key_origin)
-        tok, _ = self.c.row_token(rows)
-        return scaled.where(keys <= tok + self.c.ctx, -math.inf)
+        tok, _ = c.row_token(rows)
+        rel = keys - c.ctx if s.alibi or s.qq_bias else None   # key position in the query section
+        if s.alibi:
+            scaled = scaled + self.alibi_rows[group] * rel.to(dsl.f32)
+        if s.qq_bias:
+            scaled = scaled + _qq_bias_values(c, tok, rel, score.layout.values_per_lane) * LOG2E
+        if not masked:
+            return scaled
+        visible = keys <= tok + c.ctx
+        if s.sliding_window:
+            visible = visible & (keys >= tok + c.ctx - c.a.window_left)
+        return scaled.where(visible, -math.inf)
+
+    def prepare_features(self, row_origins):
+        """Per-workgroup feature values, once before the tile loop: the softcap factors, and
+        per-row fragments (one per row group, in the score layout) of the ALiBi slopes (log2
+        domain) and sink logits (log2 domain)."""
+        s, c = self.spec, self.c
+        if s.softcap:
+            self.softcap_in = self.qk_scale * (2.0 / c.a.softcap)   # k_descale included (fp8)
+            self.softcap_out = c.a.softcap * LOG2E
+            self.softcap_out2 = c.a.softcap * (-2 * LOG2E)
+        C = self.mma.C
+        if s.alibi:
+            self.alibi_rows = [_per_head_rows(c, C, self.row_axis, r0, c.a.alibi_slopes, LOG2E)
+                               for r0 in row_origins]
+        if s.sinks:
+            self.sink_rows = [_per_head_rows(c, C, self.row_axis, r0, c.a.sinks, LOG2E)
+                              for r0 in row_origins]
+
+    def initial_state(self, group: int, key_axis: int):
+        """(m, l) a row starts from: (-inf, 0), or (sink, 1) with sinks (ALGORITHM.md §12.7). In
+        the 3D kernel only segment 0 carries the sink, so reduce_segments counts it once."""
+        C = self.mma.C
+        m0 = AxisVector.full(self.k, C, key_axis, dsl.f32, -math.inf)
+        l0 = AxisVector.full(self.k, C, key_axis, dsl.f32, 0.0)
+        if not self.spec.sinks:
+            return m0, l0
+        sink = self.sink_rows[group].reduce(key_axis, "max")
+        one = AxisVector.full(self.k, C, key_axis, dsl.f32, 1.0)
+        if self.c.segment is None:
+            return sink, one
+        first = self.c.segment == 0
+        return (sink.map(lambda v: dsl.select(first, v, -math.inf)),
+                one.map(lambda v: dsl.select(first, v, 0.0)))
+
+
+def _per_head_rows(c, layout, row_axis, row_origin, ptr, factor) -> Fragment:
+    """A fragment of ``layout`` whose every value is ``ptr[head of its row] * factor``."""
+    frag = Fragment.full(c.k, layout, dsl.f32, 0.0)
+    rows, _ = _axes(frag, row_axis, row_origin, 0)
+    _, head = c.row_token(rows)          # always a real head, padding rows included
+    n = layout.values_per_lane
+    vals = [ptr.load(_lane(head, v)) for v in range(n)]
+    return Fragment((dsl.concat(*vals) if n > 1 else vals[0]) * factor, layout)
+
+
+def _qq_bias_values(c, tok, rel, n):
+    """``qq_bias[tok, rel]`` per score value, 0 outside the query section (rel < 0) and past
+    the sequence's queries (seeds/004 §1 item 4; vLLM's row = query index in the sequence)."""
+    a = c.a
+    buf = a.qq_bias.buffer(a.qq_bias_rows * a.qq_bias_stride)
+    ok = (rel >= 0) & (rel < c.q_len) & (tok < c.q_len)
+    index = tok * a.qq_bias_stride + rel
+    vals = [buf.load(_lane(index, v), mask=_lane(ok, v)) for v in range(n)]
+    return dsl.concat(*vals) if n > 1 else vals[0]
+
+
+def _lane(x, v):
+    """Value ``v`` of a per-value vector, or ``x`` itself when it is uniform (a scalar)."""
+    return x[v] if isinstance(x, dsl.Value) and x.lanes > 1 else x
 
 
 def _axes(frag, row_axis, row_origin, key_origin):
@@ -618,7 +902,9 @@ class _NarrowPath(_PathBase):
         q_lds = None if s.q_direct else k.lds("q_stage", (s.block_m_rows, D), s.dtype, pad=LDS_PAD,
                                                offset=0, alias=True)
         self.warp_row0 = k.wave_id() * s.block_m_per_warp
-        self.qk_scale = c.a.softmax_scale * LOG2E
+        self.qk_scale = _score_scale(c)
+        if s.features:
+            self.prepare_features([self.warp_row0 + i * 16 for i in range(self.mq)])
         self.q_ops = []
         if q_lds is not None:
             _load_q_rows_to_lds(c, q_lds)
@@ -635,9 +921,12 @@ class _NarrowPath(_PathBase):
 
     def init_carry(self):
         C = self.mma.C
+        nd = self.spec.head_size // 16
+        if self.spec.sinks:
+            m0, l0 = zip(*(self.initial_state(i, COL) for i in range(self.mq)))
+            return [*m0, *l0] + [self.mma.zeros()] * (self.mq * nd)
         m0 = AxisVector.full(self.k, C, COL, dsl.f32, -math.inf)
         l0 = AxisVector.full(self.k, C, COL, dsl.f32, 0.0)
-        nd = self.spec.head_size // 16
         return [m0] * self.mq + [l0] * self.mq + [self.mma.zeros()] * (self.mq * nd)
 
     def split_carry(self, carry):
@@ -658,7 +947,7 @@ class _NarrowPath(_PathBase):
                 for st, d0 in enumerate(range(0, D, 16)):
                     kt = load_fragment(k_lds, mma.B, (d0, k_row0 + n * 16), transposed=True)
                     acc = mma(self.q_ops[i][st], kt, acc)
-                scores.append(self.masked_scores(acc, kv0, kv0 + n * 16, row, masked))
+                scores.append(self.masked_scores(acc, kv0, kv0 + n * 16, row, masked, i))
             m[i], l[i], probs, alpha = online_softmax_update(m[i], l[i], scores, axis=COL)
             for n in range(nk):
                 store_fragment(self.p_lds, probs[n].to(s.dtype), (row, n * 16))
@@ -682,7 +971,7 @@ class _NarrowPath(_PathBase):
             for jd in range(nd):
                 f = o[i * nd + jd]
                 out.append((f * inv if normalise else f, self.warp_row0 + i * 16, jd * 16))
-        return out
+        return _value_scaled(self.c, out)
 
     def store_output(self, l, o):
         c = self.c
@@ -717,7 +1006,9 @@ class _FlashPath(_PathBase):
         q_lds = None if s.q_direct else k.lds("q_stage", (s.block_m_rows, D), s.dtype,
                                                offset=0, alias=True)
         self.warp_col0 = k.wave_id() * 32
-        self.qk_scale = c.a.softmax_scale * LOG2E
+        self.qk_scale = _score_scale(c)
+        if s.features:
+            self.prepare_features([self.warp_col0])
         if q_lds is not None:
             _load_q_rows_to_lds(c, q_lds)
             k.barrier()
@@ -729,6 +1020,9 @@ class _FlashPath(_PathBase):
 
     def init_carry(self):
         C = self.mma.C
+        if self.spec.sinks:
+            m0, l0 = self.initial_state(0, ROW)
+            return [m0, l0] + [self.mma.zeros()] * (self.spec.head_size // 32)
         m0 = AxisVector.full(self.k, C, ROW, dsl.f32, -math.inf)
         l0 = AxisVector.full(self.k, C, ROW, dsl.f32, 0.0)
         return [m0, l0] + [self.mma.zeros()] * (self.spec.head_size // 32)
@@ -763,7 +1057,8 @@ class _FlashPath(_PathBase):
 
     def output_fragments(self, l, o, normalise: bool):
         inv = l[0].map(rcp).broadcast_to(self.mma.C) if normalise else None
-        return [(f * inv if normalise else f, self.warp_col0, jd * 32) for jd, f in enumerate(o)]
+        return _value_scaled(self.c, [(f * inv if normalise else f, self.warp_col0, jd * 32)
+                                      for jd, f in enumerate(o)])
 
     def store_output(self, l, o):
         """O^T -> LDS (aliased onto the dead K/V tiles) -> coalesced row stores."""
@@ -836,7 +1131,8 @@ def rotated_group(*indices: int) -> int:
 
 
 def narrow_geometry(dtype: str, head_size: int) -> dict:
-    """seeds/000 §6.1: D64 ships num_warps 4 x 32 rows, D128 num_warps 2 x 16 rows."""
+    """seeds/000 §6.1: D64 ships num_warps 4 x 32 rows, D128 num_warps 2 x 16 rows; D256 the
+    D128 geometry (2 x 16 rows: 16 output fragments per warp, ALGORITHM.md §11.2)."""
     return dict(num_warps=4, block_m_per_warp=32) if head_size == 64 else dict(num_warps=2, block_m_per_warp=16)
 
 
@@ -860,12 +1156,65 @@ def _variants() -> dict[str, UnifiedAttention2DSpec]:
                 g = rotated_group(di, hi, bi)
                 out[f"narrow_{dtype}_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(
                     dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g, **narrow_geometry(dtype, d))
-    for hi, d in enumerate(HEAD_SIZES):
+    for hi, d in enumerate(FLASH_HEAD_SIZES):
         for bi, bs in enumerate(BLOCK_SIZES):
             for gi, geometry in enumerate(FLASH_GEOMETRIES):
                 g = rotated_group(hi, bi, gi)
                 out[f"{geometry}_f16_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(
                     dtype="f16", head_size=d, block_size=bs, num_queries_per_kv=g, **flash_geometry(geometry, d))
+    out.update(feature_variants(UnifiedAttention2DSpec, narrow_geometry, flash="wide4"))
+    out.update(fp8_variants(UnifiedAttention2DSpec, flash_geometries=FLASH_GEOMETRIES))
+    return out
+
+
+def feature_variants(cls, narrow_geometry_of, *, flash: str | None,
+                     features=tuple(FEATURES)) -> dict:
+    """One variant per score feature (ALGORITHM.md §12) for every dtype x head size on the
+    narrow path and, for fp16, the ``flash`` geometry (the dispatcher's default; not for QQ-bias,
+    which the dispatcher always runs narrow), at block size
+    16 with the group rotating as above; other block sizes, geometries and feature combinations
+    are the same code with other constants, built on demand."""
+    out = {}
+    for fi, feature in enumerate(features):
+        tag = FEATURES[feature]
+        for di, dtype in enumerate(DTYPES):
+            for hi, d in enumerate(FLASH_HEAD_SIZES):     # d64 / d128
+                g = rotated_group(fi, di, hi)
+                out[f"narrow_{dtype}_d{d}_b16_g{g}_{tag}"] = cls(
+                    dtype=dtype, head_size=d, block_size=16, num_queries_per_kv=g,
+                    **narrow_geometry_of(dtype, d), **{feature: True})
+                # QQ-bias always runs narrow (attention_unified.GEOMETRY_RULES)
+                if flash and dtype == "f16" and (flash != "L4" or d == 128) and feature != "qq_bias":
+                    out[f"{flash}_f16_d{d}_b16_g{g}_{tag}"] = cls(
+                        dtype="f16", head_size=d, block_size=16, num_queries_per_kv=g,
+                        **flash_geometry(flash, d), **{feature: True})
+    return out
+
+
+FP8_BLOCK_SIZES = (16, 64)
+
+
+def fp8_variants(cls, *, flash_geometries, narrow_geometry_of=None,
+                 flash_head_sizes=FLASH_HEAD_SIZES) -> dict:
+    """fp8 KV caches (kv_dtype fp8_e4m3fnuz): the narrow path for each Q dtype x d64/d128 x
+    block 16/64 and the fp16 flash geometries named (every one the dispatcher may pick), groups
+    rotating as in the 16-bit table."""
+    narrow_geometry_of = narrow_geometry_of or narrow_geometry
+    out = {}
+    for di, dtype in enumerate(DTYPES):
+        for hi, d in enumerate(FLASH_HEAD_SIZES):
+            for bi, bs in enumerate(FP8_BLOCK_SIZES):
+                g = rotated_group(di, hi, bi, 1)
+                out[f"narrow_{dtype}_d{d}_b{bs}_g{g}_kvfp8"] = cls(
+                    dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g,
+                    kv_dtype="fp8_e4m3fnuz", **narrow_geometry_of(dtype, d))
+    for hi, d in enumerate(flash_head_sizes):
+        for bi, bs in enumerate(FP8_BLOCK_SIZES):
+            for gi, geometry in enumerate(flash_geometries):
+                g = rotated_group(hi, bi, gi, 2)
+                out[f"{geometry}_f16_d{d}_b{bs}_g{g}_kvfp8"] = cls(
+                    dtype="f16", head_size=d, block_size=bs, num_queries_per_kv=g,
+                    kv_dtype="fp8_e4m3fnuz", **flash_geometry(geometry, d))
     return out
 
 

@@ -69,8 +69,11 @@ def launch_geometry(spec, num_seqs: int, total_q: int, num_kv_heads: int, num_se
 
 
 def kernel_args(spec, q, k_cache, v_cache, segm_output, segm_max, segm_expsum, block_table,
-                cu_seqlens_q, seqused_k, softmax_scale: float, num_segments: int) -> list:
-    """Ordered kernel arguments (ARGS); cheap per-tensor checks."""
+                cu_seqlens_q, seqused_k, softmax_scale: float, num_segments: int,
+                k_descale=None, v_descale=None, **features) -> list:
+    """Ordered kernel arguments (ARGS, then ARGS_FP8 for an fp8 cache, then the 2D kernel's
+    ``feature_arg_names``); cheap per-tensor checks. ``features``:
+    ``attention_tiled_2d.feature_args``'s keywords."""
     a2.check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k)
     check_extent("num_segments", num_segments)
     total_q, hq, d = q.shape
@@ -86,10 +89,11 @@ def kernel_args(spec, q, k_cache, v_cache, segm_output, segm_max, segm_expsum, b
                          f"num_segments, head_size) = {(total_q, hq, num_segments, d)}")
     check_index_extent("segm_output", total_q * hq * num_segments * d)
     num_seqs = seqused_k.shape[0]
+    scales = a2.descale_args(spec, k_descale, v_descale, num_seqs, k_cache.shape[2])
     return [q, k_cache, v_cache, segm_output, segm_max, segm_expsum, block_table, cu_seqlens_q,
             seqused_k, float(softmax_scale), num_seqs, a2._search_steps(num_seqs), q.stride(0),
             q.stride(1), int(num_segments), hq, *a2._cache_args(k_cache), *a2._cache_args(v_cache)[:3],
-            block_table.stride(0)]
+            block_table.stride(0), *scales, *a2.feature_args(spec, hq, **features)]
 
 
 ARGS = ("q", "k_cache", "v_cache", "segm_output", "segm_max", "segm_expsum", "block_table",
@@ -97,6 +101,7 @@ ARGS = ("q", "k_cache", "v_cache", "segm_output", "segm_max", "segm_expsum", "bl
         "q_stride_head", "num_segments", "num_q_heads", "k_stride_block", "k_stride_token",
         "k_stride_head", "num_blocks", "v_stride_block", "v_stride_token", "v_stride_head",
         "block_table_stride")
+ARGS_FP8 = a2.ARGS_FP8
 
 
 def _variants() -> dict[str, UnifiedAttention3DSpec]:
@@ -115,6 +120,12 @@ def _variants() -> dict[str, UnifiedAttention3DSpec]:
         g = a2.rotated_group(1, bi, 2)
         out[f"L4_f16_d128_b{bs}_g{g}"] = UnifiedAttention3DSpec(
             dtype="f16", head_size=128, block_size=bs, num_queries_per_kv=g, **a2.flash_geometry("L4", 128))
+    out.update(a2.fp8_variants(UnifiedAttention3DSpec, flash_geometries=("L4",), flash_head_sizes=(128,),
+                               narrow_geometry_of=lambda dtype, d: dict(num_warps=1, block_m_per_warp=16)))
+    # the features the dispatcher can send to 3D (a sliding window always goes 2D, seeds/004 §6)
+    out.update(a2.feature_variants(
+        UnifiedAttention3DSpec, lambda dtype, d: dict(num_warps=1, block_m_per_warp=16), flash="L4",
+        features=tuple(f for f in a2.FEATURES if f != "sliding_window")))
     return out
 
 

@@ -26,7 +26,7 @@ from rocke.kernels.common.checks import (I32_LIMIT, check_choice, check_extent, 
                                          torch_dtype)
 
 DTYPES = ("f16", "bf16")
-HEAD_SIZES = (64, 128)
+HEAD_SIZES = (64, 128, 256)   # d256: 64 lanes x 4 fp32 hold one segment row (one pass per segment)
 WAVE = 64
 
 
