@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from typing import Any, Sequence
 
 import numpy as np
@@ -36,6 +37,9 @@ _TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": 
                  "i8": "int8", "u8": "uint8", "i16": "int16", "u16": "uint16", "i32": "int32",
                  "u32": "uint32", "i64": "int64", "u64": "uint64",
                  "fp8_e4m3fnuz": "float8_e4m3fnuz", "fp8_e5m2fnuz": "float8_e5m2fnuz"}
+
+
+_F32_MAX = 3.4028235677973366e38      # float32's largest finite value, rounded up to a double
 
 
 class LaunchArgumentError(ValueError):
@@ -80,6 +84,9 @@ def _info(info_or_compiled):
 
 
 def _dims(what: str, value, limit: int) -> tuple[int, int, int]:
+    if type(value) is tuple and len(value) == 3 and all(type(d) is int and 0 < d < limit
+                                                         for d in value):
+        return value             # the common case, per launch
     dims = (value,) if not isinstance(value, (tuple, list)) else tuple(value)
     if not 1 <= len(dims) <= 3:
         raise LaunchArgumentError(f"{what} must be an int or 1-3 ints, got {value!r}")
@@ -116,6 +123,12 @@ def _same_bits(dtype: str, tensor_dtype) -> bool:
 
 
 @functools.cache
+def _tensor_class():
+    import torch
+    return torch.Tensor
+
+
+@functools.cache
 def _torch_dtype(dtype: str):
     """The torch dtype of rocke element type `dtype` (None where this torch lacks it)."""
     import torch
@@ -125,7 +138,7 @@ def _torch_dtype(dtype: str):
 def _check_pointer(label: str, dtype: str | None, value, device: str):
     if value is None:
         return None
-    if not _is_tensor(value):
+    if type(value) is not _tensor_class() and not _is_tensor(value):
         if device == "hip" and hasattr(value, "data_ptr") and hasattr(value, "untyped_storage"):
             return value        # untyped device memory (rocke.runtime.DeviceBuffer): no dtype to check
         raise LaunchArgumentError(f"{label} is a pointer: pass a torch tensor (or None), "
@@ -153,6 +166,11 @@ def _convert_int(label: str, dtype: str, value):
 
 
 def _convert_float(label: str, dtype: str, value):
+    if type(value) is float and dtype == "f32" and math.isfinite(value):    # the common case
+        rounded = struct.unpack("<f", struct.pack("<f", value))[0] if abs(value) < _F32_MAX else math.inf
+        if not math.isfinite(rounded):
+            raise LaunchArgumentError(f"{label}: {value!r} overflows {dtype}")
+        return rounded
     if isinstance(value, (bool, np.bool_)) or not (_is_int(value) or _is_float(value)):
         raise LaunchArgumentError(f"{label} is a float ({dtype}): pass a float, "
                                   f"got {type(value).__name__} {value!r}")

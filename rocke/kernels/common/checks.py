@@ -7,6 +7,8 @@ imported only by the tensor check, so specs and builders stay importable without
 
 from __future__ import annotations
 
+import functools
+
 from rocke import dsl
 
 # Kernel arguments (sizes, indices) are i32, grid dimensions are 32-bit counts, and buffer
@@ -138,11 +140,12 @@ def check_device(tensors: dict) -> None:
         if device.type not in ("cpu", "cuda"):
             raise ValueError(f"{name}: tensor must be on the CPU (emulator) or a GPU (HIP), "
                              f"got device {device}")
-    if len({str(d) for d in devices.values()}) > 1:
+    if len({(d.type, d.index) for d in devices.values()}) > 1:
         listing = ", ".join(f"{n} on {d}" for n, d in devices.items())
         raise ValueError(f"tensors must share one device, got {listing}")
 
 
+@functools.cache
 def torch_dtype(dtype: str):
     """The torch dtype holding elements of rocke ``dtype`` ("f16", "bf16", "f32",
     "fp8_e4m3fnuz")."""
