@@ -35,7 +35,6 @@ from final_shapes import DISABLED, GROUPS
 NOISY_SPREAD = 0.10
 HIP_DEFAULTS = dict(warmup=10, iters=50, reps=10)
 EMU_DEFAULTS = dict(warmup=0, iters=1, reps=1)      # each emulated launch is a CPU emulation
-GRAPH_UNAVAILABLE = "n/a (Graph not available)"
 
 
 def parse_args(argv):
@@ -111,13 +110,9 @@ def describe_plan(record) -> str | None:
 
 
 def capture_graph(launch):
-    """A replay callable for ``launch`` captured in a rocke.runtime.Graph, or None when this
-    rocke has no Graph yet."""
-    from rocke import runtime
-    graph_cls = getattr(runtime, "Graph", None)
-    if graph_cls is None:
-        return None
-    graph = graph_cls()
+    """A replay callable for ``launch`` captured in a rocke.runtime.Graph."""
+    from rocke.runtime import Graph
+    graph = Graph()
     with graph.capture():
         launch()
     return graph.replay
@@ -240,13 +235,12 @@ def check_shape(shape, args, device, rate):
             err, ok = gate(out, ref, row["tol"], args)
             row["max_abs_err_eager"] = err if math.isfinite(err) else None
             replay = capture_graph(launch)
-            if replay is not None:
-                out.fill_(float("nan"))
-                replay()
-                bar.update(1)
-                gerr, gok = gate(out, ref, row["tol"], args)
-                row["max_abs_err_graph"] = gerr if math.isfinite(gerr) else None
-                ok = ok and gok
+            out.fill_(float("nan"))
+            replay()
+            bar.update(1)
+            gerr, gok = gate(out, ref, row["tol"], args)
+            row["max_abs_err_graph"] = gerr if math.isfinite(gerr) else None
+            ok = ok and gok
         except Exception as exc:
             row.update(status="ERROR", reason=f"{type(exc).__name__}: {exc}")
             return row
@@ -256,9 +250,8 @@ def check_shape(shape, args, device, rate):
             return row          # no timing for a result that fails the gate
         t, s, samples = measure(launch, args, device, bar)
         cells["rocke_eager"] = dict(seconds=t, spread=s, samples=samples)
-        if replay is not None:
-            t, s, samples = measure(replay, args, device, bar)
-            cells["rocke_graph"] = dict(seconds=t, spread=s, samples=samples)
+        t, s, samples = measure(replay, args, device, bar)
+        cells["rocke_graph"] = dict(seconds=t, spread=s, samples=samples)
         backend = torch_backend(shape)
         row["torch_backend"] = backend
         row["torch_context_only"] = shape.max_q > 1 and shape.seqlens[0][0] != shape.seqlens[0][1]
@@ -300,9 +293,7 @@ def main(argv=None) -> int:
           f"{device}; rocke times are {H.time_label(device)}"
           + (" on this CPU, NOT GPU time; torch runs on the CPU" if emu else ""))
     _, lever_values = H.echo_levers()
-    from rocke import runtime
-    graph_ok = hasattr(runtime, "Graph")
-    print(f"graph mode: {'rocke.runtime.Graph' if graph_ok else GRAPH_UNAVAILABLE}")
+    print("graph mode: rocke.runtime.Graph")
     print(f"timing: {args.warmup} warm-up (torch: at least 1), {args.reps} reps x {args.iters} "
           f"iters, reduce {args.reduce}" + (f" (trim {args.trim})" if args.reduce == "trimmed"
                                            else ""))
@@ -365,8 +356,6 @@ def main(argv=None) -> int:
                    "eager x", "graph x", "sdpa", "note"], body)
     print("  x = rocke time / torch time (< 1: rocke faster); noisy = spread (max-min)/median > "
           f"{NOISY_SPREAD:.0%} over the reps; 'graph-rec' = the dispatcher recommends graph replay")
-    if not graph_ok:
-        print(f"  rocke graph: {GRAPH_UNAVAILABLE}")
     if emu:
         print("  rocke eager = host work (validation, dispatch, kernarg packing) + emulation; "
               "rocke graph = replay of the captured launches (emulation only)")
@@ -391,7 +380,7 @@ def main(argv=None) -> int:
         harness="final_shapes_check", schema_version=H.REPORT_SCHEMA_VERSION, device=device,
         time_kind=H.time_label(device), levers=lever_values, groups=selectors,
         max_kv=args.max_kv, quick=args.quick, warmup=args.warmup, iters=args.iters,
-        reps=args.reps, reduce=args.reduce, trim=args.trim, graph_available=graph_ok,
+        reps=args.reps, reduce=args.reduce, trim=args.trim,
         noisy_spread=NOISY_SPREAD, injected_error=args.inject_error, results=rows,
         summary=counts, exit_code=exit_code))
     return exit_code
