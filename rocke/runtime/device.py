@@ -11,7 +11,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
 
 from .. import env
 from ..arch import abi
