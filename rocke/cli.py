@@ -37,6 +37,11 @@ class _Cli(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
             raise
+        except BrokenPipeError:
+            # the reader went away (`rocke list | head`): stop quietly, as other Unix tools do;
+            # point stdout at /dev/null so the interpreter's final flush cannot fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(0) from None
         except Exception as e:
             from .compiler import CompileError, ToolchainError
             if isinstance(e, (ToolchainError, CompileError)):
