@@ -173,13 +173,13 @@ def test_bad_rocke_cache_dir_only_costs_a_rebuild(tmp_path):
 
 
 def test_a_reader_that_stops_early_is_not_an_error():
-    """`rocke emit ... | head`: the closed pipe ends the command quietly with exit 0, not with
-    'Error: [Errno 32] Broken pipe' and exit 2 (the IR is far larger than a pipe's buffer)."""
+    """`rocke list | head`: a closed pipe ends the command quietly with exit 0, not with
+    'Error: [Errno 32] Broken pipe' and exit 2. The reader is gone before the first write, so
+    the command meets the closed pipe deterministically."""
     import subprocess
     import sys
-    proc = subprocess.Popen([sys.executable, "-m", "rocke.cli", "emit", "attention_2d/narrow_f16_d64_b16_g1"],
+    proc = subprocess.Popen([sys.executable, "-m", "rocke.cli", "list"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout.readline().startswith(b"; ModuleID")
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
