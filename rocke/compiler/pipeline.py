@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import llvmlite.binding as llvm
 
 from ..arch import DEFAULT_TARGET as ARCH_DEFAULT_TARGET
-from . import toolchain
+from .. import env
+from . import comgr, toolchain
 from .cache import CompileCache, cache_key
 from .elf import ET_DYN, InvalidCodeObject, validate_code_object
 from .metadata import KernelInfo, kernel_info
@@ -40,6 +41,7 @@ class CompiledKernel:
     info: KernelInfo = field(repr=False)
     cache_hit: bool = False
     build_seconds: float = 0.0
+    linker: str = "ld.lld"    # what linked the code object: "ld.lld" or "comgr" (ROCKE_LINKER)
 
     @property
     def ir_hash(self) -> str:
@@ -158,17 +160,19 @@ def compile_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str
         raise ValueError(f"opt must be 0, 1, 2 or 3, got {opt!r}")
     variant = variant or name
     t0 = time.perf_counter()
-    options = {"opt": opt, "name": name}
+    linker = env.linker()
+    options = {"opt": opt, "name": name, "linker": linker}
     store = CompileCache() if cache is True else (cache or None)
     if store is not None:
-        key = cache_key(ir, target, f"{toolchain_fingerprint()}|ld:{linker_fingerprint()}", options)
+        linked_by = f"ld:{linker_fingerprint()}" if linker == "ld.lld" else "comgr"
+        key = cache_key(ir, target, f"{toolchain_fingerprint()}|{linked_by}", options)
         hit = store.load(key)
         if hit is not None:
             served = _served(hit, name, target, workgroup_size)
             if served is not None:
                 return CompiledKernel(name, variant, target, ir, hit["asm"], hit["object"],
                                       hit["code_object"], served, cache_hit=True,
-                                      build_seconds=time.perf_counter() - t0)
+                                      build_seconds=time.perf_counter() - t0, linker=linker)
             store.drop(key)
     tm = target_machine(target, opt)
     try:
@@ -184,9 +188,15 @@ def compile_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str
     if not re.search(rf"^\s*\.amdhsa_kernel\s+{re.escape(name)}\s*$", asm, re.M):
         raise CompileError(f"function {name!r} of kernel variant {variant!r} is not an "
                            "amdgpu_kernel (no kernel descriptor was emitted)")
-    code_object = link_code_object(obj, name)
+    code_object, linker = comgr.link(obj, name, target, linker)
+    if linker != "ld.lld":      # ld.lld's output is validated inside link_code_object
+        try:
+            validate_code_object(code_object, name, e_type=ET_DYN)
+        except InvalidCodeObject as e:
+            raise ToolchainError(f"{linker} linked {name} but its output is not a valid code "
+                                 f"object: {e}") from None
     info = kernel_info(asm, name, target, workgroup_size)
     if store is not None:
-        store.store(key, asm, obj, code_object, {"name": name, "target": target})
+        store.store(key, asm, obj, code_object, {"name": name, "target": target, "linker": linker})
     return CompiledKernel(name, variant, target, ir, asm, obj, code_object, info,
-                          build_seconds=time.perf_counter() - t0)
+                          build_seconds=time.perf_counter() - t0, linker=linker)

@@ -97,3 +97,28 @@ def test_a_failed_comgr_link_reports_status_and_log(monkeypatch):
     with pytest.raises(ToolchainError, match=r"(?s)comgr failed linking k for gfx942.*"
                                              "undefined symbol: foo"):
         comgr.link(b"\x7fELF", "k", "gfx942:sramecc+:xnack-", linker="comgr")
+
+
+def test_rocke_linker_comgr_routes_compile_ir_and_is_recorded(monkeypatch, tmp_path):
+    """ROCKE_LINKER=comgr makes compile_ir link through comgr (here: recording bindings that
+    return what ld.lld would), CompiledKernel.linker says so, an ld.lld cache entry is never
+    served for it, and junk from comgr is a ToolchainError, not a cached code object."""
+    from rocke.compiler import CompileCache, compile_ir
+    from rocke.kernels.registry import get_variant
+    k = get_variant("vector_add/f32_v4").kernel()
+    store = CompileCache(tmp_path)
+    by_lld = compile_ir(k.ir(), name=k.name, cache=store)
+    assert by_lld.linker == "ld.lld"
+    module, seen = _recording_bindings(0, link_code_object(by_lld.object, k.name))
+    monkeypatch.setitem(sys.modules, "rocm", types.SimpleNamespace(comgr=module))
+    monkeypatch.setitem(sys.modules, "rocm.comgr", module)
+    monkeypatch.setenv("ROCKE_LINKER", "comgr")
+    by_comgr = compile_ir(k.ir(), name=k.name, cache=store)
+    assert by_comgr.linker == "comgr" and not by_comgr.cache_hit
+    assert seen["action"] == "LINK_RELOCATABLE_TO_EXECUTABLE"
+    assert compile_ir(k.ir(), name=k.name, cache=store).cache_hit       # its own entry
+    junk, _ = _recording_bindings(0, b"\x7fELF but not a code object")
+    monkeypatch.setitem(sys.modules, "rocm.comgr", junk)
+    monkeypatch.setattr(sys.modules["rocm"], "comgr", junk)
+    with pytest.raises(ToolchainError, match="comgr linked .* not a valid code object"):
+        compile_ir(k.ir(), name=k.name, cache=False)
