@@ -289,3 +289,42 @@ def test_size_one_dimensions_with_odd_strides_are_accepted():
     args["k"] = k.as_strided(k.shape, (k.stride(0), k.stride(1), 10 ** 6, 1))   # Hk = 1
     args["v"] = args["v"].as_strided(k.shape, (k.stride(0), k.stride(1), 7, 1))
     assert au.describe_problem(**args).num_kv_heads == 1
+
+
+@pytest.mark.parametrize("backend, seqs", [("2d", MIXED), ("3d", LONG_DECODE)])
+def test_recommended_graph_replay_is_engaged_and_reads_new_contents(backend, seqs):
+    """Where the dispatcher recommends it (decode / short prefill), the entry point captures its
+    launches in a rocke.runtime.Graph once and replays it on later calls with the same tensors;
+    a replay reads the tensors' current contents (new q, new cache values, a new page order)."""
+    args = make_inputs(seqs, hq=4, hk=2, d=64, bs=16, dtype="f16", seed=21)
+    first = au.run_unified_attention_torch(**args, backend=backend)
+    assert first.plan.graph_replay and first.replayed
+    _check(args, first, "f16")
+    g = torch.Generator().manual_seed(5)
+    args["q"].copy_(torch.rand(args["q"].shape, generator=g) * 2 - 1)
+    args["k"].copy_(torch.rand(args["k"].shape, generator=g) * 2 - 1)
+    table = args["block_table"]
+    table[0, :2] = table[0, :2].flip(0).clone()       # same pages, another order
+    args["out"].fill_(7.0)
+    graphs = len(au._GRAPHS)
+    again = au.run_unified_attention_torch(**args, backend=backend)
+    assert again.replayed and len(au._GRAPHS) == graphs          # the cached graph, no capture
+    assert len(again.reports) == len(first.plan.specs)             # every kernel ran again
+    _check(args, again, "f16")
+
+
+def test_graph_replay_stays_off_when_the_lever_says_so_or_the_caller_captures(monkeypatch):
+    from rocke.runtime import Graph
+    args = make_inputs(MIXED, hq=4, hk=2, d=64, bs=16, dtype="f16", seed=22)
+    monkeypatch.setenv("HIPDNN_GFX942_2D_GRAPH", "0")
+    record = au.run_unified_attention_torch(**args, backend="2d")
+    assert not record.plan.graph_replay and not record.replayed
+    _check(args, record, "f16")
+    monkeypatch.delenv("HIPDNN_GFX942_2D_GRAPH")
+    args["out"].fill_(7.0)
+    outer = Graph()
+    with outer.capture():                  # the caller's graph takes precedence: no nesting
+        record = au.run_unified_attention_torch(**args, backend="2d")
+    assert not record.plan.graph_replay and outer.num_launches == 1
+    outer.replay()
+    _check(args, record, "f16")

@@ -15,6 +15,7 @@ split-KV kernel (``attention_tiled_3d``) followed by ``reduce_segments``. The st
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -311,6 +312,13 @@ def _recommend_graph_replay(problem: UnifiedAttentionProblem, knobs: AttentionKn
 
 
 def _caller_is_capturing() -> bool:
+    """A rocke.runtime.Graph / HIP stream capture on the default device, or torch's."""
+    try:
+        from rocke.runtime import is_capturing
+        if is_capturing():
+            return True
+    except Exception:       # no usable device: nobody is capturing on it
+        pass
     try:
         import torch
         return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
@@ -734,6 +742,50 @@ def compiled_cache_stats() -> CacheStats:
 class RunRecord:
     plan: Plan
     reports: list               # one launch report per kernel launched
+    replayed: bool = False      # the launches ran as a replay of a cached graph (seed 000 §9)
+
+
+# Graphs the entry point captured, by the identity of everything their launches read (see
+# _graph_key); each holds its own 3D workspace. Bounded: the oldest is released first.
+_GRAPHS: "OrderedDict[tuple, object]" = OrderedDict()
+GRAPH_CACHE_SIZE = 8
+
+
+def _graph_key(plan, launches, workspace) -> tuple:
+    """What a captured graph's launches depend on: the plan, and per launch its grid and every
+    argument -- a tensor by its address, shape, strides, dtype and device (its contents may
+    change: a replay reads them anew), a number by its value. The 3D workspace is the graph's
+    own, so only its shape counts."""
+    def identity(a):
+        if any(a is w for w in workspace):
+            return ("workspace", tuple(a.shape))
+        if hasattr(a, "data_ptr"):
+            return ("tensor", a.data_ptr(), tuple(a.shape), tuple(a.stride()), str(a.dtype),
+                    str(a.device))
+        return (type(a).__name__, a)
+    return (plan.specs, plan.geometry) + tuple(
+        (compiled.name, grid, block, tuple(identity(a) for a in args))
+        for compiled, grid, block, args in launches)
+
+
+def _run_launches(plan, launches, workspace) -> RunRecord:
+    """Launch eagerly, or -- where the dispatcher recommends graph replay -- replay a graph of
+    the same launches, capturing it on first use."""
+    from rocke.runtime import Graph, launch
+    if not plan.graph_replay:
+        return RunRecord(plan, [launch(c, g, b, a) for c, g, b, a in launches])
+    key = _graph_key(plan, launches, workspace)
+    graph = _GRAPHS.get(key)
+    if graph is None:
+        graph = Graph()
+        with graph.capture():
+            for c, g, b, a in launches:
+                launch(c, g, b, a)
+        _GRAPHS[key] = graph
+        while len(_GRAPHS) > GRAPH_CACHE_SIZE:
+            _GRAPHS.popitem(last=False)[1].close()
+    _GRAPHS.move_to_end(key)
+    return RunRecord(plan, graph.replay(), replayed=True)
 
 
 def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
@@ -756,7 +808,6 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     kernels = [compiled(spec) for spec in the_plan.specs]     # every build before any launch
     descales = ((_descale_tensor("k_descale", k_descale), _descale_tensor("v_descale", v_descale))
                 if problem.kv_dtype is not None else ())
-    from rocke.runtime import launch
     scale = float(softmax_scale)
     features = dict(softcap=problem.softcap, alibi_slopes=alibi_slopes, qq_bias=qq_bias,
                     window_left=problem.window_left, sinks=sinks)
@@ -767,7 +818,7 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                                *descales, **features)
         grid, block = mod.launch_geometry(spec, problem.num_seqs, problem.total_q,
                                           problem.num_kv_heads)
-        return RunRecord(the_plan, [launch(kernels[0], grid, block, args)])
+        return _run_launches(the_plan, [(kernels[0], grid, block, args)], ())
     import torch
     spec3, spec_r = the_plan.specs
     mod = _kernel_module("3d")
@@ -783,6 +834,6 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                                         problem.num_kv_heads, ns)
     args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out, ns)
     grid_r, block_r = reduce_segments.launch_geometry(spec_r, problem.total_q, hq)
-    reports = [launch(kernels[0], grid3, block3, args3)]
-    reports.append(launch(kernels[1], grid_r, block_r, args_r))
-    return RunRecord(the_plan, reports)
+    return _run_launches(the_plan, [(kernels[0], grid3, block3, args3),
+                                    (kernels[1], grid_r, block_r, args_r)],
+                         (segm_output, segm_max, segm_expsum))
