@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from compile import cpu_name  # noqa: E402  (sibling benchmark: one reading of the CPU name)
+
 from rocke.kernels.common import attention_unified as au  # noqa: E402
 from rocke.kernels.common import knobs as kn  # noqa: E402
 from rocke.kernels.common.attention_reference import ref_paged_attn  # noqa: E402
@@ -53,15 +55,7 @@ SHAPES = {
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+    return (f"{platform.node()}: {cpu_name()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
             f"torch {torch.__version__}; device: rocke gfx942 emulator (no GPU)")
 
 

@@ -26,14 +26,18 @@ from rocke.compiler.pipeline import DEFAULT_TARGET
 from rocke.kernels.registry import all_variants, get_variant
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
+def cpu_name() -> str:
+    """The CPU's model name (the benchmarks' one reading of /proc/cpuinfo)."""
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, LLVM {llvm_version()}"
+        return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    return (f"{cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"LLVM {llvm_version()}")
 
 
 def main(argv=None) -> int:

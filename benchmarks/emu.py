@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy
 import torch
 
+from compile import cpu_name  # sibling benchmark: one reading of the CPU name
+
 import rocke.emu
 import rocke.emu.machine
 from rocke.emu import launch as _launch_function
@@ -118,14 +120,7 @@ WORKLOADS = {
 
 
 def host_description():
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return [
         f"platform : {platform.platform()}",

@@ -570,14 +570,7 @@ def store_fragment_global(buf: BufferResource, frag: Fragment, origin, ld, *, bo
 
 
 def _masked_store(k, buf, row, col, ld, value, row_bound, col_bound):
-    index = row * ld + col
-    ok = None
-    if row_bound is not None:
-        ok = row < row_bound
-    if col_bound is not None:
-        col_ok = col < col_bound
-        ok = col_ok if ok is None else ok & col_ok
-    buf.store(index, value, mask=ok)
+    buf.store(row * ld + col, value, mask=_in_bounds(row, col, row_bound, col_bound))
 
 
 def copy_tile_to_lds(src: BufferResource, lds: LdsTensor, origin, ld, *, thread_index: Value,

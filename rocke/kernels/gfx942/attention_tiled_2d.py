@@ -135,7 +135,7 @@ class UnifiedAttention2DSpec:
 
     @property
     def workgroup_size(self) -> int:
-        return 64 * self.num_warps
+        return dsl.WAVE_SIZE * self.num_warps
 
     @property
     def family(self) -> str:

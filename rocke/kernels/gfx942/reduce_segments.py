@@ -24,15 +24,11 @@ from rocke import dsl
 from rocke.dsl import exp2, maximum, rcp, select, shuffle_xor, splat, wave_max, wave_sum
 from rocke.kernels.common.checks import (I32_LIMIT, check_choice, check_extent, check_index_extent,
                                          torch_dtype)
+from rocke.kernels.common.flash import finite_base
 
 DTYPES = ("f16", "bf16")
 HEAD_SIZES = (64, 128, 256)   # d256: 64 lanes x 4 fp32 hold one segment row (one pass per segment)
-WAVE = 64
-
-
-def finite_base(m):
-    """``m``, or 0 where ``m`` is -inf (nothing seen), so ``exp2(x - base)`` is never NaN."""
-    return select(m == -math.inf, 0.0, m)
+WAVE = dsl.WAVE_SIZE
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from rocke import dsl
 from rocke.dsl import exp2, maximum, rcp, select, vector, wave_max, wave_sum
 from rocke.kernels.common.checks import (check_choice, check_device, check_extent, check_i32_value,
                                          check_num_records, check_tensor, check_vector_access, round_up)
+from rocke.kernels.common.flash import LOG2E, finite_base
 
 DTYPES = ("f16", "bf16", "f32")
-LOG2E = 1.4426950408889634
 
 
 @dataclass(frozen=True)
@@ -127,11 +127,6 @@ def _store(k, buf, col, cols, values, dtype):
     with whole.else_():
         for j, v in enumerate(out):
             buf.store(col + j, v)
-
-
-def finite_base(m):
-    """``m``, or 0 where ``m`` is -inf (nothing seen yet), so ``exp2(x - base)`` is never NaN."""
-    return select(m == -math.inf, 0.0, m)
 
 
 def online_max_sum_update(m, l, scores):
