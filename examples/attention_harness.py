@@ -189,6 +189,25 @@ def first_of_each_problem(shapes: list[Shape]) -> dict[str, str]:
     return {s.name: first.setdefault(problem_key(s), s.name) for s in shapes}
 
 
+def run_shapes(shapes, groups, run_one) -> list[dict]:
+    """Run ``run_one(shape) -> (rows, status text)`` over ``shapes``, printing one progress line
+    each; a shape that is the same problem as an earlier one after scaling is run once and
+    reuses that shape's rows."""
+    first = first_of_each_problem(shapes)
+    rows: list[dict] = []
+    for index, shape in enumerate(shapes, 1):
+        if first[shape.name] != shape.name:     # the same problem after scaling: measured once
+            earlier = [r for r in rows if r["shape"] == first[shape.name]]
+            rows.extend(reuse_row(r, shape, groups_of(groups, shape.name)) for r in earlier)
+            print(f"[{index}/{len(shapes)}] {shape.name}: same problem as {first[shape.name]} "
+                  f"after scaling, result reused   ({shape.describe()})", flush=True)
+            continue
+        new, status = run_one(shape)
+        rows.extend(new)
+        print(f"[{index}/{len(shapes)}] {shape.name}: {status}   ({shape.describe()})", flush=True)
+    return rows
+
+
 def reuse_row(row: dict, shape: Shape, groups: list[str]) -> dict:
     """``row`` (measured for an identical earlier problem) relabelled for ``shape``: a scaled
     run measures each distinct problem once and says which rows share a result."""

@@ -309,18 +309,10 @@ def main(argv=None) -> int:
         H.print_plan(shapes, first, rate, device, plan)
         return 0
 
-    rows = []
-    for index, shape in enumerate(shapes, 1):
-        if first[shape.name] != shape.name:     # the same problem after scaling: measured once
-            earlier = next(r for r in rows if r["shape"] == first[shape.name])
-            rows.append(H.reuse_row(earlier, shape, H.groups_of(GROUPS, shape.name)))
-            print(f"[{index}/{len(shapes)}] {shape.name}: same problem as {first[shape.name]} "
-                  f"after scaling, result reused   ({shape.describe()})", flush=True)
-            continue
+    def run_one(shape):
         row = check_shape(shape, args, device, rate)
-        rows.append(row)
-        print(f"[{index}/{len(shapes)}] {shape.name}: {row['status']}   ({shape.describe()})",
-              flush=True)
+        return [row], row["status"]
+    rows = H.run_shapes(shapes, GROUPS, run_one)
 
     tdev = H.torch_device(device)
     body = []

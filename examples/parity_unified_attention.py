@@ -314,14 +314,8 @@ def main(argv=None) -> int:
         H.print_plan(shapes, first, rate, device, plan)
         return 0
 
-    rows = []
-    for index, shape in enumerate(shapes, 1):
-        if first[shape.name] != shape.name:     # the same problem after scaling: measured once
-            earlier = [r for r in rows if r["shape"] == first[shape.name]]
-            rows.extend(H.reuse_row(r, shape, H.groups_of(GROUPS, shape.name)) for r in earlier)
-            print(f"[{index}/{len(shapes)}] {shape.name}: same problem as {first[shape.name]} "
-                  f"after scaling, result reused   ({shape.describe()})", flush=True)
-            continue
+    def run_one(shape):
+        mine = []
         inputs = H.make_inputs(shape, H.torch_device(device))
         if shape.name in FEATURE_ARGS:
             inputs["features"] = feature_inputs(shape, H.torch_device(device))
@@ -330,11 +324,9 @@ def main(argv=None) -> int:
             ref = H.reference(shape, inputs) if shape.supported else None
         with H.progress(shape, len(TABLES) * steps, device, rate) as bar:
             for table in TABLES:
-                rows.append(run_table(table, shape, inputs, ref, args, knobs, device, rate, bar))
-        mine = rows[-len(TABLES):]
-        print(f"[{index}/{len(shapes)}] {shape.name}: "
-              + ", ".join(f"{r['table']} {r['status']}" for r in mine)
-              + f"   ({shape.describe()})", flush=True)
+                mine.append(run_table(table, shape, inputs, ref, args, knobs, device, rate, bar))
+        return mine, ", ".join(f"{r['table']} {r['status']}" for r in mine)
+    rows = H.run_shapes(shapes, GROUPS, run_one)
 
     for table in TABLES:
         body = []
