@@ -3,15 +3,16 @@
 Exit codes: 0 success; 1 a check failed (golden table differs, a variant spills);
 2 usage or user error (bad option, unknown variant, unreadable golden table, unwritable
 output); 3 toolchain or compile error (no or broken ld.lld, LLVM rejected or aborted on a
-kernel). Errors are one line on stderr, never a traceback. Files are written atomically
-(a temporary file in the same directory, renamed into place, removed on failure).
+kernel). Errors are one line on stderr, never a traceback. Files are written by
+``rocke.fileio.write_output``: a regular file atomically (a temporary file in the same directory,
+renamed into place, removed on failure), a device or FIFO (``-o /dev/null``) directly, never
+replaced.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -51,34 +52,13 @@ class _Cli(click.Group):
             raise
 
 
-def _atomic_write(path: str | Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file in the same directory and a rename; on any
-    failure the temporary file is removed and the target is left as it was."""
-    path = Path(path)
-    if path.is_dir():
-        raise CliError(f"cannot write {path}: it is a directory", EXIT_USER_ERROR)
-    if not path.parent.is_dir():
-        raise CliError(f"cannot write {path}: directory {path.parent} does not exist", EXIT_USER_ERROR)
+def _write_output(path: str | Path, data: bytes) -> None:
+    """``rocke.fileio.write_output``, its errors as one line (exit 2)."""
+    from .fileio import write_output
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        write_output(path, data)
     except OSError as e:
-        raise CliError(f"cannot write {path}: {e.strerror}", EXIT_USER_ERROR) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise CliError(f"cannot write {path}: {e.strerror or e}", EXIT_USER_ERROR) from None
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _read_golden(path: Path) -> dict[str, str]:
@@ -139,7 +119,7 @@ def emit(variant, fmt, output):
         ck = v.compile()
         data = ck.asm.encode() if fmt == "asm" else ck.code_object
     if output:
-        _atomic_write(output, data)
+        _write_output(output, data)
         click.echo(f"wrote {len(data)} bytes to {output}", err=True)
     else:
         sys.stdout.write(data.decode())

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..fileio import write_output
 from .registry import all_variants
 
 GOLDEN_PATH = Path(__file__).resolve().parents[2] / "tests" / "golden" / "ir_hashes.json"
@@ -36,11 +37,7 @@ def diff_golden(golden: dict[str, str], current: dict[str, str]) -> dict[str, li
 
 
 def write_golden(hashes: dict[str, str], path: Path = GOLDEN_PATH) -> None:
+    """Atomically for a file (a failed update leaves the old table and no temporary), directly
+    for a device or FIFO (``rocke.fileio``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    try:
-        tmp.write_text(json.dumps(dict(sorted(hashes.items())), indent=1) + "\n")
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)     # a failed update leaves nothing behind
-        raise
+    write_output(path, (json.dumps(dict(sorted(hashes.items())), indent=1) + "\n").encode())
