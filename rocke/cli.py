@@ -81,13 +81,29 @@ def _read_golden(path: Path) -> dict[str, str]:
 
 
 def _variants(names):
-    from .kernels.registry import all_variants, get_variant
+    """The named variants, or with none every variant of the families that load; a family that
+    cannot be loaded is a one-line warning (see ``_exit_for_broken_families``), not the end of
+    rocke's own."""
+    from .kernels.registry import get_variant, loadable_variants
     try:
         if not names:
-            return list(all_variants().values())
+            variants, broken = loadable_variants()
+            for message in broken.values():
+                click.echo(f"Warning: {message}", err=True)
+            return list(variants.values())
         return [get_variant(n) for n in names]
-    except ValueError as e:   # an unknown variant, or a family that cannot be loaded
+    except ValueError as e:   # an unknown variant, or the named variant's family cannot be loaded
         raise click.UsageError(str(e)) from None
+
+
+def _exit_for_broken_families() -> None:
+    """After a command over every variant has done the rest: exit 2 if a family could not be
+    loaded, so scripts notice (its warning was printed first)."""
+    from .kernels.registry import loadable_variants
+    broken = loadable_variants()[1]
+    if broken:
+        raise CliError(f"{len(broken)} kernel famil{'y' if len(broken) == 1 else 'ies'} could not "
+                       f"be loaded: {', '.join(broken)} (see the warnings above)", EXIT_USER_ERROR)
 
 
 @click.group(cls=_Cli)
@@ -97,9 +113,11 @@ def main():
 
 @main.command("list")
 def list_cmd():
-    """List every shipped kernel variant."""
+    """List every shipped kernel variant (a family that cannot be loaded: a warning, the others
+    listed, exit 2)."""
     for v in _variants(()):
         click.echo(f"{v.name:48s} {v.spec!r}")
+    _exit_for_broken_families()
 
 
 @main.command()
@@ -153,6 +171,8 @@ def report(variants, no_cache):
         click.echo(text)
     if spills:
         raise SystemExit(EXIT_CHECK_FAILED)
+    if not variants:
+        _exit_for_broken_families()
 
 
 @main.group()

@@ -5,15 +5,20 @@ import json
 from pathlib import Path
 
 from ..fileio import write_output
-from .registry import all_variants
+from .registry import all_variants, loadable_variants
 
 GOLDEN_PATH = Path(__file__).resolve().parents[2] / "tests" / "golden" / "ir_hashes.json"
 
 
 def current_hashes(families=None) -> dict[str, str]:
     """Variant -> IR hash, for every family or only ``families`` (a user's own table)."""
-    variants = all_variants()
-    if families:
+    if not families:
+        variants = all_variants()          # every family must load: a table must not omit one
+    else:
+        variants, broken = loadable_variants()      # a broken family not asked for is no matter
+        for family in families:
+            if family in broken:
+                raise ValueError(broken[family])
         known = {v.family for v in variants.values()}
         unknown = sorted(set(families) - known)
         if unknown:

@@ -13,6 +13,10 @@ Families come from, in this order (a name may be registered once):
 2. Python entry points in the group ``rocke.kernel_families`` (``name = "package.module"``);
 3. the ``ROCKE_FAMILIES`` environment lever (``name=package.module,...``, see ``rocke.env``);
 4. ``register_family(name, module)`` calls.
+
+A family whose module cannot be imported (missing, or raising at import) or whose name an earlier
+source took is reported by ``loadable_variants()`` as one line and leaves the others usable;
+``all_variants()`` (every family, e.g. for a golden table) raises ``ValueError`` instead.
 """
 from __future__ import annotations
 
@@ -79,32 +83,46 @@ def register_family(name: str, module: str) -> None:
         raise ValueError(f"family {name!r} is already registered to {known[name][0]!r} "
                          f"(from {known[name][1]})")
     _REGISTERED[name] = module
-    all_variants.cache_clear()
+    forget_loaded_families()
 
 
 def unregister_family(name: str) -> None:
     """Undo ``register_family`` (for tests and interactive use)."""
     _REGISTERED.pop(name, None)
-    all_variants.cache_clear()
+    forget_loaded_families()
+
+
+def forget_loaded_families() -> None:
+    """Load the families afresh on next use (after ``ROCKE_FAMILIES`` or installed entry points
+    changed in this process)."""
+    _load_every_family.cache_clear()
 
 
 def _entry_point_families() -> list[tuple[str, str]]:
     return sorted((ep.name, ep.value) for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
 
 
-def families() -> dict[str, tuple[str, str]]:
-    """family name -> (module path, where it was registered), in listing order."""
-    out: dict[str, tuple[str, str]] = {}
+def _family_table() -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    table: dict[str, tuple[str, str]] = {}
+    refused: dict[str, str] = {}
     sources = ([(n, m, "rocke.kernels.registry.FAMILIES") for n, m in FAMILIES.items()]
                + [(n, m, f"entry point group {ENTRY_POINT_GROUP!r}") for n, m in _entry_point_families()]
                + [(n, m, "ROCKE_FAMILIES") for n, m in env.families()]
                + [(n, m, "register_family()") for n, m in _REGISTERED.items()])
     for name, module, source in sources:
-        if name in out and out[name][0] != module:
-            raise ValueError(f"kernel family {name!r} is registered twice: {out[name][0]!r} "
-                             f"(from {out[name][1]}) and {module!r} (from {source})")
-        out.setdefault(name, (module, source))
-    return out
+        if name in table and table[name][0] != module:
+            refused[f"{name} ({source})"] = (
+                f"kernel family {name!r} is registered twice: {table[name][0]!r} (from "
+                f"{table[name][1]}) and {module!r} (from {source}); the second is ignored")
+            continue
+        table.setdefault(name, (module, source))
+    return table, refused
+
+
+def families() -> dict[str, tuple[str, str]]:
+    """family name -> (module path, where it was registered), in listing order. A name taken
+    by an earlier source is not re-registered by a later one (``loadable_variants`` reports it)."""
+    return _family_table()[0]
 
 
 def load_family(family: str):
@@ -118,6 +136,11 @@ def load_family(family: str):
     except ModuleNotFoundError as e:
         raise ValueError(f"kernel family {family!r} (registered by {source}): cannot import module "
                          f"{module_path!r} ({e}); is its package installed or on PYTHONPATH?") from None
+    except Exception as e:      # the module itself is broken: name it, don't show its traceback
+        first_line = next((line for line in str(e).splitlines() if line.strip()), "")
+        raise ValueError(f"kernel family {family!r} (registered by {source}): importing module "
+                         f"{module_path!r} raised {type(e).__name__}"
+                         + (f": {first_line}" if first_line else "")) from None
     missing = [attr for attr in ("build", "VARIANTS") if not hasattr(mod, attr)]
     if missing:
         raise ValueError(f"kernel family {family!r}: module {module_path!r} lacks {', '.join(missing)} "
@@ -139,22 +162,51 @@ def golden_perturbation(family: str) -> tuple[str, dict]:
     return change
 
 
+def family_variants(family: str) -> dict[str, Variant]:
+    """One family's variants, by full name; loads that family only."""
+    mod = load_family(family)
+    return {f"{family}/{vname}": Variant(f"{family}/{vname}", family, spec, mod.build)
+            for vname, spec in mod.VARIANTS.items()}
+
+
 @cache
+def _load_every_family() -> tuple[dict[str, Variant], dict[str, str]]:
+    variants: dict[str, Variant] = {}
+    table, broken = _family_table()
+    for family in table:
+        try:
+            variants.update(family_variants(family))
+        except ValueError as e:
+            broken[family] = str(e)
+    return variants, broken
+
+
+def loadable_variants() -> tuple[dict[str, Variant], dict[str, str]]:
+    """(every variant of the families that load, family -> one-line error for each that does
+    not or whose registration was refused): a broken out-of-tree family does not hide rocke's
+    own."""
+    variants, broken = _load_every_family()
+    return dict(variants), dict(broken)
+
+
 def all_variants() -> dict[str, Variant]:
-    out: dict[str, Variant] = {}
-    for family in families():
-        mod = load_family(family)
-        for vname, spec in mod.VARIANTS.items():
-            out[f"{family}/{vname}"] = Variant(f"{family}/{vname}", family, spec, mod.build)
-    return out
+    """Every variant of every family; ``ValueError`` naming each family that cannot be loaded."""
+    variants, broken = _load_every_family()
+    if broken:
+        raise ValueError("; ".join(broken.values()))
+    return dict(variants)
 
 
 def get_variant(name: str) -> Variant:
-    variants = all_variants()
-    if name not in variants:
-        family = name.split("/", 1)[0]
-        close = [v for v in variants if v.startswith(family + "/")] or difflib.get_close_matches(
-            name, list(variants), n=5, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close[:5])}" if close else ""
-        raise ValueError(f"unknown kernel variant {name!r}{hint} (see `rocke list`)")
-    return variants[name]
+    """The variant ``name`` ("<family>/<variant>"); another family that cannot be loaded does not
+    stand in the way, its own family being broken is that family's one-line error."""
+    variants, broken = _load_every_family()
+    if name in variants:
+        return variants[name]
+    family = name.split("/", 1)[0]
+    if family in broken:
+        raise ValueError(broken[family])
+    close = [v for v in variants if v.startswith(family + "/")] or difflib.get_close_matches(
+        name, list(variants), n=5, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close[:5])}" if close else ""
+    raise ValueError(f"unknown kernel variant {name!r}{hint} (see `rocke list`)")
