@@ -12,6 +12,7 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -44,6 +45,26 @@ EMU_FLOPS_PER_S_GUESS = 0.32e9
 #: measured on the same host; added per launch so tiny shapes are not estimated at zero.
 EMU_LAUNCH_OVERHEAD_S = 0.1
 LONG_RUN_WARNING_S = 600.0
+#: exit status for bad input (an unknown shape, lever or device, an unwritable --report),
+#: refused before any work -- argparse's own status for a bad flag; 1 stays "a FAIL or ERROR"
+EXIT_USAGE = 2
+
+
+class UsageError(SystemExit):
+    """Bad input: its one line was printed on stderr; the process exits ``EXIT_USAGE``."""
+
+    def __init__(self, message: str):
+        super().__init__(EXIT_USAGE)
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"error: {self.message}"
+
+
+def refuse(message: str) -> UsageError:
+    """Print ``error: message`` on stderr and return the exception to raise (exit 2)."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return UsageError(message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,8 +192,8 @@ def select(groups: dict[str, list[Shape]], selectors: list[str],
             picked = [by_name[sel]]
         else:
             words = sorted(groups) + ([all_word] if all_word else [])
-            raise SystemExit(f"error: unknown group or shape {sel!r}; groups: {', '.join(words)}; "
-                             f"shapes: {', '.join(by_name)}")
+            raise refuse(f"unknown group or shape {sel!r}; groups: {', '.join(words)}; "
+                         f"shapes: {', '.join(by_name)}")
         for s in picked:
             chosen.setdefault(s.name, s)
     return list(chosen.values())
@@ -329,12 +350,15 @@ def resolve_device(requested: str | None) -> str:
     that sees the GPU, since the harness allocates its tensors with torch."""
     from rocke import env, runtime
     devices = tuple(runtime.DEVICES)
-    device = requested or env.device() or runtime.default_device_kind()
+    try:
+        device = requested or env.device() or runtime.default_device_kind()
+    except ValueError as exc:         # ROCKE_DEVICE=garbage: the message names the allowed values
+        raise refuse(str(exc)) from None
     if device not in devices:
-        raise SystemExit(f"error: --device {device}: rocke.runtime offers {devices}")
+        raise refuse(f"--device {device}: rocke.runtime offers {devices}")
     if device == "hip" and not torch.cuda.is_available():
-        raise SystemExit("error: --device hip needs a ROCm torch that sees a GPU "
-                         "(torch.cuda.is_available() is False here)")
+        raise refuse("--device hip needs a ROCm torch that sees a GPU "
+                     "(torch.cuda.is_available() is False here)")
     os.environ["ROCKE_DEVICE"] = device      # the dispatcher's launches follow the harness
     return device
 
@@ -355,7 +379,7 @@ def echo_levers(printer=print):
     try:
         read = knobs.read_knobs(os.environ)
     except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
+        raise refuse(str(exc)) from None
     for line in knobs.describe(read, os.environ).splitlines():
         printer(line)
     return read, asdict(read)
@@ -511,10 +535,55 @@ def shape_record(shape: Shape, groups: list[str]) -> dict:
                 kind=shape.kind, reused_from=None)
 
 
-def write_report(path: str | None, payload: dict) -> None:
-    if path:
-        Path(path).write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+def check_report_path(parser, path: str | None) -> None:
+    """``--report PATH``, checked with the flags, before any work: a directory, a missing or
+    unwritable directory is a usage error (exit 2) rather than a finished run without its
+    report."""
+    from rocke.fileio import check_writable
+    if path is None:
+        return
+    try:
+        check_writable(path)
+    except OSError as exc:
+        parser.error(f"--report {path}: cannot write: {exc.strerror or exc}")
+
+
+def write_report(path: str | None, payload: dict) -> bool:
+    """Write the JSON report to ``path`` (``rocke.fileio.write_output``: a failed write leaves
+    no half-written file). If that still fails at the end of a run (the directory went away,
+    the disk filled), the results are not lost: they go to a fallback file in the temporary
+    directory, or failing that onto stderr, and both say where. Returns whether ``path`` was
+    written (True when no report was asked for)."""
+    from rocke.fileio import write_output
+    if not path:
+        return True
+    text = json.dumps(payload, indent=2, sort_keys=False) + "\n"
+    try:
+        write_output(path, text.encode())
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    else:
         print(f"report written to {path}")
+        return True
+    try:
+        fd, fallback = tempfile.mkstemp(prefix=f"{payload.get('harness', 'report')}-",
+                                        suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        print(f"error: cannot write the report to {path} ({reason}), nor a fallback file "
+              f"({exc.strerror or exc}); the report follows on stderr", file=sys.stderr)
+        sys.stderr.write(text)
+    else:
+        print(f"error: cannot write the report to {path} ({reason}); the results are in "
+              f"{fallback} instead", file=sys.stderr)
+    sys.stderr.flush()
+    return False
+
+
+def final_exit_code(run_exit_code: int, report_written: bool) -> int:
+    """1 for a FAIL or ERROR; else ``EXIT_USAGE`` when the report could not go where asked."""
+    return run_exit_code if run_exit_code or report_written else EXIT_USAGE
 
 
 def summary(rows: list[dict]) -> dict:

@@ -68,6 +68,7 @@ def parse_args(argv):
                    help="print the selected shapes and the emulator-time estimate, run nothing")
     p.add_argument("--inject-error", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    H.check_report_path(p, args.report)
     if not (0.0 <= args.trim < 0.5):
         p.error(f"--trim must be in [0, 0.5), got {args.trim}")
     if args.warmup is not None and args.warmup < 0:
@@ -368,14 +369,14 @@ def main(argv=None) -> int:
     print("\nsummary: " + ", ".join(f"{k} {v}" for k, v in counts.items())
           + (f"; emulated at {rate.rate / 1e9:.2f} GFLOP/s (estimate was "
              f"{H.format_seconds(estimate)})" if emu else ""))
-    H.write_report(args.report, dict(
+    written = H.write_report(args.report, dict(
         harness="final_shapes_check", schema_version=H.REPORT_SCHEMA_VERSION, device=device,
         time_kind=H.time_label(device), levers=lever_values, groups=selectors,
         max_kv=args.max_kv, quick=args.quick, warmup=args.warmup, iters=args.iters,
         reps=args.reps, reduce=args.reduce, trim=args.trim,
         noisy_spread=NOISY_SPREAD, injected_error=args.inject_error, results=rows,
         summary=counts, exit_code=exit_code))
-    return exit_code
+    return H.final_exit_code(exit_code, written)
 
 
 if __name__ == "__main__":

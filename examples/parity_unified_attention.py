@@ -68,6 +68,7 @@ def parse_args(argv):
                    help="print the selected shapes and the emulator-time estimate, run nothing")
     p.add_argument("--inject-error", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    H.check_report_path(p, args.report)
     for flag in ("attempts", "warmup"):
         value = getattr(args, flag)
         if value is not None and value < 0:
@@ -349,14 +350,14 @@ def main(argv=None) -> int:
           + (f"; emulated at {rate.rate / 1e9:.2f} GFLOP/s (estimate was "
              f"{H.format_seconds(estimate)})" if device == "emu" else ""))
     exit_code = 1 if failed else 0
-    H.write_report(args.report, dict(
+    written = H.write_report(args.report, dict(
         harness="parity_unified_attention", schema_version=H.REPORT_SCHEMA_VERSION,
         device=device, time_kind=H.time_label(device), levers=lever_values,
         scenarios=args.scenario or ["all"], max_kv=args.max_kv, quick=args.quick,
         attempts=args.attempts, warmup=args.warmup, tol_override=args.tol,
         injected_error=args.inject_error, tables=list(TABLES), results=rows, summary=counts,
         exit_code=exit_code))
-    return exit_code
+    return H.final_exit_code(exit_code, written)
 
 
 if __name__ == "__main__":

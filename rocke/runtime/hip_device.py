@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import re
 import threading
 
 from .device import Device, PreparedLaunch
@@ -74,8 +75,15 @@ def _call(call: str, *args):
         fn = getattr(hip, call)
         result = fn(*args)
     except RuntimeError as e:    # hip-python raises this when libamdhip64.so cannot be opened
-        raise HipUnavailable(f"{call}: the HIP runtime could not be loaded ({e})") from None
+        raise HipUnavailable(f"{call}: the HIP runtime could not be loaded "
+                             f"({_without_bytes_reprs(str(e))})") from None
     return check(call, result)
+
+
+def _without_bytes_reprs(text: str) -> str:
+    """hip-python formats the library name and dlerror() as bytes (``'b'libamdhip64.so''``);
+    a message shows their text."""
+    return re.sub(r"""\bb(['"])(.*?)\1""", r"\2", text)
 
 
 def processor_of(target_id: str) -> str:
