@@ -52,11 +52,15 @@ class _Cli(click.Group):
             raise
 
 
-def _write_output(path: str | Path, data: bytes) -> None:
-    """``rocke.fileio.write_output``, its errors as one line (exit 2)."""
-    from .fileio import write_output
+def _write_output(path: str | Path, data: bytes | None) -> None:
+    """``rocke.fileio.write_output``, its errors as one line (exit 2); with ``data`` None only
+    the checks that need no data (before a compile is spent on an unwritable path)."""
+    from .fileio import check_writable, write_output
     try:
-        write_output(path, data)
+        if data is None:
+            check_writable(path)
+        else:
+            write_output(path, data)
     except OSError as e:
         raise CliError(f"cannot write {path}: {e.strerror or e}", EXIT_USER_ERROR) from None
 
@@ -131,6 +135,8 @@ def emit(variant, fmt, output):
     (v,) = _variants((variant,))
     if fmt == "co" and not output:
         raise click.UsageError("--format co writes binary: give -o FILE")
+    if output:
+        _write_output(output, None)
     if fmt == "ll":
         data = v.ir().encode()
     else:

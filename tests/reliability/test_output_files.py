@@ -129,3 +129,13 @@ def test_rule_and_up_front_checks(tmp_path):
         write_output(failing, "not bytes")
     assert failing.read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "kept.json"]
+
+
+def test_an_unwritable_output_is_refused_before_the_compile(tmp_path, monkeypatch):
+    from rocke.kernels.registry import Variant
+
+    def no_compile(self, **kw):
+        raise AssertionError("compiled although the output cannot be written")
+    monkeypatch.setattr(Variant, "compile", no_compile)
+    r = emit("--format", "co", "-o", tmp_path / "missing" / "k.hsaco")
+    assert r.exit_code == EXIT_USER_ERROR and "does not exist" in r.output
