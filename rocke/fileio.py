@@ -5,10 +5,10 @@ One rule for every file rocke writes (``rocke emit -o``, ``rocke golden update``
 harnesses' ``--report``): a regular file, or a path where nothing exists yet, gets a temporary file
 in the same directory renamed over it, so a failed write leaves the old file as it was. Anything
 else -- a character device (``/dev/null``, ``/dev/full``), a FIFO, a socket, or a name reached
-through ``/dev`` or ``/proc`` (``/dev/stdout`` is a link to an open stream) -- is written directly,
-since renaming over it would replace the node with a regular file; its errors are reported as
-they come (``/dev/full``: "No space left on device"). A symlink to a regular file stays a link:
-the file it points to is replaced.
+through ``/proc`` (``/dev/stdout`` leads to ``/proc/self/fd/1``, an open stream) -- is written
+directly, since renaming over it would replace the node with a regular file; its errors are
+reported as they come (``/dev/full``: "No space left on device"). A symlink to a regular file
+stays a link: the file it points to is replaced.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import secrets
 import stat
 from pathlib import Path
 
-#: symlink chains through these are open streams or kernel nodes, never renamed over
-_SYSTEM_TREES = ("/dev/", "/proc/")
+#: a symlink chain through here reaches an open stream (/proc/self/fd/N), never renamed over
+_PROC = "/proc/"
 _MAX_LINK_HOPS = 40     # the kernel's own limit on symlinks followed in one lookup
 
 
@@ -36,7 +36,7 @@ def renames_over(path: str | Path) -> bool:
     """Whether ``write_output(path, ...)`` replaces ``path`` by a rename (True) or writes into the
     existing node directly (False)."""
     chain = _link_chain(Path(path))
-    if any(str(p.absolute()).startswith(_SYSTEM_TREES) for p in chain):
+    if any(os.path.abspath(p).startswith(_PROC) for p in chain):
         return False
     try:
         mode = os.stat(chain[-1]).st_mode
@@ -80,7 +80,7 @@ def write_output(path: str | Path, data: bytes) -> None:
         keep_mode = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
         keep_mode = None                 # a new file: 0o666 less the umask, as open() gives
-    tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+    tmp = target.parent / f".{target.name[:200]}.{secrets.token_hex(6)}.tmp"   # within NAME_MAX
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -1,8 +1,8 @@
 """Issue 19: an out-of-tree kernel family whose module raises at import (through ROCKE_FAMILIES
 or an entry point) is one line naming the family and its error, never a traceback, and does not
 take rocke's own families down: `rocke emit` of a built-in variant and the golden hashes of
-the built-in families still work; `rocke list` lists the rest, warns and exits 2; a command that needs
-the broken family exits 2."""
+the built-in families still work; `rocke list` lists the rest, warns and exits 2; a command
+that needs the broken family exits 2."""
 from __future__ import annotations
 
 import json
