@@ -13,16 +13,17 @@ Counting rules (the readings this module commits to; tests in tests/emu/test_pro
   footprint when every byte is fetched once); scalar (SMEM) loads count separately and are left
   out of the footprint; LDS-DMA (`buffer_load ... lds`) counts its global read and its LDS
   bytes as `lds_dma_bytes` (contiguous M0 + 4 * lane: no bank conflicts);
-- LDS bank conflicts follow gfx942's LDS: 32 banks of 4 bytes (rocke.arch GFX942.lds_banks;
-  AMD ROCm blog "Avoiding LDS Bank Conflicts on AMD GPUs Using CK-Tile", CK Tile docs
-  "Understanding AMD GPU LDS and Bank Conflicts"). The LDS serves 128 bytes a clock, so a
-  wave's access is served in passes of lanes: b8/b16/b32 32 lanes a pass (lanes 0-31, 32-63),
-  b64 16 lanes, b96/b128 8 lanes (lanes 8k..8k+7: the CK Tile docs' ds_write_b128 phases;
-  ds_read_b128 is taken to use the same groups, not confirmed here). Within a pass, lanes that
-  read the same dword share it (broadcast); distinct dwords in one bank serialize. A pass
-  costs max over banks of its distinct dwords (at least 1); its conflict cycles are that
-  minus 1. ds_read2/ds_write2 count as two accesses of their element width; ds_swizzle and
-  ds_bpermute issue as DS but move no LDS bytes.
+- LDS bank conflicts follow gfx942's LDS: 32 banks of 4 bytes (rocke.arch GFX942.lds_banks),
+  a wave's access served in phases of lanes by access width: b8/b16/b32 two phases of 32 lanes
+  (T0-31, T32-63), b64 four of 16 lanes, b96/b128 eight of 8 lanes; ds_read_b128's phases
+  pair non-adjacent lane quads (T0-3 + T20-23, T32-35 + T52-55, T4-7 + T16-19, ...), as measured
+  on MI300X by nod-ai's empirical LDS study (amd-shark-ai docs/empirical-lds/cdna3info.md, with
+  rocprof SQ_LDS_BANK_CONFLICT); ds_write_b128 uses adjacent 8-lane groups (AMD CK Tile docs,
+  "Understanding AMD GPU LDS and Bank Conflicts"). Within a phase, lanes that read the same dword
+  share it (broadcast); distinct dwords in one bank serialize. A phase costs max over banks of
+  its distinct dwords (at least 1); its conflict cycles are that minus 1 (so a fully conflicted
+  b32/b64/b128 access counts 62/60/56, the study's saturated counts). ds_read2/ds_write2 count as
+  two accesses of their element width; ds_swizzle and issue as DS but move no LDS bytes.
 """
 from __future__ import annotations
 
@@ -36,7 +37,6 @@ from .program import CLASSES, DecodedKernel
 
 LDS_BANKS = 32
 LDS_BANK_BYTES = 4
-LDS_BYTES_PER_PASS = LDS_BANKS * LDS_BANK_BYTES
 SEGMENTS = (64, 128)
 # issue classes reported, finer than the scheduler's: control and waits split out
 SPLIT = {"s_waitcnt": "s_waitcnt", "s_barrier": "s_barrier", "s_nop": "s_nop"}
@@ -59,15 +59,24 @@ def report_class(mnemonic: str, cls: int) -> str:
     return _CLASS_NAME[cls]
 
 
+# ds_read_b128's eight phases as lane quads (see the module doc)
+_READ_B128_QUADS = ((0, 5), (8, 13), (1, 4), (9, 12), (2, 7), (10, 15), (3, 6), (11, 14))
+READ_B128_ORDER = np.array([4 * q + i for pair in _READ_B128_QUADS for q in pair for i in range(4)])
+
+
 def lds_passes(nbytes: int) -> int:
-    """Lanes served per LDS pass for an access of `nbytes` per lane (see the module doc)."""
-    width = max(LDS_BANK_BYTES, nbytes)
-    return max(1, LDS_BYTES_PER_PASS // width)
+    """Lanes served per LDS phase for an access of `nbytes` per lane (see the module doc)."""
+    if nbytes > 8:
+        return 8
+    return 16 if nbytes > 4 else 32
 
 
-def lds_access_cycles(addr: np.ndarray, active: np.ndarray, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+def lds_access_cycles(addr: np.ndarray, active: np.ndarray, nbytes: int,
+                      read: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(cycles, conflict cycles) per wave of one LDS access: `addr` (n, 64) byte addresses,
     `active` (n, 64) lanes that access."""
+    if nbytes > 8 and read:
+        addr, active = addr[:, READ_B128_ORDER], active[:, READ_B128_ORDER]
     n = addr.shape[0]
     lanes_per_pass = lds_passes(nbytes)
     passes = 64 // lanes_per_pass
@@ -327,14 +336,14 @@ class Profiler:
     def scalar_read(self, addresses, nbytes):
         self.smem_bytes += len(addresses) * nbytes
 
-    def lds(self, P, sel, addr, nbytes, active, dma=False):
+    def lds(self, P, sel, addr, nbytes, active, dma=False, read=False):
         index = self.current
         count = int(np.count_nonzero(active))
         if dma:
             self.lds_dma_bytes += count * nbytes
             return
         self.lds_bytes[index] += count * nbytes
-        cycles, conflicts = lds_access_cycles(np.asarray(addr), active, nbytes)
+        cycles, conflicts = lds_access_cycles(np.asarray(addr), active, nbytes, read)
         self.lds_cycles[index] += int(cycles.sum())
         self.lds_conflicts[index] += int(conflicts.sum())
         np.add.at(self.wg_lds_cycles, P.profile_wg_base + P.wg_of[sel], cycles)
@@ -409,7 +418,7 @@ class ProfilingPool(Pool):
                                      want_old, where, full)
 
     def lds_read(self, ins, sel, addr, nbytes, active):
-        self.profiler.lds(self, sel, addr, nbytes, active)
+        self.profiler.lds(self, sel, addr, nbytes, active, read=True)
         return super().lds_read(ins, sel, addr, nbytes, active)
 
     def lds_write(self, ins, sel, addr, data, active, dma=False):

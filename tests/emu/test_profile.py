@@ -102,11 +102,12 @@ def test_lds_b32_bank_conflicts(stride, conflicts):
     assert p.counters()["lds_bytes"] == 512 and p.issues["ds"] == 2
 
 
-@pytest.mark.parametrize("stride, conflicts", [(2, 0), (4, 4 * 1)])
+@pytest.mark.parametrize("stride, conflicts", [(2, 0), (4, 4 * 1), (32, 60)])
 def test_lds_b64_bank_conflicts(stride, conflicts):
     """ds_write_b64 / ds_read_b64, 16 lanes a pass: lane l at dwords (s*l, s*l + 1). Stride 2
     covers the 32 banks once per pass; stride 4 puts lanes l and l+8 in the same two banks (one
-    extra cycle in each of the 4 passes). A 32-lane pass rule would count conflicts for both."""
+    extra cycle in each of the 4 passes); 128 bytes apart, 15 extra cycles a pass (the measured
+    saturation, 60). A 32-lane pass rule would count conflicts for the first two as well."""
     p = _lds_launch("<2 x float>", torch.arange(64) * (stride // 2), 8)
     for op in ("ds_write_b64", "ds_read_b64"):
         line = _line(p, op)
@@ -115,11 +116,14 @@ def test_lds_b64_bank_conflicts(stride, conflicts):
         assert line.lds_bytes == 512
 
 
-def test_lds_b128_passes_of_eight_lanes():
-    """b128: 8 lanes a pass, each lane 4 banks. Lanes 16 bytes apart fill the 32 banks exactly
-    (8 passes, no conflict); 32 bytes apart, lanes l and l+4 share banks (8 extra cycles)."""
+def test_lds_b128_phases_of_eight_lanes():
+    """b128: 8 lanes a phase, each lane 4 banks. Lanes 16 bytes apart fill the 32 banks exactly
+    (8 phases, no conflict); 32 bytes apart, the two quads of a phase share banks (8 extra
+    cycles); a fully conflicted read costs 56 (the measured saturation)."""
     active = torch.ones(1, 64, dtype=torch.bool).numpy()
     lanes = torch.arange(64).numpy()[None, :]
+    cycles, conflicts = lds_access_cycles(lanes * 128, active, 16)
+    assert int(conflicts[0]) == 56
     cycles, conflicts = lds_access_cycles(lanes * 16, active, 16)
     assert (int(cycles[0]), int(conflicts[0])) == (8, 0)
     cycles, conflicts = lds_access_cycles(lanes * 32, active, 16)
@@ -128,6 +132,21 @@ def test_lds_b128_passes_of_eight_lanes():
     half[0, (torch.arange(64) // 4 % 2 == 1).numpy()] = False   # inactive lanes take no bank
     cycles, conflicts = lds_access_cycles(lanes * 32, half, 16)
     assert (int(cycles[0]), int(conflicts[0])) == (8, 0)
+
+
+def test_lds_b128_read_phases_pair_distant_quads():
+    """ds_read_b128 pairs quad q with quad 5, 4, 7, 6 (T0-3 + T20-23, ...), ds_write_b128 pairs
+    adjacent quads. Quads 0,1 | 2,3 | ... on the same 16 banks, quads 0 and 5 on different ones:
+    the read is conflict-free, the write has one extra cycle a phase."""
+    lane = torch.arange(64).numpy()
+    quad = lane // 4
+    half = torch.tensor([0, 0, 1, 1, 1, 1, 0, 0]).numpy()[quad % 8]
+    addr = (16 * (lane % 4) + 64 * half + 128 * quad)[None, :]
+    active = torch.ones(1, 64, dtype=torch.bool).numpy()
+    cycles, conflicts = lds_access_cycles(addr, active, 16, read=True)
+    assert (int(cycles[0]), int(conflicts[0])) == (8, 0)
+    cycles, conflicts = lds_access_cycles(addr, active, 16, read=False)
+    assert (int(cycles[0]), int(conflicts[0])) == (16, 8)
 
 
 @pytest.mark.parametrize("name, atom, per", [("f16_32x32x8", "v_mfma_f32_32x32x8", 32 * 32 * 8),
