@@ -43,6 +43,7 @@ SPLIT = {"s_waitcnt": "s_waitcnt", "s_barrier": "s_barrier", "s_nop": "s_nop"}
 REPORT_CLASSES = ("salu", "valu", "mfma", "ds", "vmem", "smem", "branch", "s_waitcnt",
                   "s_barrier", "s_nop", "other")
 _CLASS_NAME = {0: "salu", 1: "valu", 2: "mfma", 3: "ds", 4: "vmem", 5: "smem", 6: "other"}
+VM_WAIT = "s_waitcnt vmcnt"   # the per-workgroup bucket of waits on vector memory
 _COMPACT_AT = 1 << 22     # footprint intervals kept before merging them
 
 
@@ -178,8 +179,9 @@ class LaunchProfile:
     unique_read_bytes: int = 0
     unique_write_bytes: int = 0
     smem_bytes: int = 0
-    # per workgroup (flat id, x fastest): issues per bucket, LDS cycles, global bytes
+    # per workgroup (flat id, x fastest): issues per mnemonic (`buckets`), LDS cycles, bytes
     buckets: tuple[str, ...] = ()
+    bucket_classes: tuple[str, ...] = ()   # report class of each bucket
     wg_issues: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
     wg_lds_cycles: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     wg_global_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -253,18 +255,22 @@ class Profiler:
         self.global_bytes = np.zeros(n, np.int64)
         self.segments = {s: np.zeros(n, np.int64) for s in SEGMENTS}
         self.cls = ["other"] * n
-        buckets: list[str] = list(REPORT_CLASSES)
+        buckets: list[str] = []     # per-workgroup counts are kept per mnemonic
+        classes: list[str] = []
         self.bucket_of = np.zeros(n, np.int64)
         for i, d in enumerate(kernel.code):
             if d is None:
                 continue
             name = report_class(d.instr.mnemonic, d.cls)
             self.cls[i] = name
-            key = d.instr.mnemonic if name == "mfma" else name
+            key = d.instr.mnemonic
+            if name == "s_waitcnt" and "vmcnt" in d.instr.text:
+                key = VM_WAIT        # a wait on vector memory: a round trip the wave may expose
             if key not in buckets:
                 buckets.append(key)
+                classes.append(name)
             self.bucket_of[i] = buckets.index(key)
-        self.buckets = tuple(buckets)
+        self.buckets, self.bucket_classes = tuple(buckets), tuple(classes)
         self.wg_issues = np.zeros((total_wgs, len(buckets)), np.int64)
         self.wg_lds_cycles = np.zeros(total_wgs, np.int64)
         self.wg_global_bytes = np.zeros(total_wgs, np.int64)
@@ -390,7 +396,8 @@ class Profiler:
             global_atomic_bytes=self.atomic_bytes,
             segments64=int(self.segments[64].sum()), segments128=int(self.segments[128].sum()),
             unique_read_bytes=self.reads.total(), unique_write_bytes=self.writes.total(),
-            smem_bytes=self.smem_bytes, buckets=self.buckets, wg_issues=self.wg_issues,
+            smem_bytes=self.smem_bytes, buckets=self.buckets,
+            bucket_classes=self.bucket_classes, wg_issues=self.wg_issues,
             wg_lds_cycles=self.wg_lds_cycles, wg_global_bytes=self.wg_global_bytes)
 
 
