@@ -17,10 +17,11 @@ Sources:
 - [GCN]  AMD "Graphics Cores Next architecture" white paper (CDNA keeps its CU): each SIMD gets
          an issue slot every 4 cycles and may issue one instruction per wave per slot, up to one
          each of VALU, SALU/SMEM, VMEM, LDS, branch from different waves.
-- [BW]   MI300X streaming bandwidth as read by AMD's `roofline` benchmark of ROCm, 4.2 TB/s
-         (user report, github.com/ROCm/ROCm issue "MI308x can only achieve 2TB/s in
-         /opt/rocm/bin/roofline", legacy-rocm-build#5070); AMD's ROCm staff note the 5.3 TB/s
-         data-sheet figure is a theoretical peak not reached by real tests (rocm_bandwidth_test#121).
+- [BW]   achievable HBM read bandwidth of gfx942's HBM3: 4073 GB/s from rocprofiler-compute's
+         roofline kernel, 4027 GB/s from TransferBench, on an MI308XHF (gfx942, same 8-stack
+         HBM3 as MI300X, fewer CUs) -- ROCm/rocm-systems PR #8480 ("improve HBM roofline
+         benchmark accuracy"); ROCm staff: the 5.3 TB/s data-sheet figure is a theoretical peak
+         real tests do not reach (ROCm/rocm_bandwidth_test#121).
 - [CDNA3] AMD CDNA3 white paper: L2 4 MB per XCD, 16 channels of 128 B/clk each (2 KB/clk per
          XCD); Infinity Cache 256 MB at 17.2 TB/s peak.
 Assumptions (no public figure found; flagged wherever used): vector memory latency, launch
@@ -103,7 +104,7 @@ MI300X = Costs(
     segment_bytes=64,
     segments_per_clock_cu=1.0,
     hbm_peak_bytes_s=GFX942.hbm_tbytes_per_s * 1e12,
-    hbm_achievable_bytes_s=4.2e12,
+    hbm_achievable_bytes_s=4.073e12,
     l2_bytes_per_clock_xcd=2048,
     xcds=8,
     memory_latency_cycles=2000,
