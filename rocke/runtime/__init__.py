@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from .device import (DEVICE_KINDS, Device, PreparedLaunch, default_device_kind, get_device,
                      prepare_launch, reset_devices)
 from .graph import Graph, GraphError, is_capturing
+from .profiling import profiling
 from .timing import EMULATOR_CLOCK, GPU_CLOCK, Timing, timed
 
 DEVICES = DEVICE_KINDS
@@ -50,4 +51,4 @@ def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
 
 __all__ = ["launch", "Device", "PreparedLaunch", "get_device", "prepare_launch",
            "default_device_kind", "reset_devices", "Graph", "GraphError", "is_capturing",
-           "DEVICES", "Timing", "timed", "GPU_CLOCK", "EMULATOR_CLOCK"]
+           "DEVICES", "Timing", "timed", "GPU_CLOCK", "EMULATOR_CLOCK", "profiling"]
