@@ -241,7 +241,7 @@ class Profiler:
     """Collects the counters of one launch; `instrument` wraps a decoded kernel's closures."""
 
     def __init__(self, kernel: DecodedKernel, grid, block, total_wgs: int, waves_per_wg: int,
-                 resources: dict, footprint_ranges=None):
+                 resources: dict):
         self.kernel = kernel
         self.grid, self.block = grid, block
         self.total_wgs, self.waves_per_wg = total_wgs, waves_per_wg
@@ -278,7 +278,6 @@ class Profiler:
         self.smem_bytes = self.lds_dma_bytes = 0
         self.reads, self.writes = _Footprint(), _Footprint()
         self._pending: list = []     # (index, {segment: keys}) of the running issue
-        self.ranges = footprint_ranges
 
     # -------------------------------------------------------------- the issue hook
     def instrument(self) -> DecodedKernel:
