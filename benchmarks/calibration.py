@@ -169,8 +169,8 @@ def main(argv=None) -> int:
         rows.append((anchor, modelled, figure, error, time.perf_counter() - start))
     for anchor, modelled, figure, error, wall in rows:
         print(f"{anchor.name}: published {anchor.published} [{anchor.source}] | stand-in "
-              f"{anchor.stand_in} | modelled MI300X time {figure:.2f} {anchor.unit} "
-              f"({modelled.us:.1f} us modelled, bound by {modelled.binding}) | error "
+              f"{anchor.stand_in} | modelled MI300X {figure:.2f} {anchor.unit} "
+              f"(modelled MI300X time {modelled.us:.1f} us, bound by {modelled.binding}) | error "
               f"{error * 100:+.1f} % | note: {anchor.note} (emulated in {wall:.0f} s)")
     worst = max((abs(e) for e in errors), default=math.nan)
     print(f"calibration: {len(errors)} anchors, max |error| {worst * 100:.1f} %")
