@@ -245,5 +245,55 @@ def golden_update(path, families):
     click.echo(f"wrote {len(cur)} hashes to {target}")
 
 
+# ---------------------------------------------------------------- rocke profile (issue 20)
+@main.command("profile")
+@click.argument("variant")
+@click.option("--shape", default=None, help="problem size as key=value pairs, e.g. M=512,N=512,K=256")
+@click.option("--annotate", is_flag=True, help="print the assembly with counts, hottest blocks first")
+@click.option("--json", "as_json", is_flag=True, help="print counters and the model as JSON")
+@click.option("--sample-rows", type=click.IntRange(min=1), default=None,
+              help="emulate only the first rows of grid y; the model repeats them over the grid")
+def profile_cmd(variant, shape, annotate, as_json, sample_rows):
+    """Exact counters of one variant's launch in the emulator, and its modelled MI300X time."""
+    from .perf import model_time
+    from .perf.problems import build_problem, parse_shape, sample_grid
+    from .runtime import launch
+    (v,) = _variants((variant,))
+    problem = build_problem(v, parse_shape(shape))
+    grid = sample_grid(problem.grid, sample_rows)
+    compiled = v.compile()
+    report = launch(compiled, grid, problem.block, problem.args, device="emu", profile=True)
+    p = report.profile
+    sampled = grid != problem.grid
+    model = model_time(p, grid=problem.grid if sampled else None,
+                       footprint=problem.footprint if sampled else None)
+    if as_json:
+        out = {"variant": v.name, "shape": problem.shape, "grid": list(problem.grid),
+               "emulated_grid": list(grid), "block": list(problem.block),
+               "resources": p.resources, "counters": p.counters(), "model": model.as_dict()}
+        if problem.flops:
+            out["model"]["tflops"] = round(problem.flops / (model.us * 1e-6) / 1e12, 2)
+        click.echo(json.dumps(out, indent=2))
+        return
+    c = p.counters()
+    click.echo(f"{v.name} {problem.shape or '(default shape)'}: grid {problem.grid}"
+               + (f" (emulated {grid})" if sampled else "") + f", block {problem.block}")
+    click.echo("issues   " + "  ".join(f"{k} {c[k]}" for k in
+                                       ("valu", "mfma", "salu", "smem", "ds", "vmem", "branch",
+                                        "s_waitcnt", "s_barrier", "s_nop")))
+    click.echo(f"LDS      {c['lds_bytes']} B, {c['lds_bank_conflicts']} bank-conflict cycles, "
+               f"LDS-DMA {c['lds_dma_bytes']} B")
+    click.echo(f"global   read {c['global_read_bytes']} B, write {c['global_write_bytes']} B, "
+               f"{c['segments64']} 64-B segments; unique read {c['unique_read_bytes']} B, "
+               f"unique write {c['unique_write_bytes']} B")
+    if c["mfma_by_atom"]:
+        click.echo("mfma     " + ", ".join(f"{k} {n}" for k, n in c["mfma_by_atom"].items()))
+    click.echo(f"occupancy {model.occupancy}")
+    click.echo(str(model))
+    click.echo("         " + ", ".join(f"{k} {t:.2f} us" for k, t in model.parts_us.items()))
+    if annotate:
+        click.echo(p.annotate())
+
+
 if __name__ == "__main__":
     main()

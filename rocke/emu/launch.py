@@ -77,6 +77,7 @@ class LaunchReport:
     batches: int = 0   # scheduler picks: groups of waves run together (fewer = wider batches)
     shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
     shadow_bytes: int = 0        # bytes copied for rollback (every argument's view span)
+    profile: object = None       # a profile.LaunchProfile when launched with profile=True
 
     @property
     def total_instructions(self) -> int:
@@ -240,7 +241,7 @@ class _Shadow:
 
 def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
            check: bool = True, *, timeout_s: float | None = None,
-           allow_alias: bool = False) -> LaunchReport:
+           allow_alias: bool = False, profile: bool = False) -> LaunchReport:
     """Run `kernel` from gfx942 assembly `code` over `grid` workgroups of `block` work-items.
 
     Tensors in `args` are CPU torch tensors, read and written in place; each is addressable
@@ -249,8 +250,12 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     (see `_writes_through`) overlapping another argument is refused unless `allow_alias`.
     A launch that raises — fault, trap, checker finding, `timeout_s` (default
     ROCKE_EMU_TIMEOUT_S, 600 s) of emulator wall time spent — leaves every argument's bytes
-    as they were before it.
+    as they were before it. `profile=True` adds exact counters (`report.profile`, a
+    rocke.emu.profile.LaunchProfile) at some emulation cost; the default launch counts only
+    issues per class.
     """
+    if not isinstance(profile, bool):
+        raise ValueError(f"profile must be a bool, got {profile!r}")
     program, decoded = _program(code)
     if not isinstance(kernel, str) or kernel not in program.kernels:
         raise ValueError(f"unknown kernel {kernel!r}; the assembly defines: "
@@ -318,13 +323,18 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     memory.add(dispatch.ctypes.data, dispatch.size, "dispatch packet (read-only)", False, dispatch)
     memory.add(queue.ctypes.data, queue.size, "queue (read-only)", False, queue)
 
+    profiler = None
+    if profile:
+        from .profile import Profiler, resources_of
+        profiler = Profiler(dk, grid3, block3, grid3[0] * grid3[1] * grid3[2], -(-threads // 64),
+                            resources_of(source, int(shared_mem)))
     start = time.perf_counter()
     shadow = _Shadow(ranges)
     copied = time.perf_counter()
     try:
         report = _run_pools(dk, memory, grid3, block3, static_lds + int(shared_mem), check,
                             kernarg, dispatch, queue, start + budget, budget,
-                            lane_private_bytes)
+                            lane_private_bytes, profiler)
     except BaseException:
         shadow.restore()
         raise
@@ -335,7 +345,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
 
 
 def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, queue,
-               deadline, budget, lane_private_bytes=0) -> LaunchReport:
+               deadline, budget, lane_private_bytes=0, profiler=None) -> LaunchReport:
     threads = block3[0] * block3[1] * block3[2]
     waves_per_wg = -(-threads // 64)
     per_wg_tracker = (lds_bytes + 4) * 11 if check else 0
@@ -349,10 +359,16 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
     total = gx * gy * gz
     counts = [0] * len(CLASSES)
     lane_instructions = batches = 0
+    run_dk = dk if profiler is None else profiler.instrument()
     for first in range(0, total, pool_wgs):
         flat = np.arange(first, min(first + pool_wgs, total), dtype=np.int64)   # x fastest
         ids = np.stack([flat % gx, flat // gx % gy, flat // (gx * gy)], -1)
-        pool = Pool(dk, memory, ids, block3, lds_bytes, check)
+        if profiler is None:
+            pool = Pool(dk, memory, ids, block3, lds_bytes, check)
+        else:
+            from .profile import ProfilingPool
+            pool = ProfilingPool(run_dk, memory, ids, block3, lds_bytes, check)
+            pool.profiler, pool.profile_wg_base = profiler, first
         pool.deadline, pool.budget_s = deadline, budget
         pool.not_started = max(0, total - first - pool_wgs)
         # every wave's lanes get fresh private segments (scratch is not an argument: no
@@ -366,8 +382,11 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
         batches += pool.batches
         if first + pool_wgs < total and time.perf_counter() > deadline:
             pool.raise_timeout(f"{total - first - pool_wgs} workgroups not started")
-    return LaunchReport(dk.source.name, grid3, block3, total, total * waves_per_wg,
-                        dict(zip(CLASSES, counts)), lane_instructions, 0.0, batches)
+    report = LaunchReport(dk.source.name, grid3, block3, total, total * waves_per_wg,
+                          dict(zip(CLASSES, counts)), lane_instructions, 0.0, batches)
+    if profiler is not None:
+        report.profile = profiler.result()
+    return report
 
 
 def _dispatch_packet(grid, block, group_segment, kernarg_address) -> np.ndarray:

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from .device import (DEVICE_KINDS, Device, PreparedLaunch, default_device_kind, get_device,
                      prepare_launch, reset_devices)
 from .graph import Graph, GraphError, is_capturing
+from .profiling import profiling
 from .timing import EMULATOR_CLOCK, GPU_CLOCK, Timing, timed
 
 DEVICES = DEVICE_KINDS
@@ -20,23 +21,34 @@ DEVICES = DEVICE_KINDS
 
 def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
            device: Device | str | None = None, stream=None, check: bool = True,
-           allow_alias: bool = False):
+           allow_alias: bool = False, profile: bool = False):
     """Run `compiled` over `grid` workgroups of `block` work-items with explicit `args`.
 
     Returns the emulator's LaunchReport on "emu" (None while a Graph is capturing), None on
     "hip" (the launch is asynchronous on `stream`). `check` turns on the emulator's LDS race
     checker; HIP ignores it. `allow_alias=True` lets an output share memory with another argument
     (kernels written for in-place use); otherwise the emulator refuses overlapping arguments.
+    `profile=True` (emulator only) returns the report with exact counters in `.profile`
+    (rocke.emu.profile.LaunchProfile); the default launch does not collect them.
     Every error is raised before the device is touched.
     """
     if not isinstance(allow_alias, bool):
         raise ValueError(f"allow_alias must be a bool, got {allow_alias!r}")
+    if not isinstance(profile, bool):
+        raise ValueError(f"profile must be a bool, got {profile!r}")
     target = get_device(device)
+    if profile and target.kind != "emu":
+        raise ValueError(f"profile=True needs the emulator device (counters come from emulation), "
+                         f"got device {target.kind!r}")
     prepared = prepare_launch(compiled, grid, block, args, shared_mem, device_kind=target.kind,
                               allow_alias=allow_alias)
+    if profile:
+        if target.is_capturing(stream):
+            raise ValueError("profile=True cannot be used while a Graph is capturing")
+        return target.run(prepared, check, profile=True)
     return target.execute(prepared, stream=stream, check=check)
 
 
 __all__ = ["launch", "Device", "PreparedLaunch", "get_device", "prepare_launch",
            "default_device_kind", "reset_devices", "Graph", "GraphError", "is_capturing",
-           "DEVICES", "Timing", "timed", "GPU_CLOCK", "EMULATOR_CLOCK"]
+           "DEVICES", "Timing", "timed", "GPU_CLOCK", "EMULATOR_CLOCK", "profiling"]

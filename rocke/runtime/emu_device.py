@@ -22,13 +22,15 @@ class EmuDevice(Device):
             return None
         return self.run(launch, check)
 
-    def run(self, launch: PreparedLaunch, check: bool = True):
-        """Emulate one launch now; returns the emulator's LaunchReport."""
+    def run(self, launch: PreparedLaunch, check: bool = True, profile: bool = False):
+        """Emulate one launch now; returns the emulator's LaunchReport (with exact counters in
+        `.profile` when `profile`)."""
         from .. import emu
+        from .profiling import active
         c = launch.compiled
         return emu.launch(c.asm, c.name, launch.grid, launch.block, list(launch.args),
                           shared_mem=launch.shared_mem, check=check,
-                          allow_alias=launch.allow_alias)
+                          allow_alias=launch.allow_alias, profile=profile or active())
 
     def is_capturing(self, stream=None) -> bool:
         return _graph.active_capture(self) is not None

@@ -1,0 +1,192 @@
+"""rocke's unified attention, the dispatcher's choice against forced 2D / 3D: exact counters
+and modelled MI300X time per shape.
+
+Every shape runs through the public entry point run_unified_attention_torch (backend "auto",
+"2d", "3d") inside rocke.runtime.profiling(), so each launch (3D: the split-KV kernel and
+reduce_segments) comes back with exact counters; rocke.perf.model_time turns each into a
+modelled MI300X time (launches add up). Shapes are the emulated stand-ins of benchmarks/
+attention.py (lengths scaled down so the CPU emulation finishes): the model answers for those
+sizes, which put fewer workgroups on the 304 CUs than production batches would.
+
+Every time printed here is "modelled MI300X time" -- a model, not a measurement.
+
+Run:  .venv/bin/python benchmarks/profile.py [--shapes ...] [--dtypes f16 bf16]
+      [--head-sizes 64 128 256] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dataclasses import replace  # noqa: E402
+
+from rocke.arch.costs import MI300X  # noqa: E402
+from rocke.kernels.common import attention_unified as au  # noqa: E402
+from rocke.perf import model_time  # noqa: E402
+from rocke.runtime import profiling  # noqa: E402
+
+# the model's least certain constant (an assumption, rocke/arch/costs.py): each row also gives
+# the modelled time at these vector-memory round trips, to show how much a ranking depends on it
+LATENCIES = (1000, 2000, 4000)
+SUMMED = ("valu", "mfma", "salu", "ds", "vmem", "smem", "lds_bytes", "lds_bank_conflicts",
+          "global_read_bytes", "global_write_bytes", "unique_read_bytes", "unique_write_bytes")
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    seqs: tuple                 # ((query_len, kv_len), ...), the emulated sizes
+    hq: int = 32
+    hk: int = 8
+    block_size: int = 64
+    extra: dict = field(default_factory=dict)   # window_size / softcap for the entry point
+
+
+SHAPES = {
+    "decode": Shape("decode", ((1, 2048),) * 2),
+    "prefill_mix": Shape("small-batch prefill mix", ((96, 512), (32, 1024), (1, 700))),
+    "short_prefill": Shape("short prefill", ((128, 128),)),
+    "long_prefill": Shape("long prefill", ((640, 640),)),
+    "window": Shape("prefill, sliding window 128", ((512, 512),),
+                    extra={"window_size": (127, 0)}),
+    "softcap": Shape("prefill, softcap 30", ((256, 256),), extra={"softcap": 30.0}),
+}
+
+
+def inputs(shape: Shape, dtype: str, d: int) -> dict:
+    from tests.kernels.unified_inputs import make_inputs
+    args = make_inputs(list(shape.seqs), hq=shape.hq, hk=shape.hk, d=d, bs=shape.block_size,
+                       dtype=dtype, seed=0)
+    args.update(shape.extra)
+    return args
+
+
+def run(shape: Shape, dtype: str, d: int, backend: str) -> dict:
+    args = inputs(shape, dtype, d)
+    start = time.perf_counter()
+    with profiling():
+        record = au.run_unified_attention_torch(**args, backend=backend)
+    wall = time.perf_counter() - start
+    counters = dict.fromkeys(SUMMED, 0)
+    launches, total_us = [], 0.0
+    at_latency = dict.fromkeys(LATENCIES, 0.0)
+    for report in record.reports:
+        p = report.profile
+        c = p.counters()
+        for k in SUMMED:
+            counters[k] += c[k]
+        m = model_time(p)
+        total_us += m.us
+        for cycles in LATENCIES:
+            at_latency[cycles] += model_time(p, costs=replace(MI300X, memory_latency_cycles=cycles)).us
+        launches.append({"kernel": report.kernel, "grid": list(p.grid),
+                         "vgprs": p.resources["vgprs"], "occupancy": m.occupancy,
+                         "modelled_us": round(m.us, 2), "binding": m.binding})
+    g = record.plan.geometry
+    return {"shape": shape.name, "dtype": dtype, "head_size": d, "backend": backend,
+            "path": record.plan.path, "segments": g.num_segments if record.plan.path == "3d"
+            else None, "counters": counters, "launches": launches,
+            "modelled_us": round(total_us, 2),
+            "modelled_us_at_latency": {c: round(t, 1) for c, t in at_latency.items()},
+            "emulator_wall_s": round(wall, 1)}
+
+
+def segments_sweep(shape: Shape, dtype: str, d: int, counts) -> list[dict]:
+    """The 3D path at other segment counts (the dispatcher's geometry otherwise): an experiment
+    for the "16 vs 64 segments" question. The segment count is a launch argument, not a spec
+    field, so this launches the 3D kernel and reduce_segments the way the entry point does."""
+    import torch
+    from rocke.kernels.gfx942 import attention_tiled_3d as k3, reduce_segments as kr
+    from rocke.runtime import launch
+    args = inputs(shape, dtype, d)
+    names = ("q", "k", "v", "out", "cu_seqlens_q", "max_seqlen_q", "seqused_k", "max_seqlen_k",
+             "softmax_scale", "causal", "window_size", "block_table", "softcap", "q_descale",
+             "k_descale", "v_descale")
+    problem = au.describe_problem(*(args[n] for n in names))
+    spec3, spec_r = au.plan(problem, "3d").specs
+    c3, cr = au.compiled(spec3), au.compiled(spec_r)
+    rows = []
+    for ns in counts:
+        hq = problem.num_q_heads
+        so = torch.empty(problem.total_q, hq, ns, d, dtype=torch.float32)
+        sm = torch.empty(problem.total_q, hq, ns, dtype=torch.float32)
+        se = torch.empty(problem.total_q, hq, ns, dtype=torch.float32)
+        a3 = k3.kernel_args(spec3, args["q"], args["k"], args["v"], so, sm, se,
+                            args["block_table"], args["cu_seqlens_q"], args["seqused_k"],
+                            float(args["softmax_scale"]), ns)
+        g3, b3 = k3.launch_geometry(spec3, problem.num_seqs, problem.total_q,
+                                    problem.num_kv_heads, ns)
+        ar = kr.kernel_args(spec_r, so, sm, se, args["out"], ns)
+        gr, br = kr.launch_geometry(spec_r, problem.total_q, hq)
+        models = [model_time(launch(c, g, b, a, device="emu", profile=True).profile)
+                  for c, g, b, a in ((c3, g3, b3, a3), (cr, gr, br, ar))]
+        from rocke.kernels.common.attention_reference import ref_paged_attn
+        ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"],
+                             args["seqused_k"], args["block_table"], args["softmax_scale"])
+        rows.append({"segments": ns, "modelled_us": round(sum(m.us for m in models), 2),
+                     "attention_3d_us": round(models[0].us, 2),
+                     "reduce_us": round(models[1].us, 2),
+                     "max_abs_error": float((args["out"].float() - ref).abs().max())})
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--dtypes", nargs="+", default=["f16"], choices=["f16", "bf16"])
+    ap.add_argument("--head-sizes", nargs="+", type=int, default=[128], choices=[64, 128, 256])
+    ap.add_argument("--json", help="also write every row to this file")
+    ap.add_argument("--segments", nargs="+", type=int,
+                    help="also run the 3D path at these segment counts (decode shape)")
+    a = ap.parse_args(argv)
+    print("times are modelled MI300X time (rocke.perf), from exact emulator counters; "
+          "emulator wall time is CPU time, not GPU time")
+    rows = []
+    for name in a.shapes:
+        for dt in a.dtypes:
+            for d in a.head_sizes:
+                shape = SHAPES[name]
+                for backend in ("auto", "2d", "3d"):
+                    try:
+                        row = run(shape, dt, d, backend)
+                    except (NotImplementedError, ValueError) as e:
+                        print(f"{shape.name} {dt} d{d} {backend}: not run ({e})")
+                        continue
+                    rows.append(row)
+                    c = row["counters"]
+                    seg = f" {row['segments']} segments" if row["segments"] else ""
+                    per = "; ".join(f"{l['kernel']} {l['modelled_us']} us ({l['binding']}, "
+                                    f"{l['occupancy']['waves_per_simd']} waves/SIMD)"
+                                    for l in row["launches"])
+                    print(f"{shape.name} {dt} d{d} {backend:4s} -> {row['path']}{seg}: modelled "
+                          f"MI300X {row['modelled_us']} us [{per}] (at a memory round trip of "
+                          + ", ".join(f"{k} cycles: {v} us" for k, v in
+                                      row["modelled_us_at_latency"].items())
+                          + f") | valu {c['valu']} mfma "
+                          f"{c['mfma']} ds {c['ds']} vmem {c['vmem']} | read "
+                          f"{c['global_read_bytes']} B write {c['global_write_bytes']} B unique "
+                          f"{c['unique_read_bytes']}/{c['unique_write_bytes']} B | LDS conflicts "
+                          f"{c['lds_bank_conflicts']} (emulated in {row['emulator_wall_s']} s)")
+    if a.segments:
+        for dt in a.dtypes:
+            for d in a.head_sizes:
+                for row in segments_sweep(SHAPES["decode"], dt, d, a.segments):
+                    rows.append({"shape": "decode", "dtype": dt, "head_size": d, **row})
+                    print(f"decode {dt} d{d} 3d {row['segments']} segments: modelled MI300X "
+                          f"{row['modelled_us']} us (attention_3d {row['attention_3d_us']} us + "
+                          f"reduce_segments {row['reduce_us']} us); max |out - ref| "
+                          f"{row['max_abs_error']:.1e}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""Timing facts of MI300X (gfx942) for rocke's time model (rocke.perf): clock, issue costs,
+matrix-pipe passes, LDS and memory rates. Every number names its source; the ones that are
+readings or assumptions say so. Nothing here is measured by rocke (there is no MI300X here).
+
+Sources:
+- [DS]   AMD Instinct MI300X data sheet: peak engine clock 2100 MHz, 5.3 TB/s HBM3, 304 CUs.
+- [ISA]  AMD CDNA3 ISA reference guide: wave64 on 16-lane SIMDs, MFMA passes.
+- [LLVM] LLVM AMDGPU scheduling model, SISchedule.td, SchedModel SIDPGFX942FullSpeedModel:
+         VALU latencies in units of one 4-cycle pass (Write32Bit 1, WriteTrans32 /
+         WriteQuarterRate32 / WriteFloatCvt 4, WriteDouble 1 on gfx942), MFMA passes by shape
+         (4x4 2; 16x16x16/x32/x8xf32 4; other 16x16 8; 32x32x8/x16/x4xf32 8; other 32x32 16;
+         f64 4x4 4, 16x16 8). A pass is 4 cycles.
+- [IREE] IREE/nod-ai "AMDGPU Kernel Optimization Guide" (amd-shark-ai docs): an add on a
+         wave64 executes in 4 cycles on a 16-lane SIMD; LDS 32 banks of 4 bytes.
+- [LDS]  nod-ai empirical LDS study on MI300X (amd-shark-ai docs/empirical-lds/cdna3info.md):
+         32 banks; b32/b64/b128 served in 2/4/8 phases (so 128 bytes a clock per CU).
+- [GCN]  AMD "Graphics Cores Next architecture" white paper (CDNA keeps its CU): each SIMD gets
+         an issue slot every 4 cycles and may issue one instruction per wave per slot, up to one
+         each of VALU, SALU/SMEM, VMEM, LDS, branch from different waves.
+- [BW]   achievable HBM read bandwidth of gfx942's HBM3: 4073 GB/s from rocprofiler-compute's
+         roofline kernel, 4027 GB/s from TransferBench, on an MI308XHF (gfx942, same 8-stack
+         HBM3 as MI300X, fewer CUs) -- ROCm/rocm-systems PR #8480 ("improve HBM roofline
+         benchmark accuracy"); ROCm staff: the 5.3 TB/s data-sheet figure is a theoretical peak
+         real tests do not reach (ROCm/rocm_bandwidth_test#121).
+- [CDNA3] AMD CDNA3 white paper: L2 4 MB per XCD, 16 channels of 128 B/clk each (2 KB/clk per
+         XCD); Infinity Cache 256 MB at 17.2 TB/s peak.
+Assumptions (no public figure found; flagged wherever used): vector memory latency, launch
+overhead, and the per-CU texture-address rate of one 64-byte segment a clock.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .targets import GFX942, Target
+
+
+@dataclass(frozen=True)
+class Costs:
+    target: Target
+    clock_hz: float                 # [DS] peak engine clock
+    pass_cycles: int                # [LLVM]/[IREE] one wave64 pass over a 16-lane SIMD
+    issue_cycles: int               # [GCN] a wave issues at most one instruction per 4 cycles
+    lds_bytes_per_clock_cu: int     # [LDS] 32 banks x 4 B
+    segment_bytes: int              # coalescing granule of the address unit (64 B lines)
+    segments_per_clock_cu: float    # ASSUMPTION: one 64-byte segment per clock per CU
+    hbm_peak_bytes_s: float         # [DS]
+    hbm_achievable_bytes_s: float   # [BW]
+    l2_bytes_per_clock_xcd: int     # [CDNA3] 16 channels x 128 B
+    xcds: int                       # [CDNA3]
+    memory_latency_cycles: int      # ASSUMPTION: a vector load round trip to HBM (~1 us loaded
+                                    # latency is typical of HBM GPUs; ~2000 cycles at 2.1 GHz)
+    launch_overhead_s: float        # ASSUMPTION: dispatch + first-wave start + drain of a kernel
+                                    # in a back-to-back stream (a few microseconds on HIP)
+
+    # ------------------------------------------------------------------ VALU
+    def valu_passes(self, mnemonic: str) -> int:
+        """4-cycle passes of one wave64 VALU instruction ([LLVM] gfx942 model)."""
+        base = mnemonic.split("_e32")[0].split("_e64")[0].split("_sdwa")[0].split("_dpp")[0]
+        return 4 if any(base.startswith(p) for p in _TRANSCENDENTAL) else 1
+
+    # ------------------------------------------------------------------ MFMA
+    def mfma_passes(self, mnemonic: str) -> int:
+        """Matrix-pipe passes of one MFMA ([LLVM] SIDPGFX942FullSpeedModel)."""
+        m = _MFMA.match(mnemonic)
+        if m is None:
+            raise ValueError(f"not an MFMA mnemonic rocke's cost table knows: {mnemonic!r}")
+        out, dim, k, xf32 = m.group("out"), int(m.group("m")), int(m.group("k")), bool(m.group("xf32"))
+        if out == "f64":
+            return 4 if dim == 4 else 8
+        if dim == 4:
+            return 2
+        if dim == 16:
+            return 4 if (k >= 16 or xf32) else 8
+        if dim == 32:
+            return 8 if (k >= 8 or xf32) else 16
+        raise ValueError(f"unknown MFMA shape in {mnemonic!r}")
+
+    def mfma_cycles(self, mnemonic: str) -> int:
+        return self.pass_cycles * self.mfma_passes(mnemonic)
+
+    # ------------------------------------------------------------------ derived peaks
+    @property
+    def simds(self) -> int:
+        return self.target.cu_count * self.target.simds_per_cu
+
+    @property
+    def l2_bytes_s(self) -> float:
+        return self.l2_bytes_per_clock_xcd * self.xcds * self.clock_hz
+
+
+# WriteTrans32 / WriteTrans64: quarter rate ([LLVM]); other VALU ops are taken at full rate
+# (conversions included: WriteFloatCvt is not mapped per opcode here)
+_TRANSCENDENTAL = ("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_")
+_MFMA = re.compile(r"^v_mfma_(?P<out>f32|i32|f64)_(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)"
+                   r"(?P<xf32>_?xf32)?")
+
+MI300X = Costs(
+    target=GFX942,
+    clock_hz=2.1e9,
+    pass_cycles=4,
+    issue_cycles=4,
+    lds_bytes_per_clock_cu=128,
+    segment_bytes=64,
+    segments_per_clock_cu=1.0,
+    hbm_peak_bytes_s=GFX942.hbm_tbytes_per_s * 1e12,
+    hbm_achievable_bytes_s=4.073e12,
+    l2_bytes_per_clock_xcd=2048,
+    xcds=8,
+    memory_latency_cycles=2000,
+    launch_overhead_s=4e-6,
+)

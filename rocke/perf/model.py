@@ -1,0 +1,156 @@
+"""A model of MI300X time from exact emulator counters: "modelled MI300X time", never GPU time.
+
+Inputs: a launch's counters (rocke.emu.profile.LaunchProfile, per workgroup per mnemonic) and
+the timing facts of rocke.arch.costs (each with its source there). The model:
+
+1. occupancy from the code object (rocke.arch.occupancy_rules): workgroups per CU, `slots`;
+2. per workgroup, in cycles:
+   - its CU demand: the most loaded of the CU's shared resources when its waves spread over
+     the 4 SIMDs -- VALU passes (transcendentals 4 passes), MFMA pipe cycles (passes x 4), the
+     scalar unit (one SALU/SMEM/branch/wait issue a clock per CU), LDS (its phases incl.
+     bank-conflict cycles, 128 B a clock), the address unit (64-byte segments, one a clock);
+   - its serial path: one wave's instruction stream, each instruction at least one 4-cycle issue
+     slot (VALU/MFMA their pipe time), plus one memory round trip per `s_waitcnt vmcnt`;
+   - its duration when `c` workgroups share the CU (c = min(slots, ceil(workgroups / CUs))):
+     max(serial path, c x CU demand);
+3. the schedule: workgroups in dispatch order (x fastest) go to the first free of
+   CUs x slots (rounds and the tail fall out of this); compute time = the last one's end;
+4. memory: DRAM time = footprint (unique bytes read + written) / achievable HBM bandwidth;
+   L2 time = requested segment bytes / aggregate L2 bandwidth;
+5. modelled time = max(compute, DRAM, L2) + launch overhead; binding = the largest term (for
+   compute: its largest part). Speed-of-light bound = the largest of the perfectly balanced
+   MFMA, VALU, LDS time over all SIMDs/CUs and footprint / peak HBM, plus launch overhead.
+
+A profile from a launch over a sample of a grid (the first workgroups: same kernel, full-size
+arguments, a smaller grid) can stand for the whole grid: `grid=` names the full grid, the
+sampled workgroups' costs repeat over it, and `footprint=` gives the full launch's DRAM bytes.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rocke.arch.costs import MI300X, Costs
+from rocke.arch.occupancy_rules import occupancy
+
+LABEL = "modelled MI300X time"
+VM_WAIT = "s_waitcnt vmcnt"      # rocke.emu.profile's bucket of waits on vector memory
+_SCALAR = ("salu", "smem", "branch", "s_waitcnt", "s_barrier", "s_nop", "other")
+
+
+@dataclass
+class Modelled:
+    """The model's answer for one launch (times in microseconds, all modelled)."""
+    us: float
+    bound_us: float
+    binding: str
+    parts_us: dict = field(default_factory=dict)     # every term of the max, and the bound's
+    occupancy: dict = field(default_factory=dict)
+    workgroups: int = 0
+    label: str = LABEL
+
+    def as_dict(self) -> dict:
+        return {"label": self.label, "us": round(self.us, 3), "bound_us": round(self.bound_us, 3),
+                "binding": self.binding,
+                "parts_us": {k: round(v, 3) for k, v in self.parts_us.items()},
+                "occupancy": self.occupancy, "workgroups": self.workgroups}
+
+    def __str__(self):
+        return (f"{self.label}: {self.us:.2f} us (speed-of-light bound {self.bound_us:.2f} us, "
+                f"bound by {self.binding})")
+
+
+def _bucket_costs(profile, costs: Costs):
+    """Per-bucket cost vectors (cycles per issue): VALU pipe, MFMA pipe, scalar unit, serial."""
+    valu, mfma, scalar, serial, wait = [], [], [], [], []
+    for name, cls in zip(profile.buckets, profile.bucket_classes):
+        v = m = s = 0
+        if cls == "valu":
+            v = costs.pass_cycles * costs.valu_passes(name)
+        elif cls == "mfma":
+            m = costs.mfma_cycles(name)
+        elif cls in _SCALAR:
+            s = 1
+        valu.append(v)
+        mfma.append(m)
+        scalar.append(s)
+        serial.append(max(costs.issue_cycles, v, m))
+        wait.append(1 if name == VM_WAIT else 0)
+    return tuple(np.array(a, np.float64) for a in (valu, mfma, scalar, serial, wait))
+
+
+def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | None = None) \
+        -> Modelled:
+    """Modelled MI300X time of the launch `profile` counts (see the module doc)."""
+    t = costs.target
+    wpw = profile.waves_per_workgroup
+    threads = profile.block[0] * profile.block[1] * profile.block[2]
+    r = profile.resources
+    occ = occupancy(vgprs=r["vgprs"], agprs=r["agprs"], sgprs=r["sgprs"],
+                    lds_bytes=r["lds_bytes"], workgroup_size=threads, target=t)
+    slots = max(1, occ.workgroups_per_cu)
+
+    sampled = profile.wg_issues.shape[0]
+    total = sampled if grid is None else math.prod(grid)
+    if total < sampled:
+        raise ValueError(f"grid {grid} has fewer workgroups ({total}) than the profile ({sampled})")
+    valu, mfma, scalar, serial, wait = _bucket_costs(profile, costs)
+    issues = profile.wg_issues.astype(np.float64)
+    bytes_ = profile.wg_global_bytes.astype(np.float64)
+    coalescing = (profile.segments64 * costs.segment_bytes / max(1, profile.global_read_bytes
+                  + profile.global_write_bytes + profile.global_atomic_bytes))
+    simds = t.simds_per_cu
+    demand = {
+        "valu": issues @ valu / simds,
+        "mfma": issues @ mfma / simds,
+        "scalar": issues @ scalar,
+        "lds": profile.wg_lds_cycles.astype(np.float64),
+        "address": bytes_ * coalescing / costs.segment_bytes / costs.segments_per_clock_cu,
+    }
+    path = (issues @ serial + (issues @ wait) * costs.memory_latency_cycles) / wpw
+    cu_demand = np.max(np.stack(list(demand.values())), axis=0)
+    share = min(slots, -(-total // t.cu_count))
+    duration = np.maximum(path, share * cu_demand)
+
+    # the dispatch: sampled workgroups repeat over the full grid
+    order = np.resize(duration, total)
+    heap = [0.0] * min(total, t.cu_count * slots)
+    heapq.heapify(heap)
+    end = 0.0
+    for d in order:
+        start = heapq.heappop(heap)
+        finish = start + d
+        end = max(end, finish)
+        heapq.heappush(heap, finish)
+    scale = total / sampled
+    compute_s = end / costs.clock_hz
+
+    if footprint is None:
+        footprint = profile.unique_read_bytes + profile.unique_write_bytes
+    dram_s = footprint / costs.hbm_achievable_bytes_s
+    l2_s = profile.segments64 * costs.segment_bytes * scale / costs.l2_bytes_s
+    launch_s = costs.launch_overhead_s
+    # which part of the compute schedule dominates: the summed demand vs the serial path
+    totals = {k: float(v.sum()) * share for k, v in demand.items()}
+    totals["latency"] = float(path.sum())
+    compute_part = max(totals, key=totals.get)
+    terms = {f"compute ({compute_part})": compute_s, "dram": dram_s, "l2": l2_s}
+    binding = max(terms, key=terms.get)
+    us = (max(terms.values()) + launch_s) * 1e6
+
+    cus = t.cu_count
+    sol = {
+        "mfma": float((issues @ mfma).sum()) * scale / (cus * simds) / costs.clock_hz,
+        "valu": float((issues @ valu).sum()) * scale / (cus * simds) / costs.clock_hz,
+        "lds": float(profile.wg_lds_cycles.sum()) * scale / cus / costs.clock_hz,
+        "hbm": footprint / costs.hbm_peak_bytes_s,
+    }
+    bound_us = (max(sol.values()) + launch_s) * 1e6
+    parts = {**{k: v * 1e6 for k, v in terms.items()}, "launch": launch_s * 1e6,
+             **{f"sol_{k}": v * 1e6 for k, v in sol.items()}}
+    return Modelled(us, bound_us, binding, parts,
+                    {"waves_per_simd": occ.waves_per_simd, "workgroups_per_cu": slots,
+                     "limiter": occ.limiter, "unified_vgprs": occ.unified_vgprs}, total)

@@ -1,0 +1,145 @@
+"""Problems to profile a shipped variant on: inputs, launch geometry and DRAM footprint per
+family, for `rocke profile` and the calibration script.
+
+A problem is built from `key=value` shape settings over a family's defaults (small, so the
+emulator finishes in seconds). `sample_rows` limits the emulated grid to its first rows (all
+of grid x, the first rows of y): the model repeats their costs over the full grid, and the full
+problem's footprint comes from its tensor sizes (every input byte read once, every output byte
+written once).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+
+
+@dataclass
+class Problem:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: list
+    read_bytes: int         # the full problem's input bytes
+    write_bytes: int        # the full problem's output bytes
+    flops: int = 0          # useful math of the full problem (matrix multiply-adds x 2)
+    shape: dict | None = None
+
+    @property
+    def footprint(self) -> int:
+        return self.read_bytes + self.write_bytes
+
+
+def _nbytes(*tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _vector_add(mod, spec, n=65536):
+    dt = TORCH_DTYPES[spec.dtype]
+    a, b, c = torch.randn(n).to(dt), torch.randn(n).to(dt), torch.zeros(n, dtype=dt)
+    grid, block = mod.launch_geometry(spec, n=n)
+    return Problem(grid, block, mod.kernel_args(spec, a, b, c), _nbytes(a, b), _nbytes(c))
+
+
+def _gemm(mod, spec, M=256, N=256, K=256, bias=False):
+    inner = getattr(spec, "gemm", spec)
+    dt = TORCH_DTYPES[inner.dtype]
+    a, b = torch.randn(M, K).to(dt), torch.randn(K, N).to(dt)
+    c = torch.zeros(M, N, dtype=dt)
+    grid, block = mod.launch_geometry(spec, M, N, K)
+    if bias:
+        vec = torch.randn(N).to(dt)
+        return Problem(grid, block, mod.kernel_args(spec, a, b, vec, c), _nbytes(a, b, vec),
+                       _nbytes(c), 2 * M * N * K)
+    return Problem(grid, block, mod.kernel_args(spec, a, b, c), _nbytes(a, b), _nbytes(c),
+                   2 * M * N * K)
+
+
+def _flash(mod, spec, B=1, H=2, S=256):
+    dt = TORCH_DTYPES[spec.dtype]
+    q, k, v = (torch.randn(B, H, S, spec.head_dim).to(dt) for _ in range(3))
+    o = torch.zeros_like(q)
+    grid, block = mod.launch_geometry(spec, B, H, S)
+    pairs = S * (S + 1) // 2 if spec.causal else S * S
+    return Problem(grid, block, mod.kernel_args(spec, q, k, v, o), _nbytes(q, k, v), _nbytes(o),
+                   4 * B * H * pairs * spec.head_dim)
+
+
+def _softmax(mod, spec, rows=64, cols=1024):
+    dt = TORCH_DTYPES[spec.dtype]
+    x, y = torch.randn(rows, cols).to(dt), torch.zeros(rows, cols, dtype=dt)
+    grid, block = mod.launch_geometry(spec, rows=rows, cols=cols)
+    return Problem(grid, block, mod.kernel_args(spec, x, y), _nbytes(x), _nbytes(y))
+
+
+def _rmsnorm(mod, spec, rows=64, cols=1024):
+    dt = TORCH_DTYPES[spec.dtype]
+    x, res, y = (torch.randn(rows, cols).to(dt) for _ in range(3))
+    w = torch.randn(cols).to(dt)
+    grid, block = mod.launch_geometry(spec, rows=rows, cols=cols)
+    return Problem(grid, block, mod.kernel_args(spec, x, res, w, y), _nbytes(x, res, w),
+                   _nbytes(res, y))
+
+
+# family -> (builder, its shape keys)
+BUILDERS = {
+    "vector_add": (_vector_add, ("n",)),
+    "gemm": (_gemm, ("M", "N", "K")),
+    "gemm_bias_gelu": (lambda m, s, **kw: _gemm(m, s, bias=True, **kw), ("M", "N", "K")),
+    "flash_attention": (_flash, ("B", "H", "S")),
+    "softmax": (_softmax, ("rows", "cols")),
+    "rmsnorm_residual": (_rmsnorm, ("rows", "cols")),
+}
+
+
+def parse_shape(text: str | None) -> dict[str, int]:
+    """'M=512,N=256' -> {'M': 512, 'N': 256}; a clear error for anything else."""
+    out: dict[str, int] = {}
+    if not text:
+        return out
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ValueError(f"--shape: expected key=value pairs separated by commas, got {item!r}")
+        try:
+            number = int(value.strip())
+        except ValueError:
+            raise ValueError(f"--shape: {key} must be an integer, got {value.strip()!r}") from None
+        if number < 1:
+            raise ValueError(f"--shape: {key} must be >= 1, got {number}")
+        out[key] = number
+    return out
+
+
+def build_problem(variant, shape: dict[str, int]) -> Problem:
+    """The problem for `variant` (a rocke.kernels.registry.Variant) at `shape` over its family's
+    defaults; ValueError names what is wrong before anything runs."""
+    if variant.family not in BUILDERS:
+        raise ValueError(f"rocke profile has no problem builder for family {variant.family!r} "
+                         f"(it has {', '.join(BUILDERS)}); profile the unified attention kernels "
+                         "through benchmarks/profile.py")
+    builder, keys = BUILDERS[variant.family]
+    unknown = sorted(set(shape) - set(keys))
+    if unknown:
+        raise ValueError(f"--shape: {variant.family} takes {', '.join(keys)}; unknown "
+                         f"{', '.join(unknown)}")
+    import importlib
+    from ..kernels.registry import families
+    mod = importlib.import_module(families()[variant.family][0])
+    problem = builder(mod, variant.spec, **shape)
+    problem.shape = shape
+    return problem
+
+
+def sample_grid(grid: tuple[int, int, int], sample_rows: int | None) -> tuple[int, int, int]:
+    """The emulated grid: all of x and the first `sample_rows` rows of y (z = 1), or the grid."""
+    if sample_rows is None or grid[1] * grid[2] <= sample_rows:
+        return grid
+    return (grid[0], sample_rows, 1)
+
+
+def workgroups(grid) -> int:
+    return math.prod(grid)

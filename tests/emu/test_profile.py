@@ -1,0 +1,179 @@
+"""Exact counters (`launch(..., profile=True)`) against counts worked out by hand: coalescing
+segments of a gather, LDS bank conflicts of chosen address patterns, a GEMM's MFMA issues."""
+import pytest
+import torch
+
+import rocke.emu as emu
+from rocke.emu.profile import lds_access_cycles
+from tests.emu.test_engine import compile_ir
+
+GATHER = """
+define amdgpu_kernel void @gather(ptr addrspace(1) %table, ptr addrspace(1) %idx, ptr addrspace(1) %out) {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %pi = getelementptr i32, ptr addrspace(1) %idx, i32 %tid
+  %i = load i32, ptr addrspace(1) %pi
+  %pt = getelementptr float, ptr addrspace(1) %table, i32 %i
+  %v = load float, ptr addrspace(1) %pt
+  %po = getelementptr float, ptr addrspace(1) %out, i32 %tid
+  store float %v, ptr addrspace(1) %po
+  ret void
+}
+"""
+
+# every lane writes then reads LDS element idx[tid] (float, or <2 x float> for the b64 form)
+LDS_PATTERN = """
+@tile = internal addrspace(3) global [8192 x float] undef, align 16
+define amdgpu_kernel void @{name}(ptr addrspace(1) %idx, ptr addrspace(1) %out) {{
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %pi = getelementptr i32, ptr addrspace(1) %idx, i32 %tid
+  %i = load i32, ptr addrspace(1) %pi
+  %ps = getelementptr {ty}, ptr addrspace(3) @tile, i32 %i
+  store volatile {ty} {val}, ptr addrspace(3) %ps, align {align}
+  %w = load volatile {ty}, ptr addrspace(3) %ps, align {align}
+  %po = getelementptr {ty}, ptr addrspace(1) %out, i32 %tid
+  store {ty} %w, ptr addrspace(1) %po
+  ret void
+}}
+"""
+
+
+def aligned(n, dtype=torch.float32, align=128):
+    """A zeroed 1-D tensor of n elements whose first byte is `align`-aligned."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    raw = torch.zeros(n + align // size, dtype=dtype)
+    skip = (-raw.data_ptr() % align) // size
+    return raw[skip:skip + n]
+
+
+def _line(profile, mnemonic):
+    (line,) = [l for l in profile.lines if l.text.split()[0] == mnemonic]
+    return line
+
+
+@pytest.mark.parametrize("stride, seg64, seg128", [(1, 4, 2), (16, 64, 32), (0, 1, 1)])
+def test_gather_segments_bytes_and_footprint(stride, seg64, seg128):
+    """64 lanes read table[stride * lane]: 4-byte loads 4 * stride bytes apart from a 128-byte
+    aligned base. Contiguous: 256 bytes = 4 64-byte / 2 128-byte segments; 64 bytes apart:
+    one 64-byte segment per lane, two lanes per 128-byte segment; all lanes on one address:
+    one segment."""
+    asm = compile_ir(GATHER)
+    table, idx, out = aligned(1024), aligned(64, torch.int32), aligned(64)
+    table += torch.arange(1024, dtype=torch.float32)
+    idx += torch.arange(64, dtype=torch.int32) * stride
+    report = emu.launch(asm, "gather", 1, 64, [table, idx, out], profile=True)
+    assert torch.equal(out, table[idx.long()])
+    p = report.profile
+    loads = [l for l in p.lines if l.cls == "vmem" and "load" in l.text]
+    assert [l.executions for l in loads] == [1, 1]
+    gather = loads[1]                    # the table load depends on the index load
+    assert (gather.segments64, gather.segments128) == (seg64, seg128)
+    assert gather.global_bytes == 256
+    assert loads[0].segments64 == 4 and loads[0].segments128 == 2    # the index load
+    c = p.counters()
+    assert c["global_read_bytes"] == 512 and c["global_write_bytes"] == 256
+    distinct = len(set((torch.arange(64) * stride).tolist()))
+    assert c["unique_read_bytes"] == 256 + 4 * distinct
+    assert c["unique_write_bytes"] == 256
+    assert c["segments64"] == 4 + seg64 + 4        # index load, gather, store
+    assert c["vmem"] == 3 and c["smem"] >= 1 and c["mfma"] == 0
+
+
+def _lds_launch(ty, index, align):
+    name = "lds_" + ("b64" if ty.startswith("<") else "b32")
+    val = "<float 1.0, float 2.0>" if ty.startswith("<") else "1.0"
+    asm = compile_ir(LDS_PATTERN.format(name=name, ty=ty, val=val, align=align))
+    idx, out = aligned(64, torch.int32), aligned(128)
+    idx += index.to(torch.int32)
+    return emu.launch(asm, name, 1, 64, [idx, out], profile=True).profile
+
+
+@pytest.mark.parametrize("stride, conflicts", [(1, 0), (32, 2 * 31), (2, 2 * 1), (0, 0)])
+def test_lds_b32_bank_conflicts(stride, conflicts):
+    """ds_write_b32 / ds_read_b32, 32 lanes a pass: lane l at dword stride * l. Stride 1: 32
+    banks, no conflict; 32: all 32 lanes of a pass in bank 0 (31 extra cycles, two passes);
+    2: two lanes per even bank (1 extra cycle a pass); 0: one dword, a broadcast."""
+    p = _lds_launch("float", torch.arange(64) * stride, 4)
+    for op in ("ds_write_b32", "ds_read_b32"):
+        line = _line(p, op)
+        assert line.lds_conflicts == conflicts, op
+        assert line.lds_cycles == 2 + conflicts
+        assert line.lds_bytes == 256
+    assert p.lds_bank_conflicts == 2 * conflicts
+    assert p.counters()["lds_bytes"] == 512 and p.issues["ds"] == 2
+
+
+@pytest.mark.parametrize("stride, conflicts", [(2, 0), (4, 4 * 1), (32, 60)])
+def test_lds_b64_bank_conflicts(stride, conflicts):
+    """ds_write_b64 / ds_read_b64, 16 lanes a pass: lane l at dwords (s*l, s*l + 1). Stride 2
+    covers the 32 banks once per pass; stride 4 puts lanes l and l+8 in the same two banks (one
+    extra cycle in each of the 4 passes); 128 bytes apart, 15 extra cycles a pass (the measured
+    saturation, 60). A 32-lane pass rule would count conflicts for the first two as well."""
+    p = _lds_launch("<2 x float>", torch.arange(64) * (stride // 2), 8)
+    for op in ("ds_write_b64", "ds_read_b64"):
+        line = _line(p, op)
+        assert line.lds_conflicts == conflicts, op
+        assert line.lds_cycles == 4 + conflicts
+        assert line.lds_bytes == 512
+
+
+def test_lds_b128_phases_of_eight_lanes():
+    """b128: 8 lanes a phase, each lane 4 banks. Lanes 16 bytes apart fill the 32 banks exactly
+    (8 phases, no conflict); 32 bytes apart, the two quads of a phase share banks (8 extra
+    cycles); a fully conflicted read costs 56 (the measured saturation)."""
+    active = torch.ones(1, 64, dtype=torch.bool).numpy()
+    lanes = torch.arange(64).numpy()[None, :]
+    cycles, conflicts = lds_access_cycles(lanes * 128, active, 16)
+    assert int(conflicts[0]) == 56
+    cycles, conflicts = lds_access_cycles(lanes * 16, active, 16)
+    assert (int(cycles[0]), int(conflicts[0])) == (8, 0)
+    cycles, conflicts = lds_access_cycles(lanes * 32, active, 16)
+    assert (int(cycles[0]), int(conflicts[0])) == (16, 8)
+    half = active.copy()
+    half[0, (torch.arange(64) // 4 % 2 == 1).numpy()] = False   # inactive lanes take no bank
+    cycles, conflicts = lds_access_cycles(lanes * 32, half, 16)
+    assert (int(cycles[0]), int(conflicts[0])) == (8, 0)
+
+
+def test_lds_b128_read_phases_pair_distant_quads():
+    """ds_read_b128 pairs quad q with quad 5, 4, 7, 6 (T0-3 + T20-23, ...), ds_write_b128 pairs
+    adjacent quads. Quads 0,1 | 2,3 | ... on the same 16 banks, quads 0 and 5 on different ones:
+    the read is conflict-free, the write has one extra cycle a phase."""
+    lane = torch.arange(64).numpy()
+    quad = lane // 4
+    half = torch.tensor([0, 0, 1, 1, 1, 1, 0, 0]).numpy()[quad % 8]
+    addr = (16 * (lane % 4) + 64 * half + 128 * quad)[None, :]
+    active = torch.ones(1, 64, dtype=torch.bool).numpy()
+    cycles, conflicts = lds_access_cycles(addr, active, 16, read=True)
+    assert (int(cycles[0]), int(conflicts[0])) == (8, 0)
+    cycles, conflicts = lds_access_cycles(addr, active, 16, read=False)
+    assert (int(cycles[0]), int(conflicts[0])) == (16, 8)
+
+
+@pytest.mark.parametrize("name, atom, per", [("f16_32x32x8", "v_mfma_f32_32x32x8", 32 * 32 * 8),
+                                             ("f16_16x16x16", "v_mfma_f32_16x16x16", 16 * 16 * 16)])
+def test_gemm_mfma_issues_are_exact(name, atom, per):
+    """C = A @ B with M = N = K = 64 on one 64x64 block: M*N*K / (m*n*k) MFMA issues."""
+    from rocke.compiler import compile_ir as compile_kernel
+    from rocke.kernels.samples import gemm
+    from rocke.runtime import launch
+    spec = gemm.VARIANTS[name]
+    k = gemm.build(spec)
+    ck = compile_kernel(k.ir(), name=k.name)
+    A, B = torch.randn(64, 64).half(), torch.randn(64, 64).half()
+    C = torch.zeros(64, 64).half()
+    grid, block = gemm.launch_geometry(spec, 64, 64, 64)
+    report = launch(ck, grid, block, gemm.kernel_args(spec, A, B, C), profile=True)
+    p = report.profile
+    assert p.issues["mfma"] == 64 ** 3 // per
+    (mnemonic,) = p.mfma
+    assert mnemonic.startswith(atom)
+    assert p.resources["vgprs"] > 0 and p.workgroups == 1
+    assert int(p.wg_issues.sum()) == sum(p.issues.values())   # per-workgroup totals add up
+
+
+def test_profile_is_opt_in_and_checked():
+    asm = compile_ir(GATHER)
+    table, idx, out = aligned(64), aligned(64, torch.int32), aligned(64)
+    assert emu.launch(asm, "gather", 1, 64, [table, idx, out]).profile is None
+    with pytest.raises(ValueError, match="profile must be a bool"):
+        emu.launch(asm, "gather", 1, 64, [table, idx, out], profile="yes")

@@ -1,0 +1,64 @@
+"""`rocke profile`: the JSON interface scripts rely on, hand-checkable counts, and one-line
+errors for bad input."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from rocke.cli import main as cli
+
+REQUIRED = ("valu", "mfma", "salu", "ds", "vmem", "smem", "lds_bytes", "lds_bank_conflicts",
+            "global_read_bytes", "global_write_bytes", "unique_read_bytes", "unique_write_bytes")
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_json_has_the_fixed_counter_and_model_names():
+    r = run("profile", "vector_add/f32_v4", "--shape", "n=8192", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert all(k in out["counters"] for k in REQUIRED)
+    c = out["counters"]
+    # c = a + b over 8192 f32: 2 x 32 KiB read, 32 KiB written, each byte once
+    assert (c["global_read_bytes"], c["global_write_bytes"]) == (65536, 32768)
+    assert (c["unique_read_bytes"], c["unique_write_bytes"]) == (65536, 32768)
+    assert c["mfma"] == 0 and c["lds_bytes"] == 0
+    model = out["model"]
+    assert model["label"] == "modelled MI300X time"
+    assert model["us"] >= model["bound_us"] > 0 and model["binding"]
+
+
+def test_gemm_mfma_count_and_annotation():
+    r = run("profile", "gemm/f16_16x16x16", "--shape", "M=64,N=128,K=64", "--annotate")
+    assert r.exit_code == 0, r.output
+    # 64 * 128 * 64 / (16 * 16 * 16) = 128 MFMA issues
+    assert "v_mfma_f32_16x16x16_f16 128" in r.output
+    assert "modelled MI300X time" in r.output and "; block at line" in r.output
+
+
+def test_sampled_rows_model_the_full_grid():
+    r = run("profile", "gemm/f16_32x32x8", "--shape", "M=256,N=128,K=64", "--json",
+            "--sample-rows", "1")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["grid"] == [2, 4, 1] and out["emulated_grid"] == [2, 1, 1]
+    assert out["model"]["workgroups"] == 8
+    assert out["counters"]["mfma"] == 256 * 128 * 64 // (32 * 32 * 8) // 4   # one row of four
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--shape", "M=0"), "M must be >= 1"),
+    (("--shape", "M"), "key=value"),
+    (("--shape", "Q=4"), "unknown Q"),
+])
+def test_bad_shapes_are_one_line_errors(args, message):
+    r = run("profile", "gemm/f16_32x32x8", *args)
+    assert r.exit_code == 2 and message in r.output
+    assert "Traceback" not in r.output
+
+
+def test_families_without_a_problem_builder_say_so():
+    r = run("profile", "reduce_segments/f16_d64")
+    assert r.exit_code == 2 and "no problem builder" in r.output and "benchmarks/profile.py" in r.output
