@@ -200,7 +200,7 @@ class _ScratchPlan:
 def _private(P, ins):
     segments = getattr(P, "private", None)
     if segments is None:
-        raise PrivateAccessError(f"`{ins.text}` (line {ins.line_no}) accesses private (scratch) "
+        raise PrivateAccessError(f"{ins.at} accesses private (scratch) "
                                  "memory but the kernel descriptor gives it none "
                                  "(.amdhsa_private_segment_fixed_size 0)")
     return segments
