@@ -157,18 +157,21 @@ def report(variants, no_cache):
         ck = v.compile(cache=not no_cache)
         i = ck.info
         spills += i.spills
-        if i.spills:
-            advice.append(i.spill_advice())
+        advice += [a for a in (i.occupancy_advice(), i.spill_advice()) if a]
         o = i.occupancy
+        wanted = "" if i.requested_waves_per_eu is None else \
+            f" want {i.requested_waves_per_eu}: {'MISSED' if i.occupancy_missed else 'met'}"
         rows.append((v.name, i.vgprs, i.agprs, i.sgprs, i.lds_bytes, i.scratch_bytes,
                      f"{i.vgpr_spills}/{i.sgpr_spills}", i.max_workgroup_size,
-                     f"{o.waves_per_simd}w/SIMD {o.workgroups_per_cu}WG/CU ({o.limiter})",
+                     f"{o.waves_per_simd}w/SIMD {o.workgroups_per_cu}WG/CU ({o.limiter}){wanted}",
                      f"{ck.build_seconds * 1e3:.0f}{' (cached)' if ck.cache_hit else ''}"))
     head = ("variant", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spill v/s", "WG", "occupancy", "build ms")
     widths = [max(len(str(r[c])) for r in rows + [head]) for c in range(len(head))]
     for r in [head] + rows:
         click.echo("  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
-    click.echo(f"\n{len(rows)} variants for gfx942; total spills: {spills}")
+    missed = sum("MISSED" in r[8] for r in rows)
+    click.echo(f"\n{len(rows)} variants for gfx942; total spills: {spills}"
+               + (f"; {missed} miss their requested occupancy (waves_per_eu)" if missed else ""))
     for text in advice:
         click.echo(text)
     if spills:

@@ -19,7 +19,7 @@ from .. import env
 from . import comgr, toolchain
 from .cache import CompileCache, cache_key
 from .elf import ET_DYN, InvalidCodeObject, validate_code_object
-from .metadata import KernelInfo, kernel_info
+from .metadata import KernelInfo, kernel_info, requested_waves_per_eu
 from .toolchain import ToolchainError, find_linker, linker_fingerprint, target_machine, toolchain_fingerprint
 
 DEFAULT_TARGET = ARCH_DEFAULT_TARGET.target_id
@@ -113,11 +113,12 @@ def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
     return result
 
 
-def _served(hit: dict, name: str, target: str, workgroup_size: int | None) -> KernelInfo | None:
+def _served(hit: dict, name: str, target: str, workgroup_size: int | None,
+            wanted: int | None) -> KernelInfo | None:
     """The KernelInfo of a cache entry whose code object and metadata check out, else None."""
     try:
         validate_code_object(hit["code_object"], name, e_type=ET_DYN)
-        return kernel_info(hit["asm"], name, target, workgroup_size)
+        return kernel_info(hit["asm"], name, target, workgroup_size, requested_waves_per_eu=wanted)
     except Exception:            # any wrong-shaped entry is rebuilt, never an error
         return None
 
@@ -178,7 +179,7 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
         key = cache_key(source, target, f"{toolchain_fingerprint()}|{linked_by}", options)
         hit = store.load(key)
         if hit is not None:
-            served = _served(hit, name, target, workgroup_size)
+            served = _served(hit, name, target, workgroup_size, requested_waves_per_eu(ir, name))
             if served is not None:
                 return CompiledKernel(name, variant, target, ir, hit["asm"], hit["object"],
                                       hit["code_object"], served, cache_hit=True,
@@ -205,7 +206,8 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
         except InvalidCodeObject as e:
             raise ToolchainError(f"{linker} linked {name} but its output is not a valid code "
                                  f"object: {e}") from None
-    info = kernel_info(asm, name, target, workgroup_size)
+    info = kernel_info(asm, name, target, workgroup_size,
+                       requested_waves_per_eu=requested_waves_per_eu(ir, name))
     if store is not None:
         store.store(key, asm, obj, code_object, {"name": name, "target": target, "linker": linker})
     return CompiledKernel(name, variant, target, ir, asm, obj, code_object, info,
