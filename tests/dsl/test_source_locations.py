@@ -2,6 +2,7 @@
 located IR carries each instruction's builder line to the assembly's `.loc` directives, which
 the emulator reads. The plain IR (what the golden table hashes) is unchanged and path-free."""
 import hashlib
+import re
 import sys
 
 import pytest
@@ -85,3 +86,21 @@ def test_loc_directives_are_read_from_both_file_forms():
                        f'.file\t1 "{HERE}"')
     assert one != text
     assert [i.source for i in parse_program(one).instrs] == [i.source for i in parse_program(text).instrs]
+
+
+def test_a_timeout_names_the_builders_lines_of_the_loop(monkeypatch):
+    from rocke.emu.errors import LaunchTimeout
+    k = dsl.Kernel("endless", workgroup_size=64)
+    x = k.arg_ptr("x", dsl.f32)
+    n = k.arg_i32("n")
+    t = k.thread_id(0)
+    first = _line() + 2
+    with k.for_range(0, n, carry=x.load(t)) as loop:
+        loop.yield_(loop.carry * 0.5 + 1.0)
+    last = _line()
+    x.store(t, loop.results)
+    monkeypatch.setenv("ROCKE_EMU_TIMEOUT_S", "0.3")
+    with pytest.raises(LaunchTimeout) as info:
+        launch(compile_ir(k, cache=False), (1,), (64,), [torch.zeros(64), 2**31 - 1])
+    named = [int(m) for m in re.findall(rf"\[{HERE}:(\d+)\]", str(info.value))]
+    assert named and all(first <= line <= last + 1 for line in named), (first, last, str(info.value))
