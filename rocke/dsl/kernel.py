@@ -348,7 +348,8 @@ class Kernel(Emitter):
                                   f"{self._scope.opened_at}; close it first")
         builder = self.builder
         if not builder.block.is_terminated:
-            builder.ret_void()
+            end = builder.ret_void()    # the kernel's end: located at its Kernel(...) line
+            self._locations[id(end)] = (end, self._opened_at)
         if self._lds_arena is not None:
             if self.lds_bytes > self.lds_limit:
                 from .memory import lds_breakdown
