@@ -19,6 +19,8 @@ import os
 
 import llvmlite.ir as ir
 
+from .errors import user_frame
+
 _I32 = ir.IntType(32)
 
 
@@ -30,7 +32,6 @@ class LocatingBuilder(ir.IRBuilder):
         self._locations = locations
 
     def _insert(self, instr):
-        from .errors import user_frame
         self._locations[id(instr)] = (instr, user_frame())
         super()._insert(instr)
 

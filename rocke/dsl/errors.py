@@ -27,23 +27,25 @@ def dsl_value_error(message: str) -> ValueError:
     return ValueError(f"{user_location()}: {message}")
 
 
-_INTERNAL: dict[str, bool] = {}
+_FILES: dict[str, str | None] = {}      # co_filename -> its absolute path, None if internal
 _LLVMLITE_DIR = os.path.dirname(os.path.abspath(__import__("llvmlite").__file__)) + os.sep
 
 
 def user_frame() -> tuple[str, int]:
     """(file, line) of the innermost frame outside ``rocke/dsl`` (and llvmlite, whose builder
-    calls back into the DSL's) -- ``user_location`` without
-    the string, cheap enough to call for every emitted instruction (files are classified once)."""
+    calls back into the DSL's) -- ``user_location`` without the string, cheap enough to call
+    for every emitted instruction (each file is classified once)."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        internal = _INTERNAL.get(name)
-        if internal is None:
+        try:
+            path = _FILES[name]
+        except KeyError:
             path = os.path.abspath(name)
-            internal = _INTERNAL[name] = (path.startswith((_DSL_DIR, _LLVMLITE_DIR))
-                                          or name.startswith("<frozen"))
-        if not internal:
-            return os.path.abspath(name), frame.f_lineno
+            if path.startswith((_DSL_DIR, _LLVMLITE_DIR)) or name.startswith("<frozen"):
+                path = None
+            _FILES[name] = path
+        if path is not None:
+            return path, frame.f_lineno
         frame = frame.f_back
     return "<unknown>", 0
