@@ -12,6 +12,10 @@
 - ``LdsTensor``: a named region of the kernel's single LDS arena (``@rocke_lds``, addrspace 3),
   with a shape, an element type, optional row padding (elements appended to the last dimension)
   and an explicit or automatic byte offset; regions may alias only when asked to.
+
+All three have atomics (``atomic(op, index, value)``, ``atomic_add`` ... ``atomic_exchange``,
+``atomic_cas``), returning the old value; the types and what gfx942 does natively are in
+``rocke.dsl.atomics``.
 """
 
 from __future__ import annotations

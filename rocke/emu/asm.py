@@ -1,5 +1,7 @@
 """Parse gfx942 assembly text as LLVM prints it: instructions, labels, kernel descriptors
-(`.amdhsa_kernel` blocks) and the `.amdgpu_metadata` YAML document."""
+(`.amdhsa_kernel` blocks) and the `.amdgpu_metadata` YAML document. When the assembly has a
+line table (`.file` / `.loc` directives, from debug locations in the IR), each instruction
+keeps the source line it came from (`Instr.source`), which findings print beside it."""
 from __future__ import annotations
 
 import ast
