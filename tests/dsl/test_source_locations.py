@@ -104,3 +104,19 @@ def test_a_timeout_names_the_builders_lines_of_the_loop(monkeypatch):
         launch(compile_ir(k, cache=False), (1,), (64,), [torch.zeros(64), 2**31 - 1])
     named = [int(m) for m in re.findall(rf"\[{HERE}:(\d+)\]", str(info.value))]
     assert named and all(first <= line <= last + 1 for line in named), (first, last, str(info.value))
+
+
+def test_a_trap_names_the_builders_line():
+    from rocke.emu.errors import EmulatorError
+    k = dsl.Kernel("trapping", workgroup_size=64)
+    x = k.arg_ptr("x", dsl.f32)
+    t = k.thread_id(0)
+    with k.if_(x.load(t) < 0.0):
+        k.call_intrinsic("llvm.trap", [])
+        line = _line()
+    x.store(t, x.load(t) + 1.0)
+    data = torch.zeros(64)
+    data[5] = -1.0
+    with pytest.raises(EmulatorError) as info:
+        launch(compile_ir(k, cache=False), (1,), (64,), [data])
+    assert "s_trap" in str(info.value) and f"[{HERE}:{line}]" in str(info.value), str(info.value)
