@@ -161,18 +161,21 @@ def report(variants, no_cache):
         ck = v.compile(cache=not no_cache)
         i = ck.info
         spills += i.spills
-        if i.spills:
-            advice.append(i.spill_advice())
+        advice += [a for a in (i.occupancy_advice(), i.spill_advice()) if a]
         o = i.occupancy
+        wanted = "" if i.requested_waves_per_eu is None else \
+            f" want {i.requested_waves_per_eu}: {'MISSED' if i.occupancy_missed else 'met'}"
         rows.append((v.name, i.vgprs, i.agprs, i.sgprs, i.lds_bytes, i.scratch_bytes,
                      f"{i.vgpr_spills}/{i.sgpr_spills}", i.max_workgroup_size,
-                     f"{o.waves_per_simd}w/SIMD {o.workgroups_per_cu}WG/CU ({o.limiter})",
+                     f"{o.waves_per_simd}w/SIMD {o.workgroups_per_cu}WG/CU ({o.limiter}){wanted}",
                      f"{ck.build_seconds * 1e3:.0f}{' (cached)' if ck.cache_hit else ''}"))
     head = ("variant", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spill v/s", "WG", "occupancy", "build ms")
     widths = [max(len(str(r[c])) for r in rows + [head]) for c in range(len(head))]
     for r in [head] + rows:
         click.echo("  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
-    click.echo(f"\n{len(rows)} variants for gfx942; total spills: {spills}")
+    missed = sum("MISSED" in r[8] for r in rows)
+    click.echo(f"\n{len(rows)} variants for gfx942; total spills: {spills}"
+               + (f"; {missed} miss their requested occupancy (waves_per_eu)" if missed else ""))
     for text in advice:
         click.echo(text)
     if spills:
@@ -190,18 +193,31 @@ _path_option = click.option("--path", type=click.Path(dir_okay=False), default=N
                             help="table to use (default: tests/golden/ir_hashes.json)")
 _family_option = click.option("--family", "families", multiple=True,
                               help="only these kernel families (repeatable), e.g. for a user's own table; "
-                                   "default: rocke's own families for the default table, all with --path")
+                                   "default: rocke's own families for the default table, the families "
+                                   "the table names with --path")
 
 
-def _current_hashes(families, path):
+def _table_families(table: dict[str, str]) -> tuple[str, ...]:
+    """The families a golden table pins (the part of each variant name before '/')."""
+    return tuple(sorted({name.split("/", 1)[0] for name in table}))
+
+
+def _current_hashes(families, path, table=None):
     from .kernels.golden import current_hashes
     from .kernels.registry import FAMILIES
+    named_by = ""
     if not families and not path:      # rocke's table pins rocke's own families only
         families = tuple(FAMILIES)
+    elif not families and table is not None:   # a user's table: the families it names
+        families = _table_families(table)
+        if not families:
+            raise click.UsageError(f"golden table {path} pins no variants; name the families "
+                                   "with --family")
+        named_by = f" (named by the golden table {path})"
     try:
         return current_hashes(families)
     except ValueError as e:
-        raise click.UsageError(str(e)) from None
+        raise click.UsageError(f"{e}{named_by}") from None
 
 
 @golden.command("check")
@@ -211,7 +227,7 @@ def golden_check(path, families):
     """Exit non-zero if any variant's IR hash differs from the table."""
     from .kernels.golden import GOLDEN_PATH, diff_golden
     table = _read_golden(Path(path) if path else GOLDEN_PATH)
-    d = diff_golden(table, _current_hashes(families, path))
+    d = diff_golden(table, _current_hashes(families, path, table))
     for kind, names in d.items():
         for n in names:
             click.echo(f"{kind}: {n}")
@@ -227,12 +243,16 @@ def golden_update(path, families):
     """Rewrite the table from the current IR (a deliberate act: say why in the commit)."""
     from .kernels.golden import GOLDEN_PATH, diff_golden, write_golden
     target = Path(path) if path else GOLDEN_PATH
-    cur = _current_hashes(families, path)
     try:
-        d = diff_golden(_read_golden(target), cur)
+        old = _read_golden(target)
     except CliError as e:
+        old = None
+        if path and not families:
+            raise CliError(f"{e.message}; to start a table of your own, name its families with "
+                           "--family", EXIT_USER_ERROR) from None
         click.echo(f"replacing: {e.message}", err=True)
-        d = {"missing": sorted(cur)}
+    cur = _current_hashes(families, path, old)
+    d = diff_golden(old, cur) if old is not None else {"missing": sorted(cur)}
     if target.is_dir():
         raise CliError(f"cannot write {target}: it is a directory", EXIT_USER_ERROR)
     try:
@@ -243,6 +263,77 @@ def golden_update(path, families):
         for n in names:
             click.echo(f"{kind}: {n}")
     click.echo(f"wrote {len(cur)} hashes to {target}")
+
+
+def golden_perturbation_problems(family: str, golden: dict[str, str]) -> list[str]:
+    """The golden perturbation contract of ``family``: rebuilding its first variant with the
+    family's ``GOLDEN_PERTURBATION`` must move that variant's IR hash, and every other variant
+    of the family pinned in ``golden``, rebuilt after it in the same process, must keep its
+    hash (a spec change reaches the IR; variants do not leak state into each other). Returns
+    what broke ([] when the contract holds); a malformed declaration raises ValueError."""
+    import dataclasses
+    import hashlib
+
+    from .kernels.registry import all_variants, golden_perturbation
+    variants = all_variants()
+    mine = [v for v in variants.values() if v.family == family]
+    if not mine:
+        raise ValueError(f"kernel family {family!r} has no variants")
+    victim = mine[0]
+    field, change = golden_perturbation(family)
+    if not hasattr(victim.spec, field) or getattr(victim.spec, field) not in change:
+        raise ValueError(f"kernel family {family!r}: GOLDEN_PERTURBATION names {field!r} but has "
+                         f"no other value for {victim.name}'s {field}="
+                         f"{getattr(victim.spec, field, '<missing>')!r}")
+    if victim.name not in golden:
+        return [f"{victim.name} is not pinned in the table; run `rocke golden update` first"]
+    new_spec = dataclasses.replace(victim.spec, **{field: change[getattr(victim.spec, field)]})
+    problems = []
+    for v in mine:
+        if v.name not in golden:
+            continue
+        spec = new_spec if v is victim else v.spec
+        digest = hashlib.sha256(v.builder(spec).ir().encode()).hexdigest()
+        if v is victim and digest == golden[v.name]:
+            problems.append(f"{v.name} with {field}={change[getattr(victim.spec, field)]!r} (was "
+                            f"{getattr(victim.spec, field)!r}) emits the same IR: the field does "
+                            "not reach the code")
+        elif v is not victim and digest != golden[v.name]:
+            problems.append(f"{v.name} changed after {victim.name} was rebuilt with another "
+                            f"{field}: state leaks between builds")
+    return problems
+
+
+@golden.command("perturb")
+@_path_option
+@_family_option
+def golden_perturb(path, families):
+    """Run the golden perturbation contract (GOLDEN_PERTURBATION) on kernel families."""
+    from .kernels.golden import GOLDEN_PATH, current_hashes
+    from .kernels.registry import FAMILIES
+    table = _read_golden(Path(path)) if path else _read_golden(GOLDEN_PATH)
+    if not families:
+        families = _table_families(table) if path else tuple(FAMILIES)
+        if not families:
+            raise click.UsageError(f"golden table {path} pins no variants; name the families with --family")
+    failed = 0
+    for family in families:
+        try:
+            pinned = {n: h for n, h in table.items() if n.split("/", 1)[0] == family}
+            against = "its pinned hashes"
+            if not pinned:        # not in this table: check against its own current IR
+                pinned, against = current_hashes([family]), "its current IR (not pinned in the table)"
+            problems = golden_perturbation_problems(family, pinned)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        for problem in problems:
+            click.echo(f"FAILED: {family}: {problem}")
+        if problems:
+            failed += 1
+        else:
+            click.echo(f"ok: {family} (against {against})")
+    if failed:
+        raise SystemExit(EXIT_CHECK_FAILED)
 
 
 # ---------------------------------------------------------------- rocke profile (issue 20)

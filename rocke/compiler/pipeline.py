@@ -19,7 +19,7 @@ from .. import env
 from . import comgr, toolchain
 from .cache import CompileCache, cache_key
 from .elf import ET_DYN, InvalidCodeObject, validate_code_object
-from .metadata import KernelInfo, kernel_info
+from .metadata import KernelInfo, kernel_info, requested_waves_per_eu
 from .toolchain import ToolchainError, find_linker, linker_fingerprint, target_machine, toolchain_fingerprint
 
 DEFAULT_TARGET = ARCH_DEFAULT_TARGET.target_id
@@ -113,11 +113,12 @@ def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
     return result
 
 
-def _served(hit: dict, name: str, target: str, workgroup_size: int | None) -> KernelInfo | None:
+def _served(hit: dict, name: str, target: str, workgroup_size: int | None,
+            wanted: int | None) -> KernelInfo | None:
     """The KernelInfo of a cache entry whose code object and metadata check out, else None."""
     try:
         validate_code_object(hit["code_object"], name, e_type=ET_DYN)
-        return kernel_info(hit["asm"], name, target, workgroup_size)
+        return kernel_info(hit["asm"], name, target, workgroup_size, requested_waves_per_eu=wanted)
     except Exception:            # any wrong-shaped entry is rebuilt, never an error
         return None
 
@@ -147,13 +148,23 @@ def link_code_object(obj: bytes, name: str) -> bytes:
     return code_object
 
 
-def compile_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str | None = None,
+def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, variant: str | None = None,
                opt: int = 3, workgroup_size: int | None = None,
                cache: CompileCache | None | bool = True) -> CompiledKernel:
     """Compile AMDGPU LLVM IR text for `target`. `cache=True` uses the default on-disk cache,
-    `False` disables it, or pass a CompileCache."""
+    `False` disables it, or pass a CompileCache.
+
+    `ir` may also be a `rocke.dsl.Kernel`: its name and workgroup size are the defaults, and
+    what LLVM compiles is `kernel.located_ir()`, so the assembly carries each instruction's
+    builder line (`.loc`) and the emulator's findings name it; the code is the same as from
+    `kernel.ir()`, which is what `CompiledKernel.ir` (and `ir_hash`) hold."""
+    source = ir
+    if hasattr(ir, "located_ir") and hasattr(ir, "ir"):
+        name = ir.name if name is None else name
+        workgroup_size = getattr(ir, "workgroup_size", None) if workgroup_size is None else workgroup_size
+        source, ir = ir.located_ir(), ir.ir()
     if not isinstance(ir, str):
-        raise TypeError(f"ir must be LLVM IR text (str), got {type(ir).__name__}")
+        raise TypeError(f"ir must be LLVM IR text (str) or a rocke.dsl.Kernel, got {type(ir).__name__}")
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be the kernel's symbol name, got {name!r}")
     if isinstance(opt, bool) or not isinstance(opt, int) or opt not in (0, 1, 2, 3):
@@ -165,10 +176,10 @@ def compile_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str
     store = CompileCache() if cache is True else (cache or None)
     if store is not None:
         linked_by = f"ld:{linker_fingerprint()}" if linker == "ld.lld" else "comgr"
-        key = cache_key(ir, target, f"{toolchain_fingerprint()}|{linked_by}", options)
+        key = cache_key(source, target, f"{toolchain_fingerprint()}|{linked_by}", options)
         hit = store.load(key)
         if hit is not None:
-            served = _served(hit, name, target, workgroup_size)
+            served = _served(hit, name, target, workgroup_size, requested_waves_per_eu(ir, name))
             if served is not None:
                 return CompiledKernel(name, variant, target, ir, hit["asm"], hit["object"],
                                       hit["code_object"], served, cache_hit=True,
@@ -176,7 +187,7 @@ def compile_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str
             store.drop(key)
     tm = target_machine(target, opt)
     try:
-        mod = llvm.parse_assembly(ir)
+        mod = llvm.parse_assembly(source)
         mod.verify()
     except RuntimeError as e:
         raise CompileError(f"LLVM rejected the IR of kernel variant {variant!r}: {e}") from None
@@ -195,7 +206,8 @@ def compile_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str
         except InvalidCodeObject as e:
             raise ToolchainError(f"{linker} linked {name} but its output is not a valid code "
                                  f"object: {e}") from None
-    info = kernel_info(asm, name, target, workgroup_size)
+    info = kernel_info(asm, name, target, workgroup_size,
+                       requested_waves_per_eu=requested_waves_per_eu(ir, name))
     if store is not None:
         store.store(key, asm, obj, code_object, {"name": name, "target": target, "linker": linker})
     return CompiledKernel(name, variant, target, ir, asm, obj, code_object, info,

@@ -21,6 +21,10 @@ Example -- scale a vector in place, ragged tail handled by the buffer's range ch
 
     ir_text = build_scale().ir()
 
+Atomics are methods of ``GlobalPtr``, ``BufferResource`` and ``LdsTensor`` (``atomic_add``,
+``atomic_max``, ..., ``atomic_cas``; see ``rocke.dsl.atomics``); workgroup reductions, argmax
+and top-k are in ``rocke.dsl.reduce``.
+
 A walk-through of a larger kernel (LDS views, paged copies, structured carries, the cross-wave
 merge, math): docs/writing-kernels.md.
 """
@@ -35,6 +39,8 @@ from .magic import UnsignedMagic, sdiv_const, smod_const, udiv_const, umod_const
 from .math import (abs_, ceil, erf, exp, exp2, floor, fma, gelu, log, log2, maximum, minimum, rcp, rsq,
                    sigmoid, sqrt, tanh)
 from .memory import BUFFER_RSRC_FLAGS, BufferResource, GlobalPtr, LdsTensor, buffer_resource
+from .reduce import (block_argmax, block_argmin, block_max, block_min, block_reduce, block_sum, block_topk,
+                     wave_argmax, wave_argmin, wave_topk)
 from .tree import CarryLayout
 from .types import (DType, bf16, dtype, f16, f32, f64, fp8_e4m3fnuz, fp8_e5m2fnuz, i1, i8, i16, i32, i64,
                     u8, u16, u32, u64)
@@ -49,6 +55,8 @@ __all__ = [
     "exp2", "log2", "rcp", "rsq", "sqrt", "floor", "ceil", "fma", "maximum", "minimum", "abs_",
     "readfirstlane", "ballot", "ds_swizzle", "ds_bpermute", "dpp", "DppCtrl", "shuffle_xor",
     "swizzle_bitmask", "swizzle_quad_perm", "wave_reduce", "wave_sum", "wave_max", "wave_min",
+    "block_reduce", "block_sum", "block_max", "block_min", "block_argmax", "block_argmin", "block_topk",
+    "wave_argmax", "wave_argmin", "wave_topk",
     "udiv_const", "umod_const", "sdiv_const", "smod_const", "unsigned_magic", "UnsignedMagic",
     "i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64",
     "fp8_e4m3fnuz", "fp8_e5m2fnuz",

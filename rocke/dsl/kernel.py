@@ -17,8 +17,9 @@ import llvmlite.ir.values as irv
 
 from . import types as T
 from ..arch.targets import DEFAULT_TARGET, get_target
+from .debuginfo import LocatingBuilder, located_text
 from .emitter import LDS_ARENA_NAME, Emitter, Scope  # noqa: F401  (LDS_ARENA_NAME: re-exported)
-from .errors import dsl_type_error, dsl_value_error, user_location
+from .errors import dsl_type_error, dsl_value_error, user_frame, user_location
 from .values import Value
 
 # The DSL emits gfx942 IR (its fp8 conversions are the gfx942 fnuz ones); target facts live in
@@ -125,6 +126,9 @@ class Kernel(Emitter):
         self._lds_regions: dict[str, object] = {}
         self._lds_arena = None
         self._ir_text = None
+        self._located_ir = None
+        self._locations: dict = {}            # id(instruction) -> (instruction, (file, line))
+        self._opened_at = user_frame()
 
     @property
     def wave_size(self) -> int:
@@ -201,9 +205,9 @@ class Kernel(Emitter):
             value.ir = ir_arg
         prologue = fn.append_basic_block("prologue")
         entry = fn.append_basic_block("entry")
-        self._prologue_builder = ir.IRBuilder(prologue)
+        self._prologue_builder = LocatingBuilder(prologue, self._locations)
         self._prologue_builder.position_before(self._prologue_builder.branch(entry))
-        self._builder = ir.IRBuilder(entry)
+        self._builder = LocatingBuilder(entry, self._locations)
         self._function = fn
 
     def _preloaded_arg_count(self) -> int:
@@ -344,7 +348,8 @@ class Kernel(Emitter):
                                   f"{self._scope.opened_at}; close it first")
         builder = self.builder
         if not builder.block.is_terminated:
-            builder.ret_void()
+            end = builder.ret_void()    # the kernel's end: located at its Kernel(...) line
+            self._locations[id(end)] = (end, self._opened_at)
         if self._lds_arena is not None:
             if self.lds_bytes > self.lds_limit:
                 from .memory import lds_breakdown
@@ -362,6 +367,17 @@ class Kernel(Emitter):
             [ir.Constant(_I32, 1), "amdhsa_code_object_version", ir.Constant(_I32, CODE_OBJECT_VERSION)])
         self._ir_text = str(self.module)
         return self._ir_text
+
+    def located_ir(self) -> str:
+        """``ir()`` plus each instruction's builder line as a debug location, which the
+        assembly carries as ``.loc`` directives and the emulator's findings name (see
+        ``rocke.dsl.debuginfo``). Compile it instead of ``ir()`` -- or pass the Kernel itself
+        to ``compile_ir`` -- to debug; ``ir()`` itself (what the golden table hashes) is
+        unchanged and holds no paths."""
+        self.ir()
+        if self._located_ir is None:
+            self._located_ir = located_text(self.module, self._function, self._locations, self._opened_at)
+        return self._located_ir
 
     def _record_signature(self):
         """The argument signature and workgroup shape as function metadata, which LLVM emits as

@@ -12,6 +12,10 @@
 - ``LdsTensor``: a named region of the kernel's single LDS arena (``@rocke_lds``, addrspace 3),
   with a shape, an element type, optional row padding (elements appended to the last dimension)
   and an explicit or automatic byte offset; regions may alias only when asked to.
+
+All three have atomics (``atomic(op, index, value)``, ``atomic_add`` ... ``atomic_exchange``,
+``atomic_cas``), returning the old value; the types and what gfx942 does natively are in
+``rocke.dsl.atomics``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import llvmlite.ir as ir
 
 from . import types as T
 from .errors import dsl_type_error, dsl_value_error, user_location
+from .atomics import atomic_cas, atomic_methods, atomic_rmw, buffer_atomic
 from .values import Value, select
 
 _I8 = ir.IntType(8)
@@ -111,6 +116,24 @@ class GlobalPtr:
         address = self._element_address(index)
         k.builder.store(k.ir_of(v), address, align=align or _natural_align(self.dtype.nbytes * v.lanes))
 
+    def atomic(self, op: str, index, value) -> Value:
+        """Atomic ``op`` (add, sub, max, min, and, or, xor, exchange) of ``value`` into element
+        ``index``, device-wide; returns the old value. Also as ``atomic_add(index, value)`` etc.
+        Types and what gfx942 does natively: ``rocke.dsl.atomics``."""
+        k = self.kernel
+        if self.readonly:
+            raise dsl_value_error(f"pointer {self.name!r} was declared readonly")
+        return atomic_rmw(k, self._element_address(index), op, value, self.dtype, "agent",
+                          f"atomic {op} on {self.name}", coarse_grained=True)
+
+    def atomic_cas(self, index, compare, value) -> Value:
+        """Compare-and-swap: where element ``index`` equals ``compare`` (bitwise) store ``value``;
+        returns the old value (the swap happened where it equals ``compare``)."""
+        if self.readonly:
+            raise dsl_value_error(f"pointer {self.name!r} was declared readonly")
+        return atomic_cas(self.kernel, self._element_address(index), compare, value, self.dtype,
+                          "agent", f"atomic cas on {self.name}")
+
     def buffer(self, num_elements) -> "BufferResource":
         """A buffer resource over this pointer covering ``num_elements`` elements."""
         k = self.kernel
@@ -199,6 +222,25 @@ class BufferResource:
             data = k.builder.bitcast(data, carrier)
         k.call(f"llvm.amdgcn.raw.ptr.buffer.store.{suffix}", ir.VoidType(),
                 [data, k.ir_of(self.value), self._voffset(index), ir.Constant(_I32, soffset), ir.Constant(_I32, aux)])
+
+    def voffset_ir(self, index):
+        """The IR byte offset (i32) of element ``index`` (for intrinsics built on this buffer)."""
+        return self._voffset(index)
+
+    def masked(self, index, mask):
+        """``index``, or an index past the extent for lanes where ``mask`` (an i1) is false."""
+        return self._masked(index, mask)
+
+    def atomic(self, op: str, index, value, *, mask: Value | None = None) -> Value:
+        """Atomic ``op`` (add, sub, max, min, and, or, xor, exchange) of ``value`` into element
+        ``index``, device-wide; returns the old value. Lanes past the extent, or where ``mask``
+        is false, change nothing and return 0. Also as ``atomic_add(index, value)`` etc."""
+        return buffer_atomic(self, op, index, value, mask=mask, where=f"buffer atomic {op} on {self.name}")
+
+    def atomic_cas(self, index, compare, value, *, mask: Value | None = None) -> Value:
+        """Compare-and-swap at element ``index`` (see ``GlobalPtr.atomic_cas``), range-checked."""
+        return buffer_atomic(self, "cas", index, value, mask=mask, compare=compare,
+                             where=f"buffer atomic cas on {self.name}")
 
     def load_to_lds(self, lds_base: Value, index, *, soffset: int = 0, aux: int = 0):
         """Async DMA: each lane copies the dword at element ``index`` to ``lds_base + 4 * lane``."""
@@ -410,6 +452,27 @@ class LdsTensor:
         v = _stored_value(k, value, self.dtype, f"store to LDS {self.name}")
         address = self.address(*(index if isinstance(index, tuple) else (index,)))
         k.builder.store(k.ir_of(v), k.ir_of(address), align=align or _natural_align(self.dtype.nbytes * v.lanes))
+
+    def atomic(self, op: str, index, value) -> Value:
+        """Atomic ``op`` (add, sub, max, min, and, or, xor, exchange) of ``value`` into the
+        element at ``index``, workgroup-wide (``ds_*`` atomics); returns the old value. Atomics
+        of different waves do not race each other (the emulator's race checker knows)."""
+        k = self.kernel
+        address = self.address(*(index if isinstance(index, tuple) else (index,)))
+        return atomic_rmw(k, k.ir_of(address), op, value, self.dtype, "workgroup",
+                          f"atomic {op} on LDS {self.name}", coarse_grained=False)
+
+    def atomic_cas(self, index, compare, value) -> Value:
+        """Compare-and-swap on the element at ``index`` (``ds_cmpst``); returns the old value."""
+        k = self.kernel
+        address = self.address(*(index if isinstance(index, tuple) else (index,)))
+        return atomic_cas(k, k.ir_of(address), compare, value, self.dtype, "workgroup",
+                          f"atomic cas on LDS {self.name}")
+
+
+atomic_methods(GlobalPtr, "this global array")
+atomic_methods(BufferResource, "this buffer")
+atomic_methods(LdsTensor, "this LDS tensor")
 
 
 def allocate_lds(k, name, shape, dtype, *, pad, offset, align, alias) -> LdsTensor:

@@ -1,5 +1,7 @@
 """Parse gfx942 assembly text as LLVM prints it: instructions, labels, kernel descriptors
-(`.amdhsa_kernel` blocks) and the `.amdgpu_metadata` YAML document."""
+(`.amdhsa_kernel` blocks) and the `.amdgpu_metadata` YAML document. When the assembly has a
+line table (`.file` / `.loc` directives, from debug locations in the IR), each instruction
+keeps the source line it came from (`Instr.source`), which findings print beside it."""
 from __future__ import annotations
 
 import ast
@@ -25,6 +27,13 @@ class Instr:
     modifiers: list[str]
     index: int = 0     # position in Program.instrs
     address: int | None = None   # byte address in a code object (`.emu_address`), else None
+    source: str | None = None    # `file:line` of the last `.loc` before it (debug line info)
+
+    @property
+    def at(self) -> str:
+        """How findings name this instruction: its assembly line, and the source line the
+        assembler's line table (`.file` / `.loc`) gives it, when there is one."""
+        return f"line {self.line_no} `{self.text}`" + (f" [{self.source}]" if self.source else "")
 
 
 @dataclass
@@ -80,6 +89,34 @@ def _split_operands(rest: str) -> tuple[list[str], list[str]]:
         operands.append(tail[0])
         tail = tail[1:]
     return operands, tail
+
+
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _read_file_directive(line: str, files: dict[int, str]):
+    """`.file 1 "dir" "name.py"` or `.file 1 "path"` (an md5 may follow): remember file 1."""
+    parts = line.split(None, 2)
+    if len(parts) < 3 or not parts[1].isdigit():
+        return                     # `.file "name"`: the object's name, not a line-table entry
+    names = _QUOTED.findall(parts[2])
+    if not names:
+        return
+    if len(names) >= 2 and not names[1].startswith("/") and names[0]:
+        files[int(parts[1])] = names[0].rstrip("/") + "/" + names[1]
+    else:
+        files[int(parts[1])] = names[1] if len(names) >= 2 and names[1].startswith("/") else names[0]
+
+
+def _read_loc_directive(line: str, files: dict[int, str]) -> str | None:
+    """`.loc FILE LINE [COLUMN] [flags]` -> "path:LINE" (line 0: no source line)."""
+    parts = line.split()
+    if len(parts) < 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    number, row = int(parts[1]), int(parts[2])
+    if row == 0 or number not in files:
+        return None
+    return f"{files[number]}:{row}"
 
 
 def _split_spaces(text: str) -> list[str]:
@@ -223,6 +260,8 @@ def parse_program(text: str) -> Program:
     pending: list[tuple[dict, str, str, int]] = []   # descriptor values that are expressions
     next_address: int | None = None
     functions: set[str] = set()
+    files: dict[int, str] = {}        # `.file N "dir" "name"` (DWARF line table)
+    source: str | None = None         # the current `.loc`
     for line_no, raw in enumerate(text.splitlines(), start=1):
         if metadata_lines is not None:
             if raw.strip() == ".end_amdgpu_metadata":
@@ -257,6 +296,10 @@ def parse_program(text: str) -> Program:
             head = line.split()[0]
             if head == ".type" and line.replace(" ", "").endswith(",@function"):
                 functions.add(line.split(None, 1)[1].split(",")[0].strip())
+            elif head == ".file":
+                _read_file_directive(line, files)
+            elif head == ".loc":
+                source = _read_loc_directive(line, files)
             elif head == ".emu_address":   # codeobject.py: the byte address of the next instruction
                 next_address = int(line.split()[1], 0)
             elif head == ".set":
@@ -280,7 +323,8 @@ def parse_program(text: str) -> Program:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", mnemonic):
             raise ValueError(f"line {line_no}: malformed instruction {line!r}")
         operands, modifiers = _split_operands(rest.strip())
-        instrs.append(Instr(line_no, line, mnemonic, operands, modifiers, len(instrs), next_address))
+        instrs.append(Instr(line_no, line, mnemonic, operands, modifiers, len(instrs), next_address,
+                            source))
         next_address = None
     if metadata_lines is not None:
         raise ValueError("`.amdgpu_metadata` block is not terminated by `.end_amdgpu_metadata`")

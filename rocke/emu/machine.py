@@ -94,7 +94,7 @@ class Pool:
         return f"workgroup ({g[0]}, {g[1]}, {g[2]}) wave {self.wave_in_wg[wave]}"
 
     def _where(self, ins) -> str:
-        return f"kernel {self.kernel.source.name}, line {ins.line_no} `{ins.text}`"
+        return f"kernel {self.kernel.source.name}, {ins.at}"
 
     def _fault(self, ins, sel, where, fault: AccessFault, nbytes, scalar, cls=MemoryFault):
         waves = np.arange(self.num_waves)[sel]
@@ -318,7 +318,7 @@ class Pool:
         shown = []
         for wave in running[:4]:
             p = int(self.pc[wave])
-            where = (f"line {code[p].instr.line_no} `{code[p].instr.text}`" if p < len(code)
+            where = (code[p].instr.at if p < len(code)
                      else f"instruction {p}")
             state = "at a barrier" if self.status[wave] == BARRIER else "running"
             shown.append(f"{self.wave_label(wave)} {state} at {where}")
@@ -520,8 +520,8 @@ class RaceTracker:
         raise LdsRace(
             f"LDS race in kernel {pool.kernel.source.name}, workgroup ({g[0]}, {g[1]}, {g[2]}), "
             f"LDS byte {address} (0x{address:x}): wave {pool.wave_in_wg[wave]} "
-            f"{'writes' if write else 'reads'} it at line {ins.line_no} `{ins.text}` and wave "
-            f"{other_local} {other_kind}s it at line {other_ins.line_no} `{other_ins.text}` "
+            f"{'writes' if write else 'reads'} it at {ins.at} and wave "
+            f"{other_local} {other_kind}s it at {other_ins.at} "
             f"with no s_barrier between them (LDS-DMA writes count once their wave waits "
             f"for them with s_waitcnt vmcnt)")
 

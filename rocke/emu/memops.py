@@ -200,7 +200,7 @@ class _ScratchPlan:
 def _private(P, ins):
     segments = getattr(P, "private", None)
     if segments is None:
-        raise PrivateAccessError(f"`{ins.text}` (line {ins.line_no}) accesses private (scratch) "
+        raise PrivateAccessError(f"{ins.at} accesses private (scratch) "
                                  "memory but the kernel descriptor gives it none "
                                  "(.amdhsa_private_segment_fixed_size 0)")
     return segments
@@ -508,11 +508,17 @@ def _decode_atomic(ins, ops, mods, family, op):
 
 # ---------------------------------------------------------------- LDS (DS) instructions
 
+# DS atomic opcode (its `_rtn` dropped) -> the shared atomic table's name. ds_wrxchg exists only
+# as `ds_wrxchg_rtn_*`, so its key is `wrxchg_*` once `_rtn` is dropped like every other.
 _DS_ATOMIC = {"add_u32": "add", "sub_u32": "sub", "min_i32": "smin", "max_i32": "smax",
               "min_u32": "umin", "max_u32": "umax", "and_b32": "and", "or_b32": "or",
               "xor_b32": "xor", "add_f32": "add_f32", "inc_u32": "inc", "dec_u32": "dec",
-              "wrxchg_rtn_b32": "swap", "pk_add_f16": "pk_add_f16", "pk_add_bf16": "pk_add_bf16",
-              "add_u64": "add_x2", "min_f32": "min_f32", "max_f32": "max_f32", "cmpst_b32": "cmpswap"}
+              "wrxchg_b32": "swap", "pk_add_f16": "pk_add_f16", "pk_add_bf16": "pk_add_bf16",
+              "min_f32": "min_f32", "max_f32": "max_f32", "cmpst_b32": "cmpswap",
+              "add_u64": "add_x2", "sub_u64": "sub_x2", "min_i64": "smin_x2", "max_i64": "smax_x2",
+              "min_u64": "umin_x2", "max_u64": "umax_x2", "and_b64": "and_x2", "or_b64": "or_x2",
+              "xor_b64": "xor_x2", "wrxchg_b64": "swap_x2", "cmpst_b64": "cmpswap_x2",
+              "add_f64": "add_f64", "min_f64": "min_f64", "max_f64": "max_f64"}
 
 
 def decode_swizzle_offset(value) -> int:
@@ -628,7 +634,7 @@ def decode_ds(ins, ops, mods):
             dst_row, addr, data = None, ops[0].index, ops[1].index
             extra = ops[2].index if len(ops) > 2 else None
         return _ds_atomic(ins, addr, data, extra, dst_row, int(mods.get("offset", 0)), dtype,
-                          update, atomic == "cmpswap", _UNORDERED_NORET.get(atomic))
+                          update, atomic.startswith("cmpswap"), _UNORDERED_NORET.get(atomic))
     raise DecodeError(f"opcode {name!r} is not implemented")
 
 

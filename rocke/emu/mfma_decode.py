@@ -53,7 +53,7 @@ def decode_mfma(ins, ops, mods, mfma_ops):
             d_val = execute(a_val, b_val, c_val, cbsz=cbsz, abid=abid, blgp=blgp, out=out,
                             workspace=P.workspace)
         except NotImplementedError as err:
-            raise EmulatorError(f"{ins.mnemonic} at line {ins.line_no} `{ins.text}`: {err}") from None
+            raise EmulatorError(f"{ins.mnemonic} at {ins.at}: {err}") from None
         if not direct:
             write_rows(P, sel, drow, nc, d_val.view(np.uint32), active, full)
         return lanes
@@ -79,7 +79,7 @@ def _decode_raw_mfma(ins, op, dst, a, b, c, mods):
             d_val = op.execute(P.vgpr[sel, arow:arow + na], P.vgpr[sel, brow:brow + nb], c_val,
                                cbsz=cbsz, abid=abid, blgp=blgp)
         except NotImplementedError as err:
-            raise EmulatorError(f"{ins.mnemonic} at line {ins.line_no} `{ins.text}`: {err}") from None
+            raise EmulatorError(f"{ins.mnemonic} at {ins.at}: {err}") from None
         write_rows(P, sel, drow, nc, d_val, active, full)
         return lanes
     return run

@@ -328,7 +328,7 @@ def _writes_exec(ins: Instr) -> bool:
 
 
 def _where(ins: Instr, kernel: str) -> str:
-    return f"kernel {kernel}, line {ins.line_no} `{ins.text}`"
+    return f"kernel {kernel}, {ins.at}"
 
 
 def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, valu_ops,

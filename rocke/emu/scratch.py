@@ -83,8 +83,8 @@ class PrivateSegments:
             wave = np.arange(P.num_waves)[sel][w]
             offset = int(offsets[w, lane])
             raise PrivateFault(
-                f"private (scratch) memory fault in kernel {P.kernel.source.name}, line "
-                f"{ins.line_no} `{ins.text}`: {P.wave_label(wave)}, lane {lane}: {nbytes}-byte "
+                f"private (scratch) memory fault in kernel {P.kernel.source.name}, "
+                f"{ins.at}: {P.wave_label(wave)}, lane {lane}: {nbytes}-byte "
                 f"access at private offset {offset} (0x{offset & 0xFFFFFFFF:x}) is outside the "
                 f"lane's {self.lane_bytes}-byte private segment "
                 "(.amdhsa_private_segment_fixed_size); on hardware it would reach another "

@@ -1,0 +1,41 @@
+"""The streaming (online) softmax step of flash attention, as a DSL building block.
+
+``online_softmax_update`` folds one tile of log2-domain scores into a running max ``m`` and sum
+``l`` (ALGORITHM.md §2) and returns the tile's probabilities and ``alpha``, the factor that
+rescales an output accumulator; scale scores by ``softmax_scale * LOG2E`` first so ``exp2``
+computes ``exp``. ``finite_base`` keeps ``exp2(x - m)`` NaN-free before any key was seen.
+(``rocke.kernels.common.flash`` holds the same helpers for the shipped kernels.)
+"""
+
+from __future__ import annotations
+
+import math
+
+from .fragment import ROW, AxisVector
+from .math import exp2
+from .values import Value, select
+
+LOG2E = 1.4426950408889634       # log2(e): exp(x) = exp2(x * LOG2E)
+
+
+def finite_base(m: Value) -> Value:
+    """``m``, or 0 where ``m`` is -inf (no key seen yet), so ``exp2(x - base)`` is never NaN."""
+    return select(m == -math.inf, 0.0, m)
+
+
+def online_softmax_update(m: AxisVector, l: AxisVector, scores, axis: int = ROW):
+    """One KV tile of the streaming softmax for log2-domain score fragments whose keys run
+    along ``axis`` (ROW: S^T tiles, keys on rows; COL: S tiles): the new running max and sum,
+    the tile's probabilities, and alpha = 2^(m_old - m_new) for the output accumulator."""
+    tile_max = scores[0]
+    for s in scores[1:]:
+        tile_max = tile_max.maximum(s)
+    m_new = m.maximum(tile_max.reduce(axis, "max"))
+    base = m_new.map(finite_base)
+    alpha = (m - base).map(lambda x: exp2(x, fast=True))
+    probs = [(s - base).exp2(fast=True) for s in scores]
+    tile_sum = probs[0]
+    for p in probs[1:]:
+        tile_sum = tile_sum + p
+    l_new = l * alpha + tile_sum.reduce(axis, "sum")
+    return m_new, l_new, probs, alpha
