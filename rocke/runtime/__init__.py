@@ -20,20 +20,22 @@ DEVICES = DEVICE_KINDS
 
 def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
            device: Device | str | None = None, stream=None, check: bool = True,
-           allow_alias: bool = False):
+           allow_alias: bool = False, memcheck: str = "view"):
     """Run `compiled` over `grid` workgroups of `block` work-items with explicit `args`.
 
     Returns the emulator's LaunchReport on "emu" (None while a Graph is capturing), None on
     "hip" (the launch is asynchronous on `stream`). `check` turns on the emulator's LDS race
     checker; HIP ignores it. `allow_alias=True` lets an output share memory with another argument
     (kernels written for in-place use); otherwise the emulator refuses overlapping arguments.
+    `memcheck` is the emulator's addressable range per tensor argument: "view" (default) or
+    "allocation" (its whole storage, for kernels that index outside their view); HIP ignores it.
     Every error is raised before the device is touched.
     """
     if not isinstance(allow_alias, bool):
         raise ValueError(f"allow_alias must be a bool, got {allow_alias!r}")
     target = get_device(device)
     prepared = prepare_launch(compiled, grid, block, args, shared_mem, device_kind=target.kind,
-                              allow_alias=allow_alias)
+                              allow_alias=allow_alias, memcheck=memcheck)
     return target.execute(prepared, stream=stream, check=check)
 
 
