@@ -34,6 +34,6 @@ of ``n`` waves of pool ``P`` (control flow: ``run(P, sel, n, pc)``, setting ``P.
 never touches machine state, so one decoded kernel serves every launch.
 """
 from .errors import EmulatorError, LaunchTimeout, LdsFault, LdsRace, MemoryFault
-from .launch import LaunchReport, launch
+from .launch import MEMCHECK_SCOPES, LaunchReport, launch
 
-__all__ = ["launch", "LaunchReport", "EmulatorError", "MemoryFault", "LdsFault", "LdsRace", "LaunchTimeout"]
+__all__ = ["launch", "LaunchReport", "MEMCHECK_SCOPES", "EmulatorError", "MemoryFault", "LdsFault", "LdsRace", "LaunchTimeout"]

@@ -4,7 +4,7 @@ line table (`.file` / `.loc` directives, from debug locations in the IR), each i
 keeps the source line it came from (`Instr.source`), which findings print beside it."""
 from __future__ import annotations
 
-import ast
+import functools
 import operator
 import re
 from dataclasses import dataclass, field
@@ -164,11 +164,49 @@ def _strip_comment(line: str) -> str:
     return line
 
 
-_EXPR_TOKEN = re.compile(r"\s*(?:(0x[0-9a-fA-F]+|\d+)|([A-Za-z_.$][\w.$]*)|(<<|>>|[-+*/%&|^~(),!]))")
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.BitAnd: operator.and_,
-           ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.LShift: operator.lshift,
-           ast.RShift: operator.rshift}
+_EXPR_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)|([A-Za-z_.$][\w.$]*)|"
+                         r"(<<|>>|<=|>=|==|!=|<>|&&|\|\||[-+*/%&|^~(),!<>]))")
+# binary operators of LLVM's MC expressions, GNU flavour (AsmParser getGNUBinOpPrecedence):
+# a larger number binds tighter; all are left-associative
+_PRECEDENCE = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<>": 3, "<": 3, "<=": 3, ">": 3, ">=": 3,
+               "+": 4, "-": 4, "|": 5, "!": 5, "&": 5, "^": 5,
+               "*": 6, "/": 6, "%": 6, "<<": 6, ">>": 6}
+_MASK64 = (1 << 64) - 1
+
+
+def _int64(value: int) -> int:
+    value &= _MASK64
+    return value - (1 << 64) if value >> 63 else value
+
+
+def _c_quotient(a: int, b: int) -> int:
+    """a / b truncated toward zero, as C (and MC) divide."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def _binary(op: str, a: int, b: int, text: str) -> int:
+    """MCExpr's evaluation of `a op b` on int64 values (MCExpr::evaluateAsRelocatableImpl):
+    comparisons give -1 for true, && and || give 1, >> is logical (MCAsmInfo's default)."""
+    if op in ("/", "%"):
+        if b == 0:
+            raise ValueError(f"division by zero in expression {text!r}")
+        q = _c_quotient(a, b)
+        return _int64(q if op == "/" else a - b * q)
+    if op in ("<<", ">>"):
+        if not 0 <= b < 64:
+            raise ValueError(f"shift by {b} in expression {text!r} (must be 0-63)")
+        return _int64((a & _MASK64) << b if op == "<<" else (a & _MASK64) >> b)
+    compare = {"==": a == b, "!=": a != b, "<>": a != b, "<": a < b, "<=": a <= b,
+               ">": a > b, ">=": a >= b}
+    if op in compare:
+        return -1 if compare[op] else 0
+    if op == "&&":
+        return int(bool(a) and bool(b))
+    if op == "||":
+        return int(bool(a) or bool(b))
+    return _int64({"+": a + b, "-": a - b, "*": a * b, "&": a & b, "|": a | b, "^": a ^ b,
+                   "!": a | ~b}[op])
 
 
 def _alignto(value, alignment):
@@ -190,60 +228,119 @@ def _extra_sgprs(vcc, flat_scratch, xnack=0, *_):
 
 
 # the function forms LLVM's AMDGPU MC layer prints in `.set` / descriptor expressions
+# (AMDGPUMCExpr: `or` is a bitwise or of its arguments, `max` a signed maximum)
 _EXPR_FUNCTIONS = {"max": lambda *a: max(a), "min": lambda *a: min(a),
-                   "or": lambda *a: int(any(a)), "and": lambda *a: int(all(a)),
+                   "or": lambda *a: functools.reduce(operator.or_, a),
+                   "and": lambda *a: int(all(a)),
                    "alignto": _alignto, "totalnumvgprs": _total_vgprs,
                    "extrasgprs": _extra_sgprs}
 
 
-def evaluate_expression(text: str, symbols: dict[str, str], _depth: int = 0) -> int:
-    """Value of an assembler integer expression (`max(32, .Lf.num_vgpr)`, `k.private_seg_size`,
-    `((a&~65536)&63)+1`) whose symbols are `.set` definitions in `symbols`."""
-    if _depth > 64:
-        raise ValueError(f"`.set` definitions are circular around {text!r}")
-    pieces, pos = [], 0
-    text = text.strip()
+def _tokens(text: str) -> list[tuple[str, object]]:
+    """(kind, value) tokens of an expression: ("num", int), ("name", str), ("op", str)."""
+    tokens, pos = [], 0
     while pos < len(text):
+        if not text[pos:].strip():
+            break
         m = _EXPR_TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise ValueError(f"cannot read expression {text!r} at {text[pos:]!r}")
+            raise ValueError(f"cannot read expression {text!r} at {text[pos:].strip()!r}")
         number, name, op = m.groups()
         pos = m.end()
         if number is not None:
-            pieces.append(str(int(number, 0)))
+            # LLVM's lexer: 0x hex, 0b binary, a leading 0 octal
+            base = 16 if number[:2] in ("0x", "0X") else 2 if number[:2] in ("0b", "0B") \
+                else 8 if len(number) > 1 and number[0] == "0" else 10
+            try:
+                tokens.append(("num", _int64(int(number[2:] if base in (2, 16) else number,
+                                                 base))))
+            except ValueError:
+                raise ValueError(f"bad number {number!r} in expression {text!r}") from None
         elif name is not None:
-            if name in _EXPR_FUNCTIONS and text[pos:].lstrip().startswith("("):
-                pieces.append(f"F_{name}")
-            elif name in symbols:
-                pieces.append(f"({evaluate_expression(symbols[name], symbols, _depth + 1)})")
-            else:
-                raise ValueError(f"expression {text!r} uses the undefined symbol {name!r}")
+            tokens.append(("name", name))
         else:
-            pieces.append({"/": "//", "!": " not "}.get(op, op))
+            tokens.append(("op", op))
+    return tokens
 
-    def value(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            return _BINARY[type(node.op)](value(node.left), value(node.right))
-        if isinstance(node, ast.UnaryOp):
-            operand = value(node.operand)
-            if isinstance(node.op, ast.USub):
-                return -operand
-            if isinstance(node.op, ast.UAdd):
-                return operand
-            if isinstance(node.op, ast.Invert):
-                return ~operand
-            if isinstance(node.op, ast.Not):
-                return int(not operand)
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id.startswith("F_") and not node.keywords):
-            return int(_EXPR_FUNCTIONS[node.func.id[2:]](*(value(a) for a in node.args)))
-        raise ValueError(f"unsupported expression {text!r}")
-    try:
-        return value(ast.parse(" ".join(pieces), mode="eval").body)
-    except SyntaxError:
-        raise ValueError(f"malformed expression {text!r}") from None
+
+def evaluate_expression(text: str, symbols: dict[str, str], _depth: int = 0) -> int:
+    """Value of an assembler integer expression (`max(32, .Lf.num_vgpr)`, `k.private_seg_size`,
+    `((a&~65536)&63)+1`, `(k.private_seg_size>0)||k.has_dyn_sized_stack`) whose symbols are
+    `.set` definitions in `symbols`, with the operators, precedence and int64 arithmetic of
+    LLVM's MC expressions."""
+    if _depth > 64:
+        raise ValueError(f"`.set` definitions are circular around {text!r}")
+    tokens = _tokens(text.strip())
+    pos = 0
+
+    def peek():
+        return tokens[pos] if pos < len(tokens) else ("end", None)
+
+    def take(kind, value=None):
+        nonlocal pos
+        token = peek()
+        if token[0] != kind or (value is not None and token[1] != value):
+            shown = "the end" if token[0] == "end" else repr(token[1])
+            raise ValueError(f"malformed expression {text!r}: expected "
+                             f"{value or kind!r}, found {shown}")
+        pos += 1
+        return token[1]
+
+    def primary() -> int:
+        kind, value = peek()
+        if kind == "num":
+            return take("num")
+        if kind == "op" and value in ("-", "+", "~", "!"):
+            take("op")
+            operand = primary()
+            return {"-": _int64(-operand), "+": operand, "~": _int64(~operand),
+                    "!": int(not operand)}[value]
+        if kind == "op" and value == "(":
+            take("op", "(")
+            result = expression(1)
+            take("op", ")")
+            return result
+        if kind == "name":
+            take("name")
+            if value in _EXPR_FUNCTIONS and peek() == ("op", "("):
+                take("op", "(")
+                args = [expression(1)]
+                while peek() == ("op", ","):
+                    take("op", ",")
+                    args.append(expression(1))
+                take("op", ")")
+                try:
+                    return _int64(int(_EXPR_FUNCTIONS[value](*args)))
+                except TypeError:
+                    raise ValueError(f"{value}() in expression {text!r} cannot take "
+                                     f"{len(args)} arguments") from None
+            if value in symbols:
+                return evaluate_expression(symbols[value], symbols, _depth + 1)
+            raise ValueError(f"expression {text!r} uses the undefined symbol {value!r}")
+        shown = "the end" if kind == "end" else repr(value)
+        raise ValueError(f"malformed expression {text!r}: unexpected {shown}")
+
+    def binary_rest(minimum: int, lhs: int) -> int:
+        # precedence climbing, as LLVM's AsmParser::parseBinOpRHS
+        while True:
+            kind, op = peek()
+            precedence = _PRECEDENCE.get(op, 0) if kind == "op" else 0
+            if precedence < minimum or precedence == 0:
+                return lhs
+            take("op")
+            rhs = primary()
+            kind, after = peek()
+            if kind == "op" and precedence < _PRECEDENCE.get(after, 0):
+                rhs = binary_rest(precedence + 1, rhs)
+            lhs = _binary(op, lhs, rhs, text)
+
+    def expression(minimum: int) -> int:
+        return binary_rest(minimum, primary())
+
+    result = expression(1)
+    if pos != len(tokens):
+        raise ValueError(f"malformed expression {text!r}: unexpected {peek()[1]!r}")
+    return result
 
 
 def parse_program(text: str) -> Program:

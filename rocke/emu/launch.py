@@ -59,6 +59,10 @@ LDS_LIMIT = GFX942.max_lds_per_workgroup     # the emulator models gfx942 only
 MAX_WORKGROUP_SIZE = 1024            # work-items per workgroup on gfx942
 MAX_GRID_WORK_ITEMS = 2 ** 32 - 1    # per axis: the dispatch packet's grid size is 32-bit
 MAX_POOL_WAVES = 512
+# what a tensor argument makes addressable: its view (rocke's own kernels: an access outside the
+# view is a bug even inside the allocation) or its whole allocation (foreign code: a pointer
+# into the middle of a buffer indexed backwards is a common idiom; compute-sanitizer's scope)
+MEMCHECK_SCOPES = ("view", "allocation")
 RACE_TRACKER_BUDGET = 96 << 20   # bytes of race bookkeeping per pool
 _CACHE: OrderedDict[str, tuple[Program, dict[str, DecodedKernel]]] = OrderedDict()
 _CACHE_SIZE = 32
@@ -76,7 +80,7 @@ class LaunchReport:
     emulator_wall_time_s: float = 0.0   # host time spent emulating: not GPU time
     batches: int = 0   # scheduler picks: groups of waves run together (fewer = wider batches)
     shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
-    shadow_bytes: int = 0        # bytes copied for rollback (every argument's view span)
+    shadow_bytes: int = 0        # bytes copied for rollback (every argument's addressable range)
     profile: object = None       # a profile.LaunchProfile when launched with profile=True
 
     @property
@@ -203,6 +207,13 @@ def _tensor_span(arg: abi.KernArg, value, written: bool) -> _Span:
     return _Span(start, start + (last + 1) * itemsize, arg.label, written)
 
 
+def _allocation_span(arg: abi.KernArg, value, written: bool) -> _Span:
+    """The bytes of the storage (allocation) a tensor argument's view lies in."""
+    storage = value.untyped_storage()
+    start = int(storage.data_ptr())
+    return _Span(start, start + int(storage.nbytes()), arg.label, written)
+
+
 def _check_aliasing(spans: list[_Span]):
     for i, a in enumerate(spans):
         for b in spans[i + 1:]:
@@ -241,11 +252,14 @@ class _Shadow:
 
 def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
            check: bool = True, *, timeout_s: float | None = None,
-           allow_alias: bool = False, profile: bool = False) -> LaunchReport:
+           allow_alias: bool = False, memcheck: str = "view",
+           profile: bool = False) -> LaunchReport:
     """Run `kernel` from gfx942 assembly `code` over `grid` workgroups of `block` work-items.
 
-    Tensors in `args` are CPU torch tensors, read and written in place; each is addressable
-    exactly over its view (an access outside every argument's view is a MemoryFault). Every
+    Tensors in `args` are CPU torch tensors, read and written in place; with `memcheck="view"`
+    each is addressable exactly over its view, with `memcheck="allocation"` over its whole
+    storage (for foreign kernels that index outside the view they were given); an access
+    outside every addressable range is a MemoryFault that names the scope. Every
     input is checked before anything runs (ValueError); an argument the kernel may write
     (see `_writes_through`) overlapping another argument is refused unless `allow_alias`.
     A launch that raises — fault, trap, checker finding, `timeout_s` (default
@@ -256,6 +270,9 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     """
     if not isinstance(profile, bool):
         raise ValueError(f"profile must be a bool, got {profile!r}")
+    if memcheck not in MEMCHECK_SCOPES:
+        raise ValueError(f"memcheck must be one of {', '.join(map(repr, MEMCHECK_SCOPES))}, "
+                         f"got {memcheck!r}")
     program, decoded = _program(code)
     if not isinstance(kernel, str) or kernel not in program.kernels:
         raise ValueError(f"unknown kernel {kernel!r}; the assembly defines: "
@@ -294,12 +311,14 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
         raise ValueError(f"kernel {kernel} takes {len(explicit)} explicit arguments ({names}), "
                          f"got {len(args)}")
     metadata_args = source.metadata.get(".args", [])
-    spans = []
+    spans, allocations = [], []
     args = list(args)
     for position, (arg, value) in enumerate(zip(explicit, args)):
         if _is_tensor(value):
             if arg.value_kind in abi.POINTER_KINDS:
-                spans.append(_tensor_span(arg, value, _writes_through(metadata_args[arg.index])))
+                written = _writes_through(metadata_args[arg.index])
+                spans.append(_tensor_span(arg, value, written))
+                allocations.append(_allocation_span(arg, value, written))
         elif arg.value_kind == "by_value":
             args[position] = _by_value(arg, value)
     if not allow_alias:
@@ -311,8 +330,8 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
         decoded[kernel] = decode_kernel(program, source)
     dk = decoded[kernel]
 
-    memory = GlobalMemory()
-    ranges = _merged(spans)
+    memory = GlobalMemory(memcheck, [(a.start, a.end, a.label) for a in allocations])
+    ranges = _merged(allocations if memcheck == "allocation" else spans)
     for start, end, names in ranges:
         memory.add(start, end - start, names, True)
     kernarg = np.zeros(-(-max(len(packed), 16) // 64) * 64 + 64, np.uint8)

@@ -222,7 +222,8 @@ class Pool:
     # ------------------------------------------------------------------ the scheduler
     def run(self):
         try:
-            self._run()
+            with np.errstate(all="ignore"):   # once here, not per instruction (see valu/salu)
+                self._run()
         except EmulatorError:
             raise
         except Exception as err:  # a defect or unsupported corner inside an instruction

@@ -80,7 +80,12 @@ class AccessFault(Exception):
 
 
 class GlobalMemory:
-    def __init__(self):
+    def __init__(self, scope: str = "view", allocations=()):
+        """`scope`: what the tensor regions cover ("view" or "allocation", see
+        launch.MEMCHECK_SCOPES); `allocations`: (start, end, name) of each tensor argument's
+        storage, to tell a fault outside a view but inside its allocation."""
+        self.scope = scope
+        self.allocations = list(allocations)
         self.regions: list[Region] = []
         self._starts = np.zeros(0, np.uint64)
         self._ends = np.zeros(0, np.uint64)
@@ -112,8 +117,21 @@ class GlobalMemory:
             where = f"{address - best.end} bytes past its end"
         else:
             where = f"inside it at byte {address - best.start}"
-        return (f"nearest buffer: {best.name} [0x{best.start:x}, 0x{best.end:x}), "
+        text = (f"nearest buffer: {best.name} [0x{best.start:x}, 0x{best.end:x}), "
                 f"{best.size} bytes; the address is {where}")
+        return text + "; " + self._scope_note(address)
+
+    def _scope_note(self, address: int) -> str:
+        if self.scope == "allocation":
+            return ("memcheck scope: allocation (each tensor argument's whole storage is "
+                    "addressable)")
+        inside = [name for start, end, name in self.allocations if start <= address < end]
+        if inside:
+            return (f"memcheck scope: view; the address is inside the allocation of "
+                    f"{inside[0]} but outside its view: a kernel that addresses its "
+                    f"arguments' whole allocations runs with memcheck=\"allocation\"")
+        return ("memcheck scope: view (each tensor argument is addressable over its view; "
+                "memcheck=\"allocation\" widens it to the argument's storage)")
 
     def _locate(self, addresses: np.ndarray, nbytes: int, write: bool) -> np.ndarray:
         """Region index of every address; raises AccessFault on the first bad one."""

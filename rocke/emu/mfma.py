@@ -130,22 +130,29 @@ class MfmaOp:
         groups = 64 // self.n
         return (self.m // groups // 4, groups, 4)
 
-    def _b_values(self, b: np.ndarray, workspace) -> np.ndarray:
-        """uint32[n, regs, 64] of B -> float64[n, regs, 64, per_reg] (element e of register r
-        of lane l)."""
+    def _b_matrix(self, b: np.ndarray, blgp: int, workspace) -> np.ndarray:
+        """uint32[n, regs, 64] of B -> float64[n, blocks, K, N]. As for A, the 8/16-bit
+        elements are put in order first (a quarter of the bytes of moving decoded float64
+        values), then decoded in place."""
         n = b.shape[0]
+        if blgp:
+            b = b[:, :, _blgp_source_lane(blgp)]
         per_reg = 32 // _FORMAT_BITS[self.b_format]
-        values = scratch(workspace, "b", (n, self.b_regs, 64 * per_reg), np.float64)
-        return _decode_into(b, self.b_format, values).reshape(n, self.b_regs, 64, per_reg)
-
-    def _b_matrix(self, values: np.ndarray) -> np.ndarray:
-        """float64[n, regs, 64, per_reg] of B -> float64[n, blocks, K, N]."""
-        n, regs, _, per_reg = values.shape
+        if b.strides[-1] != b.itemsize:
+            b = np.ascontiguousarray(b)
+        elements = b.view(np.uint16 if per_reg == 2 else np.uint8)
         groups = 64 // self.n
-        split = values.reshape(n, regs, groups, self.n, per_reg)    # lane = group * N + column
-        # blocks > 1: block = group, k = (register, element); one block: k = (group, register,
-        # element). Both are the order (group, register, element, column).
-        return split.transpose(0, 2, 1, 4, 3).reshape(n, self.blocks, self.k, self.n)
+        # lane = group * N + column; blocks > 1: block = group, k = (register, element); one
+        # block: k = (group, register, element). Both are the order (group, register,
+        # element, column).
+        split = elements.reshape(n, self.b_regs, groups, self.n, per_reg)
+        ordered = scratch(workspace, "b", (n, groups, self.b_regs, per_reg, self.n),
+                          elements.dtype)
+        np.copyto(ordered, split.transpose(0, 2, 1, 4, 3))
+        matrix = scratch(workspace, "B", (n, self.blocks, self.k, self.n), np.float64)
+        _decode_into(ordered.reshape(n, -1).view(np.uint32), self.b_format,
+                     matrix.reshape(n, -1))
+        return matrix
 
     def _register_order(self, matrix: np.ndarray, n: int) -> tuple[np.ndarray, tuple]:
         """A view of [n, blocks, M, N] `matrix` (rows in `_row_split` order) whose C-order walk
@@ -191,16 +198,12 @@ class MfmaOp:
         """
         self._check(a, b, c, cbsz, abid, blgp)
         n = a.shape[0]
-        b_values = self._b_values(b, workspace)
-        if blgp:
-            b_values = b_values[:, :, _blgp_source_lane(blgp)]
+        b_matrix = self._b_matrix(b, blgp, workspace)
         # contiguous operands: numpy's matmul then sums in one fixed order (NaN payloads too)
         a_matrix = self._a_matrix(a, workspace)
         if cbsz:
             source_block = (np.arange(self.blocks) >> cbsz << cbsz) + abid
             a_matrix = np.ascontiguousarray(a_matrix[:, source_block])
-        b_matrix = scratch(workspace, "B", (n, self.blocks, self.k, self.n), np.float64)
-        np.copyto(b_matrix, self._b_matrix(b_values))
         products = scratch(workspace, "P", (n, self.blocks, self.m, self.n), np.float64)
         d = np.empty((n, self.c_regs, 64), np.float32) if out is None else out
         with np.errstate(all="ignore"):

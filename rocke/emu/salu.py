@@ -89,7 +89,9 @@ def decode_salu(ins, ops: list[Operand], op):
             writers.append(lambda P, sel, v, w=w, view=view: w(P, sel, np.asarray(v).astype(view, copy=False).view(np.uint16).astype(U32)))
         else:
             writers.append(lambda P, sel, v, w=w, view=view: w(P, sel, np.asarray(v).astype(view, copy=False).view(U32)))
-    fn, reads_scc, writes_scc = op.fn, op.reads_scc, op.writes_scc
+    # Pool.run holds np.errstate(all="ignore") around every instruction: the unwrapped op
+    fn = getattr(op.fn, "__wrapped__", op.fn)
+    reads_scc, writes_scc = op.reads_scc, op.writes_scc
 
     def run(P, sel, n):
         args = [r(P, sel, n) for r in readers]
@@ -99,10 +101,10 @@ def decode_salu(ins, ops: list[Operand], op):
         if not isinstance(result, tuple):
             result = (result,)
         if writes_scc:
-            P.scc[sel] = np.broadcast_to(np.asarray(result[-1], bool), (n,))
+            P.scc[sel] = np.asarray(result[-1], bool)   # a scalar broadcasts on assignment
             result = result[:-1]
         for w, v in zip(writers, result):
-            w(P, sel, np.broadcast_to(v, (n,)))
+            w(P, sel, v if getattr(v, "shape", None) == (n,) else np.broadcast_to(v, (n,)))
         return 0
     return run
 

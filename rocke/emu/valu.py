@@ -128,7 +128,7 @@ def _from_typed(value, typ, shape):
         out = pair.view(U64)[..., 0]
     else:
         raise DecodeError(f"no conversion for result type {typ}")
-    return np.broadcast_to(out, shape)
+    return out if out.shape == shape else np.broadcast_to(out, shape)
 
 
 def _float_modifiers(x, typ, neg, absolute):
@@ -205,7 +205,8 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
     dst_fns = []
     for j, (dst, typ) in enumerate(zip(dst_ops, op.dsts)):
         dst_fns.append(_destination(j, dst, typ, form))
-    fn = op.fn
+    # Pool.run holds np.errstate(all="ignore") around every instruction: the unwrapped op
+    fn = getattr(op.fn, "__wrapped__", op.fn)
 
     def run(P, sel, n):
         active, full, lanes = P.exec_state(sel)

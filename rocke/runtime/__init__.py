@@ -21,7 +21,7 @@ DEVICES = DEVICE_KINDS
 
 def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
            device: Device | str | None = None, stream=None, check: bool = True,
-           allow_alias: bool = False, profile: bool = False):
+           allow_alias: bool = False, memcheck: str = "view", profile: bool = False):
     """Run `compiled` over `grid` workgroups of `block` work-items with explicit `args`.
 
     Returns the emulator's LaunchReport on "emu" (None while a Graph is capturing), None on
@@ -30,6 +30,8 @@ def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
     (kernels written for in-place use); otherwise the emulator refuses overlapping arguments.
     `profile=True` (emulator only) returns the report with exact counters in `.profile`
     (rocke.emu.profile.LaunchProfile); the default launch does not collect them.
+    `memcheck` is the emulator's addressable range per tensor argument: "view" (default) or
+    "allocation" (its whole storage, for kernels that index outside their view); HIP ignores it.
     Every error is raised before the device is touched.
     """
     if not isinstance(allow_alias, bool):
@@ -41,7 +43,7 @@ def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
         raise ValueError(f"profile=True needs the emulator device (counters come from emulation), "
                          f"got device {target.kind!r}")
     prepared = prepare_launch(compiled, grid, block, args, shared_mem, device_kind=target.kind,
-                              allow_alias=allow_alias)
+                              allow_alias=allow_alias, memcheck=memcheck)
     if profile:
         if target.is_capturing(stream):
             raise ValueError("profile=True cannot be used while a Graph is capturing")

@@ -29,6 +29,7 @@ class PreparedLaunch:
     args: tuple                        # explicit arguments, as checked
     kernarg: bytes                     # the whole kernarg segment (explicit + hidden)
     allow_alias: bool = False          # outputs may overlap other arguments (in-place kernels)
+    memcheck: str = "view"             # the emulator's addressable range per tensor (emu.launch)
 
 
 def _pointer_of(value) -> int:
@@ -44,9 +45,13 @@ def _dims(value, what: str) -> tuple[int, int, int]:
 
 def prepare_launch(compiled, grid, block, args: Sequence[Any],
                    shared_mem: int = 0, *, device_kind: str = "emu",
-                   allow_alias: bool = False) -> PreparedLaunch:
+                   allow_alias: bool = False, memcheck: str = "view") -> PreparedLaunch:
     """Check a launch of `compiled` and pack its kernarg segment; raises ValueError before any
     work when something is wrong."""
+    from ..emu import MEMCHECK_SCOPES
+    if memcheck not in MEMCHECK_SCOPES:
+        raise ValueError(f"memcheck must be one of {', '.join(map(repr, MEMCHECK_SCOPES))}, "
+                         f"got {memcheck!r}")
     info = compiled.info
     # launch arguments vs the kernel's declared signature: grid/block, dtypes, value kinds, ranges
     values = check_launch_args(compiled, grid, block, args, device=device_kind)
@@ -56,7 +61,8 @@ def prepare_launch(compiled, grid, block, args: Sequence[Any],
         raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
     kernarg = abi.pack_kernarg_segment(info.args, values, grid3, block3, shared_mem, _pointer_of,
                                        info.kernarg_size)
-    return PreparedLaunch(compiled, grid3, block3, shared_mem, tuple(values), kernarg, allow_alias)
+    return PreparedLaunch(compiled, grid3, block3, shared_mem, tuple(values), kernarg, allow_alias,
+                          memcheck)
 
 
 class Device:

@@ -30,7 +30,8 @@ class EmuDevice(Device):
         c = launch.compiled
         return emu.launch(c.asm, c.name, launch.grid, launch.block, list(launch.args),
                           shared_mem=launch.shared_mem, check=check,
-                          allow_alias=launch.allow_alias, profile=profile or active())
+                          allow_alias=launch.allow_alias, memcheck=launch.memcheck,
+                          profile=profile or active())
 
     def is_capturing(self, stream=None) -> bool:
         return _graph.active_capture(self) is not None

@@ -108,3 +108,50 @@ def test_write_after_another_waves_read_is_a_race():
     message = str(info.value)
     assert re.search(r"wave \d writes it at line \d+ `ds_write", message)
     assert re.search(r"and wave \d reads it at line \d+ `ds_read", message)
+
+
+BEHIND = """
+define amdgpu_kernel void @behind(ptr addrspace(1) %p, ptr addrspace(1) %out, i32 %back) {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %i = sub i32 %tid, %back
+  %pi = getelementptr float, ptr addrspace(1) %p, i32 %i
+  %v = load float, ptr addrspace(1) %pi
+  %po = getelementptr float, ptr addrspace(1) %out, i32 %tid
+  store float %v, ptr addrspace(1) %po
+  %w = fadd float %v, 1.0
+  store float %w, ptr addrspace(1) %pi
+  ret void
+}
+"""
+
+
+def test_memcheck_scope_view_or_allocation():
+    """A pointer into the middle of a tensor's storage indexed backwards (a common Triton/HIP
+    idiom): outside the view, so a fault under the default view scope whose message says so and
+    names memcheck="allocation"; right under allocation scope (reads and writes land in the
+    storage); an access before the storage still faults under allocation scope."""
+    asm = compile_ir(BEHIND)
+    base = torch.arange(128, dtype=torch.float32)
+    p, out = base[64:], torch.zeros(64)
+    with pytest.raises(emu.MemoryFault) as info:
+        emu.launch(asm, "behind", 1, 64, [p, out, 64])
+    message = str(info.value)
+    assert "memcheck scope: view" in message and 'memcheck="allocation"' in message, message
+    assert "inside the allocation of argument 0 (p" in message, message
+    assert torch.equal(base, torch.arange(128, dtype=torch.float32)) and not out.any()
+
+    emu.launch(asm, "behind", 1, 64, [p, out, 64], memcheck="allocation")
+    assert torch.equal(out, torch.arange(64, dtype=torch.float32))
+    assert torch.equal(base[:64], torch.arange(64, dtype=torch.float32) + 1)
+    assert torch.equal(base[64:], torch.arange(64, 128, dtype=torch.float32))
+
+    before = base.clone()
+    with pytest.raises(emu.MemoryFault) as info:   # lane 0 reads base[-1]: before the storage
+        emu.launch(asm, "behind", 1, 64, [p, out, 65], memcheck="allocation")
+    message = str(info.value)
+    assert "memcheck scope: allocation" in message and "lane 0" in message, message
+    assert re.search(r"\b4 bytes before its start", message), message
+    assert torch.equal(base, before)
+
+    with pytest.raises(ValueError, match="memcheck must be one of 'view', 'allocation'"):
+        emu.launch(asm, "behind", 1, 64, [p, out, 64], memcheck="storage")

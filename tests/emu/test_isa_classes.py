@@ -437,6 +437,124 @@ def test_descriptor_written_as_set_symbol_expressions():
         parse_program(text.replace("  .amdhsa_next_free_sgpr 48", "  .amdhsa_next_free_sgpr run_asm.num_sgpr"))
 
 
+# Values of LLVM's MC expressions as llvm-mc 19 computes them (each assembled as
+# `.set e, <expression>` for gfx942 and read back from the object's symbol table): GNU
+# precedence (|| < && < comparisons < + - < | & ^ ! < * / % << >>), comparisons -1 for true,
+# && / || 1 for true, C division, logical >>, infix `!` = or-not.
+LLVM_MC_VALUES = [
+    ('3 > 2', -1),
+    ('2 > 3', 0),
+    ('1 + 2 > 2', -1),
+    ('0 || 5', 1),
+    ('0 && 5', 0),
+    ('3 && 0 || 2', 1),
+    ('!0', 1),
+    ('!7', 0),
+    ('!0 + 1', 2),
+    ('1 | 2 + 4', 7),
+    ('6 & 3 + 1', 3),
+    ('1 + 2 * 3', 7),
+    ('2 * 3 << 1', 12),
+    ('1 << 2 + 1', 5),
+    ('5 - 3 - 1', 1),
+    ('-7 / 2', -3),
+    ('-7 % 2', -1),
+    ('7 / -2', -3),
+    ('~0 & 255', 255),
+    ('1 == 1', -1),
+    ('1 != 1', 0),
+    ('2 <= 2', -1),
+    ('2 >= 3', 0),
+    ('1 < 2 == -1', -1),
+    ('(16 > 0) || 0', 1),
+    ('((0 > 0) || 0) || 1', 1),
+    ('1 ^ 3 | 4', 6),
+    ('5 !2', -3),
+    ('-1 >> 60', 15),
+    ('3 < 5 && 5 < 3', 0),
+    ('max(1, 3 > 2) + 1', 2),
+    ('1 <> 2', -1),
+    ('or(2, 4)', 6),
+    ('max(-1, 1)', 1),
+    ('or(0, 0, 8)', 8),
+    ('alignto(5, 4)', 8),
+]
+
+
+@pytest.mark.parametrize("expression, value", LLVM_MC_VALUES)
+def test_set_expressions_evaluate_as_llvm_mc_does(expression, value):
+    from rocke.emu.asm import evaluate_expression
+    assert evaluate_expression(expression, {}) == value
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("1 / 0", "division by zero"), ("3 % (2 - 2)", "division by zero"),
+    ("1 <<", "malformed expression"), ("(1 + 2", "expected '\\)'"), ("1 2", "unexpected 2"),
+    ("a.b + 1", "undefined symbol 'a.b'"), ("1 << 64", "shift by 64"), ("1 @ 2", "cannot read"),
+])
+def test_bad_set_expressions_are_refused_with_the_reason(expression, message):
+    from rocke.emu.asm import evaluate_expression
+    with pytest.raises(ValueError, match=message):
+        evaluate_expression(expression, {})
+
+
+def test_descriptor_with_comparison_and_logical_operators_runs():
+    """A descriptor in the form LLVM prints for kernels with calls / a dynamic stack
+    (ScratchEnable = (scratch blocks > 0) || dynamic call stack; AMDGPUAsmPrinter), over `.set`
+    symbols defined after the descriptor: parsed, and the kernel runs."""
+    from rocke.emu.asm import parse_program
+    text = asm_text("  v_add_u32 v0, v0, 1", 1)
+    text = text.replace(
+        "  .amdhsa_next_free_vgpr 512",
+        "  .amdhsa_next_free_vgpr 512\n"
+        "  .amdhsa_uses_dynamic_stack ((run_asm.has_dyn_sized_stack|run_asm.has_recursion))&1\n"
+        "  .amdhsa_enable_private_segment (((run_asm.private_seg_size+3)/4>0)||"
+        "(run_asm.has_dyn_sized_stack|run_asm.has_recursion))&&!run_asm.uses_flat_scratch")
+    symbols = ("\n  .set run_asm.private_seg_size, 0+max(.Lhelper.private_seg_size)"
+               "\n  .set .Lhelper.private_seg_size, {size}"
+               "\n  .set run_asm.has_dyn_sized_stack, or(0, 0)"
+               "\n  .set run_asm.has_recursion, 0\n  .set run_asm.uses_flat_scratch, 0\n")
+    kernel = parse_program(text + symbols.format(size=0)).kernels["run_asm"]
+    assert kernel.descriptor["amdhsa_enable_private_segment"] == 0
+    assert kernel.descriptor["amdhsa_uses_dynamic_stack"] == 0
+    kernel = parse_program(text + symbols.format(size=16)).kernels["run_asm"]
+    assert kernel.descriptor["amdhsa_enable_private_segment"] == 1
+    v = torch.zeros(64, dtype=torch.int32)
+    s = torch.zeros(64, dtype=torch.int32)
+    emu.launch(text + symbols.format(size=0), "run_asm", 1, 64, [v, s])
+    assert (v == 1).all()
+
+
+def test_llvm_22_descriptor_of_an_indirect_call_parses():
+    """Real LLVM 22 output (llvmlite): a kernel calling through a function pointer gets its
+    register counts as expressions over `.set` symbols defined after the descriptor."""
+    from rocke.emu.asm import parse_program
+    asm = compile_ir("""
+declare i32 @llvm.amdgcn.workitem.id.x()
+define amdgpu_kernel void @ind(ptr addrspace(1) %out, ptr addrspace(1) %fp, i32 %n) {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %f = load ptr, ptr addrspace(1) %fp
+  %v = call i32 %f(i32 %n)
+  %p = getelementptr i32, ptr addrspace(1) %out, i32 %tid
+  store i32 %v, ptr addrspace(1) %p
+  ret void
+}
+define i32 @twice(i32 %n) noinline {
+  %x = mul i32 %n, 2
+  ret i32 %x
+}
+""")
+    assert "max(totalnumvgprs(ind.num_agpr, ind.num_vgpr)" in asm
+    import re
+    num_vgpr = int(re.search(r"\.set ind\.num_vgpr, max\((\d+), amdgpu\.max_num_vgpr\)", asm)[1])
+    callee = int(re.search(r"\.set amdgpu\.max_num_vgpr, (\d+)", asm)[1])
+    d = parse_program(asm).kernels["ind"].descriptor
+    vgprs = max(num_vgpr, callee)
+    assert d["amdhsa_next_free_vgpr"] == vgprs
+    assert d["amdhsa_accum_offset"] == -(-vgprs // 4) * 4
+    assert d["amdhsa_uses_dynamic_stack"] == 1 and d["amdhsa_enable_private_segment"] == 1
+
+
 def test_f32_i8_f64_mfma_names_match_what_llvm_prints():
     from rocke.emu.mfma import MFMA_OPS
     families = [("f32.32x32x1f32", "float", "<32 x float>"), ("f32.16x16x1f32", "float", "<16 x float>"),

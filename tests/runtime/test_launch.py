@@ -93,3 +93,21 @@ def test_aliasing_outputs_are_refused_unless_allowed(vector_add):
     assert torch.equal(x, torch.ones(256))
     runtime.launch(ck, 1, 256, [x, x, x, 256], device="emu", allow_alias=True)
     assert torch.equal(x, torch.full((256,), 2.0))
+
+
+def test_memcheck_scope_is_forwarded_to_the_emulator(vector_add):
+    """runtime.launch passes memcheck to the emulator: n beyond the views but inside their
+    storage faults under the default view scope and runs under allocation scope."""
+    from rocke import emu
+    _variant, ck = vector_add
+    storage = torch.arange(1024.0)
+    a, b, c = storage[:256], storage[256:512], storage[512:768]
+    with pytest.raises(emu.MemoryFault, match="memcheck scope: view"):
+        runtime.launch(ck, 2, 256, [a, b, c, 300], device="emu")
+    assert torch.equal(storage, torch.arange(1024.0))
+    runtime.launch(ck, 2, 256, [a, b, c, 300], device="emu", memcheck="allocation")
+    expected = torch.arange(1024.0)
+    expected[512:812] = torch.arange(300.0) + torch.arange(256.0, 556.0)
+    assert torch.equal(storage, expected)
+    with pytest.raises(ValueError, match="memcheck must be one of"):
+        runtime.launch(ck, 1, 256, [a, b, c, 256], device="emu", memcheck="none")
