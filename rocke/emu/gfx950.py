@@ -263,7 +263,7 @@ def decode_ds_transpose(ins, ops, mods):
         loaded[active.reshape(-1)] = data
         elems = loaded.view(elem_dtype).reshape(-1, 4, 16, per_lane)   # (waves, row, lane, elem)
         out = elems[:, :, src_lane, src_elem]                         # (waves, row, 16, n)
-        words = np.ascontiguousarray(out).reshape(-1, 64, 8).view(np.uint32)  # (waves, 64, 2)
+        words = np.ascontiguousarray(out).view(np.uint8).reshape(-1, 64, 8).view(np.uint32)
         from .memops import write_loaded
         write_loaded(P, sel, dst.index, active, words.reshape(-1, 2)[active.reshape(-1)])
         return lanes
