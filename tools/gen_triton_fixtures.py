@@ -719,6 +719,10 @@ GFX950_VARIANTS = [
     _flash_variant("flash_attn_fwd_d64", 64, False, 16),
     _flash_variant("flash_attn_fwd_d64_causal", 64, True, 32),
 ]
+# gfx942 corpus kernels whose gfx950 code differs in kind: the scaled OCP fp8 conversions
+# (v_cvt_scalef32_*) and the doubled-K i8 atoms.
+GFX950_VARIANTS += [v for v in VARIANTS
+                    if v["name"] in ("fp8_convert", "matmul_i8_mfma16", "matmul_i8_mfma32")]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ AMDGPUUsage / IntrinsicsAMDGPU.td descriptions of the matching intrinsics):
 * ``v_bitop3_b32/b16``: bit i of D = TTBL[S0[i]*4 + S1[i]*2 + S2[i]] (``bitop3:`` immediate).
 * ``v_cvt_pk_f16_f32`` / ``v_cvt_pk_bf16_f32``: D[15:0] = cvt(S0), D[31:16] = cvt(S1), round
   to nearest even.
+* ``v_mfma_i32_16x16x64_i8`` / ``32x32x32_i8``: the doubled-K i8 atoms (16 int8 per lane).
+* ``v_cvt_scalef32_{pk_fp8_f32, f32_fp8, pk_f32_fp8}`` (and bf8): with the unit scale only.
 """
 from __future__ import annotations
 
@@ -100,6 +102,31 @@ def _ocp_pack(fmt):
     return pack
 
 
+def _ocp_pack_saturating(fmt):
+    """MODE.FP16_OVFL form: a finite value beyond the format's max gives ±max; an infinite input
+    stays non-finite — ±inf for E5M2, the NaN code for E4M3 (no infinity) — the reading the
+    gfx942 model takes for FNUZ (rocke.emu.semantics), which the ISA text leaves implicit.
+    (Triton packs a dummy +inf into the unused half of these conversions.)"""
+    def pack(a, b):
+        codes = []
+        for x in (a, b):
+            x = np.asarray(x, np.float32)
+            code, _ = numerics.f32_to_ocp_fp8_bits(x, fmt, saturate=True)
+            sign = np.signbit(x).astype(np.uint8) << 7
+            non_finite = np.uint8(0x7C) if fmt == "e5m2" else np.uint8(0x7F)
+            code = np.where(np.isinf(x), non_finite | sign, code)
+            codes.append(code.astype(np.uint16))
+        return (codes[0] | (codes[1] << np.uint16(8))).astype(np.uint16)
+    return pack
+
+
+def saturating_scaled_pack(base: str, alu_op_type):
+    """The FP16_OVFL entry of v_cvt_scalef32_pk_{fp8,bf8}_f32 (unit scale)."""
+    fmt = _FP8_OCP[base.split("_")[4]]
+    return alu_op_type(("b16",), ("f32", "f32", "f32"),
+                       lambda a, b, scale: _ocp_pack_saturating(fmt)(a, b), float_mods=True)
+
+
 def _bits_pair_f16(a, b):
     lo = numerics.f32_to_f16_bits(a).astype(np.uint32)
     hi = numerics.f32_to_f16_bits(b).astype(np.uint32)
@@ -110,6 +137,23 @@ def _bits_pair_bf16(a, b):
     lo = numerics.f32_to_bf16_bits(a).astype(np.uint32)
     hi = numerics.f32_to_bf16_bits(b).astype(np.uint32)
     return (lo | (hi << np.uint32(16))).astype(np.uint32)
+
+
+# v_cvt_scalef32_*: OCP MX conversions whose last source is an f32 scale. Only the unit scale
+# (the constant 1.0, what Triton emits for plain fp8 conversions) is modelled: then the scaled
+# and unscaled conversions agree whichever way the scale is applied; any other scale operand,
+# and op_sel on a source (byte / word selection), is refused at decode.
+SCALED_CONVERSIONS = tuple(f"v_cvt_scalef32_{form}" for short in ("fp8", "bf8")
+                           for form in (f"pk_{short}_f32", f"f32_{short}", f"pk_f32_{short}"))
+
+
+def check_unit_scale(base, ops, mods):
+    scale = ops[-1]
+    if scale.kind != "float" or scale.value != 1.0 or scale.neg or scale.abs:
+        raise DecodeError(f"{base} with scale {scale.text!r}: only the unit scale 1.0 is emulated")
+    op_sel = mods.get("op_sel") or []
+    if any(op_sel[:3]):
+        raise DecodeError(f"{base} with source op_sel {op_sel} is not emulated")
 
 
 # Ops whose gfx942 meaning (FNUZ) is wrong on gfx950: clamp / FP16_OVFL forms of them are
@@ -132,6 +176,16 @@ def build_valu_ops(gfx942_ops: dict, alu_op_type) -> dict:
                                           lambda x, fmt=fmt: numerics.ocp_fp8_bits_to_f32(x, fmt))
         ops[f"v_cvt_pk_f32_{short}"] = entry(
             "pk_f32", "b32", lambda x, fmt=fmt: np.stack(
+                [numerics.ocp_fp8_bits_to_f32(x, fmt), numerics.ocp_fp8_bits_to_f32(x >> 8, fmt)],
+                axis=-1))
+    # The scaled (MX) conversions with the unit scale (see SCALED_CONVERSIONS): OCP fp8 itself.
+    for short, fmt in _FP8_OCP.items():
+        ops[f"v_cvt_scalef32_pk_{short}_f32"] = entry("b16", "f32 f32 f32",
+                                                      lambda a, b, scale, fmt=fmt: _ocp_pack(fmt)(a, b))
+        ops[f"v_cvt_scalef32_f32_{short}"] = entry(
+            "f32", "b32 f32", lambda x, scale, fmt=fmt: numerics.ocp_fp8_bits_to_f32(x, fmt))
+        ops[f"v_cvt_scalef32_pk_f32_{short}"] = entry(
+            "pk_f32", "b32 f32", lambda x, scale, fmt=fmt: np.stack(
                 [numerics.ocp_fp8_bits_to_f32(x, fmt), numerics.ocp_fp8_bits_to_f32(x >> 8, fmt)],
                 axis=-1))
     ops["v_cvt_pk_f16_f32"] = entry("b32", "f32 f32", _bits_pair_f16)
@@ -186,7 +240,7 @@ def bitop3_op(ttbl: int, width: int, alu_op_type):
 
 # ------------------------------------------------------------------------------ MFMA table
 
-def mfma_ops(gfx942_ops: dict, op_type) -> dict:
+def mfma_ops(gfx942_ops: dict, op_type, indexed_type=None) -> dict:
     """gfx950's dense MFMAs: gfx942's 16-bit atoms, the doubled-K 16-bit atoms, the fp8/bf8
     atoms in the OCP formats, the f8f6f4 atoms (fp8/bf8 operands), less the xf32 ones."""
     ops = {k: v for k, v in gfx942_ops.items() if k not in GFX942_ONLY}
@@ -198,6 +252,9 @@ def mfma_ops(gfx942_ops: dict, op_type) -> dict:
             for m, k in ((16, 32), (32, 16)):
                 name = f"v_mfma_f32_{m}x{m}x{k}_{a_name}_{b_name}"
                 ops[name] = op_type(name, m, m, k, 1, a_fmt, b_fmt)
+    if indexed_type is not None:   # doubled-K i8 atoms (16 / 32 int8 per lane pair of regs)
+        ops["v_mfma_i32_16x16x64_i8"] = indexed_type("v_mfma_i32_16x16x64_i8", 16, 16, 64, 1, "i8", "i32")
+        ops["v_mfma_i32_32x32x32_i8"] = indexed_type("v_mfma_i32_32x32x32_i8", 32, 32, 32, 1, "i8", "i32")
     for m, k in ((16, 128), (32, 64)):
         name = f"v_mfma_f32_{m}x{m}x{k}_f8f6f4"
         ops[name] = F8F6F4({(ca, cb): op_type(name, m, m, k, 1, fa, fb)

@@ -154,7 +154,7 @@ def _gfx950_valu_ops(semantics):
 
 def _gfx950_mfma_ops(mfma):
     if "mfma" not in _TARGET_TABLES:
-        _TARGET_TABLES["mfma"] = gfx950.mfma_ops(mfma.MFMA_OPS, mfma.MfmaOp)
+        _TARGET_TABLES["mfma"] = gfx950.mfma_ops(mfma.MFMA_OPS, mfma.MfmaOp, mfma.IndexedMfmaOp)
     return _TARGET_TABLES["mfma"]
 
 
@@ -410,7 +410,15 @@ def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, val
             from .semantics import AluOp
             op = gfx950.bitop3_op(table, 32 if base.endswith("32") else 16, AluOp)
             return Decoded(decode_valu(ins, mods, ops, {base: op}, ctx), VALU, None, ins)
-        if base in gfx950.FP8_CONVERSIONS and (mods.get("clamp") or ctx.fp16_overflow):
+        if base in gfx950.SCALED_CONVERSIONS:
+            gfx950.check_unit_scale(base, ops, mods)
+            if ctx.fp16_overflow and not mods.get("clamp") and base.endswith("_f32"):
+                from .semantics import AluOp
+                op = gfx950.saturating_scaled_pack(base, AluOp)
+                return Decoded(decode_valu(ins, mods, ops, {base: op}, ctx), VALU, None, ins)
+        encodes = base.endswith("_f32")   # f32 -> fp8: FP16_OVFL changes its overflow result
+        if base in gfx950.FP8_CONVERSIONS + gfx950.SCALED_CONVERSIONS and (
+                mods.get("clamp") or (encodes and ctx.fp16_overflow)):
             raise DecodeError(f"{base} with clamp / FP16_OVFL (saturating OCP fp8) is not "
                               "emulated on gfx950")
     if base in ("v_readlane_b32", "v_writelane_b32", "v_readfirstlane_b32"):

@@ -115,3 +115,43 @@ def test_gfx950_code_refused_as_gfx942():
                          [a, b, c, 64, 64, 64, 64, 64, 80] + [None] * info["extra_trailing_pointer_args"],
                          shared_mem=info["shared_mem_bytes"], target="gfx942")
     assert torch.all(c == SENTINEL)
+
+
+@pytest.mark.parametrize("name", ["matmul_i8_mfma16", "matmul_i8_mfma32"])
+def test_matmul_i8_wide_k(name):
+    assert {"matmul_i8_mfma16": "v_mfma_i32_16x16x64_i8",
+            "matmul_i8_mfma32": "v_mfma_i32_32x32x32_i8"}[name] in opcodes(name)
+    M, N, K = 70, 48, 128
+    rng = generator(52)
+    a = torch.randint(-128, 128, (M, K), generator=rng, dtype=torch.int8)
+    b = torch.randint(-128, 128, (K, N), generator=rng, dtype=torch.int8)
+    c = torch.full((M, N + 16), 7, dtype=torch.int32)
+    launch_fixture(name, (cdiv(M, 64), cdiv(N, 64), 1), a_ptr=a, b_ptr=b, c_ptr=c, M=M, N=N, K=K,
+                   stride_am=K, stride_bk=N, stride_cm=N + 16)
+    assert torch.equal(c[:, :N], (a.long() @ b.long()).to(torch.int32))
+    assert torch.all(c[:, N:] == 7)
+
+
+def test_fp8_conversions_on_gfx950():
+    """OCP casts run on v_cvt_scalef32_* (unit scale) under MODE.FP16_OVFL: finite overflow
+    saturates, NaN stays NaN; the FNUZ casts are software on gfx950. Infinities are left out:
+    the emulator refuses them for these instructions (their code is not pinned)."""
+    assert "v_cvt_scalef32_pk_fp8_f32" in opcodes("fp8_convert")
+    n = 200
+    rng = generator(53)
+    x = torch.randn(n, generator=rng) * 50
+    specials = [0.0, -0.0, 1.0, -1.0, 240.0, 250.0, 300.0, 1e6, -1e6, float("nan"), 448.0, 460.0,
+                57344.0, 60000.0, 1e-3, 1e-9, -2.5e-3, 0.0625, -500.0, 70000.0]
+    x[:len(specials)] = torch.tensor(specials)
+    outs = {k: torch.zeros(n, dtype=TORCH_DTYPES[t]) for k, t in
+            (("e4", "fp8e4b8_"), ("e5", "fp8e5b16"), ("e4nv", "fp8e4nv"), ("e5nv", "fp8e5"))}
+    back = torch.zeros(n, 4)
+    launch_fixture("fp8_convert", (cdiv(n, 128), 1, 1), x_ptr=x, e4_ptr=outs["e4"],
+                   e5_ptr=outs["e5"], e4nv_ptr=outs["e4nv"], e5nv_ptr=outs["e5nv"], back_ptr=back,
+                   n=n)
+    for key, limit in (("e4", 240.0), ("e5", 57344.0), ("e4nv", 448.0), ("e5nv", 57344.0)):
+        expected = x.clamp(-limit, limit).to(outs[key].dtype).float()
+        torch.testing.assert_close(outs[key].float(), expected, rtol=0, atol=0, equal_nan=True,
+                                   msg=key)
+        torch.testing.assert_close(back[:, list(outs).index(key)], outs[key].float(), rtol=0,
+                                   atol=0, equal_nan=True, msg=f"{key} decoded")
