@@ -341,3 +341,38 @@ def test_scalef32_conversions_refuse_a_non_unit_scale():
     with pytest.raises(EmulatorError, match="only the unit scale 1.0 is emulated"):
         run_asm("  v_cvt_scalef32_pk_fp8_f32 v2, v0, v1, 2.0", vgprs=np.zeros((2, 64), np.uint32),
                 rows=3, target="gfx950")
+
+
+def test_gate_lists_agree_with_llvms_opcode_lists():
+    """GFX950_ONLY opcodes are in AMD LLVM's gfx950 list and not in LLVM 19's gfx942 list;
+    GFX942_ONLY the other way round."""
+    from pathlib import Path
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures"
+
+    def names(target):
+        return {line.split("\t")[1] for line in (fixtures / f"{target}_opcodes.txt").read_text()
+                .splitlines() if line and not line.startswith("#")}
+    gfx942, gfx950_list = names("gfx942"), names("gfx950")
+    plain = {n for n in gfx950.GFX950_ONLY if " " not in n}       # 'buffer_load_dwordx4 lds' is a form
+    assert plain <= gfx950_list and not plain & gfx942
+    assert gfx950.GFX942_ONLY <= gfx942 and not gfx950.GFX942_ONLY & gfx950_list
+
+
+def test_minimum3_maximum3_propagate_nan_and_order_signed_zeros():
+    vals = np.array([1.0, -0.0, 0.0, np.nan, -np.inf, 3.0, 2.0, 0.0], np.float32)
+    a, b, c = (np.resize(np.roll(vals, s), 64) for s in (0, 1, 3))
+    v = np.stack([a, b, c]).view(np.uint32)
+    got = run_asm("  v_minimum3_f32 v3, v0, v1, v2\n  v_maximum3_f32 v4, v0, v1, v2", vgprs=v,
+                  rows=5, target="gfx950").vgprs[0]
+    # IEEE 754-2019 minimum / maximum: NaN if any input is NaN, and -0 < +0
+    def pick(xs, smallest):
+        if any(np.isnan(x) for x in xs):
+            return np.float32(np.nan)
+        return (min if smallest else max)(xs, key=lambda x: (float(x), not np.signbit(x)))
+    want_min = np.array([pick(t, True) for t in zip(a, b, c)], np.float32)
+    want_max = np.array([pick(t, False) for t in zip(a, b, c)], np.float32)
+    for row, want in ((3, want_min), (4, want_max)):
+        out = got[row].view(np.float32)
+        assert np.array_equal(np.isnan(out), np.isnan(want))
+        ok = ~np.isnan(want)
+        assert np.array_equal(out[ok].view(np.uint32), want[ok].view(np.uint32))
