@@ -376,3 +376,29 @@ def test_minimum3_maximum3_propagate_nan_and_order_signed_zeros():
         assert np.array_equal(np.isnan(out), np.isnan(want))
         ok = ~np.isnan(want)
         assert np.array_equal(out[ok].view(np.uint32), want[ok].view(np.uint32))
+
+
+def test_ds_read_tr_under_exec_whole_rows_and_refused_for_part_of_a_row():
+    data = words(2)
+    v = np.zeros((6, 64), np.uint32)
+    v[0:2] = data
+    v[2] = np.arange(64, dtype=np.uint32) * 8
+    v[4:6] = 0xDEADBEEF
+    body = """
+  ds_write_b64 v2, v[0:1]
+  s_waitcnt lgkmcnt(0)
+  s_barrier
+  s_mov_b32 exec_lo, {lo}
+  s_mov_b32 exec_hi, {hi}
+  ds_read_b64_tr_b16 v[4:5], v2
+  s_waitcnt lgkmcnt(0)
+  s_mov_b64 exec, -1
+"""
+    got = run_asm(body.format(lo="0xffff0000", hi="0xffffffff"), vgprs=v, rows=6,
+                  target="gfx950", lds_bytes=512).vgprs[0, 4:6]
+    full = _lds_round_trip("ds_read_b64_tr_b16", data)
+    assert np.array_equal(got[:, 16:], full[:, 16:])          # rows 1-3 as with every lane on
+    assert np.all(got[:, :16] == 0xDEADBEEF)                   # row 0 untouched
+    with pytest.raises(EmulatorError, match="16-lane row with only some lanes active"):
+        run_asm(body.format(lo="0xffffff00", hi="0xffffffff"), vgprs=v, rows=6, target="gfx950",
+                lds_bytes=512)
