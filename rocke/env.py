@@ -16,7 +16,8 @@ LEVERS: dict[str, tuple[str, str]] = {
     "ROCKE_LD_LLD": ("discovered", "the ld.lld to link code objects with"),
     "ROCKE_LINKER": ("ld.lld", "what links code objects: ld.lld | comgr (needs hip-python's "
                      "comgr bindings and ROCm's libamd_comgr)"),
-    "ROCKE_DEVICE": ("hip if a gfx942 GPU is found, else emu", "launch device: emu | hip"),
+    "ROCKE_DEVICE": ("hip if a gfx942 GPU is found, else emu", "launch device: emu | hip | "
+                     "emu:gfx942 | emu:gfx950 (the emulator running that target; emu = gfx942)"),
     "ROCKE_EMU_TIMEOUT_S": ("600", "wall-time budget of one emulator launch, seconds"),
     "ROCKE_FAMILIES": ("none", "extra kernel families: comma-separated name=python.module entries"),
 }
@@ -49,11 +50,28 @@ def linker() -> str:
     return value
 
 
+EMU_TARGETS = ("gfx942", "gfx950")
+
+
 def device() -> str | None:
+    """'emu', 'hip' or None (unset); `emu:<target>` reads as 'emu' (see `emu_target`)."""
     value = raw("ROCKE_DEVICE")
-    if value is not None and value not in ("emu", "hip"):
-        raise ValueError(f"ROCKE_DEVICE must be 'emu' or 'hip', got {value!r}")
-    return value
+    if value is None:
+        return None
+    kind, _, target = value.partition(":")
+    if kind not in ("emu", "hip") or (value not in ("emu", "hip")
+                                      and (kind != "emu" or target not in EMU_TARGETS)):
+        raise ValueError(f"ROCKE_DEVICE must be 'emu' or 'hip' (or emu:gfx942 / emu:gfx950), "
+                         f"got {value!r}")
+    return kind
+
+
+def emu_target() -> str:
+    """The target the emulator runs as when a launch names none: ROCKE_DEVICE=emu:<target>,
+    else gfx942."""
+    device()   # validates
+    value = raw("ROCKE_DEVICE") or ""
+    return value.partition(":")[2] or "gfx942"
 
 
 def emu_timeout_s() -> float:

@@ -1,6 +1,9 @@
-"""How many of the gfx942 opcodes LLVM defines the emulator can decode, per family.
+"""How many of the gfx942 (or gfx950) opcodes LLVM defines the emulator can decode, per family.
 
-    python tools/emu_opcode_support.py [--list-missing]
+    python tools/emu_opcode_support.py [--target gfx950] [--list-missing]
+
+gfx950 reads tests/fixtures/gfx950_opcodes.txt (tools/gfx950_opcodes.py) and decodes as gfx950;
+an opcode whose sample is '?' (no operand form LLVM accepted) counts as missing.
 
 Each opcode's sample instruction (tests/fixtures/gfx942_opcodes.txt, as llvm-mc-19 disassembled
 it) is put alone into a kernel and run through rocke.emu's decoder. An opcode counts as supported
@@ -20,7 +23,8 @@ from rocke.emu.asm import parse_program   # noqa: E402
 from rocke.emu.errors import EmulatorError   # noqa: E402
 from rocke.emu.program import decode_kernel   # noqa: E402
 
-OPCODES = pathlib.Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gfx942_opcodes.txt"
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+OPCODES = FIXTURES / "gfx942_opcodes.txt"
 KERNEL = """
   .text
   .globl probe
@@ -51,14 +55,16 @@ amdhsa.version: [1, 2]
 """
 
 
-def decodes(instruction: str) -> str | None:
-    """None when the instruction decodes, else the decoder's reason."""
+def decodes(instruction: str, target: str = "gfx942") -> str | None:
+    """None when the instruction decodes for `target`, else the decoder's reason."""
+    if instruction == "?":
+        return "no sample instruction LLVM accepts"
     words = instruction.split()
     if words[0].startswith(("s_branch", "s_cbranch_")) and len(words) == 2 and words[1].isdigit():
         instruction = f"{words[0]} .Lfunc_end_probe"   # disassembly prints raw branch offsets
     try:
         program = parse_program(KERNEL.format(instruction=instruction))
-        decode_kernel(program, program.kernels["probe"])
+        decode_kernel(program, program.kernels["probe"], target)
     except (EmulatorError, ValueError, KeyError, IndexError) as err:
         return str(err).split(": ", 2)[-1][:120]
     return None
@@ -67,14 +73,16 @@ def decodes(instruction: str) -> str | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list-missing", action="store_true")
+    parser.add_argument("--target", choices=("gfx942", "gfx950"), default="gfx942")
     args = parser.parse_args()
+    opcodes = FIXTURES / f"{args.target}_opcodes.txt"
     totals = collections.defaultdict(lambda: [0, 0])
     missing = collections.defaultdict(list)
-    for line in OPCODES.read_text().splitlines():
+    for line in opcodes.read_text().splitlines():
         if not line or line.startswith("#"):
             continue
         family, name, sample = line.split("\t")
-        reason = decodes(sample)
+        reason = decodes(sample, args.target)
         totals[family][1] += 1
         if reason is None:
             totals[family][0] += 1
@@ -86,7 +94,7 @@ def main() -> int:
         print(f"{family:<22} {ok:>7} {total:>5}  {100 * ok / total:5.1f}%")
     ok = sum(v[0] for v in totals.values())
     total = sum(v[1] for v in totals.values())
-    print(f"{'all':<22} {ok:>7} {total:>5}  {100 * ok / total:5.1f}%")
+    print(f"{'all':<22} {ok:>7} {total:>5}  {100 * ok / total:5.1f}%  ({args.target})")
     if args.list_missing:
         for family in sorted(missing):
             print(f"\n{family}:\n  " + "\n  ".join(missing[family]))

@@ -1,4 +1,4 @@
-"""Regenerate the Triton-compiled gfx942 fixtures that referee rocke's emulator.
+"""Regenerate the Triton-compiled gfx942 (and gfx950) fixtures that referee rocke's emulator.
 
 Every kernel below is our own Triton code. Triton compiles it for gfx942 (no GPU needed) and
 this script writes, per variant, into tests/fixtures/triton/:
@@ -8,7 +8,10 @@ this script writes, per variant, into tests/fixtures/triton/:
                divisibility hints the caller must honour, option values, Triton version,
                and how many arguments the code object's metadata lists.
 
-Run:  .venv/bin/python tools/gen_triton_fixtures.py [--out DIR] [--only NAME ...]
+Run:  .venv/bin/python tools/gen_triton_fixtures.py [--target gfx950] [--out DIR] [--only NAME ...]
+
+`--target gfx950` compiles the GFX950_VARIANTS (wide-K MFMA GEMMs, OCP fp8 GEMM, flash
+attention) for MI350-class GPUs into tests/fixtures/triton_gfx950/.
 
 Output is deterministic: line info is disabled (no file paths in the asm) and a fresh
 throw-away Triton cache is used on every run.
@@ -44,7 +47,9 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT_DIR = REPO_ROOT / "tests" / "fixtures" / "triton"
-TARGET = GPUTarget("hip", "gfx942", 64)
+DEFAULT_OUT_DIRS = {"gfx942": DEFAULT_OUT_DIR, "gfx950": REPO_ROOT / "tests" / "fixtures" / "triton_gfx950"}
+TARGETS = {arch: GPUTarget("hip", arch, 64) for arch in DEFAULT_OUT_DIRS}
+TARGET = TARGETS["gfx942"]
 WAVE_SIZE = 64
 LOG2_E = 1.4426950408889634
 
@@ -702,6 +707,24 @@ VARIANTS += [
 ]
 
 
+# gfx950 (CDNA4): BLOCK_K = 64 lets Triton pick the wide-K atoms (16x16x32 / 32x32x16 for
+# f16/bf16), its transposed LDS reads and LDS DMA; fp8 is the OCP e4m3 format there.
+GFX950_VARIANTS = [
+    _matmul_variant("matmul_f16_k32_mfma16", "fp16", "fp16", 16, 64, aligned_nk=False),
+    _matmul_variant("matmul_f16_k16_mfma32", "fp16", "fp16", 32, 64, aligned_nk=True),
+    _matmul_variant("matmul_bf16_k32_mfma16", "bf16", "bf16", 16, 64, aligned_nk=True),
+    _matmul_variant("matmul_bf16_k16_mfma32", "bf16", "fp32", 32, 64, aligned_nk=False),
+    _matmul_variant("matmul_fp8e4nv_mfma16", "fp8e4nv", "fp32", 16, 128, aligned_nk=True),
+    _matmul_variant("matmul_fp8e4nv_mfma32", "fp8e4nv", "fp32", 32, 64, aligned_nk=True),
+    _flash_variant("flash_attn_fwd_d64", 64, False, 16),
+    _flash_variant("flash_attn_fwd_d64_causal", 64, True, 32),
+]
+# gfx942 corpus kernels whose gfx950 code differs in kind: the scaled OCP fp8 conversions
+# (v_cvt_scalef32_*) and the doubled-K i8 atoms.
+GFX950_VARIANTS += [v for v in VARIANTS
+                    if v["name"] in ("fp8_convert", "matmul_i8_mfma16", "matmul_i8_mfma32")]
+
+
 # ----------------------------------------------------------------------------------------------
 # Compilation and output
 # ----------------------------------------------------------------------------------------------
@@ -714,7 +737,7 @@ def code_object_metadata(asm: str) -> dict:
     return yaml.safe_load(asm[start:end].strip().removeprefix("---").removesuffix("..."))
 
 
-def compile_variant(variant):
+def compile_variant(variant, target=None):
     fn = variant["kernel"]
     attrs = {(fn.arg_names.index(arg),): [["tt.divisibility", 16]]
              for arg in variant["divisible_by_16"]}
@@ -722,11 +745,11 @@ def compile_variant(variant):
     options = {"enable_fp_fusion": True, **variant["options"]}
     source = triton.compiler.ASTSource(fn=fn, signature=variant["signature"],
                                        constexprs=variant["constexprs"], attrs=attrs)
-    compiled = triton.compile(source, target=TARGET, options=options)
+    compiled = triton.compile(source, target=target or TARGET, options=options)
     return compiled, options
 
 
-def sidecar(variant, compiled, options, asm):
+def sidecar(variant, compiled, options, asm, arch="gfx942"):
     metadata = compiled.metadata
     (kernel_meta,) = code_object_metadata(asm)["amdhsa.kernels"]
     explicit_meta_args = [a for a in kernel_meta[".args"]
@@ -740,7 +763,7 @@ def sidecar(variant, compiled, options, asm):
         "name": variant["name"],
         "kernel_symbol": metadata.name,
         "triton_kernel": variant["kernel"].__name__,
-        "target": "gfx942",
+        "target": arch,
         "num_warps": metadata.num_warps,
         "block": [WAVE_SIZE * metadata.num_warps, 1, 1],
         "shared_mem_bytes": metadata.shared,
@@ -763,23 +786,27 @@ def sidecar(variant, compiled, options, asm):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT_DIR,
-                        help="output directory (default: tests/fixtures/triton)")
+    parser.add_argument("--target", choices=sorted(TARGETS), default="gfx942",
+                        help="GPU to compile for (default gfx942; gfx950 builds GFX950_VARIANTS)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory (default: tests/fixtures/triton[_gfx950])")
     parser.add_argument("--only", nargs="+", metavar="NAME",
                         help="regenerate only these variants")
     args = parser.parse_args(argv)
 
-    known = {v["name"] for v in VARIANTS}
+    variants = GFX950_VARIANTS if args.target == "gfx950" else VARIANTS
+    args.out = args.out or DEFAULT_OUT_DIRS[args.target]
+    known = {v["name"] for v in variants}
     unknown = sorted(set(args.only or ()) - known)
     if unknown:
         raise ValueError(f"unknown variant(s) {unknown}; known: {sorted(known)}")
-    selected = [v for v in VARIANTS if not args.only or v["name"] in args.only]
+    selected = [v for v in variants if not args.only or v["name"] in args.only]
 
     args.out.mkdir(parents=True, exist_ok=True)
     for variant in selected:
-        compiled, options = compile_variant(variant)
+        compiled, options = compile_variant(variant, TARGETS[args.target])
         asm = compiled.asm["amdgcn"]
-        info = sidecar(variant, compiled, options, asm)
+        info = sidecar(variant, compiled, options, asm, args.target)
         (args.out / f"{variant['name']}.s").write_text(asm)
         (args.out / f"{variant['name']}.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
         print(f"{variant['name']:<28} symbol={info['kernel_symbol']:<28} "

@@ -1,7 +1,10 @@
 """Which gfx942 opcodes the committed fixtures exercise, against the opcodes LLVM defines.
 
 Run:  .venv/bin/python tools/triton_fixture_census.py [--counts] [--hip] [--list-missing]
-          [--xml amdgpu_isa_cdna3.xml] [FIXTURE_DIR]
+          [--xml amdgpu_isa_cdna3.xml] [--target gfx950] [FIXTURE_DIR]
+
+--target gfx950 counts tests/fixtures/triton_gfx950 against tests/fixtures/gfx950_opcodes.txt
+(AMD's LLVM's gfx950 list, tools/gfx950_opcodes.py).
 
 Only kernel bodies are scanned (from each kernel's label to its .Lfunc_end label), so the
 kernel descriptor, metadata YAML and comments are ignored; encoding suffixes (_e32, _e64, _sdwa,
@@ -130,7 +133,8 @@ def coverage(usage, opcodes: dict[str, str]):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fixture_dir", nargs="?", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("fixture_dir", nargs="?", type=Path, default=None)
+    parser.add_argument("--target", choices=("gfx942", "gfx950"), default="gfx942")
     parser.add_argument("--counts", action="store_true",
                         help="also print static occurrence count and number of fixtures")
     parser.add_argument("--hip", action="store_true", help="include the HIP fixtures")
@@ -139,13 +143,16 @@ def main():
     parser.add_argument("--xml", type=Path,
                         help="AMD ISA specification XML (amdgpu_isa_cdna3.xml) as the reference")
     args = parser.parse_args()
+    if args.fixture_dir is None:
+        args.fixture_dir = DEFAULT_DIR if args.target == "gfx942" else ROOT / "tests" / "fixtures" / "triton_gfx950"
     usage = census(args.fixture_dir, args.hip)
     if args.counts:
         for mnemonic in sorted(usage):
             per_fixture = usage[mnemonic]
             print(f"{mnemonic:<36} {sum(per_fixture.values()):>5} {len(per_fixture):>3}")
     printed = len(usage)
-    opcodes = llvm_opcodes()
+    opcodes = llvm_opcodes(OPCODES if args.target == "gfx942"
+                           else ROOT / "tests" / "fixtures" / "gfx950_opcodes.txt")
     reference = "LLVM"
     if args.xml:
         llvm_names = {XML_ALIASES.get(name, name) for name in opcodes}

@@ -11,7 +11,17 @@ Layout convention (AMD's matrix instruction calculator, restated as formulas):
   block = global_row // M, row = global_row % M, col = lane % N.
 
 Costs: `passes` (4 cycles each) derive from MI300X's dense peak rate (512 f16 flop/clk/SIMD, fp8
-twice that) for the K-reduction atoms; the multi-block atoms run at half that rate.
+twice that) for the K-reduction atoms; the multi-block atoms run at half that rate. The gfx950-only
+atoms derive from MI355X's (2.5 PFLOPS f16 over 256 CUs at 2.4 GHz = 1024 f16 flop/clk/SIMD, fp8
+twice that); atoms gfx950 shares with gfx942 keep gfx942's figure.
+
+gfx950 (CDNA4) adds the doubled-K 16-bit atoms 16x16x32 / 32x32x16 (8 elements per lane, LLVM
+intrinsics llvm.amdgcn.mfma.f32.16x16x32.f16 etc. on <8 x half> / <8 x bfloat>), and its fp8 is
+the OCP E4M3 / E5M2 format (dtypes fp8_e4m3fn / fp8_e5m2, operand types fp8_ocp / bf8_ocp): the
+16x16x32 / 32x32x16 fp8 intrinsics read OCP codes there, and the f8f6f4 atoms 16x16x128 / 32x32x64
+(32 fp8 per lane, reached through llvm.amdgcn.mfma.scale.f32.*.f8f6f4 whose trailing arguments
+after C are A format, B format, opsel A, scale A, opsel B, scale B; formats 0 = E4M3, 1 = E5M2).
+Each was checked to select the named instruction with LLVM 22 for gfx950.
 The emulator does NOT use this module (it derives MFMA semantics from the ISA independently).
 """
 from __future__ import annotations
@@ -31,6 +41,12 @@ _IR_OPERAND = {
     ("bf16", 4): "<4 x i16>",
     ("fp8", 8): "i64",
     ("bf8", 8): "i64",
+    ("f16", 8): "<8 x half>",
+    ("bf16", 8): "<8 x bfloat>",
+    ("fp8_ocp", 8): "i64",
+    ("bf8_ocp", 8): "i64",
+    ("fp8_ocp", 32): "<8 x i32>",
+    ("bf8_ocp", 32): "<8 x i32>",
 }
 
 
@@ -131,13 +147,35 @@ def _atoms() -> list[MfmaAtom]:
                 out.append(MfmaAtom(f"{shape}_{a}_{bt}", f"v_mfma_f32_{shape}_{a}_{bt}",
                                     f"llvm.amdgcn.mfma.f32.{shape}.{a}.{bt}", a, bt, m, n, k, 1, passes,
                                     targets=("gfx942",)))
+    # gfx950 only: doubled-K 16-bit atoms
+    for m, n, k, passes in [(16, 16, 32, 4), (32, 32, 16, 8)]:
+        shape = f"{m}x{n}x{k}"
+        for t in ("f16", "bf16"):
+            out.append(MfmaAtom(f"{shape}_{t}", f"v_mfma_f32_{shape}_{t}",
+                                f"llvm.amdgcn.mfma.f32.{shape}.{t}", t, t, m, n, k, 1, passes,
+                                targets=("gfx950",)))
+    # gfx950 fp8 (OCP): the gfx942-shaped atoms (gfx942's cost) and the f8f6f4 atoms
+    for m, n, k, passes, mnemonic, intrinsic in [
+            (16, 16, 32, 4, None, None), (32, 32, 16, 8, None, None),
+            (16, 16, 128, 8, "v_mfma_f32_16x16x128_f8f6f4",
+             "llvm.amdgcn.mfma.scale.f32.16x16x128.f8f6f4"),
+            (32, 32, 64, 16, "v_mfma_f32_32x32x64_f8f6f4",
+             "llvm.amdgcn.mfma.scale.f32.32x32x64.f8f6f4")]:
+        shape = f"{m}x{n}x{k}"
+        for a in ("fp8", "bf8"):
+            for bt in ("fp8", "bf8"):
+                out.append(MfmaAtom(f"{shape}_{a}_{bt}_ocp", mnemonic or f"v_mfma_f32_{shape}_{a}_{bt}",
+                                    intrinsic or f"llvm.amdgcn.mfma.f32.{shape}.{a}.{bt}",
+                                    f"{a}_ocp", f"{bt}_ocp", m, n, k, 1, passes,
+                                    targets=("gfx950",)))
     return out
 
 
 MFMA_CATALOG: dict[str, MfmaAtom] = {a.key: a for a in _atoms()}
 
 # element dtype names the DSL uses -> MFMA operand type names
-_DTYPE_TO_OPERAND = {"f16": "f16", "bf16": "bf16", "fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "bf8"}
+_DTYPE_TO_OPERAND = {"f16": "f16", "bf16": "bf16", "fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "bf8",
+                     "fp8_e4m3fn": "fp8_ocp", "fp8_e5m2": "bf8_ocp"}
 
 
 def operand_type(dtype: str) -> str | None:
@@ -163,5 +201,10 @@ def atom_for(shape: str, a_dtype: str, b_dtype: str | None = None, target: str =
     except KeyError as e:
         raise ValueError(f"no MFMA operand type for dtype {e.args[0]!r}; "
                          f"supported: {sorted(_DTYPE_TO_OPERAND)}") from None
-    key = f"{shape}_{a}" if a in ("f16", "bf16") and a == b else f"{shape}_{a}_{b}"
+    if a in ("f16", "bf16") and a == b:
+        key = f"{shape}_{a}"
+    elif a.endswith("_ocp") and b.endswith("_ocp"):
+        key = f"{shape}_{a[:-4]}_{b[:-4]}_ocp"
+    else:
+        key = f"{shape}_{a}_{b}"
     return get_atom(key, target)

@@ -1,7 +1,8 @@
 """Target facts as data: one frozen record per CDNA generation rocke knows.
 
-Sources: AMD's CDNA3 ISA reference (register files, LDS, waves per SIMD) and LLVM's AMDGPUUsage
-(target ids, accum_offset rules, allocation granules). Nothing else in rocke restates these.
+Sources: AMD's CDNA3 / CDNA4 ISA references (register files, LDS, waves per SIMD) and LLVM's
+AMDGPUUsage (target ids, accum_offset rules, allocation granules); the gfx950 record cites its own.
+Nothing else in rocke restates these.
 """
 from __future__ import annotations
 
@@ -65,7 +66,20 @@ GFX942 = Target(
     hbm_tbytes_per_s=5.3,
 )
 
-# CDNA4 keeps CDNA3's wave/register model; it differs in CU count, LDS and peak rates.
+# CDNA4 (gfx950) keeps CDNA3's wave and register model: wave64, 8 wave slots per SIMD, the unified
+# 512-entry VGPR+AGPR file with v0..v255 / a0..a255 per wave and accum_offset in 4s, 800 SGPRs per
+# SIMD and 102 per wave (LLVM AMDGPUUsage's "Processors" table lists gfx950 in the GFX9 family with
+# gfx942's register rules; its "VGPR/SGPR allocation granule" notes are shared by gfx90a/gfx942/
+# gfx950). What differs:
+# - LDS: 160 KiB per CU and per workgroup (LLVM's FeatureAddressableLocalMemorySize163840 on
+#   gfx950), allocated in 320-dword = 1280-byte blocks (AMDGPUUsage, COMPUTE_PGM_RSRC2.LDS_SIZE:
+#   "GFX950 roundup(lds-size / (320 * 4))").
+# - CUs: 256 on MI355X / MI350X = 8 XCDs x 32 active CUs (AMD's CDNA4 white paper; ISSCC 2026).
+# - peak rates: MI355X 2.5 PFLOPS dense FP16/BF16 and 8 TB/s HBM3E (AMD's MI355X data sheet).
+# - target id: gfx950 supports sramecc and xnack target features like gfx942 (AMDGPUUsage
+#   "AMDGPU Processors" table), so the default is gfx950:sramecc+:xnack-.
+# lds_banks = 64 is NOT confirmed from a primary source here (the white paper reports doubled LDS
+# read bandwidth); nothing in rocke reads it for gfx950 yet.
 GFX950 = replace(
     GFX942,
     name="gfx950",
@@ -74,7 +88,7 @@ GFX950 = replace(
     cu_count=256,
     lds_bytes_per_cu=160 * 1024,
     max_lds_per_workgroup=160 * 1024,
-    lds_alloc_granule=1280,
+    lds_alloc_granule=320 * 4,
     lds_banks=64,
     peak_dense_f16_tflops=2516.6,
     hbm_tbytes_per_s=8.0,

@@ -1,5 +1,5 @@
-"""gfx942 machine-code emulator: runs the assembly text LLVM prints for AMD CDNA3 kernels, or a
-linked code object (disassembled with LLVM's tools).
+"""gfx942 / gfx950 machine-code emulator: runs the assembly text LLVM prints for AMD CDNA3 (and,
+with ``target="gfx950"``, CDNA4) kernels, or a linked code object (disassembled with LLVM's tools).
 
 File map (the data flow of one launch, top to bottom):
 
@@ -21,7 +21,8 @@ File map (the data flow of one launch, top to bottom):
                   rounding-mode and FP16_OVFL forms); pure numpy, no register file.
 - ``mfma.py``     MFMA arithmetic and operand layouts (f16/bf16/fp8, f32, i8, f64 families);
   ``mfma_decode.py`` the v_mfma_* instruction closures around it.
-- ``numerics.py`` bit-exact format conversions (fp8/bf8 fnuz, f16, bf16, denormal flushing).
+- ``numerics.py`` bit-exact format conversions (fp8/bf8 fnuz and OCP, f16, bf16, denormal flushing).
+- ``gfx950.py``   the gfx950 target: its opcode gate, table layers and new instructions.
 - ``memops.py``   VMEM (global/flat/buffer, LDS DMA, atomics) and DS instruction closures.
 - ``access.py``   vectorized register-file readers/writers shared by the decoders.
 - ``machine.py``  pool state (SGPR/VGPR files, EXEC, LDS), the fair scheduler (forward progress),

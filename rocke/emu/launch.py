@@ -38,6 +38,7 @@ tests/emu/test_buffer_rules.py, for the ones below with their sources tests/emu/
 from __future__ import annotations
 
 import hashlib
+import re
 import struct
 import time
 from collections import OrderedDict
@@ -47,16 +48,17 @@ import numpy as np
 
 from rocke import env
 from rocke.arch import abi
-from rocke.arch.targets import GFX942
+from rocke.arch.targets import GFX942, get_target
 
 from .asm import Program, parse_program
+from .gfx950 import check_target
 from . import scratch
 from .memory import GlobalMemory, host_view
 from .machine import Pool
 from .program import CLASSES, DecodedKernel, decode_kernel
 
-LDS_LIMIT = GFX942.max_lds_per_workgroup     # the emulator models gfx942 only
-MAX_WORKGROUP_SIZE = 1024            # work-items per workgroup on gfx942
+LDS_LIMIT = GFX942.max_lds_per_workgroup     # gfx942's; a gfx950 launch uses that target's
+MAX_WORKGROUP_SIZE = 1024            # work-items per workgroup on gfx942 and gfx950
 MAX_GRID_WORK_ITEMS = 2 ** 32 - 1    # per axis: the dispatch packet's grid size is 32-bit
 MAX_POOL_WAVES = 512
 # what a tensor argument makes addressable: its view (rocke's own kernels: an access outside the
@@ -95,20 +97,29 @@ class LaunchReport:
 
 
 def _program(code: str) -> tuple[Program, dict[str, DecodedKernel]]:
+    return _program_and_target(code)[:2]
+
+
+def _program_and_target(code) -> tuple[Program, dict, str | None]:
+    """(program, its decoded kernels, the processor its `.amdgcn_target` names or None)."""
     from .codeobject import code_object_assembly, is_code_object   # code objects: bytes or a path
     if is_code_object(code):
         code = code_object_assembly(code)
     if not isinstance(code, str):
-        raise ValueError(f"code must be gfx942 assembly text (str), got {type(code).__name__}")
+        raise ValueError(f"code must be gfx942/gfx950 assembly text (str), got {type(code).__name__}")
     key = hashlib.sha256(code.encode()).hexdigest()
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    entry = (parse_program(code), {})
+    declared = _AMDGCN_TARGET.search(code)
+    entry = (parse_program(code), {}, declared.group(1) if declared else None)
     _CACHE[key] = entry
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return entry
+
+
+_AMDGCN_TARGET = re.compile(r'^\s*\.amdgcn_target\s+"[^"]*?-(gfx\w+)', re.M)
 
 
 def _is_tensor(value) -> bool:
@@ -250,11 +261,28 @@ class _Shadow:
             view[:] = copy
 
 
+def _resolve_target(declared: str | None, target) -> str:
+    """The target to run as: `target` if given, else the code's `.amdgcn_target`, else the
+    ROCKE_DEVICE emulator target (emu:gfx950), else gfx942. A given target that contradicts
+    the code's `.amdgcn_target` is refused."""
+    if target is None:
+        chosen = declared or env.emu_target()
+    else:
+        chosen = check_target(target)
+        if declared is not None and declared != chosen:
+            raise ValueError(f"target {chosen!r} does not match the code's .amdgcn_target "
+                             f"{declared!r}")
+    return check_target(chosen)
+
+
 def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
            check: bool = True, *, timeout_s: float | None = None,
            allow_alias: bool = False, memcheck: str = "view",
-           profile: bool = False) -> LaunchReport:
-    """Run `kernel` from gfx942 assembly `code` over `grid` workgroups of `block` work-items.
+           profile: bool = False, target: str | None = None) -> LaunchReport:
+    """Run `kernel` from gfx942 / gfx950 assembly `code` over `grid` workgroups of `block`
+    work-items. `target` ('gfx942' | 'gfx950') defaults to the code's `.amdgcn_target`, else
+    ROCKE_DEVICE's emulator target (`emu:gfx950`), else gfx942; opcodes the target lacks and
+    LDS beyond its size are refused before anything runs.
 
     Tensors in `args` are CPU torch tensors, read and written in place; with `memcheck="view"`
     each is addressable exactly over its view, with `memcheck="allocation"` over its whole
@@ -273,7 +301,9 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     if memcheck not in MEMCHECK_SCOPES:
         raise ValueError(f"memcheck must be one of {', '.join(map(repr, MEMCHECK_SCOPES))}, "
                          f"got {memcheck!r}")
-    program, decoded = _program(code)
+    program, decoded, declared = _program_and_target(code)
+    run_target = _resolve_target(declared, target)
+    lds_limit = get_target(run_target).max_lds_per_workgroup
     if not isinstance(kernel, str) or kernel not in program.kernels:
         raise ValueError(f"unknown kernel {kernel!r}; the assembly defines: "
                          f"{', '.join(sorted(program.kernels))}")
@@ -298,9 +328,9 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
         raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
     budget = _budget(timeout_s)
     static_lds = int(source.descriptor.get("amdhsa_group_segment_fixed_size", 0))
-    if static_lds + shared_mem > LDS_LIMIT:
+    if static_lds + shared_mem > lds_limit:
         raise ValueError(f"LDS request too large: {static_lds} static + {shared_mem} dynamic bytes "
-                         f"> {LDS_LIMIT} bytes")
+                         f"> {lds_limit} bytes ({run_target})")
     lane_private_bytes = scratch.lane_bytes_of(source.descriptor, kernel)
     kernel_args = abi.parse_kernel_args(source.metadata)
     explicit = abi.explicit_args(kernel_args)
@@ -326,9 +356,11 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     segment_size = int(source.descriptor.get("amdhsa_kernarg_size", 0))
     packed = abi.pack_kernarg_segment(kernel_args, list(args), grid3, block3, int(shared_mem),
                                       lambda t: t.data_ptr(), segment_size)
-    if kernel not in decoded:
-        decoded[kernel] = decode_kernel(program, source)
-    dk = decoded[kernel]
+    # gfx942 decodes keep the kernel name as key; another target's are kept apart by suffix
+    decode_key = kernel if run_target == "gfx942" else f"{kernel}@{run_target}"
+    if decode_key not in decoded:
+        decoded[decode_key] = decode_kernel(program, source, run_target)
+    dk = decoded[decode_key]
 
     memory = GlobalMemory(memcheck, [(a.start, a.end, a.label) for a in allocations])
     ranges = _merged(allocations if memcheck == "allocation" else spans)

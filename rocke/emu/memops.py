@@ -63,6 +63,9 @@ def _loaded_words(data, nbytes, how, old_rows):
     return value.astype(U32)[:, None]
 
 
+LDS_DMA_BYTES = {"dword": 4, "dwordx3": 12, "dwordx4": 16}
+
+
 def _write_loaded(P, sel, row, active, words):
     """Scatter (m, k) words for the active lanes into rows row..row+k-1."""
     k = words.shape[1]
@@ -72,6 +75,9 @@ def _write_loaded(P, sel, row, active, words):
     block = _gather_rows(P, sel, row, k).copy()
     block[active] = words
     P.vgpr[sel, row:row + k] = np.moveaxis(block, 2, 1)
+
+
+write_loaded = _write_loaded   # for the gfx950 transposed LDS reads
 
 
 # ---------------------------------------------------------------- global / flat / buffer
@@ -257,19 +263,19 @@ def decode_vmem(ins, ops, mods):
         return _decode_atomic(ins, ops, mods, family, rest[len("atomic_"):])
     if rest.startswith("load_lds_"):
         kind = rest[len("load_lds_"):]
-        if kind != "dword":
+        if kind not in LDS_DMA_BYTES:
             raise DecodeError(f"LDS DMA of {kind} is not implemented")
         plan = _AddressPlan(family, (ops[0], ops[1] if len(ops) > 1 else None), mods, ins)
-        return _lds_dma(ins, plan, mods)
+        return _lds_dma(ins, plan, mods, LDS_DMA_BYTES[kind])
     if rest.startswith("load_"):
         kind = rest[len("load_"):]
         if kind not in LOAD_KINDS:
             raise DecodeError(f"opcode {name!r} is not implemented")
         nbytes, how = LOAD_KINDS[kind]
         if family == "buffer" and mods.get("lds"):
-            if kind != "dword":
+            if kind not in LDS_DMA_BYTES:
                 raise DecodeError(f"LDS DMA of {kind} is not implemented")
-            return _lds_dma(ins, _AddressPlan(family, ops[0:3], mods, ins), mods)
+            return _lds_dma(ins, _AddressPlan(family, ops[0:3], mods, ins), mods, LDS_DMA_BYTES[kind])
         dst = ops[0]
         if dst.kind != "v":
             raise DecodeError("load destination must be a VGPR")
@@ -370,18 +376,28 @@ def _flat_private_store(P, ins, sel, addr, data, active, private):
         P.global_store(ins, sel, addr[rest], data[rest[active]], rest, addr)
 
 
-def _lds_dma(ins, plan, mods):
+def _lds_dma(ins, plan, mods, nbytes=4):
+    """LDS DMA: each lane's `nbytes` go to LDS at M0 + offset + nbytes * lane (dword on gfx942;
+    dwordx3/x4 are gfx950's, which the target gate in rocke.emu.gfx950 keeps off gfx942)."""
     imm = int(mods.get("offset", 0))
+    words = nbytes // 4
     def run(P, sel, n):
         active = P.exec_mask(sel)
         addr, check = plan.addresses(P, sel, n)
-        ok = active if check is None else active & plan.in_range(check, 0, 4)
-        values = np.zeros((n, 64), U32)
-        if ok.any():
-            values[ok] = P.global_load(ins, sel, addr[ok], 4, ok, addr).view(U32)[:, 0]
-        lds_addr = (P.sgpr[sel, M0].astype(np.int64) & 0x3FFFF)[:, None] + imm + 4 * np.arange(64)
+        values = np.zeros((n, 64, words), U32)
+        if check is None:
+            if active.any():
+                values[active] = P.global_load(ins, sel, addr[active], nbytes, active,
+                                               addr).view(U32).reshape(-1, words)
+        else:   # buffer: each dword is range-checked on its own; out-of-range dwords read 0
+            for w in range(words):
+                ok = active & plan.in_range(check, 4 * w, 4)
+                if ok.any():
+                    values[ok, w] = P.global_load(ins, sel, addr[ok] + np.uint64(4 * w), 4, ok,
+                                                  addr).view(U32)[:, 0]
+        lds_addr = (P.sgpr[sel, M0].astype(np.int64) & 0x3FFFF)[:, None] + imm + nbytes * np.arange(64)
         P.vm_issue(sel)
-        P.lds_write(ins, sel, lds_addr, values[..., None].view(np.uint8).reshape(n, 64, 4), active, dma=True)
+        P.lds_write(ins, sel, lds_addr, values.view(np.uint8).reshape(n, 64, nbytes), active, dma=True)
         return int(np.count_nonzero(active))
     return run
 

@@ -35,7 +35,8 @@ import numpy as np
 from . import numerics
 from .access import scratch
 
-_FORMAT_BITS = {"f16": 16, "bf16": 16, "e4m3fnuz": 8, "e5m2fnuz": 8}
+_FORMAT_BITS = {"f16": 16, "bf16": 16, "e4m3fnuz": 8, "e5m2fnuz": 8,
+                "e4m3fn": 8, "e5m2": 8}   # the last two: gfx950's OCP fp8 (rocke.emu.gfx950)
 
 
 def _decode_into(words: np.ndarray, fmt: str, out: np.ndarray) -> np.ndarray:
@@ -53,6 +54,8 @@ def _decode_into(words: np.ndarray, fmt: str, out: np.ndarray) -> np.ndarray:
 @functools.lru_cache(maxsize=None)
 def _fp8_table(fmt: str) -> np.ndarray:
     """float64 value of each of the 256 codes of an fp8 format."""
+    if fmt in numerics.OCP_FP8_FORMATS:
+        return numerics.ocp_fp8_bits_to_f32(np.arange(256), fmt).astype(np.float64)
     return numerics.fp8_bits_to_f32(np.arange(256), fmt).astype(np.float64)
 
 

@@ -17,6 +17,9 @@ def decode_mfma(ins, ops, mods, mfma_ops):
     unknown = set(mods) - {"cbsz", "abid", "blgp", "neg"}
     if unknown or mods.get("neg"):
         raise DecodeError(f"unsupported MFMA modifier(s) {sorted(unknown) or ['neg']}")
+    if hasattr(op, "select"):   # gfx950 f8f6f4: CBSZ / BLGP pick the operand formats
+        op = op.select(int(mods.get("cbsz", 0)), int(mods.get("blgp", 0)))
+        mods = {k: v for k, v in mods.items() if k not in ("cbsz", "blgp")}
     dst, a, b, c = ops
     for operand, regs, what in ((a, op.a_regs, "A"), (b, op.b_regs, "B"), (dst, op.c_regs, "D")):
         if operand.kind != "v" or operand.count != regs:

@@ -129,3 +129,73 @@ def flush_f16_denormals(x) -> np.ndarray:
     bits = x16.view(np.uint16)
     subnormal = ((bits & 0x7C00) == 0) & ((bits & 0x03FF) != 0)
     return np.where(subnormal, (bits & 0x8000).view(np.float16), x16).astype(np.float16)
+
+
+# ---------------------------------------------------------------------------------------
+# OCP FP8 (gfx950 / CDNA4): the OCP 8-bit Floating Point Specification (OFP8, rev. 1.0)
+# formats E4M3 ("fp8", LLVM Float8E4M3FN) and E5M2 ("bf8", LLVM Float8E5M2). CDNA4 uses these
+# in place of CDNA3's FNUZ formats (AMD CDNA4 ISA guide, "Data formats"; Triton refuses the
+# FNUZ types on gfx950 for the same reason).
+#
+# * ``e4m3fn``: bias 7, subnormals, no infinity, NaN = S.1111.111 (0x7f / 0xff), max 448.
+# * ``e5m2``:   bias 15, IEEE-like: ±inf = S.11111.00, NaN = S.11111.{01,10,11}, max 57344.
+# Both have a negative zero (0x80).
+# ---------------------------------------------------------------------------------------
+
+OCP_FP8_FORMATS = ("e4m3fn", "e5m2")
+_OCP_LAYOUT = {"e4m3fn": (4, 3, 7), "e5m2": (5, 2, 15)}
+
+
+def _ocp_decode_table(fmt: str) -> np.ndarray:
+    exp_bits, man_bits, bias = _OCP_LAYOUT[fmt]
+    codes = np.arange(256)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    exponent = (codes >> man_bits) & ((1 << exp_bits) - 1)
+    mantissa = codes & ((1 << man_bits) - 1)
+    value = np.where(exponent == 0, np.ldexp(mantissa / (1 << man_bits), 1 - bias),
+                     np.ldexp(1.0 + mantissa / (1 << man_bits), exponent - bias)) * sign
+    top = exponent == (1 << exp_bits) - 1
+    if fmt == "e4m3fn":   # only the all-ones code is NaN; the rest of the top binade is finite
+        value = np.where(top & (mantissa == (1 << man_bits) - 1), np.nan, value)
+    else:                 # IEEE: top binade is inf (mantissa 0) or NaN
+        value = np.where(top, np.where(mantissa == 0, sign * np.inf, np.nan), value)
+    return value.astype(np.float32)
+
+
+_OCP_DECODE = {fmt: _ocp_decode_table(fmt) for fmt in OCP_FP8_FORMATS}
+OCP_FP8_MAX = {"e4m3fn": 448.0, "e5m2": 57344.0}
+
+
+def ocp_fp8_bits_to_f32(bits, fmt: str) -> np.ndarray:
+    """Decode OCP fp8 codes (any integer array, low 8 bits used) to float32."""
+    if fmt not in _OCP_DECODE:
+        raise ValueError(f"OCP fp8 fmt must be one of {OCP_FP8_FORMATS}, got {fmt!r}")
+    return _OCP_DECODE[fmt][np.asarray(bits).astype(np.uint32) & 0xFF]
+
+
+def f32_to_ocp_fp8_bits(x, fmt: str, saturate: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(codes uint8, overflowed bool): float32 -> OCP fp8, round to nearest even, NaN -> the
+    format's NaN (sign kept). A finite magnitude rounding above max, or an infinity, gives ±max
+    when `saturate`; otherwise the `overflowed` mask marks it (callers decide what it means:
+    the ISA text does not pin the non-saturating overflow code, see rocke.emu.gfx950)."""
+    if fmt not in _OCP_DECODE:
+        raise ValueError(f"OCP fp8 fmt must be one of {OCP_FP8_FORMATS}, got {fmt!r}")
+    exp_bits, man_bits, bias = _OCP_LAYOUT[fmt]
+    x64 = np.asarray(x, dtype=np.float32).astype(np.float64)
+    magnitude = np.abs(x64)
+    finite = np.isfinite(magnitude)
+    safe = np.where(finite, magnitude, 0.0)
+    _, exponent = np.frexp(safe)
+    binade = np.maximum(exponent - 1, 1 - bias)
+    quantum = np.ldexp(1.0, binade - man_bits)
+    rounded = np.rint(safe / quantum) * quantum
+    fmax = OCP_FP8_MAX[fmt]
+    overflow = (~finite | (rounded > fmax)) & ~np.isnan(x64)
+    rounded = np.where(overflow, fmax, rounded)
+    positive = _OCP_DECODE[fmt][:128].astype(np.float64)
+    finite_codes = np.nonzero(np.isfinite(positive))[0]
+    code = finite_codes[np.searchsorted(positive[finite_codes], rounded)].astype(np.uint8)
+    code = np.where(np.signbit(x64), code | 0x80, code).astype(np.uint8)
+    nan_code = np.uint8(0x7F if fmt == "e4m3fn" else 0x7E)
+    code = np.where(np.isnan(x64), nan_code | (np.signbit(x64).astype(np.uint8) << 7), code)
+    return code.astype(np.uint8), (overflow if not saturate else np.zeros_like(overflow))

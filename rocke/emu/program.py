@@ -16,7 +16,7 @@ from .errors import EmulatorError
 from .operands import OperandError, parse_modifiers, parse_operand
 from .mfma_decode import decode_mfma
 from .valu import DecodeError, decode_valu
-from . import control, memops, salu, smem
+from . import control, gfx950, memops, salu, smem
 
 CLASSES = ("SALU", "VALU", "MFMA", "DS", "VMEM", "SMEM", "branch/other")
 SALU, VALU, MFMA, DS, VMEM, SMEM, OTHER = range(7)
@@ -123,20 +123,39 @@ class _Context:
                 "f64": lambda x: x}
 
 
-def _load_semantics():
+def _load_semantics(target: str = "gfx942"):
     try:
         from . import semantics
     except ImportError as err:
         raise EmulatorError(f"rocke.emu.semantics is not available ({err})") from None
+    if target == "gfx950":
+        return _gfx950_valu_ops(semantics), semantics.SALU_OPS
     return semantics.VALU_OPS, semantics.SALU_OPS
 
 
-def _load_mfma():
+def _load_mfma(target: str = "gfx942"):
     try:
         from . import mfma
     except ImportError as err:
         raise EmulatorError(f"rocke.emu.mfma is not available ({err})") from None
+    if target == "gfx950":
+        return _gfx950_mfma_ops(mfma)
     return mfma.MFMA_OPS
+
+
+_TARGET_TABLES: dict = {}
+
+
+def _gfx950_valu_ops(semantics):
+    if "valu" not in _TARGET_TABLES:
+        _TARGET_TABLES["valu"] = gfx950.build_valu_ops(semantics.VALU_OPS, semantics.AluOp)
+    return _TARGET_TABLES["valu"]
+
+
+def _gfx950_mfma_ops(mfma):
+    if "mfma" not in _TARGET_TABLES:
+        _TARGET_TABLES["mfma"] = gfx950.mfma_ops(mfma.MFMA_OPS, mfma.MfmaOp, mfma.IndexedMfmaOp)
+    return _TARGET_TABLES["mfma"]
 
 
 
@@ -157,7 +176,9 @@ def classify(mnemonic: str) -> int:
     return SALU
 
 
-def decode_kernel(program: Program, kernel: KernelSource) -> DecodedKernel:
+def decode_kernel(program: Program, kernel: KernelSource, target: str = "gfx942") -> DecodedKernel:
+    """Decode `kernel` for `target` ('gfx942' or 'gfx950'): opcodes the target lacks are refused."""
+    target = gfx950.check_target(target)
     d = kernel.descriptor
     accum_offset = int(d.get("amdhsa_accum_offset", d.get("amdhsa_next_free_vgpr", 1)))
     agprs = int(kernel.metadata.get(".agpr_count", 0) or 0)
@@ -193,11 +214,12 @@ def decode_kernel(program: Program, kernel: KernelSource) -> DecodedKernel:
                     continue
                 cls = classify(ins.mnemonic)
                 if cls in (VALU, SALU) and valu_ops is None:
-                    valu_ops, salu_ops = _load_semantics()
+                    valu_ops, salu_ops = _load_semantics(target)
                 if cls == MFMA and mfma_ops is None:
-                    mfma_ops = _load_mfma()
+                    mfma_ops = _load_mfma(target)
+                gfx950.gate(ins.mnemonic, ins.modifiers, target)
                 decoded = _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx,
-                                      valu_ops, salu_ops, mfma_ops, labels)
+                                      valu_ops, salu_ops, mfma_ops, labels, target)
             except (DecodeError, OperandError, KeyError, IndexError, NotImplementedError,
                     ValueError) as err:
                 message = _where(ins, kernel.name) + f": {err}"
@@ -332,7 +354,7 @@ def _where(ins: Instr, kernel: str) -> str:
 
 
 def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, valu_ops,
-                salu_ops, mfma_ops, labels):
+                salu_ops, mfma_ops, labels, target="gfx942"):
     name = ins.mnemonic
     if name in NO_OPS:
         return Decoded(lambda P, sel, n: 0, OTHER, None, ins)
@@ -374,10 +396,31 @@ def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, val
             return Decoded(lambda P, sel, n: 0, OTHER, None, ins)
         return Decoded(run, VMEM, None, ins)
     if cls == DS:
+        if target == "gfx950" and "_tr_b" in name:
+            return Decoded(gfx950.decode_ds_transpose(ins, ops, mods), DS, None, ins)
         return Decoded(memops.decode_ds(ins, ops, mods), DS, None, ins)
     if cls == MFMA:
         return Decoded(decode_mfma(ins, ops, mods, mfma_ops), MFMA, None, ins)
     base = re.sub(r"_(e32|e64|sdwa|dpp)$", "", name)
+    if target == "gfx950":
+        if base in ("v_permlane16_swap_b32", "v_permlane32_swap_b32"):
+            return Decoded(gfx950.decode_permlane_swap(ins, ops, mods), VALU, None, ins)
+        if base in ("v_bitop3_b32", "v_bitop3_b16"):
+            table = int(mods.pop("bitop3", 0))
+            from .semantics import AluOp
+            op = gfx950.bitop3_op(table, 32 if base.endswith("32") else 16, AluOp)
+            return Decoded(decode_valu(ins, mods, ops, {base: op}, ctx), VALU, None, ins)
+        if base in gfx950.SCALED_CONVERSIONS:
+            gfx950.check_unit_scale(base, ops, mods)
+            if ctx.fp16_overflow and not mods.get("clamp") and base.endswith("_f32"):
+                from .semantics import AluOp
+                op = gfx950.saturating_scaled_pack(base, AluOp)
+                return Decoded(decode_valu(ins, mods, ops, {base: op}, ctx), VALU, None, ins)
+        encodes = base.endswith("_f32")   # f32 -> fp8: FP16_OVFL changes its overflow result
+        if base in gfx950.FP8_CONVERSIONS + gfx950.SCALED_CONVERSIONS and (
+                mods.get("clamp") or (encodes and ctx.fp16_overflow)):
+            raise DecodeError(f"{base} with clamp / FP16_OVFL (saturating OCP fp8) is not "
+                              "emulated on gfx950")
     if base in ("v_readlane_b32", "v_writelane_b32", "v_readfirstlane_b32"):
         return Decoded(salu.decode_readlane(ins, ops), VALU, None, ins)
     if base == "v_swap_b32":

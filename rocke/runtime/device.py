@@ -104,7 +104,8 @@ def get_device(device: Device | str | None = None) -> Device:
     if device not in DEVICE_KINDS:
         raise ValueError(f"unknown device {device!r}; rocke has {DEVICE_KINDS}")
     if device == "emu":
-        key = "emu"
+        emu_target = env.emu_target()    # ROCKE_DEVICE=emu:gfx950 -> the emulator as gfx950
+        key = "emu" if emu_target == "gfx942" else f"emu:{emu_target}"
     else:
         from .hip_device import current_device_index
         key = f"hip:{current_device_index()}"     # the caller's current GPU (torch's, or HIP's)
@@ -115,7 +116,7 @@ def get_device(device: Device | str | None = None) -> Device:
         if key not in _devices:
             if device == "emu":
                 from .emu_device import EmuDevice
-                _devices[key] = EmuDevice()
+                _devices[key] = EmuDevice(emu_target)
             else:
                 from .hip_device import HipDevice
                 _devices[key] = HipDevice(int(key.split(":")[1]))

@@ -1,4 +1,5 @@
-"""The emulator device: prepared launches run on rocke's gfx942 emulator (`rocke.emu`), on CPU
+"""The emulator device: prepared launches run on rocke's gfx942 / gfx950 emulator (`rocke.emu`;
+ROCKE_DEVICE=emu:gfx950 picks gfx950), on CPU
 torch tensors, synchronously. Inside a `Graph` capture they are recorded instead (see graph.py)."""
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from . import graph as _graph
 class EmuDevice(Device):
     kind = "emu"
 
-    def __init__(self):
+    def __init__(self, emu_target: str = "gfx942"):
         from ..compiler import DEFAULT_TARGET
-        self.arch = DEFAULT_TARGET
+        from ..arch import get_target
+        self.emu_target = get_target(emu_target).name     # the processor the emulator runs as
+        self.arch = DEFAULT_TARGET if self.emu_target == "gfx942" else get_target(emu_target).target_id
 
     def execute(self, launch: PreparedLaunch, *, stream=None, check: bool = True):
         capture = _graph.active_capture(self)
@@ -28,10 +31,14 @@ class EmuDevice(Device):
         from .. import emu
         from .profiling import active
         c = launch.compiled
+        built_for = str(c.target).split(":", 1)[0]
+        if built_for != self.emu_target:   # as on a GPU: code for one processor does not load on another
+            raise ValueError(f"kernel {c.name} was built for {built_for} and cannot run on the "
+                             f"emulator as {self.emu_target} (ROCKE_DEVICE=emu:{self.emu_target})")
         return emu.launch(c.asm, c.name, launch.grid, launch.block, list(launch.args),
                           shared_mem=launch.shared_mem, check=check,
                           allow_alias=launch.allow_alias, memcheck=launch.memcheck,
-                          profile=profile or active())
+                          profile=profile or active(), target=self.emu_target)
 
     def is_capturing(self, stream=None) -> bool:
         return _graph.active_capture(self) is not None

@@ -9,7 +9,7 @@ ALL = sorted(MFMA_CATALOG)
 
 @pytest.mark.parametrize("key", ALL)
 def test_lane_parts_reconstruct_coordinates(key):
-    atom = get_atom(key)
+    atom = get_atom(key, MFMA_CATALOG[key].targets[0])   # every target's atoms
     for lay in (TVLayout.mfma_a(atom), TVLayout.mfma_b(atom), TVLayout.mfma_c(atom)):
         lanes = np.arange(64)
         for axis in (ROW, COL):
@@ -20,7 +20,7 @@ def test_lane_parts_reconstruct_coordinates(key):
 @pytest.mark.parametrize("key", ALL)
 def test_row_reduction_plan_reduces_exactly_each_row(key):
     """Simulate the plan on a random tile in numpy: every lane must end with the true row max."""
-    lay = TVLayout.mfma_c(get_atom(key))
+    lay = TVLayout.mfma_c(get_atom(key, MFMA_CATALOG[key].targets[0]))
     rng = np.random.default_rng(0)
     tile = rng.standard_normal(lay.shape)
     vals = tile[lay.coords[..., 0], lay.coords[..., 1]]           # [64, values]

@@ -119,8 +119,10 @@ amdhsa.version: [1, 2]
 
 
 def run_asm(body: str, vgprs=None, sgprs=None, scc=None, rows: int | None = None,
-            waves: int | None = None, descriptor_extra: str = "") -> AsmResult:
-    """Run `body` once per wave; see the module docstring for the register contract."""
+            waves: int | None = None, descriptor_extra: str = "", target: str | None = None,
+            lds_bytes: int = 0) -> AsmResult:
+    """Run `body` once per wave; see the module docstring for the register contract. `target`
+    picks the emulator's target (gfx950 code); `lds_bytes` of dynamic LDS for DS bodies."""
     if vgprs is not None:
         vgprs = np.asarray(vgprs)
         if vgprs.ndim == 2:
@@ -143,7 +145,7 @@ def run_asm(body: str, vgprs=None, sgprs=None, scc=None, rows: int | None = None
     vbuf = torch.from_numpy(v_in.view(np.int32).copy())
     sbuf = torch.from_numpy(s_in.view(np.int32).copy())
     emu.launch(asm_text(body, rows, descriptor_extra), "run_asm", (n_waves, 1, 1), (64, 1, 1),
-               [vbuf, sbuf])
+               [vbuf, sbuf], shared_mem=lds_bytes, target=target)
     s_out = sbuf.numpy().view(np.uint32)
     words = s_out[:, SGPR_COUNT:SGPR_COUNT + 5].astype(np.uint64)
     return AsmResult(vbuf.numpy().view(np.uint32).copy(), s_out[:, :SGPR_COUNT].copy(),

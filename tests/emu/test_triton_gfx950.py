@@ -1,0 +1,157 @@
+"""The gfx950 emulator refereed by Triton: our own kernels (tools/gen_triton_fixtures.py
+--target gfx950), compiled by Triton for gfx950 on the CPU, must reproduce torch's answers when
+rocke.emu runs them as gfx950 — and a gfx942 launch must refuse them.
+
+They exercise what gfx950 code brings: the wide-K MFMAs (16x16x32 / 32x32x16 f16 and bf16),
+the f8f6f4 MFMAs on OCP fp8 (e4m3fn), ds_read_b64_tr_b16/b8, global_load_lds_dwordx4,
+v_permlane16/32_swap, v_bitop3_b32 and v_cvt_pk_{f16,bf16}_f32.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import rocke.emu
+from rocke.emu.errors import EmulatorError
+
+from .test_triton_kernels import SENTINEL, TORCH_DTYPES, assert_close, attention_reference, cdiv, generator
+
+FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "triton_gfx950"
+
+
+def load(name):
+    return (json.loads((FIXTURE_DIR / f"{name}.json").read_text()),
+            (FIXTURE_DIR / f"{name}.s").read_text())
+
+
+def launch_fixture(name, grid, target="gfx950", **runtime_args):
+    info, asm = load(name)
+    assert info["target"] == "gfx950"
+    ordered = []
+    for arg in info["runtime_args"]:
+        value = runtime_args.pop(arg["name"])
+        if arg["type"].startswith("*"):
+            assert value.dtype == TORCH_DTYPES[arg["type"][1:]], arg["name"]
+        elif arg["name"] in info["divisible_by_16"]:
+            assert value % 16 == 0, f"{name}: {arg['name']}={value} must be a multiple of 16"
+        ordered.append(value)
+    assert not runtime_args
+    ordered += [None] * info["extra_trailing_pointer_args"]
+    return rocke.emu.launch(asm, info["kernel_symbol"], grid, tuple(info["block"]), ordered,
+                            shared_mem=info["shared_mem_bytes"], check=True, target=target)
+
+
+def opcodes(name):
+    return set(re.findall(r"^\s+([a-z_][a-z0-9_]*)", load(name)[1], re.M))
+
+
+# (fixture, in dtype, out dtype, M, N, K, tolerance kind, an opcode it must contain)
+MATMUL_CASES = [
+    ("matmul_f16_k32_mfma16", torch.float16, torch.float16, 70, 50, 150, "fp16_gemm",
+     "v_mfma_f32_16x16x32_f16"),
+    ("matmul_f16_k16_mfma32", torch.float16, torch.float16, 70, 80, 192, "fp16_gemm",
+     "v_mfma_f32_32x32x16_f16"),
+    ("matmul_bf16_k32_mfma16", torch.bfloat16, torch.bfloat16, 70, 48, 128, "bf16_gemm",
+     "v_mfma_f32_16x16x32_bf16"),
+    ("matmul_bf16_k16_mfma32", torch.bfloat16, torch.float32, 70, 50, 150, "bf16_gemm",
+     "v_mfma_f32_32x32x16_bf16"),
+    ("matmul_fp8e4nv_mfma16", torch.float8_e4m3fn, torch.float32, 70, 48, 256, "fp8_gemm",
+     "v_mfma_f32_16x16x128_f8f6f4"),
+    ("matmul_fp8e4nv_mfma32", torch.float8_e4m3fn, torch.float32, 70, 80, 192, "fp8_gemm",
+     "v_mfma_f32_32x32x64_f8f6f4"),
+]
+
+
+@pytest.mark.parametrize("name, in_dtype, out_dtype, M, N, K, kind, opcode", MATMUL_CASES,
+                         ids=[c[0] for c in MATMUL_CASES])
+def test_matmul_gfx950(name, in_dtype, out_dtype, M, N, K, kind, opcode):
+    assert opcode in opcodes(name)
+    lda, ldb, ldc = cdiv(K, 16) * 16, cdiv(N, 16) * 16, cdiv(N, 16) * 16 + 16
+    rng = generator(50)
+    scale = 8.0 if in_dtype == torch.float8_e4m3fn else 1.0
+    a = (scale * torch.randn(M, lda, generator=rng)).to(in_dtype)
+    b = (scale * torch.randn(K, ldb, generator=rng)).to(in_dtype)
+    c = torch.full((M, ldc), SENTINEL, dtype=out_dtype)
+    launch_fixture(name, (cdiv(M, 64), cdiv(N, 64), 1), a_ptr=a, b_ptr=b, c_ptr=c, M=M, N=N, K=K,
+                   stride_am=lda, stride_bk=ldb, stride_cm=ldc)
+    expected = a[:, :K].float() @ b[:K, :N].float()
+    if in_dtype == torch.float8_e4m3fn:   # every product and partial sum is exact in f64 / f32
+        torch.testing.assert_close(c[:, :N], expected, rtol=1e-6, atol=1e-3)
+    else:
+        assert_close(c[:, :N], expected, kind)
+    assert torch.all(c[:, N:] == SENTINEL), "masked columns of C were written"
+
+
+@pytest.mark.parametrize("name, causal", [("flash_attn_fwd_d64", False),
+                                          ("flash_attn_fwd_d64_causal", True)])
+def test_flash_attention_gfx950(name, causal):
+    assert {"ds_read_b64_tr_b16", "v_permlane32_swap_b32_e32"} <= opcodes(name)
+    batch_heads, seq_len, head_dim = 2, 100, 64
+    rng = generator(51)
+    q, k, v = (torch.randn(batch_heads, seq_len, head_dim, generator=rng).half() for _ in range(3))
+    out = torch.zeros(batch_heads, seq_len, head_dim, dtype=torch.float16)
+    sm_scale = head_dim ** -0.5
+    launch_fixture(name, (cdiv(seq_len, 64), batch_heads, 1), q_ptr=q, k_ptr=k, v_ptr=v,
+                   out_ptr=out, stride_bh=seq_len * head_dim, stride_seq=head_dim,
+                   seq_len=seq_len, sm_scale=sm_scale)
+    assert_close(out, attention_reference(q, k, v, sm_scale, causal), "fp16_attention")
+
+
+def test_gfx950_code_refused_as_gfx942():
+    a = torch.zeros(64, 64, dtype=torch.float16)
+    b = torch.zeros(64, 64, dtype=torch.float16)
+    c = torch.full((64, 80), SENTINEL, dtype=torch.float16)
+    with pytest.raises(ValueError, match="does not match the code's .amdgcn_target 'gfx950'"):
+        launch_fixture("matmul_f16_k32_mfma16", (1, 1, 1), target="gfx942", a_ptr=a, b_ptr=b,
+                       c_ptr=c, M=64, N=64, K=64, stride_am=64, stride_bk=64, stride_cm=80)
+    # without the directive, the opcode gate refuses it before anything runs
+    info, asm = load("matmul_f16_k32_mfma16")
+    asm = re.sub(r'^\s*\.amdgcn_target.*$', "", asm, flags=re.M)
+    with pytest.raises(EmulatorError, match="gfx950 \\(CDNA4\\) instruction that gfx942 does not have"):
+        rocke.emu.launch(asm, info["kernel_symbol"], (1, 1, 1), tuple(info["block"]),
+                         [a, b, c, 64, 64, 64, 64, 64, 80] + [None] * info["extra_trailing_pointer_args"],
+                         shared_mem=info["shared_mem_bytes"], target="gfx942")
+    assert torch.all(c == SENTINEL)
+
+
+@pytest.mark.parametrize("name", ["matmul_i8_mfma16", "matmul_i8_mfma32"])
+def test_matmul_i8_wide_k(name):
+    assert {"matmul_i8_mfma16": "v_mfma_i32_16x16x64_i8",
+            "matmul_i8_mfma32": "v_mfma_i32_32x32x32_i8"}[name] in opcodes(name)
+    M, N, K = 70, 48, 128
+    rng = generator(52)
+    a = torch.randint(-128, 128, (M, K), generator=rng, dtype=torch.int8)
+    b = torch.randint(-128, 128, (K, N), generator=rng, dtype=torch.int8)
+    c = torch.full((M, N + 16), 7, dtype=torch.int32)
+    launch_fixture(name, (cdiv(M, 64), cdiv(N, 64), 1), a_ptr=a, b_ptr=b, c_ptr=c, M=M, N=N, K=K,
+                   stride_am=K, stride_bk=N, stride_cm=N + 16)
+    assert torch.equal(c[:, :N], (a.long() @ b.long()).to(torch.int32))
+    assert torch.all(c[:, N:] == 7)
+
+
+def test_fp8_conversions_on_gfx950():
+    """OCP casts run on v_cvt_scalef32_* (unit scale) under MODE.FP16_OVFL: finite overflow
+    saturates, NaN stays NaN; the FNUZ casts are software on gfx950. Infinities are left out:
+    the emulator refuses them for these instructions (their code is not pinned)."""
+    assert "v_cvt_scalef32_pk_fp8_f32" in opcodes("fp8_convert")
+    n = 200
+    rng = generator(53)
+    x = torch.randn(n, generator=rng) * 50
+    specials = [0.0, -0.0, 1.0, -1.0, 240.0, 250.0, 300.0, 1e6, -1e6, float("nan"), 448.0, 460.0,
+                57344.0, 60000.0, 1e-3, 1e-9, -2.5e-3, 0.0625, -500.0, 70000.0]
+    x[:len(specials)] = torch.tensor(specials)
+    outs = {k: torch.zeros(n, dtype=TORCH_DTYPES[t]) for k, t in
+            (("e4", "fp8e4b8_"), ("e5", "fp8e5b16"), ("e4nv", "fp8e4nv"), ("e5nv", "fp8e5"))}
+    back = torch.zeros(n, 4)
+    launch_fixture("fp8_convert", (cdiv(n, 128), 1, 1), x_ptr=x, e4_ptr=outs["e4"],
+                   e5_ptr=outs["e5"], e4nv_ptr=outs["e4nv"], e5nv_ptr=outs["e5nv"], back_ptr=back,
+                   n=n)
+    for key, limit in (("e4", 240.0), ("e5", 57344.0), ("e4nv", 448.0), ("e5nv", 57344.0)):
+        expected = x.clamp(-limit, limit).to(outs[key].dtype).float()
+        torch.testing.assert_close(outs[key].float(), expected, rtol=0, atol=0, equal_nan=True,
+                                   msg=key)
+        torch.testing.assert_close(back[:, list(outs).index(key)], outs[key].float(), rtol=0,
+                                   atol=0, equal_nan=True, msg=f"{key} decoded")
