@@ -8,7 +8,8 @@ and its llvm-objdump cannot disassemble gfx942 ("unable to get target") while it
 prints the metadata note in a form YAML cannot read.
 
 Where tools are looked for, best first: `<name>-<N>` on PATH (highest N first), Debian's
-/usr/lib/llvm-<N>/bin (highest N first), ROCm's llvm/bin, then plain `<name>` in each PATH directory.
+/usr/lib/llvm-<N>/bin (highest N first), ROCm's llvm/bin (newest first), then plain `<name>` in
+each PATH directory.
 
 `python -m rocke.llvm_tools` prints the Debian packages still needed (scripts/setup.sh uses it).
 """
@@ -42,9 +43,10 @@ class LLVMToolError(RuntimeError):
     what to install."""
 
 
-def _major_of_dir(path: str) -> int:
-    found = re.findall(r"(\d+)", path)
-    return int(found[-1]) if found else -1
+def _release_of_dir(path: str) -> tuple[int, ...]:
+    """(19,) for /usr/lib/llvm-19/bin, (6, 2, 0) for /opt/rocm-6.2.0/llvm/bin, () otherwise."""
+    m = re.search(r"(?:llvm|rocm)-(\d+(?:\.\d+)*)", path)
+    return tuple(map(int, m.group(1).split("."))) if m else ()
 
 
 def candidates(name: str) -> list[str]:
@@ -63,7 +65,7 @@ def candidates(name: str) -> list[str]:
             if not root:
                 continue
             pattern = root + pattern[len("$ROCM_PATH"):]
-        dirs = sorted(glob.glob(pattern), key=_major_of_dir, reverse=True)
+        dirs = sorted(glob.glob(pattern), key=_release_of_dir, reverse=True)
         found += [os.path.join(d, name) for d in dirs]
     found += [os.path.join(d, name) for d in path_dirs]    # every one on PATH, not just the first
     out, seen = [], set()
@@ -104,10 +106,11 @@ def find(name: str, min_major: int = GFX942.min_llvm_major, target: str = GFX942
         version = tool_version(path)
         if version is not None and version[0] >= min_major:
             return path
-        skipped.append(f"{path} ({'LLVM %d.%d' % version if version else 'no LLVM version reported'})")
+        skipped.append(f"{path} (LLVM {version[0]}.{version[1]})" if version else
+                       f"{path} (no LLVM version reported)")
     package = DEBIAN_PACKAGE.get(name, f"llvm-{DEBIAN_LLVM}")
-    where = (f"skipped {', '.join(skipped)}" if skipped else
-             f"none found as {name}-<N> or {name} on PATH, in /usr/lib/llvm-<N>/bin or ROCm's llvm/bin")
+    where = (f"skipped {', '.join(skipped)}" if skipped else f"none found as {name}-<N> or "
+             f"{name} on PATH, in /usr/lib/llvm-<N>/bin or ROCm's llvm/bin")
     raise LLVMToolError(
         f"no {name} of LLVM {min_major} or newer, which {target} needs ({where}): install "
         f"Debian's {package} (`apt-get install {package}`, which scripts/setup.sh does)")

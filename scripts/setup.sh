@@ -25,17 +25,17 @@ fi
 # take linked code objects. A tool counts only if it is new enough to know gfx942 (rocke.llvm_tools
 # asks each one its version), so an older LLVM already on the machine (Debian's llvm-14 is a common
 # dependency) does not stop the install.
-tools() { PYTHONPATH="$ROOT" "$VENV/bin/python" -m rocke.llvm_tools "$@"; }
-need="$(tools --missing-packages)"
+rocke_llvm_tools() { PYTHONPATH="$ROOT" "$VENV/bin/python" -m rocke.llvm_tools "$@"; }
+need="$(rocke_llvm_tools --missing-packages)"
 if [ -n "$need" ]; then
   echo "[setup] installing Debian's $need" >&2
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq >&2
   # shellcheck disable=SC2086  # $need is a space-separated package list
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >&2
-  if [ -n "$(tools --missing-packages)" ]; then
+  if [ -n "$(rocke_llvm_tools --missing-packages)" ]; then
     echo "[setup] LLVM tools still missing after the install:" >&2
-    tools >&2
+    rocke_llvm_tools >&2
     exit 1
   fi
 fi

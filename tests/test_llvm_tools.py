@@ -40,7 +40,8 @@ def search(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", os.pathsep.join(map(str, dirs)))
     monkeypatch.delenv("ROCM_PATH", raising=False)
     monkeypatch.delenv("ROCKE_LD_LLD", raising=False)
-    monkeypatch.setattr(llvm_tools, "INSTALL_DIR_PATTERNS", (str(tmp_path / "lib" / "llvm-*" / "bin"),))
+    monkeypatch.setattr(llvm_tools, "INSTALL_DIR_PATTERNS",
+                        (str(tmp_path / "lib" / "llvm-*" / "bin"),))
     find_linker.cache_clear()
     yield dirs + [tmp_path / "lib"]
     find_linker.cache_clear()
