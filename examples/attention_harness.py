@@ -1,6 +1,6 @@
 """What the two attention harnesses share: the shape record, scaling a shape down for a CPU,
-the dense -> paged input mapping (seeds/001 "How the harness maps a dense SDPA problem onto the
-paged kernel"), the cost estimate, progress bars, timing reduction and the JSON report.
+the dense -> paged input mapping (``make_inputs``), the cost estimate, progress bars, timing
+reduction and the JSON report.
 
 Nothing here computes attention: kernels, the dispatcher, the knobs and the fp32 reference all
 live in ``rocke.kernels``. This module only feeds them and prints what they did.
@@ -25,8 +25,8 @@ if str(REPO_ROOT) not in sys.path:      # run the rocke of the checkout this scr
 
 from rocke.kernels.common.attention_unified import HEAD_SIZES as SUPPORTED_HEAD_SIZES  # noqa: E402
 
-BLOCK_SIZE = 64                 # cache block (page) size: the flash tile T of seeds/000 §5
-INPUT_RANGE = 0.1               # inputs ~ uniform(-0.1, 0.1), seeds/001
+BLOCK_SIZE = 64                 # cache block (page) size of every harness shape
+INPUT_RANGE = 0.1               # inputs ~ uniform(-0.1, 0.1): small, well-conditioned scores
 TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 NAME_DTYPES = {"f16": "fp16", "bf16": "bf16"}
 #: why a shape whose head size the dispatcher does not take is SKIP, not run (d256 is taken
@@ -142,7 +142,8 @@ class Shape:
 
 
 def dense(dtype, heads, kv_heads, batch, seqlen_q, seqlen_k, head_size, covers="", name=None):
-    """A uniform batch, named as seeds/001 does: ``fp16_h32kv8_b1_s2048x2048_d128``."""
+    """A uniform batch, named ``<dtype>_h<heads>kv<kv_heads>_b<batch>_s<q>x<k>_d<head_size>``,
+    e.g. ``fp16_h32kv8_b1_s2048x2048_d128``."""
     name = name or (f"{NAME_DTYPES[dtype]}_h{heads}kv{kv_heads}_b{batch}_s{seqlen_q}x{seqlen_k}"
                     f"_d{head_size}")
     return Shape(name, dtype, heads, kv_heads, head_size, ((seqlen_q, seqlen_k),) * batch, covers)

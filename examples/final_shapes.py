@@ -1,4 +1,4 @@
-"""The shape set of ``final_shapes_check.py`` (seeds/001): uniform batches so each shape also
+"""The shape set of ``final_shapes_check.py``: uniform batches so each shape also
 has a dense torch SDPA twin to time against. Every shape is causal (bottom-right); decode rows
 (query_len 1) see every key.
 

@@ -1,6 +1,5 @@
 """The definitive correctness + timing check over every shape through the production dispatcher
-(``run_unified_attention_torch``, backend auto), timed eager and graph against torch SDPA
-(seeds/001).
+(``run_unified_attention_torch``, backend auto), timed eager and graph against torch SDPA.
 
 Per shape: the dispatcher's output gated against the fp32 paged reference (``ref_paged_attn``,
 ``attention_atol``), in eager mode and replayed from a ``rocke.runtime.Graph``; then four timing
@@ -134,7 +133,8 @@ def dense_twin(shape: H.Shape, inputs):
 
 
 def torch_backend(shape: H.Shape) -> str:
-    """seeds/001: flash for square causal shapes with head_size <= 128, ``default`` else."""
+    """``flash`` for square causal shapes with head_size <= 128, ``default`` (torch's own choice)
+    else."""
     q_len, kv_len = shape.seqlens[0]
     return "flash" if q_len == kv_len and shape.head_size <= 128 else "default"
 
@@ -145,7 +145,7 @@ def torch_call(shape: H.Shape, inputs, backend: str):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     q, k, v = dense_twin(shape, inputs)
-    causal = shape.max_q > 1       # decode: one query sees every key (seeds/000 §4)
+    causal = shape.max_q > 1       # decode: one query sees every key
     scale = inputs["softmax_scale"]
     gqa = shape.group > 1
 

@@ -1,5 +1,5 @@
-"""The inline shape set of ``parity_unified_attention.py`` (seeds/001 "The shape set"): three
-groups, every shape causal (bottom-right), cache block size 64.
+"""The inline shape set of ``parity_unified_attention.py``: three groups, every shape causal
+(bottom-right), cache block size 64.
 
 - ``default``: core production shapes — decode and prefill, fp16/bf16, d64/d128, MHA + GQA,
   varied batch sizes.

@@ -1,4 +1,4 @@
-"""gfx942 unified attention parity + latency harness (seeds/001).
+"""gfx942 unified attention parity + latency harness.
 
 For every selected shape it runs three tables — ``auto`` (the production dispatcher,
 ``run_unified_attention_torch(backend="auto")``), ``2d`` (the 2D spec built here explicitly:
@@ -133,14 +133,15 @@ def dispatcher_launcher(inputs, backend):
 
 
 def build_2d_spec(shape: H.Shape, inputs, knobs):
-    """The 2D spec, built here by hand as seeds/000 §6-7 describe (the dispatcher is not
+    """The 2D spec, built here by hand as ALGORITHM.md §10.2 describes (the dispatcher is not
     asked): d128 fp16 takes the transposed-x8 flash regime in the geometry FLASH_WIDE picks
     (wide4 = 4 warps, the provider's default, set explicitly since a bare spec is not wide4;
     L4 = 1; wide2 = 2; NUM_WARPS overrides), K single-buffered when num_warps * 32 <= T;
     everything else the narrow 16x16x16 path — d64 with 4 warps x 32 rows, d128 bf16 with 2
     warps (the x8 atom path is fp16-only). The other levers apply as the knobs module maps
     them. The narrow path must pass the ``supports_tiled_2d`` LDS gate (else SKIP); the flash
-    configs bypass it and the spec's own rules arbitrate (seeds/001 arch notes)."""
+    configs bypass it and the spec's own rules arbitrate (the gate charges an LDS stage for P,
+    which the flash path keeps in registers)."""
     from rocke.kernels.common import knobs as knobs_module
     from rocke.kernels.gfx942 import attention_tiled_2d as k2d
     features = inputs.get("features", {})

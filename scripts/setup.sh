@@ -1,27 +1,11 @@
 #!/usr/bin/env bash
-# Idempotent set-up: a project virtualenv with rocke installed editable, plus a linker (ld.lld).
+# Idempotent set-up: a project virtualenv with rocke installed editable, plus LLVM tools that know
+# gfx942 (ld.lld, llvm-objdump, llvm-readelf; Debian's llvm-19 and lld-19 when none is found).
 # Sourced by scripts/main.sh and scripts/test.sh; safe to run on a fresh Debian machine as root.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PY="${PYTHON:-python3}"
-
-# Debian's LLVM 19 tools: ld.lld links code objects (when no ROCm/PATH linker exists), and
-# llvm-objdump/llvm-readelf/llvm-mc let the emulator take linked code objects.
-need=()
-if ! command -v ld.lld >/dev/null 2>&1 && ! ls /opt/rocm*/llvm/bin/ld.lld >/dev/null 2>&1 \
-   && ! ls /usr/lib/llvm-*/bin/ld.lld >/dev/null 2>&1; then
-  need+=(lld-19)
-fi
-if ! command -v llvm-objdump-19 >/dev/null 2>&1 && ! ls /usr/lib/llvm-*/bin/llvm-objdump >/dev/null 2>&1; then
-  need+=(llvm-19)
-fi
-if [ ${#need[@]} -gt 0 ]; then
-  echo "[setup] installing Debian's ${need[*]}" >&2
-  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >&2
-fi
 
 stamp="$VENV/.rocke-installed"
 if [ ! -x "$VENV/bin/python" ]; then
@@ -35,4 +19,23 @@ if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
   "$VENV/bin/pip" install -q "torch==2.13.0" >&2
   "$VENV/bin/pip" install -q -e "$ROOT[test]" >&2
   touch "$stamp"
+fi
+
+# Debian's LLVM 19 tools: ld.lld links code objects, llvm-objdump/llvm-readelf let the emulator
+# take linked code objects. A tool counts only if it is new enough to know gfx942 (rocke.llvm_tools
+# asks each one its version), so an older LLVM already on the machine (Debian's llvm-14 is a common
+# dependency) does not stop the install.
+rocke_llvm_tools() { PYTHONPATH="$ROOT" "$VENV/bin/python" -m rocke.llvm_tools "$@"; }
+need="$(rocke_llvm_tools --missing-packages)"
+if [ -n "$need" ]; then
+  echo "[setup] installing Debian's $need" >&2
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq >&2
+  # shellcheck disable=SC2086  # $need is a space-separated package list
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >&2
+  if [ -n "$(rocke_llvm_tools --missing-packages)" ]; then
+    echo "[setup] LLVM tools still missing after the install:" >&2
+    rocke_llvm_tools >&2
+    exit 1
+  fi
 fi

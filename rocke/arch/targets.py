@@ -34,6 +34,7 @@ class Target:
     lds_banks: int
     peak_dense_f16_tflops: float   # vendor peak, for roofline context only
     hbm_tbytes_per_s: float
+    min_llvm_major: int            # first LLVM release whose AMDGPU backend knows the processor
 
     @property
     def waves_per_cu(self) -> int:
@@ -64,6 +65,9 @@ GFX942 = Target(
     lds_banks=32,
     peak_dense_f16_tflops=1307.4,
     hbm_tbytes_per_s=5.3,
+    # gfx941/gfx942 entered LLVM between the 16 and 17 branches: LLVM 17 is the first release
+    # whose AMDGPUUsage processor table lists gfx942 (LLVM 16 stops at gfx940)
+    min_llvm_major=17,
 )
 
 # CDNA4 (gfx950) keeps CDNA3's wave and register model: wave64, 8 wave slots per SIMD, the unified
@@ -92,6 +96,7 @@ GFX950 = replace(
     lds_banks=64,
     peak_dense_f16_tflops=2516.6,
     hbm_tbytes_per_s=8.0,
+    min_llvm_major=20,             # gfx950 is first listed in LLVM 20's AMDGPUUsage
 )
 
 TARGETS: dict[str, Target] = {t.name: t for t in (GFX942, GFX950)}

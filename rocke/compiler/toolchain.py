@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import functools
-import glob
 import os
-import shutil
 import subprocess
 
 import llvmlite
 import llvmlite.binding as llvm
 
-from .. import env
+from .. import env, llvm_tools
 from ..arch import get_target
 
 TRIPLE = "amdgcn-amd-amdhsa"
@@ -64,13 +62,10 @@ def target_machine(target_id: str, opt: int = 3):
         cpu=cpu, features=features, opt=opt, reloc="pic", codemodel="default")
 
 
-_LINKER_HINT = ("no ld.lld found. Install Debian's lld-19 (`apt-get install lld-19`, which "
-                "scripts/setup.sh does), or ROCm, or put an ld.lld on PATH / in $ROCKE_LD_LLD")
-
-
 def find_linker() -> str:
-    """$ROCKE_LD_LLD if set (it must be an executable file), else ROCm's ld.lld, ld.lld on PATH,
-    Debian's versioned lld."""
+    """$ROCKE_LD_LLD if set (it must be an executable file; taken as given), else the first
+    discovered ld.lld new enough for gfx942 (rocke.llvm_tools: versioned names, Debian's
+    /usr/lib/llvm-<N>, ROCm, plain ld.lld on PATH; older ones skipped)."""
     return _find_linker(env.linker_override())
 
 
@@ -78,19 +73,10 @@ def find_linker() -> str:
 def _find_linker(override: str | None) -> str:
     if override:
         return _checked_override(override)
-    candidates = []
-    for root in filter(None, [os.environ.get("ROCM_PATH"), "/opt/rocm"]):
-        candidates.append(os.path.join(root, "llvm", "bin", "ld.lld"))
-    candidates += sorted(glob.glob("/opt/rocm-*/llvm/bin/ld.lld"), reverse=True)
-    on_path = shutil.which("ld.lld")
-    if on_path:
-        candidates.append(on_path)
-    candidates += sorted(glob.glob("/usr/lib/llvm-*/bin/ld.lld"), reverse=True)
-    candidates += sorted(filter(None, (shutil.which(f"ld.lld-{v}") for v in range(30, 14, -1))))
-    for c in candidates:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    raise ToolchainError(_LINKER_HINT)
+    try:
+        return llvm_tools.find("ld.lld")
+    except llvm_tools.LLVMToolError as err:
+        raise ToolchainError(f"{err}, or ROCm, or name an ld.lld in $ROCKE_LD_LLD") from None
 
 
 find_linker.cache_clear = _find_linker.cache_clear

@@ -20,8 +20,9 @@ Rules the copy relies on:
   math); their table entries are never read (the table index is clamped to the last used page).
 - ``addr_64``: the page base ``page * page_stride`` is formed as a 64-bit pointer and only the
   offset inside the page goes in the 32-bit buffer offset, so caches past 2 GiB are addressed
-  correctly (seeds/004 §7.2). Without it one buffer spans the whole cache with 32-bit offsets
-  (the caller keeps the cache below 2 GiB).
+  correctly (a buffer instruction's offset and its resource's ``num_records`` are 32-bit: the CDNA3
+  ISA guide's buffer resource descriptor). Without it one buffer spans the whole cache with 32-bit
+  offsets (the caller keeps the cache below 2 GiB).
 - ``transpose``: the LDS tile is ``[D x tokens]`` (``lds[c, t] = row_t[c]``), e.g. V^T.
 - ``lds_dma``: ``buffer_load_dword ... lds`` moves 64 dwords per instruction straight into LDS
   (no VGPR round trip); a wave then owns ``128 / D`` whole rows per instruction (f16/bf16), so
@@ -31,7 +32,7 @@ Rules the copy relies on:
 - dequantizing copy (ALGORITHM.md §11.1): when the cache holds fp8 (``fp8_e4m3fnuz``) and the
   LDS tile a 16-bit dtype, each element is decoded to f32 by the hardware conversion, multiplied
   by ``scale`` if one is given (an f32 Value, e.g. a per-head descale) and rounded to the LDS
-  dtype, so the MFMAs that read the tile are unchanged (seeds/004 §7.3). Without a scale the
+  dtype, so the MFMAs that read the tile are unchanged. Without a scale the
   conversion is exact (every e4m3fnuz value is an f16 and a bf16 value). Out-of-range tokens read
   code 0, which decodes to 0. Not with ``lds_dma`` (the DMA writes bytes as they are).
 """

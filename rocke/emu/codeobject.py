@@ -4,7 +4,8 @@ one `.amdhsa_kernel` block per kernel rebuilt from its 64-byte kernel descriptor
 `.amdgpu_metadata` YAML of the metadata note.
 
 Disassembly and the metadata note come from LLVM's tools (Debian package `llvm-19`:
-`llvm-objdump-19`, `llvm-readelf-19`; see `find_llvm_tool` for where they are looked for). The
+`llvm-objdump-19`, `llvm-readelf-19`; rocke.llvm_tools says where they are looked for and skips
+tools too old to know gfx942). The
 ELF structure (symbols, descriptors) is read here. Kernel descriptor layout: LLVM AMDGPUUsage, "Kernel Descriptor".
 Every instruction keeps its byte address (`.emu_address` lines), so s_getpc_b64 / s_setpc_b64 /
 s_swappc_b64 arithmetic on real code addresses works.
@@ -13,16 +14,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import struct
 import subprocess
 import tempfile
 from pathlib import Path
 
+from rocke import llvm_tools
+
 _BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 _ELF_MAGIC = b"\x7fELF"
 EM_AMDGPU = 224
-_TOOL_VERSIONS = ("19", "20", "18", "21", "17", "")
 
 
 class CodeObjectError(ValueError):
@@ -30,20 +31,12 @@ class CodeObjectError(ValueError):
 
 
 def find_llvm_tool(name: str) -> str:
-    """Path of LLVM tool `name` (llvm-objdump, llvm-readelf): `<name>-<version>` or `<name>` on
-    PATH, or under /usr/lib/llvm-<version>/bin."""
-    for version in _TOOL_VERSIONS:
-        candidate = f"{name}-{version}" if version else name
-        found = shutil.which(candidate)
-        if found:
-            return found
-        if version:
-            path = Path(f"/usr/lib/llvm-{version}/bin/{name}")
-            if path.is_file() and os.access(path, os.X_OK):
-                return str(path)
-    raise CodeObjectError(f"{name} was not found (looked for {name}-19 and other versions on "
-                          f"PATH and in /usr/lib/llvm-*/bin): install Debian's `llvm-19` package "
-                          "to load code objects")
+    """Path of an LLVM tool `name` (llvm-objdump, llvm-readelf) new enough for gfx942; where it is
+    looked for and which versions are taken: rocke.llvm_tools."""
+    try:
+        return llvm_tools.find(name)
+    except llvm_tools.LLVMToolError as err:
+        raise CodeObjectError(str(err)) from None
 
 
 def is_code_object(code) -> bool:
@@ -223,7 +216,7 @@ def code_object_assembly(code) -> str:
     try:
         metadata = yaml.safe_load(metadata_text) or {}
     except yaml.YAMLError as err:
-        raise CodeObjectError(f"malformed metadata note: {err}") from None
+        raise CodeObjectError(f"malformed metadata note (as {readelf} prints it): {err}") from None
 
     # instructions with byte addresses; function symbols as labels
     entries: list[tuple[int, str, str]] = []

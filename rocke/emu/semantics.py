@@ -37,11 +37,16 @@ the 53-bit chunk of 2/pi starting `53 * segment + max(exponent - 1077, 0)` bits 
 device library's Payne-Hanek reduction reproduces glibc's sin/cos for arguments up to 2^1000
 (tests/emu/test_triton_kernels.py f64_math).
 
-Extensions to the contract: ``AluOp.implicit_srcs`` names sources that are not asm
-operands (the tied destination, VCC). The ``pk_f32`` type is a 64-bit register pair of two
-f32 (float32 with a trailing axis of 2, element 0 = the op_sel-selected register).
-``VALU_CLAMP_OPS`` holds the versions of ops whose ``clamp`` bit is not a float clamp:
-v_cvt_pk_{fp8,bf8}_f32 saturate. SALU ops that write only SCC return a 1-tuple ``(scc,)``.
+Operand types (``AluOp.dsts`` / ``srcs``; their widths are ``operands.TYPE_BITS``): ``f16`` /
+``f32`` / ``f64`` floats; ``i16`` / ``i32`` / ``i64`` signed and ``u16`` / ``u32`` / ``u64``
+unsigned integers; ``b16`` / ``b32`` / ``b64`` raw bits; ``pk_f16`` / ``pk_i16`` / ``pk_u16`` two
+16-bit values of one 32-bit register (a trailing axis of 2, element 0 = the low half); ``u8x4``
+its four bytes (a trailing axis of 4); ``mask`` a 64-bit lane mask (one bit per lane, as VCC
+or an SGPR pair holds it); and ``pk_f32``, a 64-bit register pair of two f32 (float32 with a
+trailing axis of 2, element 0 = the op_sel-selected register). ``AluOp.implicit_srcs`` names
+sources that are not asm operands (the tied destination, VCC). ``VALU_CLAMP_OPS`` holds the
+versions of ops whose ``clamp`` bit is not a float clamp: v_cvt_pk_{fp8,bf8}_f32 saturate.
+SALU ops that write only SCC return a 1-tuple ``(scc,)``.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ from . import numerics
 
 @dataclass(frozen=True)
 class AluOp:
-    """One scalar or vector ALU instruction (see /tmp/contract.md for the types).
+    """One scalar or vector ALU instruction (operand types: the module docstring).
 
     ``implicit_srcs`` lists sources appended after the asm operands, in order, whose
     types are the trailing entries of ``srcs``: ``"dst"`` is the current value of the

@@ -99,7 +99,7 @@ def _split_mnemonic(mnemonic: str) -> tuple[str, str]:
 
 
 def _to_typed(raw, typ):
-    """Raw register bits -> the numpy representation of `typ` (contract of semantics.py)."""
+    """Raw register bits -> the numpy representation of `typ` (semantics.py: operand types)."""
     if typ in ("f32", "b32", "u32", "i32"):
         return raw.view(INT_VIEW[typ]) if raw.dtype == U32 else raw.astype(U32).view(INT_VIEW[typ])
     if typ in ("f64", "b64", "u64", "i64"):

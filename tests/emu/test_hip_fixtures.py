@@ -197,8 +197,9 @@ def test_by_value_struct_argument_as_raw_bytes():
 
 
 def test_missing_llvm_tools_give_a_clear_error(monkeypatch):
-    import rocke.emu.codeobject as co
-    monkeypatch.setattr(co.shutil, "which", lambda name: None)
-    monkeypatch.setattr(co, "_TOOL_VERSIONS", ("99",))
-    with pytest.raises(CodeObjectError, match="install Debian's `llvm-19`"):
-        co.code_object_assembly(CODE_OBJECT)
+    from rocke import llvm_tools
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("ROCM_PATH", raising=False)
+    monkeypatch.setattr(llvm_tools, "INSTALL_DIR_PATTERNS", ())
+    with pytest.raises(CodeObjectError, match="install Debian's llvm-19 \\(`apt-get install llvm-19`"):
+        code_object_assembly(CODE_OBJECT)

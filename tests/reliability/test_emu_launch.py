@@ -317,18 +317,33 @@ def test_trap_after_writes_rolls_back():
 
 # ----------------------------------------------------------------------------- watchdog
 
-def test_branch_to_itself_is_stopped_naming_line_and_waves():
-    text = asm("vadd")
-    lines = text.splitlines()
+def endless_vadd() -> tuple[str, int]:
+    """vadd with a branch to itself right after its store, and the store's line index."""
+    lines = asm("vadd").splitlines()
     at = next(i for i, line in enumerate(lines) if "global_store_dword" in line)
     lines[at + 1:at + 1] = [".Lforever:", "\ts_branch .Lforever"]
-    endless = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", at
+
+
+def test_branch_to_itself_is_stopped_naming_line_and_waves():
+    endless, at = endless_vadd()
     args = vadd_args()
-    message = expect(emu.LaunchTimeout, [r"wall-time budget of 0.2 s", r"4 waves had not ended",
-                                         rf"line {at + 3} `s_branch \.Lforever`",
-                                         r"workgroup \(0, 0, 0\) wave 0"],
-                     lambda: emu.launch(endless, "vadd", 1, 256, args, timeout_s=0.2), args)
-    assert isinstance(emu.LaunchTimeout("x"), emu.EmulatorError), message
+    expect(emu.LaunchTimeout, [r"wall-time budget of 0.2 s", r"4 waves had not ended",
+                               rf"line {at + 3} `s_branch \.Lforever`",
+                               r"workgroup \(0, 0, 0\) wave 0"],
+           lambda: emu.launch(endless, "vadd", 1, 256, args, timeout_s=0.2), args)
+
+
+def test_a_real_timeout_is_caught_as_an_emulator_error():
+    """Code that handles every emulator failure with `except emu.EmulatorError` also gets the
+    watchdog's stop of an endless kernel, as a LaunchTimeout that says what ran out."""
+    endless, _ = endless_vadd()
+    start = time.perf_counter()
+    with pytest.raises(emu.EmulatorError) as info:
+        emu.launch(endless, "vadd", 1, 256, vadd_args(), timeout_s=0.2)
+    assert type(info.value) is emu.LaunchTimeout, f"{type(info.value).__name__}: {info.value}"
+    assert "wall-time budget of 0.2 s" in str(info.value)
+    assert time.perf_counter() - start < 20
 
 
 def test_loop_with_step_zero_is_stopped_by_the_environment_budget(monkeypatch):
