@@ -82,7 +82,7 @@ class LaunchReport:
     emulator_wall_time_s: float = 0.0   # host time spent emulating: not GPU time
     batches: int = 0   # scheduler picks: groups of waves run together (fewer = wider batches)
     shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
-    shadow_bytes: int = 0        # bytes copied for rollback (every argument's addressable range)
+    shadow_bytes: int = 0        # bytes copied for rollback (the addressable ranges it may write)
     profile: object = None       # a profile.LaunchProfile when launched with profile=True
 
     @property
@@ -237,15 +237,17 @@ def _check_aliasing(spans: list[_Span]):
                     "kernel is written for in-place use")
 
 
-def _merged(spans: list[_Span]) -> list[tuple[int, int, str]]:
-    """Overlapping spans joined into one range each (start, end, names)."""
+def _merged(spans: list[_Span]) -> list[tuple[int, int, str, bool]]:
+    """Overlapping spans joined into one range each (start, end, names, written): a range is
+    written when any of its spans may be written."""
     ranges: list[list] = []
     for span in sorted((s for s in spans if s.end > s.start), key=lambda s: s.start):
         if ranges and span.start < ranges[-1][1]:
             ranges[-1][1] = max(ranges[-1][1], span.end)
             ranges[-1][2] += " / " + span.label
+            ranges[-1][3] |= span.written
         else:
-            ranges.append([span.start, span.end, span.label])
+            ranges.append([span.start, span.end, span.label, span.written])
     return [tuple(r) for r in ranges]
 
 
@@ -253,8 +255,10 @@ class _Shadow:
     """Copies of every argument's bytes, put back if the launch raises (transactional launch)."""
 
     def __init__(self, ranges):
+        # read-only ranges are mapped read-only (a write faults), so only written ones are saved
         self.saved = [(view, view.copy()) for view in
-                      (host_view(start, end - start) for start, end, _ in ranges)]
+                      (host_view(start, end - start) for start, end, _, written in ranges
+                       if written)]
 
     def restore(self):
         for view, copy in self.saved:
@@ -364,8 +368,8 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
 
     memory = GlobalMemory(memcheck, [(a.start, a.end, a.label) for a in allocations])
     ranges = _merged(allocations if memcheck == "allocation" else spans)
-    for start, end, names in ranges:
-        memory.add(start, end - start, names, True)
+    for start, end, names, written in ranges:
+        memory.add(start, end - start, names, written)
     kernarg = np.zeros(-(-max(len(packed), 16) // 64) * 64 + 64, np.uint8)
     kernarg[:len(packed)] = np.frombuffer(packed, np.uint8)
     dispatch = _dispatch_packet(grid3, block3, static_lds + int(shared_mem), kernarg.ctypes.data)
@@ -391,7 +395,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
         raise
     report.emulator_wall_time_s = time.perf_counter() - start
     report.shadow_copy_s = copied - start
-    report.shadow_bytes = sum(end - begin for begin, end, _ in ranges)
+    report.shadow_bytes = sum(end - begin for begin, end, _, written in ranges if written)
     return report
 
 

@@ -155,3 +155,29 @@ def test_memcheck_scope_view_or_allocation():
 
     with pytest.raises(ValueError, match="memcheck must be one of 'view', 'allocation'"):
         emu.launch(asm, "behind", 1, 64, [p, out, 64], memcheck="storage")
+
+
+def test_read_only_arguments_are_mapped_read_only_and_not_copied_for_rollback():
+    """A pointer LLVM marks read_only costs no rollback copy (the copy scaled with every argument,
+    gigabytes for a paged cache); a write through it would fault instead of going unnoticed."""
+    from rocke.compiler import compile_ir as compile_kernel
+    from rocke.dsl import Kernel, f32
+
+    k = Kernel("copy_ro", workgroup_size=64)
+    src, dst = k.arg_ptr("src", f32, readonly=True), k.arg_ptr("dst", f32)
+    i = k.thread_id(0)
+    dst.store(i, src.load(i) * 2.0)
+    ck = compile_kernel(k.ir(), name=k.name)
+    big = torch.arange(1 << 16, dtype=torch.float32)          # 256 KiB, only 64 elements read
+    out = torch.zeros(64)
+    report = emu.launch(ck.asm, ck.name, (1,), (64,), [big, out])
+    assert torch.equal(out, big[:64] * 2)
+    assert report.shadow_bytes == out.numel() * 4
+
+    # metadata that calls the written pointer read-only: the store faults, nothing changes
+    lying = ck.asm.replace(".actual_access:  write_only", ".actual_access:  read_only")
+    assert lying != ck.asm
+    out.zero_()
+    with pytest.raises(emu.MemoryFault, match="read-only"):
+        emu.launch(lying, ck.name, (1,), (64,), [big, out])
+    assert not out.any()
