@@ -23,7 +23,7 @@ def _rocke(*args, env_extra=None, pythonpath=(OUT_OF_TREE,)):
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *map(str, pythonpath)])
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "rocke.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+                          env=env, cwd=ROOT, timeout=300)
 
 
 def test_rocke_families_lever_lists_reports_and_golden_checks(tmp_path):
