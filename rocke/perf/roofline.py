@@ -82,7 +82,7 @@ def plot(points: list[KernelPoint], path: str | Path, costs: Costs = MI300X) -> 
     xs = [p["dram_intensity"] for p in data["points"]]
     xs += [p["lds_intensity"] for p in data["points"] if p["lds_intensity"]]
     x = np.logspace(np.log10(min(xs) / 4), np.log10(max(xs) * 4), 200)
-    fig, ax = plt.subplots(figsize=(9, 6))
+    fig, ax = plt.subplots(figsize=(12, 6))
     tf = 1e-12
     ax.loglog(x, np.full_like(x, r["mfma_f16_flops_s"] * tf), "k-",
               label=f"peak MFMA f16/bf16 {r['mfma_f16_flops_s'] * tf:.0f} TFLOP/s")
@@ -100,7 +100,7 @@ def plot(points: list[KernelPoint], path: str | Path, costs: Costs = MI300X) -> 
     ax.set_ylabel("modelled MI300X TFLOP/s")
     ax.set_title(f"{TITLE} (modelled, not measured)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))   # beside the axes
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
