@@ -7,13 +7,17 @@ MI300X time, and compares it with a published MI300X measurement of the same pro
     published figure | its source | stand-in kernel | modelled figure | error
 
 The stand-in is never the measured binary (no MI300X here, and most published kernels are not
-rocke's): an error mixes the model's error with the difference between the kernels, which is
-said per anchor. No model constant was tuned to any anchor: rocke/arch/costs.py says where each
-constant comes from (the HBM rate from ROCm's TransferBench-equivalent reading on gfx942
-MI308XHF, not from anchor 1's source).
+rocke's). Each anchor says how it matches (MATCHES): "same kind" (the error is the model's),
+"different kernel" (same problem, another kernel: counted, flagged) or "rejected" (the
+published figure does not time this problem's kernel: printed, not counted). No model constant
+was tuned to any anchor: rocke/arch/costs.py says where each constant comes from (the HBM rate
+from ROCm's rocprofiler-compute/TransferBench reading on gfx942 MI308XHF, not from anchor 1's
+report). Each row also gives its error at 1000 and 4000-cycle memory round trips, the model's
+least certain constant.
 
-Usage: python benchmarks/calibration.py [--only NAME]   (a few minutes on one CPU core)
-Prints one row per anchor and ends with `calibration: N anchors, max |error| X %`.
+Usage: python benchmarks/calibration.py [--only NAME]   (about a minute and a half, one core)
+Prints one row per anchor, then the same-kind anchors' worst error, and ends with
+`calibration: N anchors, max |error| X %` over the counted (not rejected) anchors.
 All times are "modelled MI300X time" unless they are the published ones.
 """
 from __future__ import annotations
