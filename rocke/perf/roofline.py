@@ -91,11 +91,14 @@ def plot(points: list[KernelPoint], path: str | Path, costs: Costs = MI300X) -> 
     ax.loglog(x, np.minimum(x * r["lds_bytes_s"], r["mfma_f16_flops_s"]) * tf, "g:",
               label=f"LDS {r['lds_bytes_s'] / 1e12:.1f} TB/s (x = FLOP/LDS byte)")
     for i, p in enumerate(data["points"]):
-        colour = f"C{i % 10}"
-        ax.loglog(p["dram_intensity"], p["flops_per_s"] * tf, "o", color=colour,
+        # shapes and sizes vary so rows at the same point (a dispatcher choice and the path it
+        # chose) stay visible
+        colour, marker, size = f"C{i % 10}", "osD^v"[i % 5], 11 - 2 * (i % 4)
+        ax.loglog(p["dram_intensity"], p["flops_per_s"] * tf, marker, color=colour, ms=size,
                   label=p["label"])
         if p["lds_intensity"]:
-            ax.loglog(p["lds_intensity"], p["flops_per_s"] * tf, "o", mfc="none", color=colour)
+            ax.loglog(p["lds_intensity"], p["flops_per_s"] * tf, marker, mfc="none", ms=size,
+                      color=colour)
     ax.set_xlabel("arithmetic intensity (FLOP per byte; filled: DRAM, hollow: LDS)")
     ax.set_ylabel("modelled MI300X TFLOP/s")
     ax.set_title(f"{TITLE} (modelled, not measured)")
