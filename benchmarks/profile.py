@@ -11,7 +11,8 @@ sizes, which put fewer workgroups on the 304 CUs than production batches would.
 Every time printed here is "modelled MI300X time" -- a model, not a measurement.
 
 Run:  .venv/bin/python benchmarks/profile.py [--shapes ...] [--dtypes f16 bf16]
-      [--head-sizes 64 128 256] [--json FILE]
+      [--head-sizes 64 128 256] [--json FILE] [--plot FILE.png]
+(--plot: a roofline picture of every row against MI300X's limits, labelled "modelled MI300X")
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from dataclasses import replace  # noqa: E402
 from rocke.arch.costs import MI300X  # noqa: E402
 from rocke.kernels.common import attention_unified as au  # noqa: E402
 from rocke.perf import model_time  # noqa: E402
+from rocke.perf.roofline import KernelPoint, mfma_flops, plot  # noqa: E402
 from rocke.runtime import profiling  # noqa: E402
 
 # the model's least certain constant (an assumption, rocke/arch/costs.py): each row also gives
@@ -75,13 +77,14 @@ def run(shape: Shape, dtype: str, d: int, backend: str) -> dict:
         record = au.run_unified_attention_torch(**args, backend=backend)
     wall = time.perf_counter() - start
     counters = dict.fromkeys(SUMMED, 0)
-    launches, total_us = [], 0.0
+    launches, total_us, flops = [], 0.0, 0
     at_latency = dict.fromkeys(LATENCIES, 0.0)
     for report in record.reports:
         p = report.profile
         c = p.counters()
         for k in SUMMED:
             counters[k] += c[k]
+        flops += mfma_flops(c["mfma_by_atom"])
         m = model_time(p)
         total_us += m.us
         for cycles in LATENCIES:
@@ -93,9 +96,18 @@ def run(shape: Shape, dtype: str, d: int, backend: str) -> dict:
     return {"shape": shape.name, "dtype": dtype, "head_size": d, "backend": backend,
             "path": record.plan.path, "segments": g.num_segments if record.plan.path == "3d"
             else None, "counters": counters, "launches": launches,
-            "modelled_us": round(total_us, 2),
+            "modelled_us": round(total_us, 2), "mfma_flops": flops,
             "modelled_us_at_latency": {c: round(t, 1) for c, t in at_latency.items()},
             "emulator_wall_s": round(wall, 1)}
+
+
+def kernel_points(rows: list[dict]) -> list[KernelPoint]:
+    """The roofline's points: one per shape/dtype/head size/backend row of `run`."""
+    return [KernelPoint(f"{r['shape']} {r['dtype']} d{r['head_size']} {r['backend']}"
+                        f"->{r['path']}", r["mfma_flops"],
+                        r["counters"]["unique_read_bytes"] + r["counters"]["unique_write_bytes"],
+                        r["counters"]["lds_bytes"], r["modelled_us"])
+            for r in rows if "counters" in r]
 
 
 def segments_sweep(shape: Shape, dtype: str, d: int, counts) -> list[dict]:
@@ -143,9 +155,16 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", nargs="+", default=["f16"], choices=["f16", "bf16"])
     ap.add_argument("--head-sizes", nargs="+", type=int, default=[128], choices=[64, 128, 256])
     ap.add_argument("--json", help="also write every row to this file")
+    ap.add_argument("--plot", help="write a roofline picture (PNG) of every row to this file")
     ap.add_argument("--segments", nargs="+", type=int,
                     help="also run the 3D path at these segment counts (decode shape)")
     a = ap.parse_args(argv)
+    if a.plot:      # checked before any emulation runs
+        if not a.plot.lower().endswith(".png"):
+            ap.error(f"--plot writes a PNG; name the file *.png, not {a.plot!r}")
+        if not Path(a.plot).resolve().parent.is_dir():
+            ap.error(f"--plot: directory of {a.plot!r} does not exist")
+        import matplotlib  # noqa: F401  (optional dependency: fail now, not after the runs)
     print("times are modelled MI300X time (rocke.perf), from exact emulator counters; "
           "emulator wall time is CPU time, not GPU time")
     rows = []
@@ -185,6 +204,11 @@ def main(argv=None) -> int:
                           f"{row['max_abs_error']:.1e}")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
+    if a.plot:
+        data = plot(kernel_points(rows), a.plot)
+        print(f"roofline ({data['title']}): {len(data['points'])} kernel rows -> {a.plot}"
+              + (f"; no MFMA work, not drawn: {', '.join(data['skipped'])}"
+                 if data["skipped"] else ""))
     return 0
 
 

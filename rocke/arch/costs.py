@@ -25,7 +25,12 @@ Sources:
 - [CDNA3] AMD CDNA3 white paper: L2 4 MB per XCD, 16 channels of 128 B/clk each (2 KB/clk per
          XCD); Infinity Cache 256 MB at 17.2 TB/s peak.
 Assumptions (no public figure found; flagged wherever used): vector memory latency, launch
-overhead, and the per-CU texture-address rate of one 64-byte segment a clock.
+overhead, and the per-CU texture-address rate of one 64-byte segment a clock. For the latency,
+published MI300X pointer-chasing studies exist (Chips and Cheese, "Testing AMD's Giant MI300X",
+2024; Tee, Curtis, Wolfe, Wong, "The MALL is Open: Exploring Shared Caches and Latency in AMD
+CDNA 3 GPUs", SC'25 workshops) but their figures could not be read here, so the constant stays
+an assumption and benchmarks/calibration.py and benchmarks/profile.py print results at half
+and double it.
 """
 from __future__ import annotations
 

@@ -24,6 +24,10 @@ Counting rules (the readings this module commits to; tests in tests/emu/test_pro
   its distinct dwords (at least 1); its conflict cycles are that minus 1 (so a fully conflicted
   b32/b64/b128 access counts 62/60/56, the study's saturated counts). ds_read2/ds_write2 count as
   two accesses of their element width; ds_swizzle and issue as DS but move no LDS bytes.
+- vector-memory round trips (`vm_round_trips`, per workgroup): a wave's `s_waitcnt vmcnt(..)`
+  counts one when the wave issued a vector-memory instruction since its previous vmcnt wait;
+  the later waits of a cascade (vmcnt(3), (2), (1), (0) on loads issued together) wait on
+  requests already in flight and count none.
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ REPORT_CLASSES = ("salu", "valu", "mfma", "ds", "vmem", "smem", "branch", "s_wai
                   "s_barrier", "s_nop", "other")
 _CLASS_NAME = {0: "salu", 1: "valu", 2: "mfma", 3: "ds", 4: "vmem", 5: "smem", 6: "other"}
 VM_WAIT = "s_waitcnt vmcnt"   # the per-workgroup bucket of waits on vector memory
+_VMEM_ISSUE, _VM_WAIT_ISSUE = 1, 2   # what an instruction does to a wave's round-trip state
 _COMPACT_AT = 1 << 22     # footprint intervals kept before merging them
 
 
@@ -185,6 +190,9 @@ class LaunchProfile:
     wg_issues: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
     wg_lds_cycles: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     wg_global_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # vmcnt waits that follow a vector-memory issue of the same wave (see the module doc);
+    # empty when not counted (hand-built profiles): the model then takes every vmcnt wait
+    wg_vm_round_trips: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def mfma(self) -> dict[str, int]:
@@ -203,6 +211,7 @@ class LaunchProfile:
                    segments64=self.segments64, segments128=self.segments128,
                    unique_read_bytes=self.unique_read_bytes,
                    unique_write_bytes=self.unique_write_bytes, smem_bytes=self.smem_bytes,
+                   vm_round_trips=int(self.wg_vm_round_trips.sum()),
                    mfma_by_atom=dict(sorted(self.mfma.items())))
         return out
 
@@ -258,6 +267,7 @@ class Profiler:
         buckets: list[str] = []     # per-workgroup counts are kept per mnemonic
         classes: list[str] = []
         self.bucket_of = np.zeros(n, np.int64)
+        self.round_trip_role = np.zeros(n, np.int8)
         for i, d in enumerate(kernel.code):
             if d is None:
                 continue
@@ -266,6 +276,9 @@ class Profiler:
             key = d.instr.mnemonic
             if name == "s_waitcnt" and "vmcnt" in d.instr.text:
                 key = VM_WAIT        # a wait on vector memory: a round trip the wave may expose
+                self.round_trip_role[i] = _VM_WAIT_ISSUE
+            elif name == "vmem":
+                self.round_trip_role[i] = _VMEM_ISSUE
             if key not in buckets:
                 buckets.append(key)
                 classes.append(name)
@@ -274,6 +287,7 @@ class Profiler:
         self.wg_issues = np.zeros((total_wgs, len(buckets)), np.int64)
         self.wg_lds_cycles = np.zeros(total_wgs, np.int64)
         self.wg_global_bytes = np.zeros(total_wgs, np.int64)
+        self.wg_vm_round_trips = np.zeros(total_wgs, np.int64)
         self.read_bytes = self.write_bytes = self.atomic_bytes = 0
         self.smem_bytes = self.lds_dma_bytes = 0
         self.reads, self.writes = _Footprint(), _Footprint()
@@ -306,6 +320,16 @@ class Profiler:
         wgs = P.profile_wg_base + P.wg_of[sel]
         np.add.at(self.wg_issues, (wgs, self.bucket_of[index]), 1)
         self.current = index
+        role = self.round_trip_role[index]
+        if role:
+            in_flight = P.vm_in_flight      # per wave: vector memory issued since its last wait
+            if in_flight is None:
+                in_flight = P.vm_in_flight = np.zeros(P.num_waves, bool)
+            if role == _VM_WAIT_ISSUE:
+                np.add.at(self.wg_vm_round_trips, wgs[in_flight[sel]], 1)
+                in_flight[sel] = False
+            else:
+                in_flight[sel] = True
 
     # -------------------------------------------------------------- memory hooks
     def vector_global(self, P, sel, addresses, nbytes, where, kind):
@@ -397,13 +421,15 @@ class Profiler:
             unique_read_bytes=self.reads.total(), unique_write_bytes=self.writes.total(),
             smem_bytes=self.smem_bytes, buckets=self.buckets,
             bucket_classes=self.bucket_classes, wg_issues=self.wg_issues,
-            wg_lds_cycles=self.wg_lds_cycles, wg_global_bytes=self.wg_global_bytes)
+            wg_lds_cycles=self.wg_lds_cycles, wg_global_bytes=self.wg_global_bytes,
+            wg_vm_round_trips=self.wg_vm_round_trips)
 
 
 class ProfilingPool(Pool):
     """A Pool whose memory accesses are also reported to a Profiler."""
     profiler: Profiler
     profile_wg_base: int = 0
+    vm_in_flight: np.ndarray | None = None   # per wave, for Profiler's round-trip count
 
     def global_load(self, ins, sel, addresses, nbytes, where, full, scalar=False):
         if scalar:

@@ -110,7 +110,11 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
         "lds": profile.wg_lds_cycles.astype(np.float64),
         "address": bytes_ * coalescing / costs.segment_bytes / costs.segments_per_clock_cu,
     }
-    path = (issues @ serial + (issues @ wait) * costs.memory_latency_cycles) / wpw
+    # round trips a wave exposes: counted per wave by the profiler (a vmcnt wait after a vector
+    # memory issue); a hand-built profile without that count takes every vmcnt wait
+    trips = profile.wg_vm_round_trips.astype(np.float64) \
+        if profile.wg_vm_round_trips.size else issues @ wait
+    path = (issues @ serial + trips * costs.memory_latency_cycles) / wpw
     cu_demand = np.max(np.stack(list(demand.values())), axis=0)
     share = min(slots, -(-total // t.cu_count))
     duration = np.maximum(path, share * cu_demand)

@@ -177,3 +177,46 @@ def test_profile_is_opt_in_and_checked():
     assert emu.launch(asm, "gather", 1, 64, [table, idx, out]).profile is None
     with pytest.raises(ValueError, match="profile must be a bool"):
         emu.launch(asm, "gather", 1, 64, [table, idx, out], profile="yes")
+
+
+# four independent loads, then a chain that needs them in order: LLVM waits vmcnt(3), (2), (1),
+# (0) -- one round trip for the wave, not four
+CASCADE = """
+define amdgpu_kernel void @cascade(ptr addrspace(1) %a, ptr addrspace(1) %out) {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %p0 = getelementptr float, ptr addrspace(1) %a, i32 %tid
+  %t1 = add i32 %tid, 256
+  %p1 = getelementptr float, ptr addrspace(1) %a, i32 %t1
+  %t2 = add i32 %tid, 512
+  %p2 = getelementptr float, ptr addrspace(1) %a, i32 %t2
+  %t3 = add i32 %tid, 768
+  %p3 = getelementptr float, ptr addrspace(1) %a, i32 %t3
+  %v0 = load float, ptr addrspace(1) %p0
+  %v1 = load float, ptr addrspace(1) %p1
+  %v2 = load float, ptr addrspace(1) %p2
+  %v3 = load float, ptr addrspace(1) %p3
+  %s0 = fmul float %v0, %v0
+  %s1 = fmul float %s0, %v1
+  %s2 = fmul float %s1, %v2
+  %s3 = fmul float %s2, %v3
+  %po = getelementptr float, ptr addrspace(1) %out, i32 %tid
+  store float %s3, ptr addrspace(1) %po
+  ret void
+}
+"""
+
+
+def test_a_wait_cascade_is_one_round_trip_per_wave():
+    """3 workgroups of 2 waves; each wave waits vmcnt(3), (2), (1), (0) on four loads issued
+    together: 4 vmcnt waits but 1 round trip per wave, so 2 per workgroup."""
+    asm = compile_ir(CASCADE)
+    assert [l.strip() for l in asm.splitlines() if "vmcnt" in l] == [
+        f"s_waitcnt vmcnt({n})" for n in (3, 2, 1, 0)]
+    a, out = torch.rand(128 + 768), torch.zeros(128)     # every workgroup writes out[tid]
+    p = emu.launch(asm, "cascade", 3, 128, [a, out], profile=True).profile
+    n = torch.arange(128)
+    assert torch.allclose(out, a[n] ** 2 * a[n + 256] * a[n + 512] * a[n + 768])
+    waits = p.wg_issues[:, p.buckets.index("s_waitcnt vmcnt")]
+    assert waits.tolist() == [8, 8, 8]
+    assert p.wg_vm_round_trips.tolist() == [2, 2, 2]
+    assert p.counters()["vm_round_trips"] == 6

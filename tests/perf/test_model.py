@@ -26,15 +26,17 @@ def test_valu_passes():
         MI300X.mfma_passes("v_add_f32")
 
 
-def _profile(workgroups, buckets, classes, per_wg, *, lds_bytes=65536, unique=(0, 0)):
+def _profile(workgroups, buckets, classes, per_wg, *, lds_bytes=65536, unique=(0, 0),
+             trips=None):
     issues = np.tile(np.array(per_wg, np.int64), (workgroups, 1))
+    counted = np.zeros(0, np.int64) if trips is None else np.full(workgroups, trips, np.int64)
     return LaunchProfile(
         "synthetic", (workgroups, 1, 1), (256, 1, 1), workgroups, 4,
         {"vgprs": 64, "agprs": 0, "sgprs": 32, "lds_bytes": lds_bytes}, [], {}, {}, {},
         unique_read_bytes=unique[0], unique_write_bytes=unique[1], buckets=tuple(buckets),
         bucket_classes=tuple(classes), wg_issues=issues,
         wg_lds_cycles=np.zeros(workgroups, np.int64),
-        wg_global_bytes=np.zeros(workgroups, np.int64))
+        wg_global_bytes=np.zeros(workgroups, np.int64), wg_vm_round_trips=counted)
 
 
 @pytest.mark.parametrize("workgroups, rounds", [(304, 1), (608, 2), (609, 3)])
@@ -65,3 +67,37 @@ def test_sampled_profile_repeats_over_the_full_grid():
     assert full.us == pytest.approx(5 * 8000 / CLOCK * 1e6 + LAUNCH_US)
     with pytest.raises(ValueError, match="fewer workgroups"):
         model_time(p, grid=(10, 1, 1))
+
+
+LATENCY = MI300X.memory_latency_cycles
+WAITING = (["v_add_f32_e32", "s_waitcnt vmcnt"], ["valu", "s_waitcnt"])
+
+
+@pytest.mark.parametrize("lds_bytes, per_cu", [(65536, 1), (16384, 4)])
+def test_latency_is_hidden_by_resident_workgroups(lds_bytes, per_cu):
+    """Per workgroup, 4 waves of 100 v_add_f32 and 10 vmcnt waits each: one wave's path is
+    (400 + 40) issues x 4 cycles / 4 waves + 10 round trips = 440 + 10 L cycles; its CU demand
+    400 VALU cycles per SIMD. With 1 workgroup per CU (64 KiB LDS) 304 workgroups take one path;
+    with 4 per CU (16 KiB) 4 x 304 take the same time: 4 x 400 < path, the latency is hidden
+    across the resident workgroups (throughput per CU = max(path / 4, demand))."""
+    p = _profile(304 * per_cu, *WAITING, [400, 40], lds_bytes=lds_bytes)
+    m = model_time(p)
+    assert m.occupancy["workgroups_per_cu"] == per_cu
+    assert m.us == pytest.approx((440 + 10 * LATENCY) / CLOCK * 1e6 + LAUNCH_US)
+    assert m.binding == "compute (latency)"
+
+
+def test_enough_resident_work_turns_latency_into_throughput():
+    """As above with 4 workgroups per CU but 10000 v_add_f32 a wave: demand 4 x 10000 x 4 =
+    160000 cycles a round exceeds the path (40000 + 40 + 20000): VALU-bound."""
+    p = _profile(304 * 4, *WAITING, [40000, 40], lds_bytes=16384)
+    m = model_time(p)
+    assert m.us == pytest.approx(4 * 40000 / CLOCK * 1e6 + LAUNCH_US)
+    assert m.binding == "compute (valu)"
+
+
+def test_counted_round_trips_replace_the_wait_count():
+    """The profiler's round trips (1 a wave here: a cascade of 10 waits on loads issued
+    together) set the latency on the path, not the 10 waits."""
+    p = _profile(304, *WAITING, [400, 40], trips=4)
+    assert model_time(p).us == pytest.approx((440 + LATENCY) / CLOCK * 1e6 + LAUNCH_US)
