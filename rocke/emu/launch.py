@@ -77,6 +77,7 @@ class LaunchReport:
     batches: int = 0   # scheduler picks: groups of waves run together (fewer = wider batches)
     shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
     shadow_bytes: int = 0        # bytes copied for rollback (every argument's view span)
+    kernarg: bytes = field(default=b"", repr=False)   # the kernarg segment the kernel ran with
 
     @property
     def total_instructions(self) -> int:
@@ -240,7 +241,7 @@ class _Shadow:
 
 def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
            check: bool = True, *, timeout_s: float | None = None,
-           allow_alias: bool = False) -> LaunchReport:
+           allow_alias: bool = False, kernarg: bytes | None = None) -> LaunchReport:
     """Run `kernel` from gfx942 assembly `code` over `grid` workgroups of `block` work-items.
 
     Tensors in `args` are CPU torch tensors, read and written in place; each is addressable
@@ -250,6 +251,10 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     A launch that raises — fault, trap, checker finding, `timeout_s` (default
     ROCKE_EMU_TIMEOUT_S, 600 s) of emulator wall time spent — leaves every argument's bytes
     as they were before it.
+
+    `kernarg`, when given, is the kernarg segment the kernel runs with, byte for byte (what a
+    runtime packed for the device, e.g. rocke.runtime's PreparedLaunch.kernarg); `args` then
+    only say which memory the kernel may reach. Without it the segment is packed from `args`.
     """
     program, decoded = _program(code)
     if not isinstance(kernel, str) or kernel not in program.kernels:
@@ -300,8 +305,16 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     if not allow_alias:
         _check_aliasing(spans)
     segment_size = int(source.descriptor.get("amdhsa_kernarg_size", 0))
-    packed = abi.pack_kernarg_segment(kernel_args, list(args), grid3, block3, int(shared_mem),
-                                      lambda t: t.data_ptr(), segment_size)
+    if kernarg is None:
+        packed = abi.pack_kernarg_segment(kernel_args, list(args), grid3, block3,
+                                          int(shared_mem), lambda t: t.data_ptr(), segment_size)
+    elif not isinstance(kernarg, (bytes, bytearray)) or len(kernarg) < segment_size:
+        raise ValueError(f"kernarg must be the packed kernarg segment of kernel {kernel} "
+                         f"({segment_size} bytes or more), got "
+                         f"{len(kernarg) if isinstance(kernarg, (bytes, bytearray)) else type(kernarg).__name__}"
+                         f"{' bytes' if isinstance(kernarg, (bytes, bytearray)) else ''}")
+    else:
+        packed = bytes(kernarg)
     if kernel not in decoded:
         decoded[kernel] = decode_kernel(program, source)
     dk = decoded[kernel]
@@ -331,6 +344,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     report.emulator_wall_time_s = time.perf_counter() - start
     report.shadow_copy_s = copied - start
     report.shadow_bytes = sum(end - begin for begin, end, _ in ranges)
+    report.kernarg = bytes(kernarg[:len(packed)])
     return report
 
 

@@ -12,6 +12,7 @@ class EmuDevice(Device):
     kind = "emu"
 
     def __init__(self):
+        super().__init__()
         from ..compiler import DEFAULT_TARGET
         self.arch = DEFAULT_TARGET
 
@@ -23,12 +24,14 @@ class EmuDevice(Device):
         return self.run(launch, check)
 
     def run(self, launch: PreparedLaunch, check: bool = True):
-        """Emulate one launch now; returns the emulator's LaunchReport."""
+        """Emulate one launch now, with exactly the kernarg bytes `prepare_launch` packed (the
+        bytes HIP would receive); returns the emulator's LaunchReport."""
         from .. import emu
         c = launch.compiled
-        return emu.launch(c.asm, c.name, launch.grid, launch.block, list(launch.args),
-                          shared_mem=launch.shared_mem, check=check,
-                          allow_alias=launch.allow_alias)
+        with self.serial:
+            return emu.launch(c.asm, c.name, launch.grid, launch.block, list(launch.args),
+                              shared_mem=launch.shared_mem, check=check,
+                              allow_alias=launch.allow_alias, kernarg=launch.kernarg)
 
     def is_capturing(self, stream=None) -> bool:
         return _graph.active_capture(self) is not None

@@ -12,12 +12,14 @@ runtime cannot load.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import itertools
 import os
 import shutil
 import struct
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +70,7 @@ class _Launch:
     shared_mem: int
     kernarg: bytes
     stream: int | None = None
+    ran: bytes = b""          # the kernarg segment the emulator ran this launch with
 
 
 @dataclass
@@ -96,6 +99,7 @@ class StandIn:
 
     def __post_init__(self):
         self._handles = itertools.count(0x1000, 0x10)
+        self._serial = threading.RLock()
         self._callbacks = []
         self._install()
 
@@ -301,12 +305,15 @@ class StandIn:
                                              "rocke.arch.abi packs for its own values")
         try:
             # views reach to the end of their hipMalloc range (extents are unknown here), and
-            # HIP itself never refuses aliasing arguments: the stand-in does not either
-            emu.launch(fn.asm, fn.name, record.grid, record.block, values,
-                       shared_mem=record.shared_mem, check=True, allow_alias=True)
+            # HIP itself never refuses aliasing arguments: the stand-in does not either. One
+            # launch at a time, like work on one device queue.
+            with self._serial:
+                report = emu.launch(fn.asm, fn.name, record.grid, record.block, values,
+                                    shared_mem=record.shared_mem, check=True, allow_alias=True,
+                                    kernarg=record.kernarg)
         except Exception as e:
             return self._fail(LAUNCH_FAILURE, f"{fn.name}: the emulator stopped: {e}")
-        self.executed.append(record)
+        self.executed.append(dataclasses.replace(record, ran=report.kernarg))
         return SUCCESS
 
     # ---- streams, capture, graphs ----
@@ -365,10 +372,11 @@ class StandIn:
     def _graph_launch(self, exec_, stream):
         if exec_ not in self.execs:
             return INVALID_HANDLE
-        for record in self.execs[exec_]:
-            code = self._run(record)
-            if code != SUCCESS:
-                return code
+        with self._serial:
+            for record in self.execs[exec_]:
+                code = self._run(record)
+                if code != SUCCESS:
+                    return code
         return SUCCESS
 
     def _graph_destroy(self, graph):
