@@ -19,6 +19,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .asm import load_metadata_yaml
+
 _BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 _ELF_MAGIC = b"\x7fELF"
 EM_AMDGPU = 224
@@ -56,7 +58,8 @@ def is_code_object(code) -> bool:
             and len(code) < 4096)
 
 
-def _read_bytes(code) -> bytes:
+def read_code_object(code) -> bytes:
+    """The bytes of a code object given as bytes or a path."""
     if isinstance(code, (bytes, bytearray, memoryview)):
         return bytes(code)
     path = Path(code)
@@ -205,10 +208,27 @@ def _metadata_yaml(readelf_notes: str) -> str:
     return "\n".join(out).strip("\n")
 
 
+def code_object_metadata(code) -> dict:
+    """The metadata note (`amdhsa.kernels`, ...) of a code object given as bytes or a path."""
+    data = read_code_object(code)
+    if data.startswith(_BUNDLE_MAGIC) or data.startswith(b"CCOB"):
+        data = _unbundle(data)
+    _Elf(data)
+    with tempfile.TemporaryDirectory(prefix="rocke-co-") as tmp:
+        path = Path(tmp) / "kernel.co"
+        path.write_bytes(data)
+        notes = _run(find_llvm_tool("llvm-readelf"), "--notes", str(path))
+    import yaml
+    try:
+        return load_metadata_yaml(_metadata_yaml(notes)) or {}
+    except yaml.YAMLError as err:
+        raise CodeObjectError(f"malformed metadata note: {err}") from None
+
+
 def code_object_assembly(code) -> str:
     """Assembly text (the dialect `rocke.emu.asm.parse_program` reads) of a code object given
     as bytes or a path."""
-    data = _read_bytes(code)
+    data = read_code_object(code)
     if data.startswith(_BUNDLE_MAGIC) or data.startswith(b"CCOB"):
         data = _unbundle(data)
     elf = _Elf(data)
@@ -221,7 +241,7 @@ def code_object_assembly(code) -> str:
     import yaml
     metadata_text = _metadata_yaml(notes)
     try:
-        metadata = yaml.safe_load(metadata_text) or {}
+        metadata = load_metadata_yaml(metadata_text) or {}
     except yaml.YAMLError as err:
         raise CodeObjectError(f"malformed metadata note: {err}") from None
 

@@ -90,17 +90,23 @@ class LaunchReport:
                 f"emulator wall time {self.emulator_wall_time_s:.3f} s")
 
 
-def _program(code: str) -> tuple[Program, dict[str, DecodedKernel]]:
-    from .codeobject import code_object_assembly, is_code_object   # code objects: bytes or a path
+def _program(code) -> tuple[Program, dict[str, DecodedKernel]]:
+    """The parsed program of assembly text or of a code object (bytes or a path), cached by the
+    sha256 of what was given: a code object is disassembled once per process."""
+    from .codeobject import (code_object_assembly, is_code_object,   # code objects: bytes or
+                             read_code_object)                       # a path
     if is_code_object(code):
-        code = code_object_assembly(code)
-    if not isinstance(code, str):
-        raise ValueError(f"code must be gfx942 assembly text (str), got {type(code).__name__}")
-    key = hashlib.sha256(code.encode()).hexdigest()
+        code = read_code_object(code)
+        key = "co:" + hashlib.sha256(code).hexdigest()
+    elif isinstance(code, str):
+        key = hashlib.sha256(code.encode()).hexdigest()
+    else:
+        raise ValueError(f"code must be gfx942 assembly text (str) or a code object, got "
+                         f"{type(code).__name__}")
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    entry = (parse_program(code), {})
+    entry = (parse_program(code_object_assembly(code) if isinstance(code, bytes) else code), {})
     _CACHE[key] = entry
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)

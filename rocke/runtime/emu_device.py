@@ -24,12 +24,13 @@ class EmuDevice(Device):
         return self.run(launch, check)
 
     def run(self, launch: PreparedLaunch, check: bool = True):
-        """Emulate one launch now, with exactly the kernarg bytes `prepare_launch` packed (the
-        bytes HIP would receive); returns the emulator's LaunchReport."""
+        """Emulate one launch now: the linked code object HIP would load (disassembled once per
+        process; the assembly listing is not what runs), with exactly the kernarg bytes
+        `prepare_launch` packed (the bytes HIP would receive); returns the LaunchReport."""
         from .. import emu
         c = launch.compiled
         with self.serial:
-            return emu.launch(c.asm, c.name, launch.grid, launch.block, list(launch.args),
+            return emu.launch(c.code_object, c.name, launch.grid, launch.block, list(launch.args),
                               shared_mem=launch.shared_mem, check=check,
                               allow_alias=launch.allow_alias, kernarg=launch.kernarg)
 
