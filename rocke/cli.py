@@ -239,5 +239,48 @@ def golden_update(path, families):
     click.echo(f"wrote {len(cur)} hashes to {target}")
 
 
+@main.group()
+def aot():
+    """Prebuilt code objects for the shipped variants (a bundle in the package)."""
+
+
+@aot.command("build")
+@click.argument("variants", nargs=-1)
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="bundle directory (default: rocke/prebuilt/<processor> in the package)")
+@click.option("--quiet", is_flag=True, help="print only the summary line")
+def aot_build(variants, out, quiet):
+    """Compile variants (default: all shipped) into the prebuilt bundle. A variant whose IR no
+    longer matches the golden IR table is refused, never bundled (exit 1)."""
+    import hashlib
+    from .compiler import DEFAULT_TARGET, compile_ir
+    from .compiler import prebuilt
+    from .kernels.golden import GOLDEN_PATH
+    table = _read_golden(GOLDEN_PATH)
+    items, refused = [], []
+    for v in _variants(variants):
+        kern = v.kernel()
+        ir = kern.ir()
+        if table.get(v.name) != hashlib.sha256(ir.encode()).hexdigest():
+            refused.append(v.name)
+            continue
+        workgroup_size = getattr(kern, "workgroup_size", None)
+        ck = compile_ir(ir, name=kern.name, variant=v.name, workgroup_size=workgroup_size)
+        items.append((v.name, v.spec, ck, workgroup_size))
+    target = Path(out) if out else prebuilt.default_dir(DEFAULT_TARGET)
+    try:
+        prebuilt.write_bundle(target, items,
+                              progress=None if quiet else lambda name: click.echo(f"  {name}"))
+    except OSError as e:
+        raise CliError(f"cannot write the bundle {target}: {e.strerror or e}",
+                       EXIT_USER_ERROR) from None
+    for name in refused:
+        click.echo(f"refused (IR differs from the golden table): {name}", err=True)
+    click.echo(f"prebuilt {len(items)} variants into {target}"
+               + (f"; refused {len(refused)}" if refused else ""))
+    if refused:
+        raise SystemExit(EXIT_CHECK_FAILED)
+
+
 if __name__ == "__main__":
     main()
