@@ -38,8 +38,12 @@ def is_capturing(device: Device | str | None = None, stream=None) -> bool:
     return get_device(device).is_capturing(stream)
 
 
-def _addresses(args) -> tuple:
-    return tuple(a.data_ptr() for a in args if hasattr(a, "data_ptr"))
+def _pointer_positions(args) -> tuple:
+    return tuple(i for i, a in enumerate(args) if hasattr(a, "data_ptr"))
+
+
+def _addresses(args, positions) -> tuple:
+    return tuple(args[i].data_ptr() for i in positions)
 
 
 class GraphError(RuntimeError):
@@ -49,8 +53,9 @@ class GraphError(RuntimeError):
 class Graph:
     def __init__(self, device: Device | str | None = None):
         self.device = get_device(device)
-        # emulator graphs: (launch, check, the tensor arguments' addresses at capture)
-        self._recorded: list[tuple[PreparedLaunch, bool, tuple]] = []
+        # emulator graphs: (launch, check, positions of its pointer arguments, their addresses
+        # at capture)
+        self._recorded: list[tuple[PreparedLaunch, bool, tuple, tuple]] = []
         self._native: Any = None     # the device's graph object (HIP), set by capture()
         self._captured = False
 
@@ -62,7 +67,8 @@ class Graph:
 
     # --- emulator recording (called by EmuDevice.execute while capturing) ---
     def record(self, launch: PreparedLaunch, check: bool) -> None:
-        self._recorded.append((launch, check, _addresses(launch.args)))
+        positions = _pointer_positions(launch.args)
+        self._recorded.append((launch, check, positions, _addresses(launch.args, positions)))
 
     @contextlib.contextmanager
     def capture(self, stream=None):
@@ -95,12 +101,12 @@ class Graph:
             raise GraphError("replay() inside a capture is not supported")
         with self.device.serial:
             if self.device.kind == "emu":
-                for launch, _check, addresses in self._recorded:
-                    if _addresses(launch.args) != addresses:
+                for launch, _check, positions, addresses in self._recorded:
+                    if _addresses(launch.args, positions) != addresses:
                         raise GraphError(f"{launch.compiled.variant}: an argument's storage moved "
                                          "since the capture (its recorded pointer is stale); "
                                          "capture the graph again")
-                return [self.device.run(launch, check) for launch, check, _ in self._recorded]
+                return [self.device.run(launch, check) for launch, check, _, _ in self._recorded]
             self._native.replay(stream)
         if synchronize:
             self.device.synchronize()
