@@ -93,8 +93,7 @@ class LaunchReport:
 def _program(code) -> tuple[Program, dict[str, DecodedKernel]]:
     """The parsed program of assembly text or of a code object (bytes or a path), cached by the
     sha256 of what was given: a code object is disassembled once per process."""
-    from .codeobject import (code_object_assembly, is_code_object,   # code objects: bytes or
-                             read_code_object)                       # a path
+    from .codeobject import is_code_object, read_code_object   # code objects: bytes or a path
     if is_code_object(code):
         code = read_code_object(code)
         key = "co:" + hashlib.sha256(code).hexdigest()
@@ -106,11 +105,31 @@ def _program(code) -> tuple[Program, dict[str, DecodedKernel]]:
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    entry = (parse_program(code_object_assembly(code) if isinstance(code, bytes) else code), {})
+    if isinstance(code, bytes):
+        code = _disassembly(key, code)
+    entry = (parse_program(code), {})
     _CACHE[key] = entry
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return entry
+
+
+_DISASSEMBLY: OrderedDict[str, str] = OrderedDict()
+_DISASSEMBLY_SIZE = 256      # texts of ~10-200 KB: a process's kernels stay disassembled
+
+
+def _disassembly(key: str, code_object: bytes) -> str:
+    """The assembly text of a code object, disassembled once per process (llvm-objdump costs
+    ~0.1 s; the parsed program cache above is smaller)."""
+    from .codeobject import code_object_assembly
+    text = _DISASSEMBLY.get(key)
+    if text is None:
+        text = _DISASSEMBLY[key] = code_object_assembly(code_object)
+        while len(_DISASSEMBLY) > _DISASSEMBLY_SIZE:
+            _DISASSEMBLY.popitem(last=False)
+    else:
+        _DISASSEMBLY.move_to_end(key)
+    return text
 
 
 def _is_tensor(value) -> bool:
