@@ -239,6 +239,22 @@ def golden_update(path, families):
     click.echo(f"wrote {len(cur)} hashes to {target}")
 
 
+def _aot_one(name: str, golden_hash: str | None):
+    """(name, spec, CompiledKernel, workgroup size) of one variant, or None when its IR is not
+    the one the golden table pins."""
+    import hashlib
+    from .compiler import compile_ir
+    from .kernels.registry import get_variant
+    v = get_variant(name)
+    kern = v.kernel()
+    ir = kern.ir()
+    if golden_hash != hashlib.sha256(ir.encode()).hexdigest():
+        return None
+    workgroup_size = getattr(kern, "workgroup_size", None)
+    ck = compile_ir(ir, name=kern.name, variant=v.name, workgroup_size=workgroup_size)
+    return v.name, v.spec, ck, workgroup_size
+
+
 @main.group()
 def aot():
     """Prebuilt code objects for the shipped variants (a bundle in the package)."""
@@ -249,24 +265,26 @@ def aot():
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="bundle directory (default: rocke/prebuilt/<processor> in the package)")
 @click.option("--quiet", is_flag=True, help="print only the summary line")
-def aot_build(variants, out, quiet):
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=os.cpu_count() or 1,
+              show_default="the CPU count", help="variants compiled at once (processes)")
+def aot_build(variants, out, quiet, jobs):
     """Compile variants (default: all shipped) into the prebuilt bundle. A variant whose IR no
     longer matches the golden IR table is refused, never bundled (exit 1)."""
-    import hashlib
-    from .compiler import DEFAULT_TARGET, compile_ir
-    from .compiler import prebuilt
+    from .compiler import DEFAULT_TARGET, prebuilt
     from .kernels.golden import GOLDEN_PATH
     table = _read_golden(GOLDEN_PATH)
-    items, refused = [], []
-    for v in _variants(variants):
-        kern = v.kernel()
-        ir = kern.ir()
-        if table.get(v.name) != hashlib.sha256(ir.encode()).hexdigest():
-            refused.append(v.name)
-            continue
-        workgroup_size = getattr(kern, "workgroup_size", None)
-        ck = compile_ir(ir, name=kern.name, variant=v.name, workgroup_size=workgroup_size)
-        items.append((v.name, v.spec, ck, workgroup_size))
+    chosen = _variants(variants)
+    names = [v.name for v in chosen]
+    if jobs > 1 and len(chosen) > 1 and hasattr(os, "fork"):
+        import concurrent.futures
+        import multiprocessing
+        with concurrent.futures.ProcessPoolExecutor(
+                jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+            built = list(pool.map(_aot_one, names, [table.get(n) for n in names]))
+    else:
+        built = [_aot_one(n, table.get(n)) for n in names]
+    items = [item for item in built if item is not None]
+    refused = [n for n, item in zip(names, built) if item is None]
     target = Path(out) if out else prebuilt.default_dir(DEFAULT_TARGET)
     try:
         prebuilt.write_bundle(target, items,
