@@ -60,9 +60,11 @@ def _optimize(mod, tm, opt: int) -> None:
 
 def _codegen(mod, tm, opt: int) -> tuple[str, bytes]:
     _optimize(mod, tm, opt)
-    # codegen rewrites the module in place (structurizer intrinsics), so each emit gets a fresh copy
+    # codegen rewrites the module in place (structurizer intrinsics), so each emit gets a fresh
+    # copy -- both of them: a clone and the original schedule some kernels differently (9 of
+    # the 164 shipped variants), and the listing must be the code object's kernel
     asm = tm.emit_assembly(mod.clone())
-    return asm, tm.emit_object(mod)
+    return asm, tm.emit_object(mod.clone())
 
 
 def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:

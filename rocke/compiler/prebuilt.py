@@ -7,7 +7,7 @@ object and assembly listing. The index records for each entry the variant, the k
 target, the LLVM version that generated it, the SHA-256 of the IR it was built from (checked
 against the golden IR table when the bundle was built) and of each file. An entry is served
 only when all of that still holds: its files hash to the recorded digests and the code object
-validates; the current LLVM is the one that built it; looked up by IR, the IR is the recorded
+validates; the current LLVM and compile pipeline are the ones that built it; looked up by IR, the IR is the recorded
 one; looked up by spec, the golden IR table (the caller's) still pins the recorded IR hash.
 Anything else is not served -- the caller builds as usual -- and never an error.
 
@@ -90,9 +90,10 @@ def _serve(root: Path, entry: dict, ir: str, workgroup_size, t0: float, variant=
     from .elf import ET_DYN, validate_code_object
     from .metadata import kernel_info
     from .pipeline import CompiledKernel
+    from .cache import FORMAT_VERSION as CODEGEN
     from .toolchain import llvm_version
     try:
-        if entry.get("llvm") != llvm_version():
+        if entry.get("llvm") != llvm_version() or entry.get("codegen") != CODEGEN:
             return None
         blobs = {}
         for field, suffix in _FILES.items():
@@ -144,6 +145,7 @@ def write_bundle(root: Path, items, *, progress=None) -> dict:
     """Write a bundle of `items` -- (variant name, spec, CompiledKernel, workgroup_size) -- to
     `root`, replacing
     what is there only once the new one is complete. Returns the index written."""
+    from .cache import FORMAT_VERSION as CODEGEN
     from .toolchain import llvm_version
     root = Path(root)
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -158,7 +160,7 @@ def write_bundle(root: Path, items, *, progress=None) -> dict:
                 (tmp / (stem + suffix)).write_bytes(blobs[field])
             entries[spec_key(spec, ck.target)] = dict(
                 variant=variant, name=ck.name, target=ck.target, opt=3, file=stem,
-                ir_sha256=ck.ir_hash, llvm=llvm_version(), linker=ck.linker,
+                ir_sha256=ck.ir_hash, llvm=llvm_version(), codegen=CODEGEN, linker=ck.linker,
                 workgroup_size=workgroup_size,
                 **{field + "_sha256": _sha(data) for field, data in blobs.items()})
             if progress is not None:

@@ -305,3 +305,41 @@ def code_object_assembly(code) -> str:
         lines.append(".end_amdhsa_kernel")
     lines += ["  .amdgpu_metadata", metadata_text, "  .end_amdgpu_metadata", ""]
     return "\n".join(lines)
+
+
+# register counts the descriptor stores in allocation granules (plus reserved SGPRs): the
+# listing's exact counts and the descriptor's rounded ones legitimately differ
+_GRANULATED = ("amdhsa_next_free_vgpr", "amdhsa_next_free_sgpr")
+
+
+def _kernel_body(program, kernel: str) -> list[tuple]:
+    """The kernel's instructions from its entry on, as (mnemonic, operands, modifiers), a branch's
+    label replaced by its target's distance from the entry; the trailing s_nop padding dropped."""
+    entry = program.kernels[kernel].entry
+    body = []
+    for instr in program.instrs[entry:]:
+        operands = list(instr.operands)
+        if instr.mnemonic.startswith(_BRANCHES) and operands and operands[0] in program.labels:
+            operands[0] = program.labels[operands[0]] - entry
+        body.append((instr.mnemonic, tuple(operands), tuple(instr.modifiers)))
+    while body and body[-1][0] == "s_nop":
+        body.pop()
+    return body
+
+
+def listing_matches(listing: str, code, kernel: str) -> bool:
+    """Whether assembly text `listing` is the code object `code`'s kernel `kernel`, instruction
+    for instruction, with the same kernel arguments and descriptor fields: a listing may then
+    stand for the code object (it keeps its `.loc` source lines). Any doubt is False."""
+    from .asm import parse_program
+    try:
+        mine, truth = parse_program(listing), parse_program(code_object_assembly(code))
+        a, b = mine.kernels[kernel], truth.kernels[kernel]
+    except Exception:
+        return False
+    if a.metadata.get(".args") != b.metadata.get(".args"):
+        return False
+    if any(a.descriptor[key] != value for key, value in b.descriptor.items()
+           if key in a.descriptor and key not in _GRANULATED):
+        return False
+    return _kernel_body(mine, kernel) == _kernel_body(truth, kernel)

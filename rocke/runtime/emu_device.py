@@ -13,6 +13,7 @@ class EmuDevice(Device):
 
     def __init__(self):
         super().__init__()
+        self._listing_ok: dict[str, bool] = {}     # code-object sha256 -> listing is its kernel
         from ..compiler import DEFAULT_TARGET
         self.arch = DEFAULT_TARGET
 
@@ -24,15 +25,28 @@ class EmuDevice(Device):
         return self.run(launch, check)
 
     def run(self, launch: PreparedLaunch, check: bool = True):
-        """Emulate one launch now: the linked code object HIP would load (disassembled once per
-        process; the assembly listing is not what runs), with exactly the kernarg bytes
-        `prepare_launch` packed (the bytes HIP would receive); returns the LaunchReport."""
+        """Emulate one launch now: the kernel of the linked code object HIP would load, with
+        exactly the kernarg bytes `prepare_launch` packed (the bytes HIP would receive); returns
+        the LaunchReport."""
         from .. import emu
         c = launch.compiled
         with self.serial:
-            return emu.launch(c.code_object, c.name, launch.grid, launch.block, list(launch.args),
+            return emu.launch(self._runnable(c), c.name, launch.grid, launch.block, list(launch.args),
                               shared_mem=launch.shared_mem, check=check,
                               allow_alias=launch.allow_alias, kernarg=launch.kernarg)
+
+    def _runnable(self, compiled):
+        """What the emulator runs for `compiled`: its assembly listing when that is the code
+        object's kernel instruction for instruction (checked once per process and code object;
+        the listing keeps its source lines), else the code object itself (disassembled)."""
+        import hashlib
+        from ..emu.codeobject import listing_matches
+        digest = hashlib.sha256(compiled.code_object).hexdigest()
+        use_listing = self._listing_ok.get(digest)
+        if use_listing is None:
+            use_listing = listing_matches(compiled.asm, compiled.code_object, compiled.name)
+            self._listing_ok[digest] = use_listing
+        return compiled.asm if use_listing else compiled.code_object
 
     def is_capturing(self, stream=None) -> bool:
         return _graph.active_capture(self) is not None
