@@ -8,6 +8,11 @@ Columns (median of --repeats runs; LLVM's one-time target initialisation is repo
   fork  = what crash isolation adds to cold (codegen in a forked child, so an LLVM abort becomes
           a CompileError): cold minus the same build with codegen in-process.
 
+Then the first-call cost per variant with the prebuilt bundle (`rocke aot build`; one is written
+for the measured variants into a temporary directory) against cold, the first call without it:
+  by IR   = dsl + compile_ir served from the bundle (no link, no ld.lld);
+  by spec = compiler.prebuilt.lookup_spec: no IR build either (checked against the golden table).
+
     .venv/bin/python benchmarks/compile.py [--repeats 5] [VARIANT ...]
 """
 from __future__ import annotations
@@ -20,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from rocke.compiler import CompileCache, compile_ir, llvm_version, pipeline
+from rocke.compiler import CompileCache, compile_ir, llvm_version, pipeline, prebuilt
 from rocke.compiler.toolchain import target_machine
 from rocke.compiler.pipeline import DEFAULT_TARGET
 from rocke.kernels.registry import all_variants, get_variant
@@ -54,8 +59,10 @@ def main(argv=None) -> int:
     print(f"LLVM target init (once per process): {(time.perf_counter() - t0) * 1e3:.1f} ms")
     print(f"{'variant':40s} {'dsl ms':>8s} {'cold ms':>8s} {'hit ms':>8s} {'warm ms':>8s} {'fork ms':>8s}"
           f"   (median of {a.repeats})")
+    firsts = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = CompileCache(tmp)
+        items = []
         for v in variants:
             dsl, cold, hit, warm, inproc = [], [], [], [], []
             for _ in range(a.repeats):
@@ -88,7 +95,40 @@ def main(argv=None) -> int:
                 warm.append(t2 - t0)
             ms = [statistics.median(x) * 1e3 for x in (dsl, cold, hit, warm, inproc)]
             print(f"{v.name:40s} {ms[0]:8.1f} {ms[1]:8.1f} {ms[2]:8.2f} {ms[3]:8.1f} {ms[1] - ms[4]:8.1f}")
+            items.append((v.name, v.spec, ck, kern.workgroup_size))
+            firsts[v.name] = ms[1]
+        first_call_with_bundle(variants, items, firsts, os.path.join(tmp, "bundle"), a.repeats)
     return 0
+
+
+def first_call_with_bundle(variants, items, cold_ms, root, repeats) -> None:
+    from rocke.kernels.golden import load_golden
+    golden = load_golden()
+    prebuilt.write_bundle(root, items)
+    previous = os.environ.get("ROCKE_PREBUILT")
+    os.environ["ROCKE_PREBUILT"] = root
+    try:
+        print(f"\nfirst call per variant, with and without the prebuilt bundle (median of {repeats})")
+        print(f"{'variant':40s} {'no bundle':>10s} {'by IR':>8s} {'by spec':>8s}   ms")
+        for v in variants:
+            by_ir, by_spec = [], []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                kern = v.kernel()
+                ck = compile_ir(kern.ir(), name=kern.name, workgroup_size=kern.workgroup_size)
+                t1 = time.perf_counter()
+                spec_ck = prebuilt.lookup_spec(v.spec, golden, DEFAULT_TARGET)
+                t2 = time.perf_counter()
+                assert ck.prebuilt and spec_ck is not None, f"{v.name}: not served from the bundle"
+                by_ir.append(t1 - t0)
+                by_spec.append(t2 - t1)
+            print(f"{v.name:40s} {cold_ms[v.name]:10.1f} {statistics.median(by_ir) * 1e3:8.1f} "
+                  f"{statistics.median(by_spec) * 1e3:8.2f}")
+    finally:
+        if previous is None:
+            os.environ.pop("ROCKE_PREBUILT", None)
+        else:
+            os.environ["ROCKE_PREBUILT"] = previous
 
 
 if __name__ == "__main__":

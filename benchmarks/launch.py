@@ -11,6 +11,16 @@ Parts (median and best over --batches batches of --batch calls, mean per call):
              libamdhip64.so, or on a machine with a gfx942 GPU).
 --profile prints where the host path's time goes (cProfile, by own time).
 
+Then the attention entry point's host cost per call (run_unified_attention_torch on a decode
+batch; the emulator's execution of each kernel is stubbed out, so what is timed is the host
+path: validation, dispatch, plan, compiled-variant lookup, kernel_args, prepare_launch, graph
+bookkeeping). Targets: <= 10 us per call on a graph-replay hit, <= 30 us otherwise.
+  attn replay = the dispatcher recommends graph replay: a hit replays the captured graph;
+  attn eager  = the same call with HIPDNN_GFX942_{2D,3D}_GRAPH=0 (launched one by one);
+  attn hip    = with --standin: HipDevice.launch_params for the call's prepared launches (the
+                HIP device's own host side; the entry point does not yet take GPU tensors, so
+                its HIP cost is attn eager's host part plus this).
+
     .venv/bin/python benchmarks/launch.py [--variant flash_attention/f16_d64_causal] [--standin]
 """
 from __future__ import annotations
@@ -64,6 +74,8 @@ def main(argv=None) -> int:
     ap.add_argument("--standin", action="store_true",
                     help="also time the HIP device's host side under the stand-in libamdhip64.so")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--no-attention", action="store_true",
+                    help="skip the attention entry point's rows")
     a = ap.parse_args(argv)
     if a.batch < 1 or a.batches < 1:
         ap.error("--batch and --batches must be >= 1")
@@ -90,6 +102,8 @@ def main(argv=None) -> int:
             ("host", host)]
     if a.standin:
         rows.append(("hip", hip_side(compiled, grid, block, args)))
+    if not a.no_attention:
+        rows += attention_rows(a.standin)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'part':10s} {'median us':>10s} {'best us':>10s}   ({a.batches} batches x {a.batch} "
           "calls, mean per call)")
@@ -106,16 +120,82 @@ def main(argv=None) -> int:
     return 0
 
 
-def hip_side(compiled, grid, block, args):
-    """HipDevice.launch_params under the stand-in (device memory from hipMalloc)."""
+def decode_batch(num_seqs=4, hq=8, hk=2, d=128, block=16, kv_len=1000):
+    """Inputs of one decode step in vLLM's layout (contents do not matter to the host path)."""
+    pages = -(-kv_len // block)
+    q = torch.zeros(num_seqs, hq, d, dtype=torch.float16)
+    k = torch.zeros(num_seqs * pages, block, hk, d, dtype=torch.float16)
+    table = torch.arange(num_seqs * pages, dtype=torch.int32).reshape(num_seqs, pages)
+    return (q, k, torch.zeros_like(k), torch.zeros_like(q),
+            torch.arange(num_seqs + 1, dtype=torch.int32), 1,
+            torch.full((num_seqs,), kv_len, dtype=torch.int32), kv_len, d ** -0.5, True,
+            (-1, -1), table, 0.0, None, None, None)
+
+
+def attention_rows(standin: bool):
+    from rocke.kernels.common import attention_unified as au
+    from rocke.runtime.emu_device import EmuDevice
+    seen = []
+    EmuDevice.run = lambda self, launch, check=True: seen.append(launch)   # host path only
+    call = decode_batch()
+    au.run_unified_attention_torch(*call)                    # builds, captures the graph
+    record = au.run_unified_attention_torch(*call)           # replays it: the launches run
+    launches = list(seen[-len(record.plan.specs):])
+    assert record.replayed, "the decode case should take graph replay"
+    EmuDevice.run = lambda self, launch, check=True: None
+
+    def eager():
+        os.environ["HIPDNN_GFX942_2D_GRAPH"] = os.environ["HIPDNN_GFX942_3D_GRAPH"] = "0"
+        try:
+            au.run_unified_attention_torch(*call)
+        finally:
+            del os.environ["HIPDNN_GFX942_2D_GRAPH"], os.environ["HIPDNN_GFX942_3D_GRAPH"]
+    print(f"attention: decode, {record.plan.path} path, {len(record.plan.specs)} kernels, "
+          f"q {tuple(call[0].shape)}, k {tuple(call[1].shape)}")
+    rows = [("attn replay", lambda: au.run_unified_attention_torch(*call)),
+            ("attn eager", eager)]
+    if standin:
+        rows.append(("attn hip", attention_hip_side(launches)))
+    return rows
+
+
+def attention_hip_side(launches):
+    """HipDevice.launch_params for each launch of one attention call (the same kernels, grids
+    and scalars; device memory of the same sizes for the tensors), under the stand-in."""
+    device, prepared = None, []
+    for launch in launches:
+        device, alloc = _standin_device(launch.compiled)
+        values = [alloc(max(1, t.numel() * t.element_size())) if hasattr(t, "data_ptr") else t
+                  for t in launch.args]
+        prepared.append(runtime.prepare_launch(launch.compiled, launch.grid, launch.block,
+                                               values, device_kind="hip"))
+    for p in prepared:
+        device.launch_params(p)                      # loads each module once
+    return lambda: [device.launch_params(p) for p in prepared]
+
+
+_STAND_IN = []
+
+
+def _standin_device(compiled):
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
     from tests.hip_stub import standin as standin_module
-    stand_in = standin_module.load(Path(tempfile.mkdtemp(prefix="rocke-standin-")))
+    if not _STAND_IN:
+        _STAND_IN.append(standin_module.load(Path(tempfile.mkdtemp(prefix="rocke-standin-"))))
+    stand_in = _STAND_IN[0]
     stand_in.active = True
     stand_in.register(compiled)
     os.environ.pop("ROCKE_DEVICE", None)
     device = runtime.get_device("hip")
+    return device, device.alloc
+
+
+def hip_side(compiled, grid, block, args):
+    """HipDevice.launch_params under the stand-in (device memory from hipMalloc)."""
+    repo = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(repo))
+    device, _ = _standin_device(compiled)
     buffers = [device.alloc(t.numel() * t.element_size()) if hasattr(t, "data_ptr") else t
                for t in args]
     prepared = runtime.prepare_launch(compiled, grid, block, buffers, device_kind="hip")

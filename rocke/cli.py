@@ -386,5 +386,68 @@ def profile_cmd(variant, shape, annotate, as_json, sample_rows):
         click.echo(p.annotate())
 
 
+
+
+def _aot_one(name: str, golden_hash: str | None):
+    """(name, spec, CompiledKernel, workgroup size) of one variant, or None when its IR is not
+    the one the golden table pins."""
+    import hashlib
+    from .compiler import compile_ir
+    from .kernels.registry import get_variant
+    v = get_variant(name)
+    kern = v.kernel()
+    ir = kern.ir()
+    if golden_hash != hashlib.sha256(ir.encode()).hexdigest():
+        return None
+    workgroup_size = getattr(kern, "workgroup_size", None)
+    ck = compile_ir(ir, name=kern.name, variant=v.name, workgroup_size=workgroup_size)
+    return v.name, v.spec, ck, workgroup_size
+
+
+@main.group()
+def aot():
+    """Prebuilt code objects for the shipped variants (a bundle in the package)."""
+
+
+@aot.command("build")
+@click.argument("variants", nargs=-1)
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="bundle directory (default: rocke/prebuilt/<processor> in the package)")
+@click.option("--quiet", is_flag=True, help="print only the summary line")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=os.cpu_count() or 1,
+              show_default="the CPU count", help="variants compiled at once (processes)")
+def aot_build(variants, out, quiet, jobs):
+    """Compile variants (default: all shipped) into the prebuilt bundle. A variant whose IR no
+    longer matches the golden IR table is refused, never bundled (exit 1)."""
+    from .compiler import DEFAULT_TARGET, prebuilt
+    from .kernels.golden import GOLDEN_PATH
+    table = _read_golden(GOLDEN_PATH)
+    chosen = _variants(variants)
+    names = [v.name for v in chosen]
+    if jobs > 1 and len(chosen) > 1 and hasattr(os, "fork"):
+        import concurrent.futures
+        import multiprocessing
+        with concurrent.futures.ProcessPoolExecutor(
+                jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+            built = list(pool.map(_aot_one, names, [table.get(n) for n in names]))
+    else:
+        built = [_aot_one(n, table.get(n)) for n in names]
+    items = [item for item in built if item is not None]
+    refused = [n for n, item in zip(names, built) if item is None]
+    target = Path(out) if out else prebuilt.default_dir(DEFAULT_TARGET)
+    try:
+        prebuilt.write_bundle(target, items,
+                              progress=None if quiet else lambda name: click.echo(f"  {name}"))
+    except OSError as e:
+        raise CliError(f"cannot write the bundle {target}: {e.strerror or e}",
+                       EXIT_USER_ERROR) from None
+    for name in refused:
+        click.echo(f"refused (IR differs from the golden table): {name}", err=True)
+    click.echo(f"prebuilt {len(items)} variants into {target}"
+               + (f"; refused {len(refused)}" if refused else ""))
+    if refused:
+        raise SystemExit(EXIT_CHECK_FAILED)
+
+
 if __name__ == "__main__":
     main()

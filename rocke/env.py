@@ -20,6 +20,8 @@ LEVERS: dict[str, tuple[str, str]] = {
                      "emu:gfx942 | emu:gfx950 (the emulator running that target; emu = gfx942)"),
     "ROCKE_EMU_TIMEOUT_S": ("600", "wall-time budget of one emulator launch, seconds"),
     "ROCKE_FAMILIES": ("none", "extra kernel families: comma-separated name=python.module entries"),
+    "ROCKE_PREBUILT": ("rocke/prebuilt/<processor> in the package", "bundle of prebuilt code "
+                       "objects (`rocke aot build`): a directory, or off"),
 }
 
 
@@ -102,3 +104,13 @@ def families() -> list[tuple[str, str]]:
             raise ValueError(f"ROCKE_FAMILIES entries must be name=python.module, got {entry!r}")
         out.append((name, module))
     return out
+
+
+def prebuilt_dir() -> str | None:
+    """``ROCKE_PREBUILT``: a bundle directory, "off", or None (the package's own bundle)."""
+    value = raw("ROCKE_PREBUILT")
+    if value is None or value == "off":
+        return value
+    if os.path.exists(value) and not os.path.isdir(value):
+        raise ValueError(f"ROCKE_PREBUILT must be a directory or 'off', got {value!r} (a file)")
+    return value

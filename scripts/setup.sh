@@ -39,3 +39,12 @@ if [ -n "$need" ]; then
     exit 1
   fi
 fi
+
+# Prebuilt code objects for the shipped variants (`rocke aot build`): their first use then needs
+# no IR build, no link and no ld.lld. Rebuilt when missing or older than the golden IR table; a
+# variant whose IR left the golden table is refused (reported, set-up goes on without it).
+bundle="$ROOT/rocke/prebuilt/gfx942/index.json"
+if [ ! -f "$bundle" ] || [ "$ROOT/tests/golden/ir_hashes.json" -nt "$bundle" ]; then
+  echo "[setup] prebuilding the shipped variants' code objects (rocke aot build)" >&2
+  "$VENV/bin/rocke" aot build --quiet >&2 || echo "[setup] rocke aot build did not bundle every variant (see above)" >&2
+fi

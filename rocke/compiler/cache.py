@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .. import env
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3      # 3: the object is emitted from a clone, like the listing (pipeline)
 _FILES = ("kernel.s", "kernel.o", "kernel.hsaco")
 
 

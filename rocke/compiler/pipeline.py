@@ -16,7 +16,7 @@ import llvmlite.binding as llvm
 
 from ..arch import DEFAULT_TARGET as ARCH_DEFAULT_TARGET
 from .. import env
-from . import comgr, toolchain
+from . import comgr, prebuilt, toolchain
 from .cache import CompileCache, cache_key
 from .elf import ET_DYN, InvalidCodeObject, validate_code_object
 from .metadata import KernelInfo, kernel_info, requested_waves_per_eu
@@ -42,9 +42,13 @@ class CompiledKernel:
     cache_hit: bool = False
     build_seconds: float = 0.0
     linker: str = "ld.lld"    # what linked the code object: "ld.lld" or "comgr" (ROCKE_LINKER)
+    source_ir_sha256: str | None = None   # the IR's hash where `ir` is not at hand (prebuilt)
+    prebuilt: bool = False    # served from the prebuilt bundle (compiler/prebuilt.py)
 
     @property
     def ir_hash(self) -> str:
+        if self.source_ir_sha256 is not None:
+            return self.source_ir_sha256
         return hashlib.sha256(self.ir.encode()).hexdigest()
 
 
@@ -56,9 +60,11 @@ def _optimize(mod, tm, opt: int) -> None:
 
 def _codegen(mod, tm, opt: int) -> tuple[str, bytes]:
     _optimize(mod, tm, opt)
-    # codegen rewrites the module in place (structurizer intrinsics), so each emit gets a fresh copy
+    # codegen rewrites the module in place (structurizer intrinsics), so each emit gets a fresh
+    # copy -- both of them: a clone and the original schedule some kernels differently (9 of
+    # the 164 shipped variants), and the listing must be the code object's kernel
     asm = tm.emit_assembly(mod.clone())
-    return asm, tm.emit_object(mod)
+    return asm, tm.emit_object(mod.clone())
 
 
 def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
@@ -151,8 +157,9 @@ def link_code_object(obj: bytes, name: str) -> bytes:
 def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, variant: str | None = None,
                opt: int = 3, workgroup_size: int | None = None,
                cache: CompileCache | None | bool = True) -> CompiledKernel:
-    """Compile AMDGPU LLVM IR text for `target`. `cache=True` uses the default on-disk cache,
-    `False` disables it, or pass a CompileCache.
+    """Compile AMDGPU LLVM IR text for `target`. `cache=True` uses the prebuilt bundle (see
+    compiler/prebuilt.py: no link, no ld.lld) and the default on-disk cache, `False` disables
+    both, or pass a CompileCache (then only it is used).
 
     `ir` may also be a `rocke.dsl.Kernel`: its name and workgroup size are the defaults, and
     what LLVM compiles is `kernel.located_ir()`, so the assembly carries each instruction's
@@ -172,6 +179,10 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
     variant = variant or name
     t0 = time.perf_counter()
     linker = env.linker()
+    if cache is True and linker == "ld.lld":
+        served = prebuilt.lookup_ir(ir, name, target, opt, workgroup_size, variant)
+        if served is not None:
+            return served
     options = {"opt": opt, "name": name, "linker": linker}
     store = CompileCache() if cache is True else (cache or None)
     if store is not None:

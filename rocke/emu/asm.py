@@ -11,6 +11,19 @@ from dataclasses import dataclass, field
 
 import yaml
 
+class _MetadataLoader(yaml.SafeLoader):
+    """YAML 1.1 with LLVM's `!str` tag (llvm-readelf marks a string that would read as another
+    type -- an argument named `n`, `y`, ... -- `!str`): a plain string."""
+
+
+_MetadataLoader.add_constructor("!str", lambda loader, node: loader.construct_scalar(node))
+
+
+def load_metadata_yaml(text: str):
+    """An `.amdgpu_metadata` document as LLVM's assembly printer or llvm-readelf writes it."""
+    return yaml.load(text, Loader=_MetadataLoader)
+
+
 _LABEL = re.compile(r"^([A-Za-z_.$][\w.$]*):(.*)$")
 _SKIP_DIRECTIVE_PREFIXES = (".loc", ".cfi_", ".file", ".section", ".text", ".globl", ".type",
                             ".size", ".set", ".p2alignl", ".fill", ".amdgcn_target",
@@ -435,7 +448,7 @@ def parse_program(text: str) -> Program:
     if metadata_text is None:
         raise ValueError("assembly has no `.amdgpu_metadata` block (kernel metadata YAML)")
     try:
-        metadata = yaml.safe_load(metadata_text)
+        metadata = load_metadata_yaml(metadata_text)
     except yaml.YAMLError as err:
         raise ValueError(f"malformed `.amdgpu_metadata` YAML: {err}") from None
     kernels = {}

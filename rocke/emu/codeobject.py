@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from rocke import llvm_tools
+from .asm import load_metadata_yaml
 
 _BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 _ELF_MAGIC = b"\x7fELF"
@@ -49,7 +50,8 @@ def is_code_object(code) -> bool:
             and len(code) < 4096)
 
 
-def _read_bytes(code) -> bytes:
+def read_code_object(code) -> bytes:
+    """The bytes of a code object given as bytes or a path."""
     if isinstance(code, (bytes, bytearray, memoryview)):
         return bytes(code)
     path = Path(code)
@@ -198,10 +200,27 @@ def _metadata_yaml(readelf_notes: str) -> str:
     return "\n".join(out).strip("\n")
 
 
+def code_object_metadata(code) -> dict:
+    """The metadata note (`amdhsa.kernels`, ...) of a code object given as bytes or a path."""
+    data = read_code_object(code)
+    if data.startswith(_BUNDLE_MAGIC) or data.startswith(b"CCOB"):
+        data = _unbundle(data)
+    _Elf(data)
+    with tempfile.TemporaryDirectory(prefix="rocke-co-") as tmp:
+        path = Path(tmp) / "kernel.co"
+        path.write_bytes(data)
+        notes = _run(find_llvm_tool("llvm-readelf"), "--notes", str(path))
+    import yaml
+    try:
+        return load_metadata_yaml(_metadata_yaml(notes)) or {}
+    except yaml.YAMLError as err:
+        raise CodeObjectError(f"malformed metadata note: {err}") from None
+
+
 def code_object_assembly(code) -> str:
     """Assembly text (the dialect `rocke.emu.asm.parse_program` reads) of a code object given
     as bytes or a path."""
-    data = _read_bytes(code)
+    data = read_code_object(code)
     if data.startswith(_BUNDLE_MAGIC) or data.startswith(b"CCOB"):
         data = _unbundle(data)
     elf = _Elf(data)
@@ -214,7 +233,7 @@ def code_object_assembly(code) -> str:
     import yaml
     metadata_text = _metadata_yaml(notes)
     try:
-        metadata = yaml.safe_load(metadata_text) or {}
+        metadata = load_metadata_yaml(metadata_text) or {}
     except yaml.YAMLError as err:
         raise CodeObjectError(f"malformed metadata note (as {readelf} prints it): {err}") from None
 
@@ -278,3 +297,41 @@ def code_object_assembly(code) -> str:
         lines.append(".end_amdhsa_kernel")
     lines += ["  .amdgpu_metadata", metadata_text, "  .end_amdgpu_metadata", ""]
     return "\n".join(lines)
+
+
+# register counts the descriptor stores in allocation granules (plus reserved SGPRs): the
+# listing's exact counts and the descriptor's rounded ones legitimately differ
+_GRANULATED = ("amdhsa_next_free_vgpr", "amdhsa_next_free_sgpr")
+
+
+def _kernel_body(program, kernel: str) -> list[tuple]:
+    """The kernel's instructions from its entry on, as (mnemonic, operands, modifiers), a branch's
+    label replaced by its target's distance from the entry; the trailing s_nop padding dropped."""
+    entry = program.kernels[kernel].entry
+    body = []
+    for instr in program.instrs[entry:]:
+        operands = list(instr.operands)
+        if instr.mnemonic.startswith(_BRANCHES) and operands and operands[0] in program.labels:
+            operands[0] = program.labels[operands[0]] - entry
+        body.append((instr.mnemonic, tuple(operands), tuple(instr.modifiers)))
+    while body and body[-1][0] == "s_nop":
+        body.pop()
+    return body
+
+
+def listing_matches(listing: str, code, kernel: str) -> bool:
+    """Whether assembly text `listing` is the code object `code`'s kernel `kernel`, instruction
+    for instruction, with the same kernel arguments and descriptor fields: a listing may then
+    stand for the code object (it keeps its `.loc` source lines). Any doubt is False."""
+    from .asm import parse_program
+    try:
+        mine, truth = parse_program(listing), parse_program(code_object_assembly(code))
+        a, b = mine.kernels[kernel], truth.kernels[kernel]
+    except Exception:
+        return False
+    if a.metadata.get(".args") != b.metadata.get(".args"):
+        return False
+    if any(a.descriptor[key] != value for key, value in b.descriptor.items()
+           if key in a.descriptor and key not in _GRANULATED):
+        return False
+    return _kernel_body(mine, kernel) == _kernel_body(truth, kernel)

@@ -84,6 +84,7 @@ class LaunchReport:
     shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
     shadow_bytes: int = 0        # bytes copied for rollback (the addressable ranges it may write)
     profile: object = None       # a profile.LaunchProfile when launched with profile=True
+    kernarg: bytes = field(default=b"", repr=False)   # the kernarg segment the kernel ran with
 
     @property
     def total_instructions(self) -> int:
@@ -96,21 +97,28 @@ class LaunchReport:
                 f"emulator wall time {self.emulator_wall_time_s:.3f} s")
 
 
-def _program(code: str) -> tuple[Program, dict[str, DecodedKernel]]:
+def _program(code) -> tuple[Program, dict[str, DecodedKernel]]:
     return _program_and_target(code)[:2]
 
 
 def _program_and_target(code) -> tuple[Program, dict, str | None]:
-    """(program, its decoded kernels, the processor its `.amdgcn_target` names or None)."""
-    from .codeobject import code_object_assembly, is_code_object   # code objects: bytes or a path
+    """(program, its decoded kernels, the processor its `.amdgcn_target` names or None) of
+    assembly text or of a code object (bytes or a path), cached by the sha256 of what was given:
+    a code object is disassembled once per process."""
+    from .codeobject import is_code_object, read_code_object   # code objects: bytes or a path
     if is_code_object(code):
-        code = code_object_assembly(code)
-    if not isinstance(code, str):
-        raise ValueError(f"code must be gfx942/gfx950 assembly text (str), got {type(code).__name__}")
-    key = hashlib.sha256(code.encode()).hexdigest()
+        code = read_code_object(code)
+        key = "co:" + hashlib.sha256(code).hexdigest()
+    elif isinstance(code, str):
+        key = hashlib.sha256(code.encode()).hexdigest()
+    else:
+        raise ValueError(f"code must be gfx942/gfx950 assembly text (str) or a code object, got "
+                         f"{type(code).__name__}")
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
+    if isinstance(code, bytes):
+        code = _disassembly(key, code)
     declared = _AMDGCN_TARGET.search(code)
     entry = (parse_program(code), {}, declared.group(1) if declared else None)
     _CACHE[key] = entry
@@ -120,6 +128,24 @@ def _program_and_target(code) -> tuple[Program, dict, str | None]:
 
 
 _AMDGCN_TARGET = re.compile(r'^\s*\.amdgcn_target\s+"[^"]*?-(gfx\w+)', re.M)
+
+
+_DISASSEMBLY: OrderedDict[str, str] = OrderedDict()
+_DISASSEMBLY_SIZE = 256      # texts of ~10-200 KB: a process's kernels stay disassembled
+
+
+def _disassembly(key: str, code_object: bytes) -> str:
+    """The assembly text of a code object, disassembled once per process (llvm-objdump costs
+    ~0.1 s; the parsed program cache above is smaller)."""
+    from .codeobject import code_object_assembly
+    text = _DISASSEMBLY.get(key)
+    if text is None:
+        text = _DISASSEMBLY[key] = code_object_assembly(code_object)
+        while len(_DISASSEMBLY) > _DISASSEMBLY_SIZE:
+            _DISASSEMBLY.popitem(last=False)
+    else:
+        _DISASSEMBLY.move_to_end(key)
+    return text
 
 
 def _is_tensor(value) -> bool:
@@ -282,7 +308,8 @@ def _resolve_target(declared: str | None, target) -> str:
 def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
            check: bool = True, *, timeout_s: float | None = None,
            allow_alias: bool = False, memcheck: str = "view",
-           profile: bool = False, target: str | None = None) -> LaunchReport:
+           profile: bool = False, target: str | None = None,
+           kernarg: bytes | None = None) -> LaunchReport:
     """Run `kernel` from gfx942 / gfx950 assembly `code` over `grid` workgroups of `block`
     work-items. `target` ('gfx942' | 'gfx950') defaults to the code's `.amdgcn_target`, else
     ROCKE_DEVICE's emulator target (`emu:gfx950`), else gfx942; opcodes the target lacks and
@@ -299,6 +326,10 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     as they were before it. `profile=True` adds exact counters (`report.profile`, a
     rocke.emu.profile.LaunchProfile) at some emulation cost; the default launch counts only
     issues per class.
+
+    `kernarg`, when given, is the kernarg segment the kernel runs with, byte for byte (what a
+    runtime packed for the device, e.g. rocke.runtime's PreparedLaunch.kernarg); `args` then
+    only say which memory the kernel may reach. Without it the segment is packed from `args`.
     """
     if not isinstance(profile, bool):
         raise ValueError(f"profile must be a bool, got {profile!r}")
@@ -358,8 +389,16 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     if not allow_alias:
         _check_aliasing(spans)
     segment_size = int(source.descriptor.get("amdhsa_kernarg_size", 0))
-    packed = abi.pack_kernarg_segment(kernel_args, list(args), grid3, block3, int(shared_mem),
-                                      lambda t: t.data_ptr(), segment_size)
+    if kernarg is None:
+        packed = abi.pack_kernarg_segment(kernel_args, list(args), grid3, block3,
+                                          int(shared_mem), lambda t: t.data_ptr(), segment_size)
+    elif not isinstance(kernarg, (bytes, bytearray)) or len(kernarg) < segment_size:
+        raise ValueError(f"kernarg must be the packed kernarg segment of kernel {kernel} "
+                         f"({segment_size} bytes or more), got "
+                         f"{len(kernarg) if isinstance(kernarg, (bytes, bytearray)) else type(kernarg).__name__}"
+                         f"{' bytes' if isinstance(kernarg, (bytes, bytearray)) else ''}")
+    else:
+        packed = bytes(kernarg)
     # gfx942 decodes keep the kernel name as key; another target's are kept apart by suffix
     decode_key = kernel if run_target == "gfx942" else f"{kernel}@{run_target}"
     if decode_key not in decoded:
@@ -396,6 +435,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     report.emulator_wall_time_s = time.perf_counter() - start
     report.shadow_copy_s = copied - start
     report.shadow_bytes = sum(end - begin for begin, end, _, written in ranges if written)
+    report.kernarg = bytes(kernarg[:len(packed)])
     return report
 
 

@@ -66,9 +66,16 @@ def prepare_launch(compiled, grid, block, args: Sequence[Any],
 
 
 class Device:
-    """Where prepared launches run. `kind` is "emu" or "hip"."""
+    """Where prepared launches run. `kind` is "emu" or "hip".
+
+    A device behaves like one stream: launches and graph replays issued to it from any number of
+    threads run one after another, each applied in full (`serial` is held around each)."""
     kind: str = ""
     arch: str = ""      # target id of the device, e.g. "gfx942:sramecc+:xnack-"
+
+    def __init__(self):
+        # re-entrant: a graph replay holds it around the launches it runs
+        self.serial = threading.RLock()
 
     def execute(self, launch: PreparedLaunch, *, stream=None, check: bool = True):
         """Run (or, inside a graph capture, record) one prepared launch."""

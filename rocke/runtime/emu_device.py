@@ -13,6 +13,8 @@ class EmuDevice(Device):
     kind = "emu"
 
     def __init__(self, emu_target: str = "gfx942"):
+        super().__init__()
+        self._listing_ok: dict[str, bool] = {}     # code-object sha256 -> listing is its kernel
         from ..compiler import DEFAULT_TARGET
         from ..arch import get_target
         self.emu_target = get_target(emu_target).name     # the processor the emulator runs as
@@ -26,8 +28,9 @@ class EmuDevice(Device):
         return self.run(launch, check)
 
     def run(self, launch: PreparedLaunch, check: bool = True, profile: bool = False):
-        """Emulate one launch now; returns the emulator's LaunchReport (with exact counters in
-        `.profile` when `profile`)."""
+        """Emulate one launch now: the kernel of the linked code object HIP would load, with
+        exactly the kernarg bytes `prepare_launch` packed (the bytes HIP would receive); returns
+        the LaunchReport (with exact counters in `.profile` when `profile`)."""
         from .. import emu
         from .profiling import active
         c = launch.compiled
@@ -35,10 +38,25 @@ class EmuDevice(Device):
         if built_for != self.emu_target:   # as on a GPU: code for one processor does not load on another
             raise ValueError(f"kernel {c.name} was built for {built_for} and cannot run on the "
                              f"emulator as {self.emu_target} (ROCKE_DEVICE=emu:{self.emu_target})")
-        return emu.launch(c.asm, c.name, launch.grid, launch.block, list(launch.args),
-                          shared_mem=launch.shared_mem, check=check,
-                          allow_alias=launch.allow_alias, memcheck=launch.memcheck,
-                          profile=profile or active(), target=self.emu_target)
+        with self.serial:
+            return emu.launch(self._runnable(c), c.name, launch.grid, launch.block, list(launch.args),
+                              shared_mem=launch.shared_mem, check=check,
+                              allow_alias=launch.allow_alias, memcheck=launch.memcheck,
+                              profile=profile or active(), target=self.emu_target,
+                              kernarg=launch.kernarg)
+
+    def _runnable(self, compiled):
+        """What the emulator runs for `compiled`: its assembly listing when that is the code
+        object's kernel instruction for instruction (checked once per process and code object;
+        the listing keeps its source lines), else the code object itself (disassembled)."""
+        import hashlib
+        from ..emu.codeobject import listing_matches
+        digest = hashlib.sha256(compiled.code_object).hexdigest()
+        use_listing = self._listing_ok.get(digest)
+        if use_listing is None:
+            use_listing = listing_matches(compiled.asm, compiled.code_object, compiled.name)
+            self._listing_ok[digest] = use_listing
+        return compiled.asm if use_listing else compiled.code_object
 
     def is_capturing(self, stream=None) -> bool:
         return _graph.active_capture(self) is not None

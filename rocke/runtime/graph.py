@@ -8,8 +8,9 @@
 
 Inside `capture()` launches are recorded, not run (as in HIP stream capture). On the emulator a
 graph is the list of prepared launches with their packed kernarg segments; replay runs them in
-order and refuses if an argument's storage moved since the capture (the recorded pointers would
-be stale). On HIP the launches go to a capturing stream (`hipStreamBeginCapture` ..
+order with the very kernarg bytes captured, and refuses if an argument's storage moved since the
+capture (the recorded pointers would be stale). A replay holds the device's `serial` lock: replays
+and launches from other threads run before or after it, never inside it. On HIP the launches go to a capturing stream (`hipStreamBeginCapture` ..
 `hipStreamEndCapture`, `hipGraphInstantiate`, `hipGraphLaunch`), or into a torch CUDA graph when
 torch drives a ROCm GPU -- so graph mode is exercised on every device.
 """
@@ -37,6 +38,14 @@ def is_capturing(device: Device | str | None = None, stream=None) -> bool:
     return get_device(device).is_capturing(stream)
 
 
+def _pointer_positions(args) -> tuple:
+    return tuple(i for i, a in enumerate(args) if hasattr(a, "data_ptr"))
+
+
+def _addresses(args, positions) -> tuple:
+    return tuple(args[i].data_ptr() for i in positions)
+
+
 class GraphError(RuntimeError):
     """A graph was used in a way it cannot honour (replay before capture, nested capture, ...)."""
 
@@ -44,7 +53,9 @@ class GraphError(RuntimeError):
 class Graph:
     def __init__(self, device: Device | str | None = None):
         self.device = get_device(device)
-        self._recorded: list[tuple[PreparedLaunch, bool]] = []   # emulator graphs
+        # emulator graphs: (launch, check, positions of its pointer arguments, their addresses
+        # at capture)
+        self._recorded: list[tuple[PreparedLaunch, bool, tuple, tuple]] = []
         self._native: Any = None     # the device's graph object (HIP), set by capture()
         self._captured = False
 
@@ -56,7 +67,8 @@ class Graph:
 
     # --- emulator recording (called by EmuDevice.execute while capturing) ---
     def record(self, launch: PreparedLaunch, check: bool) -> None:
-        self._recorded.append((launch, check))
+        positions = _pointer_positions(launch.args)
+        self._recorded.append((launch, check, positions, _addresses(launch.args, positions)))
 
     @contextlib.contextmanager
     def capture(self, stream=None):
@@ -87,22 +99,18 @@ class Graph:
             raise GraphError("replay() before capture(): capture the launches first")
         if getattr(_local, "graph", None) is not None:
             raise GraphError("replay() inside a capture is not supported")
-        if self.device.kind == "emu":
-            return [self._replay_one(launch, check) for launch, check in self._recorded]
-        self._native.replay(stream)
+        with self.device.serial:
+            if self.device.kind == "emu":
+                for launch, _check, positions, addresses in self._recorded:
+                    if _addresses(launch.args, positions) != addresses:
+                        raise GraphError(f"{launch.compiled.variant}: an argument's storage moved "
+                                         "since the capture (its recorded pointer is stale); "
+                                         "capture the graph again")
+                return [self.device.run(launch, check) for launch, check, _, _ in self._recorded]
+            self._native.replay(stream)
         if synchronize:
             self.device.synchronize()
         return []
-
-    def _replay_one(self, launch: PreparedLaunch, check: bool):
-        from ..arch import abi
-        info = launch.compiled.info
-        now = abi.pack_kernarg_segment(info.args, launch.args, launch.grid, launch.block,
-                                       launch.shared_mem, lambda t: t.data_ptr(), info.kernarg_size)
-        if now != launch.kernarg:
-            raise GraphError(f"{launch.compiled.variant}: an argument's storage moved since the "
-                             "capture (its recorded pointer is stale); capture the graph again")
-        return self.device.run(launch, check)
 
     def close(self) -> None:
         """Release the device's graph objects (HIP); the emulator's need nothing."""

@@ -282,6 +282,7 @@ class HipDevice(Device):
     kind = "hip"
 
     def __init__(self, index: int = 0):
+        super().__init__()
         self.index = index
         count = _call("hipGetDeviceCount")
         if not 0 <= index < count:
@@ -364,7 +365,8 @@ class HipDevice(Device):
 
     def execute(self, launch: PreparedLaunch, *, stream=None, check: bool = True):
         params = self.launch_params(launch, stream)
-        _call("hipModuleLaunchKernel", *params[:-1])
+        with self.serial:
+            _call("hipModuleLaunchKernel", *params[:-1])
         capture = _graph.active_capture(self)
         if capture is not None and capture._native is not None:
             capture._native.num_launches += 1

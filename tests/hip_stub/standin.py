@@ -4,20 +4,21 @@ ctypes callback table and launches run on rocke's emulator. A test double, not a
 Device memory is host memory (hipMalloc hands out numpy-backed ranges). A launch reads the kernarg
 buffer that arrived through `extra`, turns each explicit argument back into a value (pointers
 into hipMalloc'd ranges become tensor views of them), checks that `rocke.arch.abi` packs those
-values into the very same bytes, and runs the kernel on the emulator. The stand-in cannot decode
-machine code, so a test tells it which assembly a code object was linked from
-(`register(compiled)`); any other image is refused as hipErrorInvalidImage, like an image a real
-runtime cannot load.
+values into the very same bytes, and runs the code object itself on the emulator with exactly
+those bytes. A test tells it which code objects its device accepts (`register(compiled)`); any
+other image is refused as hipErrorInvalidImage, like an image a real runtime cannot load.
 """
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import itertools
 import os
 import shutil
 import struct
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ import torch
 
 from rocke import emu
 from rocke.arch import abi
-from rocke.compiler.metadata import parse_metadata
+from rocke.emu.codeobject import code_object_metadata
 
 SOURCE = Path(__file__).with_name("hip_stub.c")
 
@@ -54,7 +55,7 @@ def build(directory: Path) -> Path:
 
 @dataclass
 class _Function:
-    asm: str
+    code_object: bytes
     name: str
     args: list
     kernarg_size: int
@@ -68,6 +69,7 @@ class _Launch:
     shared_mem: int
     kernarg: bytes
     stream: int | None = None
+    ran: bytes = b""          # the kernarg segment the emulator ran this launch with
 
 
 @dataclass
@@ -81,9 +83,9 @@ class StandIn:
     library: ctypes.CDLL
     active: bool = False
     arch: str = "gfx942:sramecc+:xnack-"
-    code_objects: dict = field(default_factory=dict)      # sha256 -> assembly
+    code_objects: dict = field(default_factory=dict)      # sha256 -> code object
     allocations: dict = field(default_factory=dict)       # address -> (array, size)
-    modules: dict = field(default_factory=dict)           # handle -> assembly
+    modules: dict = field(default_factory=dict)           # handle -> code object
     functions: dict = field(default_factory=dict)         # handle -> _Function
     streams: dict = field(default_factory=dict)           # handle -> _Stream
     graphs: dict = field(default_factory=dict)            # handle -> [ _Launch ]
@@ -96,12 +98,13 @@ class StandIn:
 
     def __post_init__(self):
         self._handles = itertools.count(0x1000, 0x10)
+        self._serial = threading.RLock()
         self._callbacks = []
         self._install()
 
     # ---- test controls ----
     def register(self, compiled) -> None:
-        self.code_objects[hashlib.sha256(compiled.code_object).hexdigest()] = compiled.asm
+        self.code_objects[hashlib.sha256(compiled.code_object).hexdigest()] = compiled.code_object
 
     def reset(self, active: bool = False) -> None:
         for name in ("code_objects", "allocations", "modules", "functions", "streams", "graphs",
@@ -232,12 +235,11 @@ class StandIn:
                 != EM_AMDGPU:
             return self._fail(INVALID_IMAGE, "hipModuleLoadData: not an AMDGPU ELF64 image")
         data = ctypes.string_at(image, _elf_size(image, header))
-        asm = self.code_objects.get(hashlib.sha256(data).hexdigest())
-        if asm is None:
-            return self._fail(INVALID_IMAGE, "hipModuleLoadData: the stand-in was not told the "
-                                             "assembly of this code object (register(compiled))")
+        if hashlib.sha256(data).hexdigest() not in self.code_objects:
+            return self._fail(INVALID_IMAGE, "hipModuleLoadData: the stand-in was not told to "
+                                             "accept this code object (register(compiled))")
         handle = self._handle()
-        self.modules[handle] = asm
+        self.modules[handle] = data
         self._out(out, handle)
         return SUCCESS
 
@@ -245,15 +247,16 @@ class StandIn:
         return SUCCESS if self.modules.pop(module, None) is not None else INVALID_HANDLE
 
     def _get_function(self, out, module, name):
-        asm = self.modules.get(module)
-        if asm is None:
+        image = self.modules.get(module)
+        if image is None:
             return INVALID_HANDLE
-        kernels = {k[".name"]: k for k in parse_metadata(asm).get("amdhsa.kernels", [])}
+        kernels = {k[".name"]: k for k in
+                   code_object_metadata(image).get("amdhsa.kernels", [])}
         entry = kernels.get(name.decode())
         if entry is None:
             return NOT_FOUND
         handle = self._handle()
-        self.functions[handle] = _Function(asm, name.decode(), abi.parse_kernel_args(entry),
+        self.functions[handle] = _Function(image, name.decode(), abi.parse_kernel_args(entry),
                                            int(entry.get(".kernarg_segment_size", 0)))
         self._out(out, handle)
         return SUCCESS
@@ -301,12 +304,15 @@ class StandIn:
                                              "rocke.arch.abi packs for its own values")
         try:
             # views reach to the end of their hipMalloc range (extents are unknown here), and
-            # HIP itself never refuses aliasing arguments: the stand-in does not either
-            emu.launch(fn.asm, fn.name, record.grid, record.block, values,
-                       shared_mem=record.shared_mem, check=True, allow_alias=True)
+            # HIP itself never refuses aliasing arguments: the stand-in does not either. One
+            # launch at a time, like work on one device queue.
+            with self._serial:
+                report = emu.launch(fn.code_object, fn.name, record.grid, record.block, values,
+                                    shared_mem=record.shared_mem, check=True, allow_alias=True,
+                                    kernarg=record.kernarg)
         except Exception as e:
             return self._fail(LAUNCH_FAILURE, f"{fn.name}: the emulator stopped: {e}")
-        self.executed.append(record)
+        self.executed.append(dataclasses.replace(record, ran=report.kernarg))
         return SUCCESS
 
     # ---- streams, capture, graphs ----
@@ -365,10 +371,11 @@ class StandIn:
     def _graph_launch(self, exec_, stream):
         if exec_ not in self.execs:
             return INVALID_HANDLE
-        for record in self.execs[exec_]:
-            code = self._run(record)
-            if code != SUCCESS:
-                return code
+        with self._serial:
+            for record in self.execs[exec_]:
+                code = self._run(record)
+                if code != SUCCESS:
+                    return code
         return SUCCESS
 
     def _graph_destroy(self, graph):

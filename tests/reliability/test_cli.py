@@ -19,7 +19,9 @@ VARIANT = "vector_add/f32_v4"
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
+    """A private cache and no prebuilt bundle: every compile here builds and links."""
     monkeypatch.setenv("ROCKE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ROCKE_PREBUILT", "off")
     toolchain.find_linker.cache_clear()
     yield
     toolchain.find_linker.cache_clear()

@@ -1,0 +1,228 @@
+"""vLLM's current `unified_attention` contract on rocke's kernels: swapping the import is the whole
+integration.
+
+    from rocke.vllm import unified_attention          # instead of vLLM's
+    unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+                      softmax_scale, causal, window_size, block_table, softcap, q_descale,
+                      k_descale, v_descale, seq_threshold_3D, num_par_softmax_segments,
+                      softmax_segm_output, softmax_segm_max, softmax_segm_expsum, ...)
+
+The parameter list, names, order and defaults are those of `unified_attention` in vLLM's
+vllm/v1/attention/ops/triton_unified_attention.py (late 2026), with vLLM's 3D rule: the split-KV
+path runs only when the caller passes `seq_threshold_3D`, `num_par_softmax_segments` and the three
+softmax workspaces, the batch is decode-only (`max_seqlen_q <= 1`) and `num_seqs <=
+seq_threshold_3D`; it then uses the caller's workspaces and segment count as given. Otherwise the
+2D kernel runs. Arguments rocke's kernels do not implement yet are refused before anything is
+launched, naming the argument; `out` is then untouched.
+
+`torch.ops.rocke.unified_attention` is the same call as a torch custom op (it mutates `out`, has a
+fake implementation), so `torch.compile(fullgraph=True)` traces a model that calls it without a
+graph break. rocke's own, richer entry point (dispatcher, `backend=`, graph replay) stays
+`rocke.kernels.common.attention_unified.run_unified_attention_torch`.
+"""
+import enum
+from typing import Optional
+
+import torch
+from torch import Tensor      # at module scope: torch.library reads the op's annotations
+
+from .kernels.common import attention_unified as au
+from .kernels.common import knobs as knobs_mod
+
+
+class KVQuantMode(enum.IntEnum):
+    """vLLM's `KVQuantMode` (vllm/v1/kv_cache_interface.py), by member name. vLLM's own enum is
+    accepted too: rocke reads a mode by its name, never by its number, since vLLM's numbering
+    has changed between releases."""
+    NONE = 0
+    FP8_PER_TENSOR = 1
+    INT8_PER_TOKEN_HEAD = 2
+    FP8_PER_TOKEN_HEAD = 3
+    INT4_PER_TOKEN_HEAD = 4
+    NVFP4 = 5
+    INT2_PER_TOKEN_HEAD = 6
+
+
+# What rocke's kernels read today: a cache in q's dtype, or gfx942 fp8 with per-tensor descales.
+SUPPORTED_KV_QUANT_MODES = ("NONE", "FP8_PER_TENSOR")
+
+
+def _mode_name(kv_quant_mode) -> str:
+    name = getattr(kv_quant_mode, "name", None)
+    if isinstance(name, str) and isinstance(kv_quant_mode, enum.Enum):
+        if name not in KVQuantMode.__members__:
+            raise ValueError(f"kv_quant_mode: unknown mode {name!r}; vLLM's modes are "
+                             f"{', '.join(KVQuantMode.__members__)}")
+        return name
+    if isinstance(kv_quant_mode, int) and not isinstance(kv_quant_mode, bool):
+        try:
+            return KVQuantMode(kv_quant_mode).name
+        except ValueError:
+            pass
+    raise ValueError(f"kv_quant_mode: must be a KVQuantMode (rocke.vllm's or vLLM's), got "
+                     f"{kv_quant_mode!r}")
+
+
+def _refuse_unimplemented(output_scale, mm_prefix_range, use_alibi_sqrt, kv_quant_mode,
+                          k_scale_cache, v_scale_cache, k) -> None:
+    """NotImplementedError naming the first argument rocke's kernels do not implement yet."""
+    if output_scale is not None:
+        raise NotImplementedError("output_scale: a quantized (fp8) output is not implemented by "
+                                  "rocke's kernels yet; pass None (out in q's dtype)")
+    if mm_prefix_range is not None:
+        raise NotImplementedError("mm_prefix_range: bidirectional multimodal prefix ranges are not "
+                                  "implemented by rocke's kernels yet; pass None")
+    if not isinstance(use_alibi_sqrt, bool):
+        raise ValueError(f"use_alibi_sqrt: must be a bool, got {use_alibi_sqrt!r}")
+    if use_alibi_sqrt:
+        raise NotImplementedError("use_alibi_sqrt: square-root ALiBi is not implemented by "
+                                  "rocke's kernels yet; pass False (plain ALiBi slopes work)")
+    mode = _mode_name(kv_quant_mode)
+    if mode not in SUPPORTED_KV_QUANT_MODES:
+        raise NotImplementedError(f"kv_quant_mode: {mode} is not implemented by rocke's kernels "
+                                  f"yet; they read {' and '.join(SUPPORTED_KV_QUANT_MODES)}")
+    for name, t in (("k_scale_cache", k_scale_cache), ("v_scale_cache", v_scale_cache)):
+        if t is not None:
+            raise NotImplementedError(f"{name}: per-token-head scale caches are not implemented "
+                                      f"by rocke's kernels yet (kv_quant_mode {mode}); pass None")
+    if mode == "FP8_PER_TENSOR" and "float8" not in str(getattr(k, "dtype", "")):
+        raise ValueError(f"kv_quant_mode: FP8_PER_TENSOR needs fp8 caches "
+                         f"(torch.float8_e4m3fnuz), but k is {getattr(k, 'dtype', type(k))}")
+
+
+def uses_3d(max_seqlen_q, num_seqs: int, seq_threshold_3D, num_par_softmax_segments,
+            softmax_segm_output, softmax_segm_max, softmax_segm_expsum) -> bool:
+    """vLLM's rule for the split-KV (3D) path: every 3D argument given, a decode-only batch, and
+    no more sequences than the threshold."""
+    return not (seq_threshold_3D is None or num_par_softmax_segments is None
+                or softmax_segm_output is None or softmax_segm_max is None
+                or softmax_segm_expsum is None or max_seqlen_q > 1
+                or num_seqs > seq_threshold_3D)
+
+
+def _workspace(name: str, t, shape: tuple):
+    """The caller's workspace, its first `shape[0]` rows (vLLM sizes them for its largest batch)."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: must be a torch.float32 tensor, got {type(t).__name__}")
+    if t.dim() != len(shape) or t.shape[0] < shape[0] or tuple(t.shape[1:]) != shape[1:]:
+        raise ValueError(f"{name}: shape must be (>= {shape[0]}, "
+                         f"{', '.join(map(str, shape[1:]))}) for this call "
+                         f"(num_tokens, num_q_heads, num_par_softmax_segments[, head_size]), "
+                         f"got {tuple(t.shape)}")
+    return t[:shape[0]]
+
+
+def unified_attention(
+        q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
+        causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
+        seq_threshold_3D=None, num_par_softmax_segments=None, softmax_segm_output=None,
+        softmax_segm_max=None, softmax_segm_expsum=None, alibi_slopes=None, output_scale=None,
+        qq_bias=None, sinks=None, mm_prefix_range=None, use_alibi_sqrt=False,
+        kv_quant_mode=KVQuantMode.NONE, k_scale_cache=None, v_scale_cache=None):
+    """vLLM's `unified_attention` on rocke's gfx942 kernels; `out` is written in place.
+
+    Every argument is checked before any launch; what rocke does not implement yet
+    (`output_scale`, `mm_prefix_range`, `use_alibi_sqrt=True`, per-token-head / sub-byte
+    `kv_quant_mode`s and their scale caches) is refused naming the argument."""
+    _refuse_unimplemented(output_scale, mm_prefix_range, use_alibi_sqrt, kv_quant_mode,
+                          k_scale_cache, v_scale_cache, k)
+    for name, value in (("seq_threshold_3D", seq_threshold_3D),
+                        ("num_par_softmax_segments", num_par_softmax_segments)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ValueError(f"{name}: must be None or a positive int, got {value!r}")
+    num_seqs = seqused_k.shape[0] if isinstance(seqused_k, torch.Tensor) and seqused_k.dim() == 1 \
+        else 0     # describe_problem names what is wrong with it
+    if not isinstance(max_seqlen_q, int) or isinstance(max_seqlen_q, bool):
+        raise ValueError(f"max_seqlen_q: must be an int, got {max_seqlen_q!r}")
+    if not uses_3d(max_seqlen_q, num_seqs, seq_threshold_3D, num_par_softmax_segments,
+                   softmax_segm_output, softmax_segm_max, softmax_segm_expsum):
+        au.run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
+                                       max_seqlen_k, softmax_scale, causal, window_size,
+                                       block_table, softcap, q_descale, k_descale, v_descale,
+                                       alibi_slopes, qq_bias, sinks, backend="2d")
+        return
+    _split_kv(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
+              causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
+              num_par_softmax_segments, softmax_segm_output, softmax_segm_max,
+              softmax_segm_expsum, alibi_slopes, qq_bias, sinks)
+
+
+def _split_kv(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
+              causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
+              num_segments, segm_output, segm_max, segm_expsum, alibi_slopes, qq_bias, sinks):
+    """The 3D path with the caller's segment count and workspaces (vLLM's contract).
+    run_unified_attention_torch sizes its own; it has no hook for the caller's yet."""
+    from .kernels.gfx942 import attention_tiled_3d, reduce_segments
+    from .runtime import launch
+    problem = au.describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
+                                  max_seqlen_k, softmax_scale, causal, window_size, block_table,
+                                  softcap, q_descale, k_descale, v_descale, alibi_slopes,
+                                  qq_bias, sinks)
+    if problem.total_q == 0:
+        return
+    if num_segments > au.MAX_SEGMENTS:
+        raise ValueError(f"num_par_softmax_segments: {num_segments} exceeds the reduction's "
+                         f"{au.MAX_SEGMENTS} segments")
+    tq, hq, d = problem.total_q, problem.num_q_heads, problem.head_size
+    segm_output = _workspace("softmax_segm_output", segm_output, (tq, hq, num_segments, d))
+    segm_max = _workspace("softmax_segm_max", segm_max, (tq, hq, num_segments))
+    segm_expsum = _workspace("softmax_segm_expsum", segm_expsum, (tq, hq, num_segments))
+    spec3, spec_r = au.plan(problem, "3d", knobs_mod.read_knobs()).specs
+    main, reduce = au.compiled(spec3), au.compiled(spec_r)     # every build before any launch
+    descales = ()
+    if problem.kv_dtype is not None:
+        descales = tuple(torch.tensor(float(s), dtype=torch.float32)
+                         if isinstance(s, (int, float)) else s for s in (k_descale, v_descale))
+    features = dict(softcap=problem.softcap, alibi_slopes=alibi_slopes, qq_bias=qq_bias,
+                    window_left=problem.window_left, sinks=sinks)
+    args3 = attention_tiled_3d.kernel_args(spec3, q, k, v, segm_output, segm_max, segm_expsum,
+                                           block_table, cu_seqlens_q, seqused_k,
+                                           float(softmax_scale), num_segments, *descales,
+                                           **features)
+    grid3, block3 = attention_tiled_3d.launch_geometry(spec3, problem.num_seqs, tq,
+                                                       problem.num_kv_heads, num_segments)
+    args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out,
+                                         num_segments)
+    grid_r, block_r = reduce_segments.launch_geometry(spec_r, tq, hq)
+    launch(main, grid3, block3, args3)
+    launch(reduce, grid_r, block_r, args_r)
+
+
+# ---- torch.ops.rocke.unified_attention ---------------------------------------------------------
+
+def _register_torch_op():
+    @torch.library.custom_op("rocke::unified_attention", mutates_args=("out",))
+    def op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, cu_seqlens_q: Tensor,
+           max_seqlen_q: int, seqused_k: Tensor, max_seqlen_k: int, softmax_scale: float,
+           causal: bool, window_size: list[int], block_table: Tensor, softcap: float,
+           q_descale: Optional[Tensor], k_descale: Optional[Tensor],
+           v_descale: Optional[Tensor], seq_threshold_3D: Optional[int] = None,
+           num_par_softmax_segments: Optional[int] = None,
+           softmax_segm_output: Optional[Tensor] = None,
+           softmax_segm_max: Optional[Tensor] = None,
+           softmax_segm_expsum: Optional[Tensor] = None,
+           alibi_slopes: Optional[Tensor] = None, output_scale: Optional[Tensor] = None,
+           qq_bias: Optional[Tensor] = None, sinks: Optional[Tensor] = None,
+           mm_prefix_range: Optional[Tensor] = None, use_alibi_sqrt: bool = False,
+           kv_quant_mode: int = 0, k_scale_cache: Optional[Tensor] = None,
+           v_scale_cache: Optional[Tensor] = None) -> None:
+        unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+                          softmax_scale, causal, tuple(window_size), block_table, softcap,
+                          q_descale, k_descale, v_descale, seq_threshold_3D,
+                          num_par_softmax_segments, softmax_segm_output, softmax_segm_max,
+                          softmax_segm_expsum, alibi_slopes, output_scale, qq_bias, sinks,
+                          mm_prefix_range, use_alibi_sqrt, kv_quant_mode, k_scale_cache,
+                          v_scale_cache)
+
+    @op.register_fake
+    def _(*args, **kwargs) -> None:      # writes `out` in place, returns nothing
+        return None
+
+    return op
+
+
+unified_attention_op = _register_torch_op()
+
+__all__ = ["unified_attention", "KVQuantMode", "SUPPORTED_KV_QUANT_MODES", "uses_3d",
+           "unified_attention_op"]

@@ -1,0 +1,117 @@
+"""The prebuilt bundle (`rocke aot build`): a shipped variant's first use with no linker at all,
+served by IR or by spec (no IR build), and never served when anything about an entry is off."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from rocke import runtime
+from rocke.cli import main
+from rocke.compiler import DEFAULT_TARGET, ToolchainError, compile_ir, prebuilt
+from rocke.kernels import golden as golden_mod
+from rocke.kernels.registry import all_variants
+from rocke.kernels.samples import vector_add
+
+VARIANT = "vector_add/f32_v4"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle") / "gfx942"
+    result = CliRunner().invoke(main, ["aot", "build", "--quiet", "--out", str(out), VARIANT])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture
+def no_linker(tmp_path, monkeypatch, bundle):
+    """No ld.lld anywhere: an empty PATH, ROCKE_LD_LLD naming nothing, an empty compile cache."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setenv("ROCKE_LD_LLD", str(tmp_path / "no" / "ld.lld"))
+    monkeypatch.setenv("ROCKE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ROCKE_PREBUILT", str(bundle))
+    return bundle
+
+
+def _adds(ck):
+    a, b, c = torch.arange(256.0), torch.ones(256), torch.zeros(256)
+    runtime.launch(ck, 1, 256, [a, b, c, 256], device="emu")
+    return torch.equal(c, torch.arange(256.0) + 1)
+
+
+def test_first_use_needs_no_linker(no_linker):
+    variant = all_variants()[VARIANT]
+    with pytest.raises(ToolchainError):       # the premise: nothing here can link
+        all_variants()["gemm/f16_32x32x8"].compile()
+    ck = variant.compile()
+    assert ck.prebuilt and ck.ir_hash == golden_mod.load_golden()[VARIANT]
+    assert _adds(ck)
+
+
+def test_served_by_spec_without_building_ir(no_linker, monkeypatch):
+    spec = all_variants()[VARIANT].spec
+
+    def no_build(_spec):
+        raise AssertionError("the IR was built")
+    monkeypatch.setattr(vector_add, "build", no_build)
+    ck = prebuilt.lookup_spec(spec, golden_mod.load_golden(), DEFAULT_TARGET)
+    assert ck is not None and ck.prebuilt and _adds(ck)
+    stale = dict(golden_mod.load_golden(), **{VARIANT: "0" * 64})    # the golden IR moved on
+    assert prebuilt.lookup_spec(spec, stale, DEFAULT_TARGET) is None
+
+
+def _damaged_copy(bundle, tmp_path, damage):
+    copy = tmp_path / "damaged"
+    copy.mkdir()
+    for f in bundle.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    damage(copy)
+    return copy
+
+
+def _edit_index(field, value):
+    def damage(root):
+        index = json.loads((root / "index.json").read_text())
+        for entry in index["entries"].values():
+            entry[field] = value
+        (root / "index.json").write_text(json.dumps(index))
+    return damage
+
+
+def _flip_code_object(root):
+    (hsaco,) = root.glob("*.hsaco")
+    data = bytearray(hsaco.read_bytes())
+    data[-1] ^= 0xFF
+    hsaco.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [_edit_index("ir_sha256", "1" * 64),
+                                    _edit_index("llvm", "0.0.1"), _flip_code_object],
+                         ids=["another IR", "another LLVM", "damaged code object"])
+def test_an_entry_that_does_not_check_out_is_never_served(no_linker, tmp_path, monkeypatch,
+                                                          damage):
+    monkeypatch.setenv("ROCKE_PREBUILT", str(_damaged_copy(no_linker, tmp_path, damage)))
+    variant = all_variants()[VARIANT]
+    with pytest.raises(ToolchainError):       # not served, so it had to be linked
+        variant.compile()
+    spec_hit = prebuilt.lookup_spec(variant.spec, golden_mod.load_golden(), DEFAULT_TARGET)
+    assert spec_hit is None
+
+
+def test_aot_build_refuses_a_variant_whose_ir_left_the_golden_table(tmp_path, monkeypatch):
+    table = dict(golden_mod.load_golden(), **{VARIANT: "2" * 64})
+    path = tmp_path / "golden.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setattr(golden_mod, "GOLDEN_PATH", path)
+    out = tmp_path / "bundle"
+    result = CliRunner().invoke(main, ["aot", "build", "--quiet", "--out", str(out), VARIANT,
+                                       "softmax/f16_wave"])
+    assert result.exit_code == 1
+    assert f"refused (IR differs from the golden table): {VARIANT}" in result.output
+    entries = json.loads((out / "index.json").read_text())["entries"].values()
+    assert [e["variant"] for e in entries] == ["softmax/f16_wave"]
+    assert os.stat(out).st_mode & 0o755 == 0o755
