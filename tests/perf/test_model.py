@@ -12,9 +12,10 @@ CLOCK = MI300X.clock_hz
 LAUNCH_US = MI300X.launch_overhead_s * 1e6
 
 
-@pytest.mark.parametrize("key", sorted(MFMA_CATALOG))
+@pytest.mark.parametrize("key", sorted(k for k, a in MFMA_CATALOG.items() if "gfx942" in a.targets))
 def test_mfma_cycles_agree_with_the_catalog(key):
-    """LLVM's gfx942 scheduling model (rocke.arch.costs) and the catalog's peak-rate passes."""
+    """LLVM's gfx942 scheduling model (rocke.arch.costs) and the catalog's peak-rate passes, for
+    every atom gfx942 has (the model is of an MI300X; gfx950-only atoms have no gfx942 timing)."""
     atom = MFMA_CATALOG[key]
     assert MI300X.mfma_cycles(atom.mnemonic) == atom.cycles
 
