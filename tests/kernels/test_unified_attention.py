@@ -172,9 +172,39 @@ def test_every_geometry_rule_has_a_reason():
         assert path in ("2d", "3d") and len(reason) > 30
 
 
-def test_kv_addr_64_only_past_2_gib():
-    assert not _problem(kv_cache_bytes=2 ** 31).kv_addr_64
-    assert _problem(kv_cache_bytes=2 ** 31 + 1).kv_addr_64
+# vLLM's grid: 64-token pages x 4 KV heads x d128 fp16 = 65536 bytes a page, so 32768 pages are
+# exactly 2**31 bytes. Shapes and strides only: meta tensors allocate nothing.
+PAGE_BYTES = 64 * 4 * 128 * 2
+
+
+@pytest.mark.parametrize("num_blocks, wide", [(2 ** 31 // PAGE_BYTES - 1, False),
+                                              (2 ** 31 // PAGE_BYTES, True),
+                                              (2 ** 31 // PAGE_BYTES + 1, True)])
+def test_2_gib_boundary_dispatcher_and_kernel_check_agree(num_blocks, wide):
+    """The page-base width the dispatcher picks is one the kernel's own argument check accepts,
+    at 2**31 - page, exactly 2**31 and 2**31 + page bytes; the 32-bit kernel refuses 2**31."""
+    from rocke.kernels.gfx942 import attention_tiled_2d as a2
+    cache_bytes = num_blocks * PAGE_BYTES
+    problem = _problem(num_q_heads=4, num_kv_heads=4, num_blocks=num_blocks,
+                       kv_cache_bytes=cache_bytes, max_seqlen_k=64)
+    assert problem.kv_addr_64 is wide
+    (spec,) = au.plan(problem, "2d", AttentionKnobs()).specs
+    assert spec.kv_addr_64 is wide
+    meta = dict(device="meta", dtype=torch.float16)
+    k = torch.empty(num_blocks, 64, 4, 128, **meta)
+    assert k.stride(0) * k.shape[0] * k.element_size() == cache_bytes
+    q = torch.empty(1, 4, 128, **meta)
+    ints = [torch.zeros(1, 1, dtype=torch.int32), torch.tensor([0, 1], dtype=torch.int32),
+            torch.tensor([64], dtype=torch.int32)]
+    a2.check_common_args(spec, q, k, k, *ints)          # accepted with the dispatcher's choice
+    narrow = a2.UnifiedAttention2DSpec(**{**{f: getattr(spec, f) for f in ("dtype", "head_size",
+                                          "block_size", "num_queries_per_kv", "num_warps",
+                                          "block_m_per_warp")}, "kv_addr_64": False})
+    if wide:
+        with pytest.raises(ValueError, match="k_cache: the cache .* spans"):
+            a2.check_common_args(narrow, q, k, k, *ints)
+    else:
+        a2.check_common_args(narrow, q, k, k, *ints)
 
 
 def test_problem_rejects_gqa_that_does_not_divide():

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from rocke.kernels.common import knobs as knobs_mod
+from rocke.kernels.common.checks import fits_one_buffer
 from rocke.kernels.common.knobs import AttentionKnobs
 from rocke.kernels.gfx942.attention_tiled_2d import (BLOCK_SIZES, FLASH_HEAD_SIZES, HEAD_SIZES,
                                                      KV_DTYPES, MAX_GROUP)
 
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 BACKENDS = ("auto", "2d", "3d")
-KV_ADDR_32_LIMIT = 2 ** 31          # page bases past this many bytes need 64-bit math (seed 004 §7.2)
 
 # seed 004 §6: the 2D grid "fills the device" at this many workgroups per CU
 WORKGROUPS_PER_CU_TARGET = 4
@@ -163,8 +163,9 @@ class UnifiedAttentionProblem:
 
     @property
     def kv_addr_64(self) -> bool:
-        """Page bases need 64-bit math when the cache spans more than 2 GiB (seed 004 §7.2)."""
-        return self.kv_cache_bytes > KV_ADDR_32_LIMIT
+        """Page bases need 64-bit math when one buffer resource cannot span the cache with
+        32-bit offsets (``checks.fits_one_buffer``, the rule the kernel's own check applies)."""
+        return not fits_one_buffer(self.kv_cache_bytes)
 
     @property
     def is_decode(self) -> bool:
