@@ -358,3 +358,31 @@ def test_graph_replay_stays_off_when_the_lever_says_so_or_the_caller_captures(mo
     assert not record.plan.graph_replay and outer.num_launches == 1
     outer.replay()
     _check(args, record, "f16")
+
+
+def _transposed_out(a):
+    total_q, hq, d = a["out"].shape
+    a["out"] = torch.empty(hq, total_q, d, dtype=a["out"].dtype).transpose(0, 1)
+    return "out", Q_LAYOUT
+
+
+def _permuted_cache(a):
+    # the same values held [num_blocks, num_kv_heads, block_size, head_size] in memory
+    a["k"] = a["k"].permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)
+    return "k", CACHE_LAYOUT
+
+
+Q_LAYOUT = r"\[total_q, num_q_heads, head_size\]"
+CACHE_LAYOUT = r"\[num_blocks, block_size, num_kv_heads, head_size\]"
+
+
+@pytest.mark.parametrize("mutate", [_transposed_out, _permuted_cache])
+def test_non_row_major_tensor_is_named_as_such(mutate):
+    """Nothing overlaps in a transposed out or a permuted cache: the error says the tensor is not
+    row-major and which layout the kernels read."""
+    from tests.kernels.unified_inputs import make_inputs
+    args = make_inputs([(3, 20), (1, 33)], hq=4, hk=2, d=64, bs=16)
+    name, layout = mutate(args)
+    with pytest.raises(ValueError, match=rf"^{name}: not row-major: .*row-major {layout} layout") as e:
+        au.run_unified_attention_torch(**args)
+    assert "overlap" not in str(e.value)

@@ -329,6 +329,9 @@ def _caller_is_capturing() -> bool:
 
 # ---- input validation ------------------------------------------------------------------------
 
+Q_DIMS = "[total_q, num_q_heads, head_size]"
+CACHE_DIMS = "[num_blocks, block_size, num_kv_heads, head_size]"
+
 def _is_tensor(x) -> bool:
     import torch
     return isinstance(x, torch.Tensor)
@@ -341,16 +344,20 @@ def _need_tensor(name: str, t, dims: int, dim_names: str):
         raise ValueError(f"{name}: must be {dims}-D {dim_names}, got shape {list(t.shape)}")
 
 
-def _check_row_major(name: str, t):
-    """Unit innermost stride, outer strides non-overlapping (padding allowed, e.g. a q view)."""
+def _check_row_major(name: str, t, dims: str):
+    """Row-major ``dims`` layout: unit innermost stride and each outer stride covering the
+    dimensions inside it (padding allowed, e.g. a q view of a wider qkv tensor). A transposed or
+    permuted tensor is not row-major, whether or not its elements overlap."""
     if t.stride(-1) != 1:
         raise ValueError(f"{name}: the last (head_size) dimension must have stride 1, "
                          f"got strides {t.stride()}")
     for i in range(t.dim() - 1):
         inner = 1 + sum((n - 1) * st for n, st in zip(t.shape[i + 1:], t.stride()[i + 1:]))
         if t.shape[i] > 1 and t.stride(i) < inner:
-            raise ValueError(f"{name}: dimension {i} overlaps the dimensions inside it (strides "
-                             f"{t.stride()}, shape {list(t.shape)}); rows must not overlap")
+            raise ValueError(f"{name}: not row-major: shape {list(t.shape)} has strides "
+                             f"{t.stride()}, but the kernels read a row-major {dims} layout (each "
+                             f"stride at least the span of the dimensions inside it; padding "
+                             f"allowed); pass {name}.contiguous() or allocate it in that layout")
 
 
 def _byte_range(t) -> tuple[int, int]:
@@ -447,10 +454,10 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     for everything else; each message starts with the argument's name."""
     import torch
 
-    _need_tensor("q", q, 3, "[total_q, num_q_heads, head_size]")
-    _need_tensor("k", k, 4, "[num_blocks, block_size, num_kv_heads, head_size]")
-    _need_tensor("v", v, 4, "[num_blocks, block_size, num_kv_heads, head_size]")
-    _need_tensor("out", out, 3, "[total_q, num_q_heads, head_size]")
+    _need_tensor("q", q, 3, Q_DIMS)
+    _need_tensor("k", k, 4, CACHE_DIMS)
+    _need_tensor("v", v, 4, CACHE_DIMS)
+    _need_tensor("out", out, 3, Q_DIMS)
     _need_tensor("cu_seqlens_q", cu_seqlens_q, 1, "[num_seqs + 1]")
     _need_tensor("seqused_k", seqused_k, 1, "[num_seqs]")
     _need_tensor("block_table", block_table, 2, "[num_seqs, max_blocks_per_seq]")
@@ -499,8 +506,8 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
                          "workgroup's rows)")
     if num_blocks < 1:
         raise ValueError("k: the cache has no blocks")
-    for name in ("q", "k", "v", "out"):
-        _check_row_major(name, named[name])
+    for name, dims in (("q", Q_DIMS), ("k", CACHE_DIMS), ("v", CACHE_DIMS), ("out", Q_DIMS)):
+        _check_row_major(name, named[name], dims)
     for name in ("cu_seqlens_q", "seqused_k"):
         if named[name].stride(0) != 1:
             raise ValueError(f"{name}: must be contiguous, got stride {named[name].stride()}")
