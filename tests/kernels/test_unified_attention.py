@@ -386,3 +386,19 @@ def test_non_row_major_tensor_is_named_as_such(mutate):
     with pytest.raises(ValueError, match=rf"^{name}: not row-major: .*row-major {layout} layout") as e:
         au.run_unified_attention_torch(**args)
     assert "overlap" not in str(e.value)
+
+
+@pytest.mark.parametrize("backend, d", [("2d", 64), ("2d", 128), ("3d", 64)])
+def test_empty_softmax_outputs_zero_on_every_path(backend, d):
+    """causal=False decode with seqused_k = 0 for one sequence: the row sees no key and its
+    output is 0 (ALGORITHM.md §2.1) on the 2D narrow and flash paths, the 3D path and the
+    reference alike; the other rows still match the reference."""
+    args = make_inputs([(1, 20), (1, 0), (1, 33)], hq=4, hk=2, d=d, bs=16, dtype="f16", seed=9,
+                       causal=False)
+    record = au.run_unified_attention_torch(**args, backend=backend)
+    assert record.plan.path == backend
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"])
+    assert torch.equal(ref[1], torch.zeros_like(ref[1]))
+    assert torch.equal(args["out"][1], torch.zeros_like(args["out"][1]))
+    _check(args, record, "f16")

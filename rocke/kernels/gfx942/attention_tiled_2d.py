@@ -710,6 +710,12 @@ def _score_scale(c: _Ctx):
     return c.a.softmax_scale * c.descale("k") * LOG2E
 
 
+def _inverse_sum(l):
+    """1 / l, and 0 for a row that saw no key (l = 0): an empty softmax outputs 0 (ALGORITHM.md
+    §2.1), as reduce_segments writes for a row whose every segment is empty."""
+    return dsl.select(l > 0.0, rcp(l), 0.0)
+
+
 def _value_scaled(c: _Ctx, frags):
     """Output fragments times v_descale for an fp8 cache (O = P (V * v_descale) = (P V) * v_descale,
     also for the 3D partials, which are linear in V)."""
@@ -967,7 +973,7 @@ class _NarrowPath(_PathBase):
         nd = self.spec.head_size // 16
         out = []
         for i in range(self.mq):
-            inv = l[i].map(rcp).broadcast_to(self.mma.C) if normalise else None
+            inv = l[i].map(_inverse_sum).broadcast_to(self.mma.C) if normalise else None
             for jd in range(nd):
                 f = o[i * nd + jd]
                 out.append((f * inv if normalise else f, self.warp_row0 + i * 16, jd * 16))
@@ -1056,7 +1062,7 @@ class _FlashPath(_PathBase):
         return [m0, l0, *o]
 
     def output_fragments(self, l, o, normalise: bool):
-        inv = l[0].map(rcp).broadcast_to(self.mma.C) if normalise else None
+        inv = l[0].map(_inverse_sum).broadcast_to(self.mma.C) if normalise else None
         return _value_scaled(self.c, [(f * inv if normalise else f, self.warp_col0, jd * 32)
                                       for jd, f in enumerate(o)])
 
