@@ -402,3 +402,30 @@ def test_empty_softmax_outputs_zero_on_every_path(backend, d):
     assert torch.equal(ref[1], torch.zeros_like(ref[1]))
     assert torch.equal(args["out"][1], torch.zeros_like(args["out"][1]))
     _check(args, record, "f16")
+
+
+def test_batch_of_no_sequences_returns_none(monkeypatch):
+    """num_seqs = 0 (cu_seqlens_q = [0], no table rows): the docstring's empty batch, None."""
+    import rocke.runtime
+    monkeypatch.setattr(rocke.runtime, "launch", lambda *a, **k: pytest.fail("launched"))
+    args = make_inputs([(1, 5)], hq=4, hk=2, d=64, bs=16, dtype="f16", seed=1)
+    out_before = args["out"][:0].clone()
+    args.update(q=args["q"][:0], out=args["out"][:0], cu_seqlens_q=torch.zeros(1, dtype=torch.int32),
+                seqused_k=torch.zeros(0, dtype=torch.int32), block_table=args["block_table"][:0],
+                k_descale=None, v_descale=None, max_seqlen_q=0, max_seqlen_k=0)
+    assert au.run_unified_attention_torch(**args) is None
+    assert torch.equal(args["out"], out_before)
+
+
+def test_an_empty_batch_still_checks_its_inputs():
+    args = make_inputs([(1, 5)], hq=4, hk=2, d=64, bs=16, dtype="f16", seed=1)
+    args.update(q=args["q"][:0], out=args["out"][:0], cu_seqlens_q=torch.zeros(2, dtype=torch.int32),
+                seqused_k=torch.zeros(0, dtype=torch.int32), block_table=args["block_table"][:0])
+    with pytest.raises(ValueError, match=r"cu_seqlens_q: must have num_seqs \+ 1 = 1 entries"):
+        au.run_unified_attention_torch(**args)
+
+
+def test_problem_of_no_sequences_has_no_tokens():
+    assert _problem(num_seqs=0, total_q=0).num_seqs == 0
+    with pytest.raises(ValueError, match="total_q: an empty batch"):
+        _problem(num_seqs=0, total_q=1)

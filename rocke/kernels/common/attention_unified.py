@@ -118,13 +118,17 @@ class UnifiedAttentionProblem:
             raise ValueError(f"head_size: must be one of {HEAD_SIZES}, got {self.head_size!r}")
         if self.block_size not in BLOCK_SIZES:
             raise ValueError(f"block_size: must be one of {BLOCK_SIZES}, got {self.block_size!r}")
-        for name in ("num_q_heads", "num_kv_heads", "num_seqs", "max_seqlen_q", "max_seqlen_k",
-                     "num_blocks"):
+        for name in ("num_q_heads", "num_kv_heads", "max_seqlen_q", "max_seqlen_k", "num_blocks"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: must be a positive int, got {value!r}")
         if not isinstance(self.total_q, int) or self.total_q < 0:
             raise ValueError(f"total_q: must be a non-negative int, got {self.total_q!r}")
+        if not isinstance(self.num_seqs, int) or isinstance(self.num_seqs, bool) or self.num_seqs < 0:
+            raise ValueError(f"num_seqs: must be a non-negative int, got {self.num_seqs!r}")
+        if self.num_seqs == 0 and self.total_q:
+            raise ValueError(f"total_q: an empty batch (num_seqs 0) has no query tokens, got "
+                             f"{self.total_q}")
         if self.num_q_heads % self.num_kv_heads:
             raise ValueError(f"num_q_heads: {self.num_q_heads} is not a multiple of num_kv_heads "
                              f"{self.num_kv_heads} (GQA needs whole groups)")
@@ -522,9 +526,7 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
 
     if not isinstance(causal, bool):
         raise ValueError(f"causal: must be a bool, got {causal!r}")
-    num_seqs = seqused_k.shape[0]
-    if num_seqs < 1:
-        raise ValueError("seqused_k: the batch has no sequences")
+    num_seqs = seqused_k.shape[0]       # 0: an empty batch, checked like any other, runs nothing
     if cu_seqlens_q.shape[0] != num_seqs + 1:
         raise ValueError(f"cu_seqlens_q: must have num_seqs + 1 = {num_seqs + 1} entries "
                          f"(seqused_k has {num_seqs}), got {cu_seqlens_q.shape[0]}")
