@@ -28,14 +28,14 @@ from rocke.kernels.gfx942.attention_tiled_2d import (BLOCK_SIZES, FLASH_HEAD_SIZ
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 BACKENDS = ("auto", "2d", "3d")
 
-# seed 004 §6: the 2D grid "fills the device" at this many workgroups per CU
+# the 2D grid "fills the device" at this many workgroups per CU (ALGORITHM.md §10.1)
 WORKGROUPS_PER_CU_TARGET = 4
-# seed 004 §6: at or below this KV length the 2D path is taken regardless of the grid
+# at or below this KV length the 2D path is taken regardless of the grid: the walk is short
 SHORT_CONTEXT_K = 512
 # the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §10.1)
 REFERENCE_BLOCK_M = 16
 MAX_SEGMENTS = 64                   # bounds the 3D workspace and reduce_segments' walk
-# seed 000 §9: prefill up to this query length is host-overhead dominated -> graph replay
+# prefill up to this query length is host-overhead dominated -> graph replay (ALGORITHM.md §10.3)
 GRAPH_PREFILL_MAX_Q = 768
 
 
@@ -215,7 +215,7 @@ class UnifiedAttentionProblem:
 PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
     (lambda p, sms: p.window_left >= 0, "2d",
      "sliding window: the walk is at most the window's tiles, so segments would only add a "
-     "launch and workspace traffic (seed 004 §6)"),
+     "launch and workspace traffic"),
     (lambda p, sms: p.max_seqlen_k <= SHORT_CONTEXT_K, "2d",
      "short context (max_seqlen_k <= 512): the KV walk is short, segments would only add a "
      "launch and workspace traffic"),
@@ -281,34 +281,34 @@ GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
      "per-score bias gather, ALGORITHM.md §12.4)"),
     ("2d", lambda p: p.dtype == "f16" and p.head_size in FLASH_HEAD_SIZES, _flash_2d,
      "fp16: transposed-x8 flash (S^T = K Q^T on the fp16-only 32x32x8 atom keeps P^T in "
-     "registers, seed 000 §6.2; the production family admits d64 too, §6.1 note); wide4 is the "
-     "analytic default, FLASH_WIDE picks wide2/L4, NUM_WARPS overrides (§7); d128 walks T = 32 "
-     "so K + V^T + the aliased stages fit 32 KiB, 2 WG/CU (seed 004 §4 lever 2)"),
+     "registers, ALGORITHM.md §8; d64 and d128); wide4 is the analytic default, FLASH_WIDE picks "
+     "wide2/L4, NUM_WARPS overrides; d128 walks T = 32 so K + V^T + the aliased stages fit "
+     "32 KiB, 2 WG/CU (ALGORITHM.md §9)"),
     ("2d", lambda p: True, _narrow_2d,
-     "bf16: narrow 16x16x16, P through LDS (the x8 atom path is fp16-only, seed 000 §6.2); "
-     "d64 4 warps x 32 rows, d128 2 warps x 16 rows (§6.1); T = min(block_size, 32). d256 "
+     "bf16: narrow 16x16x16, P through LDS (the 32x32x8 atom is fp16-only on gfx942, "
+     "CDNA3 ISA guide); d64 4 warps x 32 rows, d128 2 warps x 16 rows; T = min(block_size, 32). d256 "
      "(fp16 and bf16) is narrow only: 2 warps x 16 rows, the head dim split over 16 K-steps, "
      "LDS checked by the spec (ALGORITHM.md §11.2)"),
     ("3d", lambda p: p.dtype == "f16" and p.head_size == 128, _flash_3d,
      "split-KV d128 fp16: the single-warp flash geometry L4 (32 query columns hold a decode "
-     "token's GQA group); the segment grid, not the workgroup, fills the device (seed 004 §5)"),
+     "token's GQA group); the segment grid, not the workgroup, fills the device (ALGORITHM.md §5)"),
     ("3d", lambda p: True, _narrow_3d,
      "split-KV: one warp of 16 rows (a decode token's GQA group) per segment workgroup, "
      "T = min(block_size, 32): small LDS, several workgroups per CU; the segment grid fills "
-     "the device (seed 004 §5)"),
+     "the device (ALGORITHM.md §5)"),
 )
 
 
 def _recommend_graph_replay(problem: UnifiedAttentionProblem, knobs: AttentionKnobs | None = None,
                             *, path: str | None = None, capturing: bool | None = None) -> bool:
-    """Whether replaying a captured graph pays off for ``problem`` (seed 000 §9): decode and
+    """Whether replaying a captured graph pays off for ``problem`` (ALGORITHM.md §10.3): decode and
     prefill up to 768 query tokens are host-overhead dominated, longer prefill is kernel-bound.
     Never for feature-flagged problems, never when the caller is already capturing (its graph
     takes precedence), and never for a path whose HIPDNN_GFX942_{2D,3D}_GRAPH lever is off."""
     knobs = AttentionKnobs() if knobs is None else knobs
     if capturing is None:
         capturing = _caller_is_capturing()
-    if capturing or problem.features or problem.kv_dtype is not None:     # fp8: seed 000 §9
+    if capturing or problem.features or problem.kv_dtype is not None:     # fp8: never graph-replayed
         return False
     path = problem.select_path()[0] if path is None else path
     if not (knobs.graph_2d if path == "2d" else knobs.graph_3d):
@@ -670,8 +670,7 @@ class Plan:
 
 
 def _kernel_module(path: str):
-    # imported on use: the dispatcher's rules stay importable without building the kernel modules
-    from rocke.kernels.gfx942 import attention_tiled_2d, attention_tiled_3d
+        from rocke.kernels.gfx942 import attention_tiled_2d, attention_tiled_3d
     return {"2d": attention_tiled_2d, "3d": attention_tiled_3d}[path]
 
 
@@ -752,7 +751,7 @@ def compiled_cache_stats() -> CacheStats:
 class RunRecord:
     plan: Plan
     reports: list               # one launch report per kernel launched
-    replayed: bool = False      # the launches ran as a replay of a cached graph (seed 000 §9)
+    replayed: bool = False      # the launches ran as a replay of a cached graph
 
 
 # Graphs the entry point captured, by the identity of everything their launches read (see

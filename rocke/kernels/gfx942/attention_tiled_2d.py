@@ -1,7 +1,7 @@
 """gfx942 unified paged attention, 2D: one workgroup per (KV head, query block) walks the whole
-KV sequence of its query block (ALGORITHM.md §6-8; seeds/000 §5-7, seeds/004 §4).
+KV sequence of its query block (ALGORITHM.md §6-9).
 
-Layout (vLLM's, ATTENTION_CONTRACT.md): q/out ``[total_q, Hq, D]``, caches
+Layout (vLLM's ``unified_attention``, triton_unified_attention.py): q/out ``[total_q, Hq, D]``, caches
 ``[num_blocks, block_size, Hk, D]``, int32 block table / ``cu_seqlens_q`` / ``seqused_k``.
 A workgroup owns KV head ``h`` and ``BLOCK_Q = BLOCK_M // G`` query tokens of one sequence; its
 ``BLOCK_M`` rows are (token, query head) pairs ``row = token_in_block * G + head_in_group`` so the
@@ -56,7 +56,7 @@ def cfv_pad(flash: bool) -> int:
     return 8 if flash else 4
 
 
-# spec field -> kernel-name tag of each score feature, in the order of seeds/004 §1
+# spec field -> kernel-name tag of each score feature, in the order they apply (ALGORITHM.md §12)
 FEATURES = {"softcap": "softcap", "alibi": "alibi", "qq_bias": "qqb", "sliding_window": "swa",
             "sinks": "sinks"}
 STAGING_VECTOR = 8          # elements per lane per global access of the cooperative copies
@@ -87,7 +87,7 @@ class UnifiedAttention2DSpec:
     kv_addr_64: bool = False           # 64-bit page base (caches past 2 GiB)
     kv_dtype: str | None = None        # None: caches in `dtype`; "fp8_e4m3fnuz": dequantizing
                                        # copy with k/v descales (ALGORITHM.md §11.1)
-    # score features (ALGORITHM.md §12, seeds/004 §1); each adds runtime arguments after the
+    # score features (ALGORITHM.md §12); each adds runtime arguments after the
     # base ones, so a spec with none emits exactly the featureless kernel
     softcap: bool = False              # s <- c tanh(s / c), c a runtime argument
     alibi: bool = False                # s += slope[head] (key - ctx), slopes [Hq] fp32
@@ -778,14 +778,14 @@ class _PathBase:
                 j = loop.index
                 kv0 = j * s.tile_size
                 if double:
-                    c.copy_v(self.v_lds, kv0)    # current V first, next K second (seeds/004 §7.1)
+                    c.copy_v(self.v_lds, kv0)    # current V first: PV waits only on V while next K streams
                     self._copy_k_into(j + 1)
                 else:
                     self._copy_k_into(j)
                     c.copy_v(self.v_lds, kv0)
                 if s.global_load_lds_k:
                     # this tile's K and V are in; a double buffer's next-K DMAs (the newest
-                    # loads) stay in flight through this step (seeds/004 §7.1)
+                    # loads) stay in flight through this step
                     k.wait_vmcnt(min_dma_loads_per_wave(s.tile_size, s.head_size, c.threads) if double else 0)
                 k.barrier()
                 if s.iglp:
@@ -872,7 +872,7 @@ def _per_head_rows(c, layout, row_axis, row_origin, ptr, factor) -> Fragment:
 
 def _qq_bias_values(c, tok, rel, n):
     """``qq_bias[tok, rel]`` per score value, 0 outside the query section (rel < 0) and past
-    the sequence's queries (seeds/004 §1 item 4; vLLM's row = query index in the sequence)."""
+    the sequence's queries (ALGORITHM.md §12.4; vLLM's row = query index in the sequence)."""
     a = c.a
     buf = a.qq_bias.buffer(a.qq_bias_rows * a.qq_bias_stride)
     ok = (rel >= 0) & (rel < c.q_len) & (tok < c.q_len)
@@ -1137,15 +1137,15 @@ def rotated_group(*indices: int) -> int:
 
 
 def narrow_geometry(dtype: str, head_size: int) -> dict:
-    """seeds/000 §6.1: D64 ships num_warps 4 x 32 rows, D128 num_warps 2 x 16 rows; D256 the
+    """D64 ships num_warps 4 x 32 rows, D128 num_warps 2 x 16 rows; D256 the
     D128 geometry (2 x 16 rows: 16 output fragments per warp, ALGORITHM.md §11.2)."""
     return dict(num_warps=4, block_m_per_warp=32) if head_size == 64 else dict(num_warps=2, block_m_per_warp=16)
 
 
 def flash_geometry(name: str, head_size: int) -> dict:
-    """The transposed-x8 geometries (seeds/000 §7): wide4 / wide2 / L4 = 4 / 2 / 1 warps of 32
+    """The transposed-x8 geometries (ALGORITHM.md §10.2): wide4 / wide2 / L4 = 4 / 2 / 1 warps of 32
     query columns. D128 streams 32-key tiles so K + V^T and the aliased Q/Acc stages fit 32 KiB
-    (2 workgroups per CU, seeds/004 §4 lever 2); D64 keeps 64-key tiles at the same budget."""
+    (2 workgroups per CU, ALGORITHM.md §9); D64 keeps 64-key tiles at the same budget."""
     warps = {"wide4": 4, "wide2": 2, "L4": 1}[name]
     return dict(use_mfma_32x32x8=True, use_transposed_qk_32x32=True, num_warps=warps,
                 block_m_per_warp=32, tile_size=32 if head_size == 128 else 64)

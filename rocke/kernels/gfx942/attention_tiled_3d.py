@@ -1,6 +1,6 @@
 """gfx942 unified paged attention, 3D split-KV (decode / long context): the 2D kernel's tile loop
 (``attention_tiled_2d.build_tiled``) restricted to one segment of the KV tiles, writing fp32
-partials ``(m, l, o)`` that ``reduce_segments`` merges (ALGORITHM.md §5; seeds/004 §5).
+partials ``(m, l, o)`` that ``reduce_segments`` merges (ALGORITHM.md §5).
 
 Grid ``(total_num_q_blocks, num_kv_heads, num_segments)``; ``num_segments`` is a runtime
 argument. Segment ``s`` of a sequence covers KV tiles ``[s * tps, (s + 1) * tps)`` with
@@ -122,7 +122,7 @@ def _variants() -> dict[str, UnifiedAttention3DSpec]:
             dtype="f16", head_size=128, block_size=bs, num_queries_per_kv=g, **a2.flash_geometry("L4", 128))
     out.update(a2.fp8_variants(UnifiedAttention3DSpec, flash_geometries=("L4",), flash_head_sizes=(128,),
                                narrow_geometry_of=lambda dtype, d: dict(num_warps=1, block_m_per_warp=16)))
-    # the features the dispatcher can send to 3D (a sliding window always goes 2D, seeds/004 §6)
+    # the features the dispatcher can send to 3D (a sliding window always goes 2D, ALGORITHM.md §10.1)
     out.update(a2.feature_variants(
         UnifiedAttention3DSpec, lambda dtype, d: dict(num_warps=1, block_m_per_warp=16), flash="L4",
         features=tuple(f for f in a2.FEATURES if f != "sliding_window")))
