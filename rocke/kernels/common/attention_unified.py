@@ -670,7 +670,7 @@ class Plan:
 
 
 def _kernel_module(path: str):
-        from rocke.kernels.gfx942 import attention_tiled_2d, attention_tiled_3d
+    from rocke.kernels.gfx942 import attention_tiled_2d, attention_tiled_3d
     return {"2d": attention_tiled_2d, "3d": attention_tiled_3d}[path]
 
 
