@@ -163,7 +163,7 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
                   sinks="sinks" in features)
     fields.update(knobs_module.spec_overrides(knobs, k2d.UnifiedAttention2DSpec))
     if not flash and not k2d.supports_tiled_2d(**fields):
-        problems = "; ".join(k2d.spec_problems(k2d._FieldView(**fields)))
+        problems = "; ".join(k2d.field_problems(**fields))
         raise Skip(f"unsupported on gfx942: narrow-path gate supports_tiled_2d ({problems})")
     try:
         spec = k2d.UnifiedAttention2DSpec(**fields)

@@ -250,7 +250,12 @@ def supports_tiled_2d(spec=None, **fields) -> bool:
     footprint; the transposed-x8 configs are judged by their own (smaller) model."""
     if spec is not None:
         fields = {**{f.name: getattr(spec, f.name) for f in _FIELDS}, **fields}
-    return not spec_problems(_FieldView(**fields))
+    return not field_problems(**fields)
+
+
+def field_problems(**fields) -> list[str]:
+    """``spec_problems`` of the spec these keyword fields (defaults for the rest) would build."""
+    return spec_problems(_FieldView(**fields))
 
 
 _FIELDS = fields(UnifiedAttention2DSpec)
@@ -311,7 +316,8 @@ def launch_geometry(spec, num_seqs: int, total_q: int, num_kv_heads: int):
     return grid, (spec.workgroup_size, 1, 1)
 
 
-def _search_steps(num_seqs: int) -> int:
+def search_steps_for(num_seqs: int) -> int:
+    """Steps of the kernel's binary search for a q block's sequence over ``num_seqs``."""
     return max(1, num_seqs.bit_length())
 
 
@@ -355,7 +361,8 @@ def check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, sequ
     check_buffer_bytes("q", q.stride(0) * q.shape[0] * q.element_size(), "the q tensor")
 
 
-def _cache_args(t):
+def cache_args(t):
+    """A paged cache's stride and extent arguments (block, token, head strides; blocks)."""
     return [t.stride(0), t.stride(1), t.stride(2), t.shape[0]]
 
 
@@ -454,8 +461,8 @@ def kernel_args(spec, q, k_cache, v_cache, out, block_table, cu_seqlens_q, sequs
     num_seqs = seqused_k.shape[0]
     scales = descale_args(spec, k_descale, v_descale, num_seqs, k_cache.shape[2])
     return [q, k_cache, v_cache, out, block_table, cu_seqlens_q, seqused_k, float(softmax_scale),
-            num_seqs, _search_steps(num_seqs), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-            *_cache_args(k_cache), *_cache_args(v_cache)[:3], block_table.stride(0), *scales,
+            num_seqs, search_steps_for(num_seqs), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+            *cache_args(k_cache), *cache_args(v_cache)[:3], block_table.stride(0), *scales,
             *feature_args(spec, q.shape[1], **features)]
 
 
@@ -680,11 +687,11 @@ def _row_runs(k, layout, row_axis: int, origin):
     """For a fragment layout whose ``row_axis`` indexes workgroup rows (the other axis: head
     dim), the runs of values contiguous along the head dim: (first value, length, row Value,
     head-dim Value) per run."""
-    from rocke.dsl.fragment import _lane_affine_value
+    from rocke.dsl.fragment import lane_affine_value
     dim_axis = 1 - row_axis
     out = []
-    lane_row = _lane_affine_value(k, layout.lane_part(row_axis))
-    lane_dim = _lane_affine_value(k, layout.lane_part(dim_axis))
+    lane_row = lane_affine_value(k, layout.lane_part(row_axis))
+    lane_dim = lane_affine_value(k, layout.lane_part(dim_axis))
     for v0, n in layout.value_runs(dim_axis):
         off_r = layout.value_offsets(row_axis)[v0]
         off_d = layout.value_offsets(dim_axis)[v0]

@@ -91,8 +91,8 @@ def kernel_args(spec, q, k_cache, v_cache, segm_output, segm_max, segm_expsum, b
     num_seqs = seqused_k.shape[0]
     scales = a2.descale_args(spec, k_descale, v_descale, num_seqs, k_cache.shape[2])
     return [q, k_cache, v_cache, segm_output, segm_max, segm_expsum, block_table, cu_seqlens_q,
-            seqused_k, float(softmax_scale), num_seqs, a2._search_steps(num_seqs), q.stride(0),
-            q.stride(1), int(num_segments), hq, *a2._cache_args(k_cache), *a2._cache_args(v_cache)[:3],
+            seqused_k, float(softmax_scale), num_seqs, a2.search_steps_for(num_seqs), q.stride(0),
+            q.stride(1), int(num_segments), hq, *a2.cache_args(k_cache), *a2.cache_args(v_cache)[:3],
             block_table.stride(0), *scales, *a2.feature_args(spec, hq, **features)]
 
 
