@@ -336,9 +336,9 @@ def test_recommended_graph_replay_is_engaged_and_reads_new_contents(backend, seq
     table = args["block_table"]
     table[0, :2] = table[0, :2].flip(0).clone()       # same pages, another order
     args["out"].fill_(7.0)
-    graphs = len(au._GRAPHS)
+    graphs = len(au.GRAPHS)
     again = au.run_unified_attention_torch(**args, backend=backend)
-    assert again.replayed and len(au._GRAPHS) == graphs          # the cached graph, no capture
+    assert again.replayed and len(au.GRAPHS) == graphs          # the cached graph, no capture
     assert len(again.reports) == len(first.plan.specs)             # every kernel ran again
     _check(args, again, "f16")
 

@@ -15,13 +15,13 @@ split-KV kernel (``attention_tiled_3d``) followed by ``reduce_segments``. The st
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from rocke.kernels.common import knobs as knobs_mod
 from rocke.kernels.common.checks import fits_one_buffer
 from rocke.kernels.common.knobs import AttentionKnobs
+from rocke.runtime.kernel_cache import CompiledSpecCache, GraphCache
 from rocke.kernels.gfx942.attention_tiled_2d import (BLOCK_SIZES, FLASH_HEAD_SIZES, HEAD_SIZES,
                                                      KV_DTYPES, MAX_GROUP)
 
@@ -717,34 +717,23 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
                 _recommend_graph_replay(problem, knobs, path=path))
 
 
-@dataclass
-class CacheStats:
-    hits: int = 0
-    builds: int = 0             # DSL builds + compiles (each may still hit the on-disk cache)
-    entries: dict = field(default_factory=dict)
+def _build_and_compile(spec):
+    import importlib
+    from rocke.compiler import compile_ir
+    kern = importlib.import_module(type(spec).__module__).build(spec)
+    return compile_ir(kern.ir(), name=kern.name, workgroup_size=kern.workgroup_size)
 
 
-_COMPILED = CacheStats()
+COMPILED = CompiledSpecCache(_build_and_compile)
 
 
 def compiled(spec):
     """The compiled kernel of ``spec``: built once per process, on top of the on-disk cache."""
-    hit = _COMPILED.entries.get(spec)
-    if hit is not None:
-        _COMPILED.hits += 1
-        return hit
-    import importlib
-    from rocke.compiler import compile_ir
-    mod = importlib.import_module(type(spec).__module__)
-    kern = mod.build(spec)
-    result = compile_ir(kern.ir(), name=kern.name, workgroup_size=kern.workgroup_size)
-    _COMPILED.builds += 1
-    _COMPILED.entries[spec] = result
-    return result
+    return COMPILED.get(spec)
 
 
-def compiled_cache_stats() -> CacheStats:
-    return _COMPILED
+def compiled_cache_stats() -> CompiledSpecCache:
+    return COMPILED
 
 
 @dataclass
@@ -756,8 +745,8 @@ class RunRecord:
 
 # Graphs the entry point captured, by the identity of everything their launches read (see
 # _graph_key); each holds its own 3D workspace. Bounded: the oldest is released first.
-_GRAPHS: "OrderedDict[tuple, object]" = OrderedDict()
 GRAPH_CACHE_SIZE = 8
+GRAPHS = GraphCache(GRAPH_CACHE_SIZE)
 
 
 def _graph_key(plan, launches, workspace) -> tuple:
@@ -784,17 +773,15 @@ def _run_launches(plan, launches, workspace) -> RunRecord:
     if not plan.graph_replay:
         return RunRecord(plan, [launch(c, g, b, a) for c, g, b, a in launches])
     key = _graph_key(plan, launches, workspace)
-    graph = _GRAPHS.get(key)
-    if graph is None:
+
+    def capture():
         graph = Graph()
         with graph.capture():
             for c, g, b, a in launches:
                 launch(c, g, b, a)
-        _GRAPHS[key] = graph
-        while len(_GRAPHS) > GRAPH_CACHE_SIZE:
-            _GRAPHS.popitem(last=False)[1].close()
-    _GRAPHS.move_to_end(key)
-    return RunRecord(plan, graph.replay(), replayed=True)
+        return graph
+    reports, _ = GRAPHS.replay(key, capture)
+    return RunRecord(plan, reports, replayed=True)
 
 
 def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
