@@ -9,6 +9,7 @@ import torch
 
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
 from rocke.kernels.gfx942 import attention_tiled_3d as a3
+from rocke.kernels.gfx942 import attention_policy as policy
 from tests.kernels.test_attention_2d import FLASH, compiled, make_problem
 
 S2 = a2.UnifiedAttention2DSpec
@@ -235,7 +236,7 @@ def test_cfv_store_layout_is_bank_conflict_free(head_size, flash):
     import numpy as np
     from rocke.arch.mfma import atom_for
     from rocke.dsl.tv_layout import TVLayout
-    pitch = head_size + a2.cfv_pad(flash)
+    pitch = head_size + policy.v_tile_pad(flash)
     atom = atom_for("32x32x8" if flash else "16x16x16", "f16")
     layout = TVLayout.mfma_a(atom) if flash else TVLayout.mfma_b(atom)
     for v in range(layout.values_per_lane):      # the PV operand reads, one per register
@@ -250,5 +251,5 @@ def test_cfv_store_layout_is_bank_conflict_free(head_size, flash):
         dwords = (first[group:group + 8, None] + np.arange(4)).ravel()
         assert len(set(dwords % 32)) == 32
     tile = 32                                     # default V^T: each element its own column store
-    vt_pitch = tile + a2.LDS_PAD
+    vt_pitch = tile + policy.LDS_PAD
     assert _worst_bank_conflict(((col + 0) * vt_pitch + row) // 2) >= 8

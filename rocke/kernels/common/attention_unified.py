@@ -231,12 +231,18 @@ def _a2():
     return attention_tiled_2d
 
 
+def _policy():
+    from rocke.kernels.gfx942 import attention_policy
+    return attention_policy
+
+
 def _flash_geometry(path: str, name: str, warps: int | None, p: UnifiedAttentionProblem) -> Geometry:
     """A transposed-x8 geometry: warps and tile from the kernel's shipped table
     (attention_tiled_2d.flash_geometry), ``warps`` overriding (HIPDNN_GFX942_NUM_WARPS)."""
     fields = _a2().flash_geometry(name, p.head_size)
     if warps is not None and warps != fields["num_warps"]:
-        name = {4: "wide4", 2: "wide2", 1: "L4"}.get(warps, f"w{warps}")
+        row = _policy().geometry_with_warps(_policy().TRANSPOSED_X8, warps)
+        name = row.name if row else f"w{warps}"
     else:
         warps = fields["num_warps"]
     tile = fields["tile_size"]
@@ -262,7 +268,8 @@ def _narrow_2d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
 
 
 def _narrow_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
-    return _narrow_geometry("3d", 1, 16, p)
+    row = _policy().NARROW_3D
+    return _narrow_geometry("3d", row.num_warps, row.block_m_per_warp, p)
 
 
 def _flash_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:

@@ -39,6 +39,8 @@ from rocke.dsl.paged import (CACHE_POLICIES, BlockTableRow, PagedView, copy_page
 from rocke.kernels.common.checks import (check_bool, check_buffer_bytes, check_choice, check_extent,
                                          check_grid_extent, check_int_range, check_tensor, I32_LIMIT)
 from rocke.kernels.common.flash import LOG2E, online_softmax_update
+from rocke.kernels.gfx942 import attention_policy as policy
+from rocke.kernels.gfx942.attention_policy import TRANSPOSED_X8
 
 DTYPES = ("f16", "bf16")
 HEAD_SIZES = (64, 128, 256)
@@ -47,15 +49,6 @@ KV_DTYPES = ("fp8_e4m3fnuz",)  # kv_dtype values besides None (= the Q dtype); g
 BLOCK_SIZES = (16, 32, 64)
 TILE_SIZES = (16, 32, 64)
 NUM_WARPS = (1, 2, 4, 8)
-LDS_PAD = 8                 # elements appended to each LDS row (bank spread; 16-byte aligned rows)
-
-
-def cfv_pad(flash: bool) -> int:
-    """Row pad (elements) of the row-major V tile of ``cfv_store`` (ALGORITHM.md §9): a row pitch
-    of 2 (narrow) / 4 (flash) dwords mod 8 puts the rows one PV read touches on distinct banks."""
-    return 8 if flash else 4
-
-
 # spec field -> kernel-name tag of each score feature, in the order they apply (ALGORITHM.md §12)
 FEATURES = {"softcap": "softcap", "alibi": "alibi", "qq_bias": "qqb", "sliding_window": "swa",
             "sinks": "sinks"}
@@ -106,8 +99,8 @@ class UnifiedAttention2DSpec:
             raise ValueError(problems[0])
         object.__setattr__(self, "tile_size", resolved_tile(self))
         if self.use_k_single_buffer is None:
-            object.__setattr__(self, "use_k_single_buffer", self.block_m_rows <= self.tile_size
-                               if not self.flash else self.num_warps * 32 <= self.tile_size)
+            object.__setattr__(self, "use_k_single_buffer", policy.default_k_single_buffer(
+                self.flash, self.num_warps, self.block_m_per_warp, self.tile_size))
 
     # ---- derived geometry -------------------------------------------------------------------
     @property
@@ -161,13 +154,9 @@ class UnifiedAttention2DSpec:
 
 
 def resolved_tile(spec) -> int:
-    """The default KV tile: 64 (flash), min(block_size, 32) (narrow), 16 (narrow d256: K double
-    buffer + V^T + P in 30 KiB, 2 workgroups per CU and no SGPR spills, ALGORITHM.md §11.2)."""
-    if spec.tile_size:
-        return spec.tile_size
-    if spec.use_transposed_qk_32x32:
-        return 64
-    return min(spec.block_size, 32 if spec.head_size <= 128 else 16)
+    """The spec's KV tile: its own, or the regime's default (``attention_policy.default_tile``)."""
+    return spec.tile_size or policy.default_tile(spec.use_transposed_qk_32x32, spec.block_size,
+                                                 spec.head_size)
 
 
 def spec_problems(spec) -> list[str]:
@@ -272,31 +261,10 @@ class _FieldView:
 
 
 def lds_model(spec, *, tile: int | None = None) -> dict[str, int]:
-    """Bytes of each LDS region the kernel allocates (ALGORITHM.md §9). Regions marked
-    ``alias`` share offset 0 with the K/V tiles (they are live only outside the tile loop), so
-    the footprint is ``max(kv, aliased)``: ``total = sum(values)`` of the returned dict, whose
-    aliased entries are only the part exceeding the K/V tiles. An fp8 cache changes nothing here:
-    its tiles are dequantized into LDS in the Q dtype (ALGORITHM.md §11.1)."""
-    tile = tile or spec.tile_size
-    D, esz = spec.head_size, 2
-    flash = spec.use_transposed_qk_32x32
-    block_m = spec.num_warps * spec.block_m_per_warp
-    single = spec.use_k_single_buffer
-    if single is None:
-        single = (spec.num_warps * 32 if flash else block_m) <= tile
-    k_pad = 0 if spec.global_load_lds_k and D * esz < 256 else LDS_PAD
-    regions = {"k": (1 if single else 2) * tile * (D + k_pad) * esz}
-    regions["v"] = tile * (D + cfv_pad(flash)) * esz if spec.cfv_store else D * (tile + LDS_PAD) * esz
-    if not flash:
-        regions["p"] = block_m * (tile + LDS_PAD) * esz
-    kv = sum(regions.values())
-    aliased = 0
-    if not spec.q_direct:      # the narrow Q stage is padded, the flash one is not
-        aliased = max(aliased, block_m * (D + (0 if flash else LDS_PAD)) * esz)
-    if flash:                  # the output staging
-        aliased = max(aliased, block_m * D * esz)
-    regions["aliased_excess"] = max(0, aliased - kv)
-    return regions
+    """Bytes of each LDS region of the tile loop and the aliased stages' excess over them
+    (``attention_policy.lds_plan``, ALGORITHM.md §9); ``sum(values)`` is the footprint. An fp8
+    cache changes nothing here: its tiles are dequantized into LDS in the Q dtype."""
+    return policy.lds_plan(spec, tile=tile).footprint()
 
 
 # ---- launch -----------------------------------------------------------------------------------
@@ -742,14 +710,13 @@ class _PathBase:
 
     def _alloc_kv(self):
         s, k = self.spec, self.k
-        D, T = s.head_size, s.tile_size
-        nbuf = 1 if s.use_k_single_buffer else 2
-        k_pad = 0 if s.global_load_lds_k and D * 2 < 256 else LDS_PAD
-        self.k_lds = k.lds("k_tile", (nbuf * T, D), s.dtype, pad=k_pad)
-        if s.cfv_store:
-            self.v_lds = k.lds("v_tile", (T, D), s.dtype, pad=cfv_pad(s.flash))
-        else:
-            self.v_lds = k.lds("vt_tile", (D, T), s.dtype, pad=LDS_PAD)
+        self.lds_plan = policy.lds_plan(s)
+        self.k_lds = self.lds_plan.allocate(k, "k_tile", s.dtype)
+        self.v_lds = self.lds_plan.allocate(k, "v_tile" if s.cfv_store else "vt_tile", s.dtype)
+
+    def _alloc_q_stage(self):
+        return self.lds_plan.allocate(self.k, "q_stage", self.spec.dtype) \
+            if self.lds_plan.has("q_stage") else None
 
     def k_tile_view(self, j):
         """(LDS tile, first row) of K tile ``j`` (double buffering alternates halves)."""
@@ -911,9 +878,8 @@ class _NarrowPath(_PathBase):
         self.mq = s.block_m_per_warp // 16
         D, T = s.head_size, s.tile_size
         self._alloc_kv()
-        self.p_lds = k.lds("p_tile", (s.block_m_rows, T), s.dtype, pad=LDS_PAD)
-        q_lds = None if s.q_direct else k.lds("q_stage", (s.block_m_rows, D), s.dtype, pad=LDS_PAD,
-                                               offset=0, alias=True)
+        self.p_lds = self.lds_plan.allocate(k, "p_tile", s.dtype)
+        q_lds = self._alloc_q_stage()
         self.warp_row0 = k.wave_id() * s.block_m_per_warp
         self.qk_scale = _score_scale(c)
         if s.features:
@@ -1016,8 +982,7 @@ class _FlashPath(_PathBase):
         self.mma = k.mfma("32x32x8", s.dtype)
         D = s.head_size
         self._alloc_kv()
-        q_lds = None if s.q_direct else k.lds("q_stage", (s.block_m_rows, D), s.dtype,
-                                               offset=0, alias=True)
+        q_lds = self._alloc_q_stage()
         self.warp_col0 = k.wave_id() * 32
         self.qk_scale = _score_scale(c)
         if s.features:
@@ -1077,7 +1042,7 @@ class _FlashPath(_PathBase):
         """O^T -> LDS (aliased onto the dead K/V tiles) -> coalesced row stores."""
         c, k, s = self.c, self.k, self.spec
         D = s.head_size
-        acc_lds = k.lds("acc_stage", (s.block_m_rows, D), s.dtype, offset=0, alias=True)
+        acc_lds = self.lds_plan.allocate(k, "acc_stage", s.dtype)
         k.barrier()     # every warp is done with K/V (the loop's last barrier may be skipped)
         for frag, col0, d0 in self.output_fragments(l, o, True):
             store_fragment(acc_lds, frag.to(s.dtype), (d0, col0), transposed=True)
@@ -1144,21 +1109,16 @@ def rotated_group(*indices: int) -> int:
 
 
 def narrow_geometry(dtype: str, head_size: int) -> dict:
-    """D64 ships num_warps 4 x 32 rows, D128 num_warps 2 x 16 rows; D256 the
-    D128 geometry (2 x 16 rows: 16 output fragments per warp, ALGORITHM.md §11.2)."""
-    return dict(num_warps=4, block_m_per_warp=32) if head_size == 64 else dict(num_warps=2, block_m_per_warp=16)
+    """The spec fields of the 2D narrow geometry of a head size (``attention_policy``)."""
+    return policy.narrow_2d_geometry(head_size).spec_fields(head_size)
 
 
 def flash_geometry(name: str, head_size: int) -> dict:
-    """The transposed-x8 geometries (ALGORITHM.md §10.2): wide4 / wide2 / L4 = 4 / 2 / 1 warps of 32
-    query columns. D128 streams 32-key tiles so K + V^T and the aliased Q/Acc stages fit 32 KiB
-    (2 workgroups per CU, ALGORITHM.md §9); D64 keeps 64-key tiles at the same budget."""
-    warps = {"wide4": 4, "wide2": 2, "L4": 1}[name]
-    return dict(use_mfma_32x32x8=True, use_transposed_qk_32x32=True, num_warps=warps,
-                block_m_per_warp=32, tile_size=32 if head_size == 128 else 64)
+    """The spec fields of transposed-x8 geometry ``name`` at ``head_size`` (``attention_policy``)."""
+    return policy.geometry(name).spec_fields(head_size)
 
 
-FLASH_GEOMETRIES = ("wide4", "wide2", "L4")
+FLASH_GEOMETRIES = policy.geometries_of(TRANSPOSED_X8)
 
 
 def _variants() -> dict[str, UnifiedAttention2DSpec]:

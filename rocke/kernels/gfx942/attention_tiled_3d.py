@@ -19,6 +19,7 @@ from rocke import dsl
 from rocke.kernels.common.checks import (check_extent, check_grid_extent, check_index_extent,
                                          check_tensor)
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
+from rocke.kernels.gfx942.attention_policy import NARROW_3D
 # lds_model and total_num_q_blocks are this module's too (the 3D kernel has the 2D footprint)
 from rocke.kernels.gfx942.attention_tiled_2d import (UnifiedAttention2DSpec, lds_model,  # noqa: F401
                                                      total_num_q_blocks)
@@ -114,17 +115,17 @@ def _variants() -> dict[str, UnifiedAttention3DSpec]:
             for bi, bs in enumerate(a2.BLOCK_SIZES):
                 g = a2.rotated_group(di, hi, bi)
                 out[f"narrow_{dtype}_d{d}_b{bs}_g{g}"] = UnifiedAttention3DSpec(
-                    dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g, num_warps=1,
-                    block_m_per_warp=16)
+                    dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g,
+                    **NARROW_3D.spec_fields(d))
     for bi, bs in enumerate(a2.BLOCK_SIZES):
         g = a2.rotated_group(1, bi, 2)
         out[f"L4_f16_d128_b{bs}_g{g}"] = UnifiedAttention3DSpec(
             dtype="f16", head_size=128, block_size=bs, num_queries_per_kv=g, **a2.flash_geometry("L4", 128))
     out.update(a2.fp8_variants(UnifiedAttention3DSpec, flash_geometries=("L4",), flash_head_sizes=(128,),
-                               narrow_geometry_of=lambda dtype, d: dict(num_warps=1, block_m_per_warp=16)))
+                               narrow_geometry_of=lambda dtype, d: NARROW_3D.spec_fields(d)))
     # the features the dispatcher can send to 3D (a sliding window always goes 2D, ALGORITHM.md §10.1)
     out.update(a2.feature_variants(
-        UnifiedAttention3DSpec, lambda dtype, d: dict(num_warps=1, block_m_per_warp=16), flash="L4",
+        UnifiedAttention3DSpec, lambda dtype, d: NARROW_3D.spec_fields(d), flash="L4",
         features=tuple(f for f in a2.FEATURES if f != "sliding_window")))
     return out
 
