@@ -134,3 +134,32 @@ def test_no_new_import_cycle_through_function_level_imports():
 def test_these_packages_have_no_cycle_at_all(package):
     inside = [c for c in _cycles(top_level_only=False) if c[0].startswith(package + ".")]
     assert not inside, "\n".join(" -> ".join(c) for c in inside)
+
+
+TARGET_NEUTRAL = ("rocke.kernels.common",)
+
+
+def test_kernels_common_imports_no_target_module():
+    """kernels/common is target-free: no module of it imports rocke.kernels.<target> (function-
+    level imports included); a target's dispatcher is found by name at run time."""
+    offenders = []
+    for module in MODULES:
+        if not module.startswith(TARGET_NEUTRAL[0] + "."):
+            continue
+        for dep in _dependencies(module, top_level_only=False):
+            parts = dep.split(".")
+            if parts[:2] == ["rocke", "kernels"] and len(parts) > 2 and \
+                    parts[2] not in ("common", "registry", "golden"):
+                offenders.append(f"{module} imports {dep}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_importing_the_entry_point_loads_no_target_module():
+    import subprocess
+    import sys
+    code = ("import sys, rocke.kernels.common.attention_unified, rocke.kernels.common.knobs; "
+            "print([m for m in sys.modules if m.startswith('rocke.kernels.gfx942')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
