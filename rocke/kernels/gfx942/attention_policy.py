@@ -16,6 +16,10 @@ NARROW = "narrow"                 # 16x16x16, S = Q K^T, P staged through LDS
 TRANSPOSED_X8 = "transposed_x8"   # 32x32x8 (fp16 only), S^T = K Q^T, P^T stays in registers
 REGIMES = (NARROW, TRANSPOSED_X8)
 
+# spec field -> kernel-name tag of each score feature, in the order they apply (ALGORITHM.md §12)
+FEATURES = {"softcap": "softcap", "alibi": "alibi", "qq_bias": "qqb", "sliding_window": "swa",
+            "sinks": "sinks"}
+STAGING_VECTOR = 8          # elements per lane per global access of the cooperative copies
 LDS_PAD = 8                 # elements appended to each LDS row (bank spread; 16-byte aligned rows)
 ELEMENT_BYTES = 2           # the LDS tiles hold the query dtype (f16/bf16; fp8 caches dequantized)
 
