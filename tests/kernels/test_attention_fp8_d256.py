@@ -188,11 +188,11 @@ def test_d256_geometry_that_cannot_fit_says_why():
         a2.UnifiedAttention2DSpec(head_size=256, block_size=64, tile_size=64, num_warps=4,
                                   block_m_per_warp=32)
     with pytest.raises(ValueError, match=r"head_size: 256 has only the narrow path"):
-        a2.UnifiedAttention2DSpec(head_size=256, **a2.flash_geometry("wide4", 128))
+        a2.UnifiedAttention2DSpec(head_size=256, **a2.transposed_x8_geometry("wide4", 128))
 
 
 @pytest.mark.parametrize("levers", [
-    dict(dtype="f16", kv_addr_64=True, cfv_store=True, q_direct=True, **a2.flash_geometry("wide2", 64)),
+    dict(dtype="f16", kv_addr_64=True, cfv_store=True, q_direct=True, **a2.transposed_x8_geometry("wide2", 64)),
     dict(dtype="bf16", kv_cache_policy="stream", use_k_single_buffer=False, num_warps=1),
 ], ids=["flash_a64_cfv_qdirect", "narrow_stream_k2"])
 def test_fp8_with_the_copy_levers(levers):

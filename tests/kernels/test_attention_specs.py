@@ -149,7 +149,7 @@ def test_build_is_deterministic():
 
 
 def test_flash_geometry_names_are_distinct():
-    names = {S2(**a2.flash_geometry(g, 128)).kernel_name for g in a2.FLASH_GEOMETRIES}
+    names = {S2(**a2.transposed_x8_geometry(g, 128)).kernel_name for g in a2.TRANSPOSED_X8_GEOMETRIES}
     assert len(names) == 3
 
 
@@ -174,7 +174,7 @@ def test_lds_model_matches_the_compiled_kernel(name):
 
 
 def test_wide4_d128_fits_two_workgroups_per_cu():
-    """seeds/004 §4 lever 2: the d128 f16 wide4 flash geometry at >= 2 workgroups per CU."""
+    """The d128 f16 wide4 flash geometry at >= 2 workgroups per CU."""
     for name, spec in a2.VARIANTS.items():
         if name.startswith("wide4_f16_d128"):
             info = compiled(spec).info

@@ -182,7 +182,7 @@ GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
     ("3d", lambda p: p.qq_bias, _narrow_3d,
      "QQ-bias: narrow 1 warp x 16 rows, as in 2D (the transposed-x8 L4 geometry spills with the "
      "per-score bias gather, ALGORITHM.md §12.4)"),
-    ("2d", lambda p: p.dtype == "f16" and p.head_size in a2.FLASH_HEAD_SIZES, _transposed_x8_2d,
+    ("2d", lambda p: p.dtype == "f16" and p.head_size in a2.TRANSPOSED_X8_HEAD_SIZES, _transposed_x8_2d,
      "fp16: transposed-x8 (S^T = K Q^T on the fp16-only 32x32x8 atom keeps P^T in "
      "registers, ALGORITHM.md §8; d64 and d128); wide4 is the analytic default, FLASH_WIDE picks "
      "wide2/L4, NUM_WARPS overrides; d128 walks T = 32 so K + V^T + the aliased stages fit "

@@ -73,7 +73,7 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         wg = WorkgroupContext(k, spec, a, kv_head, seq, q_seq_start, q_len, q_start, kv_len, ctx, tid, threads)
         if split:
             wg.segment = segment
-        path = TransposedX8Path(wg) if spec.flash else NarrowPath(wg)
+        path = TransposedX8Path(wg) if spec.transposed_x8 else NarrowPath(wg)
         m, l, o = path.run(bounds)
         if split:
             store_partials(wg, path, m, l, o, segment)

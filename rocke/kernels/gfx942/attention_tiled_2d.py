@@ -47,7 +47,7 @@ from rocke.kernels.gfx942.attention_policy import FEATURES, STAGING_VECTOR, TRAN
 
 DTYPES = ("f16", "bf16")
 HEAD_SIZES = (64, 128, 256)
-FLASH_HEAD_SIZES = (64, 128)   # d256: narrow only (ALGORITHM.md §11.2)
+TRANSPOSED_X8_HEAD_SIZES = (64, 128)   # d256: narrow only (ALGORITHM.md §11.2)
 KV_DTYPES = ("fp8_e4m3fnuz",)  # kv_dtype values besides None (= the Q dtype); gfx942's fp8
 BLOCK_SIZES = (16, 32, 64)
 TILE_SIZES = (16, 32, 64)
@@ -64,11 +64,11 @@ class UnifiedAttention2DSpec:
     block_size: int = 16               # KV cache page size
     num_queries_per_kv: int = 1        # GQA group G (any positive int up to 16)
     num_warps: int = 4
-    block_m_per_warp: int = 16         # narrow: 16 or 32 rows per warp; flash: 32
-    tile_size: int = 0                 # KV tile T; 0 = min(block_size, 32) (narrow) / 64 (flash)
+    block_m_per_warp: int = 16         # narrow: 16 or 32 rows per warp; transposed-x8: 32
+    tile_size: int = 0                 # KV tile T; 0 = min(block_size, 32) (narrow) / 64 (transposed-x8)
     use_mfma_32x32x8: bool = False
     use_transposed_qk_32x32: bool = False
-    use_k_single_buffer: bool | None = None   # None: num_warps * 32 <= T (flash) / BLOCK_M <= T
+    use_k_single_buffer: bool | None = None   # None: num_warps * 32 <= T (transposed-x8) / BLOCK_M <= T
     waves_per_eu: int = 0              # 0 = no occupancy hint
     iglp: bool = False                 # iglp_opt(0) scheduling hint in the tile loop
     kv_cache_policy: str = "normal"    # "stream": non-temporal K/V loads
@@ -99,11 +99,11 @@ class UnifiedAttention2DSpec:
         object.__setattr__(self, "tile_size", resolved_tile(self))
         if self.use_k_single_buffer is None:
             object.__setattr__(self, "use_k_single_buffer", policy.default_k_single_buffer(
-                self.flash, self.num_warps, self.block_m_per_warp, self.tile_size))
+                self.transposed_x8, self.num_warps, self.block_m_per_warp, self.tile_size))
 
     # ---- derived geometry -------------------------------------------------------------------
     @property
-    def flash(self) -> bool:
+    def transposed_x8(self) -> bool:
         return self.use_transposed_qk_32x32
 
     @property
@@ -135,7 +135,7 @@ class UnifiedAttention2DSpec:
 
     @property
     def kernel_name(self) -> str:
-        path = "x8t" if self.flash else "narrow"
+        path = "x8t" if self.transposed_x8 else "narrow"
         name = (f"{self.family}_{self.dtype}_d{self.head_size}_b{self.block_size}_g{self.num_queries_per_kv}"
                 f"_{path}_w{self.num_warps}m{self.block_m_per_warp}_t{self.tile_size}"
                 f"_k{'1' if self.use_k_single_buffer else '2'}")
@@ -192,9 +192,9 @@ def spec_problems(spec) -> list[str]:
     if spec.kv_dtype is not None and spec.global_load_lds_k:
         out.append("global_load_lds_k: the LDS DMA writes the cache's bytes as they are; an fp8 "
                    "cache (kv_dtype) must be dequantized on its way to LDS")
-    if spec.head_size not in FLASH_HEAD_SIZES and spec.use_transposed_qk_32x32:
+    if spec.head_size not in TRANSPOSED_X8_HEAD_SIZES and spec.use_transposed_qk_32x32:
         out.append(f"head_size: {spec.head_size} has only the narrow path; the transposed-x8 "
-                   f"path ships head sizes {FLASH_HEAD_SIZES}")
+                   f"path ships head sizes {TRANSPOSED_X8_HEAD_SIZES}")
     if spec.use_mfma_32x32x8 and spec.dtype != "f16":
         out.append("use_mfma_32x32x8: use_mfma_32x32x8 is fp16-only")
     if spec.use_transposed_qk_32x32 and not spec.use_mfma_32x32x8:
@@ -205,13 +205,13 @@ def spec_problems(spec) -> list[str]:
                    "(use_transposed_qk_32x32=True)")
     if out:
         return out
-    flash = spec.use_transposed_qk_32x32
+    transposed_x8 = spec.use_transposed_qk_32x32
     tile = resolved_tile(spec)
     block_m = spec.num_warps * spec.block_m_per_warp
-    if flash and spec.block_m_per_warp != 32:
+    if transposed_x8 and spec.block_m_per_warp != 32:
         out.append(f"block_m_per_warp: the transposed-x8 path gives each warp 32 query columns, got "
                    f"{spec.block_m_per_warp}")
-    if flash and tile % 32:
+    if transposed_x8 and tile % 32:
         out.append(f"tile_size: {tile} must be a multiple of the 32x32x8 atom's M (32)")
     if spec.num_queries_per_kv > block_m:
         out.append(f"num_queries_per_kv: a GQA group of {spec.num_queries_per_kv} does not fit "
@@ -225,7 +225,7 @@ def spec_problems(spec) -> list[str]:
         return out
     total = sum(lds_model(spec, tile=tile).values())
     if total > dsl.LDS_BYTES:
-        out.append(f"tile_size: the {'transposed-x8' if flash else 'narrow'} path needs {total} bytes "
+        out.append(f"tile_size: the {'transposed-x8' if transposed_x8 else 'narrow'} path needs {total} bytes "
                    f"of LDS at head_size {spec.head_size}, BLOCK_M {block_m}, tile {tile} "
                    f"({lds_model(spec, tile=tile)}), gfx942 has {dsl.LDS_BYTES}; use a smaller "
                    f"tile_size, fewer rows or a single K buffer")
@@ -314,12 +314,12 @@ def narrow_geometry(dtype: str, head_size: int) -> dict:
     return policy.narrow_2d_geometry(head_size).spec_fields(head_size)
 
 
-def flash_geometry(name: str, head_size: int) -> dict:
+def transposed_x8_geometry(name: str, head_size: int) -> dict:
     """The spec fields of transposed-x8 geometry ``name`` at ``head_size`` (``attention_policy``)."""
     return policy.geometry(name).spec_fields(head_size)
 
 
-FLASH_GEOMETRIES = policy.geometries_of(TRANSPOSED_X8)
+TRANSPOSED_X8_GEOMETRIES = policy.geometries_of(TRANSPOSED_X8)
 
 
 def _variants() -> dict[str, UnifiedAttention2DSpec]:
@@ -330,21 +330,21 @@ def _variants() -> dict[str, UnifiedAttention2DSpec]:
                 g = rotated_group(di, hi, bi)
                 out[f"narrow_{dtype}_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(
                     dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g, **narrow_geometry(dtype, d))
-    for hi, d in enumerate(FLASH_HEAD_SIZES):
+    for hi, d in enumerate(TRANSPOSED_X8_HEAD_SIZES):
         for bi, bs in enumerate(BLOCK_SIZES):
-            for gi, geometry in enumerate(FLASH_GEOMETRIES):
+            for gi, geometry in enumerate(TRANSPOSED_X8_GEOMETRIES):
                 g = rotated_group(hi, bi, gi)
                 out[f"{geometry}_f16_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(
-                    dtype="f16", head_size=d, block_size=bs, num_queries_per_kv=g, **flash_geometry(geometry, d))
-    out.update(feature_variants(UnifiedAttention2DSpec, narrow_geometry, flash="wide4"))
-    out.update(fp8_variants(UnifiedAttention2DSpec, flash_geometries=FLASH_GEOMETRIES))
+                    dtype="f16", head_size=d, block_size=bs, num_queries_per_kv=g, **transposed_x8_geometry(geometry, d))
+    out.update(feature_variants(UnifiedAttention2DSpec, narrow_geometry, transposed_x8="wide4"))
+    out.update(fp8_variants(UnifiedAttention2DSpec, transposed_x8_geometries=TRANSPOSED_X8_GEOMETRIES))
     return out
 
 
-def feature_variants(cls, narrow_geometry_of, *, flash: str | None,
+def feature_variants(cls, narrow_geometry_of, *, transposed_x8: str | None,
                      features=tuple(FEATURES)) -> dict:
     """One variant per score feature (ALGORITHM.md §12) for every dtype x head size on the
-    narrow path and, for fp16, the ``flash`` geometry (the dispatcher's default; not for QQ-bias,
+    narrow path and, for fp16, the ``transposed_x8`` geometry (the dispatcher's default; not for QQ-bias,
     which the dispatcher always runs narrow), at block size
     16 with the group rotating as above; other block sizes, geometries and feature combinations
     are the same code with other constants, built on demand."""
@@ -352,43 +352,43 @@ def feature_variants(cls, narrow_geometry_of, *, flash: str | None,
     for fi, feature in enumerate(features):
         tag = FEATURES[feature]
         for di, dtype in enumerate(DTYPES):
-            for hi, d in enumerate(FLASH_HEAD_SIZES):     # d64 / d128
+            for hi, d in enumerate(TRANSPOSED_X8_HEAD_SIZES):     # d64 / d128
                 g = rotated_group(fi, di, hi)
                 out[f"narrow_{dtype}_d{d}_b16_g{g}_{tag}"] = cls(
                     dtype=dtype, head_size=d, block_size=16, num_queries_per_kv=g,
                     **narrow_geometry_of(dtype, d), **{feature: True})
                 # QQ-bias always runs narrow (attention_unified.GEOMETRY_RULES)
-                if flash and dtype == "f16" and (flash != "L4" or d == 128) and feature != "qq_bias":
-                    out[f"{flash}_f16_d{d}_b16_g{g}_{tag}"] = cls(
+                if transposed_x8 and dtype == "f16" and (transposed_x8 != "L4" or d == 128) and feature != "qq_bias":
+                    out[f"{transposed_x8}_f16_d{d}_b16_g{g}_{tag}"] = cls(
                         dtype="f16", head_size=d, block_size=16, num_queries_per_kv=g,
-                        **flash_geometry(flash, d), **{feature: True})
+                        **transposed_x8_geometry(transposed_x8, d), **{feature: True})
     return out
 
 
 FP8_BLOCK_SIZES = (16, 64)
 
 
-def fp8_variants(cls, *, flash_geometries, narrow_geometry_of=None,
-                 flash_head_sizes=FLASH_HEAD_SIZES) -> dict:
+def fp8_variants(cls, *, transposed_x8_geometries, narrow_geometry_of=None,
+                 transposed_x8_head_sizes=TRANSPOSED_X8_HEAD_SIZES) -> dict:
     """fp8 KV caches (kv_dtype fp8_e4m3fnuz): the narrow path for each Q dtype x d64/d128 x
-    block 16/64 and the fp16 flash geometries named (every one the dispatcher may pick), groups
+    block 16/64 and the fp16 transposed-x8 geometries named (every one the dispatcher may pick), groups
     rotating as in the 16-bit table."""
     narrow_geometry_of = narrow_geometry_of or narrow_geometry
     out = {}
     for di, dtype in enumerate(DTYPES):
-        for hi, d in enumerate(FLASH_HEAD_SIZES):
+        for hi, d in enumerate(TRANSPOSED_X8_HEAD_SIZES):
             for bi, bs in enumerate(FP8_BLOCK_SIZES):
                 g = rotated_group(di, hi, bi, 1)
                 out[f"narrow_{dtype}_d{d}_b{bs}_g{g}_kvfp8"] = cls(
                     dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g,
                     kv_dtype="fp8_e4m3fnuz", **narrow_geometry_of(dtype, d))
-    for hi, d in enumerate(flash_head_sizes):
+    for hi, d in enumerate(transposed_x8_head_sizes):
         for bi, bs in enumerate(FP8_BLOCK_SIZES):
-            for gi, geometry in enumerate(flash_geometries):
+            for gi, geometry in enumerate(transposed_x8_geometries):
                 g = rotated_group(hi, bi, gi, 2)
                 out[f"{geometry}_f16_d{d}_b{bs}_g{g}_kvfp8"] = cls(
                     dtype="f16", head_size=d, block_size=bs, num_queries_per_kv=g,
-                    kv_dtype="fp8_e4m3fnuz", **flash_geometry(geometry, d))
+                    kv_dtype="fp8_e4m3fnuz", **transposed_x8_geometry(geometry, d))
     return out
 
 

@@ -109,7 +109,7 @@ ARGS = ("q", "k_cache", "v_cache", "segm_output", "segm_max", "segm_expsum", "bl
 
 def _variants() -> dict[str, UnifiedAttention3DSpec]:
     """Decode-shaped: one warp of 16 rows holds a decode token's whole GQA group (narrow, every
-    dtype x head size x block size) and the L4 flash geometry for D128 f16; groups rotate as in
+    dtype x head size x block size) and the L4 transposed-x8 geometry for D128 f16; groups rotate as in
     the 2D table."""
     out = {}
     for di, dtype in enumerate(a2.DTYPES):
@@ -122,12 +122,12 @@ def _variants() -> dict[str, UnifiedAttention3DSpec]:
     for bi, bs in enumerate(a2.BLOCK_SIZES):
         g = a2.rotated_group(1, bi, 2)
         out[f"L4_f16_d128_b{bs}_g{g}"] = UnifiedAttention3DSpec(
-            dtype="f16", head_size=128, block_size=bs, num_queries_per_kv=g, **a2.flash_geometry("L4", 128))
-    out.update(a2.fp8_variants(UnifiedAttention3DSpec, flash_geometries=("L4",), flash_head_sizes=(128,),
+            dtype="f16", head_size=128, block_size=bs, num_queries_per_kv=g, **a2.transposed_x8_geometry("L4", 128))
+    out.update(a2.fp8_variants(UnifiedAttention3DSpec, transposed_x8_geometries=("L4",), transposed_x8_head_sizes=(128,),
                                narrow_geometry_of=lambda dtype, d: NARROW_3D.spec_fields(d)))
     # the features the dispatcher can send to 3D (a sliding window always goes 2D, ALGORITHM.md §10.1)
     out.update(a2.feature_variants(
-        UnifiedAttention3DSpec, lambda dtype, d: NARROW_3D.spec_fields(d), flash="L4",
+        UnifiedAttention3DSpec, lambda dtype, d: NARROW_3D.spec_fields(d), transposed_x8="L4",
         features=tuple(f for f in a2.FEATURES if f != "sliding_window")))
     return out
 
