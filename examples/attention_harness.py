@@ -23,7 +23,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:      # run the rocke of the checkout this script sits in
     sys.path.insert(0, str(REPO_ROOT))
 
-from rocke.kernels.common.attention_unified import HEAD_SIZES as SUPPORTED_HEAD_SIZES  # noqa: E402
+from rocke.kernels.common.attention_unified import attention_target  # noqa: E402
+
+SUPPORTED_HEAD_SIZES = attention_target().CAPABILITIES.head_sizes
 
 BLOCK_SIZE = 64                 # cache block (page) size of every harness shape
 INPUT_RANGE = 0.1               # inputs ~ uniform(-0.1, 0.1): small, well-conditioned scores

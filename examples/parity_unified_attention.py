@@ -143,6 +143,7 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
     configs bypass it and the spec's own rules arbitrate (the gate charges an LDS stage for P,
     which the flash path keeps in registers)."""
     from rocke.kernels.common import knobs as knobs_module
+    from rocke.kernels.common.checks import fits_one_buffer
     from rocke.kernels.gfx942 import attention_tiled_2d as k2d
     features = inputs.get("features", {})
     # QQ-bias runs narrow (the dispatcher's rule: the flash layout's per-score gather spills)
@@ -158,13 +159,13 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
         geometry = dict(num_warps=2)
     cache_bytes = inputs["k"].numel() * inputs["k"].element_size()
     fields = dict(dtype=shape.dtype, head_size=shape.head_size, block_size=H.BLOCK_SIZE,
-                  num_queries_per_kv=shape.group, kv_addr_64=cache_bytes > 2 ** 31, **geometry,
+                  num_queries_per_kv=shape.group, kv_addr_64=not fits_one_buffer(cache_bytes), **geometry,
                   softcap="softcap" in features, alibi="alibi_slopes" in features,
                   qq_bias="qq_bias" in features, sliding_window="window_size" in features,
                   sinks="sinks" in features)
     fields.update(knobs_module.spec_overrides(knobs, k2d.UnifiedAttention2DSpec))
     if not flash and not k2d.supports_tiled_2d(**fields):
-        problems = "; ".join(k2d.spec_problems(k2d._FieldView(**fields)))
+        problems = "; ".join(k2d.field_problems(**fields))
         raise Skip(f"unsupported on gfx942: narrow-path gate supports_tiled_2d ({problems})")
     try:
         spec = k2d.UnifiedAttention2DSpec(**fields)

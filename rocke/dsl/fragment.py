@@ -52,7 +52,7 @@ __all__ = ["Fragment", "AxisVector", "Mfma", "load_fragment", "store_fragment",
            "store_axis", "load_axis", "merge_across_waves"]
 
 
-def _lane_affine_value(k, affine) -> Value:
+def lane_affine_value(k, affine) -> Value:
     """Emit a LaneAffine (bit-field terms of the lane id) as shifts/ands/multiplies."""
     lane = k.lane_id()
     out = None
@@ -169,7 +169,7 @@ class Fragment:
         k = self.kernel
         out = []
         for axis in (ROW, COL):
-            base = _lane_affine_value(k, self.layout.lane_part(axis))
+            base = lane_affine_value(k, self.layout.lane_part(axis))
             o = _index(origin[axis])
             if not (isinstance(o, int) and o == 0):
                 base = base + o
@@ -416,8 +416,8 @@ def _storage_origin(origin, transposed: bool):
 def _run_addresses(k, storage: TVLayout, origin):
     """For each run of values contiguous along storage columns: (first value, length, row, col)
     with row/col as i32 Values (lane part + value offset + origin)."""
-    lane_row = _lane_affine_value(k, storage.lane_part(ROW))
-    lane_col = _lane_affine_value(k, storage.lane_part(COL))
+    lane_row = lane_affine_value(k, storage.lane_part(ROW))
+    lane_col = lane_affine_value(k, storage.lane_part(COL))
     off_r, off_c = storage.value_offsets(ROW), storage.value_offsets(COL)
     r0, c0 = (_index(o) for o in origin)
     out = []
@@ -727,8 +727,8 @@ def store_axis(mem, vec: "AxisVector", origin=0, *, bound=None):
     extent = vec.source.shape[1 - vec.axis]
     if kind == "lds" and isinstance(origin, int):
         mem.check_fits_1d("store_axis", origin, extent)
-    base = _lane_affine_value(k, lane_part) + origin if not (isinstance(origin, int) and origin == 0) \
-        else _lane_affine_value(k, lane_part)
+    base = lane_affine_value(k, lane_part) + origin if not (isinstance(origin, int) and origin == 0) \
+        else lane_affine_value(k, lane_part)
     writer = _writer_lane(k, vec.source, vec.axis)
     for g0, n, off in runs:
         part = vec.value if n == vec.value.lanes else (vec.value[g0] if n == 1 else vec.value[g0:g0 + n])
@@ -757,7 +757,7 @@ def load_axis(mem, source: TVLayout, axis: int, origin=0) -> "AxisVector":
     runs = _axis_pieces(runs, mem.dtype.nbytes)
     if kind == "lds" and isinstance(origin, int):
         mem.check_fits_1d("load_axis", origin, source.shape[1 - axis])
-    base = _lane_affine_value(k, lane_part)
+    base = lane_affine_value(k, lane_part)
     if not (isinstance(origin, int) and origin == 0):
         base = base + origin
     extra = {"align": mem.dtype.nbytes} if kind == "lds" else {}

@@ -107,7 +107,7 @@ def test_flash_geometries_match_reference(geometry, head_size, block_size, group
 
 
 def test_k_buffering_follows_the_seed_rule():
-    """use_k_single_buffer defaults to num_warps * 32 <= T on the flash path (seeds/000 §6.2)."""
+    """use_k_single_buffer defaults to num_warps * 32 <= T on the flash path (ALGORITHM.md §9)."""
     assert not a2.UnifiedAttention2DSpec(**GEOMETRIES["wide4"]).use_k_single_buffer
     assert a2.UnifiedAttention2DSpec(**GEOMETRIES["wide2"]).use_k_single_buffer
     assert a2.UnifiedAttention2DSpec(**GEOMETRIES["L4"]).use_k_single_buffer

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rocke.kernels.common import attention_unified as au
+from rocke.kernels.gfx942 import attention_dispatch as dispatch
 from rocke.kernels.common.attention_reference import ref_paged_attn
 from rocke.kernels.common.tolerances import attention_atol
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
@@ -85,7 +86,7 @@ def test_large_softcap_on_large_scores():
     args = make_inputs(MIXED, hq=8, hk=2, d=64, bs=16, dtype="f16", seed=21)
     args.update(softcap=30.0, softmax_scale=8.0)
     record = au.run_unified_attention_torch(**args, backend="2d")
-    assert record.plan.geometry.regime == "flash"
+    assert record.plan.geometry.regime == "transposed_x8"
     ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
                          args["block_table"], 8.0, softcap=30.0)
     plain = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
@@ -97,9 +98,9 @@ def test_large_softcap_on_large_scores():
 def test_qq_bias_runs_narrow_on_both_paths():
     p = _problem(qq_bias=True)
     for path in ("2d", "3d"):
-        geo = p.geometry(path, sms=MI300X_SMS)
+        geo = dispatch.geometry(p, path, sms=MI300X_SMS)
         assert geo.regime == "narrow" and "QQ-bias" in geo.reason
-    assert _problem().geometry("2d", sms=MI300X_SMS).regime == "flash"
+    assert dispatch.geometry(_problem(), "2d", sms=MI300X_SMS).regime == "transposed_x8"
 
 
 def test_window_visits_only_the_tiles_inside_it():
@@ -133,21 +134,21 @@ def _problem(**kw):
 
 
 def test_sliding_window_goes_2d_even_for_long_decode():
-    assert _problem().select_path(MI300X_SMS)[0] == "3d"
-    path, reason = _problem(window_left=4095).select_path(MI300X_SMS)
+    assert dispatch.select_path(_problem(), MI300X_SMS)[0] == "3d"
+    path, reason = dispatch.select_path(_problem(window_left=4095), MI300X_SMS)
     assert path == "2d" and "sliding window" in reason
 
 
 def test_other_features_keep_the_path_rule():
-    assert _problem(softcap=30.0, sinks=True, alibi=True).select_path(MI300X_SMS)[0] == "3d"
+    assert dispatch.select_path(_problem(softcap=30.0, sinks=True, alibi=True), MI300X_SMS)[0] == "3d"
 
 
 @pytest.mark.parametrize("field", [dict(softcap=50.0), dict(alibi=True), dict(qq_bias=True),
                                    dict(window_left=0), dict(sinks=True)])
 def test_feature_flagged_problems_are_never_graph_replayed(field):
-    assert au._recommend_graph_replay(_problem(), capturing=False) is True
+    assert dispatch.recommend_graph_replay(_problem(), capturing=False) is True
     p = _problem(**field)
-    assert p.features and au._recommend_graph_replay(p, capturing=False) is False
+    assert p.features and dispatch.recommend_graph_replay(p, capturing=False) is False
 
 
 @pytest.mark.parametrize("field, pattern", [
@@ -165,7 +166,7 @@ def test_problem_features_reach_the_spec_and_its_name():
     p = _problem(dtype="bf16", softcap=30.0, window_left=127, sinks=True)
     assert p.features == {"softcap", "sliding_window", "sinks"}
     for path in ("2d", "3d"):
-        spec = au.make_specs(p, p.geometry(path, sms=MI300X_SMS), au.AttentionKnobs())[0]
+        spec = dispatch.make_specs(p, dispatch.geometry(p, path, sms=MI300X_SMS), au.AttentionKnobs())[0]
         assert spec.features == ("softcap", "sliding_window", "sinks")
         assert spec.kernel_name.endswith("_softcap_swa_sinks")
 

@@ -69,11 +69,11 @@ def _check(args, record, dtype, kv_dtype=None):
 # ---- fp8 KV cache ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("backend, seqs, dtype, d, bs, hq, hk, descale, want_path, regime", [
-    ("2d", MIXED, "f16", 64, 16, 8, 2, "per_tensor", "2d", "flash"),        # GQA 4:1
+    ("2d", MIXED, "f16", 64, 16, 8, 2, "per_tensor", "2d", "transposed_x8"),        # GQA 4:1
     ("2d", MIXED, "bf16", 128, 64, 10, 2, "per_head", "2d", "narrow"),      # GQA 5:1, block 64
-    ("3d", MIXED, "f16", 128, 16, 10, 2, "per_seq_head", "3d", "flash"),    # 5:1, L4 3D
+    ("3d", MIXED, "f16", 128, 16, 10, 2, "per_seq_head", "3d", "transposed_x8"),    # 5:1, L4 3D
     ("3d", MIXED, "bf16", 64, 64, 8, 2, "scalar_expanded", "3d", "narrow"), # 4:1
-    ("auto", MIXED, "f16", 128, 16, 8, 2, "scalar_expanded", "2d", "flash"),
+    ("auto", MIXED, "f16", 128, 16, 8, 2, "scalar_expanded", "2d", "transposed_x8"),
     ("auto", LONG_DECODE, "bf16", 64, 16, 4, 1, "per_head", "3d", "narrow"),
 ], ids=["2d_f16_g4", "2d_bf16_g5_b64", "3d_f16_g5_perseq", "3d_bf16_g4_b64", "auto_2d_f16",
         "auto_3d_bf16"])
@@ -188,11 +188,11 @@ def test_d256_geometry_that_cannot_fit_says_why():
         a2.UnifiedAttention2DSpec(head_size=256, block_size=64, tile_size=64, num_warps=4,
                                   block_m_per_warp=32)
     with pytest.raises(ValueError, match=r"head_size: 256 has only the narrow path"):
-        a2.UnifiedAttention2DSpec(head_size=256, **a2.flash_geometry("wide4", 128))
+        a2.UnifiedAttention2DSpec(head_size=256, **a2.transposed_x8_geometry("wide4", 128))
 
 
 @pytest.mark.parametrize("levers", [
-    dict(dtype="f16", kv_addr_64=True, cfv_store=True, q_direct=True, **a2.flash_geometry("wide2", 64)),
+    dict(dtype="f16", kv_addr_64=True, cfv_store=True, q_direct=True, **a2.transposed_x8_geometry("wide2", 64)),
     dict(dtype="bf16", kv_cache_policy="stream", use_k_single_buffer=False, num_warps=1),
 ], ids=["flash_a64_cfv_qdirect", "narrow_stream_k2"])
 def test_fp8_with_the_copy_levers(levers):

@@ -9,6 +9,7 @@ import torch
 
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
 from rocke.kernels.gfx942 import attention_tiled_3d as a3
+from rocke.kernels.gfx942 import attention_policy as policy
 from tests.kernels.test_attention_2d import FLASH, compiled, make_problem
 
 S2 = a2.UnifiedAttention2DSpec
@@ -37,6 +38,38 @@ def _constructs(cls, fields) -> bool:
         return False
 
 
+LDS_BYTES = 64 * 1024           # gfx942's LDS per workgroup (CDNA3 ISA guide)
+
+
+def _rules_allow(f) -> bool:
+    """The spec's rules restated from ALGORITHM.md §8-9 and the spec's docstrings, independently
+    of ``spec_problems``: the oracle both the constructor and the gate are held to."""
+    dtype, D, bs, g = f["dtype"], f["head_size"], f["block_size"], f["num_queries_per_kv"]
+    warps, rows, tile = f["num_warps"], f["block_m_per_warp"], f["tile_size"]
+    x8, flash, dma, cfv = (f["use_mfma_32x32x8"], f["use_transposed_qk_32x32"],
+                           f["global_load_lds_k"], f["cfv_store"])
+    if dtype not in ("f16", "bf16") or D not in (64, 128, 256) or bs not in (16, 32, 64) \
+            or not 1 <= g <= 16 or warps not in (1, 2, 4, 8) or tile not in (0, 16, 32, 64):
+        return False
+    if x8 != flash or (x8 and dtype != "f16") or (flash and D not in (64, 128)):
+        return False
+    tile = tile or (64 if flash else min(bs, 32 if D <= 128 else 16))
+    block_m = warps * rows
+    if flash and (rows != 32 or tile % 32):
+        return False
+    if g > block_m or (tile % bs and bs % tile):
+        return False
+    rows_per_copy = 256 // (2 * D) if dma else 512 // D       # 64 lanes x 8 halves (or one dword)
+    if bs % max(1, rows_per_copy):
+        return False
+    single = (warps * 32 if flash else block_m) <= tile
+    k = (1 if single else 2) * tile * (D + (0 if dma and 2 * D < 256 else 8)) * 2
+    v = tile * (D + (8 if flash else 4)) * 2 if cfv else D * (tile + 8) * 2
+    p = 0 if flash else block_m * (tile + 8) * 2
+    staged = max(block_m * (D + (0 if flash else 8)) * 2, block_m * D * 2 if flash else 0)
+    return max(k + v + p, staged) <= LDS_BYTES
+
+
 @pytest.mark.parametrize("cls, gate", [(a2.UnifiedAttention2DSpec, a2.supports_tiled_2d),
                                        (a3.UnifiedAttention3DSpec, a3.supports_tiled_3d)])
 def test_gate_accepts_exactly_what_the_constructor_accepts(cls, gate):
@@ -45,6 +78,7 @@ def test_gate_accepts_exactly_what_the_constructor_accepts(cls, gate):
     for values in itertools.product(*GRID.values()):
         fields = dict(zip(names, values))
         ok = _constructs(cls, fields)
+        assert ok == _rules_allow(fields), fields
         assert gate(**fields) == ok, fields
         accepted += ok
         rejected += not ok
@@ -84,7 +118,7 @@ def test_spec_rules_name_the_field(fields, message):
 
 
 def test_narrow_lds_gate_would_reject_what_the_flash_model_accepts():
-    """seeds/001 arch notes: the narrow footprint (P in LDS) over-counts the transposed path."""
+    """The narrow footprint (P in LDS) over-counts the transposed path, which keeps P in registers."""
     flash = S2(**FLASH, num_warps=8, tile_size=64, head_size=128)
     assert a2.supports_tiled_2d(flash)
     narrow_fields = {f.name: getattr(flash, f.name) for f in dataclasses.fields(flash)}
@@ -109,7 +143,7 @@ def test_every_field_changes_the_name_and_the_code(field):
 
 
 def test_flash_geometry_names_are_distinct():
-    names = {S2(**a2.flash_geometry(g, 128)).kernel_name for g in a2.FLASH_GEOMETRIES}
+    names = {S2(**a2.transposed_x8_geometry(g, 128)).kernel_name for g in a2.TRANSPOSED_X8_GEOMETRIES}
     assert len(names) == 3
 
 
@@ -134,7 +168,7 @@ def test_lds_model_matches_the_compiled_kernel(name):
 
 
 def test_wide4_d128_fits_two_workgroups_per_cu():
-    """seeds/004 §4 lever 2: the d128 f16 wide4 flash geometry at >= 2 workgroups per CU."""
+    """The d128 f16 wide4 flash geometry at >= 2 workgroups per CU."""
     for name, spec in a2.VARIANTS.items():
         if name.startswith("wide4_f16_d128"):
             info = compiled(spec).info
@@ -196,7 +230,7 @@ def test_cfv_store_layout_is_bank_conflict_free(head_size, flash):
     import numpy as np
     from rocke.arch.mfma import atom_for
     from rocke.dsl.tv_layout import TVLayout
-    pitch = head_size + a2.cfv_pad(flash)
+    pitch = head_size + policy.v_tile_pad(flash)
     atom = atom_for("32x32x8" if flash else "16x16x16", "f16")
     layout = TVLayout.mfma_a(atom) if flash else TVLayout.mfma_b(atom)
     for v in range(layout.values_per_lane):      # the PV operand reads, one per register
@@ -211,5 +245,5 @@ def test_cfv_store_layout_is_bank_conflict_free(head_size, flash):
         dwords = (first[group:group + 8, None] + np.arange(4)).ravel()
         assert len(set(dwords % 32)) == 32
     tile = 32                                     # default V^T: each element its own column store
-    vt_pitch = tile + a2.LDS_PAD
+    vt_pitch = tile + policy.LDS_PAD
     assert _worst_bank_conflict(((col + 0) * vt_pitch + row) // 2) >= 8

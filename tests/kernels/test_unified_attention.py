@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from rocke.kernels.common import attention_unified as au
+from rocke.kernels.gfx942 import attention_dispatch as dispatch
 from rocke.kernels.common.knobs import AttentionKnobs, read_knobs
 
 MI300X_SMS = 304
@@ -25,24 +26,24 @@ def test_num_sms_is_mi300x_without_a_device():
 
 def test_long_kv_decode_goes_3d_and_fills_the_device():
     p = _problem()
-    path, reason = p.select_path(MI300X_SMS)
+    path, reason = dispatch.select_path(p, MI300X_SMS)
     assert path == "3d" and "split" in reason
-    geo = p.geometry("3d", sms=MI300X_SMS)
+    geo = dispatch.geometry(p, "3d", sms=MI300X_SMS)
     # 1 q-block x 8 kv heads; 304*4 / 8 = 152 segments wanted, capped at MAX_SEGMENTS
-    assert geo.num_segments == au.MAX_SEGMENTS == 64
+    assert geo.num_segments == dispatch.MAX_SEGMENTS == 64
 
 
 def test_segments_never_outnumber_kv_tiles():
     p = _problem(max_seqlen_k=600)
-    assert p.select_path(MI300X_SMS)[0] == "3d"
-    assert p.geometry("3d", sms=MI300X_SMS).num_segments == 19      # cdiv(600, T = 32)
+    assert dispatch.select_path(p, MI300X_SMS)[0] == "3d"
+    assert dispatch.geometry(p, "3d", sms=MI300X_SMS).num_segments == 19      # cdiv(600, T = 32)
 
 
 def test_segments_fill_exactly_the_target_when_uncapped():
     # 8 decode tokens x 16 kv heads, 1 query head each (MHA): 8 * 16 = 128 workgroups per segment
     p = _problem(num_q_heads=16, num_kv_heads=16, num_seqs=8, total_q=8)
-    assert p.select_path(MI300X_SMS)[0] == "3d"
-    geo = p.geometry("3d", sms=MI300X_SMS)
+    assert dispatch.select_path(p, MI300X_SMS)[0] == "3d"
+    geo = dispatch.geometry(p, "3d", sms=MI300X_SMS)
     base = (8 // geo.block_m + 8) * 16          # one token per query row (group 1)
     assert geo.num_segments == -(-MI300X_SMS * 4 // base) == 10
 
@@ -50,7 +51,7 @@ def test_segments_fill_exactly_the_target_when_uncapped():
 @pytest.mark.parametrize("kv, path", [(512, "2d"), (513, "3d")])
 def test_short_context_boundary(kv, path):
     p = _problem(max_seqlen_k=kv)
-    got, reason = p.select_path(MI300X_SMS)
+    got, reason = dispatch.select_path(p, MI300X_SMS)
     assert got == path
     if path == "2d":
         assert "short context" in reason
@@ -59,8 +60,8 @@ def test_short_context_boundary(kv, path):
 def test_large_decode_batch_fills_the_device_in_2d():
     # GQA 4: reference block of 16 rows = 4 tokens; 256 seqs -> (256 // 4 + 256) * 8 = 2560 >= 1216
     p = _problem(num_seqs=256, total_q=256)
-    assert p.grid_2d_reference() == 2560
-    path, reason = p.select_path(MI300X_SMS)
+    assert dispatch.grid_2d_reference(p) == 2560
+    path, reason = dispatch.select_path(p, MI300X_SMS)
     assert path == "2d" and "num_sms * 4" in reason
 
 
@@ -69,19 +70,19 @@ def test_grid_rule_boundary_is_num_sms_times_4():
     # (total_q // 16 + 1) * 8 >= 1216  <=>  total_q // 16 >= 151
     below = _problem(num_q_heads=8, total_q=150 * 16, max_seqlen_q=150 * 16)
     at = _problem(num_q_heads=8, total_q=151 * 16, max_seqlen_q=151 * 16)
-    assert below.grid_2d_reference() == 1208 and below.select_path(MI300X_SMS)[0] == "3d"
-    assert at.grid_2d_reference() == 1216 and at.select_path(MI300X_SMS)[0] == "2d"
+    assert dispatch.grid_2d_reference(below) == 1208 and dispatch.select_path(below, MI300X_SMS)[0] == "3d"
+    assert dispatch.grid_2d_reference(at) == 1216 and dispatch.select_path(at, MI300X_SMS)[0] == "2d"
 
 
 def test_a_smaller_device_is_filled_sooner():
     p = _problem(max_seqlen_k=4096, num_seqs=4, total_q=4)
-    assert p.select_path(MI300X_SMS)[0] == "3d"
-    assert p.select_path(8)[0] == "2d"
+    assert dispatch.select_path(p, MI300X_SMS)[0] == "3d"
+    assert dispatch.select_path(p, 8)[0] == "2d"
 
 
 @pytest.mark.parametrize("group, block_q", [(1, 16), (4, 4), (5, 3), (8, 2), (16, 1), (20, 1)])
 def test_reference_block_q_packs_the_gqa_group(group, block_q):
-    assert au.reference_block_q(group) == block_q
+    assert dispatch.reference_block_q(group) == block_q
 
 
 # ---- the geometry tier (seeds 000 §6-7, 004 §6; ALGORITHM.md §10.2) ----
@@ -89,35 +90,35 @@ def test_reference_block_q_packs_the_gqa_group(group, block_q):
 @pytest.mark.parametrize("flash_wide, name, warps, single", [
     (4, "wide4", 4, False), (2, "wide2", 2, False), (0, "L4", 1, True)])
 def test_d128_fp16_is_flash_with_the_levers_geometry(flash_wide, name, warps, single):
-    geo = _problem(max_seqlen_k=100).geometry("2d", AttentionKnobs(flash_wide=flash_wide))
-    assert (geo.regime, geo.name, geo.num_warps, geo.k_single_buffer) == ("flash", name, warps, single)
+    geo = dispatch.geometry(_problem(max_seqlen_k=100), "2d", AttentionKnobs(flash_wide=flash_wide))
+    assert (geo.regime, geo.name, geo.num_warps, geo.k_single_buffer) == ("transposed_x8", name, warps, single)
     # d128 walks 32-key tiles: K single-buffers only when the warps' 32 columns each fit one tile
     assert geo.block_m == 32 * warps and geo.tile_size == 32
 
 
 def test_d64_fp16_is_flash_too():
-    geo = _problem(head_size=64).geometry("2d")
-    assert (geo.regime, geo.name, geo.tile_size, geo.k_single_buffer) == ("flash", "wide4", 64, False)
+    geo = dispatch.geometry(_problem(head_size=64), "2d")
+    assert (geo.regime, geo.name, geo.tile_size, geo.k_single_buffer) == ("transposed_x8", "wide4", 64, False)
 
 
 def test_num_warps_lever_overrides_flash_width():
-    geo = _problem().geometry("2d", AttentionKnobs(flash_wide=0, num_warps=2))
-    assert (geo.regime, geo.name, geo.num_warps, geo.k_single_buffer) == ("flash", "wide2", 2, False)
+    geo = dispatch.geometry(_problem(), "2d", AttentionKnobs(flash_wide=0, num_warps=2))
+    assert (geo.regime, geo.name, geo.num_warps, geo.k_single_buffer) == ("transposed_x8", "wide2", 2, False)
 
 
 @pytest.mark.parametrize("d, warps, rows, bs, tile, single", [
     (128, 2, 16, 64, 32, True), (128, 2, 16, 16, 16, False), (64, 4, 32, 32, 32, False)])
 def test_bf16_is_narrow(d, warps, rows, bs, tile, single):
-    geo = _problem(dtype="bf16", head_size=d, block_size=bs).geometry("2d")
+    geo = dispatch.geometry(_problem(dtype="bf16", head_size=d, block_size=bs), "2d")
     assert (geo.regime, geo.num_warps, geo.block_m_per_warp, geo.tile_size, geo.k_single_buffer) == \
         ("narrow", warps, rows, tile, single)
     assert "fp16-only" in geo.reason
 
 
 @pytest.mark.parametrize("dtype, d, regime, block_m", [
-    ("f16", 128, "flash", 32), ("f16", 64, "narrow", 16), ("bf16", 128, "narrow", 16)])
+    ("f16", 128, "transposed_x8", 32), ("f16", 64, "narrow", 16), ("bf16", 128, "narrow", 16)])
 def test_3d_geometry_is_one_warp(dtype, d, regime, block_m):
-    geo = _problem(dtype=dtype, head_size=d).geometry("3d", sms=MI300X_SMS)
+    geo = dispatch.geometry(_problem(dtype=dtype, head_size=d), "3d", sms=MI300X_SMS)
     assert (geo.regime, geo.num_warps, geo.block_m, geo.k_single_buffer) == (regime, 1, block_m, True)
 
 
@@ -142,7 +143,7 @@ def test_dispatcher_picks_exactly_the_shipped_variants(family, path):
                      softcap=30.0 if spec.softcap else 0.0, alibi=spec.alibi, qq_bias=spec.qq_bias,
                      window_left=127 if spec.sliding_window else -1, sinks=spec.sinks,
                      kv_dtype=spec.kv_dtype)
-        return au.make_specs(p, p.geometry(path, knobs, sms=MI300X_SMS), knobs)[0]
+        return dispatch.make_specs(p, dispatch.geometry(p, path, knobs, sms=MI300X_SMS), knobs)[0]
 
     agreed = 0
     for name, spec in shipped.items():
@@ -166,15 +167,45 @@ def test_dispatcher_picks_exactly_the_shipped_variants(family, path):
 
 
 def test_every_geometry_rule_has_a_reason():
-    for path, _, _, reason in au.GEOMETRY_RULES:
+    for path, _, _, reason in dispatch.GEOMETRY_RULES:
         assert path in ("2d", "3d") and len(reason) > 30
-    for _, path, reason in au.PATH_RULES:
+    for _, path, reason in dispatch.PATH_RULES:
         assert path in ("2d", "3d") and len(reason) > 30
 
 
-def test_kv_addr_64_only_past_2_gib():
-    assert not _problem(kv_cache_bytes=2 ** 31).kv_addr_64
-    assert _problem(kv_cache_bytes=2 ** 31 + 1).kv_addr_64
+# vLLM's grid: 64-token pages x 4 KV heads x d128 fp16 = 65536 bytes a page, so 32768 pages are
+# exactly 2**31 bytes. Shapes and strides only: meta tensors allocate nothing.
+PAGE_BYTES = 64 * 4 * 128 * 2
+
+
+@pytest.mark.parametrize("num_blocks, wide", [(2 ** 31 // PAGE_BYTES - 1, False),
+                                              (2 ** 31 // PAGE_BYTES, True),
+                                              (2 ** 31 // PAGE_BYTES + 1, True)])
+def test_2_gib_boundary_dispatcher_and_kernel_check_agree(num_blocks, wide):
+    """The page-base width the dispatcher picks is one the kernel's own argument check accepts,
+    at 2**31 - page, exactly 2**31 and 2**31 + page bytes; the 32-bit kernel refuses 2**31."""
+    from rocke.kernels.gfx942 import attention_tiled_2d as a2
+    cache_bytes = num_blocks * PAGE_BYTES
+    problem = _problem(num_q_heads=4, num_kv_heads=4, num_blocks=num_blocks,
+                       kv_cache_bytes=cache_bytes, max_seqlen_k=64)
+    assert problem.kv_addr_64 is wide
+    (spec,) = au.plan(problem, "2d", AttentionKnobs()).specs
+    assert spec.kv_addr_64 is wide
+    meta = dict(device="meta", dtype=torch.float16)
+    k = torch.empty(num_blocks, 64, 4, 128, **meta)
+    assert k.stride(0) * k.shape[0] * k.element_size() == cache_bytes
+    q = torch.empty(1, 4, 128, **meta)
+    ints = [torch.zeros(1, 1, dtype=torch.int32), torch.tensor([0, 1], dtype=torch.int32),
+            torch.tensor([64], dtype=torch.int32)]
+    a2.check_common_args(spec, q, k, k, *ints)          # accepted with the dispatcher's choice
+    narrow = a2.UnifiedAttention2DSpec(**{**{f: getattr(spec, f) for f in ("dtype", "head_size",
+                                          "block_size", "num_queries_per_kv", "num_warps",
+                                          "block_m_per_warp")}, "kv_addr_64": False})
+    if wide:
+        with pytest.raises(ValueError, match="k_cache: the cache .* spans"):
+            a2.check_common_args(narrow, q, k, k, *ints)
+    else:
+        a2.check_common_args(narrow, q, k, k, *ints)
 
 
 def test_problem_rejects_gqa_that_does_not_divide():
@@ -192,21 +223,21 @@ def test_problem_rejects_gqa_that_does_not_divide():
 ])
 def test_graph_replay_by_regime(max_q, total_q, kv, want):
     p = _problem(max_seqlen_q=max_q, total_q=total_q, max_seqlen_k=kv)
-    assert au._recommend_graph_replay(p, capturing=False) is want
+    assert dispatch.recommend_graph_replay(p, capturing=False) is want
 
 
 def test_no_graph_replay_when_the_caller_captures_or_the_lever_is_off():
     p = _problem()
-    assert au._recommend_graph_replay(p, capturing=True) is False
-    assert au._recommend_graph_replay(p, AttentionKnobs(graph_3d=False), path="3d", capturing=False) is False
-    assert au._recommend_graph_replay(p, AttentionKnobs(graph_2d=False), path="3d", capturing=False) is True
-    assert au._recommend_graph_replay(p, read_knobs({"HIPDNN_GFX942_2D_GRAPH": "0"}), path="2d",
+    assert dispatch.recommend_graph_replay(p, capturing=True) is False
+    assert dispatch.recommend_graph_replay(p, AttentionKnobs(graph_3d=False), path="3d", capturing=False) is False
+    assert dispatch.recommend_graph_replay(p, AttentionKnobs(graph_2d=False), path="3d", capturing=False) is True
+    assert dispatch.recommend_graph_replay(p, read_knobs({"HIPDNN_GFX942_2D_GRAPH": "0"}), path="2d",
                                       capturing=False) is False
 
 
 def test_no_graph_replay_for_feature_flagged_problems():
-    assert au._recommend_graph_replay(_problem(), capturing=False) is True
-    assert au._recommend_graph_replay(_problem(sinks=True), capturing=False) is False
+    assert dispatch.recommend_graph_replay(_problem(), capturing=False) is True
+    assert dispatch.recommend_graph_replay(_problem(sinks=True), capturing=False) is False
 
 
 # ---- the entry point in the emulator (memcheck + racecheck on: runtime.launch's default) ----
@@ -306,9 +337,9 @@ def test_recommended_graph_replay_is_engaged_and_reads_new_contents(backend, seq
     table = args["block_table"]
     table[0, :2] = table[0, :2].flip(0).clone()       # same pages, another order
     args["out"].fill_(7.0)
-    graphs = len(au._GRAPHS)
+    graphs = len(au.GRAPHS)
     again = au.run_unified_attention_torch(**args, backend=backend)
-    assert again.replayed and len(au._GRAPHS) == graphs          # the cached graph, no capture
+    assert again.replayed and len(au.GRAPHS) == graphs          # the cached graph, no capture
     assert len(again.reports) == len(first.plan.specs)             # every kernel ran again
     _check(args, again, "f16")
 
@@ -328,3 +359,74 @@ def test_graph_replay_stays_off_when_the_lever_says_so_or_the_caller_captures(mo
     assert not record.plan.graph_replay and outer.num_launches == 1
     outer.replay()
     _check(args, record, "f16")
+
+
+def _transposed_out(a):
+    total_q, hq, d = a["out"].shape
+    a["out"] = torch.empty(hq, total_q, d, dtype=a["out"].dtype).transpose(0, 1)
+    return "out", Q_LAYOUT
+
+
+def _permuted_cache(a):
+    # the same values held [num_blocks, num_kv_heads, block_size, head_size] in memory
+    a["k"] = a["k"].permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)
+    return "k", CACHE_LAYOUT
+
+
+Q_LAYOUT = r"\[total_q, num_q_heads, head_size\]"
+CACHE_LAYOUT = r"\[num_blocks, block_size, num_kv_heads, head_size\]"
+
+
+@pytest.mark.parametrize("mutate", [_transposed_out, _permuted_cache])
+def test_non_row_major_tensor_is_named_as_such(mutate):
+    """Nothing overlaps in a transposed out or a permuted cache: the error says the tensor is not
+    row-major and which layout the kernels read."""
+    from tests.kernels.unified_inputs import make_inputs
+    args = make_inputs([(3, 20), (1, 33)], hq=4, hk=2, d=64, bs=16)
+    name, layout = mutate(args)
+    with pytest.raises(ValueError, match=rf"^{name}: not row-major: .*row-major {layout} layout") as e:
+        au.run_unified_attention_torch(**args)
+    assert "overlap" not in str(e.value)
+
+
+@pytest.mark.parametrize("backend, d", [("2d", 64), ("2d", 128), ("3d", 64)])
+def test_empty_softmax_outputs_zero_on_every_path(backend, d):
+    """causal=False decode with seqused_k = 0 for one sequence: the row sees no key and its
+    output is 0 (ALGORITHM.md §2.1) on the 2D narrow and flash paths, the 3D path and the
+    reference alike; the other rows still match the reference."""
+    args = make_inputs([(1, 20), (1, 0), (1, 33)], hq=4, hk=2, d=d, bs=16, dtype="f16", seed=9,
+                       causal=False)
+    record = au.run_unified_attention_torch(**args, backend=backend)
+    assert record.plan.path == backend
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"])
+    assert torch.equal(ref[1], torch.zeros_like(ref[1]))
+    assert torch.equal(args["out"][1], torch.zeros_like(args["out"][1]))
+    _check(args, record, "f16")
+
+
+def test_batch_of_no_sequences_returns_none(monkeypatch):
+    """num_seqs = 0 (cu_seqlens_q = [0], no table rows): the docstring's empty batch, None."""
+    import rocke.runtime
+    monkeypatch.setattr(rocke.runtime, "launch", lambda *a, **k: pytest.fail("launched"))
+    args = make_inputs([(1, 5)], hq=4, hk=2, d=64, bs=16, dtype="f16", seed=1)
+    out_before = args["out"][:0].clone()
+    args.update(q=args["q"][:0], out=args["out"][:0], cu_seqlens_q=torch.zeros(1, dtype=torch.int32),
+                seqused_k=torch.zeros(0, dtype=torch.int32), block_table=args["block_table"][:0],
+                k_descale=None, v_descale=None, max_seqlen_q=0, max_seqlen_k=0)
+    assert au.run_unified_attention_torch(**args) is None
+    assert torch.equal(args["out"], out_before)
+
+
+def test_an_empty_batch_still_checks_its_inputs():
+    args = make_inputs([(1, 5)], hq=4, hk=2, d=64, bs=16, dtype="f16", seed=1)
+    args.update(q=args["q"][:0], out=args["out"][:0], cu_seqlens_q=torch.zeros(2, dtype=torch.int32),
+                seqused_k=torch.zeros(0, dtype=torch.int32), block_table=args["block_table"][:0])
+    with pytest.raises(ValueError, match=r"cu_seqlens_q: must have num_seqs \+ 1 = 1 entries"):
+        au.run_unified_attention_torch(**args)
+
+
+def test_problem_of_no_sequences_has_no_tokens():
+    assert _problem(num_seqs=0, total_q=0).num_seqs == 0
+    with pytest.raises(ValueError, match="total_q: an empty batch"):
+        _problem(num_seqs=0, total_q=1)

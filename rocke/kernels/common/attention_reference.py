@@ -1,7 +1,8 @@
 """``ref_paged_attn``: the fp32 paged-attention reference every attention kernel is judged by
-(seeds/000 §10; ALGORITHM.md §1-3). It gathers each sequence's K/V through its block table,
-repeats KV heads for GQA, and applies the score transformations in the order of seeds/004 §1:
-scale, softcap, ALiBi, QQ-bias, causal (bottom-right), sliding window, sinks.
+(ALGORITHM.md §1-3). It gathers each sequence's K/V through its block table,
+repeats KV heads for GQA, and applies the score transformations in the order vLLM's
+Triton ``unified_attention`` (triton_unified_attention.py) applies them: scale, softcap, ALiBi,
+QQ-bias, causal (bottom-right), sliding window, sinks (ALGORITHM.md §12).
 
 It is deliberately plain torch (one sequence at a time, no fusion): it must be obviously right,
 not fast.

@@ -1,89 +1,36 @@
-"""Unified paged attention: the problem, its validation, the dispatcher and the torch entry point.
+"""Unified paged attention, target-free: the problem, its validation and the torch entry point.
 
 ``run_unified_attention_torch`` takes vLLM's ``unified_attention`` arguments (same names, same
-order) and runs rocke's gfx942 kernels: the 2D tiled kernel (``attention_tiled_2d``) or the 3D
-split-KV kernel (``attention_tiled_3d``) followed by ``reduce_segments``. The steps, in order:
+order) and runs them on a target's kernels. The steps, in order:
 
 1. the ``HIPDNN_GFX942_*`` levers are read and validated (``knobs.read_knobs``);
-2. every input is validated on the host (``describe_problem``); nothing is launched and ``out`` is
-   untouched when anything is wrong;
-3. ``UnifiedAttentionProblem.select_path`` picks 2D or 3D and ``geometry`` the kernel geometry,
-   each from a small table of rules with the reason beside each (ALGORITHM.md §10);
-4. the kernel specs are compiled once per process (a dict over the on-disk compile cache) and
-   launched.
+2. every input is validated once on the host (``describe_problem``) into a
+   ``UnifiedAttentionProblem`` that everything downstream trusts; nothing is launched and ``out``
+   is untouched when anything is wrong;
+3. the target's dispatcher (``rocke/kernels/<target>/attention_dispatch.py``, found by name, so
+   this module imports no target) plans the call: path, geometry and kernel specs, each from a
+   small table of rules with the reason beside each (ALGORITHM.md §10), and packs the launches;
+4. the kernel specs are compiled once per process (``rocke.runtime.kernel_cache``) and launched,
+   eagerly or as the replay of a captured graph.
 """
 from __future__ import annotations
 
+import functools
+import importlib
 import math
-from collections import OrderedDict
-from dataclasses import dataclass, field, replace
-from typing import Callable
+from dataclasses import dataclass
 
 from rocke.kernels.common import knobs as knobs_mod
+from rocke.kernels.common.checks import fits_one_buffer
 from rocke.kernels.common.knobs import AttentionKnobs
-from rocke.kernels.gfx942.attention_tiled_2d import (BLOCK_SIZES, FLASH_HEAD_SIZES, HEAD_SIZES,
-                                                     KV_DTYPES, MAX_GROUP)
+from rocke.runtime.kernel_cache import CompiledSpecCache, GraphCache
 
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 BACKENDS = ("auto", "2d", "3d")
-KV_ADDR_32_LIMIT = 2 ** 31          # page bases past this many bytes need 64-bit math (seed 004 §7.2)
-
-# seed 004 §6: the 2D grid "fills the device" at this many workgroups per CU
-WORKGROUPS_PER_CU_TARGET = 4
-# seed 004 §6: at or below this KV length the 2D path is taken regardless of the grid
-SHORT_CONTEXT_K = 512
-# the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §10.1)
-REFERENCE_BLOCK_M = 16
-MAX_SEGMENTS = 64                   # bounds the 3D workspace and reduce_segments' walk
-# seed 000 §9: prefill up to this query length is host-overhead dominated -> graph replay
-GRAPH_PREFILL_MAX_Q = 768
 
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def num_sms() -> int:
-    """Compute units of the device: a real device's count when one is visible, else gfx942's
-    (rocke/arch: 304 for MI300X)."""
-    try:
-        import torch
-        if torch.cuda.is_available():
-            return int(torch.cuda.get_device_properties(0).multi_processor_count)
-    except Exception:           # no HIP/CUDA torch: the target's count
-        pass
-    from rocke.arch import GFX942
-    return GFX942.cu_count
-
-
-def total_num_q_blocks(total_q: int, num_seqs: int, block_q: int) -> int:
-    """q-blocks of a varlen batch when each sequence starts a new block (vLLM's bound)."""
-    return total_q // block_q + num_seqs
-
-
-def reference_block_q(num_queries_per_kv: int) -> int:
-    """Query tokens per q-block at the reference granularity: BLOCK_M rows hold the GQA group."""
-    block_m = REFERENCE_BLOCK_M if num_queries_per_kv <= REFERENCE_BLOCK_M else \
-        1 << (num_queries_per_kv - 1).bit_length()
-    return max(1, block_m // num_queries_per_kv)
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """How one path is mapped onto the device (ALGORITHM.md §10.2)."""
-    path: str                   # "2d" | "3d"
-    regime: str                 # "narrow" (16x16x16, P via LDS) | "flash" (transposed 32x32x8)
-    name: str                   # "narrow", "wide4", "wide2", "L4"
-    num_warps: int
-    block_m_per_warp: int
-    tile_size: int
-    k_single_buffer: bool
-    num_segments: int = 1       # 3D only
-    reason: str = ""
-
-    @property
-    def block_m(self) -> int:
-        return self.num_warps * self.block_m_per_warp
 
 
 @dataclass(frozen=True)
@@ -114,25 +61,26 @@ class UnifiedAttentionProblem:
     def __post_init__(self):
         if self.dtype not in DTYPES.values():
             raise ValueError(f"dtype: must be one of {', '.join(DTYPES.values())}, got {self.dtype!r}")
-        if self.head_size not in HEAD_SIZES:
-            raise ValueError(f"head_size: must be one of {HEAD_SIZES}, got {self.head_size!r}")
-        if self.block_size not in BLOCK_SIZES:
-            raise ValueError(f"block_size: must be one of {BLOCK_SIZES}, got {self.block_size!r}")
-        for name in ("num_q_heads", "num_kv_heads", "num_seqs", "max_seqlen_q", "max_seqlen_k",
-                     "num_blocks"):
+        for name in ("head_size", "block_size", "num_q_heads", "num_kv_heads", "max_seqlen_q",
+                     "max_seqlen_k", "num_blocks"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: must be a positive int, got {value!r}")
         if not isinstance(self.total_q, int) or self.total_q < 0:
             raise ValueError(f"total_q: must be a non-negative int, got {self.total_q!r}")
+        if not isinstance(self.num_seqs, int) or isinstance(self.num_seqs, bool) or self.num_seqs < 0:
+            raise ValueError(f"num_seqs: must be a non-negative int, got {self.num_seqs!r}")
+        if self.num_seqs == 0 and self.total_q:
+            raise ValueError(f"total_q: an empty batch (num_seqs 0) has no query tokens, got "
+                             f"{self.total_q}")
         if self.num_q_heads % self.num_kv_heads:
             raise ValueError(f"num_q_heads: {self.num_q_heads} is not a multiple of num_kv_heads "
                              f"{self.num_kv_heads} (GQA needs whole groups)")
         if not isinstance(self.causal, bool):
             raise ValueError(f"causal: must be a bool, got {self.causal!r}")
-        if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
-            raise ValueError(f"kv_dtype: must be None (the caches hold q's dtype) or one of "
-                             f"{KV_DTYPES}, got {self.kv_dtype!r}")
+        if self.kv_dtype is not None and not isinstance(self.kv_dtype, str):
+            raise ValueError(f"kv_dtype: must be None (the caches hold q's dtype) or a cache "
+                             f"encoding's name, got {self.kv_dtype!r}")
         if isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float)) or \
                 not math.isfinite(self.softcap) or self.softcap < 0:
             raise ValueError(f"softcap: must be a finite float >= 0 (0 = off), got {self.softcap!r}")
@@ -163,170 +111,67 @@ class UnifiedAttentionProblem:
 
     @property
     def kv_addr_64(self) -> bool:
-        """Page bases need 64-bit math when the cache spans more than 2 GiB (seed 004 §7.2)."""
-        return self.kv_cache_bytes > KV_ADDR_32_LIMIT
+        """Page bases need 64-bit math when one buffer resource cannot span the cache with
+        32-bit offsets (``checks.fits_one_buffer``, the rule the kernel's own check applies)."""
+        return not fits_one_buffer(self.kv_cache_bytes)
 
     @property
     def is_decode(self) -> bool:
         return self.max_seqlen_q == 1
 
-    def grid_2d_reference(self) -> int:
-        """The q-block x kv-head grid the path rule compares with the device (ALGORITHM.md §10.1)."""
-        block_q = reference_block_q(self.num_queries_per_kv)
-        return total_num_q_blocks(self.total_q, self.num_seqs, block_q) * self.num_kv_heads
 
-    def select_path(self, sms: int | None = None) -> tuple[str, str]:
-        """(path, reason): the first rule of PATH_RULES that applies."""
-        sms = num_sms() if sms is None else sms
-        for applies, path, reason in PATH_RULES:
-            if applies(self, sms):
-                return path, reason
-        raise AssertionError("PATH_RULES ends with a rule that always applies")
+@dataclass(frozen=True)
+class AttentionCapabilities:
+    """What a target's attention kernels run (its dispatcher's ``CAPABILITIES``)."""
+    head_sizes: tuple[int, ...]
+    block_sizes: tuple[int, ...]
+    max_group: int                  # query heads per KV head packed into one workgroup
+    kv_dtypes: tuple[str, ...]      # cache encodings besides q's dtype
 
-    def geometry(self, path: str, knobs: AttentionKnobs | None = None,
-                 sms: int | None = None) -> Geometry:
-        """The kernel geometry of ``path`` for this problem (the first matching GEOMETRY_RULES
-        row), with 3D's segment count."""
-        knobs = AttentionKnobs() if knobs is None else knobs
-        for rule_path, applies, make, reason in GEOMETRY_RULES:
-            if rule_path == path and applies(self):
-                geo = replace(make(self, knobs), reason=reason)
-                if path == "3d":
-                    geo = replace(geo, num_segments=self.num_segments(geo, sms))
-                return geo
-        raise AssertionError(f"GEOMETRY_RULES has no default row for path {path!r}")
-
-    def num_segments(self, geo: Geometry, sms: int | None = None) -> int:
-        """Segments that bring the 3D grid to the device target, at least one KV tile each."""
-        sms = num_sms() if sms is None else sms
-        block_q = max(1, geo.block_m // self.num_queries_per_kv)
-        base = total_num_q_blocks(self.total_q, self.num_seqs, block_q) * self.num_kv_heads
-        wanted = cdiv(sms * WORKGROUPS_PER_CU_TARGET, base)
-        return max(1, min(wanted, MAX_SEGMENTS, cdiv(self.max_seqlen_k, geo.tile_size)))
+    def check(self, p: UnifiedAttentionProblem) -> None:
+        """Refuse a problem the target has no kernel for, naming the field."""
+        if p.head_size not in self.head_sizes:
+            raise ValueError(f"head_size: must be one of {self.head_sizes}, got {p.head_size!r}")
+        if p.block_size not in self.block_sizes:
+            raise ValueError(f"block_size: must be one of {self.block_sizes}, got {p.block_size!r}")
+        if p.num_queries_per_kv > self.max_group:
+            raise ValueError(f"num_q_heads: a GQA group of {p.num_queries_per_kv} query heads per "
+                             f"KV head exceeds the kernels' {self.max_group}")
+        if p.kv_dtype is not None and p.kv_dtype not in self.kv_dtypes:
+            raise ValueError(f"kv_dtype: must be None (the caches hold q's dtype) or one of "
+                             f"{self.kv_dtypes}, got {p.kv_dtype!r}")
 
 
-# ---- the dispatcher's rules (ALGORITHM.md §10). First match wins; the reason is the why. ----
-# (applies(problem, num_sms), path, reason)
-PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
-    (lambda p, sms: p.window_left >= 0, "2d",
-     "sliding window: the walk is at most the window's tiles, so segments would only add a "
-     "launch and workspace traffic (seed 004 §6)"),
-    (lambda p, sms: p.max_seqlen_k <= SHORT_CONTEXT_K, "2d",
-     "short context (max_seqlen_k <= 512): the KV walk is short, segments would only add a "
-     "launch and workspace traffic"),
-    (lambda p, sms: p.grid_2d_reference() >= sms * WORKGROUPS_PER_CU_TARGET, "2d",
-     "the q-block x kv-head grid reaches num_sms * 4 workgroups: 2D already fills the device"),
-    (lambda p, sms: True, "3d",
-     "long context with too few 2D workgroups: split the KV walk into segments to fill the device"),
-)
-
-
-def _a2():
-    from rocke.kernels.gfx942 import attention_tiled_2d
-    return attention_tiled_2d
-
-
-def _flash_geometry(path: str, name: str, warps: int | None, p: UnifiedAttentionProblem) -> Geometry:
-    """A transposed-x8 geometry: warps and tile from the kernel's shipped table
-    (attention_tiled_2d.flash_geometry), ``warps`` overriding (HIPDNN_GFX942_NUM_WARPS)."""
-    fields = _a2().flash_geometry(name, p.head_size)
-    if warps is not None and warps != fields["num_warps"]:
-        name = {4: "wide4", 2: "wide2", 1: "L4"}.get(warps, f"w{warps}")
-    else:
-        warps = fields["num_warps"]
-    tile = fields["tile_size"]
-    return Geometry(path, "flash", name, warps, fields["block_m_per_warp"], tile,
-                    k_single_buffer=warps * 32 <= tile)
-
-
-def _flash_2d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
-    return _flash_geometry("2d", k.flash_geometry, k.num_warps, p)
-
-
-def _narrow_geometry(path: str, warps: int, rows: int, p: UnifiedAttentionProblem) -> Geometry:
-    from types import SimpleNamespace         # the kernel's own default tile for the narrow path
-    tile = _a2().resolved_tile(SimpleNamespace(tile_size=0, use_transposed_qk_32x32=False,
-                                               block_size=p.block_size, head_size=p.head_size))
-    return Geometry(path, "narrow", "narrow", warps, rows, tile,
-                    k_single_buffer=warps * rows <= tile)
-
-
-def _narrow_2d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
-    fields = _a2().narrow_geometry(p.dtype, p.head_size)
-    return _narrow_geometry("2d", fields["num_warps"], fields["block_m_per_warp"], p)
-
-
-def _narrow_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
-    return _narrow_geometry("3d", 1, 16, p)
-
-
-def _flash_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
-    return _flash_geometry("3d", "L4", None, p)
-
-
-# (path, applies(problem), make(problem, knobs) -> Geometry, reason). The numbers (warps, rows,
-# tile) come from the kernel's shipped geometry table, so the dispatcher picks shipped variants.
-GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
-    ("2d", lambda p: p.qq_bias, _narrow_2d,
-     "QQ-bias: narrow, whatever the dtype: the bias is one gathered load per score value, and the "
-     "flash layout's 16 score values per lane (x T/32 subtiles) exhaust the registers (SGPR/VGPR "
-     "spills), while the narrow layout holds 4 per 16x16 subtile (ALGORITHM.md §12.4)"),
-    ("3d", lambda p: p.qq_bias, _narrow_3d,
-     "QQ-bias: narrow 1 warp x 16 rows, as in 2D (the flash L4 geometry spills with the "
-     "per-score bias gather, ALGORITHM.md §12.4)"),
-    ("2d", lambda p: p.dtype == "f16" and p.head_size in FLASH_HEAD_SIZES, _flash_2d,
-     "fp16: transposed-x8 flash (S^T = K Q^T on the fp16-only 32x32x8 atom keeps P^T in "
-     "registers, seed 000 §6.2; the production family admits d64 too, §6.1 note); wide4 is the "
-     "analytic default, FLASH_WIDE picks wide2/L4, NUM_WARPS overrides (§7); d128 walks T = 32 "
-     "so K + V^T + the aliased stages fit 32 KiB, 2 WG/CU (seed 004 §4 lever 2)"),
-    ("2d", lambda p: True, _narrow_2d,
-     "bf16: narrow 16x16x16, P through LDS (the x8 atom path is fp16-only, seed 000 §6.2); "
-     "d64 4 warps x 32 rows, d128 2 warps x 16 rows (§6.1); T = min(block_size, 32). d256 "
-     "(fp16 and bf16) is narrow only: 2 warps x 16 rows, the head dim split over 16 K-steps, "
-     "LDS checked by the spec (ALGORITHM.md §11.2)"),
-    ("3d", lambda p: p.dtype == "f16" and p.head_size == 128, _flash_3d,
-     "split-KV d128 fp16: the single-warp flash geometry L4 (32 query columns hold a decode "
-     "token's GQA group); the segment grid, not the workgroup, fills the device (seed 004 §5)"),
-    ("3d", lambda p: True, _narrow_3d,
-     "split-KV: one warp of 16 rows (a decode token's GQA group) per segment workgroup, "
-     "T = min(block_size, 32): small LDS, several workgroups per CU; the segment grid fills "
-     "the device (seed 004 §5)"),
-)
-
-
-def _recommend_graph_replay(problem: UnifiedAttentionProblem, knobs: AttentionKnobs | None = None,
-                            *, path: str | None = None, capturing: bool | None = None) -> bool:
-    """Whether replaying a captured graph pays off for ``problem`` (seed 000 §9): decode and
-    prefill up to 768 query tokens are host-overhead dominated, longer prefill is kernel-bound.
-    Never for feature-flagged problems, never when the caller is already capturing (its graph
-    takes precedence), and never for a path whose HIPDNN_GFX942_{2D,3D}_GRAPH lever is off."""
-    knobs = AttentionKnobs() if knobs is None else knobs
-    if capturing is None:
-        capturing = _caller_is_capturing()
-    if capturing or problem.features or problem.kv_dtype is not None:     # fp8: seed 000 §9
-        return False
-    path = problem.select_path()[0] if path is None else path
-    if not (knobs.graph_2d if path == "2d" else knobs.graph_3d):
-        return False
-    return problem.max_seqlen_q <= GRAPH_PREFILL_MAX_Q      # decode (== 1) included
-
-
-def _caller_is_capturing() -> bool:
-    """A rocke.runtime.Graph / HIP stream capture on the default device, or torch's."""
+@functools.cache
+def attention_target(name: str | None = None):
+    """The attention dispatcher of target ``name`` (default: rocke.arch's default target):
+    ``rocke.kernels.<name>.attention_dispatch``, found by name so that this module imports no
+    target. It provides CAPABILITIES, plan(problem, backend, knobs), launches(...), num_sms()."""
+    if name is None:
+        from rocke.arch import DEFAULT_TARGET
+        name = DEFAULT_TARGET.name
     try:
-        from rocke.runtime import is_capturing
-        if is_capturing():
-            return True
-    except Exception:       # no usable device: nobody is capturing on it
-        pass
-    try:
-        import torch
-        return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
-    except Exception:
-        return False
+        return importlib.import_module(f"rocke.kernels.{name}.attention_dispatch")
+    except ModuleNotFoundError:
+        raise ValueError(f"target: rocke has no attention kernels for {name!r}") from None
+
+
+def plan(problem: UnifiedAttentionProblem, backend: str = "auto", knobs: AttentionKnobs | None = None,
+         *, with_specs: bool = True, target: str | None = None):
+    """The target's plan of ``problem``: path, geometry, kernel specs (``attention_dispatch.plan``)."""
+    return attention_target(target).plan(problem, backend, knobs, with_specs=with_specs)
+
+
+def num_sms(target: str | None = None) -> int:
+    """Compute units the target's dispatcher fills (a visible device's, else the target's)."""
+    return attention_target(target).num_sms()
+
 
 
 # ---- input validation ------------------------------------------------------------------------
+
+Q_DIMS = "[total_q, num_q_heads, head_size]"
+CACHE_DIMS = "[num_blocks, block_size, num_kv_heads, head_size]"
 
 def _is_tensor(x) -> bool:
     import torch
@@ -340,16 +185,20 @@ def _need_tensor(name: str, t, dims: int, dim_names: str):
         raise ValueError(f"{name}: must be {dims}-D {dim_names}, got shape {list(t.shape)}")
 
 
-def _check_row_major(name: str, t):
-    """Unit innermost stride, outer strides non-overlapping (padding allowed, e.g. a q view)."""
+def _check_row_major(name: str, t, dims: str):
+    """Row-major ``dims`` layout: unit innermost stride and each outer stride covering the
+    dimensions inside it (padding allowed, e.g. a q view of a wider qkv tensor). A transposed or
+    permuted tensor is not row-major, whether or not its elements overlap."""
     if t.stride(-1) != 1:
         raise ValueError(f"{name}: the last (head_size) dimension must have stride 1, "
                          f"got strides {t.stride()}")
     for i in range(t.dim() - 1):
         inner = 1 + sum((n - 1) * st for n, st in zip(t.shape[i + 1:], t.stride()[i + 1:]))
         if t.shape[i] > 1 and t.stride(i) < inner:
-            raise ValueError(f"{name}: dimension {i} overlaps the dimensions inside it (strides "
-                             f"{t.stride()}, shape {list(t.shape)}); rows must not overlap")
+            raise ValueError(f"{name}: not row-major: shape {list(t.shape)} has strides "
+                             f"{t.stride()}, but the kernels read a row-major {dims} layout (each "
+                             f"stride at least the span of the dimensions inside it; padding "
+                             f"allowed); pass {name}.contiguous() or allocate it in that layout")
 
 
 def _byte_range(t) -> tuple[int, int]:
@@ -439,17 +288,19 @@ def _check_descale(name: str, t, num_seqs: int, num_kv_heads: int, *, fp8: bool,
 def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
                      softmax_scale, causal, window_size, block_table, softcap, q_descale,
                      k_descale, v_descale, alibi_slopes=None, qq_bias=None,
-                     sinks=None) -> UnifiedAttentionProblem:
+                     sinks=None, *, target: str | None = None) -> UnifiedAttentionProblem:
     """Validate every input on the host (nothing is launched) and describe the call.
 
     Raises ``NotImplementedError`` for what no kernel does (non-causal prefill), ``ValueError``
-    for everything else; each message starts with the argument's name."""
+    for everything else; each message starts with the argument's name. ``target``'s capabilities
+    (default: the default target's) bound head size, block size, group and cache encoding."""
     import torch
+    caps = attention_target(target).CAPABILITIES
 
-    _need_tensor("q", q, 3, "[total_q, num_q_heads, head_size]")
-    _need_tensor("k", k, 4, "[num_blocks, block_size, num_kv_heads, head_size]")
-    _need_tensor("v", v, 4, "[num_blocks, block_size, num_kv_heads, head_size]")
-    _need_tensor("out", out, 3, "[total_q, num_q_heads, head_size]")
+    _need_tensor("q", q, 3, Q_DIMS)
+    _need_tensor("k", k, 4, CACHE_DIMS)
+    _need_tensor("v", v, 4, CACHE_DIMS)
+    _need_tensor("out", out, 3, Q_DIMS)
     _need_tensor("cu_seqlens_q", cu_seqlens_q, 1, "[num_seqs + 1]")
     _need_tensor("seqused_k", seqused_k, 1, "[num_seqs]")
     _need_tensor("block_table", block_table, 2, "[num_seqs, max_blocks_per_seq]")
@@ -485,21 +336,21 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
         raise ValueError(f"v: shape {list(v.shape)} differs from k's {list(k.shape)}")
     if kv_head_size != head_size:
         raise ValueError(f"k: head_size {kv_head_size} differs from q's {head_size}")
-    if head_size not in HEAD_SIZES:
-        raise ValueError(f"q: head_size must be one of {HEAD_SIZES}, got {head_size}")
-    if block_size not in BLOCK_SIZES:
-        raise ValueError(f"k: block_size must be one of {BLOCK_SIZES}, got {block_size}")
+    if head_size not in caps.head_sizes:
+        raise ValueError(f"q: head_size must be one of {caps.head_sizes}, got {head_size}")
+    if block_size not in caps.block_sizes:
+        raise ValueError(f"k: block_size must be one of {caps.block_sizes}, got {block_size}")
     if num_kv_heads < 1 or num_q_heads % num_kv_heads:
         raise ValueError(f"q: num_q_heads {num_q_heads} is not a multiple of the caches' "
                          f"num_kv_heads {num_kv_heads} (GQA needs whole groups)")
-    if num_q_heads // num_kv_heads > MAX_GROUP:
+    if num_q_heads // num_kv_heads > caps.max_group:
         raise ValueError(f"q: a GQA group of {num_q_heads // num_kv_heads} query heads per KV head "
-                         f"exceeds the kernels' {MAX_GROUP} (the group is packed into one "
+                         f"exceeds the kernels' {caps.max_group} (the group is packed into one "
                          "workgroup's rows)")
     if num_blocks < 1:
         raise ValueError("k: the cache has no blocks")
-    for name in ("q", "k", "v", "out"):
-        _check_row_major(name, named[name])
+    for name, dims in (("q", Q_DIMS), ("k", CACHE_DIMS), ("v", CACHE_DIMS), ("out", Q_DIMS)):
+        _check_row_major(name, named[name], dims)
     for name in ("cu_seqlens_q", "seqused_k"):
         if named[name].stride(0) != 1:
             raise ValueError(f"{name}: must be contiguous, got stride {named[name].stride()}")
@@ -514,9 +365,7 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
 
     if not isinstance(causal, bool):
         raise ValueError(f"causal: must be a bool, got {causal!r}")
-    num_seqs = seqused_k.shape[0]
-    if num_seqs < 1:
-        raise ValueError("seqused_k: the batch has no sequences")
+    num_seqs = seqused_k.shape[0]       # 0: an empty batch, checked like any other, runs nothing
     if cu_seqlens_q.shape[0] != num_seqs + 1:
         raise ValueError(f"cu_seqlens_q: must have num_seqs + 1 = {num_seqs + 1} entries "
                          f"(seqused_k has {num_seqs}), got {cu_seqlens_q.shape[0]}")
@@ -592,13 +441,15 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
 
     cache_bytes = max(k.stride(0) * num_blocks * k.element_size(),
                       v.stride(0) * num_blocks * v.element_size())
-    return UnifiedAttentionProblem(
+    problem = UnifiedAttentionProblem(
         dtype=dtype, head_size=head_size, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
         block_size=block_size, num_seqs=num_seqs, total_q=total_q,
         max_seqlen_q=max(1, max_seqlen_q), max_seqlen_k=max(1, max_seqlen_k), causal=causal,
         num_blocks=num_blocks, kv_cache_bytes=cache_bytes, softcap=softcap,
         alibi=alibi_slopes is not None, qq_bias=qq_bias is not None, window_left=window_left,
         sinks=sinks is not None, kv_dtype=kv_dtype)
+    caps.check(problem)
+    return problem
 
 
 def _check_window(window_size) -> int:
@@ -648,107 +499,36 @@ def _check_feature_tensor(name: str, t, q, shape, dims: str):
 
 # ---- kernels: specs, the compiled-variant cache, launch ----------------------------------------
 
-@dataclass(frozen=True)
-class Plan:
-    """What one call launches: the path, its geometry and the kernel specs."""
-    problem: UnifiedAttentionProblem
-    path: str
-    reason: str
-    geometry: Geometry
-    specs: tuple                # (main spec,) or (3D spec, reduce spec)
-    graph_replay: bool
+def _build_and_compile(spec):
+    import importlib
+    from rocke.compiler import compile_ir
+    kern = importlib.import_module(type(spec).__module__).build(spec)
+    return compile_ir(kern.ir(), name=kern.name, workgroup_size=kern.workgroup_size)
 
 
-def _kernel_module(path: str):
-    # imported on use: the dispatcher's rules stay importable without building the kernel modules
-    from rocke.kernels.gfx942 import attention_tiled_2d, attention_tiled_3d
-    return {"2d": attention_tiled_2d, "3d": attention_tiled_3d}[path]
-
-
-def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKnobs) -> tuple:
-    """The kernel specs of ``geo`` for ``problem``, with the levers' spec fields applied."""
-    from dataclasses import fields
-    mod = _kernel_module(geo.path)
-    cls = mod.UnifiedAttention2DSpec if geo.path == "2d" else mod.UnifiedAttention3DSpec
-    have = {f.name for f in fields(cls)}
-    wanted = dict(dtype=problem.dtype, head_size=problem.head_size, block_size=problem.block_size,
-                  num_queries_per_kv=problem.num_queries_per_kv,
-                  num_warps=geo.num_warps, block_m_per_warp=geo.block_m_per_warp,
-                  tile_size=geo.tile_size, use_k_single_buffer=geo.k_single_buffer,
-                  kv_addr_64=problem.kv_addr_64, kv_dtype=problem.kv_dtype,
-                  **problem.spec_features())
-    if geo.regime == "flash":
-        wanted.update(use_mfma_32x32x8=True, use_transposed_qk_32x32=True)
-    missing = sorted(set(wanted) - have)
-    if missing:      # never drop a geometry field silently: the kernel would run another geometry
-        raise NotImplementedError(f"{cls.__name__} lacks the dispatcher's fields {missing}")
-    kwargs = dict(wanted)
-    kwargs.update(knobs_mod.spec_overrides(knobs, cls))
-    if geo.path == "3d":
-        kwargs.pop("q_major_grid", None)     # a 2D grid lever: the 3D grid has no query-major form
-    spec = cls(**kwargs)
-    if geo.path == "2d":
-        return (spec,)
-    from rocke.kernels.gfx942.reduce_segments import ReduceSegmentsSpec
-    return (spec, ReduceSegmentsSpec(problem.dtype, problem.head_size))
-
-
-def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
-         knobs: AttentionKnobs | None = None, *, with_specs: bool = True) -> Plan:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    knobs = knobs_mod.read_knobs() if knobs is None else knobs
-    if backend == "auto":
-        path, reason = problem.select_path()
-    else:
-        path, reason = backend, f"backend={backend!r} forced by the caller"
-    geo = problem.geometry(path, knobs)
-    specs = make_specs(problem, geo, knobs) if with_specs else ()
-    return Plan(problem, path, reason, geo, specs,
-                _recommend_graph_replay(problem, knobs, path=path))
-
-
-@dataclass
-class CacheStats:
-    hits: int = 0
-    builds: int = 0             # DSL builds + compiles (each may still hit the on-disk cache)
-    entries: dict = field(default_factory=dict)
-
-
-_COMPILED = CacheStats()
+COMPILED = CompiledSpecCache(_build_and_compile)
 
 
 def compiled(spec):
     """The compiled kernel of ``spec``: built once per process, on top of the on-disk cache."""
-    hit = _COMPILED.entries.get(spec)
-    if hit is not None:
-        _COMPILED.hits += 1
-        return hit
-    import importlib
-    from rocke.compiler import compile_ir
-    mod = importlib.import_module(type(spec).__module__)
-    kern = mod.build(spec)
-    result = compile_ir(kern.ir(), name=kern.name, workgroup_size=kern.workgroup_size)
-    _COMPILED.builds += 1
-    _COMPILED.entries[spec] = result
-    return result
+    return COMPILED.get(spec)
 
 
-def compiled_cache_stats() -> CacheStats:
-    return _COMPILED
+def compiled_cache_stats() -> CompiledSpecCache:
+    return COMPILED
 
 
 @dataclass
 class RunRecord:
-    plan: Plan
+    plan: object              # the target dispatcher's Plan
     reports: list               # one launch report per kernel launched
-    replayed: bool = False      # the launches ran as a replay of a cached graph (seed 000 §9)
+    replayed: bool = False      # the launches ran as a replay of a cached graph
 
 
 # Graphs the entry point captured, by the identity of everything their launches read (see
 # _graph_key); each holds its own 3D workspace. Bounded: the oldest is released first.
-_GRAPHS: "OrderedDict[tuple, object]" = OrderedDict()
 GRAPH_CACHE_SIZE = 8
+GRAPHS = GraphCache(GRAPH_CACHE_SIZE)
 
 
 def _graph_key(plan, launches, workspace) -> tuple:
@@ -775,17 +555,15 @@ def _run_launches(plan, launches, workspace) -> RunRecord:
     if not plan.graph_replay:
         return RunRecord(plan, [launch(c, g, b, a) for c, g, b, a in launches])
     key = _graph_key(plan, launches, workspace)
-    graph = _GRAPHS.get(key)
-    if graph is None:
+
+    def capture():
         graph = Graph()
         with graph.capture():
             for c, g, b, a in launches:
                 launch(c, g, b, a)
-        _GRAPHS[key] = graph
-        while len(_GRAPHS) > GRAPH_CACHE_SIZE:
-            _GRAPHS.popitem(last=False)[1].close()
-    _GRAPHS.move_to_end(key)
-    return RunRecord(plan, graph.replay(), replayed=True)
+        return graph
+    reports, _ = GRAPHS.replay(key, capture)
+    return RunRecord(plan, reports, replayed=True)
 
 
 def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
@@ -804,36 +582,13 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                                k_descale, v_descale, alibi_slopes, qq_bias, sinks)
     if problem.total_q == 0:
         return None
-    the_plan = plan(problem, backend, knobs)
+    target = attention_target()
+    the_plan = target.plan(problem, backend, knobs)
     kernels = [compiled(spec) for spec in the_plan.specs]     # every build before any launch
     descales = ((_descale_tensor("k_descale", k_descale), _descale_tensor("v_descale", v_descale))
                 if problem.kv_dtype is not None else ())
-    scale = float(softmax_scale)
     features = dict(softcap=problem.softcap, alibi_slopes=alibi_slopes, qq_bias=qq_bias,
                     window_left=problem.window_left, sinks=sinks)
-    if the_plan.path == "2d":
-        (spec,) = the_plan.specs
-        mod = _kernel_module("2d")
-        args = mod.kernel_args(spec, q, k, v, out, block_table, cu_seqlens_q, seqused_k, scale,
-                               *descales, **features)
-        grid, block = mod.launch_geometry(spec, problem.num_seqs, problem.total_q,
-                                          problem.num_kv_heads)
-        return _run_launches(the_plan, [(kernels[0], grid, block, args)], ())
-    import torch
-    spec3, spec_r = the_plan.specs
-    mod = _kernel_module("3d")
-    from rocke.kernels.gfx942 import reduce_segments
-    ns = the_plan.geometry.num_segments
-    hq, d = problem.num_q_heads, problem.head_size
-    segm_output = torch.empty(problem.total_q, hq, ns, d, dtype=torch.float32, device=q.device)
-    segm_max = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
-    segm_expsum = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
-    args3 = mod.kernel_args(spec3, q, k, v, segm_output, segm_max, segm_expsum, block_table,
-                            cu_seqlens_q, seqused_k, scale, ns, *descales, **features)
-    grid3, block3 = mod.launch_geometry(spec3, problem.num_seqs, problem.total_q,
-                                        problem.num_kv_heads, ns)
-    args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out, ns)
-    grid_r, block_r = reduce_segments.launch_geometry(spec_r, problem.total_q, hq)
-    return _run_launches(the_plan, [(kernels[0], grid3, block3, args3),
-                                    (kernels[1], grid_r, block_r, args_r)],
-                         (segm_output, segm_max, segm_expsum))
+    launches, workspace = target.launches(the_plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k,
+                                          block_table, float(softmax_scale), descales, features)
+    return _run_launches(the_plan, launches, workspace)

@@ -104,9 +104,17 @@ def check_grid_extent(name: str, workgroups: int, axis: str) -> None:
         raise ValueError(f"{name}: {workgroups} workgroups exceed the grid's {axis} range (< 2**31)")
 
 
+def fits_one_buffer(nbytes: int) -> bool:
+    """Whether ``nbytes`` of memory can be reached through one buffer resource with 32-bit byte
+    offsets: every byte offset, and the out-of-range offset the masked lanes are sent to
+    (``dsl.memory.OUT_OF_RANGE_BYTE``), stays below 2**31. The one rule for "fits 32-bit
+    addressing": the attention dispatcher picks 64-bit page bases exactly when it is False."""
+    return nbytes < BUFFER_RANGE_BYTES
+
+
 def check_buffer_bytes(name: str, nbytes: int, what: str) -> None:
-    """Memory the kernel reaches through one buffer resource (32-bit byte offsets)."""
-    if nbytes >= BUFFER_RANGE_BYTES:
+    """Memory the kernel reaches through one buffer resource (``fits_one_buffer``)."""
+    if not fits_one_buffer(nbytes):
         raise ValueError(f"{name}: {what} spans {nbytes} bytes, beyond the 2 GiB range of one "
                          "buffer resource")
 

@@ -1,4 +1,4 @@
-"""Every ``HIPDNN_GFX942_*`` lever of the gfx942 attention harness (seed 001), read in this one
+"""Every ``HIPDNN_GFX942_*`` lever of the gfx942 attention family, read in this one
 module. The ``ROCKE_*`` levers live in ``rocke/env.py``.
 
 ``read_knobs(environ)`` parses and validates them into an ``AttentionKnobs`` (a bad value is a
@@ -16,7 +16,7 @@ from typing import Mapping
 
 PREFIX = "HIPDNN_GFX942_"
 
-#: FLASH_WIDE value -> (geometry name, num_warps) of the transposed-x8 flash regime (seed 000 §7)
+#: FLASH_WIDE value -> (geometry name, num_warps) of the transposed-x8 regime (ALGORITHM.md §10.2)
 FLASH_GEOMETRIES: dict[int, tuple[str, int]] = {4: ("wide4", 4), 2: ("wide2", 2), 0: ("L4", 1)}
 KV_CACHE_POLICIES = ("stream", "normal")
 
@@ -96,8 +96,8 @@ class AttentionKnobs:
 
 # knob field -> the 2D/3D spec field it sets (attention_tiled_2d / _3d share the names). An
 # unset KV_CACHE_POLICY keeps the kernel's default ("normal", the shipped variants'), so the
-# dispatcher picks only variants `rocke list` shows; seed 001's harness defaults to "stream",
-# which HIPDNN_GFX942_KV_CACHE_POLICY=stream selects.
+# dispatcher picks only variants `rocke list` shows; non-temporal K/V loads are
+# HIPDNN_GFX942_KV_CACHE_POLICY=stream.
 SPEC_FIELDS: dict[str, str] = {
     "waves_per_eu": "waves_per_eu",
     "iglp": "iglp",

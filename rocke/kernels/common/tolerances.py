@@ -3,7 +3,7 @@
 Absolute max error of a kernel's output against the fp32 reference (``ref_paged_attn``). fp16
 keeps 10 mantissa bits, bf16 7: the tolerances absorb the inputs' and P's rounding to the working
 dtype and the MFMA accumulation order, and are tight enough to catch a layout or masking bug
-(seeds/000 §10: a wrong tile or mask moves outputs by O(0.1..1) on the harness's inputs).
+(a wrong tile or mask moves outputs by O(0.1..1) on the harness's inputs, uniform in [-1, 1)).
 
 fp8 KV cache (``kv_dtype="fp8_e4m3fnuz"``): the SAME tolerance as the 16-bit cache of the query's
 dtype. Why this is sound and not loose (ALGORITHM.md §11.1): the reference reads the very same

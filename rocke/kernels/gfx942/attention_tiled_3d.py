@@ -1,6 +1,6 @@
 """gfx942 unified paged attention, 3D split-KV (decode / long context): the 2D kernel's tile loop
-(``attention_tiled_2d.build_tiled``) restricted to one segment of the KV tiles, writing fp32
-partials ``(m, l, o)`` that ``reduce_segments`` merges (ALGORITHM.md §5; seeds/004 §5).
+(``attention_kernel.build_tiled``) restricted to one segment of the KV tiles, writing fp32
+partials ``(m, l, o)`` that ``reduce_segments`` merges (ALGORITHM.md §5).
 
 Grid ``(total_num_q_blocks, num_kv_heads, num_segments)``; ``num_segments`` is a runtime
 argument. Segment ``s`` of a sequence covers KV tiles ``[s * tps, (s + 1) * tps)`` with
@@ -19,6 +19,10 @@ from rocke import dsl
 from rocke.kernels.common.checks import (check_extent, check_grid_extent, check_index_extent,
                                          check_tensor)
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
+from rocke.kernels.gfx942.attention_host import (ARGS_FP8, cache_args, check_common_args,
+                                                 descale_args, feature_args, search_steps_for)
+from rocke.kernels.gfx942.attention_kernel import build_tiled
+from rocke.kernels.gfx942.attention_policy import NARROW_3D
 # lds_model and total_num_q_blocks are this module's too (the 3D kernel has the 2D footprint)
 from rocke.kernels.gfx942.attention_tiled_2d import (UnifiedAttention2DSpec, lds_model,  # noqa: F401
                                                      total_num_q_blocks)
@@ -55,7 +59,7 @@ _FIELDS = tuple(f.name for f in dataclass_fields(UnifiedAttention2DSpec))
 def build(spec: UnifiedAttention3DSpec) -> dsl.Kernel:
     if not isinstance(spec, UnifiedAttention3DSpec):
         raise TypeError(f"attention_tiled_3d.build needs a UnifiedAttention3DSpec, got {type(spec).__name__}")
-    return a2.build_tiled(spec, split=True)
+    return build_tiled(spec, split=True)
 
 
 def launch_geometry(spec, num_seqs: int, total_q: int, num_kv_heads: int, num_segments: int):
@@ -74,7 +78,7 @@ def kernel_args(spec, q, k_cache, v_cache, segm_output, segm_max, segm_expsum, b
     """Ordered kernel arguments (ARGS, then ARGS_FP8 for an fp8 cache, then the 2D kernel's
     ``feature_arg_names``); cheap per-tensor checks. ``features``:
     ``attention_tiled_2d.feature_args``'s keywords."""
-    a2.check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k)
+    check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k)
     check_extent("num_segments", num_segments)
     total_q, hq, d = q.shape
     check_tensor("segm_output", segm_output, dtype="f32",
@@ -89,11 +93,11 @@ def kernel_args(spec, q, k_cache, v_cache, segm_output, segm_max, segm_expsum, b
                          f"num_segments, head_size) = {(total_q, hq, num_segments, d)}")
     check_index_extent("segm_output", total_q * hq * num_segments * d)
     num_seqs = seqused_k.shape[0]
-    scales = a2.descale_args(spec, k_descale, v_descale, num_seqs, k_cache.shape[2])
+    scales = descale_args(spec, k_descale, v_descale, num_seqs, k_cache.shape[2])
     return [q, k_cache, v_cache, segm_output, segm_max, segm_expsum, block_table, cu_seqlens_q,
-            seqused_k, float(softmax_scale), num_seqs, a2._search_steps(num_seqs), q.stride(0),
-            q.stride(1), int(num_segments), hq, *a2._cache_args(k_cache), *a2._cache_args(v_cache)[:3],
-            block_table.stride(0), *scales, *a2.feature_args(spec, hq, **features)]
+            seqused_k, float(softmax_scale), num_seqs, search_steps_for(num_seqs), q.stride(0),
+            q.stride(1), int(num_segments), hq, *cache_args(k_cache), *cache_args(v_cache)[:3],
+            block_table.stride(0), *scales, *feature_args(spec, hq, **features)]
 
 
 ARGS = ("q", "k_cache", "v_cache", "segm_output", "segm_max", "segm_expsum", "block_table",
@@ -101,12 +105,11 @@ ARGS = ("q", "k_cache", "v_cache", "segm_output", "segm_max", "segm_expsum", "bl
         "q_stride_head", "num_segments", "num_q_heads", "k_stride_block", "k_stride_token",
         "k_stride_head", "num_blocks", "v_stride_block", "v_stride_token", "v_stride_head",
         "block_table_stride")
-ARGS_FP8 = a2.ARGS_FP8
 
 
 def _variants() -> dict[str, UnifiedAttention3DSpec]:
     """Decode-shaped: one warp of 16 rows holds a decode token's whole GQA group (narrow, every
-    dtype x head size x block size) and the L4 flash geometry for D128 f16; groups rotate as in
+    dtype x head size x block size) and the L4 transposed-x8 geometry for D128 f16; groups rotate as in
     the 2D table."""
     out = {}
     for di, dtype in enumerate(a2.DTYPES):
@@ -114,17 +117,17 @@ def _variants() -> dict[str, UnifiedAttention3DSpec]:
             for bi, bs in enumerate(a2.BLOCK_SIZES):
                 g = a2.rotated_group(di, hi, bi)
                 out[f"narrow_{dtype}_d{d}_b{bs}_g{g}"] = UnifiedAttention3DSpec(
-                    dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g, num_warps=1,
-                    block_m_per_warp=16)
+                    dtype=dtype, head_size=d, block_size=bs, num_queries_per_kv=g,
+                    **NARROW_3D.spec_fields(d))
     for bi, bs in enumerate(a2.BLOCK_SIZES):
         g = a2.rotated_group(1, bi, 2)
         out[f"L4_f16_d128_b{bs}_g{g}"] = UnifiedAttention3DSpec(
-            dtype="f16", head_size=128, block_size=bs, num_queries_per_kv=g, **a2.flash_geometry("L4", 128))
-    out.update(a2.fp8_variants(UnifiedAttention3DSpec, flash_geometries=("L4",), flash_head_sizes=(128,),
-                               narrow_geometry_of=lambda dtype, d: dict(num_warps=1, block_m_per_warp=16)))
-    # the features the dispatcher can send to 3D (a sliding window always goes 2D, seeds/004 §6)
+            dtype="f16", head_size=128, block_size=bs, num_queries_per_kv=g, **a2.transposed_x8_geometry("L4", 128))
+    out.update(a2.fp8_variants(UnifiedAttention3DSpec, transposed_x8_geometries=("L4",), transposed_x8_head_sizes=(128,),
+                               narrow_geometry_of=lambda dtype, d: NARROW_3D.spec_fields(d)))
+    # the features the dispatcher can send to 3D (a sliding window always goes 2D, ALGORITHM.md §10.1)
     out.update(a2.feature_variants(
-        UnifiedAttention3DSpec, lambda dtype, d: dict(num_warps=1, block_m_per_warp=16), flash="L4",
+        UnifiedAttention3DSpec, lambda dtype, d: NARROW_3D.spec_fields(d), transposed_x8="L4",
         features=tuple(f for f in a2.FEATURES if f != "sliding_window")))
     return out
 

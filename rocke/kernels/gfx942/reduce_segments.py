@@ -2,7 +2,7 @@
 
 The 3D kernel leaves, per (token, query head, segment), the log2-domain partial ``m`` (running max
 of the scaled scores), ``l = Σ 2^(s - m)`` and the unnormalised ``o = Σ 2^(s - m)·V`` in an fp32
-workspace (ATTENTION_CONTRACT.md). One wave per (token, query head) merges them into ``out`` in
+workspace (laid out in ``attention_tiled_3d``'s docstring). One wave per (token, query head) merges them into ``out`` in
 its own dtype:
 
 - pass 1, lanes in parallel over segments: each lane folds its segments into a running (m, l);

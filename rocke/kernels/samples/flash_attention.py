@@ -3,13 +3,13 @@
 Q, K, V, O are contiguous ``[B, H, S, D]`` (f16 or bf16, D in {64, 128}, any S); one workgroup
 handles ``block_m`` queries of one (batch, head) and streams the keys in tiles of ``block_n``.
 
-Mapping (seeds/000 section 6, the transposed orientation): each warp computes the score tile
+Mapping (the transposed orientation, ALGORITHM.md §8): each warp computes the score tile
 transposed, ``S^T = K Q^T`` -- K from LDS as the A operand, its queries' ``Q^T`` held in registers
 as B operands for the whole loop -- so the probabilities ``P^T`` come out in exactly the registers
 the ``O^T = V^T P^T`` MFMA takes as its B operand (``Fragment.as_operand``): no LDS round trip for
 P. V is staged transposed (``V^T``) so each lane's A operand is contiguous in LDS.
 
-Online softmax (seeds/000 section 3) in the log2 domain: ``sm_scale * log2(e)`` is folded once,
+Online softmax (ALGORITHM.md §2) in the log2 domain: ``sm_scale * log2(e)`` is folded once,
 every exponential is one ``exp2``; the running max ``m``, sum ``l`` (one value per query column)
 and the ``O^T`` accumulators are carried through the runtime KV loop; the end divides by ``l``.
 Causal masking is bottom-right aligned, which for S_q == S_k is key <= query; KV tiles wholly in
@@ -95,7 +95,7 @@ def _variants() -> dict[str, FlashAttentionSpec]:
     for dtype in DTYPES:
         for d in HEAD_DIMS:
             for causal in (True, False):
-                # D128 f16 takes the 32x32x8 "transposed-x8" regime of the seed, the rest 16x16x16
+                # D128 f16 takes the 32x32x8 "transposed-x8" regime (ALGORITHM.md §8), the rest 16x16x16
                 # (D128 streams 32-key tiles: K + V^T then fit 3 workgroups' LDS per CU)
                 wide = dtype == "f16" and d == 128
                 spec = FlashAttentionSpec(dtype, d, causal, block_m=128 if wide else 64,

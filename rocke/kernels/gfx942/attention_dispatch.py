@@ -1,0 +1,323 @@
+"""gfx942's unified-attention dispatcher: which path (2D or 3D split-KV), which geometry, which
+kernel specs, and the launches of a plan (ALGORITHM.md §10).
+
+The rules are small tables, first match wins, each row with the reason beside it. The problem
+(``attention_unified.UnifiedAttentionProblem``) is target-free and already validated; this module
+adds what gfx942 can run (``CAPABILITIES``) and how it runs it. Another target provides a module of
+the same name and functions under ``rocke/kernels/<target>/``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Callable
+
+from rocke.kernels.common import knobs as knobs_mod
+from rocke.kernels.common.attention_unified import (BACKENDS, AttentionCapabilities,
+                                                    UnifiedAttentionProblem, cdiv)
+from rocke.kernels.common.knobs import AttentionKnobs
+from rocke.kernels.gfx942 import attention_policy as policy
+from rocke.kernels.gfx942 import attention_tiled_2d as a2
+from rocke.kernels.gfx942 import attention_tiled_3d as a3
+from rocke.kernels.gfx942 import reduce_segments
+
+CAPABILITIES = AttentionCapabilities(head_sizes=a2.HEAD_SIZES, block_sizes=a2.BLOCK_SIZES,
+                                     max_group=a2.MAX_GROUP, kv_dtypes=a2.KV_DTYPES)
+
+# the 2D grid "fills the device" at this many workgroups per CU (ALGORITHM.md §10.1)
+WORKGROUPS_PER_CU_TARGET = 4
+# at or below this KV length the 2D path is taken regardless of the grid: the walk is short
+SHORT_CONTEXT_K = 512
+# the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §10.1)
+REFERENCE_BLOCK_M = 16
+MAX_SEGMENTS = 64                   # bounds the 3D workspace and reduce_segments' walk
+# prefill up to this query length is host-overhead dominated -> graph replay (ALGORITHM.md §10.3)
+GRAPH_PREFILL_MAX_Q = 768
+
+
+def num_sms() -> int:
+    """Compute units of the device: a real device's count when one is visible, else gfx942's
+    (rocke/arch: 304 for MI300X)."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return int(torch.cuda.get_device_properties(0).multi_processor_count)
+    except Exception:           # no HIP/CUDA torch: the target's count
+        pass
+    from rocke.arch import GFX942
+    return GFX942.cu_count
+
+
+def total_num_q_blocks(total_q: int, num_seqs: int, block_q: int) -> int:
+    """q-blocks of a varlen batch when each sequence starts a new block (vLLM's bound)."""
+    return total_q // block_q + num_seqs
+
+
+def reference_block_q(num_queries_per_kv: int) -> int:
+    """Query tokens per q-block at the reference granularity: BLOCK_M rows hold the GQA group."""
+    block_m = REFERENCE_BLOCK_M if num_queries_per_kv <= REFERENCE_BLOCK_M else \
+        1 << (num_queries_per_kv - 1).bit_length()
+    return max(1, block_m // num_queries_per_kv)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How one path is mapped onto the device (ALGORITHM.md §10.2)."""
+    path: str                   # "2d" | "3d"
+    regime: str                 # attention_policy.NARROW | TRANSPOSED_X8
+    name: str                   # the attention_policy.GEOMETRIES row (or "w<N>": NUM_WARPS override)
+    num_warps: int
+    block_m_per_warp: int
+    tile_size: int
+    k_single_buffer: bool
+    num_segments: int = 1       # 3D only
+    reason: str = ""
+
+    @property
+    def block_m(self) -> int:
+        return self.num_warps * self.block_m_per_warp
+
+
+
+
+def grid_2d_reference(p: UnifiedAttentionProblem) -> int:
+    """The q-block x kv-head grid the path rule compares with the device (ALGORITHM.md §10.1)."""
+    block_q = reference_block_q(p.num_queries_per_kv)
+    return total_num_q_blocks(p.total_q, p.num_seqs, block_q) * p.num_kv_heads
+
+
+def select_path(p: UnifiedAttentionProblem, sms: int | None = None) -> tuple[str, str]:
+    """(path, reason): the first rule of PATH_RULES that applies."""
+    sms = num_sms() if sms is None else sms
+    for applies, path, reason in PATH_RULES:
+        if applies(p, sms):
+            return path, reason
+    raise AssertionError("PATH_RULES ends with a rule that always applies")
+
+
+def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None = None,
+         sms: int | None = None) -> Geometry:
+    """The kernel geometry of ``path`` for this problem (the first matching GEOMETRY_RULES
+    row), with 3D's segment count."""
+    knobs = AttentionKnobs() if knobs is None else knobs
+    for rule_path, applies, make, reason in GEOMETRY_RULES:
+        if rule_path == path and applies(p):
+            geo = replace(make(p, knobs), reason=reason)
+            if path == "3d":
+                geo = replace(geo, num_segments=num_segments(p, geo, sms))
+            return geo
+    raise AssertionError(f"GEOMETRY_RULES has no default row for path {path!r}")
+
+
+def num_segments(p: UnifiedAttentionProblem, geo: Geometry, sms: int | None = None) -> int:
+    """Segments that bring the 3D grid to the device target, at least one KV tile each."""
+    sms = num_sms() if sms is None else sms
+    block_q = max(1, geo.block_m // p.num_queries_per_kv)
+    base = total_num_q_blocks(p.total_q, p.num_seqs, block_q) * p.num_kv_heads
+    wanted = cdiv(sms * WORKGROUPS_PER_CU_TARGET, base)
+    return max(1, min(wanted, MAX_SEGMENTS, cdiv(p.max_seqlen_k, geo.tile_size)))
+
+
+# ---- the dispatcher's rules (ALGORITHM.md §10). First match wins; the reason is the why. ----
+# (applies(problem, num_sms), path, reason)
+PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
+    (lambda p, sms: p.window_left >= 0, "2d",
+     "sliding window: the walk is at most the window's tiles, so segments would only add a "
+     "launch and workspace traffic"),
+    (lambda p, sms: p.max_seqlen_k <= SHORT_CONTEXT_K, "2d",
+     "short context (max_seqlen_k <= 512): the KV walk is short, segments would only add a "
+     "launch and workspace traffic"),
+    (lambda p, sms: grid_2d_reference(p) >= sms * WORKGROUPS_PER_CU_TARGET, "2d",
+     "the q-block x kv-head grid reaches num_sms * 4 workgroups: 2D already fills the device"),
+    (lambda p, sms: True, "3d",
+     "long context with too few 2D workgroups: split the KV walk into segments to fill the device"),
+)
+
+
+def _transposed_x8_geometry(path: str, name: str, warps: int | None,
+                            p: UnifiedAttentionProblem) -> Geometry:
+    """A transposed-x8 geometry of the registry (attention_policy.GEOMETRIES), ``warps``
+    overriding its warp count (HIPDNN_GFX942_NUM_WARPS)."""
+    row = policy.geometry(name)
+    if warps is not None and warps != row.num_warps:
+        same_width = policy.geometry_with_warps(policy.TRANSPOSED_X8, warps)
+        name = same_width.name if same_width else f"w{warps}"
+    else:
+        warps = row.num_warps
+    tile = row.spec_fields(p.head_size)["tile_size"]
+    return Geometry(path, policy.TRANSPOSED_X8, name, warps, row.block_m_per_warp, tile,
+                    k_single_buffer=policy.default_k_single_buffer(True, warps, row.block_m_per_warp,
+                                                                   tile))
+
+
+def _transposed_x8_2d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    return _transposed_x8_geometry("2d", k.flash_geometry, k.num_warps, p)
+
+
+def _narrow_geometry(path: str, row: policy.GeometryRow, p: UnifiedAttentionProblem) -> Geometry:
+    tile = policy.default_tile(False, p.block_size, p.head_size)
+    return Geometry(path, policy.NARROW, row.name, row.num_warps, row.block_m_per_warp, tile,
+                    k_single_buffer=policy.default_k_single_buffer(
+                        False, row.num_warps, row.block_m_per_warp, tile))
+
+
+def _narrow_2d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    return _narrow_geometry("2d", policy.narrow_2d_geometry(p.head_size), p)
+
+
+def _narrow_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    return _narrow_geometry("3d", policy.NARROW_3D, p)
+
+
+def _transposed_x8_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    return _transposed_x8_geometry("3d", "L4", None, p)
+
+
+# (path, applies(problem), make(problem, knobs) -> Geometry, reason). The numbers (warps, rows,
+# tile) come from the kernel's shipped geometry table, so the dispatcher picks shipped variants.
+GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
+    ("2d", lambda p: p.qq_bias, _narrow_2d,
+     "QQ-bias: narrow, whatever the dtype: the bias is one gathered load per score value, and the "
+     "transposed-x8 layout's 16 score values per lane (x T/32 subtiles) exhaust the registers (SGPR/VGPR "
+     "spills), while the narrow layout holds 4 per 16x16 subtile (ALGORITHM.md §12.4)"),
+    ("3d", lambda p: p.qq_bias, _narrow_3d,
+     "QQ-bias: narrow 1 warp x 16 rows, as in 2D (the transposed-x8 L4 geometry spills with the "
+     "per-score bias gather, ALGORITHM.md §12.4)"),
+    ("2d", lambda p: p.dtype == "f16" and p.head_size in a2.TRANSPOSED_X8_HEAD_SIZES, _transposed_x8_2d,
+     "fp16: transposed-x8 (S^T = K Q^T on the fp16-only 32x32x8 atom keeps P^T in "
+     "registers, ALGORITHM.md §8; d64 and d128); wide4 is the analytic default, FLASH_WIDE picks "
+     "wide2/L4, NUM_WARPS overrides; d128 walks T = 32 so K + V^T + the aliased stages fit "
+     "32 KiB, 2 WG/CU (ALGORITHM.md §9)"),
+    ("2d", lambda p: True, _narrow_2d,
+     "bf16: narrow 16x16x16, P through LDS (the 32x32x8 atom is fp16-only on gfx942, "
+     "CDNA3 ISA guide); d64 4 warps x 32 rows, d128 2 warps x 16 rows; T = min(block_size, 32). d256 "
+     "(fp16 and bf16) is narrow only: 2 warps x 16 rows, the head dim split over 16 K-steps, "
+     "LDS checked by the spec (ALGORITHM.md §11.2)"),
+    ("3d", lambda p: p.dtype == "f16" and p.head_size == 128, _transposed_x8_3d,
+     "split-KV d128 fp16: the single-warp transposed-x8 geometry L4 (32 query columns hold a decode "
+     "token's GQA group); the segment grid, not the workgroup, fills the device (ALGORITHM.md §5)"),
+    ("3d", lambda p: True, _narrow_3d,
+     "split-KV: one warp of 16 rows (a decode token's GQA group) per segment workgroup, "
+     "T = min(block_size, 32): small LDS, several workgroups per CU; the segment grid fills "
+     "the device (ALGORITHM.md §5)"),
+)
+
+
+def recommend_graph_replay(problem: UnifiedAttentionProblem, knobs: AttentionKnobs | None = None,
+                            *, path: str | None = None, capturing: bool | None = None) -> bool:
+    """Whether replaying a captured graph pays off for ``problem`` (ALGORITHM.md §10.3): decode and
+    prefill up to 768 query tokens are host-overhead dominated, longer prefill is kernel-bound.
+    Never for feature-flagged problems, never when the caller is already capturing (its graph
+    takes precedence), and never for a path whose HIPDNN_GFX942_{2D,3D}_GRAPH lever is off."""
+    knobs = AttentionKnobs() if knobs is None else knobs
+    if capturing is None:
+        capturing = _caller_is_capturing()
+    if capturing or problem.features or problem.kv_dtype is not None:     # fp8: never graph-replayed
+        return False
+    path = select_path(problem)[0] if path is None else path
+    if not (knobs.graph_2d if path == "2d" else knobs.graph_3d):
+        return False
+    return problem.max_seqlen_q <= GRAPH_PREFILL_MAX_Q      # decode (== 1) included
+
+
+def _caller_is_capturing() -> bool:
+    """A rocke.runtime.Graph / HIP stream capture on the default device, or torch's."""
+    try:
+        from rocke.runtime import is_capturing
+        if is_capturing():
+            return True
+    except Exception:       # no usable device: nobody is capturing on it
+        pass
+    try:
+        import torch
+        return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+    except Exception:
+        return False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one call launches: the path, its geometry and the kernel specs."""
+    problem: UnifiedAttentionProblem
+    path: str
+    reason: str
+    geometry: Geometry
+    specs: tuple                # (main spec,) or (3D spec, reduce spec)
+    graph_replay: bool
+
+
+def kernel_module(path: str):
+    return {"2d": a2, "3d": a3}[path]
+
+
+def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKnobs) -> tuple:
+    """The kernel specs of ``geo`` for ``problem``, with the levers' spec fields applied."""
+    mod = kernel_module(geo.path)
+    cls = mod.UnifiedAttention2DSpec if geo.path == "2d" else mod.UnifiedAttention3DSpec
+    have = {f.name for f in fields(cls)}
+    wanted = dict(dtype=problem.dtype, head_size=problem.head_size, block_size=problem.block_size,
+                  num_queries_per_kv=problem.num_queries_per_kv,
+                  num_warps=geo.num_warps, block_m_per_warp=geo.block_m_per_warp,
+                  tile_size=geo.tile_size, use_k_single_buffer=geo.k_single_buffer,
+                  kv_addr_64=problem.kv_addr_64, kv_dtype=problem.kv_dtype,
+                  **problem.spec_features())
+    if geo.regime == policy.TRANSPOSED_X8:
+        wanted.update(use_mfma_32x32x8=True, use_transposed_qk_32x32=True)
+    missing = sorted(set(wanted) - have)
+    if missing:      # never drop a geometry field silently: the kernel would run another geometry
+        raise NotImplementedError(f"{cls.__name__} lacks the dispatcher's fields {missing}")
+    kwargs = dict(wanted)
+    kwargs.update(knobs_mod.spec_overrides(knobs, cls))
+    if geo.path == "3d":
+        kwargs.pop("q_major_grid", None)     # a 2D grid lever: the 3D grid has no query-major form
+    spec = cls(**kwargs)
+    if geo.path == "2d":
+        return (spec,)
+    return (spec, reduce_segments.ReduceSegmentsSpec(problem.dtype, problem.head_size))
+
+
+def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
+         knobs: AttentionKnobs | None = None, *, with_specs: bool = True) -> Plan:
+    """Path, geometry and kernel specs of ``problem`` (refused if gfx942 has no kernel for it)."""
+    CAPABILITIES.check(problem)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    knobs = knobs_mod.read_knobs() if knobs is None else knobs
+    if backend == "auto":
+        path, reason = select_path(problem)
+    else:
+        path, reason = backend, f"backend={backend!r} forced by the caller"
+    geo = geometry(problem, path, knobs)
+    specs = make_specs(problem, geo, knobs) if with_specs else ()
+    return Plan(problem, path, reason, geo, specs,
+                recommend_graph_replay(problem, knobs, path=path))
+
+
+
+
+def launches(the_plan: Plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k, block_table,
+             softmax_scale: float, descales: tuple, features: dict):
+    """(launches, workspace) of a plan: per kernel (compiled, grid, block, args), in order, and
+    the 3D path's fp32 workspace (allocated here, owned by the caller's graph if it captures)."""
+    problem = the_plan.problem
+    if the_plan.path == "2d":
+        (spec,) = the_plan.specs
+        args = a2.kernel_args(spec, q, k, v, out, block_table, cu_seqlens_q, seqused_k,
+                              softmax_scale, *descales, **features)
+        grid, block = a2.launch_geometry(spec, problem.num_seqs, problem.total_q,
+                                         problem.num_kv_heads)
+        return [(kernels[0], grid, block, args)], ()
+    import torch
+    spec3, spec_r = the_plan.specs
+    ns = the_plan.geometry.num_segments
+    hq, d = problem.num_q_heads, problem.head_size
+    segm_output = torch.empty(problem.total_q, hq, ns, d, dtype=torch.float32, device=q.device)
+    segm_max = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
+    segm_expsum = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
+    args3 = a3.kernel_args(spec3, q, k, v, segm_output, segm_max, segm_expsum, block_table,
+                           cu_seqlens_q, seqused_k, softmax_scale, ns, *descales, **features)
+    grid3, block3 = a3.launch_geometry(spec3, problem.num_seqs, problem.total_q,
+                                       problem.num_kv_heads, ns)
+    args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out, ns)
+    grid_r, block_r = reduce_segments.launch_geometry(spec_r, problem.total_q, hq)
+    return ([(kernels[0], grid3, block3, args3), (kernels[1], grid_r, block_r, args_r)],
+            (segm_output, segm_max, segm_expsum))

@@ -1,0 +1,162 @@
+"""gfx942 unified attention, host side: argument checks and packing shared by the 2D and 3D
+kernels, and the grid as a tile partitioner (one workgroup per q block x KV head [x segment])."""
+from __future__ import annotations
+
+import math
+
+from rocke.kernels.common.checks import (I32_LIMIT, check_buffer_bytes, check_extent,
+                                         check_grid_extent, check_tensor)
+from rocke.kernels.gfx942.attention_policy import FEATURES
+
+
+def total_num_q_blocks(spec, num_seqs: int, total_q: int) -> int:
+    """q blocks over the whole batch, as vLLM counts them (a sequence may start mid-block)."""
+    return total_q // spec.block_q + num_seqs
+
+
+def launch_geometry(spec, num_seqs: int, total_q: int, num_kv_heads: int):
+    """(grid, block): (num_kv_heads, total_num_q_blocks, 1), or query-major with q_major_grid."""
+    for name, v in (("num_seqs", num_seqs), ("total_q", total_q), ("num_kv_heads", num_kv_heads)):
+        check_extent(name, v)
+    blocks = total_num_q_blocks(spec, num_seqs, total_q)
+    check_grid_extent("total_num_q_blocks", blocks, axis="x" if spec.q_major_grid else "y")
+    grid = (blocks, num_kv_heads, 1) if spec.q_major_grid else (num_kv_heads, blocks, 1)
+    return grid, (spec.workgroup_size, 1, 1)
+
+
+def search_steps_for(num_seqs: int) -> int:
+    """Steps of the kernel's binary search for a q block's sequence over ``num_seqs``."""
+    return max(1, num_seqs.bit_length())
+
+
+def check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k):
+    """Per-tensor checks shared by the 2D and 3D kernels (cheap; the full problem validation is
+    the dispatcher's)."""
+    import torch
+    check_tensor("q", q, dtype=spec.dtype, dims=("total_q", "num_q_heads", "head_size"), contiguous=False)
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        check_tensor(name, t, dtype=spec.cache_dtype, dims=("num_blocks", "block_size", "num_kv_heads", "head_size"),
+                     contiguous=False, one_buffer=False)
+        if tuple(t.shape[1:]) != (spec.block_size, k_cache.shape[2], spec.head_size):
+            raise ValueError(f"{name}: shape {tuple(t.shape)} does not match block_size "
+                             f"{spec.block_size} / head_size {spec.head_size} of the spec")
+        span = t.stride(0) * t.shape[0] * t.element_size()
+        if not spec.kv_addr_64:
+            check_buffer_bytes(name, span, "the cache (use kv_addr_64 for caches past 2 GiB)")
+        for i in range(3):
+            if t.stride(i) >= I32_LIMIT:
+                raise ValueError(f"{name}: stride {t.stride(i)} exceeds the kernel's 32-bit strides")
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} differs from k_cache's {tuple(k_cache.shape)}")
+    if q.shape[2] != spec.head_size:
+        raise ValueError(f"q: head_size {q.shape[2]} differs from the spec's {spec.head_size}")
+    hk = k_cache.shape[2]
+    if q.shape[1] != hk * spec.num_queries_per_kv:
+        raise ValueError(f"q: {q.shape[1]} query heads != num_kv_heads {hk} x num_queries_per_kv "
+                         f"{spec.num_queries_per_kv}")
+    for name, t, dims in (("block_table", block_table, 2), ("cu_seqlens_q", cu_seqlens_q, 1),
+                          ("seqused_k", seqused_k, 1)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != dims:
+            raise ValueError(f"{name}: must be a {dims}-D int32 tensor")
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name}: needs a unit last stride, got {t.stride()}")
+    num_seqs = seqused_k.shape[0]
+    if cu_seqlens_q.shape[0] != num_seqs + 1 or block_table.shape[0] != num_seqs:
+        raise ValueError(f"cu_seqlens_q / block_table: {cu_seqlens_q.shape[0]} prefix sums and "
+                         f"{block_table.shape[0]} table rows for {num_seqs} sequences")
+    check_extent("num_seqs", num_seqs)
+    check_extent("total_q", q.shape[0])
+    check_buffer_bytes("q", q.stride(0) * q.shape[0] * q.element_size(), "the q tensor")
+
+
+def cache_args(t):
+    """A paged cache's stride and extent arguments (block, token, head strides; blocks)."""
+    return [t.stride(0), t.stride(1), t.stride(2), t.shape[0]]
+
+
+def feature_arg_names(spec) -> tuple[str, ...]:
+    """Names of the runtime arguments the spec's score features append after the base ones."""
+    names = {"softcap": ("softcap",), "alibi": ("alibi_slopes",),
+             "qq_bias": ("qq_bias", "qq_bias_stride", "qq_bias_rows"),
+             "sliding_window": ("window_left",), "sinks": ("sinks",)}
+    return tuple(n for f in spec.features for n in names[f])
+
+
+def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=None, qq_bias=None,
+                 window_left: int = -1, sinks=None) -> list:
+    """The feature arguments of ``spec`` (``feature_arg_names`` order), each checked against the
+    spec: a feature the spec applies needs its value, a value the spec would ignore is refused."""
+    import torch
+    given = {"softcap": softcap not in (None, 0, 0.0), "alibi": alibi_slopes is not None,
+             "qq_bias": qq_bias is not None, "sliding_window": window_left not in (None, -1),
+             "sinks": sinks is not None}
+    for name in FEATURES:
+        if given[name] != getattr(spec, name):
+            state = "applies" if getattr(spec, name) else "does not apply"
+            raise ValueError(f"{name}: the kernel {spec.kernel_name} {state} it, but the call "
+                             f"{'passes' if given[name] else 'omits'} it")
+    out = []
+    if spec.softcap:
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or \
+                not math.isfinite(softcap) or softcap <= 0:
+            raise ValueError(f"softcap: must be a finite positive float, got {softcap!r}")
+        out.append(float(softcap))
+    if spec.alibi:
+        out.append(_per_head_tensor("alibi_slopes", alibi_slopes, num_q_heads))
+    if spec.qq_bias:
+        if not isinstance(qq_bias, torch.Tensor) or qq_bias.dtype != torch.float32 or qq_bias.dim() != 2 \
+                or qq_bias.stride(1) != 1:
+            raise ValueError("qq_bias: must be a 2-D float32 tensor [max_q, max_q] with unit column stride")
+        check_buffer_bytes("qq_bias", qq_bias.stride(0) * qq_bias.shape[0] * 4, "the qq_bias tensor")
+        out += [qq_bias, qq_bias.stride(0), qq_bias.shape[0]]
+    if spec.sliding_window:
+        if isinstance(window_left, bool) or not isinstance(window_left, int) or \
+                not 0 <= window_left < I32_LIMIT:
+            raise ValueError(f"window_left: must be an int in [0, 2**31), got {window_left!r}")
+        out.append(window_left)
+    if spec.sinks:
+        out.append(_per_head_tensor("sinks", sinks, num_q_heads))
+    return out
+
+
+def _per_head_tensor(name, t, num_q_heads):
+    import torch
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or tuple(t.shape) != (num_q_heads,) \
+            or t.stride(0) != 1:
+        raise ValueError(f"{name}: must be a contiguous float32 tensor [num_q_heads = {num_q_heads}]")
+    return t
+
+
+def descale_args(spec, k_descale, v_descale, num_seqs: int, num_kv_heads: int) -> list:
+    """The fp8 kernels' trailing arguments (ARGS_FP8): each descale's pointer and its element
+    strides over (sequence, kv head). vLLM's shapes: ``[]``/``[1]`` (per tensor: strides 0),
+    ``[num_kv_heads]`` (per head) or ``[num_seqs, num_kv_heads]`` (often a stride-0 expand).
+    Empty for a spec without an fp8 cache (which takes no descale arguments)."""
+    import torch
+    if not spec.fp8_kv:
+        if k_descale is not None or v_descale is not None:
+            raise ValueError("k_descale/v_descale: this kernel reads a 16-bit cache (kv_dtype None) "
+                             "and takes no descale arguments")
+        return []
+    out = []
+    for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+            raise ValueError(f"{name}: an fp8 cache needs an fp32 descale tensor, got "
+                             f"{getattr(t, 'dtype', type(t).__name__)}")
+        shape = list(t.shape)
+        if shape in ([], [1]):
+            strides = (0, 0)
+        elif shape == [num_kv_heads]:
+            strides = (0, t.stride(0))
+        elif shape == [num_seqs, num_kv_heads]:
+            strides = (t.stride(0), t.stride(1))
+        else:
+            raise ValueError(f"{name}: shape must be [], [1], [num_kv_heads] or [num_seqs, "
+                             f"num_kv_heads] = [{num_seqs}, {num_kv_heads}], got {shape}")
+        out += [t, *strides]
+    return out
+
+
+# appended (2D and 3D) when the spec has an fp8 cache; a spec without one keeps ARGS exactly
+ARGS_FP8 = ("k_descale", "k_descale_stride_seq", "k_descale_stride_head",
+            "v_descale", "v_descale_stride_seq", "v_descale_stride_head")

@@ -1,0 +1,520 @@
+"""gfx942 unified attention pipeline: the workgroup's context, Q staging, and the KV tile loop
+with its two matmul regimes as strategies (ALGORITHM.md §2-3, §8, §12).
+
+``TileLoop.run(bounds)`` walks the unmasked tiles, then the masked ones (diagonal, window edge),
+double- or single-buffering K as the spec says; a strategy supplies the per-tile ``step``:
+``NarrowPath`` (16x16x16, S = Q K^T, P staged through LDS) or ``TransposedX8Path`` (32x32x8 fp16,
+S^T = K Q^T, P^T kept in registers as the B operand of O^T = V^T P^T). Its LDS comes from the
+policy's plan (``attention_policy.lds_plan``).
+"""
+from __future__ import annotations
+
+import math
+
+from rocke import dsl
+from rocke.dsl import rcp
+from rocke.dsl.fragment import (AxisVector, COL, ROW, Fragment, lane_affine_value, load_fragment,
+                                store_fragment)
+from rocke.dsl.magic import udiv_const
+from rocke.dsl.paged import CACHE_POLICIES, BlockTableRow, PagedView, copy_paged_tile, min_dma_loads_per_wave
+from rocke.kernels.common.flash import LOG2E, online_softmax_update
+from rocke.kernels.gfx942 import attention_policy as policy
+from rocke.kernels.gfx942.attention_policy import STAGING_VECTOR
+
+
+class KernelArgs:
+    pass
+
+
+def declare_args(k, spec, split: bool) -> KernelArgs:
+    a = KernelArgs()
+    dt = spec.dtype
+    a.q = k.arg_ptr("q", dt, readonly=True)
+    a.k_cache = k.arg_ptr("k_cache", spec.cache_dtype, readonly=True)
+    a.v_cache = k.arg_ptr("v_cache", spec.cache_dtype, readonly=True)
+    if split:
+        a.segm_output = k.arg_ptr("segm_output", "f32")
+        a.segm_max = k.arg_ptr("segm_max", "f32")
+        a.segm_expsum = k.arg_ptr("segm_expsum", "f32")
+    else:
+        a.out = k.arg_ptr("out", dt)
+    a.block_table = k.arg_ptr("block_table", "i32", readonly=True)
+    a.cu_seqlens_q = k.arg_ptr("cu_seqlens_q", "i32", readonly=True)
+    a.seqused_k = k.arg_ptr("seqused_k", "i32", readonly=True)
+    a.softmax_scale = k.arg_f32("softmax_scale")
+    for name in ("num_seqs", "search_steps", "q_stride_token", "q_stride_head"):
+        setattr(a, name, k.arg_i32(name))
+    if split:
+        a.num_segments = k.arg_i32("num_segments")
+        a.num_q_heads = k.arg_i32("num_q_heads")
+    else:
+        a.o_stride_token = k.arg_i32("o_stride_token")
+        a.o_stride_head = k.arg_i32("o_stride_head")
+    for name in ("k_stride_block", "k_stride_token", "k_stride_head", "num_blocks",
+                 "v_stride_block", "v_stride_token", "v_stride_head", "block_table_stride"):
+        setattr(a, name, k.arg_i32(name))
+    if spec.fp8_kv:
+        for which in ("k", "v"):
+            setattr(a, f"{which}_descale", k.arg_ptr(f"{which}_descale", "f32", readonly=True))
+            for part in ("seq", "head"):
+                name = f"{which}_descale_stride_{part}"
+                setattr(a, name, k.arg_i32(name))
+    # feature arguments last (feature_arg_names): the featureless kernel is unchanged
+    if spec.softcap:
+        a.softcap = k.arg_f32("softcap")
+    if spec.alibi:
+        a.alibi_slopes = k.arg_ptr("alibi_slopes", "f32", readonly=True)
+    if spec.qq_bias:
+        a.qq_bias = k.arg_ptr("qq_bias", "f32", readonly=True)
+        a.qq_bias_stride = k.arg_i32("qq_bias_stride")
+        a.qq_bias_rows = k.arg_i32("qq_bias_rows")
+    if spec.sliding_window:
+        a.window_left = k.arg_i32("window_left")
+    if spec.sinks:
+        a.sinks = k.arg_ptr("sinks", "f32", readonly=True)
+    return a
+
+
+class WorkgroupContext:
+    """Per-workgroup values the paths share."""
+
+    def __init__(self, k, spec, a, kv_head, seq, q_seq_start, q_len, q_start, kv_len, ctx, tid, threads):
+        self.k, self.spec, self.a = k, spec, a
+        self.kv_head, self.seq, self.q_seq_start = kv_head, seq, q_seq_start
+        self.q_len, self.q_start, self.kv_len, self.ctx = q_len, q_start, kv_len, ctx
+        self.tid, self.threads = tid, threads
+        self.segment = None             # the 3D kernel's segment index
+        self.G = spec.num_queries_per_kv
+        self.total_q = a.cu_seqlens_q.load(a.num_seqs)
+        self.q_buf = a.q.buffer(self.total_q * a.q_stride_token)
+        self.aux = CACHE_POLICIES[spec.kv_cache_policy]
+        self.table = BlockTableRow(a.block_table, seq * a.block_table_stride)
+        self.k_view = PagedView(a.k_cache, spec.block_size, a.k_stride_block, a.k_stride_token,
+                                kv_head * a.k_stride_head, a.num_blocks, spec.kv_addr_64)
+        self.v_view = PagedView(a.v_cache, spec.block_size, a.v_stride_block, a.v_stride_token,
+                                kv_head * a.v_stride_head, a.num_blocks, spec.kv_addr_64)
+
+    def descale(self, which: str):
+        """This (sequence, kv head)'s k or v descale (fp8 caches), applied in fp32 outside the
+        tile loop (ALGORITHM.md §11.1): k's into the score scale, v's into the output."""
+        if not self.spec.fp8_kv:
+            return None
+        a = self.a
+        index = (self.seq * getattr(a, f"{which}_descale_stride_seq")
+                 + self.kv_head * getattr(a, f"{which}_descale_stride_head"))
+        return getattr(a, f"{which}_descale").load(index)
+
+    def row_token(self, rows):
+        """(token within the sequence, query head) of workgroup rows (i32 scalar or vector)."""
+        if self.G == 1:
+            return self.q_start + rows, self.kv_head
+        tok = udiv_const(rows, self.G)
+        return self.q_start + tok, self.kv_head * self.G + (rows - tok * self.G)
+
+    def row_valid(self, rows):
+        tok, _ = self.row_token(rows)
+        ok = tok < self.q_len
+        if self.spec.block_m_rows % self.G:
+            ok = ok & (rows < self.spec.block_q * self.G)
+        return ok
+
+    def copy_k(self, lds, first, **kw):
+        s = self.spec
+        copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
+                        thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
+                        lds_dma=s.global_load_lds_k, aux=self.aux, **kw)
+
+    def copy_v(self, lds, first):
+        copy_paged_tile(self.v_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
+                        thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
+                        transpose=not self.spec.cfv_store, aux=self.aux)
+
+
+def load_q_rows_to_lds(c: WorkgroupContext, q_lds):
+    """Cooperative copy of the workgroup's BLOCK_M (token, head) rows of Q into ``q_lds``;
+    padding rows read 0."""
+    k, s = c.k, c.spec
+    D = s.head_size
+    per_row = D // STAGING_VECTOR
+    total = s.block_m_rows * per_row
+    for first in range(0, total, c.threads):
+        def one(first=first):
+            i = c.tid + first if first else c.tid
+            r = i >> (per_row.bit_length() - 1)
+            col = (i & (per_row - 1)) * STAGING_VECTOR
+            tok, head = c.row_token(r)
+            index = (c.q_seq_start + tok) * c.a.q_stride_token + head * c.a.q_stride_head + col
+            q_lds.store((r, col), c.q_buf.load(index, width=STAGING_VECTOR, mask=c.row_valid(r)))
+        if first + c.threads <= total:
+            one()
+        else:
+            with k.if_(c.tid < total - first):
+                one()
+
+
+def row_runs(k, layout, row_axis: int, origin):
+    """For a fragment layout whose ``row_axis`` indexes workgroup rows (the other axis: head
+    dim), the runs of values contiguous along the head dim: (first value, length, row Value,
+    head-dim Value) per run."""
+    dim_axis = 1 - row_axis
+    out = []
+    lane_row = lane_affine_value(k, layout.lane_part(row_axis))
+    lane_dim = lane_affine_value(k, layout.lane_part(dim_axis))
+    for v0, n in layout.value_runs(dim_axis):
+        off_r = layout.value_offsets(row_axis)[v0]
+        off_d = layout.value_offsets(dim_axis)[v0]
+        out.append((v0, n, lane_row + (origin[row_axis] + off_r), lane_dim + (origin[dim_axis] + off_d)))
+    return out
+
+
+def load_q_direct(c: WorkgroupContext, layout, row_axis: int, origin) -> Fragment:
+    """A Q operand fragment read straight from global memory (``q_direct``)."""
+    parts = []
+    for v0, n, row, d in row_runs(c.k, layout, row_axis, origin):
+        tok, head = c.row_token(row)
+        index = (c.q_seq_start + tok) * c.a.q_stride_token + head * c.a.q_stride_head + d
+        parts.append(c.q_buf.load(index, width=n, mask=c.row_valid(row)))
+    return Fragment(dsl.concat(*parts) if len(parts) > 1 else parts[0], layout)
+
+
+def score_scale(c: WorkgroupContext):
+    """softmax_scale * log2(e), times k_descale for an fp8 cache (the exactly dequantized K tile
+    is unscaled, so S = (Q K^T) * k_descale * softmax_scale; ALGORITHM.md §11.1)."""
+    if not c.spec.fp8_kv:
+        return c.a.softmax_scale * LOG2E
+    return c.a.softmax_scale * c.descale("k") * LOG2E
+
+
+def inverse_sum(l):
+    """1 / l, and 0 for a row that saw no key (l = 0): an empty softmax outputs 0 (ALGORITHM.md
+    §2.1), as reduce_segments writes for a row whose every segment is empty."""
+    return dsl.select(l > 0.0, rcp(l), 0.0)
+
+
+def value_scaled(c: WorkgroupContext, frags):
+    """Output fragments times v_descale for an fp8 cache (O = P (V * v_descale) = (P V) * v_descale,
+    also for the 3D partials, which are linear in V)."""
+    if not c.spec.fp8_kv:
+        return frags
+    vs = c.descale("v")
+    return [(f * vs, r, d) for f, r, d in frags]
+
+
+class TileLoop:
+    row_axis: int      # axis of the score/output fragments that indexes workgroup rows
+
+    def __init__(self, c: WorkgroupContext):
+        self.c = c
+        self.k = c.k
+        self.spec = c.spec
+
+    def _alloc_kv(self):
+        s, k = self.spec, self.k
+        self.lds_plan = policy.lds_plan(s)
+        self.k_lds = self.lds_plan.allocate(k, "k_tile", s.dtype)
+        self.v_lds = self.lds_plan.allocate(k, "v_tile" if s.cfv_store else "vt_tile", s.dtype)
+
+    def _alloc_q_stage(self):
+        return self.lds_plan.allocate(self.k, "q_stage", self.spec.dtype) \
+            if self.lds_plan.has("q_stage") else None
+
+    def k_tile_view(self, j):
+        """(LDS tile, first row) of K tile ``j`` (double buffering alternates halves)."""
+        if self.spec.use_k_single_buffer:
+            return self.k_lds, 0
+        return self.k_lds, (j & 1) * self.spec.tile_size
+
+    def _copy_k_into(self, j):
+        s = self.spec
+        T = s.tile_size
+        if s.use_k_single_buffer:
+            self.c.copy_k(self.k_lds, j * T)
+        else:
+            self.c.copy_k(self.k_lds, j * T, tokens=T, lds_row0=(j & 1) * T)
+
+    def run(self, bounds):
+        """The tile loop (ALGORITHM.md §2-3): unmasked tiles, then the diagonal ones. With a
+        sliding window ``bounds`` is (lo, edge, mid, hi): masked left-edge tiles first."""
+        k, s, c = self.k, self.spec, self.c
+        if len(bounds) == 4:
+            lo, edge, mid, hi = bounds
+            phases = ((lo, edge, True), (edge, mid, False), (mid, hi, True))
+        else:
+            lo, mid, hi = bounds
+            phases = ((lo, mid, False), (mid, hi, True))
+        carry = self.init_carry()
+        double = not s.use_k_single_buffer
+        if double:
+            with k.if_(lo < hi):
+                self._copy_k_into(lo)            # the first K tile; each step prefetches the next
+        for start, stop, masked in phases:
+            with k.for_range(start, stop, carry=carry) as loop:
+                j = loop.index
+                kv0 = j * s.tile_size
+                if double:
+                    c.copy_v(self.v_lds, kv0)    # current V first: PV waits only on V while next K streams
+                    self._copy_k_into(j + 1)
+                else:
+                    self._copy_k_into(j)
+                    c.copy_v(self.v_lds, kv0)
+                if s.global_load_lds_k:
+                    # this tile's K and V are in; a double buffer's next-K DMAs (the newest
+                    # loads) stay in flight through this step
+                    k.wait_vmcnt(min_dma_loads_per_wave(s.tile_size, s.head_size, c.threads) if double else 0)
+                k.barrier()
+                if s.iglp:
+                    k.iglp_opt(0)       # strategy 1 trips an LLVM assertion with DS writes in the loop
+                new = self.step(loop.carry, j, kv0, masked)
+                k.barrier()                      # the next step overwrites V (and K)
+                loop.yield_(*new)
+            carry = loop.results
+        if double and s.global_load_lds_k:
+            k.wait_vmcnt(0)                      # the last prefetch lands before LDS is reused
+        return self.split_carry(carry)
+
+    def masked_scores(self, score, kv0, key_origin, row_origin, masked: bool, group: int = 0):
+        """Log2-domain scores with the spec's features applied in the order of ALGORITHM.md §12
+        (scale, softcap, ALiBi, QQ-bias), then -inf where the key is in the future of the
+        row's query or older than its window (masked tiles only)."""
+        s, c = self.spec, self.c
+        if s.softcap:
+            # c tanh(x) = c - 2c / (e^(2x) + 1), in the log2 domain: four VALU ops per score
+            # (exp2, add, rcp, fma); error budget in ALGORITHM.md §12.2
+            e = (score * self.softcap_in).exp2(fast=True)
+            scaled = (e + 1.0).map(rcp) * self.softcap_out2 + self.softcap_out
+        else:
+            scaled = score * self.qk_scale
+        if not (masked or s.alibi or s.qq_bias):
+            return scaled
+        rows, keys = _axes(score, self.row_axis, row_origin, key_origin)
+        tok, _ = c.row_token(rows)
+        rel = keys - c.ctx if s.alibi or s.qq_bias else None   # key position in the query section
+        if s.alibi:
+            scaled = scaled + self.alibi_rows[group] * rel.to(dsl.f32)
+        if s.qq_bias:
+            scaled = scaled + _qq_bias_values(c, tok, rel, score.layout.values_per_lane) * LOG2E
+        if not masked:
+            return scaled
+        visible = keys <= tok + c.ctx
+        if s.sliding_window:
+            visible = visible & (keys >= tok + c.ctx - c.a.window_left)
+        return scaled.where(visible, -math.inf)
+
+    def prepare_features(self, row_origins):
+        """Per-workgroup feature values, once before the tile loop: the softcap factors, and
+        per-row fragments (one per row group, in the score layout) of the ALiBi slopes (log2
+        domain) and sink logits (log2 domain)."""
+        s, c = self.spec, self.c
+        if s.softcap:
+            self.softcap_in = self.qk_scale * (2.0 / c.a.softcap)   # k_descale included (fp8)
+            self.softcap_out = c.a.softcap * LOG2E
+            self.softcap_out2 = c.a.softcap * (-2 * LOG2E)
+        C = self.mma.C
+        if s.alibi:
+            self.alibi_rows = [_per_head_rows(c, C, self.row_axis, r0, c.a.alibi_slopes, LOG2E)
+                               for r0 in row_origins]
+        if s.sinks:
+            self.sink_rows = [_per_head_rows(c, C, self.row_axis, r0, c.a.sinks, LOG2E)
+                              for r0 in row_origins]
+
+    def initial_state(self, group: int, key_axis: int):
+        """(m, l) a row starts from: (-inf, 0), or (sink, 1) with sinks (ALGORITHM.md §12.7). In
+        the 3D kernel only segment 0 carries the sink, so reduce_segments counts it once."""
+        C = self.mma.C
+        m0 = AxisVector.full(self.k, C, key_axis, dsl.f32, -math.inf)
+        l0 = AxisVector.full(self.k, C, key_axis, dsl.f32, 0.0)
+        if not self.spec.sinks:
+            return m0, l0
+        sink = self.sink_rows[group].reduce(key_axis, "max")
+        one = AxisVector.full(self.k, C, key_axis, dsl.f32, 1.0)
+        if self.c.segment is None:
+            return sink, one
+        first = self.c.segment == 0
+        return (sink.map(lambda v: dsl.select(first, v, -math.inf)),
+                one.map(lambda v: dsl.select(first, v, 0.0)))
+
+
+def _per_head_rows(c, layout, row_axis, row_origin, ptr, factor) -> Fragment:
+    """A fragment of ``layout`` whose every value is ``ptr[head of its row] * factor``."""
+    frag = Fragment.full(c.k, layout, dsl.f32, 0.0)
+    rows, _ = _axes(frag, row_axis, row_origin, 0)
+    _, head = c.row_token(rows)          # always a real head, padding rows included
+    n = layout.values_per_lane
+    vals = [ptr.load(_lane(head, v)) for v in range(n)]
+    return Fragment((dsl.concat(*vals) if n > 1 else vals[0]) * factor, layout)
+
+
+def _qq_bias_values(c, tok, rel, n):
+    """``qq_bias[tok, rel]`` per score value, 0 outside the query section (rel < 0) and past
+    the sequence's queries (ALGORITHM.md §12.4; vLLM's row = query index in the sequence)."""
+    a = c.a
+    buf = a.qq_bias.buffer(a.qq_bias_rows * a.qq_bias_stride)
+    ok = (rel >= 0) & (rel < c.q_len) & (tok < c.q_len)
+    index = tok * a.qq_bias_stride + rel
+    vals = [buf.load(_lane(index, v), mask=_lane(ok, v)) for v in range(n)]
+    return dsl.concat(*vals) if n > 1 else vals[0]
+
+
+def _lane(x, v):
+    """Value ``v`` of a per-value vector, or ``x`` itself when it is uniform (a scalar)."""
+    return x[v] if isinstance(x, dsl.Value) and x.lanes > 1 else x
+
+
+def _axes(frag, row_axis, row_origin, key_origin):
+    origin = (row_origin, key_origin) if row_axis == ROW else (key_origin, row_origin)
+    a, b = frag.coords(origin=origin)
+    return (a, b) if row_axis == ROW else (b, a)
+
+
+class NarrowPath(TileLoop):
+    """16x16x16, S = Q K^T (queries on rows), P staged through LDS (ALGORITHM.md §8)."""
+
+    row_axis = ROW
+
+    def __init__(self, c):
+        super().__init__(c)
+        s, k = self.spec, self.k
+        self.mma = k.mfma("16x16x16", s.dtype)
+        self.mq = s.block_m_per_warp // 16
+        D, T = s.head_size, s.tile_size
+        self._alloc_kv()
+        self.p_lds = self.lds_plan.allocate(k, "p_tile", s.dtype)
+        q_lds = self._alloc_q_stage()
+        self.warp_row0 = k.wave_id() * s.block_m_per_warp
+        self.qk_scale = score_scale(c)
+        if s.features:
+            self.prepare_features([self.warp_row0 + i * 16 for i in range(self.mq)])
+        self.q_ops = []
+        if q_lds is not None:
+            load_q_rows_to_lds(c, q_lds)
+            k.barrier()
+        for i in range(self.mq):
+            row = self.warp_row0 + i * 16
+            if q_lds is None:
+                ops = [load_q_direct(c, self.mma.A, ROW, (row, d0)) for d0 in range(0, D, 16)]
+            else:
+                ops = [load_fragment(q_lds, self.mma.A, (row, d0)) for d0 in range(0, D, 16)]
+            self.q_ops.append(ops)
+        if q_lds is not None:
+            k.barrier()                           # Q's LDS is reused by the K/V tiles
+
+    def init_carry(self):
+        C = self.mma.C
+        nd = self.spec.head_size // 16
+        if self.spec.sinks:
+            m0, l0 = zip(*(self.initial_state(i, COL) for i in range(self.mq)))
+            return [*m0, *l0] + [self.mma.zeros()] * (self.mq * nd)
+        m0 = AxisVector.full(self.k, C, COL, dsl.f32, -math.inf)
+        l0 = AxisVector.full(self.k, C, COL, dsl.f32, 0.0)
+        return [m0] * self.mq + [l0] * self.mq + [self.mma.zeros()] * (self.mq * nd)
+
+    def split_carry(self, carry):
+        mq = self.mq
+        return list(carry[:mq]), list(carry[mq:2 * mq]), list(carry[2 * mq:])
+
+    def step(self, carry, j, kv0, masked):
+        s, mma = self.spec, self.mma
+        D, T = s.head_size, s.tile_size
+        nd, nk = D // 16, T // 16
+        m, l, o = self.split_carry(carry)
+        k_lds, k_row0 = self.k_tile_view(j)
+        for i in range(self.mq):
+            row = self.warp_row0 + i * 16
+            scores = []
+            for n in range(nk):
+                acc = mma.zeros()
+                for st, d0 in enumerate(range(0, D, 16)):
+                    kt = load_fragment(k_lds, mma.B, (d0, k_row0 + n * 16), transposed=True)
+                    acc = mma(self.q_ops[i][st], kt, acc)
+                scores.append(self.masked_scores(acc, kv0, kv0 + n * 16, row, masked, i))
+            m[i], l[i], probs, alpha = online_softmax_update(m[i], l[i], scores, axis=COL)
+            for n in range(nk):
+                store_fragment(self.p_lds, probs[n].to(s.dtype), (row, n * 16))
+            alpha_o = alpha.broadcast_to(mma.C)
+            p_ops = [load_fragment(self.p_lds, mma.A, (row, n * 16)) for n in range(nk)]
+            for jd in range(nd):
+                acc = o[i * nd + jd] * alpha_o
+                for n in range(nk):
+                    p_op = p_ops[n]
+                    v_op = load_fragment(self.v_lds, mma.B, (n * 16, jd * 16), transposed=not s.cfv_store)
+                    acc = mma(p_op, v_op, acc)
+                o[i * nd + jd] = acc
+        return [*m, *l, *o]
+
+    def output_fragments(self, l, o, normalise: bool):
+        """(fragment, row origin, head-dim origin) of the warp's output accumulators."""
+        nd = self.spec.head_size // 16
+        out = []
+        for i in range(self.mq):
+            inv = l[i].map(inverse_sum).broadcast_to(self.mma.C) if normalise else None
+            for jd in range(nd):
+                f = o[i * nd + jd]
+                out.append((f * inv if normalise else f, self.warp_row0 + i * 16, jd * 16))
+        return value_scaled(self.c, out)
+
+class TransposedX8Path(TileLoop):
+    """Transposed-x8: S^T = K Q^T on 32x32x8 (f16), P^T register-resident (ALGORITHM.md §8)."""
+
+    row_axis = COL
+
+    def __init__(self, c):
+        super().__init__(c)
+        s, k = self.spec, self.k
+        self.mma = k.mfma("32x32x8", s.dtype)
+        D = s.head_size
+        self._alloc_kv()
+        q_lds = self._alloc_q_stage()
+        self.warp_col0 = k.wave_id() * 32
+        self.qk_scale = score_scale(c)
+        if s.features:
+            self.prepare_features([self.warp_col0])
+        if q_lds is not None:
+            load_q_rows_to_lds(c, q_lds)
+            k.barrier()
+            self.q_ops = [load_fragment(q_lds, self.mma.B, (d0, self.warp_col0), transposed=True)
+                          for d0 in range(0, D, 8)]
+            k.barrier()
+        else:
+            self.q_ops = [load_q_direct(c, self.mma.B, COL, (d0, self.warp_col0)) for d0 in range(0, D, 8)]
+
+    def init_carry(self):
+        C = self.mma.C
+        if self.spec.sinks:
+            m0, l0 = self.initial_state(0, ROW)
+            return [m0, l0] + [self.mma.zeros()] * (self.spec.head_size // 32)
+        m0 = AxisVector.full(self.k, C, ROW, dsl.f32, -math.inf)
+        l0 = AxisVector.full(self.k, C, ROW, dsl.f32, 0.0)
+        return [m0, l0] + [self.mma.zeros()] * (self.spec.head_size // 32)
+
+    def split_carry(self, carry):
+        return [carry[0]], [carry[1]], list(carry[2:])
+
+    def step(self, carry, j, kv0, masked):
+        s, mma = self.spec, self.mma
+        D, T = s.head_size, s.tile_size
+        nk = T // 32
+        m, l, o = self.split_carry(carry)
+        k_lds, k_row0 = self.k_tile_view(j)
+        scores = []
+        for i in range(nk):
+            acc = mma.zeros()
+            for st, d0 in enumerate(range(0, D, 8)):
+                k_op = load_fragment(k_lds, mma.A, (k_row0 + i * 32, d0))
+                acc = mma(k_op, self.q_ops[st], acc)
+            scores.append(self.masked_scores(acc, kv0, kv0 + i * 32, self.warp_col0, masked))
+        m0, l0, probs, alpha = online_softmax_update(m[0], l[0], scores, axis=ROW)
+        probs = [p.to(s.dtype) for p in probs]
+        alpha_o = alpha.broadcast_to(mma.C)
+        o = [x * alpha_o for x in o]
+        for i in range(nk):
+            for sub in range(0, 32, 8):
+                p_op = probs[i].as_operand(mma.B, (sub, 0))
+                for jd in range(D // 32):
+                    v_op = load_fragment(self.v_lds, mma.A, (jd * 32, i * 32 + sub), transposed=s.cfv_store)
+                    o[jd] = mma(v_op, p_op, o[jd])
+        return [m0, l0, *o]
+
+    def output_fragments(self, l, o, normalise: bool):
+        inv = l[0].map(inverse_sum).broadcast_to(self.mma.C) if normalise else None
+        return value_scaled(self.c, [(f * inv if normalise else f, self.warp_col0, jd * 32)
+                                      for jd, f in enumerate(o)])
