@@ -95,7 +95,7 @@ def test_a_bad_rocke_device_is_one_line_naming_the_choices(module, monkeypatch, 
         module.main(["--dry-run"])
     assert exc.value.code == 2
     captured = capsys.readouterr()
-    assert captured.err == "error: ROCKE_DEVICE must be 'emu' or 'hip', got 'garbage'\n"
+    assert captured.err == "error: ROCKE_DEVICE must be 'emu' or 'hip' (or emu:gfx942 / emu:gfx950), got 'garbage'\n"
     assert "estimate:" not in captured.out
 
 
@@ -104,7 +104,7 @@ def test_bad_input_exits_2_without_a_traceback():
     proc = subprocess.run([sys.executable, str(EXAMPLES / "final_shapes_check.py"), "--dry-run"],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == "error: ROCKE_DEVICE must be 'emu' or 'hip', got 'garbage'"
+    assert proc.stderr.strip() == "error: ROCKE_DEVICE must be 'emu' or 'hip' (or emu:gfx942 / emu:gfx950), got 'garbage'"
 
 
 def test_an_unknown_shape_is_a_usage_error(monkeypatch, capsys):

@@ -289,7 +289,7 @@ def test_a_bad_lever_stops_the_run_before_any_work(monkeypatch, capsys):
 
 
 def test_narrow_gate_skips_and_flash_bypasses_it(monkeypatch):
-    """The seeds/001 rule: a narrow-path spec failing supports_tiled_2d is a SKIP naming the
+    """The narrow-gate rule: a narrow-path spec failing supports_tiled_2d is a SKIP naming the
     gate; the flash configs do not consult the gate (their own spec rules arbitrate)."""
     from rocke.kernels.common.knobs import AttentionKnobs
     from rocke.kernels.gfx942 import attention_tiled_2d as k2d

@@ -28,7 +28,7 @@ def compiled(spec, build=a2.build):
 def make_problem(dtype, head_size, block_size, group, q_lens, kv_lens, *, num_kv_heads=2, seed=0,
                  spare_blocks=3, spare_columns=1):
     """vLLM-layout inputs: a shuffled, non-contiguous block table, pages of several sequences
-    interleaved in the cache, uniform(-0.5, 0.5) data (seeds/001)."""
+    interleaved in the cache, uniform(-0.5, 0.5) data."""
     gen = torch.Generator().manual_seed(seed)
     dt = TORCH[dtype]
     hq = num_kv_heads * group
@@ -172,7 +172,7 @@ def test_out_of_range_blocks_are_never_read():
 
 
 def test_cache_past_4gib_needs_kv_addr_64():
-    """A K/V cache of 4.5 GiB whose pages in use sit past 4 GiB (seeds/004 §7.2). ``torch.empty``
+    """A K/V cache of 4.5 GiB whose pages in use sit past 4 GiB (ALGORITHM.md §10.2). ``torch.empty``
     only reserves address space: just the touched pages (a few KiB) become memory. The 64-bit
     page base reads them; the 32-bit path refuses the cache in ``kernel_args``, and launched
     anyway (same arguments) its wrapped offsets read the wrong pages."""

@@ -83,7 +83,7 @@ def test_fp8_kv_cache_matches_reference(backend, seqs, dtype, d, bs, hq, hk, des
     record = au.run_unified_attention_torch(**args, backend=backend)
     assert record.plan.path == want_path and record.plan.geometry.regime == regime
     assert record.plan.specs[0].kv_dtype == "fp8_e4m3fnuz"
-    assert not record.plan.graph_replay          # fp8 is feature-flagged (seeds/000 §9)
+    assert not record.plan.graph_replay          # fp8 is feature-flagged (no graph replay)
     _check(args, record, dtype, "fp8_e4m3fnuz")
 
 

@@ -10,7 +10,7 @@ from rocke.kernels.samples import flash_attention as fa
 from rocke.runtime import launch
 
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
-# the seed's parity gate (seeds/000 section 10) halved: P is rounded to the input type for PV
+# the parity gate (ALGORITHM.md) halved: P is rounded to the input type for PV
 ATOL = {"f16": 1e-2, "bf16": 2e-2}
 
 

@@ -18,7 +18,7 @@ def _problem(**kw):
     return au.UnifiedAttentionProblem(**base)
 
 
-# ---- select_path (seed 004 §6; ALGORITHM.md §10.1) ----
+# ---- select_path (ALGORITHM.md §10.1) ----
 
 def test_num_sms_is_mi300x_without_a_device():
     assert au.num_sms() == MI300X_SMS
@@ -85,7 +85,7 @@ def test_reference_block_q_packs_the_gqa_group(group, block_q):
     assert dispatch.reference_block_q(group) == block_q
 
 
-# ---- the geometry tier (seeds 000 §6-7, 004 §6; ALGORITHM.md §10.2) ----
+# ---- the geometry tier (ALGORITHM.md §10.2) ----
 
 @pytest.mark.parametrize("flash_wide, name, warps, single", [
     (4, "wide4", 4, False), (2, "wide2", 2, False), (0, "L4", 1, True)])
@@ -214,7 +214,7 @@ def test_problem_rejects_gqa_that_does_not_divide():
     assert _problem(num_q_heads=40, num_kv_heads=8).num_queries_per_kv == 5
 
 
-# ---- graph replay recommendation (seed 000 §9) ----
+# ---- graph replay recommendation (ALGORITHM.md §10.3) ----
 
 @pytest.mark.parametrize("max_q, total_q, kv, want", [
     (1, 1, 32768, True),          # decode
