@@ -89,6 +89,35 @@ class GlobalMemory:
         self.regions: list[Region] = []
         self._starts = np.zeros(0, np.uint64)
         self._ends = np.zeros(0, np.uint64)
+        self.written: dict[int, np.ndarray] | None = None   # see track_writes
+
+    def track_writes(self):
+        """From now on mark every byte stored (or atomically updated) in a per-region mask, so
+        a worker process can hand back exactly the bytes it wrote (see written_bytes)."""
+        self.written = {}
+
+    def _mark(self, region: Region) -> np.ndarray:
+        index = next(i for i, r in enumerate(self.regions) if r is region)
+        mask = self.written.get(index)
+        if mask is None:
+            mask = self.written[index] = np.zeros(region.size, np.uint8)
+        return mask
+
+    def written_bytes(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """(region index, packed written-byte mask, the written bytes in order) per region
+        written since track_writes."""
+        out = []
+        for index, mask in sorted(self.written.items()):
+            hit = mask.view(bool)
+            out.append((index, np.packbits(hit), self.regions[index].bytes[hit].copy()))
+        return out
+
+    def apply_written(self, written: list[tuple[int, np.ndarray, np.ndarray]]):
+        """Store what another process's written_bytes returned (same regions, same order)."""
+        for index, packed, values in written:
+            region = self.regions[index]
+            hit = np.unpackbits(packed, count=region.size).view(bool)
+            region.bytes[hit] = values
 
     def add(self, start: int, size: int, name: str, writable: bool, array: np.ndarray | None = None):
         """Register [start, start+size). Ranges already covered only extend the name."""
@@ -188,6 +217,10 @@ class GlobalMemory:
         nbytes = data.shape[1]
         for region, pick, offsets in self._by_region(addresses, nbytes, True):
             region_rows(region, offsets, nbytes, put=data[pick])
+            if self.written is not None:
+                granule, rows = access_rows(offsets, nbytes)
+                put_rows(self._mark(region)[: region.size - region.size % granule], granule,
+                         rows, np.ones((1, granule), np.uint8))
 
     def typed_view(self, addresses: np.ndarray, dtype, write: bool):
         """(region views, offsets in elements) for atomics on naturally aligned `dtype` data."""
@@ -203,5 +236,8 @@ class GlobalMemory:
                 raise AccessFault(0, int(addresses[0]), "atomic on a misaligned buffer")
             pick = np.flatnonzero(ridx == r)
             view = region.bytes[: region.size - region.size % size].view(dtype)
-            groups.append((pick, view, ((addresses[pick] - np.uint64(region.start)) // np.uint64(size)).astype(np.int64)))
+            index = ((addresses[pick] - np.uint64(region.start)) // np.uint64(size)).astype(np.int64)
+            groups.append((pick, view, index))
+            if write and self.written is not None:   # the caller updates these elements
+                self._mark(region)[(index[:, None] * size + np.arange(size)).reshape(-1)] = 1
         return groups
