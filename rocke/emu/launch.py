@@ -395,7 +395,7 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
                           kernarg, dispatch, queue, deadline, budget, lane_private_bytes,
                           profiler)
 
-    starts = list(range(0, total, pool_wgs))
+    starts = range(0, total, pool_wgs)
     if workers > 1:
         counts, lane_instructions, batches = parallel.run_shares(
             run_share, parallel.shares_of(starts, workers), memory)

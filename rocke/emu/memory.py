@@ -103,21 +103,26 @@ class GlobalMemory:
             mask = self.written[index] = np.zeros(region.size, np.uint8)
         return mask
 
-    def written_bytes(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """(region index, packed written-byte mask, the written bytes in order) per region
-        written since track_writes."""
+    def written_bytes(self) -> list[tuple[int, int, int, np.ndarray, np.ndarray]]:
+        """(region index, first and one past the last written byte offset, packed mask of the
+        written bytes between them, those bytes in order) per region written since
+        track_writes."""
         out = []
         for index, mask in sorted(self.written.items()):
             hit = mask.view(bool)
-            out.append((index, np.packbits(hit), self.regions[index].bytes[hit].copy()))
+            if not hit.any():
+                continue
+            low, high = int(hit.argmax()), len(hit) - int(hit[::-1].argmax())
+            hit = hit[low:high]
+            out.append((index, low, high, np.packbits(hit),
+                        self.regions[index].bytes[low:high][hit]))
         return out
 
-    def apply_written(self, written: list[tuple[int, np.ndarray, np.ndarray]]):
+    def apply_written(self, written: list[tuple[int, int, int, np.ndarray, np.ndarray]]):
         """Store what another process's written_bytes returned (same regions, same order)."""
-        for index, packed, values in written:
-            region = self.regions[index]
-            hit = np.unpackbits(packed, count=region.size).view(bool)
-            region.bytes[hit] = values
+        for index, low, high, packed, values in written:
+            hit = np.unpackbits(packed, count=high - low).view(bool)
+            self.regions[index].bytes[low:high][hit] = values
 
     def add(self, start: int, size: int, name: str, writable: bool, array: np.ndarray | None = None):
         """Register [start, start+size). Ranges already covered only extend the name."""

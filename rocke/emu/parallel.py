@@ -25,8 +25,6 @@ import os
 import pickle
 import signal
 
-import numpy as np
-
 from .errors import EmulatorError
 from .memory import GlobalMemory
 
@@ -132,6 +130,8 @@ def _reap(pid: int, fd: int):
         pass
 
 
-def shares_of(starts: list[int], workers: int) -> list[list[int]]:
-    """Pool starts cut into `workers` contiguous shares, as even as can be."""
-    return [list(part) for part in np.array_split(np.asarray(starts), workers) if len(part)]
+def shares_of(starts: range, workers: int) -> list[range]:
+    """Pool starts cut into at most `workers` contiguous shares, as even as can be (ranges: a
+    huge grid's pools are never listed)."""
+    bounds = [len(starts) * i // workers for i in range(workers + 1)]
+    return [starts[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]

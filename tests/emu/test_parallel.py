@@ -211,3 +211,17 @@ def test_written_bytes_round_trip_only_what_was_stored():
     expected = np.zeros(64, np.uint8)
     expected[8:12] = expected[40:44] = 200
     assert np.array_equal(target, expected)
+
+
+def test_huge_grid_over_workers_lists_nothing_and_times_out_as_in_serial(any_size):
+    # 2**38 workgroups cut into shares: neither pools nor shares may be materialized
+    import time
+    any_size.setenv("ROCKE_EMU_WORKERS", "2")
+    x, y, out = axpy_args(64, 64)
+    info, asm = load_fixture("axpy_f32")
+    start = time.perf_counter()
+    with pytest.raises(emu.LaunchTimeout, match="workgroups not started"):
+        emu.launch(asm, info["kernel_symbol"], (2 ** 22 - 1, 2 ** 16), (256,),
+                   [x, y, out, 0.75, 0, None, None], timeout_s=0.3)
+    assert time.perf_counter() - start < 20
+    assert torch.all(out == 7.0)
