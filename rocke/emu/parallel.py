@@ -81,7 +81,10 @@ def _fork(run_share, share, memory):
     status = 1
     try:
         os.close(read_fd)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles Ctrl-C and kills us
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles Ctrl-C, kills us
+        except ValueError:   # not the interpreter's main thread
+            pass
         try:
             memory.track_writes()
             counts, lanes, batches = run_share(share)
