@@ -50,9 +50,10 @@ from rocke.arch import abi
 from rocke.arch.targets import GFX942
 
 from .asm import Program, parse_program
-from . import parallel, scratch
+from . import scratch
 from .memory import GlobalMemory, host_view
 from .machine import Pool
+from . import parallel
 from .program import CLASSES, DecodedKernel, decode_kernel
 
 LDS_LIMIT = GFX942.max_lds_per_workgroup     # the emulator models gfx942 only
