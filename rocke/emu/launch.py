@@ -66,8 +66,9 @@ MAX_POOL_WAVES = 512
 MEMCHECK_SCOPES = ("view", "allocation")
 RACE_TRACKER_BUDGET = 96 << 20   # bytes of race bookkeeping per pool
 # estimated wave-instructions below which a launch runs in one process. Forking a child of a
-# process with torch loaded and taking its bytes back cost 35-90 ms on the loaded 2-core
-# development host; 2**19 wave-instructions take 0.15-0.9 s to emulate there (0.3-1.7 us each).
+# process with torch loaded (280 MB resident) and collecting an empty result took 34-41 ms of
+# wall time on the loaded 2-core development host; 2**19 wave-instructions take 0.15-0.9 s of
+# CPU to emulate there (0.3-1.7 us each), so a launch past it gains more than the fork costs.
 # The estimate is the kernel's wave-instructions per wave in its previous launch, or for a
 # first launch its instructions with each loop body counted LOOP_TRIPS times.
 PARALLEL_MIN_WORK = 1 << 19
