@@ -225,3 +225,16 @@ def test_huge_grid_over_workers_lists_nothing_and_times_out_as_in_serial(any_siz
                    [x, y, out, 0.75, 0, None, None], timeout_s=0.3)
     assert time.perf_counter() - start < 20
     assert torch.all(out == 7.0)
+
+
+def test_a_worker_that_dies_is_an_emulator_error():
+    import os
+    from rocke.emu.memory import GlobalMemory
+
+    def run_share(share):
+        if share[0]:          # the child's share: die without a result
+            os._exit(3)
+        return [1] * 7, 1, 1
+
+    with pytest.raises(emu.EmulatorError, match="ended without a result"):
+        parallel.run_shares(run_share, [range(0, 1), range(1, 2)], GlobalMemory())
