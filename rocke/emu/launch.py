@@ -88,10 +88,10 @@ class LaunchReport:
     lane_instructions: int = 0   # active lanes summed over VALU/VMEM/DS/MFMA issues
     emulator_wall_time_s: float = 0.0   # host time spent emulating: not GPU time
     batches: int = 0   # scheduler picks: groups of waves run together (fewer = wider batches)
+    workers: int = 1   # processes that ran the workgroups (ROCKE_EMU_WORKERS, parallel.py)
     shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
     shadow_bytes: int = 0        # bytes copied for rollback (every argument's addressable range)
     profile: object = None       # a profile.LaunchProfile when launched with profile=True
-    workers: int = 1             # processes that ran the workgroups (ROCKE_EMU_WORKERS)
 
     @property
     def total_instructions(self) -> int:
