@@ -276,9 +276,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     ROCKE_EMU_TIMEOUT_S, 600 s) of emulator wall time spent — leaves every argument's bytes
     as they were before it. `profile=True` adds exact counters (`report.profile`, a
     rocke.emu.profile.LaunchProfile) at some emulation cost; the default launch counts only
-    issues per class. A large launch of a kernel whose workgroups cannot communicate runs its
-    workgroup pools in forked processes (ROCKE_EMU_WORKERS, rocke/emu/parallel.py) with the
-    serial run's bytes, counts and errors; `report.workers` says how many ran it.
+    issues per class.
     """
     if not isinstance(profile, bool):
         raise ValueError(f"profile must be a bool, got {profile!r}")
