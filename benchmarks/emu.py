@@ -8,12 +8,15 @@ which the median mostly hides. Workloads: axpy (1024 waves), matmul (bf16, 256 w
 flash_attention (512 waves), matmul_f16 (256 waves), softmax (1024 waves).
 
 Each workload also reports the scheduler's batch count (deterministic: fewer = wider batches),
-the process CPU time (less disturbed than wall time by other load on the host), and the cost of
+the process CPU time (less disturbed than wall time by other load on the host; with
+ROCKE_EMU_WORKERS > 1 it adds the CPU time of the launch's forked worker processes), how many
+processes ran the launch (`report.workers`), and the cost of
 the launch's safety features: the shadow copies that make a failed launch leave its arguments
 untouched (`shadow_copy_s`, measured inside every launch) and, with --safety-ab, the same
 workload with the shadow copies and the watchdog switched off (an A/B of process CPU time).
 
 Run:  .venv/bin/python benchmarks/emu.py [--repeats 3] [--workloads NAME ...] [--safety-ab]
+      (ROCKE_EMU_WORKERS=1 for the serial emulator, =2 ... to spread workgroups over cores)
 """
 
 import argparse
@@ -21,6 +24,7 @@ import contextlib
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -137,11 +141,17 @@ def launch(fixture_name, grid, runtime_args):
     ordered = [runtime_args[arg["name"]] for arg in info["runtime_args"]]
     ordered += [None] * info["extra_trailing_pointer_args"]
     start = time.perf_counter()
-    cpu = time.process_time()
+    cpu = time.process_time() + _children_cpu_s()
     report = rocke.emu.launch(asm, info["kernel_symbol"], grid, tuple(info["block"]), ordered,
                               shared_mem=info["shared_mem_bytes"], check=True)
-    report.process_cpu_s = time.process_time() - cpu
+    report.process_cpu_s = time.process_time() + _children_cpu_s() - cpu
     return time.perf_counter() - start, report, info
+
+
+def _children_cpu_s():
+    """CPU time of this process's reaped children: the launch's worker processes."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class _NoShadow:
@@ -198,8 +208,9 @@ def run_workload(name, repeats, ab=False):
           f"instructions, emulator-internal wall time {report.emulator_wall_time_s:.3f} s")
     print("  wave-instructions by class: "
           + ", ".join(f"{cls} {count:,}" for cls, count in report.instructions.items() if count))
-    print(f"  scheduler batches: {report.batches:,}; process CPU time (median): "
-          f"{statistics.median(cpu_times):.3f} s")
+    print(f"  scheduler batches: {report.batches:,}; processes: {report.workers}; process CPU "
+          f"time incl. workers (median): {statistics.median(cpu_times):.3f} s  ->  "
+          f"{lane_instructions / statistics.median(cpu_times):,.0f} lane-instructions/CPU-s")
     shadow = statistics.median(shadow_times)
     print(f"  rollback shadow copies: {report.shadow_bytes / 2 ** 20:.2f} MiB in {shadow * 1e3:.2f} ms "
           f"= {100 * shadow / median:.2f} % of the emulator wall time")

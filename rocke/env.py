@@ -19,6 +19,9 @@ LEVERS: dict[str, tuple[str, str]] = {
     "ROCKE_DEVICE": ("hip if a gfx942 GPU is found, else emu", "launch device: emu | hip | "
                      "emu:gfx942 | emu:gfx950 (the emulator running that target; emu = gfx942)"),
     "ROCKE_EMU_TIMEOUT_S": ("600", "wall-time budget of one emulator launch, seconds"),
+    "ROCKE_EMU_WORKERS": ("auto: usable cores, at most 16; 1 under pytest-xdist or without "
+                          "os.fork", "processes one emulator launch may run its workgroups "
+                          "in (1 = serial)"),
     "ROCKE_FAMILIES": ("none", "extra kernel families: comma-separated name=python.module entries"),
     "ROCKE_PREBUILT": ("rocke/prebuilt/<processor> in the package", "bundle of prebuilt code "
                        "objects (`rocke aot build`): a directory, or off"),
@@ -87,6 +90,34 @@ def emu_timeout_s() -> float:
     if not seconds > 0 or seconds == float("inf"):
         raise ValueError(f"ROCKE_EMU_TIMEOUT_S must be a positive number of seconds, got {value!r}")
     return seconds
+
+
+EMU_WORKERS_CAP = 16   # the auto default's ceiling: each worker holds a pool's register files
+
+
+def emu_workers() -> int:
+    """Processes one emulator launch may use. Auto: the cores this process may run on (at most
+    EMU_WORKERS_CAP), but 1 inside a pytest-xdist worker (the suite is already spread over the
+    cores) and where os.fork is missing (the workers are forked). An explicit value above 1
+    without os.fork is an error."""
+    value = raw("ROCKE_EMU_WORKERS")
+    can_fork = hasattr(os, "fork")
+    if value is None or value == "auto":
+        if not can_fork or os.environ.get("PYTEST_XDIST_WORKER"):
+            return 1
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else (os.cpu_count() or 1)
+        return max(1, min(usable, EMU_WORKERS_CAP))
+    try:
+        workers = int(value)
+    except ValueError:
+        workers = 0
+    if workers < 1:
+        raise ValueError(f"ROCKE_EMU_WORKERS must be 'auto' or a positive integer, got {value!r}")
+    if workers > 1 and not can_fork:
+        raise ValueError(f"ROCKE_EMU_WORKERS={value}: parallel emulation forks worker "
+                         "processes, and this platform has no os.fork")
+    return workers
 
 
 def families() -> list[tuple[str, str]]:

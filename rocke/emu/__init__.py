@@ -28,6 +28,7 @@ File map (the data flow of one launch, top to bottom):
 - ``machine.py``  pool state (SGPR/VGPR files, EXEC, LDS), the fair scheduler (forward progress),
                   the watchdog, checkers.
 - ``memory.py``   the launch's global memory map (host buffers by real address).
+- ``parallel.py`` a launch's workgroup pools in forked worker processes (ROCKE_EMU_WORKERS).
 - ``errors.py``   the exception types.
 
 Closure protocol: every decoded instruction is ``run(P, sel, n) -> lanes`` over a batch ``sel``

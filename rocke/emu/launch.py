@@ -55,6 +55,7 @@ from .gfx950 import check_target
 from . import scratch
 from .memory import GlobalMemory, host_view
 from .machine import Pool
+from . import parallel
 from .program import CLASSES, DecodedKernel, decode_kernel
 
 LDS_LIMIT = GFX942.max_lds_per_workgroup     # gfx942's; a gfx950 launch uses that target's
@@ -66,6 +67,14 @@ MAX_POOL_WAVES = 512
 # into the middle of a buffer indexed backwards is a common idiom; compute-sanitizer's scope)
 MEMCHECK_SCOPES = ("view", "allocation")
 RACE_TRACKER_BUDGET = 96 << 20   # bytes of race bookkeeping per pool
+# estimated wave-instructions below which a launch runs in one process. Forking a child of a
+# process with torch loaded (280 MB resident) and collecting an empty result took 34-41 ms of
+# wall time on the loaded 2-core development host; 2**19 wave-instructions take 0.15-0.9 s of
+# CPU to emulate there (0.3-1.7 us each), so a launch past it gains more than the fork costs.
+# The estimate is the kernel's wave-instructions per wave in its previous launch, or for a
+# first launch its instructions with each loop body counted LOOP_TRIPS times.
+PARALLEL_MIN_WORK = 1 << 19
+LOOP_TRIPS = 8
 _CACHE: OrderedDict[str, tuple[Program, dict[str, DecodedKernel]]] = OrderedDict()
 _CACHE_SIZE = 32
 
@@ -81,6 +90,7 @@ class LaunchReport:
     lane_instructions: int = 0   # active lanes summed over VALU/VMEM/DS/MFMA issues
     emulator_wall_time_s: float = 0.0   # host time spent emulating: not GPU time
     batches: int = 0   # scheduler picks: groups of waves run together (fewer = wider batches)
+    workers: int = 1   # processes that ran the workgroups (ROCKE_EMU_WORKERS, parallel.py)
     shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
     shadow_bytes: int = 0        # bytes copied for rollback (the addressable ranges it may write)
     profile: object = None       # a profile.LaunchProfile when launched with profile=True
@@ -428,7 +438,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     try:
         report = _run_pools(dk, memory, grid3, block3, static_lds + int(shared_mem), check,
                             kernarg, dispatch, queue, start + budget, budget,
-                            lane_private_bytes, profiler)
+                            lane_private_bytes, profiler, _work_per_wave(program, dk))
     except BaseException:
         shadow.restore()
         raise
@@ -440,7 +450,8 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
 
 
 def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, queue,
-               deadline, budget, lane_private_bytes=0, profiler=None) -> LaunchReport:
+               deadline, budget, lane_private_bytes=0, profiler=None,
+               work_per_wave=0) -> LaunchReport:
     threads = block3[0] * block3[1] * block3[2]
     waves_per_wg = -(-threads // 64)
     per_wg_tracker = (lds_bytes + 4) * 11 if check else 0
@@ -450,12 +461,73 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
     private_limit = scratch.pool_workgroup_limit(lane_private_bytes, waves_per_wg)
     if private_limit is not None:
         pool_wgs = min(pool_wgs, private_limit)
+    total = grid3[0] * grid3[1] * grid3[2]
+    workers = _workers(dk, total, waves_per_wg, profiler, work_per_wave)
+    if workers > 1 and -(-total // pool_wgs) < workers:
+        # fewer pools than workers: narrower pools (the scheduler's batch count grows with it)
+        pool_wgs = -(-total // workers)
+    run_dk = dk if profiler is None else profiler.instrument()
+
+    def run_share(starts):
+        return _run_share(dk, run_dk, memory, starts, pool_wgs, grid3, block3, lds_bytes, check,
+                          kernarg, dispatch, queue, deadline, budget, lane_private_bytes,
+                          profiler)
+
+    starts = range(0, total, pool_wgs)
+    if workers > 1:
+        counts, lane_instructions, batches = parallel.run_shares(
+            run_share, parallel.shares_of(starts, workers), memory)
+    else:
+        counts, lane_instructions, batches = run_share(starts)
+    report = LaunchReport(dk.source.name, grid3, block3, total, total * waves_per_wg,
+                          dict(zip(CLASSES, counts)), lane_instructions, 0.0, batches,
+                          workers=workers)
+    dk.issues_per_wave = sum(counts) / (total * waves_per_wg)
+    if profiler is not None:
+        report.profile = profiler.result()
+    return report
+
+
+def _work_per_wave(program: Program, dk: DecodedKernel) -> float:
+    """Wave-instructions one wave is expected to issue: as many as in the kernel's previous
+    launch, else its instructions with those between a backward branch and its target counted
+    LOOP_TRIPS times (trip counts are not known before a run)."""
+    if dk.issues_per_wave:
+        return dk.issues_per_wave
+    in_loop = np.zeros(len(dk.code), bool)
+    for index, d in enumerate(dk.code):
+        if d is not None and d.control == "branch" and d.instr.operands:
+            target = program.labels.get(d.instr.operands[0])
+            if target is not None and target <= index:
+                in_loop[target:index + 1] = True
+    decoded = np.array([d is not None for d in dk.code], bool)
+    return int(np.count_nonzero(decoded & ~in_loop)) + \
+        LOOP_TRIPS * int(np.count_nonzero(decoded & in_loop))
+
+
+def _workers(dk, total_wgs: int, waves_per_wg: int, profiler, work_per_wave: int) -> int:
+    """How many processes run the launch (see rocke/emu/parallel.py): 1 when profiling (the
+    Profiler's launch-wide state lives in one process), when the kernel may communicate
+    between workgroups, or when the launch is too small to repay forking."""
+    workers = min(env.emu_workers(), total_wgs)
+    if workers <= 1 or profiler is not None:
+        return 1
+    if total_wgs * waves_per_wg * work_per_wave < PARALLEL_MIN_WORK:
+        return 1
+    if parallel.serial_reason(dk.code) is not None:
+        return 1
+    return workers
+
+
+def _run_share(dk, run_dk, memory, starts, pool_wgs, grid3, block3, lds_bytes, check, kernarg,
+               dispatch, queue, deadline, budget, lane_private_bytes, profiler):
+    """Run the pools beginning at workgroups `starts` (flat ids, x fastest) one after another;
+    returns (issues per class, lane instructions, scheduler batches)."""
     gx, gy, gz = grid3
     total = gx * gy * gz
     counts = [0] * len(CLASSES)
     lane_instructions = batches = 0
-    run_dk = dk if profiler is None else profiler.instrument()
-    for first in range(0, total, pool_wgs):
+    for first in starts:
         flat = np.arange(first, min(first + pool_wgs, total), dtype=np.int64)   # x fastest
         ids = np.stack([flat % gx, flat // gx % gy, flat // (gx * gy)], -1)
         if profiler is None:
@@ -477,11 +549,7 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
         batches += pool.batches
         if first + pool_wgs < total and time.perf_counter() > deadline:
             pool.raise_timeout(f"{total - first - pool_wgs} workgroups not started")
-    report = LaunchReport(dk.source.name, grid3, block3, total, total * waves_per_wg,
-                          dict(zip(CLASSES, counts)), lane_instructions, 0.0, batches)
-    if profiler is not None:
-        report.profile = profiler.result()
-    return report
+    return counts, lane_instructions, batches
 
 
 def _dispatch_packet(grid, block, group_segment, kernarg_address) -> np.ndarray:

@@ -89,6 +89,40 @@ class GlobalMemory:
         self.regions: list[Region] = []
         self._starts = np.zeros(0, np.uint64)
         self._ends = np.zeros(0, np.uint64)
+        self.written: dict[int, np.ndarray] | None = None   # see track_writes
+
+    def track_writes(self):
+        """From now on mark every byte stored (or atomically updated) in a per-region mask, so
+        a worker process can hand back exactly the bytes it wrote (see written_bytes)."""
+        self.written = {}
+
+    def _mark(self, region: Region) -> np.ndarray:
+        index = next(i for i, r in enumerate(self.regions) if r is region)
+        mask = self.written.get(index)
+        if mask is None:
+            mask = self.written[index] = np.zeros(region.size, np.uint8)
+        return mask
+
+    def written_bytes(self) -> list[tuple[int, int, int, np.ndarray, np.ndarray]]:
+        """(region index, first and one past the last written byte offset, packed mask of the
+        written bytes between them, those bytes in order) per region written since
+        track_writes."""
+        out = []
+        for index, mask in sorted(self.written.items()):
+            hit = mask.view(bool)
+            if not hit.any():
+                continue
+            low, high = int(hit.argmax()), len(hit) - int(hit[::-1].argmax())
+            hit = hit[low:high]
+            out.append((index, low, high, np.packbits(hit),
+                        self.regions[index].bytes[low:high][hit]))
+        return out
+
+    def apply_written(self, written: list[tuple[int, int, int, np.ndarray, np.ndarray]]):
+        """Store what another process's written_bytes returned (same regions, same order)."""
+        for index, low, high, packed, values in written:
+            hit = np.unpackbits(packed, count=high - low).view(bool)
+            self.regions[index].bytes[low:high][hit] = values
 
     def add(self, start: int, size: int, name: str, writable: bool, array: np.ndarray | None = None):
         """Register [start, start+size). Ranges already covered only extend the name."""
@@ -188,6 +222,10 @@ class GlobalMemory:
         nbytes = data.shape[1]
         for region, pick, offsets in self._by_region(addresses, nbytes, True):
             region_rows(region, offsets, nbytes, put=data[pick])
+            if self.written is not None:
+                granule, rows = access_rows(offsets, nbytes)
+                put_rows(self._mark(region)[: region.size - region.size % granule], granule,
+                         rows, np.ones((1, granule), np.uint8))
 
     def typed_view(self, addresses: np.ndarray, dtype, write: bool):
         """(region views, offsets in elements) for atomics on naturally aligned `dtype` data."""
@@ -203,5 +241,8 @@ class GlobalMemory:
                 raise AccessFault(0, int(addresses[0]), "atomic on a misaligned buffer")
             pick = np.flatnonzero(ridx == r)
             view = region.bytes[: region.size - region.size % size].view(dtype)
-            groups.append((pick, view, ((addresses[pick] - np.uint64(region.start)) // np.uint64(size)).astype(np.int64)))
+            index = ((addresses[pick] - np.uint64(region.start)) // np.uint64(size)).astype(np.int64)
+            groups.append((pick, view, index))
+            if write and self.written is not None:   # the caller updates these elements
+                self._mark(region)[(index[:, None] * size + np.arange(size)).reshape(-1)] = 1
         return groups

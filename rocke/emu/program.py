@@ -53,6 +53,9 @@ class DecodedKernel:
     is_target: np.ndarray        # bool per instruction: some branch may land here
     num_vector_regs: int
     accum_offset: int
+    # wave-instructions per wave of the last launch (0: none yet): how launch() sizes the work
+    # of the next one when deciding whether to run it in parallel
+    issues_per_wave: float = 0.0
 
 
 HW_REG_MODE = 1
