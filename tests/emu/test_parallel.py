@@ -186,6 +186,8 @@ def test_workers_lever(monkeypatch):
         monkeypatch.setenv("ROCKE_EMU_WORKERS", bad)
         with pytest.raises(ValueError, match="ROCKE_EMU_WORKERS"):
             env.emu_workers()
+    monkeypatch.delenv("ROCKE_EMU_WORKERS")
+    assert env.emu_workers() == 1              # serial unless asked for
     monkeypatch.setenv("ROCKE_EMU_WORKERS", "5")
     assert env.emu_workers() == 5
     monkeypatch.setenv("ROCKE_EMU_WORKERS", "auto")
