@@ -37,13 +37,15 @@ def reference(q, k, v, lens, causal: bool, scale: float):
     return out
 
 
-def run_case(spec, lens, scale=None, seed=0):
+def run_case(spec, lens, scale=None, seed=0, shape_inputs=None):
     S, H, HKV, D = spec.seq_len, spec.num_heads, spec.num_kv_heads, spec.head_dim
     B = len(lens)
     dt = TORCH[spec.dtype]
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(B, S, H, D, generator=gen).to(dt)
     k, v = (torch.randn(B, S, HKV, D, generator=gen).to(dt) for _ in range(2))
+    if shape_inputs is not None:
+        shape_inputs(q, k, v)
     lens_t = torch.tensor(lens, dtype=torch.int32)
     for b, n in enumerate(lens):       # the padding holds NaN: the kernel must never read it into a result
         k[b, n:], v[b, n:], q[b, n:] = float("nan"), float("nan"), float("nan")
@@ -106,6 +108,8 @@ def test_pv_setprio_changes_code_and_stays_correct():
     ("head_dim", 96, "head_dim"),
     ("lds_pad", 6, "lds_pad"),
     ("pv_setprio", 1, "pv_setprio"),
+    ("lazy_rescale", "yes", "lazy_rescale"),
+    ("grid_order", "kv_major", "grid_order"),
 ])
 def test_spec_rules_name_the_field(field, value, words):
     kw = dict(dtype="f16", head_dim=64, seq_len=128, num_heads=8, num_kv_heads=2)
@@ -122,3 +126,26 @@ def test_bad_input_is_refused_before_launch():
         dp.kernel_args(spec, q, kv, kv, q.clone(), torch.tensor([65], dtype=torch.int32))
     with pytest.raises(ValueError, match="k: shape"):
         dp.kernel_args(spec, q, q, kv, q.clone(), torch.tensor([64], dtype=torch.int32))
+
+
+def test_lazy_rescale_changes_code_and_stays_correct():
+    base = dp.DensePrefillSpec("bf16", 64, 90, 4, 2, False, **SMALL)
+    lazy = dp.DensePrefillSpec("bf16", 64, 90, 4, 2, False, lazy_rescale=True, **SMALL)
+    assert "llvm.amdgcn.ballot" not in dp.build(base).ir()
+    assert "llvm.amdgcn.ballot" in dp.build(lazy).ir()
+    assert base.kernel_name != lazy.kernel_name
+    def first_tile_dominates(q, k, v):
+        # q >= 0 and the first 32 keys large and positive: later tiles never move a running max,
+        # so their rescale is skipped -- the skip path runs and must stay exact
+        q.abs_()
+        k[:, :32] = k[:, :32].abs() * 2 + 1
+    run_case(lazy, [90, 50], seed=5, shape_inputs=first_tile_dominates)
+    run_case(lazy, [90, 50], seed=7)
+
+
+def test_hkv_major_grid_order_changes_code_and_stays_correct():
+    base = dp.DensePrefillSpec("f16", 64, 70, 6, 2, True, **SMALL)
+    hkv = dp.DensePrefillSpec("f16", 64, 70, 6, 2, True, grid_order="hkv_major", **SMALL)
+    assert dp.launch_geometry(hkv, 2)[0] == (6, 2, 2) and dp.launch_geometry(base, 2)[0] == (2, 6, 2)
+    assert dp.build(base).ir().replace(base.kernel_name, "k") != dp.build(hkv).ir().replace(hkv.kernel_name, "k")
+    run_case(hkv, [70, 20], seed=6)

@@ -25,7 +25,10 @@ equivalent) must stay < 2**31.
 
 Levers (spec fields, each in the kernel name): ``pv_setprio`` raises the wave's issue priority
 around the PV MFMAs (``s_setprio 1`` .. ``s_setprio 0``) so a warp that reached its PV block keeps
-the matrix core while the others do softmax VALU work.
+the matrix core while the others do softmax VALU work; ``lazy_rescale`` skips the O^T rescale
+(d_frags x 16 multiplies per lane) on tiles where no query's running max moved -- exact, the
+skipped factor is 1 -- behind a wave-uniform ballot; ``grid_order`` picks whether a head's query
+blocks (qb_major) or the heads of one KV group (hkv_major) are dispatched together.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from rocke import dsl
 from rocke.arch import get_target
 from rocke.arch.mfma import atom_for, get_atom
 from rocke.dsl import minimum, rcp
+from rocke.dsl.lanes import ballot
 from rocke.dsl.fragment import (AxisVector, Fragment, ROW, copy_tile_to_lds, load_fragment,
                                 load_fragment_global, store_fragment_global)
 from rocke.dsl.tv_layout import TVLayout
@@ -51,6 +55,9 @@ DTYPES = ("f16", "bf16")
 HEAD_DIMS = (64, 128)
 ATOMS = ("32x32x16",)     # PV reads P^T from the 32x32 accumulator (see _pv_operand)
 STAGING_VECTOR = 8
+# qb_major: grid (query blocks, H, B), a head's query blocks dispatch together; hkv_major: grid
+# (H, query blocks, B), the heads sharing a KV head dispatch together (their K/V reads meet in L2)
+GRID_ORDERS = ("qb_major", "hkv_major")
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,8 @@ class DensePrefillSpec:
     atom: str = "32x32x16"
     lds_pad: int = 8           # elements appended to each K / V^T LDS row
     pv_setprio: bool = False   # s_setprio 1 around the PV MFMAs
+    lazy_rescale: bool = False  # skip the O^T rescale when no query's running max moved
+    grid_order: str = "qb_major"   # which grid axis walks first: query blocks or heads
 
     def __post_init__(self):
         check_choice("dtype", self.dtype, DTYPES)
@@ -75,6 +84,8 @@ class DensePrefillSpec:
             check_positive_int(name, getattr(self, name))
         check_bool("causal", self.causal)
         check_bool("pv_setprio", self.pv_setprio)
+        check_bool("lazy_rescale", self.lazy_rescale)
+        check_choice("grid_order", self.grid_order, GRID_ORDERS)
         check_choice("atom", self.atom, ATOMS)
         check_choice("num_warps", self.num_warps, (1, 2, 4, 8, 16))
         check_positive_int("lds_pad", self.lds_pad, allow_zero=True)
@@ -112,7 +123,8 @@ class DensePrefillSpec:
         return (f"dense_prefill_gfx950_{self.dtype}_d{self.head_dim}_s{self.seq_len}"
                 f"_h{self.num_heads}kv{self.num_kv_heads}_{'causal' if self.causal else 'full'}"
                 f"_{self.atom.replace('x', '_')}_m{self.block_m}n{self.block_n}_w{self.num_warps}"
-                f"_pad{self.lds_pad}{'_prio' if self.pv_setprio else ''}")
+                f"_pad{self.lds_pad}{'_prio' if self.pv_setprio else ''}"
+                f"{'_lazy' if self.lazy_rescale else ''}{'_hkv' if self.grid_order == 'hkv_major' else ''}")
 
 
 def _variants() -> dict[str, DensePrefillSpec]:
@@ -143,9 +155,12 @@ def check_problem(spec: DensePrefillSpec, *, B: int) -> None:
 
 
 def launch_geometry(spec: DensePrefillSpec, B: int):
-    """(grid in workgroups, block in threads): (query blocks of S, H, B)."""
+    """(grid in workgroups, block in threads): (query blocks of S, H, B), or (H, query blocks,
+    B) for grid_order hkv_major."""
     check_problem(spec, B=B)
-    return (-(-spec.seq_len // spec.block_m), spec.num_heads, B), (spec.workgroup_size, 1, 1)
+    q_blocks = -(-spec.seq_len // spec.block_m)
+    grid = (q_blocks, spec.num_heads, B) if spec.grid_order == "qb_major" else (spec.num_heads, q_blocks, B)
+    return grid, (spec.workgroup_size, 1, 1)
 
 
 def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | None = None) -> list:
@@ -216,10 +231,11 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
     k_tile = k.lds("k_tile", (spec.block_n, D), spec.dtype, pad=spec.lds_pad)
     vt_tile = k.lds("vt_tile", (D, spec.block_n), spec.dtype, pad=spec.lds_pad)
 
-    head, batch = k.block_id(1), k.block_id(2)
+    q_axis, head_axis = (0, 1) if spec.grid_order == "qb_major" else (1, 0)
+    head, batch = k.block_id(head_axis), k.block_id(2)
     kv_head = head // spec.group if spec.group > 1 else head
     length = lens_ptr.load(batch)
-    block_q0 = k.block_id(0) * spec.block_m
+    block_q0 = k.block_id(q_axis) * spec.block_m
 
     with k.if_(block_q0 < length):          # query tiles wholly in the padding do nothing
         # each (batch, head) slice as a buffer ending at row L_b: padded rows read 0
@@ -262,9 +278,7 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
                 m[t], l[t], p_t, alpha = online_softmax_update(m[t], l[t], tile)
                 for i in range(kv_frags):
                     probs[i][t] = p_t[i].to(spec.dtype)
-                alpha_o = alpha.broadcast_to(mma.C)
-                for j in range(d_frags):
-                    o[t * d_frags + j] = o[t * d_frags + j] * alpha_o
+                rescale(o, t, alpha)
             if spec.pv_setprio:
                 k.s_setprio(1)
             for i in range(kv_frags):
@@ -277,6 +291,21 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
             if spec.pv_setprio:
                 k.s_setprio(0)
             k.barrier()     # the next tile overwrites K and V^T
+
+        def rescale(o, t, alpha):
+            """O^T of query fragment t times alpha; with lazy_rescale only when some lane's
+            alpha is below 1 (a running max moved), a wave-uniform branch."""
+            frags = o[t * d_frags:(t + 1) * d_frags]
+            if spec.lazy_rescale:
+                moved = ballot(alpha.value < 1.0) != 0
+                with k.if_(moved, carry=frags) as br:
+                    alpha_o = alpha.broadcast_to(mma.C)
+                    br.yield_(*[f * alpha_o for f in frags])
+                frags = list(br.results)
+            else:
+                alpha_o = alpha.broadcast_to(mma.C)
+                frags = [f * alpha_o for f in frags]
+            o[t * d_frags:(t + 1) * d_frags] = frags
 
         def run_tiles(lo, hi, carry, masked: bool):
             with k.for_range(lo, hi, spec.block_n, carry=carry) as loop:
