@@ -110,6 +110,7 @@ def test_pv_setprio_changes_code_and_stays_correct():
     ("pv_setprio", 1, "pv_setprio"),
     ("lazy_rescale", "yes", "lazy_rescale"),
     ("grid_order", "kv_major", "grid_order"),
+    ("prefetch", None, "prefetch"),
 ])
 def test_spec_rules_name_the_field(field, value, words):
     kw = dict(dtype="f16", head_dim=64, seq_len=128, num_heads=8, num_kv_heads=2)
@@ -149,3 +150,34 @@ def test_hkv_major_grid_order_changes_code_and_stays_correct():
     assert dp.launch_geometry(hkv, 2)[0] == (6, 2, 2) and dp.launch_geometry(base, 2)[0] == (2, 6, 2)
     assert dp.build(base).ir().replace(base.kernel_name, "k") != dp.build(hkv).ir().replace(hkv.kernel_name, "k")
     run_case(hkv, [70, 20], seed=6)
+
+
+def _loads_between_barrier_and_mfma(asm: str) -> bool:
+    after_barrier = False
+    for line in asm.splitlines():
+        op = line.strip().split(" ")[0]
+        if op == "s_barrier":
+            after_barrier = True
+        elif op.startswith("v_mfma"):
+            after_barrier = False
+        elif op.startswith("buffer_load") and after_barrier:
+            return True
+    return False
+
+
+def test_prefetch_changes_code_and_stays_correct():
+    kw = dict(dtype="bf16", head_dim=64, seq_len=100, num_heads=10, num_kv_heads=2, **SMALL)
+    for causal in (True, False):
+        base = dp.DensePrefillSpec(causal=causal, **kw)
+        pf = dp.DensePrefillSpec(causal=causal, prefetch=True, **kw)
+        assert pf.kernel_name != base.kernel_name
+        assert dp.build(base).ir().replace(base.kernel_name, "k") != dp.build(pf).ir().replace(pf.kernel_name, "k")
+        # the next tile's global loads are issued between a tile's barrier and its MFMAs
+        assert _loads_between_barrier_and_mfma(_compiled(pf).asm)
+        assert not _loads_between_barrier_and_mfma(_compiled(base).asm)
+        run_case(pf, [100, 37, 0, 65], seed=8)
+
+
+def test_prefetch_needs_whole_vectors_per_thread():
+    with pytest.raises(ValueError, match="block_n"):
+        dp.DensePrefillSpec("f16", 64, 128, 4, 4, block_m=256, block_n=32, num_warps=8, prefetch=True)

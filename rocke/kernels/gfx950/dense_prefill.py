@@ -23,7 +23,10 @@ wholly above it are never visited. Without causal, only the last (ragged) tile i
 Address width (``check_problem``): element indices are i32, so B * S * H * D (and the KV
 equivalent) must stay < 2**31.
 
-Levers (spec fields, each in the kernel name): ``pv_setprio`` raises the wave's issue priority
+Levers (spec fields, each in the kernel name): ``prefetch`` issues the next K/V tile's global
+loads into registers right after this tile's LDS staging, so they are in flight during its MFMAs
+and are written to LDS at the next tile's start (LLVM's waitcnt insertion places the waits; inside
+the loop it emits vmcnt(0), not per-register partial waits); ``pv_setprio`` raises the wave's issue priority
 around the PV MFMAs (``s_setprio 1`` .. ``s_setprio 0``) so a warp that reached its PV block keeps
 the matrix core while the others do softmax VALU work; ``lazy_rescale`` skips the O^T rescale
 (d_frags x 16 multiplies per lane) on tiles where no query's running max moved -- exact, the
@@ -76,6 +79,7 @@ class DensePrefillSpec:
     pv_setprio: bool = False   # s_setprio 1 around the PV MFMAs
     lazy_rescale: bool = False  # skip the O^T rescale when no query's running max moved
     grid_order: str = "qb_major"   # which grid axis walks first: query blocks or heads
+    prefetch: bool = False     # load the next K/V tile into registers while this one computes
 
     def __post_init__(self):
         check_choice("dtype", self.dtype, DTYPES)
@@ -86,6 +90,7 @@ class DensePrefillSpec:
         check_bool("pv_setprio", self.pv_setprio)
         check_bool("lazy_rescale", self.lazy_rescale)
         check_choice("grid_order", self.grid_order, GRID_ORDERS)
+        check_bool("prefetch", self.prefetch)
         check_choice("atom", self.atom, ATOMS)
         check_choice("num_warps", self.num_warps, (1, 2, 4, 8, 16))
         check_positive_int("lds_pad", self.lds_pad, allow_zero=True)
@@ -103,6 +108,13 @@ class DensePrefillSpec:
         limit = get_target(TARGET).max_lds_per_workgroup
         if lds > limit:
             raise ValueError(f"block_n: the K and V^T tiles need {lds} bytes of LDS, {TARGET} has {limit}")
+        if self.prefetch:
+            vectors, threads = self.block_n * self.head_dim // STAGING_VECTOR, self.num_warps * 64
+            if vectors % threads:
+                raise ValueError(f"block_n: prefetch stages whole {STAGING_VECTOR}-element vectors per "
+                                 f"thread, but a {self.block_n} x {self.head_dim} tile has {vectors} for "
+                                 f"{threads} threads (make block_n * head_dim / {STAGING_VECTOR} a "
+                                 "multiple of the threads)")
         warp_q = self.block_m // self.num_warps
         check_register_budget("block_m/block_n", warp_q * (self.head_dim + self.block_n) // 64,
                               "each warp's fp32 O^T and S^T accumulators", target=TARGET)
@@ -124,7 +136,8 @@ class DensePrefillSpec:
                 f"_h{self.num_heads}kv{self.num_kv_heads}_{'causal' if self.causal else 'full'}"
                 f"_{self.atom.replace('x', '_')}_m{self.block_m}n{self.block_n}_w{self.num_warps}"
                 f"_pad{self.lds_pad}{'_prio' if self.pv_setprio else ''}"
-                f"{'_lazy' if self.lazy_rescale else ''}{'_hkv' if self.grid_order == 'hkv_major' else ''}")
+                f"{'_lazy' if self.lazy_rescale else ''}{'_hkv' if self.grid_order == 'hkv_major' else ''}"
+                f"{'_pf' if self.prefetch else ''}")
 
 
 def _variants() -> dict[str, DensePrefillSpec]:
@@ -250,13 +263,40 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
         q_ops = [[load_fragment_global(q_buf, mma.B, (d0, q_cols[t]), q_ld, transposed=True)
                   for t in range(q_frags)] for d0 in range(0, D, ak)]
 
-        def kv_tile(kv0, m, l, o, masked: bool):
-            """One KV tile folded into (m, l, o); ``masked`` tiles apply the length / causal mask."""
-            copy_tile_to_lds(k_buf, k_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
-                             vector=STAGING_VECTOR)
-            copy_tile_to_lds(v_buf, vt_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
-                             vector=STAGING_VECTOR, transpose=True)
-            k.barrier()
+        # prefetch: each thread's share of a K / V tile, in registers (rows past L_b read 0)
+        per_row = D // STAGING_VECTOR
+        vectors = range(0, spec.block_n * per_row, threads)
+
+        def load_kv(kv0):
+            out = []
+            for buf in (k_buf, v_buf):
+                for first in vectors:
+                    i = tid + first if first else tid
+                    out.append(buf.load((kv0 + i // per_row) * kv_ld + (i % per_row) * STAGING_VECTOR,
+                                        width=STAGING_VECTOR))
+            return out
+
+        def store_kv(staged):
+            for n, first in enumerate(vectors):
+                i = tid + first if first else tid
+                r, c = i // per_row, (i % per_row) * STAGING_VECTOR
+                k_tile.store((r, c), staged[n])
+                for j, e in enumerate(list(staged[len(vectors) + n])):
+                    vt_tile.store((c + j, r), e)
+
+        def kv_tile(kv0, m, l, o, masked: bool, staged=None):
+            """One KV tile folded into (m, l, o); ``masked`` tiles apply the length / causal mask.
+            With prefetch, ``staged`` holds this tile's K/V registers; returns the next tile's."""
+            if spec.prefetch:
+                store_kv(staged)
+                k.barrier()
+                staged = load_kv(kv0 + spec.block_n)    # in flight during this tile's math
+            else:
+                copy_tile_to_lds(k_buf, k_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
+                                 vector=STAGING_VECTOR)
+                copy_tile_to_lds(v_buf, vt_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
+                                 vector=STAGING_VECTOR, transpose=True)
+                k.barrier()
             scores = [[mma.zeros() for _ in range(q_frags)] for _ in range(kv_frags)]
             for i in range(kv_frags):
                 for s, d0 in enumerate(range(0, D, ak)):
@@ -291,6 +331,7 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
             if spec.pv_setprio:
                 k.s_setprio(0)
             k.barrier()     # the next tile overwrites K and V^T
+            return staged
 
         def rescale(o, t, alpha):
             """O^T of query fragment t times alpha; with lazy_rescale only when some lane's
@@ -307,18 +348,22 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
                 frags = [f * alpha_o for f in frags]
             o[t * d_frags:(t + 1) * d_frags] = frags
 
+        n_state = 2 * q_frags + q_frags * d_frags
+
         def run_tiles(lo, hi, carry, masked: bool):
             with k.for_range(lo, hi, spec.block_n, carry=carry) as loop:
                 m = list(loop.carry[:q_frags])
                 l = list(loop.carry[q_frags:2 * q_frags])
-                o = list(loop.carry[2 * q_frags:])      # [t * d_frags + j]
-                kv_tile(loop.index, m, l, o, masked)
-                loop.yield_(*m, *l, *o)
+                o = list(loop.carry[2 * q_frags:n_state])      # [t * d_frags + j]
+                staged = kv_tile(loop.index, m, l, o, masked, list(loop.carry[n_state:]))
+                loop.yield_(*m, *l, *o, *(staged if spec.prefetch else ()))
             return list(loop.results)
 
         m_init = AxisVector.full(k, mma.C, ROW, dsl.f32, -math.inf)     # one entry per query column
         l_init = AxisVector.full(k, mma.C, ROW, dsl.f32, 0.0)
         carry = [m_init] * q_frags + [l_init] * q_frags + [mma.zeros()] * (q_frags * d_frags)
+        if spec.prefetch:
+            carry += load_kv(0)         # the first tile (both loops start from tile 0's successor chain)
         if spec.causal:
             # tiles below the workgroup's first query need no mask (block_m is a multiple of
             # block_n and block_q0 < L_b); the diagonal tiles up to min(L_b, block end) do
