@@ -7,8 +7,7 @@ import torch
 from rocke import dsl
 from rocke.compiler import compile_ir
 from rocke.dsl.fragment import load_fragment_global, store_fragment_global
-from rocke.runtime import launch
-from rocke.runtime.emu_device import EmuDevice
+from rocke import emu
 
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -37,7 +36,7 @@ def test_wide_k_mfma_runs_on_gfx950(atom, dtype):
     a = torch.randn(m, kk, generator=gen).to(TORCH[dtype])
     b = torch.randn(kk, n, generator=gen).to(TORCH[dtype])
     c = torch.zeros(m, n)
-    launch(ck, (1, 1, 1), (64, 1, 1), [a, b, c], device=EmuDevice("gfx950"))
+    emu.launch(ck.asm, ck.name, (1, 1, 1), (64, 1, 1), [a, b, c], target="gfx950")
     torch.testing.assert_close(c, a.float() @ b.float(), atol=1e-4, rtol=1e-4)
 
 

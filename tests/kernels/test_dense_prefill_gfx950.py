@@ -1,4 +1,5 @@
-"""The gfx950 dense prefill family in the emulator's gfx950 mode against torch SDPA (fp32)."""
+"""The gfx950 dense prefill family in the emulator's gfx950 mode (rocke.emu.launch(..., target="gfx950"))
+against torch SDPA (fp32)."""
 
 import math
 
@@ -9,13 +10,11 @@ import torch.nn.functional as F
 from rocke.compiler import compile_ir
 from rocke.kernels.common.tolerances import attention_atol
 from rocke.kernels.gfx950 import dense_prefill as dp
-from rocke.runtime import launch
-from rocke.runtime.emu_device import EmuDevice
+from rocke import emu
 
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
 SENTINEL = 7.0          # output rows past a sequence's length must keep it
 _COMPILED = {}
-GFX950 = EmuDevice("gfx950")
 
 
 def _compiled(spec):
@@ -51,7 +50,9 @@ def run_case(spec, lens, scale=None, seed=0, shape_inputs=None):
         k[b, n:], v[b, n:], q[b, n:] = float("nan"), float("nan"), float("nan")
     o = torch.full((B, S, H, D), SENTINEL, dtype=dt)
     grid, block = dp.launch_geometry(spec, B)
-    launch(_compiled(spec), grid, block, dp.kernel_args(spec, q, k, v, o, lens_t, scale), device=GFX950)
+    ck = _compiled(spec)
+    # the emulator's gfx950 mode on the compiled listing
+    emu.launch(ck.asm, ck.name, grid, block, dp.kernel_args(spec, q, k, v, o, lens_t, scale), target="gfx950")
     ref = reference(q, k, v, lens_t, spec.causal, scale if scale is not None else 1 / math.sqrt(D))
     for b, n in enumerate(lens):
         err = (o[b, :n].float() - ref[b, :n]).abs().max().item() if n else 0.0
