@@ -157,9 +157,12 @@ def report(variants, no_cache):
     spills = 0
     rows = []
     advice = []
+    targets = []
     for v in _variants(variants):
         ck = v.compile(cache=not no_cache)
         i = ck.info
+        if i.target.split(":")[0] not in targets:
+            targets.append(i.target.split(":")[0])
         spills += i.spills
         advice += [a for a in (i.occupancy_advice(), i.spill_advice()) if a]
         o = i.occupancy
@@ -174,7 +177,7 @@ def report(variants, no_cache):
     for r in [head] + rows:
         click.echo("  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
     missed = sum("MISSED" in r[8] for r in rows)
-    click.echo(f"\n{len(rows)} variants for gfx942; total spills: {spills}"
+    click.echo(f"\n{len(rows)} variants for {', '.join(targets) or 'no target'}; total spills: {spills}"
                + (f"; {missed} miss their requested occupancy (waves_per_eu)" if missed else ""))
     for text in advice:
         click.echo(text)

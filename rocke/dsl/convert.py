@@ -20,6 +20,13 @@ _F32 = ir.FloatType()
 _FP8_KIND = {"fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "bf8"}
 
 
+def _check_fnuz_target(k, dt: T.DType):
+    # the same instructions read and write OCP fp8 codes on gfx950: fnuz values would be wrong
+    if k.target != "gfx942":
+        raise dsl_type_error(f"{dt.name} conversions are gfx942's fnuz instructions; "
+                             f"{k.target} has no fnuz fp8 (its fp8 is OCP)")
+
+
 def convert(v, dst: T.DType, rounding: str):
     src = v.dtype
     if rounding not in ("rne", "rtz"):
@@ -115,6 +122,7 @@ def _f32_to_fp8(v, dst: T.DType):
     """Pairs of f32 go through one ``cvt.pk.{fp8,bf8}.f32``; four results fill one dword."""
     k = v.kernel
     b = k.builder
+    _check_fnuz_target(k, dst)
     cvt = k.intrinsic(f"llvm.amdgcn.cvt.pk.{_FP8_KIND[dst.name]}.f32", _I32, [_F32, _F32, _I32, _I1])
     elems = _scalars(v)
     words = []
@@ -139,6 +147,7 @@ def _f32_to_fp8(v, dst: T.DType):
 def _fp8_to_f32(v):
     k = v.kernel
     b = k.builder
+    _check_fnuz_target(k, v.dtype)
     cvt = k.intrinsic(f"llvm.amdgcn.cvt.f32.{_FP8_KIND[v.dtype.name]}", _F32, [_I32, _I32])
     x = k.ir_of(v)
     if v.lanes % 4 == 0:  # whole dwords: select each byte with the intrinsic's byte_sel

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import math
 
+import llvmlite.ir as ir
+
 from . import types as T
 from .errors import dsl_type_error, dsl_value_error
 from .lanes import shuffle_xor
@@ -384,21 +386,45 @@ class Mfma:
             raise dsl_type_error(f"MFMA {self.atom.key} operand {role} must be {dtype.name}, "
                                  f"got {frag.value.type_name}")
 
-    def _operand(self, frag: Fragment) -> Value:
-        """The intrinsic's operand: the fragment's vector, or its bytes as one i64 for fp8."""
+    def _operand(self, frag: Fragment):
+        """The intrinsic's operand (IR): the fragment's vector, its bytes as one i64 for fp8, or
+        its carriers as ``bfloat`` for gfx950's wide-K bf16 atoms."""
         if self.atom.ir_operand_type == "i64":
-            return frag.value.bitcast(T.i64)
-        return frag.value
+            return self.kernel.ir_of(frag.value.bitcast(T.i64))
+        if "bfloat" in self.atom.ir_operand_type:
+            return _as_bfloat_vector(self.kernel, frag.value)
+        return self.kernel.ir_of(frag.value)
 
     def __call__(self, a: Fragment, b: Fragment, c: Fragment) -> Fragment:
         """D = A @ B + C (f32 accumulate), cbsz = abid = blgp = 0."""
         self._check(a, self.A, self.dtype, "A")
         self._check(b, self.B, self.b_dtype, "B")
         self._check(c, self.C, T.f32, "C")
-        d = self.kernel.call_intrinsic(self.atom.intrinsic,
-                                       [self._operand(a), self._operand(b), c.value, 0, 0, 0],
-                                       result=(T.f32, self.atom.acc_regs))
-        return Fragment(d, self.C)
+        k = self.kernel
+        zero = ir.Constant(ir.IntType(32), 0)       # cbsz, abid, blgp
+        d = k.call(self.atom.intrinsic, T.f32.vector_ir_type(self.atom.acc_regs),
+                   [self._operand(a), self._operand(b), k.ir_of(c.value), zero, zero, zero])
+        return Fragment(k.wrap(d, T.f32, self.atom.acc_regs), self.C)
+
+
+class _BFloatType(ir.Type):
+    """LLVM's ``bfloat`` (llvmlite has no such type): the element of gfx950's wide-K bf16 MFMA
+    operands, where gfx942's bf16 atoms take the i16 carriers the DSL holds bf16 in."""
+
+    def _to_string(self):
+        return "bfloat"
+
+    def __eq__(self, other):
+        return isinstance(other, _BFloatType)
+
+    def __hash__(self):
+        return hash("bfloat")
+
+
+def _as_bfloat_vector(kernel, value: Value):
+    """An intrinsic operand: the bf16 carrier vector ``<N x i16>`` bitcast to ``<N x bfloat>``."""
+    x = kernel.ir_of(value)
+    return kernel.builder.bitcast(x, ir.VectorType(_BFloatType(), value.lanes))
 
 
 # ---- memory -------------------------------------------------------------------------------------

@@ -16,17 +16,18 @@ import llvmlite.ir as ir
 import llvmlite.ir.values as irv
 
 from . import types as T
-from ..arch.targets import DEFAULT_TARGET, get_target
+from ..arch.targets import DEFAULT_TARGET, TARGETS as ARCH_TARGETS, get_target
 from .debuginfo import LocatingBuilder, located_text
 from .emitter import LDS_ARENA_NAME, Emitter, Scope  # noqa: F401  (LDS_ARENA_NAME: re-exported)
 from .errors import dsl_type_error, dsl_value_error, user_frame, user_location
 from .values import Value
 
-# The DSL emits gfx942 IR (its fp8 conversions are the gfx942 fnuz ones); target facts live in
-# rocke/arch/targets.py and are read from there.
-TARGETS = (DEFAULT_TARGET.name,)
+# The targets the DSL emits IR for (target facts live in rocke/arch/targets.py). The IR itself does
+# not name the processor -- compile_ir's target does -- so a gfx942 kernel's IR is unchanged; what
+# differs per target is checked where it is emitted (MFMA atoms, fp8 conversions, the LDS budget).
+TARGETS = tuple(ARCH_TARGETS)
 TRIPLE = "amdgcn-amd-amdhsa"
-# The AMDGPU data layout of LLVM 22 (what the gfx942 target machine reports).
+# The AMDGPU data layout of LLVM 22 (what the gfx942 and gfx950 target machines report).
 DATA_LAYOUT = ("e-m:e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:32-p7:160:256:256:32"
                "-p8:128:128:128:48-p9:192:256:256:32-i64:64-v16:16-v24:32-v32:32-v48:64-v96:128"
                "-v192:256-v256:256-v512:512-v1024:1024-v2048:2048-n32:64-S32-A5-G1-ni:7:8:9")

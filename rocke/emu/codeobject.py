@@ -79,6 +79,11 @@ def _unbundle(data: bytes, target: str = "gfx942") -> bytes:
     raise CodeObjectError(f"offload bundle has no {target} entry (entries: {', '.join(triples)})")
 
 
+# e_flags processor field (LLVM's EF_AMDGPU_MACH_AMDGCN_*): which ISA to disassemble the code as
+EF_AMDGPU_MACH = 0x0ff
+_MACH_PROCESSOR = {0x04c: "gfx942", 0x04f: "gfx950"}
+
+
 class _Elf:
     """The few ELF64 facts needed: sections and the symbol table."""
 
@@ -89,6 +94,11 @@ class _Elf:
         if machine != EM_AMDGPU:
             raise CodeObjectError(f"ELF machine {machine} is not AMDGPU ({EM_AMDGPU})")
         self.data = data
+        mach = struct.unpack_from("<I", data, 0x30)[0] & EF_AMDGPU_MACH
+        if mach not in _MACH_PROCESSOR:
+            raise CodeObjectError(f"ELF e_flags processor 0x{mach:03x} is not one the emulator runs "
+                                  f"({', '.join(_MACH_PROCESSOR.values())})")
+        self.processor = _MACH_PROCESSOR[mach]
         shoff, = struct.unpack_from("<Q", data, 0x28)
         shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
         self.sections = []
@@ -228,7 +238,7 @@ def code_object_assembly(code) -> str:
     with tempfile.TemporaryDirectory(prefix="rocke-co-") as tmp:
         path = Path(tmp) / "kernel.co"
         path.write_bytes(data)
-        listing = _run(objdump, "-d", "--mcpu=gfx942", "--no-show-raw-insn", str(path))
+        listing = _run(objdump, "-d", f"--mcpu={elf.processor}", "--no-show-raw-insn", str(path))
         notes = _run(readelf, "--notes", str(path))
     import yaml
     metadata_text = _metadata_yaml(notes)

@@ -44,6 +44,7 @@ FAMILIES: dict[str, str] = {
     "attention_2d": "rocke.kernels.gfx942.attention_tiled_2d",
     "attention_3d": "rocke.kernels.gfx942.attention_tiled_3d",
     "reduce_segments": "rocke.kernels.gfx942.reduce_segments",
+    "dense_prefill_gfx950": "rocke.kernels.gfx950.dense_prefill",
 }
 
 _REGISTERED: dict[str, str] = {}
@@ -67,7 +68,9 @@ class Variant:
 
     def compile(self, **kw):
         from ..compiler import compile_ir   # compiler sits below kernels; imported lazily for speed
+        from ..arch import get_target
         k = self.kernel()
+        kw.setdefault("target", get_target(k.target).target_id)     # the kernel's own target
         return compile_ir(k.ir(), name=k.name, variant=self.name,
                           workgroup_size=getattr(k, "workgroup_size", None), **kw)
 

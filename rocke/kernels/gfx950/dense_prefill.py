@@ -1,0 +1,386 @@
+"""Dense prefill attention for gfx950 (CDNA4): O = softmax(Q K^T * scale [+ causal mask]) V.
+
+Q and O are contiguous ``[B, S, H, D]``, K and V ``[B, S, H_kv, D]`` (f16 or bf16, D in {64, 128});
+S, H, H_kv and D are compile-time (spec fields), B is the grid's z extent. ``seq_lens`` (int32
+``[B]``) holds each sequence's length L_b <= S: rows past L_b are padding, handled on chip -- keys
+past L_b read 0 from the buffer (its extent ends at row L_b) and are masked, query tiles wholly
+past L_b exit at once, and output rows past L_b are never written. GQA: query head h reads KV head
+``h // (H / H_kv)``, any integer group (40 / 8, 28 / 4).
+
+One workgroup computes ``block_m`` queries of one (batch, head) with ``num_warps`` warps of
+``block_m / num_warps`` queries each, streaming keys in tiles of ``block_n`` through LDS (K row-major,
+V transposed, each row padded by ``lds_pad`` elements against bank conflicts). It uses gfx950's
+wide-K MFMA (32x32x16: 8 elements per lane, twice gfx942's K per instruction) in the transposed
+orientation of ``rocke.kernels.samples.flash_attention``: S^T = K Q^T with Q^T resident in
+registers, so P^T comes out in the registers O^T = V^T P^T takes as its B operand. The softmax is
+the log2-domain online update (``rocke.dsl.softmax``): scale * log2(e) folded once, one native
+``exp2`` per score.
+
+Causal (bottom-right aligned, S_q == S_k == L_b, so key <= query): KV tiles wholly below the
+workgroup's diagonal run an unmasked loop, only the tiles crossing it pay for the mask, tiles
+wholly above it are never visited. Without causal, only the last (ragged) tile is masked.
+
+Address width (``check_problem``): element indices are i32, so B * S * H * D (and the KV
+equivalent) must stay < 2**31.
+
+Levers (spec fields, each in the kernel name): ``prefetch`` issues the next K/V tile's global
+loads into registers right after this tile's LDS staging, so they are in flight during its MFMAs
+and are written to LDS at the next tile's start (LLVM's waitcnt insertion places the waits; inside
+the loop it emits vmcnt(0), not per-register partial waits); ``pv_setprio`` raises the wave's issue priority
+around the PV MFMAs (``s_setprio 1`` .. ``s_setprio 0``) so a warp that reached its PV block keeps
+the matrix core while the others do softmax VALU work; ``lazy_rescale`` skips the O^T rescale
+(d_frags x 16 multiplies per lane) on tiles where no query's running max moved -- exact, the
+skipped factor is 1 -- behind a wave-uniform ballot; ``grid_order`` picks whether a head's query
+blocks (qb_major) or the heads of one KV group (hkv_major) are dispatched together.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rocke import dsl
+from rocke.arch import get_target
+from rocke.arch.mfma import atom_for, get_atom
+from rocke.dsl import minimum, rcp
+from rocke.dsl.lanes import ballot
+from rocke.dsl.fragment import (AxisVector, Fragment, ROW, copy_tile_to_lds, load_fragment,
+                                load_fragment_global, store_fragment_global)
+from rocke.dsl.tv_layout import TVLayout
+from rocke.dsl.values import concat
+from rocke.dsl.softmax import LOG2E, online_softmax_update
+from rocke.kernels.common.checks import (check_bool, check_choice, check_device, check_grid_extent,
+                                         check_i32_value, check_multiple, check_positive_int,
+                                         check_register_budget, check_tensor)
+
+TARGET = "gfx950"
+DTYPES = ("f16", "bf16")
+HEAD_DIMS = (64, 128)
+ATOMS = ("32x32x16",)     # PV reads P^T from the 32x32 accumulator (see _pv_operand)
+STAGING_VECTOR = 8
+# qb_major: grid (query blocks, H, B), a head's query blocks dispatch together; hkv_major: grid
+# (H, query blocks, B), the heads sharing a KV head dispatch together (their K/V reads meet in L2)
+GRID_ORDERS = ("qb_major", "hkv_major")
+
+
+@dataclass(frozen=True)
+class DensePrefillSpec:
+    dtype: str = "bf16"
+    head_dim: int = 128
+    seq_len: int = 4096        # S: the padded sequence extent of the [B, S, H, D] tensors
+    num_heads: int = 32        # H (query heads)
+    num_kv_heads: int = 8      # H_kv; H / H_kv query heads share a KV head (GQA)
+    causal: bool = True
+    block_m: int = 256         # queries per workgroup
+    block_n: int = 64          # keys per KV tile
+    num_warps: int = 8
+    atom: str = "32x32x16"
+    lds_pad: int = 8           # elements appended to each K / V^T LDS row
+    pv_setprio: bool = False   # s_setprio 1 around the PV MFMAs
+    lazy_rescale: bool = False  # skip the O^T rescale when no query's running max moved
+    grid_order: str = "qb_major"   # which grid axis walks first: query blocks or heads
+    prefetch: bool = False     # load the next K/V tile into registers while this one computes
+
+    def __post_init__(self):
+        check_choice("dtype", self.dtype, DTYPES)
+        check_choice("head_dim", self.head_dim, HEAD_DIMS)
+        for name in ("seq_len", "num_heads", "num_kv_heads", "block_m", "block_n"):
+            check_positive_int(name, getattr(self, name))
+        check_bool("causal", self.causal)
+        check_bool("pv_setprio", self.pv_setprio)
+        check_bool("lazy_rescale", self.lazy_rescale)
+        check_choice("grid_order", self.grid_order, GRID_ORDERS)
+        check_bool("prefetch", self.prefetch)
+        check_choice("atom", self.atom, ATOMS)
+        check_choice("num_warps", self.num_warps, (1, 2, 4, 8, 16))
+        check_positive_int("lds_pad", self.lds_pad, allow_zero=True)
+        check_multiple("num_heads", self.num_heads, self.num_kv_heads,
+                       of=f"num_kv_heads ({self.num_kv_heads})", because="each KV head serves a whole group")
+        a = atom_for(self.atom, self.dtype, target=TARGET)
+        check_multiple("block_m", self.block_m, self.num_warps * a.n,
+                       of=f"num_warps ({self.num_warps}) x the atom's N ({a.n})",
+                       because="each warp owns whole query columns of S^T")
+        check_multiple("block_n", self.block_n, a.m, of=f"the atom's M ({a.m})")
+        check_multiple("block_m", self.block_m, self.block_n,
+                       because="the causal split puts the diagonal on whole KV tiles")
+        check_multiple("lds_pad", self.lds_pad, 4, because="operands are read from LDS 8 bytes at a time")
+        lds = 2 * (self.block_n * (self.head_dim + self.lds_pad) + self.head_dim * (self.block_n + self.lds_pad))
+        limit = get_target(TARGET).max_lds_per_workgroup
+        if lds > limit:
+            raise ValueError(f"block_n: the K and V^T tiles need {lds} bytes of LDS, {TARGET} has {limit}")
+        if self.prefetch:
+            vectors, threads = self.block_n * self.head_dim // STAGING_VECTOR, self.num_warps * 64
+            if vectors % threads:
+                raise ValueError(f"block_n: prefetch stages whole {STAGING_VECTOR}-element vectors per "
+                                 f"thread, but a {self.block_n} x {self.head_dim} tile has {vectors} for "
+                                 f"{threads} threads (make block_n * head_dim / {STAGING_VECTOR} a "
+                                 "multiple of the threads)")
+        warp_q = self.block_m // self.num_warps
+        check_register_budget("block_m/block_n", warp_q * (self.head_dim + self.block_n) // 64,
+                              "each warp's fp32 O^T and S^T accumulators", target=TARGET)
+        for what, heads in (("Q/O", self.num_heads), ("K/V", self.num_kv_heads)):
+            check_i32_value("seq_len", self.seq_len * heads * self.head_dim - 1,
+                            f"one sequence's {what} elements S * heads * D - 1")
+
+    @property
+    def group(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def workgroup_size(self) -> int:
+        return dsl.WAVE_SIZE * self.num_warps
+
+    @property
+    def kernel_name(self) -> str:
+        return (f"dense_prefill_gfx950_{self.dtype}_d{self.head_dim}_s{self.seq_len}"
+                f"_h{self.num_heads}kv{self.num_kv_heads}_{'causal' if self.causal else 'full'}"
+                f"_{self.atom.replace('x', '_')}_m{self.block_m}n{self.block_n}_w{self.num_warps}"
+                f"_pad{self.lds_pad}{'_prio' if self.pv_setprio else ''}"
+                f"{'_lazy' if self.lazy_rescale else ''}{'_hkv' if self.grid_order == 'hkv_major' else ''}"
+                f"{'_pf' if self.prefetch else ''}")
+
+
+def _variants() -> dict[str, DensePrefillSpec]:
+    out = {}
+    # (heads, kv heads, head dim): Llama-3-8B (32/8), 40/8 and 28/4 GQA, a d64 MHA model
+    models = (("h32kv8", 32, 8, 128), ("h40kv8", 40, 8, 128), ("h28kv4", 28, 4, 128), ("h16kv16", 16, 16, 64))
+    for dtype in DTYPES:
+        for tag, h, hkv, d in models:
+            for causal in (True, False):
+                spec = DensePrefillSpec(dtype, d, 4096, h, hkv, causal)
+                out[f"{dtype}_d{d}_{tag}_{'causal' if causal else 'full'}"] = spec
+    return out
+
+
+VARIANTS: dict[str, DensePrefillSpec] = _variants()
+GOLDEN_PERTURBATION = ("causal", {True: False, False: True})     # see rocke.kernels.registry
+
+ARGS = ("q", "k", "v", "o", "seq_lens", "sm_scale")
+
+
+def check_problem(spec: DensePrefillSpec, *, B: int) -> None:
+    """A batch of B sequences fits the kernel's i32 element indices and the grid."""
+    check_positive_int("B", B)
+    check_grid_extent("B", B, axis="z")
+    for what, heads in (("q/o", spec.num_heads), ("k/v", spec.num_kv_heads)):
+        check_i32_value("B", B * spec.seq_len * heads * spec.head_dim - 1,
+                        f"the last {what} element index B * S * heads * D - 1")
+
+
+def launch_geometry(spec: DensePrefillSpec, B: int):
+    """(grid in workgroups, block in threads): (query blocks of S, H, B), or (H, query blocks,
+    B) for grid_order hkv_major."""
+    check_problem(spec, B=B)
+    q_blocks = -(-spec.seq_len // spec.block_m)
+    grid = (q_blocks, spec.num_heads, B) if spec.grid_order == "qb_major" else (spec.num_heads, q_blocks, B)
+    return grid, (spec.workgroup_size, 1, 1)
+
+
+def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | None = None) -> list:
+    """Ordered kernel arguments for contiguous torch tensors (q/o [B, S, H, D], k/v
+    [B, S, H_kv, D], seq_lens int32 [B] with 0 <= L_b <= S); ``sm_scale`` defaults to 1/sqrt(D)."""
+    import torch
+    S, D = spec.seq_len, spec.head_dim
+    for name, t, heads in (("q", q, spec.num_heads), ("k", k, spec.num_kv_heads),
+                           ("v", v, spec.num_kv_heads), ("o", o, spec.num_heads)):
+        check_tensor(name, t, dtype=spec.dtype, dims=("B", "S", "H", "D"))
+        if tuple(t.shape[1:]) != (S, heads, D):
+            raise ValueError(f"{name}: shape {tuple(t.shape)} is not [B, {S}, {heads}, {D}] (the spec's S, heads, D)")
+        if t.shape[0] != q.shape[0]:
+            raise ValueError(f"{name}: batch {t.shape[0]} differs from q's {q.shape[0]}")
+    B = q.shape[0]
+    if not isinstance(seq_lens, torch.Tensor) or seq_lens.dtype != torch.int32 or tuple(seq_lens.shape) != (B,):
+        raise ValueError(f"seq_lens: must be an int32 tensor of shape [{B}], got "
+                         f"{getattr(seq_lens, 'dtype', type(seq_lens).__name__)} {tuple(getattr(seq_lens, 'shape', ()))}")
+    if B and not bool(((seq_lens >= 0) & (seq_lens <= S)).all()):
+        raise ValueError(f"seq_lens: every length must be in [0, {S}], got {seq_lens.tolist()}")
+    check_problem(spec, B=B)
+    check_device({"q": q, "k": k, "v": v, "o": o, "seq_lens": seq_lens})
+    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
+                                 or not math.isfinite(sm_scale)):
+        raise ValueError(f"sm_scale: must be a finite number or None, got {sm_scale!r}")
+    scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    return [q, k, v, o, seq_lens, scale]
+
+
+# PV with the wide-K atom. The 32x32 accumulator gives a lane keys {4h..4h+3, 8+4h..8+4h+3} of each
+# 16-key block in registers 0..7 (h = lane // 32), where the 32x32x16 B operand nominally holds
+# keys 8h..8h+7: P^T's registers are used as the B operand as they are, and the V^T A operand is
+# gathered in the same key order -- two half-K (32x32x8 layout) reads at keys +0 and +8, each lane's
+# 4 keys at 4h -- so the contraction pairs every key's P with its own V row.
+def _pv_operand(mma, probs: Fragment, sub: int) -> Fragment:
+    """P^T registers of keys [sub, sub + 16) as the B operand, in the accumulator's key order."""
+    n = mma.atom.k_per_lane
+    first = sub // 16 * n
+    return Fragment(probs.value[first:first + n], mma.B)
+
+
+def _vt_operand(mma, narrow_a, vt_tile, d0: int, key0):
+    """The V^T A operand of keys [key0, key0 + 16) in ``_pv_operand``'s key order."""
+    lo = load_fragment(vt_tile, narrow_a, (d0, key0))
+    hi = load_fragment(vt_tile, narrow_a, (d0, key0 + 8))
+    return Fragment(concat(lo.value, hi.value), mma.A)
+
+
+def build(spec: DensePrefillSpec) -> dsl.Kernel:
+    k = dsl.Kernel(spec.kernel_name, target=TARGET, workgroup_size=spec.workgroup_size)
+    q_ptr = k.arg_ptr("q", spec.dtype, readonly=True)
+    k_ptr = k.arg_ptr("k", spec.dtype, readonly=True)
+    v_ptr = k.arg_ptr("v", spec.dtype, readonly=True)
+    o_ptr = k.arg_ptr("o", spec.dtype)
+    lens_ptr = k.arg_ptr("seq_lens", "i32", readonly=True)
+    sm_scale = k.arg_f32("sm_scale")
+
+    S, D, H, HKV = spec.seq_len, spec.head_dim, spec.num_heads, spec.num_kv_heads
+    q_ld, kv_ld = H * D, HKV * D           # row strides of [B, S, heads, D]
+    mma = k.mfma(spec.atom, spec.dtype)
+    narrow_a = TVLayout.mfma_a(get_atom(f"32x32x8_{spec.dtype}", TARGET))   # half-K A operand layout
+    am, an, ak = mma.atom.m, mma.atom.n, mma.atom.k
+    warp_q = spec.block_m // spec.num_warps
+    q_frags, kv_frags, d_frags = warp_q // an, spec.block_n // am, D // am
+    threads = spec.workgroup_size
+    tid = k.thread_id(0)
+
+    k_tile = k.lds("k_tile", (spec.block_n, D), spec.dtype, pad=spec.lds_pad)
+    vt_tile = k.lds("vt_tile", (D, spec.block_n), spec.dtype, pad=spec.lds_pad)
+
+    q_axis, head_axis = (0, 1) if spec.grid_order == "qb_major" else (1, 0)
+    head, batch = k.block_id(head_axis), k.block_id(2)
+    kv_head = head // spec.group if spec.group > 1 else head
+    length = lens_ptr.load(batch)
+    block_q0 = k.block_id(q_axis) * spec.block_m
+
+    with k.if_(block_q0 < length):          # query tiles wholly in the padding do nothing
+        # each (batch, head) slice as a buffer ending at row L_b: padded rows read 0
+        def slice_buffer(ptr, h, ld):
+            return ptr.offset(batch * (S * ld) + h * D).buffer((length - 1) * ld + D)
+        q_buf, o_buf = slice_buffer(q_ptr, head, q_ld), slice_buffer(o_ptr, head, q_ld)
+        k_buf, v_buf = slice_buffer(k_ptr, kv_head, kv_ld), slice_buffer(v_ptr, kv_head, kv_ld)
+
+        warp_q0 = block_q0 + k.wave_id() * warp_q
+        q_cols = [warp_q0 + t * an for t in range(q_frags)]
+        qk_scale = sm_scale * LOG2E
+        q_ops = [[load_fragment_global(q_buf, mma.B, (d0, q_cols[t]), q_ld, transposed=True)
+                  for t in range(q_frags)] for d0 in range(0, D, ak)]
+
+        # prefetch: each thread's share of a K / V tile, in registers (rows past L_b read 0)
+        per_row = D // STAGING_VECTOR
+        vectors = range(0, spec.block_n * per_row, threads)
+
+        def load_kv(kv0):
+            out = []
+            for buf in (k_buf, v_buf):
+                for first in vectors:
+                    i = tid + first if first else tid
+                    out.append(buf.load((kv0 + i // per_row) * kv_ld + (i % per_row) * STAGING_VECTOR,
+                                        width=STAGING_VECTOR))
+            return out
+
+        def store_kv(staged):
+            for n, first in enumerate(vectors):
+                i = tid + first if first else tid
+                r, c = i // per_row, (i % per_row) * STAGING_VECTOR
+                k_tile.store((r, c), staged[n])
+                for j, e in enumerate(list(staged[len(vectors) + n])):
+                    vt_tile.store((c + j, r), e)
+
+        def kv_tile(kv0, m, l, o, masked: bool, staged=None):
+            """One KV tile folded into (m, l, o); ``masked`` tiles apply the length / causal mask.
+            With prefetch, ``staged`` holds this tile's K/V registers; returns the next tile's."""
+            if spec.prefetch:
+                store_kv(staged)
+                k.barrier()
+                staged = load_kv(kv0 + spec.block_n)    # in flight during this tile's math
+            else:
+                copy_tile_to_lds(k_buf, k_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
+                                 vector=STAGING_VECTOR)
+                copy_tile_to_lds(v_buf, vt_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
+                                 vector=STAGING_VECTOR, transpose=True)
+                k.barrier()
+            scores = [[mma.zeros() for _ in range(q_frags)] for _ in range(kv_frags)]
+            for i in range(kv_frags):
+                for s, d0 in enumerate(range(0, D, ak)):
+                    k_op = load_fragment(k_tile, mma.A, (i * am, d0))
+                    for t in range(q_frags):
+                        scores[i][t] = mma(k_op, q_ops[s][t], scores[i][t])
+            probs = [[None] * q_frags for _ in range(kv_frags)]
+            for t in range(q_frags):
+                tile = []
+                for i in range(kv_frags):
+                    scaled = scores[i][t] * qk_scale
+                    if masked:
+                        keys, queries = scores[i][t].coords(origin=(kv0 + i * am, q_cols[t]))
+                        valid = keys < length
+                        if spec.causal:
+                            valid = valid & (keys <= queries)
+                        scaled = scaled.where(valid, -math.inf)
+                    tile.append(scaled)
+                m[t], l[t], p_t, alpha = online_softmax_update(m[t], l[t], tile)
+                for i in range(kv_frags):
+                    probs[i][t] = p_t[i].to(spec.dtype)
+                rescale(o, t, alpha)
+            if spec.pv_setprio:
+                k.s_setprio(1)
+            for i in range(kv_frags):
+                for sub in range(0, am, ak):
+                    p_ops = [_pv_operand(mma, probs[i][t], sub) for t in range(q_frags)]
+                    for j in range(d_frags):
+                        v_op = _vt_operand(mma, narrow_a, vt_tile, j * am, i * am + sub)
+                        for t in range(q_frags):
+                            o[t * d_frags + j] = mma(v_op, p_ops[t], o[t * d_frags + j])
+            if spec.pv_setprio:
+                k.s_setprio(0)
+            k.barrier()     # the next tile overwrites K and V^T
+            return staged
+
+        def rescale(o, t, alpha):
+            """O^T of query fragment t times alpha; with lazy_rescale only when some lane's
+            alpha is below 1 (a running max moved), a wave-uniform branch."""
+            frags = o[t * d_frags:(t + 1) * d_frags]
+            if spec.lazy_rescale:
+                moved = ballot(alpha.value < 1.0) != 0
+                with k.if_(moved, carry=frags) as br:
+                    alpha_o = alpha.broadcast_to(mma.C)
+                    br.yield_(*[f * alpha_o for f in frags])
+                frags = list(br.results)
+            else:
+                alpha_o = alpha.broadcast_to(mma.C)
+                frags = [f * alpha_o for f in frags]
+            o[t * d_frags:(t + 1) * d_frags] = frags
+
+        n_state = 2 * q_frags + q_frags * d_frags
+
+        def run_tiles(lo, hi, carry, masked: bool):
+            with k.for_range(lo, hi, spec.block_n, carry=carry) as loop:
+                m = list(loop.carry[:q_frags])
+                l = list(loop.carry[q_frags:2 * q_frags])
+                o = list(loop.carry[2 * q_frags:n_state])      # [t * d_frags + j]
+                staged = kv_tile(loop.index, m, l, o, masked, list(loop.carry[n_state:]))
+                loop.yield_(*m, *l, *o, *(staged if spec.prefetch else ()))
+            return list(loop.results)
+
+        m_init = AxisVector.full(k, mma.C, ROW, dsl.f32, -math.inf)     # one entry per query column
+        l_init = AxisVector.full(k, mma.C, ROW, dsl.f32, 0.0)
+        carry = [m_init] * q_frags + [l_init] * q_frags + [mma.zeros()] * (q_frags * d_frags)
+        if spec.prefetch:
+            carry += load_kv(0)         # the first tile (both loops start from tile 0's successor chain)
+        if spec.causal:
+            # tiles below the workgroup's first query need no mask (block_m is a multiple of
+            # block_n and block_q0 < L_b); the diagonal tiles up to min(L_b, block end) do
+            unmasked_end = block_q0
+            kv_end = minimum(length, block_q0 + spec.block_m)
+        else:
+            unmasked_end = (length // spec.block_n) * spec.block_n
+            kv_end = length
+        carry = run_tiles(0, unmasked_end, carry, masked=False)
+        carry = run_tiles(unmasked_end, kv_end, carry, masked=True)
+
+        l_final = carry[q_frags:2 * q_frags]
+        o_final = carry[2 * q_frags:]
+        for t in range(q_frags):
+            inv_l = l_final[t].map(rcp).broadcast_to(mma.C)
+            for j in range(d_frags):
+                out = (o_final[t * d_frags + j] * inv_l).to(spec.dtype)
+                store_fragment_global(o_buf, out, (j * am, q_cols[t]), q_ld, bounds=(None, length),
+                                      transposed=True)
+    return k
