@@ -276,3 +276,43 @@ def test_inside_a_torch_graph_capture_the_entry_point_launches_on_the_capturing_
     unified_attention(**g, **extra)
     assert len(au.GRAPHS) == 0 and len(rocm_torch.allocations) == allocations
     assert [r.stream for r in rocm_torch.executed[ran:]] == [rocm_torch.stream] * 2
+
+
+# ---- the per-call cache: validated, planned and packed once per call metadata ----------------
+
+def test_a_repeated_call_is_planned_once_but_its_contents_checked_every_time(monkeypatch):
+    monkeypatch.delenv("ROCKE_DEVICE", raising=False)
+    a = _problem([1, 3], [40, 23])
+    au.run_unified_attention_torch(**a, backend="2d")
+    torch.testing.assert_close(a["out"].float(), _expected(a), atol=attention_atol("f16"), rtol=0)
+    planned = []
+    monkeypatch.setattr(au, "describe_problem", lambda *x, **kw: planned.append(1))
+    a["out"].zero_()
+    au.run_unified_attention_torch(**a, backend="2d")        # a hit: no describe_problem
+    assert not planned
+    torch.testing.assert_close(a["out"].float(), _expected(a), atol=attention_atol("f16"), rtol=0)
+    a["block_table"][0, 0] = 10 ** 6                          # same metadata, lying contents
+    with pytest.raises(ValueError, match=r"block_table: sequence 0 uses block index 1000000"):
+        au.run_unified_attention_torch(**a, backend="2d")
+    monkeypatch.setenv("HIPDNN_GFX942_NUM_WARPS", "2")         # a lever: a new key, planned anew
+    a["block_table"][0, 0] = 0
+    with pytest.raises(AttributeError):                       # the stub's None was used
+        au.run_unified_attention_torch(**a, backend="2d")
+    assert planned
+
+
+def test_the_gpu_call_cache_holds_no_caller_tensor(rocm_torch):
+    """A cached GPU call keeps its kernarg bytes, not the caller's tensors, so torch's allocator
+    may hand the next step the same addresses (the cache's hit)."""
+    import gc
+    import weakref
+    a = _problem([1, 3], [40, 23])
+    _register(rocm_torch, a, "2d")
+    g = _on_gpu(rocm_torch, a)
+    au.run_unified_attention_torch(**g, backend="2d")
+    au.run_unified_attention_torch(**g, backend="2d")        # the hit, through the stand-in
+    assert len(rocm_torch.executed) >= 2
+    refs = [weakref.ref(g[name]) for name in ("q", "out", "block_table")]
+    del g
+    gc.collect()
+    assert all(r() is None for r in refs)

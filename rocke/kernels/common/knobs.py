@@ -169,6 +169,21 @@ def _int(environ, lever: str, choices) -> int | None:
     return number
 
 
+_LEVER_VARIABLES = tuple(PREFIX + lever for lever in LEVERS)
+_current: list = [None, None]        # [environment key, AttentionKnobs] of the last parse
+
+
+def current_knobs() -> AttentionKnobs:
+    """``read_knobs()`` of os.environ, parsed again only when a lever's value or the number of
+    environment variables changed (a new, unknown HIPDNN_GFX942_* variable changes the count
+    and is refused then): the per-call cost of the levers is a few dictionary reads."""
+    key = (len(os.environ), tuple(map(os.environ.get, _LEVER_VARIABLES)))
+    if _current[0] != key:
+        knobs = read_knobs()
+        _current[:] = key, knobs
+    return _current[1]
+
+
 def read_knobs(environ: Mapping[str, str] | None = None) -> AttentionKnobs:
     """Parse and validate every HIPDNN_GFX942_* lever from ``environ`` (default os.environ)."""
     env = os.environ if environ is None else environ
