@@ -9,7 +9,6 @@ raise on any host read of their contents."""
 from __future__ import annotations
 
 import math
-import types
 
 import pytest
 import torch
@@ -19,22 +18,10 @@ from rocke.kernels.common import attention_unified as au
 from rocke.kernels.common.attention_reference import ref_paged_attn
 from rocke.kernels.common.tolerances import attention_atol
 from rocke.runtime import hip_device
+from tests.hip_stub.rocm_torch import CUDA, RocmTensor, install, to_device
 from tests.kernels.test_attention_2d import make_problem
 
 D, BLOCK, GROUP, HK = 64, 16, 2, 1
-CUDA = torch.device("cuda", 0)
-
-
-class RocmTensor(torch.Tensor):
-    """A tensor in stand-in device memory that says it lives on a ROCm GPU."""
-
-    @property
-    def device(self):
-        return CUDA
-
-    @property
-    def is_cuda(self):
-        return True
 
 
 class HostRead(AssertionError):
@@ -71,20 +58,8 @@ class NoHostRead(RocmTensor):
                     "__index__", "__iter__", "__array__", "__repr__", "__format__", "to",
                     "equal", "allclose"):
             raise HostRead(f"host read of a GPU metadata tensor: {name}")
-        return super().__torch_function__(func, types_, args, kwargs or {})
-
-
-def to_device(standin, t, cls=RocmTensor):
-    """A copy of CPU tensor ``t`` in stand-in device memory (hipMalloc), as ``cls``."""
-    dev = runtime.get_device("hip")
-    nbytes = max(1, t.numel() * t.element_size())
-    buf = dev.alloc(nbytes)
-    array = standin.allocations[buf.data_ptr()][0]
-    flat = torch.from_numpy(array).view(t.dtype)[:t.numel()]
-    flat.copy_(t.contiguous().reshape(-1))
-    view = flat.view(t.shape)
-    view._keep = buf          # the allocation lives as long as the tensor
-    return view.as_subclass(cls)
+        # the default dispatch (results stay NoHostRead), not RocmTensor's disabled one
+        return torch.Tensor.__torch_function__.__func__(cls, func, types_, args, kwargs or {})
 
 
 def host(t):
@@ -94,25 +69,10 @@ def host(t):
 @pytest.fixture
 def rocm_torch(standin, monkeypatch):
     """A ROCm torch surface over the stand-in: torch.version.hip, a current stream, no capture."""
-    monkeypatch.setattr(torch.version, "hip", "6.2.0", raising=False)
-    monkeypatch.setattr(hip_device, "torch_rocm", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    stream = hip_device._call("hipStreamCreate")
-    monkeypatch.setattr(torch.cuda, "current_stream",
-                        lambda: types.SimpleNamespace(cuda_stream=int(stream)))
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    standin.stream = install(standin, monkeypatch.setattr)
     monkeypatch.setenv("HIPDNN_GFX942_2D_GRAPH", "0")     # eager: torch's CUDA graph is not here
     monkeypatch.setenv("HIPDNN_GFX942_3D_GRAPH", "0")
-    real_empty = torch.empty
-
-    def empty(*shape, dtype=None, device=None, **kw):     # torch's allocator on the GPU
-        if device is not None and torch.device(device) == CUDA:
-            return to_device(standin, real_empty(*shape, dtype=dtype))
-        return real_empty(*shape, dtype=dtype, device=device, **kw)
-    monkeypatch.setattr(torch, "empty", empty)
     au.GRAPHS.clear()
-    standin.stream = int(stream)
     return standin
 
 

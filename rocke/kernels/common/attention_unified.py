@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import itertools
 import math
 import threading
 from collections import OrderedDict
@@ -631,6 +632,7 @@ def _meta(t):
 CALL_CACHE_SIZE = 64
 _CALLS: "OrderedDict[tuple, _CallPlan]" = OrderedDict()
 _CALLS_LOCK = threading.Lock()
+_CALL_SERIAL = itertools.count()
 
 
 @dataclass
@@ -651,29 +653,35 @@ class _CallPlan:
         return RunRecord(self.plan, [self.device.execute(p) for p in self.prepared])
 
 
+_TENSOR_ARGS = (0, 1, 2, 3, 4, 6, 11)        # q, k, v, out, cu_seqlens_q, seqused_k, block_table
+_VALUE_ARGS = (5, 7, 8, 9, 10, 12)           # max_seqlen_q/k, softmax_scale, causal, window, softcap
+_DESCALE_ARGS = (13, 14, 15)
+
+
 def _call_key(args: tuple, backend, segm_workspaces, num_segments, knobs) -> tuple | None:
-    """The cache key of a call, or None when its checks read values a key cannot hold (score
-    feature tensors, host descales: their contents are checked on every call)."""
+    """The cache key of a call, or None when its checks read values a key cannot hold (host
+    descales: their contents are checked on every call) or an argument is not what it should
+    be (the full validation names it)."""
     import os
     from rocke.runtime import device_generation
-    key = [backend, num_segments, knobs, os.environ.get("ROCKE_DEVICE"), device_generation()]
-    for a in args:
-        if _is_tensor(a):
-            key.append(_meta(a))
-        elif isinstance(a, (int, float, bool, str, tuple, type(None))):
-            key.append((type(a), a))
-        else:
-            return None
-    for name in ("q_descale", "k_descale", "v_descale"):
-        t = args[ARG_INDEX[name]]
-        if _is_tensor(t) and t.device.type == "cpu":
-            return None
-    if segm_workspaces is not None:
-        if not isinstance(segm_workspaces, (tuple, list)) or not all(map(_is_tensor,
-                                                                          segm_workspaces)):
-            return None
-        key.extend(_meta(t) for t in segm_workspaces)
-    return tuple(key)
+    try:
+        tensors = tuple((t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+                        for t in map(args.__getitem__, _TENSOR_ARGS))
+        values = tuple((type(a), a) for a in map(args.__getitem__, _VALUE_ARGS))
+        hash(values)
+        descales = []
+        for t in map(args.__getitem__, _DESCALE_ARGS):
+            if t is None:
+                descales.append(None)
+            elif t.device.type == "cpu":
+                return None
+            else:
+                descales.append(_meta(t))
+        workspaces = None if segm_workspaces is None else tuple(map(_meta, segm_workspaces))
+    except (AttributeError, TypeError):
+        return None
+    return (tensors, values, tuple(descales), workspaces, backend, num_segments, knobs,
+            os.environ.get("ROCKE_DEVICE"), device_generation())
 
 
 ARG_NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "max_seqlen_q", "seqused_k", "max_seqlen_k",
@@ -766,8 +774,10 @@ def _remember(key, device_kind, the_plan, launches, workspace, problem, target, 
         return graph
     would_replay = target.recommend_graph_replay(problem, knobs, path=the_plan.path,
                                                  capturing=False)
+    # the cached call's graph by a serial number: hashing the launches' identity per call
+    # would cost more than the replay (the call key already names everything they read)
     entry = _CallPlan(the_plan, device, prepared, workspace, would_replay,
-                      _graph_key(device_kind, the_plan, launches, ()), capture, check)
+                      ("call", next(_CALL_SERIAL)), capture, check)
     with _CALLS_LOCK:
         _CALLS[key] = entry
         while len(_CALLS) > CALL_CACHE_SIZE:

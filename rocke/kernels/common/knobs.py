@@ -170,18 +170,24 @@ def _int(environ, lever: str, choices) -> int | None:
 
 
 _LEVER_VARIABLES = tuple(PREFIX + lever for lever in LEVERS)
-_current: list = [None, None]        # [environment key, AttentionKnobs] of the last parse
+# the last parse: [number of environment variables, (lever variable, value) of those set, knobs]
+_current: list = [None, (), None]
 
 
 def current_knobs() -> AttentionKnobs:
-    """``read_knobs()`` of os.environ, parsed again only when a lever's value or the number of
-    environment variables changed (a new, unknown HIPDNN_GFX942_* variable changes the count
-    and is refused then): the per-call cost of the levers is a few dictionary reads."""
-    key = (len(os.environ), tuple(map(os.environ.get, _LEVER_VARIABLES)))
-    if _current[0] != key:
-        knobs = read_knobs()
-        _current[:] = key, knobs
-    return _current[1]
+    """``read_knobs()`` of os.environ, parsed again only when the number of environment variables
+    changes (a lever or an unknown HIPDNN_GFX942_* variable set or unset) or a set lever's value
+    changes: the per-call cost is a read per set lever. (An unset lever set in the same step as
+    another variable is unset goes unseen until the next change of count.)"""
+    count, set_levers, knobs = _current
+    if count == len(os.environ) and all(os.environ.get(name) == value
+                                        for name, value in set_levers):
+        return knobs
+    knobs = read_knobs()
+    _current[:] = (len(os.environ),
+                   tuple((name, os.environ[name]) for name in _LEVER_VARIABLES
+                         if name in os.environ), knobs)
+    return knobs
 
 
 def read_knobs(environ: Mapping[str, str] | None = None) -> AttentionKnobs:
