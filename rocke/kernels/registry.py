@@ -68,7 +68,7 @@ class Variant:
     def compile(self, **kw):
         from ..compiler import compile_ir   # compiler sits below kernels; imported lazily for speed
         if not kw:      # the shipped build: served from the prebuilt bundle without an IR build
-            from .golden_table import prebuilt_for_spec
+            from .common.golden_table import prebuilt_for_spec
             served = prebuilt_for_spec(self.spec)
             if served is not None:
                 return served

@@ -130,7 +130,7 @@ def test_attention_compiled_spec_asks_the_bundle_first(no_linker, monkeypatch):
     """The attention entry point's per-spec compile takes a bundle entry by spec (no IR build);
     nothing here can link, so only the bundle can have served it."""
     from rocke.kernels.common import attention_unified as au
-    from rocke.kernels.golden_table import pinned
+    from rocke.kernels.common.golden_table import pinned
     assert pinned()[VARIANT] == golden_mod.load_golden()[VARIANT]
     monkeypatch.setattr(vector_add, "build", lambda _spec: (_ for _ in ()).throw(
         AssertionError("the IR was built")))

@@ -301,6 +301,7 @@ def test_the_parity_harness_runs_end_to_end_with_device_hip(rocm_torch, monkeypa
     monkeypatch.setattr(torch.Tensor, "to", to)
     monkeypatch.setattr(au, "compiled", compiled)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)   # the stand-in is synchronous
+    monkeypatch.setenv("ROCKE_DEVICE", "hip")     # the harness sets it; undone after the test
     report = tmp_path / "parity.json"
     ran = len(rocm_torch.executed)
     code = parity_unified_attention.main(["--device", "hip", "--scenario",

@@ -552,7 +552,7 @@ def _check_feature_tensor(name: str, t, q, shape, dims: str):
 def _build_and_compile(spec):
     import importlib
     from rocke.compiler import compile_ir
-    from rocke.kernels.golden_table import prebuilt_for_spec
+    from rocke.kernels.common.golden_table import prebuilt_for_spec
     served = prebuilt_for_spec(spec)         # a shipped variant: no IR build, no link
     if served is not None:
         return served

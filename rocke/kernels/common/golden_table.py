@@ -7,7 +7,7 @@ import functools
 import json
 from pathlib import Path
 
-GOLDEN_PATH = Path(__file__).resolve().parents[2] / "tests" / "golden" / "ir_hashes.json"
+GOLDEN_PATH = Path(__file__).resolve().parents[3] / "tests" / "golden" / "ir_hashes.json"
 
 
 @functools.lru_cache(maxsize=4)
