@@ -17,9 +17,9 @@ path: validation, dispatch, plan, compiled-variant lookup, kernel_args, prepare_
 bookkeeping). Targets: <= 10 us per call on a graph-replay hit, <= 30 us otherwise.
   attn replay = the dispatcher recommends graph replay: a hit replays the captured graph;
   attn eager  = the same call with HIPDNN_GFX942_{2D,3D}_GRAPH=0 (launched one by one);
-  attn hip    = with --standin: HipDevice.launch_params for the call's prepared launches (the
-                HIP device's own host side; the entry point does not yet take GPU tensors, so
-                its HIP cost is attn eager's host part plus this).
+  attn hip replay / eager = with --standin: the same call on ROCm GPU tensors (faked over the
+                stand-in's device memory) through the HIP device, up to hipGraphLaunch /
+                hipModuleLaunchKernel (the stand-in's emulation of each launch stubbed out).
 
     .venv/bin/python benchmarks/launch.py [--variant flash_attention/f16_d64_causal] [--standin]
 """
@@ -135,12 +135,10 @@ def decode_batch(num_seqs=4, hq=8, hk=2, d=128, block=16, kv_len=1000):
 def attention_rows(standin: bool):
     from rocke.kernels.common import attention_unified as au
     from rocke.runtime.emu_device import EmuDevice
-    seen = []
-    EmuDevice.run = lambda self, launch, check=True: seen.append(launch)   # host path only
+    EmuDevice.run = lambda self, launch, check=True, profile=False: None   # host path only
     call = decode_batch()
     au.run_unified_attention_torch(*call)                    # builds, captures the graph
-    record = au.run_unified_attention_torch(*call)           # replays it: the launches run
-    launches = list(seen[-len(record.plan.specs):])
+    record = au.run_unified_attention_torch(*call)           # replays it
     assert record.replayed, "the decode case should take graph replay"
     EmuDevice.run = lambda self, launch, check=True: None
 
@@ -155,23 +153,46 @@ def attention_rows(standin: bool):
     rows = [("attn replay", lambda: au.run_unified_attention_torch(*call)),
             ("attn eager", eager)]
     if standin:
-        rows.append(("attn hip", attention_hip_side(launches)))
+        rows += attention_hip_rows(call)
     return rows
 
 
-def attention_hip_side(launches):
-    """HipDevice.launch_params for each launch of one attention call (the same kernels, grids
-    and scalars; device memory of the same sizes for the tensors), under the stand-in."""
-    device, prepared = None, []
-    for launch in launches:
-        device, alloc = _standin_device(launch.compiled)
-        values = [alloc(max(1, t.numel() * t.element_size())) if hasattr(t, "data_ptr") else t
-                  for t in launch.args]
-        prepared.append(runtime.prepare_launch(launch.compiled, launch.grid, launch.block,
-                                               values, device_kind="hip"))
-    for p in prepared:
-        device.launch_params(p)                      # loads each module once
-    return lambda: [device.launch_params(p) for p in prepared]
+def attention_hip_rows(call):
+    """The entry point on ROCm GPU tensors (faked over the stand-in's device memory: see
+    tests/hip_stub/rocm_torch.py), through the HIP device: its whole host path up to
+    hipModuleLaunchKernel / hipGraphLaunch, the stand-in's emulation of each launch stubbed."""
+    from rocke.kernels.common import attention_unified as au
+    from rocke.runtime import hip_device
+    from tests.hip_stub import rocm_torch
+    problem = au.describe_problem(*call)
+    kernels = [au.compiled(spec) for spec in au.plan(problem, "auto").specs]
+    device, _ = _standin_device(kernels[0])
+    stand_in = _STAND_IN[0]
+    for ck in kernels[1:]:
+        stand_in.register(ck)
+    stand_in._run = lambda record: 0          # hipSuccess: the host side is what is timed
+    rocm_torch.install(stand_in, lambda obj, name, value, raising=True: setattr(obj, name, value))
+    gpu = [rocm_torch.to_device(stand_in, a) if isinstance(a, torch.Tensor) else a for a in call]
+
+    def with_levers(fn, **levers):
+        def run():
+            os.environ.update(levers)
+            try:
+                fn()
+            finally:
+                for name in levers:
+                    del os.environ[name]
+        return run
+    eager = with_levers(lambda: au.run_unified_attention_torch(*gpu),
+                        HIPDNN_GFX942_2D_GRAPH="0", HIPDNN_GFX942_3D_GRAPH="0")
+
+    def replay():       # a rocke Graph by HIP stream capture (torch's CUDA graph is not here)
+        hip_device.torch_rocm = lambda: False
+        record = au.run_unified_attention_torch(*gpu)
+        hip_device.torch_rocm = lambda: True
+        return record
+    assert replay().replayed and replay().replayed
+    return [("attn hip replay", replay), ("attn hip eager", eager)]
 
 
 _STAND_IN = []

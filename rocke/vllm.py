@@ -27,7 +27,6 @@ import torch
 from torch import Tensor      # at module scope: torch.library reads the op's annotations
 
 from .kernels.common import attention_unified as au
-from .kernels.common import knobs as knobs_mod
 
 
 class KVQuantMode(enum.IntEnum):
@@ -100,18 +99,6 @@ def uses_3d(max_seqlen_q, num_seqs: int, seq_threshold_3D, num_par_softmax_segme
                 or num_seqs > seq_threshold_3D)
 
 
-def _workspace(name: str, t, shape: tuple):
-    """The caller's workspace, its first `shape[0]` rows (vLLM sizes them for its largest batch)."""
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name}: must be a torch.float32 tensor, got {type(t).__name__}")
-    if t.dim() != len(shape) or t.shape[0] < shape[0] or tuple(t.shape[1:]) != shape[1:]:
-        raise ValueError(f"{name}: shape must be (>= {shape[0]}, "
-                         f"{', '.join(map(str, shape[1:]))}) for this call "
-                         f"(num_tokens, num_q_heads, num_par_softmax_segments[, head_size]), "
-                         f"got {tuple(t.shape)}")
-    return t[:shape[0]]
-
-
 def unified_attention(
         q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
         causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
@@ -142,51 +129,15 @@ def unified_attention(
                                        block_table, softcap, q_descale, k_descale, v_descale,
                                        alibi_slopes, qq_bias, sinks, backend="2d")
         return
-    _split_kv(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
-              causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
-              num_par_softmax_segments, softmax_segm_output, softmax_segm_max,
-              softmax_segm_expsum, alibi_slopes, qq_bias, sinks)
-
-
-def _split_kv(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
-              causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
-              num_segments, segm_output, segm_max, segm_expsum, alibi_slopes, qq_bias, sinks):
-    """The 3D path with the caller's segment count and workspaces (vLLM's contract).
-    run_unified_attention_torch sizes its own; it has no hook for the caller's yet."""
-    from .kernels.gfx942 import attention_tiled_3d, reduce_segments
-    from .runtime import launch
-    problem = au.describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
-                                  max_seqlen_k, softmax_scale, causal, window_size, block_table,
-                                  softcap, q_descale, k_descale, v_descale, alibi_slopes,
-                                  qq_bias, sinks)
-    if problem.total_q == 0:
-        return
-    if num_segments > au.MAX_SEGMENTS:
-        raise ValueError(f"num_par_softmax_segments: {num_segments} exceeds the reduction's "
-                         f"{au.MAX_SEGMENTS} segments")
-    tq, hq, d = problem.total_q, problem.num_q_heads, problem.head_size
-    segm_output = _workspace("softmax_segm_output", segm_output, (tq, hq, num_segments, d))
-    segm_max = _workspace("softmax_segm_max", segm_max, (tq, hq, num_segments))
-    segm_expsum = _workspace("softmax_segm_expsum", segm_expsum, (tq, hq, num_segments))
-    spec3, spec_r = au.plan(problem, "3d", knobs_mod.read_knobs()).specs
-    main, reduce = au.compiled(spec3), au.compiled(spec_r)     # every build before any launch
-    descales = ()
-    if problem.kv_dtype is not None:
-        descales = tuple(torch.tensor(float(s), dtype=torch.float32)
-                         if isinstance(s, (int, float)) else s for s in (k_descale, v_descale))
-    features = dict(softcap=problem.softcap, alibi_slopes=alibi_slopes, qq_bias=qq_bias,
-                    window_left=problem.window_left, sinks=sinks)
-    args3 = attention_tiled_3d.kernel_args(spec3, q, k, v, segm_output, segm_max, segm_expsum,
-                                           block_table, cu_seqlens_q, seqused_k,
-                                           float(softmax_scale), num_segments, *descales,
-                                           **features)
-    grid3, block3 = attention_tiled_3d.launch_geometry(spec3, problem.num_seqs, tq,
-                                                       problem.num_kv_heads, num_segments)
-    args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out,
-                                         num_segments)
-    grid_r, block_r = reduce_segments.launch_geometry(spec_r, tq, hq)
-    launch(main, grid3, block3, args3)
-    launch(reduce, grid_r, block_r, args_r)
+    # vLLM's 3D contract: the caller's segment count and workspaces, as given (graph replay
+    # keys them as the caller's tensors, so a captured decode step allocates nothing)
+    au.run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
+                                   max_seqlen_k, softmax_scale, causal, window_size, block_table,
+                                   softcap, q_descale, k_descale, v_descale, alibi_slopes,
+                                   qq_bias, sinks, backend="3d",
+                                   segm_workspaces=(softmax_segm_output, softmax_segm_max,
+                                                    softmax_segm_expsum),
+                                   num_segments=num_par_softmax_segments)
 
 
 # ---- torch.ops.rocke.unified_attention ---------------------------------------------------------

@@ -7,7 +7,7 @@ from pathlib import Path
 from ..fileio import write_output
 from .registry import all_variants, loadable_variants
 
-GOLDEN_PATH = Path(__file__).resolve().parents[2] / "tests" / "golden" / "ir_hashes.json"
+from .common.golden_table import GOLDEN_PATH  # noqa: F401  (one place for the path)
 
 
 def current_hashes(families=None) -> dict[str, str]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .device import (DEVICE_KINDS, Device, PreparedLaunch, default_device_kind, get_device,
-                     prepare_launch, reset_devices)
+from .device import (DEVICE_KINDS, Device, PreparedLaunch, default_device_kind, device_generation,
+                     get_device, prepare_launch, reset_devices)
 from .graph import Graph, GraphError, is_capturing
 from .profiling import profiling
 from .timing import EMULATOR_CLOCK, GPU_CLOCK, Timing, timed
@@ -51,6 +51,6 @@ def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
     return target.execute(prepared, stream=stream, check=check)
 
 
-__all__ = ["launch", "Device", "PreparedLaunch", "get_device", "prepare_launch",
+__all__ = ["launch", "Device", "PreparedLaunch", "get_device", "prepare_launch", "device_generation",
            "default_device_kind", "reset_devices", "Graph", "GraphError", "is_capturing",
            "DEVICES", "Timing", "timed", "GPU_CLOCK", "EMULATOR_CLOCK", "profiling"]

@@ -141,9 +141,19 @@ def default_device_kind() -> str:
     return _default_kind
 
 
+_generation = 0
+
+
+def device_generation() -> int:
+    """Changes whenever the devices are forgotten (``reset_devices``): a caller that keeps a
+    Device (or work prepared for one) across calls keys it by this."""
+    return _generation
+
+
 def reset_devices() -> None:
     """Forget the devices and the default choice (tests that swap the HIP runtime use this)."""
-    global _default_kind
+    global _default_kind, _generation
     with _lock:
         _devices.clear()
         _default_kind = None
+        _generation += 1

@@ -115,3 +115,24 @@ def test_aot_build_refuses_a_variant_whose_ir_left_the_golden_table(tmp_path, mo
     entries = json.loads((out / "index.json").read_text())["entries"].values()
     assert [e["variant"] for e in entries] == ["softmax/f16_wave"]
     assert os.stat(out).st_mode & 0o755 == 0o755
+
+
+def test_variant_compile_serves_the_bundle_without_building_ir(no_linker, monkeypatch):
+    def no_build(_spec):
+        raise AssertionError("the IR was built")
+    monkeypatch.setattr(vector_add, "build", no_build)
+    variant = all_variants()[VARIANT]
+    ck = variant.compile()
+    assert ck.prebuilt and ck.variant == VARIANT and _adds(ck)
+
+
+def test_attention_compiled_spec_asks_the_bundle_first(no_linker, monkeypatch):
+    """The attention entry point's per-spec compile takes a bundle entry by spec (no IR build);
+    nothing here can link, so only the bundle can have served it."""
+    from rocke.kernels.common import attention_unified as au
+    from rocke.kernels.common.golden_table import pinned
+    assert pinned()[VARIANT] == golden_mod.load_golden()[VARIANT]
+    monkeypatch.setattr(vector_add, "build", lambda _spec: (_ for _ in ()).throw(
+        AssertionError("the IR was built")))
+    ck = au.compiled(all_variants()[VARIANT].spec)
+    assert ck.prebuilt and _adds(ck)

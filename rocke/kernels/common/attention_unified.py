@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import itertools
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from rocke.kernels.common import knobs as knobs_mod
@@ -178,6 +181,29 @@ def _is_tensor(x) -> bool:
     return isinstance(x, torch.Tensor)
 
 
+def launch_device_kind(q) -> str:
+    """Where a call on ``q``'s device runs: "emu" (rocke's emulator) for CPU tensors, "hip" for a
+    ROCm torch GPU's (torch's ``cuda`` device type with ``torch.version.hip`` set);
+    ``ROCKE_DEVICE`` overrides. Anything else is refused naming what is supported."""
+    import torch
+    from rocke import env
+    kind = q.device.type
+    if kind == "cpu":
+        found = "emu"
+    elif kind == "cuda" and getattr(torch.version, "hip", None):
+        found = "hip"
+    else:
+        why = ("this torch is an NVIDIA CUDA build (torch.version.hip is None); rocke's kernels "
+               "are AMD gfx942 code") if kind == "cuda" else f"rocke cannot run on {kind} tensors"
+        raise ValueError(f"q: on {q.device}: {why}. Supported: CPU tensors (rocke's emulator) "
+                         "or GPU tensors of a ROCm torch (HIP)")
+    override = env.device()
+    if override == "emu" and found == "hip":
+        raise ValueError(f"ROCKE_DEVICE=emu, but q is on {q.device}: the emulator runs on CPU "
+                         "tensors")
+    return override or found
+
+
 def _need_tensor(name: str, t, dims: int, dim_names: str):
     if not _is_tensor(t):
         raise ValueError(f"{name}: must be a torch tensor {dim_names}, got {type(t).__name__}")
@@ -269,6 +295,8 @@ def _check_descale(name: str, t, num_seqs: int, num_kv_heads: int, *, fp8: bool,
     if device is not None and t.device != device:
         raise ValueError(f"{name}: on {t.device}, but q is on {device}; the kernel reads the "
                          "descale from q's device")
+    if t.device.type != "cpu":
+        return          # a GPU's values are not read on the host (no synchronisation per call)
     off = t.detach().cpu()
     if not fp8:
         if t.numel() and not bool((off == 1).all()):
@@ -311,9 +339,8 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
         if t.device != q.device:
             raise ValueError(f"{name}: on {t.device}, but q is on {q.device}; every tensor must be "
                              "on one device")
-    if q.device.type != "cpu":
-        raise ValueError(f"q: rocke's launch device here is the emulator, which runs on CPU "
-                         f"tensors; got {q.device}")
+    launch_device_kind(q)           # CPU -> emulator, ROCm GPU -> HIP, anything else refused
+    host_readable = q.device.type == "cpu"     # contents are checked on the host only there
 
     if str(q.dtype).removeprefix("torch.") not in DTYPES:
         raise ValueError(f"q: dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
@@ -371,49 +398,18 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
                          f"(seqused_k has {num_seqs}), got {cu_seqlens_q.shape[0]}")
     if block_table.shape[0] != num_seqs:
         raise ValueError(f"block_table: must have num_seqs = {num_seqs} rows, got {block_table.shape[0]}")
-    cu = cu_seqlens_q.cpu().long()
-    lens_k = seqused_k.cpu().long()
-    if int(cu[0]) != 0:
-        raise ValueError(f"cu_seqlens_q: must start at 0, got {int(cu[0])}")
-    q_lens = cu[1:] - cu[:-1]
-    if bool((q_lens < 0).any()):
-        s = int(torch.nonzero(q_lens < 0)[0])
-        raise ValueError(f"cu_seqlens_q: not monotone: entry {s + 1} ({int(cu[s + 1])}) is below "
-                         f"entry {s} ({int(cu[s])})")
-    if int(cu[-1]) != total_q:
-        raise ValueError(f"cu_seqlens_q: must end at total_q = {total_q} (q's rows), got {int(cu[-1])}")
-    if bool((lens_k < 0).any()):
-        raise ValueError(f"seqused_k: KV lengths must be >= 0, got {int(lens_k.min())}")
-    capacity = block_table.shape[1] * block_size
-    if bool((lens_k > capacity).any()):
-        s = int(torch.nonzero(lens_k > capacity)[0])
-        raise ValueError(f"seqused_k: sequence {s} has {int(lens_k[s])} KV tokens, beyond its block "
-                         f"table's capacity {block_table.shape[1]} blocks x {block_size} = {capacity}")
-    if not causal and bool((q_lens > 1).any()):
-        # decode rows are the same either way; the kernels always apply the causal mask
-        raise NotImplementedError("causal: non-causal prefill (causal=False with a query longer "
-                                  "than 1 token) is not supported; the kernels apply the "
-                                  "bottom-right causal mask (ALGORITHM.md §3)")
-    if causal and bool((q_lens > lens_k).any()):
-        s = int(torch.nonzero(q_lens > lens_k)[0])
-        raise ValueError(f"seqused_k: causal attention needs query_len <= kv_len, but sequence {s} "
-                         f"has query_len {int(q_lens[s])} > kv_len {int(lens_k[s])}")
-    used_blocks = (lens_k + block_size - 1) // block_size
-    table = block_table.cpu().long()
-    used = torch.arange(table.shape[1])[None, :] < used_blocks[:, None]
-    bad = used & ((table < 0) | (table >= num_blocks))
-    if bool(bad.any()):
-        s, j = (int(x) for x in torch.nonzero(bad)[0])
-        raise ValueError(f"block_table: sequence {s} uses block index {int(table[s, j])} at column "
-                         f"{j}, outside the cache's [0, {num_blocks}) pages")
-    true_max_q = int(q_lens.max()) if num_seqs else 0
-    true_max_k = int(lens_k.max()) if num_seqs else 0
-    for name, given, actual in (("max_seqlen_q", max_seqlen_q, true_max_q),
-                                ("max_seqlen_k", max_seqlen_k, true_max_k)):
+    for name, given in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if not isinstance(given, int) or isinstance(given, bool):
             raise ValueError(f"{name}: must be an int, got {given!r}")
-        if given < actual:
-            raise ValueError(f"{name}: {given} is below the batch's longest length {actual}")
+    if host_readable:
+        true_max_q = _check_contents(cu_seqlens_q, seqused_k, block_table, total_q, num_blocks,
+                                     block_size, causal, max_seqlen_q, max_seqlen_k)
+    else:
+        # a GPU's metadata is not read on the host (that would synchronise and break graph
+        # capture): what is derivable from the numbers the caller passed is checked here
+        if not causal and max_seqlen_q > 1:
+            raise NotImplementedError(NON_CAUSAL_PREFILL)
+        true_max_q = max_seqlen_q
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or \
             not math.isfinite(softmax_scale) or softmax_scale <= 0:
         raise ValueError(f"softmax_scale: must be a finite positive float, got {softmax_scale!r}")
@@ -450,6 +446,60 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
         sinks=sinks is not None, kv_dtype=kv_dtype)
     caps.check(problem)
     return problem
+
+
+NON_CAUSAL_PREFILL = ("causal: non-causal prefill (causal=False with a query longer than 1 token) "
+                      "is not supported; the kernels apply the bottom-right causal mask "
+                      "(ALGORITHM.md §3)")
+
+
+def _check_contents(cu_seqlens_q, seqused_k, block_table, total_q: int, num_blocks: int,
+                    block_size: int, causal: bool, max_seqlen_q: int, max_seqlen_k: int) -> int:
+    """The checks that read the metadata's contents (host tensors only; numpy views, no copies);
+    returns the longest query length."""
+    import numpy as np
+    cu = cu_seqlens_q.numpy().astype(np.int64)
+    lens_k = seqused_k.numpy().astype(np.int64)
+    num_seqs = lens_k.shape[0]
+    if cu[0] != 0:
+        raise ValueError(f"cu_seqlens_q: must start at 0, got {int(cu[0])}")
+    q_lens = cu[1:] - cu[:-1]
+    if num_seqs and q_lens.min() < 0:
+        s = int(np.flatnonzero(q_lens < 0)[0])
+        raise ValueError(f"cu_seqlens_q: not monotone: entry {s + 1} ({int(cu[s + 1])}) is below "
+                         f"entry {s} ({int(cu[s])})")
+    if cu[-1] != total_q:
+        raise ValueError(f"cu_seqlens_q: must end at total_q = {total_q} (q's rows), got {int(cu[-1])}")
+    true_max_q = int(q_lens.max()) if num_seqs else 0
+    true_max_k = int(lens_k.max()) if num_seqs else 0
+    if num_seqs and lens_k.min() < 0:
+        raise ValueError(f"seqused_k: KV lengths must be >= 0, got {int(lens_k.min())}")
+    capacity = block_table.shape[1] * block_size
+    if true_max_k > capacity:
+        s = int(np.flatnonzero(lens_k > capacity)[0])
+        raise ValueError(f"seqused_k: sequence {s} has {int(lens_k[s])} KV tokens, beyond its block "
+                         f"table's capacity {block_table.shape[1]} blocks x {block_size} = {capacity}")
+    if not causal and true_max_q > 1:
+        # decode rows are the same either way; the kernels always apply the causal mask
+        raise NotImplementedError(NON_CAUSAL_PREFILL)
+    if causal and num_seqs and (q_lens > lens_k).any():
+        s = int(np.flatnonzero(q_lens > lens_k)[0])
+        raise ValueError(f"seqused_k: causal attention needs query_len <= kv_len, but sequence {s} "
+                         f"has query_len {int(q_lens[s])} > kv_len {int(lens_k[s])}")
+    if num_seqs:
+        used_blocks = (lens_k + block_size - 1) // block_size
+        table = block_table.numpy()
+        used = np.arange(table.shape[1])[None, :] < used_blocks[:, None]
+        bad = used & ((table < 0) | (table >= num_blocks))
+        if bad.any():
+            s, j = (int(x) for x in np.argwhere(bad)[0])
+            raise ValueError(f"block_table: sequence {s} uses block index {int(table[s, j])} at "
+                             f"column {j}, outside the cache's [0, {num_blocks}) pages")
+    for name, given, actual in (("max_seqlen_q", max_seqlen_q, true_max_q),
+                                ("max_seqlen_k", max_seqlen_k, true_max_k)):
+        if given < actual:
+            raise ValueError(f"{name}: {given} is below the batch's longest length {actual}")
+    return true_max_q
 
 
 def _check_window(window_size) -> int:
@@ -493,7 +543,7 @@ def _check_feature_tensor(name: str, t, q, shape, dims: str):
         raise ValueError(f"{name}: shape must be {dims} = {shape}, got {list(t.shape)}")
     if t.dim() and t.stride(-1) != 1:
         raise ValueError(f"{name}: the last dimension must have stride 1, got strides {t.stride()}")
-    if not bool(torch.isfinite(t).all()):
+    if t.device.type == "cpu" and not bool(torch.isfinite(t).all()):     # host tensors only
         raise ValueError(f"{name}: entries must be finite")
 
 
@@ -502,6 +552,10 @@ def _check_feature_tensor(name: str, t, q, shape, dims: str):
 def _build_and_compile(spec):
     import importlib
     from rocke.compiler import compile_ir
+    from rocke.kernels.common.golden_table import prebuilt_for_spec
+    served = prebuilt_for_spec(spec)         # a shipped variant: no IR build, no link
+    if served is not None:
+        return served
     kern = importlib.import_module(type(spec).__module__).build(spec)
     return compile_ir(kern.ir(), name=kern.name, workgroup_size=kern.workgroup_size)
 
@@ -531,11 +585,12 @@ GRAPH_CACHE_SIZE = 8
 GRAPHS = GraphCache(GRAPH_CACHE_SIZE)
 
 
-def _graph_key(plan, launches, workspace) -> tuple:
-    """What a captured graph's launches depend on: the plan, and per launch its grid and every
-    argument -- a tensor by its address, shape, strides, dtype and device (its contents may
-    change: a replay reads them anew), a number by its value. The 3D workspace is the graph's
-    own, so only its shape counts."""
+def _graph_key(device_kind, plan, launches, workspace) -> tuple:
+    """What a captured graph's launches depend on: the device, the plan, and per launch its grid
+    and every argument -- a tensor by its address, shape, strides, dtype and device (its
+    contents may change: a replay reads them anew), a number by its value. A 3D workspace the
+    entry point allocated is the graph's own, so only its shape counts; the caller's workspaces
+    are caller tensors like any other."""
     def identity(a):
         if any(a is w for w in workspace):
             return ("workspace", tuple(a.shape))
@@ -543,52 +598,187 @@ def _graph_key(plan, launches, workspace) -> tuple:
             return ("tensor", a.data_ptr(), tuple(a.shape), tuple(a.stride()), str(a.dtype),
                     str(a.device))
         return (type(a).__name__, a)
-    return (plan.specs, plan.geometry) + tuple(
+    return (device_kind, plan.specs, plan.geometry) + tuple(
         (compiled.name, grid, block, tuple(identity(a) for a in args))
         for compiled, grid, block, args in launches)
 
 
-def _run_launches(plan, launches, workspace) -> RunRecord:
-    """Launch eagerly, or -- where the dispatcher recommends graph replay -- replay a graph of
-    the same launches, capturing it on first use."""
+def _run_launches(device_kind, plan, launches, workspace) -> RunRecord:
+    """Launch eagerly on ``device_kind``, or -- where the dispatcher recommends graph replay --
+    replay a graph of the same launches, capturing it on first use."""
     from rocke.runtime import Graph, launch
     if not plan.graph_replay:
-        return RunRecord(plan, [launch(c, g, b, a) for c, g, b, a in launches])
-    key = _graph_key(plan, launches, workspace)
+        return RunRecord(plan, [launch(c, g, b, a, device=device_kind) for c, g, b, a in launches])
+    key = _graph_key(device_kind, plan, launches, workspace)
 
     def capture():
-        graph = Graph()
+        graph = Graph(device=device_kind)
         with graph.capture():
             for c, g, b, a in launches:
-                launch(c, g, b, a)
+                launch(c, g, b, a, device=device_kind)
         return graph
     reports, _ = GRAPHS.replay(key, capture)
     return RunRecord(plan, reports, replayed=True)
 
 
+def _meta(t):
+    """A tensor's identity for the kernels: address, shape, strides, dtype, device."""
+    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+
+
+# Per-call derived data (problem, plan, kernels, packed launches) by the call's metadata: a call
+# whose tensors have the same addresses, shapes, strides, dtypes and devices and whose numbers
+# and levers are the same launches the same bytes, so it is validated, planned and packed once.
+CALL_CACHE_SIZE = 64
+_CALLS: "OrderedDict[tuple, _CallPlan]" = OrderedDict()
+_CALLS_LOCK = threading.Lock()
+_CALL_SERIAL = itertools.count()
+
+
+@dataclass
+class _CallPlan:
+    plan: object
+    device: object                  # the rocke.runtime Device the launches run on
+    prepared: tuple                 # PreparedLaunch per kernel, in order
+    workspace: tuple                # the 3D workspace the entry point allocated, if any
+    would_replay: bool              # graph replay, unless the caller is capturing
+    graph_key: tuple | None
+    capture: object                 # () -> Graph of the launches
+    check_contents: object          # () -> None: host content checks (emulator), or None
+
+    def run(self) -> RunRecord:
+        if self.would_replay and not self.device.is_capturing():
+            reports, _ = GRAPHS.replay(self.graph_key, self.capture)
+            return RunRecord(self.plan, reports, replayed=True)
+        return RunRecord(self.plan, [self.device.execute(p) for p in self.prepared])
+
+
+_TENSOR_ARGS = (0, 1, 2, 3, 4, 6, 11)        # q, k, v, out, cu_seqlens_q, seqused_k, block_table
+_VALUE_ARGS = (5, 7, 8, 9, 10, 12)           # max_seqlen_q/k, softmax_scale, causal, window, softcap
+_DESCALE_ARGS = (13, 14, 15)
+
+
+def _call_key(args: tuple, backend, segm_workspaces, num_segments, knobs) -> tuple | None:
+    """The cache key of a call, or None when its checks read values a key cannot hold (host
+    descales: their contents are checked on every call) or an argument is not what it should
+    be (the full validation names it)."""
+    import os
+    from rocke.runtime import device_generation
+    try:
+        tensors = tuple((t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+                        for t in map(args.__getitem__, _TENSOR_ARGS))
+        values = tuple((type(a), a) for a in map(args.__getitem__, _VALUE_ARGS))
+        hash(values)
+        descales = []
+        for t in map(args.__getitem__, _DESCALE_ARGS):
+            if t is None:
+                descales.append(None)
+            elif t.device.type == "cpu":
+                return None
+            else:
+                descales.append(_meta(t))
+        workspaces = None if segm_workspaces is None else tuple(map(_meta, segm_workspaces))
+    except (AttributeError, TypeError):
+        return None
+    return (tensors, values, tuple(descales), workspaces, backend, num_segments, knobs,
+            os.environ.get("ROCKE_DEVICE"), device_generation())
+
+
+ARG_NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "max_seqlen_q", "seqused_k", "max_seqlen_k",
+             "softmax_scale", "causal", "window_size", "block_table", "softcap", "q_descale",
+             "k_descale", "v_descale", "alibi_slopes", "qq_bias", "sinks")
+ARG_INDEX = {name: i for i, name in enumerate(ARG_NAMES)}
+
+
 def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
                                 softmax_scale, causal, window_size, block_table, softcap,
                                 q_descale, k_descale, v_descale, alibi_slopes=None, qq_bias=None,
-                                sinks=None, *, backend: str = "auto") -> RunRecord | None:
+                                sinks=None, *, backend: str = "auto", segm_workspaces=None,
+                                num_segments: int | None = None) -> RunRecord | None:
     """vLLM's ``unified_attention`` on rocke's kernels; ``out`` is written in place.
 
-    ``backend``: "auto" (the dispatcher), "2d" or "3d" (forced, for A/B tables). Returns what
-    was launched (vLLM ignores the return value), or None for an empty batch."""
+    The device follows the tensors (``launch_device_kind``): CPU tensors run on the emulator,
+    a ROCm torch GPU's through HIP on torch's current stream. On a GPU nothing is read back to
+    the host: only metadata (dtypes, shapes, strides, devices) is checked, so the call can be
+    captured in a graph.
+
+    ``backend``: "auto" (the dispatcher), "2d" or "3d" (forced, for A/B tables).
+    ``segm_workspaces=(output, max, expsum)`` and ``num_segments``: the caller's 3D workspaces
+    and segment count (vLLM's ``softmax_segm_*`` and ``num_par_softmax_segments``), used as
+    given, so a captured decode step allocates nothing. Returns what was launched (vLLM ignores
+    the return value), or None for an empty batch."""
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    knobs = knobs_mod.read_knobs()
-    problem = describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
-                               softmax_scale, causal, window_size, block_table, softcap, q_descale,
-                               k_descale, v_descale, alibi_slopes, qq_bias, sinks)
+    if segm_workspaces is not None and num_segments is None:
+        raise ValueError("num_segments: the caller's segm_workspaces need their segment count")
+    knobs = knobs_mod.current_knobs()
+    args = (q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
+            causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
+            alibi_slopes, qq_bias, sinks)
+    if alibi_slopes is None and qq_bias is None and sinks is None:
+        key = _call_key(args, backend, segm_workspaces, num_segments, knobs)
+    else:
+        key = None          # feature tensors' values are checked on every call
+    entry = _CALLS.get(key) if key is not None else None
+    if entry is not None:
+        if entry.check_contents is not None:
+            entry.check_contents()
+        return entry.run()
+    problem = describe_problem(*args)
     if problem.total_q == 0:
         return None
+    device_kind = launch_device_kind(q)
     target = attention_target()
-    the_plan = target.plan(problem, backend, knobs)
+    the_plan = target.plan(problem, backend, knobs, num_segments=num_segments)
     kernels = [compiled(spec) for spec in the_plan.specs]     # every build before any launch
     descales = ((_descale_tensor("k_descale", k_descale), _descale_tensor("v_descale", v_descale))
                 if problem.kv_dtype is not None else ())
     features = dict(softcap=problem.softcap, alibi_slopes=alibi_slopes, qq_bias=qq_bias,
                     window_left=problem.window_left, sinks=sinks)
     launches, workspace = target.launches(the_plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k,
-                                          block_table, float(softmax_scale), descales, features)
-    return _run_launches(the_plan, launches, workspace)
+                                          block_table, float(softmax_scale), descales, features,
+                                          workspaces=segm_workspaces)
+    record = _run_launches(device_kind, the_plan, launches, workspace)
+    if key is not None:        # an own 3D workspace becomes the cached call's (and its graph's)
+        _remember(key, device_kind, the_plan, launches, workspace, problem, target, knobs, args)
+    return record
+
+
+def _remember(key, device_kind, the_plan, launches, workspace, problem, target, knobs,
+              args) -> None:
+    import dataclasses
+    from rocke.runtime import Graph, get_device, prepare_launch
+    device = get_device(device_kind)
+    prepared = tuple(prepare_launch(c, g, b, a, device_kind=device.kind)
+                     for c, g, b, a in launches)
+    if device.kind != "emu":
+        # a GPU launch is its kernarg bytes: holding the caller's tensors would keep torch's
+        # allocator from handing the next step the same addresses (the key's hit)
+        prepared = tuple(dataclasses.replace(p, args=tuple(None if hasattr(a, "data_ptr") else a
+                                                           for a in p.args)) for p in prepared)
+    check = None
+    if args[0].device.type == "cpu":
+        cu, used, table = (args[ARG_INDEX[n]] for n in ("cu_seqlens_q", "seqused_k", "block_table"))
+
+        def check():
+            _check_contents(cu, used, table, problem.total_q, problem.num_blocks,
+                            problem.block_size, problem.causal, args[ARG_INDEX["max_seqlen_q"]],
+                            args[ARG_INDEX["max_seqlen_k"]])
+
+    def capture():
+        graph = Graph(device=device)
+        with graph.capture():
+            for p in prepared:
+                device.execute(p)
+        graph.keep_alive = (prepared, workspace)     # an own workspace outlives the graph
+        return graph
+    would_replay = target.recommend_graph_replay(problem, knobs, path=the_plan.path,
+                                                 capturing=False)
+    # the cached call's graph by a serial number: hashing the launches' identity per call
+    # would cost more than the replay (the call key already names everything they read)
+    entry = _CallPlan(the_plan, device, prepared, workspace, would_replay,
+                      ("call", next(_CALL_SERIAL)), capture, check)
+    with _CALLS_LOCK:
+        _CALLS[key] = entry
+        while len(_CALLS) > CALL_CACHE_SIZE:
+            _CALLS.popitem(last=False)

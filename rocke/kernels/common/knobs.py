@@ -169,6 +169,27 @@ def _int(environ, lever: str, choices) -> int | None:
     return number
 
 
+_LEVER_VARIABLES = tuple(PREFIX + lever for lever in LEVERS)
+# the last parse: [number of environment variables, (lever variable, value) of those set, knobs]
+_current: list = [None, (), None]
+
+
+def current_knobs() -> AttentionKnobs:
+    """``read_knobs()`` of os.environ, parsed again only when the number of environment variables
+    changes (a lever or an unknown HIPDNN_GFX942_* variable set or unset) or a set lever's value
+    changes: the per-call cost is a read per set lever. (An unset lever set in the same step as
+    another variable is unset goes unseen until the next change of count.)"""
+    count, set_levers, knobs = _current
+    if count == len(os.environ) and all(os.environ.get(name) == value
+                                        for name, value in set_levers):
+        return knobs
+    knobs = read_knobs()
+    _current[:] = (len(os.environ),
+                   tuple((name, os.environ[name]) for name in _LEVER_VARIABLES
+                         if name in os.environ), knobs)
+    return knobs
+
+
 def read_knobs(environ: Mapping[str, str] | None = None) -> AttentionKnobs:
     """Parse and validate every HIPDNN_GFX942_* lever from ``environ`` (default os.environ)."""
     env = os.environ if environ is None else environ

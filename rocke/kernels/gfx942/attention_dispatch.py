@@ -276,8 +276,11 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
 
 
 def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
-         knobs: AttentionKnobs | None = None, *, with_specs: bool = True) -> Plan:
-    """Path, geometry and kernel specs of ``problem`` (refused if gfx942 has no kernel for it)."""
+         knobs: AttentionKnobs | None = None, *, with_specs: bool = True,
+         num_segments: int | None = None) -> Plan:
+    """Path, geometry and kernel specs of ``problem`` (refused if gfx942 has no kernel for it).
+    ``num_segments``: the caller's 3D segment count (vLLM's ``num_par_softmax_segments``), used
+    as given instead of the dispatcher's."""
     CAPABILITIES.check(problem)
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -287,6 +290,15 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
     else:
         path, reason = backend, f"backend={backend!r} forced by the caller"
     geo = geometry(problem, path, knobs)
+    if num_segments is not None:
+        if path != "3d":
+            raise ValueError(f"num_segments: only the 3D path has segments, this call takes "
+                             f"{path} ({reason})")
+        if isinstance(num_segments, bool) or not isinstance(num_segments, int) or \
+                not 1 <= num_segments <= MAX_SEGMENTS:
+            raise ValueError(f"num_segments: must be an int in [1, {MAX_SEGMENTS}] (the "
+                             f"reduction's bound), got {num_segments!r}")
+        geo = replace(geo, num_segments=num_segments)
     specs = make_specs(problem, geo, knobs) if with_specs else ()
     return Plan(problem, path, reason, geo, specs,
                 recommend_graph_replay(problem, knobs, path=path))
@@ -294,10 +306,38 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
 
 
 
+def caller_workspaces(workspaces, problem: UnifiedAttentionProblem, num_segments: int, device):
+    """The caller's 3D workspaces (output, max, expsum), their first ``total_q`` rows (vLLM
+    sizes them for its largest batch); checked on metadata only."""
+    import torch
+    if not isinstance(workspaces, (tuple, list)) or len(workspaces) != 3:
+        raise ValueError("segm_workspaces: must be (softmax_segm_output, softmax_segm_max, "
+                         f"softmax_segm_expsum), got {type(workspaces).__name__}")
+    tq, hq, d = problem.total_q, problem.num_q_heads, problem.head_size
+    out = []
+    for name, t, shape in (("softmax_segm_output", workspaces[0], (tq, hq, num_segments, d)),
+                           ("softmax_segm_max", workspaces[1], (tq, hq, num_segments)),
+                           ("softmax_segm_expsum", workspaces[2], (tq, hq, num_segments))):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+            raise ValueError(f"{name}: must be a torch.float32 tensor, got "
+                             f"{getattr(t, 'dtype', type(t).__name__)}")
+        if t.device != device:
+            raise ValueError(f"{name}: on {t.device}, but q is on {device}")
+        if t.dim() != len(shape) or t.shape[0] < shape[0] or tuple(t.shape[1:]) != shape[1:]:
+            raise ValueError(f"{name}: shape must be (>= {shape[0]}, "
+                             f"{', '.join(map(str, shape[1:]))}) for this call "
+                             f"(num_tokens, num_q_heads, num_segments[, head_size]), "
+                             f"got {tuple(t.shape)}")
+        out.append(t if t.shape[0] == tq else t[:tq])
+    return tuple(out)
+
+
 def launches(the_plan: Plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k, block_table,
-             softmax_scale: float, descales: tuple, features: dict):
+             softmax_scale: float, descales: tuple, features: dict, workspaces=None):
     """(launches, workspace) of a plan: per kernel (compiled, grid, block, args), in order, and
-    the 3D path's fp32 workspace (allocated here, owned by the caller's graph if it captures)."""
+    the 3D path's fp32 workspace when allocated here (owned by the caller's graph if it
+    captures); ``workspaces`` given by the caller are used as given and not returned (they are
+    the caller's tensors)."""
     problem = the_plan.problem
     if the_plan.path == "2d":
         (spec,) = the_plan.specs
@@ -310,14 +350,18 @@ def launches(the_plan: Plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k, blo
     spec3, spec_r = the_plan.specs
     ns = the_plan.geometry.num_segments
     hq, d = problem.num_q_heads, problem.head_size
-    segm_output = torch.empty(problem.total_q, hq, ns, d, dtype=torch.float32, device=q.device)
-    segm_max = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
-    segm_expsum = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
+    if workspaces is not None:
+        segm_output, segm_max, segm_expsum = caller_workspaces(workspaces, problem, ns, q.device)
+        owned = ()
+    else:
+        segm_output = torch.empty(problem.total_q, hq, ns, d, dtype=torch.float32, device=q.device)
+        segm_max = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
+        segm_expsum = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
+        owned = (segm_output, segm_max, segm_expsum)
     args3 = a3.kernel_args(spec3, q, k, v, segm_output, segm_max, segm_expsum, block_table,
                            cu_seqlens_q, seqused_k, softmax_scale, ns, *descales, **features)
     grid3, block3 = a3.launch_geometry(spec3, problem.num_seqs, problem.total_q,
                                        problem.num_kv_heads, ns)
     args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out, ns)
     grid_r, block_r = reduce_segments.launch_geometry(spec_r, problem.total_q, hq)
-    return ([(kernels[0], grid3, block3, args3), (kernels[1], grid_r, block_r, args_r)],
-            (segm_output, segm_max, segm_expsum))
+    return ([(kernels[0], grid3, block3, args3), (kernels[1], grid_r, block_r, args_r)], owned)

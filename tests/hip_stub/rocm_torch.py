@@ -1,0 +1,65 @@
+"""A ROCm torch surface over the stand-in libamdhip64, for tests and benchmarks on a CPU torch:
+``RocmTensor`` is a view of stand-in device memory (hipMalloc'd) whose ``device`` reads
+``cuda:0``; ``install`` sets ``torch.version.hip`` and points torch.cuda's device, stream,
+capture flag and allocator at the stand-in. A test double, not a product."""
+from __future__ import annotations
+
+import types
+
+import torch
+
+from rocke import runtime
+from rocke.runtime import hip_device
+
+CUDA = torch.device("cuda", 0)
+
+
+class RocmTensor(torch.Tensor):
+    """A tensor in stand-in device memory that says it lives on a ROCm GPU. Its methods run as
+    a plain tensor's (no __torch_function__ dispatch, so host costs measured on it are a real
+    tensor's); views of it stay RocmTensors."""
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def __getitem__(self, index):
+        return torch.Tensor.__getitem__(self, index).as_subclass(type(self))
+
+    @property
+    def device(self):
+        return CUDA
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def to_device(standin, t, cls=RocmTensor):
+    """A copy of CPU tensor ``t`` in stand-in device memory (hipMalloc), as ``cls``."""
+    dev = runtime.get_device("hip")
+    nbytes = max(1, t.numel() * t.element_size())
+    buf = dev.alloc(nbytes)
+    array = standin.allocations[buf.data_ptr()][0]
+    flat = torch.from_numpy(array).view(t.dtype)[:t.numel()]
+    flat.copy_(t.contiguous().reshape(-1))
+    view = flat.view(t.shape)
+    view._keep = buf          # the allocation lives as long as the tensor
+    return view.as_subclass(cls)
+
+
+def install(standin, setattr_):
+    """Fake a ROCm torch over ``standin`` with ``setattr_`` (e.g. pytest's monkeypatch.setattr,
+    so the test undoes it). Returns the stand-in stream torch's current_stream() names."""
+    setattr_(torch.version, "hip", "6.2.0", raising=False)
+    setattr_(hip_device, "torch_rocm", lambda: True)
+    setattr_(torch.cuda, "current_device", lambda: 0)
+    stream = hip_device._call("hipStreamCreate")
+    setattr_(torch.cuda, "current_stream", lambda: types.SimpleNamespace(cuda_stream=int(stream)))
+    setattr_(torch.cuda, "is_current_stream_capturing", lambda: False)
+    setattr_(torch.cuda, "is_available", lambda: True)
+    real_empty = torch.empty
+
+    def empty(*shape, dtype=None, device=None, **kw):     # torch's allocator on the GPU
+        if device is not None and torch.device(device) == CUDA:
+            return to_device(standin, real_empty(*shape, dtype=dtype))
+        return real_empty(*shape, dtype=dtype, device=device, **kw)
+    setattr_(torch, "empty", empty)
+    return int(stream)
