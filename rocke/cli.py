@@ -391,14 +391,21 @@ def profile_cmd(variant, shape, annotate, as_json, sample_rows):
 
 
 
+_OTHER_TARGET = "other target"
+
+
 def _aot_one(name: str, golden_hash: str | None):
-    """(name, spec, CompiledKernel, workgroup size) of one variant, or None when its IR is not
-    the one the golden table pins."""
+    """(name, spec, CompiledKernel, workgroup size) of one variant, None when its IR is not the
+    one the golden table pins, or _OTHER_TARGET when it is built for another processor than the
+    bundle's (the bundle is gfx942's)."""
     import hashlib
-    from .compiler import compile_ir
+    from .arch import get_target
+    from .compiler import DEFAULT_TARGET, compile_ir
     from .kernels.registry import get_variant
     v = get_variant(name)
     kern = v.kernel()
+    if get_target(kern.target).target_id != DEFAULT_TARGET:
+        return _OTHER_TARGET
     ir = kern.ir()
     if golden_hash != hashlib.sha256(ir.encode()).hexdigest():
         return None
@@ -435,8 +442,9 @@ def aot_build(variants, out, quiet, jobs):
             built = list(pool.map(_aot_one, names, [table.get(n) for n in names]))
     else:
         built = [_aot_one(n, table.get(n)) for n in names]
-    items = [item for item in built if item is not None]
+    items = [item for item in built if item is not None and item != _OTHER_TARGET]
     refused = [n for n, item in zip(names, built) if item is None]
+    skipped = sum(item == _OTHER_TARGET for item in built)
     target = Path(out) if out else prebuilt.default_dir(DEFAULT_TARGET)
     try:
         prebuilt.write_bundle(target, items,
@@ -447,7 +455,8 @@ def aot_build(variants, out, quiet, jobs):
     for name in refused:
         click.echo(f"refused (IR differs from the golden table): {name}", err=True)
     click.echo(f"prebuilt {len(items)} variants into {target}"
-               + (f"; refused {len(refused)}" if refused else ""))
+               + (f"; refused {len(refused)}" if refused else "")
+               + (f"; {skipped} built for another processor left out" if skipped else ""))
     if refused:
         raise SystemExit(EXIT_CHECK_FAILED)
 

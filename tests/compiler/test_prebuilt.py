@@ -117,6 +117,19 @@ def test_aot_build_refuses_a_variant_whose_ir_left_the_golden_table(tmp_path, mo
     assert os.stat(out).st_mode & 0o755 == 0o755
 
 
+def test_aot_build_leaves_out_variants_built_for_another_processor(tmp_path):
+    """The bundle is gfx942's: a gfx950 variant is left out (compiling its IR for gfx942 would
+    fail or, worse, make code for the wrong processor), and said so."""
+    other = next(n for n in all_variants() if n.startswith("dense_prefill_gfx950/"))
+    out = tmp_path / "bundle"
+    result = CliRunner().invoke(main, ["aot", "build", "--quiet", "--out", str(out), "-j", "1",
+                                       other, "softmax/f16_wave"])
+    assert result.exit_code == 0, result.output
+    assert "1 built for another processor left out" in result.output
+    entries = json.loads((out / "index.json").read_text())["entries"].values()
+    assert [e["variant"] for e in entries] == ["softmax/f16_wave"]
+
+
 def test_variant_compile_serves_the_bundle_without_building_ir(no_linker, monkeypatch):
     def no_build(_spec):
         raise AssertionError("the IR was built")
