@@ -1,4 +1,5 @@
-"""The golden IR table: every shipped variant -> SHA-256 of its IR text (tests/golden/ir_hashes.json)."""
+"""The golden IR table: every shipped variant -> SHA-256 of its IR text (GOLDEN_PATH, package data:
+the prebuilt bundle and `rocke golden` read it from an installed rocke too)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,8 @@ from pathlib import Path
 from ..fileio import write_output
 from .registry import all_variants, loadable_variants
 
-GOLDEN_PATH = Path(__file__).resolve().parents[2] / "tests" / "golden" / "ir_hashes.json"
+# The one place the table's location is written; everything else (CLI, scripts/setup.sh, tests) uses it.
+GOLDEN_PATH = Path(__file__).resolve().parent / "golden_ir_hashes.json"
 
 
 def current_hashes(families=None) -> dict[str, str]:
