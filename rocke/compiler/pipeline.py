@@ -107,7 +107,8 @@ def _served(hit: dict, name: str, target: str, workgroup_size: int | None,
 
 def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, variant: str | None = None,
                opt: int = 3, workgroup_size: int | None = None,
-               cache: CompileCache | None | bool = True) -> CompiledKernel:
+               cache: CompileCache | None | bool = True,
+               isolate_codegen: bool = True) -> CompiledKernel:
     """Compile AMDGPU LLVM IR text for `target`. `cache=True` uses the prebuilt bundle (see
     compiler/prebuilt.py: no link, no ld.lld) and the default on-disk cache, `False` disables
     both, or pass a CompileCache (then only it is used).
@@ -115,7 +116,11 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
     `ir` may also be a `rocke.dsl.Kernel`: its name and workgroup size are the defaults, and
     what LLVM compiles is `kernel.located_ir()`, so the assembly carries each instruction's
     builder line (`.loc`) and the emulator's findings name it; the code is the same as from
-    `kernel.ir()`, which is what `CompiledKernel.ir` (and `ir_hash`) hold."""
+    `kernel.ir()`, which is what `CompiledKernel.ir` (and `ir_hash`) hold.
+
+    `isolate_codegen=False` runs LLVM's codegen in this process instead of a forked child: the
+    same code, but an LLVM abort then kills the caller (benchmarks/compile.py measures what the
+    isolation costs)."""
     source = ir
     if hasattr(ir, "located_ir") and hasattr(ir, "ir"):
         name = ir.name if name is None else name
@@ -127,6 +132,8 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
         raise ValueError(f"name must be the kernel's symbol name, got {name!r}")
     if isinstance(opt, bool) or not isinstance(opt, int) or opt not in (0, 1, 2, 3):
         raise ValueError(f"opt must be 0, 1, 2 or 3, got {opt!r}")
+    if not isinstance(isolate_codegen, bool):
+        raise ValueError(f"isolate_codegen must be True or False, got {isolate_codegen!r}")
     variant = variant or name
     t0 = time.perf_counter()
     linker = env.linker()
@@ -157,7 +164,7 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
     if name not in kernels:
         raise CompileError(f"the IR of kernel variant {variant!r} defines no function {name!r}; "
                            f"it defines {kernels or 'none'}")
-    asm, obj = _codegen_isolated(mod, tm, opt, variant)
+    asm, obj = _codegen_isolated(mod, tm, opt, variant) if isolate_codegen else _codegen(mod, tm, opt)
     if not re.search(rf"^\s*\.amdhsa_kernel\s+{re.escape(name)}\s*$", asm, re.M):
         raise CompileError(f"function {name!r} of kernel variant {variant!r} is not an "
                            "amdgpu_kernel (no kernel descriptor was emitted)")
