@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from rocke.compiler import CompileCache, compile_ir, llvm_version, pipeline, prebuilt
+from rocke.compiler import CompileCache, compile_ir, llvm_version, prebuilt
 from rocke.compiler.toolchain import target_machine
 from rocke.compiler.pipeline import DEFAULT_TARGET
 from rocke.kernels.registry import all_variants, get_variant
@@ -74,14 +74,9 @@ def main(argv=None) -> int:
                 t2 = time.perf_counter()
                 dsl.append(t1 - t0)
                 cold.append(t2 - t0)
-                isolated = pipeline._codegen_isolated
-                pipeline._codegen_isolated = lambda mod, tm, opt, variant: pipeline._codegen(mod, tm, opt)
-                try:
-                    t3 = time.perf_counter()
-                    compile_ir(ir, name=kern.name, cache=False)
-                    inproc.append(time.perf_counter() - t3 + (t1 - t0))
-                finally:
-                    pipeline._codegen_isolated = isolated
+                t3 = time.perf_counter()
+                compile_ir(ir, name=kern.name, cache=False, isolate_codegen=False)
+                inproc.append(time.perf_counter() - t3 + (t1 - t0))
             compile_ir(ir, name=kern.name, cache=store)
             for _ in range(a.repeats):
                 t0 = time.perf_counter()

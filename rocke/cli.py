@@ -189,11 +189,11 @@ def report(variants, no_cache):
 
 @main.group()
 def golden():
-    """Check or rewrite the golden IR-hash table (tests/golden/ir_hashes.json)."""
+    """Check or rewrite the golden IR-hash table (rocke/kernels/golden_ir_hashes.json)."""
 
 
 _path_option = click.option("--path", type=click.Path(dir_okay=False), default=None,
-                            help="table to use (default: tests/golden/ir_hashes.json)")
+                            help="table to use (default: rocke's own, rocke/kernels/golden_ir_hashes.json)")
 _family_option = click.option("--family", "families", multiple=True,
                               help="only these kernel families (repeatable), e.g. for a user's own table; "
                                    "default: rocke's own families for the default table, the families "

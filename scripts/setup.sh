@@ -44,7 +44,8 @@ fi
 # no IR build, no link and no ld.lld. Rebuilt when missing or older than the golden IR table; a
 # variant whose IR left the golden table is refused (reported, set-up goes on without it).
 bundle="$ROOT/rocke/prebuilt/gfx942/index.json"
-if [ ! -f "$bundle" ] || [ "$ROOT/tests/golden/ir_hashes.json" -nt "$bundle" ]; then
+golden="$(PYTHONPATH="$ROOT" "$VENV/bin/python" -c 'from rocke.kernels.golden import GOLDEN_PATH; print(GOLDEN_PATH)')"
+if [ ! -f "$bundle" ] || [ "$golden" -nt "$bundle" ]; then
   echo "[setup] prebuilding the shipped variants' code objects (rocke aot build)" >&2
   "$VENV/bin/rocke" aot build --quiet >&2 || echo "[setup] rocke aot build did not bundle every variant (see above)" >&2
 fi

@@ -54,3 +54,21 @@ def test_cli_golden_check_and_update(tmp_path):
     table.write_text(json.dumps(bad))
     r = CliRunner().invoke(cli, ["golden", "check", "--path", str(table), *family])
     assert r.exit_code == 1 and f"changed: {first}" in r.output
+
+
+def test_golden_table_is_package_data():
+    """The table is the product's data (the prebuilt bundle and `rocke golden` read it), so an
+    installed rocke must carry it: it lives in the package and pyproject.toml ships it."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    import rocke
+    from rocke.kernels.golden import GOLDEN_PATH
+
+    package = Path(rocke.__file__).resolve().parent
+    assert GOLDEN_PATH.is_file() and GOLDEN_PATH.is_relative_to(package), GOLDEN_PATH
+    pyproject = tomllib.loads((package.parent / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["rocke"]
+    relative = GOLDEN_PATH.relative_to(package).as_posix()
+    assert any(fnmatch.fnmatch(relative, p) for p in patterns), (relative, patterns)

@@ -2,7 +2,8 @@
 from .cache import CompileCache, cache_key, default_cache_dir
 from .elf import InvalidCodeObject, validate_code_object
 from .metadata import KernelInfo, kernel_info, parse_metadata
-from .pipeline import DEFAULT_TARGET, CompiledKernel, CompileError, compile_ir, link_code_object
+from .linker import link_code_object
+from .pipeline import DEFAULT_TARGET, CompiledKernel, CompileError, compile_ir
 from .toolchain import ToolchainError, find_linker, linker_fingerprint, llvm_version, toolchain_fingerprint
 
 __all__ = ["CompileCache", "cache_key", "default_cache_dir", "KernelInfo",

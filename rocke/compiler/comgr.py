@@ -1,7 +1,7 @@
 """Linking code objects through AMD's Code Object Manager (comgr) instead of ld.lld.
 
 ld.lld stays the default and is what works here. comgr is the route the ROCm runtime itself
-uses; it is taken when ROCKE_LINKER=comgr (or `link(..., linker="comgr")`) and needs both
+uses; it is taken when ROCKE_LINKER=comgr (or `rocke.compiler.linker.link(..., linker="comgr")`) and needs both
 hip-python's comgr bindings and ROCm's libamd_comgr.so. The bindings come in two generations with
 the same Action / Data / DataSet classes: `rocm.amd_comgr` (rocm-llvm-python, the companion of
 hip-python 7.x, which dlopens "libamd_comgr.so" through the loader's search path) and
@@ -12,10 +12,8 @@ emitted, for the ISA `amdgcn-amd-amdhsa--<target id>`.
 """
 from __future__ import annotations
 
-from .. import env
 from .toolchain import ToolchainError
 
-LINKERS = ("ld.lld", "comgr")
 _BINDINGS_HINT = ("install hip-python's comgr bindings: rocm-llvm-python (with hip-python 7.x) "
                   "or rocm-bindings-compiler (hip-python[compiler] >= 10)")
 _LIBRARY_HINT = "install ROCm, whose libamd_comgr.so the bindings load"
@@ -73,14 +71,3 @@ def link_with_comgr(obj: bytes, name: str, target: str) -> bytes:
         raise ToolchainError(f"comgr failed linking {name} for {target}: {status}"
                              + (f"\n{log}" if log else ""))
     return results.get_data("EXECUTABLE", 0).get_data_bytes()
-
-
-def link(obj: bytes, name: str, target: str, linker: str | None = None) -> tuple[bytes, str]:
-    """(code object, the linker that built it): `linker`, else ROCKE_LINKER, else ld.lld."""
-    linker = linker or env.linker()
-    if linker not in LINKERS:
-        raise ValueError(f"unknown linker {linker!r}; rocke has {LINKERS}")
-    if linker == "comgr":
-        return link_with_comgr(obj, name, target), "comgr"
-    from .pipeline import link_code_object
-    return link_code_object(obj, name), "ld.lld"

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import faulthandler
-import hashlib
 import os
 import pickle
 import re
@@ -10,46 +9,23 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
 
 from ..arch import DEFAULT_TARGET as ARCH_DEFAULT_TARGET
 from .. import env
-from . import comgr, prebuilt, toolchain
+from . import linker as linkers, prebuilt
 from .cache import CompileCache, cache_key
+from .compiled import CompiledKernel
 from .elf import ET_DYN, InvalidCodeObject, validate_code_object
 from .metadata import KernelInfo, kernel_info, requested_waves_per_eu
-from .toolchain import ToolchainError, find_linker, linker_fingerprint, target_machine, toolchain_fingerprint
+from .toolchain import ToolchainError, linker_fingerprint, target_machine, toolchain_fingerprint
 
 DEFAULT_TARGET = ARCH_DEFAULT_TARGET.target_id
 
 
 class CompileError(RuntimeError):
     """LLVM rejected a kernel variant's IR; the message names the variant."""
-
-
-@dataclass(frozen=True)
-class CompiledKernel:
-    name: str                 # kernel symbol
-    variant: str              # human label of the spec variant (for errors and reports)
-    target: str
-    ir: str
-    asm: str
-    object: bytes = field(repr=False)
-    code_object: bytes = field(repr=False)
-    info: KernelInfo = field(repr=False)
-    cache_hit: bool = False
-    build_seconds: float = 0.0
-    linker: str = "ld.lld"    # what linked the code object: "ld.lld" or "comgr" (ROCKE_LINKER)
-    source_ir_sha256: str | None = None   # the IR's hash where `ir` is not at hand (prebuilt)
-    prebuilt: bool = False    # served from the prebuilt bundle (compiler/prebuilt.py)
-
-    @property
-    def ir_hash(self) -> str:
-        if self.source_ir_sha256 is not None:
-            return self.source_ir_sha256
-        return hashlib.sha256(self.ir.encode()).hexdigest()
 
 
 def _optimize(mod, tm, opt: int) -> None:
@@ -129,34 +105,10 @@ def _served(hit: dict, name: str, target: str, workgroup_size: int | None,
         return None
 
 
-def link_code_object(obj: bytes, name: str) -> bytes:
-    """Link a relocatable AMDGPU object into a shared-object code object (hipModuleLoadData input)."""
-    ld = find_linker()
-    with tempfile.TemporaryDirectory(prefix="rocke-ld-") as tmp:
-        src, dst = os.path.join(tmp, "k.o"), os.path.join(tmp, "k.hsaco")
-        with open(src, "wb") as f:
-            f.write(obj)
-        proc = toolchain.run_tool([ld, "-shared", "--no-undefined", "-o", dst, src],
-                                  timeout=toolchain.LINK_TIMEOUT_S, what=f"linking {name}")
-        if proc.returncode != 0:
-            raise ToolchainError(f"{ld} failed linking {name} (exit {proc.returncode}): "
-                                 f"{proc.stderr.strip()}")
-        try:
-            with open(dst, "rb") as f:
-                code_object = f.read()
-        except OSError:
-            raise ToolchainError(f"{ld} exited 0 linking {name} but wrote no output") from None
-    try:
-        validate_code_object(code_object, name, e_type=ET_DYN)
-    except InvalidCodeObject as e:
-        raise ToolchainError(f"{ld} exited 0 linking {name} but its output is not a valid "
-                             f"code object: {e}") from None
-    return code_object
-
-
 def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, variant: str | None = None,
                opt: int = 3, workgroup_size: int | None = None,
-               cache: CompileCache | None | bool = True) -> CompiledKernel:
+               cache: CompileCache | None | bool = True,
+               isolate_codegen: bool = True) -> CompiledKernel:
     """Compile AMDGPU LLVM IR text for `target`. `cache=True` uses the prebuilt bundle (see
     compiler/prebuilt.py: no link, no ld.lld) and the default on-disk cache, `False` disables
     both, or pass a CompileCache (then only it is used).
@@ -164,7 +116,11 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
     `ir` may also be a `rocke.dsl.Kernel`: its name and workgroup size are the defaults, and
     what LLVM compiles is `kernel.located_ir()`, so the assembly carries each instruction's
     builder line (`.loc`) and the emulator's findings name it; the code is the same as from
-    `kernel.ir()`, which is what `CompiledKernel.ir` (and `ir_hash`) hold."""
+    `kernel.ir()`, which is what `CompiledKernel.ir` (and `ir_hash`) hold.
+
+    `isolate_codegen=False` runs LLVM's codegen in this process instead of a forked child: the
+    same code, but an LLVM abort then kills the caller (benchmarks/compile.py measures what the
+    isolation costs)."""
     source = ir
     if hasattr(ir, "located_ir") and hasattr(ir, "ir"):
         name = ir.name if name is None else name
@@ -176,6 +132,8 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
         raise ValueError(f"name must be the kernel's symbol name, got {name!r}")
     if isinstance(opt, bool) or not isinstance(opt, int) or opt not in (0, 1, 2, 3):
         raise ValueError(f"opt must be 0, 1, 2 or 3, got {opt!r}")
+    if not isinstance(isolate_codegen, bool):
+        raise ValueError(f"isolate_codegen must be True or False, got {isolate_codegen!r}")
     variant = variant or name
     t0 = time.perf_counter()
     linker = env.linker()
@@ -206,11 +164,11 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
     if name not in kernels:
         raise CompileError(f"the IR of kernel variant {variant!r} defines no function {name!r}; "
                            f"it defines {kernels or 'none'}")
-    asm, obj = _codegen_isolated(mod, tm, opt, variant)
+    asm, obj = _codegen_isolated(mod, tm, opt, variant) if isolate_codegen else _codegen(mod, tm, opt)
     if not re.search(rf"^\s*\.amdhsa_kernel\s+{re.escape(name)}\s*$", asm, re.M):
         raise CompileError(f"function {name!r} of kernel variant {variant!r} is not an "
                            "amdgpu_kernel (no kernel descriptor was emitted)")
-    code_object, linker = comgr.link(obj, name, target, linker)
+    code_object, linker = linkers.link(obj, name, target, linker)
     if linker != "ld.lld":      # ld.lld's output is validated inside link_code_object
         try:
             validate_code_object(code_object, name, e_type=ET_DYN)

@@ -89,7 +89,7 @@ def _serve(root: Path, entry: dict, ir: str, workgroup_size, t0: float, variant=
     """A CompiledKernel of `entry`, or None when anything about it does not check out."""
     from .elf import ET_DYN, validate_code_object
     from .metadata import kernel_info
-    from .pipeline import CompiledKernel
+    from .compiled import CompiledKernel
     from .cache import FORMAT_VERSION as CODEGEN
     from .toolchain import llvm_version
     try:

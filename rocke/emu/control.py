@@ -8,7 +8,7 @@ import numpy as np
 
 from .access import U64, scalar_raw_reader, scalar_writer
 from .operands import EXEC_LO, VCC_LO
-from .valu import DecodeError
+from .errors import DecodeError
 
 
 def decode_branch(ins, ops, labels, index_of_label, pc_address):

@@ -20,3 +20,8 @@ class LdsRace(EmulatorError):
 class LaunchTimeout(EmulatorError):
     """A launch ran past its wall-time budget (`timeout_s`, ROCKE_EMU_TIMEOUT_S): an endless or
     far too long kernel."""
+
+
+class DecodeError(ValueError):
+    """An instruction, operand or modifier the emulator does not implement, or a malformed one:
+    raised while a listing is decoded, before anything runs."""

@@ -37,8 +37,7 @@ import re
 import numpy as np
 
 from . import numerics
-from .errors import EmulatorError
-from .valu import DecodeError
+from .errors import DecodeError, EmulatorError
 
 TARGETS = ("gfx942", "gfx950")
 DEFAULT_TARGET = "gfx942"

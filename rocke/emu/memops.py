@@ -5,8 +5,7 @@ import numpy as np
 
 from .access import U32, U64, scalar_raw_reader
 from .operands import M0, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI
-from .errors import EmulatorError
-from .valu import DecodeError
+from .errors import DecodeError, EmulatorError
 
 
 class PrivateAccessError(EmulatorError):

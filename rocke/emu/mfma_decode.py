@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from .access import scratch
-from .errors import EmulatorError
-from .valu import DecodeError, write_rows
+from .errors import DecodeError, EmulatorError
+from .valu import write_rows
 
 
 def decode_mfma(ins, ops, mods, mfma_ops):

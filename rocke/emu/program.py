@@ -12,10 +12,10 @@ import numpy as np
 
 from .access import scalar_writer
 from .asm import Instr, KernelSource, Program
-from .errors import EmulatorError
+from .errors import DecodeError, EmulatorError
 from .operands import OperandError, parse_modifiers, parse_operand
 from .mfma_decode import decode_mfma
-from .valu import DecodeError, decode_valu
+from .valu import decode_valu
 from . import control, gfx950, memops, salu, smem
 
 CLASSES = ("SALU", "VALU", "MFMA", "DS", "VMEM", "SMEM", "branch/other")

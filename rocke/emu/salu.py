@@ -5,7 +5,7 @@ import numpy as np
 
 from .access import U32, U64, scalar_raw_reader, scalar_writer
 from .operands import EXEC_LO, Operand, TYPE_BITS
-from .valu import DecodeError
+from .errors import DecodeError
 
 SCALAR_VIEW = {"b32": U32, "u32": U32, "i32": np.int32, "f32": np.float32, "b64": U64, "u64": U64,
                "i64": np.int64, "f64": np.float64, "b16": np.uint16, "u16": np.uint16,

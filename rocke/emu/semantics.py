@@ -389,11 +389,11 @@ _valu("v_rsq_f32", "f32", "f32",
 _valu("v_sqrt_f32", "f32", "f32", lambda x: np.sqrt(_flush_f32(x).astype(np.float64)).astype(np.float32))
 _valu("v_sin_f32", "f32", "f32", lambda x: np.sin(2 * np.pi * x.astype(np.float64)).astype(np.float32))
 _valu("v_cos_f32", "f32", "f32", lambda x: np.cos(2 * np.pi * x.astype(np.float64)).astype(np.float32))
-for _name, _func in (("exp", np.exp2), ("log", np.log2), ("rcp", lambda v: 1.0 / v),
-                     ("rsq", lambda v: 1.0 / np.sqrt(v)), ("sqrt", np.sqrt),
-                     ("sin", lambda v: np.sin(2 * np.pi * v)),
-                     ("cos", lambda v: np.cos(2 * np.pi * v))):
-    _valu(f"v_{_name}_f16", "f16", "f16", _via_f64(_func, np.float16))
+for _name, _func in (("v_exp_f16", np.exp2), ("v_log_f16", np.log2), ("v_rcp_f16", lambda v: 1.0 / v),
+                     ("v_rsq_f16", lambda v: 1.0 / np.sqrt(v)), ("v_sqrt_f16", np.sqrt),
+                     ("v_sin_f16", lambda v: np.sin(2 * np.pi * v)),
+                     ("v_cos_f16", lambda v: np.cos(2 * np.pi * v))):
+    _valu(_name, "f16", "f16", _via_f64(_func, np.float16))
 _valu("v_rcp_f64", "f64", "f64", lambda x: 1.0 / x)
 _valu("v_rsq_f64", "f64", "f64", lambda x: 1.0 / np.sqrt(x))
 _valu("v_sqrt_f64", "f64", "f64", np.sqrt)
@@ -534,13 +534,57 @@ _INT_COMPARES = {
     "le": _FLOAT_COMPARES["le"], "gt": _FLOAT_COMPARES["gt"], "ne": lambda a, b: a != b,
     "ge": _FLOAT_COMPARES["ge"], "t": _FLOAT_COMPARES["tru"],
 }
-for _prefix in ("v_cmp", "v_cmpx"):
-    for _t in ("f16", "f32", "f64"):
-        for _cond, _func in _FLOAT_COMPARES.items():
-            _valu(f"{_prefix}_{_cond}_{_t}", "mask", f"{_t} {_t}", _func)
-    for _t in ("i16", "u16", "i32", "u32", "i64", "u64"):
-        for _cond, _func in _INT_COMPARES.items():
-            _valu(f"{_prefix}_{_cond}_{_t}", "mask", f"{_t} {_t}", _func)
+# Spelled out so each compare is greppable by its mnemonic: <prefix>_<condition>_<type>.
+VOPC_COMPARES = (
+    "v_cmp_f_f16", "v_cmp_lt_f16", "v_cmp_eq_f16", "v_cmp_le_f16", "v_cmp_gt_f16", "v_cmp_lg_f16",
+    "v_cmp_ge_f16", "v_cmp_o_f16", "v_cmp_u_f16", "v_cmp_nge_f16", "v_cmp_nlg_f16",
+    "v_cmp_ngt_f16", "v_cmp_nle_f16", "v_cmp_neq_f16", "v_cmp_nlt_f16", "v_cmp_tru_f16",
+    "v_cmp_f_f32", "v_cmp_lt_f32", "v_cmp_eq_f32", "v_cmp_le_f32", "v_cmp_gt_f32", "v_cmp_lg_f32",
+    "v_cmp_ge_f32", "v_cmp_o_f32", "v_cmp_u_f32", "v_cmp_nge_f32", "v_cmp_nlg_f32",
+    "v_cmp_ngt_f32", "v_cmp_nle_f32", "v_cmp_neq_f32", "v_cmp_nlt_f32", "v_cmp_tru_f32",
+    "v_cmp_f_f64", "v_cmp_lt_f64", "v_cmp_eq_f64", "v_cmp_le_f64", "v_cmp_gt_f64", "v_cmp_lg_f64",
+    "v_cmp_ge_f64", "v_cmp_o_f64", "v_cmp_u_f64", "v_cmp_nge_f64", "v_cmp_nlg_f64",
+    "v_cmp_ngt_f64", "v_cmp_nle_f64", "v_cmp_neq_f64", "v_cmp_nlt_f64", "v_cmp_tru_f64",
+    "v_cmp_f_i16", "v_cmp_lt_i16", "v_cmp_eq_i16", "v_cmp_le_i16", "v_cmp_gt_i16", "v_cmp_ne_i16",
+    "v_cmp_ge_i16", "v_cmp_t_i16",
+    "v_cmp_f_u16", "v_cmp_lt_u16", "v_cmp_eq_u16", "v_cmp_le_u16", "v_cmp_gt_u16", "v_cmp_ne_u16",
+    "v_cmp_ge_u16", "v_cmp_t_u16",
+    "v_cmp_f_i32", "v_cmp_lt_i32", "v_cmp_eq_i32", "v_cmp_le_i32", "v_cmp_gt_i32", "v_cmp_ne_i32",
+    "v_cmp_ge_i32", "v_cmp_t_i32",
+    "v_cmp_f_u32", "v_cmp_lt_u32", "v_cmp_eq_u32", "v_cmp_le_u32", "v_cmp_gt_u32", "v_cmp_ne_u32",
+    "v_cmp_ge_u32", "v_cmp_t_u32",
+    "v_cmp_f_i64", "v_cmp_lt_i64", "v_cmp_eq_i64", "v_cmp_le_i64", "v_cmp_gt_i64", "v_cmp_ne_i64",
+    "v_cmp_ge_i64", "v_cmp_t_i64",
+    "v_cmp_f_u64", "v_cmp_lt_u64", "v_cmp_eq_u64", "v_cmp_le_u64", "v_cmp_gt_u64", "v_cmp_ne_u64",
+    "v_cmp_ge_u64", "v_cmp_t_u64",
+    "v_cmpx_f_f16", "v_cmpx_lt_f16", "v_cmpx_eq_f16", "v_cmpx_le_f16", "v_cmpx_gt_f16",
+    "v_cmpx_lg_f16", "v_cmpx_ge_f16", "v_cmpx_o_f16", "v_cmpx_u_f16", "v_cmpx_nge_f16",
+    "v_cmpx_nlg_f16", "v_cmpx_ngt_f16", "v_cmpx_nle_f16", "v_cmpx_neq_f16", "v_cmpx_nlt_f16",
+    "v_cmpx_tru_f16",
+    "v_cmpx_f_f32", "v_cmpx_lt_f32", "v_cmpx_eq_f32", "v_cmpx_le_f32", "v_cmpx_gt_f32",
+    "v_cmpx_lg_f32", "v_cmpx_ge_f32", "v_cmpx_o_f32", "v_cmpx_u_f32", "v_cmpx_nge_f32",
+    "v_cmpx_nlg_f32", "v_cmpx_ngt_f32", "v_cmpx_nle_f32", "v_cmpx_neq_f32", "v_cmpx_nlt_f32",
+    "v_cmpx_tru_f32",
+    "v_cmpx_f_f64", "v_cmpx_lt_f64", "v_cmpx_eq_f64", "v_cmpx_le_f64", "v_cmpx_gt_f64",
+    "v_cmpx_lg_f64", "v_cmpx_ge_f64", "v_cmpx_o_f64", "v_cmpx_u_f64", "v_cmpx_nge_f64",
+    "v_cmpx_nlg_f64", "v_cmpx_ngt_f64", "v_cmpx_nle_f64", "v_cmpx_neq_f64", "v_cmpx_nlt_f64",
+    "v_cmpx_tru_f64",
+    "v_cmpx_f_i16", "v_cmpx_lt_i16", "v_cmpx_eq_i16", "v_cmpx_le_i16", "v_cmpx_gt_i16",
+    "v_cmpx_ne_i16", "v_cmpx_ge_i16", "v_cmpx_t_i16",
+    "v_cmpx_f_u16", "v_cmpx_lt_u16", "v_cmpx_eq_u16", "v_cmpx_le_u16", "v_cmpx_gt_u16",
+    "v_cmpx_ne_u16", "v_cmpx_ge_u16", "v_cmpx_t_u16",
+    "v_cmpx_f_i32", "v_cmpx_lt_i32", "v_cmpx_eq_i32", "v_cmpx_le_i32", "v_cmpx_gt_i32",
+    "v_cmpx_ne_i32", "v_cmpx_ge_i32", "v_cmpx_t_i32",
+    "v_cmpx_f_u32", "v_cmpx_lt_u32", "v_cmpx_eq_u32", "v_cmpx_le_u32", "v_cmpx_gt_u32",
+    "v_cmpx_ne_u32", "v_cmpx_ge_u32", "v_cmpx_t_u32",
+    "v_cmpx_f_i64", "v_cmpx_lt_i64", "v_cmpx_eq_i64", "v_cmpx_le_i64", "v_cmpx_gt_i64",
+    "v_cmpx_ne_i64", "v_cmpx_ge_i64", "v_cmpx_t_i64",
+    "v_cmpx_f_u64", "v_cmpx_lt_u64", "v_cmpx_eq_u64", "v_cmpx_le_u64", "v_cmpx_gt_u64",
+    "v_cmpx_ne_u64", "v_cmpx_ge_u64", "v_cmpx_t_u64",
+)
+for _name in VOPC_COMPARES:
+    _, _cond, _t = _name.rsplit("_", 2)
+    _valu(_name, "mask", f"{_t} {_t}", (_FLOAT_COMPARES if _t[0] == "f" else _INT_COMPARES)[_cond])
 
 # --- conversions --------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .access import U32, U64, scalar_raw_reader
-from .valu import DecodeError
+from .errors import DecodeError
 
 
 def decode_smem(ins, ops, mods, P_memory_read):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .access import (LANES, U32, U64, sgpr_pair_to_mask, vector_raw_reader, write_mask)
+from .errors import DecodeError
 from .operands import EXEC_LO, VCC_LO, Operand, TYPE_BITS
 
 FLOAT_TYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
@@ -27,10 +28,6 @@ ZEROES_HIGH_16 = frozenset(
         "mad_legacy_i16 fma_legacy_f16").split())
 SDWA_SEL = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (24, 8),
             "WORD_0": (0, 16), "WORD_1": (16, 16), "DWORD": (0, 32)}
-
-
-class DecodeError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)

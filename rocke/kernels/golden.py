@@ -1,4 +1,5 @@
-"""The golden IR table: every shipped variant -> SHA-256 of its IR text (tests/golden/ir_hashes.json)."""
+"""The golden IR table: every shipped variant -> SHA-256 of its IR text (GOLDEN_PATH, package data:
+the prebuilt bundle and `rocke golden` read it from an installed rocke too)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,8 @@ from pathlib import Path
 from ..fileio import write_output
 from .registry import all_variants, loadable_variants
 
-from .common.golden_table import GOLDEN_PATH  # noqa: F401  (one place for the path)
+# The table's location is written once, in common/golden_table.py (a leaf the registry can use).
+from .common.golden_table import GOLDEN_PATH  # noqa: F401
 
 
 def current_hashes(families=None) -> dict[str, str]:

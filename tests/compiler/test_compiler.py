@@ -51,6 +51,17 @@ def test_cache_hit_and_corrupt_entry_rebuilt(tmp_path):
     assert compile_ir(SAXPY_IR, name="saxpy", cache=store).cache_hit
 
 
+def test_codegen_in_process_builds_the_same_kernel():
+    """isolate_codegen=False (benchmarks/compile.py's in-process column) changes where LLVM runs,
+    not what it builds; a non-bool is refused before any work."""
+    forked = compile_ir(SAXPY_IR, name="saxpy", cache=False)
+    inline = compile_ir(SAXPY_IR, name="saxpy", cache=False, isolate_codegen=False)
+    assert (inline.asm, inline.object, inline.code_object) == \
+        (forked.asm, forked.object, forked.code_object)
+    with pytest.raises(ValueError, match="isolate_codegen must be True or False, got 0"):
+        compile_ir(SAXPY_IR, name="saxpy", cache=False, isolate_codegen=0)
+
+
 def test_verifier_error_names_variant():
     bad = SAXPY_IR.replace("ret void", "ret i32 0")
     with pytest.raises(CompileError, match=r"saxpy\(f32, wide\)"):

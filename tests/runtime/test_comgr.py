@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from rocke.compiler import ToolchainError, comgr
-from rocke.compiler.pipeline import link_code_object
+from rocke.compiler import ToolchainError, comgr, linker as linkers
+from rocke.compiler.linker import link_code_object
 
 
 @pytest.fixture
@@ -21,23 +21,23 @@ def test_without_bindings_comgr_is_unavailable_and_says_what_to_install(no_bindi
     ok, why = comgr.availability()
     assert not ok and "comgr bindings" in why and "rocm-llvm-python" in why
     with pytest.raises(ToolchainError, match="comgr bindings"):
-        comgr.link(b"", "k", "gfx942:sramecc+:xnack-", linker="comgr")
+        linkers.link(b"", "k", "gfx942:sramecc+:xnack-", linker="comgr")
 
 
 def test_ld_lld_is_the_default_route(vector_add, monkeypatch):
     _variant, ck = vector_add
     monkeypatch.delenv("ROCKE_LINKER", raising=False)
-    code_object, linker = comgr.link(ck.object, ck.name, ck.target)
+    code_object, linker = linkers.link(ck.object, ck.name, ck.target)
     assert linker == "ld.lld" and code_object == link_code_object(ck.object, ck.name)
 
 
 def test_rocke_linker_lever_routes_and_is_validated(no_bindings, monkeypatch):
     monkeypatch.setenv("ROCKE_LINKER", "comgr")
     with pytest.raises(ToolchainError, match="comgr bindings"):
-        comgr.link(b"", "k", "gfx942:sramecc+:xnack-")
+        linkers.link(b"", "k", "gfx942:sramecc+:xnack-")
     monkeypatch.setenv("ROCKE_LINKER", "gold")
     with pytest.raises(ValueError, match="ROCKE_LINKER must be 'ld.lld' or 'comgr'"):
-        comgr.link(b"", "k", "gfx942:sramecc+:xnack-")
+        linkers.link(b"", "k", "gfx942:sramecc+:xnack-")
 
 
 def _recording_bindings(status: int, executable: bytes | None, log: bytes = b""):
@@ -82,7 +82,7 @@ def test_link_with_comgr_makes_one_link_action(monkeypatch):
     monkeypatch.setitem(sys.modules, "rocm", types.SimpleNamespace(comgr=module))
     monkeypatch.setitem(sys.modules, "rocm.comgr", module)
     assert comgr.availability() == (True, "")
-    code_object, linker = comgr.link(b"\x7fELF reloc", "k", "gfx942:sramecc+:xnack-",
+    code_object, linker = linkers.link(b"\x7fELF reloc", "k", "gfx942:sramecc+:xnack-",
                                      linker="comgr")
     assert (code_object, linker) == (b"\x7fELF linked", "comgr")
     assert seen == {"action": "LINK_RELOCATABLE_TO_EXECUTABLE",
@@ -96,7 +96,7 @@ def test_a_failed_comgr_link_reports_status_and_log(monkeypatch):
     monkeypatch.setitem(sys.modules, "rocm.comgr", module)
     with pytest.raises(ToolchainError, match=r"(?s)comgr failed linking k for gfx942.*"
                                              "undefined symbol: foo"):
-        comgr.link(b"\x7fELF", "k", "gfx942:sramecc+:xnack-", linker="comgr")
+        linkers.link(b"\x7fELF", "k", "gfx942:sramecc+:xnack-", linker="comgr")
 
 
 def test_rocke_linker_comgr_routes_compile_ir_and_is_recorded(monkeypatch, tmp_path):

@@ -7,7 +7,8 @@ import functools
 import json
 from pathlib import Path
 
-GOLDEN_PATH = Path(__file__).resolve().parents[3] / "tests" / "golden" / "ir_hashes.json"
+# The one place the table's location is written (package data: the bundle and `rocke golden` use it).
+GOLDEN_PATH = Path(__file__).resolve().parents[1] / "golden_ir_hashes.json"
 
 
 @functools.lru_cache(maxsize=4)
