@@ -10,13 +10,30 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .device import (DEVICE_KINDS, Device, PreparedLaunch, default_device_kind, device_generation,
-                     get_device, prepare_launch, reset_devices)
+from .. import env
+
+from .device import (DEVICE_KINDS, Device, DeviceBackend, PreparedLaunch, default_device_kind,
+                     device_generation, get_device, prepare_launch, register_backend, reset_devices)
+from . import emu_device, hip_device
 from .graph import Graph, GraphError, is_capturing
 from .profiling import profiling
 from .timing import EMULATOR_CLOCK, GPU_CLOCK, Timing, timed
 
 DEVICES = DEVICE_KINDS
+
+
+def _emu_key() -> str:
+    emu_target = env.emu_target()     # ROCKE_DEVICE=emu:gfx950 -> the emulator as gfx950
+    return "emu" if emu_target == "gfx942" else f"emu:{emu_target}"
+
+
+register_backend("emu", DeviceBackend(
+    current_key=_emu_key,
+    make=lambda key: emu_device.EmuDevice(key.partition(":")[2] or "gfx942")))
+register_backend("hip", DeviceBackend(
+    current_key=lambda: f"hip:{hip_device.current_device_index()}",   # the caller's current GPU
+    make=lambda key: hip_device.HipDevice(int(key.partition(":")[2])),
+    preferred=lambda: hip_device.find_gfx942_device() is not None))
 
 
 def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,

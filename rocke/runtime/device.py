@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
 from .. import env
@@ -101,6 +101,24 @@ _devices: dict[str, Device] = {}
 _default_kind: str | None = None
 
 
+@dataclass(frozen=True)
+class DeviceBackend:
+    """How a device kind is found and made. rocke.runtime registers its two kinds here, so this
+    base module imports no backend (the backends import it: no import cycle)."""
+    current_key: Callable[[], str]          # the key of the caller's current device of the kind
+    make: Callable[[str], "Device"]         # a new device for a key
+    preferred: Callable[[], bool] = lambda: False   # whether it is the default without ROCKE_DEVICE
+
+
+_backends: dict[str, DeviceBackend] = {}
+
+
+def register_backend(kind: str, backend: DeviceBackend) -> None:
+    if kind not in DEVICE_KINDS:
+        raise ValueError(f"unknown device kind {kind!r}; rocke has {DEVICE_KINDS}")
+    _backends[kind] = backend
+
+
 def get_device(device: Device | str | None = None) -> Device:
     """`device` itself, a device by kind ("emu" | "hip"), or the default device: ROCKE_DEVICE if
     set, else hip when hip-python finds a gfx942 GPU, else the emulator."""
@@ -110,23 +128,14 @@ def get_device(device: Device | str | None = None) -> Device:
         device = default_device_kind()
     if device not in DEVICE_KINDS:
         raise ValueError(f"unknown device {device!r}; rocke has {DEVICE_KINDS}")
-    if device == "emu":
-        emu_target = env.emu_target()    # ROCKE_DEVICE=emu:gfx950 -> the emulator as gfx950
-        key = "emu" if emu_target == "gfx942" else f"emu:{emu_target}"
-    else:
-        from .hip_device import current_device_index
-        key = f"hip:{current_device_index()}"     # the caller's current GPU (torch's, or HIP's)
+    backend = _backends[device]
+    key = backend.current_key()
     found = _devices.get(key)
     if found is not None:
         return found
     with _lock:
         if key not in _devices:
-            if device == "emu":
-                from .emu_device import EmuDevice
-                _devices[key] = EmuDevice(emu_target)
-            else:
-                from .hip_device import HipDevice
-                _devices[key] = HipDevice(int(key.split(":")[1]))
+            _devices[key] = backend.make(key)
         return _devices[key]
 
 
@@ -136,8 +145,7 @@ def default_device_kind() -> str:
     if chosen is not None:
         return chosen
     if _default_kind is None:
-        from .hip_device import find_gfx942_device
-        _default_kind = "hip" if find_gfx942_device() is not None else "emu"
+        _default_kind = "hip" if _backends["hip"].preferred() else "emu"
     return _default_kind
 
 
