@@ -4,7 +4,7 @@
 ``l`` (ALGORITHM.md §2) and returns the tile's probabilities and ``alpha``, the factor that
 rescales an output accumulator; scale scores by ``softmax_scale * LOG2E`` first so ``exp2``
 computes ``exp``. ``finite_base`` keeps ``exp2(x - m)`` NaN-free before any key was seen.
-(``rocke.kernels.common.flash`` holds the same helpers for the shipped kernels.)
+The shipped attention kernels and samples use these (one definition).
 """
 
 from __future__ import annotations

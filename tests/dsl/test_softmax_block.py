@@ -1,6 +1,6 @@
-"""rocke.dsl.softmax is the online-softmax step kernel authors import from the DSL: the shipped
-paged decode sample built with it emits exactly its pinned IR (so rocke.kernels.common.flash can
-become a re-export of it without moving any golden hash)."""
+"""rocke.dsl.softmax is the online-softmax step kernel authors import from the DSL, and the one
+definition the shipped kernels use: the paged decode sample, built through it, emits exactly its
+pinned IR."""
 import hashlib
 
 from rocke.dsl import softmax
@@ -25,3 +25,11 @@ def test_the_paged_decode_sample_built_on_dsl_softmax_keeps_its_pinned_ir(monkey
 def test_log2e_is_log2_of_e():
     import math
     assert softmax.LOG2E == math.log2(math.e)
+
+
+def test_the_shipped_kernels_use_the_one_definition():
+    from rocke.kernels.gfx942 import attention_pipeline, reduce_segments
+    from rocke.kernels.samples import flash_attention
+    assert attention_pipeline.online_softmax_update is softmax.online_softmax_update
+    assert flash_attention.online_softmax_update is softmax.online_softmax_update
+    assert reduce_segments.finite_base is softmax.finite_base

@@ -17,7 +17,7 @@ from rocke.dsl.fragment import (AxisVector, COL, ROW, Fragment, lane_affine_valu
                                 store_fragment)
 from rocke.dsl.magic import udiv_const
 from rocke.dsl.paged import CACHE_POLICIES, BlockTableRow, PagedView, copy_paged_tile, min_dma_loads_per_wave
-from rocke.kernels.common.flash import LOG2E, online_softmax_update
+from rocke.dsl.softmax import LOG2E, online_softmax_update
 from rocke.kernels.gfx942 import attention_policy as policy
 from rocke.kernels.gfx942.attention_policy import STAGING_VECTOR
 

@@ -24,7 +24,7 @@ from rocke import dsl
 from rocke.dsl import exp2, maximum, rcp, select, shuffle_xor, splat, wave_max, wave_sum
 from rocke.kernels.common.checks import (I32_LIMIT, check_choice, check_extent, check_index_extent,
                                          torch_dtype)
-from rocke.kernels.common.flash import finite_base
+from rocke.dsl.softmax import finite_base
 
 DTYPES = ("f16", "bf16")
 HEAD_SIZES = (64, 128, 256)   # d256: 64 lanes x 4 fp32 hold one segment row (one pass per segment)

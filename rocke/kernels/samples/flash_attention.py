@@ -40,7 +40,7 @@ from rocke.kernels.common.checks import (check_bool, check_choice, check_device,
                                          check_grid_extent, check_i32_value, check_lds_budget, check_multiple,
                                          check_num_records, check_positive_int, check_register_budget,
                                          check_tensor, round_up)
-from rocke.kernels.common.flash import LOG2E, online_softmax_update
+from rocke.dsl.softmax import LOG2E, online_softmax_update
 
 DTYPES = ("f16", "bf16")
 HEAD_DIMS = (64, 128)

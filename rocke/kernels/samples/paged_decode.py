@@ -25,7 +25,7 @@ from rocke.dsl.fragment import AxisVector, ROW, load_fragment, load_fragment_glo
 from rocke.dsl.paged import BlockTableRow, PagedView, copy_paged_tile, rows_per_wave
 from rocke.kernels.common.checks import (check_choice, check_extent, check_grid_extent, check_int_range,
                                          check_lds_budget, check_multiple, check_tensor)
-from rocke.kernels.common.flash import LOG2E, online_softmax_update
+from rocke.dsl.softmax import LOG2E, online_softmax_update
 
 DTYPES = ("f16", "bf16")
 ATOM = "16x16x16"

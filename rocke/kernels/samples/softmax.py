@@ -23,7 +23,7 @@ from rocke import dsl
 from rocke.dsl import exp2, maximum, rcp, select, vector, wave_max, wave_sum
 from rocke.kernels.common.checks import (check_choice, check_device, check_extent, check_i32_value,
                                          check_num_records, check_tensor, check_vector_access, round_up)
-from rocke.kernels.common.flash import LOG2E, finite_base
+from rocke.dsl.softmax import LOG2E, finite_base
 
 DTYPES = ("f16", "bf16", "f32")
 
