@@ -151,7 +151,7 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
     if flash:
         warps = knobs.flash_num_warps
         geometry = dict(num_warps=warps, block_m_per_warp=32, tile_size=H.BLOCK_SIZE,
-                        use_mfma_32x32x8=True, use_transposed_qk_32x32=True,
+                        regime="transposed_x8",
                         use_k_single_buffer=warps * 32 <= H.BLOCK_SIZE)
     elif shape.head_size == 64:
         geometry = dict(num_warps=4, block_m_per_warp=32)

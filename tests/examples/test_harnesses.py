@@ -302,7 +302,7 @@ def test_narrow_gate_skips_and_flash_bypasses_it(monkeypatch):
     flash = by_name[TINY_PARITY[0]]
     spec, geometry = parity_unified_attention.build_2d_spec(flash, H.make_inputs(flash, "cpu"),
                                                             AttentionKnobs(flash_wide=2))
-    assert geometry == "wide2" and spec.num_warps == 2 and spec.use_transposed_qk_32x32
+    assert geometry == "wide2" and spec.num_warps == 2 and spec.transposed_x8
     assert spec.use_k_single_buffer is True             # 2 warps x 32 rows <= T = 64
 
 

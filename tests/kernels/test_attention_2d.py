@@ -13,7 +13,7 @@ from rocke.kernels.gfx942 import attention_tiled_2d as a2
 from rocke.runtime import launch
 
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
-FLASH = dict(use_mfma_32x32x8=True, use_transposed_qk_32x32=True, block_m_per_warp=32, dtype="f16")
+FLASH = dict(regime="transposed_x8", block_m_per_warp=32, dtype="f16")
 
 _COMPILED = {}
 

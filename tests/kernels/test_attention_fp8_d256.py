@@ -158,7 +158,7 @@ def test_d256_matches_reference(backend, dtype, bs, hq, hk):
     record = au.run_unified_attention_torch(**args, backend=backend)
     spec = record.plan.specs[0]
     assert record.plan.path == backend and spec.head_size == 256
-    assert not spec.use_transposed_qk_32x32 and spec.tile_size == 16
+    assert not spec.transposed_x8 and spec.tile_size == 16
     _check(args, record, dtype)
 
 

@@ -23,8 +23,7 @@ GRID = {
     "num_warps": [1, 4, 8, 3],
     "block_m_per_warp": [16, 32],
     "tile_size": [0, 16, 64, 48],
-    "use_mfma_32x32x8": [False, True],
-    "use_transposed_qk_32x32": [False, True],
+    "regime": ["narrow", "transposed_x8", "x8"],
     "global_load_lds_k": [False, True],
     "cfv_store": [False, True],
 }
@@ -46,12 +45,13 @@ def _rules_allow(f) -> bool:
     of ``spec_problems``: the oracle both the constructor and the gate are held to."""
     dtype, D, bs, g = f["dtype"], f["head_size"], f["block_size"], f["num_queries_per_kv"]
     warps, rows, tile = f["num_warps"], f["block_m_per_warp"], f["tile_size"]
-    x8, flash, dma, cfv = (f["use_mfma_32x32x8"], f["use_transposed_qk_32x32"],
-                           f["global_load_lds_k"], f["cfv_store"])
+    regime, dma, cfv = f["regime"], f["global_load_lds_k"], f["cfv_store"]
+    flash = regime == "transposed_x8"
     if dtype not in ("f16", "bf16") or D not in (64, 128, 256) or bs not in (16, 32, 64) \
             or not 1 <= g <= 16 or warps not in (1, 2, 4, 8) or tile not in (0, 16, 32, 64):
         return False
-    if x8 != flash or (x8 and dtype != "f16") or (flash and D not in (64, 128)):
+    if regime not in ("narrow", "transposed_x8") or (flash and dtype != "f16") \
+            or (flash and D not in (64, 128)):
         return False
     tile = tile or (64 if flash else min(bs, 32 if D <= 128 else 16))
     block_m = warps * rows
@@ -88,11 +88,9 @@ def test_gate_accepts_exactly_what_the_constructor_accepts(cls, gate):
 
 
 @pytest.mark.parametrize("fields, message", [
-    (dict(dtype="bf16", use_mfma_32x32x8=True, use_transposed_qk_32x32=True, block_m_per_warp=32),
-     "^use_mfma_32x32x8: use_mfma_32x32x8 is fp16-only$"),
-    (dict(use_transposed_qk_32x32=True, block_m_per_warp=32),
-     "use_transposed_qk_32x32: the transposed S\\^T = K Q\\^T path requires the 32x32x8 atom"),
-    (dict(use_mfma_32x32x8=True), "use_mfma_32x32x8: the 32x32x8 atom is wired only in the transposed path"),
+    (dict(dtype="bf16", regime="transposed_x8", block_m_per_warp=32),
+     "^regime: transposed_x8 \\(the 32x32x8 atom\\) is fp16-only$"),
+    (dict(regime="flash"), "^regime: "),
     (dict(FLASH, block_m_per_warp=16), "block_m_per_warp: the transposed-x8 path gives each warp 32"),
     (dict(FLASH, tile_size=16), "tile_size: 16 must be a multiple of the 32x32x8 atom's M"),
     (dict(head_size=96), "head_size: must be one of 64, 128"),
@@ -122,7 +120,7 @@ def test_narrow_lds_gate_would_reject_what_the_flash_model_accepts():
     flash = S2(**FLASH, num_warps=8, tile_size=64, head_size=128)
     assert a2.supports_tiled_2d(flash)
     narrow_fields = {f.name: getattr(flash, f.name) for f in dataclasses.fields(flash)}
-    narrow_fields.update(use_mfma_32x32x8=False, use_transposed_qk_32x32=False)
+    narrow_fields.update(regime="narrow")
     assert not a2.supports_tiled_2d(**narrow_fields)
     with pytest.raises(ValueError, match="the narrow path needs 90112 bytes of LDS"):
         S2(**narrow_fields)

@@ -148,7 +148,7 @@ def test_dispatcher_picks_exactly_the_shipped_variants(family, path):
     agreed = 0
     for name, spec in shipped.items():
         picked = spec_for(spec, _knobs_for(name.split("/")[1].split("_")[0]))
-        if picked.use_transposed_qk_32x32 == spec.use_transposed_qk_32x32:
+        if picked.regime == spec.regime:
             assert picked == spec, name       # same regime: the very same kernel
             agreed += 1
     # (narrow fp16 variants ship for coverage of the narrow path; the dispatcher sends fp16 to flash)
@@ -297,7 +297,7 @@ def test_levers_reach_the_kernel(monkeypatch, env, geometry, warps):
     args = make_inputs(MIXED, hq=4, hk=2, d=128, bs=32, dtype="f16", seed=5)
     record = au.run_unified_attention_torch(**args)
     (spec,) = record.plan.specs
-    assert (record.plan.geometry.name, spec.num_warps, spec.use_transposed_qk_32x32) == \
+    assert (record.plan.geometry.name, spec.num_warps, spec.transposed_x8) == \
         (geometry, warps, True)
     assert spec.q_major_grid == ("HIPDNN_GFX942_Q_MAJOR_GRID" in env)
     assert spec.kv_cache_policy == "normal"

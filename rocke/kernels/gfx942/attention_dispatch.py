@@ -261,7 +261,7 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
                   kv_addr_64=problem.kv_addr_64, kv_dtype=problem.kv_dtype,
                   **problem.spec_features())
     if geo.regime == policy.TRANSPOSED_X8:
-        wanted.update(use_mfma_32x32x8=True, use_transposed_qk_32x32=True)
+        wanted.update(regime=policy.TRANSPOSED_X8)
     missing = sorted(set(wanted) - have)
     if missing:      # never drop a geometry field silently: the kernel would run another geometry
         raise NotImplementedError(f"{cls.__name__} lacks the dispatcher's fields {missing}")

@@ -39,7 +39,7 @@ class GeometryRow:
         """The kernel spec fields of this geometry at ``head_size``."""
         fields = dict(num_warps=self.num_warps, block_m_per_warp=self.block_m_per_warp)
         if self.regime == TRANSPOSED_X8:
-            fields.update(use_mfma_32x32x8=True, use_transposed_qk_32x32=True)
+            fields.update(regime=TRANSPOSED_X8)
         tile = dict(self.tiles).get(head_size)
         if tile:
             fields["tile_size"] = tile
@@ -157,7 +157,7 @@ def lds_plan(spec, *, tile: int | None = None) -> LdsPlan:
     output stage (2D only)."""
     tile = tile or spec.tile_size
     D = spec.head_size
-    x8 = spec.use_transposed_qk_32x32
+    x8 = spec.transposed_x8
     block_m = spec.num_warps * spec.block_m_per_warp
     single = spec.use_k_single_buffer
     if single is None:

@@ -10,7 +10,7 @@ group's heads share every K/V tile (GQA packed into M, ALGORITHM.md §7).
 Two matmul orientations (ALGORITHM.md §8):
 - narrow (default): 16x16x16 MFMA, ``S = Q K^T`` (queries on rows), P goes through LDS as the
   A operand of ``O = P V``;
-- transposed-x8 (``use_mfma_32x32x8`` + ``use_transposed_qk_32x32``, f16 only):
+- transposed-x8 (``regime="transposed_x8"``, f16 only):
   ``S^T = K Q^T`` with 32x32x8, ``P^T`` stays in registers as the B operand of ``O^T = V^T P^T``;
   the output is staged through LDS aliased onto the dead K/V tiles.
 
@@ -66,8 +66,7 @@ class UnifiedAttention2DSpec:
     num_warps: int = 4
     block_m_per_warp: int = 16         # narrow: 16 or 32 rows per warp; transposed-x8: 32
     tile_size: int = 0                 # KV tile T; 0 = min(block_size, 32) (narrow) / 64 (transposed-x8)
-    use_mfma_32x32x8: bool = False
-    use_transposed_qk_32x32: bool = False
+    regime: str = policy.NARROW         # policy.NARROW | policy.TRANSPOSED_X8 (ALGORITHM.md §8)
     use_k_single_buffer: bool | None = None   # None: num_warps * 32 <= T (transposed-x8) / BLOCK_M <= T
     waves_per_eu: int = 0              # 0 = no occupancy hint
     iglp: bool = False                 # iglp_opt(0) scheduling hint in the tile loop
@@ -104,7 +103,7 @@ class UnifiedAttention2DSpec:
     # ---- derived geometry -------------------------------------------------------------------
     @property
     def transposed_x8(self) -> bool:
-        return self.use_transposed_qk_32x32
+        return self.regime == TRANSPOSED_X8
 
     @property
     def cache_dtype(self) -> str:
@@ -154,7 +153,7 @@ class UnifiedAttention2DSpec:
 
 def resolved_tile(spec) -> int:
     """The spec's KV tile: its own, or the regime's default (``attention_policy.default_tile``)."""
-    return spec.tile_size or policy.default_tile(spec.use_transposed_qk_32x32, spec.block_size,
+    return spec.tile_size or policy.default_tile(spec.transposed_x8, spec.block_size,
                                                  spec.head_size)
 
 
@@ -178,7 +177,8 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_choice, "num_warps", spec.num_warps, NUM_WARPS)
     ok &= rule(check_choice, "block_m_per_warp", spec.block_m_per_warp, (16, 32))
     ok &= rule(check_choice, "tile_size", spec.tile_size, (0,) + TILE_SIZES)
-    for name in ("use_mfma_32x32x8", "use_transposed_qk_32x32", "iglp", "q_direct",
+    ok &= rule(check_choice, "regime", spec.regime, (policy.NARROW, TRANSPOSED_X8))
+    for name in ("iglp", "q_direct",
                  "global_load_lds_k", "q_major_grid", "cfv_store", "kv_addr_64", *FEATURES):
         ok &= rule(check_bool, name, getattr(spec, name))
     if spec.use_k_single_buffer is not None:
@@ -192,20 +192,14 @@ def spec_problems(spec) -> list[str]:
     if spec.kv_dtype is not None and spec.global_load_lds_k:
         out.append("global_load_lds_k: the LDS DMA writes the cache's bytes as they are; an fp8 "
                    "cache (kv_dtype) must be dequantized on its way to LDS")
-    if spec.head_size not in TRANSPOSED_X8_HEAD_SIZES and spec.use_transposed_qk_32x32:
+    if spec.head_size not in TRANSPOSED_X8_HEAD_SIZES and spec.transposed_x8:
         out.append(f"head_size: {spec.head_size} has only the narrow path; the transposed-x8 "
                    f"path ships head sizes {TRANSPOSED_X8_HEAD_SIZES}")
-    if spec.use_mfma_32x32x8 and spec.dtype != "f16":
-        out.append("use_mfma_32x32x8: use_mfma_32x32x8 is fp16-only")
-    if spec.use_transposed_qk_32x32 and not spec.use_mfma_32x32x8:
-        out.append("use_transposed_qk_32x32: the transposed S^T = K Q^T path requires the 32x32x8 atom "
-                   "(use_mfma_32x32x8=True)")
-    if spec.use_mfma_32x32x8 and not spec.use_transposed_qk_32x32:
-        out.append("use_mfma_32x32x8: the 32x32x8 atom is wired only in the transposed path "
-                   "(use_transposed_qk_32x32=True)")
+    if spec.transposed_x8 and spec.dtype != "f16":
+        out.append("regime: transposed_x8 (the 32x32x8 atom) is fp16-only")
     if out:
         return out
-    transposed_x8 = spec.use_transposed_qk_32x32
+    transposed_x8 = spec.transposed_x8
     tile = resolved_tile(spec)
     block_m = spec.num_warps * spec.block_m_per_warp
     if transposed_x8 and spec.block_m_per_warp != 32:
@@ -257,6 +251,8 @@ class _FieldView:
             setattr(self, f.name, kw.pop(f.name, f.default))
         if kw:
             raise TypeError(f"unknown spec fields: {', '.join(sorted(kw))}")
+
+    transposed_x8 = UnifiedAttention2DSpec.transposed_x8     # the rules read it (one definition)
 
 
 def lds_model(spec, *, tile: int | None = None) -> dict[str, int]:
