@@ -76,6 +76,20 @@ def sampled_inputs(case: Case):
     return _INPUTS[key]
 
 
+def narrow_3d_specs(p):
+    """The 3D specs with the narrow 1-warp x 16-row geometry whatever the dtype (the dispatcher's
+    fp16 d128 3D geometry is transposed-x8 L4): the alternative the sweep weighs it against."""
+    from rocke.kernels.common.knobs import AttentionKnobs
+    from rocke.kernels.gfx942 import attention_dispatch as ad
+    from rocke.kernels.gfx942 import attention_policy as policy
+    row = policy.NARROW_3D
+    tile = policy.default_tile(False, p.block_size, p.head_size)
+    geo = ad.Geometry("3d", policy.NARROW, row.name, row.num_warps, row.block_m_per_warp, tile,
+                      k_single_buffer=policy.default_k_single_buffer(
+                          False, row.num_warps, row.block_m_per_warp, tile))
+    return ad.make_specs(p, geo, AttentionKnobs())
+
+
 def profiles(case: Case, path: str, ns: int = 1):
     """[(LaunchProfile, sampled grid, scale of the grid's repeated axis)] of one option, cached
     per sampled problem (the profile does not depend on batch or KV heads)."""
@@ -88,7 +102,7 @@ def profiles(case: Case, path: str, ns: int = 1):
     key = (case.pattern, sp.num_queries_per_kv, case.dtype, case.d, case.block_size, path, ns)
     if key in _PROFILES:
         return _PROFILES[key]
-    specs = au.plan(sp, path).specs
+    specs = narrow_3d_specs(sp) if path == "3d-narrow" else au.plan(sp, path).specs
     q, k, v, out = args["q"], args["k"], args["v"], args["out"]
     common = (args["block_table"], args["cu_seqlens_q"], args["seqused_k"],
               float(args["softmax_scale"]))
@@ -139,6 +153,10 @@ def sweep_case(case: Case, counts=SEGMENT_COUNTS) -> dict:
     options = {"2d": modelled(case, "2d")}
     for ns in sorted(set(counts) | {chosen_ns}):
         options[f"3d/{ns}"] = modelled(case, "3d", ns)
+    geo3 = ad.geometry(p, "3d")
+    if geo3.regime != "narrow":         # weigh the dispatcher's 3D geometry against narrow
+        for ns in sorted(set(counts) | {chosen_ns}):
+            options[f"3dn/{ns}"] = modelled(case, "3d-narrow", ns)
     choice = "2d" if path == "2d" else f"3d/{ad.geometry(p, '3d').num_segments}"
     best = {c: min(options, key=lambda o: options[o][c]) for c in LATENCIES}
     return {"case": case.label, "kind": case.kind, "choice": choice, "reason": reason,
