@@ -24,28 +24,44 @@ def test_num_sms_is_mi300x_without_a_device():
     assert au.num_sms() == MI300X_SMS
 
 
-def test_long_kv_decode_goes_3d_and_fills_the_device():
+def test_long_kv_decode_goes_3d_with_the_segment_cap():
     p = _problem()
     path, reason = dispatch.select_path(p, MI300X_SMS)
     assert path == "3d" and "split" in reason
     geo = dispatch.geometry(p, "3d", sms=MI300X_SMS)
-    # 1 q-block x 8 kv heads; 304*4 / 8 = 152 segments wanted, capped at MAX_SEGMENTS
+    # 32768 / T = 32 -> 1024 tiles, 2 * sqrt(1024) = 64 = MAX_SEGMENTS; the grid, 1 q-block x 8 kv
+    # heads x 64 = 512 workgroups, stays below one round of 304 * 4
     assert geo.num_segments == dispatch.MAX_SEGMENTS == 64
 
 
-def test_segments_never_outnumber_kv_tiles():
-    p = _problem(max_seqlen_k=600)
-    assert dispatch.select_path(p, MI300X_SMS)[0] == "3d"
-    assert dispatch.geometry(p, "3d", sms=MI300X_SMS).num_segments == 19      # cdiv(600, T = 32)
+@pytest.mark.parametrize("kv, segments", [(1024, 10), (2048, 16), (4096, 22), (8192, 32),
+                                          (600, 8), (32, 1), (64, 2)])
+def test_segments_are_twice_the_square_root_of_the_kv_tiles(kv, segments):
+    # one decode token, 8 kv heads: 8 workgroups per segment, far below a round (1216), so only
+    # the tiles decide: T = 32 -> 1024: 32 tiles, 2 * 5 = 10; 2048: 64, 2 * 8; 4096: 128,
+    # 2 * 11; 8192: 256, 2 * 16; 600: 19 tiles, 2 * 4; 32: 1 tile (2 * 1 capped at the 1 tile);
+    # 64: 2 tiles, 2 * 1
+    p = _problem(max_seqlen_k=kv)
+    assert dispatch.geometry(p, "3d", sms=MI300X_SMS).num_segments == segments
 
 
-def test_segments_fill_exactly_the_target_when_uncapped():
-    # 8 decode tokens x 16 kv heads, 1 query head each (MHA): 8 * 16 = 128 workgroups per segment
+@pytest.mark.parametrize("seqs, kv, segments", [(8, 2048, 15), (16, 8192, 30), (4, 8192, 30)])
+def test_segments_stop_at_whole_rounds_of_the_device(seqs, kv, segments):
+    # GQA 4, narrow 16 rows -> 4 tokens per q-block; base = (seqs // 4 + seqs) * 8 kv heads;
+    # round = 304 * 4 = 1216 workgroups.
+    # 8 seqs: base 80, wanted 16 (2048 KV) -> 1280 = 1 round + 64 -> 1216 // 80 = 15 (1200)
+    # 16 seqs: base 160, wanted 32 (8192 KV) -> 5120 = 4 rounds + 256 -> 4864 // 160 = 30 (4800)
+    # 4 seqs: base 40, wanted 32 -> 1280 = 1 round + 64 -> 1216 // 40 = 30 (1200)
+    p = _problem(num_seqs=seqs, total_q=seqs, max_seqlen_k=kv)
+    assert dispatch.geometry(p, "3d", sms=MI300X_SMS).num_segments == segments
+
+
+def test_segments_of_an_mha_batch_fill_whole_rounds():
+    # 8 decode tokens x 16 kv heads, 1 query head each (MHA): (8 // 16 + 8) * 16 = 128
+    # workgroups per segment; 32768 KV wants 64 -> 8192 = 6 rounds + 896 -> 7296 // 128 = 57
     p = _problem(num_q_heads=16, num_kv_heads=16, num_seqs=8, total_q=8)
     assert dispatch.select_path(p, MI300X_SMS)[0] == "3d"
-    geo = dispatch.geometry(p, "3d", sms=MI300X_SMS)
-    base = (8 // geo.block_m + 8) * 16          # one token per query row (group 1)
-    assert geo.num_segments == -(-MI300X_SMS * 4 // base) == 10
+    assert dispatch.geometry(p, "3d", sms=MI300X_SMS).num_segments == 57
 
 
 @pytest.mark.parametrize("kv, path", [(512, "2d"), (513, "3d")])
@@ -116,7 +132,7 @@ def test_bf16_is_narrow(d, warps, rows, bs, tile, single):
 
 
 @pytest.mark.parametrize("dtype, d, regime, block_m", [
-    ("f16", 128, "transposed_x8", 32), ("f16", 64, "narrow", 16), ("bf16", 128, "narrow", 16)])
+    ("f16", 128, "narrow", 16), ("f16", 64, "narrow", 16), ("bf16", 128, "narrow", 16)])
 def test_3d_geometry_is_one_warp(dtype, d, regime, block_m):
     geo = dispatch.geometry(_problem(dtype=dtype, head_size=d), "3d", sms=MI300X_SMS)
     assert (geo.regime, geo.num_warps, geo.block_m, geo.k_single_buffer) == (regime, 1, block_m, True)

@@ -8,6 +8,7 @@ the same name and functions under ``rocke/kernels/<target>/``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Callable
 
@@ -30,6 +31,8 @@ SHORT_CONTEXT_K = 512
 # the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §10.1)
 REFERENCE_BLOCK_M = 16
 MAX_SEGMENTS = 64                   # bounds the 3D workspace and reduce_segments' walk
+# segments per sqrt(KV tiles): the modelled optimum of the walk/merge trade (ALGORITHM.md §10.1)
+SEGMENTS_PER_SQRT_TILE = 2
 # prefill up to this query length is host-overhead dominated -> graph replay (ALGORITHM.md §10.3)
 GRAPH_PREFILL_MAX_Q = 768
 
@@ -109,12 +112,21 @@ def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None
 
 
 def num_segments(p: UnifiedAttentionProblem, geo: Geometry, sms: int | None = None) -> int:
-    """Segments that bring the 3D grid to the device target, at least one KV tile each."""
+    """3D's segment count (ALGORITHM.md §10.1): about 2 * sqrt(KV tiles) -- a segment's walk
+    shrinks as 1/segments while reduce_segments waits once per segment, so the sum is least near
+    sqrt(tiles) x a constant, which benchmarks/dispatch_sweep.py's modelled times put at 2 --
+    at most MAX_SEGMENTS and the KV tiles; and where the grid passes a round of the device target
+    (num_sms * 4 workgroups), cut to whole rounds: a few workgroups past a round cost a round."""
     sms = num_sms() if sms is None else sms
     block_q = max(1, geo.block_m // p.num_queries_per_kv)
     base = total_num_q_blocks(p.total_q, p.num_seqs, block_q) * p.num_kv_heads
-    wanted = cdiv(sms * WORKGROUPS_PER_CU_TARGET, base)
-    return max(1, min(wanted, MAX_SEGMENTS, cdiv(p.max_seqlen_k, geo.tile_size)))
+    tiles = cdiv(p.max_seqlen_k, geo.tile_size)
+    wanted = max(1, min(SEGMENTS_PER_SQRT_TILE * math.isqrt(tiles), tiles, MAX_SEGMENTS))
+    round_size = sms * WORKGROUPS_PER_CU_TARGET
+    rounds = wanted * base // round_size
+    if rounds:          # whole rounds only: a few workgroups past a round cost a whole round
+        return max(1, rounds * round_size // base)
+    return wanted
 
 
 # ---- the dispatcher's rules (ALGORITHM.md §10). First match wins; the reason is the why. ----
@@ -168,10 +180,6 @@ def _narrow_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
     return _narrow_geometry("3d", policy.NARROW_3D, p)
 
 
-def _transposed_x8_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
-    return _transposed_x8_geometry("3d", "L4", None, p)
-
-
 # (path, applies(problem), make(problem, knobs) -> Geometry, reason). The numbers (warps, rows,
 # tile) come from the kernel's shipped geometry table, so the dispatcher picks shipped variants.
 GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
@@ -192,13 +200,12 @@ GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
      "CDNA3 ISA guide); d64 4 warps x 32 rows, d128 2 warps x 16 rows; T = min(block_size, 32). d256 "
      "(fp16 and bf16) is narrow only: 2 warps x 16 rows, the head dim split over 16 K-steps, "
      "LDS checked by the spec (ALGORITHM.md §11.2)"),
-    ("3d", lambda p: p.dtype == "f16" and p.head_size == 128, _transposed_x8_3d,
-     "split-KV d128 fp16: the single-warp transposed-x8 geometry L4 (32 query columns hold a decode "
-     "token's GQA group); the segment grid, not the workgroup, fills the device (ALGORITHM.md §5)"),
     ("3d", lambda p: True, _narrow_3d,
-     "split-KV: one warp of 16 rows (a decode token's GQA group) per segment workgroup, "
-     "T = min(block_size, 32): small LDS, several workgroups per CU; the segment grid fills "
-     "the device (ALGORITHM.md §5)"),
+     "split-KV, every dtype and head size: one warp of 16 rows (a decode token's GQA group) per "
+     "segment workgroup, T = min(block_size, 32): small LDS, several workgroups per CU; the "
+     "segment grid fills the device (ALGORITHM.md §5). fp16 d128 too: the transposed-x8 L4 "
+     "geometry (32 query columns, ~200 VGPRs) models 2-4x slower on decode at every round-trip "
+     "assumption (benchmarks/dispatch_sweep.py, ALGORITHM.md §10.2)"),
 )
 
 

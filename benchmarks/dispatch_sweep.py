@@ -1,0 +1,228 @@
+"""The attention dispatcher against the model: per problem of a grid (batch, query/KV lengths,
+heads/GQA, dtype, head size), the 2D path and the 3D path at several segment counts, each as a
+modelled MI300X time at three vector-memory round-trip assumptions, and the dispatcher's choice
+beside the modelled-fastest option (ALGORITHM.md §10).
+
+Sampling (so each emulation stays small): a problem is a *pattern* of sequences repeated
+`batch` times over `num_kv_heads` KV heads. Every KV head and every repeat of the pattern does
+the same work, so the emulator runs the pattern once over ONE KV head (its q-blocks, its
+segments) and rocke.perf.model_time repeats those workgroups over the full grid (`grid=`, the
+schedule's rounds and tail over 304 CUs) with the full DRAM footprint (`footprint=`: unique
+bytes x batch x KV heads). The workgroup multiset is exact; the dispatch order within it is
+the sample's repeated, not the hardware's x-fastest order. The dispatcher sees the full problem.
+
+Every time printed is a "modelled MI300X time" -- a model, not a measurement, and not GPU time.
+
+Run:  .venv/bin/python benchmarks/dispatch_sweep.py [--dtypes f16 bf16] [--head-sizes 128 64]
+      [--heads 32/8 64/8] [--kv 1024 ...] [--kinds decode ...] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rocke.arch.costs import MI300X  # noqa: E402
+from rocke.kernels.common import attention_unified as au  # noqa: E402
+from rocke.perf import LABEL, model_time  # noqa: E402
+
+LATENCIES = (1000, 2000, 4000)      # the model's least certain constant (rocke/arch/costs.py)
+SEGMENT_COUNTS = (8, 16, 32, 64)
+NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "max_seqlen_q", "seqused_k", "max_seqlen_k",
+         "softmax_scale", "causal", "window_size", "block_table", "softcap", "q_descale",
+         "k_descale", "v_descale")
+
+
+@dataclass(frozen=True)
+class Case:
+    kind: str
+    pattern: tuple              # ((query_len, kv_len), ...), repeated `batch` times
+    batch: int
+    hq: int
+    hk: int
+    dtype: str
+    d: int
+    block_size: int = 64
+
+    @property
+    def label(self) -> str:
+        pat = "+".join(f"{q}x{k}" for q, k in self.pattern)
+        return (f"{self.kind} [{pat}]x{self.batch} h{self.hq}/{self.hk} {self.dtype} d{self.d}")
+
+
+def full_problem(case: Case, sampled: au.UnifiedAttentionProblem) -> au.UnifiedAttentionProblem:
+    seqs = case.pattern * case.batch
+    return replace(sampled, num_q_heads=case.hq, num_kv_heads=case.hk, num_seqs=len(seqs),
+                   total_q=sum(q for q, _ in seqs),
+                   num_blocks=sampled.num_blocks * case.batch * case.hk)
+
+
+_INPUTS: dict = {}
+_PROFILES: dict = {}
+
+
+def sampled_inputs(case: Case):
+    key = (case.pattern, case.hq // case.hk, case.dtype, case.d, case.block_size)
+    if key not in _INPUTS:
+        from tests.kernels.unified_inputs import make_inputs
+        args = make_inputs(list(case.pattern), hq=case.hq // case.hk, hk=1, d=case.d,
+                           bs=case.block_size, dtype=case.dtype, seed=0)
+        _INPUTS[key] = (args, au.describe_problem(*(args[n] for n in NAMES)))
+    return _INPUTS[key]
+
+
+def narrow_3d_specs(p):
+    """The 3D specs with the narrow 1-warp x 16-row geometry whatever the dtype (the dispatcher's
+    fp16 d128 3D geometry is transposed-x8 L4): the alternative the sweep weighs it against."""
+    from rocke.kernels.common.knobs import AttentionKnobs
+    from rocke.kernels.gfx942 import attention_dispatch as ad
+    from rocke.kernels.gfx942 import attention_policy as policy
+    row = policy.NARROW_3D
+    tile = policy.default_tile(False, p.block_size, p.head_size)
+    geo = ad.Geometry("3d", policy.NARROW, row.name, row.num_warps, row.block_m_per_warp, tile,
+                      k_single_buffer=policy.default_k_single_buffer(
+                          False, row.num_warps, row.block_m_per_warp, tile))
+    return ad.make_specs(p, geo, AttentionKnobs())
+
+
+def profiles(case: Case, path: str, ns: int = 1):
+    """[(LaunchProfile, sampled grid, scale of the grid's repeated axis)] of one option, cached
+    per sampled problem (the profile does not depend on batch or KV heads)."""
+    import torch
+    from rocke.kernels.gfx942 import attention_tiled_2d as k2
+    from rocke.kernels.gfx942 import attention_tiled_3d as k3
+    from rocke.kernels.gfx942 import reduce_segments as kr
+    from rocke.runtime import launch
+    args, sp = sampled_inputs(case)
+    key = (case.pattern, sp.num_queries_per_kv, case.dtype, case.d, case.block_size, path, ns)
+    if key in _PROFILES:
+        return _PROFILES[key]
+    specs = narrow_3d_specs(sp) if path == "3d-narrow" else au.plan(sp, path).specs
+    q, k, v, out = args["q"], args["k"], args["v"], args["out"]
+    common = (args["block_table"], args["cu_seqlens_q"], args["seqused_k"],
+              float(args["softmax_scale"]))
+    if path == "2d":
+        (spec,) = specs
+        a = k2.kernel_args(spec, q, k, v, out, *common)
+        g, b = k2.launch_geometry(spec, sp.num_seqs, sp.total_q, 1)
+        runs = [(au.compiled(spec), g, b, a)]
+    else:
+        spec3, spec_r = specs
+        hq = sp.num_q_heads
+        so = torch.empty(sp.total_q, hq, ns, case.d, dtype=torch.float32)
+        sm = torch.empty(sp.total_q, hq, ns, dtype=torch.float32)
+        se = torch.empty(sp.total_q, hq, ns, dtype=torch.float32)
+        a3 = k3.kernel_args(spec3, q, k, v, so, sm, se, args["block_table"],
+                            args["cu_seqlens_q"], args["seqused_k"],
+                            float(args["softmax_scale"]), ns)
+        g3, b3 = k3.launch_geometry(spec3, sp.num_seqs, sp.total_q, 1, ns)
+        ar = kr.kernel_args(spec_r, so, sm, se, out, ns)
+        gr, br = kr.launch_geometry(spec_r, sp.total_q, hq)
+        runs = [(au.compiled(spec3), g3, b3, a3), (au.compiled(spec_r), gr, br, ar)]
+    _PROFILES[key] = [launch(c, g, b, a, device="emu", profile=True).profile
+                      for c, g, b, a in runs]
+    return _PROFILES[key]
+
+
+def modelled(case: Case, path: str, ns: int = 1) -> dict[int, float]:
+    """{latency cycles: modelled MI300X us} of one option on the full problem (launches add)."""
+    reps = case.batch * case.hk
+    out = dict.fromkeys(LATENCIES, 0.0)
+    for prof in profiles(case, path, ns):
+        gx, gy, gz = prof.grid
+        full = (gx * gy * gz * reps, 1, 1)      # the sample's workgroups, repeated
+        foot = (prof.unique_read_bytes + prof.unique_write_bytes) * reps
+        for cycles in LATENCIES:
+            m = model_time(prof, costs=replace(MI300X, memory_latency_cycles=cycles),
+                           grid=full, footprint=foot)
+            out[cycles] += m.us
+    return out
+
+
+def sweep_case(case: Case, counts=SEGMENT_COUNTS) -> dict:
+    from rocke.kernels.gfx942 import attention_dispatch as ad
+    _, sp = sampled_inputs(case)
+    p = full_problem(case, sp)
+    path, reason = ad.select_path(p)
+    chosen_ns = ad.geometry(p, "3d").num_segments
+    options = {"2d": modelled(case, "2d")}
+    for ns in sorted(set(counts) | {chosen_ns}):
+        options[f"3d/{ns}"] = modelled(case, "3d", ns)
+    geo3 = ad.geometry(p, "3d")
+    if geo3.regime != "narrow":         # weigh the dispatcher's 3D geometry against narrow
+        for ns in sorted(set(counts) | {chosen_ns}):
+            options[f"3dn/{ns}"] = modelled(case, "3d-narrow", ns)
+    choice = "2d" if path == "2d" else f"3d/{ad.geometry(p, '3d').num_segments}"
+    best = {c: min(options, key=lambda o: options[o][c]) for c in LATENCIES}
+    return {"case": case.label, "kind": case.kind, "choice": choice, "reason": reason,
+            "rule_segments": chosen_ns, "options": options, "best": best,
+            "choice_over_best": {c: options[choice][c] / options[best[c]][c] for c in LATENCIES}}
+
+
+DECODE_KV = (1024, 2048, 4096, 8192)
+DECODE_BATCH = (1, 2, 4, 8, 16, 32, 128)
+PREFILL = (("prefill-mix", ((96, 512), (32, 1024), (1, 700)), (1, 2, 4)),
+           ("chunked-prefill", ((128, 2048),), (1, 2)),
+           ("long-prefill", ((640, 640),), (1, 2)))
+
+
+def cases(configs, kvs=DECODE_KV, kinds=None) -> list[Case]:
+    """configs: (dtype, head size, hq, hk) tuples."""
+    out = []
+    for dt, d, hq, hk in configs:
+        for kv in kvs:
+            out += [Case("decode", ((1, kv),), b, hq, hk, dt, d) for b in DECODE_BATCH]
+        for kind, pattern, batches in PREFILL:
+            out += [Case(kind, pattern, b, hq, hk, dt, d) for b in batches]
+    return [c for c in out if kinds is None or c.kind in kinds]
+
+
+def fmt(t: dict[int, float]) -> str:
+    return "/".join(f"{t[c]:.1f}" for c in LATENCIES)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dtypes", nargs="+", default=["f16", "bf16"], choices=["f16", "bf16"])
+    ap.add_argument("--head-sizes", nargs="+", type=int, default=[128, 64], choices=[64, 128])
+    ap.add_argument("--heads", nargs="+", default=["32/8", "64/8"],
+                    help="query/KV heads, e.g. 32/8 (GQA 4)")
+    ap.add_argument("--kv", nargs="+", type=int, default=list(DECODE_KV),
+                    help="decode KV lengths")
+    ap.add_argument("--kinds", nargs="+", help="only these problem kinds "
+                    "(decode, prefill-mix, chunked-prefill, long-prefill)")
+    ap.add_argument("--json", help="also write every row to this file")
+    a = ap.parse_args(argv)
+    print(f"times: {LABEL} in us at a vector-memory round trip of "
+          f"{'/'.join(map(str, LATENCIES))} cycles (a model, not GPU time)")
+    configs = []
+    for h in a.heads:
+        hq, sep, hk = h.partition("/")
+        if not (sep and hq.isdigit() and hk.isdigit() and int(hk) and int(hq) % int(hk) == 0):
+            ap.error(f"--heads: expected QUERY/KV with KV dividing QUERY, got {h!r}")
+        configs += [(dt, d, int(hq), int(hk)) for dt in a.dtypes for d in a.head_sizes]
+    rows = []
+    for case in cases(configs, a.kv, a.kinds):
+        r = sweep_case(case)
+        rows.append(r)
+        opts = "  ".join(f"{o} {fmt(t)}" for o, t in r["options"].items())
+        best = "/".join(r["best"][c] for c in LATENCIES)
+        ratio = "/".join(f"{r['choice_over_best'][c]:.2f}" for c in LATENCIES)
+        print(f"{r['case']}: dispatcher {r['choice']} | modelled-fastest {best} | "
+              f"dispatcher/fastest {ratio} | {opts}", flush=True)
+    worst = {c: max((r["choice_over_best"][c], r["case"]) for r in rows) for c in LATENCIES}
+    for c in LATENCIES:
+        print(f"at {c} cycles: dispatcher within {100 * (worst[c][0] - 1):.1f} % of the "
+              f"modelled-fastest option everywhere (worst: {worst[c][1]})")
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
