@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .fragment import ROW, AxisVector
+from .fragment import ROW, AxisVector, load_fragment
 from .math import exp2
 from .values import Value, select
 
@@ -39,3 +39,19 @@ def online_softmax_update(m: AxisVector, l: AxisVector, scores, axis: int = ROW)
         tile_sum = tile_sum + p
     l_new = l * alpha + tile_sum.reduce(axis, "sum")
     return m_new, l_new, probs, alpha
+
+
+def transposed_scores(mma, k_tile, q_ops, kv_frags: int):
+    """S^T = K Q^T for one KV tile in LDS (ALGORITHM.md §4): ``scores[i][t]`` is the
+    [atom.m keys x atom.n queries] fragment of key fragment ``i`` and query fragment ``t``.
+    ``q_ops[s][t]`` is query fragment ``t``'s B operand for the ``s``-th atom.k slice of the head
+    dimension; each K operand is loaded once and used for every query fragment."""
+    am, ak = mma.atom.m, mma.atom.k
+    q_frags = len(q_ops[0])
+    scores = [[mma.zeros() for _ in range(q_frags)] for _ in range(kv_frags)]
+    for i in range(kv_frags):
+        for s in range(len(q_ops)):
+            k_op = load_fragment(k_tile, mma.A, (i * am, s * ak))
+            for t in range(q_frags):
+                scores[i][t] = mma(k_op, q_ops[s][t], scores[i][t])
+    return scores

@@ -48,7 +48,7 @@ from rocke.dsl.fragment import (AxisVector, Fragment, ROW, copy_tile_to_lds, loa
                                 load_fragment_global, store_fragment_global)
 from rocke.dsl.tv_layout import TVLayout
 from rocke.dsl.values import concat
-from rocke.dsl.softmax import LOG2E, online_softmax_update
+from rocke.dsl.softmax import LOG2E, online_softmax_update, transposed_scores
 from rocke.kernels.common.checks import (check_bool, check_choice, check_device, check_grid_extent,
                                          check_i32_value, check_multiple, check_positive_int,
                                          check_register_budget, check_tensor)
@@ -297,12 +297,7 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
                 copy_tile_to_lds(v_buf, vt_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
                                  vector=STAGING_VECTOR, transpose=True)
                 k.barrier()
-            scores = [[mma.zeros() for _ in range(q_frags)] for _ in range(kv_frags)]
-            for i in range(kv_frags):
-                for s, d0 in enumerate(range(0, D, ak)):
-                    k_op = load_fragment(k_tile, mma.A, (i * am, d0))
-                    for t in range(q_frags):
-                        scores[i][t] = mma(k_op, q_ops[s][t], scores[i][t])
+            scores = transposed_scores(mma, k_tile, q_ops, kv_frags)
             probs = [[None] * q_frags for _ in range(kv_frags)]
             for t in range(q_frags):
                 tile = []

@@ -40,7 +40,7 @@ from rocke.kernels.common.checks import (check_bool, check_choice, check_device,
                                          check_grid_extent, check_i32_value, check_lds_budget, check_multiple,
                                          check_num_records, check_positive_int, check_register_budget,
                                          check_tensor, round_up)
-from rocke.dsl.softmax import LOG2E, online_softmax_update
+from rocke.dsl.softmax import LOG2E, online_softmax_update, transposed_scores
 
 DTYPES = ("f16", "bf16")
 HEAD_DIMS = (64, 128)
@@ -198,12 +198,7 @@ def build(spec: FlashAttentionSpec) -> dsl.Kernel:
         k.barrier()
 
         # S^T = K Q^T, one [am keys x an queries] fragment per (kv fragment i, query fragment t)
-        scores = [[mma.zeros() for _ in range(q_frags)] for _ in range(kv_frags)]
-        for i in range(kv_frags):
-            for s, d0 in enumerate(range(0, D, ak)):
-                k_op = load_fragment(k_tile, mma.A, (i * am, d0))
-                for t in range(q_frags):
-                    scores[i][t] = mma(k_op, q_ops[s][t], scores[i][t])
+        scores = transposed_scores(mma, k_tile, q_ops, kv_frags)
 
         probs = [[None] * q_frags for _ in range(kv_frags)]
         for t in range(q_frags):
