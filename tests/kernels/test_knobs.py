@@ -117,3 +117,16 @@ def test_describe_lists_every_lever_with_value_and_origin():
         assert f"HIPDNN_GFX942_{lever}=" in text
     assert "HIPDNN_GFX942_FLASH_WIDE=0 (L4, num_warps 1) [set]" in text
     assert "HIPDNN_GFX942_IGLP=0 [default]" in text
+
+
+def test_current_knobs_sees_a_lever_set_while_another_variable_goes(monkeypatch):
+    """The per-call cache must not key on the environment's size alone: setting a lever and
+    unsetting another variable in the same step keeps the count and once went unseen."""
+    from rocke.kernels.common import knobs as knobs_mod
+    monkeypatch.delenv("HIPDNN_GFX942_FLASH_WIDE", raising=False)
+    monkeypatch.setenv("ROCKE_TEST_UNRELATED", "1")
+    before = knobs_mod.current_knobs()
+    monkeypatch.setenv("HIPDNN_GFX942_FLASH_WIDE", "2")
+    monkeypatch.delenv("ROCKE_TEST_UNRELATED")
+    after = knobs_mod.current_knobs()
+    assert after.flash_wide == 2 and after != before

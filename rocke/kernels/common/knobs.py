@@ -170,23 +170,21 @@ def _int(environ, lever: str, choices) -> int | None:
 
 
 _LEVER_VARIABLES = tuple(PREFIX + lever for lever in LEVERS)
-# the last parse: [number of environment variables, (lever variable, value) of those set, knobs]
-_current: list = [None, (), None]
+# the last parse: [number of environment variables, every lever variable's value, knobs]
+_current: list = [None, None, None]
 
 
 def current_knobs() -> AttentionKnobs:
-    """``read_knobs()`` of os.environ, parsed again only when the number of environment variables
-    changes (a lever or an unknown HIPDNN_GFX942_* variable set or unset) or a set lever's value
-    changes: the per-call cost is a read per set lever. (An unset lever set in the same step as
-    another variable is unset goes unseen until the next change of count.)"""
-    count, set_levers, knobs = _current
-    if count == len(os.environ) and all(os.environ.get(name) == value
-                                        for name, value in set_levers):
+    """``read_knobs()`` of os.environ, parsed again only when a lever variable's value changes
+    (set, unset or edited: every one is read each call, a few dict look-ups) or the number of
+    environment variables changes (an unknown HIPDNN_GFX942_* variable appearing is refused at
+    the next parse)."""
+    count, values, knobs = _current
+    now = tuple(os.environ.get(name) for name in _LEVER_VARIABLES)
+    if count == len(os.environ) and values == now:
         return knobs
     knobs = read_knobs()
-    _current[:] = (len(os.environ),
-                   tuple((name, os.environ[name]) for name in _LEVER_VARIABLES
-                         if name in os.environ), knobs)
+    _current[:] = (len(os.environ), now, knobs)
     return knobs
 
 
