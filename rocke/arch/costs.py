@@ -24,6 +24,12 @@ Sources:
          real tests do not reach (ROCm/rocm_bandwidth_test#121).
 - [CDNA3] AMD CDNA3 white paper: L2 4 MB per XCD, 16 channels of 128 B/clk each (2 KB/clk per
          XCD); Infinity Cache 256 MB at 17.2 TB/s peak.
+- [MAF]  AMD's max-achievable FLOPs of MI300X: BF16 matrix 708 TFLOPS (hipBLASLt GEMM at the
+         best size, AMD's controlled measurement) against the 1307.4 TFLOPS peak, i.e. 54 % --
+         AMD ROCm blog "Understanding Peak, Max-Achievable & Delivered FLOPs" (Part 1) and
+         "Measuring Max-Achievable FLOPs - Part 2" (the gap is mostly the engine clock a
+         matrix-saturated MI300X sustains under its power limit, below the 2100 MHz boost); the
+         708 figure as AMD records it in AMD-AGI/TraceLens Agent/Analysis/utils/arch/MI300X.json.
 Assumptions (no public figure found; flagged wherever used): vector memory latency, launch
 overhead, and the per-CU texture-address rate of one 64-byte segment a clock. For the latency,
 published MI300X pointer-chasing studies exist (Chips and Cheese, "Testing AMD's Giant MI300X",
@@ -44,6 +50,8 @@ from .targets import GFX942, Target
 class Costs:
     target: Target
     clock_hz: float                 # [DS] peak engine clock
+    loaded_clock_hz: float          # [MAF] the clock a matrix-saturated kernel sustains: the boost
+                                    # clock x MAF / peak (BF16), all of the gap read as clock
     pass_cycles: int                # [LLVM]/[IREE] one wave64 pass over a 16-lane SIMD
     issue_cycles: int               # [GCN] a wave issues at most one instruction per 4 cycles
     lds_bytes_per_clock_cu: int     # [LDS] 32 banks x 4 B
@@ -84,7 +92,23 @@ class Costs:
     def mfma_cycles(self, mnemonic: str) -> int:
         return self.pass_cycles * self.mfma_passes(mnemonic)
 
+    def serial_cycles(self, mnemonic: str, report_class: str) -> int:
+        """Cycles one instruction holds its own wave: at least one issue slot ([GCN]); a VALU
+        its passes, an MFMA its matrix-pipe time (a wave's next instruction waits for them)."""
+        if report_class == "valu":
+            return max(self.issue_cycles, self.pass_cycles * self.valu_passes(mnemonic))
+        if report_class == "mfma":
+            return max(self.issue_cycles, self.mfma_cycles(mnemonic))
+        return self.issue_cycles
+
     # ------------------------------------------------------------------ derived peaks
+    def effective_clock_hz(self, matrix_busy: float) -> float:
+        """The engine clock of a kernel whose matrix pipes are busy `matrix_busy` (0..1) of its
+        cycles. ASSUMPTION: linear between the boost clock (no matrix work: AMD's blog, boost
+        clock in lightly loaded phases) and `loaded_clock_hz` (saturated, [MAF])."""
+        busy = min(1.0, max(0.0, matrix_busy))
+        return self.clock_hz - busy * (self.clock_hz - self.loaded_clock_hz)
+
     @property
     def simds(self) -> int:
         return self.target.cu_count * self.target.simds_per_cu
@@ -93,6 +117,10 @@ class Costs:
     def l2_bytes_s(self) -> float:
         return self.l2_bytes_per_clock_xcd * self.xcds * self.clock_hz
 
+
+# vector-memory round trips (cycles) at which the profiler replays each wave's timeline
+# (rocke.emu.profile, `wg_vm_stall`): the model's assumed latency and half / double it
+PROFILED_LATENCIES = (1000, 2000, 4000)
 
 # WriteTrans32 / WriteTrans64: quarter rate ([LLVM]); other VALU ops are taken at full rate
 # (conversions included: WriteFloatCvt is not mapped per opcode here)
@@ -103,6 +131,7 @@ _MFMA = re.compile(r"^v_mfma_(?P<out>f32|i32|f64)_(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d
 MI300X = Costs(
     target=GFX942,
     clock_hz=2.1e9,
+    loaded_clock_hz=2.1e9 * 708.0 / 1307.4,
     pass_cycles=4,
     issue_cycles=4,
     lds_bytes_per_clock_cu=128,

@@ -28,14 +28,24 @@ Counting rules (the readings this module commits to; tests in tests/emu/test_pro
   counts one when the wave issued a vector-memory instruction since its previous vmcnt wait;
   the later waits of a cascade (vmcnt(3), (2), (1), (0) on loads issued together) wait on
   requests already in flight and count none.
+- exposed vector-memory latency (`wg_vm_stall`, per workgroup, one column per round trip of
+  rocke.arch.costs.PROFILED_LATENCIES): each wave's own timeline is replayed as it issues, every
+  instruction holding the wave for its serial cycles (`Costs.serial_cycles`); a
+  `s_waitcnt vmcnt(N)` waits for the youngest vector-memory instruction that must be done (all
+  but the wave's N most recent), and stalls the wave for what is left of that instruction's
+  round trip after the work issued since it. A load issued one iteration ahead
+  (software pipelining) is thus charged only the latency its iteration did not cover.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 
+import re
+
 import numpy as np
 
+from rocke.arch.costs import MI300X, PROFILED_LATENCIES
 from .machine import Pool
 from .program import CLASSES, DecodedKernel
 
@@ -49,6 +59,8 @@ REPORT_CLASSES = ("salu", "valu", "mfma", "ds", "vmem", "smem", "branch", "s_wai
 _CLASS_NAME = {0: "salu", 1: "valu", 2: "mfma", 3: "ds", 4: "vmem", 5: "smem", 6: "other"}
 VM_WAIT = "s_waitcnt vmcnt"   # the per-workgroup bucket of waits on vector memory
 _VMEM_ISSUE, _VM_WAIT_ISSUE = 1, 2   # what an instruction does to a wave's round-trip state
+_VMCNT = re.compile(r"vmcnt\((\d+)\)")
+_RING = 64          # outstanding vector-memory instructions a wave's timeline remembers (vmcnt < 64)
 _COMPACT_AT = 1 << 22     # footprint intervals kept before merging them
 
 
@@ -193,6 +205,10 @@ class LaunchProfile:
     # vmcnt waits that follow a vector-memory issue of the same wave (see the module doc);
     # empty when not counted (hand-built profiles): the model then takes every vmcnt wait
     wg_vm_round_trips: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # exposed vector-memory stall cycles per workgroup (summed over its waves), one column per
+    # round trip in `vm_latencies` (see the module doc); empty when not replayed
+    vm_latencies: tuple[int, ...] = ()
+    wg_vm_stall: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float64))
 
     @property
     def mfma(self) -> dict[str, int]:
@@ -268,15 +284,19 @@ class Profiler:
         classes: list[str] = []
         self.bucket_of = np.zeros(n, np.int64)
         self.round_trip_role = np.zeros(n, np.int8)
+        self.serial = np.zeros(n, np.float64)     # cycles each instruction holds its wave
+        self.vm_keep = np.zeros(n, np.int64)      # N of a `s_waitcnt vmcnt(N)`
         for i, d in enumerate(kernel.code):
             if d is None:
                 continue
             name = report_class(d.instr.mnemonic, d.cls)
             self.cls[i] = name
+            self.serial[i] = MI300X.serial_cycles(d.instr.mnemonic, name)
             key = d.instr.mnemonic
             if name == "s_waitcnt" and "vmcnt" in d.instr.text:
                 key = VM_WAIT        # a wait on vector memory: a round trip the wave may expose
                 self.round_trip_role[i] = _VM_WAIT_ISSUE
+                self.vm_keep[i] = int(_VMCNT.search(d.instr.text).group(1))
             elif name == "vmem":
                 self.round_trip_role[i] = _VMEM_ISSUE
             if key not in buckets:
@@ -288,6 +308,8 @@ class Profiler:
         self.wg_lds_cycles = np.zeros(total_wgs, np.int64)
         self.wg_global_bytes = np.zeros(total_wgs, np.int64)
         self.wg_vm_round_trips = np.zeros(total_wgs, np.int64)
+        self.latencies = np.array(PROFILED_LATENCIES, np.float64)
+        self.wg_vm_stall = np.zeros((total_wgs, len(PROFILED_LATENCIES)), np.float64)
         self.read_bytes = self.write_bytes = self.atomic_bytes = 0
         self.smem_bytes = self.lds_dma_bytes = 0
         self.reads, self.writes = _Footprint(), _Footprint()
@@ -330,6 +352,35 @@ class Profiler:
                 in_flight[sel] = False
             else:
                 in_flight[sel] = True
+        self._timeline(index, role, P, sel, wgs)
+
+    def _timeline(self, index, role, P, sel, wgs):
+        """Advance the issuing waves' own timelines (see the module doc: exposed latency)."""
+        tl = P.vm_timeline
+        if tl is None:
+            tl = P.vm_timeline = _Timeline(P.num_waves, len(self.latencies))
+        waves = np.arange(P.num_waves)[sel]
+        if role == _VMEM_ISSUE:
+            full = waves[tl.count[waves] >= _RING]      # hardware caps vmcnt below the ring
+            tl.head[full] = (tl.head[full] + 1) % _RING
+            tl.count[full] -= 1
+            pos = (tl.head[waves] + tl.count[waves]) % _RING
+            tl.ring[waves, :, pos] = tl.clock[waves, None] + tl.stall[waves]
+            tl.count[waves] += 1
+        elif role == _VM_WAIT_ISSUE:
+            keep = self.vm_keep[index]
+            due = tl.count[waves] > keep
+            if due.any():
+                w = waves[due]
+                youngest = (tl.head[w] + tl.count[w] - keep - 1) % _RING
+                issued = tl.ring[w, :, youngest]
+                covered = tl.clock[w, None] + tl.stall[w] - issued
+                exposed = np.maximum(0.0, self.latencies - covered)
+                tl.stall[w] += exposed
+                np.add.at(self.wg_vm_stall, wgs[due], exposed)
+                tl.head[w] = (tl.head[w] + tl.count[w] - keep) % _RING
+                tl.count[w] = keep
+        tl.clock[waves] += self.serial[index]
 
     # -------------------------------------------------------------- memory hooks
     def vector_global(self, P, sel, addresses, nbytes, where, kind):
@@ -422,7 +473,20 @@ class Profiler:
             smem_bytes=self.smem_bytes, buckets=self.buckets,
             bucket_classes=self.bucket_classes, wg_issues=self.wg_issues,
             wg_lds_cycles=self.wg_lds_cycles, wg_global_bytes=self.wg_global_bytes,
-            wg_vm_round_trips=self.wg_vm_round_trips)
+            wg_vm_round_trips=self.wg_vm_round_trips,
+            vm_latencies=tuple(int(c) for c in self.latencies), wg_vm_stall=self.wg_vm_stall)
+
+
+class _Timeline:
+    """Per wave of a pool: serial cycles issued, stall cycles per latency, and the issue times
+    (cycles + stall) of its outstanding vector-memory instructions (a ring, oldest at head)."""
+
+    def __init__(self, waves: int, latencies: int):
+        self.clock = np.zeros(waves, np.float64)
+        self.stall = np.zeros((waves, latencies), np.float64)
+        self.ring = np.zeros((waves, latencies, _RING), np.float64)
+        self.head = np.zeros(waves, np.int64)
+        self.count = np.zeros(waves, np.int64)
 
 
 class ProfilingPool(Pool):
@@ -430,6 +494,7 @@ class ProfilingPool(Pool):
     profiler: Profiler
     profile_wg_base: int = 0
     vm_in_flight: np.ndarray | None = None   # per wave, for Profiler's round-trip count
+    vm_timeline: "_Timeline | None" = None   # per wave, for Profiler's exposed latency
 
     def global_load(self, ins, sel, addresses, nbytes, where, full, scalar=False):
         if scalar:

@@ -10,11 +10,17 @@ the timing facts of rocke.arch.costs (each with its source there). The model:
      scalar unit (one SALU/SMEM/branch/wait issue a clock per CU), LDS (its phases incl.
      bank-conflict cycles, 128 B a clock), the address unit (64-byte segments, one a clock);
    - its serial path: one wave's instruction stream, each instruction at least one 4-cycle issue
-     slot (VALU/MFMA their pipe time), plus one memory round trip per `s_waitcnt vmcnt`;
+     slot (VALU/MFMA their pipe time), plus the vector-memory latency the wave's own work did
+     not cover (the profiler replays each wave's timeline: a `s_waitcnt vmcnt(N)` stalls for
+     what is left of the awaited load's round trip; profiles without that replay take one
+     round trip per counted round trip, or per `s_waitcnt vmcnt`);
    - its duration when `c` workgroups share the CU (c = min(slots, ceil(workgroups / CUs))):
      max(serial path, c x CU demand);
 3. the schedule: workgroups in dispatch order (x fastest) go to the first free of
-   CUs x slots (rounds and the tail fall out of this); compute time = the last one's end;
+   CUs x slots (rounds and the tail fall out of this); compute time = the last one's end, in
+   cycles of the engine clock the kernel's matrix load sustains (`Costs.effective_clock_hz`:
+   the boost clock when the matrix pipes idle, the clock AMD's max-achievable FLOPs imply
+   when they are saturated);
 4. memory: DRAM time = footprint (unique bytes read + written) / achievable HBM bandwidth;
    L2 time = requested segment bytes / aggregate L2 bandwidth;
 5. modelled time = max(compute, DRAM, L2) + launch overhead; binding = the largest term (for
@@ -82,6 +88,18 @@ def _bucket_costs(profile, costs: Costs):
     return tuple(np.array(a, np.float64) for a in (valu, mfma, scalar, serial, wait))
 
 
+def _exposed_latency(profile, costs: Costs, vm_waits: np.ndarray) -> np.ndarray:
+    """Vector-memory stall cycles per workgroup (summed over its waves): the profiler's replay of
+    each wave's timeline at this round trip (latency its own work did not cover), else one full
+    round trip per counted round trip, else per vmcnt wait (a hand-built profile)."""
+    latency = costs.memory_latency_cycles
+    if latency in profile.vm_latencies and profile.wg_vm_stall.size:
+        return profile.wg_vm_stall[:, profile.vm_latencies.index(latency)].astype(np.float64)
+    trips = profile.wg_vm_round_trips.astype(np.float64) \
+        if profile.wg_vm_round_trips.size else vm_waits
+    return trips * latency
+
+
 def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | None = None) \
         -> Modelled:
     """Modelled MI300X time of the launch `profile` counts (see the module doc)."""
@@ -110,11 +128,7 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
         "lds": profile.wg_lds_cycles.astype(np.float64),
         "address": bytes_ * coalescing / costs.segment_bytes / costs.segments_per_clock_cu,
     }
-    # round trips a wave exposes: counted per wave by the profiler (a vmcnt wait after a vector
-    # memory issue); a hand-built profile without that count takes every vmcnt wait
-    trips = profile.wg_vm_round_trips.astype(np.float64) \
-        if profile.wg_vm_round_trips.size else issues @ wait
-    path = (issues @ serial + trips * costs.memory_latency_cycles) / wpw
+    path = (issues @ serial + _exposed_latency(profile, costs, issues @ wait)) / wpw
     cu_demand = np.max(np.stack(list(demand.values())), axis=0)
     share = min(slots, -(-total // t.cu_count))
     duration = np.maximum(path, share * cu_demand)
@@ -130,7 +144,12 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
         end = max(end, finish)
         heapq.heappush(heap, finish)
     scale = total / sampled
-    compute_s = end / costs.clock_hz
+    # the engine clock follows the matrix pipes' load (rocke.arch.costs, [MAF]): their busy
+    # share of the schedule, averaged over every SIMD of the GPU
+    matrix_busy = float((issues @ mfma).sum()) * scale / (t.cu_count * t.simds_per_cu) / end \
+        if end > 0 else 0.0
+    clock = costs.effective_clock_hz(matrix_busy)
+    compute_s = end / clock
 
     if footprint is None:
         footprint = profile.unique_read_bytes + profile.unique_write_bytes
@@ -157,4 +176,6 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
              **{f"sol_{k}": v * 1e6 for k, v in sol.items()}}
     return Modelled(us, bound_us, binding, parts,
                     {"waves_per_simd": occ.waves_per_simd, "workgroups_per_cu": slots,
-                     "limiter": occ.limiter, "unified_vgprs": occ.unified_vgprs}, total)
+                     "limiter": occ.limiter, "unified_vgprs": occ.unified_vgprs,
+                     "matrix_busy": round(matrix_busy, 3), "clock_ghz": round(clock / 1e9, 3)},
+                    total)

@@ -220,3 +220,68 @@ def test_a_wait_cascade_is_one_round_trip_per_wave():
     assert waits.tolist() == [8, 8, 8]
     assert p.wg_vm_round_trips.tolist() == [2, 2, 2]
     assert p.counters()["vm_round_trips"] == 6
+
+
+def _between(asm: str, first: str, until: str) -> list[str]:
+    """Instruction lines of the listing from the first one starting with `first` up to (not
+    including) the first one starting with `until` after it."""
+    lines = [l.strip() for l in asm.splitlines()]
+    code = [l for l in lines if l and not l.startswith((".", ";", "@")) and not l.endswith(":")]
+    start = next(i for i, l in enumerate(code) if l.startswith(first))
+    stop = next(i for i in range(start, len(code)) if code[i].startswith(until))
+    return code[start:stop]
+
+
+def test_a_cascade_exposes_one_round_trip_less_the_work_between():
+    """The cascade above: each wave issues its first load, the other loads and address work
+    (k single-pass instructions, 4 cycles each, the first load included), then waits
+    vmcnt(3) for it: stall L - 4k. By then the other three loads, issued 4 cycles apart, have
+    had their round trips, so the later waits stall nothing. 2 waves a workgroup."""
+    asm = compile_ir(CASCADE)
+    before = _between(asm, "global_load", "s_waitcnt vmcnt")
+    assert not any(l.startswith(("v_exp", "v_log", "v_rcp", "v_sqrt", "v_rsq", "v_mfma"))
+                   for l in before)
+    k = len(before)
+    a, out = torch.rand(128 + 768), torch.zeros(128)
+    p = emu.launch(asm, "cascade", 3, 128, [a, out], profile=True).profile
+    assert p.vm_latencies == (1000, 2000, 4000)
+    for column, latency in enumerate(p.vm_latencies):
+        assert p.wg_vm_stall[:, column].tolist() == [2 * (latency - 4 * k)] * 3
+
+
+# a load, then `n` dependent multiplies of an unrelated value (it needs a kernel argument, so
+# the chain cannot start before the kernarg load the global load also waits for), then the
+# load's use: the work issued after the load covers part of its round trip
+COVERED = """
+define amdgpu_kernel void @covered(ptr addrspace(1) %a, ptr addrspace(1) %out, i32 %s) {{
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %p = getelementptr float, ptr addrspace(1) %a, i32 %tid
+  %v = load float, ptr addrspace(1) %p
+  %ts = add i32 %tid, %s
+  %f = uitofp i32 %ts to float
+{chain}
+  %r = fmul float %x{n}, %v
+  %po = getelementptr float, ptr addrspace(1) %out, i32 %tid
+  store float %r, ptr addrspace(1) %po
+  ret void
+}}
+"""
+
+
+def test_work_after_a_load_covers_its_latency():
+    """300 dependent v_mul_f32 (one pass each) between a load and its use cover about 1200
+    cycles: at a 1000-cycle round trip nothing is left, at 2000 and 4000 what the listing's
+    k instructions (4 cycles each) between the load and the wait do not cover."""
+    n = 300
+    chain = "\n".join(f"  %x{i + 1} = fmul float %{'f' if i == 0 else f'x{i}'}, 1.5"
+                      for i in range(n))
+    asm = compile_ir(COVERED.format(chain=chain, n=n))
+    before = _between(asm, "global_load", "s_waitcnt vmcnt")
+    k = len(before)
+    assert sum(l.startswith("v_mul_f32") for l in before) == n     # the chain sits in between
+    assert not any(l.startswith(("v_exp", "v_log", "v_rcp", "v_sqrt", "v_rsq")) for l in before)
+    a, out = torch.rand(64), torch.zeros(64)
+    p = emu.launch(asm, "covered", 1, 64, [a, out, 3], profile=True).profile
+    assert [max(0, L - 4 * k) for L in p.vm_latencies] == [0, 2000 - 4 * k, 4000 - 4 * k]
+    assert p.wg_vm_stall[0].tolist() == [max(0, L - 4 * k) for L in p.vm_latencies]
+    assert p.wg_vm_round_trips.tolist() == [1]      # the old count: a full round trip

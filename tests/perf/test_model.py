@@ -9,6 +9,7 @@ from rocke.emu.profile import LaunchProfile
 from rocke.perf import LABEL, model_time
 
 CLOCK = MI300X.clock_hz
+LOADED = 2.1e9 * 708 / 1307.4     # AMD's MAF: 708 of 1307.4 BF16 TFLOPS, read as clock
 LAUNCH_US = MI300X.launch_overhead_s * 1e6
 
 
@@ -18,6 +19,26 @@ def test_mfma_cycles_agree_with_the_catalog(key):
     every atom gfx942 has (the model is of an MI300X; gfx950-only atoms have no gfx942 timing)."""
     atom = MFMA_CATALOG[key]
     assert MI300X.mfma_cycles(atom.mnemonic) == atom.cycles
+
+
+def test_effective_clock_follows_the_matrix_load():
+    """Boost clock with idle matrix pipes, AMD's max-achievable-FLOPs clock when saturated
+    (2.1 GHz x 708 / 1307.4 = 1.1372 GHz), linear between, clamped outside 0..1."""
+    assert MI300X.effective_clock_hz(0.0) == pytest.approx(2.1e9)
+    assert MI300X.effective_clock_hz(1.0) == pytest.approx(1.13722e9, rel=1e-4)
+    assert MI300X.effective_clock_hz(0.5) == pytest.approx((2.1e9 + 1.13722e9) / 2, rel=1e-4)
+    assert MI300X.effective_clock_hz(1.7) == MI300X.effective_clock_hz(1.0)
+    assert MI300X.effective_clock_hz(-1.0) == MI300X.effective_clock_hz(0.0)
+
+
+def test_serial_cycles():
+    """One issue slot at least; a VALU its passes; an MFMA its matrix-pipe time."""
+    assert MI300X.serial_cycles("s_add_u32", "salu") == 4
+    assert MI300X.serial_cycles("v_add_f32_e32", "valu") == 4
+    assert MI300X.serial_cycles("v_exp_f32_e32", "valu") == 16
+    assert MI300X.serial_cycles("v_mfma_f32_32x32x8_bf16", "mfma") == 32
+    assert MI300X.serial_cycles("v_mfma_f32_16x16x16_f16", "mfma") == 16
+    assert MI300X.serial_cycles("buffer_load_dword", "vmem") == 4
 
 
 def test_valu_passes():
@@ -47,7 +68,13 @@ def test_mfma_bound_rounds_and_tail(workgroups, rounds):
     p = _profile(workgroups, ["v_mfma_f32_32x32x8_f16"], ["mfma"], [1000])
     m = model_time(p)
     assert m.occupancy["workgroups_per_cu"] == 1
-    assert m.us == pytest.approx(rounds * 8000 / CLOCK * 1e6 + LAUNCH_US)
+    # the matrix pipes are busy workgroups x 32000 cycles over 1216 SIMDs x (rounds x 8000)
+    # cycles: 1.0 for 304 and 608 workgroups, 609 / 912 for 609 (the tail round is a third full)
+    busy = workgroups * 32000 / 1216 / (rounds * 8000)
+    assert busy == pytest.approx({304: 1.0, 608: 1.0, 609: 609 / 912}[workgroups])
+    clock = CLOCK - busy * (CLOCK - LOADED)
+    assert m.occupancy["clock_ghz"] == pytest.approx(clock / 1e9, abs=1e-3)
+    assert m.us == pytest.approx(rounds * 8000 / clock * 1e6 + LAUNCH_US)
     assert m.binding.startswith("compute") and m.label == LABEL == "modelled MI300X time"
     # the speed-of-light bound spreads the work evenly: 1000 * 32 cycles per workgroup
     assert m.bound_us == pytest.approx(workgroups * 32000 / (304 * 4) / CLOCK * 1e6 + LAUNCH_US)
@@ -65,7 +92,7 @@ def test_sampled_profile_repeats_over_the_full_grid():
     p = _profile(304, ["v_mfma_f32_32x32x8_f16"], ["mfma"], [1000])
     full = model_time(p, grid=(304 * 5, 1, 1))
     assert full.workgroups == 304 * 5
-    assert full.us == pytest.approx(5 * 8000 / CLOCK * 1e6 + LAUNCH_US)
+    assert full.us == pytest.approx(5 * 8000 / LOADED * 1e6 + LAUNCH_US)   # pipes saturated
     with pytest.raises(ValueError, match="fewer workgroups"):
         model_time(p, grid=(10, 1, 1))
 
@@ -95,6 +122,19 @@ def test_enough_resident_work_turns_latency_into_throughput():
     m = model_time(p)
     assert m.us == pytest.approx(4 * 40000 / CLOCK * 1e6 + LAUNCH_US)
     assert m.binding == "compute (valu)"
+
+
+def test_replayed_stalls_replace_round_trips():
+    """A profile whose timeline replay found 1200 stall cycles per workgroup at the model's
+    latency (and others at other latencies) charges those, not its 4 counted round trips."""
+    p = _profile(304, *WAITING, [400, 40], trips=4)
+    p.vm_latencies = (1000, 2000, 4000)
+    p.wg_vm_stall = np.tile(np.array([0.0, 1200.0, 9000.0]), (304, 1))
+    assert model_time(p).us == pytest.approx((440 + 1200 / 4) / CLOCK * 1e6 + LAUNCH_US)
+    # a latency the replay did not cover falls back to the counted round trips
+    from dataclasses import replace
+    other = replace(MI300X, memory_latency_cycles=3000)
+    assert model_time(p, costs=other).us == pytest.approx((440 + 3000) / CLOCK * 1e6 + LAUNCH_US)
 
 
 def test_counted_round_trips_replace_the_wait_count():
