@@ -1,23 +1,30 @@
 """Calibration of rocke's modelled MI300X time against published MI300X figures.
 
-Each anchor runs a stand-in kernel in rocke's emulator with exact counters (on the first rows
-of the grid; the model repeats them over the full grid, see rocke.perf.model), models its
-MI300X time, and compares it with a published MI300X measurement of the same problem:
+Each anchor runs a kernel in rocke's emulator with exact counters (on a sample of the grid;
+the model repeats the sampled workgroups over the full grid, see rocke.perf.model), models its
+MI300X time, and compares it with a published MI300X measurement:
 
-    published figure | its source | stand-in kernel | modelled figure | error
+    published figure | its source | kernel run here | modelled figure | error
 
-The stand-in is never the measured binary (no MI300X here, and most published kernels are not
-rocke's). Each anchor says how it matches (MATCHES): "same kind" (the error is the model's),
-"different kernel" (same problem, another kernel: counted, flagged) or "rejected" (the
-published figure does not time this problem's kernel: printed, not counted). No model constant
-was tuned to any anchor: rocke/arch/costs.py says where each constant comes from (the HBM rate
-from ROCm's rocprofiler-compute/TransferBench reading on gfx942 MI308XHF, not from anchor 1's
-report). Each row also gives its error at 1000 and 4000-cycle memory round trips, the model's
-least certain constant.
+How each anchor matches the measurement (MATCHES): "same binary" (AMD AITER's public gfx942
+code object, the very kernel the figure times, run here with our own kernarg packing), "same
+kind" (a kernel of the same kind on the same problem), both counted; "different kernel" (same
+problem, another kernel: printed, not counted, because its error is the kernels' difference
+more than the model's) and "rejected" (the figure does not time this problem's kernel).
 
-Usage: python benchmarks/calibration.py [--only NAME]   (about a minute and a half, one core)
-Prints one row per anchor, then the same-kind anchors' worst error, and ends with
-`calibration: N anchors, max |error| X %` over the counted (not rejected) anchors.
+Fitting: no model constant is fitted to any anchor (rocke/arch/costs.py gives each constant's
+source); every counted anchor is held out, and the held-out line says so. Each row also gives
+its error at 1000 and 4000-cycle memory round trips, the model's least certain constant.
+
+AITER anchors need a local checkout of github.com/ROCm/aiter (only its hsa/gfx942/fmha_v3_fwd
+code objects are read; nothing of it is copied into this repository): `--aiter-dir PATH`.
+Without it those anchors are listed as "not run" and not counted. Each emulates one workgroup
+(all workgroups of these launches do the same work: non-causal, or causal with AITER's
+head+tail tile pairing) and checks its output rows against torch's SDPA before modelling.
+
+Usage: python benchmarks/calibration.py [--aiter-dir PATH] [--only NAME]  (a few minutes, one core)
+Prints one row per anchor, then the counted and held-out anchors' worst errors, and ends with
+`calibration: N anchors, max |error| X %` over the counted anchors.
 All times are "modelled MI300X time" unless they are the published ones.
 """
 from __future__ import annotations
@@ -25,9 +32,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import struct
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -43,13 +52,17 @@ FIXTURES = ROOT / "tests" / "fixtures" / "triton"
 LATENCIES = (1000, 4000)     # cycles, around the assumed 2000 (rocke/arch/costs.py)
 
 
-SAME, DIFFERENT, REJECTED = "same kind", "different kernel", "rejected"
+BINARY, SAME, DIFFERENT, REJECTED = "same binary", "same kind", "different kernel", "rejected"
 MATCHES = {
-    SAME: "the stand-in is the same kind of kernel on the same problem: the error is the model's",
+    BINARY: "the published figure times this very code object, run here: the error is the "
+            "model's; counted",
+    SAME: "the stand-in is the same kind of kernel on the same problem: the error is the "
+          "model's; counted",
     DIFFERENT: "same problem (shape, dtype) but a different kernel: the error mixes the model's "
-               "error with the kernels' difference; counted, flagged",
+               "error with the kernels' difference; printed, not counted",
     REJECTED: "the published figure does not measure this problem's kernel: printed, not counted",
 }
+COUNTED = (BINARY, SAME)
 
 
 @dataclass
@@ -61,13 +74,16 @@ class Anchor:
     unit: str               # "TB/s" or "TFLOPS": how the figure compares
     value: float            # the published figure in `unit`
     note: str               # why the stand-in may differ from the measured kernel
-    match: str = SAME       # SAME | DIFFERENT | REJECTED (see MATCHES)
+    match: str = SAME       # BINARY | SAME | DIFFERENT | REJECTED (see MATCHES)
+    fitted: tuple = field(default_factory=tuple)   # model constants fitted to this anchor
+    origin: str = ""        # who measured it (anchors of one origin are not independent)
 
 
 ANCHORS = [
     Anchor("hbm_copy", "4.2 TB/s", "ROCm issue legacy-rocm-build#5070 (MI300X, /opt/rocm/bin/"
            "roofline HBM copy, user report)", "rocke vector_add/f32_v4, n = 2^25 (3 x 128 MiB)",
-           "TB/s", 4.2, "roofline's copy is dst[i] = src[i] in f64; the stand-in adds two arrays"),
+           "TB/s", 4.2, "roofline's copy is dst[i] = src[i] in f64; the stand-in adds two arrays",
+           origin="a ROCm user's report (ROCm/legacy-rocm-build#5070)"),
     Anchor("fa_d128_sdpa", "55.4 TFLOPS", "HazyResearch/HipKittens kernels/attn/gqa/README.md "
            "(MI300X, PyTorch SDPA, B=4 H=32 H_KV=8 N=1024 D=128, bf16, non-causal)",
            "Triton flash_attn_fwd_d128 (f16, BLOCK_M 64, BLOCK_N 32), MHA, same B/H/N/D",
@@ -92,6 +108,45 @@ ANCHORS = [
            "the stand-in has 20 workgroups of 64x64 tiles walking all of K, waiting vmcnt(0) "
            "every K step: the modelled time is the stand-in's latency chain, not CK's", DIFFERENT),
 ]
+
+
+# AITER's published MI300X FMHA forward figures: ROCm/aiter op_tests/cpp/mha/README.md, section
+# "the asm kernel performance of the attention forwards and attention backwards" (added by
+# ROCm/aiter PR #1270 "add the asm kernel performance of fwd and bwd", 2025-10-31; read at
+# aiter commit e4048607a535): bf16, BSHD, batch mode, d128, FWD TFLOPS, MI300X column, measured
+# with op_tests/cpp/mha/benchmark_mha_fwd (-fwd_v3=1; its default v3_bf16_cvt=1 is RTNA, so
+# the fwd_hd128_bf16[_causal]_rtna code objects). Its TFLOPS are 4 B H Sq Sk D / time, halved
+# for a causal mask (benchmark_mha_fwd.cpp).
+AITER_SOURCE = ("ROCm/aiter op_tests/cpp/mha/README.md, asm kernel performance table (PR #1270), "
+                "FWD TFLOPS MI300X, bf16 BSHD batch d128")
+AITER_ROWS = [   # batch, q heads, kv heads, seqlen (q = kv), causal, MI300X FWD TFLOPS
+    (1, 32, 8, 1024, False, 338.07), (8, 64, 8, 1024, False, 466.21),
+    (4, 32, 8, 4096, False, 577.16), (8, 64, 8, 4096, False, 578.99),
+    (1, 64, 8, 8192, False, 591.37),
+    (1, 32, 8, 1024, True, 130.62), (8, 64, 8, 1024, True, 321.865),
+    (4, 32, 8, 4096, True, 486.73), (8, 64, 8, 4096, True, 509.255),
+]
+
+
+def _aiter_name(b, h, hk, s, causal):
+    return f"aiter_fwd_b{b}h{h}kv{hk}s{s}{'_causal' if causal else ''}"
+
+
+def _aiter_anchor(b, h, hk, s, causal, tflops):
+    kernel = f"fwd_hd128_bf16{'_causal' if causal else ''}_rtna"
+    return Anchor(_aiter_name(b, h, hk, s, causal), f"{tflops} TFLOPS",
+                  f"{AITER_SOURCE}, B={b} H={h} H_KV={hk} S={s} {'causal' if causal else 'non-causal'}",
+                  f"AITER hsa/gfx942/fmha_v3_fwd/MI300/{kernel}.co, one workgroup emulated of "
+                  f"{aiter_grid(b, h, s, causal)}", "TFLOPS", tflops,
+                  "the measured binary itself; our kernarg packing (AITER's fmha_fwd_v3_args "
+                  "layout) and LSE off", BINARY, origin="AMD's AITER team (ROCm/aiter README)")
+
+
+def aiter_grid(b, h, s, causal):
+    """AITER's launch grid for the fwd v3 kernel (csrc/cpp_itfs/mha_fwd.cu get_grid_dim): 256
+    query rows a workgroup; a causal launch pairs the head and tail tiles in one workgroup."""
+    tiles = -(-s // 256)
+    return (-(-tiles // 2) if causal else tiles, h, b)
 
 
 # ------------------------------------------------------------------------ stand-in launches
@@ -168,8 +223,111 @@ def run_gemm_decode():
     return report.profile, {}, lambda us: us
 
 
+# ------------------------------------------------------------------------ AITER's FMHA fwd v3
+AITER_FWD_DIR = Path("hsa/gfx942/fmha_v3_fwd/MI300")
+AITER_FWD_OPT = 5       # mha_fwd.cu init_fmha_fwd_v3_args: tune_opt 5 (heads a multiple of 8,
+                        # seqlen <= 16K, hd128)
+
+
+class NotRun(Exception):
+    """An anchor that cannot run here (its inputs are missing): listed, not counted."""
+
+
+def aiter_fwd_values(q, k, v, o, lse, scale: float, causal: bool) -> dict:
+    """The fwd v3 kernel's argument values by the names its code object's metadata gives them
+    (AITER's fmha_fwd_v3_args, csrc/include/mha_fwd.h; values as mha_fwd.cu's
+    init_fmha_fwd_v3_args sets them for bf16 BSHD batch mode): strides in bytes, `Ts` the
+    stride of one 256-row query tile, pointers as addresses, `scalar` as float bits."""
+    b, s, h, d = q.shape
+    hk = k.shape[2]
+    e = q.element_size()
+    return {"R": o.data_ptr(), "Q": q.data_ptr(), "K": k.data_ptr(), "V": v.data_ptr(),
+            "LSE": lse.data_ptr(), "scalar": struct.unpack("<I", struct.pack("<f", scale))[0],
+            "seq_len": s, "Seqs": h * d * e, "Ts": 256 * h * d * e, "Hs": d * e,
+            "Bs": s * h * d * e, "gqa": h // hk, "k_Seqs": hk * d * e, "k_Hs": d * e,
+            "k_Bs": s * hk * d * e, "msk_opt": AITER_FWD_OPT, "lse": 0, "kv_seq_len": s,
+            "qk_head_dim": d, "v_head_dim": d, "q_head_num": h, "v_Seqs": hk * d * e,
+            "v_Hs": d * e, "v_Bs": s * hk * d * e, "r_Seqs": h * d * e, "r_Hs": d * e,
+            "r_Bs": s * h * d * e, "ptr_qseq": 0, "ptr_kseq": 0, "lse_Hs": s * 4,
+            "ptr_qseq_padding": 0, "ptr_kseq_padding": 0}
+
+
+def pack_kernarg(metadata_args: list, size: int, values: dict) -> bytes:
+    """The kernarg segment: each named argument of the metadata at its offset (8-byte pointers,
+    4-byte scalars), the `pad` fields zero. An argument the values do not name, or a value
+    the metadata has no argument for, is an error: a changed ABI must not run silently."""
+    named = {a[".name"]: a for a in metadata_args if a.get(".name") != "pad"}
+    if set(named) != set(values):
+        raise ValueError(f"kernel arguments and values differ: metadata only "
+                         f"{sorted(set(named) - set(values))}, values only "
+                         f"{sorted(set(values) - set(named))}")
+    buf = bytearray(size)
+    for name, a in named.items():
+        fmt = {8: "<Q", 4: "<I"}.get(a[".size"])
+        if fmt is None or a[".offset"] + a[".size"] > size:
+            raise ValueError(f"kernel argument {name!r}: size {a['.size']} at offset "
+                             f"{a['.offset']} does not fit a {size}-byte segment of 4/8-byte fields")
+        struct.pack_into(fmt, buf, a[".offset"], values[name])
+    return bytes(buf)
+
+
+_AITER_PROFILES: dict = {}
+
+
+def _aiter_profile(aiter_dir, s, causal, h_kv=8, gqa=8):
+    """Emulate workgroup (0, 0, 0) of the fwd v3 kernel at seqlen `s` (one per seqlen and mask,
+    shared by the rows: every workgroup of a row does the same work); check its output rows."""
+    key = (s, causal)
+    if key in _AITER_PROFILES:
+        return _AITER_PROFILES[key]
+    if aiter_dir is None:
+        raise NotRun("not run: pass --aiter-dir PATH (a checkout of github.com/ROCm/aiter)")
+    name = f"fwd_hd128_bf16{'_causal' if causal else ''}_rtna"
+    co = Path(aiter_dir) / AITER_FWD_DIR / f"{name}.co"
+    if not co.is_file():
+        raise NotRun(f"not run: {co} is missing (is --aiter-dir an AITER checkout?)")
+    from rocke.emu.codeobject import code_object_metadata
+    meta = code_object_metadata(str(co))["amdhsa.kernels"][0]
+    d, h = 128, h_kv * gqa
+    torch.manual_seed(0)
+    q = torch.randn(1, s, h, d).to(torch.bfloat16)
+    k, v = (torch.randn(1, s, h_kv, d).to(torch.bfloat16) for _ in range(2))
+    o, lse = torch.zeros_like(q), torch.zeros(1, h, s)
+    kernarg = pack_kernarg(meta[".args"], meta[".kernarg_segment_size"],
+                           aiter_fwd_values(q, k, v, o, lse, d ** -0.5, causal))
+    tensors = {"R": o, "Q": q, "K": k, "V": v, "LSE": lse}
+    args = [tensors.get(a[".name"]) if a[".value_kind"] == "global_buffer" else 0
+            for a in meta[".args"]]
+    report = emu.launch(str(co), meta[".name"], (1, 1, 1), tuple(meta[".reqd_workgroup_size"]),
+                        args, kernarg=kernarg, check=False, profile=True)
+    # workgroup 0 computes query tile 0 (and, causal, the last tile) of head 0
+    tiles = [0, s // 256 - 1] if causal else [0]
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q[:, :, :1].transpose(1, 2).float(), k[:, :, :1].transpose(1, 2).float(),
+        v[:, :, :1].transpose(1, 2).float(), is_causal=causal).transpose(1, 2)
+    err = max(float((o[:, t * 256:(t + 1) * 256, :1].float()
+                     - ref[:, t * 256:(t + 1) * 256]).abs().max()) for t in tiles)
+    if not err < 0.02:
+        raise RuntimeError(f"AITER {name} at seqlen {s}: output differs from torch SDPA by "
+                           f"{err} (kernarg packing wrong?)")
+    _AITER_PROFILES[key] = report.profile
+    return report.profile
+
+
+def run_aiter_fwd(aiter_dir, b, h, hk, s, causal):
+    profile = _aiter_profile(aiter_dir, s, causal)
+    d = 128
+    footprint = 2 * b * s * h * d * 2 + 2 * b * s * hk * d * 2      # Q, O; K, V (bf16)
+    flops = 4 * b * h * s * s * d // (2 if causal else 1)
+    return profile, {"grid": aiter_grid(b, h, s, causal), "footprint": footprint}, \
+        lambda us: flops / (us * 1e-6) / 1e12
+
+
 RUNNERS = {"gemm_decode_fp8": run_gemm_decode, "hbm_copy": run_hbm_copy, "fa_d128_sdpa": lambda: run_triton_fa(128),
            "fa_d64_sdpa": lambda: run_triton_fa(64), "fa_d128_hk": run_rocke_fa}
+ANCHORS += [_aiter_anchor(*row) for row in AITER_ROWS]
+AITER_RUNNERS = {_aiter_name(*row[:5]): partial(run_aiter_fwd, None, *row[:5])
+                 for row in AITER_ROWS}
 
 
 def _error(anchor: Anchor, figure: float) -> float:
@@ -179,14 +337,27 @@ def _error(anchor: Anchor, figure: float) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=sorted(RUNNERS), action="append")
+    parser.add_argument("--only", choices=sorted(RUNNERS) + sorted(AITER_RUNNERS),
+                        action="append")
+    parser.add_argument("--aiter-dir", type=Path, default=None,
+                        help="a checkout of github.com/ROCm/aiter (its hsa/gfx942/fmha_v3_fwd "
+                             "code objects are run); without it the AITER anchors are not run")
     args = parser.parse_args(argv)
-    rows = []
+    if args.aiter_dir is not None and not (args.aiter_dir / AITER_FWD_DIR).is_dir():
+        parser.error(f"--aiter-dir {args.aiter_dir}: no {AITER_FWD_DIR} there (expected a "
+                     f"checkout of github.com/ROCm/aiter)")
+    runners = {**RUNNERS, **{n: partial(run_aiter_fwd, args.aiter_dir, *r[:5])
+                             for n, r in ((_aiter_name(*r[:5]), r) for r in AITER_ROWS)}}
+    rows, not_run = [], []
     for anchor in ANCHORS:
         if args.only and anchor.name not in args.only:
             continue
         start = time.perf_counter()
-        profile, kwargs, to_figure = RUNNERS[anchor.name]()
+        try:
+            profile, kwargs, to_figure = runners[anchor.name]()
+        except NotRun as why:
+            not_run.append((anchor, str(why)))
+            continue
         modelled = model_time(profile, **kwargs)
         figure = to_figure(modelled.us)
         # the least certain constant (an assumption, rocke/arch/costs.py): the error at other
@@ -194,27 +365,47 @@ def main(argv=None) -> int:
         at_latency = {c: _error(anchor, to_figure(model_time(
             profile, costs=replace(MI300X, memory_latency_cycles=c), **kwargs).us))
             for c in LATENCIES}
+        # the clock rule (rocke/arch/costs.py effective_clock_hz) against its two ends: the
+        # boost clock throughout, and AMD's max-achievable-FLOPs clock throughout
+        at_latency.update({label: _error(anchor, to_figure(model_time(
+            profile, costs=clock_costs, **kwargs).us)) for label, clock_costs in (
+                ("boost clock throughout", replace(MI300X, loaded_clock_hz=MI300X.clock_hz)),
+                ("MAF clock throughout", replace(MI300X, clock_hz=MI300X.loaded_clock_hz)))})
         rows.append((anchor, modelled, figure, _error(anchor, figure), at_latency,
                      time.perf_counter() - start))
     for anchor, modelled, figure, error, at_latency, wall in rows:
         print(f"{anchor.name} [{anchor.match}]: published {anchor.published} [{anchor.source}] | "
-              f"stand-in {anchor.stand_in} | modelled MI300X {figure:.2f} {anchor.unit} "
-              f"(modelled MI300X time {modelled.us:.1f} us, bound by {modelled.binding}) | error "
-              f"{error * 100:+.1f} % (at a memory round trip of "
-              + ", ".join(f"{c} cycles: {e * 100:+.1f} %" for c, e in at_latency.items())
+              f"run here: {anchor.stand_in} | modelled MI300X {figure:.2f} {anchor.unit} "
+              f"(modelled MI300X time {modelled.us:.1f} us, bound by {modelled.binding}, clock "
+              f"{modelled.occupancy['clock_ghz']:.2f} GHz) | error "
+              f"{error * 100:+.1f} % (sensitivity: "
+              + ", ".join(f"{f'round trip {c} cycles' if isinstance(c, int) else c}: "
+                          f"{e * 100:+.1f} %" for c, e in at_latency.items())
               + f") | note: {anchor.note} (emulated in {wall:.0f} s)")
+    for anchor, why in not_run:
+        print(f"{anchor.name} [{anchor.match}]: published {anchor.published} [{anchor.source}] "
+              f"| {why}")
     for match, meaning in MATCHES.items():
         print(f"[{match}]: {meaning}")
-    rejected = [r for r in rows if r[0].match == REJECTED]
-    if rejected:
-        print("not counted (rejected): " + ", ".join(
-            f"{a.name} {e * 100:+.1f} %" for a, _, _, e, _, _ in rejected))
-    same = [abs(e) for a, _, _, e, _, _ in rows if a.match == SAME]
-    print(f"same-kind anchors only: {len(same)}, max |error| "
-          f"{max(same, default=math.nan) * 100:.1f} %")
-    counted = [abs(e) for a, _, _, e, _, _ in rows if a.match != REJECTED]
-    print(f"calibration: {len(counted)} anchors, max |error| "
-          f"{max(counted, default=math.nan) * 100:.1f} %")
+    for match in (DIFFERENT, REJECTED):
+        aside = [r for r in rows if r[0].match == match]
+        if aside:
+            print(f"not counted ({match}): " + ", ".join(
+                f"{a.name} {e * 100:+.1f} %" for a, _, _, e, _, _ in aside))
+    if not_run:
+        print(f"not run (not counted): {len(not_run)} anchors")
+    counted = [r for r in rows if r[0].match in COUNTED]
+    fitted = [(a.name, a.fitted) for a, *_ in counted if a.fitted]
+    held_out = [abs(e) for a, _, _, e, _, _ in counted if not a.fitted]
+    print("constants fitted to anchors: " + (", ".join(f"{', '.join(f)} to {n}"
+                                                      for n, f in fitted) or "none"))
+    print(f"held-out anchors (no constant fitted to them): {len(held_out)}, max |error| "
+          f"{max(held_out, default=math.nan) * 100:.1f} %")
+    origins = sorted({a.origin or a.source for a, *_ in counted})
+    print(f"counted anchors come from {len(origins)} independent sources: {'; '.join(origins)}")
+    errors = [abs(e) for _, _, _, e, _, _ in counted]
+    print(f"calibration: {len(errors)} anchors, max |error| "
+          f"{max(errors, default=math.nan) * 100:.1f} %")
     return 0
 
 
