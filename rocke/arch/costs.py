@@ -31,7 +31,9 @@ Sources:
          matrix-saturated MI300X sustains under its power limit, below the 2100 MHz boost); the
          708 figure as AMD records it in AMD-AGI/TraceLens Agent/Analysis/utils/arch/MI300X.json.
 Assumptions (no public figure found; flagged wherever used): vector memory latency, launch
-overhead, and the per-CU texture-address rate of one 64-byte segment a clock. For the latency,
+overhead, the per-CU texture-address rate of one 64-byte segment a clock, and the clock's
+linear shape between the boost clock and [MAF]'s (`effective_clock_hz`). No constant here is
+fitted to a calibration anchor (benchmarks/calibration.py). For the latency,
 published MI300X pointer-chasing studies exist (Chips and Cheese, "Testing AMD's Giant MI300X",
 2024; Tee, Curtis, Wolfe, Wong, "The MALL is Open: Exploring Shared Caches and Latency in AMD
 CDNA 3 GPUs", SC'25 workshops) but their figures could not be read here, so the constant stays
