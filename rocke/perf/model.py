@@ -83,7 +83,7 @@ def _bucket_costs(profile, costs: Costs):
         valu.append(v)
         mfma.append(m)
         scalar.append(s)
-        serial.append(max(costs.issue_cycles, v, m))
+        serial.append(costs.serial_cycles(name, cls))
         wait.append(1 if name == VM_WAIT else 0)
     return tuple(np.array(a, np.float64) for a in (valu, mfma, scalar, serial, wait))
 
