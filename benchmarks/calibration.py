@@ -233,7 +233,7 @@ class NotRun(Exception):
     """An anchor that cannot run here (its inputs are missing): listed, not counted."""
 
 
-def aiter_fwd_values(q, k, v, o, lse, scale: float, causal: bool) -> dict:
+def aiter_fwd_values(q, k, v, o, lse, scale: float) -> dict:
     """The fwd v3 kernel's argument values by the names its code object's metadata gives them
     (AITER's fmha_fwd_v3_args, csrc/include/mha_fwd.h; values as mha_fwd.cu's
     init_fmha_fwd_v3_args sets them for bf16 BSHD batch mode): strides in bytes, `Ts` the
@@ -274,10 +274,11 @@ def pack_kernarg(metadata_args: list, size: int, values: dict) -> bytes:
 _AITER_PROFILES: dict = {}
 
 
-def _aiter_profile(aiter_dir, s, causal, h_kv=8, gqa=8):
-    """Emulate workgroup (0, 0, 0) of the fwd v3 kernel at seqlen `s` (one per seqlen and mask,
-    shared by the rows: every workgroup of a row does the same work); check its output rows."""
-    key = (s, causal)
+def _aiter_profile(aiter_dir, s, causal, h, h_kv):
+    """Emulate workgroup (0, 0, 0) of the fwd v3 kernel on a batch-1 problem of the row's heads
+    and seqlen (the row's strides; every workgroup of the row does the same work, so the batch
+    only repeats it); check its output rows against SDPA."""
+    key = (s, causal, h, h_kv)
     if key in _AITER_PROFILES:
         return _AITER_PROFILES[key]
     if aiter_dir is None:
@@ -288,13 +289,13 @@ def _aiter_profile(aiter_dir, s, causal, h_kv=8, gqa=8):
         raise NotRun(f"not run: {co} is missing (is --aiter-dir an AITER checkout?)")
     from rocke.emu.codeobject import code_object_metadata
     meta = code_object_metadata(str(co))["amdhsa.kernels"][0]
-    d, h = 128, h_kv * gqa
+    d = 128
     torch.manual_seed(0)
     q = torch.randn(1, s, h, d).to(torch.bfloat16)
     k, v = (torch.randn(1, s, h_kv, d).to(torch.bfloat16) for _ in range(2))
     o, lse = torch.zeros_like(q), torch.zeros(1, h, s)
     kernarg = pack_kernarg(meta[".args"], meta[".kernarg_segment_size"],
-                           aiter_fwd_values(q, k, v, o, lse, d ** -0.5, causal))
+                           aiter_fwd_values(q, k, v, o, lse, d ** -0.5))
     tensors = {"R": o, "Q": q, "K": k, "V": v, "LSE": lse}
     args = [tensors.get(a[".name"]) if a[".value_kind"] == "global_buffer" else 0
             for a in meta[".args"]]
@@ -315,7 +316,7 @@ def _aiter_profile(aiter_dir, s, causal, h_kv=8, gqa=8):
 
 
 def run_aiter_fwd(aiter_dir, b, h, hk, s, causal):
-    profile = _aiter_profile(aiter_dir, s, causal)
+    profile = _aiter_profile(aiter_dir, s, causal, h, hk)
     d = 128
     footprint = 2 * b * s * h * d * 2 + 2 * b * s * hk * d * 2      # Q, O; K, V (bf16)
     flops = 4 * b * h * s * s * d // (2 if causal else 1)

@@ -45,7 +45,7 @@ def test_aiter_fwd_values_bshd_strides_in_bytes():
     k, v = torch.zeros(2, 512, 2, 128, dtype=torch.bfloat16), torch.zeros(2, 512, 2, 128,
                                                                         dtype=torch.bfloat16)
     lse = torch.zeros(2, 4, 512)
-    got = cal.aiter_fwd_values(q, k, v, o, lse, 0.5, causal=False)
+    got = cal.aiter_fwd_values(q, k, v, o, lse, 0.5)
     assert (got["Seqs"], got["Ts"], got["Hs"], got["Bs"]) == (1024, 262144, 256, 524288)
     assert (got["k_Seqs"], got["k_Hs"], got["k_Bs"]) == (512, 256, 262144)
     assert (got["v_Seqs"], got["r_Seqs"], got["r_Bs"]) == (512, 1024, 524288)
