@@ -38,8 +38,6 @@ def quant_problems(spec) -> list[str]:
         if spec.kv_dtype not in TOKEN_SCALE_KV_DTYPES:
             out.append(f"kv_token_scales: per-token-head scales read an int8 or fp8 cache; "
                        f"kv_dtype must be one of {TOKEN_SCALE_KV_DTYPES}, got {spec.kv_dtype!r}")
-    elif spec.kv_dtype == "i8":
-        out.append("kv_dtype: an int8 cache needs its per-token-head scales (kv_token_scales=True)")
     return out
 
 
