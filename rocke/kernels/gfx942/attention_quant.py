@@ -57,9 +57,8 @@ def arg_names(spec, split: bool) -> tuple[str, ...]:
     """The runtime arguments these fields append (after the score features')."""
     names = ()
     if spec.kv_token_scales:
-        names += ("k_scale_cache", "k_scale_stride_block", "k_scale_stride_token",
-                  "k_scale_stride_head", "v_scale_cache", "v_scale_stride_block",
-                  "v_scale_stride_token", "v_scale_stride_head")
+        names += ("k_scale_cache", "v_scale_cache", "scale_stride_block", "scale_stride_token",
+                  "scale_stride_head")
     if spec.out_dtype is not None and not split:
         names += ("output_scale",)
     return names
@@ -67,11 +66,12 @@ def arg_names(spec, split: bool) -> tuple[str, ...]:
 
 def declare_args(k, spec, a, split: bool) -> None:
     if spec.kv_token_scales:
+        # one set of strides for both scale caches (checked equal on the host): 3 fewer SGPRs
         for which in ("k", "v"):
             setattr(a, f"{which}_scale_cache", k.arg_ptr(f"{which}_scale_cache", "f32", readonly=True))
-            for part in ("block", "token", "head"):
-                name = f"{which}_scale_stride_{part}"
-                setattr(a, name, k.arg_i32(name))
+        for part in ("block", "token", "head"):
+            name = f"scale_stride_{part}"
+            setattr(a, name, k.arg_i32(name))
     if spec.out_dtype is not None and not split:
         a.output_scale = k.arg_ptr("output_scale", "f32", readonly=True)
 
@@ -82,15 +82,18 @@ def scale_view(c, which: str) -> PagedView | None:
     if not s.kv_token_scales:
         return None
     ptr = getattr(a, f"{which}_scale_cache")
-    stride = {p: getattr(a, f"{which}_scale_stride_{p}") for p in ("block", "token", "head")}
+    stride = {p: getattr(a, f"scale_stride_{p}") for p in ("block", "token", "head")}
     return PagedView(ptr, s.block_size, stride["block"], stride["token"],
                      c.kv_head * stride["head"], a.num_blocks, s.kv_addr_64)
 
 
 def alibi_sqrt_offset(tok, ctx, keys):
     """``-sqrt(query_pos - key)`` for keys at or before the query's position, else 0 (f32)."""
-    behind = tok + ctx - keys
-    return dsl.select(behind >= 0, -dsl.sqrt(dsl.maximum(behind, 0).to(dsl.f32)), 0.0)
+    # sqrt(max(query - key, 0)) is 0 for keys after the query: no per-value compare (each would
+    # hold an SGPR pair); v_sqrt (~1 ulp) of an exact integer, not the correctly rounded
+    # expansion, whose range checks cost the same (spills on transposed-x8's 16 values a lane)
+    behind = dsl.maximum(tok + ctx - keys, 0)
+    return -dsl.sqrt(behind.to(dsl.f32), fast=True)
 
 
 def inverse_output_scale(output_scale_ptr):
@@ -143,8 +146,13 @@ def quant_args(spec, *, split: bool, k_cache=None, output_scale=None, k_scale_ca
     out = []
     if want["kv_token_scales"]:
         nb, bs, hk = k_cache.shape[:3]
-        out += check_scale_cache("k_scale_cache", k_scale_cache, nb, bs, hk)
-        out += check_scale_cache("v_scale_cache", v_scale_cache, nb, bs, hk)
+        k_part = check_scale_cache("k_scale_cache", k_scale_cache, nb, bs, hk)
+        v_part = check_scale_cache("v_scale_cache", v_scale_cache, nb, bs, hk)
+        if k_part[1:] != v_part[1:]:
+            raise ValueError(f"v_scale_cache: strides {tuple(v_part[1:])} differ from "
+                             f"k_scale_cache's {tuple(k_part[1:])}; the kernel reads both with "
+                             "one set of strides")
+        out += [k_part[0], v_part[0], *k_part[1:]]
     if want["out_dtype"]:
         if not isinstance(output_scale, torch.Tensor) or output_scale.dtype != torch.float32 or \
                 output_scale.numel() != 1:
