@@ -186,8 +186,14 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
 
 
 def _dequantize(codes: Value, scale, dtype):
-    """fp8 codes -> ``dtype`` (times ``scale``). Unscaled to bf16 the f32 value is exact in bf16,
+    """fp8 (or int8, always scaled) codes -> ``dtype`` (times ``scale``). Unscaled to bf16 the f32 value is exact in bf16,
     so its high half is the bf16 (no rounding code: fewer registers than the RNE sequence)."""
+    if codes.dtype == T.i8:
+        # int8 c as the unsigned byte c + 128 (one xor a dword): v_cvt_f32_ubyte{0..3} read
+        # bytes in place, and (u - 128) * s = u * s - 128 s is one fma (the sign-extending
+        # conversion spilled SGPRs in the bf16 d256 3D kernel)
+        biased = (codes.bitcast(T.u8) ^ 0x80).to(T.f32)
+        return (biased * scale - scale * 128.0).to(dtype)
     wide = codes.to(T.f32)
     if scale is not None:
         return (wide * scale).to(dtype)
