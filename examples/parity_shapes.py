@@ -6,7 +6,8 @@
 - ``fmha``: integration-test net shapes — GQA ratios (non-powers of two too), asymmetric
   lengths, tiny sequences, cross-attention, large-batch decode, select d256 shapes.
 - ``features``: small shapes exercising vLLM's score features (softcap, ALiBi, QQ-bias,
-  sliding window, sinks; ``FEATURE_ARGS`` names each shape's), alone and combined.
+  sliding window, sinks) and ALGORITHM.md §13's fp8 output, per-token-head KV scales and
+  square-root ALiBi (``FEATURE_ARGS`` names each shape's), alone and combined.
 - ``creative``: exploratory sweep — long-KV decode (up to 64 Ki keys), chunked prefill,
   non-standard GQA ratios, d64/d256 bf16, large-batch variants, a mixed decode+prefill batch.
 
