@@ -168,8 +168,12 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
             index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
             loaded = rsrc.load(index, width=vector, mask=token0 + r < valid_tokens, aux=aux)
             if row_scales is not None:
+                # int8 decode by register pressure, measured on the attention kernels: the
+                # sign-extending conversion spilled 7 SGPRs in the bf16 d256 3D kernel, the
+                # biased-byte one 1 in the bf16 d64/d128 3D kernels
                 loaded = _dequantize(loaded, _row_scale(row_scales, page, in_page0 + r,
-                                                        token0 + r < valid_tokens, aux), lds.dtype)
+                                                        token0 + r < valid_tokens, aux), lds.dtype,
+                                     biased_bytes=dim >= 256)
             elif dequant:
                 loaded = _dequantize(loaded, scale, lds.dtype)
             if transpose:
@@ -185,13 +189,12 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                 copy_run()
 
 
-def _dequantize(codes: Value, scale, dtype):
+def _dequantize(codes: Value, scale, dtype, biased_bytes: bool = False):
     """fp8 (or int8, always scaled) codes -> ``dtype`` (times ``scale``). Unscaled to bf16 the f32 value is exact in bf16,
     so its high half is the bf16 (no rounding code: fewer registers than the RNE sequence)."""
-    if codes.dtype == T.i8:
+    if codes.dtype == T.i8 and biased_bytes:
         # int8 c as the unsigned byte c + 128 (one xor a dword): v_cvt_f32_ubyte{0..3} read
-        # bytes in place, and (u - 128) * s = u * s - 128 s is one fma (the sign-extending
-        # conversion spilled SGPRs in the bf16 d256 3D kernel)
+        # bytes in place, and (u - 128) * s = u * s - 128 s is one fma
         biased = (codes.bitcast(T.u8) ^ 0x80).to(T.f32)
         return (biased * scale - scale * 128.0).to(dtype)
     wide = codes.to(T.f32)

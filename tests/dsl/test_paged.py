@@ -151,13 +151,14 @@ def _row_scale_kernel(tokens, dim, page_size, code_dtype, dtype, transpose):
     return k
 
 
-@pytest.mark.parametrize("code_dtype, dtype, transpose", [
-    ("i8", "f16", False), ("i8", "bf16", True), ("fp8_e4m3fnuz", "bf16", False),
+@pytest.mark.parametrize("code_dtype, dtype, transpose, dim", [
+    ("i8", "f16", False, 64), ("i8", "bf16", True, 64), ("fp8_e4m3fnuz", "bf16", False, 64),
+    ("i8", "bf16", False, 256),          # d256 decodes int8 as biased bytes
 ])
-def test_paged_copy_scales_each_row(code_dtype, dtype, transpose):
+def test_paged_copy_scales_each_row(code_dtype, dtype, transpose, dim):
     """row_scales: each (token, head) row times its own scale from the paged scale cache, rounded
     once to the LDS dtype; every int8 code (-128..127) appears; rows past ``valid`` read 0."""
-    tokens, dim, page_size, heads, num_pages, valid = 32, 64, 16, 2, 3, 27
+    tokens, page_size, heads, num_pages, valid = 32, 16, 2, 3, 27
     gen = torch.Generator().manual_seed(5)
     if code_dtype == "i8":
         codes = (torch.arange(num_pages * page_size * heads * dim) % 256 - 128).to(torch.int8)
