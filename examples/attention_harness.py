@@ -338,10 +338,13 @@ def print_worst_mismatches(shape: Shape, out: torch.Tensor, ref: torch.Tensor, c
               f"{float(ref.reshape(-1)[idx]):>12.5g} {float(flat[idx]):>10.3g}")
 
 
-def inject_error(out: torch.Tensor) -> None:
+def inject_error(out: torch.Tensor, amount: float = 1.0) -> None:
     """Test-only (hidden ``--inject-error`` flag): corrupt one output element after the kernel
-    ran, so the tests can prove the correctness gate fails a wrong result."""
-    out.view(-1)[out.numel() // 2] += 1.0
+    ran, so the tests can prove the correctness gate fails a wrong result (``amount`` in the
+    tensor's own units; through f32, which every output dtype, fp8 included, converts to)."""
+    flat = out.view(-1)
+    i = out.numel() // 2
+    flat[i] = (flat[i].float() + amount).to(out.dtype)
 
 
 # ---------------------------------------------------------------------------------------------

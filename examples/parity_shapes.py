@@ -6,7 +6,8 @@
 - ``fmha``: integration-test net shapes — GQA ratios (non-powers of two too), asymmetric
   lengths, tiny sequences, cross-attention, large-batch decode, select d256 shapes.
 - ``features``: small shapes exercising vLLM's score features (softcap, ALiBi, QQ-bias,
-  sliding window, sinks; ``FEATURE_ARGS`` names each shape's), alone and combined.
+  sliding window, sinks) and ALGORITHM.md §13's fp8 output, per-token-head KV scales and
+  square-root ALiBi (``FEATURE_ARGS`` names each shape's), alone and combined.
 - ``creative``: exploratory sweep — long-KV decode (up to 64 Ki keys), chunked prefill,
   non-standard GQA ratios, d64/d256 bf16, large-batch variants, a mixed decode+prefill batch.
 
@@ -81,6 +82,15 @@ FEATURES = [
            "sinks + sliding window 64, MHA"),
     decode("bf16", 32, 8, 2, 700, 128, "sinks on long decode (auto: 3D, sink in segment 0)",
            name="features_sinks_decode_bf16_h32kv8_d128"),
+    # ALGORITHM.md §13: fp8 output, per-token-head KV scales, square-root ALiBi
+    varlen("features_out_fp8_fp16_h8kv2_d128", "f16", 8, 2, 128, [(1, 100), (5, 40)],
+           "fp8 output (/ output_scale, saturating), GQA 4"),
+    varlen("features_alibi_sqrt_bf16_h10kv2_d64", "bf16", 10, 2, 64, [(6, 6), (1, 70), (9, 130)],
+           "square-root ALiBi + causal varlen, GQA 5"),
+    varlen("features_int8_tok_fp16_h8kv1_d64", "f16", 8, 1, 64, [(1, 120), (4, 60)],
+           "int8 cache with per-token-head scales, GQA 8"),
+    decode("bf16", 16, 4, 2, 600, 128, "fp8 per-token-head cache + fp8 output + sinks on decode "
+           "(auto: 3D, reduce_segments quantizes)", name="features_fp8_tok_out_fp8_bf16_h16kv4_d128"),
 ]
 FEATURE_ARGS = {
     "features_softcap_fp16_h8kv2_d128": dict(softcap=0.002),
@@ -89,6 +99,11 @@ FEATURE_ARGS = {
     "features_window_softcap_bf16_h16kv2_d128": dict(window=(31, 0), softcap=0.002),
     "features_sinks_window_fp16_h8kv8_d64": dict(sinks=True, window=(63, 0)),
     "features_sinks_decode_bf16_h32kv8_d128": dict(sinks=True),
+    "features_out_fp8_fp16_h8kv2_d128": dict(output_scale=0.005),
+    "features_alibi_sqrt_bf16_h10kv2_d64": dict(alibi=True, alibi_sqrt=True),
+    "features_int8_tok_fp16_h8kv1_d64": dict(kv_quant_mode="int8_per_token_head"),
+    "features_fp8_tok_out_fp8_bf16_h16kv4_d128": dict(kv_quant_mode="fp8_per_token_head",
+                                                      output_scale=0.005, sinks=True),
 }
 
 GROUPS = {"default": DEFAULT, "fmha": FMHA, "creative": CREATIVE, "features": FEATURES}

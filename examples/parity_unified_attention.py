@@ -105,7 +105,44 @@ def feature_inputs(shape: H.Shape, device: str) -> dict:
         out["qq_bias"] = torch.randn(max_q, max_q, generator=gen)
     if spec.get("sinks"):
         out["sinks"] = torch.randn(hq, generator=gen) + 3.0
+    if spec.get("alibi_sqrt"):
+        out["use_alibi_sqrt"] = True
+    if "output_scale" in spec:
+        out["output_scale"] = torch.tensor([spec["output_scale"]])
+    if "kv_quant_mode" in spec:
+        out["kv_quant_mode"] = spec["kv_quant_mode"]
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
+
+
+TOKEN_QUANT = {"int8_per_token_head": ("int8", 127.0), "fp8_per_token_head": ("float8_e4m3fnuz", 240.0)}
+
+
+def quantize_caches(inputs) -> None:
+    """Per-token-head quantization of the shape's caches, as a writer would store them: each
+    (token, KV head) row as codes with the scale amax / code_max in k/v_scale_cache."""
+    import torch
+    name, top = TOKEN_QUANT[inputs["features"]["kv_quant_mode"]]
+    for c in ("k", "v"):
+        rows = inputs[c].float()
+        scale = rows.abs().amax(-1).clamp(min=1e-6) / top
+        codes = rows / scale[..., None]
+        inputs[c] = (codes.round().to(torch.int8) if name == "int8"
+                     else codes.to(getattr(torch, name)))
+        inputs["features"][f"{c}_scale_cache"] = scale.contiguous()
+
+
+def fp8_output(shape, inputs, ref):
+    """fp8-output shapes: ``out`` becomes the fp8 tensor, and (dequantize, reference, tolerance)
+    compare it in the output's units: ``out * output_scale`` against the reference's quantized
+    values times the scale, within ``tolerances.fp8_output_bound`` (its largest element)."""
+    import torch
+    from rocke.kernels.common.tolerances import fp8_output_bound
+    scale = float(inputs["features"]["output_scale"].reshape(-1)[0])
+    inputs["out"] = torch.empty(inputs["out"].shape, dtype=torch.float8_e4m3fnuz,
+                                device=inputs["out"].device)
+    tol = float(fp8_output_bound(shape.dtype, ref, scale).max()) * scale
+    inputs["out_units"] = 1.0 / scale
+    return (lambda out: out.float() * scale), ref * scale, tol
 
 
 def feature_reference(shape: H.Shape, inputs) -> "torch.Tensor":
@@ -113,6 +150,9 @@ def feature_reference(shape: H.Shape, inputs) -> "torch.Tensor":
     from rocke.kernels.common.attention_reference import ref_paged_attn
     t = {k: (v.cpu() if hasattr(v, "cpu") else v) for k, v in inputs.items()}
     feats = {k: (v.cpu() if hasattr(v, "cpu") else v) for k, v in inputs["features"].items()}
+    feats.pop("kv_quant_mode", None)
+    if feats.pop("use_alibi_sqrt", False):
+        feats["alibi_sqrt"] = True
     return ref_paged_attn(t["q"], t["k"], t["v"], t["cu_seqlens_q"], t["seqused_k"],
                           t["block_table"], t["softmax_scale"], causal=True, **feats)
 
@@ -128,8 +168,12 @@ def dispatcher_launcher(inputs, backend):
             t["q"], t["k"], t["v"], t["out"], t["cu_seqlens_q"], t["max_seqlen_q"],
             t["seqused_k"], t["max_seqlen_k"], t["softmax_scale"], True,
             f.get("window_size", (-1, -1)), t["block_table"], f.get("softcap", 0.0), None, None,
-            None, f.get("alibi_slopes"), f.get("qq_bias"), f.get("sinks"), backend=backend)
+            None, f.get("alibi_slopes"), f.get("qq_bias"), f.get("sinks"), backend=backend,
+            **{k: f[k] for k in QUANT_ARGS if k in f})
     return launch
+
+
+QUANT_ARGS = ("output_scale", "use_alibi_sqrt", "kv_quant_mode", "k_scale_cache", "v_scale_cache")
 
 
 def build_2d_spec(shape: H.Shape, inputs, knobs):
@@ -162,7 +206,11 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
                   num_queries_per_kv=shape.group, kv_addr_64=not fits_one_buffer(cache_bytes), **geometry,
                   softcap="softcap" in features, alibi="alibi_slopes" in features,
                   qq_bias="qq_bias" in features, sliding_window="window_size" in features,
-                  sinks="sinks" in features)
+                  sinks="sinks" in features, alibi_sqrt=features.get("use_alibi_sqrt", False),
+                  out_dtype="fp8_e4m3fnuz" if "output_scale" in features else None)
+    if "kv_quant_mode" in features:
+        fields.update(kv_token_scales=True, kv_dtype="i8" if "int8" in features["kv_quant_mode"]
+                      else "fp8_e4m3fnuz")
     fields.update(knobs_module.spec_overrides(knobs, k2d.UnifiedAttention2DSpec))
     if not flash and not k2d.supports_tiled_2d(**fields):
         problems = "; ".join(k2d.field_problems(**fields))
@@ -189,7 +237,8 @@ def explicit_2d_launcher(shape, inputs, knobs, device):
                            t["cu_seqlens_q"], t["seqused_k"], t["softmax_scale"],
                            softcap=f.get("softcap", 0.0), alibi_slopes=f.get("alibi_slopes"),
                            qq_bias=f.get("qq_bias"), window_left=f.get("window_size", (-1,))[0],
-                           sinks=f.get("sinks"))
+                           sinks=f.get("sinks"), output_scale=f.get("output_scale"),
+                           k_scale_cache=f.get("k_scale_cache"), v_scale_cache=f.get("v_scale_cache"))
     grid, block = k2d.launch_geometry(spec, shape.batch, shape.total_q, shape.num_kv_heads)
 
     def launch():
@@ -235,6 +284,7 @@ def run_table(table, shape, inputs, ref, args, knobs, device, rate, bar):
         bar.update(steps)
         return row
     out = inputs["out"]
+    view = inputs.get("out_view", lambda t: t)      # fp8 output: compared dequantized
     try:
         launch, row["launched"] = launcher_for(table, shape, inputs, knobs, device)
         out.fill_(float("nan"))
@@ -252,15 +302,17 @@ def run_table(table, shape, inputs, ref, args, knobs, device, rate, bar):
         return row
     bar.update(1)
     if args.inject_error:
-        H.inject_error(out)
-    err = H.max_abs_error(out, ref)
+        H.inject_error(out, inputs.get("out_units", 1.0))    # 1.0 in the compared units
+    if "out_tol" in inputs and args.tol is None:
+        row["tol"] = inputs["out_tol"]
+    err = H.max_abs_error(view(out), ref)
     row["max_abs_err"] = err if err != float("inf") else None   # JSON has no inf
     if err > row["tol"]:
         row.update(status="FAIL", reason="output beyond tolerance of the fp32 reference"
                    if row["max_abs_err"] is not None else "output has NaN/inf (unwritten rows?)")
         if args.debug_mismatch:
             print(f"\n  [{table}] {shape.name}: max |err| {err:.3g} > tol {row['tol']:.3g}")
-            H.print_worst_mismatches(shape, out, ref, args.debug_mismatch, inputs["cu_seqlens_q"])
+            H.print_worst_mismatches(shape, view(out), ref, args.debug_mismatch, inputs["cu_seqlens_q"])
         bar.update(steps - 1)
         return row                  # no latency for a kernel that fails the gate
     row["status"] = "PASS"
@@ -322,7 +374,11 @@ def main(argv=None) -> int:
         inputs = H.make_inputs(shape, H.torch_device(device))
         if shape.name in FEATURE_ARGS:
             inputs["features"] = feature_inputs(shape, H.torch_device(device))
+            if "kv_quant_mode" in inputs["features"]:
+                quantize_caches(inputs)
             ref = feature_reference(shape, inputs) if shape.supported else None
+            if "output_scale" in inputs["features"] and ref is not None:
+                inputs["out_view"], ref, inputs["out_tol"] = fp8_output(shape, inputs, ref)
         else:
             ref = H.reference(shape, inputs) if shape.supported else None
         with H.progress(shape, len(TABLES) * steps, device, rate) as bar:

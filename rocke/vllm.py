@@ -42,8 +42,10 @@ class KVQuantMode(enum.IntEnum):
     INT2_PER_TOKEN_HEAD = 6
 
 
-# What rocke's kernels read today: a cache in q's dtype, or gfx942 fp8 with per-tensor descales.
-SUPPORTED_KV_QUANT_MODES = ("NONE", "FP8_PER_TENSOR")
+# What rocke's kernels read: a cache in q's dtype, gfx942 fp8 with per-tensor descales, and int8
+# or fp8 caches with per-token-head scale caches (ALGORITHM.md §13.2).
+SUPPORTED_KV_QUANT_MODES = ("NONE", "FP8_PER_TENSOR", "INT8_PER_TOKEN_HEAD", "FP8_PER_TOKEN_HEAD")
+PER_TOKEN_HEAD_MODES = ("INT8_PER_TOKEN_HEAD", "FP8_PER_TOKEN_HEAD")
 
 
 def _mode_name(kv_quant_mode) -> str:
@@ -63,30 +65,27 @@ def _mode_name(kv_quant_mode) -> str:
 
 
 def _refuse_unimplemented(output_scale, mm_prefix_range, use_alibi_sqrt, kv_quant_mode,
-                          k_scale_cache, v_scale_cache, k) -> None:
-    """NotImplementedError naming the first argument rocke's kernels do not implement yet."""
-    if output_scale is not None:
-        raise NotImplementedError("output_scale: a quantized (fp8) output is not implemented by "
-                                  "rocke's kernels yet; pass None (out in q's dtype)")
+                          k_scale_cache, v_scale_cache, k) -> str:
+    """NotImplementedError naming the first argument rocke's kernels do not implement yet;
+    returns the mode's member name."""
     if mm_prefix_range is not None:
         raise NotImplementedError("mm_prefix_range: bidirectional multimodal prefix ranges are not "
                                   "implemented by rocke's kernels yet; pass None")
     if not isinstance(use_alibi_sqrt, bool):
         raise ValueError(f"use_alibi_sqrt: must be a bool, got {use_alibi_sqrt!r}")
-    if use_alibi_sqrt:
-        raise NotImplementedError("use_alibi_sqrt: square-root ALiBi is not implemented by "
-                                  "rocke's kernels yet; pass False (plain ALiBi slopes work)")
     mode = _mode_name(kv_quant_mode)
     if mode not in SUPPORTED_KV_QUANT_MODES:
         raise NotImplementedError(f"kv_quant_mode: {mode} is not implemented by rocke's kernels "
                                   f"yet; they read {' and '.join(SUPPORTED_KV_QUANT_MODES)}")
-    for name, t in (("k_scale_cache", k_scale_cache), ("v_scale_cache", v_scale_cache)):
-        if t is not None:
-            raise NotImplementedError(f"{name}: per-token-head scale caches are not implemented "
-                                      f"by rocke's kernels yet (kv_quant_mode {mode}); pass None")
+    if mode not in PER_TOKEN_HEAD_MODES:
+        for name, t in (("k_scale_cache", k_scale_cache), ("v_scale_cache", v_scale_cache)):
+            if t is not None:
+                raise ValueError(f"{name}: scale caches belong to the per-token-head modes "
+                                 f"({' and '.join(PER_TOKEN_HEAD_MODES)}); kv_quant_mode is {mode}")
     if mode == "FP8_PER_TENSOR" and "float8" not in str(getattr(k, "dtype", "")):
         raise ValueError(f"kv_quant_mode: FP8_PER_TENSOR needs fp8 caches "
                          f"(torch.float8_e4m3fnuz), but k is {getattr(k, 'dtype', type(k))}")
+    return mode
 
 
 def uses_3d(max_seqlen_q, num_seqs: int, seq_threshold_3D, num_par_softmax_segments,
@@ -109,10 +108,17 @@ def unified_attention(
     """vLLM's `unified_attention` on rocke's gfx942 kernels; `out` is written in place.
 
     Every argument is checked before any launch; what rocke does not implement yet
-    (`output_scale`, `mm_prefix_range`, `use_alibi_sqrt=True`, per-token-head / sub-byte
-    `kv_quant_mode`s and their scale caches) is refused naming the argument."""
-    _refuse_unimplemented(output_scale, mm_prefix_range, use_alibi_sqrt, kv_quant_mode,
-                          k_scale_cache, v_scale_cache, k)
+    (`mm_prefix_range`, the sub-byte and NVFP4 `kv_quant_mode`s) is refused naming the argument.
+    `output_scale` (fp8 `out`), `use_alibi_sqrt` and the per-token-head modes with their scale
+    caches run (ALGORITHM.md §13); in those modes `k_descale`/`v_descale` are not read, as in
+    vLLM's kernel."""
+    mode = _refuse_unimplemented(output_scale, mm_prefix_range, use_alibi_sqrt, kv_quant_mode,
+                                 k_scale_cache, v_scale_cache, k)
+    quant = dict(output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
+                 kv_quant_mode=mode.lower(), k_scale_cache=k_scale_cache,
+                 v_scale_cache=v_scale_cache)
+    if mode in PER_TOKEN_HEAD_MODES:
+        k_descale = v_descale = None        # vLLM's kernel reads the scale caches only
     for name, value in (("seq_threshold_3D", seq_threshold_3D),
                         ("num_par_softmax_segments", num_par_softmax_segments)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
@@ -127,7 +133,7 @@ def unified_attention(
         au.run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
                                        max_seqlen_k, softmax_scale, causal, window_size,
                                        block_table, softcap, q_descale, k_descale, v_descale,
-                                       alibi_slopes, qq_bias, sinks, backend="2d")
+                                       alibi_slopes, qq_bias, sinks, backend="2d", **quant)
         return
     # vLLM's 3D contract: the caller's segment count and workspaces, as given (graph replay
     # keys them as the caller's tensors, so a captured decode step allocates nothing)
@@ -137,7 +143,7 @@ def unified_attention(
                                    qq_bias, sinks, backend="3d",
                                    segm_workspaces=(softmax_segm_output, softmax_segm_max,
                                                     softmax_segm_expsum),
-                                   num_segments=num_par_softmax_segments)
+                                   num_segments=num_par_softmax_segments, **quant)
 
 
 # ---- torch.ops.rocke.unified_attention ---------------------------------------------------------

@@ -54,9 +54,10 @@ def rsq(x: Value) -> Value:
     return _float_unary(x, "rsq", "llvm.amdgcn.rsq")
 
 
-def sqrt(x: Value) -> Value:
-    """Correctly rounded square root (``llvm.sqrt``)."""
-    return _float_unary(x, "sqrt", "llvm.sqrt")
+def sqrt(x: Value, *, fast: bool = False) -> Value:
+    """Correctly rounded square root (``llvm.sqrt``). ``fast``: the bare hardware ``v_sqrt``
+    (about 1 ulp, no denormal scaling or correction steps)."""
+    return _float_unary(x, "sqrt", "llvm.amdgcn.sqrt" if fast else "llvm.sqrt")
 
 
 def floor(x: Value) -> Value:

@@ -35,6 +35,11 @@ Rules the copy relies on:
   dtype, so the MFMAs that read the tile are unchanged. Without a scale the
   conversion is exact (every e4m3fnuz value is an f16 and a bf16 value). Out-of-range tokens read
   code 0, which decodes to 0. Not with ``lds_dma`` (the DMA writes bytes as they are).
+- per-row scales (``row_scales``): an int8 or fp8 cache whose every row (token) has its own f32
+  scale in a paged scale cache of the same page layout (vLLM's per-token-head KV quantization,
+  ``[num_blocks, block_size, heads]``): each lane reads its row's scale from the same page and
+  the row is decoded to f32, multiplied by it and rounded to the LDS dtype once. Tokens past
+  ``valid_tokens`` read scale 0 and code 0.
 """
 
 from __future__ import annotations
@@ -94,16 +99,22 @@ def min_dma_loads_per_wave(tokens: int, head_dim: int, threads: int, dtype_bytes
 def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, first_token: Value,
                     valid_tokens: Value, thread_index: Value, threads: int, vector: int = 8,
                     transpose: bool = False, lds_dma: bool = False, aux: int = CACHE_NORMAL,
-                    tokens: int | None = None, lds_row0=0, scale: Value | None = None):
+                    tokens: int | None = None, lds_row0=0, scale: Value | None = None,
+                    row_scales: PagedView | None = None):
     """Copy tokens ``[first_token, first_token + tokens)`` of ``cache`` (rows of ``D`` elements)
     into ``lds`` (``[tokens, D]``, or ``[D, tokens]`` with ``transpose``). See the module rules;
     ``first_token`` must be a multiple of ``rows_per_wave(...)`` (a tile start is).
     ``tokens`` / ``lds_row0``: copy into rows (columns with ``transpose``) ``[lds_row0,
     lds_row0 + tokens)`` of a larger tile, e.g. one half of a double buffer. ``scale``: the
-    dequantizing copy of an fp8 cache (module rules)."""
+    dequantizing copy of an fp8 cache (module rules). ``row_scales``: the f32 paged scale cache
+    of a per-row quantized (int8 / fp8) cache (module rules)."""
     if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
         raise dsl_type_error("copy_paged_tile needs a 2-D LdsTensor destination")
-    dequant = _check_dequant(cache, lds, scale, lds_dma)
+    if row_scales is not None:
+        _check_row_scales(cache, lds, scale, row_scales, lds_dma)
+        dequant = True
+    else:
+        dequant = _check_dequant(cache, lds, scale, lds_dma)
     k = lds.kernel
     full, dim = (lds.shape[1], lds.shape[0]) if transpose else lds.shape
     tokens = full if tokens is None else tokens
@@ -156,7 +167,14 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
             c = (lane & (per_row - 1)) * vector if per_row > 1 else k.const(0, T.i32)
             index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
             loaded = rsrc.load(index, width=vector, mask=token0 + r < valid_tokens, aux=aux)
-            if dequant:
+            if row_scales is not None:
+                # int8 decode by register pressure, measured on the attention kernels: the
+                # sign-extending conversion spilled 7 SGPRs in the bf16 d256 3D kernel, the
+                # biased-byte one 1 in the bf16 d64/d128 3D kernels
+                loaded = _dequantize(loaded, _row_scale(row_scales, page, in_page0 + r,
+                                                        token0 + r < valid_tokens, aux), lds.dtype,
+                                     biased_bytes=dim >= 256)
+            elif dequant:
                 loaded = _dequantize(loaded, scale, lds.dtype)
             if transpose:
                 for j, e in enumerate(list(loaded) if vector > 1 else [loaded]):
@@ -171,15 +189,43 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                 copy_run()
 
 
-def _dequantize(codes: Value, scale, dtype):
-    """fp8 codes -> ``dtype`` (times ``scale``). Unscaled to bf16 the f32 value is exact in bf16,
+def _dequantize(codes: Value, scale, dtype, biased_bytes: bool = False):
+    """fp8 (or int8, always scaled) codes -> ``dtype`` (times ``scale``). Unscaled to bf16 the f32 value is exact in bf16,
     so its high half is the bf16 (no rounding code: fewer registers than the RNE sequence)."""
+    if codes.dtype == T.i8 and biased_bytes:
+        # int8 c as the unsigned byte c + 128 (one xor a dword): v_cvt_f32_ubyte{0..3} read
+        # bytes in place, and (u - 128) * s = u * s - 128 s is one fma
+        biased = (codes.bitcast(T.u8) ^ 0x80).to(T.f32)
+        return (biased * scale - scale * 128.0).to(dtype)
     wide = codes.to(T.f32)
     if scale is not None:
         return (wide * scale).to(dtype)
     if dtype == T.bf16:
         return (wide.bitcast(T.u32) >> 16).to(T.u16).bitcast(T.bf16)
     return wide.to(dtype)
+
+
+def _row_scale(row_scales: PagedView, page: Value, in_page: Value, ok: Value, aux: int) -> Value:
+    """The f32 scale of row ``in_page`` of ``page`` (0 where ``ok`` is false)."""
+    rsrc, page_offset = _page_buffer(row_scales, page)
+    return rsrc.load(page_offset + in_page * row_scales.token_stride + row_scales.col_offset,
+                     mask=ok, aux=aux)
+
+
+def _check_row_scales(cache: PagedView, lds: LdsTensor, scale, row_scales: PagedView, lds_dma: bool):
+    src, dst = cache.base.dtype, lds.dtype
+    if src.kind != "fp8" and src != T.i8 or dst.bits != 16:
+        raise dsl_type_error(f"copy_paged_tile: row_scales dequantize an int8 or fp8 cache into a "
+                             f"16-bit LDS tile, got cache {src.name} and LDS {dst.name}")
+    if row_scales.base.dtype != T.f32 or row_scales.page_size != cache.page_size:
+        raise dsl_type_error("copy_paged_tile: row_scales must be an f32 paged view with the "
+                             "cache's page size")
+    if scale is not None:
+        raise dsl_value_error("copy_paged_tile: pass either scale (one per copy) or row_scales "
+                              "(one per row), not both")
+    if lds_dma:
+        raise dsl_value_error("copy_paged_tile: lds_dma writes the cache's bytes as they are; it "
+                              "cannot apply row scales")
 
 
 def _check_dequant(cache: PagedView, lds: LdsTensor, scale, lds_dma: bool) -> bool:

@@ -74,6 +74,8 @@ f64 = DType("f64", 64, "float")
 bf16 = DType("bf16", 16, "bf16")
 fp8_e4m3fnuz = DType("fp8_e4m3fnuz", 8, "fp8")
 fp8_e5m2fnuz = DType("fp8_e5m2fnuz", 8, "fp8")
+# largest finite value of the fnuz fp8 formats (e4m3fnuz: 1.875 * 2^7; e5m2fnuz: 1.75 * 2^15)
+FINITE_MAX = {"fp8_e4m3fnuz": 240.0, "fp8_e5m2fnuz": 57344.0}
 ptr_global = DType("ptr_global", 64, "ptr")
 ptr_lds = DType("ptr_lds", 32, "ptr")
 buffer_rsrc = DType("buffer_rsrc", 128, "ptr")

@@ -121,3 +121,60 @@ def test_paged_copy_rejects_bad_layouts():
     with pytest.raises(ValueError, match="cannot transpose"):
         copy_paged_tile(view16, row, k.lds("t2", (64, 16), "f16"), first_token=n, valid_tokens=n,
                         thread_index=k.thread_id(0), threads=64, lds_dma=True, transpose=True)
+
+
+def _row_scale_kernel(tokens, dim, page_size, code_dtype, dtype, transpose):
+    """Copy one tile of per-row quantized codes with their paged f32 row scales into a 16-bit LDS
+    tile, then LDS -> out."""
+    k = dsl.Kernel(f"paged_rows_{tokens}_{dim}_{page_size}_{code_dtype}_{dtype}_{int(transpose)}",
+                   workgroup_size=128)
+    cache_ptr = k.arg_ptr("cache", code_dtype, readonly=True)
+    scale_ptr = k.arg_ptr("scales", "f32", readonly=True)
+    table_ptr = k.arg_ptr("table", "i32", readonly=True)
+    out_ptr = k.arg_ptr("out", dtype)
+    num_pages, page_stride, token_stride, head_stride, s_page, s_token, head, valid = (
+        k.arg_i32(n) for n in ("num_pages", "page_stride", "token_stride", "head_stride",
+                               "s_page", "s_token", "head", "valid"))
+    shape = (dim, tokens) if transpose else (tokens, dim)
+    tile = k.lds("tile", shape, dtype)
+    view = PagedView(cache_ptr, page_size, page_stride, token_stride, head * head_stride, num_pages)
+    scales = PagedView(scale_ptr, page_size, s_page, s_token, head, num_pages)
+    copy_paged_tile(view, BlockTableRow(table_ptr, k.const(0, "i32")), tile,
+                    first_token=k.const(0, "i32"), valid_tokens=valid, thread_index=k.thread_id(0),
+                    threads=128, transpose=transpose, row_scales=scales)
+    k.barrier()
+    out = out_ptr.buffer(tokens * dim)
+    tid = k.thread_id(0)
+    for i in range(0, tokens * dim, 128):
+        idx = tid + i
+        out.store(idx, tile.load((idx // shape[1], idx % shape[1])))
+    return k
+
+
+@pytest.mark.parametrize("code_dtype, dtype, transpose, dim", [
+    ("i8", "f16", False, 64), ("i8", "bf16", True, 64), ("fp8_e4m3fnuz", "bf16", False, 64),
+    ("i8", "bf16", False, 256),          # d256 decodes int8 as biased bytes
+])
+def test_paged_copy_scales_each_row(code_dtype, dtype, transpose, dim):
+    """row_scales: each (token, head) row times its own scale from the paged scale cache, rounded
+    once to the LDS dtype; every int8 code (-128..127) appears; rows past ``valid`` read 0."""
+    tokens, page_size, heads, num_pages, valid = 32, 16, 2, 3, 27
+    gen = torch.Generator().manual_seed(5)
+    if code_dtype == "i8":
+        codes = (torch.arange(num_pages * page_size * heads * dim) % 256 - 128).to(torch.int8)
+        cache = codes[torch.randperm(codes.numel(), generator=gen)].view(num_pages, page_size, heads, dim)
+    else:
+        cache = (torch.rand(num_pages, page_size, heads, dim, generator=gen) * 400 - 200).to(torch.float8_e4m3fnuz)
+    scales = torch.rand(num_pages, page_size, heads, generator=gen) + 0.01
+    table = torch.tensor([2, 0, 10 ** 6], dtype=torch.int32)     # the third page is never read
+    kern = _row_scale_kernel(tokens, dim, page_size, code_dtype, dtype, transpose)
+    out = torch.full((tokens * dim,), 7.0, dtype=TORCH[dtype])
+    s, ss = cache.stride(), scales.stride()
+    run(kern, (1, 1, 1), [cache, scales, table, out, num_pages, s[0], s[1], s[2], ss[0], ss[1], 1, valid])
+    head = 1
+    want = torch.zeros(tokens, dim)
+    for t in range(valid):
+        page, row = int(table[t // page_size]), t % page_size
+        want[t] = cache[page, row, head].float() * scales[page, row, head]
+    got = out.view(dim, tokens).T if transpose else out.view(tokens, dim)
+    assert torch.equal(got, want.to(TORCH[dtype]))

@@ -313,3 +313,21 @@ def test_hip_without_a_gpu_torch_is_refused_up_front(monkeypatch):
     monkeypatch.delenv("ROCKE_DEVICE", raising=False)
     with pytest.raises(SystemExit, match="--device hip needs a ROCm torch"):
         parity_unified_attention.main(["--device", "hip", "--scenario", TINY_PARITY[0]])
+
+
+def test_parity_features_rows_for_fp8_output_and_per_token_head_caches(tmp_path, monkeypatch):
+    """The features group's §13 rows run on all three tables (scaled to 64 keys): an fp8 output
+    compared dequantized within tolerances.fp8_output_bound, an int8 per-token-head cache; a
+    corrupted fp8 output fails the gate."""
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    names = ["features_out_fp8_fp16_h8kv2_d128", "features_int8_tok_fp16_h8kv1_d64"]
+    report = tmp_path / "parity.json"
+    argv = [a for n in names for a in ("--scenario", n)] + ["--max-kv", "64", "--report", str(report)]
+    assert parity_unified_attention.main(argv) == 0
+    rows = json.loads(report.read_text())["results"]
+    assert [r["status"] for r in rows] == ["PASS"] * 6
+    assert all("ofp8" in r["launched"] for r in rows if r["shape"] == names[0] and r["table"] == "2d")
+    assert all("kvi8tok" in r["launched"] for r in rows if r["shape"] == names[1])
+    assert parity_unified_attention.main(argv[:2] + ["--max-kv", "64", "--report", str(report),
+                                                     "--inject-error"]) == 1
+    assert [r["status"] for r in json.loads(report.read_text())["results"]] == ["FAIL"] * 3

@@ -97,14 +97,11 @@ def test_2d_runs_otherwise_and_the_workspaces_stay_untouched(why):
 
 
 @pytest.mark.parametrize("argument,value", [
-    ("output_scale", torch.ones(())),
     ("mm_prefix_range", torch.zeros(2, 1, 2, dtype=torch.int32)),
-    ("use_alibi_sqrt", True),
-    ("kv_quant_mode", KVQuantMode.INT8_PER_TOKEN_HEAD),
+    ("kv_quant_mode", KVQuantMode.INT4_PER_TOKEN_HEAD),
+    ("kv_quant_mode", KVQuantMode.INT2_PER_TOKEN_HEAD),
     ("kv_quant_mode", KVQuantMode.NVFP4),
-    ("k_scale_cache", torch.ones(4, BLOCK, HK)),
-    ("v_scale_cache", torch.ones(4, BLOCK, HK)),
-])
+])    # output_scale, use_alibi_sqrt and the per-token-head modes run: test_attention_quant.py
 def test_unimplemented_arguments_are_refused_before_launch(monkeypatch, argument, value):
     a = _decode()
     launched = []

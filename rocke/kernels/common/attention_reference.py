@@ -13,11 +13,14 @@ import math
 
 import torch
 
+from rocke.dsl.types import FINITE_MAX
+
 
 def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, softmax_scale,
                    *, causal: bool = True, window_size=(-1, -1), softcap: float = 0.0,
                    alibi_slopes=None, qq_bias=None, sinks=None, q_descale=None, k_descale=None,
-                   v_descale=None) -> torch.Tensor:
+                   v_descale=None, alibi_sqrt: bool = False, k_scale_cache=None,
+                   v_scale_cache=None, output_scale=None) -> torch.Tensor:
     """fp32 ``[total_q, num_q_heads, head_size]`` attention output.
 
     q ``[total_q, Hq, D]``; k/v caches ``[num_blocks, block_size, Hk, D]``; ``cu_seqlens_q``
@@ -26,6 +29,13 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
     it: ``left >= 0`` masks keys more than ``left`` positions before the query, ``right >= 0``
     keys more than ``right`` after it. Descales multiply the (dequantized) q / k / v: a scalar,
     ``[1]``, or per KV head ``[num_seqs, Hk]`` / ``[Hk]`` (the first row is used).
+
+    ALGORITHM.md §13 (vLLM's semantics): ``alibi_sqrt`` makes the ALiBi term
+    ``slope * -sqrt(query_pos - key_pos)`` for keys at or before the query (0 after it);
+    ``k_scale_cache`` / ``v_scale_cache`` ``[num_blocks, block_size, Hk]`` multiply each cache
+    row (per-token-head quantization: int8 or fp8 codes); ``output_scale`` returns the output
+    as vLLM's fp8 store leaves it: ``o / output_scale`` clamped to +-240 and rounded to
+    e4m3fnuz, given back as fp32 values.
     """
     total_q, hq, d = q.shape
     block_size, hk = k_cache.shape[1], k_cache.shape[2]
@@ -43,6 +53,10 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
         pages = block_table[s, :-(-kv_len // block_size)].long()
         k = k_cache[pages].float().reshape(-1, hk, d)[:kv_len] * _per_head(k_descale, hk, 1)
         v = v_cache[pages].float().reshape(-1, hk, d)[:kv_len] * _per_head(v_descale, hk, 1)
+        if k_scale_cache is not None:                    # one scale per (token, KV head) row
+            k = k * k_scale_cache[pages].float().reshape(-1, hk)[:kv_len, :, None]
+        if v_scale_cache is not None:
+            v = v * v_scale_cache[pages].float().reshape(-1, hk)[:kv_len, :, None]
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", qf[q0:q1], k) * softmax_scale   # 1. scale
@@ -52,7 +66,11 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
         key_pos = torch.arange(kv_len)
         query_pos = torch.arange(q_len) + ctx           # absolute position of each query
         rel = key_pos[None, :] - ctx                     # key position relative to the query section
-        if alibi_slopes is not None:                                           # 3. ALiBi
+        if alibi_slopes is not None and alibi_sqrt:                            # 3. ALiBi
+            behind = (query_pos[:, None] - key_pos[None, :]).float()       # query - key
+            term = torch.where(behind >= 0, -behind.clamp(min=0).sqrt(), torch.zeros(()))
+            scores = scores + alibi_slopes.float()[:, None, None] * term[None]
+        elif alibi_slopes is not None:
             scores = scores + alibi_slopes.float()[:, None, None] * rel[None].float()
         if qq_bias is not None:                                                # 4. QQ-bias
             inside = rel >= 0
@@ -77,7 +95,18 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
         if sinks is not None:
             weights = weights[..., :kv_len]
         out[q0:q1] = torch.einsum("hqk,khd->qhd", weights, v)
+    if output_scale is not None:
+        return quantize_fp8_output(out, output_scale)
     return out
+
+
+def quantize_fp8_output(out: torch.Tensor, output_scale) -> torch.Tensor:
+    """vLLM's fp8 output store: ``out * (1 / output_scale)`` (the reciprocal in fp32), clamped
+    to the finite range and rounded to e4m3fnuz; returned as fp32 values."""
+    inv = 1.0 / torch.as_tensor(output_scale, dtype=torch.float32).reshape(())
+    top = FINITE_MAX["fp8_e4m3fnuz"]
+    q = (out.float() * inv).clamp(-top, top)
+    return q.to(torch.float8_e4m3fnuz).float()
 
 
 def _per_head(scale, heads: int, fallback: float):

@@ -60,6 +60,11 @@ class UnifiedAttentionProblem:
     window_left: int = -1
     sinks: bool = False
     kv_dtype: str | None = None  # None: the caches hold `dtype`; "fp8_e4m3fnuz": fp8 with descales
+    # ALGORITHM.md §13: square-root ALiBi, an fp8 output, per-token-head KV scales (kv_dtype
+    # "i8" or "fp8_e4m3fnuz" read with [num_blocks, block_size, Hk] fp32 scale caches)
+    alibi_sqrt: bool = False
+    out_dtype: str | None = None
+    kv_token_scales: bool = False
 
     def __post_init__(self):
         if self.dtype not in DTYPES.values():
@@ -94,6 +99,7 @@ class UnifiedAttentionProblem:
                 not -1 <= self.window_left < 2 ** 31:
             raise ValueError(f"window_left: must be -1 (no window) or an int in [0, 2**31), got "
                              f"{self.window_left!r}")
+        _check_quant_fields(self)
         if self.window_left >= 0 and not self.causal and self.max_seqlen_q > 1:
             raise ValueError("window_left: the sliding window is bottom-right aligned like the "
                              "causal mask (ALGORITHM.md §12.6); it needs causal=True for prefill")
@@ -106,7 +112,19 @@ class UnifiedAttentionProblem:
     def spec_features(self) -> dict[str, bool]:
         """The kernel spec's feature fields for this problem."""
         return dict(softcap=self.softcap > 0, alibi=self.alibi, qq_bias=self.qq_bias,
-                    sliding_window=self.window_left >= 0, sinks=self.sinks)
+                    sliding_window=self.window_left >= 0, sinks=self.sinks,
+                    **self.quant_spec_fields())
+
+    def quant_spec_fields(self) -> dict:
+        """The §13 spec fields that are set (none: the dict is empty, every spec as before)."""
+        out = {}
+        if self.alibi_sqrt:
+            out["alibi_sqrt"] = True
+        if self.out_dtype is not None:
+            out["out_dtype"] = self.out_dtype
+        if self.kv_token_scales:
+            out["kv_token_scales"] = True
+        return out
 
     @property
     def num_queries_per_kv(self) -> int:
@@ -130,6 +148,8 @@ class AttentionCapabilities:
     block_sizes: tuple[int, ...]
     max_group: int                  # query heads per KV head packed into one workgroup
     kv_dtypes: tuple[str, ...]      # cache encodings besides q's dtype
+    token_scale_kv_dtypes: tuple[str, ...] = ()   # caches read with per-token-head scales
+    out_dtypes: tuple[str, ...] = ()              # output encodings besides q's dtype
 
     def check(self, p: UnifiedAttentionProblem) -> None:
         """Refuse a problem the target has no kernel for, naming the field."""
@@ -140,9 +160,16 @@ class AttentionCapabilities:
         if p.num_queries_per_kv > self.max_group:
             raise ValueError(f"num_q_heads: a GQA group of {p.num_queries_per_kv} query heads per "
                              f"KV head exceeds the kernels' {self.max_group}")
-        if p.kv_dtype is not None and p.kv_dtype not in self.kv_dtypes:
+        if p.kv_token_scales:
+            if p.kv_dtype not in self.token_scale_kv_dtypes:
+                raise ValueError(f"kv_dtype: per-token-head scales read caches of "
+                                 f"{self.token_scale_kv_dtypes}, got {p.kv_dtype!r}")
+        elif p.kv_dtype is not None and p.kv_dtype not in self.kv_dtypes:
             raise ValueError(f"kv_dtype: must be None (the caches hold q's dtype) or one of "
                              f"{self.kv_dtypes}, got {p.kv_dtype!r}")
+        if p.out_dtype is not None and p.out_dtype not in self.out_dtypes:
+            raise ValueError(f"out_dtype: must be None (q's dtype) or one of {self.out_dtypes}, "
+                             f"got {p.out_dtype!r}")
 
 
 @functools.cache
@@ -316,7 +343,9 @@ def _check_descale(name: str, t, num_seqs: int, num_kv_heads: int, *, fp8: bool,
 def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
                      softmax_scale, causal, window_size, block_table, softcap, q_descale,
                      k_descale, v_descale, alibi_slopes=None, qq_bias=None,
-                     sinks=None, *, target: str | None = None) -> UnifiedAttentionProblem:
+                     sinks=None, *, target: str | None = None, output_scale=None,
+                     use_alibi_sqrt: bool = False, kv_quant_mode=None, k_scale_cache=None,
+                     v_scale_cache=None) -> UnifiedAttentionProblem:
     """Validate every input on the host (nothing is launched) and describe the call.
 
     Raises ``NotImplementedError`` for what no kernel does (non-causal prefill), ``ValueError``
@@ -345,11 +374,16 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     if str(q.dtype).removeprefix("torch.") not in DTYPES:
         raise ValueError(f"q: dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
     dtype = DTYPES[str(q.dtype).removeprefix("torch.")]
-    kv_dtype = _cache_kv_dtype("k", k, q.dtype)
-    if _cache_kv_dtype("v", v, q.dtype) != kv_dtype or v.dtype != k.dtype:
-        raise ValueError(f"v: dtype {v.dtype} differs from k's {k.dtype}; both caches share one "
-                         "encoding")
-    if out.dtype != q.dtype:
+    token_scales = _token_scale_mode(kv_quant_mode, k, v, k_scale_cache, v_scale_cache)
+    if token_scales:
+        kv_dtype = token_scales
+    else:
+        kv_dtype = _cache_kv_dtype("k", k, q.dtype)
+        if _cache_kv_dtype("v", v, q.dtype) != kv_dtype or v.dtype != k.dtype:
+            raise ValueError(f"v: dtype {v.dtype} differs from k's {k.dtype}; both caches share one "
+                             "encoding")
+    out_dtype = _check_output_scale(output_scale, out, q)
+    if out_dtype is None and out.dtype != q.dtype:
         raise ValueError(f"out: dtype {out.dtype} differs from q's {q.dtype}")
     for name in ("cu_seqlens_q", "seqused_k", "block_table"):
         if named[name].dtype != torch.int32:
@@ -413,7 +447,7 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or \
             not math.isfinite(softmax_scale) or softmax_scale <= 0:
         raise ValueError(f"softmax_scale: must be a finite positive float, got {softmax_scale!r}")
-    fp8 = kv_dtype is not None
+    fp8 = kv_dtype is not None and not token_scales
     _check_descale("k_descale", k_descale, num_seqs, num_kv_heads, fp8=fp8, device=q.device,
                    cache="K cache")
     _check_descale("v_descale", v_descale, num_seqs, num_kv_heads, fp8=fp8, device=q.device,
@@ -426,6 +460,13 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
 
     window_left = _check_window(window_size)
     softcap = _check_softcap(softcap)
+    if not isinstance(use_alibi_sqrt, bool):
+        raise ValueError(f"use_alibi_sqrt: must be a bool, got {use_alibi_sqrt!r}")
+    if use_alibi_sqrt and alibi_slopes is None:
+        raise ValueError("use_alibi_sqrt: square-root ALiBi scales alibi_slopes, which is None")
+    if token_scales:
+        for name, t in (("k_scale_cache", k_scale_cache), ("v_scale_cache", v_scale_cache)):
+            _check_scale_cache(name, t, q, out, (num_blocks, block_size, num_kv_heads))
     for name, t in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
         if t is not None:
             _check_feature_tensor(name, t, q, [num_q_heads], "[num_q_heads]")
@@ -443,9 +484,92 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
         max_seqlen_q=max(1, max_seqlen_q), max_seqlen_k=max(1, max_seqlen_k), causal=causal,
         num_blocks=num_blocks, kv_cache_bytes=cache_bytes, softcap=softcap,
         alibi=alibi_slopes is not None, qq_bias=qq_bias is not None, window_left=window_left,
-        sinks=sinks is not None, kv_dtype=kv_dtype)
+        sinks=sinks is not None, kv_dtype=kv_dtype, alibi_sqrt=use_alibi_sqrt,
+        out_dtype=out_dtype, kv_token_scales=bool(token_scales))
     caps.check(problem)
     return problem
+
+
+# ---- ALGORITHM.md §13: fp8 output, per-token-head KV scales, square-root ALiBi ------------------
+
+OUT_FP8_DTYPES = {"float8_e4m3fnuz": "fp8_e4m3fnuz"}
+# rocke's names of vLLM's KVQuantMode members (rocke.vllm maps the enum onto them)
+KV_QUANT_MODES = ("none", "fp8_per_tensor", "int8_per_token_head", "fp8_per_token_head")
+TOKEN_SCALE_MODES = {"int8_per_token_head": ("int8", "i8"),
+                     "fp8_per_token_head": ("float8_e4m3fnuz", "fp8_e4m3fnuz")}
+
+
+def _check_quant_fields(p) -> None:
+    if not isinstance(p.alibi_sqrt, bool) or not isinstance(p.kv_token_scales, bool):
+        raise ValueError("alibi_sqrt / kv_token_scales: must be bools")
+    if p.alibi_sqrt and not p.alibi:
+        raise ValueError("alibi_sqrt: square-root ALiBi needs ALiBi slopes (alibi=True)")
+    if p.kv_token_scales and p.kv_dtype is None:
+        raise ValueError("kv_token_scales: per-token-head scales need an int8 or fp8 cache (kv_dtype)")
+    if p.out_dtype is not None and not isinstance(p.out_dtype, str):
+        raise ValueError(f"out_dtype: must be None or an encoding's name, got {p.out_dtype!r}")
+
+
+def _token_scale_mode(kv_quant_mode, k, v, k_scale_cache, v_scale_cache) -> str | None:
+    """The cache's kv_dtype for a per-token-head ``kv_quant_mode`` (None for the other modes),
+    after checking the mode, the caches' dtype and that scale caches come exactly with it."""
+    mode = "none" if kv_quant_mode is None else kv_quant_mode
+    if mode not in KV_QUANT_MODES:
+        raise ValueError(f"kv_quant_mode: must be None or one of {KV_QUANT_MODES}, got "
+                         f"{kv_quant_mode!r}")
+    if mode not in TOKEN_SCALE_MODES:
+        for name, t in (("k_scale_cache", k_scale_cache), ("v_scale_cache", v_scale_cache)):
+            if t is not None:
+                raise ValueError(f"{name}: scale caches are read only by the per-token-head modes "
+                                 f"({', '.join(TOKEN_SCALE_MODES)}); kv_quant_mode is {mode!r}")
+        return None
+    torch_name, kv_dtype = TOKEN_SCALE_MODES[mode]
+    for name, t in (("k", k), ("v", v)):
+        if str(t.dtype).removeprefix("torch.") != torch_name:
+            raise ValueError(f"{name}: kv_quant_mode {mode} needs torch.{torch_name} caches, got "
+                             f"{t.dtype}")
+    for name, t in (("k_scale_cache", k_scale_cache), ("v_scale_cache", v_scale_cache)):
+        if t is None:
+            raise ValueError(f"{name}: kv_quant_mode {mode} needs its per-token-head scales "
+                             "(float32 [num_blocks, block_size, num_kv_heads]); got None")
+    return kv_dtype
+
+
+def _check_scale_cache(name: str, t, q, out, shape) -> None:
+    _check_feature_tensor(name, t, q, list(shape), "[num_blocks, block_size, num_kv_heads]")
+    _check_row_major(name, t, "[num_blocks, block_size, num_kv_heads]")
+    if t.numel() and out.numel():
+        a, b = _byte_range(t)
+        lo, hi = _byte_range(out)
+        if a < hi and lo < b:
+            raise ValueError(f"out: overlaps {name} in memory; out must be its own buffer")
+
+
+def _check_output_scale(output_scale, out, q) -> str | None:
+    """The output's encoding: None (q's dtype) without ``output_scale``, else fp8 after checking
+    ``out``'s dtype and the scale (a one-element fp32 tensor, finite and > 0 on the host)."""
+    import torch
+    out_name = str(out.dtype).removeprefix("torch.")
+    if output_scale is None:
+        if out_name in OUT_FP8_DTYPES:
+            raise ValueError(f"out: an {out.dtype} output needs output_scale (its quantization "
+                             "scale); got None")
+        return None
+    if not _is_tensor(output_scale) or output_scale.dtype != torch.float32 or \
+            output_scale.numel() != 1:
+        raise ValueError(f"output_scale: must be a one-element torch.float32 tensor, got "
+                         f"{getattr(output_scale, 'dtype', type(output_scale).__name__)} "
+                         f"{list(getattr(output_scale, 'shape', []))}")
+    if output_scale.device != q.device:
+        raise ValueError(f"output_scale: on {output_scale.device}, but q is on {q.device}")
+    if out_name not in OUT_FP8_DTYPES:
+        raise ValueError(f"out: with output_scale the output is fp8: out must be "
+                         f"torch.float8_e4m3fnuz (gfx942's fp8), got {out.dtype}")
+    if output_scale.device.type == "cpu":
+        value = float(output_scale.reshape(-1)[0])
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"output_scale: must be finite and > 0, got {value!r}")
+    return OUT_FP8_DTYPES[out_name]
 
 
 NON_CAUSAL_PREFILL = ("causal: non-causal prefill (causal=False with a query longer than 1 token) "
@@ -694,7 +818,9 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                                 softmax_scale, causal, window_size, block_table, softcap,
                                 q_descale, k_descale, v_descale, alibi_slopes=None, qq_bias=None,
                                 sinks=None, *, backend: str = "auto", segm_workspaces=None,
-                                num_segments: int | None = None) -> RunRecord | None:
+                                num_segments: int | None = None, output_scale=None,
+                                use_alibi_sqrt: bool = False, kv_quant_mode=None,
+                                k_scale_cache=None, v_scale_cache=None) -> RunRecord | None:
     """vLLM's ``unified_attention`` on rocke's kernels; ``out`` is written in place.
 
     The device follows the tensors (``launch_device_kind``): CPU tensors run on the emulator,
@@ -705,8 +831,10 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     ``backend``: "auto" (the dispatcher), "2d" or "3d" (forced, for A/B tables).
     ``segm_workspaces=(output, max, expsum)`` and ``num_segments``: the caller's 3D workspaces
     and segment count (vLLM's ``softmax_segm_*`` and ``num_par_softmax_segments``), used as
-    given, so a captured decode step allocates nothing. Returns what was launched (vLLM ignores
-    the return value), or None for an empty batch."""
+    given, so a captured decode step allocates nothing. ``output_scale`` (fp8 ``out``),
+    ``use_alibi_sqrt`` and ``kv_quant_mode`` ("none", "fp8_per_tensor", "int8_per_token_head",
+    "fp8_per_token_head") with ``k_scale_cache`` / ``v_scale_cache``: vLLM's, ALGORITHM.md §13.
+    Returns what was launched (vLLM ignores the return value), or None for an empty batch."""
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if segm_workspaces is not None and num_segments is None:
@@ -715,7 +843,12 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     args = (q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
             causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
             alibi_slopes, qq_bias, sinks)
-    if alibi_slopes is None and qq_bias is None and sinks is None:
+    quant = dict(output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
+                 kv_quant_mode=kv_quant_mode, k_scale_cache=k_scale_cache,
+                 v_scale_cache=v_scale_cache)
+    if alibi_slopes is None and qq_bias is None and sinks is None and \
+            quant == dict(output_scale=None, use_alibi_sqrt=False, kv_quant_mode=None,
+                          k_scale_cache=None, v_scale_cache=None):
         key = _call_key(args, backend, segm_workspaces, num_segments, knobs)
     else:
         key = None          # feature tensors' values are checked on every call
@@ -724,7 +857,7 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         if entry.check_contents is not None:
             entry.check_contents()
         return entry.run()
-    problem = describe_problem(*args)
+    problem = describe_problem(*args, **quant)
     if problem.total_q == 0:
         return None
     device_kind = launch_device_kind(q)
@@ -732,9 +865,13 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     the_plan = target.plan(problem, backend, knobs, num_segments=num_segments)
     kernels = [compiled(spec) for spec in the_plan.specs]     # every build before any launch
     descales = ((_descale_tensor("k_descale", k_descale), _descale_tensor("v_descale", v_descale))
-                if problem.kv_dtype is not None else ())
+                if problem.kv_dtype is not None and not problem.kv_token_scales else ())
     features = dict(softcap=problem.softcap, alibi_slopes=alibi_slopes, qq_bias=qq_bias,
                     window_left=problem.window_left, sinks=sinks)
+    if problem.kv_token_scales:
+        features.update(k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
+    if problem.out_dtype is not None:
+        features["output_scale"] = output_scale
     launches, workspace = target.launches(the_plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k,
                                           block_table, float(softmax_scale), descales, features,
                                           workspaces=segm_workspaces)

@@ -33,3 +33,22 @@ def attention_atol(dtype: str, kv_dtype: str | None = None) -> float:
         raise ValueError(f"kv_dtype: no attention tolerance for {kv_dtype!r}; have "
                          f"{sorted(FP8_KV_EXTRA_ATOL)}")
     return ATTENTION_ATOL[dtype] + FP8_KV_EXTRA_ATOL[kv_dtype]
+
+
+# fp8 (e4m3fnuz) output (ALGORITHM.md §13.1): the kernel's value before the store is within
+# attention_atol of the reference's, so after the division by output_scale within atol / scale;
+# rounding to e4m3fnuz is monotone, so the two stored values differ by at most that plus one
+# e4m3fnuz step at their magnitude (3 mantissa bits: 2^(e - 3); below the normal range the
+# subnormal step 2^-10).
+FP8_E4M3FNUZ_MANTISSA_BITS = 3
+FP8_E4M3FNUZ_MIN_EXPONENT = -7
+
+
+def fp8_output_bound(dtype: str, ref, output_scale: float, kv_dtype: str | None = None):
+    """Per-element bound on |kernel fp8 output - reference| (both as fp32 values; ``ref`` as
+    ``ref_paged_attn(..., output_scale=...)`` returns it), for q dtype ``dtype``."""
+    import torch
+    slack = attention_atol(dtype, kv_dtype) / float(output_scale)
+    mag = ref.abs() + slack
+    exponent = torch.floor(torch.log2(mag.clamp(min=2.0 ** FP8_E4M3FNUZ_MIN_EXPONENT)))
+    return slack + torch.exp2(exponent - FP8_E4M3FNUZ_MANTISSA_BITS)

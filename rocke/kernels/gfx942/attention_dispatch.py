@@ -17,12 +17,15 @@ from rocke.kernels.common.attention_unified import (BACKENDS, AttentionCapabilit
                                                     UnifiedAttentionProblem, cdiv)
 from rocke.kernels.common.knobs import AttentionKnobs
 from rocke.kernels.gfx942 import attention_policy as policy
+from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
 from rocke.kernels.gfx942 import attention_tiled_3d as a3
 from rocke.kernels.gfx942 import reduce_segments
 
 CAPABILITIES = AttentionCapabilities(head_sizes=a2.HEAD_SIZES, block_sizes=a2.BLOCK_SIZES,
-                                     max_group=a2.MAX_GROUP, kv_dtypes=a2.KV_DTYPES)
+                                     max_group=a2.MAX_GROUP, kv_dtypes=a2.KV_DTYPES,
+                                     token_scale_kv_dtypes=quant.TOKEN_SCALE_KV_DTYPES,
+                                     out_dtypes=quant.OUT_DTYPES)
 
 # the 2D grid "fills the device" at this many workgroups per CU (ALGORITHM.md §10.1)
 WORKGROUPS_PER_CU_TARGET = 4
@@ -274,12 +277,17 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
         raise NotImplementedError(f"{cls.__name__} lacks the dispatcher's fields {missing}")
     kwargs = dict(wanted)
     kwargs.update(knobs_mod.spec_overrides(knobs, cls))
+    out_dtype = kwargs.pop("out_dtype", None) if geo.path == "3d" else None
     if geo.path == "3d":
         kwargs.pop("q_major_grid", None)     # a 2D grid lever: the 3D grid has no query-major form
     spec = cls(**kwargs)
     if geo.path == "2d":
         return (spec,)
-    return (spec, reduce_segments.ReduceSegmentsSpec(problem.dtype, problem.head_size))
+    # an fp8 output is quantized by the reduction (the 3D kernel writes fp32 partials)
+    reduce = reduce_segments.ReduceSegmentsSpec(problem.dtype, problem.head_size)
+    if out_dtype is not None:
+        reduce = replace(reduce, out_dtype=out_dtype)
+    return (spec, reduce)
 
 
 def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
@@ -365,10 +373,13 @@ def launches(the_plan: Plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k, blo
         segm_max = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
         segm_expsum = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
         owned = (segm_output, segm_max, segm_expsum)
+    features = dict(features)
+    output_scale = features.pop("output_scale", None)       # reduce_segments quantizes
     args3 = a3.kernel_args(spec3, q, k, v, segm_output, segm_max, segm_expsum, block_table,
                            cu_seqlens_q, seqused_k, softmax_scale, ns, *descales, **features)
     grid3, block3 = a3.launch_geometry(spec3, problem.num_seqs, problem.total_q,
                                        problem.num_kv_heads, ns)
-    args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out, ns)
+    args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out, ns,
+                                         output_scale=output_scale)
     grid_r, block_r = reduce_segments.launch_geometry(spec_r, problem.total_q, hq)
     return ([(kernels[0], grid3, block3, args3), (kernels[1], grid_r, block_r, args_r)], owned)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from rocke.dsl.fragment import ROW, store_fragment
+from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942.attention_pipeline import TransposedX8Path, WorkgroupContext, row_runs
 from rocke.kernels.gfx942.attention_policy import STAGING_VECTOR
 
@@ -25,9 +26,20 @@ def _store_narrow_output(path, l, o):
     """O -> rows of ``out`` straight from the accumulators (queries on rows)."""
     c = path.c
     out_buf = c.a.out.buffer(c.total_q * c.a.o_stride_token)
+    convert = _output_conversion(path)
     for frag, row0, d0 in path.output_fragments(l, o, True):
-        _store_rows(c, out_buf, frag.to(path.spec.dtype), path.row_axis, row0, d0,
+        _store_rows(c, out_buf, convert(frag), path.row_axis, row0, d0,
                     c.a.o_stride_token, c.a.o_stride_head)
+
+
+def _output_conversion(path):
+    """f32 output fragment -> ``out``'s dtype: q's, or fp8 quantized with 1 / output_scale
+    (``attention_quant``, ALGORITHM.md §13.1)."""
+    s = path.spec
+    if s.out_dtype is None:
+        return lambda frag: frag.to(s.dtype)
+    inv = quant.inverse_output_scale(path.c.a.output_scale)
+    return lambda frag: quant.quantised(frag, inv, s.out_dtype)
 
 
 def _store_rows(c, buf, frag, row_axis, row0, d0, stride_token, stride_head):
@@ -45,10 +57,11 @@ def _store_transposed_x8_output(path, l, o):
     """O^T -> LDS (aliased onto the dead K/V tiles) -> coalesced row stores."""
     c, k, s = path.c, path.k, path.spec
     D = s.head_size
-    acc_lds = path.lds_plan.allocate(k, "acc_stage", s.dtype)
+    acc_lds = path.lds_plan.allocate(k, "acc_stage", s.out_dtype or s.dtype)
+    convert = _output_conversion(path)
     k.barrier()     # every warp is done with K/V (the loop's last barrier may be skipped)
     for frag, col0, d0 in path.output_fragments(l, o, True):
-        store_fragment(acc_lds, frag.to(s.dtype), (d0, col0), transposed=True)
+        store_fragment(acc_lds, convert(frag), (d0, col0), transposed=True)
     k.barrier()
     out_buf = c.a.out.buffer(c.total_q * c.a.o_stride_token)
     per_row = D // STAGING_VECTOR

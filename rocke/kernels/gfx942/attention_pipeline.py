@@ -19,6 +19,7 @@ from rocke.dsl.magic import udiv_const
 from rocke.dsl.paged import CACHE_POLICIES, BlockTableRow, PagedView, copy_paged_tile, min_dma_loads_per_wave
 from rocke.dsl.softmax import LOG2E, online_softmax_update
 from rocke.kernels.gfx942 import attention_policy as policy
+from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942.attention_policy import STAGING_VECTOR
 
 
@@ -37,7 +38,7 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
         a.segm_max = k.arg_ptr("segm_max", "f32")
         a.segm_expsum = k.arg_ptr("segm_expsum", "f32")
     else:
-        a.out = k.arg_ptr("out", dt)
+        a.out = k.arg_ptr("out", spec.out_dtype or dt)
     a.block_table = k.arg_ptr("block_table", "i32", readonly=True)
     a.cu_seqlens_q = k.arg_ptr("cu_seqlens_q", "i32", readonly=True)
     a.seqused_k = k.arg_ptr("seqused_k", "i32", readonly=True)
@@ -72,6 +73,7 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
         a.window_left = k.arg_i32("window_left")
     if spec.sinks:
         a.sinks = k.arg_ptr("sinks", "f32", readonly=True)
+    quant.declare_args(k, spec, a, split)      # after the features' (attention_quant)
     return a
 
 
@@ -122,12 +124,14 @@ class WorkgroupContext:
         s = self.spec
         copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
-                        lds_dma=s.global_load_lds_k, aux=self.aux, **kw)
+                        lds_dma=s.global_load_lds_k, aux=self.aux,
+                        row_scales=quant.scale_view(self, "k"), **kw)
 
     def copy_v(self, lds, first):
         copy_paged_tile(self.v_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
-                        transpose=not self.spec.cfv_store, aux=self.aux)
+                        transpose=not self.spec.cfv_store, aux=self.aux,
+                        row_scales=quant.scale_view(self, "v"))
 
 
 def load_q_rows_to_lds(c: WorkgroupContext, q_lds):
@@ -290,7 +294,8 @@ class TileLoop:
         tok, _ = c.row_token(rows)
         rel = keys - c.ctx if s.alibi or s.qq_bias else None   # key position in the query section
         if s.alibi:
-            scaled = scaled + self.alibi_rows[group] * rel.to(dsl.f32)
+            offset = quant.alibi_sqrt_offset(tok, c.ctx, keys) if s.alibi_sqrt else rel.to(dsl.f32)
+            scaled = scaled + self.alibi_rows[group] * offset
         if s.qq_bias:
             scaled = scaled + _qq_bias_values(c, tok, rel, score.layout.values_per_lane) * LOG2E
         if not masked:

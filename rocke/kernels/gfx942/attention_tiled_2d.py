@@ -38,6 +38,7 @@ from rocke import dsl
 from rocke.dsl.paged import CACHE_POLICIES, rows_per_wave
 from rocke.kernels.common.checks import check_bool, check_choice, check_int_range, check_tensor
 from rocke.kernels.gfx942 import attention_policy as policy
+from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942.attention_host import (ARGS_FP8, cache_args, check_common_args,  # noqa: F401
                                                  descale_args, feature_arg_names, feature_args,
                                                  launch_geometry, search_steps_for,
@@ -85,6 +86,11 @@ class UnifiedAttention2DSpec:
     qq_bias: bool = False              # s += bias[q_local, key - ctx] inside the query section
     sliding_window: bool = False       # mask keys older than the window; skip tiles outside it
     sinks: bool = False                # per-head sink logit in the softmax denominator
+    # fp8 output, per-token-head KV scales, square-root ALiBi (attention_quant, ALGORITHM.md
+    # §13): arguments after the features', so the defaults emit exactly the kernels above
+    alibi_sqrt: bool = False           # ALiBi term slope * -sqrt(query - key) (needs alibi)
+    out_dtype: str | None = None       # None: out in `dtype`; "fp8_e4m3fnuz": / output_scale, saturated
+    kv_token_scales: bool = False      # kv_dtype i8/fp8 with [num_blocks, block_size, Hk] f32 scales
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -112,7 +118,8 @@ class UnifiedAttention2DSpec:
 
     @property
     def fp8_kv(self) -> bool:
-        return self.kv_dtype is not None
+        """An fp8 cache with per-tensor/head/sequence descales (not per-token-head scales)."""
+        return self.kv_dtype is not None and not self.kv_token_scales
 
     @property
     def block_m_rows(self) -> int:
@@ -148,7 +155,7 @@ class UnifiedAttention2DSpec:
                 name += f"_{tag}"
             elif value and value is not False:
                 name += f"_{tag}{value}"
-        return name
+        return name + quant.name_suffix(self)
 
 
 def resolved_tile(spec) -> int:
@@ -186,8 +193,10 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_int_range, "waves_per_eu", spec.waves_per_eu, 0, 8)
     ok &= rule(check_choice, "kv_cache_policy", spec.kv_cache_policy, tuple(CACHE_POLICIES))
     if spec.kv_dtype is not None:
-        ok &= rule(check_choice, "kv_dtype", spec.kv_dtype, KV_DTYPES)
-    if not ok:
+        ok &= rule(check_choice, "kv_dtype", spec.kv_dtype,
+                   quant.TOKEN_SCALE_KV_DTYPES if spec.kv_token_scales is True else KV_DTYPES)
+    out += quant.quant_problems(spec)
+    if out:
         return out
     if spec.kv_dtype is not None and spec.global_load_lds_k:
         out.append("global_load_lds_k: the LDS DMA writes the cache's bytes as they are; an fp8 "
@@ -265,12 +274,14 @@ def lds_model(spec, *, tile: int | None = None) -> dict[str, int]:
 # ---- host side: the 2D kernel's arguments (attention_host has the shared checks) --------
 
 def kernel_args(spec, q, k_cache, v_cache, out, block_table, cu_seqlens_q, seqused_k,
-                softmax_scale: float, k_descale=None, v_descale=None, **features) -> list:
+                softmax_scale: float, k_descale=None, v_descale=None, output_scale=None,
+                k_scale_cache=None, v_scale_cache=None, **features) -> list:
     """Ordered kernel arguments (ARGS, then ARGS_FP8 for an fp8 cache, then
     ``feature_arg_names``) for vLLM-layout tensors; cheap per-tensor checks. ``features``:
     ``feature_args``'s keywords."""
     check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k)
-    check_tensor("out", out, dtype=spec.dtype, dims=("total_q", "num_q_heads", "head_size"), contiguous=False)
+    check_tensor("out", out, dtype=spec.out_dtype or spec.dtype, dims=("total_q", "num_q_heads", "head_size"),
+                 contiguous=False)
     if out.shape != q.shape:
         raise ValueError(f"out: shape {tuple(out.shape)} differs from q's {tuple(q.shape)}")
     num_seqs = seqused_k.shape[0]
@@ -278,7 +289,9 @@ def kernel_args(spec, q, k_cache, v_cache, out, block_table, cu_seqlens_q, sequs
     return [q, k_cache, v_cache, out, block_table, cu_seqlens_q, seqused_k, float(softmax_scale),
             num_seqs, search_steps_for(num_seqs), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
             *cache_args(k_cache), *cache_args(v_cache)[:3], block_table.stride(0), *scales,
-            *feature_args(spec, q.shape[1], **features)]
+            *feature_args(spec, q.shape[1], **features),
+            *quant.quant_args(spec, split=False, k_cache=k_cache, output_scale=output_scale,
+                              k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)]
 
 
 ARGS = ("q", "k_cache", "v_cache", "out", "block_table", "cu_seqlens_q", "seqused_k", "softmax_scale",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields as dataclass_fields
 from rocke import dsl
 from rocke.kernels.common.checks import (check_extent, check_grid_extent, check_index_extent,
                                          check_tensor)
+from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
 from rocke.kernels.gfx942.attention_host import (ARGS_FP8, cache_args, check_common_args,
                                                  descale_args, feature_args, search_steps_for)
@@ -36,6 +37,8 @@ class UnifiedAttention3DSpec(UnifiedAttention2DSpec):
         if self.q_major_grid is not False:
             raise ValueError("q_major_grid: the 3D grid is (q blocks, kv heads, segments); it has no "
                              "query-major variant")
+        if self.out_dtype is not None:
+            raise ValueError(OUT_DTYPE_3D)
         super().__post_init__()
 
     @property
@@ -48,12 +51,14 @@ def supports_tiled_3d(spec=None, **fields) -> bool:
     merged = dict(fields)
     if spec is not None:
         merged = {**{f: getattr(spec, f) for f in _FIELDS}, **fields}
-    if merged.get("q_major_grid", False) is not False:
+    if merged.get("q_major_grid", False) is not False or merged.get("out_dtype") is not None:
         return False
     return a2.supports_tiled_2d(**merged)
 
 
 _FIELDS = tuple(f.name for f in dataclass_fields(UnifiedAttention2DSpec))
+OUT_DTYPE_3D = ("out_dtype: the 3D kernel writes fp32 partials; reduce_segments quantizes the "
+                "output (ReduceSegmentsSpec.out_dtype)")
 
 
 def build(spec: UnifiedAttention3DSpec) -> dsl.Kernel:
@@ -74,7 +79,8 @@ def launch_geometry(spec, num_seqs: int, total_q: int, num_kv_heads: int, num_se
 
 def kernel_args(spec, q, k_cache, v_cache, segm_output, segm_max, segm_expsum, block_table,
                 cu_seqlens_q, seqused_k, softmax_scale: float, num_segments: int,
-                k_descale=None, v_descale=None, **features) -> list:
+                k_descale=None, v_descale=None, k_scale_cache=None, v_scale_cache=None,
+                **features) -> list:
     """Ordered kernel arguments (ARGS, then ARGS_FP8 for an fp8 cache, then the 2D kernel's
     ``feature_arg_names``); cheap per-tensor checks. ``features``:
     ``attention_tiled_2d.feature_args``'s keywords."""
@@ -97,7 +103,9 @@ def kernel_args(spec, q, k_cache, v_cache, segm_output, segm_max, segm_expsum, b
     return [q, k_cache, v_cache, segm_output, segm_max, segm_expsum, block_table, cu_seqlens_q,
             seqused_k, float(softmax_scale), num_seqs, search_steps_for(num_seqs), q.stride(0),
             q.stride(1), int(num_segments), hq, *cache_args(k_cache), *cache_args(v_cache)[:3],
-            block_table.stride(0), *scales, *feature_args(spec, hq, **features)]
+            block_table.stride(0), *scales, *feature_args(spec, hq, **features),
+            *quant.quant_args(spec, split=True, k_cache=k_cache, k_scale_cache=k_scale_cache,
+                              v_scale_cache=v_scale_cache)]
 
 
 ARGS = ("q", "k_cache", "v_cache", "segm_output", "segm_max", "segm_expsum", "block_table",

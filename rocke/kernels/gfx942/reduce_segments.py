@@ -25,6 +25,7 @@ from rocke.dsl import exp2, maximum, rcp, select, shuffle_xor, splat, wave_max, 
 from rocke.kernels.common.checks import (I32_LIMIT, check_choice, check_extent, check_index_extent,
                                          torch_dtype)
 from rocke.dsl.softmax import finite_base
+from rocke.kernels.gfx942 import attention_quant as quant
 
 DTYPES = ("f16", "bf16")
 HEAD_SIZES = (64, 128, 256)   # d256: 64 lanes x 4 fp32 hold one segment row (one pass per segment)
@@ -36,9 +37,13 @@ class ReduceSegmentsSpec:
     dtype: str = "f16"          # dtype of ``out`` (the attention's q/out dtype)
     head_size: int = 128
     vector_width: int = 4       # fp32 elements of one segment's ``o`` per lane per load
+    out_dtype: str | None = None  # None: out in ``dtype``; "fp8_e4m3fnuz": times 1 / output_scale,
+                                  # saturated (attention_quant, ALGORITHM.md §13.1)
 
     def __post_init__(self):
         check_choice("dtype", self.dtype, DTYPES)
+        if self.out_dtype is not None:
+            check_choice("out_dtype", self.out_dtype, quant.OUT_DTYPES)
         check_choice("head_size", self.head_size, HEAD_SIZES)
         check_choice("vector_width", self.vector_width, (1, 2, 4))
         if self.head_size // self.vector_width > WAVE:
@@ -60,7 +65,8 @@ class ReduceSegmentsSpec:
 
     @property
     def kernel_name(self) -> str:
-        return f"reduce_segments_{self.dtype}_d{self.head_size}_v{self.vector_width}"
+        return (f"reduce_segments_{self.dtype}_d{self.head_size}_v{self.vector_width}"
+                + ("_ofp8" if self.out_dtype else ""))
 
 
 VARIANTS = {
@@ -75,11 +81,12 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
     segm_output = k.arg_ptr("segm_output", dsl.f32, readonly=True)
     segm_max = k.arg_ptr("segm_max", dsl.f32, readonly=True)
     segm_expsum = k.arg_ptr("segm_expsum", dsl.f32, readonly=True)
-    out = k.arg_ptr("out", spec.dtype)
+    out = k.arg_ptr("out", spec.out_dtype or spec.dtype)
     num_segments = k.arg_i32("num_segments")
     num_q_heads = k.arg_i32("num_q_heads")
     out_stride_token = k.arg_i32("out_stride_token")
     out_stride_head = k.arg_i32("out_stride_head")
+    output_scale = k.arg_ptr("output_scale", dsl.f32, readonly=True) if spec.out_dtype else None
 
     token, head = k.block_id(0), k.block_id(1)
     lane = k.lane_id()
@@ -125,7 +132,11 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
     inv_l = select(l_row > 0.0, rcp(l_row), 0.0)   # every segment empty -> 0
     result = acc * (splat(inv_l, vw) if vw > 1 else inv_l)
     out_row = out.offset(token * out_stride_token + head * out_stride_head).buffer(d)
-    out_row.store(col, result.to(spec.dtype), mask=group == 0)
+    if spec.out_dtype:
+        result = quant.quantised(result, quant.inverse_output_scale(output_scale), spec.out_dtype)
+    else:
+        result = result.to(spec.dtype)
+    out_row.store(col, result, mask=group == 0)
     return k
 
 
@@ -134,7 +145,7 @@ def _shape(t) -> list[int]:
 
 
 def kernel_args(spec: ReduceSegmentsSpec, segm_output, segm_max, segm_expsum, out,
-                num_segments: int) -> list:
+                num_segments: int, output_scale=None) -> list:
     """The launch arguments, after cheap per-tensor checks (dtypes, shapes, strides, 32-bit
     limits). ``out`` may be a strided view with a unit stride on head_size."""
     import torch
@@ -144,8 +155,8 @@ def kernel_args(spec: ReduceSegmentsSpec, segm_output, segm_max, segm_expsum, ou
     total_q, num_q_heads, head_size = out.shape
     if head_size != spec.head_size:
         raise ValueError(f"out: head_size {head_size} does not match the spec's {spec.head_size}")
-    if out.dtype != torch_dtype(spec.dtype):
-        raise ValueError(f"out: dtype must be {torch_dtype(spec.dtype)}, got {out.dtype}")
+    if out.dtype != torch_dtype(spec.out_dtype or spec.dtype):
+        raise ValueError(f"out: dtype must be {torch_dtype(spec.out_dtype or spec.dtype)}, got {out.dtype}")
     if out.stride(2) != 1:
         raise ValueError(f"out: head_size must have unit stride, got strides {out.stride()}")
     check_extent("total_q", total_q)
@@ -172,7 +183,11 @@ def kernel_args(spec: ReduceSegmentsSpec, segm_output, segm_max, segm_expsum, ou
     last = (total_q - 1) * st + (num_q_heads - 1) * sh + head_size
     if last >= I32_LIMIT:
         raise ValueError(f"out: spans {last} elements, beyond the kernel's 32-bit indexing")
-    return [segm_output, segm_max, segm_expsum, out, num_segments, num_q_heads, st, sh]
+    scale = quant.quant_args(spec, split=False, output_scale=output_scale) if spec.out_dtype else []
+    if output_scale is not None and not spec.out_dtype:
+        raise ValueError(f"output_scale: the kernel {spec.kernel_name} writes q's dtype and takes "
+                         "no output scale")
+    return [segm_output, segm_max, segm_expsum, out, num_segments, num_q_heads, st, sh, *scale]
 
 
 def launch_geometry(spec: ReduceSegmentsSpec, total_q: int, num_q_heads: int):

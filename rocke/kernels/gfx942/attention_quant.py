@@ -1,0 +1,161 @@
+"""gfx942 unified attention: fp8 output, per-token-head KV scales and square-root ALiBi
+(ALGORITHM.md §13), as vLLM's ``unified_attention`` applies them. Each is a spec field whose
+default emits exactly the kernel without it: these helpers add arguments after every other one
+and code only when their field is set.
+
+- ``out_dtype="fp8_e4m3fnuz"`` (2D and ``reduce_segments``): the normalised output times
+  ``1 / output_scale`` (a one-element fp32 tensor, divided once per workgroup), clamped to the
+  format's finite range (saturating) and rounded to e4m3fnuz.
+- ``kv_token_scales`` with ``kv_dtype`` int8 or fp8: each cache row (token, KV head) has its
+  own fp32 scale in ``k_scale_cache`` / ``v_scale_cache`` ``[num_blocks, block_size,
+  num_kv_heads]``, applied to the row in the paged tile copy (``rocke.dsl.paged``).
+- ``alibi_sqrt``: the ALiBi term is ``slope * -sqrt(query_pos - key_pos)`` for keys at or before
+  the query, 0 after it, instead of ``slope * (key_pos - context_len)``.
+"""
+from __future__ import annotations
+
+from rocke import dsl
+from rocke.dsl.paged import PagedView
+from rocke.dsl.types import FINITE_MAX
+
+OUT_DTYPES = ("fp8_e4m3fnuz",)                   # gfx942's fp8
+TOKEN_SCALE_KV_DTYPES = ("i8", "fp8_e4m3fnuz")   # caches read with per-token-head scales
+
+
+def quant_problems(spec) -> list[str]:
+    """The rules of the three fields (``spec_problems`` appends them), each naming its field."""
+    out = []
+    if not isinstance(spec.alibi_sqrt, bool):
+        out.append(f"alibi_sqrt: must be a bool, got {spec.alibi_sqrt!r}")
+    elif spec.alibi_sqrt and spec.alibi is not True:
+        out.append("alibi_sqrt: square-root ALiBi shapes the ALiBi term; it needs alibi=True")
+    if spec.out_dtype is not None and spec.out_dtype not in OUT_DTYPES:
+        out.append(f"out_dtype: must be None (q's dtype) or one of {OUT_DTYPES}, got "
+                   f"{spec.out_dtype!r}")
+    if not isinstance(spec.kv_token_scales, bool):
+        out.append(f"kv_token_scales: must be a bool, got {spec.kv_token_scales!r}")
+    elif spec.kv_token_scales:
+        if spec.kv_dtype not in TOKEN_SCALE_KV_DTYPES:
+            out.append(f"kv_token_scales: per-token-head scales read an int8 or fp8 cache; "
+                       f"kv_dtype must be one of {TOKEN_SCALE_KV_DTYPES}, got {spec.kv_dtype!r}")
+    return out
+
+
+def name_suffix(spec) -> str:
+    """The kernel-name tags of the fields that are set ('' for none: names unchanged)."""
+    tags = ""
+    if spec.alibi_sqrt:
+        tags += "_asqrt"
+    if spec.kv_token_scales:
+        tags += f"_kv{'i8' if spec.kv_dtype == 'i8' else 'fp8'}tok"
+    if spec.out_dtype is not None:
+        tags += "_ofp8"
+    return tags
+
+
+def arg_names(spec, split: bool) -> tuple[str, ...]:
+    """The runtime arguments these fields append (after the score features')."""
+    names = ()
+    if spec.kv_token_scales:
+        names += ("k_scale_cache", "v_scale_cache", "scale_stride_block", "scale_stride_token",
+                  "scale_stride_head")
+    if spec.out_dtype is not None and not split:
+        names += ("output_scale",)
+    return names
+
+
+def declare_args(k, spec, a, split: bool) -> None:
+    if spec.kv_token_scales:
+        # one set of strides for both scale caches (checked equal on the host): 3 fewer SGPRs
+        for which in ("k", "v"):
+            setattr(a, f"{which}_scale_cache", k.arg_ptr(f"{which}_scale_cache", "f32", readonly=True))
+        for part in ("block", "token", "head"):
+            name = f"scale_stride_{part}"
+            setattr(a, name, k.arg_i32(name))
+    if spec.out_dtype is not None and not split:
+        a.output_scale = k.arg_ptr("output_scale", "f32", readonly=True)
+
+
+def scale_view(c, which: str) -> PagedView | None:
+    """The paged view of this KV head's k or v scale cache, or None without per-token scales."""
+    s, a = c.spec, c.a
+    if not s.kv_token_scales:
+        return None
+    ptr = getattr(a, f"{which}_scale_cache")
+    stride = {p: getattr(a, f"scale_stride_{p}") for p in ("block", "token", "head")}
+    return PagedView(ptr, s.block_size, stride["block"], stride["token"],
+                     c.kv_head * stride["head"], a.num_blocks, s.kv_addr_64)
+
+
+def alibi_sqrt_offset(tok, ctx, keys):
+    """``-sqrt(query_pos - key)`` for keys at or before the query's position, else 0 (f32)."""
+    # sqrt(max(query - key, 0)) is 0 for keys after the query: no per-value compare (each would
+    # hold an SGPR pair); v_sqrt (~1 ulp) of an exact integer, not the correctly rounded
+    # expansion, whose range checks cost the same (spills on transposed-x8's 16 values a lane)
+    behind = dsl.maximum(tok + ctx - keys, 0)
+    return -dsl.sqrt(behind.to(dsl.f32), fast=True)
+
+
+def inverse_output_scale(output_scale_ptr):
+    """``1 / output_scale`` (IEEE division, as vLLM's host computes it in fp32)."""
+    return 1.0 / output_scale_ptr.load(0)
+
+
+def quantised(values, inv_scale, out_dtype: str):
+    """f32 ``values`` (a Value or Fragment) times ``inv_scale``, clamped to ``out_dtype``'s
+    finite range (saturating, as vLLM clamps before its store) and rounded to it."""
+    top = FINITE_MAX[out_dtype]
+    scaled = values * inv_scale
+    if hasattr(scaled, "layout"):
+        return scaled.map(lambda v: dsl.minimum(dsl.maximum(v, -top), top)).to(out_dtype)
+    return dsl.minimum(dsl.maximum(scaled, -top), top).to(out_dtype)
+
+
+# ---- host side ---------------------------------------------------------------------------------
+
+def check_scale_cache(name: str, t, num_blocks: int, block_size: int, num_kv_heads: int):
+    """A per-token-head scale cache: fp32 ``[num_blocks, block_size, num_kv_heads]``, strides
+    within the kernel's 32-bit arguments."""
+    import torch
+    from rocke.kernels.common.checks import I32_LIMIT, check_buffer_bytes
+    want = (num_blocks, block_size, num_kv_heads)
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or tuple(t.shape) != want:
+        got = (f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__)
+        raise ValueError(f"{name}: must be a float32 tensor [num_blocks, block_size, num_kv_heads] "
+                         f"= {list(want)}, got {got}")
+    if any(st < 0 or st >= I32_LIMIT for st in t.stride()):
+        raise ValueError(f"{name}: strides {t.stride()} outside the kernel's 32-bit range")
+    check_buffer_bytes(name, t.stride(0) * num_blocks * 4, "the scale cache")
+    return [t, *t.stride()]
+
+
+def quant_args(spec, *, split: bool, k_cache=None, output_scale=None, k_scale_cache=None,
+               v_scale_cache=None) -> list:
+    """The arguments ``arg_names`` lists, checked against the spec: a field the spec sets needs
+    its tensor, a tensor the spec would ignore is refused."""
+    import torch
+    given = {"kv_token_scales": k_scale_cache is not None or v_scale_cache is not None,
+             "out_dtype": output_scale is not None and not split}
+    want = {"kv_token_scales": getattr(spec, "kv_token_scales", False), "out_dtype": spec.out_dtype is not None and not split}
+    for field, on in want.items():
+        if given[field] != on:
+            what = "k_scale_cache/v_scale_cache" if field == "kv_token_scales" else "output_scale"
+            raise ValueError(f"{what}: the kernel {spec.kernel_name} "
+                             f"{'needs' if on else 'takes no'} it, but the call "
+                             f"{'passes' if given[field] else 'omits'} it")
+    out = []
+    if want["kv_token_scales"]:
+        nb, bs, hk = k_cache.shape[:3]
+        k_part = check_scale_cache("k_scale_cache", k_scale_cache, nb, bs, hk)
+        v_part = check_scale_cache("v_scale_cache", v_scale_cache, nb, bs, hk)
+        if k_part[1:] != v_part[1:]:
+            raise ValueError(f"v_scale_cache: strides {tuple(v_part[1:])} differ from "
+                             f"k_scale_cache's {tuple(k_part[1:])}; the kernel reads both with "
+                             "one set of strides")
+        out += [k_part[0], v_part[0], *k_part[1:]]
+    if want["out_dtype"]:
+        if not isinstance(output_scale, torch.Tensor) or output_scale.dtype != torch.float32 or \
+                output_scale.numel() != 1:
+            raise ValueError("output_scale: must be a one-element float32 tensor")
+        out.append(output_scale)
+    return out
