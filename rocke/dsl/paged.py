@@ -216,9 +216,16 @@ def _page_of(cache: PagedView, table: BlockTableRow, token0: Value, pages_used: 
 
 
 def _page_buffer(cache: PagedView, page: Value):
-    """(buffer resource, element offset of the page inside it)."""
+    """(buffer resource, element offset of the page inside it). A page id outside
+    ``[0, num_pages)`` (a lying block table) is an empty page: its offset lies past the
+    resource's extent (32-bit) or its resource has no records (64-bit), so its tokens read 0
+    and nothing outside the cache is dereferenced."""
+    from .values import select
     k = cache.page_stride.kernel
+    inside = page.bitcast(T.u32) < cache.num_pages.bitcast(T.u32)     # negative ids too
     if cache.addr_64:
+        page = select(inside, page, 0)
         base = cache.base.offset(page.to(T.i64) * cache.page_stride.to(T.i64))
-        return base.buffer(cache.page_stride), k.const(0, T.i32)
-    return cache.base.buffer(cache.num_pages * cache.page_stride), page * cache.page_stride
+        return base.buffer(select(inside, cache.page_stride, 0)), k.const(0, T.i32)
+    extent = cache.num_pages * cache.page_stride
+    return cache.base.buffer(extent), select(inside, page * cache.page_stride, extent)
