@@ -23,6 +23,12 @@ LEVERS: dict[str, tuple[str, str]] = {
                           "or without os.fork", "processes one emulator launch may run its "
                           "workgroups in (1 = serial)"),
     "ROCKE_FAMILIES": ("none", "extra kernel families: comma-separated name=python.module entries"),
+    "ROCKE_CHECK_METADATA": ("device", "the attention entry point's content checks of GPU "
+                             "metadata: device (a guard kernel records the first violation; "
+                             "reported by rocke.runtime.check_errors() or the next synchronize) "
+                             "| sync (also check right after each call: a synchronisation per "
+                             "call, for debugging) | off (no guard launch; the kernels still never "
+                             "read outside the cache)"),
     "ROCKE_PREBUILT": ("rocke/prebuilt/<processor> in the package", "bundle of prebuilt code "
                        "objects (`rocke aot build`): a directory, or off"),
 }
@@ -148,4 +154,16 @@ def prebuilt_dir() -> str | None:
         return value
     if os.path.exists(value) and not os.path.isdir(value):
         raise ValueError(f"ROCKE_PREBUILT must be a directory or 'off', got {value!r} (a file)")
+    return value
+
+
+CHECK_METADATA_MODES = ("device", "sync", "off")
+
+
+def check_metadata() -> str:
+    """``ROCKE_CHECK_METADATA``: "device" (default), "sync" or "off"."""
+    value = raw("ROCKE_CHECK_METADATA") or "device"
+    if value not in CHECK_METADATA_MODES:
+        raise ValueError(f"ROCKE_CHECK_METADATA must be one of {', '.join(CHECK_METADATA_MODES)}, "
+                         f"got {value!r}")
     return value

@@ -292,6 +292,8 @@ class HipDevice(Device):
         self._modules: dict[str, tuple[object, dict[str, object]]] = {}
         self._lock = threading.Lock()
         self.loads = 0      # hipModuleLoadData calls made (the module cache's misses)
+        if not self.is_capturing():
+            self.error_record()     # now, outside any capture: check kernels only launch later
 
     # --- modules ---
     def function(self, compiled):
@@ -372,12 +374,25 @@ class HipDevice(Device):
             capture._native.num_launches += 1
         return None
 
-    def synchronize(self) -> None:
+    def _wait(self) -> None:
         if torch_rocm():
             import torch
             torch.cuda.synchronize()
         else:
             _call("hipDeviceSynchronize")
+
+    def _allocate_record(self):
+        from .device_checks import RECORD_BYTES
+        return DeviceBuffer(self, RECORD_BYTES).copy_from(bytes(RECORD_BYTES))
+
+    def _read_record(self) -> tuple:
+        import struct
+        from .device_checks import RECORD_BYTES, RECORD_INTS
+        data = self._error_record.copy_to(bytearray(RECORD_BYTES))
+        return struct.unpack(f"<{RECORD_INTS}i", bytes(data))
+
+    def _write_record(self, data: bytes) -> None:
+        self._error_record.copy_from(data)
 
     def timed(self, fn, stream=None):
         from .timing import GPU_CLOCK, Timing

@@ -603,6 +603,36 @@ def _graph_key(device_kind, plan, launches, workspace) -> tuple:
         for compiled, grid, block, args in launches)
 
 
+def _guard_launches(device_kind, problem, args) -> list:
+    """On a GPU, the metadata guard first: the content checks the host does on the emulator,
+    done on the device (``metadata_guard.py``; ``ROCKE_CHECK_METADATA=off`` leaves it out)."""
+    from rocke import env
+    if args[0].device.type == "cpu" or env.check_metadata() == "off":
+        return []
+    from rocke.kernels.common import metadata_guard as guard
+    from rocke.runtime import get_device
+    cu, used, table, max_q, max_k = (args[ARG_INDEX[n]] for n in (
+        "cu_seqlens_q", "seqused_k", "block_table", "max_seqlen_q", "max_seqlen_k"))
+    record = get_device(device_kind).error_record()
+    grid, block = guard.launch_geometry(guard.SPEC, problem.num_seqs)
+    return [(compiled(guard.SPEC), grid, block, guard.kernel_args(
+        cu, used, table, record, total_q=problem.total_q, num_blocks=problem.num_blocks,
+        block_size=problem.block_size, causal=problem.causal, max_seqlen_q=max_q,
+        max_seqlen_k=max_k))]
+
+
+def _check_after(q) -> bool:
+    from rocke import env
+    return q.device.type != "cpu" and env.check_metadata() == "sync"
+
+
+def _check_device_now(device) -> None:
+    """ROCKE_CHECK_METADATA=sync: report the guard's finding right after the call (a
+    synchronisation), except inside a capture, where nothing has run yet."""
+    if not device.is_capturing():
+        device.check_errors()
+
+
 def _run_launches(device_kind, plan, launches, workspace) -> RunRecord:
     """Launch eagerly on ``device_kind``, or -- where the dispatcher recommends graph replay --
     replay a graph of the same launches, capturing it on first use."""
@@ -645,6 +675,7 @@ class _CallPlan:
     graph_key: tuple | None
     capture: object                 # () -> Graph of the launches
     check_contents: object          # () -> None: host content checks (emulator), or None
+    check_after: bool = False       # ROCKE_CHECK_METADATA=sync: read the guard's record now
 
     def run(self) -> RunRecord:
         if self.would_replay and not self.device.is_capturing():
@@ -681,7 +712,8 @@ def _call_key(args: tuple, backend, segm_workspaces, num_segments, knobs) -> tup
     except (AttributeError, TypeError):
         return None
     return (tensors, values, tuple(descales), workspaces, backend, num_segments, knobs,
-            os.environ.get("ROCKE_DEVICE"), device_generation())
+            os.environ.get("ROCKE_DEVICE"), os.environ.get("ROCKE_CHECK_METADATA"),
+            device_generation())
 
 
 ARG_NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "max_seqlen_q", "seqused_k", "max_seqlen_k",
@@ -723,7 +755,10 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     if entry is not None:
         if entry.check_contents is not None:
             entry.check_contents()
-        return entry.run()
+        record = entry.run()
+        if entry.check_after:
+            _check_device_now(entry.device)
+        return record
     problem = describe_problem(*args)
     if problem.total_q == 0:
         return None
@@ -738,7 +773,11 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     launches, workspace = target.launches(the_plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k,
                                           block_table, float(softmax_scale), descales, features,
                                           workspaces=segm_workspaces)
+    launches = _guard_launches(device_kind, problem, args) + list(launches)
     record = _run_launches(device_kind, the_plan, launches, workspace)
+    if _check_after(q):
+        from rocke.runtime import get_device
+        _check_device_now(get_device(device_kind))
     if key is not None:        # an own 3D workspace becomes the cached call's (and its graph's)
         _remember(key, device_kind, the_plan, launches, workspace, problem, target, knobs, args)
     return record
@@ -777,7 +816,7 @@ def _remember(key, device_kind, the_plan, launches, workspace, problem, target, 
     # the cached call's graph by a serial number: hashing the launches' identity per call
     # would cost more than the replay (the call key already names everything they read)
     entry = _CallPlan(the_plan, device, prepared, workspace, would_replay,
-                      ("call", next(_CALL_SERIAL)), capture, check)
+                      ("call", next(_CALL_SERIAL)), capture, check, _check_after(args[0]))
     with _CALLS_LOCK:
         _CALLS[key] = entry
         while len(_CALLS) > CALL_CACHE_SIZE:
