@@ -172,8 +172,10 @@ def attention_hip_rows(call):
     from rocke.kernels.common import attention_unified as au
     from rocke.runtime import hip_device
     from tests.hip_stub import rocm_torch
+    from rocke.kernels.common import metadata_guard
     problem = au.describe_problem(*call)
-    kernels = [au.compiled(spec) for spec in au.plan(problem, "auto").specs]
+    # the GPU path launches the metadata guard before the plan's kernels
+    kernels = [au.compiled(spec) for spec in (*au.plan(problem, "auto").specs, metadata_guard.SPEC)]
     device, _ = _standin_device(kernels[0])
     stand_in = _STAND_IN[0]
     for ck in kernels[1:]:

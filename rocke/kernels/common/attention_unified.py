@@ -594,6 +594,8 @@ def _graph_key(device_kind, plan, launches, workspace) -> tuple:
     def identity(a):
         if any(a is w for w in workspace):
             return ("workspace", tuple(a.shape))
+        if hasattr(a, "data_ptr") and not hasattr(a, "shape"):   # the guard's error record
+            return ("buffer", a.data_ptr())
         if hasattr(a, "data_ptr"):
             return ("tensor", a.data_ptr(), tuple(a.shape), tuple(a.stride()), str(a.dtype),
                     str(a.device))
