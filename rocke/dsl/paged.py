@@ -72,10 +72,12 @@ class PagedView:
 @dataclass(frozen=True)
 class BlockTableRow:
     """One sequence's row of an int32 block table: ``table[row_offset + i]`` is the page of the
-    sequence's ``i``-th page-sized chunk of tokens."""
+    sequence's ``i``-th page-sized chunk of tokens. ``num_entries`` (optional): the whole
+    table's extent, so a lying sequence length never reads past it (entries past it read 0)."""
 
     table: GlobalPtr
     row_offset: Value
+    num_entries: Value | None = None
 
 
 def rows_per_wave(head_dim: int, vector: int, dtype_bytes: int = 2, *, lds_dma: bool = False) -> int:
@@ -212,6 +214,8 @@ def _page_of(cache: PagedView, table: BlockTableRow, token0: Value, pages_used: 
     page so a tile running past the sequence never reads entries beyond its row."""
     chunk = udiv_const(token0, cache.page_size)
     chunk = minimum(chunk, pages_used - 1)
+    if table.num_entries is not None:
+        return table.table.buffer(table.num_entries).load(table.row_offset + chunk)
     return table.table.load(table.row_offset + chunk)
 
 

@@ -78,3 +78,19 @@ def test_3d_lying_page_ids_read_nothing_outside_the_cache(addr_64, lie):
     for e, g in zip(expected, got):
         assert not torch.isnan(g).any()
         assert torch.equal(g, e)
+
+
+@pytest.mark.parametrize("addr_64", [False, True], ids=["buffer32", "addr64"])
+def test_a_lying_kv_length_never_reads_past_the_block_table(addr_64):
+    """The last sequence claims 2 pages more than its table row holds: its page reads stay
+    inside the table (entries past it read 0), so no fault; the other rows are unchanged."""
+    spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=D, block_size=BS, num_warps=2,
+                                     kv_addr_64=addr_64)
+    q, kc, vc, table, _, cu, seqused = _inputs(-1)
+    table = table[:, :-(-max(KV_LENS) // BS)].contiguous()     # no spare column
+    honest = _run_2d(spec, q, kc, vc, table, cu, seqused)
+    lying = seqused.clone()
+    lying[-1] = table.shape[1] * BS + 2 * BS
+    got = _run_2d(spec, q, kc, vc, table, cu, lying)
+    assert torch.isfinite(got.float()).all()
+    assert torch.equal(got[:4], honest[:4])

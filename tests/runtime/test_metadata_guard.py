@@ -162,3 +162,26 @@ def test_the_max_seqlen_arguments_are_checked_on_the_device(rocm_torch):
     with pytest.raises(DeviceCheckError, match=re.escape(
             "max_seqlen_k: 39 is below sequence 0's KV length 40" + FOUND)):
         runtime.check_errors()
+
+
+def test_the_entry_points_own_graph_replays_the_guard(rocm_torch, monkeypatch):
+    """With graph replay recommended, the entry point captures guard + kernels once and each
+    later call replays them: a lie written between calls is found by the replayed guard."""
+    from rocke.vllm import unified_attention
+    from tests.runtime.test_attention_gpu_path import _vllm_decode_args
+    monkeypatch.setattr(hip_device, "torch_rocm", lambda: False)   # HIP stream capture
+    monkeypatch.delenv("HIPDNN_GFX942_3D_GRAPH")
+    a, g, extra = _vllm_decode_args(rocm_torch)
+    unified_attention(**g, **extra)                     # captures
+    ran = len(rocm_torch.executed)
+    unified_attention(**g, **extra)                     # replays
+    assert len(rocm_torch.executed) == ran + 3 and len(au.GRAPHS) >= 1
+    runtime.check_errors()
+    # the last sequence 2 pages past its row: the kernels' table reads stay inside the table
+    capacity = a["block_table"].shape[1] * 16
+    torch.Tensor.as_subclass(g["seqused_k"], torch.Tensor)[1] = capacity + 32
+    unified_attention(**g, **extra)
+    with pytest.raises(DeviceCheckError, match=re.escape(
+            f"seqused_k: sequence 1 has {capacity + 32} KV tokens, outside [0, {capacity}] (its "
+            "block table row's capacity)" + FOUND)):
+        runtime.check_errors()
