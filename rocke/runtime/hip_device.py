@@ -292,6 +292,7 @@ class HipDevice(Device):
         self._modules: dict[str, tuple[object, dict[str, object]]] = {}
         self._lock = threading.Lock()
         self.loads = 0      # hipModuleLoadData calls made (the module cache's misses)
+        self._module_generation = 0     # bumped by unload_all: memoized functions are stale
         if not self.is_capturing():
             self.error_record()     # now, outside any capture: check kernels only launch later
 
@@ -330,6 +331,7 @@ class HipDevice(Device):
             for module, _ in self._modules.values():
                 _call("hipModuleUnload", module)
             self._modules.clear()
+            self._module_generation += 1
 
     # --- launches ---
     def current_stream(self):
@@ -346,15 +348,26 @@ class HipDevice(Device):
         """The hipModuleLaunchKernel arguments for `launch` (the module is loaded on first use);
         the host side of a HIP launch, short of the call itself. The kernarg buffer and the
         `extra` array ride along as the tuple's last items' referents: keep the tuple alive until
-        the call returns (HIP copies the kernarg buffer during the call)."""
+        the call returns (HIP copies the kernarg buffer during the call).
+
+        What depends on the launch alone (the argument check, the function, the kernarg buffer
+        and `extra`, all read-only afterwards) is made once per launch and device (module
+        generation): a cached call's launches then cost only the stream look-up."""
+        held = launch.__dict__.get("_hip_params")
+        if held is None or held[0] is not self or held[1] != self._module_generation:
+            held = self._launch_constants(launch)
+            object.__setattr__(launch, "_hip_params", held)     # frozen: per-object memo
+        if stream is None:
+            stream = self.current_stream()
+        return held[2] + (stream, None, held[3], held[4])
+
+    def _launch_constants(self, launch: PreparedLaunch) -> tuple:
         for value in launch.args:
             device = getattr(value, "device", None)
             if getattr(device, "type", None) == "cpu":
                 raise ValueError(f"{launch.compiled.variant}: a CPU tensor was passed to the HIP "
                                  "device; pass GPU tensors or DeviceBuffers")
         fn = self.function(launch.compiled)
-        if stream is None:
-            stream = self.current_stream()
         kernarg = launch.kernarg
         buffer = ctypes.create_string_buffer(kernarg, len(kernarg))
         size = ctypes.c_size_t(len(kernarg))
@@ -362,8 +375,9 @@ class HipDevice(Device):
                                       HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size),
                                       HIP_LAUNCH_PARAM_END)
         grid, block = launch.grid, launch.block
-        return (fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], launch.shared_mem,
-                stream, None, ctypes.addressof(extra), (buffer, size, extra))
+        head = (fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], launch.shared_mem)
+        return (self, self._module_generation, head, ctypes.addressof(extra),
+                (buffer, size, extra))
 
     def execute(self, launch: PreparedLaunch, *, stream=None, check: bool = True):
         params = self.launch_params(launch, stream)

@@ -689,13 +689,14 @@ class _CallPlan:
 _TENSOR_ARGS = (0, 1, 2, 3, 4, 6, 11)        # q, k, v, out, cu_seqlens_q, seqused_k, block_table
 _VALUE_ARGS = (5, 7, 8, 9, 10, 12)           # max_seqlen_q/k, softmax_scale, causal, window, softcap
 _DESCALE_ARGS = (13, 14, 15)
+_KEY_LEVERS = ("ROCKE_DEVICE", "ROCKE_CHECK_METADATA")     # rocke levers a call's plan depends on
 
 
 def _call_key(args: tuple, backend, segm_workspaces, num_segments, knobs) -> tuple | None:
     """The cache key of a call, or None when its checks read values a key cannot hold (host
     descales: their contents are checked on every call) or an argument is not what it should
     be (the full validation names it)."""
-    import os
+    from rocke import env
     from rocke.runtime import device_generation
     try:
         tensors = tuple((t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
@@ -714,8 +715,7 @@ def _call_key(args: tuple, backend, segm_workspaces, num_segments, knobs) -> tup
     except (AttributeError, TypeError):
         return None
     return (tensors, values, tuple(descales), workspaces, backend, num_segments, knobs,
-            os.environ.get("ROCKE_DEVICE"), os.environ.get("ROCKE_CHECK_METADATA"),
-            device_generation())
+            env.lookup(_KEY_LEVERS), device_generation())
 
 
 ARG_NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "max_seqlen_q", "seqused_k", "max_seqlen_k",
