@@ -40,13 +40,19 @@ class HipUnavailable(RuntimeError):
     """hip-python or the HIP runtime (libamdhip64.so) cannot be used here."""
 
 
+_hip_bindings: list = []       # hip-python's `hip` module once imported (every HIP call needs it)
+
+
 def hip_module():
     """hip-python's `hip` module (the binding of the HIP runtime API)."""
+    if _hip_bindings:
+        return _hip_bindings[0]
     try:
         from hip import hip
     except ImportError as e:
         raise HipUnavailable(f"the HIP device needs hip-python (`pip install rocke[hip]`): {e}") \
             from None
+    _hip_bindings.append(hip)
     return hip
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from rocke.kernels.common import knobs as knobs_mod
 from rocke.kernels.common.checks import fits_one_buffer
 from rocke.kernels.common.knobs import AttentionKnobs
+from rocke import env
+from rocke.runtime import device_generation
 from rocke.runtime.kernel_cache import CompiledSpecCache, GraphCache
 
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
@@ -457,6 +459,11 @@ def _check_contents(cu_seqlens_q, seqused_k, block_table, total_q: int, num_bloc
                     block_size: int, causal: bool, max_seqlen_q: int, max_seqlen_k: int) -> int:
     """The checks that read the metadata's contents (host tensors only; numpy views, no copies);
     returns the longest query length."""
+    plainly_valid = _contents_plainly_valid(cu_seqlens_q, seqused_k, block_table, total_q,
+                                            num_blocks, block_size, causal, max_seqlen_q,
+                                            max_seqlen_k)
+    if plainly_valid is not None:
+        return plainly_valid
     import numpy as np
     cu = cu_seqlens_q.numpy().astype(np.int64)
     lens_k = seqused_k.numpy().astype(np.int64)
@@ -500,6 +507,38 @@ def _check_contents(cu_seqlens_q, seqused_k, block_table, total_q: int, num_bloc
         if given < actual:
             raise ValueError(f"{name}: {given} is below the batch's longest length {actual}")
     return true_max_q
+
+
+FAST_CHECK_MAX_SEQS = 64      # batches up to this size are checked in plain Python first
+
+
+def _contents_plainly_valid(cu_seqlens_q, seqused_k, block_table, total_q: int, num_blocks: int,
+                            block_size: int, causal: bool, max_seqlen_q: int,
+                            max_seqlen_k: int) -> int | None:
+    """The longest query length when a small batch passes every check of ``_check_contents``
+    (a few us: Python ints, and the whole block table -- used entries or not -- inside the
+    cache); None when it may not, and the detailed check then decides and names what is wrong.
+    Never looser than the detailed check: each condition here implies the one there."""
+    num_seqs = seqused_k.shape[0]
+    if not 0 < num_seqs <= FAST_CHECK_MAX_SEQS or block_table.numel() == 0:
+        return None
+    cu, lens_k = cu_seqlens_q.tolist(), seqused_k.tolist()
+    if cu[0] != 0 or cu[-1] != total_q:
+        return None
+    kv_limit = min(block_table.shape[1] * block_size, max_seqlen_k)
+    longest_q = 0
+    for s in range(num_seqs):
+        q_len, kv_len = cu[s + 1] - cu[s], lens_k[s]
+        if q_len < 0 or not 0 <= kv_len <= kv_limit or (causal and q_len > kv_len):
+            return None
+        longest_q = max(longest_q, q_len)
+    if longest_q > max_seqlen_q or (not causal and longest_q > 1):
+        return None
+    import torch
+    lowest, highest = (x.item() for x in torch.aminmax(block_table))
+    if lowest < 0 or highest >= num_blocks:
+        return None
+    return longest_q
 
 
 def _check_window(window_size) -> int:
@@ -608,7 +647,6 @@ def _graph_key(device_kind, plan, launches, workspace) -> tuple:
 def _guard_launches(device_kind, problem, args) -> list:
     """On a GPU, the metadata guard first: the content checks the host does on the emulator,
     done on the device (``metadata_guard.py``; ``ROCKE_CHECK_METADATA=off`` leaves it out)."""
-    from rocke import env
     if args[0].device.type == "cpu" or env.check_metadata() == "off":
         return []
     from rocke.kernels.common import metadata_guard as guard
@@ -624,7 +662,6 @@ def _guard_launches(device_kind, problem, args) -> list:
 
 
 def _check_after(q) -> bool:
-    from rocke import env
     return q.device.type != "cpu" and env.check_metadata() == "sync"
 
 
@@ -696,8 +733,6 @@ def _call_key(args: tuple, backend, segm_workspaces, num_segments, knobs) -> tup
     """The cache key of a call, or None when its checks read values a key cannot hold (host
     descales: their contents are checked on every call) or an argument is not what it should
     be (the full validation names it)."""
-    from rocke import env
-    from rocke.runtime import device_generation
     try:
         tensors = tuple((t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
                         for t in map(args.__getitem__, _TENSOR_ARGS))
