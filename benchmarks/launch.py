@@ -19,7 +19,9 @@ bookkeeping). Targets: <= 10 us per call on a graph-replay hit, <= 30 us otherwi
   attn eager  = the same call with HIPDNN_GFX942_{2D,3D}_GRAPH=0 (launched one by one);
   attn hip replay / eager = with --standin: the same call on ROCm GPU tensors (faked over the
                 stand-in's device memory) through the HIP device, up to hipGraphLaunch /
-                hipModuleLaunchKernel (the stand-in's emulation of each launch stubbed out).
+                hipModuleLaunchKernel (the stand-in's emulation of each launch stubbed out);
+                the GPU path launches the metadata guard kernel too (3 launches, not 2).
+A row's levers are set around its timing loop, not per call.
 
     .venv/bin/python benchmarks/launch.py [--variant flash_attention/f16_d64_causal] [--standin]
 """
