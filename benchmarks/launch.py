@@ -19,13 +19,16 @@ bookkeeping). Targets: <= 10 us per call on a graph-replay hit, <= 30 us otherwi
   attn eager  = the same call with HIPDNN_GFX942_{2D,3D}_GRAPH=0 (launched one by one);
   attn hip replay / eager = with --standin: the same call on ROCm GPU tensors (faked over the
                 stand-in's device memory) through the HIP device, up to hipGraphLaunch /
-                hipModuleLaunchKernel (the stand-in's emulation of each launch stubbed out).
+                hipModuleLaunchKernel (the stand-in's emulation of each launch stubbed out);
+                the GPU path launches the metadata guard kernel too (3 launches, not 2).
+A row's levers are set around its timing loop, not per call.
 
     .venv/bin/python benchmarks/launch.py [--variant flash_attention/f16_d64_causal] [--standin]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -116,7 +119,8 @@ def main(argv=None) -> int:
     print(f"{'part':10s} {'median us':>10s} {'best us':>10s}   ({a.batches} batches x {a.batch} "
           "calls, mean per call)")
     for name, fn in rows:
-        median, best = per_call_us(fn, a.batch, a.batches)
+        with levers_set(getattr(fn, "levers", {})):     # a row's levers: set once, not per call
+            median, best = per_call_us(getattr(fn, "bare", fn), a.batch, a.batches)
         print(f"{name:10s} {median:10.2f} {best:10.2f}")
     if a.profile:
         profiler = cProfile.Profile()
@@ -126,6 +130,31 @@ def main(argv=None) -> int:
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
     return 0
+
+
+@contextlib.contextmanager
+def levers_set(levers: dict):
+    saved = {name: os.environ.get(name) for name in levers}
+    os.environ.update(levers)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def with_levers(fn, **levers):
+    """``fn`` to be timed with ``levers`` set (around the timing loop: setting environment
+    variables is not part of a call's host cost)."""
+    def run():
+        with levers_set(levers):
+            return fn()
+    run.levers = levers
+    run.bare = fn
+    return run
 
 
 def decode_batch(num_seqs=4, hq=8, hk=2, d=128, block=16, kv_len=1000):
@@ -150,12 +179,8 @@ def attention_rows(standin: bool):
     assert record.replayed, "the decode case should take graph replay"
     EmuDevice.run = lambda self, launch, check=True: None
 
-    def eager():
-        os.environ["HIPDNN_GFX942_2D_GRAPH"] = os.environ["HIPDNN_GFX942_3D_GRAPH"] = "0"
-        try:
-            au.run_unified_attention_torch(*call)
-        finally:
-            del os.environ["HIPDNN_GFX942_2D_GRAPH"], os.environ["HIPDNN_GFX942_3D_GRAPH"]
+    eager = with_levers(lambda: au.run_unified_attention_torch(*call),
+                        HIPDNN_GFX942_2D_GRAPH="0", HIPDNN_GFX942_3D_GRAPH="0")
     print(f"attention: decode, {record.plan.path} path, {len(record.plan.specs)} kernels, "
           f"q {tuple(call[0].shape)}, k {tuple(call[1].shape)}")
     rows = [("attn replay", lambda: au.run_unified_attention_torch(*call)),
@@ -172,8 +197,10 @@ def attention_hip_rows(call):
     from rocke.kernels.common import attention_unified as au
     from rocke.runtime import hip_device
     from tests.hip_stub import rocm_torch
+    from rocke.kernels.common import metadata_guard
     problem = au.describe_problem(*call)
-    kernels = [au.compiled(spec) for spec in au.plan(problem, "auto").specs]
+    # the GPU path launches the metadata guard before the plan's kernels
+    kernels = [au.compiled(spec) for spec in (*au.plan(problem, "auto").specs, metadata_guard.SPEC)]
     device, _ = _standin_device(kernels[0])
     stand_in = _STAND_IN[0]
     for ck in kernels[1:]:
@@ -181,16 +208,6 @@ def attention_hip_rows(call):
     stand_in._run = lambda record: 0          # hipSuccess: the host side is what is timed
     rocm_torch.install(stand_in, lambda obj, name, value, raising=True: setattr(obj, name, value))
     gpu = [rocm_torch.to_device(stand_in, a) if isinstance(a, torch.Tensor) else a for a in call]
-
-    def with_levers(fn, **levers):
-        def run():
-            os.environ.update(levers)
-            try:
-                fn()
-            finally:
-                for name in levers:
-                    del os.environ[name]
-        return run
     eager = with_levers(lambda: au.run_unified_attention_torch(*gpu),
                         HIPDNN_GFX942_2D_GRAPH="0", HIPDNN_GFX942_3D_GRAPH="0")
 

@@ -23,9 +23,32 @@ LEVERS: dict[str, tuple[str, str]] = {
                           "or without os.fork", "processes one emulator launch may run its "
                           "workgroups in (1 = serial)"),
     "ROCKE_FAMILIES": ("none", "extra kernel families: comma-separated name=python.module entries"),
+    "ROCKE_CHECK_METADATA": ("device", "the attention entry point's content checks of GPU "
+                             "metadata: device (a guard kernel records the first violation; "
+                             "reported by rocke.runtime.check_errors() or the next synchronize) "
+                             "| sync (also check right after each call: a synchronisation per "
+                             "call, for debugging) | off (no guard launch; the kernels still never "
+                             "read outside the cache)"),
     "ROCKE_PREBUILT": ("rocke/prebuilt/<processor> in the package", "bundle of prebuilt code "
                        "objects (`rocke aot build`): a directory, or off"),
 }
+
+
+_ENCODED_NAMES: dict[tuple, tuple] = {}
+
+
+def lookup(names: tuple[str, ...]) -> tuple:
+    """Each named variable's current value (None when unset), for change detection on a hot
+    path (a cache key): the values os.environ.get would give, read from os.environ's own
+    mapping (CPython, POSIX: bytes values) without the KeyError that Mapping.get raises and
+    catches per unset name (~1-3 us each, most of an attention call's host cost)."""
+    data = getattr(os.environ, "_data", None)
+    if os.name != "posix" or type(data) is not dict:
+        return tuple(map(os.environ.get, names))
+    keys = _ENCODED_NAMES.get(names)
+    if keys is None:
+        keys = _ENCODED_NAMES[names] = tuple(map(os.environ.encodekey, names))
+    return tuple(map(data.get, keys))
 
 
 def raw(name: str) -> str | None:
@@ -148,4 +171,16 @@ def prebuilt_dir() -> str | None:
         return value
     if os.path.exists(value) and not os.path.isdir(value):
         raise ValueError(f"ROCKE_PREBUILT must be a directory or 'off', got {value!r} (a file)")
+    return value
+
+
+CHECK_METADATA_MODES = ("device", "sync", "off")
+
+
+def check_metadata() -> str:
+    """``ROCKE_CHECK_METADATA``: "device" (default), "sync" or "off"."""
+    value = raw("ROCKE_CHECK_METADATA") or "device"
+    if value not in CHECK_METADATA_MODES:
+        raise ValueError(f"ROCKE_CHECK_METADATA must be one of {', '.join(CHECK_METADATA_MODES)}, "
+                         f"got {value!r}")
     return value

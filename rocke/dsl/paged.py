@@ -77,10 +77,12 @@ class PagedView:
 @dataclass(frozen=True)
 class BlockTableRow:
     """One sequence's row of an int32 block table: ``table[row_offset + i]`` is the page of the
-    sequence's ``i``-th page-sized chunk of tokens."""
+    sequence's ``i``-th page-sized chunk of tokens. ``num_entries`` (optional): the whole
+    table's extent, so a lying sequence length never reads past it (entries past it read 0)."""
 
     table: GlobalPtr
     row_offset: Value
+    num_entries: Value | None = None
 
 
 def rows_per_wave(head_dim: int, vector: int, dtype_bytes: int = 2, *, lds_dma: bool = False) -> int:
@@ -258,13 +260,22 @@ def _page_of(cache: PagedView, table: BlockTableRow, token0: Value, pages_used: 
     page so a tile running past the sequence never reads entries beyond its row."""
     chunk = udiv_const(token0, cache.page_size)
     chunk = minimum(chunk, pages_used - 1)
+    if table.num_entries is not None:
+        return table.table.buffer(table.num_entries).load(table.row_offset + chunk)
     return table.table.load(table.row_offset + chunk)
 
 
 def _page_buffer(cache: PagedView, page: Value):
-    """(buffer resource, element offset of the page inside it)."""
+    """(buffer resource, element offset of the page inside it). A page id outside
+    ``[0, num_pages)`` (a lying block table) is an empty page: its offset lies past the
+    resource's extent (32-bit) or its resource has no records (64-bit), so its tokens read 0
+    and nothing outside the cache is dereferenced."""
+    from .values import select
     k = cache.page_stride.kernel
+    inside = page.bitcast(T.u32) < cache.num_pages.bitcast(T.u32)     # negative ids too
     if cache.addr_64:
+        page = select(inside, page, 0)
         base = cache.base.offset(page.to(T.i64) * cache.page_stride.to(T.i64))
-        return base.buffer(cache.page_stride), k.const(0, T.i32)
-    return cache.base.buffer(cache.num_pages * cache.page_stride), page * cache.page_stride
+        return base.buffer(select(inside, cache.page_stride, 0)), k.const(0, T.i32)
+    extent = cache.num_pages * cache.page_stride
+    return cache.base.buffer(extent), select(inside, page * cache.page_stride, extent)

@@ -13,7 +13,9 @@ from typing import Any, Sequence
 from .. import env
 
 from .device import (DEVICE_KINDS, Device, DeviceBackend, PreparedLaunch, default_device_kind,
-                     device_generation, get_device, prepare_launch, register_backend, reset_devices)
+                     device_generation, get_device, known_devices, prepare_launch, register_backend,
+                     reset_devices)
+from .device_checks import DeviceCheckError
 from . import emu_device, hip_device
 from .graph import Graph, GraphError, is_capturing
 from .profiling import profiling
@@ -68,6 +70,15 @@ def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
     return target.execute(prepared, stream=stream, check=check)
 
 
-__all__ = ["launch", "Device", "PreparedLaunch", "get_device", "prepare_launch", "device_generation",
+def check_errors(device: Device | str | None = None) -> None:
+    """Report what device check kernels (e.g. the attention metadata guard) recorded: waits for
+    the device (a synchronisation), raises ``DeviceCheckError`` naming the first violation and
+    resets the record. ``device``: one device (or kind); default every device made so far."""
+    devices = [get_device(device)] if device is not None else known_devices()
+    for d in devices:
+        d.check_errors()
+
+
+__all__ = ["launch", "check_errors", "DeviceCheckError", "Device", "PreparedLaunch", "get_device", "prepare_launch", "device_generation",
            "default_device_kind", "reset_devices", "Graph", "GraphError", "is_capturing",
            "DEVICES", "Timing", "timed", "GPU_CLOCK", "EMULATOR_CLOCK", "profiling"]

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from .. import env
 from ..arch import abi
+from . import device_checks
 from .signature import check_launch_args
 
 DEVICE_KINDS = ("emu", "hip")
@@ -82,7 +83,51 @@ class Device:
         raise NotImplementedError
 
     def synchronize(self) -> None:
+        """Wait until every launch issued to this device has finished (and report what a check
+        kernel recorded meanwhile: ``check_errors``)."""
+        self.check_errors()
+
+    # --- the error record of device check kernels (device_checks.py) ---
+    _error_record = None
+
+    def error_record(self):
+        """This device's error record (``device_checks.RECORD_INTS`` int32), allocated on first
+        use -- outside any capture: an allocation there would not be capture-safe."""
+        if self._error_record is None:
+            with self.serial:
+                if self._error_record is None:
+                    if self.is_capturing():
+                        raise ValueError("the device's error record must be allocated before a "
+                                         "graph capture: make one uncaptured call first")
+                    self._error_record = self._allocate_record()
+        return self._error_record
+
+    def check_errors(self) -> None:
+        """Wait for the device, then raise ``device_checks.DeviceCheckError`` for the first
+        violation a check kernel recorded since the last look (resetting the record)."""
+        if self._error_record is None:
+            self._wait()
+            return
+        if self.is_capturing():
+            raise ValueError("check_errors() reads the device: call it outside a graph capture")
+        self._wait()
+        with self.serial:
+            record = self._read_record()
+            if record[0] != 0:
+                self._write_record(bytes(device_checks.RECORD_BYTES))
+        device_checks.raise_recorded(record)
+
+    def _wait(self) -> None:
         """Wait until every launch issued to this device has finished."""
+
+    def _allocate_record(self):
+        raise NotImplementedError
+
+    def _read_record(self) -> tuple:
+        raise NotImplementedError
+
+    def _write_record(self, data: bytes) -> None:
+        raise NotImplementedError
 
     def is_capturing(self, stream=None) -> bool:
         """Whether launches on `stream` (default: the current one) are being captured."""
@@ -156,6 +201,12 @@ def device_generation() -> int:
     """Changes whenever the devices are forgotten (``reset_devices``): a caller that keeps a
     Device (or work prepared for one) across calls keys it by this."""
     return _generation
+
+
+def known_devices() -> list[Device]:
+    """The devices made so far in this process (those ``get_device`` returned)."""
+    with _lock:
+        return list(_devices.values())
 
 
 def reset_devices() -> None:

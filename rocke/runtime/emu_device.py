@@ -58,6 +58,18 @@ class EmuDevice(Device):
             self._listing_ok[digest] = use_listing
         return compiled.asm if use_listing else compiled.code_object
 
+    def _allocate_record(self):
+        import torch
+        from .device_checks import RECORD_INTS
+        return torch.zeros(RECORD_INTS, dtype=torch.int32)
+
+    def _read_record(self) -> tuple:
+        return tuple(int(x) for x in self._error_record.tolist())
+
+    def _write_record(self, data: bytes) -> None:
+        import torch
+        self._error_record.copy_(torch.frombuffer(bytearray(data), dtype=torch.int32))
+
     def is_capturing(self, stream=None) -> bool:
         return _graph.active_capture(self) is not None
 

@@ -40,13 +40,19 @@ class HipUnavailable(RuntimeError):
     """hip-python or the HIP runtime (libamdhip64.so) cannot be used here."""
 
 
+_hip_bindings: list = []       # hip-python's `hip` module once imported (every HIP call needs it)
+
+
 def hip_module():
     """hip-python's `hip` module (the binding of the HIP runtime API)."""
+    if _hip_bindings:
+        return _hip_bindings[0]
     try:
         from hip import hip
     except ImportError as e:
         raise HipUnavailable(f"the HIP device needs hip-python (`pip install rocke[hip]`): {e}") \
             from None
+    _hip_bindings.append(hip)
     return hip
 
 
@@ -292,6 +298,9 @@ class HipDevice(Device):
         self._modules: dict[str, tuple[object, dict[str, object]]] = {}
         self._lock = threading.Lock()
         self.loads = 0      # hipModuleLoadData calls made (the module cache's misses)
+        self._module_generation = 0     # bumped by unload_all: memoized functions are stale
+        if not self.is_capturing():
+            self.error_record()     # now, outside any capture: check kernels only launch later
 
     # --- modules ---
     def function(self, compiled):
@@ -328,6 +337,7 @@ class HipDevice(Device):
             for module, _ in self._modules.values():
                 _call("hipModuleUnload", module)
             self._modules.clear()
+            self._module_generation += 1
 
     # --- launches ---
     def current_stream(self):
@@ -344,15 +354,26 @@ class HipDevice(Device):
         """The hipModuleLaunchKernel arguments for `launch` (the module is loaded on first use);
         the host side of a HIP launch, short of the call itself. The kernarg buffer and the
         `extra` array ride along as the tuple's last items' referents: keep the tuple alive until
-        the call returns (HIP copies the kernarg buffer during the call)."""
+        the call returns (HIP copies the kernarg buffer during the call).
+
+        What depends on the launch alone (the argument check, the function, the kernarg buffer
+        and `extra`, all read-only afterwards) is made once per launch and device (module
+        generation): a cached call's launches then cost only the stream look-up."""
+        held = launch.__dict__.get("_hip_params")
+        if held is None or held[0] is not self or held[1] != self._module_generation:
+            held = self._launch_constants(launch)
+            object.__setattr__(launch, "_hip_params", held)     # frozen: per-object memo
+        if stream is None:
+            stream = self.current_stream()
+        return held[2] + (stream, None, held[3], held[4])
+
+    def _launch_constants(self, launch: PreparedLaunch) -> tuple:
         for value in launch.args:
             device = getattr(value, "device", None)
             if getattr(device, "type", None) == "cpu":
                 raise ValueError(f"{launch.compiled.variant}: a CPU tensor was passed to the HIP "
                                  "device; pass GPU tensors or DeviceBuffers")
         fn = self.function(launch.compiled)
-        if stream is None:
-            stream = self.current_stream()
         kernarg = launch.kernarg
         buffer = ctypes.create_string_buffer(kernarg, len(kernarg))
         size = ctypes.c_size_t(len(kernarg))
@@ -360,8 +381,9 @@ class HipDevice(Device):
                                       HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size),
                                       HIP_LAUNCH_PARAM_END)
         grid, block = launch.grid, launch.block
-        return (fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], launch.shared_mem,
-                stream, None, ctypes.addressof(extra), (buffer, size, extra))
+        head = (fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], launch.shared_mem)
+        return (self, self._module_generation, head, ctypes.addressof(extra),
+                (buffer, size, extra))
 
     def execute(self, launch: PreparedLaunch, *, stream=None, check: bool = True):
         params = self.launch_params(launch, stream)
@@ -372,12 +394,25 @@ class HipDevice(Device):
             capture._native.num_launches += 1
         return None
 
-    def synchronize(self) -> None:
+    def _wait(self) -> None:
         if torch_rocm():
             import torch
             torch.cuda.synchronize()
         else:
             _call("hipDeviceSynchronize")
+
+    def _allocate_record(self):
+        from .device_checks import RECORD_BYTES
+        return DeviceBuffer(self, RECORD_BYTES).copy_from(bytes(RECORD_BYTES))
+
+    def _read_record(self) -> tuple:
+        import struct
+        from .device_checks import RECORD_BYTES, RECORD_INTS
+        data = self._error_record.copy_to(bytearray(RECORD_BYTES))
+        return struct.unpack(f"<{RECORD_INTS}i", bytes(data))
+
+    def _write_record(self, data: bytes) -> None:
+        self._error_record.copy_from(data)
 
     def timed(self, fn, stream=None):
         from .timing import GPU_CLOCK, Timing

@@ -96,8 +96,9 @@ def _on_gpu(standin, a, metadata_cls=NoHostRead):
 
 def _register(standin, a, backend, **kw):
     """Tell the stand-in's device to accept the code objects this call will load."""
+    from rocke.kernels.common import metadata_guard
     problem = au.describe_problem(**a)
-    for spec in au.plan(problem, backend).specs:
+    for spec in (metadata_guard.SPEC, *au.plan(problem, backend).specs):
         standin.register(au.compiled(spec))
 
 
@@ -125,8 +126,11 @@ def test_gpu_tensors_run_through_hip_with_no_host_read(rocm_torch, backend):
     before = len(rocm_torch.executed)
     record = au.run_unified_attention_torch(**g, backend=backend)
     ran = rocm_torch.executed[before:]
-    assert len(ran) == len(record.plan.specs) and all(r.stream == rocm_torch.stream for r in ran)
+    # the metadata guard, then the plan's kernels, on torch's stream
+    assert len(ran) == 1 + len(record.plan.specs) and all(r.stream == rocm_torch.stream for r in ran)
+    assert rocm_torch.functions[ran[0].function].name == "attention_metadata_guard_t64"
     assert record.reports == [None] * len(ran)            # asynchronous HIP launches
+    runtime.check_errors()                                # honest metadata: nothing recorded
     got = host(g["out"]).float()
     torch.testing.assert_close(got, _expected(a), atol=attention_atol("f16"), rtol=0)
 
@@ -209,11 +213,11 @@ def test_a_decode_step_captured_in_a_rocke_graph_allocates_and_reads_nothing(roc
     ran, allocations = len(rocm_torch.executed), len(rocm_torch.allocations)
     with graph.capture():
         unified_attention(**g, **extra)
-    assert len(rocm_torch.executed) == ran and graph.num_launches == 2
+    assert len(rocm_torch.executed) == ran and graph.num_launches == 3     # guard + 2 kernels
     assert len(rocm_torch.allocations) == allocations
     assert len(au.GRAPHS) == 0          # the caller's graph, not one of the entry point's own
     graph.replay()
-    assert len(rocm_torch.executed) == ran + 2
+    assert len(rocm_torch.executed) == ran + 3
     torch.testing.assert_close(host(g["out"]).float(), _expected(a),
                                atol=attention_atol("f16"), rtol=0)
     shorter = dict(a, seqused_k=torch.tensor([150, 30], dtype=torch.int32))
@@ -230,12 +234,12 @@ def test_inside_a_torch_graph_capture_the_entry_point_launches_on_the_capturing_
     allocates: its launches go, in order, to torch's current (capturing) stream."""
     from rocke.vllm import unified_attention
     monkeypatch.delenv("HIPDNN_GFX942_3D_GRAPH")
+    a, g, extra = _vllm_decode_args(rocm_torch)     # the device (and its error record) exist
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    a, g, extra = _vllm_decode_args(rocm_torch)
     ran, allocations = len(rocm_torch.executed), len(rocm_torch.allocations)
     unified_attention(**g, **extra)
     assert len(au.GRAPHS) == 0 and len(rocm_torch.allocations) == allocations
-    assert [r.stream for r in rocm_torch.executed[ran:]] == [rocm_torch.stream] * 2
+    assert [r.stream for r in rocm_torch.executed[ran:]] == [rocm_torch.stream] * 3
 
 
 # ---- the per-call cache: validated, planned and packed once per call metadata ----------------

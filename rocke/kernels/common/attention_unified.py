@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from rocke.kernels.common import knobs as knobs_mod
 from rocke.kernels.common.checks import fits_one_buffer
 from rocke.kernels.common.knobs import AttentionKnobs
+from rocke import env
+from rocke.runtime import device_generation
 from rocke.runtime.kernel_cache import CompiledSpecCache, GraphCache
 
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
@@ -581,6 +583,11 @@ def _check_contents(cu_seqlens_q, seqused_k, block_table, total_q: int, num_bloc
                     block_size: int, causal: bool, max_seqlen_q: int, max_seqlen_k: int) -> int:
     """The checks that read the metadata's contents (host tensors only; numpy views, no copies);
     returns the longest query length."""
+    plainly_valid = _contents_plainly_valid(cu_seqlens_q, seqused_k, block_table, total_q,
+                                            num_blocks, block_size, causal, max_seqlen_q,
+                                            max_seqlen_k)
+    if plainly_valid is not None:
+        return plainly_valid
     import numpy as np
     cu = cu_seqlens_q.numpy().astype(np.int64)
     lens_k = seqused_k.numpy().astype(np.int64)
@@ -624,6 +631,38 @@ def _check_contents(cu_seqlens_q, seqused_k, block_table, total_q: int, num_bloc
         if given < actual:
             raise ValueError(f"{name}: {given} is below the batch's longest length {actual}")
     return true_max_q
+
+
+FAST_CHECK_MAX_SEQS = 64      # batches up to this size are checked in plain Python first
+
+
+def _contents_plainly_valid(cu_seqlens_q, seqused_k, block_table, total_q: int, num_blocks: int,
+                            block_size: int, causal: bool, max_seqlen_q: int,
+                            max_seqlen_k: int) -> int | None:
+    """The longest query length when a small batch passes every check of ``_check_contents``
+    (a few us: Python ints, and the whole block table -- used entries or not -- inside the
+    cache); None when it may not, and the detailed check then decides and names what is wrong.
+    Never looser than the detailed check: each condition here implies the one there."""
+    num_seqs = seqused_k.shape[0]
+    if not 0 < num_seqs <= FAST_CHECK_MAX_SEQS or block_table.numel() == 0:
+        return None
+    cu, lens_k = cu_seqlens_q.tolist(), seqused_k.tolist()
+    if cu[0] != 0 or cu[-1] != total_q:
+        return None
+    kv_limit = min(block_table.shape[1] * block_size, max_seqlen_k)
+    longest_q = 0
+    for s in range(num_seqs):
+        q_len, kv_len = cu[s + 1] - cu[s], lens_k[s]
+        if q_len < 0 or not 0 <= kv_len <= kv_limit or (causal and q_len > kv_len):
+            return None
+        longest_q = max(longest_q, q_len)
+    if longest_q > max_seqlen_q or (not causal and longest_q > 1):
+        return None
+    import torch
+    lowest, highest = (x.item() for x in torch.aminmax(block_table))
+    if lowest < 0 or highest >= num_blocks:
+        return None
+    return longest_q
 
 
 def _check_window(window_size) -> int:
@@ -718,6 +757,8 @@ def _graph_key(device_kind, plan, launches, workspace) -> tuple:
     def identity(a):
         if any(a is w for w in workspace):
             return ("workspace", tuple(a.shape))
+        if hasattr(a, "data_ptr") and not hasattr(a, "shape"):   # the guard's error record
+            return ("buffer", a.data_ptr())
         if hasattr(a, "data_ptr"):
             return ("tensor", a.data_ptr(), tuple(a.shape), tuple(a.stride()), str(a.dtype),
                     str(a.device))
@@ -725,6 +766,34 @@ def _graph_key(device_kind, plan, launches, workspace) -> tuple:
     return (device_kind, plan.specs, plan.geometry) + tuple(
         (compiled.name, grid, block, tuple(identity(a) for a in args))
         for compiled, grid, block, args in launches)
+
+
+def _guard_launches(device_kind, problem, args) -> list:
+    """On a GPU, the metadata guard first: the content checks the host does on the emulator,
+    done on the device (``metadata_guard.py``; ``ROCKE_CHECK_METADATA=off`` leaves it out)."""
+    if args[0].device.type == "cpu" or env.check_metadata() == "off":
+        return []
+    from rocke.kernels.common import metadata_guard as guard
+    from rocke.runtime import get_device
+    cu, used, table, max_q, max_k = (args[ARG_INDEX[n]] for n in (
+        "cu_seqlens_q", "seqused_k", "block_table", "max_seqlen_q", "max_seqlen_k"))
+    record = get_device(device_kind).error_record()
+    grid, block = guard.launch_geometry(guard.SPEC, problem.num_seqs)
+    return [(compiled(guard.SPEC), grid, block, guard.kernel_args(
+        cu, used, table, record, total_q=problem.total_q, num_blocks=problem.num_blocks,
+        block_size=problem.block_size, causal=problem.causal, max_seqlen_q=max_q,
+        max_seqlen_k=max_k))]
+
+
+def _check_after(q) -> bool:
+    return q.device.type != "cpu" and env.check_metadata() == "sync"
+
+
+def _check_device_now(device) -> None:
+    """ROCKE_CHECK_METADATA=sync: report the guard's finding right after the call (a
+    synchronisation), except inside a capture, where nothing has run yet."""
+    if not device.is_capturing():
+        device.check_errors()
 
 
 def _run_launches(device_kind, plan, launches, workspace) -> RunRecord:
@@ -769,6 +838,7 @@ class _CallPlan:
     graph_key: tuple | None
     capture: object                 # () -> Graph of the launches
     check_contents: object          # () -> None: host content checks (emulator), or None
+    check_after: bool = False       # ROCKE_CHECK_METADATA=sync: read the guard's record now
 
     def run(self) -> RunRecord:
         if self.would_replay and not self.device.is_capturing():
@@ -780,14 +850,13 @@ class _CallPlan:
 _TENSOR_ARGS = (0, 1, 2, 3, 4, 6, 11)        # q, k, v, out, cu_seqlens_q, seqused_k, block_table
 _VALUE_ARGS = (5, 7, 8, 9, 10, 12)           # max_seqlen_q/k, softmax_scale, causal, window, softcap
 _DESCALE_ARGS = (13, 14, 15)
+_KEY_LEVERS = ("ROCKE_DEVICE", "ROCKE_CHECK_METADATA")     # rocke levers a call's plan depends on
 
 
 def _call_key(args: tuple, backend, segm_workspaces, num_segments, knobs) -> tuple | None:
     """The cache key of a call, or None when its checks read values a key cannot hold (host
     descales: their contents are checked on every call) or an argument is not what it should
     be (the full validation names it)."""
-    import os
-    from rocke.runtime import device_generation
     try:
         tensors = tuple((t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
                         for t in map(args.__getitem__, _TENSOR_ARGS))
@@ -805,7 +874,7 @@ def _call_key(args: tuple, backend, segm_workspaces, num_segments, knobs) -> tup
     except (AttributeError, TypeError):
         return None
     return (tensors, values, tuple(descales), workspaces, backend, num_segments, knobs,
-            os.environ.get("ROCKE_DEVICE"), device_generation())
+            env.lookup(_KEY_LEVERS), device_generation())
 
 
 ARG_NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "max_seqlen_q", "seqused_k", "max_seqlen_k",
@@ -856,7 +925,10 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     if entry is not None:
         if entry.check_contents is not None:
             entry.check_contents()
-        return entry.run()
+        record = entry.run()
+        if entry.check_after:
+            _check_device_now(entry.device)
+        return record
     problem = describe_problem(*args, **quant)
     if problem.total_q == 0:
         return None
@@ -875,7 +947,11 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     launches, workspace = target.launches(the_plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k,
                                           block_table, float(softmax_scale), descales, features,
                                           workspaces=segm_workspaces)
+    launches = _guard_launches(device_kind, problem, args) + list(launches)
     record = _run_launches(device_kind, the_plan, launches, workspace)
+    if _check_after(q):
+        from rocke.runtime import get_device
+        _check_device_now(get_device(device_kind))
     if key is not None:        # an own 3D workspace becomes the cached call's (and its graph's)
         _remember(key, device_kind, the_plan, launches, workspace, problem, target, knobs, args)
     return record
@@ -914,7 +990,7 @@ def _remember(key, device_kind, the_plan, launches, workspace, problem, target, 
     # the cached call's graph by a serial number: hashing the launches' identity per call
     # would cost more than the replay (the call key already names everything they read)
     entry = _CallPlan(the_plan, device, prepared, workspace, would_replay,
-                      ("call", next(_CALL_SERIAL)), capture, check)
+                      ("call", next(_CALL_SERIAL)), capture, check, _check_after(args[0]))
     with _CALLS_LOCK:
         _CALLS[key] = entry
         while len(_CALLS) > CALL_CACHE_SIZE:

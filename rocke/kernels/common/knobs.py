@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, fields
 from typing import Mapping
 
+from rocke import env
+
 PREFIX = "HIPDNN_GFX942_"
 
 #: FLASH_WIDE value -> (geometry name, num_warps) of the transposed-x8 regime (ALGORITHM.md §10.2)
@@ -180,7 +182,7 @@ def current_knobs() -> AttentionKnobs:
     environment variables changes (an unknown HIPDNN_GFX942_* variable appearing is refused at
     the next parse)."""
     count, values, knobs = _current
-    now = tuple(os.environ.get(name) for name in _LEVER_VARIABLES)
+    now = env.lookup(_LEVER_VARIABLES)
     if count == len(os.environ) and values == now:
         return knobs
     knobs = read_knobs()

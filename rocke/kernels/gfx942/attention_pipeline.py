@@ -90,7 +90,8 @@ class WorkgroupContext:
         self.total_q = a.cu_seqlens_q.load(a.num_seqs)
         self.q_buf = a.q.buffer(self.total_q * a.q_stride_token)
         self.aux = CACHE_POLICIES[spec.kv_cache_policy]
-        self.table = BlockTableRow(a.block_table, seq * a.block_table_stride)
+        self.table = BlockTableRow(a.block_table, seq * a.block_table_stride,
+                                   a.num_seqs * a.block_table_stride)   # lying lengths stay inside
         self.k_view = PagedView(a.k_cache, spec.block_size, a.k_stride_block, a.k_stride_token,
                                 kv_head * a.k_stride_head, a.num_blocks, spec.kv_addr_64)
         self.v_view = PagedView(a.v_cache, spec.block_size, a.v_stride_block, a.v_stride_token,
