@@ -82,6 +82,31 @@ def test_the_lds_budget_is_the_targets():
     assert g950.UnifiedAttention2DSpec(**big).tile_size == 64
 
 
+def test_the_narrow_atom_rules():
+    wide = g950.UnifiedAttention2DSpec(dtype="bf16", head_size=128, block_size=32, num_warps=2,
+                                       narrow_atom="16x16x32")
+    assert wide.kernel_name.endswith("_16x16x32_gfx950")
+    assert g950.build(wide).target == "gfx950"
+    with pytest.raises(ValueError, match="narrow_atom: must be one of"):
+        g950.UnifiedAttention2DSpec(narrow_atom="32x32x16")
+    with pytest.raises(ValueError, match="tile_size 16 is not a multiple of 32"):
+        g950.UnifiedAttention2DSpec(dtype="bf16", head_size=64, block_size=16, narrow_atom="16x16x32")
+    with pytest.raises(ValueError, match="transposed-x8 regime runs 32x32x8"):
+        g950.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=64, num_warps=4,
+                                    block_m_per_warp=32, regime="transposed_x8", narrow_atom="16x16x32")
+    assert not hasattr(a2.UnifiedAttention2DSpec(), "narrow_atom")    # gfx942's spec is untouched
+
+
+@pytest.mark.parametrize("block_size, atom", [(16, "16x16x16"), (32, "16x16x32"), (64, "16x16x32")])
+def test_the_narrow_2d_geometry_takes_the_wide_k_atom_on_whole_32_key_tiles(block_size, atom):
+    p = _problem(dtype="bf16", max_seqlen_k=256, block_size=block_size)
+    plan = dispatch.plan(p, "2d")
+    (spec,) = plan.specs
+    assert spec.regime == "narrow" and spec.narrow_atom == atom
+    assert ("16x16x32" in plan.geometry.reason) == (atom == "16x16x32")
+    assert dispatch.plan(p, "3d").specs[0].kernel_name.endswith("_k1_gfx950")    # 3D: 16x16x16
+
+
 def test_fp8_caches_are_refused_on_gfx950():
     with pytest.raises(ValueError, match="kv_dtype: the gfx950 attention kernels take 16-bit caches only"):
         g950.UnifiedAttention2DSpec(kv_dtype="fp8_e4m3fnuz")
@@ -112,7 +137,8 @@ def _check(args, record, dtype):
 
 @pytest.mark.parametrize("backend, seqs, dtype, d, bs, hq, hk, want", [
     ("2d", MIXED, "f16", 64, 16, 8, 2, "x8t_w4m32_t64"),          # GQA 4:1, flash wide4
-    ("auto", MIXED, "bf16", 128, 32, 10, 2, "narrow_w2m16_t32"),  # GQA 5:1 -> 2D narrow
+    ("auto", MIXED, "bf16", 128, 32, 10, 2, "narrow_w2m16_t32_k1_16x16x32"),  # GQA 5:1, narrow wide-K
+    ("auto", MIXED, "bf16", 64, 16, 4, 4, "narrow_w4m32_t16_k2_gfx950"),   # MHA, 16-key tiles: 16x16x16
     ("auto", MIXED, "f16", 128, 64, 8, 1, "x8t_w4m32_t64"),       # GQA 8:1, wide4 at gfx950's T = 64
     ("3d", MIXED, "f16", 64, 32, 2, 2, "narrow_w1m16"),           # MHA, prefill rows through 3D
     ("auto", LONG_DECODE, "bf16", 128, 16, 8, 2, "narrow_w1m16"),  # long decode -> 3D + reduce

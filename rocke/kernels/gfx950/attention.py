@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rocke import dsl
+from rocke.kernels.common.checks import check_choice
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
 from rocke.kernels.gfx942 import attention_tiled_3d as a3
 from rocke.kernels.gfx942 import reduce_segments as rs
@@ -28,18 +29,34 @@ def _refuse_fp8_cache(spec) -> None:
                          f"gfx942's e4m3fnuz)")
 
 
+NARROW_ATOMS = ("16x16x16", "16x16x32")     # the narrow path's MFMA: gfx942's, or gfx950's wide-K
+
+
 @dataclass(frozen=True)
 class UnifiedAttention2DSpec(a2.UnifiedAttention2DSpec):
-    """gfx942's 2D spec (fields and rules), built for gfx950."""
+    """gfx942's 2D spec (fields and rules), built for gfx950, plus the narrow path's atom:
+    ``narrow_atom="16x16x32"`` reduces 32 head-dim (QK^T) / key (PV) elements per MFMA, twice
+    16x16x16's, with the same 16x16 accumulator (so the softmax code is unchanged); it needs a
+    tile of whole 32-key steps."""
     target: ClassVar[str] = TARGET
+    narrow_atom: str = "16x16x16"
 
     def __post_init__(self):
         _refuse_fp8_cache(self)
+        check_choice("narrow_atom", self.narrow_atom, NARROW_ATOMS)
         super().__post_init__()
+        if self.narrow_atom != NARROW_ATOMS[0]:
+            if self.transposed_x8:
+                raise ValueError(f"narrow_atom: {self.narrow_atom} is the narrow path's; the "
+                                 f"transposed-x8 regime runs 32x32x8")
+            if self.tile_size % 32:
+                raise ValueError(f"narrow_atom: {self.narrow_atom} walks 32 keys per PV step; "
+                                 f"tile_size {self.tile_size} is not a multiple of 32")
 
     @property
     def kernel_name(self) -> str:
-        return f"{super().kernel_name}_{TARGET}"
+        wide = f"_{self.narrow_atom}" if self.narrow_atom != NARROW_ATOMS[0] else ""
+        return f"{super().kernel_name}{wide}_{TARGET}"
 
 
 @dataclass(frozen=True)

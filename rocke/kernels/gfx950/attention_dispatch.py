@@ -9,7 +9,8 @@ First step: gfx942's rules and geometries (rocke/kernels/gfx942/attention_dispat
   and ``TILE_RULES``: the fp16 d128 transposed-x8 wide geometries walk T = 64, which gfx942's
   LDS holds only at half the workgroups;
 - fp8 KV caches: none yet (``CAPABILITIES.kv_dtypes`` is empty, refused before any build).
-The wide-K 16x16x32 / 32x32x16 atoms are not used yet.
+- the atom: the 2D narrow path takes the wide-K 16x16x32 (``ATOM_RULES``); the transposed-x8
+  regime keeps 32x32x8 (the 32x32x16 atom is not used yet).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from rocke.kernels.common.knobs import AttentionKnobs
 from rocke.kernels.gfx942 import attention_dispatch as gfx942
 from rocke.kernels.gfx942 import attention_policy as policy
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
-from rocke.kernels.gfx950.attention import SPEC_CLASSES, TARGET
+from rocke.kernels.gfx950.attention import SPEC_CLASSES, TARGET, UnifiedAttention2DSpec
 
 CAPABILITIES = AttentionCapabilities(head_sizes=a2.HEAD_SIZES, block_sizes=a2.BLOCK_SIZES,
                                      max_group=a2.MAX_GROUP, kv_dtypes=())
@@ -77,11 +78,37 @@ def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None
     return geo
 
 
+# (applies(geometry), narrow_atom, reason), first match wins; the 2D narrow spec takes the atom
+ATOM_RULES: tuple[tuple[Callable, str, str], ...] = (
+    (lambda g: g.path == "2d" and g.regime == policy.NARROW and g.tile_size % 32 == 0, "16x16x32",
+     "gfx950 wide-K: the narrow path's QK^T and PV reduce 32 elements per MFMA (16x16x32, "
+     "CDNA4), half the MFMA issues of 16x16x16 for the same 16x16 accumulators (modelled, not "
+     "measured); a 16-key tile (block size 16) keeps 16x16x16"),
+)
+
+
+def narrow_atom(geo: Geometry) -> tuple[str, str] | None:
+    """(atom, reason) of the first ``ATOM_RULES`` row that applies, else None (16x16x16)."""
+    for applies, atom, reason in ATOM_RULES:
+        if applies(geo):
+            return atom, reason
+    return None
+
+
 def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
          knobs: AttentionKnobs | None = None, *, with_specs: bool = True,
          num_segments: int | None = None) -> Plan:
     """Path, geometry and gfx950 kernel specs of ``problem`` (refused if gfx950 has no kernel
     for it); arguments as gfx942's ``plan``."""
-    return gfx942.plan(problem, backend, knobs, with_specs=with_specs, num_segments=num_segments,
-                       sms=num_sms(), capabilities=CAPABILITIES, spec_classes=SPEC_CLASSES,
-                       geometry_of=geometry)
+    the_plan = gfx942.plan(problem, backend, knobs, with_specs=with_specs,
+                           num_segments=num_segments, sms=num_sms(), capabilities=CAPABILITIES,
+                           spec_classes=SPEC_CLASSES, geometry_of=geometry)
+    wide = narrow_atom(the_plan.geometry)
+    if wide is None:
+        return the_plan
+    atom, reason = wide
+    geo = replace(the_plan.geometry, name=f"{the_plan.geometry.name}_{atom}",
+                  reason=f"{the_plan.geometry.reason}; {reason}")
+    specs = tuple(replace(s, narrow_atom=atom) if isinstance(s, UnifiedAttention2DSpec) else s
+                  for s in the_plan.specs)
+    return replace(the_plan, geometry=geo, specs=specs)
