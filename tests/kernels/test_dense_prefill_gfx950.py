@@ -220,3 +220,20 @@ def test_a_grid_size_is_refused_for_the_default_grid():
     persistent = dp.DensePrefillSpec("f16", 64, 64, 4, 2, True, persistent=True, **SMALL)
     with pytest.raises(ValueError, match="workgroups"):
         dp.launch_geometry(persistent, 1, 0)
+
+
+def test_partial_vmcnt_writes_the_prefetched_tile_in_load_order():
+    """Each thread prefetches 2 K and 2 V vectors (4 loads, issued K first). Written in load order,
+    each LDS write waits only for its own load: vmcnt 3, 2, 1, 0 in both tile loops; the
+    interleaved K/V writes wait 3, 1, 0 (the first V write also waits for the second K load)."""
+    import re
+    kw = dict(dtype="bf16", head_dim=64, seq_len=100, num_heads=10, num_kv_heads=2, prefetch=True, **SMALL)
+    with pytest.raises(ValueError, match="partial_vmcnt: .* needs prefetch=True"):
+        dp.DensePrefillSpec(**{**kw, "prefetch": False}, partial_vmcnt=True)
+    base = dp.DensePrefillSpec(causal=True, **kw)
+    assert re.findall(r"vmcnt\((\d+)\)", _compiled(base).asm) == ["3", "1", "0"] * 2
+    for causal in (True, False):
+        spec = dp.DensePrefillSpec(causal=causal, partial_vmcnt=True, **kw)
+        assert spec.kernel_name.endswith("_pf_vmcnt")
+        assert re.findall(r"vmcnt\((\d+)\)", _compiled(spec).asm) == ["3", "2", "1", "0"] * 2
+        run_case(spec, [100, 37, 0, 65], seed=11)

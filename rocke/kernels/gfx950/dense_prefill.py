@@ -35,6 +35,9 @@ blocks (qb_major) or the heads of one KV group (hkv_major) are dispatched togeth
 hkv_major for GQA, qb_major for MHA); ``persistent`` launches a fixed grid (default gfx950's 256
 CUs, at most the work items) whose workgroups walk the work items ``id, id + grid, ...``, each
 decoded in ``grid_order``'s axis order, so the grid's size is the host's choice, not the problem's.
+``partial_vmcnt`` (with prefetch) writes the staged tile to LDS in the loads' issue order (every K
+vector, then every V one), so LLVM's in-order vmcnt waits let each write wait for its own load only
+(vmcnt 3, 2, 1, 0 for 4 loads a thread) instead of the interleaved K/V order's 3, 1, 0.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ class DensePrefillSpec:
     grid_order: str = "qb_major"   # which grid axis walks first: query blocks or heads
     prefetch: bool = False     # load the next K/V tile into registers while this one computes
     persistent: bool = False   # a fixed grid (<= the CUs) walking the work items in grid_order
+    partial_vmcnt: bool = False  # prefetch: write the staged tile in load order (partial vmcnt waits)
 
     def __post_init__(self):
         check_choice("dtype", self.dtype, DTYPES)
@@ -99,6 +103,9 @@ class DensePrefillSpec:
         check_choice("grid_order", self.grid_order, GRID_ORDERS)
         check_bool("prefetch", self.prefetch)
         check_bool("persistent", self.persistent)
+        check_bool("partial_vmcnt", self.partial_vmcnt)
+        if self.partial_vmcnt and not self.prefetch:
+            raise ValueError("partial_vmcnt: orders the prefetched tile's LDS writes; it needs prefetch=True")
         check_choice("atom", self.atom, ATOMS)
         if self.grid_order == "auto":
             object.__setattr__(self, "grid_order", "hkv_major" if self.group > 1 else "qb_major")
@@ -147,7 +154,8 @@ class DensePrefillSpec:
                 f"_{self.atom.replace('x', '_')}_m{self.block_m}n{self.block_n}_w{self.num_warps}"
                 f"_pad{self.lds_pad}{'_prio' if self.pv_setprio else ''}"
                 f"{'_lazy' if self.lazy_rescale else ''}{'_hkv' if self.grid_order == 'hkv_major' else ''}"
-                f"{'_pf' if self.prefetch else ''}{'_persist' if self.persistent else ''}")
+                f"{'_pf' if self.prefetch else ''}{'_persist' if self.persistent else ''}"
+                f"{'_vmcnt' if self.partial_vmcnt else ''}")
 
 
 def _variants() -> dict[str, DensePrefillSpec]:
@@ -343,10 +351,24 @@ def _work_item(k, spec, mma, narrow_a, tiles, ptrs, sm_scale, head, batch, q_blo
                 return out
 
             def store_kv(staged):
+                if spec.partial_vmcnt:
+                    return store_kv_in_load_order(staged)
                 for n, first in enumerate(vectors):
                     i = tid + first if first else tid
                     r, c = i // per_row, (i % per_row) * STAGING_VECTOR
                     k_tile.store((r, c), staged[n])
+                    for j, e in enumerate(list(staged[len(vectors) + n])):
+                        vt_tile.store((c + j, r), e)
+
+            def store_kv_in_load_order(staged):
+                """Every K vector, then every V one: the loads' issue order, so each LDS write
+                waits (vmcnt, in order) only for its own load, not for later ones."""
+                for n, first in enumerate(vectors):
+                    i = tid + first if first else tid
+                    k_tile.store((i // per_row, (i % per_row) * STAGING_VECTOR), staged[n])
+                for n, first in enumerate(vectors):
+                    i = tid + first if first else tid
+                    r, c = i // per_row, (i % per_row) * STAGING_VECTOR
                     for j, e in enumerate(list(staged[len(vectors) + n])):
                         vt_tile.store((c + j, r), e)
 
