@@ -350,10 +350,28 @@ def inject_error(out: torch.Tensor, amount: float = 1.0) -> None:
 # ---------------------------------------------------------------------------------------------
 # device, levers
 
-def resolve_device(requested: str | None) -> str:
+#: the processors the harnesses' kernels are built for (``--target``); gfx950 runs on the
+#: emulator only (ROCKE_DEVICE=emu:gfx950): rocke's HIP path loads gfx942 code objects
+TARGETS = ("gfx942", "gfx950")
+
+
+def add_target_flag(parser) -> None:
+    parser.add_argument("--target", choices=TARGETS, default=None,
+                        help="processor the kernels are built for (default: ROCKE_DEVICE's "
+                             "emulator target, else gfx942); gfx950 runs on the emulator")
+
+
+def current_target() -> str:
+    """The processor this run's kernels are built for (after ``resolve_device``)."""
+    from rocke import env
+    return env.emu_target()
+
+
+def resolve_device(requested: str | None, target: str | None = None) -> str:
     """``--device`` else ``ROCKE_DEVICE`` else rocke.runtime's default (hip when hip-python
     finds a gfx942 GPU, else emu). Checked before any work: a hip run also needs a ROCm torch
-    that sees the GPU, since the harness allocates its tensors with torch."""
+    that sees the GPU, since the harness allocates its tensors with torch. ``target``
+    (``--target``, else ROCKE_DEVICE's emulator target): gfx950 only on the emulator."""
     from rocke import env, runtime
     devices = tuple(runtime.DEVICES)
     try:
@@ -362,10 +380,16 @@ def resolve_device(requested: str | None) -> str:
         raise refuse(str(exc)) from None
     if device not in devices:
         raise refuse(f"--device {device}: rocke.runtime offers {devices}")
+    if target is None:
+        target = env.emu_target() if device == "emu" else TARGETS[0]
+    if target != TARGETS[0] and device != "emu":
+        raise refuse(f"--target {target} runs on the emulator only (rocke's HIP path loads "
+                     f"gfx942 code objects): use --device emu")
     if device == "hip" and not torch.cuda.is_available():
         raise refuse("--device hip needs a ROCm torch that sees a GPU "
                      "(torch.cuda.is_available() is False here)")
-    os.environ["ROCKE_DEVICE"] = device      # the dispatcher's launches follow the harness
+    # the dispatcher's launches follow the harness (emu:gfx950: gfx950 kernels on the emulator)
+    os.environ["ROCKE_DEVICE"] = device if target == TARGETS[0] else f"{device}:{target}"
     return device
 
 

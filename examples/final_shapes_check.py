@@ -18,6 +18,7 @@ Test-only lever: the hidden ``--inject-error`` flag corrupts one output element 
 rocke launch, so the tests can show a wrong result fails the gate and the exit status.
 
     python examples/final_shapes_check.py --quick
+    python examples/final_shapes_check.py --quick --target gfx950     # gfx950 kernels, emulator
     python examples/final_shapes_check.py --groups decode prefill --reps 5 --reduce median
 """
 from __future__ import annotations
@@ -58,6 +59,7 @@ def parse_args(argv):
                    help="fraction stripped from each end for --reduce trimmed, in [0, 0.5)")
     p.add_argument("--device", choices=("emu", "hip"), default=None,
                    help="launch device (default: ROCKE_DEVICE, else hip if present, else emu)")
+    H.add_target_flag(p)
     p.add_argument("--max-kv", type=int, default=None, metavar="N",
                    help="scale every shape so its longest KV length is at most N")
     p.add_argument("--quick", action="store_true",
@@ -281,7 +283,8 @@ def cell_text(cells, key, missing):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    device = H.resolve_device(args.device)
+    device = H.resolve_device(args.device, args.target)
+    target = H.current_target()
     defaults = HIP_DEFAULTS if device == "hip" else EMU_DEFAULTS
     for flag, value in defaults.items():
         if getattr(args, flag) is None:
@@ -290,7 +293,7 @@ def main(argv=None) -> int:
     shapes = [H.scale_shape(s, args.max_kv) for s in H.select(GROUPS, selectors, None)]
 
     emu = device == "emu"
-    print(f"rocke gfx942 final shapes check — production dispatcher (backend auto), device "
+    print(f"rocke {target} final shapes check — production dispatcher (backend auto), device "
           f"{device}; rocke times are {H.time_label(device)}"
           + (" on this CPU, NOT GPU time; torch runs on the CPU" if emu else ""))
     _, lever_values = H.echo_levers()
@@ -370,7 +373,7 @@ def main(argv=None) -> int:
           + (f"; emulated at {rate.rate / 1e9:.2f} GFLOP/s (estimate was "
              f"{H.format_seconds(estimate)})" if emu else ""))
     written = H.write_report(args.report, dict(
-        harness="final_shapes_check", schema_version=H.REPORT_SCHEMA_VERSION, device=device,
+        harness="final_shapes_check", schema_version=H.REPORT_SCHEMA_VERSION, device=device, target=target,
         time_kind=H.time_label(device), levers=lever_values, groups=selectors,
         max_kv=args.max_kv, quick=args.quick, warmup=args.warmup, iters=args.iters,
         reps=args.reps, reduce=args.reduce, trim=args.trim,

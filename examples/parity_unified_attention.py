@@ -15,6 +15,7 @@ Test-only lever: the hidden ``--inject-error`` flag corrupts one output element 
 kernel launch, so the tests can show a wrong result fails the gate and the exit status.
 
     python examples/parity_unified_attention.py --quick --scenario default    # CPU-sized
+    python examples/parity_unified_attention.py --quick --scenario default --target gfx950  # gfx950 kernels, emulator
     python examples/parity_unified_attention.py --scenario fmha --scenario decode_d128_q1k1024
     python examples/parity_unified_attention.py --scenario features      # softcap, ALiBi, ...
     HIPDNN_GFX942_FLASH_WIDE=0 python examples/parity_unified_attention.py \\
@@ -60,6 +61,7 @@ def parse_args(argv):
                    help="on failure, print the N worst mismatch samples")
     p.add_argument("--device", choices=("emu", "hip"), default=None,
                    help="launch device (default: ROCKE_DEVICE, else hip if present, else emu)")
+    H.add_target_flag(p)
     p.add_argument("--max-kv", type=int, default=None, metavar="N",
                    help="scale every shape so its longest KV length is at most N")
     p.add_argument("--quick", action="store_true",
@@ -211,17 +213,30 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
     if "kv_quant_mode" in features:
         fields.update(kv_token_scales=True, kv_dtype="i8" if "int8" in features["kv_quant_mode"]
                       else "fp8_e4m3fnuz")
-    fields.update(knobs_module.spec_overrides(knobs, k2d.UnifiedAttention2DSpec))
-    if not flash and not k2d.supports_tiled_2d(**fields):
+    target = H.current_target()
+    spec_class = spec_class_2d(target)
+    fields.update(knobs_module.spec_overrides(knobs, spec_class))
+    # the gate is gfx942's LDS budget; another target's spec rules arbitrate on their own
+    if target == "gfx942" and not flash and not k2d.supports_tiled_2d(**fields):
         problems = "; ".join(k2d.field_problems(**fields))
         raise Skip(f"unsupported on gfx942: narrow-path gate supports_tiled_2d ({problems})")
     try:
-        spec = k2d.UnifiedAttention2DSpec(**fields)
+        spec = spec_class(**fields)
     except ValueError as exc:
-        raise Skip(f"unsupported on gfx942: the flash spec rejects it ({exc})") from None
+        raise Skip(f"unsupported on {target}: the {'flash' if flash else 'narrow'} spec rejects "
+                   f"it ({exc})") from None
     geometry_name = ({4: "wide4", 2: "wide2", 1: "L4"}.get(spec.num_warps, f"w{spec.num_warps}")
                      if flash else "narrow")
     return spec, geometry_name
+
+
+def spec_class_2d(target: str):
+    """The 2D spec class whose kernels are built for ``target``."""
+    if target == "gfx950":
+        from rocke.kernels.gfx950.attention import UnifiedAttention2DSpec
+        return UnifiedAttention2DSpec
+    from rocke.kernels.gfx942.attention_tiled_2d import UnifiedAttention2DSpec
+    return UnifiedAttention2DSpec
 
 
 def explicit_2d_launcher(shape, inputs, knobs, device):
@@ -336,7 +351,8 @@ def run_table(table, shape, inputs, ref, args, knobs, device, rate, bar):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    device = H.resolve_device(args.device)
+    device = H.resolve_device(args.device, args.target)
+    target = H.current_target()
     if args.attempts is None:
         args.attempts = HIP_ATTEMPTS if device == "hip" else EMU_ATTEMPTS
     if args.warmup is None:
@@ -344,7 +360,7 @@ def main(argv=None) -> int:
     shapes = H.select(GROUPS, args.scenario or ["all"], "all")
     shapes = [H.scale_shape(s, args.max_kv) for s in shapes]
 
-    print(f"rocke gfx942 unified attention parity harness — device {device}; times are "
+    print(f"rocke {target} unified attention parity harness — device {device}; times are "
           f"{H.time_label(device)}" + (" on this CPU, NOT GPU time" if device == "emu" else ""))
     knobs, lever_values = H.echo_levers()
     if device == "emu":
@@ -410,7 +426,7 @@ def main(argv=None) -> int:
     exit_code = 1 if failed else 0
     written = H.write_report(args.report, dict(
         harness="parity_unified_attention", schema_version=H.REPORT_SCHEMA_VERSION,
-        device=device, time_kind=H.time_label(device), levers=lever_values,
+        device=device, target=target, time_kind=H.time_label(device), levers=lever_values,
         scenarios=args.scenario or ["all"], max_kv=args.max_kv, quick=args.quick,
         attempts=args.attempts, warmup=args.warmup, tol_override=args.tol,
         injected_error=args.inject_error, tables=list(TABLES), results=rows, summary=counts,

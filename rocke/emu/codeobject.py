@@ -106,7 +106,7 @@ class _Elf:
             name, typ, flags, addr, offset, size, link, info, align, entsize = struct.unpack_from(
                 "<IIQQQQIIQQ", data, shoff + i * shentsize)
             self.sections.append(dict(name=name, type=typ, addr=addr, offset=offset, size=size,
-                                      link=link, entsize=entsize))
+                                      link=link, entsize=entsize, flags=flags))
         names = self.sections[shstrndx]
         for s in self.sections:
             s["name"] = self._string(names, s["name"])
@@ -234,7 +234,9 @@ def code_object_assembly(code) -> str:
     if data.startswith(_BUNDLE_MAGIC) or data.startswith(b"CCOB"):
         data = _unbundle(data)
     elf = _Elf(data)
-    objdump, readelf = find_llvm_tool("llvm-objdump"), find_llvm_tool("llvm-readelf")
+    objdump, readelf = disassembler(elf.processor), find_llvm_tool("llvm-readelf")
+    if objdump is None:
+        raise CodeObjectError(cannot_disassemble(elf.processor))
     with tempfile.TemporaryDirectory(prefix="rocke-co-") as tmp:
         path = Path(tmp) / "kernel.co"
         path.write_bytes(data)
@@ -333,9 +335,20 @@ def listing_matches(listing: str, code, kernel: str) -> bool:
     """Whether assembly text `listing` is the code object `code`'s kernel `kernel`, instruction
     for instruction, with the same kernel arguments and descriptor fields: a listing may then
     stand for the code object (it keeps its `.loc` source lines). Any doubt is False."""
+    try:
+        truth = code_object_assembly(code)
+    except Exception:
+        return False
+    return listings_agree(listing, truth, kernel)
+
+
+def listings_agree(listing: str, other: str, kernel: str) -> bool:
+    """Whether two assembly texts hold the same kernel `kernel`: instruction for instruction, with
+    the same kernel arguments and (ungranulated) descriptor fields; `.loc` lines aside. Any
+    doubt is False."""
     from .asm import parse_program
     try:
-        mine, truth = parse_program(listing), parse_program(code_object_assembly(code))
+        mine, truth = parse_program(listing), parse_program(other)
         a, b = mine.kernels[kernel], truth.kernels[kernel]
     except Exception:
         return False
@@ -345,3 +358,43 @@ def listing_matches(listing: str, code, kernel: str) -> bool:
            if key in a.descriptor and key not in _GRANULATED):
         return False
     return _kernel_body(mine, kernel) == _kernel_body(truth, kernel)
+
+
+def disassembler(processor: str) -> str | None:
+    """Path of an llvm-objdump whose LLVM knows `processor` (rocke.llvm_tools' search), or None:
+    Debian bookworm's newest, LLVM 19, predates gfx950 (LLVM 20 is the first to know it)."""
+    from rocke.arch import get_target
+    target = get_target(processor)
+    try:
+        return llvm_tools.find("llvm-objdump", target.min_llvm_major, target.name)
+    except llvm_tools.LLVMToolError:
+        return None
+
+
+def cannot_disassemble(processor: str) -> str:
+    """The one-line refusal for a code object no llvm-objdump here can read."""
+    from rocke.arch import get_target
+    return (f"cannot disassemble a {processor} code object: no llvm-objdump of LLVM "
+            f"{get_target(processor).min_llvm_major} or newer was found (Debian bookworm's newest is "
+            f"LLVM 19); put one on PATH, or run the kernel's assembly listing (rocke.emu.launch "
+            f"takes it; rocke.runtime runs a rocke-compiled kernel from its listing once a rebuild "
+            f"of its IR proves the listing is the code object's kernel)")
+
+
+def kernel_image(code, kernel: str) -> tuple[bytes, bytes, bytes]:
+    """What a loader takes of `kernel` from a code object: its machine code (the function
+    symbol's bytes), its 64-byte descriptor with the code-entry offset zeroed (that offset follows
+    the link layout), and the metadata note section's bytes."""
+    data = read_code_object(code)
+    if data.startswith(_BUNDLE_MAGIC) or data.startswith(b"CCOB"):
+        data = _unbundle(data)
+    elf = _Elf(data)
+    if kernel not in elf.symbols or f"{kernel}.kd" not in elf.symbols:
+        raise CodeObjectError(f"kernel {kernel!r} (or its descriptor) is not in the code object")
+    value, size, _ = elf.symbols[kernel]
+    kd_value, _, _ = elf.symbols[f"{kernel}.kd"]
+    descriptor = bytearray(elf.read(kd_value, 64))
+    descriptor[16:24] = bytes(8)
+    notes = b"".join(data[s["offset"]:s["offset"] + s["size"]] for s in elf.sections
+                     if s["type"] == 7 and s["flags"] & 2)      # SHT_NOTE, SHF_ALLOC
+    return elf.read(value, size), bytes(descriptor), notes

@@ -14,7 +14,8 @@ class EmuDevice(Device):
 
     def __init__(self, emu_target: str = "gfx942"):
         super().__init__()
-        self._listing_ok: dict[str, bool] = {}     # code-object sha256 -> listing is its kernel
+        self._listing_ok: dict[tuple[str, str], bool] = {}   # (code object, listing) sha256 -> it is its kernel
+        self._disassembles: bool | None = None     # whether an llvm-objdump here knows emu_target
         from ..compiler import DEFAULT_TARGET
         from ..arch import get_target
         self.emu_target = get_target(emu_target).name     # the processor the emulator runs as
@@ -47,15 +48,28 @@ class EmuDevice(Device):
 
     def _runnable(self, compiled):
         """What the emulator runs for `compiled`: its assembly listing when that is the code
-        object's kernel instruction for instruction (checked once per process and code object;
-        the listing keeps its source lines), else the code object itself (disassembled)."""
+        object's kernel instruction for instruction (checked once per process, code object and
+        listing; the listing keeps its source lines), else the code object itself (disassembled).
+        Where no llvm-objdump here knows the processor (gfx950 on Debian's LLVM 19), the listing
+        is proven by a rebuild instead (`listing_proven_by_rebuild`), and a code object whose
+        listing is not proven is refused: it could not be disassembled either."""
         import hashlib
-        from ..emu.codeobject import listing_matches
-        digest = hashlib.sha256(compiled.code_object).hexdigest()
+        from ..emu.codeobject import cannot_disassemble, disassembler, listing_matches
+        digest = (hashlib.sha256(compiled.code_object).hexdigest(),
+                  hashlib.sha256(compiled.asm.encode()).hexdigest())
+        if self._disassembles is None:      # looked up once per device (~10 ms: tool versions)
+            self._disassembles = disassembler(self.emu_target) is not None
         use_listing = self._listing_ok.get(digest)
         if use_listing is None:
-            use_listing = listing_matches(compiled.asm, compiled.code_object, compiled.name)
+            if self._disassembles:
+                use_listing = listing_matches(compiled.asm, compiled.code_object, compiled.name)
+            else:
+                use_listing = listing_proven_by_rebuild(compiled)
             self._listing_ok[digest] = use_listing
+        if not use_listing and not self._disassembles:
+            raise ValueError(f"kernel {compiled.name}: no assembly listing proven to be its code "
+                             f"object's kernel (a rebuild of its IR must give the same code), and "
+                             + cannot_disassemble(self.emu_target))
         return compiled.asm if use_listing else compiled.code_object
 
     def _allocate_record(self):
@@ -78,3 +92,24 @@ class EmuDevice(Device):
         start = time.perf_counter()
         fn()
         return Timing(time.perf_counter() - start, EMULATOR_CLOCK)
+
+
+def listing_proven_by_rebuild(compiled) -> bool:
+    """Whether `compiled`'s listing is its code object's kernel, shown without a disassembler:
+    its IR compiled again, uncached, gives a code object that loads the same kernel (machine code,
+    descriptor, metadata note) and a listing that is `compiled`'s instruction for instruction.
+    The compiler prints the listing and encodes the code object from identical copies of one
+    module, so the fresh pair is one kernel (test_code_object_truth checks this by disassembly
+    on gfx942), hence so is `compiled`'s. Any doubt (no IR at hand, another opt level or linker)
+    is False."""
+    from ..compiler import compile_ir
+    from ..emu.codeobject import kernel_image, listings_agree
+    if not compiled.ir or not compiled.asm:
+        return False
+    try:
+        fresh = compile_ir(compiled.ir, name=compiled.name, target=compiled.target, cache=False)
+        same_code = (kernel_image(fresh.code_object, compiled.name)
+                     == kernel_image(compiled.code_object, compiled.name))
+    except Exception:
+        return False
+    return same_code and listings_agree(compiled.asm, fresh.asm, compiled.name)

@@ -331,3 +331,41 @@ def test_parity_features_rows_for_fp8_output_and_per_token_head_caches(tmp_path,
     assert parity_unified_attention.main(argv[:2] + ["--max-kv", "64", "--report", str(report),
                                                      "--inject-error"]) == 1
     assert [r["status"] for r in json.loads(report.read_text())["results"]] == ["FAIL"] * 3
+
+
+# --------------------------------------------------------------------------- --target gfx950
+
+def test_parity_runs_gfx950_kernels_on_the_emulator(tmp_path, monkeypatch, capsys):
+    """In-process: --target gfx950 runs every table on the gfx950 builds (ROCKE_DEVICE=emu:gfx950)."""
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    report = tmp_path / "parity.json"
+    argv = ["--target", "gfx950", "--scenario", TINY_PARITY[1], "--max-kv", "64",
+            "--report", str(report)]
+    assert parity_unified_attention.main(argv) == 0
+    assert "rocke gfx950 unified attention parity harness" in capsys.readouterr().out
+    data = json.loads(report.read_text())
+    assert data["target"] == "gfx950" and data["summary"]["PASS"] == 3
+    for row in data["results"]:
+        assert row["status"] == "PASS" and row["launched"].endswith("_gfx950)"), row
+
+
+def test_final_shapes_runs_gfx950_kernels_on_the_emulator(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    report = tmp_path / "final.json"
+    argv = ["--target", "gfx950", "--groups", "decode_d128_q1k1024", "--max-kv", "64",
+            "--reps", "1", "--report", str(report)]
+    assert final_shapes_check.main(argv) == 0
+    data = json.loads(report.read_text())
+    (decode,) = data["results"]
+    assert data["target"] == "gfx950" and decode["status"] == "PASS"
+    assert 0 <= decode["max_abs_err_eager"] <= decode["tol"]
+    assert 0 <= decode["max_abs_err_graph"] <= decode["tol"]      # the graph replays gfx950 kernels too
+
+
+def test_gfx950_on_hip_is_refused_up_front(monkeypatch, capsys):
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    for module in (parity_unified_attention, final_shapes_check):
+        with pytest.raises(SystemExit) as exc:
+            module.main(["--device", "hip", "--target", "gfx950"])
+        assert exc.value.code == 2
+        assert "--target gfx950 runs on the emulator only" in capsys.readouterr().err

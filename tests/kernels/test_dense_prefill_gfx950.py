@@ -36,7 +36,7 @@ def reference(q, k, v, lens, causal: bool, scale: float):
     return out
 
 
-def run_case(spec, lens, scale=None, seed=0, shape_inputs=None):
+def run_case(spec, lens, scale=None, seed=0, shape_inputs=None, workgroups=None):
     S, H, HKV, D = spec.seq_len, spec.num_heads, spec.num_kv_heads, spec.head_dim
     B = len(lens)
     dt = TORCH[spec.dtype]
@@ -49,10 +49,11 @@ def run_case(spec, lens, scale=None, seed=0, shape_inputs=None):
     for b, n in enumerate(lens):       # the padding holds NaN: the kernel must never read it into a result
         k[b, n:], v[b, n:], q[b, n:] = float("nan"), float("nan"), float("nan")
     o = torch.full((B, S, H, D), SENTINEL, dtype=dt)
-    grid, block = dp.launch_geometry(spec, B)
+    grid, block = dp.launch_geometry(spec, B, workgroups)
     ck = _compiled(spec)
     # the emulator's gfx950 mode on the compiled listing
-    emu.launch(ck.asm, ck.name, grid, block, dp.kernel_args(spec, q, k, v, o, lens_t, scale), target="gfx950")
+    emu.launch(ck.asm, ck.name, grid, block, dp.kernel_args(spec, q, k, v, o, lens_t, scale, workgroups),
+               target="gfx950")
     ref = reference(q, k, v, lens_t, spec.causal, scale if scale is not None else 1 / math.sqrt(D))
     for b, n in enumerate(lens):
         err = (o[b, :n].float() - ref[b, :n]).abs().max().item() if n else 0.0
@@ -182,3 +183,57 @@ def test_prefetch_changes_code_and_stays_correct():
 def test_prefetch_needs_whole_vectors_per_thread():
     with pytest.raises(ValueError, match="block_n"):
         dp.DensePrefillSpec("f16", 64, 128, 4, 4, block_m=256, block_n=32, num_warps=8, prefetch=True)
+
+
+@pytest.mark.parametrize("order", ["qb_major", "hkv_major"])
+def test_persistent_grid_walks_every_work_item(order):
+    # 4 sequences x 2 query blocks x 10 heads = 80 work items over 7 workgroups (not a divisor):
+    # each walks 11-12 items, decoded in the grid order; ragged lengths, an empty sequence, GQA 5
+    spec = dp.DensePrefillSpec("f16", 64, 100, 10, 2, True, grid_order=order, persistent=True, **SMALL)
+    assert dp.launch_geometry(spec, 4, 7)[0] == (7, 1, 1)
+    assert dp.launch_geometry(spec, 4)[0] == (80, 1, 1)        # at most the work items (<= 256 CUs)
+    assert spec.kernel_name.endswith("_persist")
+    run_case(spec, [100, 37, 0, 65], seed=9, workgroups=7)
+
+
+def test_persistent_grid_full_attention_bf16():
+    spec = dp.DensePrefillSpec("bf16", 64, 70, 4, 4, False, persistent=True, **SMALL)
+    run_case(spec, [70, 33], seed=10, workgroups=3)
+
+
+def test_auto_grid_order_is_hkv_major_for_gqa_and_qb_major_for_mha():
+    kw = dict(dtype="f16", head_dim=64, seq_len=128, **SMALL)
+    assert dp.DensePrefillSpec(num_heads=10, num_kv_heads=2, grid_order="auto", **kw).grid_order == "hkv_major"
+    assert dp.DensePrefillSpec(num_heads=4, num_kv_heads=4, grid_order="auto", **kw).grid_order == "qb_major"
+    assert dp.DensePrefillSpec(num_heads=10, num_kv_heads=2, grid_order="auto", **kw) == \
+        dp.DensePrefillSpec(num_heads=10, num_kv_heads=2, grid_order="hkv_major", **kw)
+
+
+def test_a_grid_size_is_refused_for_the_default_grid():
+    spec = dp.DensePrefillSpec("f16", 64, 64, 4, 2, True, **SMALL)
+    q = torch.zeros(1, 64, 4, 64, dtype=torch.float16)
+    kv = torch.zeros(1, 64, 2, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="workgroups: only a persistent spec"):
+        dp.launch_geometry(spec, 1, 8)
+    with pytest.raises(ValueError, match="workgroups: only a persistent spec"):
+        dp.kernel_args(spec, q, kv, kv, q.clone(), torch.tensor([64], dtype=torch.int32), None, 8)
+    persistent = dp.DensePrefillSpec("f16", 64, 64, 4, 2, True, persistent=True, **SMALL)
+    with pytest.raises(ValueError, match="workgroups"):
+        dp.launch_geometry(persistent, 1, 0)
+
+
+def test_partial_vmcnt_writes_the_prefetched_tile_in_load_order():
+    """Each thread prefetches 2 K and 2 V vectors (4 loads, issued K first). Written in load order,
+    each LDS write waits only for its own load: vmcnt 3, 2, 1, 0 in both tile loops; the
+    interleaved K/V writes wait 3, 1, 0 (the first V write also waits for the second K load)."""
+    import re
+    kw = dict(dtype="bf16", head_dim=64, seq_len=100, num_heads=10, num_kv_heads=2, prefetch=True, **SMALL)
+    with pytest.raises(ValueError, match="partial_vmcnt: .* needs prefetch=True"):
+        dp.DensePrefillSpec(**{**kw, "prefetch": False}, partial_vmcnt=True)
+    base = dp.DensePrefillSpec(causal=True, **kw)
+    assert re.findall(r"vmcnt\((\d+)\)", _compiled(base).asm) == ["3", "1", "0"] * 2
+    for causal in (True, False):
+        spec = dp.DensePrefillSpec(causal=causal, partial_vmcnt=True, **kw)
+        assert spec.kernel_name.endswith("_pf_vmcnt")
+        assert re.findall(r"vmcnt\((\d+)\)", _compiled(spec).asm) == ["3", "2", "1", "0"] * 2
+        run_case(spec, [100, 37, 0, 65], seed=11)

@@ -233,6 +233,20 @@ def launch_device_kind(q) -> str:
     return override or found
 
 
+def launch_target(q) -> str | None:
+    """The processor whose kernels a call on ``q`` takes: its device's (the emulator's target,
+    ``ROCKE_DEVICE=emu:gfx950`` -> gfx950; a HIP GPU's architecture). None (the default target)
+    where ``q`` is not yet a usable tensor: ``describe_problem`` names what is wrong with it."""
+    if not _is_tensor(q):
+        return None
+    try:
+        kind = launch_device_kind(q)
+    except ValueError:
+        return None
+    from rocke.runtime import get_device
+    return get_device(kind).arch.split(":", 1)[0]
+
+
 def _need_tensor(name: str, t, dims: int, dim_names: str):
     if not _is_tensor(t):
         raise ValueError(f"{name}: must be a torch tensor {dim_names}, got {type(t).__name__}")
@@ -719,8 +733,10 @@ def _build_and_compile(spec):
     served = prebuilt_for_spec(spec)         # a shipped variant: no IR build, no link
     if served is not None:
         return served
+    from rocke.arch import get_target
     kern = importlib.import_module(type(spec).__module__).build(spec)
-    return compile_ir(kern.ir(), name=kern.name, workgroup_size=kern.workgroup_size)
+    return compile_ir(kern.ir(), name=kern.name, workgroup_size=kern.workgroup_size,
+                      target=get_target(kern.target).target_id)
 
 
 COMPILED = CompiledSpecCache(_build_and_compile)
@@ -929,11 +945,12 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         if entry.check_after:
             _check_device_now(entry.device)
         return record
-    problem = describe_problem(*args, **quant)
+    target_name = launch_target(q)
+    problem = describe_problem(*args, target=target_name, **quant)
     if problem.total_q == 0:
         return None
     device_kind = launch_device_kind(q)
-    target = attention_target()
+    target = attention_target(target_name)
     the_plan = target.plan(problem, backend, knobs, num_segments=num_segments)
     kernels = [compiled(spec) for spec in the_plan.specs]     # every build before any launch
     descales = ((_descale_tensor("k_descale", k_descale), _descale_tensor("v_descale", v_descale))

@@ -259,10 +259,13 @@ def kernel_module(path: str):
     return {"2d": a2, "3d": a3}[path]
 
 
-def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKnobs) -> tuple:
-    """The kernel specs of ``geo`` for ``problem``, with the levers' spec fields applied."""
-    mod = kernel_module(geo.path)
-    cls = mod.UnifiedAttention2DSpec if geo.path == "2d" else mod.UnifiedAttention3DSpec
+def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKnobs,
+               *, spec_classes: tuple | None = None) -> tuple:
+    """The kernel specs of ``geo`` for ``problem``, with the levers' spec fields applied;
+    ``spec_classes``: another target's (2D, 3D, reduce) spec classes (rocke/kernels/gfx950)."""
+    cls2, cls3, cls_r = spec_classes or (a2.UnifiedAttention2DSpec, a3.UnifiedAttention3DSpec,
+                                         reduce_segments.ReduceSegmentsSpec)
+    cls = cls2 if geo.path == "2d" else cls3
     have = {f.name for f in fields(cls)}
     wanted = dict(dtype=problem.dtype, head_size=problem.head_size, block_size=problem.block_size,
                   num_queries_per_kv=problem.num_queries_per_kv,
@@ -284,7 +287,7 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
     if geo.path == "2d":
         return (spec,)
     # an fp8 output is quantized by the reduction (the 3D kernel writes fp32 partials)
-    reduce = reduce_segments.ReduceSegmentsSpec(problem.dtype, problem.head_size)
+    reduce = cls_r(problem.dtype, problem.head_size)
     if out_dtype is not None:
         reduce = replace(reduce, out_dtype=out_dtype)
     return (spec, reduce)
@@ -292,19 +295,22 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
 
 def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
          knobs: AttentionKnobs | None = None, *, with_specs: bool = True,
-         num_segments: int | None = None) -> Plan:
+         num_segments: int | None = None, sms: int | None = None, capabilities=CAPABILITIES,
+         spec_classes: tuple | None = None, geometry_of: Callable | None = None) -> Plan:
     """Path, geometry and kernel specs of ``problem`` (refused if gfx942 has no kernel for it).
     ``num_segments``: the caller's 3D segment count (vLLM's ``num_par_softmax_segments``), used
-    as given instead of the dispatcher's."""
-    CAPABILITIES.check(problem)
+    as given instead of the dispatcher's. ``sms``, ``capabilities``, ``spec_classes``,
+    ``geometry_of``: another target's facts, kernels and geometry rules
+    (rocke/kernels/gfx950/attention_dispatch.py)."""
+    capabilities.check(problem)
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
     knobs = knobs_mod.read_knobs() if knobs is None else knobs
     if backend == "auto":
-        path, reason = select_path(problem)
+        path, reason = select_path(problem, sms)
     else:
         path, reason = backend, f"backend={backend!r} forced by the caller"
-    geo = geometry(problem, path, knobs)
+    geo = (geometry_of or geometry)(problem, path, knobs, sms)
     if num_segments is not None:
         if path != "3d":
             raise ValueError(f"num_segments: only the 3D path has segments, this call takes "
@@ -314,7 +320,7 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
             raise ValueError(f"num_segments: must be an int in [1, {MAX_SEGMENTS}] (the "
                              f"reduction's bound), got {num_segments!r}")
         geo = replace(geo, num_segments=num_segments)
-    specs = make_specs(problem, geo, knobs) if with_specs else ()
+    specs = make_specs(problem, geo, knobs, spec_classes=spec_classes) if with_specs else ()
     return Plan(problem, path, reason, geo, specs,
                 recommend_graph_replay(problem, knobs, path=path))
 

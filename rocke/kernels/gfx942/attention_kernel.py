@@ -14,7 +14,7 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
     """The 2D kernel (``split=False``) or the 3D split-KV kernel (``split=True``): one builder,
     the 3D one restricting the tile loop to its segment and writing fp32 partials."""
     k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.workgroup_size,
-                   waves_per_eu=spec.waves_per_eu or None)
+                   waves_per_eu=spec.waves_per_eu or None, target=spec.target)
     a = declare_args(k, spec, split)
     T, BQ = spec.tile_size, spec.block_q
     threads = spec.workgroup_size

@@ -380,7 +380,9 @@ class NarrowPath(TileLoop):
     def __init__(self, c):
         super().__init__(c)
         s, k = self.spec, self.k
-        self.mma = k.mfma("16x16x16", s.dtype)
+        # gfx950 specs may take the wide-K 16x16x32 atom (rocke/kernels/gfx950/attention.py)
+        self.mma = k.mfma(getattr(s, "narrow_atom", "16x16x16"), s.dtype)
+        kd = self.kd = self.mma.atom.k      # head-dim / key elements one MFMA reduces
         self.mq = s.block_m_per_warp // 16
         D, T = s.head_size, s.tile_size
         self._alloc_kv()
@@ -397,9 +399,9 @@ class NarrowPath(TileLoop):
         for i in range(self.mq):
             row = self.warp_row0 + i * 16
             if q_lds is None:
-                ops = [load_q_direct(c, self.mma.A, ROW, (row, d0)) for d0 in range(0, D, 16)]
+                ops = [load_q_direct(c, self.mma.A, ROW, (row, d0)) for d0 in range(0, D, kd)]
             else:
-                ops = [load_fragment(q_lds, self.mma.A, (row, d0)) for d0 in range(0, D, 16)]
+                ops = [load_fragment(q_lds, self.mma.A, (row, d0)) for d0 in range(0, D, kd)]
             self.q_ops.append(ops)
         if q_lds is not None:
             k.barrier()                           # Q's LDS is reused by the K/V tiles
@@ -429,7 +431,7 @@ class NarrowPath(TileLoop):
             scores = []
             for n in range(nk):
                 acc = mma.zeros()
-                for st, d0 in enumerate(range(0, D, 16)):
+                for st, d0 in enumerate(range(0, D, self.kd)):
                     kt = load_fragment(k_lds, mma.B, (d0, k_row0 + n * 16), transposed=True)
                     acc = mma(self.q_ops[i][st], kt, acc)
                 scores.append(self.masked_scores(acc, kv0, kv0 + n * 16, row, masked, i))
@@ -437,12 +439,12 @@ class NarrowPath(TileLoop):
             for n in range(nk):
                 store_fragment(self.p_lds, probs[n].to(s.dtype), (row, n * 16))
             alpha_o = alpha.broadcast_to(mma.C)
-            p_ops = [load_fragment(self.p_lds, mma.A, (row, n * 16)) for n in range(nk)]
+            p_ops = [load_fragment(self.p_lds, mma.A, (row, n0)) for n0 in range(0, T, self.kd)]
             for jd in range(nd):
                 acc = o[i * nd + jd] * alpha_o
-                for n in range(nk):
+                for n, n0 in enumerate(range(0, T, self.kd)):
                     p_op = p_ops[n]
-                    v_op = load_fragment(self.v_lds, mma.B, (n * 16, jd * 16), transposed=not s.cfv_store)
+                    v_op = load_fragment(self.v_lds, mma.B, (n0, jd * 16), transposed=not s.cfv_store)
                     acc = mma(p_op, v_op, acc)
                 o[i * nd + jd] = acc
         return [*m, *l, *o]

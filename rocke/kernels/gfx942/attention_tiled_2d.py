@@ -33,8 +33,10 @@ regimes), ``attention_epilogue``, ``attention_kernel`` (``build_tiled``) and ``a
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 from rocke import dsl
+from rocke.arch import get_target
 from rocke.dsl.paged import CACHE_POLICIES, rows_per_wave
 from rocke.kernels.common.checks import check_bool, check_choice, check_int_range, check_tensor
 from rocke.kernels.gfx942 import attention_policy as policy
@@ -60,6 +62,7 @@ MAX_GROUP = 16
 class UnifiedAttention2DSpec:
     """Every field changes the emitted code and is encoded in ``kernel_name``."""
 
+    target: ClassVar[str] = "gfx942"   # the processor built for (not a field: rocke/kernels/gfx950 subclasses)
     dtype: str = "f16"
     head_size: int = 128
     block_size: int = 16               # KV cache page size
@@ -227,10 +230,11 @@ def spec_problems(spec) -> list[str]:
     if out:
         return out
     total = sum(lds_model(spec, tile=tile).values())
-    if total > dsl.LDS_BYTES:
+    lds_bytes = get_target(spec.target).max_lds_per_workgroup
+    if total > lds_bytes:
         out.append(f"tile_size: the {'transposed-x8' if transposed_x8 else 'narrow'} path needs {total} bytes "
                    f"of LDS at head_size {spec.head_size}, BLOCK_M {block_m}, tile {tile} "
-                   f"({lds_model(spec, tile=tile)}), gfx942 has {dsl.LDS_BYTES}; use a smaller "
+                   f"({lds_model(spec, tile=tile)}), {spec.target} has {lds_bytes}; use a smaller "
                    f"tile_size, fewer rows or a single K buffer")
     return out
 
@@ -262,6 +266,7 @@ class _FieldView:
             raise TypeError(f"unknown spec fields: {', '.join(sorted(kw))}")
 
     transposed_x8 = UnifiedAttention2DSpec.transposed_x8     # the rules read it (one definition)
+    target = UnifiedAttention2DSpec.target
 
 
 def lds_model(spec, *, tile: int | None = None) -> dict[str, int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rocke import dsl
 from rocke.dsl import exp2, maximum, rcp, select, shuffle_xor, splat, wave_max, wave_sum
@@ -34,6 +35,7 @@ WAVE = dsl.WAVE_SIZE
 
 @dataclass(frozen=True)
 class ReduceSegmentsSpec:
+    target: ClassVar[str] = "gfx942"   # the processor built for (not a field: rocke/kernels/gfx950 subclasses)
     dtype: str = "f16"          # dtype of ``out`` (the attention's q/out dtype)
     head_size: int = 128
     vector_width: int = 4       # fp32 elements of one segment's ``o`` per lane per load
@@ -77,7 +79,7 @@ GOLDEN_PERTURBATION = ("vector_width", {4: 2, 2: 4, 1: 2})     # see rocke.kerne
 
 def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
     d, vw = spec.head_size, spec.vector_width
-    k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.workgroup_size)
+    k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.workgroup_size, target=spec.target)
     segm_output = k.arg_ptr("segm_output", dsl.f32, readonly=True)
     segm_max = k.arg_ptr("segm_max", dsl.f32, readonly=True)
     segm_expsum = k.arg_ptr("segm_expsum", dsl.f32, readonly=True)

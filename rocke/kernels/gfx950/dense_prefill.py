@@ -31,7 +31,13 @@ around the PV MFMAs (``s_setprio 1`` .. ``s_setprio 0``) so a warp that reached 
 the matrix core while the others do softmax VALU work; ``lazy_rescale`` skips the O^T rescale
 (d_frags x 16 multiplies per lane) on tiles where no query's running max moved -- exact, the
 skipped factor is 1 -- behind a wave-uniform ballot; ``grid_order`` picks whether a head's query
-blocks (qb_major) or the heads of one KV group (hkv_major) are dispatched together.
+blocks (qb_major) or the heads of one KV group (hkv_major) are dispatched together (``auto``:
+hkv_major for GQA, qb_major for MHA); ``persistent`` launches a fixed grid (default gfx950's 256
+CUs, at most the work items) whose workgroups walk the work items ``id, id + grid, ...``, each
+decoded in ``grid_order``'s axis order, so the grid's size is the host's choice, not the problem's.
+``partial_vmcnt`` (with prefetch) writes the staged tile to LDS in the loads' issue order (every K
+vector, then every V one), so LLVM's in-order vmcnt waits let each write wait for its own load only
+(vmcnt 3, 2, 1, 0 for 4 loads a thread) instead of the interleaved K/V order's 3, 1, 0.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from rocke import dsl
 from rocke.arch import get_target
 from rocke.arch.mfma import atom_for, get_atom
 from rocke.dsl import minimum, rcp
+from rocke.dsl.magic import udiv_const
 from rocke.dsl.lanes import ballot
 from rocke.dsl.fragment import (AxisVector, Fragment, ROW, copy_tile_to_lds, load_fragment,
                                 load_fragment_global, store_fragment_global)
@@ -59,8 +66,10 @@ HEAD_DIMS = (64, 128)
 ATOMS = ("32x32x16",)     # PV reads P^T from the 32x32 accumulator (see _pv_operand)
 STAGING_VECTOR = 8
 # qb_major: grid (query blocks, H, B), a head's query blocks dispatch together; hkv_major: grid
-# (H, query blocks, B), the heads sharing a KV head dispatch together (their K/V reads meet in L2)
-GRID_ORDERS = ("qb_major", "hkv_major")
+# (H, query blocks, B), the heads sharing a KV head dispatch together (their K/V reads meet in L2);
+# auto: hkv_major for GQA (group > 1: a KV head's tiles serve the group's neighbouring workgroups),
+# qb_major for MHA (no KV head is shared) -- resolved when the spec is made
+GRID_ORDERS = ("qb_major", "hkv_major", "auto")
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,8 @@ class DensePrefillSpec:
     lazy_rescale: bool = False  # skip the O^T rescale when no query's running max moved
     grid_order: str = "qb_major"   # which grid axis walks first: query blocks or heads
     prefetch: bool = False     # load the next K/V tile into registers while this one computes
+    persistent: bool = False   # a fixed grid (<= the CUs) walking the work items in grid_order
+    partial_vmcnt: bool = False  # prefetch: write the staged tile in load order (partial vmcnt waits)
 
     def __post_init__(self):
         check_choice("dtype", self.dtype, DTYPES)
@@ -91,7 +102,13 @@ class DensePrefillSpec:
         check_bool("lazy_rescale", self.lazy_rescale)
         check_choice("grid_order", self.grid_order, GRID_ORDERS)
         check_bool("prefetch", self.prefetch)
+        check_bool("persistent", self.persistent)
+        check_bool("partial_vmcnt", self.partial_vmcnt)
+        if self.partial_vmcnt and not self.prefetch:
+            raise ValueError("partial_vmcnt: orders the prefetched tile's LDS writes; it needs prefetch=True")
         check_choice("atom", self.atom, ATOMS)
+        if self.grid_order == "auto":
+            object.__setattr__(self, "grid_order", "hkv_major" if self.group > 1 else "qb_major")
         check_choice("num_warps", self.num_warps, (1, 2, 4, 8, 16))
         check_positive_int("lds_pad", self.lds_pad, allow_zero=True)
         check_multiple("num_heads", self.num_heads, self.num_kv_heads,
@@ -137,7 +154,8 @@ class DensePrefillSpec:
                 f"_{self.atom.replace('x', '_')}_m{self.block_m}n{self.block_n}_w{self.num_warps}"
                 f"_pad{self.lds_pad}{'_prio' if self.pv_setprio else ''}"
                 f"{'_lazy' if self.lazy_rescale else ''}{'_hkv' if self.grid_order == 'hkv_major' else ''}"
-                f"{'_pf' if self.prefetch else ''}")
+                f"{'_pf' if self.prefetch else ''}{'_persist' if self.persistent else ''}"
+                f"{'_vmcnt' if self.partial_vmcnt else ''}")
 
 
 def _variants() -> dict[str, DensePrefillSpec]:
@@ -167,18 +185,35 @@ def check_problem(spec: DensePrefillSpec, *, B: int) -> None:
                         f"the last {what} element index B * S * heads * D - 1")
 
 
-def launch_geometry(spec: DensePrefillSpec, B: int):
+def persistent_workgroups(spec: DensePrefillSpec, B: int, workgroups: int | None = None) -> int:
+    """The persistent grid's size: ``workgroups`` (default: gfx950's CU count, one 256-query
+    workgroup per CU), at most the work items B * query blocks * H."""
+    if workgroups is None:
+        workgroups = get_target(TARGET).cu_count
+    check_positive_int("workgroups", workgroups)
+    check_grid_extent("workgroups", workgroups, axis="x")
+    return min(workgroups, B * -(-spec.seq_len // spec.block_m) * spec.num_heads)
+
+
+def launch_geometry(spec: DensePrefillSpec, B: int, workgroups: int | None = None):
     """(grid in workgroups, block in threads): (query blocks of S, H, B), or (H, query blocks,
-    B) for grid_order hkv_major."""
+    B) for grid_order hkv_major; a persistent spec's (``persistent_workgroups``, 1, 1), with
+    ``workgroups`` as ``kernel_args`` took it."""
     check_problem(spec, B=B)
+    if spec.persistent:
+        return (persistent_workgroups(spec, B, workgroups), 1, 1), (spec.workgroup_size, 1, 1)
+    if workgroups is not None:
+        raise ValueError("workgroups: only a persistent spec takes a grid size")
     q_blocks = -(-spec.seq_len // spec.block_m)
     grid = (q_blocks, spec.num_heads, B) if spec.grid_order == "qb_major" else (spec.num_heads, q_blocks, B)
     return grid, (spec.workgroup_size, 1, 1)
 
 
-def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | None = None) -> list:
+def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | None = None,
+                workgroups: int | None = None) -> list:
     """Ordered kernel arguments for contiguous torch tensors (q/o [B, S, H, D], k/v
-    [B, S, H_kv, D], seq_lens int32 [B] with 0 <= L_b <= S); ``sm_scale`` defaults to 1/sqrt(D)."""
+    [B, S, H_kv, D], seq_lens int32 [B] with 0 <= L_b <= S); ``sm_scale`` defaults to 1/sqrt(D).
+    A persistent spec adds B and its grid size (``workgroups`` as ``launch_geometry`` took it)."""
     import torch
     S, D = spec.seq_len, spec.head_dim
     for name, t, heads in (("q", q, spec.num_heads), ("k", k, spec.num_kv_heads),
@@ -200,6 +235,10 @@ def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | 
                                  or not math.isfinite(sm_scale)):
         raise ValueError(f"sm_scale: must be a finite number or None, got {sm_scale!r}")
     scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    if spec.persistent:
+        return [q, k, v, o, seq_lens, scale, B, persistent_workgroups(spec, B, workgroups)]
+    if workgroups is not None:
+        raise ValueError("workgroups: only a persistent spec takes a grid size")
     return [q, k, v, o, seq_lens, scale]
 
 
@@ -230,152 +269,200 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
     o_ptr = k.arg_ptr("o", spec.dtype)
     lens_ptr = k.arg_ptr("seq_lens", "i32", readonly=True)
     sm_scale = k.arg_f32("sm_scale")
+    if spec.persistent:     # B (runtime) and the grid's size, for the work-item walk
+        batches, workgroups = k.arg_i32("batch"), k.arg_i32("num_workgroups")
 
-    S, D, H, HKV = spec.seq_len, spec.head_dim, spec.num_heads, spec.num_kv_heads
-    q_ld, kv_ld = H * D, HKV * D           # row strides of [B, S, heads, D]
+    S, D, H = spec.seq_len, spec.head_dim, spec.num_heads
     mma = k.mfma(spec.atom, spec.dtype)
     narrow_a = TVLayout.mfma_a(get_atom(f"32x32x8_{spec.dtype}", TARGET))   # half-K A operand layout
+    k.thread_id(0)          # read first, as it always was (the default grid's IR is unchanged)
+
+    k_tile = k.lds("k_tile", (spec.block_n, D), spec.dtype, pad=spec.lds_pad)
+    vt_tile = k.lds("vt_tile", (D, spec.block_n), spec.dtype, pad=spec.lds_pad)
+
+    def work(head, batch, q_block_of):
+        _work_item(k, spec, mma, narrow_a, (k_tile, vt_tile), (q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr),
+                   sm_scale, head, batch, q_block_of)
+
+    if spec.persistent:
+        # a fixed grid of workgroups, each walking work items w = id, id + grid, ... (B is a
+        # runtime value: total = B * query blocks * H); w decodes in grid_order's axis order
+        q_blocks = -(-S // spec.block_m)
+        wg = k.block_id(0)
+        items = (batches * (q_blocks * H) - wg + workgroups - 1) // workgroups
+        # qb_major: w = (batch * H + head) * q_blocks + q_block; hkv_major: w = (batch *
+        # q_blocks + q_block) * H + head (a KV group's heads are neighbours)
+        inner, middle = (q_blocks, H) if spec.grid_order == "qb_major" else (H, q_blocks)
+        with k.for_range(0, items) as walk:
+            w = wg + walk.index * workgroups
+            rest = udiv_const(w, inner)
+            batch = udiv_const(rest, middle)
+            fast, slow = w - rest * inner, rest - batch * middle
+            q_block, head = (fast, slow) if spec.grid_order == "qb_major" else (slow, fast)
+            work(head, batch, lambda: q_block)
+    else:
+        q_axis, head_axis = (0, 1) if spec.grid_order == "qb_major" else (1, 0)
+        head, batch = k.block_id(head_axis), k.block_id(2)
+        work(head, batch, lambda: k.block_id(q_axis))
+    return k
+
+
+def _work_item(k, spec, mma, narrow_a, tiles, ptrs, sm_scale, head, batch, q_block_of):
+    """One (query block, head, batch) work item: the tile loop and the output of ``block_m``
+    queries. ``q_block_of`` gives the query block's index (called where the default grid has
+    always read its workgroup id, so that grid's IR is unchanged)."""
+    k_tile, vt_tile = tiles
+    q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr = ptrs
+    S, D, H, HKV = spec.seq_len, spec.head_dim, spec.num_heads, spec.num_kv_heads
+    q_ld, kv_ld = H * D, HKV * D
     am, an, ak = mma.atom.m, mma.atom.n, mma.atom.k
     warp_q = spec.block_m // spec.num_warps
     q_frags, kv_frags, d_frags = warp_q // an, spec.block_n // am, D // am
     threads = spec.workgroup_size
     tid = k.thread_id(0)
-
-    k_tile = k.lds("k_tile", (spec.block_n, D), spec.dtype, pad=spec.lds_pad)
-    vt_tile = k.lds("vt_tile", (D, spec.block_n), spec.dtype, pad=spec.lds_pad)
-
-    q_axis, head_axis = (0, 1) if spec.grid_order == "qb_major" else (1, 0)
-    head, batch = k.block_id(head_axis), k.block_id(2)
     kv_head = head // spec.group if spec.group > 1 else head
     length = lens_ptr.load(batch)
-    block_q0 = k.block_id(q_axis) * spec.block_m
+    block_q0 = q_block_of() * spec.block_m
 
     with k.if_(block_q0 < length):          # query tiles wholly in the padding do nothing
-        # each (batch, head) slice as a buffer ending at row L_b: padded rows read 0
-        def slice_buffer(ptr, h, ld):
-            return ptr.offset(batch * (S * ld) + h * D).buffer((length - 1) * ld + D)
-        q_buf, o_buf = slice_buffer(q_ptr, head, q_ld), slice_buffer(o_ptr, head, q_ld)
-        k_buf, v_buf = slice_buffer(k_ptr, kv_head, kv_ld), slice_buffer(v_ptr, kv_head, kv_ld)
+            # each (batch, head) slice as a buffer ending at row L_b: padded rows read 0
+            def slice_buffer(ptr, h, ld):
+                return ptr.offset(batch * (S * ld) + h * D).buffer((length - 1) * ld + D)
+            q_buf, o_buf = slice_buffer(q_ptr, head, q_ld), slice_buffer(o_ptr, head, q_ld)
+            k_buf, v_buf = slice_buffer(k_ptr, kv_head, kv_ld), slice_buffer(v_ptr, kv_head, kv_ld)
 
-        warp_q0 = block_q0 + k.wave_id() * warp_q
-        q_cols = [warp_q0 + t * an for t in range(q_frags)]
-        qk_scale = sm_scale * LOG2E
-        q_ops = [[load_fragment_global(q_buf, mma.B, (d0, q_cols[t]), q_ld, transposed=True)
-                  for t in range(q_frags)] for d0 in range(0, D, ak)]
+            warp_q0 = block_q0 + k.wave_id() * warp_q
+            q_cols = [warp_q0 + t * an for t in range(q_frags)]
+            qk_scale = sm_scale * LOG2E
+            q_ops = [[load_fragment_global(q_buf, mma.B, (d0, q_cols[t]), q_ld, transposed=True)
+                      for t in range(q_frags)] for d0 in range(0, D, ak)]
 
-        # prefetch: each thread's share of a K / V tile, in registers (rows past L_b read 0)
-        per_row = D // STAGING_VECTOR
-        vectors = range(0, spec.block_n * per_row, threads)
+            # prefetch: each thread's share of a K / V tile, in registers (rows past L_b read 0)
+            per_row = D // STAGING_VECTOR
+            vectors = range(0, spec.block_n * per_row, threads)
 
-        def load_kv(kv0):
-            out = []
-            for buf in (k_buf, v_buf):
-                for first in vectors:
+            def load_kv(kv0):
+                out = []
+                for buf in (k_buf, v_buf):
+                    for first in vectors:
+                        i = tid + first if first else tid
+                        out.append(buf.load((kv0 + i // per_row) * kv_ld + (i % per_row) * STAGING_VECTOR,
+                                            width=STAGING_VECTOR))
+                return out
+
+            def store_kv(staged):
+                if spec.partial_vmcnt:
+                    return store_kv_in_load_order(staged)
+                for n, first in enumerate(vectors):
                     i = tid + first if first else tid
-                    out.append(buf.load((kv0 + i // per_row) * kv_ld + (i % per_row) * STAGING_VECTOR,
-                                        width=STAGING_VECTOR))
-            return out
+                    r, c = i // per_row, (i % per_row) * STAGING_VECTOR
+                    k_tile.store((r, c), staged[n])
+                    for j, e in enumerate(list(staged[len(vectors) + n])):
+                        vt_tile.store((c + j, r), e)
 
-        def store_kv(staged):
-            for n, first in enumerate(vectors):
-                i = tid + first if first else tid
-                r, c = i // per_row, (i % per_row) * STAGING_VECTOR
-                k_tile.store((r, c), staged[n])
-                for j, e in enumerate(list(staged[len(vectors) + n])):
-                    vt_tile.store((c + j, r), e)
+            def store_kv_in_load_order(staged):
+                """Every K vector, then every V one: the loads' issue order, so each LDS write
+                waits (vmcnt, in order) only for its own load, not for later ones."""
+                for n, first in enumerate(vectors):
+                    i = tid + first if first else tid
+                    k_tile.store((i // per_row, (i % per_row) * STAGING_VECTOR), staged[n])
+                for n, first in enumerate(vectors):
+                    i = tid + first if first else tid
+                    r, c = i // per_row, (i % per_row) * STAGING_VECTOR
+                    for j, e in enumerate(list(staged[len(vectors) + n])):
+                        vt_tile.store((c + j, r), e)
 
-        def kv_tile(kv0, m, l, o, masked: bool, staged=None):
-            """One KV tile folded into (m, l, o); ``masked`` tiles apply the length / causal mask.
-            With prefetch, ``staged`` holds this tile's K/V registers; returns the next tile's."""
-            if spec.prefetch:
-                store_kv(staged)
-                k.barrier()
-                staged = load_kv(kv0 + spec.block_n)    # in flight during this tile's math
-            else:
-                copy_tile_to_lds(k_buf, k_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
-                                 vector=STAGING_VECTOR)
-                copy_tile_to_lds(v_buf, vt_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
-                                 vector=STAGING_VECTOR, transpose=True)
-                k.barrier()
-            scores = transposed_scores(mma, k_tile, q_ops, kv_frags)
-            probs = [[None] * q_frags for _ in range(kv_frags)]
-            for t in range(q_frags):
-                tile = []
+            def kv_tile(kv0, m, l, o, masked: bool, staged=None):
+                """One KV tile folded into (m, l, o); ``masked`` tiles apply the length / causal mask.
+                With prefetch, ``staged`` holds this tile's K/V registers; returns the next tile's."""
+                if spec.prefetch:
+                    store_kv(staged)
+                    k.barrier()
+                    staged = load_kv(kv0 + spec.block_n)    # in flight during this tile's math
+                else:
+                    copy_tile_to_lds(k_buf, k_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
+                                     vector=STAGING_VECTOR)
+                    copy_tile_to_lds(v_buf, vt_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
+                                     vector=STAGING_VECTOR, transpose=True)
+                    k.barrier()
+                scores = transposed_scores(mma, k_tile, q_ops, kv_frags)
+                probs = [[None] * q_frags for _ in range(kv_frags)]
+                for t in range(q_frags):
+                    tile = []
+                    for i in range(kv_frags):
+                        scaled = scores[i][t] * qk_scale
+                        if masked:
+                            keys, queries = scores[i][t].coords(origin=(kv0 + i * am, q_cols[t]))
+                            valid = keys < length
+                            if spec.causal:
+                                valid = valid & (keys <= queries)
+                            scaled = scaled.where(valid, -math.inf)
+                        tile.append(scaled)
+                    m[t], l[t], p_t, alpha = online_softmax_update(m[t], l[t], tile)
+                    for i in range(kv_frags):
+                        probs[i][t] = p_t[i].to(spec.dtype)
+                    rescale(o, t, alpha)
+                if spec.pv_setprio:
+                    k.s_setprio(1)
                 for i in range(kv_frags):
-                    scaled = scores[i][t] * qk_scale
-                    if masked:
-                        keys, queries = scores[i][t].coords(origin=(kv0 + i * am, q_cols[t]))
-                        valid = keys < length
-                        if spec.causal:
-                            valid = valid & (keys <= queries)
-                        scaled = scaled.where(valid, -math.inf)
-                    tile.append(scaled)
-                m[t], l[t], p_t, alpha = online_softmax_update(m[t], l[t], tile)
-                for i in range(kv_frags):
-                    probs[i][t] = p_t[i].to(spec.dtype)
-                rescale(o, t, alpha)
-            if spec.pv_setprio:
-                k.s_setprio(1)
-            for i in range(kv_frags):
-                for sub in range(0, am, ak):
-                    p_ops = [_pv_operand(mma, probs[i][t], sub) for t in range(q_frags)]
-                    for j in range(d_frags):
-                        v_op = _vt_operand(mma, narrow_a, vt_tile, j * am, i * am + sub)
-                        for t in range(q_frags):
-                            o[t * d_frags + j] = mma(v_op, p_ops[t], o[t * d_frags + j])
-            if spec.pv_setprio:
-                k.s_setprio(0)
-            k.barrier()     # the next tile overwrites K and V^T
-            return staged
+                    for sub in range(0, am, ak):
+                        p_ops = [_pv_operand(mma, probs[i][t], sub) for t in range(q_frags)]
+                        for j in range(d_frags):
+                            v_op = _vt_operand(mma, narrow_a, vt_tile, j * am, i * am + sub)
+                            for t in range(q_frags):
+                                o[t * d_frags + j] = mma(v_op, p_ops[t], o[t * d_frags + j])
+                if spec.pv_setprio:
+                    k.s_setprio(0)
+                k.barrier()     # the next tile overwrites K and V^T
+                return staged
 
-        def rescale(o, t, alpha):
-            """O^T of query fragment t times alpha; with lazy_rescale only when some lane's
-            alpha is below 1 (a running max moved), a wave-uniform branch."""
-            frags = o[t * d_frags:(t + 1) * d_frags]
-            if spec.lazy_rescale:
-                moved = ballot(alpha.value < 1.0) != 0
-                with k.if_(moved, carry=frags) as br:
+            def rescale(o, t, alpha):
+                """O^T of query fragment t times alpha; with lazy_rescale only when some lane's
+                alpha is below 1 (a running max moved), a wave-uniform branch."""
+                frags = o[t * d_frags:(t + 1) * d_frags]
+                if spec.lazy_rescale:
+                    moved = ballot(alpha.value < 1.0) != 0
+                    with k.if_(moved, carry=frags) as br:
+                        alpha_o = alpha.broadcast_to(mma.C)
+                        br.yield_(*[f * alpha_o for f in frags])
+                    frags = list(br.results)
+                else:
                     alpha_o = alpha.broadcast_to(mma.C)
-                    br.yield_(*[f * alpha_o for f in frags])
-                frags = list(br.results)
+                    frags = [f * alpha_o for f in frags]
+                o[t * d_frags:(t + 1) * d_frags] = frags
+
+            n_state = 2 * q_frags + q_frags * d_frags
+
+            def run_tiles(lo, hi, carry, masked: bool):
+                with k.for_range(lo, hi, spec.block_n, carry=carry) as loop:
+                    m = list(loop.carry[:q_frags])
+                    l = list(loop.carry[q_frags:2 * q_frags])
+                    o = list(loop.carry[2 * q_frags:n_state])      # [t * d_frags + j]
+                    staged = kv_tile(loop.index, m, l, o, masked, list(loop.carry[n_state:]))
+                    loop.yield_(*m, *l, *o, *(staged if spec.prefetch else ()))
+                return list(loop.results)
+
+            m_init = AxisVector.full(k, mma.C, ROW, dsl.f32, -math.inf)     # one entry per query column
+            l_init = AxisVector.full(k, mma.C, ROW, dsl.f32, 0.0)
+            carry = [m_init] * q_frags + [l_init] * q_frags + [mma.zeros()] * (q_frags * d_frags)
+            if spec.prefetch:
+                carry += load_kv(0)         # the first tile (both loops start from tile 0's successor chain)
+            if spec.causal:
+                # tiles below the workgroup's first query need no mask (block_m is a multiple of
+                # block_n and block_q0 < L_b); the diagonal tiles up to min(L_b, block end) do
+                unmasked_end = block_q0
+                kv_end = minimum(length, block_q0 + spec.block_m)
             else:
-                alpha_o = alpha.broadcast_to(mma.C)
-                frags = [f * alpha_o for f in frags]
-            o[t * d_frags:(t + 1) * d_frags] = frags
+                unmasked_end = (length // spec.block_n) * spec.block_n
+                kv_end = length
+            carry = run_tiles(0, unmasked_end, carry, masked=False)
+            carry = run_tiles(unmasked_end, kv_end, carry, masked=True)
 
-        n_state = 2 * q_frags + q_frags * d_frags
-
-        def run_tiles(lo, hi, carry, masked: bool):
-            with k.for_range(lo, hi, spec.block_n, carry=carry) as loop:
-                m = list(loop.carry[:q_frags])
-                l = list(loop.carry[q_frags:2 * q_frags])
-                o = list(loop.carry[2 * q_frags:n_state])      # [t * d_frags + j]
-                staged = kv_tile(loop.index, m, l, o, masked, list(loop.carry[n_state:]))
-                loop.yield_(*m, *l, *o, *(staged if spec.prefetch else ()))
-            return list(loop.results)
-
-        m_init = AxisVector.full(k, mma.C, ROW, dsl.f32, -math.inf)     # one entry per query column
-        l_init = AxisVector.full(k, mma.C, ROW, dsl.f32, 0.0)
-        carry = [m_init] * q_frags + [l_init] * q_frags + [mma.zeros()] * (q_frags * d_frags)
-        if spec.prefetch:
-            carry += load_kv(0)         # the first tile (both loops start from tile 0's successor chain)
-        if spec.causal:
-            # tiles below the workgroup's first query need no mask (block_m is a multiple of
-            # block_n and block_q0 < L_b); the diagonal tiles up to min(L_b, block end) do
-            unmasked_end = block_q0
-            kv_end = minimum(length, block_q0 + spec.block_m)
-        else:
-            unmasked_end = (length // spec.block_n) * spec.block_n
-            kv_end = length
-        carry = run_tiles(0, unmasked_end, carry, masked=False)
-        carry = run_tiles(unmasked_end, kv_end, carry, masked=True)
-
-        l_final = carry[q_frags:2 * q_frags]
-        o_final = carry[2 * q_frags:]
-        for t in range(q_frags):
-            inv_l = l_final[t].map(rcp).broadcast_to(mma.C)
-            for j in range(d_frags):
-                out = (o_final[t * d_frags + j] * inv_l).to(spec.dtype)
-                store_fragment_global(o_buf, out, (j * am, q_cols[t]), q_ld, bounds=(None, length),
-                                      transposed=True)
-    return k
+            l_final = carry[q_frags:2 * q_frags]
+            o_final = carry[2 * q_frags:]
+            for t in range(q_frags):
+                inv_l = l_final[t].map(rcp).broadcast_to(mma.C)
+                for j in range(d_frags):
+                    out = (o_final[t * d_frags + j] * inv_l).to(spec.dtype)
+                    store_fragment_global(o_buf, out, (j * am, q_cols[t]), q_ld, bounds=(None, length),
+                                          transposed=True)

@@ -1,0 +1,98 @@
+"""gfx950 (MI350X / MI355X) unified paged attention, first step: gfx942's 2D, 3D split-KV and
+reduce_segments kernels built for gfx950. Every instruction they use exists on gfx950 (the MFMAs
+16x16x16 f16/bf16 and 32x32x8 f16 are in gfx950's catalog, rocke/arch/mfma.py), so the code is
+gfx942's; what differs is the target: the LDS budget is gfx950's 160 KiB, the code object is a
+gfx950 one, and fp8 KV caches are refused (the gfx942 kernels decode e4m3fnuz with
+v_cvt_f32_fp8, which reads OCP e4m3fn on gfx950). The kernel names end in ``_gfx950``.
+
+The specs are gfx942's with ``target = "gfx950"`` (a class attribute, not a field: the same fields
+and rules; a gfx942 spec's IR is untouched). The dispatcher is ``attention_dispatch`` here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rocke import dsl
+from rocke.kernels.common.checks import check_choice
+from rocke.kernels.gfx942 import attention_tiled_2d as a2
+from rocke.kernels.gfx942 import attention_tiled_3d as a3
+from rocke.kernels.gfx942 import reduce_segments as rs
+
+TARGET = "gfx950"
+
+
+def _refuse_fp8_cache(spec) -> None:
+    if spec.kv_dtype is not None:
+        raise ValueError(f"kv_dtype: the gfx950 attention kernels take 16-bit caches only, got "
+                         f"{spec.kv_dtype!r} (gfx950's fp8 is OCP e4m3fn, the kernels decode "
+                         f"gfx942's e4m3fnuz)")
+
+
+NARROW_ATOMS = ("16x16x16", "16x16x32")     # the narrow path's MFMA: gfx942's, or gfx950's wide-K
+
+
+@dataclass(frozen=True)
+class UnifiedAttention2DSpec(a2.UnifiedAttention2DSpec):
+    """gfx942's 2D spec (fields and rules), built for gfx950, plus the narrow path's atom:
+    ``narrow_atom="16x16x32"`` reduces 32 head-dim (QK^T) / key (PV) elements per MFMA, twice
+    16x16x16's, with the same 16x16 accumulator (so the softmax code is unchanged); it needs a
+    tile of whole 32-key steps."""
+    target: ClassVar[str] = TARGET
+    narrow_atom: str = "16x16x16"
+
+    def __post_init__(self):
+        _refuse_fp8_cache(self)
+        check_choice("narrow_atom", self.narrow_atom, NARROW_ATOMS)
+        super().__post_init__()
+        if self.narrow_atom != NARROW_ATOMS[0]:
+            if self.transposed_x8:
+                raise ValueError(f"narrow_atom: {self.narrow_atom} is the narrow path's; the "
+                                 f"transposed-x8 regime runs 32x32x8")
+            if self.tile_size % 32:
+                raise ValueError(f"narrow_atom: {self.narrow_atom} walks 32 keys per PV step; "
+                                 f"tile_size {self.tile_size} is not a multiple of 32")
+
+    @property
+    def kernel_name(self) -> str:
+        wide = f"_{self.narrow_atom}" if self.narrow_atom != NARROW_ATOMS[0] else ""
+        return f"{super().kernel_name}{wide}_{TARGET}"
+
+
+@dataclass(frozen=True)
+class UnifiedAttention3DSpec(a3.UnifiedAttention3DSpec):
+    """gfx942's 3D split-KV spec (fields and rules), built for gfx950."""
+    target: ClassVar[str] = TARGET
+
+    def __post_init__(self):
+        _refuse_fp8_cache(self)
+        super().__post_init__()
+
+    @property
+    def kernel_name(self) -> str:
+        return f"{super().kernel_name}_{TARGET}"
+
+
+@dataclass(frozen=True)
+class ReduceSegmentsSpec(rs.ReduceSegmentsSpec):
+    """gfx942's segment merge, built for gfx950."""
+    target: ClassVar[str] = TARGET
+
+    @property
+    def kernel_name(self) -> str:
+        return f"{super().kernel_name}_{TARGET}"
+
+
+SPEC_CLASSES = (UnifiedAttention2DSpec, UnifiedAttention3DSpec, ReduceSegmentsSpec)
+
+
+def build(spec) -> dsl.Kernel:
+    """The gfx950 kernel of any of this module's specs."""
+    if isinstance(spec, UnifiedAttention3DSpec):
+        return a3.build(spec)
+    if isinstance(spec, UnifiedAttention2DSpec):
+        return a2.build(spec)
+    if isinstance(spec, ReduceSegmentsSpec):
+        return rs.build(spec)
+    raise TypeError(f"gfx950 attention build needs one of {', '.join(c.__name__ for c in SPEC_CLASSES)} "
+                    f"from {__name__}, got {type(spec).__module__}.{type(spec).__name__}")

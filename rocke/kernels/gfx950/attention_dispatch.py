@@ -1,0 +1,114 @@
+"""gfx950's unified-attention dispatcher (found by name by ``attention_unified.attention_target``).
+
+First step: gfx942's rules and geometries (rocke/kernels/gfx942/attention_dispatch.py, ALGORITHM.md
+§10) evaluated with gfx950's facts, on the gfx950 builds of gfx942's kernels
+(``rocke.kernels.gfx950.attention``):
+- the device's compute units: 256 on MI355X (rocke/arch), so the 2D-fills-the-device rule and 3D's
+  whole rounds count num_sms * 4 = 1024 workgroups;
+- the LDS budget: 160 KiB per workgroup, checked by the specs (gfx942's 64 KiB rule, per target),
+  and ``TILE_RULES``: the fp16 d128 transposed-x8 wide geometries walk T = 64, which gfx942's
+  LDS holds only at half the workgroups;
+- fp8 KV caches: none yet (``CAPABILITIES.kv_dtypes`` is empty, refused before any build).
+- the atom: the 2D narrow path takes the wide-K 16x16x32 (``ATOM_RULES``); the transposed-x8
+  regime keeps 32x32x8 (the 32x32x16 atom is not used yet).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from rocke.kernels.common.attention_unified import AttentionCapabilities, UnifiedAttentionProblem
+from rocke.kernels.common.knobs import AttentionKnobs
+from rocke.kernels.gfx942 import attention_dispatch as gfx942
+from rocke.kernels.gfx942 import attention_policy as policy
+from rocke.kernels.gfx942 import attention_tiled_2d as a2
+from rocke.kernels.gfx950.attention import SPEC_CLASSES, TARGET, UnifiedAttention2DSpec
+
+CAPABILITIES = AttentionCapabilities(head_sizes=a2.HEAD_SIZES, block_sizes=a2.BLOCK_SIZES,
+                                     max_group=a2.MAX_GROUP, kv_dtypes=())
+
+# the plan and its launches are gfx942's, over gfx950's kernels
+Plan = gfx942.Plan
+Geometry = gfx942.Geometry
+launches = gfx942.launches
+recommend_graph_replay = gfx942.recommend_graph_replay
+
+
+def num_sms() -> int:
+    """Compute units of the device: a real device's count when one is visible, else gfx950's
+    (rocke/arch: 256 for MI355X)."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return int(torch.cuda.get_device_properties(0).multi_processor_count)
+    except Exception:           # no HIP/CUDA torch: the target's count
+        pass
+    from rocke.arch import get_target
+    return get_target(TARGET).cu_count
+
+
+def select_path(p: UnifiedAttentionProblem, sms: int | None = None) -> tuple[str, str]:
+    """(path, reason): gfx942's PATH_RULES with gfx950's compute units."""
+    return gfx942.select_path(p, num_sms() if sms is None else sms)
+
+
+# gfx950's tile rules over gfx942's geometry, first match wins: (applies(problem, geometry),
+# tile, reason). Figures: `rocke report`-style resources of the gfx950 builds (LLVM 22), and
+# ``lds_model``; the speed-up of fewer, longer tile steps is modelled, not measured (no MI355X).
+TILE_RULES: tuple[tuple[Callable, int, str], ...] = (
+    (lambda p, g: (g.path == "2d" and g.regime == policy.TRANSPOSED_X8 and p.head_size == 128
+                   and g.name in ("wide4", "wide2") and g.tile_size < 64), 64,
+     "gfx950 LDS (160 KiB): fp16 d128 wide4/wide2 walk T = 64 -- K + V^T + the aliased stages "
+     "take 52 / 35 KiB, so the VGPR-bound 2 waves per SIMD (238 / 252 VGPRs, no spills) still "
+     "fit, with half the tile steps and barriers of T = 32; gfx942's 64 KiB would hold one wide4 "
+     "workgroup per CU at T = 64, hence its T = 32. L4 keeps T = 32: at T = 64 its four "
+     "workgroups fill the LDS and it drops to 1 wave per SIMD"),
+)
+
+
+def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None = None,
+             sms: int | None = None) -> Geometry:
+    """gfx942's GEOMETRY_RULES row for ``path`` (3D's segment count from gfx950's compute
+    units), then the first of ``TILE_RULES`` that applies."""
+    geo = gfx942.geometry(p, path, knobs, num_sms() if sms is None else sms)
+    for applies, tile, reason in TILE_RULES:
+        if applies(p, geo):
+            single = policy.default_k_single_buffer(True, geo.num_warps, geo.block_m_per_warp, tile)
+            return replace(geo, tile_size=tile, k_single_buffer=single, reason=f"{geo.reason}; {reason}")
+    return geo
+
+
+# (applies(geometry), narrow_atom, reason), first match wins; the 2D narrow spec takes the atom
+ATOM_RULES: tuple[tuple[Callable, str, str], ...] = (
+    (lambda g: g.path == "2d" and g.regime == policy.NARROW and g.tile_size % 32 == 0, "16x16x32",
+     "gfx950 wide-K: the narrow path's QK^T and PV reduce 32 elements per MFMA (16x16x32, "
+     "CDNA4), half the MFMA issues of 16x16x16 for the same 16x16 accumulators (modelled, not "
+     "measured); a 16-key tile (block size 16) keeps 16x16x16"),
+)
+
+
+def narrow_atom(geo: Geometry) -> tuple[str, str] | None:
+    """(atom, reason) of the first ``ATOM_RULES`` row that applies, else None (16x16x16)."""
+    for applies, atom, reason in ATOM_RULES:
+        if applies(geo):
+            return atom, reason
+    return None
+
+
+def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
+         knobs: AttentionKnobs | None = None, *, with_specs: bool = True,
+         num_segments: int | None = None) -> Plan:
+    """Path, geometry and gfx950 kernel specs of ``problem`` (refused if gfx950 has no kernel
+    for it); arguments as gfx942's ``plan``."""
+    the_plan = gfx942.plan(problem, backend, knobs, with_specs=with_specs,
+                           num_segments=num_segments, sms=num_sms(), capabilities=CAPABILITIES,
+                           spec_classes=SPEC_CLASSES, geometry_of=geometry)
+    wide = narrow_atom(the_plan.geometry)
+    if wide is None:
+        return the_plan
+    atom, reason = wide
+    geo = replace(the_plan.geometry, name=f"{the_plan.geometry.name}_{atom}",
+                  reason=f"{the_plan.geometry.reason}; {reason}")
+    specs = tuple(replace(s, narrow_atom=atom) if isinstance(s, UnifiedAttention2DSpec) else s
+                  for s in the_plan.specs)
+    return replace(the_plan, geometry=geo, specs=specs)

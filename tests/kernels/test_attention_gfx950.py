@@ -1,0 +1,197 @@
+"""Unified attention on gfx950 (rocke/kernels/gfx950/attention*.py): gfx942's kernels built for
+gfx950 and gfx950's dispatcher facts (256 CUs, 160 KiB LDS), and a sparse version of the gfx942
+entry-point grid run in ROCKE_DEVICE=emu:gfx950 against ref_paged_attn."""
+import math
+
+import pytest
+import torch
+
+from rocke import runtime
+from rocke.kernels.common import attention_unified as au
+from rocke.kernels.common.attention_reference import ref_paged_attn
+from rocke.kernels.common.tolerances import attention_atol
+from rocke.kernels.gfx942 import attention_dispatch as gfx942
+from rocke.kernels.gfx942 import attention_tiled_2d as a2
+from rocke.kernels.gfx950 import attention as g950
+from rocke.kernels.gfx950 import attention_dispatch as dispatch
+from tests.kernels.unified_inputs import make_inputs
+
+
+def _problem(**kw):
+    base = dict(dtype="f16", head_size=128, num_q_heads=32, num_kv_heads=8, block_size=64,
+                num_seqs=1, total_q=1, max_seqlen_q=1, max_seqlen_k=32768, causal=True,
+                num_blocks=4096, kv_cache_bytes=4096 * 64 * 8 * 128 * 2)
+    base.update(kw)
+    return au.UnifiedAttentionProblem(**base)
+
+
+# ---- the dispatcher's gfx950 facts (nothing launched) ----
+
+def test_the_entry_point_finds_the_gfx950_dispatcher():
+    assert au.attention_target("gfx950") is dispatch
+    assert dispatch.num_sms() == 256          # MI355X (rocke/arch), no device visible
+
+
+def test_grid_rule_boundary_is_256_times_4():
+    # MHA, 8 kv heads: (total_q // 16 + 1) * 8 >= 1024  <=>  total_q // 16 >= 127
+    below = _problem(num_q_heads=8, total_q=126 * 16, max_seqlen_q=126 * 16)
+    at = _problem(num_q_heads=8, total_q=127 * 16, max_seqlen_q=127 * 16)
+    assert dispatch.select_path(below)[0] == "3d"
+    assert dispatch.select_path(at)[0] == "2d"
+    assert gfx942.select_path(at, 304)[0] == "3d"      # MI300X needs 1216 workgroups
+
+
+def test_3d_segments_stop_at_whole_rounds_of_256_cus():
+    # 8 decode tokens, kv 2048: 64 tiles of 32 -> 16 wanted; 10 q blocks x 8 heads = 80
+    # workgroups per segment; 16 x 80 = 1280 passes a round of 1024 -> 1024 // 80 = 12
+    # (MI300X: a round of 1216 -> 15)
+    p = _problem(num_seqs=8, total_q=8, max_seqlen_k=2048)
+    assert dispatch.plan(p, "3d", with_specs=False).geometry.num_segments == 12
+    assert gfx942.plan(p, "3d", with_specs=False).geometry.num_segments == 15
+
+
+def test_plans_hold_gfx950_specs():
+    plan = dispatch.plan(_problem(num_seqs=8, total_q=8, max_seqlen_k=2048), "3d")
+    spec3, spec_r = plan.specs
+    assert type(spec3) is g950.UnifiedAttention3DSpec and type(spec_r) is g950.ReduceSegmentsSpec
+    assert spec3.kernel_name.endswith("_gfx950") and spec_r.kernel_name.endswith("_gfx950")
+    assert g950.build(spec3).target == "gfx950" and g950.build(spec_r).target == "gfx950"
+    (spec2,) = dispatch.plan(_problem(max_seqlen_k=256), "2d").specs
+    assert type(spec2) is g950.UnifiedAttention2DSpec
+
+
+@pytest.mark.parametrize("flash_wide, name, tile", [(4, "wide4", 64), (2, "wide2", 64), (0, "L4", 32)])
+def test_d128_flash_tile_follows_gfx950_lds(flash_wide, name, tile):
+    from rocke.kernels.common.knobs import AttentionKnobs
+    p = _problem(max_seqlen_k=256)
+    knobs = AttentionKnobs(flash_wide=flash_wide)
+    plan = dispatch.plan(p, "2d", knobs)
+    (spec,) = plan.specs
+    assert plan.geometry.name == name and spec.tile_size == tile
+    assert spec.use_k_single_buffer == (spec.num_warps * 32 <= tile)
+    assert gfx942.plan(p, "2d", knobs).specs[0].tile_size == 32     # gfx942's LDS keeps T = 32
+    # the LDS fact behind it: wide4 at T = 64 takes more than half of gfx942's 64 KiB
+    wide4_t64 = a2.UnifiedAttention2DSpec(**{**a2.transposed_x8_geometry("wide4", 128), "tile_size": 64})
+    assert 32 * 1024 < sum(a2.lds_model(wide4_t64).values()) <= 160 * 1024 // 2
+
+
+def test_the_lds_budget_is_the_targets():
+    big = dict(dtype="f16", head_size=128, block_size=64, num_warps=4, block_m_per_warp=32, tile_size=64)
+    with pytest.raises(ValueError, match="needs 71680 bytes of LDS.*gfx942 has 65536"):
+        a2.UnifiedAttention2DSpec(**big)
+    assert g950.UnifiedAttention2DSpec(**big).tile_size == 64
+
+
+def test_the_narrow_atom_rules():
+    wide = g950.UnifiedAttention2DSpec(dtype="bf16", head_size=128, block_size=32, num_warps=2,
+                                       narrow_atom="16x16x32")
+    assert wide.kernel_name.endswith("_16x16x32_gfx950")
+    assert g950.build(wide).target == "gfx950"
+    with pytest.raises(ValueError, match="narrow_atom: must be one of"):
+        g950.UnifiedAttention2DSpec(narrow_atom="32x32x16")
+    with pytest.raises(ValueError, match="tile_size 16 is not a multiple of 32"):
+        g950.UnifiedAttention2DSpec(dtype="bf16", head_size=64, block_size=16, narrow_atom="16x16x32")
+    with pytest.raises(ValueError, match="transposed-x8 regime runs 32x32x8"):
+        g950.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=64, num_warps=4,
+                                    block_m_per_warp=32, regime="transposed_x8", narrow_atom="16x16x32")
+    assert not hasattr(a2.UnifiedAttention2DSpec(), "narrow_atom")    # gfx942's spec is untouched
+
+
+@pytest.mark.parametrize("block_size, atom", [(16, "16x16x16"), (32, "16x16x32"), (64, "16x16x32")])
+def test_the_narrow_2d_geometry_takes_the_wide_k_atom_on_whole_32_key_tiles(block_size, atom):
+    p = _problem(dtype="bf16", max_seqlen_k=256, block_size=block_size)
+    plan = dispatch.plan(p, "2d")
+    (spec,) = plan.specs
+    assert spec.regime == "narrow" and spec.narrow_atom == atom
+    assert ("16x16x32" in plan.geometry.reason) == (atom == "16x16x32")
+    assert dispatch.plan(p, "3d").specs[0].kernel_name.endswith("_k1_gfx950")    # 3D: 16x16x16
+
+
+def test_fp8_caches_are_refused_on_gfx950():
+    with pytest.raises(ValueError, match="kv_dtype: the gfx950 attention kernels take 16-bit caches only"):
+        g950.UnifiedAttention2DSpec(kv_dtype="fp8_e4m3fnuz")
+    with pytest.raises(ValueError, match="kv_dtype: must be None"):
+        dispatch.plan(_problem(kv_dtype="fp8_e4m3fnuz"))
+
+
+# ---- the entry point in ROCKE_DEVICE=emu:gfx950 against ref_paged_attn ----
+
+MIXED = [(1, 37), (5, 21), (1, 1), (3, 50)]
+LONG_DECODE = [(1, 600), (1, 530)]
+
+
+@pytest.fixture
+def emu_gfx950(monkeypatch):
+    monkeypatch.setenv("ROCKE_DEVICE", "emu:gfx950")
+    runtime.reset_devices()
+    yield
+    runtime.reset_devices()
+
+
+def _check(args, record, dtype):
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"])
+    err = (args["out"].float() - ref).abs().max().item()
+    assert err <= attention_atol(dtype), f"max |out - ref| {err} ({record.plan.specs})"
+
+
+@pytest.mark.parametrize("backend, seqs, dtype, d, bs, hq, hk, want", [
+    ("2d", MIXED, "f16", 64, 16, 8, 2, "x8t_w4m32_t64"),          # GQA 4:1, flash wide4
+    ("auto", MIXED, "bf16", 128, 32, 10, 2, "narrow_w2m16_t32_k1_16x16x32"),  # GQA 5:1, narrow wide-K
+    ("auto", MIXED, "bf16", 64, 16, 4, 4, "narrow_w4m32_t16_k2_gfx950"),   # MHA, 16-key tiles: 16x16x16
+    ("auto", MIXED, "f16", 128, 64, 8, 1, "x8t_w4m32_t64"),       # GQA 8:1, wide4 at gfx950's T = 64
+    ("3d", MIXED, "f16", 64, 32, 2, 2, "narrow_w1m16"),           # MHA, prefill rows through 3D
+    ("auto", LONG_DECODE, "bf16", 128, 16, 8, 2, "narrow_w1m16"),  # long decode -> 3D + reduce
+])
+def test_entry_point_matches_reference_on_gfx950(emu_gfx950, backend, seqs, dtype, d, bs, hq, hk, want):
+    args = make_inputs(seqs, hq=hq, hk=hk, d=d, bs=bs, dtype=dtype, seed=d + bs + hq)
+    record = au.run_unified_attention_torch(**args, backend=backend)
+    name = record.plan.specs[0].kernel_name
+    assert want in name and name.endswith("_gfx950"), name
+    assert all(au.compiled(s).target.startswith("gfx950") for s in record.plan.specs)
+    _check(args, record, dtype)
+
+
+def test_a_gfx950_only_geometry_matches_reference(emu_gfx950):
+    """71680 bytes of LDS: past gfx942's 64 KiB, inside gfx950's 160 KiB."""
+    from tests.kernels.test_attention_2d import make_problem
+    spec = g950.UnifiedAttention2DSpec(dtype="f16", head_size=128, block_size=64, num_queries_per_kv=4,
+                                       num_warps=4, block_m_per_warp=32, tile_size=64)
+    q_lens, kv_lens = [1, 33, 2], [70, 33, 129]
+    q, kc, vc, table, cu, used = make_problem("f16", 128, 64, 4, q_lens, kv_lens, num_kv_heads=1)
+    out = torch.full_like(q, 7.0)
+    scale = 1 / math.sqrt(128)
+    grid, block = a2.launch_geometry(spec, len(q_lens), q.shape[0], 1)
+    ck = au.compiled(spec)
+    assert ck.info.lds_bytes == 71680
+    runtime.launch(ck, grid, block, a2.kernel_args(spec, q, kc, vc, out, table, cu, used, scale))
+    err = (out.float() - ref_paged_attn(q, kc, vc, cu, used, table, scale)).abs().max().item()
+    assert err <= attention_atol("f16"), err
+
+
+def test_fp8_is_refused_before_launch_on_gfx950(emu_gfx950):
+    args = make_inputs(MIXED, hq=4, hk=2, d=64, bs=16, dtype="f16")
+    args["k"] = args["k"].to(torch.float8_e4m3fnuz)
+    args["v"] = args["v"].to(torch.float8_e4m3fnuz)
+    before = args["out"].clone()
+    with pytest.raises(ValueError, match="kv_dtype: must be None"):
+        au.run_unified_attention_torch(**args)
+    assert torch.equal(args["out"], before)
+
+
+@pytest.mark.parametrize("dtype, d, bs, backend", [("f16", 64, 16, "2d"), ("bf16", 64, 32, "3d")])
+def test_score_features_on_gfx950(emu_gfx950, dtype, d, bs, backend):
+    """softcap + ALiBi + sinks through the entry point (2D flash, 3D narrow) against the reference."""
+    args = make_inputs(MIXED, hq=4, hk=2, d=d, bs=bs, dtype=dtype, seed=5)
+    gen = torch.Generator().manual_seed(6)
+    args["softcap"] = 5.0
+    alibi = torch.tensor([2.0 ** (-8 * (h + 1) / 4) for h in range(4)])
+    sinks = torch.randn(4, generator=gen)
+    record = au.run_unified_attention_torch(**args, alibi_slopes=alibi, sinks=sinks, backend=backend)
+    (spec, *_) = record.plan.specs
+    assert spec.softcap and spec.alibi and spec.sinks and spec.kernel_name.endswith("_gfx950")
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"], softcap=5.0,
+                         alibi_slopes=alibi, sinks=sinks)
+    err = (args["out"].float() - ref).abs().max().item()
+    assert err <= attention_atol(dtype), err
