@@ -33,6 +33,9 @@ from .operands import EXEC_LO, VCC_LO, Operand, TYPE_BITS, constant_bits, parse_
 from .program import DS, MFMA, OTHER, SALU, SMEM, VALU, VMEM, DecodedKernel
 
 _torch = None
+# Tests set this to run the CPU device the way CUDA runs (own copies of VGPRs/LDS, unported
+# instructions refused), so CI without a GPU covers the CUDA code path.
+SEPARATE_CPU_COPIES = False
 INT32_MIN = -(1 << 31)
 MASK32 = 0xFFFFFFFF
 
@@ -55,7 +58,9 @@ class TorchPool(Pool):
         torch = torch_module()
         self.torch, self.device = torch, device
         self.xp = shared.TorchPrims(device)
+        # shares_numpy: the tensors are views of the numpy arrays (CPU); else own copies
         self.on_cpu = device == "cpu"
+        self.shares_numpy = self.on_cpu and not SEPARATE_CPU_COPIES
         self.tv = self.tl = None
         self._tsel = (None, None)
         self._tmask = (None, None)
@@ -63,7 +68,7 @@ class TorchPool(Pool):
 
     def run(self):
         torch = self.torch
-        if self.on_cpu:   # views: the numpy closures of unported instructions share them
+        if self.shares_numpy:   # views: the numpy closures of unported instructions share them
             self.tv = torch.from_numpy(self.vgpr.view(np.int32))
             self.tl = torch.from_numpy(self.lds)
         else:
@@ -115,7 +120,7 @@ class TorchPool(Pool):
 
     def lds_rows(self, granule, rows):
         """(len(rows), granule) uint8 LDS bytes on the host (for the race checker)."""
-        if self.on_cpu:
+        if self.shares_numpy:
             return super().lds_rows(granule, rows)
         index = self.to_device(rows.astype(np.int64))[:, None] * granule + \
             self.torch.arange(granule, device=self.device)
@@ -885,12 +890,14 @@ def _kernel_modes_ok(dk) -> str | None:
 
 
 def torch_kernel(dk: DecodedKernel, device: str) -> TorchKernel:
-    """The torch form of decoded kernel `dk` (cached on it per device)."""
+    """The torch form of decoded kernel `dk` (cached on it per device and copy mode)."""
+    strict = device != "cpu" or SEPARATE_CPU_COPIES
+    key = (device, strict)
     cache = getattr(dk, "torch_kernels", None)
     if cache is None:
         cache = dk.torch_kernels = {}
-    if device in cache:
-        return cache[device]
+    if key in cache:
+        return cache[key]
     from .program import Decoded
     accum, regs = dk.accum_offset, dk.num_vector_regs
     mode_problem = _kernel_modes_ok(dk)
@@ -924,7 +931,7 @@ def torch_kernel(dk: DecodedKernel, device: str) -> TorchKernel:
                 raise DecodeError(f"torch backend: {ins.mnemonic} is not ported")
         except (DecodeError, ValueError, KeyError, IndexError) as err:
             message = f"{ins.at}: {ins.mnemonic}: {err}"
-            if device != "cpu":
+            if strict:
                 raise EmulatorError(f"kernel {dk.source.name}: {message} — run it with "
                                     "ROCKE_EMU_BACKEND=numpy, or on ROCKE_EMU_DEVICE=cpu where "
                                     "unported instructions fall back to numpy") from None
@@ -934,5 +941,5 @@ def torch_kernel(dk: DecodedKernel, device: str) -> TorchKernel:
         code.append(Decoded(run, d.cls, None, ins, d.writes_exec))
     decoded = DecodedKernel(dk.source, code, dk.first, dk.start, dk.is_target,
                             dk.num_vector_regs, dk.accum_offset)
-    cache[device] = TorchKernel(dk, decoded, fallbacks)
-    return cache[device]
+    cache[key] = TorchKernel(dk, decoded, fallbacks)
+    return cache[key]
