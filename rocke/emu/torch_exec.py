@@ -8,7 +8,7 @@ vector to scalar or host: VALU compares (their lane mask lands in SGPRs), v_read
 and global addresses (bounds checks, the race checker, host global memory).
 
 Ported to torch (the paths of the benchmark workloads and the attention kernels): the VALU ops
-in `_OPS` (VOP1/VOP2/VOP3/VOPC/VOP3P forms without DPP/SDWA/clamp/omod), v_readfirstlane_b32,
+in `PORTED_VALU_OPS` (VOP1/VOP2/VOP3/VOPC/VOP3P forms without DPP/SDWA/clamp/omod), v_readfirstlane_b32,
 global loads/stores, DS reads/writes (incl. read2/write2/st64) and ds_bpermute_b32, and the dense
 f16/bf16 MFMAs. Every result is bit-identical to the numpy backend: float ops apply the shared
 NaN rule and the shared definitions of rocke/emu/backend.py; integer ops compute on int64.
@@ -138,7 +138,7 @@ def _i32(value):
     return (((value + (1 << 31)) & MASK32) - (1 << 31)).to(torch.int32)
 
 
-def _bits_to_typed(words, typ):
+def bits_to_typed(words, typ):
     """int32 words (..., 64) -> the typed value of `typ` (32-bit and 16-bit types)."""
     torch = torch_module()
     if typ == "f32":
@@ -288,6 +288,15 @@ def _f32_to_f16(x):
     return (((out + 0x8000) & 0xFFFF) - 0x8000).to(torch.int16).view(torch.float16)
 
 
+def _f16_to_f32(x):
+    """f16 -> f32 exactly; a NaN keeps its payload and stays signaling (numpy's astype), where
+    torch would quiet it."""
+    torch = torch_module()
+    half = x.view(torch.int16).to(torch.int64) & 0xFFFF
+    nan_bits = ((half & 0x8000) << 16) | 0x7F800000 | ((half & 0x3FF) << 13)
+    return torch.where(torch.isnan(x), _i32(nan_bits).view(torch.float32), x.float())
+
+
 def _sh5(s):
     return s & 31
 
@@ -316,7 +325,7 @@ def _bfe_u32(a, offset, width):
 
 def _bfe_i32(a, offset, width):
     offset, width = offset & 31, width & 31
-    field = (a >> offset) & ((1 << width) - 1)
+    field = ((a & MASK32) >> offset) & ((1 << width) - 1)   # the field of the unsigned word
     sign = (field >> torch_module().clamp(width - 1, min=0)) & 1
     value = field - (sign << width)
     return torch_module().where(width == 0, 0, value)
@@ -351,11 +360,11 @@ _INT_CMP = {"lt": lambda a, b: a < b, "eq": lambda a, b: a == b, "le": lambda a,
             "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "ne": lambda a, b: a != b}
 
 # name -> (result types, source types, fn over typed torch values); same types as semantics.py
-_OPS: dict[str, tuple[tuple, tuple, object]] = {}
+PORTED_VALU_OPS: dict[str, tuple[tuple, tuple, object]] = {}
 
 
 def _op(name, dsts, srcs, fn):
-    _OPS[name] = (tuple(dsts.split()), tuple(srcs.split()), fn)
+    PORTED_VALU_OPS[name] = (tuple(dsts.split()), tuple(srcs.split()), fn)
 
 
 def _register_ops():
@@ -414,7 +423,7 @@ def _register_ops():
     _op("v_sin_f32", f, "f32", lambda x: shared.sin_rev_f32(_prims(x), x))
     _op("v_cos_f32", f, "f32", lambda x: shared.cos_rev_f32(_prims(x), x))
     _op("v_cvt_f16_f32", "f16", "f32", _f32_to_f16)
-    _op("v_cvt_f32_f16", f, "f16", lambda x: x.float())
+    _op("v_cvt_f32_f16", f, "f16", _f16_to_f32)
     _op("v_pack_b32_f16", "b32", "f16 f16",
         lambda a, b: (a.view(torch_module().int16).to(torch_module().int64) & 0xFFFF)
         | ((b.view(torch_module().int16).to(torch_module().int64) & 0xFFFF) << 16))
@@ -423,6 +432,8 @@ def _register_ops():
     _op("v_div_fixup_f32", f, "f32 f32 f32", _div_fixup_f32)
     _op("v_pk_add_f32", "pk_f32", "pk_f32 pk_f32", lambda a, b: _nan(a + b, a, b))
     _op("v_pk_mul_f32", "pk_f32", "pk_f32 pk_f32", lambda a, b: _nan(a * b, a, b))
+    _op("v_pk_mov_b32", "pk_f32", "pk_f32 pk_f32",
+        lambda a, b: torch_module().stack([a[..., 0], b[..., 0]], -1))
     _op("v_pk_fma_f32", "pk_f32", "pk_f32 pk_f32 pk_f32", _fma_f32)
 
 
@@ -523,7 +534,7 @@ def _source(i, src, typ, mods):
             x = x & (sign - 1 if bits == 16 else 0x7FFFFFFF)
         if neg:
             x = x ^ sign
-        return _bits_to_typed(x, typ)
+        return bits_to_typed(x, typ)
     return read
 
 
@@ -574,12 +585,12 @@ def _decode_valu(ins, ops, mods):
     name, encoding = _split(ins.mnemonic)
     if encoding in ("sdwa", "dpp"):
         raise DecodeError(f"torch backend: {encoding.upper()} forms are not ported")
-    if name not in _OPS:
+    if name not in PORTED_VALU_OPS:
         raise DecodeError(f"torch backend: {name} is not ported")
     unknown = set(mods) - {"op_sel", "op_sel_hi", "neg_lo", "neg_hi"}
     if unknown:
         raise DecodeError(f"torch backend: modifier(s) {sorted(unknown)} not ported")
-    dsts, srcs, fn = _OPS[name]
+    dsts, srcs, fn = PORTED_VALU_OPS[name]
     nd = len(dsts)
     dst_ops, src_ops = ops[:nd], list(ops[nd:])
     for implicit in _IMPLICIT.get(name, ()):
@@ -917,7 +928,7 @@ def torch_kernel(dk: DecodedKernel, device: str) -> TorchKernel:
                     run = _decode_readfirstlane(ins, ops)
                 else:
                     if mode_problem and any(t.startswith(("f", "pk_f"))
-                                            for t in _OPS.get(base, ((), ()))[1]):
+                                            for t in PORTED_VALU_OPS.get(base, ((), ()))[1]):
                         raise DecodeError(f"torch backend: the kernel's float ops are not "
                                           f"ported because {mode_problem}")
                     run = _decode_valu(ins, ops, mods)
