@@ -24,6 +24,7 @@ import re
 import numpy as np
 
 from . import backend as shared
+from . import memops
 from .access import mask_to_words, sgpr_pair_to_mask, write_mask
 from .errors import DecodeError, EmulatorError
 from .machine import LDS_GRANULE, Pool
@@ -297,6 +298,21 @@ def _f16_to_f32(x):
     return torch.where(torch.isnan(x), _i32(nan_bits).view(torch.float32), x.float())
 
 
+def _mul_hi_u32(a, b):
+    """High word of the 64-bit product of two u32 (int64 holds 2**64 only modulo)."""
+    return (a * (b >> 16) + ((a * (b & 0xFFFF)) >> 16)) >> 16
+
+
+def _below_u64(x, y):
+    """Unsigned x < y of int64 bit patterns."""
+    return (x ^ -(1 << 63)) < (y ^ -(1 << 63))
+
+
+def _mad_u64_u32(a, b, c):
+    total = a * b + c            # modulo 2**64, as the register pair holds it
+    return total, _below_u64(total, c)
+
+
 def _sh5(s):
     return s & 31
 
@@ -374,6 +390,13 @@ def _register_ops():
     _op("v_sub_u32", "u32", "u32 u32", lambda a, b: a - b)
     _op("v_subrev_u32", "u32", "u32 u32", lambda a, b: b - a)
     _op("v_mul_lo_u32", "u32", "u32 u32", lambda a, b: (a * b) & MASK32)
+    _op("v_mul_hi_u32", "u32", "u32 u32", _mul_hi_u32)
+    _op("v_mul_u32_u24", "u32", "u32 u32", lambda a, b: (a & 0xFFFFFF) * (b & 0xFFFFFF))
+    _op("v_mad_u32_u24", "u32", "u32 u32 u32",
+        lambda a, b, c: (a & 0xFFFFFF) * (b & 0xFFFFFF) + c)
+    _op("v_mad_u64_u32", "u64 mask", "u32 u32 u64", _mad_u64_u32)
+    _op("v_add_co_u32", "u32 mask", "u32 u32", lambda a, b: (a + b, (a + b) > MASK32))
+    _op("v_mov_b64", "b64", "b64", lambda a: a)
     _op("v_add3_u32", "u32", "u32 u32 u32", lambda a, b, c: a + b + c)
     _op("v_and_b32", "b32", "b32 b32", lambda a, b: a & b)
     _op("v_or_b32", "b32", "b32 b32", lambda a, b: a | b)
@@ -456,8 +479,13 @@ def _signed_const(value: int, bits: int = 32) -> int:
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
-def _source(i, src, typ, mods):
-    """Reader (P, sel, n) -> typed torch value of one VALU source."""
+_SDWA_SEL = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (24, 8),
+             "WORD_0": (0, 16), "WORD_1": (16, 16), "DWORD": (0, 32)}
+
+
+def _source(i, src, typ, mods, sdwa=False):
+    """Reader (P, sel, n) -> typed torch value of one VALU source (`sdwa`: the SDWA form, whose
+    src<i>_sel picks a byte or word of the register)."""
     torch = torch_module()
     if typ == "mask":
         if src.kind != "s" or src.count != 2:
@@ -519,8 +547,10 @@ def _source(i, src, typ, mods):
             return tensor
     else:
         raise DecodeError(f"torch backend: source operand {src.text!r} is not ported")
-    if src.sext:
-        raise DecodeError("torch backend: sext() operands are not ported")
+    shift, width = _SDWA_SEL[mods.get(f"src{i}_sel", "DWORD")] if sdwa else (0, 32)
+    if src.sext and width == 32:
+        raise DecodeError("torch backend: sext() operands outside SDWA byte/word selects")
+    sext = src.sext
     neg, absolute = src.neg, src.abs
     if (neg or absolute) and not is_float:
         raise DecodeError("torch backend: neg/abs on integer operands is not ported")
@@ -528,6 +558,11 @@ def _source(i, src, typ, mods):
 
     def read(P, sel, n):
         x = raw(P, sel, n)
+        if width < 32:
+            x = (x >> shift) & ((1 << width) - 1)
+            if sext:
+                sign = 1 << (width - 1)
+                x = (x ^ sign) - sign
         if half_select:
             x = (x >> 16) & 0xFFFF
         if absolute:
@@ -538,7 +573,7 @@ def _source(i, src, typ, mods):
     return read
 
 
-def _destination(dst, typ, name, mods, is_cmpx):
+def _destination(dst, typ, name, mods, is_cmpx, sdwa=False):
     torch = torch_module()
     if typ == "mask":
         if dst.kind != "s" or dst.count != 2:
@@ -572,22 +607,43 @@ def _destination(dst, typ, name, mods, is_cmpx):
         zero_high = name in _ZEROES_HIGH_16
     else:
         zero_high = True
+    shift, width = _SDWA_SEL[mods.get("dst_sel", "DWORD")] if sdwa else (0, 32)
+    unused = mods.get("dst_unused", "UNUSED_PAD")
+    if width < 32 and TYPE_BITS[typ] != 32:
+        raise DecodeError("torch backend: SDWA destinations of 16-bit results are not ported")
+    field = ((1 << width) - 1) << shift
 
     def write(P, sel, n, value, tmask, full):
         words = _typed_to_words(value, typ)
         if not zero_high:
             words = (P.tv[P.tsel(sel), row] & -65536) | words
+        if width < 32:   # SDWA dst_sel: the field, the rest padded / sign-filled / kept
+            placed = ((words.to(torch.int64) & MASK32) << shift) & field
+            if unused == "UNUSED_PRESERVE":
+                old = P.tv[P.tsel(sel), row].to(torch.int64) & MASK32
+                placed = (old & (MASK32 ^ field)) | placed
+            elif unused == "UNUSED_SEXT":
+                high = (MASK32 << (shift + width)) & MASK32
+                placed = placed | torch.where(((placed >> (shift + width - 1)) & 1) == 1, high, 0)
+            words = _i32(placed)
         P.write_rows(sel, row, 1, torch.broadcast_to(words, (n, 64))[:, None], full)
     return write
 
 
 def _decode_valu(ins, ops, mods):
     name, encoding = _split(ins.mnemonic)
-    if encoding in ("sdwa", "dpp"):
-        raise DecodeError(f"torch backend: {encoding.upper()} forms are not ported")
+    if encoding == "dpp":
+        raise DecodeError("torch backend: DPP forms are not ported")
     if name not in PORTED_VALU_OPS:
         raise DecodeError(f"torch backend: {name} is not ported")
-    unknown = set(mods) - {"op_sel", "op_sel_hi", "neg_lo", "neg_hi"}
+    sdwa = encoding == "sdwa"
+    if sdwa and any(TYPE_BITS.get(t, 0) not in (32,) and t != "mask"
+                    for t in PORTED_VALU_OPS[name][0] + PORTED_VALU_OPS[name][1]):
+        raise DecodeError("torch backend: SDWA forms of non-32-bit ops are not ported")
+    known = {"op_sel", "op_sel_hi", "neg_lo", "neg_hi"}
+    if sdwa:
+        known |= {"dst_sel", "dst_unused", "src0_sel", "src1_sel"}
+    unknown = set(mods) - known
     if unknown:
         raise DecodeError(f"torch backend: modifier(s) {sorted(unknown)} not ported")
     dsts, srcs, fn = PORTED_VALU_OPS[name]
@@ -597,8 +653,8 @@ def _decode_valu(ins, ops, mods):
         src_ops.append(dst_ops[0] if implicit == "dst" else Operand("s", VCC_LO, 2, text="vcc"))
     if len(dst_ops) != nd or len(src_ops) != len(srcs):
         raise DecodeError(f"{name} expects {nd} destination and {len(srcs)} source operands")
-    readers = [_source(i, s, t, mods) for i, (s, t) in enumerate(zip(src_ops, srcs))]
-    writers = [_destination(d, t, name, mods, name.startswith("v_cmpx_"))
+    readers = [_source(i, s, t, mods, sdwa) for i, (s, t) in enumerate(zip(src_ops, srcs))]
+    writers = [_destination(d, t, name, mods, name.startswith("v_cmpx_"), sdwa)
                for d, t in zip(dst_ops, dsts)]
 
     def run(P, sel, n):
@@ -631,7 +687,6 @@ def _decode_readfirstlane(ins, ops):
 
 # ------------------------------------------------------------------------------- memory
 
-_LOAD = {"dword": 4, "dwordx2": 8, "dwordx3": 12, "dwordx4": 16}
 
 
 def _global_addresses(P, sel, vaddr, saddr, imm):
@@ -658,13 +713,13 @@ def _decode_global(ins, ops, mods):
         raise DecodeError(f"torch backend: {name} {sorted(unknown)} is not ported")
     imm = int(mods.get("offset", 0))
     torch = torch_module()
-    if rest.startswith("load_") and rest[5:] in _LOAD:
-        nbytes = _LOAD[rest[5:]]
+    if rest.startswith("load_") and rest[5:] in _BUFFER_LOAD:
+        nbytes, how = _BUFFER_LOAD[rest[5:]]
         dst, vaddr = ops[0], ops[1]
         saddr = ops[2].index if len(ops) > 2 and ops[2].kind == "s" else None
         if dst.kind != "v" or vaddr.kind != "v":
             raise DecodeError("torch backend: global load operands must be VGPRs")
-        row, k = dst.index, nbytes // 4
+        row, k = dst.index, max(1, nbytes // 4)
 
         def run_load(P, sel, n):
             active, full, lanes = P.exec_state(sel)
@@ -672,17 +727,25 @@ def _decode_global(ins, ops, mods):
             P.vm_issue(sel)
             data = P.global_load(ins, sel, addr.reshape(-1) if full else addr[active], nbytes,
                                  active, addr)
-            words = P.to_device(np.ascontiguousarray(data).view(np.int32).reshape(-1, k))
+            if how == "full":
+                words = P.to_device(np.ascontiguousarray(data).view(np.int32).reshape(-1, k))
+            else:   # a byte or short, zero- or sign-extended
+                value = data[:, 0].astype(np.int64) if nbytes == 1 else \
+                    np.ascontiguousarray(data).view(np.uint16)[:, 0].astype(np.int64)
+                if how == "sext":
+                    sign = 1 << (8 * nbytes - 1)
+                    value = (value ^ sign) - sign
+                words = _i32(P.to_device(value[:, None]))
             _write_lanes(P, sel, n, row, k, words, full)
             return lanes
         return run_load
-    if rest.startswith("store_") and rest[6:] in _LOAD:
-        nbytes = _LOAD[rest[6:]]
+    if rest.startswith("store_") and rest[6:] in _BUFFER_STORE:
+        nbytes, how = _BUFFER_STORE[rest[6:]]
         vaddr, data_op = ops[0], ops[1]
         saddr = ops[2].index if len(ops) > 2 and ops[2].kind == "s" else None
         if data_op.kind != "v" or vaddr.kind != "v":
             raise DecodeError("torch backend: global store operands must be VGPRs")
-        row, k = data_op.index, nbytes // 4
+        row, k = data_op.index, max(1, nbytes // 4)
 
         def run_store(P, sel, n):
             active, full, lanes = P.exec_state(sel)
@@ -690,12 +753,109 @@ def _decode_global(ins, ops, mods):
             P.vm_issue(sel)
             words = P.host(P.tv[P.tsel(sel), row:row + k].permute(0, 2, 1).contiguous())
             words = words.reshape(-1, k) if full else words[active]
-            data = np.ascontiguousarray(words).view(np.uint8).reshape(-1, nbytes)
+            if how == "hi":
+                words = words >> 16
+            data = np.ascontiguousarray(np.ascontiguousarray(words).view(np.uint8).reshape(len(words), -1)[:, :nbytes])
             P.global_store(ins, sel, addr.reshape(-1) if full else addr[active], data, active,
                            addr)
             return lanes
         return run_store
     raise DecodeError(f"torch backend: {name} is not ported")
+
+
+_BUFFER_LOAD = {"dword": (4, "full"), "dwordx2": (8, "full"), "dwordx3": (12, "full"),
+                "dwordx4": (16, "full"), "ubyte": (1, "zext"), "ushort": (2, "zext"),
+                "sbyte": (1, "sext"), "sshort": (2, "sext")}
+_BUFFER_STORE = {"dword": (4, "full"), "dwordx2": (8, "full"), "dwordx3": (12, "full"),
+                 "dwordx4": (16, "full"), "byte": (1, "lo"), "short": (2, "lo"),
+                 "byte_d16_hi": (1, "hi"), "short_d16_hi": (2, "hi")}
+
+
+def _buffer_plan(ins, vaddr, srsrc, soffset, mods):
+    """(P, sel) -> (host addresses (n, 64) uint64, byte offsets (n, 64) int64, num_records (n, 1)):
+    buffer addressing with OFFEN (or no VGPR offset), as memops' address plan computes it."""
+    if mods.get("idxen") or mods.get("addr64"):
+        raise DecodeError("torch backend: idxen/addr64 buffer addressing is not ported")
+    offen = bool(mods.get("offen"))
+    if offen and vaddr.kind != "v":
+        raise DecodeError("offen needs a VGPR address")
+    if srsrc.kind != "s" or srsrc.count != 4:
+        raise DecodeError("buffer resource must be 4 SGPRs")
+    if soffset.kind == "s":
+        soffset_of = lambda P, sel, n: P.sgpr[sel, soffset.index].astype(np.int64)
+    elif soffset.kind in ("const",):
+        value = int(soffset.value)
+        soffset_of = lambda P, sel, n: np.full(n, value, np.int64)
+    else:
+        raise DecodeError(f"torch backend: buffer soffset {soffset.text!r} is not ported")
+    imm, r = int(mods.get("offset", 0)), srsrc.index
+
+    def plan(P, sel, n):
+        w0, w1, w2, w3 = (P.sgpr[sel, r + i] for i in range(4))
+        if (w3 & np.uint32(1 << 23)).any():
+            raise EmulatorError(f"{ins.at}: buffer resources with ADD_TID_ENABLE are not supported")
+        base = w0.astype(np.int64) | ((w1 & np.uint32(0xFFFF)).astype(np.int64) << 32)
+        voffset = P.host(P.tv[P.tsel(sel), vaddr.index]).view(np.uint32).astype(np.int64) \
+            if offen else np.zeros((n, 64), np.int64)
+        byte_offset = soffset_of(P, sel, n)[:, None] + ((voffset + imm) & MASK32)
+        return (base[:, None] + byte_offset).astype(np.uint64), byte_offset, \
+            w2.astype(np.int64)[:, None]
+    return plan
+
+
+def _decode_buffer(ins, ops, mods):
+    rest = ins.mnemonic[len("buffer_"):]
+    unknown = set(mods) - {"offset", "offen", "glc", "slc", "nt", "sc0", "sc1"}
+    if unknown:
+        raise DecodeError(f"torch backend: {ins.mnemonic} modifier(s) {sorted(unknown)}")
+    data_op = ops[0]
+    if data_op.kind != "v":
+        raise DecodeError("buffer data must be a VGPR")
+    plan = _buffer_plan(ins, ops[1], ops[2], ops[3], mods)
+    row = data_op.index
+    if rest.startswith("load_") and rest[5:] in _BUFFER_LOAD:
+        nbytes, how = _BUFFER_LOAD[rest[5:]]
+
+        def run_load(P, sel, n):
+            active, full, lanes = P.exec_state(sel)
+            addr, byte_offset, limit = plan(P, sel, n)
+            P.vm_issue(sel)
+            data = np.zeros((int(active.sum()), max(4, nbytes)), np.uint8)
+            for k in range(0, nbytes, 4):   # each dword is range-checked; outside reads 0
+                width = min(4, nbytes - k)
+                ok = active & (byte_offset + (k + width) <= limit)
+                if ok.any():
+                    data[ok[active], k:k + width] = P.global_load(
+                        ins, sel, addr[ok] + np.uint64(k), width, ok, None)
+            words = data.view(np.uint32)[:, :max(1, nbytes // 4)].astype(np.int64)
+            if how == "sext":
+                sign = 1 << (8 * nbytes - 1)
+                words = (words ^ sign) - sign
+            _write_lanes(P, sel, n, row, words.shape[1], _i32(P.to_device(words)), full)
+            return lanes
+        return run_load
+    if rest.startswith("store_") and rest[6:] in _BUFFER_STORE:
+        nbytes, how = _BUFFER_STORE[rest[6:]]
+        k_words = max(1, nbytes // 4)
+
+        def run_store(P, sel, n):
+            active, full, lanes = P.exec_state(sel)
+            addr, byte_offset, limit = plan(P, sel, n)
+            P.vm_issue(sel)
+            words = P.host(P.tv[P.tsel(sel), row:row + k_words].permute(0, 2, 1).contiguous())
+            words = words[active].view(np.uint32)
+            if how == "hi":
+                words = words >> np.uint32(16)
+            data = np.ascontiguousarray(np.ascontiguousarray(words).view(np.uint8).reshape(len(words), -1)[:, :nbytes])
+            for k in range(0, nbytes, 4):   # out-of-range dwords are dropped
+                width = min(4, nbytes - k)
+                ok = active & (byte_offset + (k + width) <= limit)
+                if ok.any():
+                    P.global_store(ins, sel, addr[ok] + np.uint64(k),
+                                   np.ascontiguousarray(data[ok[active], k:k + width]), ok, None)
+            return lanes
+        return run_store
+    raise DecodeError(f"torch backend: {ins.mnemonic} is not ported")
 
 
 def _write_lanes(P, sel, n, row, k, words, full):
@@ -713,7 +873,7 @@ def _write_lanes(P, sel, n, row, k, words, full):
 _DS_READ = {"b32": (4, "full"), "b64": (8, "full"), "b96": (12, "full"), "b128": (16, "full"),
             "u16": (2, "u16"), "u8": (1, "u8")}
 _DS_WRITE = {"b32": (4, "full"), "b64": (8, "full"), "b96": (12, "full"), "b128": (16, "full"),
-             "b16": (2, "low"), "b8": (1, "low")}
+             "b16": (2, "low"), "b8": (1, "low"), "b16_d16_hi": (2, "hi"), "b8_d16_hi": (1, "hi")}
 
 
 def _lds_access(P, ins, sel, addr_row, offset, nbytes, active):
@@ -730,6 +890,21 @@ def _decode_ds(ins, ops, mods):
     unknown = set(mods) - {"offset", "offset0", "offset1"}
     if unknown:
         raise DecodeError(f"torch backend: {ins.mnemonic} modifier(s) {sorted(unknown)}")
+    if rest == "swizzle_b32":
+        src_lanes = memops.swizzle_source_lanes(memops.decode_swizzle_offset(mods.get("offset", 0)))
+        dst, src = ops[0].index, ops[1].index
+        lanes_of = {}
+
+        def run_swizzle(P, sel, n):
+            tmask, full, lanes = P.tmask(sel)
+            index = lanes_of.get(P.device)
+            if index is None:
+                index = lanes_of[P.device] = P.to_device(src_lanes.astype(np.int64))
+            values = P.tv[P.tsel(sel), src][:, index]
+            out = torch.where(tmask[:, index], values, torch.zeros_like(values))
+            P.write_rows(sel, dst, 1, out[:, None], full)
+            return lanes
+        return run_swizzle
     if rest == "bpermute_b32":
         dst, addr, data = ops[0].index, ops[1].index, ops[2].index
         imm = int(mods.get("offset", 0))
@@ -800,6 +975,8 @@ def _ds_write(ins, addr_row, parts):
             flat = _lds_access(P, ins, sel, addr_row, offset, nbytes, active)
             words = P.tv[P.tsel(sel), row:row + k].permute(0, 2, 1)
             words = words.reshape(-1, k) if full else words[tmask]
+            if how == "hi":
+                words = words >> 16
             m = words.shape[0]   # (m, 1) keeps a stride torch will not view as bytes: flatten
             data = words.contiguous().reshape(-1).view(torch.uint8).reshape(m, 4 * k)[:, :nbytes]
             if P.check:
@@ -933,7 +1110,8 @@ def torch_kernel(dk: DecodedKernel, device: str) -> TorchKernel:
                                           f"ported because {mode_problem}")
                     run = _decode_valu(ins, ops, mods)
             elif d.cls == VMEM:
-                run = _decode_global(ins, ops, mods)
+                run = (_decode_buffer if ins.mnemonic.startswith("buffer_")
+                       else _decode_global)(ins, ops, mods)
             elif d.cls == DS:
                 run = _decode_ds(ins, ops, mods)
             elif d.cls == MFMA:
