@@ -267,7 +267,14 @@ def main(argv=None):
                         help="array backends to run each workload on, in order")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the torch backend's arrays live")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch.set_num_threads for the run (on a host shared with other "
+                             "work, 1 avoids thread oversubscription)")
     args = parser.parse_args(argv)
+    if args.torch_threads is not None:
+        if args.torch_threads < 1:
+            raise ValueError(f"--torch-threads must be >= 1, got {args.torch_threads}")
+        torch.set_num_threads(args.torch_threads)
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     print("rocke gfx942 emulator benchmark -- emulator wall time on this host, NOT GPU time")
