@@ -206,7 +206,14 @@ def _fma_f32(a, b, c, scale=None):
     toward = torch.where(lo > 0, float("inf"), float("-inf")).to(torch.float64)
     odd = torch.where(inexact & even, torch.nextafter(hi, toward), hi)
     result = torch.where(torch.isfinite(hi), odd, plain).to(torch.float32)
-    return _nan(result, *torch.broadcast_tensors(a, b, c))
+    a, b, c = torch.broadcast_tensors(a, b, c)
+    result = _nan(result, a, b, c)
+    # the NaN rule per operation, as numpy's a*b then +c: an invalid product (inf * 0) is the
+    # default NaN, and it comes before c's NaN
+    invalid = torch.isnan(product) & ~torch.isnan(a) & ~torch.isnan(b)
+    default = torch.full(result.shape, shared.F32_DEFAULT_NAN - (1 << 32), dtype=torch.int32,
+                         device=result.device).view(torch.float32)
+    return torch.where(invalid, default, result)
 
 
 def _exponent_f32(x):
@@ -561,8 +568,8 @@ def _source(i, src, typ, mods, sdwa=False):
         if width < 32:
             x = (x >> shift) & ((1 << width) - 1)
             if sext:
-                sign = 1 << (width - 1)
-                x = (x ^ sign) - sign
+                top = 1 << (width - 1)
+                x = (x ^ top) - top
         if half_select:
             x = (x >> 16) & 0xFFFF
         if absolute:
