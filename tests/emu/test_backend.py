@@ -49,7 +49,8 @@ def test_min_max_bf16_bit_identical(device):
     prims = backend.TorchPrims(device)
     tx, ty = (torch.from_numpy(v.copy()).to(device) for v in (x, y))
     with np.errstate(all="ignore"):
-        legacy = {"max_f32": semantics._fmax(x, y), "min_f32": semantics._fmin(x, y)}
+        legacy = {"max_f32": semantics.VALU_OPS["v_max_f32"].fn(x, y),
+                  "min_f32": semantics.VALU_OPS["v_min_f32"].fn(x, y)}
     for name, want in legacy.items():
         fn = getattr(backend, name)
         assert (fn(backend.NUMPY, x, y).view(np.uint32) == want.view(np.uint32)).all(), name
