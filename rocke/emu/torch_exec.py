@@ -58,14 +58,12 @@ class TorchPool(Pool):
         super().__init__(kernel, memory, wg_ids, block, lds_bytes, check)
         torch = torch_module()
         self.torch, self.device = torch, device
-        self.xp = shared.TorchPrims(device)
         # shares_numpy: the tensors are views of the numpy arrays (CPU); else own copies
         self.on_cpu = device == "cpu"
         self.shares_numpy = self.on_cpu and not SEPARATE_CPU_COPIES
         self.tv = self.tl = None
         self._tsel = (None, None)
         self._tmask = (None, None)
-        self._wg_base = (None, None)
 
     def run(self):
         torch = self.torch
@@ -85,7 +83,7 @@ class TorchPool(Pool):
             return sel
         cached_sel, value = self._tsel
         if cached_sel is not sel:
-            value = self.torch.from_numpy(np.asarray(sel, np.int64)).to(self.device)
+            value = self.to_device(np.asarray(sel, np.int64))
             self._tsel = (sel, value)
         return value
 
@@ -94,7 +92,7 @@ class TorchPool(Pool):
         active, full, lanes = self.exec_state(sel)
         cached, value = self._tmask
         if cached is not active:
-            value = self.torch.from_numpy(np.array(active)).to(self.device)   # a writable copy
+            value = self.to_device(np.array(active))   # a writable copy
             self._tmask = (active, value)
         return value, full, lanes
 
@@ -103,7 +101,10 @@ class TorchPool(Pool):
         return tensor.cpu().numpy() if not self.on_cpu else tensor.numpy()
 
     def to_device(self, array):
-        return self.torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+        """A host array on the device. non_blocking: from pageable memory CUDA stages the bytes
+        before returning and waits for no kernel (a blocking copy would sync the device)."""
+        return self.torch.from_numpy(np.ascontiguousarray(array)).to(self.device,
+                                                                     non_blocking=True)
 
     def write_rows(self, sel, row, count, values, full):
         """values: int32 (n, count, 64) into VGPR rows row..row+count-1 of the active lanes."""
