@@ -25,9 +25,10 @@ import numpy as np
 
 from . import backend as shared
 from . import memops
-from .access import mask_to_words, sgpr_pair_to_mask, write_mask
+from .access import scalar_raw_reader, sgpr_pair_to_mask, write_mask
 from .errors import DecodeError, EmulatorError
 from .machine import LDS_GRANULE, Pool
+from .valu import dpp_source_lanes
 from .memory import access_rows
 from .operands import EXEC_LO, VCC_LO, Operand, TYPE_BITS, constant_bits, parse_modifiers, \
     parse_operand
@@ -106,13 +107,14 @@ class TorchPool(Pool):
         return self.torch.from_numpy(np.ascontiguousarray(array)).to(self.device,
                                                                      non_blocking=True)
 
-    def write_rows(self, sel, row, count, values, full):
-        """values: int32 (n, count, 64) into VGPR rows row..row+count-1 of the active lanes."""
+    def write_rows(self, sel, row, count, values, full, mask=None):
+        """values: int32 (n, count, 64) into VGPR rows row..row+count-1 of the lanes of `mask`
+        (device bool (n, 64); default EXEC)."""
         ts = self.tsel(sel)
         if full:
             self.tv[ts, row:row + count] = values
             return
-        mask = self.tmask(sel)[0][:, None, :]
+        mask = (self.tmask(sel)[0] if mask is None else mask)[:, None, :]
         old = self.tv[ts, row:row + count]
         self.tv[ts, row:row + count] = self.torch.where(mask, values, old)
 
@@ -321,6 +323,24 @@ def _mad_u64_u32(a, b, c):
     return total, _below_u64(total, c)
 
 
+def _bitreverse32(x):
+    for shift, mask in ((1, 0x55555555), (2, 0x33333333), (4, 0x0F0F0F0F), (8, 0x00FF00FF),
+                        (16, 0x0000FFFF)):
+        x = ((x >> shift) & mask) | ((x & mask) << shift)
+    return x
+
+
+def _ldexp_f32(x, e):
+    """x * 2**e rounded once to float32 (numpy's ldexp): |e| clipped to 400, beyond which every
+    float32 over/underflows anyway, so x * 2**e is exact in float64."""
+    torch = torch_module()
+    e = torch.clamp(e, -400, 400)
+    half = e // 2
+    scale = lambda k: ((k + 1023) << 52).view(torch.float64)
+    value = (x.to(torch.float64) * scale(half) * scale(e - half)).to(torch.float32)
+    return _nan(value, torch.broadcast_to(x, value.shape))
+
+
 def _sh5(s):
     return s & 31
 
@@ -405,6 +425,8 @@ def _register_ops():
     _op("v_mad_u64_u32", "u64 mask", "u32 u32 u64", _mad_u64_u32)
     _op("v_add_co_u32", "u32 mask", "u32 u32", lambda a, b: (a + b, (a + b) > MASK32))
     _op("v_mov_b64", "b64", "b64", lambda a: a)
+    _op("v_bfrev_b32", "b32", "b32", _bitreverse32)
+    _op("v_ldexp_f32", f, "f32 i32", _ldexp_f32)
     _op("v_add3_u32", "u32", "u32 u32 u32", lambda a, b, c: a + b + c)
     _op("v_and_b32", "b32", "b32 b32", lambda a, b: a & b)
     _op("v_or_b32", "b32", "b32 b32", lambda a, b: a | b)
@@ -564,8 +586,8 @@ def _source(i, src, typ, mods, sdwa=False):
         raise DecodeError("torch backend: neg/abs on integer operands is not ported")
     sign = INT32_MIN if bits == 32 else 0x8000
 
-    def read(P, sel, n):
-        x = raw(P, sel, n)
+    def read(P, sel, n, dpp_words=None):
+        x = raw(P, sel, n) if dpp_words is None else dpp_words
         if width < 32:
             x = (x >> shift) & ((1 << width) - 1)
             if sext:
@@ -600,13 +622,13 @@ def _destination(dst, typ, name, mods, is_cmpx, sdwa=False):
     if typ == "pk_f32":
         def write_pk(P, sel, n, value, tmask, full):
             words = torch.broadcast_to(value.view(torch.int32), (n, 64, 2)).permute(0, 2, 1)
-            P.write_rows(sel, row, 2, words, full)
+            P.write_rows(sel, row, 2, words, full, tmask)
         return write_pk
     if TYPE_BITS[typ] == 64:
         def write64(P, sel, n, value, tmask, full):
             value = torch.broadcast_to(value, (n, 64))
             words = torch.stack([_i32(value & MASK32), _i32((value >> 32) & MASK32)], 1)
-            P.write_rows(sel, row, 2, words, full)
+            P.write_rows(sel, row, 2, words, full, tmask)
         return write64
     op_sel = mods.get("op_sel")
     if TYPE_BITS[typ] == 16:
@@ -634,14 +656,18 @@ def _destination(dst, typ, name, mods, is_cmpx, sdwa=False):
                 high = (MASK32 << (shift + width)) & MASK32
                 placed = placed | torch.where(((placed >> (shift + width - 1)) & 1) == 1, high, 0)
             words = _i32(placed)
-        P.write_rows(sel, row, 1, torch.broadcast_to(words, (n, 64))[:, None], full)
+        P.write_rows(sel, row, 1, torch.broadcast_to(words, (n, 64))[:, None], full, tmask)
     return write
 
 
+_DPP_MODS = {"quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_shr", "wave_rol",
+             "wave_ror", "row_mirror", "row_half_mirror", "row_bcast", "row_newbcast", "row_mask",
+             "bank_mask", "bound_ctrl", "fi"}
+
+
 def _decode_valu(ins, ops, mods):
+    torch = torch_module()
     name, encoding = _split(ins.mnemonic)
-    if encoding == "dpp":
-        raise DecodeError("torch backend: DPP forms are not ported")
     if name not in PORTED_VALU_OPS:
         raise DecodeError(f"torch backend: {name} is not ported")
     sdwa = encoding == "sdwa"
@@ -651,6 +677,20 @@ def _decode_valu(ins, ops, mods):
     known = {"op_sel", "op_sel_hi", "neg_lo", "neg_hi"}
     if sdwa:
         known |= {"dst_sel", "dst_unused", "src0_sel", "src1_sel"}
+    dpp = None
+    if encoding == "dpp":   # src0 from another lane (valu.dpp_source_lanes), as valu.py runs it
+        if mods.get("fi"):
+            raise DecodeError("torch backend: DPP fetch-inactive is not ported")
+        src_lane, in_range, _ = dpp_source_lanes(mods)
+        src_lane = np.clip(src_lane, 0, 63)
+        row_mask, bank_mask = int(mods.get("row_mask", 0xF)), int(mods.get("bank_mask", 0xF))
+        lane = np.arange(64)
+        enabled = (((row_mask >> (lane // 16)) & 1) & ((bank_mask >> ((lane >> 2) & 3)) & 1)) \
+            .astype(bool)
+        dpp = (src_lane, in_range, enabled, "bound_ctrl" in mods)
+        known |= _DPP_MODS
+        if PORTED_VALU_OPS[name][1][0] not in ("f32", "b32", "u32", "i32", "f16"):
+            raise DecodeError("torch backend: DPP of a 64-bit, packed or mask src0 is not ported")
     unknown = set(mods) - known
     if unknown:
         raise DecodeError(f"torch backend: modifier(s) {sorted(unknown)} not ported")
@@ -662,17 +702,49 @@ def _decode_valu(ins, ops, mods):
     if len(dst_ops) != nd or len(src_ops) != len(srcs):
         raise DecodeError(f"{name} expects {nd} destination and {len(srcs)} source operands")
     readers = [_source(i, s, t, mods, sdwa) for i, (s, t) in enumerate(zip(src_ops, srcs))]
+    if dpp is not None and src_ops[0].kind != "v":
+        raise DecodeError("DPP src0 must be a VGPR")
+    dpp_row = src_ops[0].index if dpp is not None else None
     writers = [_destination(d, t, name, mods, name.startswith("v_cmpx_"), sdwa)
                for d, t in zip(dst_ops, dsts)]
 
     def run(P, sel, n):
-        tmask, full, lanes = P.tmask(sel)
-        result = fn(*[r(P, sel, n) for r in readers])
+        if dpp is None:
+            tmask, full, lanes = P.tmask(sel)
+            values = [r(P, sel, n) for r in readers]
+        else:
+            src_lane, in_range, enabled, bound_ctrl = dpp
+            active = P.exec_mask(sel)
+            valid = in_range & active[:, src_lane]
+            write_lanes = active & enabled & (valid | bound_ctrl)
+            full, lanes = bool(write_lanes.all()), int(np.count_nonzero(write_lanes))
+            tmask = P.to_device(write_lanes)
+            gather = P.to_device(src_lane.astype(np.int64))
+            words = P.tv[P.tsel(sel), dpp_row][:, gather]
+            words = torch.where(P.to_device(valid), words, torch.zeros_like(words))
+            values = [readers[0](P, sel, n, words)] + [r(P, sel, n) for r in readers[1:]]
+        result = fn(*values)
         if nd == 1:
             result = (result,)
         for w, value in zip(writers, result):
             w(P, sel, n, value, tmask, full)
         return lanes
+    return run
+
+
+def _decode_readlane(ins, ops):
+    """v_readlane_b32 sdst, vsrc, lane (an SGPR or constant, & 63): one lane to the host."""
+    dst, src, lane_op = ops
+    if dst.kind != "s" or src.kind != "v":
+        raise DecodeError("torch backend: v_readlane_b32 of a non-VGPR is not ported")
+    lane_of = scalar_raw_reader(lane_op, "b32")
+    index, row = dst.index, src.index
+
+    def run(P, sel, n):
+        lane = (lane_of(P, sel, n) & np.uint32(63)).astype(np.int64)
+        picked = P.tv[P.tsel(sel), row].gather(1, P.to_device(lane)[:, None])[:, 0]
+        P.sgpr[sel, index] = P.host(picked).view(np.uint32)
+        return 0
     return run
 
 
@@ -1111,6 +1183,8 @@ def torch_kernel(dk: DecodedKernel, device: str) -> TorchKernel:
                 base = _split(ins.mnemonic)[0]
                 if base == "v_readfirstlane_b32":
                     run = _decode_readfirstlane(ins, ops)
+                elif base == "v_readlane_b32":
+                    run = _decode_readlane(ins, ops)
                 else:
                     if mode_problem and any(t.startswith(("f", "pk_f"))
                                             for t in PORTED_VALU_OPS.get(base, ((), ()))[1]):

@@ -75,13 +75,16 @@ FULLY_PORTED = [   # run with no fallback, so also on CUDA
     ("axpy_f32", lambda: T.test_axpy_ragged_tail(*_param(T.test_axpy_ragged_tail, "axpy_f32"))),
     ("flash_attn_fwd_d128_causal", lambda: T.test_flash_attention_fwd(*_flash("d128_causal"))),
     ("flash_attn_fwd_d64", lambda: T.test_flash_attention_fwd(*_flash("d64"))),
-]
-WITH_FALLBACKS = [   # unported instructions remain (DPP, SDWA, buffer ops...): CPU only
     ("softmax", T.test_softmax_rows_ragged),
-    ("layernorm", T.test_layernorm_rows_multi_chunk),
     ("matmul_bf16_mfma16", lambda: T.test_matmul_ragged(*_matmul("matmul_bf16_mfma16"))),
     ("matmul_f16_mfma32", lambda: T.test_matmul_ragged(*_matmul("matmul_f16_mfma32"))),
+    ("gather_rows", T.test_gather_rows),
+]
+WITH_FALLBACKS = [   # unported instructions remain (fma_mix, 64-bit shifts, bit counts...)
+    ("layernorm", T.test_layernorm_rows_multi_chunk),
+    ("silu_mul", T.test_silu_mul_f16),
     ("int_bits", T.test_int_bits_i32),
+    ("column_sum_atomic", T.test_column_sum_atomic_f32),
 ]
 
 
@@ -116,13 +119,12 @@ def test_unported_instruction_refused_before_any_write(monkeypatch):
     """The CUDA path (here: the CPU with own copies) refuses a kernel with an instruction it
     has not ported, naming it, and leaves the output untouched."""
     monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
-    info, asm = T.load_fixture("softmax_rows_f32")
-    x = torch.randn(4, 256)
-    out = torch.full((4, 256), 7.0)
-    with backend_env("torch"), pytest.raises(EmulatorError,
-                                             match=r"line \d+ `v_bfrev_b32_e32 .*is not ported"):
-        T.launch_fixture("softmax_rows_f32", (4, 1, 1), in_ptr=x, out_ptr=out,
-                         in_row_stride=256, out_row_stride=256, n_cols=256)
+    x = torch.randn(32, 50)
+    out = torch.full((50,), 7.0)
+    with backend_env("torch"), pytest.raises(
+            EmulatorError, match=r"line \d+ `buffer_atomic_add_f32 .*is not ported"):
+        T.launch_fixture("column_sum_atomic_f32", (2, 1, 1), x_ptr=x, out_ptr=out,
+                         n_rows=32, n_cols=50, row_stride=50)
     assert (out == 7.0).all()
 
 
