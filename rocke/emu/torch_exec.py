@@ -8,18 +8,17 @@ vector to scalar or host: VALU compares (their lane mask lands in SGPRs), v_read
 and global addresses (bounds checks, the race checker, host global memory).
 
 Ported to torch (the paths of the benchmark workloads and the attention kernels): the VALU ops
-in `PORTED_VALU_OPS` (VOP1/VOP2/VOP3/VOPC/VOP3P forms without DPP/SDWA/clamp/omod), v_readfirstlane_b32,
-global loads/stores, DS reads/writes (incl. read2/write2/st64) and ds_bpermute_b32, and the dense
-f16/bf16 MFMAs. Every result is bit-identical to the numpy backend: float ops apply the shared
-NaN rule and the shared definitions of rocke/emu/backend.py; integer ops compute on int64.
+in `PORTED_VALU_OPS` (VOP1/VOP2/VOP3/VOPC/VOP3P, DPP and SDWA forms; no clamp/omod),
+v_readfirstlane/v_readlane, global and buffer loads/stores, DS reads/writes (incl. read2/write2/
+st64, d16_hi writes), ds_bpermute/ds_swizzle, and the dense f16/bf16 MFMAs. Every result is
+bit-identical to the numpy backend: float ops apply the shared NaN rule and the shared
+definitions of rocke/emu/backend.py; integer ops compute on int64.
 
 Instructions not ported: on the CPU device their numpy closure runs on the same memory (the
 torch tensors are views of the numpy arrays), listed in `TorchKernel.fallbacks`; on CUDA the
 launch is refused before anything runs, naming the instruction.
 """
 from __future__ import annotations
-
-import re
 
 import numpy as np
 
