@@ -322,6 +322,13 @@ def _mad_u64_u32(a, b, c):
     return total, _below_u64(total, c)
 
 
+def _cvt_int(x, low, high):
+    """V_CVT_{I32,U32}_F32: truncate, saturate to [low, high], NaN -> 0."""
+    torch = torch_module()
+    value = torch.clamp(torch.nan_to_num(torch.trunc(x.double()), nan=0.0), low, high)
+    return value.to(torch.int64)
+
+
 def _bitreverse32(x):
     for shift, mask in ((1, 0x55555555), (2, 0x33333333), (4, 0x0F0F0F0F), (8, 0x00FF00FF),
                         (16, 0x0000FFFF)):
@@ -425,6 +432,15 @@ def _register_ops():
     _op("v_add_co_u32", "u32 mask", "u32 u32", lambda a, b: (a + b, (a + b) > MASK32))
     _op("v_mov_b64", "b64", "b64", lambda a: a)
     _op("v_bfrev_b32", "b32", "b32", _bitreverse32)
+    for t in ("u32", "i32"):
+        _op(f"v_min3_{t}", t, f"{t} {t} {t}",
+            lambda a, b, c: torch_module().minimum(torch_module().minimum(a, b), c))
+        _op(f"v_max3_{t}", t, f"{t} {t} {t}",
+            lambda a, b, c: torch_module().maximum(torch_module().maximum(a, b), c))
+    _op("v_cvt_f32_u32", f, "u32", lambda x: x.to(torch_module().float32))
+    _op("v_cvt_f32_i32", f, "i32", lambda x: x.to(torch_module().float32))
+    _op("v_cvt_u32_f32", "u32", "f32", lambda x: _cvt_int(x, 0, MASK32))
+    _op("v_cvt_i32_f32", "i32", "f32", lambda x: _cvt_int(x, -(1 << 31), (1 << 31) - 1))
     _op("v_ldexp_f32", f, "f32 i32", _ldexp_f32)
     _op("v_add3_u32", "u32", "u32 u32 u32", lambda a, b, c: a + b + c)
     _op("v_and_b32", "b32", "b32 b32", lambda a, b: a & b)
@@ -469,6 +485,7 @@ def _register_ops():
     _op("v_max3_f32", f, "f32 f32 f32", lambda a, b, c: _max(_max(a, b), c))
     _op("v_min3_f32", f, "f32 f32 f32", lambda a, b, c: _min(_min(a, b), c))
     _op("v_rcp_f32", f, "f32", lambda x: _nan((1.0 / _flush(x).double()).float(), x))
+    _op("v_rcp_iflag_f32", f, "f32", lambda x: _nan((1.0 / _flush(x).double()).float(), x))
     _op("v_exp_f32", f, "f32", lambda x: shared.exp2_f32(_prims(x), x))
     _op("v_log_f32", f, "f32", lambda x: shared.log2_f32(_prims(x), x))
     _op("v_sqrt_f32", f, "f32", lambda x: shared.sqrt_f32(_prims(x), x))

@@ -243,7 +243,7 @@ def test_ported_valu_op_bit_identical(name, device):
 
 # ------------------------------------------------------------------ rocke's own attention kernel
 
-@pytest.mark.parametrize("dual", ["cpu", DEVICES[2]], indirect=True)
+@pytest.mark.parametrize("dual", DEVICES, indirect=True)
 def test_attention_2d_kernel_bit_identical(dual):
     """rocke's unified paged attention (2D, f16, d64, 4 warps) on the torch backend: the same
     output bytes as numpy and within the reference's tolerance."""
@@ -253,4 +253,18 @@ def test_attention_2d_kernel_bit_identical(dual):
                                      num_queries_per_kv=1, num_warps=4)
     out, ref, _ = run_2d(spec, *MIX)
     assert_close(spec, out, ref)
-    assert dual, "no emulator launch went through rocke.emu.launch"
+    assert dual and all(r.fallbacks == () for r in dual), "no launch, or a numpy fallback"
+
+
+@pytest.mark.parametrize("dual", DEVICES, indirect=True)
+def test_attention_3d_and_reduce_segments_fully_on_torch(dual):
+    """rocke's split-KV decode kernel (3D, with empty segments) and reduce_segments: the same
+    bytes as numpy, no numpy fallback (so they also run on CUDA), and the tests' own checks."""
+    from tests.kernels import test_attention_3d as t3
+    from tests.kernels import test_reduce_segments as trs
+    t3.test_empty_segments_write_the_neutral_partial()
+    trs.test_empty_segments_and_rows_strided_out("bf16", 64, 5)
+    names = {r.kernel for r in dual}
+    assert any(n.startswith("attention_3d") for n in names) and \
+        any(n.startswith("reduce_segments") for n in names), names
+    assert all(r.fallbacks == () for r in dual), [r.fallbacks[:2] for r in dual if r.fallbacks]
