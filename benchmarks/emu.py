@@ -15,7 +15,13 @@ the launch's safety features: the shadow copies that make a failed launch leave 
 untouched (`shadow_copy_s`, measured inside every launch) and, with --safety-ab, the same
 workload with the shadow copies and the watchdog switched off (an A/B of process CPU time).
 
+Array backends (rocke/emu/backend.py): `--backend numpy torch` runs each workload on each
+backend in turn (ROCKE_EMU_BACKEND), `--device cuda` puts the torch backend's arrays on a CUDA
+GPU (ROCKE_EMU_DEVICE); every backend after the first also reports whether its output is bit for
+bit the first backend's. Even on a GPU these are emulator wall times, not the kernel's GPU time.
+
 Run:  .venv/bin/python benchmarks/emu.py [--repeats 3] [--workloads NAME ...] [--safety-ab]
+      [--backend numpy torch] [--device cpu|cuda]
       (ROCKE_EMU_WORKERS=1 for the serial emulator, =2 ... to spread workgroups over cores)
 """
 
@@ -185,7 +191,29 @@ def safety_ab(fixture_name, grid, runtime_args, repeats):
     return statistics.median(off), statistics.median(on)
 
 
-def run_workload(name, repeats, ab=False):
+@contextlib.contextmanager
+def array_backend(name, device):
+    """ROCKE_EMU_BACKEND / ROCKE_EMU_DEVICE set for the block (the numpy backend runs on the CPU)."""
+    saved = {k: os.environ.get(k) for k in ("ROCKE_EMU_BACKEND", "ROCKE_EMU_DEVICE")}
+    os.environ["ROCKE_EMU_BACKEND"] = name
+    os.environ["ROCKE_EMU_DEVICE"] = device if name == "torch" else "cpu"
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_workload(name, repeats, ab=False, backend="numpy", device="cpu", baseline=None):
+    """Returns the workload's output tensor (to compare backends bit for bit)."""
+    with array_backend(backend, device):
+        return _run_workload(name, repeats, ab, backend, device, baseline)
+
+
+def _run_workload(name, repeats, ab, backend, device, baseline):
     fixture_name, grid, runtime_args, output_name, reference = WORKLOADS[name]()
     wall_times, cpu_times, shadow_times, report, info = [], [], [], None, None
     for _ in range(repeats):
@@ -197,7 +225,7 @@ def run_workload(name, repeats, ab=False):
     waves = grid[0] * grid[1] * grid[2] * info["block"][0] // WAVE_SIZE
     lane_instructions = report.lane_instructions
     print(f"\n[{name}] fixture {fixture_name}, grid {grid}, block {tuple(info['block'])}, "
-          f"{waves} waves")
+          f"{waves} waves; backend {report.backend}")
     print(f"  emulator wall time (median of {repeats}): {median:.3f} s  "
           f"(min {min(wall_times):.3f} s, max {max(wall_times):.3f} s)")
     print(f"  lane-instructions: {lane_instructions:,}  ->  "
@@ -214,10 +242,19 @@ def run_workload(name, repeats, ab=False):
     shadow = statistics.median(shadow_times)
     print(f"  rollback shadow copies: {report.shadow_bytes / 2 ** 20:.2f} MiB in {shadow * 1e3:.2f} ms "
           f"= {100 * shadow / median:.2f} % of the emulator wall time")
+    if report.fallbacks:
+        print(f"  instructions left to numpy closures on this backend: {len(report.fallbacks)} "
+              f"(first: {report.fallbacks[0]})")
+    output = runtime_args[output_name].clone()
+    if baseline is not None:
+        bits = {2: torch.int16, 4: torch.int32}[output.element_size()]
+        same = torch.equal(output.view(bits), baseline.view(bits))
+        print(f"  bit-identical to the first backend's output: {'yes' if same else 'NO'}")
     if ab:
         off, on = safety_ab(fixture_name, grid, runtime_args, repeats)
         print(f"  safety A/B (process CPU, median of {repeats}): shadow copies + watchdog off "
               f"{off:.3f} s, on {on:.3f} s ({100 * (on - off) / off:+.1f} %)")
+    return output
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -226,13 +263,31 @@ def main(argv=None):
                         default=list(WORKLOADS), help="which workloads to run")
     parser.add_argument("--safety-ab", action="store_true",
                         help="also time each workload with shadow copies and watchdog off")
+    parser.add_argument("--backend", nargs="+", choices=("numpy", "torch"), default=["numpy"],
+                        help="array backends to run each workload on, in order")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the torch backend's arrays live")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch.set_num_threads for the run (on a host shared with other "
+                             "work, 1 avoids thread oversubscription)")
     args = parser.parse_args(argv)
+    if args.torch_threads is not None:
+        if args.torch_threads < 1:
+            raise ValueError(f"--torch-threads must be >= 1, got {args.torch_threads}")
+        torch.set_num_threads(args.torch_threads)
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     print("rocke gfx942 emulator benchmark -- emulator wall time on this host, NOT GPU time")
     print("\n".join(host_description()))
+    if "torch" in args.backend:
+        gpu = torch.cuda.get_device_name() if args.device == "cuda" else "none used"
+        print(f"torch    : device {args.device} ({gpu}), {torch.get_num_threads()} CPU threads")
     for name in args.workloads:
-        run_workload(name, args.repeats, args.safety_ab)
+        baseline = None
+        for backend in args.backend:
+            output = run_workload(name, args.repeats, args.safety_ab, backend, args.device,
+                                  baseline)
+            baseline = output if baseline is None else baseline
     return 0
 
 

@@ -22,6 +22,11 @@ LEVERS: dict[str, tuple[str, str]] = {
     "ROCKE_EMU_WORKERS": ("1 (serial); auto = usable cores, at most 16, 1 under pytest-xdist "
                           "or without os.fork", "processes one emulator launch may run its "
                           "workgroups in (1 = serial)"),
+    "ROCKE_EMU_BACKEND": ("numpy", "array library the emulator computes with: numpy | torch "
+                          "(bit-identical results; torch ports a subset of the ISA and names "
+                          "any instruction it has not ported)"),
+    "ROCKE_EMU_DEVICE": ("cpu", "where the torch backend's arrays live: cpu | cuda (needs "
+                         "ROCKE_EMU_BACKEND=torch and a CUDA build of torch with a GPU)"),
     "ROCKE_FAMILIES": ("none", "extra kernel families: comma-separated name=python.module entries"),
     "ROCKE_CHECK_METADATA": ("device", "the attention entry point's content checks of GPU "
                              "metadata: device (a guard kernel records the first violation; "
@@ -145,6 +150,30 @@ def emu_workers() -> int:
         raise ValueError(f"ROCKE_EMU_WORKERS={value}: parallel emulation forks worker "
                          "processes, and this platform has no os.fork")
     return workers
+
+
+EMU_BACKENDS = ("numpy", "torch")
+EMU_DEVICES = ("cpu", "cuda")
+
+
+def emu_backend() -> str:
+    """``ROCKE_EMU_BACKEND``: the emulator's array library (default numpy)."""
+    value = raw("ROCKE_EMU_BACKEND") or "numpy"
+    if value not in EMU_BACKENDS:
+        raise ValueError(f"ROCKE_EMU_BACKEND must be 'numpy' or 'torch', got {value!r}")
+    return value
+
+
+def emu_device() -> str:
+    """``ROCKE_EMU_DEVICE``: where the torch backend's arrays live (default cpu); a device other
+    than cpu with the numpy backend is an error rather than a silently ignored setting."""
+    value = raw("ROCKE_EMU_DEVICE") or "cpu"
+    if value not in EMU_DEVICES:
+        raise ValueError(f"ROCKE_EMU_DEVICE must be 'cpu' or 'cuda', got {value!r}")
+    if value != "cpu" and emu_backend() != "torch":
+        raise ValueError(f"ROCKE_EMU_DEVICE={value} needs ROCKE_EMU_BACKEND=torch (the numpy "
+                         "backend runs on the CPU only)")
+    return value
 
 
 def families() -> list[tuple[str, str]]:

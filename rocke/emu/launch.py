@@ -55,7 +55,7 @@ from .gfx950 import check_target
 from . import scratch
 from .memory import GlobalMemory, host_view
 from .machine import Pool
-from . import parallel
+from . import backend, parallel
 from .program import CLASSES, DecodedKernel, decode_kernel
 
 LDS_LIMIT = GFX942.max_lds_per_workgroup     # gfx942's; a gfx950 launch uses that target's
@@ -95,6 +95,9 @@ class LaunchReport:
     shadow_bytes: int = 0        # bytes copied for rollback (the addressable ranges it may write)
     profile: object = None       # a profile.LaunchProfile when launched with profile=True
     kernarg: bytes = field(default=b"", repr=False)   # the kernarg segment the kernel ran with
+    backend: str = "numpy"       # the array backend that ran it (ROCKE_EMU_BACKEND[:DEVICE])
+    # instructions the torch backend on the CPU left to their numpy closures (torch_exec.py)
+    fallbacks: tuple = ()
 
     @property
     def total_instructions(self) -> int:
@@ -346,8 +349,12 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     if memcheck not in MEMCHECK_SCOPES:
         raise ValueError(f"memcheck must be one of {', '.join(map(repr, MEMCHECK_SCOPES))}, "
                          f"got {memcheck!r}")
+    array_backend, array_device = backend.selected()
     program, decoded, declared = _program_and_target(code)
     run_target = _resolve_target(declared, target)
+    if array_backend == "torch" and (profile or run_target != "gfx942"):
+        raise ValueError("the torch emulator backend runs gfx942 without profile=True; use "
+                         "ROCKE_EMU_BACKEND=numpy for " + ("profile=True" if profile else run_target))
     lds_limit = get_target(run_target).max_lds_per_workgroup
     if not isinstance(kernel, str) or kernel not in program.kernels:
         raise ValueError(f"unknown kernel {kernel!r}; the assembly defines: "
@@ -414,6 +421,10 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     if decode_key not in decoded:
         decoded[decode_key] = decode_kernel(program, source, run_target)
     dk = decoded[decode_key]
+    torch_kernel = None
+    if array_backend == "torch":   # refuses unported instructions on CUDA, before any work
+        from .torch_exec import torch_kernel as make_torch_kernel
+        torch_kernel = make_torch_kernel(dk, array_device)
 
     memory = GlobalMemory(memcheck, [(a.start, a.end, a.label) for a in allocations])
     ranges = _merged(allocations if memcheck == "allocation" else spans)
@@ -438,7 +449,8 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     try:
         report = _run_pools(dk, memory, grid3, block3, static_lds + int(shared_mem), check,
                             kernarg, dispatch, queue, start + budget, budget,
-                            lane_private_bytes, profiler, _work_per_wave(program, dk))
+                            lane_private_bytes, profiler, _work_per_wave(program, dk),
+                            torch_kernel and (torch_kernel, array_device))
     except BaseException:
         shadow.restore()
         raise
@@ -446,12 +458,16 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     report.shadow_copy_s = copied - start
     report.shadow_bytes = sum(end - begin for begin, end, _, written in ranges if written)
     report.kernarg = bytes(kernarg[:len(packed)])
+    if torch_kernel is not None:
+        report.backend = f"torch:{array_device}"
+        report.fallbacks = tuple(torch_kernel.fallbacks)
     return report
 
 
 def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, queue,
                deadline, budget, lane_private_bytes=0, profiler=None,
-               work_per_wave=0) -> LaunchReport:
+               work_per_wave=0, on_torch=None) -> LaunchReport:
+    """`on_torch`: (torch_exec.TorchKernel, device) to run on the torch backend, else None."""
     threads = block3[0] * block3[1] * block3[2]
     waves_per_wg = -(-threads // 64)
     per_wg_tracker = (lds_bytes + 4) * 11 if check else 0
@@ -462,7 +478,7 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
     if private_limit is not None:
         pool_wgs = min(pool_wgs, private_limit)
     total = grid3[0] * grid3[1] * grid3[2]
-    workers = _workers(dk, total, waves_per_wg, profiler, work_per_wave)
+    workers = 1 if on_torch else _workers(dk, total, waves_per_wg, profiler, work_per_wave)
     if workers > 1 and -(-total // pool_wgs) < workers:
         # fewer pools than workers: narrower pools (the scheduler's batch count grows with it)
         pool_wgs = -(-total // workers)
@@ -471,7 +487,7 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
     def run_share(starts):
         return _run_share(dk, run_dk, memory, starts, pool_wgs, grid3, block3, lds_bytes, check,
                           kernarg, dispatch, queue, deadline, budget, lane_private_bytes,
-                          profiler)
+                          profiler, on_torch)
 
     starts = range(0, total, pool_wgs)
     if workers > 1:
@@ -520,7 +536,7 @@ def _workers(dk, total_wgs: int, waves_per_wg: int, profiler, work_per_wave: int
 
 
 def _run_share(dk, run_dk, memory, starts, pool_wgs, grid3, block3, lds_bytes, check, kernarg,
-               dispatch, queue, deadline, budget, lane_private_bytes, profiler):
+               dispatch, queue, deadline, budget, lane_private_bytes, profiler, on_torch=None):
     """Run the pools beginning at workgroups `starts` (flat ids, x fastest) one after another;
     returns (issues per class, lane instructions, scheduler batches)."""
     gx, gy, gz = grid3
@@ -530,7 +546,11 @@ def _run_share(dk, run_dk, memory, starts, pool_wgs, grid3, block3, lds_bytes, c
     for first in starts:
         flat = np.arange(first, min(first + pool_wgs, total), dtype=np.int64)   # x fastest
         ids = np.stack([flat % gx, flat // gx % gy, flat // (gx * gy)], -1)
-        if profiler is None:
+        if on_torch is not None:
+            from .torch_exec import TorchPool
+            pool = TorchPool(on_torch[0].kernel, memory, ids, block3, lds_bytes, check,
+                             on_torch[1])
+        elif profiler is None:
             pool = Pool(dk, memory, ids, block3, lds_bytes, check)
         else:
             from .profile import ProfilingPool

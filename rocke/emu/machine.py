@@ -195,6 +195,10 @@ class Pool:
         view = self.lds.view(dtype)
         return apply_atomics(view, flat // size, data, cmp, update, ufunc, want_old)
 
+    def lds_rows(self, granule: int, rows: np.ndarray) -> np.ndarray:
+        """(len(rows), granule) bytes of LDS on the host (the race checker's reads)."""
+        return take_rows(self.lds, granule, rows)
+
     # ------------------------------------------------------------------ barriers and ends
     def arrive_barrier(self, sel, pc):
         self.status[sel] = BARRIER
@@ -434,7 +438,7 @@ class RaceTracker:
             if new_bytes is None or not suspects.any():
                 return suspects
             if changes is None:
-                changes = take_rows(self.pool.lds, granule, rows) != new_bytes
+                changes = self.pool.lds_rows(granule, rows) != new_bytes
             return suspects & changes
 
         if any_writer:
@@ -506,7 +510,7 @@ class RaceTracker:
         written = take_rows(self.written, granule, rows)
         clash = (written != mark) & lost[:, None]
         if new_bytes is not None and clash.any():
-            clash &= take_rows(self.pool.lds, granule, rows) != new_bytes
+            clash &= self.pool.lds_rows(granule, rows) != new_bytes
         if clash.any():
             row, byte = divmod(int(np.flatnonzero(clash)[0]), granule)
             self._report(ins, pc, rows[row] * granule + byte, row_wave[row], True,

@@ -165,6 +165,29 @@ class MfmaOp:
             return matrix.transpose(0, 2, 1, 3), (n, self.m, self.blocks, self.n)
         return matrix.reshape(n, self.c_regs, 64), (n, self.c_regs, 64)
 
+    def layout_maps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Gather maps of this op's layouts for array backends that do not reuse the numpy
+        code above (rocke/emu/torch_exec.py), found by running that code on registers whose
+        16-bit elements hold their own index (register, lane, half order): A (blocks, M, K)
+        and B (blocks, K, N) element indices, and for each C/D (register, lane) its index into
+        the flattened [blocks, M, N] product."""
+        if _FORMAT_BITS[self.a_format] != 16 or _FORMAT_BITS[self.b_format] != 16:
+            raise ValueError(f"{self.name}: layout maps cover 16-bit operand formats only")
+
+        def probe(regs, fmt):
+            count = regs * 64 * 2
+            if count > 256:   # bf16 holds the integers up to 256 exactly
+                raise ValueError(f"{self.name}: operand too wide for an exact index probe")
+            encode = numerics.f32_to_f16_bits if fmt == "f16" else numerics.f32_to_bf16_bits
+            elements = encode(np.arange(count, dtype=np.float32)).astype(np.uint32)
+            return (elements[0::2] | (elements[1::2] << 16)).reshape(1, regs, 64)
+
+        a_map = self._a_matrix(probe(self.a_regs, self.a_format), None)[0].astype(np.int64)
+        b_map = self._b_matrix(probe(self.b_regs, self.b_format), 0, None)[0].astype(np.int64)
+        products = np.arange(self.blocks * self.m * self.n, dtype=np.float64)
+        ordered, _ = self._register_order(products.reshape(1, self.blocks, self.m, self.n), 1)
+        return a_map, b_map, np.ascontiguousarray(ordered).reshape(-1).astype(np.int64)
+
     # -- execution -------------------------------------------------------------------------
 
     def _check(self, a, b, c, cbsz, abid, blgp):

@@ -100,13 +100,10 @@ def f16_bits_to_f32(bits) -> np.ndarray:
 
 
 def f32_to_bf16_bits(x) -> np.ndarray:
-    """bfloat16 bits (uint16) of float32 values, round-to-nearest-even; NaN -> quiet NaN."""
-    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounding_bias = 0x7FFF + ((bits >> 16) & 1)
-    rounded = ((bits + rounding_bias) >> 16).astype(np.uint16)
-    is_nan = (bits & 0x7FFFFFFF) > 0x7F800000
-    quiet_nan = ((bits >> 16) | 0x0040).astype(np.uint16)
-    return np.where(is_nan, quiet_nan, rounded).astype(np.uint16)
+    """bfloat16 bits (uint16) of float32 values, round-to-nearest-even; NaN -> quiet NaN (the
+    definition every array backend shares: rocke/emu/backend.py)."""
+    from .backend import NUMPY, f32_to_bf16_bits as shared
+    return shared(NUMPY, np.asarray(x, dtype=np.float32)).astype(np.uint16)
 
 
 def bf16_bits_to_f32(bits) -> np.ndarray:

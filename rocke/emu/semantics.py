@@ -22,6 +22,9 @@ result (fma, div_fmas) it is rounded once, exactly: f32 via an error-free float6
 f64 via exact rational arithmetic per lane (slow, but f64 is rare in these kernels).
 Transcendentals are computed in float64 and rounded once to the result type. That is
 at least as accurate as the hardware's ~1 ulp, so it can differ from it in the last bit.
+v_exp/log/sqrt/sin/cos_f32 use the definitions every array backend shares
+(rocke/emu/backend.py: float64 series over correctly rounded operations only; sin/cos remove
+whole revolutions exactly first, so integer and half-integer inputs give exact zeros).
 v_exp_f32 flushes subnormal results. v_log/rcp/rsq/sqrt_f32 flush subnormal inputs to
 zero, as their hardware does. LLVM's lowering scales those ranges itself.
 
@@ -60,7 +63,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import numerics
+from . import backend, numerics
 
 
 @dataclass(frozen=True)
@@ -378,17 +381,17 @@ _valu("v_fmac_f16", "f16", "f16 f16 f16",
 _valu("v_mad_f16", "f16", "f16 f16 f16", lambda a, b, c: a * b + c)
 _valu("v_mac_f16", "f16", "f16 f16 f16", lambda a, b, c: a * b + c, implicit=("dst",))
 
-_valu("v_exp_f32", "f32", "f32",
-      lambda x: numerics.flush_f32_denormals(np.exp2(x.astype(np.float64)).astype(np.float32)))
-_valu("v_log_f32", "f32", "f32", lambda x: np.log2(_flush_f32(x).astype(np.float64)).astype(np.float32))
+# exp/log/sqrt/sin/cos: the definitions every array backend shares (rocke/emu/backend.py)
+_valu("v_exp_f32", "f32", "f32", lambda x: backend.exp2_f32(backend.NUMPY, x))
+_valu("v_log_f32", "f32", "f32", lambda x: backend.log2_f32(backend.NUMPY, x))
 _valu("v_rcp_f32", "f32", "f32", lambda x: (1.0 / _flush_f32(x).astype(np.float64)).astype(np.float32))
 _valu("v_rcp_iflag_f32", "f32", "f32",
       lambda x: (1.0 / _flush_f32(x).astype(np.float64)).astype(np.float32))
 _valu("v_rsq_f32", "f32", "f32",
       lambda x: (1.0 / np.sqrt(_flush_f32(x).astype(np.float64))).astype(np.float32))
-_valu("v_sqrt_f32", "f32", "f32", lambda x: np.sqrt(_flush_f32(x).astype(np.float64)).astype(np.float32))
-_valu("v_sin_f32", "f32", "f32", lambda x: np.sin(2 * np.pi * x.astype(np.float64)).astype(np.float32))
-_valu("v_cos_f32", "f32", "f32", lambda x: np.cos(2 * np.pi * x.astype(np.float64)).astype(np.float32))
+_valu("v_sqrt_f32", "f32", "f32", lambda x: backend.sqrt_f32(backend.NUMPY, x))
+_valu("v_sin_f32", "f32", "f32", lambda x: backend.sin_rev_f32(backend.NUMPY, x))
+_valu("v_cos_f32", "f32", "f32", lambda x: backend.cos_rev_f32(backend.NUMPY, x))
 for _name, _func in (("v_exp_f16", np.exp2), ("v_log_f16", np.log2), ("v_rcp_f16", lambda v: 1.0 / v),
                      ("v_rsq_f16", lambda v: 1.0 / np.sqrt(v)), ("v_sqrt_f16", np.sqrt),
                      ("v_sin_f16", lambda v: np.sin(2 * np.pi * v)),

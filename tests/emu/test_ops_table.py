@@ -420,8 +420,22 @@ ref("v_log_f32", lambda x: transcendental(np.log2, F32)(flush32(x)), 1)
 ref("v_rcp_f32 v_rcp_iflag_f32", lambda x: transcendental(lambda v: 1 / v, F32)(flush32(x)), 1)
 ref("v_rsq_f32", lambda x: transcendental(lambda v: 1 / np.sqrt(v), F32)(flush32(x)), 1)
 ref("v_sqrt_f32", lambda x: transcendental(np.sqrt, F32)(flush32(x)), 1)
-ref("v_sin_f32", transcendental(lambda v: np.sin(2 * np.pi * v), F32), 2)
-ref("v_cos_f32", transcendental(lambda v: np.cos(2 * np.pi * v), F32), 2)
+
+
+def _sin_turns(v):
+    """sin(2 pi v) with whole turns removed exactly (inputs are in revolutions), 0 at half turns."""
+    r = v - np.rint(v)
+    return np.where(2 * r == np.rint(2 * r), 0.0, np.sin(2 * np.pi * r))
+
+
+def _cos_turns(v):
+    """cos(2 pi v) with whole turns removed exactly, 0 at odd quarter turns."""
+    r = np.abs(v - np.rint(v))
+    return np.where(r == 0.25, 0.0, np.cos(2 * np.pi * r))
+
+
+ref("v_sin_f32", transcendental(_sin_turns, F32), 2)
+ref("v_cos_f32", transcendental(_cos_turns, F32), 2)
 for _name, _fn in (("exp", np.exp2), ("log", np.log2), ("rcp", lambda v: 1 / v), ("rsq", lambda v: 1 / np.sqrt(v)),
                    ("sqrt", np.sqrt), ("sin", lambda v: np.sin(2 * np.pi * v)), ("cos", lambda v: np.cos(2 * np.pi * v))):
     ref(f"v_{_name}_f16", transcendental(_fn, F16), 1)

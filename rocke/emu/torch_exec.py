@@ -1,0 +1,1232 @@
+"""The emulator's torch backend (ROCKE_EMU_BACKEND=torch, ROCKE_EMU_DEVICE=cpu|cuda).
+
+What lives where: the vector register file and LDS are torch tensors on the chosen device;
+the scalar side (SGPRs, SCC, EXEC, the per-wave pc/status the scheduler branches on) stays in
+host numpy arrays, so SALU, SMEM, branches and barriers run their numpy closures unchanged and
+no branch decision reads the device. The device is read only where the ISA moves data from
+vector to scalar or host: VALU compares (their lane mask lands in SGPRs), v_readfirstlane, LDS
+and global addresses (bounds checks, the race checker, host global memory).
+
+Ported to torch (the paths of the benchmark workloads and the attention kernels): the VALU ops
+in `PORTED_VALU_OPS` (VOP1/VOP2/VOP3/VOPC/VOP3P, DPP and SDWA forms; no clamp/omod),
+v_readfirstlane/v_readlane, global and buffer loads/stores, DS reads/writes (incl. read2/write2/
+st64, d16_hi writes), ds_bpermute/ds_swizzle, and the dense f16/bf16 MFMAs. Every result is
+bit-identical to the numpy backend: float ops apply the shared NaN rule and the shared
+definitions of rocke/emu/backend.py; integer ops compute on int64.
+
+Instructions not ported: on the CPU device their numpy closure runs on the same memory (the
+torch tensors are views of the numpy arrays), listed in `TorchKernel.fallbacks`; on CUDA the
+launch is refused before anything runs, naming the instruction.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import backend as shared
+from . import memops
+from .access import scalar_raw_reader, sgpr_pair_to_mask, write_mask
+from .errors import DecodeError, EmulatorError
+from .machine import LDS_GRANULE, Pool
+from .valu import dpp_source_lanes
+from .memory import access_rows
+from .operands import EXEC_LO, VCC_LO, Operand, TYPE_BITS, constant_bits, parse_modifiers, \
+    parse_operand
+from .program import DS, MFMA, OTHER, SALU, SMEM, VALU, VMEM, DecodedKernel
+
+_torch = None
+# Tests set this to run the CPU device the way CUDA runs (own copies of VGPRs/LDS, unported
+# instructions refused), so CI without a GPU covers the CUDA code path.
+SEPARATE_CPU_COPIES = False
+INT32_MIN = -(1 << 31)
+MASK32 = 0xFFFFFFFF
+
+
+def torch_module():
+    global _torch
+    if _torch is None:
+        import torch
+        _torch = torch
+    return _torch
+
+
+# ------------------------------------------------------------------------------- the pool
+
+class TorchPool(Pool):
+    """A Pool whose VGPRs and LDS are torch tensors on `device` (see the module docstring)."""
+
+    def __init__(self, kernel, memory, wg_ids, block, lds_bytes, check, device):
+        super().__init__(kernel, memory, wg_ids, block, lds_bytes, check)
+        torch = torch_module()
+        self.torch, self.device = torch, device
+        # shares_numpy: the tensors are views of the numpy arrays (CPU); else own copies
+        self.on_cpu = device == "cpu"
+        self.shares_numpy = self.on_cpu and not SEPARATE_CPU_COPIES
+        self.tv = self.tl = None
+        self._tsel = (None, None)
+        self._tmask = (None, None)
+
+    def run(self):
+        torch = self.torch
+        if self.shares_numpy:   # views: the numpy closures of unported instructions share them
+            self.tv = torch.from_numpy(self.vgpr.view(np.int32))
+            self.tl = torch.from_numpy(self.lds)
+        else:
+            self.tv = torch.from_numpy(self.vgpr.view(np.int32)).to(self.device)
+            self.tl = torch.zeros(self.lds.size, dtype=torch.uint8, device=self.device)
+            self.vgpr = self.lds = None    # an unported numpy path must not see stale arrays
+        super().run()
+
+    # ---- batch plumbing
+    def tsel(self, sel):
+        """`sel` as a torch index (a slice stays a slice)."""
+        if isinstance(sel, slice):
+            return sel
+        cached_sel, value = self._tsel
+        if cached_sel is not sel:
+            value = self.to_device(np.asarray(sel, np.int64))
+            self._tsel = (sel, value)
+        return value
+
+    def tmask(self, sel):
+        """(EXEC as a device bool (n, 64), all lanes on, active lane count)."""
+        active, full, lanes = self.exec_state(sel)
+        cached, value = self._tmask
+        if cached is not active:
+            value = self.to_device(np.array(active))   # a writable copy
+            self._tmask = (active, value)
+        return value, full, lanes
+
+    def host(self, tensor) -> np.ndarray:
+        """A device tensor's values on the host (a device sync on CUDA)."""
+        return tensor.cpu().numpy() if not self.on_cpu else tensor.numpy()
+
+    def to_device(self, array):
+        """A host array on the device. non_blocking: from pageable memory CUDA stages the bytes
+        before returning and waits for no kernel (a blocking copy would sync the device)."""
+        return self.torch.from_numpy(np.ascontiguousarray(array)).to(self.device,
+                                                                     non_blocking=True)
+
+    def write_rows(self, sel, row, count, values, full, mask=None):
+        """values: int32 (n, count, 64) into VGPR rows row..row+count-1 of the lanes of `mask`
+        (device bool (n, 64); default EXEC)."""
+        ts = self.tsel(sel)
+        if full:
+            self.tv[ts, row:row + count] = values
+            return
+        mask = (self.tmask(sel)[0] if mask is None else mask)[:, None, :]
+        old = self.tv[ts, row:row + count]
+        self.tv[ts, row:row + count] = self.torch.where(mask, values, old)
+
+    def lds_flat(self, ins, sel, addr, nbytes, active):
+        """Pool._lds_flat for the torch closures: host flat byte indices, bounds-checked."""
+        return self._lds_flat(ins, sel, addr, nbytes, active)
+
+    def lds_rows(self, granule, rows):
+        """(len(rows), granule) uint8 LDS bytes on the host (for the race checker)."""
+        if self.shares_numpy:
+            return super().lds_rows(granule, rows)
+        index = self.to_device(rows.astype(np.int64))[:, None] * granule + \
+            self.torch.arange(granule, device=self.device)
+        return self.host(self.tl[index])
+
+
+# ------------------------------------------------------------------------------- typed values
+# Sources are read as typed torch values: f32 -> float32, f16 -> float16, b32/u32 -> int64
+# holding 0..2**32-1, i32 -> int64 signed, u64/b64 -> int64 (the 64 bits), pk_f32 -> float32 (..., 2),
+# mask -> bool. Results come back the same way and are stored as 32-bit words.
+
+def _i32(value):
+    """int64 holding any integer -> int32 with its low 32 bits."""
+    torch = torch_module()
+    return (((value + (1 << 31)) & MASK32) - (1 << 31)).to(torch.int32)
+
+
+def bits_to_typed(words, typ):
+    """int32 words (..., 64) -> the typed value of `typ` (32-bit and 16-bit types)."""
+    torch = torch_module()
+    if typ == "f32":
+        return words.view(torch.float32)
+    if typ in ("b32", "u32"):
+        return words.to(torch.int64) & MASK32
+    if typ == "i32":
+        return words.to(torch.int64)
+    if typ == "f16":
+        low = (words & 0xFFFF).to(torch.int64)
+        return (((low + 0x8000) & 0xFFFF) - 0x8000).to(torch.int16).view(torch.float16)
+    raise DecodeError(f"torch backend: operand type {typ} is not ported")
+
+
+def _typed_to_words(value, typ):
+    torch = torch_module()
+    if typ == "f32":
+        return value.to(torch.float32).view(torch.int32)
+    if typ in ("b32", "u32", "i32"):
+        return _i32(value)
+    if typ == "f16":
+        return value.to(torch.float16).view(torch.int16).to(torch.int32) & 0xFFFF
+    raise DecodeError(f"torch backend: result type {typ} is not ported")
+
+
+def _nan(result, *inputs):
+    """The shared NaN rule (backend.nan_rule_f32) on float32 tensors, cheaper form: only lanes
+    whose result is NaN change."""
+    torch = torch_module()
+    fix = torch.full(result.shape, shared.F32_DEFAULT_NAN - (1 << 32), dtype=torch.int32,
+                     device=result.device)
+    for x in reversed(inputs):
+        x = torch.broadcast_to(x, result.shape)
+        fix = torch.where(torch.isnan(x), x.view(torch.int32) | shared.F32_QUIET_BIT, fix)
+    return torch.where(torch.isnan(result), fix.view(torch.float32), result)
+
+
+def _flush(x):
+    torch = torch_module()
+    bits = x.view(torch.int32)
+    subnormal = ((bits & 0x7F800000) == 0) & ((bits & 0x007FFFFF) != 0)
+    return torch.where(subnormal, bits & INT32_MIN, bits).view(torch.float32)
+
+
+def _signbit(x):
+    torch = torch_module()
+    return x.view(torch.int32) < 0
+
+
+def _fma_f32(a, b, c, scale=None):
+    """fma rounded once to float32 (semantics._fma_f32 / _fma_f32_scaled): the error-free float64
+    sum rounded to odd, then to float32 — correctly rounded on every lane, as numpy's is."""
+    torch = torch_module()
+    a64, b64, c64 = a.to(torch.float64), b.to(torch.float64), c.to(torch.float64)
+    product = a64 * b64
+    hi = product + c64
+    bb = hi - product
+    lo = (product - (hi - bb)) + (c64 - bb)
+    plain = hi
+    if scale is not None:
+        hi, lo, plain = hi * scale, lo * scale, (product + c64) * scale
+    inexact = torch.isfinite(hi) & torch.isfinite(lo) & (lo != 0)
+    even = (hi.view(torch.int64) & 1) == 0
+    toward = torch.where(lo > 0, float("inf"), float("-inf")).to(torch.float64)
+    odd = torch.where(inexact & even, torch.nextafter(hi, toward), hi)
+    result = torch.where(torch.isfinite(hi), odd, plain).to(torch.float32)
+    a, b, c = torch.broadcast_tensors(a, b, c)
+    result = _nan(result, a, b, c)
+    # the NaN rule per operation, as numpy's a*b then +c: an invalid product (inf * 0) is the
+    # default NaN, and it comes before c's NaN
+    invalid = torch.isnan(product) & ~torch.isnan(a) & ~torch.isnan(b)
+    default = torch.full(result.shape, shared.F32_DEFAULT_NAN - (1 << 32), dtype=torch.int32,
+                         device=result.device).view(torch.float32)
+    return torch.where(invalid, default, result)
+
+
+def _exponent_f32(x):
+    torch = torch_module()
+    return (x.view(torch.int32) >> 23) & 0xFF
+
+
+def _is_denorm_f32(x):
+    torch = torch_module()
+    bits = x.view(torch.int32)
+    return ((bits & 0x7F800000) == 0) & ((bits & 0x007FFFFF) != 0)
+
+
+def _div_scale_f32(s0, s1, s2):
+    """semantics._div_scale_f32, step for step."""
+    torch = torch_module()
+    s0, s1, s2 = torch.broadcast_tensors(s0, s1, s2)
+    up = _nan((s0.to(torch.float64) * 2.0 ** 64).to(torch.float32), s0)
+    down = _nan((s0.to(torch.float64) * 2.0 ** -64).to(torch.float32), s0)
+    reciprocal_denorm = _is_denorm_f32(1.0 / s1)
+    quotient_denorm = _is_denorm_f32(s2 / s1)
+    result = s0.clone()
+    vcc = torch.zeros(s0.shape, dtype=torch.bool, device=s0.device)
+    undecided = torch.ones(s0.shape, dtype=torch.bool, device=s0.device)
+    nan = torch.full_like(s0, float("nan"))
+    cases = [
+        ((s2 == 0) | (s1 == 0), nan, False),
+        (_exponent_f32(s2) - _exponent_f32(s1) >= 96, torch.where(s0 == s1, up, s0), True),
+        (_is_denorm_f32(s1), up, False),
+        (reciprocal_denorm & quotient_denorm, torch.where(s0 == s1, down, s0), True),
+        (reciprocal_denorm, down, False),
+        (quotient_denorm, torch.where(s0 == s2, up, s0), True),
+        (_exponent_f32(s2) <= 23, up, False),
+    ]
+    for cond, value, flag in cases:
+        hit = undecided & cond
+        result = torch.where(hit, value, result)
+        if flag:
+            vcc = vcc | hit
+        undecided = undecided & ~cond
+    return result, vcc
+
+
+def _div_fmas_f32(a, b, c, vcc):
+    torch = torch_module()
+    scale = torch.where(vcc, torch.where(_exponent_f32(c) > 127, 2.0 ** 64, 2.0 ** -64), 1.0)
+    return _fma_f32(a, b, c, scale.to(torch.float64))
+
+
+def _div_fixup_f32(quotient, den, num):
+    """semantics._div_fixup for float32, step for step."""
+    torch = torch_module()
+    quotient, den, num = torch.broadcast_tensors(quotient, den, num)
+    inf = float("inf")
+    negative = _signbit(den) ^ _signbit(num)
+    signed_inf = torch.where(negative, -inf, inf).to(torch.float32)
+    signed_zero = torch.where(negative, -0.0, 0.0).to(torch.float32)
+    magnitude = torch.where(torch.isnan(quotient), inf, torch.abs(quotient))
+    result = torch.where(negative, -magnitude, magnitude)
+    gap = _exponent_f32(num) - _exponent_f32(den)
+    result = torch.where(gap < -150, signed_zero, result)
+    result = torch.where(torch.isinf(den) | (num == 0), signed_zero, result)
+    result = torch.where((den == 0) | torch.isinf(num), signed_inf, result)
+    result = torch.where(((den == 0) & (num == 0)) | (torch.isinf(den) & torch.isinf(num)),
+                         torch.full_like(result, float("nan")), result)
+    result = torch.where(torch.isnan(den), den, result)
+    return torch.where(torch.isnan(num), num, result)
+
+
+def _f32_to_f16(x):
+    """v_cvt_f16_f32 as numpy's astype: round to nearest even; a NaN keeps its sign and top 10
+    payload bits (1 if those are 0)."""
+    torch = torch_module()
+    half_bits = x.to(torch.float16).view(torch.int16).to(torch.int64) & 0xFFFF
+    bits = x.view(torch.int32).to(torch.int64) & MASK32
+    payload = (bits & 0x7FFFFF) >> 13
+    payload = torch.where(payload == 0, 1, payload)
+    nan_bits = ((bits >> 16) & 0x8000) | 0x7C00 | payload
+    out = torch.where(torch.isnan(x), nan_bits, half_bits)
+    return (((out + 0x8000) & 0xFFFF) - 0x8000).to(torch.int16).view(torch.float16)
+
+
+def _f16_to_f32(x):
+    """f16 -> f32 exactly; a NaN keeps its payload and stays signaling (numpy's astype), where
+    torch would quiet it."""
+    torch = torch_module()
+    half = x.view(torch.int16).to(torch.int64) & 0xFFFF
+    nan_bits = ((half & 0x8000) << 16) | 0x7F800000 | ((half & 0x3FF) << 13)
+    return torch.where(torch.isnan(x), _i32(nan_bits).view(torch.float32), x.float())
+
+
+def _mul_hi_u32(a, b):
+    """High word of the 64-bit product of two u32 (int64 holds 2**64 only modulo)."""
+    return (a * (b >> 16) + ((a * (b & 0xFFFF)) >> 16)) >> 16
+
+
+def _below_u64(x, y):
+    """Unsigned x < y of int64 bit patterns."""
+    return (x ^ -(1 << 63)) < (y ^ -(1 << 63))
+
+
+def _mad_u64_u32(a, b, c):
+    total = a * b + c            # modulo 2**64, as the register pair holds it
+    return total, _below_u64(total, c)
+
+
+def _cvt_int(x, low, high):
+    """V_CVT_{I32,U32}_F32: truncate, saturate to [low, high], NaN -> 0."""
+    torch = torch_module()
+    value = torch.clamp(torch.nan_to_num(torch.trunc(x.double()), nan=0.0), low, high)
+    return value.to(torch.int64)
+
+
+def _bitreverse32(x):
+    for shift, mask in ((1, 0x55555555), (2, 0x33333333), (4, 0x0F0F0F0F), (8, 0x00FF00FF),
+                        (16, 0x0000FFFF)):
+        x = ((x >> shift) & mask) | ((x & mask) << shift)
+    return x
+
+
+def _ldexp_f32(x, e):
+    """x * 2**e rounded once to float32 (numpy's ldexp): |e| clipped to 400, beyond which every
+    float32 over/underflows anyway, so x * 2**e is exact in float64."""
+    torch = torch_module()
+    e = torch.clamp(e, -400, 400)
+    half = e // 2
+    scale = lambda k: ((k + 1023) << 52).view(torch.float64)
+    value = (x.to(torch.float64) * scale(half) * scale(e - half)).to(torch.float32)
+    return _nan(value, torch.broadcast_to(x, value.shape))
+
+
+def _sh5(s):
+    return s & 31
+
+
+def _perm(s0, s1, selector):
+    """semantics._perm: each selector byte picks a byte of {S0, S1}, a sign fill or a constant."""
+    torch = torch_module()
+    data = (s0 << 32) | s1            # int64 bit pattern (wraps for S0 >= 2**31: bits kept)
+    result = torch.zeros(torch.broadcast_shapes(s0.shape, s1.shape, selector.shape),
+                         dtype=torch.int64, device=s0.device)
+    for lane_byte in range(4):
+        sel = (selector >> (8 * lane_byte)) & 0xFF
+        picked = (data >> (torch.clamp(sel, max=7) * 8)) & 0xFF
+        sign_index = 16 * (torch.clamp(sel, 8, 11) - 8) + 15
+        sign_fill = torch.where(((data >> sign_index) & 1) == 1, 0xFF, 0)
+        byte = torch.where(sel < 8, picked, torch.where(sel < 12, sign_fill,
+                                                        torch.where(sel == 12, 0, 0xFF)))
+        result = result | (byte << (8 * lane_byte))
+    return result
+
+
+def _bfe_u32(a, offset, width):
+    offset, width = offset & 31, width & 31
+    return torch_module().where(width == 0, 0, (a >> offset) & ((1 << width) - 1))
+
+
+def _bfe_i32(a, offset, width):
+    offset, width = offset & 31, width & 31
+    field = ((a & MASK32) >> offset) & ((1 << width) - 1)   # the field of the unsigned word
+    sign = (field >> torch_module().clamp(width - 1, min=0)) & 1
+    value = field - (sign << width)
+    return torch_module().where(width == 0, 0, value)
+
+
+def _max(a, b):
+    return shared.max_f32(shared.TorchPrims(str(a.device.type)), a, b)
+
+
+def _min(a, b):
+    return shared.min_f32(shared.TorchPrims(str(a.device.type)), a, b)
+
+
+def _prims(x):
+    return shared.TorchPrims(x.device.type)
+
+
+def _float_cmp(cond):
+    def compare(a, b):
+        torch = torch_module()
+        return {"lt": lambda: a < b, "eq": lambda: a == b, "le": lambda: a <= b,
+                "gt": lambda: a > b, "ge": lambda: a >= b, "lg": lambda: (a < b) | (a > b),
+                "o": lambda: ~(torch.isnan(a) | torch.isnan(b)),
+                "u": lambda: torch.isnan(a) | torch.isnan(b),
+                "neq": lambda: ~(a == b), "nlt": lambda: ~(a < b), "nle": lambda: ~(a <= b),
+                "ngt": lambda: ~(a > b), "nge": lambda: ~(a >= b),
+                "nlg": lambda: ~((a < b) | (a > b))}[cond]()
+    return compare
+
+
+_INT_CMP = {"lt": lambda a, b: a < b, "eq": lambda a, b: a == b, "le": lambda a, b: a <= b,
+            "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "ne": lambda a, b: a != b}
+
+# name -> (result types, source types, fn over typed torch values); same types as semantics.py
+PORTED_VALU_OPS: dict[str, tuple[tuple, tuple, object]] = {}
+
+
+def _op(name, dsts, srcs, fn):
+    PORTED_VALU_OPS[name] = (tuple(dsts.split()), tuple(srcs.split()), fn)
+
+
+def _register_ops():
+    f = "f32"
+    _op("v_mov_b32", "b32", "b32", lambda a: a)
+    _op("v_add_u32", "u32", "u32 u32", lambda a, b: a + b)
+    _op("v_sub_u32", "u32", "u32 u32", lambda a, b: a - b)
+    _op("v_subrev_u32", "u32", "u32 u32", lambda a, b: b - a)
+    _op("v_mul_lo_u32", "u32", "u32 u32", lambda a, b: (a * b) & MASK32)
+    _op("v_mul_hi_u32", "u32", "u32 u32", _mul_hi_u32)
+    _op("v_mul_u32_u24", "u32", "u32 u32", lambda a, b: (a & 0xFFFFFF) * (b & 0xFFFFFF))
+    _op("v_mad_u32_u24", "u32", "u32 u32 u32",
+        lambda a, b, c: (a & 0xFFFFFF) * (b & 0xFFFFFF) + c)
+    _op("v_mad_u64_u32", "u64 mask", "u32 u32 u64", _mad_u64_u32)
+    _op("v_add_co_u32", "u32 mask", "u32 u32", lambda a, b: (a + b, (a + b) > MASK32))
+    _op("v_mov_b64", "b64", "b64", lambda a: a)
+    _op("v_bfrev_b32", "b32", "b32", _bitreverse32)
+    for t in ("u32", "i32"):
+        _op(f"v_min3_{t}", t, f"{t} {t} {t}",
+            lambda a, b, c: torch_module().minimum(torch_module().minimum(a, b), c))
+        _op(f"v_max3_{t}", t, f"{t} {t} {t}",
+            lambda a, b, c: torch_module().maximum(torch_module().maximum(a, b), c))
+    _op("v_cvt_f32_u32", f, "u32", lambda x: x.to(torch_module().float32))
+    _op("v_cvt_f32_i32", f, "i32", lambda x: x.to(torch_module().float32))
+    _op("v_cvt_u32_f32", "u32", "f32", lambda x: _cvt_int(x, 0, MASK32))
+    _op("v_cvt_i32_f32", "i32", "f32", lambda x: _cvt_int(x, -(1 << 31), (1 << 31) - 1))
+    _op("v_ldexp_f32", f, "f32 i32", _ldexp_f32)
+    _op("v_add3_u32", "u32", "u32 u32 u32", lambda a, b, c: a + b + c)
+    _op("v_and_b32", "b32", "b32 b32", lambda a, b: a & b)
+    _op("v_or_b32", "b32", "b32 b32", lambda a, b: a | b)
+    _op("v_xor_b32", "b32", "b32 b32", lambda a, b: a ^ b)
+    _op("v_not_b32", "b32", "b32", lambda a: a ^ MASK32)
+    _op("v_or3_b32", "b32", "b32 b32 b32", lambda a, b, c: a | b | c)
+    _op("v_xor3_b32", "b32", "b32 b32 b32", lambda a, b, c: a ^ b ^ c)
+    _op("v_and_or_b32", "b32", "b32 b32 b32", lambda a, b, c: (a & b) | c)
+    _op("v_lshlrev_b32", "b32", "u32 b32", lambda s, a: a << _sh5(s))
+    _op("v_lshrrev_b32", "b32", "u32 b32", lambda s, a: a >> _sh5(s))
+    _op("v_ashrrev_i32", "i32", "u32 i32", lambda s, a: a >> _sh5(s))
+    _op("v_lshl_add_u32", "u32", "u32 u32 u32", lambda a, s, c: ((a << _sh5(s)) & MASK32) + c)
+    _op("v_add_lshl_u32", "u32", "u32 u32 u32", lambda a, b, s: ((a + b) & MASK32) << _sh5(s))
+    _op("v_lshl_or_b32", "b32", "b32 u32 b32", lambda a, s, c: (a << _sh5(s)) | c)
+    _op("v_xad_u32", "u32", "u32 u32 u32", lambda a, b, c: (a ^ b) + c)
+    _op("v_bfe_u32", "u32", "u32 u32 u32", _bfe_u32)
+    _op("v_bfe_i32", "i32", "i32 u32 u32", _bfe_i32)
+    _op("v_perm_b32", "b32", "b32 b32 b32", _perm)
+    _op("v_min_u32", "u32", "u32 u32", lambda a, b: torch_module().minimum(a, b))
+    _op("v_max_u32", "u32", "u32 u32", lambda a, b: torch_module().maximum(a, b))
+    _op("v_min_i32", "i32", "i32 i32", lambda a, b: torch_module().minimum(a, b))
+    _op("v_max_i32", "i32", "i32 i32", lambda a, b: torch_module().maximum(a, b))
+    _op("v_cndmask_b32", "b32", "b32 b32 mask", lambda a, b, m: torch_module().where(m, b, a))
+    _op("v_lshl_add_u64", "u64", "u64 u32 u64", lambda a, s, c: (a << (s & 7)) + c)
+    for cond, fn in _INT_CMP.items():
+        for t in ("i32", "u32"):
+            _op(f"v_cmp_{cond}_{t}", "mask", f"{t} {t}", fn)
+            _op(f"v_cmpx_{cond}_{t}", "mask", f"{t} {t}", fn)
+    for cond in ("lt", "eq", "le", "gt", "ge", "lg", "o", "u", "neq", "nlt", "nle", "ngt",
+                 "nge", "nlg"):
+        _op(f"v_cmp_{cond}_f32", "mask", "f32 f32", _float_cmp(cond))
+        _op(f"v_cmpx_{cond}_f32", "mask", "f32 f32", _float_cmp(cond))
+    _op("v_add_f32", f, "f32 f32", lambda a, b: _nan(a + b, a, b))
+    _op("v_sub_f32", f, "f32 f32", lambda a, b: _nan(a - b, a, b))
+    _op("v_subrev_f32", f, "f32 f32", lambda a, b: _nan(b - a, b, a))
+    _op("v_mul_f32", f, "f32 f32", lambda a, b: _nan(a * b, a, b))
+    _op("v_fma_f32", f, "f32 f32 f32", _fma_f32)
+    _op("v_fmac_f32", f, "f32 f32 f32", _fma_f32)
+    _op("v_max_f32", f, "f32 f32", _max)
+    _op("v_min_f32", f, "f32 f32", _min)
+    _op("v_max3_f32", f, "f32 f32 f32", lambda a, b, c: _max(_max(a, b), c))
+    _op("v_min3_f32", f, "f32 f32 f32", lambda a, b, c: _min(_min(a, b), c))
+    _op("v_rcp_f32", f, "f32", lambda x: _nan((1.0 / _flush(x).double()).float(), x))
+    _op("v_rcp_iflag_f32", f, "f32", lambda x: _nan((1.0 / _flush(x).double()).float(), x))
+    _op("v_exp_f32", f, "f32", lambda x: shared.exp2_f32(_prims(x), x))
+    _op("v_log_f32", f, "f32", lambda x: shared.log2_f32(_prims(x), x))
+    _op("v_sqrt_f32", f, "f32", lambda x: shared.sqrt_f32(_prims(x), x))
+    _op("v_sin_f32", f, "f32", lambda x: shared.sin_rev_f32(_prims(x), x))
+    _op("v_cos_f32", f, "f32", lambda x: shared.cos_rev_f32(_prims(x), x))
+    _op("v_cvt_f16_f32", "f16", "f32", _f32_to_f16)
+    _op("v_cvt_f32_f16", f, "f16", _f16_to_f32)
+    _op("v_pack_b32_f16", "b32", "f16 f16",
+        lambda a, b: (a.view(torch_module().int16).to(torch_module().int64) & 0xFFFF)
+        | ((b.view(torch_module().int16).to(torch_module().int64) & 0xFFFF) << 16))
+    _op("v_div_scale_f32", "f32 mask", "f32 f32 f32", _div_scale_f32)
+    _op("v_div_fmas_f32", f, "f32 f32 f32 mask", _div_fmas_f32)
+    _op("v_div_fixup_f32", f, "f32 f32 f32", _div_fixup_f32)
+    _op("v_pk_add_f32", "pk_f32", "pk_f32 pk_f32", lambda a, b: _nan(a + b, a, b))
+    _op("v_pk_mul_f32", "pk_f32", "pk_f32 pk_f32", lambda a, b: _nan(a * b, a, b))
+    _op("v_pk_mov_b32", "pk_f32", "pk_f32 pk_f32",
+        lambda a, b: torch_module().stack([a[..., 0], b[..., 0]], -1))
+    _op("v_pk_fma_f32", "pk_f32", "pk_f32 pk_f32 pk_f32", _fma_f32)
+
+
+_register_ops()
+_IMPLICIT = {"v_fmac_f32": ("dst",), "v_div_fmas_f32": ("vcc",)}
+_ZEROES_HIGH_16 = {"v_cvt_f16_f32"}
+
+
+# ------------------------------------------------------------------------------- VALU decode
+
+def _split(mnemonic):
+    for suffix in ("_e32", "_e64", "_sdwa", "_dpp"):
+        if mnemonic.endswith(suffix):
+            return mnemonic[: -len(suffix)], suffix[1:]
+    return mnemonic, ""
+
+
+def _signed_const(value: int, bits: int = 32) -> int:
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+_SDWA_SEL = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (24, 8),
+             "WORD_0": (0, 16), "WORD_1": (16, 16), "DWORD": (0, 32)}
+
+
+def _source(i, src, typ, mods, sdwa=False):
+    """Reader (P, sel, n) -> typed torch value of one VALU source (`sdwa`: the SDWA form, whose
+    src<i>_sel picks a byte or word of the register)."""
+    torch = torch_module()
+    if typ == "mask":
+        if src.kind != "s" or src.count != 2:
+            raise DecodeError(f"mask operand {src.text!r} must be an SGPR pair or vcc")
+        index = src.index
+        return lambda P, sel, n: P.to_device(sgpr_pair_to_mask(P, sel, index))
+    op_sel, op_sel_hi = mods.get("op_sel"), mods.get("op_sel_hi")
+    neg_lo, neg_hi = mods.get("neg_lo"), mods.get("neg_hi")
+    if typ == "pk_f32":
+        sel_lo = op_sel[i] if op_sel else 0
+        sel_hi = op_sel_hi[i] if op_sel_hi else 1
+        nl, nh = bool(neg_lo and neg_lo[i]), bool(neg_hi and neg_hi[i])
+        if src.kind != "v":
+            raise DecodeError("torch backend: packed f32 operands must be VGPR pairs")
+        row = src.index
+        flips = torch.tensor([INT32_MIN if nl else 0, INT32_MIN if nh else 0], dtype=torch.int32)
+
+        def read_pk(P, sel, n):
+            pair = P.tv[P.tsel(sel), row:row + 2]
+            words = torch.stack([pair[:, sel_lo], pair[:, sel_hi]], -1)
+            if nl or nh:
+                words = words ^ flips.to(words.device)
+            return words.view(torch.float32)
+        return read_pk
+    bits = TYPE_BITS[typ]
+    if bits == 64:
+        if src.kind == "v":
+            r = src.index
+            return lambda P, sel, n: (P.tv[P.tsel(sel), r].to(torch.int64) & MASK32) | \
+                (P.tv[P.tsel(sel), r + 1].to(torch.int64) << 32)
+        if src.kind == "s":
+            i0 = src.index
+            return lambda P, sel, n: P.to_device(
+                (P.sgpr[sel, i0].astype(np.uint64) | (P.sgpr[sel, i0 + 1].astype(np.uint64) << 32))
+                .view(np.int64))[:, None]
+        value = constant_bits(src, typ)
+        value = value - (1 << 64) if value >> 63 else value
+        cache = {}
+        return lambda P, sel, n: cache.get(P.device) if P.device in cache else \
+            cache.setdefault(P.device, torch.tensor(value, dtype=torch.int64, device=P.device))
+    half_select = 0
+    if bits == 16 and op_sel and i < len(op_sel) - 1:
+        half_select = op_sel[i]
+    is_float = typ in ("f32", "f16")
+    if src.kind == "v":
+        r = src.index
+        raw = lambda P, sel, n: P.tv[P.tsel(sel), r]
+    elif src.kind == "s":
+        index = src.index
+        raw = lambda P, sel, n: P.to_device(P.sgpr[sel, index].view(np.int32))[:, None]
+    elif src.kind in ("const", "float"):
+        value = _signed_const(constant_bits(src, typ))
+        cache = {}
+
+        def raw(P, sel, n):
+            tensor = cache.get(P.device)
+            if tensor is None:
+                tensor = cache[P.device] = torch.tensor(value, dtype=torch.int32, device=P.device)
+            return tensor
+    else:
+        raise DecodeError(f"torch backend: source operand {src.text!r} is not ported")
+    shift, width = _SDWA_SEL[mods.get(f"src{i}_sel", "DWORD")] if sdwa else (0, 32)
+    if src.sext and width == 32:
+        raise DecodeError("torch backend: sext() operands outside SDWA byte/word selects")
+    sext = src.sext
+    neg, absolute = src.neg, src.abs
+    if (neg or absolute) and not is_float:
+        raise DecodeError("torch backend: neg/abs on integer operands is not ported")
+    sign = INT32_MIN if bits == 32 else 0x8000
+
+    def read(P, sel, n, dpp_words=None):
+        x = raw(P, sel, n) if dpp_words is None else dpp_words
+        if width < 32:
+            x = (x >> shift) & ((1 << width) - 1)
+            if sext:
+                top = 1 << (width - 1)
+                x = (x ^ top) - top
+        if half_select:
+            x = (x >> 16) & 0xFFFF
+        if absolute:
+            x = x & (sign - 1 if bits == 16 else 0x7FFFFFFF)
+        if neg:
+            x = x ^ sign
+        return bits_to_typed(x, typ)
+    return read
+
+
+def _destination(dst, typ, name, mods, is_cmpx, sdwa=False):
+    torch = torch_module()
+    if typ == "mask":
+        if dst.kind != "s" or dst.count != 2:
+            raise DecodeError(f"mask destination {dst.text!r} must be an SGPR pair or vcc")
+        index = dst.index
+
+        def write_mask_dst(P, sel, n, value, tmask, full):
+            lanes = P.host(torch.broadcast_to(value, (n, 64)) & tmask)
+            if is_cmpx:
+                write_mask(P, sel, EXEC_LO, lanes)
+            write_mask(P, sel, index, lanes)
+        return write_mask_dst
+    if dst.kind != "v":
+        raise DecodeError(f"VALU destination {dst.text!r} must be a VGPR")
+    row = dst.index
+    if typ == "pk_f32":
+        def write_pk(P, sel, n, value, tmask, full):
+            words = torch.broadcast_to(value.view(torch.int32), (n, 64, 2)).permute(0, 2, 1)
+            P.write_rows(sel, row, 2, words, full, tmask)
+        return write_pk
+    if TYPE_BITS[typ] == 64:
+        def write64(P, sel, n, value, tmask, full):
+            value = torch.broadcast_to(value, (n, 64))
+            words = torch.stack([_i32(value & MASK32), _i32((value >> 32) & MASK32)], 1)
+            P.write_rows(sel, row, 2, words, full, tmask)
+        return write64
+    op_sel = mods.get("op_sel")
+    if TYPE_BITS[typ] == 16:
+        if op_sel and op_sel[-1]:
+            raise DecodeError("torch backend: op_sel on a 16-bit destination is not ported")
+        zero_high = name in _ZEROES_HIGH_16
+    else:
+        zero_high = True
+    shift, width = _SDWA_SEL[mods.get("dst_sel", "DWORD")] if sdwa else (0, 32)
+    unused = mods.get("dst_unused", "UNUSED_PAD")
+    if width < 32 and TYPE_BITS[typ] != 32:
+        raise DecodeError("torch backend: SDWA destinations of 16-bit results are not ported")
+    field = ((1 << width) - 1) << shift
+
+    def write(P, sel, n, value, tmask, full):
+        words = _typed_to_words(value, typ)
+        if not zero_high:
+            words = (P.tv[P.tsel(sel), row] & -65536) | words
+        if width < 32:   # SDWA dst_sel: the field, the rest padded / sign-filled / kept
+            placed = ((words.to(torch.int64) & MASK32) << shift) & field
+            if unused == "UNUSED_PRESERVE":
+                old = P.tv[P.tsel(sel), row].to(torch.int64) & MASK32
+                placed = (old & (MASK32 ^ field)) | placed
+            elif unused == "UNUSED_SEXT":
+                high = (MASK32 << (shift + width)) & MASK32
+                placed = placed | torch.where(((placed >> (shift + width - 1)) & 1) == 1, high, 0)
+            words = _i32(placed)
+        P.write_rows(sel, row, 1, torch.broadcast_to(words, (n, 64))[:, None], full, tmask)
+    return write
+
+
+_DPP_MODS = {"quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_shr", "wave_rol",
+             "wave_ror", "row_mirror", "row_half_mirror", "row_bcast", "row_newbcast", "row_mask",
+             "bank_mask", "bound_ctrl", "fi"}
+
+
+def _decode_valu(ins, ops, mods):
+    torch = torch_module()
+    name, encoding = _split(ins.mnemonic)
+    if name not in PORTED_VALU_OPS:
+        raise DecodeError(f"torch backend: {name} is not ported")
+    sdwa = encoding == "sdwa"
+    if sdwa and any(TYPE_BITS.get(t, 0) not in (32,) and t != "mask"
+                    for t in PORTED_VALU_OPS[name][0] + PORTED_VALU_OPS[name][1]):
+        raise DecodeError("torch backend: SDWA forms of non-32-bit ops are not ported")
+    known = {"op_sel", "op_sel_hi", "neg_lo", "neg_hi"}
+    if sdwa:
+        known |= {"dst_sel", "dst_unused", "src0_sel", "src1_sel"}
+    dpp = None
+    if encoding == "dpp":   # src0 from another lane (valu.dpp_source_lanes), as valu.py runs it
+        if mods.get("fi"):
+            raise DecodeError("torch backend: DPP fetch-inactive is not ported")
+        src_lane, in_range, _ = dpp_source_lanes(mods)
+        src_lane = np.clip(src_lane, 0, 63)
+        row_mask, bank_mask = int(mods.get("row_mask", 0xF)), int(mods.get("bank_mask", 0xF))
+        lane = np.arange(64)
+        enabled = (((row_mask >> (lane // 16)) & 1) & ((bank_mask >> ((lane >> 2) & 3)) & 1)) \
+            .astype(bool)
+        dpp = (src_lane, in_range, enabled, "bound_ctrl" in mods)
+        known |= _DPP_MODS
+        if PORTED_VALU_OPS[name][1][0] not in ("f32", "b32", "u32", "i32", "f16"):
+            raise DecodeError("torch backend: DPP of a 64-bit, packed or mask src0 is not ported")
+    unknown = set(mods) - known
+    if unknown:
+        raise DecodeError(f"torch backend: modifier(s) {sorted(unknown)} not ported")
+    dsts, srcs, fn = PORTED_VALU_OPS[name]
+    nd = len(dsts)
+    dst_ops, src_ops = ops[:nd], list(ops[nd:])
+    for implicit in _IMPLICIT.get(name, ()):
+        src_ops.append(dst_ops[0] if implicit == "dst" else Operand("s", VCC_LO, 2, text="vcc"))
+    if len(dst_ops) != nd or len(src_ops) != len(srcs):
+        raise DecodeError(f"{name} expects {nd} destination and {len(srcs)} source operands")
+    readers = [_source(i, s, t, mods, sdwa) for i, (s, t) in enumerate(zip(src_ops, srcs))]
+    if dpp is not None and src_ops[0].kind != "v":
+        raise DecodeError("DPP src0 must be a VGPR")
+    dpp_row = src_ops[0].index if dpp is not None else None
+    writers = [_destination(d, t, name, mods, name.startswith("v_cmpx_"), sdwa)
+               for d, t in zip(dst_ops, dsts)]
+
+    def run(P, sel, n):
+        if dpp is None:
+            tmask, full, lanes = P.tmask(sel)
+            values = [r(P, sel, n) for r in readers]
+        else:
+            src_lane, in_range, enabled, bound_ctrl = dpp
+            active = P.exec_mask(sel)
+            valid = in_range & active[:, src_lane]
+            write_lanes = active & enabled & (valid | bound_ctrl)
+            full, lanes = bool(write_lanes.all()), int(np.count_nonzero(write_lanes))
+            tmask = P.to_device(write_lanes)
+            gather = P.to_device(src_lane.astype(np.int64))
+            words = P.tv[P.tsel(sel), dpp_row][:, gather]
+            words = torch.where(P.to_device(valid), words, torch.zeros_like(words))
+            values = [readers[0](P, sel, n, words)] + [r(P, sel, n) for r in readers[1:]]
+        result = fn(*values)
+        if nd == 1:
+            result = (result,)
+        for w, value in zip(writers, result):
+            w(P, sel, n, value, tmask, full)
+        return lanes
+    return run
+
+
+def _decode_readlane(ins, ops):
+    """v_readlane_b32 sdst, vsrc, lane (an SGPR or constant, & 63): one lane to the host."""
+    dst, src, lane_op = ops
+    if dst.kind != "s" or src.kind != "v":
+        raise DecodeError("torch backend: v_readlane_b32 of a non-VGPR is not ported")
+    lane_of = scalar_raw_reader(lane_op, "b32")
+    index, row = dst.index, src.index
+
+    def run(P, sel, n):
+        lane = (lane_of(P, sel, n) & np.uint32(63)).astype(np.int64)
+        picked = P.tv[P.tsel(sel), row].gather(1, P.to_device(lane)[:, None])[:, 0]
+        P.sgpr[sel, index] = P.host(picked).view(np.uint32)
+        return 0
+    return run
+
+
+def _decode_readfirstlane(ins, ops):
+    torch = torch_module()
+    dst, src = ops
+    if dst.kind != "s" or src.kind != "v":
+        raise DecodeError("torch backend: v_readfirstlane_b32 of a non-VGPR is not ported")
+    index, row = dst.index, src.index
+
+    def run(P, sel, n):
+        active = P.exec_mask(sel)
+        lane = np.where(active.any(1), active.argmax(1), 0)
+        values = P.tv[P.tsel(sel), row]
+        picked = values.gather(1, P.to_device(lane.astype(np.int64))[:, None])[:, 0]
+        P.sgpr[sel, index] = P.host(picked).view(np.uint32)
+        return 0
+    return run
+
+
+# ------------------------------------------------------------------------------- memory
+
+
+
+def _global_addresses(P, sel, vaddr, saddr, imm):
+    """(n, 64) uint64 addresses on the host."""
+    torch = torch_module()
+    ts = P.tsel(sel)
+    if saddr is not None:
+        base = P.sgpr[sel, saddr].astype(np.uint64) | (P.sgpr[sel, saddr + 1].astype(np.uint64) << 32)
+        offset = P.host(P.tv[ts, vaddr]).view(np.uint32).astype(np.uint64)
+        addr = base[:, None] + offset
+    else:
+        pair = P.host(P.tv[ts, vaddr:vaddr + 2]).view(np.uint32).astype(np.uint64)
+        addr = pair[:, 0] | (pair[:, 1] << np.uint64(32))
+    if imm:
+        addr = (addr.astype(np.int64) + imm).astype(np.uint64)
+    return addr
+
+
+def _decode_global(ins, ops, mods):
+    name = ins.mnemonic
+    family, _, rest = name.partition("_")
+    unknown = set(mods) - {"offset", "glc", "slc", "nt", "sc0", "sc1"}
+    if family != "global" or unknown:
+        raise DecodeError(f"torch backend: {name} {sorted(unknown)} is not ported")
+    imm = int(mods.get("offset", 0))
+    torch = torch_module()
+    if rest.startswith("load_") and rest[5:] in _BUFFER_LOAD:
+        nbytes, how = _BUFFER_LOAD[rest[5:]]
+        dst, vaddr = ops[0], ops[1]
+        saddr = ops[2].index if len(ops) > 2 and ops[2].kind == "s" else None
+        if dst.kind != "v" or vaddr.kind != "v":
+            raise DecodeError("torch backend: global load operands must be VGPRs")
+        row, k = dst.index, max(1, nbytes // 4)
+
+        def run_load(P, sel, n):
+            active, full, lanes = P.exec_state(sel)
+            addr = _global_addresses(P, sel, vaddr.index, saddr, imm)
+            P.vm_issue(sel)
+            data = P.global_load(ins, sel, addr.reshape(-1) if full else addr[active], nbytes,
+                                 active, addr)
+            if how == "full":
+                words = P.to_device(np.ascontiguousarray(data).view(np.int32).reshape(-1, k))
+            else:   # a byte or short, zero- or sign-extended
+                value = data[:, 0].astype(np.int64) if nbytes == 1 else \
+                    np.ascontiguousarray(data).view(np.uint16)[:, 0].astype(np.int64)
+                if how == "sext":
+                    sign = 1 << (8 * nbytes - 1)
+                    value = (value ^ sign) - sign
+                words = _i32(P.to_device(value[:, None]))
+            _write_lanes(P, sel, n, row, k, words, full)
+            return lanes
+        return run_load
+    if rest.startswith("store_") and rest[6:] in _BUFFER_STORE:
+        nbytes, how = _BUFFER_STORE[rest[6:]]
+        vaddr, data_op = ops[0], ops[1]
+        saddr = ops[2].index if len(ops) > 2 and ops[2].kind == "s" else None
+        if data_op.kind != "v" or vaddr.kind != "v":
+            raise DecodeError("torch backend: global store operands must be VGPRs")
+        row, k = data_op.index, max(1, nbytes // 4)
+
+        def run_store(P, sel, n):
+            active, full, lanes = P.exec_state(sel)
+            addr = _global_addresses(P, sel, vaddr.index, saddr, imm)
+            P.vm_issue(sel)
+            words = P.host(P.tv[P.tsel(sel), row:row + k].permute(0, 2, 1).contiguous())
+            words = words.reshape(-1, k) if full else words[active]
+            if how == "hi":
+                words = words >> 16
+            data = np.ascontiguousarray(np.ascontiguousarray(words).view(np.uint8).reshape(len(words), -1)[:, :nbytes])
+            P.global_store(ins, sel, addr.reshape(-1) if full else addr[active], data, active,
+                           addr)
+            return lanes
+        return run_store
+    raise DecodeError(f"torch backend: {name} is not ported")
+
+
+_BUFFER_LOAD = {"dword": (4, "full"), "dwordx2": (8, "full"), "dwordx3": (12, "full"),
+                "dwordx4": (16, "full"), "ubyte": (1, "zext"), "ushort": (2, "zext"),
+                "sbyte": (1, "sext"), "sshort": (2, "sext")}
+_BUFFER_STORE = {"dword": (4, "full"), "dwordx2": (8, "full"), "dwordx3": (12, "full"),
+                 "dwordx4": (16, "full"), "byte": (1, "lo"), "short": (2, "lo"),
+                 "byte_d16_hi": (1, "hi"), "short_d16_hi": (2, "hi")}
+
+
+def _buffer_plan(ins, vaddr, srsrc, soffset, mods):
+    """(P, sel) -> (host addresses (n, 64) uint64, byte offsets (n, 64) int64, num_records (n, 1)):
+    buffer addressing with OFFEN (or no VGPR offset), as memops' address plan computes it."""
+    if mods.get("idxen") or mods.get("addr64"):
+        raise DecodeError("torch backend: idxen/addr64 buffer addressing is not ported")
+    offen = bool(mods.get("offen"))
+    if offen and vaddr.kind != "v":
+        raise DecodeError("offen needs a VGPR address")
+    if srsrc.kind != "s" or srsrc.count != 4:
+        raise DecodeError("buffer resource must be 4 SGPRs")
+    if soffset.kind == "s":
+        soffset_of = lambda P, sel, n: P.sgpr[sel, soffset.index].astype(np.int64)
+    elif soffset.kind in ("const",):
+        value = int(soffset.value)
+        soffset_of = lambda P, sel, n: np.full(n, value, np.int64)
+    else:
+        raise DecodeError(f"torch backend: buffer soffset {soffset.text!r} is not ported")
+    imm, r = int(mods.get("offset", 0)), srsrc.index
+
+    def plan(P, sel, n):
+        w0, w1, w2, w3 = (P.sgpr[sel, r + i] for i in range(4))
+        if (w3 & np.uint32(1 << 23)).any():
+            raise EmulatorError(f"{ins.at}: buffer resources with ADD_TID_ENABLE are not supported")
+        base = w0.astype(np.int64) | ((w1 & np.uint32(0xFFFF)).astype(np.int64) << 32)
+        voffset = P.host(P.tv[P.tsel(sel), vaddr.index]).view(np.uint32).astype(np.int64) \
+            if offen else np.zeros((n, 64), np.int64)
+        byte_offset = soffset_of(P, sel, n)[:, None] + ((voffset + imm) & MASK32)
+        return (base[:, None] + byte_offset).astype(np.uint64), byte_offset, \
+            w2.astype(np.int64)[:, None]
+    return plan
+
+
+def _decode_buffer(ins, ops, mods):
+    rest = ins.mnemonic[len("buffer_"):]
+    unknown = set(mods) - {"offset", "offen", "glc", "slc", "nt", "sc0", "sc1"}
+    if unknown:
+        raise DecodeError(f"torch backend: {ins.mnemonic} modifier(s) {sorted(unknown)}")
+    data_op = ops[0]
+    if data_op.kind != "v":
+        raise DecodeError("buffer data must be a VGPR")
+    plan = _buffer_plan(ins, ops[1], ops[2], ops[3], mods)
+    row = data_op.index
+    if rest.startswith("load_") and rest[5:] in _BUFFER_LOAD:
+        nbytes, how = _BUFFER_LOAD[rest[5:]]
+
+        def run_load(P, sel, n):
+            active, full, lanes = P.exec_state(sel)
+            addr, byte_offset, limit = plan(P, sel, n)
+            P.vm_issue(sel)
+            data = np.zeros((int(active.sum()), max(4, nbytes)), np.uint8)
+            for k in range(0, nbytes, 4):   # each dword is range-checked; outside reads 0
+                width = min(4, nbytes - k)
+                ok = active & (byte_offset + (k + width) <= limit)
+                if ok.any():
+                    data[ok[active], k:k + width] = P.global_load(
+                        ins, sel, addr[ok] + np.uint64(k), width, ok, None)
+            words = data.view(np.uint32)[:, :max(1, nbytes // 4)].astype(np.int64)
+            if how == "sext":
+                sign = 1 << (8 * nbytes - 1)
+                words = (words ^ sign) - sign
+            _write_lanes(P, sel, n, row, words.shape[1], _i32(P.to_device(words)), full)
+            return lanes
+        return run_load
+    if rest.startswith("store_") and rest[6:] in _BUFFER_STORE:
+        nbytes, how = _BUFFER_STORE[rest[6:]]
+        k_words = max(1, nbytes // 4)
+
+        def run_store(P, sel, n):
+            active, full, lanes = P.exec_state(sel)
+            addr, byte_offset, limit = plan(P, sel, n)
+            P.vm_issue(sel)
+            words = P.host(P.tv[P.tsel(sel), row:row + k_words].permute(0, 2, 1).contiguous())
+            words = words[active].view(np.uint32)
+            if how == "hi":
+                words = words >> np.uint32(16)
+            data = np.ascontiguousarray(np.ascontiguousarray(words).view(np.uint8).reshape(len(words), -1)[:, :nbytes])
+            for k in range(0, nbytes, 4):   # out-of-range dwords are dropped
+                width = min(4, nbytes - k)
+                ok = active & (byte_offset + (k + width) <= limit)
+                if ok.any():
+                    P.global_store(ins, sel, addr[ok] + np.uint64(k),
+                                   np.ascontiguousarray(data[ok[active], k:k + width]), ok, None)
+            return lanes
+        return run_store
+    raise DecodeError(f"torch backend: {ins.mnemonic} is not ported")
+
+
+def _write_lanes(P, sel, n, row, k, words, full):
+    """(m, k) int32 words of the active lanes (row-major (wave, lane)) into rows row..row+k-1."""
+    torch = P.torch
+    if full:
+        P.tv[P.tsel(sel), row:row + k] = words.reshape(n, 64, k).permute(0, 2, 1)
+        return
+    tmask = P.tmask(sel)[0]
+    block = P.tv[P.tsel(sel), row:row + k].permute(0, 2, 1).clone()
+    block[tmask] = words
+    P.tv[P.tsel(sel), row:row + k] = block.permute(0, 2, 1)
+
+
+_DS_READ = {"b32": (4, "full"), "b64": (8, "full"), "b96": (12, "full"), "b128": (16, "full"),
+            "u16": (2, "u16"), "u8": (1, "u8")}
+_DS_WRITE = {"b32": (4, "full"), "b64": (8, "full"), "b96": (12, "full"), "b128": (16, "full"),
+             "b16": (2, "low"), "b8": (1, "low"), "b16_d16_hi": (2, "hi"), "b8_d16_hi": (1, "hi")}
+
+
+def _lds_access(P, ins, sel, addr_row, offset, nbytes, active):
+    """Host flat byte index of every active lane's access (bounds-checked by Pool._lds_flat),
+    and its (granule, rows) for the race checker."""
+    base = P.host(P.tv[P.tsel(sel), addr_row]).view(np.uint32).astype(np.int64)
+    addr = (base + offset) & MASK32 if offset else base
+    return P.lds_flat(ins, sel, addr, nbytes, active)
+
+
+def _decode_ds(ins, ops, mods):
+    torch = torch_module()
+    rest = ins.mnemonic[3:]
+    unknown = set(mods) - {"offset", "offset0", "offset1"}
+    if unknown:
+        raise DecodeError(f"torch backend: {ins.mnemonic} modifier(s) {sorted(unknown)}")
+    if rest == "swizzle_b32":
+        src_lanes = memops.swizzle_source_lanes(memops.decode_swizzle_offset(mods.get("offset", 0)))
+        dst, src = ops[0].index, ops[1].index
+        lanes_of = {}
+
+        def run_swizzle(P, sel, n):
+            tmask, full, lanes = P.tmask(sel)
+            index = lanes_of.get(P.device)
+            if index is None:
+                index = lanes_of[P.device] = P.to_device(src_lanes.astype(np.int64))
+            values = P.tv[P.tsel(sel), src][:, index]
+            out = torch.where(tmask[:, index], values, torch.zeros_like(values))
+            P.write_rows(sel, dst, 1, out[:, None], full)
+            return lanes
+        return run_swizzle
+    if rest == "bpermute_b32":
+        dst, addr, data = ops[0].index, ops[1].index, ops[2].index
+        imm = int(mods.get("offset", 0))
+
+        def run_bpermute(P, sel, n):
+            tmask, full, lanes = P.tmask(sel)
+            ts = P.tsel(sel)
+            src_lane = ((P.tv[ts, addr].to(torch.int64) + imm) >> 2) & 63
+            values = P.tv[ts, data].gather(1, src_lane)
+            valid = tmask.gather(1, src_lane)
+            out = torch.where(valid, values, torch.zeros_like(values))
+            P.write_rows(sel, dst, 1, out[:, None], full)
+            return lanes
+        return run_bpermute
+    parts = None
+    if rest.startswith("read2") or rest.startswith("write2"):
+        size = 4 if rest.endswith("b32") else 8
+        scale = size * (64 if "st64" in rest else 1)
+        offsets = (int(mods.get("offset0", 0)) * scale, int(mods.get("offset1", 0)) * scale)
+        if rest.startswith("read2"):
+            parts = [(offsets[0], size, "full", ops[0].index),
+                     (offsets[1], size, "full", ops[0].index + size // 4)]
+            return _ds_read(ins, ops[1].index, parts)
+        parts = [(offsets[0], size, "full", ops[1].index), (offsets[1], size, "full", ops[2].index)]
+        return _ds_write(ins, ops[0].index, parts)
+    if rest.startswith("read_") and rest[5:] in _DS_READ:
+        nbytes, how = _DS_READ[rest[5:]]
+        return _ds_read(ins, ops[1].index, [(int(mods.get("offset", 0)), nbytes, how, ops[0].index)])
+    if rest.startswith("write_") and rest[6:] in _DS_WRITE:
+        nbytes, how = _DS_WRITE[rest[6:]]
+        return _ds_write(ins, ops[0].index, [(int(mods.get("offset", 0)), nbytes, how, ops[1].index)])
+    raise DecodeError(f"torch backend: {ins.mnemonic} is not ported")
+
+
+def _ds_read(ins, addr_row, parts):
+    torch = torch_module()
+
+    def run(P, sel, n):
+        active, full, lanes = P.exec_state(sel)
+        loaded = []
+        for offset, nbytes, how, row in parts:   # all reads before any write (the ISA's order)
+            flat = _lds_access(P, ins, sel, addr_row, offset, nbytes, active)
+            if P.check:
+                granule, rows = access_rows(flat, nbytes, LDS_GRANULE)
+                P.race.record(ins, sel, active, granule, rows, nbytes, write=False)
+            index = P.to_device(flat)[:, None] + torch.arange(nbytes, device=P.tl.device)
+            data = P.tl[index]
+            if how == "full":
+                words = data.view(torch.int32)
+            else:
+                wide = data.to(torch.int32)
+                words = wide[:, :1] | (wide[:, 1:2] << 8) if how == "u16" else wide[:, :1]
+            loaded.append((row, words))
+        for row, words in loaded:
+            _write_lanes(P, sel, n, row, words.shape[1], words, full)
+        return lanes
+    return run
+
+
+def _ds_write(ins, addr_row, parts):
+    torch = torch_module()
+
+    def run(P, sel, n):
+        active, full, lanes = P.exec_state(sel)
+        tmask = P.tmask(sel)[0]
+        for offset, nbytes, how, row in parts:
+            k = max(1, nbytes // 4)
+            flat = _lds_access(P, ins, sel, addr_row, offset, nbytes, active)
+            words = P.tv[P.tsel(sel), row:row + k].permute(0, 2, 1)
+            words = words.reshape(-1, k) if full else words[tmask]
+            if how == "hi":
+                words = words >> 16
+            m = words.shape[0]   # (m, 1) keeps a stride torch will not view as bytes: flatten
+            data = words.contiguous().reshape(-1).view(torch.uint8).reshape(m, 4 * k)[:, :nbytes]
+            if P.check:
+                granule, rows = access_rows(flat, nbytes, LDS_GRANULE)
+                values = P.host(data).reshape(len(rows), granule)
+                P.race.record(ins, sel, active, granule, rows, nbytes, write=True,
+                              new_bytes=values)
+            index = P.to_device(flat)[:, None] + torch.arange(nbytes, device=P.tl.device)
+            P.tl[index] = data
+            if P.check and len(flat):
+                P.race.check_batch_writes(ins)
+        return lanes
+    return run
+
+
+# ------------------------------------------------------------------------------- MFMA
+
+def _decode_mfma(ins, ops, mods, mfma_ops):
+    torch = torch_module()
+    name = ins.mnemonic.replace("_e64", "")
+    op = mfma_ops.get(name) if mfma_ops else None
+    if op is None or getattr(op, "a_format", None) not in ("f16", "bf16") or \
+            op.b_format != op.a_format or getattr(op, "raw_registers", False):
+        raise DecodeError(f"torch backend: {name} is not ported (dense f16/bf16 MFMAs are)")
+    if any(int(mods.get(k, 0)) for k in ("cbsz", "abid", "blgp")) or mods.get("neg"):
+        raise DecodeError(f"torch backend: {name} with cbsz/abid/blgp/neg is not ported")
+    dst, a, b, c = ops
+    if c.kind != "v" and not (c.kind == "const" and c.value == 0):
+        raise DecodeError(f"torch backend: MFMA C operand {c.text!r} is not ported")
+    try:
+        a_map, b_map, d_map = op.layout_maps()
+    except ValueError as err:
+        raise DecodeError(f"torch backend: {err}") from None
+    maps = {}
+    fmt = op.a_format
+    na, nb, nc = op.a_regs, op.b_regs, op.c_regs
+
+    def decode(words):
+        """int32 (n, regs, 64) -> float64 (n, regs * 64 * 2) of the 16-bit elements, in
+        (register, lane, half) order — the probe's element order."""
+        halves = torch.stack([words & 0xFFFF, (words >> 16) & 0xFFFF], -1).reshape(len(words), -1)
+        if fmt == "f16":
+            values = (((halves + 0x8000) & 0xFFFF) - 0x8000).to(torch.int16).view(torch.float16)
+        else:
+            values = (halves << 16).view(torch.float32)
+        return values.to(torch.float64)
+
+    def run(P, sel, n):
+        tmask, full, lanes = P.tmask(sel)
+        device = P.tl.device
+        if device not in maps:
+            maps[device] = tuple(torch.from_numpy(m).to(device) for m in (a_map, b_map, d_map))
+        am, bm, dm = maps[device]
+        ts = P.tsel(sel)
+        a_vals = decode(P.tv[ts, a.index:a.index + na])[:, am]
+        b_vals = decode(P.tv[ts, b.index:b.index + nb])[:, bm]
+        products = torch.matmul(a_vals, b_vals).reshape(n, -1)[:, dm].reshape(n, nc, 64)
+        if c.kind == "v":
+            products = products + P.tv[ts, c.index:c.index + nc].view(torch.float32).to(torch.float64)
+        d = products.to(torch.float32).view(torch.int32)
+        P.write_rows(sel, dst.index, nc, d, full)
+        return lanes
+    return run
+
+
+# ------------------------------------------------------------------------------- the kernel
+
+class TorchKernel:
+    """A DecodedKernel with the ported instructions' closures swapped for torch ones."""
+
+    def __init__(self, dk: DecodedKernel, decoded: DecodedKernel, fallbacks: list[str]):
+        self.numpy_kernel, self.kernel, self.fallbacks = dk, decoded, fallbacks
+
+
+_HOST_CLASSES = (SALU, SMEM)
+_MFMA_OPS = None
+
+
+def _mfma_catalog():
+    global _MFMA_OPS
+    if _MFMA_OPS is None:
+        from . import mfma
+        _MFMA_OPS = mfma.MFMA_OPS
+    return _MFMA_OPS
+
+
+def _kernel_modes_ok(dk) -> str | None:
+    """Why float VALU cannot be ported for this kernel (denormal flushing / rounding modes or
+    MODE writes), or None."""
+    d = dk.source.descriptor
+    if int(d.get("amdhsa_float_denorm_mode_32", 3)) != 3 or \
+            int(d.get("amdhsa_float_denorm_mode_16_64", 3)) != 3:
+        return "its float denormal mode flushes (only 'preserve' is ported)"
+    if int(d.get("amdhsa_float_round_mode_32", 0)) or int(d.get("amdhsa_float_round_mode_16_64", 0)):
+        return "its float round mode is not round-to-nearest-even"
+    if any(c is not None and c.instr.mnemonic.startswith("s_setreg") for c in dk.code):
+        return "it writes MODE with s_setreg"
+    return None
+
+
+def torch_kernel(dk: DecodedKernel, device: str) -> TorchKernel:
+    """The torch form of decoded kernel `dk` (cached on it per device and copy mode)."""
+    strict = device != "cpu" or SEPARATE_CPU_COPIES
+    key = (device, strict)
+    cache = getattr(dk, "torch_kernels", None)
+    if cache is None:
+        cache = dk.torch_kernels = {}
+    if key in cache:
+        return cache[key]
+    from .program import Decoded
+    accum, regs = dk.accum_offset, dk.num_vector_regs
+    mode_problem = _kernel_modes_ok(dk)
+    code, fallbacks = [], []
+    for d in dk.code:
+        # host-side: scalar ALU and memory, control, and the no-ops / waits / stops (OTHER)
+        if d is None or d.control is not None or d.cls in _HOST_CLASSES or d.cls == OTHER:
+            code.append(d)
+            continue
+        ins = d.instr
+        try:
+            ops = [parse_operand(t, accum, regs) for t in ins.operands]
+            mods = parse_modifiers(ins.modifiers)
+            if d.cls == VALU:
+                base = _split(ins.mnemonic)[0]
+                if base == "v_readfirstlane_b32":
+                    run = _decode_readfirstlane(ins, ops)
+                elif base == "v_readlane_b32":
+                    run = _decode_readlane(ins, ops)
+                else:
+                    if mode_problem and any(t.startswith(("f", "pk_f"))
+                                            for t in PORTED_VALU_OPS.get(base, ((), ()))[1]):
+                        raise DecodeError(f"torch backend: the kernel's float ops are not "
+                                          f"ported because {mode_problem}")
+                    run = _decode_valu(ins, ops, mods)
+            elif d.cls == VMEM:
+                run = (_decode_buffer if ins.mnemonic.startswith("buffer_")
+                       else _decode_global)(ins, ops, mods)
+            elif d.cls == DS:
+                run = _decode_ds(ins, ops, mods)
+            elif d.cls == MFMA:
+                run = _decode_mfma(ins, ops, mods, _mfma_catalog())
+            else:
+                raise DecodeError(f"torch backend: {ins.mnemonic} is not ported")
+        except (DecodeError, ValueError, KeyError, IndexError) as err:
+            message = f"{ins.at}: {ins.mnemonic}: {err}"
+            if strict:
+                raise EmulatorError(f"kernel {dk.source.name}: {message} — run it with "
+                                    "ROCKE_EMU_BACKEND=numpy, or on ROCKE_EMU_DEVICE=cpu where "
+                                    "unported instructions fall back to numpy") from None
+            fallbacks.append(message)
+            code.append(d)
+            continue
+        code.append(Decoded(run, d.cls, None, ins, d.writes_exec))
+    decoded = DecodedKernel(dk.source, code, dk.first, dk.start, dk.is_target,
+                            dk.num_vector_regs, dk.accum_offset)
+    cache[key] = TorchKernel(dk, decoded, fallbacks)
+    return cache[key]

@@ -1,0 +1,270 @@
+"""The torch array backend (rocke/emu/torch_exec.py) against the numpy backend, bit for bit.
+
+Three ways to run it: "cpu" (tensors are views of the numpy state; unported instructions fall
+back to numpy), "cpu-copies" (the CUDA code path on the CPU: own tensors, unported instructions
+refused) and "cuda" (skipped without a CUDA GPU; CI has none).
+
+Existing tests run with every emulator launch doubled: numpy first, then torch on the same
+inputs, and every tensor argument's bytes must come out identical (the test's own assertions
+then check the torch result too).
+"""
+import contextlib
+import zlib
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rocke.emu  # noqa: E402
+from rocke.emu import semantics, torch_exec  # noqa: E402
+from rocke.emu.errors import EmulatorError  # noqa: E402
+
+DEVICES = ["cpu", "cpu-copies", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA GPU (CI has none)"))]
+
+
+@contextlib.contextmanager
+def backend_env(name, device="cpu"):
+    saved = {k: os.environ.get(k) for k in ("ROCKE_EMU_BACKEND", "ROCKE_EMU_DEVICE")}
+    os.environ["ROCKE_EMU_BACKEND"], os.environ["ROCKE_EMU_DEVICE"] = name, device
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+def _bits(t):
+    return t.contiguous().view(torch.uint8)
+
+
+@pytest.fixture
+def dual(monkeypatch, request):
+    """Every rocke.emu.launch runs on numpy, then on torch from the same inputs; the bytes of
+    every tensor argument must agree. Yields the list of torch reports."""
+    device = request.param
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", device == "cpu-copies")
+    real = rocke.emu.launch
+    reports = []
+
+    def launch(code, kernel, grid, block, args, *rest, **kw):
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        before = [t.clone() for t in tensors]
+        with backend_env("numpy"):
+            real(code, kernel, grid, block, args, *rest, **kw)
+        want = [t.clone() for t in tensors]
+        for t, b in zip(tensors, before):
+            t.copy_(b)
+        with backend_env("torch", "cuda" if device == "cuda" else "cpu"):
+            report = real(code, kernel, grid, block, args, *rest, **kw)
+        for i, (t, w) in enumerate(zip(tensors, want)):
+            assert torch.equal(_bits(t), _bits(w)), f"{kernel}: argument {i} differs from numpy"
+        assert report.backend.startswith("torch")
+        reports.append(report)
+        return report
+
+    monkeypatch.setattr(rocke.emu, "launch", launch)
+    yield reports
+
+
+from tests.emu import test_triton_kernels as T  # noqa: E402
+
+FULLY_PORTED = [   # run with no fallback, so also on CUDA
+    ("axpy_f32", lambda: T.test_axpy_ragged_tail(*_param(T.test_axpy_ragged_tail, "axpy_f32"))),
+    ("flash_attn_fwd_d128_causal", lambda: T.test_flash_attention_fwd(*_flash("d128_causal"))),
+    ("flash_attn_fwd_d64", lambda: T.test_flash_attention_fwd(*_flash("d64"))),
+    ("softmax", T.test_softmax_rows_ragged),
+    ("matmul_bf16_mfma16", lambda: T.test_matmul_ragged(*_matmul("matmul_bf16_mfma16"))),
+    ("matmul_f16_mfma32", lambda: T.test_matmul_ragged(*_matmul("matmul_f16_mfma32"))),
+    ("gather_rows", T.test_gather_rows),
+]
+WITH_FALLBACKS = [   # unported instructions remain (fma_mix, 64-bit shifts, bit counts...)
+    ("layernorm", T.test_layernorm_rows_multi_chunk),
+    ("silu_mul", T.test_silu_mul_f16),
+    ("int_bits", T.test_int_bits_i32),
+    ("column_sum_atomic", T.test_column_sum_atomic_f32),
+]
+
+
+def _param(test, name):
+    cases = next(m for m in test.pytestmark if m.name == "parametrize").args[1]
+    return next(case for case in cases if case[0] == name)
+
+
+def _flash(suffix):
+    return next(case for case in T.FLASH_CASES if case[0] == f"flash_attn_fwd_{suffix}")
+
+
+def _matmul(name):
+    return next(case for case in T.MATMUL_CASES if case[0] == name)
+
+
+@pytest.mark.parametrize("dual", DEVICES, indirect=True)
+@pytest.mark.parametrize("name, run", FULLY_PORTED, ids=[n for n, _ in FULLY_PORTED])
+def test_triton_fixture_fully_on_torch(dual, name, run):
+    run()
+    assert dual and all(r.fallbacks == () for r in dual), dual[0].fallbacks[:3]
+
+
+@pytest.mark.parametrize("dual", ["cpu"], indirect=True)
+@pytest.mark.parametrize("name, run", WITH_FALLBACKS, ids=[n for n, _ in WITH_FALLBACKS])
+def test_triton_fixture_with_numpy_fallbacks(dual, name, run):
+    run()
+    assert dual
+
+
+def test_unported_instruction_refused_before_any_write(monkeypatch):
+    """The CUDA path (here: the CPU with own copies) refuses a kernel with an instruction it
+    has not ported, naming it, and leaves the output untouched."""
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
+    x = torch.randn(32, 50)
+    out = torch.full((50,), 7.0)
+    with backend_env("torch"), pytest.raises(
+            EmulatorError, match=r"line \d+ `buffer_atomic_add_f32 .*is not ported"):
+        T.launch_fixture("column_sum_atomic_f32", (2, 1, 1), x_ptr=x, out_ptr=out,
+                         n_rows=32, n_cols=50, row_stride=50)
+    assert (out == 7.0).all()
+
+
+def test_torch_levers_refuse_profile():
+    info, asm = T.load_fixture("axpy_f32")
+    with backend_env("torch"), pytest.raises(ValueError, match="profile=True"):
+        rocke.emu.launch(asm, info["kernel_symbol"], (1, 1, 1), tuple(info["block"]),
+                         [torch.zeros(4), torch.zeros(4), torch.zeros(4), 1.0, 4], profile=True)
+
+
+# ------------------------------------------------------------------ every ported VALU op
+
+_SPECIAL_F32 = np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000,
+                         0x7F800001, 0xFF812345, 1, 0x807FFFFF, 0x00800000, 0x3F800000,
+                         0xBF800000, 0x7F7FFFFF, 0x5F800000, 0x1F800000], np.uint32)
+
+
+def _words(rng, typ, shape):
+    """Random 32-bit words for a source of `typ`: floats mix any bit pattern, specials and
+    ordinary values; integers any pattern and small values."""
+    words = rng.integers(0, 2 ** 32, size=shape, dtype=np.uint64).astype(np.uint32)
+    flat = words.reshape(-1)
+    if typ in ("f32", "pk_f32"):
+        pick = rng.integers(0, 3, size=flat.size)
+        normal = (rng.standard_normal(flat.size) * 8).astype(np.float32).view(np.uint32)
+        flat[:] = np.where(pick == 0, _SPECIAL_F32[rng.integers(0, 16, flat.size)],
+                           np.where(pick == 1, normal, flat))
+    elif typ == "f16":
+        flat[:] = rng.integers(0, 2 ** 16, size=flat.size)
+    else:
+        small = rng.integers(0, 40, size=flat.size).astype(np.uint32)
+        flat[:] = np.where(rng.integers(0, 2, flat.size) == 0, small, flat)
+    return words
+
+
+def _numpy_typed(words, typ):
+    if typ == "f32":
+        return words.view(np.float32)
+    if typ in ("b32", "u32"):
+        return words
+    if typ == "i32":
+        return words.view(np.int32)
+    if typ == "f16":
+        return (words & 0xFFFF).astype(np.uint16).view(np.float16)
+    if typ in ("u64", "b64"):
+        return words[..., 0].astype(np.uint64) | (words[..., 1].astype(np.uint64) << 32)
+    if typ == "mask":
+        return (words & 1).astype(bool)
+    if typ == "pk_f32":
+        return words.view(np.float32)
+    raise AssertionError(typ)
+
+
+def _torch_typed(words, typ, device):
+    t = torch.from_numpy(words.view(np.int32).copy()).to(device)
+    if typ in ("u64", "b64"):
+        return (t[..., 0].to(torch.int64) & 0xFFFFFFFF) | (t[..., 1].to(torch.int64) << 32)
+    if typ == "mask":
+        return (t & 1).bool()
+    if typ == "pk_f32":
+        return t.view(torch.float32)
+    return torch_exec.bits_to_typed(t, typ)
+
+
+def _numpy_bits(value, typ):
+    value = np.asarray(value)
+    if typ in ("f32", "pk_f32"):
+        return value.astype(np.float32).view(np.uint32).astype(np.int64)
+    if typ == "f16":
+        return value.astype(np.float16).view(np.uint16).astype(np.int64)
+    if typ in ("u64", "b64"):
+        return value.astype(np.uint64).view(np.int64)
+    if typ == "mask":
+        return value.astype(np.int64)
+    return value.astype(np.int64) & 0xFFFFFFFF
+
+
+def _torch_bits(value, typ):
+    if typ in ("f32", "pk_f32"):
+        value = value.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    elif typ == "f16":
+        value = value.view(torch.int16).to(torch.int64) & 0xFFFF
+    elif typ == "mask":
+        value = value.to(torch.int64)
+    elif typ not in ("u64", "b64"):
+        value = value & 0xFFFFFFFF
+    return value.cpu().numpy()
+
+
+@pytest.mark.parametrize("device", ["cpu", DEVICES[2]])
+@pytest.mark.parametrize("name", sorted(torch_exec.PORTED_VALU_OPS))
+def test_ported_valu_op_bit_identical(name, device):
+    """Each ported op on 4 x 64 lanes of random bits (NaN payloads, denormals, infinities
+    included) equals semantics.VALU_OPS[name] bit for bit."""
+    dsts, srcs, fn = torch_exec.PORTED_VALU_OPS[name]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    args_np, args_t = [], []
+    for typ in srcs:
+        shape = (4, 64, 2) if typ in ("u64", "b64", "pk_f32") else (4, 64)
+        words = _words(rng, typ, shape)
+        args_np.append(_numpy_typed(words, typ))
+        args_t.append(_torch_typed(words, typ, device))
+    with np.errstate(all="ignore"):
+        want = semantics.VALU_OPS[name].fn(*args_np)
+    got = fn(*args_t)
+    if len(dsts) == 1:
+        want, got = (want,), (got,)
+    for typ, w, g in zip(dsts, want, got):
+        w_bits = np.broadcast_to(_numpy_bits(w, typ), (4, 64, 2) if typ == "pk_f32" else (4, 64))
+        g_bits = np.broadcast_to(_torch_bits(g, typ), w_bits.shape)
+        differ = np.flatnonzero(w_bits != g_bits)
+        assert len(differ) == 0, (f"{name} ({typ}) on torch {device}: {len(differ)} lanes differ, "
+                                  f"e.g. {g_bits.reshape(-1)[differ[0]]:#x} vs "
+                                  f"{w_bits.reshape(-1)[differ[0]]:#x}")
+
+
+# ------------------------------------------------------------------ rocke's own attention kernel
+
+@pytest.mark.parametrize("dual", DEVICES, indirect=True)
+def test_attention_2d_kernel_bit_identical(dual):
+    """rocke's unified paged attention (2D, f16, d64, 4 warps) on the torch backend: the same
+    output bytes as numpy and within the reference's tolerance."""
+    from rocke.kernels.gfx942 import attention_tiled_2d as a2
+    from tests.kernels.test_attention_2d import MIX, assert_close, run_2d
+    spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=16,
+                                     num_queries_per_kv=1, num_warps=4)
+    out, ref, _ = run_2d(spec, *MIX)
+    assert_close(spec, out, ref)
+    assert dual and all(r.fallbacks == () for r in dual), "no launch, or a numpy fallback"
+
+
+@pytest.mark.parametrize("dual", DEVICES, indirect=True)
+def test_attention_3d_and_reduce_segments_fully_on_torch(dual):
+    """rocke's split-KV decode kernel (3D, with empty segments) and reduce_segments: the same
+    bytes as numpy, no numpy fallback (so they also run on CUDA), and the tests' own checks."""
+    from tests.kernels import test_attention_3d as t3
+    from tests.kernels import test_reduce_segments as trs
+    t3.test_empty_segments_write_the_neutral_partial()
+    trs.test_empty_segments_and_rows_strided_out("bf16", 64, 5)
+    names = {r.kernel for r in dual}
+    assert any(n.startswith("attention_3d") for n in names) and \
+        any(n.startswith("reduce_segments") for n in names), names
+    assert all(r.fallbacks == () for r in dual), [r.fallbacks[:2] for r in dual if r.fallbacks]
