@@ -72,7 +72,41 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
         a.window_left = k.arg_i32("window_left")
     if spec.sinks:
         a.sinks = k.arg_ptr("sinks", "f32", readonly=True)
+    if getattr(spec, "mm_prefix_ranges", 0):
+        a.mm_prefix_range = k.arg_ptr("mm_prefix_range", "i32", readonly=True)
+        a.mm_stride_seq = k.arg_i32("mm_stride_seq")
     return a
+
+
+def load_mm_ranges(c) -> list:
+    """This sequence's mm_prefix_range entries as scalar (start, end) pairs, loaded once before
+    the tile loop (ALGORITHM.md §12.8): an unused range (start >= end, vLLM's rule) becomes one
+    no position falls in, and ``end`` is clipped to the last key so padding keys stay masked."""
+    a, out = c.a, []
+    base = c.seq * a.mm_stride_seq
+    for i in range(c.spec.mm_prefix_ranges):
+        start = a.mm_prefix_range.load(base + 2 * i)
+        end = a.mm_prefix_range.load(base + 2 * i + 1)
+        out.append((dsl.select(start < end, start, 2 ** 31 - 1),
+                    dsl.minimum(end, c.kv_len - 1)))
+    return out
+
+
+def mm_visible(c, query_pos, keys):
+    """Whether (query, key) lie in one of the sequence's bidirectional ranges (inclusive ends)."""
+    seen = None
+    for start, end in c.mm_ranges:
+        inside = (query_pos >= start) & (query_pos <= end) & (keys >= start) & (keys <= end)
+        seen = inside if seen is None else seen | inside
+    return seen
+
+
+def cache_head(spec, head_block):
+    """The KV head a workgroup reads: its grid head index, or with a split GQA group
+    (``group_split`` q-head blocks per KV head, ALGORITHM.md §7.1) the block's KV head."""
+    if getattr(spec, "group_split", 1) == 1:
+        return head_block
+    return udiv_const(head_block, spec.group_split)
 
 
 class WorkgroupContext:
@@ -89,10 +123,11 @@ class WorkgroupContext:
         self.q_buf = a.q.buffer(self.total_q * a.q_stride_token)
         self.aux = CACHE_POLICIES[spec.kv_cache_policy]
         self.table = BlockTableRow(a.block_table, seq * a.block_table_stride)
+        self.cache_head = cache_head(spec, kv_head)
         self.k_view = PagedView(a.k_cache, spec.block_size, a.k_stride_block, a.k_stride_token,
-                                kv_head * a.k_stride_head, a.num_blocks, spec.kv_addr_64)
+                                self.cache_head * a.k_stride_head, a.num_blocks, spec.kv_addr_64)
         self.v_view = PagedView(a.v_cache, spec.block_size, a.v_stride_block, a.v_stride_token,
-                                kv_head * a.v_stride_head, a.num_blocks, spec.kv_addr_64)
+                                self.cache_head * a.v_stride_head, a.num_blocks, spec.kv_addr_64)
 
     def descale(self, which: str):
         """This (sequence, kv head)'s k or v descale (fp8 caches), applied in fp32 outside the
@@ -101,7 +136,7 @@ class WorkgroupContext:
             return None
         a = self.a
         index = (self.seq * getattr(a, f"{which}_descale_stride_seq")
-                 + self.kv_head * getattr(a, f"{which}_descale_stride_head"))
+                 + self.cache_head * getattr(a, f"{which}_descale_stride_head"))
         return getattr(a, f"{which}_descale").load(index)
 
     def row_token(self, rows):
@@ -298,6 +333,8 @@ class TileLoop:
         visible = keys <= tok + c.ctx
         if s.sliding_window:
             visible = visible & (keys >= tok + c.ctx - c.a.window_left)
+        if getattr(s, "mm_prefix_ranges", 0):    # vLLM: (causal AND window) OR in-range
+            visible = visible | mm_visible(c, tok + c.ctx, keys)
         return scaled.where(visible, -math.inf)
 
     def prepare_features(self, row_origins):

@@ -53,6 +53,8 @@ BLOCK_SIZES = (16, 32, 64)
 TILE_SIZES = (16, 32, 64)
 NUM_WARPS = (1, 2, 4, 8)
 MAX_GROUP = 16
+MAX_MM_RANGES = 16                     # unrolled per score value: bounded like the group
+MAX_GROUP_SPLIT = 256                  # q-head blocks one KV head's group may be split into
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,12 @@ class UnifiedAttention2DSpec:
     qq_bias: bool = False              # s += bias[q_local, key - ctx] inside the query section
     sliding_window: bool = False       # mask keys older than the window; skip tiles outside it
     sinks: bool = False                # per-head sink logit in the softmax denominator
+    # a GQA group above MAX_GROUP runs as group_split q-head blocks of num_queries_per_kv heads
+    # on the grid's head axis, each reading KV head block // group_split (ALGORITHM.md §7.1)
+    group_split: int = 1
+    # vLLM's mm_prefix_range: bidirectional attention inside up to this many [start, end]
+    # ranges per sequence (0 = off), a runtime [num_seqs, ranges, 2] int32 argument (§12.8)
+    mm_prefix_ranges: int = 0
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -143,6 +151,8 @@ class UnifiedAttention2DSpec:
                  ("kdma", self.global_load_lds_k), ("qmajor", self.q_major_grid),
                  ("cfv", self.cfv_store), ("a64", self.kv_addr_64), ("kvfp8", self.fp8_kv)]
         flags += [(tag, getattr(self, name)) for name, tag in FEATURES.items()]
+        flags += [("gs", self.group_split if self.group_split != 1 else False),
+                  ("mm", self.mm_prefix_ranges)]
         for tag, value in flags:
             if value is True:
                 name += f"_{tag}"
@@ -184,6 +194,8 @@ def spec_problems(spec) -> list[str]:
     if spec.use_k_single_buffer is not None:
         ok &= rule(check_bool, "use_k_single_buffer", spec.use_k_single_buffer)
     ok &= rule(check_int_range, "waves_per_eu", spec.waves_per_eu, 0, 8)
+    ok &= rule(check_int_range, "group_split", spec.group_split, 1, MAX_GROUP_SPLIT)
+    ok &= rule(check_int_range, "mm_prefix_ranges", spec.mm_prefix_ranges, 0, MAX_MM_RANGES)
     ok &= rule(check_choice, "kv_cache_policy", spec.kv_cache_policy, tuple(CACHE_POLICIES))
     if spec.kv_dtype is not None:
         ok &= rule(check_choice, "kv_dtype", spec.kv_dtype, KV_DTYPES)
