@@ -98,7 +98,6 @@ def test_2d_runs_otherwise_and_the_workspaces_stay_untouched(why):
 
 @pytest.mark.parametrize("argument,value", [
     ("output_scale", torch.ones(())),
-    ("mm_prefix_range", torch.zeros(2, 1, 2, dtype=torch.int32)),
     ("use_alibi_sqrt", True),
     ("kv_quant_mode", KVQuantMode.INT8_PER_TOKEN_HEAD),
     ("kv_quant_mode", KVQuantMode.NVFP4),
