@@ -7,7 +7,7 @@ from rocke import dsl
 from rocke.dsl.magic import udiv_const
 from rocke.kernels.gfx942.attention_epilogue import store_output, store_partials
 from rocke.kernels.gfx942.attention_pipeline import (NarrowPath, TransposedX8Path, WorkgroupContext,
-                                                     declare_args, load_mm_ranges)
+                                                     declare_args)
 
 
 def build_tiled(spec, *, split: bool) -> dsl.Kernel:
@@ -45,7 +45,7 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         kv_len = a.seqused_k.load(seq)
         ctx = kv_len - q_len
         q_rows = dsl.minimum(q_len - q_start, BQ)        # valid tokens of the block
-        mm = getattr(spec, "mm_prefix_ranges", 0)
+        mm = getattr(spec, "mm_prefix", False)
         # bidirectional ranges may reach keys after the block's queries: walk to the sequence's
         # end, those tiles masked (ALGORITHM.md §12.8)
         kv_end = kv_len if mm else dsl.minimum(kv_len, ctx + q_start + q_rows)
@@ -78,8 +78,6 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         wg = WorkgroupContext(k, spec, a, kv_head, seq, q_seq_start, q_len, q_start, kv_len, ctx, tid, threads)
         if split:
             wg.segment = segment
-        if mm:
-            wg.mm_ranges = load_mm_ranges(wg)
         path = TransposedX8Path(wg) if spec.transposed_x8 else NarrowPath(wg)
         m, l, o = path.run(bounds)
         if split:

@@ -72,33 +72,31 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
         a.window_left = k.arg_i32("window_left")
     if spec.sinks:
         a.sinks = k.arg_ptr("sinks", "f32", readonly=True)
-    if getattr(spec, "mm_prefix_ranges", 0):
+    if getattr(spec, "mm_prefix", False):
         a.mm_prefix_range = k.arg_ptr("mm_prefix_range", "i32", readonly=True)
         a.mm_stride_seq = k.arg_i32("mm_stride_seq")
+        a.mm_num_ranges = k.arg_i32("mm_num_ranges")
     return a
 
 
-def load_mm_ranges(c) -> list:
-    """This sequence's mm_prefix_range entries as scalar (start, end) pairs, loaded once before
-    the tile loop (ALGORITHM.md §12.8): an unused range (start >= end, vLLM's rule) becomes one
-    no position falls in, and ``end`` is clipped to the last key so padding keys stay masked."""
-    a, out = c.a, []
+def mm_prefix_scores(c, scaled, masked, query_pos, keys):
+    """``masked`` with the scores of (query, key) pairs inside one of the sequence's
+    bidirectional ranges restored from ``scaled`` (ALGORITHM.md §12.8: vLLM's (causal AND
+    window) OR in-range). The ranges are walked at run time, two scalar loads each per masked
+    tile, so registers and code do not grow with their count; an unused range (start >= end,
+    vLLM's rule) matches nothing and ``end`` is clipped to the last key (padding keys stay
+    masked)."""
+    k, a = c.k, c.a
     base = c.seq * a.mm_stride_seq
-    for i in range(c.spec.mm_prefix_ranges):
+    with k.for_range(0, a.mm_num_ranges, carry=(masked,)) as loop:
+        i = loop.index
         start = a.mm_prefix_range.load(base + 2 * i)
         end = a.mm_prefix_range.load(base + 2 * i + 1)
-        out.append((dsl.select(start < end, start, 2 ** 31 - 1),
-                    dsl.minimum(end, c.kv_len - 1)))
-    return out
-
-
-def mm_visible(c, query_pos, keys):
-    """Whether (query, key) lie in one of the sequence's bidirectional ranges (inclusive ends)."""
-    seen = None
-    for start, end in c.mm_ranges:
+        start = dsl.select(start < end, start, 2 ** 31 - 1)
+        end = dsl.minimum(end, c.kv_len - 1)
         inside = (query_pos >= start) & (query_pos <= end) & (keys >= start) & (keys <= end)
-        seen = inside if seen is None else seen | inside
-    return seen
+        loop.yield_(scaled.where(inside, loop.carry[0]))
+    return loop.results[0]
 
 
 def cache_head(spec, head_block):
@@ -333,8 +331,8 @@ class TileLoop:
         visible = keys <= tok + c.ctx
         if s.sliding_window:
             visible = visible & (keys >= tok + c.ctx - c.a.window_left)
-        if getattr(s, "mm_prefix_ranges", 0):    # vLLM: (causal AND window) OR in-range
-            visible = visible | mm_visible(c, tok + c.ctx, keys)
+        if getattr(s, "mm_prefix", False):       # vLLM: (causal AND window) OR in-range
+            return mm_prefix_scores(c, scaled, scaled.where(visible, -math.inf), tok + c.ctx, keys)
         return scaled.where(visible, -math.inf)
 
     def prepare_features(self, row_origins):
