@@ -300,3 +300,36 @@ def test_many_overlapping_mm_ranges():
                                          raw[s].tolist())
         torch.testing.assert_close(ref[cu[s]:cu[s + 1]], want, atol=1e-5, rtol=1e-5)
     _check(args, ref, _ref(args), "bf16", record)
+
+
+# ---- the score features on head size 256 ------------------------------------------------------
+
+@pytest.mark.parametrize("names, backend, dtype, bs, hq, hk", [
+    (("softcap", "alibi"), "2d", "f16", 16, 4, 1),
+    (("window", "sinks"), "2d", "bf16", 64, 5, 1),
+    (("qq_bias", "softcap"), "3d", "bf16", 16, 4, 2),
+    (("alibi", "sinks", "window"), "3d", "f16", 64, 8, 2),
+])
+def test_features_on_head_size_256(names, backend, dtype, bs, hq, hk):
+    args = make_inputs([(5, 21), (1, 30)], hq=hq, hk=hk, d=256, bs=bs, dtype=dtype, seed=hq + bs)
+    g = torch.Generator().manual_seed(hq)
+    feats = {}
+    if "softcap" in names:
+        feats["softcap"] = 0.1
+    if "alibi" in names:
+        feats["alibi_slopes"] = torch.rand(hq, generator=g) * 0.5 + 0.05
+    if "qq_bias" in names:
+        feats["qq_bias"] = torch.randn(6, 6, generator=g)
+    if "window" in names:
+        feats["window_size"] = (4, 0)
+    if "sinks" in names:
+        feats["sinks"] = torch.randn(hq, generator=g) + 3.0
+        args["v"] = (args["v"].float() + 1.0).to(args["v"].dtype)
+    args.update(feats)
+    record = au.run_unified_attention_torch(**args, backend=backend)
+    spec = record.plan.specs[0]
+    assert spec.head_size == 256 and record.plan.path == backend
+    want = {"softcap", "alibi", "qq_bias", "sinks"} & set(names) | \
+        ({"sliding_window"} if "window" in names else set())
+    assert set(spec.features) == want
+    _check(args, _ref(args, **feats), _ref(args), dtype, record)
