@@ -151,7 +151,7 @@ def test_mm_prefix_range_matches_the_reference(names, backend, dtype, bs, hq, hk
         feats["sinks"] = torch.randn(hq, generator=g)
     args.update(feats)
     record = au.run_unified_attention_torch(**args, backend=backend, mm_prefix_range=mm)
-    assert record.plan.path == backend and record.plan.specs[0].mm_prefix
+    assert record.plan.path == backend and record.plan.specs[0].mm_prefix_ranges == 2
     _check(args, _ref(args, mm_prefix_range=mm, **feats), _ref(args, **feats), dtype, record)
 
 
@@ -168,6 +168,7 @@ def test_mm_prefix_range_through_rocke_vllm():
     (torch.zeros(3, 1, 2, dtype=torch.int64), r"^mm_prefix_range: dtype must be torch.int32"),
     (torch.zeros(2, 1, 2, dtype=torch.int32), r"^mm_prefix_range: shape must be \[num_seqs"),
     (torch.zeros(3, 1, 3, dtype=torch.int32), r"^mm_prefix_range: shape must be"),
+    (torch.zeros(3, 17, 2, dtype=torch.int32), r"^mm_prefix_range: 17 ranges per sequence exceed"),
     (torch.zeros(3, 2, dtype=torch.int32), r"^mm_prefix_range: shape must be"),
     (torch.zeros(3, 4, 2, dtype=torch.int32)[:, :2], None),   # a sequence-strided view: accepted
     (torch.zeros(2, 3, 2, dtype=torch.int32).transpose(0, 1)[:, :1], r"^mm_prefix_range: .*packed"),
@@ -196,9 +197,9 @@ def test_kernel_args_refuse_ranges_the_kernel_does_not_take():
     from rocke.kernels.gfx942 import attention_tiled_2d as a2
     with pytest.raises(ValueError, match="^mm_prefix_range: the kernel .* does not apply it"):
         mm_prefix_args(a2.UnifiedAttention2DSpec(), torch.zeros(1, 1, 2, dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"^mm_prefix_range: must be an int32 tensor \[num_seqs, max_"):
-        mm_prefix_args(a2.UnifiedAttention2DSpec(mm_prefix=True),
-                       torch.zeros(1, 1, 3, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"^mm_prefix_range: must be an int32 tensor \[num_seqs, 1..2, 2\]"):
+        mm_prefix_args(a2.UnifiedAttention2DSpec(mm_prefix_ranges=2),
+                       torch.zeros(1, 3, 2, dtype=torch.int32))
 
 
 # ---- batch-invariant mode ---------------------------------------------------------------------
@@ -280,15 +281,16 @@ def test_bad_batch_invariant_levers_are_named(monkeypatch, name, value):
 
 
 def test_many_overlapping_mm_ranges():
-    """Ranges are walked at run time: 20 of them, overlapping, some unused, one past the
-    sequence's end (its keys past kv_len stay masked)."""
+    """16 ranges (the most a kernel takes), overlapping, some unused, one past the sequence's
+    end (its keys past kv_len stay masked)."""
     seqs = [(12, 30), (5, 9)]
     args = make_inputs(seqs, hq=2, hk=1, d=64, bs=16, dtype="bf16", seed=21)
     g = torch.Generator().manual_seed(4)
-    raw = torch.randint(0, 34, (2, 20, 2), generator=g, dtype=torch.int32)
+    raw = torch.randint(0, 34, (2, 16, 2), generator=g, dtype=torch.int32)
     raw[0, 0] = torch.tensor([20, 40])               # reaches past kv_len 30
     raw[1, :3] = torch.tensor([[4, 8], [2, 2], [7, 1]])
     record = au.run_unified_attention_torch(**args, mm_prefix_range=raw, backend="2d")
+    assert record.plan.specs[0].mm_prefix_ranges == 16
     ref = _ref(args, mm_prefix_range=raw)
     cu, lens = args["cu_seqlens_q"].tolist(), args["seqused_k"].tolist()
     for s, kv_len in enumerate(lens):          # the reference itself, on overlapping ranges

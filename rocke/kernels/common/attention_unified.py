@@ -112,7 +112,7 @@ class UnifiedAttentionProblem:
         out = dict(softcap=self.softcap > 0, alibi=self.alibi, qq_bias=self.qq_bias,
                    sliding_window=self.window_left >= 0, sinks=self.sinks)
         if self.mm_ranges:       # only when passed: the other kernels' specs stay as they were
-            out["mm_prefix"] = True
+            out["mm_prefix_ranges"] = 1 << (self.mm_ranges - 1).bit_length()   # capacity
         return out
 
     @property
@@ -565,6 +565,11 @@ def _check_feature_tensor(name: str, t, q, shape, dims: str):
         raise ValueError(f"{name}: entries must be finite")
 
 
+# ranges per sequence the kernels take: each is unrolled once per query row before the tile
+# loop (a runtime loop there costs ~40 SGPRs and spills, ALGORITHM.md §12.8)
+MAX_MM_RANGES = 16
+
+
 def check_mm_prefix_range(t, q, num_seqs: int, causal: bool) -> int:
     """vLLM's ``mm_prefix_range``: None, or an int32 ``[num_seqs, max_ranges, 2]`` tensor of
     inclusive ``[start, end]`` key/query positions per sequence (a range with ``start >= end``
@@ -584,6 +589,9 @@ def check_mm_prefix_range(t, q, num_seqs: int, causal: bool) -> int:
     if t.dim() != 3 or t.shape[0] != num_seqs or t.shape[2] != 2 or t.shape[1] < 1:
         raise ValueError(f"mm_prefix_range: shape must be {dims} with num_seqs = {num_seqs} and "
                          f"max_ranges >= 1, got {list(t.shape)}")
+    if t.shape[1] > MAX_MM_RANGES:
+        raise ValueError(f"mm_prefix_range: {t.shape[1]} ranges per sequence exceed the kernels' "
+                         f"{MAX_MM_RANGES} (each is unrolled once per query row)")
     if t.stride(2) != 1 or t.stride(1) != 2:
         raise ValueError(f"mm_prefix_range: each sequence's [start, end] pairs must be packed "
                          f"(strides (*, 2, 1)), got strides {t.stride()}")

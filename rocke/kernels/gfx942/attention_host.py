@@ -80,8 +80,8 @@ def feature_arg_names(spec) -> tuple[str, ...]:
     names = {"softcap": ("softcap",), "alibi": ("alibi_slopes",),
              "qq_bias": ("qq_bias", "qq_bias_stride", "qq_bias_rows"),
              "sliding_window": ("window_left",), "sinks": ("sinks",)}
-    mm = ("mm_prefix_range", "mm_stride_seq", "mm_num_ranges") if getattr(spec, "mm_prefix", False) \
-        else ()
+    mm = ("mm_prefix_range", "mm_stride_seq", "mm_num_ranges") \
+        if getattr(spec, "mm_prefix_ranges", 0) else ()
     return tuple(n for f in spec.features for n in names[f]) + mm
 
 
@@ -124,18 +124,19 @@ def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=N
 
 def mm_prefix_args(spec, t) -> list:
     """The ``mm_prefix_range`` arguments (after the score features): the int32 tensor, its
-    sequence stride and its range count."""
+    sequence stride and its range count (at most the spec's capacity ``mm_prefix_ranges``)."""
     import torch
-    on = getattr(spec, "mm_prefix", False)
-    if (t is not None) != on:
-        state = "applies" if on else "does not apply"
+    capacity = getattr(spec, "mm_prefix_ranges", 0)
+    if (t is not None) != bool(capacity):
+        state = "applies" if capacity else "does not apply"
         raise ValueError(f"mm_prefix_range: the kernel {spec.kernel_name} {state} it, but the call "
                          f"{'passes' if t is not None else 'omits'} it")
-    if not on:
+    if not capacity:
         return []
     if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 3 or \
-            t.shape[2] != 2 or t.shape[1] < 1 or t.stride(2) != 1 or t.stride(1) != 2:
-        raise ValueError(f"mm_prefix_range: must be an int32 tensor [num_seqs, max_ranges, 2] "
+            t.shape[2] != 2 or not 1 <= t.shape[1] <= capacity or t.stride(2) != 1 or \
+            t.stride(1) != 2:
+        raise ValueError(f"mm_prefix_range: must be an int32 tensor [num_seqs, 1..{capacity}, 2] "
                          f"with packed [start, end] pairs, got {getattr(t, 'dtype', type(t).__name__)} "
                          f"{list(getattr(t, 'shape', []))}")
     check_buffer_bytes("mm_prefix_range", t.stride(0) * t.shape[0] * 4, "the mm_prefix_range tensor")

@@ -45,7 +45,7 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         kv_len = a.seqused_k.load(seq)
         ctx = kv_len - q_len
         q_rows = dsl.minimum(q_len - q_start, BQ)        # valid tokens of the block
-        mm = getattr(spec, "mm_prefix", False)
+        mm = getattr(spec, "mm_prefix_ranges", 0)
         # bidirectional ranges may reach keys after the block's queries: walk to the sequence's
         # end, those tiles masked (ALGORITHM.md §12.8)
         kv_end = kv_len if mm else dsl.minimum(kv_len, ctx + q_start + q_rows)

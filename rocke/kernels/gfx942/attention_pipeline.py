@@ -72,31 +72,42 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
         a.window_left = k.arg_i32("window_left")
     if spec.sinks:
         a.sinks = k.arg_ptr("sinks", "f32", readonly=True)
-    if getattr(spec, "mm_prefix", False):
+    if getattr(spec, "mm_prefix_ranges", 0):
         a.mm_prefix_range = k.arg_ptr("mm_prefix_range", "i32", readonly=True)
         a.mm_stride_seq = k.arg_i32("mm_stride_seq")
         a.mm_num_ranges = k.arg_i32("mm_num_ranges")
     return a
 
 
-def mm_prefix_scores(c, scaled, masked, query_pos, keys):
-    """``masked`` with the scores of (query, key) pairs inside one of the sequence's
-    bidirectional ranges restored from ``scaled`` (ALGORITHM.md §12.8: vLLM's (causal AND
-    window) OR in-range). The ranges are walked at run time, two scalar loads each per masked
-    tile, so registers and code do not grow with their count; an unused range (start >= end,
-    vLLM's rule) matches nothing and ``end`` is clipped to the last key (padding keys stay
-    masked)."""
+def mm_row_bounds(c, layout, row_axis, row_origin):
+    """Per score value of ``layout``, the keys its query sees (ALGORITHM.md §12.8) as one
+    inclusive interval ``(lo, hi)``: the bidirectional ranges holding a query all contain it,
+    and so does its causal (windowed) interval, so the union is the interval from the least
+    start to the greatest end. Walked once before the tile loop (a runtime loop over the
+    ranges); an unused range (start >= end, vLLM's rule) holds no query; range ends are
+    clipped to the last key, so padding keys stay masked."""
     k, a = c.k, c.a
+    frag = Fragment.full(k, layout, dsl.i32, 0)
+    rows, _ = _axes(frag, row_axis, row_origin, 0)
+    tok, _ = c.row_token(rows)
+    query_pos = tok + c.ctx
     base = c.seq * a.mm_stride_seq
-    with k.for_range(0, a.mm_num_ranges, carry=(masked,)) as loop:
-        i = loop.index
-        start = a.mm_prefix_range.load(base + 2 * i)
-        end = a.mm_prefix_range.load(base + 2 * i + 1)
-        start = dsl.select(start < end, start, 2 ** 31 - 1)
-        end = dsl.minimum(end, c.kv_len - 1)
-        inside = (query_pos >= start) & (query_pos <= end) & (keys >= start) & (keys <= end)
-        loop.yield_(scaled.where(inside, loop.carry[0]))
-    return loop.results[0]
+    none_lo = Fragment.full(k, layout, dsl.i32, 2 ** 31 - 1).value
+    none_hi = Fragment.full(k, layout, dsl.i32, -1).value
+    lo, hi = none_lo, none_hi
+    for i in range(c.spec.mm_prefix_ranges):
+        # ranges past the call's count (the spec's capacity is a power of two) hold no query
+        used = a.mm_num_ranges > i
+        at = base + 2 * dsl.minimum(a.mm_num_ranges - 1, i)
+        start = a.mm_prefix_range.load(at)
+        end = a.mm_prefix_range.load(at + 1)
+        inside = (query_pos >= start) & (query_pos <= end) & ((start < end) & used)
+        lo = dsl.select(inside, dsl.minimum(lo, start), lo)
+        hi = dsl.select(inside, dsl.maximum(hi, end), hi)
+    # merged with the causal mask and the window, whose interval [qpos - window, qpos] also
+    # holds the query: one interval per query, one unsigned compare per score
+    own_lo = query_pos - c.a.window_left if c.spec.sliding_window else 0
+    return dsl.minimum(lo, own_lo), dsl.maximum(dsl.minimum(hi, c.kv_len - 1), query_pos)
 
 
 def cache_head(spec, head_block):
@@ -328,11 +339,13 @@ class TileLoop:
             scaled = scaled + _qq_bias_values(c, tok, rel, score.layout.values_per_lane) * LOG2E
         if not masked:
             return scaled
+        if getattr(s, "mm_prefix_ranges", 0):    # vLLM: (causal AND window) OR in-range
+            lo, hi = self.mm_rows[group]         # that union, one interval per query
+            visible = (keys - lo).bitcast(dsl.u32) <= (hi - lo).bitcast(dsl.u32)
+            return scaled.where(visible, -math.inf)
         visible = keys <= tok + c.ctx
         if s.sliding_window:
             visible = visible & (keys >= tok + c.ctx - c.a.window_left)
-        if getattr(s, "mm_prefix", False):       # vLLM: (causal AND window) OR in-range
-            return mm_prefix_scores(c, scaled, scaled.where(visible, -math.inf), tok + c.ctx, keys)
         return scaled.where(visible, -math.inf)
 
     def prepare_features(self, row_origins):
@@ -351,6 +364,8 @@ class TileLoop:
         if s.sinks:
             self.sink_rows = [_per_head_rows(c, C, self.row_axis, r0, c.a.sinks, LOG2E)
                               for r0 in row_origins]
+        if getattr(s, "mm_prefix_ranges", 0):
+            self.mm_rows = [mm_row_bounds(c, C, self.row_axis, r0) for r0 in row_origins]
 
     def initial_state(self, group: int, key_axis: int):
         """(m, l) a row starts from: (-inf, 0), or (sink, 1) with sinks (ALGORITHM.md §12.7). In
@@ -417,7 +432,7 @@ class NarrowPath(TileLoop):
         q_lds = self._alloc_q_stage()
         self.warp_row0 = k.wave_id() * s.block_m_per_warp
         self.qk_scale = score_scale(c)
-        if s.features:
+        if s.features or getattr(s, "mm_prefix_ranges", 0):
             self.prepare_features([self.warp_row0 + i * 16 for i in range(self.mq)])
         self.q_ops = []
         if q_lds is not None:
@@ -501,7 +516,7 @@ class TransposedX8Path(TileLoop):
         q_lds = self._alloc_q_stage()
         self.warp_col0 = k.wave_id() * 32
         self.qk_scale = score_scale(c)
-        if s.features:
+        if s.features or getattr(s, "mm_prefix_ranges", 0):
             self.prepare_features([self.warp_col0])
         if q_lds is not None:
             load_q_rows_to_lds(c, q_lds)
