@@ -81,6 +81,10 @@ FEATURES = [
            "sinks + sliding window 64, MHA"),
     decode("bf16", 32, 8, 2, 700, 128, "sinks on long decode (auto: 3D, sink in segment 0)",
            name="features_sinks_decode_bf16_h32kv8_d128"),
+    varlen("features_mqa_g32_fp16_h32kv1_d64", "f16", 32, 1, 64, [(1, 90), (3, 40)],
+           "MQA, a GQA group of 32: two q-head blocks of 16 per KV head"),
+    varlen("features_mm_prefix_bf16_h8kv2_d64", "bf16", 8, 2, 64, [(24, 40), (9, 9), (1, 30)],
+           "mm_prefix_range: bidirectional image ranges inside a causal prefill, GQA 4"),
 ]
 FEATURE_ARGS = {
     "features_softcap_fp16_h8kv2_d128": dict(softcap=0.002),
@@ -89,6 +93,10 @@ FEATURE_ARGS = {
     "features_window_softcap_bf16_h16kv2_d128": dict(window=(31, 0), softcap=0.002),
     "features_sinks_window_fp16_h8kv8_d64": dict(sinks=True, window=(63, 0)),
     "features_sinks_decode_bf16_h32kv8_d128": dict(sinks=True),
+    "features_mqa_g32_fp16_h32kv1_d64": dict(),
+    # per sequence, inclusive [start, end] absolute positions; start >= end = unused
+    "features_mm_prefix_bf16_h8kv2_d64": dict(mm_prefix=[[[20, 33], [2, 6]], [[0, 8], [5, 5]],
+                                                         [[3, 29], [0, 0]]]),
 }
 
 GROUPS = {"default": DEFAULT, "fmha": FMHA, "creative": CREATIVE, "features": FEATURES}

@@ -105,6 +105,8 @@ def feature_inputs(shape: H.Shape, device: str) -> dict:
         out["qq_bias"] = torch.randn(max_q, max_q, generator=gen)
     if spec.get("sinks"):
         out["sinks"] = torch.randn(hq, generator=gen) + 3.0
+    if "mm_prefix" in spec:
+        out["mm_prefix_range"] = torch.tensor(spec["mm_prefix"], dtype=torch.int32)
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
 
 
@@ -128,7 +130,8 @@ def dispatcher_launcher(inputs, backend):
             t["q"], t["k"], t["v"], t["out"], t["cu_seqlens_q"], t["max_seqlen_q"],
             t["seqused_k"], t["max_seqlen_k"], t["softmax_scale"], True,
             f.get("window_size", (-1, -1)), t["block_table"], f.get("softcap", 0.0), None, None,
-            None, f.get("alibi_slopes"), f.get("qq_bias"), f.get("sinks"), backend=backend)
+            None, f.get("alibi_slopes"), f.get("qq_bias"), f.get("sinks"), backend=backend,
+            mm_prefix_range=f.get("mm_prefix_range"))
     return launch
 
 
@@ -145,6 +148,7 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
     from rocke.kernels.common import knobs as knobs_module
     from rocke.kernels.common.checks import fits_one_buffer
     from rocke.kernels.gfx942 import attention_tiled_2d as k2d
+    from rocke.kernels.gfx942.attention_dispatch import split_group
     features = inputs.get("features", {})
     # QQ-bias runs narrow (the dispatcher's rule: the flash layout's per-score gather spills)
     flash = shape.dtype == "f16" and shape.head_size == 128 and "qq_bias" not in features
@@ -158,8 +162,15 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
     else:
         geometry = dict(num_warps=2)
     cache_bytes = inputs["k"].numel() * inputs["k"].element_size()
+    # a group above 16 runs as q-head blocks of at most 16 heads (ALGORITHM.md §7.1)
+    group, split = split_group(shape.group)
+    mm = features.get("mm_prefix_range")
+    extra = dict(group_split=split) if split != 1 else {}
+    if mm is not None:       # the kernel's range capacity: the power of two at or above the count
+        extra["mm_prefix_ranges"] = 1 << (mm.shape[1] - 1).bit_length()
     fields = dict(dtype=shape.dtype, head_size=shape.head_size, block_size=H.BLOCK_SIZE,
-                  num_queries_per_kv=shape.group, kv_addr_64=not fits_one_buffer(cache_bytes), **geometry,
+                  num_queries_per_kv=group, **extra,
+                  kv_addr_64=not fits_one_buffer(cache_bytes), **geometry,
                   softcap="softcap" in features, alibi="alibi_slopes" in features,
                   qq_bias="qq_bias" in features, sliding_window="window_size" in features,
                   sinks="sinks" in features)
@@ -189,8 +200,9 @@ def explicit_2d_launcher(shape, inputs, knobs, device):
                            t["cu_seqlens_q"], t["seqused_k"], t["softmax_scale"],
                            softcap=f.get("softcap", 0.0), alibi_slopes=f.get("alibi_slopes"),
                            qq_bias=f.get("qq_bias"), window_left=f.get("window_size", (-1,))[0],
-                           sinks=f.get("sinks"))
-    grid, block = k2d.launch_geometry(spec, shape.batch, shape.total_q, shape.num_kv_heads)
+                           sinks=f.get("sinks"), mm_prefix_range=f.get("mm_prefix_range"))
+    grid, block = k2d.launch_geometry(spec, shape.batch, shape.total_q,
+                                      shape.num_kv_heads * spec.group_split)
 
     def launch():
         return [runtime.launch(kernel, grid, block, args, device=device)]
