@@ -215,19 +215,22 @@ def _report_reachable(corners: bool, jobs: int) -> None:
     from rocke.kernels.gfx942 import attention_reachable
     specs = attention_reachable.corner_specs() if corners else attention_reachable.reachable_specs()
     items = sorted(specs.items())
+    kinds: dict[str, int] = {}
+    spilling = []
+
+    def tally(results):
+        for name, kind, vs, ss in results:
+            kinds[kind] = kinds.get(kind, 0) + 1
+            if vs or ss:
+                spilling.append((name, vs, ss))
+                click.echo(f"{name}  spills v/s {vs}/{ss}")
     if jobs > 1:
         import multiprocessing
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            results = pool.map(_reachable_info, items, chunksize=4)
+            tally(pool.imap(_reachable_info, items, chunksize=2))
     else:
-        results = [_reachable_info(item) for item in items]
-    kinds: dict[str, int] = {}
-    spilling = []
-    for name, kind, vs, ss in results:
-        kinds[kind] = kinds.get(kind, 0) + 1
-        if vs or ss:
-            spilling.append((name, vs, ss))
-            click.echo(f"{name}  spills v/s {vs}/{ss}")
+        tally(map(_reachable_info, items))
+    results = [None] * sum(kinds.values())
     total = sum(v + s for _, v, s in spilling)
     what = "heaviest reachable" if corners else "reachable"
     click.echo(f"{what} attention specs: {len(results)} ("
