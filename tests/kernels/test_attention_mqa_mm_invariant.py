@@ -335,3 +335,22 @@ def test_features_on_head_size_256(names, backend, dtype, bs, hq, hk):
         ({"sliding_window"} if "window" in names else set())
     assert set(spec.features) == want
     _check(args, _ref(args, **feats), _ref(args), dtype, record)
+
+
+@pytest.mark.parametrize("path, fields", [
+    ("2d", dict(dtype="bf16", head_size=64, num_warps=4, block_m_per_warp=32)),
+    ("2d", dict(dtype="f16", head_size=128, num_warps=4, block_m_per_warp=32, tile_size=32,
+                regime="transposed_x8")),
+    ("3d", dict(dtype="f16", head_size=256, num_warps=1, block_m_per_warp=16)),
+])
+def test_mm_ranges_lds_region_is_in_the_lds_model(path, fields):
+    """The staged ranges are a region of the LDS plan: the model matches the compiled kernel."""
+    from rocke.kernels.gfx942 import attention_tiled_2d as a2
+    from rocke.kernels.gfx942 import attention_tiled_3d as a3
+    cls = a2.UnifiedAttention2DSpec if path == "2d" else a3.UnifiedAttention3DSpec
+    spec = cls(block_size=16, num_queries_per_kv=4, mm_prefix_ranges=8, **fields)
+    plain = cls(block_size=16, num_queries_per_kv=4, **fields)
+    model = a2.lds_model(spec)
+    assert model["mm_ranges"] == 8 * 2 * 4
+    assert sum(model.values()) == au.compiled(spec).info.lds_bytes
+    assert sum(a2.lds_model(plain).values()) == au.compiled(plain).info.lds_bytes

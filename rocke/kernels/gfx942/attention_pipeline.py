@@ -79,35 +79,49 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
     return a
 
 
-def mm_row_bounds(c, layout, row_axis, row_origin):
-    """Per score value of ``layout``, the keys its query sees (ALGORITHM.md §12.8) as one
-    inclusive interval ``(lo, hi)``: the bidirectional ranges holding a query all contain it,
-    and so does its causal (windowed) interval, so the union is the interval from the least
-    start to the greatest end. Walked once before the tile loop (a runtime loop over the
-    ranges); an unused range (start >= end, vLLM's rule) holds no query; range ends are
-    clipped to the last key, so padding keys stay masked."""
+def mm_row_bounds(c, layout, row_axis, row_origins) -> list:
+    """Per row group (``row_origins``) and score value of ``layout``, the keys its query sees
+    (ALGORITHM.md §12.8) as one inclusive interval ``(lo, hi)``: the bidirectional ranges
+    holding a query all contain it, and so does its causal (windowed) interval, so the union is
+    the interval from the least start to the greatest end. Computed once before the tile loop,
+    range by range over every row group; unused ranges (start >= end, vLLM's rule) hold no
+    query; range ends are clipped to the last key, so
+    padding keys stay masked."""
     k, a = c.k, c.a
-    frag = Fragment.full(k, layout, dsl.i32, 0)
-    rows, _ = _axes(frag, row_axis, row_origin, 0)
-    tok, _ = c.row_token(rows)
-    query_pos = tok + c.ctx
-    base = c.seq * a.mm_stride_seq
-    none_lo = Fragment.full(k, layout, dsl.i32, 2 ** 31 - 1).value
-    none_hi = Fragment.full(k, layout, dsl.i32, -1).value
-    lo, hi = none_lo, none_hi
+    query_pos = []
+    for r0 in row_origins:
+        rows, _ = _axes(Fragment.full(k, layout, dsl.i32, 0), row_axis, r0, 0)
+        tok, _ = c.row_token(rows)
+        query_pos.append(tok + c.ctx)
+    bounds = [(Fragment.full(k, layout, dsl.i32, 2 ** 31 - 1).value,
+               Fragment.full(k, layout, dsl.i32, -1).value) for _ in row_origins]
+    # the ranges are staged through LDS and read back into VGPRs: as uniform scalar loads the
+    # compiler hoists all 2 x capacity of them into SGPRs, which spilled. Thread t < 2 x capacity
+    # copies word t; entries past the call's count repeat its last range (the union is unchanged)
+    words = 2 * c.spec.mm_prefix_ranges
+    with k.if_(c.tid < words):
+        t = c.tid
+        last = 2 * a.mm_num_ranges - 2 + (t & 1)
+        word = a.mm_prefix_range.load(c.seq * a.mm_stride_seq + dsl.minimum(t, last))
+        c.mm_lds.store((t >> 1, t & 1), word)
+    k.barrier()
     for i in range(c.spec.mm_prefix_ranges):
-        # ranges past the call's count (the spec's capacity is a power of two) hold no query
-        used = a.mm_num_ranges > i
-        at = base + 2 * dsl.minimum(a.mm_num_ranges - 1, i)
-        start = a.mm_prefix_range.load(at)
-        end = a.mm_prefix_range.load(at + 1)
-        inside = (query_pos >= start) & (query_pos <= end) & ((start < end) & used)
-        lo = dsl.select(inside, dsl.minimum(lo, start), lo)
-        hi = dsl.select(inside, dsl.maximum(hi, end), hi)
+        pair = c.mm_lds.load((i, 0), width=2)
+        start, end = pair[0], pair[1]
+        valid = start < end
+        for g, qpos in enumerate(query_pos):
+            lo, hi = bounds[g]
+            inside = (qpos >= start) & (qpos <= end) & valid
+            bounds[g] = (dsl.select(inside, dsl.minimum(lo, start), lo),
+                         dsl.select(inside, dsl.maximum(hi, end), hi))
+    k.barrier()      # every wave has read the ranges before the Q stage (aliased) overwrites them
     # merged with the causal mask and the window, whose interval [qpos - window, qpos] also
     # holds the query: one interval per query, one unsigned compare per score
-    own_lo = query_pos - c.a.window_left if c.spec.sliding_window else 0
-    return dsl.minimum(lo, own_lo), dsl.maximum(dsl.minimum(hi, c.kv_len - 1), query_pos)
+    out = []
+    for (lo, hi), qpos in zip(bounds, query_pos):
+        own_lo = qpos - c.a.window_left if c.spec.sliding_window else 0
+        out.append((dsl.minimum(lo, own_lo), dsl.maximum(dsl.minimum(hi, c.kv_len - 1), qpos)))
+    return out
 
 
 def cache_head(spec, head_block):
@@ -257,6 +271,9 @@ class TileLoop:
         self.lds_plan = policy.lds_plan(s)
         self.k_lds = self.lds_plan.allocate(k, "k_tile", s.dtype)
         self.v_lds = self.lds_plan.allocate(k, "v_tile" if s.cfv_store else "vt_tile", s.dtype)
+        if self.lds_plan.has("mm_ranges"):      # 16-bit units in the plan, i32 pairs here
+            r = self.lds_plan.region("mm_ranges")
+            self.c.mm_lds = k.lds(r.name, (r.shape[0], 2), dsl.i32)
 
     def _alloc_q_stage(self):
         return self.lds_plan.allocate(self.k, "q_stage", self.spec.dtype) \
@@ -365,7 +382,7 @@ class TileLoop:
             self.sink_rows = [_per_head_rows(c, C, self.row_axis, r0, c.a.sinks, LOG2E)
                               for r0 in row_origins]
         if getattr(s, "mm_prefix_ranges", 0):
-            self.mm_rows = [mm_row_bounds(c, C, self.row_axis, r0) for r0 in row_origins]
+            self.mm_rows = mm_row_bounds(c, C, self.row_axis, row_origins)
 
     def initial_state(self, group: int, key_axis: int):
         """(m, l) a row starts from: (-inf, 0), or (sink, 1) with sinks (ALGORITHM.md §12.7). In
