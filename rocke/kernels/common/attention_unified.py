@@ -568,6 +568,7 @@ def _check_feature_tensor(name: str, t, q, shape, dims: str):
 # ranges per sequence the kernels take: each is unrolled once per query row before the tile
 # loop (a runtime loop there costs ~40 SGPRs and spills, ALGORITHM.md §12.8)
 MAX_MM_RANGES = 16
+MM_POSITION_LIMIT = 2 ** 30     # |start|, |end|: their differences must not overflow int32
 
 
 def check_mm_prefix_range(t, q, num_seqs: int, causal: bool) -> int:
@@ -598,6 +599,9 @@ def check_mm_prefix_range(t, q, num_seqs: int, causal: bool) -> int:
     if not causal:
         raise ValueError("mm_prefix_range: bidirectional ranges widen a causal mask; they need "
                          "causal=True")
+    if t.device.type == "cpu" and t.numel() and int(t.abs().max()) >= MM_POSITION_LIMIT:
+        raise ValueError(f"mm_prefix_range: positions must lie within +-2**30 (the kernels' "
+                         f"range arithmetic), got {int(t.abs().max())}")
     return int(t.shape[1])
 
 

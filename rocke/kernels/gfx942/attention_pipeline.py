@@ -108,12 +108,14 @@ def mm_row_bounds(c, layout, row_axis, row_origins) -> list:
     for i in range(c.spec.mm_prefix_ranges):
         pair = c.mm_lds.load((i, 0), width=2)
         start, end = pair[0], pair[1]
-        valid = start < end
         for g, qpos in enumerate(query_pos):
             lo, hi = bounds[g]
-            inside = (qpos >= start) & (qpos <= end) & valid
-            bounds[g] = (dsl.select(inside, dsl.minimum(lo, start), lo),
-                         dsl.select(inside, dsl.maximum(hi, end), hi))
+            # integer masks, not compares: a compare per value is a 64-bit lane mask in SGPRs,
+            # and 16 ranges of them spilled. outside = -1 unless start <= qpos <= end and
+            # start < end (positions within +-2**30, checked on the host)
+            outside = ((qpos - start) | (end - qpos) | (end - start - 1)) >> 31
+            bounds[g] = (dsl.minimum(lo, (start & ~outside) | (outside & (2 ** 31 - 1))),
+                         dsl.maximum(hi, end | outside))
     k.barrier()      # every wave has read the ranges before the Q stage (aliased) overwrites them
     # merged with the causal mask and the window, whose interval [qpos - window, qpos] also
     # holds the query: one interval per query, one unsigned compare per score
