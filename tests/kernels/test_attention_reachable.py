@@ -82,3 +82,29 @@ def test_report_reachable_prints_one_summary_line_and_fails_on_spills(monkeypatc
     assert result.exit_code == 0 and result.output.strip().endswith("; 0 spill (0 spills)")
     bad = CliRunner().invoke(cli.main, ["report", "--corners"])
     assert bad.exit_code == 2 and "--corners and --jobs go with --reachable" in bad.output
+
+
+# The heaviest reachable spec (every feature on, 16 mm ranges) of each geometry the dispatcher
+# picks, at block 16, plus the combination the issue measured spilling (fp16 2D wide4 softcap +
+# sliding window: 19 SGPR spills before): compiled here (on-disk cache; ~3 s each cold), the
+# whole enumeration by `rocke report --reachable`.
+SAMPLE = [
+    ("2d", "f16", 64, 4, ("softcap", "alibi", "sliding_window", "sinks", "mm_prefix")),     # wide4
+    ("2d", "f16", 128, 2, ("softcap", "alibi", "sliding_window", "sinks", "mm_prefix")),    # wide2
+    ("2d", "f16", 128, 0, ("softcap", "alibi", "sliding_window", "sinks", "mm_prefix")),    # L4
+    ("2d", "bf16", 64, 4, reach.FEATURES),          # narrow 4 x 32 rows
+    ("2d", "bf16", 128, 4, reach.FEATURES),         # narrow 2 x 16 rows
+    ("2d", "f16", 256, 4, reach.FEATURES),          # narrow d256
+    ("3d", "bf16", 256, 4, reach.FEATURES),
+    ("3d", "f16", 64, 4, reach.FEATURES),
+    ("2d", "f16", 64, 4, ("softcap", "sliding_window")),
+]
+
+
+@pytest.mark.parametrize("path, dtype, d, wide, feats", SAMPLE)
+def test_heaviest_reachable_specs_do_not_spill(reachable, path, dtype, d, wide, feats):
+    p = reach.problem_of(dtype, d, 16, None, feats)
+    (spec, *rest) = dispatch.plan(p, path, AttentionKnobs(flash_wide=wide)).specs
+    assert spec.kernel_name in reachable
+    info = au.compiled(spec).info
+    assert (info.vgpr_spills, info.sgpr_spills) == (0, 0), spec.kernel_name
