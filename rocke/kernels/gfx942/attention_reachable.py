@@ -69,13 +69,14 @@ def reachable_specs() -> dict:
 
 
 def corner_specs() -> dict:
-    """The heaviest spec of each (path, geometry, dtype, head size, block size, cache encoding):
-    every feature on -- the test's share of the enumeration (``rocke report --reachable``
-    compiles it all)."""
+    """The heaviest specs of each (path, geometry, dtype, head size, block size, cache
+    encoding): every feature on, with and without QQ-bias (it pins 2D to narrow) and with and
+    without mm ranges (their one-compare mask replaces the causal + window compares, so the
+    kernel without them can be the heavier)."""
     out = {}
     for dtype, d, bs, kv in itertools.product(a2.DTYPES, a2.HEAD_SIZES, a2.BLOCK_SIZES, KV_DTYPES):
-        for without_qq in (False, True):      # QQ-bias pins 2D to narrow: both geometries
-            feats = tuple(f for f in FEATURES if not (without_qq and f == "qq_bias"))
+        for drop in ((), ("qq_bias",), ("mm_prefix",), ("qq_bias", "mm_prefix")):
+            feats = tuple(f for f in FEATURES if f not in drop)
             p = problem_of(dtype, d, bs, kv, feats)
             for path in PATHS:
                 for wide in FLASH_GEOMETRIES:
