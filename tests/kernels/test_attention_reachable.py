@@ -108,3 +108,16 @@ def test_heaviest_reachable_specs_do_not_spill(reachable, path, dtype, d, wide, 
     assert spec.kernel_name in reachable
     info = au.compiled(spec).info
     assert (info.vgpr_spills, info.sgpr_spills) == (0, 0), spec.kernel_name
+
+
+def test_a_window_with_other_features_masks_by_interval_and_does_not_spill():
+    """fp16 wide4 with an fp8 cache, softcap, ALiBi, window and sinks spilled 110 SGPRs with the
+    two-compare window mask; the dispatcher now picks the interval mask (alone: shipped kernel)."""
+    p = reach.problem_of("f16", 64, 16, "fp8_e4m3fnuz", ("softcap", "alibi", "sliding_window",
+                                                          "sinks"), mm_ranges=0)
+    (spec,) = dispatch.plan(p, "2d", AttentionKnobs()).specs
+    assert spec.interval_mask and spec.transposed_x8
+    info = au.compiled(spec).info
+    assert (info.vgpr_spills, info.sgpr_spills) == (0, 0), spec.kernel_name
+    alone = reach.problem_of("f16", 64, 16, None, ("sliding_window",), mm_ranges=0)
+    assert not dispatch.plan(alone, "2d", AttentionKnobs()).specs[0].interval_mask

@@ -273,6 +273,8 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
         wanted.update(regime=policy.TRANSPOSED_X8)
     if split != 1:
         wanted.update(group_split=split)
+    if needs_interval_mask(problem):
+        wanted.update(interval_mask=True)
     missing = sorted(set(wanted) - have)
     if missing:      # never drop a geometry field silently: the kernel would run another geometry
         raise NotImplementedError(f"{cls.__name__} lacks the dispatcher's fields {missing}")
@@ -284,6 +286,16 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
     if geo.path == "2d":
         return (spec,)
     return (spec, reduce_segments.ReduceSegmentsSpec(problem.dtype, problem.head_size))
+
+
+def needs_interval_mask(p: UnifiedAttentionProblem) -> bool:
+    """A sliding window combined with another feature or an fp8 cache masks with one interval
+    per query row (spec ``interval_mask``): the two window compares and the per-score token
+    division of the plain mask filled the SGPRs (lane masks) and spilled, up to 110 SGPRs on
+    fp16 wide4 with an fp8 cache (``rocke report --reachable --corners``). A window alone keeps
+    the shipped kernels; mm ranges already mask by interval."""
+    return p.window_left >= 0 and not p.mm_ranges and (len(p.features) > 1 or
+                                                        p.kv_dtype is not None)
 
 
 def split_group(group: int) -> tuple[int, int]:

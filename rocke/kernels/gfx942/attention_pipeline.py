@@ -99,12 +99,13 @@ def mm_row_bounds(c, layout, row_axis, row_origins) -> list:
     # compiler hoists all 2 x capacity of them into SGPRs, which spilled. Thread t < 2 x capacity
     # copies word t; entries past the call's count repeat its last range (the union is unchanged)
     words = 2 * c.spec.mm_prefix_ranges
-    with k.if_(c.tid < words):
-        t = c.tid
-        last = 2 * a.mm_num_ranges - 2 + (t & 1)
-        word = a.mm_prefix_range.load(c.seq * a.mm_stride_seq + dsl.minimum(t, last))
-        c.mm_lds.store((t >> 1, t & 1), word)
-    k.barrier()
+    if words:
+        with k.if_(c.tid < words):
+            t = c.tid
+            last = 2 * a.mm_num_ranges - 2 + (t & 1)
+            word = a.mm_prefix_range.load(c.seq * a.mm_stride_seq + dsl.minimum(t, last))
+            c.mm_lds.store((t >> 1, t & 1), word)
+        k.barrier()
     for i in range(c.spec.mm_prefix_ranges):
         pair = c.mm_lds.load((i, 0), width=2)
         start, end = pair[0], pair[1]
@@ -116,7 +117,8 @@ def mm_row_bounds(c, layout, row_axis, row_origins) -> list:
             outside = ((qpos - start) | (end - qpos) | (end - start - 1)) >> 31
             bounds[g] = (dsl.minimum(lo, (start & ~outside) | (outside & (2 ** 31 - 1))),
                          dsl.maximum(hi, end | outside))
-    k.barrier()      # every wave has read the ranges before the Q stage (aliased) overwrites them
+    if words:
+        k.barrier()  # every wave has read the ranges before the Q stage (aliased) overwrites them
     # merged with the causal mask and the window, whose interval [qpos - window, qpos] also
     # holds the query: one interval per query, one unsigned compare per score
     out = []
@@ -358,7 +360,8 @@ class TileLoop:
             scaled = scaled + _qq_bias_values(c, tok, rel, score.layout.values_per_lane) * LOG2E
         if not masked:
             return scaled
-        if getattr(s, "mm_prefix_ranges", 0):    # vLLM: (causal AND window) OR in-range
+        if getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
+            # vLLM's (causal AND window) OR in-range, as one interval per query row
             lo, hi = self.mm_rows[group]         # that union, one interval per query
             visible = (keys - lo).bitcast(dsl.u32) <= (hi - lo).bitcast(dsl.u32)
             return scaled.where(visible, -math.inf)
@@ -383,7 +386,7 @@ class TileLoop:
         if s.sinks:
             self.sink_rows = [_per_head_rows(c, C, self.row_axis, r0, c.a.sinks, LOG2E)
                               for r0 in row_origins]
-        if getattr(s, "mm_prefix_ranges", 0):
+        if getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
             self.mm_rows = mm_row_bounds(c, C, self.row_axis, row_origins)
 
     def initial_state(self, group: int, key_axis: int):
@@ -451,7 +454,7 @@ class NarrowPath(TileLoop):
         q_lds = self._alloc_q_stage()
         self.warp_row0 = k.wave_id() * s.block_m_per_warp
         self.qk_scale = score_scale(c)
-        if s.features or getattr(s, "mm_prefix_ranges", 0):
+        if s.features or getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
             self.prepare_features([self.warp_row0 + i * 16 for i in range(self.mq)])
         self.q_ops = []
         if q_lds is not None:
@@ -535,7 +538,7 @@ class TransposedX8Path(TileLoop):
         q_lds = self._alloc_q_stage()
         self.warp_col0 = k.wave_id() * 32
         self.qk_scale = score_scale(c)
-        if s.features or getattr(s, "mm_prefix_ranges", 0):
+        if s.features or getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
             self.prepare_features([self.warp_col0])
         if q_lds is not None:
             load_q_rows_to_lds(c, q_lds)

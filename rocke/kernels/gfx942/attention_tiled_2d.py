@@ -95,6 +95,9 @@ class UnifiedAttention2DSpec:
     # capacity (0 = off; a power of two, at least the call's range count), the ranges being
     # unrolled once per row before the tile loop (ALGORITHM.md §12.8)
     mm_prefix_ranges: int = 0
+    # the causal (+ window) mask as one interval per query row, precomputed before the tile
+    # loop: one unsigned compare per score and no per-score token division (ALGORITHM.md §12.8)
+    interval_mask: bool = False
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -154,7 +157,7 @@ class UnifiedAttention2DSpec:
                  ("cfv", self.cfv_store), ("a64", self.kv_addr_64), ("kvfp8", self.fp8_kv)]
         flags += [(tag, getattr(self, name)) for name, tag in FEATURES.items()]
         flags += [("gs", self.group_split if self.group_split != 1 else False),
-                  ("mm", self.mm_prefix_ranges)]
+                  ("mm", self.mm_prefix_ranges), ("im", self.interval_mask)]
         for tag, value in flags:
             if value is True:
                 name += f"_{tag}"
@@ -198,6 +201,7 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_int_range, "waves_per_eu", spec.waves_per_eu, 0, 8)
     ok &= rule(check_int_range, "group_split", spec.group_split, 1, MAX_GROUP_SPLIT)
     ok &= rule(check_choice, "mm_prefix_ranges", spec.mm_prefix_ranges, MM_RANGE_CAPACITIES)
+    ok &= rule(check_bool, "interval_mask", spec.interval_mask)
     ok &= rule(check_choice, "kv_cache_policy", spec.kv_cache_policy, tuple(CACHE_POLICIES))
     if spec.kv_dtype is not None:
         ok &= rule(check_choice, "kv_dtype", spec.kv_dtype, KV_DTYPES)
