@@ -91,6 +91,10 @@ FEATURES = [
            "int8 cache with per-token-head scales, GQA 8"),
     decode("bf16", 16, 4, 2, 600, 128, "fp8 per-token-head cache + fp8 output + sinks on decode "
            "(auto: 3D, reduce_segments quantizes)", name="features_fp8_tok_out_fp8_bf16_h16kv4_d128"),
+    varlen("features_mqa_g32_fp16_h32kv1_d64", "f16", 32, 1, 64, [(1, 90), (3, 40)],
+           "MQA, a GQA group of 32: two q-head blocks of 16 per KV head"),
+    varlen("features_mm_prefix_bf16_h8kv2_d64", "bf16", 8, 2, 64, [(24, 40), (9, 9), (1, 30)],
+           "mm_prefix_range: bidirectional image ranges inside a causal prefill, GQA 4"),
 ]
 FEATURE_ARGS = {
     "features_softcap_fp16_h8kv2_d128": dict(softcap=0.002),
@@ -104,6 +108,10 @@ FEATURE_ARGS = {
     "features_int8_tok_fp16_h8kv1_d64": dict(kv_quant_mode="int8_per_token_head"),
     "features_fp8_tok_out_fp8_bf16_h16kv4_d128": dict(kv_quant_mode="fp8_per_token_head",
                                                       output_scale=0.005, sinks=True),
+    "features_mqa_g32_fp16_h32kv1_d64": dict(),
+    # per sequence, inclusive [start, end] absolute positions; start >= end = unused
+    "features_mm_prefix_bf16_h8kv2_d64": dict(mm_prefix=[[[20, 33], [2, 6]], [[0, 8], [5, 5]],
+                                                         [[3, 29], [0, 0]]]),
 }
 
 GROUPS = {"default": DEFAULT, "fmha": FMHA, "creative": CREATIVE, "features": FEATURES}

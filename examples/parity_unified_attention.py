@@ -113,6 +113,8 @@ def feature_inputs(shape: H.Shape, device: str) -> dict:
         out["output_scale"] = torch.tensor([spec["output_scale"]])
     if "kv_quant_mode" in spec:
         out["kv_quant_mode"] = spec["kv_quant_mode"]
+    if "mm_prefix" in spec:
+        out["mm_prefix_range"] = torch.tensor(spec["mm_prefix"], dtype=torch.int32)
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
 
 
@@ -171,7 +173,7 @@ def dispatcher_launcher(inputs, backend):
             t["seqused_k"], t["max_seqlen_k"], t["softmax_scale"], True,
             f.get("window_size", (-1, -1)), t["block_table"], f.get("softcap", 0.0), None, None,
             None, f.get("alibi_slopes"), f.get("qq_bias"), f.get("sinks"), backend=backend,
-            **{k: f[k] for k in QUANT_ARGS if k in f})
+            **{k: f[k] for k in QUANT_ARGS if k in f}, mm_prefix_range=f.get("mm_prefix_range"))
     return launch
 
 
@@ -191,6 +193,7 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
     from rocke.kernels.common import knobs as knobs_module
     from rocke.kernels.common.checks import fits_one_buffer
     from rocke.kernels.gfx942 import attention_tiled_2d as k2d
+    from rocke.kernels.gfx942.attention_dispatch import split_group
     features = inputs.get("features", {})
     # QQ-bias runs narrow (the dispatcher's rule: the flash layout's per-score gather spills)
     flash = shape.dtype == "f16" and shape.head_size == 128 and "qq_bias" not in features
@@ -204,8 +207,15 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
     else:
         geometry = dict(num_warps=2)
     cache_bytes = inputs["k"].numel() * inputs["k"].element_size()
+    # a group above 16 runs as q-head blocks of at most 16 heads (ALGORITHM.md §7.1)
+    group, split = split_group(shape.group)
+    mm = features.get("mm_prefix_range")
+    extra = dict(group_split=split) if split != 1 else {}
+    if mm is not None:       # the kernel's range capacity: the power of two at or above the count
+        extra["mm_prefix_ranges"] = 1 << (mm.shape[1] - 1).bit_length()
     fields = dict(dtype=shape.dtype, head_size=shape.head_size, block_size=H.BLOCK_SIZE,
-                  num_queries_per_kv=shape.group, kv_addr_64=not fits_one_buffer(cache_bytes), **geometry,
+                  num_queries_per_kv=group, **extra,
+                  kv_addr_64=not fits_one_buffer(cache_bytes), **geometry,
                   softcap="softcap" in features, alibi="alibi_slopes" in features,
                   qq_bias="qq_bias" in features, sliding_window="window_size" in features,
                   sinks="sinks" in features, alibi_sqrt=features.get("use_alibi_sqrt", False),
@@ -253,8 +263,10 @@ def explicit_2d_launcher(shape, inputs, knobs, device):
                            softcap=f.get("softcap", 0.0), alibi_slopes=f.get("alibi_slopes"),
                            qq_bias=f.get("qq_bias"), window_left=f.get("window_size", (-1,))[0],
                            sinks=f.get("sinks"), output_scale=f.get("output_scale"),
-                           k_scale_cache=f.get("k_scale_cache"), v_scale_cache=f.get("v_scale_cache"))
-    grid, block = k2d.launch_geometry(spec, shape.batch, shape.total_q, shape.num_kv_heads)
+                           k_scale_cache=f.get("k_scale_cache"), v_scale_cache=f.get("v_scale_cache"),
+                           mm_prefix_range=f.get("mm_prefix_range"))
+    grid, block = k2d.launch_geometry(spec, shape.batch, shape.total_q,
+                                      shape.num_kv_heads * spec.group_split)
 
     def launch():
         return [runtime.launch(kernel, grid, block, args, device=device)]

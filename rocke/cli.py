@@ -152,8 +152,23 @@ def emit(variant, fmt, output):
 @main.command()
 @click.argument("variants", nargs=-1)
 @click.option("--no-cache", is_flag=True, help="compile from scratch, bypassing the on-disk cache")
-def report(variants, no_cache):
+@click.option("--reachable", is_flag=True,
+              help="instead of the shipped variants: every attention spec the dispatcher can reach "
+                   "(features x geometry x dtype x head size x block size x cache encoding); "
+                   "prints the spilling ones and a one-line summary")
+@click.option("--corners", is_flag=True,
+              help="with --reachable: only the heaviest spec (every feature on) of each class")
+@click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="with --reachable: compile in this many processes")
+def report(variants, no_cache, reachable, corners, jobs):
     """Compile variants (default: all) and print their resource report with occupancy."""
+    if reachable:
+        if variants:
+            raise click.UsageError("--reachable enumerates its own specs: name no variants")
+        _report_reachable(corners, jobs)
+        return
+    if corners or jobs != 1:
+        raise click.UsageError("--corners and --jobs go with --reachable")
     spills = 0
     rows = []
     advice = []
@@ -185,6 +200,44 @@ def report(variants, no_cache):
         raise SystemExit(EXIT_CHECK_FAILED)
     if not variants:
         _exit_for_broken_families()
+
+
+def _reachable_info(item):
+    from rocke.kernels.common.attention_unified import compiled
+    name, spec = item
+    i = compiled(spec).info
+    return name, type(spec).__name__, i.vgpr_spills, i.sgpr_spills
+
+
+def _report_reachable(corners: bool, jobs: int) -> None:
+    """``report --reachable``: compile every reachable attention spec (or each class's
+    heaviest) and summarise its spills in one line; exit 1 when any spills."""
+    from rocke.kernels.gfx942 import attention_reachable
+    specs = attention_reachable.corner_specs() if corners else attention_reachable.reachable_specs()
+    items = sorted(specs.items())
+    kinds: dict[str, int] = {}
+    spilling = []
+
+    def tally(results):
+        for name, kind, vs, ss in results:
+            kinds[kind] = kinds.get(kind, 0) + 1
+            if vs or ss:
+                spilling.append((name, vs, ss))
+                click.echo(f"{name}  spills v/s {vs}/{ss}")
+    if jobs > 1:
+        import multiprocessing
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            tally(pool.imap(_reachable_info, items, chunksize=2))
+    else:
+        tally(map(_reachable_info, items))
+    results = [None] * sum(kinds.values())
+    total = sum(v + s for _, v, s in spilling)
+    what = "heaviest reachable" if corners else "reachable"
+    click.echo(f"{what} attention specs: {len(results)} ("
+               + ", ".join(f"{n} {k.removesuffix('Spec')}" for k, n in sorted(kinds.items()))
+               + f"); {len(spilling)} spill ({total} spills)")
+    if spilling:
+        raise SystemExit(EXIT_CHECK_FAILED)
 
 
 @main.group()

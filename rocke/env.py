@@ -34,6 +34,9 @@ LEVERS: dict[str, tuple[str, str]] = {
                              "| sync (also check right after each call: a synchronisation per "
                              "call, for debugging) | off (no guard launch; the kernels still never "
                              "read outside the cache)"),
+    "ROCKE_BATCH_INVARIANT": ("0", "1: unified attention's output bits for a sequence do not "
+                              "depend on the rest of the batch (the 2D path only, no split-KV); "
+                              "rocke.vllm also honours vLLM's VLLM_BATCH_INVARIANT"),
     "ROCKE_PREBUILT": ("rocke/prebuilt/<processor> in the package", "bundle of prebuilt code "
                        "objects (`rocke aot build`): a directory, or off"),
 }
@@ -213,3 +216,34 @@ def check_metadata() -> str:
         raise ValueError(f"ROCKE_CHECK_METADATA must be one of {', '.join(CHECK_METADATA_MODES)}, "
                          f"got {value!r}")
     return value
+
+
+# vLLM's own switch for reproducible serving (vllm/envs.py), honoured by rocke.vllm only
+VLLM_BATCH_INVARIANT = "VLLM_BATCH_INVARIANT"
+
+
+def _flag(name: str, value: str | None) -> bool:
+    if value is None or value == "0":
+        return False
+    if value == "1":
+        return True
+    raise ValueError(f"{name} must be 0 or 1, got {value!r}")
+
+
+def batch_invariant() -> bool:
+    """``ROCKE_BATCH_INVARIANT=1``: unified attention plans each call so that a sequence's output
+    bits do not depend on the other sequences of the batch (ALGORITHM.md §10.4)."""
+    return _flag("ROCKE_BATCH_INVARIANT", raw("ROCKE_BATCH_INVARIANT"))
+
+
+def vllm_batch_invariant() -> bool:
+    """vLLM's ``VLLM_BATCH_INVARIANT`` (read as vLLM does: an int, non-zero = on), honoured by
+    ``rocke.vllm`` in addition to ``ROCKE_BATCH_INVARIANT``."""
+    value = os.environ.get(VLLM_BATCH_INVARIANT)
+    if not value:
+        return False
+    try:
+        return int(value) != 0
+    except ValueError:
+        raise ValueError(f"{VLLM_BATCH_INVARIANT} must be an integer (vLLM reads it with int()), "
+                         f"got {value!r}") from None

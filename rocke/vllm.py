@@ -12,7 +12,8 @@ vllm/v1/attention/ops/triton_unified_attention.py (late 2026), with vLLM's 3D ru
 path runs only when the caller passes `seq_threshold_3D`, `num_par_softmax_segments` and the three
 softmax workspaces, the batch is decode-only (`max_seqlen_q <= 1`) and `num_seqs <=
 seq_threshold_3D`; it then uses the caller's workspaces and segment count as given. Otherwise the
-2D kernel runs. Arguments rocke's kernels do not implement yet are refused before anything is
+2D kernel runs; with vLLM's `VLLM_BATCH_INVARIANT=1` (or `ROCKE_BATCH_INVARIANT=1`) it never
+runs, as in vLLM. Arguments rocke's kernels do not implement yet are refused before anything is
 launched, naming the argument; `out` is then untouched.
 
 `torch.ops.rocke.unified_attention` is the same call as a torch custom op (it mutates `out`, has a
@@ -26,6 +27,7 @@ from typing import Optional
 import torch
 from torch import Tensor      # at module scope: torch.library reads the op's annotations
 
+from . import env
 from .kernels.common import attention_unified as au
 
 
@@ -64,13 +66,10 @@ def _mode_name(kv_quant_mode) -> str:
                      f"{kv_quant_mode!r}")
 
 
-def _refuse_unimplemented(output_scale, mm_prefix_range, use_alibi_sqrt, kv_quant_mode,
+def _refuse_unimplemented(output_scale, use_alibi_sqrt, kv_quant_mode,
                           k_scale_cache, v_scale_cache, k) -> str:
     """NotImplementedError naming the first argument rocke's kernels do not implement yet;
     returns the mode's member name."""
-    if mm_prefix_range is not None:
-        raise NotImplementedError("mm_prefix_range: bidirectional multimodal prefix ranges are not "
-                                  "implemented by rocke's kernels yet; pass None")
     if not isinstance(use_alibi_sqrt, bool):
         raise ValueError(f"use_alibi_sqrt: must be a bool, got {use_alibi_sqrt!r}")
     mode = _mode_name(kv_quant_mode)
@@ -89,13 +88,19 @@ def _refuse_unimplemented(output_scale, mm_prefix_range, use_alibi_sqrt, kv_quan
 
 
 def uses_3d(max_seqlen_q, num_seqs: int, seq_threshold_3D, num_par_softmax_segments,
-            softmax_segm_output, softmax_segm_max, softmax_segm_expsum) -> bool:
-    """vLLM's rule for the split-KV (3D) path: every 3D argument given, a decode-only batch, and
-    no more sequences than the threshold."""
+            softmax_segm_output, softmax_segm_max, softmax_segm_expsum,
+            batch_invariant: bool = False) -> bool:
+    """vLLM's rule for the split-KV (3D) path: every 3D argument given, a decode-only batch, no
+    more sequences than the threshold, and not in batch-invariant mode."""
     return not (seq_threshold_3D is None or num_par_softmax_segments is None
                 or softmax_segm_output is None or softmax_segm_max is None
                 or softmax_segm_expsum is None or max_seqlen_q > 1
-                or num_seqs > seq_threshold_3D)
+                or num_seqs > seq_threshold_3D or batch_invariant)
+
+
+def batch_invariant() -> bool:
+    """Batch-invariant mode: ``ROCKE_BATCH_INVARIANT=1`` or vLLM's ``VLLM_BATCH_INVARIANT=1``."""
+    return env.batch_invariant() or env.vllm_batch_invariant()
 
 
 def unified_attention(
@@ -108,11 +113,11 @@ def unified_attention(
     """vLLM's `unified_attention` on rocke's gfx942 kernels; `out` is written in place.
 
     Every argument is checked before any launch; what rocke does not implement yet
-    (`mm_prefix_range`, the sub-byte and NVFP4 `kv_quant_mode`s) is refused naming the argument.
-    `output_scale` (fp8 `out`), `use_alibi_sqrt` and the per-token-head modes with their scale
-    caches run (ALGORITHM.md §13); in those modes `k_descale`/`v_descale` are not read, as in
-    vLLM's kernel."""
-    mode = _refuse_unimplemented(output_scale, mm_prefix_range, use_alibi_sqrt, kv_quant_mode,
+    (the sub-byte and NVFP4 `kv_quant_mode`s) is refused naming the argument.
+    `output_scale` (fp8 `out`), `use_alibi_sqrt`, the per-token-head modes with their scale
+    caches (ALGORITHM.md §13) and `mm_prefix_range` (§12.8) run; in the per-token-head modes
+    `k_descale`/`v_descale` are not read, as in vLLM's kernel."""
+    mode = _refuse_unimplemented(output_scale, use_alibi_sqrt, kv_quant_mode,
                                  k_scale_cache, v_scale_cache, k)
     quant = dict(output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
                  kv_quant_mode=mode.lower(), k_scale_cache=k_scale_cache,
@@ -128,12 +133,14 @@ def unified_attention(
         else 0     # describe_problem names what is wrong with it
     if not isinstance(max_seqlen_q, int) or isinstance(max_seqlen_q, bool):
         raise ValueError(f"max_seqlen_q: must be an int, got {max_seqlen_q!r}")
+    invariant = batch_invariant()
     if not uses_3d(max_seqlen_q, num_seqs, seq_threshold_3D, num_par_softmax_segments,
-                   softmax_segm_output, softmax_segm_max, softmax_segm_expsum):
+                   softmax_segm_output, softmax_segm_max, softmax_segm_expsum, invariant):
         au.run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
                                        max_seqlen_k, softmax_scale, causal, window_size,
                                        block_table, softcap, q_descale, k_descale, v_descale,
-                                       alibi_slopes, qq_bias, sinks, backend="2d", **quant)
+                                       alibi_slopes, qq_bias, sinks, backend="2d", **quant,
+                                       mm_prefix_range=mm_prefix_range, batch_invariant=invariant)
         return
     # vLLM's 3D contract: the caller's segment count and workspaces, as given (graph replay
     # keys them as the caller's tensors, so a captured decode step allocates nothing)
@@ -143,7 +150,8 @@ def unified_attention(
                                    qq_bias, sinks, backend="3d",
                                    segm_workspaces=(softmax_segm_output, softmax_segm_max,
                                                     softmax_segm_expsum),
-                                   num_segments=num_par_softmax_segments, **quant)
+                                   num_segments=num_par_softmax_segments, **quant,
+                                   mm_prefix_range=mm_prefix_range, batch_invariant=invariant)
 
 
 # ---- torch.ops.rocke.unified_attention ---------------------------------------------------------
@@ -181,5 +189,5 @@ def _register_torch_op():
 
 unified_attention_op = _register_torch_op()
 
-__all__ = ["unified_attention", "KVQuantMode", "SUPPORTED_KV_QUANT_MODES", "uses_3d",
+__all__ = ["unified_attention", "KVQuantMode", "SUPPORTED_KV_QUANT_MODES", "uses_3d", "batch_invariant",
            "unified_attention_op"]

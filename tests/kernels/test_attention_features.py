@@ -168,7 +168,8 @@ def test_problem_features_reach_the_spec_and_its_name():
     for path in ("2d", "3d"):
         spec = dispatch.make_specs(p, dispatch.geometry(p, path, sms=MI300X_SMS), au.AttentionKnobs())[0]
         assert spec.features == ("softcap", "sliding_window", "sinks")
-        assert spec.kernel_name.endswith("_softcap_swa_sinks")
+        # a window with other features masks by row interval (dispatch.needs_interval_mask)
+        assert spec.kernel_name.endswith("_softcap_swa_sinks_im") and spec.interval_mask
 
 
 def test_featureless_spec_name_is_unchanged():

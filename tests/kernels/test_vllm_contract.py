@@ -97,7 +97,6 @@ def test_2d_runs_otherwise_and_the_workspaces_stay_untouched(why):
 
 
 @pytest.mark.parametrize("argument,value", [
-    ("mm_prefix_range", torch.zeros(2, 1, 2, dtype=torch.int32)),
     ("kv_quant_mode", KVQuantMode.INT4_PER_TOKEN_HEAD),
     ("kv_quant_mode", KVQuantMode.INT2_PER_TOKEN_HEAD),
     ("kv_quant_mode", KVQuantMode.NVFP4),

@@ -53,8 +53,8 @@ def _strided_q(a):
     return a
 
 
-def _gqa_32_to_1(a):
-    a["q"] = torch.zeros(a["q"].shape[0], 64, 64, dtype=a["q"].dtype)
+def _gqa_257_to_1(a):          # groups above 16 run split over q-head blocks, up to 256
+    a["q"] = torch.zeros(a["q"].shape[0], 2 * 257, 64, dtype=a["q"].dtype)
     a["out"] = torch.zeros_like(a["q"])
     return a
 
@@ -92,7 +92,7 @@ CASES = [
     ("q_head_size_strided", _strided_q, ValueError, r"q: the last .* stride 1"),
     ("k_rows_overlap", _tensor("k", lambda t, a: t.as_strided(t.shape, (64, 64, 64, 1))), ValueError,
      r"k: not row-major"),
-    ("gqa_group_too_large", _gqa_32_to_1, ValueError, r"q: a GQA group of 32 .* exceeds .* 16"),
+    ("gqa_group_too_large", _gqa_257_to_1, ValueError, r"q: a GQA group of 257 .* exceeds .* 256"),
     ("gqa_not_dividing", _gqa_5_over_2, ValueError,
      r"num_q_heads 5 is not a multiple of .*num_kv_heads 2"),
     ("causal_q_longer_than_kv", _ints("seqused_k", [2, 33, 4]),

@@ -20,14 +20,16 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
                    *, causal: bool = True, window_size=(-1, -1), softcap: float = 0.0,
                    alibi_slopes=None, qq_bias=None, sinks=None, q_descale=None, k_descale=None,
                    v_descale=None, alibi_sqrt: bool = False, k_scale_cache=None,
-                   v_scale_cache=None, output_scale=None) -> torch.Tensor:
+                   v_scale_cache=None, output_scale=None, mm_prefix_range=None) -> torch.Tensor:
     """fp32 ``[total_q, num_q_heads, head_size]`` attention output.
 
     q ``[total_q, Hq, D]``; k/v caches ``[num_blocks, block_size, Hk, D]``; ``cu_seqlens_q``
     ``[num_seqs + 1]`` int32 prefix sums; ``seqused_k`` ``[num_seqs]`` KV lengths;
     ``block_table`` ``[num_seqs, max_blocks]``. ``window_size = (left, right)`` as vLLM passes
     it: ``left >= 0`` masks keys more than ``left`` positions before the query, ``right >= 0``
-    keys more than ``right`` after it. Descales multiply the (dequantized) q / k / v: a scalar,
+    keys more than ``right`` after it. ``mm_prefix_range`` ``[num_seqs, R, 2]`` (vLLM's): a
+    query and a key both inside one inclusive ``[start, end]`` range of absolute positions
+    (``start < end``) see each other whatever the causal mask and window say. Descales multiply the (dequantized) q / k / v: a scalar,
     ``[1]``, or per KV head ``[num_seqs, Hk]`` / ``[Hk]`` (the first row is used).
 
     ALGORITHM.md §13 (vLLM's semantics): ``alibi_sqrt`` makes the ALiBi term
@@ -86,6 +88,12 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
             masked |= key_pos[None, :] < query_pos[:, None] - left
         if right >= 0:
             masked |= key_pos[None, :] > query_pos[:, None] + right
+        if mm_prefix_range is not None:                                        # 6b. mm ranges
+            for start, end in mm_prefix_range[s].tolist():
+                if start < end:
+                    q_in = (query_pos >= start) & (query_pos <= end)
+                    k_in = (key_pos >= start) & (key_pos <= end)
+                    masked &= ~(q_in[:, None] & k_in[None, :])
         scores = scores.masked_fill(masked[None], -math.inf)
         if sinks is not None:                                                  # 7. sinks
             sink_col = sinks.float()[:, None, None].expand(hq, q_len, 1)

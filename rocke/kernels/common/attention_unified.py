@@ -15,6 +15,7 @@ order) and runs them on a target's kernels. The steps, in order:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import itertools
@@ -67,6 +68,8 @@ class UnifiedAttentionProblem:
     alibi_sqrt: bool = False
     out_dtype: str | None = None
     kv_token_scales: bool = False
+    mm_ranges: int = 0           # vLLM's mm_prefix_range: ranges per sequence (0 = not passed)
+    batch_invariant: bool = False  # plan so a sequence's bits do not depend on the batch (§10.4)
 
     def __post_init__(self):
         if self.dtype not in DTYPES.values():
@@ -102,6 +105,7 @@ class UnifiedAttentionProblem:
             raise ValueError(f"window_left: must be -1 (no window) or an int in [0, 2**31), got "
                              f"{self.window_left!r}")
         _check_quant_fields(self)
+        check_issue16_fields(self)
         if self.window_left >= 0 and not self.causal and self.max_seqlen_q > 1:
             raise ValueError("window_left: the sliding window is bottom-right aligned like the "
                              "causal mask (ALGORITHM.md §12.6); it needs causal=True for prefill")
@@ -113,9 +117,12 @@ class UnifiedAttentionProblem:
 
     def spec_features(self) -> dict[str, bool]:
         """The kernel spec's feature fields for this problem."""
-        return dict(softcap=self.softcap > 0, alibi=self.alibi, qq_bias=self.qq_bias,
-                    sliding_window=self.window_left >= 0, sinks=self.sinks,
-                    **self.quant_spec_fields())
+        out = dict(softcap=self.softcap > 0, alibi=self.alibi, qq_bias=self.qq_bias,
+                   sliding_window=self.window_left >= 0, sinks=self.sinks)
+        if self.mm_ranges:       # only when passed: the other kernels' specs stay as they were
+            out["mm_prefix_ranges"] = 1 << (self.mm_ranges - 1).bit_length()   # capacity
+        out.update(self.quant_spec_fields())
+        return out
 
     def quant_spec_fields(self) -> dict:
         """The §13 spec fields that are set (none: the dict is empty, every spec as before)."""
@@ -143,12 +150,24 @@ class UnifiedAttentionProblem:
         return self.max_seqlen_q == 1
 
 
+def check_issue16_fields(p) -> None:
+    """The problem's mm_prefix_range and batch-invariance fields."""
+    if isinstance(p.mm_ranges, bool) or not isinstance(p.mm_ranges, int) or p.mm_ranges < 0:
+        raise ValueError(f"mm_ranges: must be an int >= 0 (0 = no mm_prefix_range), got "
+                         f"{p.mm_ranges!r}")
+    if p.mm_ranges and not p.causal:
+        raise ValueError("mm_prefix_range: bidirectional ranges widen a causal mask; they need "
+                         "causal=True")
+    if not isinstance(p.batch_invariant, bool):
+        raise ValueError(f"batch_invariant: must be a bool, got {p.batch_invariant!r}")
+
+
 @dataclass(frozen=True)
 class AttentionCapabilities:
     """What a target's attention kernels run (its dispatcher's ``CAPABILITIES``)."""
     head_sizes: tuple[int, ...]
     block_sizes: tuple[int, ...]
-    max_group: int                  # query heads per KV head packed into one workgroup
+    max_group: int                  # the largest GQA group (query heads per KV head) run
     kv_dtypes: tuple[str, ...]      # cache encodings besides q's dtype
     token_scale_kv_dtypes: tuple[str, ...] = ()   # caches read with per-token-head scales
     out_dtypes: tuple[str, ...] = ()              # output encodings besides q's dtype
@@ -422,8 +441,7 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
                          f"num_kv_heads {num_kv_heads} (GQA needs whole groups)")
     if num_q_heads // num_kv_heads > caps.max_group:
         raise ValueError(f"q: a GQA group of {num_q_heads // num_kv_heads} query heads per KV head "
-                         f"exceeds the kernels' {caps.max_group} (the group is packed into one "
-                         "workgroup's rows)")
+                         f"exceeds the kernels' {caps.max_group}")
     if num_blocks < 1:
         raise ValueError("k: the cache has no blocks")
     for name, dims in (("q", Q_DIMS), ("k", CACHE_DIMS), ("v", CACHE_DIMS), ("out", Q_DIMS)):
@@ -724,6 +742,56 @@ def _check_feature_tensor(name: str, t, q, shape, dims: str):
         raise ValueError(f"{name}: entries must be finite")
 
 
+# ranges per sequence the kernels take: each is unrolled once per query row before the tile
+# loop (a runtime loop there costs ~40 SGPRs and spills, ALGORITHM.md §12.8)
+MAX_MM_RANGES = 16
+MM_POSITION_LIMIT = 2 ** 30     # |start|, |end|: their differences must not overflow int32
+
+
+def check_mm_prefix_range(t, q, num_seqs: int, causal: bool) -> int:
+    """vLLM's ``mm_prefix_range``: None, or an int32 ``[num_seqs, max_ranges, 2]`` tensor of
+    inclusive ``[start, end]`` key/query positions per sequence (a range with ``start >= end``
+    is unused). Returns ``max_ranges`` (0 = none)."""
+    if t is None:
+        return 0
+    import torch
+    dims = "[num_seqs, max_ranges, 2]"
+    if not _is_tensor(t):
+        raise ValueError(f"mm_prefix_range: must be None or an int32 tensor {dims}, got "
+                         f"{type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise ValueError(f"mm_prefix_range: dtype must be torch.int32, got {t.dtype}")
+    if t.device != q.device:
+        raise ValueError(f"mm_prefix_range: on {t.device}, but q is on {q.device}; every tensor "
+                         "must be on one device")
+    if t.dim() != 3 or t.shape[0] != num_seqs or t.shape[2] != 2 or t.shape[1] < 1:
+        raise ValueError(f"mm_prefix_range: shape must be {dims} with num_seqs = {num_seqs} and "
+                         f"max_ranges >= 1, got {list(t.shape)}")
+    if t.shape[1] > MAX_MM_RANGES:
+        raise ValueError(f"mm_prefix_range: {t.shape[1]} ranges per sequence exceed the kernels' "
+                         f"{MAX_MM_RANGES} (each is unrolled once per query row)")
+    if t.stride(2) != 1 or t.stride(1) != 2:
+        raise ValueError(f"mm_prefix_range: each sequence's [start, end] pairs must be packed "
+                         f"(strides (*, 2, 1)), got strides {t.stride()}")
+    if not causal:
+        raise ValueError("mm_prefix_range: bidirectional ranges widen a causal mask; they need "
+                         "causal=True")
+    if t.device.type == "cpu" and t.numel() and int(t.abs().max()) >= MM_POSITION_LIMIT:
+        raise ValueError(f"mm_prefix_range: positions must lie within +-2**30 (the kernels' "
+                         f"range arithmetic), got {int(t.abs().max())}")
+    return int(t.shape[1])
+
+
+def resolve_batch_invariant(value) -> bool:
+    """An explicit ``batch_invariant`` (a bool), else ``ROCKE_BATCH_INVARIANT``."""
+    from rocke import env
+    if value is None:
+        return env.batch_invariant()
+    if not isinstance(value, bool):
+        raise ValueError(f"batch_invariant: must be None or a bool, got {value!r}")
+    return value
+
+
 # ---- kernels: specs, the compiled-variant cache, launch ----------------------------------------
 
 def _build_and_compile(spec):
@@ -905,7 +973,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                                 sinks=None, *, backend: str = "auto", segm_workspaces=None,
                                 num_segments: int | None = None, output_scale=None,
                                 use_alibi_sqrt: bool = False, kv_quant_mode=None,
-                                k_scale_cache=None, v_scale_cache=None) -> RunRecord | None:
+                                k_scale_cache=None, v_scale_cache=None, mm_prefix_range=None,
+                                batch_invariant: bool | None = None) -> RunRecord | None:
     """vLLM's ``unified_attention`` on rocke's kernels; ``out`` is written in place.
 
     The device follows the tensors (``launch_device_kind``): CPU tensors run on the emulator,
@@ -919,6 +988,9 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     given, so a captured decode step allocates nothing. ``output_scale`` (fp8 ``out``),
     ``use_alibi_sqrt`` and ``kv_quant_mode`` ("none", "fp8_per_tensor", "int8_per_token_head",
     "fp8_per_token_head") with ``k_scale_cache`` / ``v_scale_cache``: vLLM's, ALGORITHM.md §13.
+    ``mm_prefix_range``: vLLM's bidirectional multimodal ranges, int32
+    ``[num_seqs, max_ranges, 2]`` (ALGORITHM.md §12.8). ``batch_invariant``: a sequence's output
+    bits independent of the batch (ALGORITHM.md §10.4); None reads ``ROCKE_BATCH_INVARIANT``.
     Returns what was launched (vLLM ignores the return value), or None for an empty batch."""
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -931,10 +1003,13 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     quant = dict(output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
                  kv_quant_mode=kv_quant_mode, k_scale_cache=k_scale_cache,
                  v_scale_cache=v_scale_cache)
+    invariant = resolve_batch_invariant(batch_invariant)
     if alibi_slopes is None and qq_bias is None and sinks is None and \
+            mm_prefix_range is None and \
             quant == dict(output_scale=None, use_alibi_sqrt=False, kv_quant_mode=None,
                           k_scale_cache=None, v_scale_cache=None):
         key = _call_key(args, backend, segm_workspaces, num_segments, knobs)
+        key = None if key is None else key + (invariant,)
     else:
         key = None          # feature tensors' values are checked on every call
     entry = _CALLS.get(key) if key is not None else None
@@ -947,6 +1022,9 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         return record
     target_name = launch_target(q)
     problem = describe_problem(*args, target=target_name, **quant)
+    mm_ranges = check_mm_prefix_range(mm_prefix_range, q, problem.num_seqs, problem.causal)
+    if mm_ranges or invariant:
+        problem = dataclasses.replace(problem, mm_ranges=mm_ranges, batch_invariant=invariant)
     if problem.total_q == 0:
         return None
     device_kind = launch_device_kind(q)
@@ -961,6 +1039,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         features.update(k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
     if problem.out_dtype is not None:
         features["output_scale"] = output_scale
+    if mm_prefix_range is not None:
+        features["mm_prefix_range"] = mm_prefix_range
     launches, workspace = target.launches(the_plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k,
                                           block_table, float(softmax_scale), descales, features,
                                           workspaces=segm_workspaces)

@@ -23,7 +23,8 @@ from rocke.kernels.gfx942 import attention_tiled_3d as a3
 from rocke.kernels.gfx942 import reduce_segments
 
 CAPABILITIES = AttentionCapabilities(head_sizes=a2.HEAD_SIZES, block_sizes=a2.BLOCK_SIZES,
-                                     max_group=a2.MAX_GROUP, kv_dtypes=a2.KV_DTYPES,
+                                     max_group=a2.MAX_GROUP_SPLIT,   # groups above 16: split_group
+                                     kv_dtypes=a2.KV_DTYPES,
                                      token_scale_kv_dtypes=quant.TOKEN_SCALE_KV_DTYPES,
                                      out_dtypes=quant.OUT_DTYPES)
 
@@ -267,14 +268,19 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
                                          reduce_segments.ReduceSegmentsSpec)
     cls = cls2 if geo.path == "2d" else cls3
     have = {f.name for f in fields(cls)}
+    group, split = split_group(problem.num_queries_per_kv)
     wanted = dict(dtype=problem.dtype, head_size=problem.head_size, block_size=problem.block_size,
-                  num_queries_per_kv=problem.num_queries_per_kv,
+                  num_queries_per_kv=group,
                   num_warps=geo.num_warps, block_m_per_warp=geo.block_m_per_warp,
                   tile_size=geo.tile_size, use_k_single_buffer=geo.k_single_buffer,
                   kv_addr_64=problem.kv_addr_64, kv_dtype=problem.kv_dtype,
                   **problem.spec_features())
     if geo.regime == policy.TRANSPOSED_X8:
         wanted.update(regime=policy.TRANSPOSED_X8)
+    if split != 1:
+        wanted.update(group_split=split)
+    if needs_interval_mask(problem):
+        wanted.update(interval_mask=True)
     missing = sorted(set(wanted) - have)
     if missing:      # never drop a geometry field silently: the kernel would run another geometry
         raise NotImplementedError(f"{cls.__name__} lacks the dispatcher's fields {missing}")
@@ -291,6 +297,45 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
     if out_dtype is not None:
         reduce = replace(reduce, out_dtype=out_dtype)
     return (spec, reduce)
+
+
+def needs_interval_mask(p: UnifiedAttentionProblem) -> bool:
+    """A sliding window combined with another feature or an fp8 cache masks with one interval
+    per query row (spec ``interval_mask``): the two window compares and the per-score token
+    division of the plain mask filled the SGPRs (lane masks) and spilled, up to 110 SGPRs on
+    fp16 wide4 with an fp8 cache (``rocke report --reachable --corners``). A window alone keeps
+    the shipped kernels; mm ranges already mask by interval."""
+    return p.window_left >= 0 and not p.mm_ranges and (len(p.features) > 1 or
+                                                        p.kv_dtype is not None)
+
+
+def split_group(group: int) -> tuple[int, int]:
+    """(heads per q-head block, blocks per KV head) of a GQA group: the group itself when it
+    fits one workgroup's rows (MAX_GROUP), else its largest divisor <= MAX_GROUP, so every block
+    holds whole heads of one KV head (ALGORITHM.md §7.1; vLLM packs such groups into BLOCK_M =
+    next_pow2(group) rows, which gfx942's 16-row MFMA tiles cannot hold for groups above 16)."""
+    if group <= a2.MAX_GROUP:
+        return group, 1
+    heads = max(d for d in range(1, a2.MAX_GROUP + 1) if group % d == 0)
+    return heads, group // heads
+
+
+# a forced 3D call in batch-invariant mode splits every sequence into this many segments,
+# whatever the batch (the dispatcher's count follows the batch's grid)
+BATCH_INVARIANT_SEGMENTS = 8
+
+
+def batch_invariant_path(path: str, reason: str, num_segments: int | None):
+    """(path, reason, num_segments) in batch-invariant mode (ALGORITHM.md §10.4): the path rule
+    and the segment count read the batch (its grid, its longest sequence), so the auto path is
+    always 2D, where a sequence's q blocks, tile walk and reduction order are its own; a forced
+    3D call gets a fixed segment count unless the caller gives one (as vLLM, which never takes
+    3D in this mode)."""
+    if path == "3d" and reason.startswith("backend="):
+        return path, reason + "; batch-invariant: fixed segment count", \
+            BATCH_INVARIANT_SEGMENTS if num_segments is None else num_segments
+    return "2d", ("batch-invariant (ROCKE_BATCH_INVARIANT / VLLM_BATCH_INVARIANT): 2D, whose "
+                  "per-sequence work does not depend on the rest of the batch"), num_segments
 
 
 def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
@@ -310,6 +355,8 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
         path, reason = select_path(problem, sms)
     else:
         path, reason = backend, f"backend={backend!r} forced by the caller"
+    if problem.batch_invariant:
+        path, reason, num_segments = batch_invariant_path(path, reason, num_segments)
     geo = (geometry_of or geometry)(problem, path, knobs, sms)
     if num_segments is not None:
         if path != "3d":
@@ -365,7 +412,7 @@ def launches(the_plan: Plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k, blo
         args = a2.kernel_args(spec, q, k, v, out, block_table, cu_seqlens_q, seqused_k,
                               softmax_scale, *descales, **features)
         grid, block = a2.launch_geometry(spec, problem.num_seqs, problem.total_q,
-                                         problem.num_kv_heads)
+                                         problem.num_kv_heads * spec.group_split)
         return [(kernels[0], grid, block, args)], ()
     import torch
     spec3, spec_r = the_plan.specs
@@ -384,7 +431,7 @@ def launches(the_plan: Plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k, blo
     args3 = a3.kernel_args(spec3, q, k, v, segm_output, segm_max, segm_expsum, block_table,
                            cu_seqlens_q, seqused_k, softmax_scale, ns, *descales, **features)
     grid3, block3 = a3.launch_geometry(spec3, problem.num_seqs, problem.total_q,
-                                       problem.num_kv_heads, ns)
+                                       problem.num_kv_heads * spec3.group_split, ns)
     args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out, ns,
                                          output_scale=output_scale)
     grid_r, block_r = reduce_segments.launch_geometry(spec_r, problem.total_q, hq)

@@ -51,9 +51,10 @@ def check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, sequ
     if q.shape[2] != spec.head_size:
         raise ValueError(f"q: head_size {q.shape[2]} differs from the spec's {spec.head_size}")
     hk = k_cache.shape[2]
-    if q.shape[1] != hk * spec.num_queries_per_kv:
+    split = getattr(spec, "group_split", 1)
+    if q.shape[1] != hk * spec.num_queries_per_kv * split:
         raise ValueError(f"q: {q.shape[1]} query heads != num_kv_heads {hk} x num_queries_per_kv "
-                         f"{spec.num_queries_per_kv}")
+                         f"{spec.num_queries_per_kv}" + (f" x group_split {split}" if split != 1 else ""))
     for name, t, dims in (("block_table", block_table, 2), ("cu_seqlens_q", cu_seqlens_q, 1),
                           ("seqused_k", seqused_k, 1)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != dims:
@@ -79,11 +80,13 @@ def feature_arg_names(spec) -> tuple[str, ...]:
     names = {"softcap": ("softcap",), "alibi": ("alibi_slopes",),
              "qq_bias": ("qq_bias", "qq_bias_stride", "qq_bias_rows"),
              "sliding_window": ("window_left",), "sinks": ("sinks",)}
-    return tuple(n for f in spec.features for n in names[f])
+    mm = ("mm_prefix_range", "mm_stride_seq", "mm_num_ranges") \
+        if getattr(spec, "mm_prefix_ranges", 0) else ()
+    return tuple(n for f in spec.features for n in names[f]) + mm
 
 
 def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=None, qq_bias=None,
-                 window_left: int = -1, sinks=None) -> list:
+                 window_left: int = -1, sinks=None, mm_prefix_range=None) -> list:
     """The feature arguments of ``spec`` (``feature_arg_names`` order), each checked against the
     spec: a feature the spec applies needs its value, a value the spec would ignore is refused."""
     import torch
@@ -116,7 +119,28 @@ def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=N
         out.append(window_left)
     if spec.sinks:
         out.append(_per_head_tensor("sinks", sinks, num_q_heads))
-    return out
+    return out + mm_prefix_args(spec, mm_prefix_range)
+
+
+def mm_prefix_args(spec, t) -> list:
+    """The ``mm_prefix_range`` arguments (after the score features): the int32 tensor, its
+    sequence stride and its range count (at most the spec's capacity ``mm_prefix_ranges``)."""
+    import torch
+    capacity = getattr(spec, "mm_prefix_ranges", 0)
+    if (t is not None) != bool(capacity):
+        state = "applies" if capacity else "does not apply"
+        raise ValueError(f"mm_prefix_range: the kernel {spec.kernel_name} {state} it, but the call "
+                         f"{'passes' if t is not None else 'omits'} it")
+    if not capacity:
+        return []
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 3 or \
+            t.shape[2] != 2 or not 1 <= t.shape[1] <= capacity or t.stride(2) != 1 or \
+            t.stride(1) != 2:
+        raise ValueError(f"mm_prefix_range: must be an int32 tensor [num_seqs, 1..{capacity}, 2] "
+                         f"with packed [start, end] pairs, got {getattr(t, 'dtype', type(t).__name__)} "
+                         f"{list(getattr(t, 'shape', []))}")
+    check_buffer_bytes("mm_prefix_range", t.stride(0) * t.shape[0] * 4, "the mm_prefix_range tensor")
+    return [t, t.stride(0), t.shape[1]]
 
 
 def _per_head_tensor(name, t, num_q_heads):

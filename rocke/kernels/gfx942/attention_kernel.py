@@ -45,14 +45,19 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         kv_len = a.seqused_k.load(seq)
         ctx = kv_len - q_len
         q_rows = dsl.minimum(q_len - q_start, BQ)        # valid tokens of the block
-        kv_end = dsl.minimum(kv_len, ctx + q_start + q_rows)
+        mm = getattr(spec, "mm_prefix_ranges", 0)
+        # bidirectional ranges may reach keys after the block's queries: walk to the sequence's
+        # end, those tiles masked (ALGORITHM.md §12.8)
+        kv_end = kv_len if mm else dsl.minimum(kv_len, ctx + q_start + q_rows)
         n_tiles = udiv_const(kv_end + (T - 1), T)
         n_full = dsl.minimum(udiv_const(ctx + q_start + 1, T), n_tiles)   # no key in the future
         if spec.sliding_window:
             # ALGORITHM.md §12.6: tiles wholly older than the window of the block's first query
             # are never visited; the left-edge tiles (older than the window of its last query)
             # and the diagonal tiles are masked, the tiles between run unmasked
-            w_lo = udiv_const(dsl.maximum(ctx + q_start - a.window_left, 0), T)
+            # (with mm ranges every tile may hold a range's key: none is skipped)
+            w_lo = k.const(0, "i32") if mm else \
+                udiv_const(dsl.maximum(ctx + q_start - a.window_left, 0), T)
             w_full = udiv_const(dsl.maximum(ctx + q_start + q_rows - 1 - a.window_left, 0) + (T - 1), T)
             if split:      # the segments split the window's tiles, not the whole sequence
                 per_seg = (n_tiles - w_lo + a.num_segments - 1) // a.num_segments

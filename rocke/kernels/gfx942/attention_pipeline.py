@@ -73,8 +73,69 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
         a.window_left = k.arg_i32("window_left")
     if spec.sinks:
         a.sinks = k.arg_ptr("sinks", "f32", readonly=True)
+    if getattr(spec, "mm_prefix_ranges", 0):
+        a.mm_prefix_range = k.arg_ptr("mm_prefix_range", "i32", readonly=True)
+        a.mm_stride_seq = k.arg_i32("mm_stride_seq")
+        a.mm_num_ranges = k.arg_i32("mm_num_ranges")
     quant.declare_args(k, spec, a, split)      # after the features' (attention_quant)
     return a
+
+
+def mm_row_bounds(c, layout, row_axis, row_origins) -> list:
+    """Per row group (``row_origins``) and score value of ``layout``, the keys its query sees
+    (ALGORITHM.md §12.8) as one inclusive interval ``(lo, hi)``: the bidirectional ranges
+    holding a query all contain it, and so does its causal (windowed) interval, so the union is
+    the interval from the least start to the greatest end. Computed once before the tile loop,
+    range by range over every row group; unused ranges (start >= end, vLLM's rule) hold no
+    query; range ends are clipped to the last key, so
+    padding keys stay masked."""
+    k, a = c.k, c.a
+    query_pos = []
+    for r0 in row_origins:
+        rows, _ = _axes(Fragment.full(k, layout, dsl.i32, 0), row_axis, r0, 0)
+        tok, _ = c.row_token(rows)
+        query_pos.append(tok + c.ctx)
+    bounds = [(Fragment.full(k, layout, dsl.i32, 2 ** 31 - 1).value,
+               Fragment.full(k, layout, dsl.i32, -1).value) for _ in row_origins]
+    # the ranges are staged through LDS and read back into VGPRs: as uniform scalar loads the
+    # compiler hoists all 2 x capacity of them into SGPRs, which spilled. Thread t < 2 x capacity
+    # copies word t; entries past the call's count repeat its last range (the union is unchanged)
+    words = 2 * c.spec.mm_prefix_ranges
+    if words:
+        with k.if_(c.tid < words):
+            t = c.tid
+            last = 2 * a.mm_num_ranges - 2 + (t & 1)
+            word = a.mm_prefix_range.load(c.seq * a.mm_stride_seq + dsl.minimum(t, last))
+            c.mm_lds.store((t >> 1, t & 1), word)
+        k.barrier()
+    for i in range(c.spec.mm_prefix_ranges):
+        pair = c.mm_lds.load((i, 0), width=2)
+        start, end = pair[0], pair[1]
+        for g, qpos in enumerate(query_pos):
+            lo, hi = bounds[g]
+            # integer masks, not compares: a compare per value is a 64-bit lane mask in SGPRs,
+            # and 16 ranges of them spilled. outside = -1 unless start <= qpos <= end and
+            # start < end (positions within +-2**30, checked on the host)
+            outside = ((qpos - start) | (end - qpos) | (end - start - 1)) >> 31
+            bounds[g] = (dsl.minimum(lo, (start & ~outside) | (outside & (2 ** 31 - 1))),
+                         dsl.maximum(hi, end | outside))
+    if words:
+        k.barrier()  # every wave has read the ranges before the Q stage (aliased) overwrites them
+    # merged with the causal mask and the window, whose interval [qpos - window, qpos] also
+    # holds the query: one interval per query, one unsigned compare per score
+    out = []
+    for (lo, hi), qpos in zip(bounds, query_pos):
+        own_lo = qpos - c.a.window_left if c.spec.sliding_window else 0
+        out.append((dsl.minimum(lo, own_lo), dsl.maximum(dsl.minimum(hi, c.kv_len - 1), qpos)))
+    return out
+
+
+def cache_head(spec, head_block):
+    """The KV head a workgroup reads: its grid head index, or with a split GQA group
+    (``group_split`` q-head blocks per KV head, ALGORITHM.md §7.1) the block's KV head."""
+    if getattr(spec, "group_split", 1) == 1:
+        return head_block
+    return udiv_const(head_block, spec.group_split)
 
 
 class WorkgroupContext:
@@ -92,10 +153,11 @@ class WorkgroupContext:
         self.aux = CACHE_POLICIES[spec.kv_cache_policy]
         self.table = BlockTableRow(a.block_table, seq * a.block_table_stride,
                                    a.num_seqs * a.block_table_stride)   # lying lengths stay inside
+        self.cache_head = cache_head(spec, kv_head)
         self.k_view = PagedView(a.k_cache, spec.block_size, a.k_stride_block, a.k_stride_token,
-                                kv_head * a.k_stride_head, a.num_blocks, spec.kv_addr_64)
+                                self.cache_head * a.k_stride_head, a.num_blocks, spec.kv_addr_64)
         self.v_view = PagedView(a.v_cache, spec.block_size, a.v_stride_block, a.v_stride_token,
-                                kv_head * a.v_stride_head, a.num_blocks, spec.kv_addr_64)
+                                self.cache_head * a.v_stride_head, a.num_blocks, spec.kv_addr_64)
 
     def descale(self, which: str):
         """This (sequence, kv head)'s k or v descale (fp8 caches), applied in fp32 outside the
@@ -104,7 +166,7 @@ class WorkgroupContext:
             return None
         a = self.a
         index = (self.seq * getattr(a, f"{which}_descale_stride_seq")
-                 + self.kv_head * getattr(a, f"{which}_descale_stride_head"))
+                 + self.cache_head * getattr(a, f"{which}_descale_stride_head"))
         return getattr(a, f"{which}_descale").load(index)
 
     def row_token(self, rows):
@@ -218,6 +280,9 @@ class TileLoop:
         self.lds_plan = policy.lds_plan(s)
         self.k_lds = self.lds_plan.allocate(k, "k_tile", s.dtype)
         self.v_lds = self.lds_plan.allocate(k, "v_tile" if s.cfv_store else "vt_tile", s.dtype)
+        if self.lds_plan.has("mm_ranges"):      # 16-bit units in the plan, i32 pairs here
+            r = self.lds_plan.region("mm_ranges")
+            self.c.mm_lds = k.lds(r.name, (r.shape[0], 2), dsl.i32)
 
     def _alloc_q_stage(self):
         return self.lds_plan.allocate(self.k, "q_stage", self.spec.dtype) \
@@ -301,6 +366,11 @@ class TileLoop:
             scaled = scaled + _qq_bias_values(c, tok, rel, score.layout.values_per_lane) * LOG2E
         if not masked:
             return scaled
+        if getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
+            # vLLM's (causal AND window) OR in-range, as one interval per query row
+            lo, hi = self.mm_rows[group]         # that union, one interval per query
+            visible = (keys - lo).bitcast(dsl.u32) <= (hi - lo).bitcast(dsl.u32)
+            return scaled.where(visible, -math.inf)
         visible = keys <= tok + c.ctx
         if s.sliding_window:
             visible = visible & (keys >= tok + c.ctx - c.a.window_left)
@@ -322,6 +392,8 @@ class TileLoop:
         if s.sinks:
             self.sink_rows = [_per_head_rows(c, C, self.row_axis, r0, c.a.sinks, LOG2E)
                               for r0 in row_origins]
+        if getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
+            self.mm_rows = mm_row_bounds(c, C, self.row_axis, row_origins)
 
     def initial_state(self, group: int, key_axis: int):
         """(m, l) a row starts from: (-inf, 0), or (sink, 1) with sinks (ALGORITHM.md §12.7). In
@@ -390,7 +462,7 @@ class NarrowPath(TileLoop):
         q_lds = self._alloc_q_stage()
         self.warp_row0 = k.wave_id() * s.block_m_per_warp
         self.qk_scale = score_scale(c)
-        if s.features:
+        if s.features or getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
             self.prepare_features([self.warp_row0 + i * 16 for i in range(self.mq)])
         self.q_ops = []
         if q_lds is not None:
@@ -474,7 +546,7 @@ class TransposedX8Path(TileLoop):
         q_lds = self._alloc_q_stage()
         self.warp_col0 = k.wave_id() * 32
         self.qk_scale = score_scale(c)
-        if s.features:
+        if s.features or getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
             self.prepare_features([self.warp_col0])
         if q_lds is not None:
             load_q_rows_to_lds(c, q_lds)

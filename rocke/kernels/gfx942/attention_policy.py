@@ -169,6 +169,8 @@ def lds_plan(spec, *, tile: int | None = None) -> LdsPlan:
         regions.append(LdsRegion("v_tile", (tile, D), v_tile_pad(x8)))
     else:
         regions.append(LdsRegion("vt_tile", (D, tile), LDS_PAD))
+    if getattr(spec, "mm_prefix_ranges", 0):   # [start, end] i32 pairs (4 x 16-bit units)
+        regions.append(LdsRegion("mm_ranges", (spec.mm_prefix_ranges, 4)))
     if not x8:
         regions.append(LdsRegion("p_tile", (block_m, tile), LDS_PAD))
     if not spec.q_direct:

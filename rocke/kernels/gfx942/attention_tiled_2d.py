@@ -56,6 +56,8 @@ BLOCK_SIZES = (16, 32, 64)
 TILE_SIZES = (16, 32, 64)
 NUM_WARPS = (1, 2, 4, 8)
 MAX_GROUP = 16
+MM_RANGE_CAPACITIES = (0, 1, 2, 4, 8, 16)   # mm_prefix_ranges (0 = off); 16 stays spill-free
+MAX_GROUP_SPLIT = 256                  # q-head blocks one KV head's group may be split into
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,17 @@ class UnifiedAttention2DSpec:
     alibi_sqrt: bool = False           # ALiBi term slope * -sqrt(query - key) (needs alibi)
     out_dtype: str | None = None       # None: out in `dtype`; "fp8_e4m3fnuz": / output_scale, saturated
     kv_token_scales: bool = False      # kv_dtype i8/fp8 with [num_blocks, block_size, Hk] f32 scales
+    # a GQA group above MAX_GROUP runs as group_split q-head blocks of num_queries_per_kv heads
+    # on the grid's head axis, each reading KV head block // group_split (ALGORITHM.md §7.1)
+    group_split: int = 1
+    # vLLM's mm_prefix_range: bidirectional attention inside [start, end] ranges of each
+    # sequence, a runtime [num_seqs, ranges, 2] int32 argument; the field is the kernel's
+    # capacity (0 = off; a power of two, at least the call's range count), the ranges being
+    # unrolled once per row before the tile loop (ALGORITHM.md §12.8)
+    mm_prefix_ranges: int = 0
+    # the causal (+ window) mask as one interval per query row, precomputed before the tile
+    # loop: one unsigned compare per score and no per-score token division (ALGORITHM.md §12.8)
+    interval_mask: bool = False
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -153,6 +166,8 @@ class UnifiedAttention2DSpec:
                  ("kdma", self.global_load_lds_k), ("qmajor", self.q_major_grid),
                  ("cfv", self.cfv_store), ("a64", self.kv_addr_64), ("kvfp8", self.fp8_kv)]
         flags += [(tag, getattr(self, name)) for name, tag in FEATURES.items()]
+        flags += [("gs", self.group_split if self.group_split != 1 else False),
+                  ("mm", self.mm_prefix_ranges), ("im", self.interval_mask)]
         for tag, value in flags:
             if value is True:
                 name += f"_{tag}"
@@ -194,6 +209,9 @@ def spec_problems(spec) -> list[str]:
     if spec.use_k_single_buffer is not None:
         ok &= rule(check_bool, "use_k_single_buffer", spec.use_k_single_buffer)
     ok &= rule(check_int_range, "waves_per_eu", spec.waves_per_eu, 0, 8)
+    ok &= rule(check_int_range, "group_split", spec.group_split, 1, MAX_GROUP_SPLIT)
+    ok &= rule(check_choice, "mm_prefix_ranges", spec.mm_prefix_ranges, MM_RANGE_CAPACITIES)
+    ok &= rule(check_bool, "interval_mask", spec.interval_mask)
     ok &= rule(check_choice, "kv_cache_policy", spec.kv_cache_policy, tuple(CACHE_POLICIES))
     if spec.kv_dtype is not None:
         ok &= rule(check_choice, "kv_dtype", spec.kv_dtype,

@@ -1,0 +1,123 @@
+"""The reachable-spec enumeration behind ``rocke report --reachable``: it covers what the
+dispatcher plans, the command summarises spills in one line and fails on them, and a sample
+of the heaviest reachable specs compiles without spills."""
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from rocke.kernels.common import attention_unified as au
+from rocke.kernels.common.knobs import AttentionKnobs
+from rocke.kernels.gfx942 import attention_dispatch as dispatch
+from rocke.kernels.gfx942 import attention_reachable as reach
+
+
+@pytest.fixture(scope="module")
+def reachable():
+    return reach.reachable_specs()
+
+
+def test_the_enumeration_spans_every_dimension(reachable):
+    specs = list(reachable.values())
+    kinds = {type(s).__name__ for s in specs}
+    assert kinds == {"UnifiedAttention2DSpec", "UnifiedAttention3DSpec", "ReduceSegmentsSpec"}
+    attn = [s for s in specs if hasattr(s, "features")]
+    assert {(s.dtype, s.head_size, s.block_size) for s in attn} == {
+        (d, h, b) for d in ("f16", "bf16") for h in (64, 128, 256) for b in (16, 32, 64)}
+    assert {s.kv_dtype for s in attn} == {None, "fp8_e4m3fnuz"}
+    assert {s.mm_prefix_ranges for s in attn} == {0, 1, 16}
+    assert {s.group_split for s in attn} == {1, 2}
+    every = {"softcap", "alibi", "qq_bias", "sliding_window", "sinks"}
+    assert any(set(s.features) == every and s.mm_prefix_ranges for s in attn)
+    x8 = {(s.num_warps, s.family) for s in attn if s.transposed_x8}
+    assert x8 == {(4, "attention_2d"), (2, "attention_2d"), (1, "attention_2d")}
+
+
+@pytest.mark.parametrize("problem, backend, knobs", [
+    (dict(dtype="f16", head_size=64, softcap=50.0, window_left=127), "auto", AttentionKnobs()),
+    (dict(dtype="bf16", head_size=256, alibi=True, sinks=True), "3d", AttentionKnobs()),
+    (dict(dtype="f16", head_size=128, qq_bias=True, mm_ranges=3), "2d", AttentionKnobs()),
+    (dict(dtype="f16", head_size=128, sinks=True, kv_dtype="fp8_e4m3fnuz"), "auto",
+     AttentionKnobs(flash_wide=0)),
+    (dict(dtype="bf16", head_size=64, num_q_heads=64, window_left=3), "3d", AttentionKnobs()),
+])
+def test_what_the_dispatcher_plans_is_enumerated(reachable, problem, backend, knobs):
+    """A call's specs, with its group set to the enumeration's representative one (the group
+    is a constant that stands for all; a split group is enumerated with every feature on only)
+    and its mm capacity to the enumerated bound, are among the reachable specs."""
+    fields = dict(num_q_heads=8, num_kv_heads=1, block_size=16, num_seqs=2, total_q=9,
+                  max_seqlen_q=8, max_seqlen_k=700)
+    fields.update(problem)
+    p = au.UnifiedAttentionProblem(**fields)
+    for spec in dispatch.plan(p, backend, knobs).specs:
+        if hasattr(spec, "features"):
+            spec = dataclasses.replace(spec, num_queries_per_kv=reach.REPRESENTATIVE_GROUP,
+                                       group_split=1,
+                                       mm_prefix_ranges=16 if spec.mm_prefix_ranges else 0)
+        assert spec.kernel_name in reachable, spec.kernel_name
+
+
+def test_report_reachable_prints_one_summary_line_and_fails_on_spills(monkeypatch):
+    from rocke import cli
+    from rocke.kernels.gfx942 import attention_tiled_2d as a2
+    specs = {n: a2.VARIANTS[n] for n in list(a2.VARIANTS)[:3]}
+    spilling = next(iter(specs.values())).kernel_name
+    monkeypatch.setattr(reach, "reachable_specs", lambda: {s.kernel_name: s for s in specs.values()})
+
+    def fake_compiled(spec):
+        spills = 3 if spec.kernel_name == spilling else 0
+        return SimpleNamespace(info=SimpleNamespace(vgpr_spills=0, sgpr_spills=spills))
+    monkeypatch.setattr(au, "compiled", fake_compiled)
+    result = CliRunner().invoke(cli.main, ["report", "--reachable"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0] == f"{spilling}  spills v/s 0/3"
+    assert lines[-1] == "reachable attention specs: 3 (3 UnifiedAttention2D); 1 spill (3 spills)"
+    monkeypatch.setattr(au, "compiled", lambda spec: SimpleNamespace(
+        info=SimpleNamespace(vgpr_spills=0, sgpr_spills=0)))
+    result = CliRunner().invoke(cli.main, ["report", "--reachable"])
+    assert result.exit_code == 0 and result.output.strip().endswith("; 0 spill (0 spills)")
+    bad = CliRunner().invoke(cli.main, ["report", "--corners"])
+    assert bad.exit_code == 2 and "--corners and --jobs go with --reachable" in bad.output
+
+
+# The heaviest reachable spec (every feature on, 16 mm ranges) of each geometry the dispatcher
+# picks, at block 16, plus the combination the issue measured spilling (fp16 2D wide4 softcap +
+# sliding window: 19 SGPR spills before): compiled here (on-disk cache; ~3 s each cold), the
+# whole enumeration by `rocke report --reachable`.
+SAMPLE = [
+    ("2d", "f16", 64, 4, ("softcap", "alibi", "sliding_window", "sinks", "mm_prefix")),     # wide4
+    ("2d", "f16", 128, 2, ("softcap", "alibi", "sliding_window", "sinks", "mm_prefix")),    # wide2
+    ("2d", "f16", 128, 0, ("softcap", "alibi", "sliding_window", "sinks", "mm_prefix")),    # L4
+    ("2d", "bf16", 64, 4, reach.FEATURES),          # narrow 4 x 32 rows
+    ("2d", "bf16", 128, 4, reach.FEATURES),         # narrow 2 x 16 rows
+    ("2d", "f16", 256, 4, reach.FEATURES),          # narrow d256
+    ("3d", "bf16", 256, 4, reach.FEATURES),
+    ("3d", "f16", 64, 4, reach.FEATURES),
+    ("2d", "f16", 64, 4, ("softcap", "sliding_window")),
+]
+
+
+@pytest.mark.parametrize("path, dtype, d, wide, feats", SAMPLE)
+def test_heaviest_reachable_specs_do_not_spill(reachable, path, dtype, d, wide, feats):
+    p = reach.problem_of(dtype, d, 16, None, feats)
+    (spec, *rest) = dispatch.plan(p, path, AttentionKnobs(flash_wide=wide)).specs
+    assert spec.kernel_name in reachable
+    info = au.compiled(spec).info
+    assert (info.vgpr_spills, info.sgpr_spills) == (0, 0), spec.kernel_name
+
+
+def test_a_window_with_other_features_masks_by_interval_and_does_not_spill():
+    """fp16 wide4 with an fp8 cache, softcap, ALiBi, window and sinks spilled 110 SGPRs with the
+    two-compare window mask; the dispatcher now picks the interval mask (alone: shipped kernel)."""
+    p = reach.problem_of("f16", 64, 16, "fp8_e4m3fnuz", ("softcap", "alibi", "sliding_window",
+                                                          "sinks"), mm_ranges=0)
+    (spec,) = dispatch.plan(p, "2d", AttentionKnobs()).specs
+    assert spec.interval_mask and spec.transposed_x8
+    info = au.compiled(spec).info
+    assert (info.vgpr_spills, info.sgpr_spills) == (0, 0), spec.kernel_name
+    alone = reach.problem_of("f16", 64, 16, None, ("sliding_window",), mm_ranges=0)
+    assert not dispatch.plan(alone, "2d", AttentionKnobs()).specs[0].interval_mask
