@@ -427,7 +427,8 @@ class NarrowPath(TileLoop):
                     kt = load_fragment(k_lds, mma.B, (d0, k_row0 + n * 16), transposed=True)
                     acc = mma(self.q_ops[i][st], kt, acc)
                 scores.append(self.masked_scores(acc, kv0, kv0 + n * 16, row, masked, i))
-            m[i], l[i], probs, alpha = online_softmax_update(m[i], l[i], scores, axis=COL)
+            # keys on lanes 0..15 of a row: DPP row ops instead of ds_swizzle (ALGORITHM.md §8)
+            m[i], l[i], probs, alpha = online_softmax_update(m[i], l[i], scores, axis=COL, via="dpp")
             for n in range(nk):
                 store_fragment(self.p_lds, probs[n].to(s.dtype), (row, n * 16))
             alpha_o = alpha.broadcast_to(mma.C)
