@@ -59,7 +59,7 @@ class Shape:
 SHAPES = {
     "decode": Shape("decode", ((1, 2048),) * 2),
     "prefill_mix": Shape("small-batch prefill mix", ((96, 512), (32, 1024), (1, 700))),
-    "prefill_mix_x2": Shape("prefill mix x2", ((96, 512), (32, 1024), (1, 700)) * 2),
+    "decode_prefill_mix": Shape("decode rows + a short prefill", ((1, 1500), (1, 600), (48, 300))),
     "short_prefill": Shape("short prefill", ((128, 128),)),
     "long_prefill": Shape("long prefill", ((640, 640),)),
     "window": Shape("prefill, sliding window 128", ((512, 512),),

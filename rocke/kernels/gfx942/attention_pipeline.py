@@ -19,6 +19,7 @@ from rocke.dsl.magic import udiv_const
 from rocke.dsl.paged import CACHE_POLICIES, BlockTableRow, PagedView, copy_paged_tile, min_dma_loads_per_wave
 from rocke.dsl.softmax import LOG2E, online_softmax_update
 from rocke.kernels.gfx942 import attention_policy as policy
+from rocke.kernels.gfx942.attention_p_stage import store_p_pairs
 from rocke.kernels.gfx942.attention_policy import STAGING_VECTOR
 
 
@@ -120,14 +121,16 @@ class WorkgroupContext:
 
     def copy_k(self, lds, first, **kw):
         s = self.spec
-        copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
+        return copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
                         lds_dma=s.global_load_lds_k, aux=self.aux, **kw)
 
-    def copy_v(self, lds, first):
-        copy_paged_tile(self.v_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
-                        thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
-                        transpose=not self.spec.cfv_store, aux=self.aux)
+    def copy_v(self, lds, first, defer_stores: bool = False):
+        return copy_paged_tile(self.v_view, self.table, lds, first_token=first,
+                               valid_tokens=self.kv_len, thread_index=self.tid,
+                               threads=self.threads, vector=STAGING_VECTOR,
+                               transpose=not self.spec.cfv_store, aux=self.aux,
+                               defer_stores=defer_stores)
 
 
 def load_q_rows_to_lds(c: WorkgroupContext, q_lds):
@@ -224,13 +227,12 @@ class TileLoop:
             return self.k_lds, 0
         return self.k_lds, (j & 1) * self.spec.tile_size
 
-    def _copy_k_into(self, j):
+    def _copy_k_into(self, j, **kw):
         s = self.spec
         T = s.tile_size
         if s.use_k_single_buffer:
-            self.c.copy_k(self.k_lds, j * T)
-        else:
-            self.c.copy_k(self.k_lds, j * T, tokens=T, lds_row0=(j & 1) * T)
+            return self.c.copy_k(self.k_lds, j * T, **kw)
+        return self.c.copy_k(self.k_lds, j * T, tokens=T, lds_row0=(j & 1) * T, **kw)
 
     def run(self, bounds):
         """The tile loop (ALGORITHM.md §2-3): unmasked tiles, then the diagonal ones. With a
@@ -252,8 +254,14 @@ class TileLoop:
                 j = loop.index
                 kv0 = j * s.tile_size
                 if double:
-                    c.copy_v(self.v_lds, kv0)    # current V first: PV waits only on V while next K streams
-                    self._copy_k_into(j + 1)
+                    # current V first: PV waits only on V while next K streams; both loads
+                    # issue before any LDS store (one round trip; the scheduler may not hoist
+                    # V's pair swaps between them)
+                    store_v = c.copy_v(self.v_lds, kv0, defer_stores=True)
+                    store_k = self._copy_k_into(j + 1, defer_stores=True)
+                    k.sched_barrier(0)
+                    store_v()
+                    store_k()
                 else:
                     self._copy_k_into(j)
                     c.copy_v(self.v_lds, kv0)
@@ -430,7 +438,7 @@ class NarrowPath(TileLoop):
             # keys on lanes 0..15 of a row: DPP row ops instead of ds_swizzle (ALGORITHM.md §8)
             m[i], l[i], probs, alpha = online_softmax_update(m[i], l[i], scores, axis=COL, via="dpp")
             for n in range(nk):
-                store_fragment(self.p_lds, probs[n].to(s.dtype), (row, n * 16))
+                store_p_pairs(self.p_lds, probs[n].to(s.dtype), (row, n * 16))
             alpha_o = alpha.broadcast_to(mma.C)
             p_ops = [load_fragment(self.p_lds, mma.A, (row, n * 16)) for n in range(nk)]
             for jd in range(nd):
