@@ -263,8 +263,11 @@ class TileLoop:
                     store_v()
                     store_k()
                 else:
-                    self._copy_k_into(j)
-                    c.copy_v(self.v_lds, kv0)
+                    store_k = self._copy_k_into(j, defer_stores=True)
+                    store_v = c.copy_v(self.v_lds, kv0, defer_stores=True)
+                    k.sched_barrier(0)          # both loads in flight before either is waited on
+                    store_k()
+                    store_v()
                 if s.global_load_lds_k:
                     # this tile's K and V are in; a double buffer's next-K DMAs (the newest
                     # loads) stay in flight through this step
