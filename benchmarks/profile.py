@@ -118,8 +118,8 @@ def _row(shape, dtype, d, backend, path, segments, kernels_profiles, args, wall)
                          "binding": m.binding})
     return {"shape": shape.name, "dtype": dtype, "head_size": d, "backend": backend,
             "path": path, "segments": segments, "counters": counters, "launches": launches,
-            "modelled_us": round(total_us, 2), "mfma_flops": flops,
-            "modelled_us_at_latency": {c: round(t, 1) for c, t in at_latency.items()},
+            "modelled_us": round(float(total_us), 2), "mfma_flops": int(flops),
+            "modelled_us_at_latency": {c: round(float(t), 1) for c, t in at_latency.items()},
             "max_abs_error": _max_error(args), "emulator_wall_s": round(wall, 1)}
 
 
@@ -146,7 +146,7 @@ def summary(rows: list[dict]) -> list[dict]:
         peer = keyed.get((name, dt, d, "peer"))
         if backend != "auto" or peer is None:
             continue
-        ratio = r["modelled_us"] / peer["modelled_us"]
+        ratio = float(r["modelled_us"] / peer["modelled_us"])
         out.append({"shape": name, "dtype": dt, "head_size": d, "rocke_path": r["path"],
                     "rocke_us": r["modelled_us"], "rocke_binding": r["launches"][0]["binding"],
                     "peer_path": peer["path"], "peer_us": peer["modelled_us"],
@@ -154,7 +154,7 @@ def summary(rows: list[dict]) -> list[dict]:
                     "ratio_at_latency": {c: round(r["modelled_us_at_latency"][c]
                                                   / peer["modelled_us_at_latency"][c], 3)
                                          for c in LATENCIES},
-                    "goal_met": ratio <= 0.8})
+                    "goal_met": bool(ratio <= 0.8)})
     return out
 
 

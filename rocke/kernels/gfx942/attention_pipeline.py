@@ -259,13 +259,13 @@ class TileLoop:
                     # V's pair swaps between them)
                     store_v = c.copy_v(self.v_lds, kv0, defer_stores=True)
                     store_k = self._copy_k_into(j + 1, defer_stores=True)
-                    k.sched_barrier(0)
+                    k.sched_barrier(dsl.SchedMask.SALU)      # scalar address math may still move
                     store_v()
                     store_k()
                 else:
                     store_k = self._copy_k_into(j, defer_stores=True)
                     store_v = c.copy_v(self.v_lds, kv0, defer_stores=True)
-                    k.sched_barrier(0)          # both loads in flight before either is waited on
+                    k.sched_barrier(dsl.SchedMask.SALU)     # both loads in flight before either is waited on
                     store_k()
                     store_v()
                 if s.global_load_lds_k:
