@@ -344,3 +344,33 @@ def run_peer(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, 
                              dict(HQ=hq, TILE=tile, D=d, DP=dp, SEGMENTS=ns))
         reports.append(_launch(red, (total_q, hq, 1), rvals, profile))
     return PeerRun("3d" if split else "2d", reports)
+
+
+def main(argv=None) -> int:
+    """Run the peer once on a small decode + prefill batch and check it against ref_paged_attn
+    (compiling, or reading the cached, gfx942 assembly)."""
+    import argparse
+    import sys
+    ap = argparse.ArgumentParser(description="the Triton peer of rocke's unified attention: a "
+                                 "smoke run against ref_paged_attn (benchmarks/profile.py "
+                                 "--backends peer runs it on the benchmark's shapes)")
+    ap.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
+    ap.add_argument("--head-size", type=int, choices=[64, 128, 256], default=64)
+    a = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from rocke.kernels.common.attention_reference import ref_paged_attn
+    from tests.kernels.unified_inputs import make_inputs
+    worst = 0.0
+    for seqs in ([(1, 200), (1, 45)], [(24, 80), (1, 33)]):
+        args = make_inputs(seqs, hq=8, hk=2, d=a.head_size, bs=16, dtype=a.dtype)
+        peer = run_peer(**args)
+        ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"],
+                             args["seqused_k"], args["block_table"], args["softmax_scale"])
+        err = float((args["out"].float() - ref).abs().max())
+        print(f"{seqs}: {peer.path}, max |out - ref| {err:.1e}")
+        worst = max(worst, err)
+    return 0 if worst <= (2e-3 if a.dtype == "f16" else 1.6e-2) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
