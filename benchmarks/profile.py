@@ -10,8 +10,13 @@ sizes, which put fewer workgroups on the 304 CUs than production batches would.
 
 Every time printed here is "modelled MI300X time" -- a model, not a measurement.
 
+The "peer" backend is a Triton peer (benchmarks/triton_peer.py: our own vLLM-style 2D / 3D +
+reduce kernels, compiled by Triton for gfx942) on the same inputs; every row's output is checked
+against ref_paged_attn, and a closing table gives rocke's dispatcher choice against the peer
+(goal: rocke's modelled time <= 0.8x the peer's).
+
 Run:  .venv/bin/python benchmarks/profile.py [--shapes ...] [--dtypes f16 bf16]
-      [--head-sizes 64 128 256] [--json FILE] [--plot FILE.png]
+      [--head-sizes 64 128 256] [--backends auto 2d 3d peer] [--json FILE] [--plot FILE.png]
 (--plot: a roofline picture of every row against MI300X's limits, labelled "modelled MI300X")
 """
 from __future__ import annotations
@@ -54,6 +59,7 @@ class Shape:
 SHAPES = {
     "decode": Shape("decode", ((1, 2048),) * 2),
     "prefill_mix": Shape("small-batch prefill mix", ((96, 512), (32, 1024), (1, 700))),
+    "decode_prefill_mix": Shape("decode rows + a short prefill", ((1, 1500), (1, 600), (48, 300))),
     "short_prefill": Shape("short prefill", ((128, 128),)),
     "long_prefill": Shape("long prefill", ((640, 640),)),
     "window": Shape("prefill, sliding window 128", ((512, 512),),
@@ -70,17 +76,35 @@ def inputs(shape: Shape, dtype: str, d: int) -> dict:
     return args
 
 
+def _max_error(args: dict) -> float:
+    """max |out - ref_paged_attn| of a row's output (every row is checked, rocke's and the peer's)."""
+    from rocke.kernels.common.attention_reference import ref_paged_attn
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"],
+                         args["seqused_k"], args["block_table"], args["softmax_scale"],
+                         window_size=args["window_size"], softcap=args["softcap"])
+    return float((args["out"].float() - ref).abs().max())
+
+
 def run(shape: Shape, dtype: str, d: int, backend: str) -> dict:
     args = inputs(shape, dtype, d)
+    if backend == "peer":
+        return run_peer_row(shape, dtype, d, args)
     start = time.perf_counter()
     with profiling():
         record = au.run_unified_attention_torch(**args, backend=backend)
     wall = time.perf_counter() - start
+    g = record.plan.geometry
+    return _row(shape, dtype, d, backend, record.plan.path,
+                g.num_segments if record.plan.path == "3d" else None,
+                [(rep.kernel, rep.profile) for rep in record.reports], args, wall)
+
+
+def _row(shape, dtype, d, backend, path, segments, kernels_profiles, args, wall) -> dict:
+    """A row from (kernel name, LaunchProfile) pairs: summed counters, modelled MI300X time."""
     counters = dict.fromkeys(SUMMED, 0)
     launches, total_us, flops = [], 0.0, 0
     at_latency = dict.fromkeys(LATENCIES, 0.0)
-    for report in record.reports:
-        p = report.profile
+    for kernel, p in kernels_profiles:
         c = p.counters()
         for k in SUMMED:
             counters[k] += c[k]
@@ -89,16 +113,49 @@ def run(shape: Shape, dtype: str, d: int, backend: str) -> dict:
         total_us += m.us
         for cycles in LATENCIES:
             at_latency[cycles] += model_time(p, costs=replace(MI300X, memory_latency_cycles=cycles)).us
-        launches.append({"kernel": report.kernel, "grid": list(p.grid),
-                         "vgprs": p.resources["vgprs"], "occupancy": m.occupancy,
-                         "modelled_us": round(m.us, 2), "binding": m.binding})
-    g = record.plan.geometry
+        launches.append({"kernel": kernel, "grid": list(p.grid), "vgprs": p.resources["vgprs"],
+                         "occupancy": m.occupancy, "modelled_us": round(m.us, 2),
+                         "binding": m.binding})
     return {"shape": shape.name, "dtype": dtype, "head_size": d, "backend": backend,
-            "path": record.plan.path, "segments": g.num_segments if record.plan.path == "3d"
-            else None, "counters": counters, "launches": launches,
-            "modelled_us": round(total_us, 2), "mfma_flops": flops,
-            "modelled_us_at_latency": {c: round(t, 1) for c, t in at_latency.items()},
-            "emulator_wall_s": round(wall, 1)}
+            "path": path, "segments": segments, "counters": counters, "launches": launches,
+            "modelled_us": round(float(total_us), 2), "mfma_flops": int(flops),
+            "modelled_us_at_latency": {c: round(float(t), 1) for c, t in at_latency.items()},
+            "max_abs_error": _max_error(args), "emulator_wall_s": round(wall, 1)}
+
+
+def run_peer_row(shape: Shape, dtype: str, d: int, args: dict) -> dict:
+    """The Triton peer (benchmarks/triton_peer.py, vLLM-style kernels of our own) on the same
+    inputs, profiled the same way."""
+    from benchmarks.triton_peer import NUM_SEGMENTS, run_peer
+    start = time.perf_counter()
+    peer = run_peer(**args)
+    wall = time.perf_counter() - start
+    names = ("peer_attention_" + peer.path, "peer_reduce")
+    return _row(shape, dtype, d, "peer", peer.path,
+                NUM_SEGMENTS if peer.path == "3d" else None,
+                [(n, r.profile) for n, r in zip(names, peer.reports)], args, wall)
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per shape/dtype/head size: rocke's dispatcher choice against the peer's, the ratio of
+    modelled MI300X times and whether the goal (ratio <= 0.8) is met."""
+    out = []
+    keyed = {(r["shape"], r["dtype"], r["head_size"], r["backend"]): r
+             for r in rows if "counters" in r}
+    for (name, dt, d, backend), r in keyed.items():
+        peer = keyed.get((name, dt, d, "peer"))
+        if backend != "auto" or peer is None:
+            continue
+        ratio = float(r["modelled_us"] / peer["modelled_us"])
+        out.append({"shape": name, "dtype": dt, "head_size": d, "rocke_path": r["path"],
+                    "rocke_us": r["modelled_us"], "rocke_binding": r["launches"][0]["binding"],
+                    "peer_path": peer["path"], "peer_us": peer["modelled_us"],
+                    "peer_binding": peer["launches"][0]["binding"], "ratio": round(ratio, 3),
+                    "ratio_at_latency": {c: round(r["modelled_us_at_latency"][c]
+                                                  / peer["modelled_us_at_latency"][c], 3)
+                                         for c in LATENCIES},
+                    "goal_met": bool(ratio <= 0.8)})
+    return out
 
 
 def kernel_points(rows: list[dict]) -> list[KernelPoint]:
@@ -154,6 +211,10 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--dtypes", nargs="+", default=["f16"], choices=["f16", "bf16"])
     ap.add_argument("--head-sizes", nargs="+", type=int, default=[128], choices=[64, 128, 256])
+    ap.add_argument("--backends", nargs="+", default=["auto", "2d", "3d", "peer"],
+                    choices=["auto", "2d", "3d", "peer"],
+                    help="rocke's dispatcher (auto), forced 2d / 3d, and the Triton peer "
+                         "(benchmarks/triton_peer.py)")
     ap.add_argument("--json", help="also write every row to this file")
     ap.add_argument("--plot", help="write a roofline picture (PNG) of every row to this file")
     ap.add_argument("--segments", nargs="+", type=int,
@@ -172,7 +233,7 @@ def main(argv=None) -> int:
         for dt in a.dtypes:
             for d in a.head_sizes:
                 shape = SHAPES[name]
-                for backend in ("auto", "2d", "3d"):
+                for backend in a.backends:
                     try:
                         row = run(shape, dt, d, backend)
                     except (NotImplementedError, ValueError) as e:
@@ -192,7 +253,8 @@ def main(argv=None) -> int:
                           f"{c['mfma']} ds {c['ds']} vmem {c['vmem']} | read "
                           f"{c['global_read_bytes']} B write {c['global_write_bytes']} B unique "
                           f"{c['unique_read_bytes']}/{c['unique_write_bytes']} B | LDS conflicts "
-                          f"{c['lds_bank_conflicts']} (emulated in {row['emulator_wall_s']} s)")
+                          f"{c['lds_bank_conflicts']} | max |out - ref| "
+                          f"{row['max_abs_error']:.1e} (emulated in {row['emulator_wall_s']} s)")
     if a.segments:
         for dt in a.dtypes:
             for d in a.head_sizes:
@@ -202,8 +264,21 @@ def main(argv=None) -> int:
                           f"{row['modelled_us']} us (attention_3d {row['attention_3d_us']} us + "
                           f"reduce_segments {row['reduce_us']} us); max |out - ref| "
                           f"{row['max_abs_error']:.1e}")
+    goal = summary(rows)
+    if goal:
+        print("\nrocke (dispatcher) vs the Triton peer, modelled MI300X time (goal: ratio <= 0.8)")
+        print("| shape | dtype | d | rocke path | rocke us | binding | peer path | peer us | "
+              "binding | ratio | at 1000/2000/4000 cycles | goal |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for g in goal:
+            lat = "/".join(str(v) for v in g["ratio_at_latency"].values())
+            print(f"| {g['shape']} | {g['dtype']} | {g['head_size']} | {g['rocke_path']} | "
+                  f"{g['rocke_us']} | {g['rocke_binding']} | {g['peer_path']} | {g['peer_us']} | "
+                  f"{g['peer_binding']} | {g['ratio']} | {lat} | "
+                  f"{'met' if g['goal_met'] else 'MISSED'} |")
+        print(f"goal met on {sum(g['goal_met'] for g in goal)} of {len(goal)} shapes")
     if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+        Path(a.json).write_text(json.dumps(rows + [{"summary": goal}], indent=1))
     if a.plot:
         data = plot(kernel_points(rows), a.plot)
         print(f"roofline ({data['title']}): {len(data['points'])} kernel rows -> {a.plot}"

@@ -40,7 +40,7 @@ import llvmlite.ir as ir
 
 from . import types as T
 from .errors import dsl_type_error, dsl_value_error
-from .lanes import shuffle_xor
+from .lanes import butterfly, shuffle_xor
 from .math import exp2, maximum, minimum
 from .memory import BUFFER_ACCESS_BYTES, BufferResource, LdsTensor
 from .tree import CarryLayout
@@ -185,9 +185,10 @@ class Fragment:
         return out[0], out[1]
 
     # -- reductions -----------------------------------------------------------------------
-    def reduce(self, axis: int, op: str = "sum") -> "AxisVector":
-        """Reduce along ``axis`` (COL: one result per row). In-lane first, then xor butterflies;
-        every lane ends up holding the result for each of its rows (or cols)."""
+    def reduce(self, axis: int, op: str = "sum", *, via: str = "swizzle") -> "AxisVector":
+        """Reduce along ``axis`` (COL: one result per row). In-lane first, then xor butterflies
+        (``via``: lanes.butterfly's); every lane ends up holding the result for each of its
+        rows (or cols)."""
         if op not in ("sum", "max", "min"):
             raise dsl_value_error(f"reduce op must be 'sum', 'max' or 'min', got {op!r}")
         if axis not in (ROW, COL):
@@ -201,8 +202,11 @@ class Fragment:
                 acc = _combine(op, acc, vals[v])
             partials.append(acc)
         acc = concat(*partials) if len(partials) > 1 else partials[0]
-        for mask in plan.xor_masks:
-            acc = _combine(op, acc, shuffle_xor(acc, mask))
+        if via == "swizzle":
+            for mask in plan.xor_masks:
+                acc = _combine(op, acc, shuffle_xor(acc, mask))
+        else:
+            acc = butterfly(op, acc, plan.xor_masks, via=via)
         return AxisVector(acc, self.layout, axis)
 
     # -- operand reuse --------------------------------------------------------------------

@@ -169,6 +169,31 @@ def shuffle_xor(value: Value, mask: int) -> Value:
     return ds_bpermute((k.lane_id() ^ mask) * 4, value)
 
 
+# DPP partners for the first four butterfly steps inside a 16-lane row: xor 1 and xor 2 are
+# exact quad permutes; row_half_mirror (lane i reads 7 - i) and row_mirror (15 - i) differ from
+# xor 4 / xor 8 only in the lower lane bits, so they pair the right halves once those bits have
+# been reduced (AMD CDNA3 ISA guide, DPP_CTRL enumeration)
+_DPP_BUTTERFLY = {1: DppCtrl.quad_perm(1, 0, 3, 2), 2: DppCtrl.quad_perm(2, 3, 0, 1),
+                  4: DppCtrl.row_half_mirror, 8: DppCtrl.row_mirror}
+
+
+def butterfly(op: str, value: Value, masks, *, via: str = "swizzle") -> Value:
+    """All-reduce ``op`` of ``value`` over the lanes that differ in the bits of ``masks`` (xor
+    steps, applied in order). ``via="dpp"`` takes a DPP row op (a VALU move, no LDS pipe issue)
+    for a step of 1, 2, 4 or 8 whose lower bits are already reduced, ``shuffle_xor`` otherwise."""
+    if via not in ("swizzle", "dpp"):
+        raise dsl_value_error(f"butterfly via must be 'swizzle' or 'dpp', got {via!r}")
+    acc, reduced = value, 0
+    for mask in masks:
+        if via == "dpp" and mask in _DPP_BUTTERFLY and reduced & (mask - 1) == mask - 1:
+            partner = dpp(acc, _DPP_BUTTERFLY[mask])
+        else:
+            partner = shuffle_xor(acc, mask)
+        acc = _combine(op, acc, partner)
+        reduced |= mask
+    return acc
+
+
 def _combine(op: str, a: Value, b: Value) -> Value:
     from .math import maximum, minimum
     if op == "sum":

@@ -102,14 +102,16 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                     valid_tokens: Value, thread_index: Value, threads: int, vector: int = 8,
                     transpose: bool = False, lds_dma: bool = False, aux: int = CACHE_NORMAL,
                     tokens: int | None = None, lds_row0=0, scale: Value | None = None,
-                    row_scales: PagedView | None = None):
+                    row_scales: PagedView | None = None, defer_stores: bool = False):
     """Copy tokens ``[first_token, first_token + tokens)`` of ``cache`` (rows of ``D`` elements)
     into ``lds`` (``[tokens, D]``, or ``[D, tokens]`` with ``transpose``). See the module rules;
     ``first_token`` must be a multiple of ``rows_per_wave(...)`` (a tile start is).
     ``tokens`` / ``lds_row0``: copy into rows (columns with ``transpose``) ``[lds_row0,
     lds_row0 + tokens)`` of a larger tile, e.g. one half of a double buffer. ``scale``: the
     dequantizing copy of an fp8 cache (module rules). ``row_scales``: the f32 paged scale cache
-    of a per-row quantized (int8 / fp8) cache (module rules)."""
+    of a per-row quantized (int8 / fp8) cache (module rules). ``defer_stores``: the LDS stores of
+    whole copy steps are left to the returned function (call it after issuing other loads, so
+    both loads are in flight before either is waited on); otherwise it returns a no-op."""
     if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
         raise dsl_type_error("copy_paged_tile needs a 2-D LdsTensor destination")
     if row_scales is not None:
@@ -147,6 +149,7 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
     lane = k.lane_id()
     pages_used = udiv_const(valid_tokens + (cache.page_size - 1), cache.page_size)
     steps = -(-tokens // (run * waves))
+    pending = []
     for step in range(steps):
         row0 = (wave + step * waves) * run                      # wave-uniform first row
 
@@ -165,8 +168,12 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                 return
             per_row = dim // vector
             shift = per_row.bit_length() - 1
-            r = lane >> shift if shift else lane
-            c = (lane & (per_row - 1)) * vector if per_row > 1 else k.const(0, T.i32)
+            paired = transpose and _pairs_transposed(lds, vector, run, lds_row0)
+            if paired:      # neighbouring lanes hold neighbouring rows (same bytes per load)
+                r, c = lane & (run - 1), (lane >> (run.bit_length() - 1)) * vector
+            else:
+                r = lane >> shift if shift else lane
+                c = (lane & (per_row - 1)) * vector if per_row > 1 else k.const(0, T.i32)
             index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
             loaded = rsrc.load(index, width=vector, mask=token0 + r < valid_tokens, aux=aux)
             if row_scales is not None:
@@ -178,17 +185,64 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                                      biased_bytes=dim >= 256)
             elif dequant:
                 loaded = _dequantize(loaded, scale, lds.dtype)
-            if transpose:
-                for j, e in enumerate(list(loaded) if vector > 1 else [loaded]):
-                    lds.store((c + j, lds_row0 + row0 + r), e)
-            else:
-                lds.store((lds_row0 + row0 + r, c), loaded, align=store_align)
+            def store(loaded=loaded, r=r, c=c):
+                if paired:
+                    _store_transposed_pairs(lds, loaded, c, lds_row0 + row0 + r, lane)
+                elif transpose:
+                    for j, e in enumerate(list(loaded) if vector > 1 else [loaded]):
+                        lds.store((c + j, lds_row0 + row0 + r), e)
+                else:
+                    lds.store((lds_row0 + row0 + r, c), loaded, align=store_align)
+            return store
 
         if (step + 1) * run * waves <= tokens:
-            copy_run()
+            store = copy_run()
+            if defer_stores and store is not None:
+                pending.append(store)
+            elif store is not None:
+                store()
         else:
             with k.if_(wave < (tokens - step * run * waves) // run):
-                copy_run()
+                store = copy_run()
+                if store is not None:
+                    store()
+
+    def finish():
+        for store in pending:
+            store()
+    return finish
+
+
+def _pairs_transposed(lds: LdsTensor, vector: int, run: int, lds_row0) -> bool:
+    """Whether a transposed copy stores 32-bit column pairs (``_store_transposed_pairs``):
+    16-bit elements, an even number of rows per wave step starting on an even column, rows
+    of whole dwords, and at least two dwords per lane."""
+    return (lds.dtype.bits == 16 and vector % 4 == 0 and run >= 2 and lds.strides[0] % 2 == 0
+            and isinstance(lds_row0, int) and lds_row0 % 2 == 0)
+
+
+def _store_transposed_pairs(lds: LdsTensor, loaded: Value, c, row: Value, lane: Value):
+    """Row ``row`` (``vector`` 16-bit elements from column ``c``) into the transposed tile as
+    32-bit pairs: lanes ``l`` (even row) and ``l ^ 1`` (the next row) swap half their values with
+    one DPP quad permute per dword, then the even lane writes the pairs of the first half of the
+    elements and the odd lane those of the second half (``vector / 2`` ds_write_b32 per lane
+    instead of ``vector`` ds_write_b16; AMD CDNA3 ISA guide, DPP quad_perm)."""
+    from .lanes import DppCtrl, dpp
+    from .values import select
+    words = loaded.bitcast(T.u32)
+    half = words.lanes // 2
+    odd = lane & 1
+    even = odd == 0
+    own = [words[half * 0 + i] for i in range(half)]
+    upper = [words[half + i] for i in range(half)]
+    col0 = row - odd                                  # the pair's first (even) column
+    first = c + odd * (2 * half)                      # this lane's first element
+    for i in range(half):
+        mine = select(even, own[i], upper[i])
+        other = dpp(select(even, upper[i], own[i]), DppCtrl.quad_perm(1, 0, 3, 2))
+        lo, hi = select(even, mine, other), select(even, other, mine)
+        lds.store((first + 2 * i, col0), ((lo & 0xFFFF) | (hi << 16)).bitcast(lds.dtype))
+        lds.store((first + 2 * i + 1, col0), ((lo >> 16) | (hi & 0xFFFF0000)).bitcast(lds.dtype))
 
 
 def _dequantize(codes: Value, scale, dtype, biased_bytes: bool = False):

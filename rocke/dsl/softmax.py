@@ -23,21 +23,23 @@ def finite_base(m: Value) -> Value:
     return select(m == -math.inf, 0.0, m)
 
 
-def online_softmax_update(m: AxisVector, l: AxisVector, scores, axis: int = ROW):
+def online_softmax_update(m: AxisVector, l: AxisVector, scores, axis: int = ROW, *,
+                          via: str = "swizzle"):
     """One KV tile of the streaming softmax for log2-domain score fragments whose keys run
     along ``axis`` (ROW: S^T tiles, keys on rows; COL: S tiles): the new running max and sum,
-    the tile's probabilities, and alpha = 2^(m_old - m_new) for the output accumulator."""
+    the tile's probabilities, and alpha = 2^(m_old - m_new) for the output accumulator.
+    ``via``: how the cross-lane steps of the row reductions move data (Fragment.reduce)."""
     tile_max = scores[0]
     for s in scores[1:]:
         tile_max = tile_max.maximum(s)
-    m_new = m.maximum(tile_max.reduce(axis, "max"))
+    m_new = m.maximum(tile_max.reduce(axis, "max", via=via))
     base = m_new.map(finite_base)
     alpha = (m - base).map(lambda x: exp2(x, fast=True))
     probs = [(s - base).exp2(fast=True) for s in scores]
     tile_sum = probs[0]
     for p in probs[1:]:
         tile_sum = tile_sum + p
-    l_new = l * alpha + tile_sum.reduce(axis, "sum")
+    l_new = l * alpha + tile_sum.reduce(axis, "sum", via=via)
     return m_new, l_new, probs, alpha
 
 

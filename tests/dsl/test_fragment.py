@@ -266,3 +266,37 @@ def test_masked_buffer_load_and_store_and_const_vector():
     expected = torch.where((lanes % 3 != 0)[:, None], X, 0.0) + torch.tensor([10.0, 20.0, 30.0, 40.0])
     expected = torch.where((lanes % 4 != 0)[:, None], expected, -7.0)
     assert torch.equal(Y, expected)
+
+
+@pytest.mark.parametrize("atom", ["16x16x16", "32x32x8"])
+def test_row_reductions_through_dpp_match_torch(atom):
+    """reduce(COL, via="dpp"): row max and row sum of a C fragment equal torch's; on 16x16x16
+    (a row's 16 columns on lanes 0..15 of a DPP row) no ds_swizzle is left, on 32x32x8 only the
+    xor-16 step (across DPP rows) still is one."""
+    k = dsl.Kernel(f"frag_dpp_reduce_{atom.replace('x', '_')}", workgroup_size=64)
+    a, bt = k.arg_ptr("a", "f16"), k.arg_ptr("bt", "f16")
+    mx, sm = k.arg_ptr("mx", dsl.f32), k.arg_ptr("sm", dsl.f32)
+    mma = Mfma(k, atom, "f16")
+    M, N, K = mma.atom.m, mma.atom.n, mma.atom.k
+    acc = mma(load_fragment_global(a.buffer(M * K), mma.A, (0, 0), K),
+              load_fragment_global(bt.buffer(K * N), mma.B, (0, 0), K, transposed=True), mma.zeros())
+    for ptr, op in ((mx, "max"), (sm, "sum")):
+        store_fragment_global(ptr.buffer(M * N), acc.reduce(COL, op, via="dpp").broadcast_to(mma.C),
+                              (0, 0), N)
+    ck = compile_ir(k.ir(), name=k.name)
+    assert ("ds_swizzle_b32" in ck.asm) == (atom == "32x32x8") and "_dpp" in ck.asm
+    gen = torch.Generator().manual_seed(3)
+    A, B = torch.randn(M, K, generator=gen).half(), torch.randn(K, N, generator=gen).half()
+    got_max, got_sum = torch.zeros(M, N), torch.zeros(M, N)
+    launch(ck, 1, 64, [A, B.t().contiguous(), got_max, got_sum])
+    ref = A.float() @ B.float()
+    np.testing.assert_allclose(got_max.numpy(), ref.max(1, keepdim=True).values.expand(M, N).numpy(),
+                               atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(got_sum.numpy(), ref.sum(1, keepdim=True).expand(M, N).numpy(),
+                               atol=1e-4, rtol=1e-5)
+
+
+def test_butterfly_rejects_unknown_via():
+    k, mma, _ = _fresh()
+    with pytest.raises(ValueError, match="butterfly via must be 'swizzle' or 'dpp'"):
+        mma.zeros().reduce(COL, "max", via="permute")

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from rocke import dsl
+from rocke.compiler import compile_ir
 from rocke.dsl.paged import (CACHE_STREAM, BlockTableRow, PagedView, copy_paged_tile,
                              rows_per_wave)
 from tests.dsl.emu_helper import run
@@ -12,9 +13,10 @@ TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
 def _copy_kernel(tokens, dim, page_size, *, dtype="f16", threads=128, transpose=False,
-                 lds_dma=False, addr_64=False, aux=0, pad=0):
+                 lds_dma=False, addr_64=False, aux=0, pad=0, defer=False):
     """Copy one tile of one KV head to LDS, then LDS -> out ([tokens, dim] or [dim, tokens])."""
-    name = f"paged_{tokens}_{dim}_{page_size}_{dtype}_{threads}_{int(transpose)}{int(lds_dma)}{int(addr_64)}{aux}_{pad}"
+    name = (f"paged_{tokens}_{dim}_{page_size}_{dtype}_{threads}_{int(transpose)}{int(lds_dma)}"
+            f"{int(addr_64)}{aux}_{pad}{int(defer)}")
     k = dsl.Kernel(name, workgroup_size=threads)
     cache_ptr = k.arg_ptr("cache", dtype, readonly=True)
     table_ptr = k.arg_ptr("table", "i32", readonly=True)
@@ -29,9 +31,11 @@ def _copy_kernel(tokens, dim, page_size, *, dtype="f16", threads=128, transpose=
     shape = (dim, tokens) if transpose else (tokens, dim)
     tile = k.lds("tile", shape, dtype, pad=pad)
     view = PagedView(cache_ptr, page_size, page_stride, token_stride, head * head_stride, num_pages, addr_64)
-    copy_paged_tile(view, BlockTableRow(table_ptr, k.const(0, "i32")), tile, first_token=first,
-                    valid_tokens=valid, thread_index=k.thread_id(0), threads=threads,
-                    transpose=transpose, lds_dma=lds_dma, aux=aux)
+    finish = copy_paged_tile(view, BlockTableRow(table_ptr, k.const(0, "i32")), tile,
+                             first_token=first, valid_tokens=valid, thread_index=k.thread_id(0),
+                             threads=threads, transpose=transpose, lds_dma=lds_dma, aux=aux,
+                             defer_stores=defer)
+    finish()
     if lds_dma:
         k.wait_vmcnt(0)
     k.barrier()
@@ -178,3 +182,24 @@ def test_paged_copy_scales_each_row(code_dtype, dtype, transpose, dim):
         want[t] = cache[page, row, head].float() * scales[page, row, head]
     got = out.view(dim, tokens).T if transpose else out.view(tokens, dim)
     assert torch.equal(got, want.to(TORCH[dtype]))
+
+
+@pytest.mark.parametrize("tokens, dim, page_size, dtype, pad, defer, valid", [
+    (32, 128, 16, "bf16", 8, False, 41),     # 4 rows per wave step, ragged tail reads 0
+    (16, 256, 16, "f16", 0, True, 30),       # 2 rows per wave step, stores deferred
+    (32, 64, 32, "bf16", 4, True, 64),       # 8 rows per wave step
+])
+def test_transposed_copy_stores_column_pairs(tokens, dim, page_size, dtype, pad, defer, valid):
+    """A 16-bit V^T copy: neighbouring lanes swap halves (DPP) and write 32-bit column pairs --
+    the tile equals the gather, and the code has no 16-bit LDS store left."""
+    gen = torch.Generator().manual_seed(dim + valid)
+    num_pages, heads, first = 9, 2, 16
+    cache = torch.randn(num_pages, page_size, heads, dim, generator=gen).to(TORCH[dtype])
+    table = torch.randperm(num_pages, generator=gen).to(torch.int32)
+    kern = _copy_kernel(tokens, dim, page_size, dtype=dtype, transpose=True, pad=pad, defer=defer)
+    asm = compile_ir(kern.ir(), name=kern.name, cache=False).asm
+    assert "ds_write_b16" not in asm and "quad_perm:[1,0,3,2]" in asm
+    out = torch.full((tokens * dim,), 7.0, dtype=TORCH[dtype])
+    s = cache.stride()
+    run(kern, (1, 1, 1), [cache, table, out, num_pages, s[0], s[1], s[2], 1, first, valid])
+    assert torch.equal(out.view(dim, tokens).T, _reference(cache, table, 1, first, valid, tokens))

@@ -79,6 +79,24 @@ def test_empty_segments_write_the_neutral_partial():
     assert torch.isfinite(m[:, :, :2]).all() and (l[:, :, :2] > 0).all()
 
 
+def test_empty_segments_load_no_q():
+    """kv = 20, T = 16, 4 segments: the workgroups of segments 2 and 3 (grid (1, 1, 4), so
+    workgroup i is segment i) move exactly their neutral partial -- one row's o (64 fp32) plus m
+    and l, 264 bytes -- and read nothing: no Q row, no K/V (exact emulator counters)."""
+    spec = a3.UnifiedAttention3DSpec(dtype="f16", head_size=64, block_size=16, num_warps=1)
+    q, kc, vc, table, cu, seqused = make_problem("f16", 64, 16, 1, [1], [20], num_kv_heads=1)
+    o, m, l = (torch.full(s, math.nan) for s in ((1, 1, 4, 64), (1, 1, 4), (1, 1, 4)))
+    grid, block = a3.launch_geometry(spec, 1, 1, 1, 4)
+    assert grid == (1, 1, 4)
+    report = launch(compiled(spec, a3.build), grid, block,
+                    a3.kernel_args(spec, q, kc, vc, o, m, l, table, cu, seqused, 0.125, 4),
+                    profile=True)
+    moved = report.profile.wg_global_bytes.tolist()
+    assert moved[2:] == [64 * 4 + 4 + 4] * 2
+    assert min(moved[:2]) > 264 + 64 * 2          # the live segments read their Q row and K/V
+    assert torch.isneginf(m[0, 0, 2:]).all() and (l[0, 0, 2:] == 0).all() and (o[0, 0, 2:] == 0).all()
+
+
 def test_q_major_grid_is_rejected():
     with pytest.raises(ValueError, match="q_major_grid: the 3D grid"):
         a3.UnifiedAttention3DSpec(q_major_grid=True)

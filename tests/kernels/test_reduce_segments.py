@@ -129,3 +129,30 @@ def test_spec_rules_name_the_field():
         rs.ReduceSegmentsSpec("f16", 96, 4)
     with pytest.raises(ValueError, match="vector_width"):
         rs.ReduceSegmentsSpec("f16", 128, 1)      # 128 lanes per row: more than a wave
+
+
+@pytest.mark.parametrize("num_segments, trips", [(16, 3), (36, 6)])
+def test_pass_two_loads_issue_together(num_segments, trips):
+    """d128, 2 segments per pass, PASS_UNROLL passes per loop step: a wave waits on memory once
+    for pass 1 and once per loop step of pass 2 (16 segments: 1 + 2; 36: 1 + 5, the last step
+    partly past the end), not twice per pass (exact emulator counts), and the merge is right."""
+    spec = rs.ReduceSegmentsSpec("f16", 128, 4)
+    assert spec.segments_per_pass * rs.PASS_UNROLL == 8
+    gen = torch.Generator().manual_seed(num_segments)
+    m = torch.randn(1, 1, num_segments, generator=gen) * 4
+    m[0, 0, 3] = -math.inf                               # one empty segment: its o is garbage
+    l = torch.rand(1, 1, num_segments, generator=gen) + 0.5
+    l[0, 0, 3] = 0.0
+    o = torch.randn(1, 1, num_segments, 128, generator=gen)
+    o[0, 0, 3] = math.nan
+    out = torch.zeros(1, 1, 128, dtype=torch.float16)
+    if spec not in _compiled:
+        kern = rs.build(spec)
+        _compiled[spec] = compile_ir(kern.ir(), name=kern.name)
+    report = launch(_compiled[spec], (1, 1, 1), (64, 1, 1),
+                    rs.kernel_args(spec, o, m, l, out, num_segments), profile=True)
+    assert report.profile.wg_vm_round_trips.tolist() == [trips]
+    w = torch.exp2(m.double() - m.double().max())
+    live = torch.arange(num_segments) != 3
+    want = (w[0, 0, live, None] * o.double()[0, 0, live]).sum(0) / (w * l.double())[0, 0].sum()
+    torch.testing.assert_close(out[0, 0].double(), want, atol=OUT_ATOL["f16"], rtol=2 ** -10)

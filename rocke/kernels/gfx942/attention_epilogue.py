@@ -110,3 +110,35 @@ def store_partials(c: WorkgroupContext, path, m, l, o, segment):
             e = entry(r)
             max_buf.store(e, mf.value[v] if vals > 1 else mf.value, mask=ok)
             sum_buf.store(e, lf.value[v] if vals > 1 else lf.value, mask=ok)
+
+
+def store_neutral_partials(c: WorkgroupContext, segment):
+    """3D: the partial of a segment that sees no key (m = -inf, l = 0, o = 0) for every row the
+    workgroup owns, without loading Q or setting up the tile loop (segments past a short
+    sequence's end, or past a q block's causal limit)."""
+    import math
+    from rocke.dsl import splat
+    k, a = c.k, c.a
+    D, rows = c.spec.head_size, c.spec.block_m_rows
+    total_rows = c.total_q * a.num_q_heads * a.num_segments
+    out_buf = a.segm_output.buffer(total_rows * D)
+    max_buf = a.segm_max.buffer(total_rows)
+    sum_buf = a.segm_expsum.buffer(total_rows)
+
+    def entry(row):
+        tok, head = c.row_token(row)
+        return ((c.q_seq_start + tok) * a.num_q_heads + head) * a.num_segments + segment
+
+    zero, width = k.const(0.0, "f32"), 4          # 16-byte fp32 stores
+    per_row = D // width
+    for first in range(0, rows * per_row, c.threads):
+        i = c.tid + first if first else c.tid
+        r = i >> (per_row.bit_length() - 1)
+        col = (i & (per_row - 1)) * width
+        out_buf.store(entry(r) * D + col, splat(zero, width),
+                      mask=c.row_valid(r) & (r < rows))
+    for first in range(0, rows, c.threads):
+        r = c.tid + first if first else c.tid
+        ok = c.row_valid(r) & (r < rows)
+        max_buf.store(entry(r), k.const(-math.inf, "f32"), mask=ok)
+        sum_buf.store(entry(r), zero, mask=ok)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from rocke import dsl
 from rocke.dsl.magic import udiv_const
-from rocke.kernels.gfx942.attention_epilogue import store_output, store_partials
+from rocke.kernels.gfx942.attention_epilogue import (store_neutral_partials, store_output,
+                                                     store_partials)
 from rocke.kernels.gfx942.attention_pipeline import (NarrowPath, TransposedX8Path, WorkgroupContext,
                                                      declare_args)
 
@@ -78,10 +79,17 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         wg = WorkgroupContext(k, spec, a, kv_head, seq, q_seq_start, q_len, q_start, kv_len, ctx, tid, threads)
         if split:
             wg.segment = segment
-        path = TransposedX8Path(wg) if spec.transposed_x8 else NarrowPath(wg)
-        m, l, o = path.run(bounds)
         if split:
-            store_partials(wg, path, m, l, o, segment)
+            # a segment with no tile to visit loads no Q and runs no loop: neutral partials only
+            visits = k.if_else(bounds[0] < bounds[-1])
+            with visits.then_():
+                path = TransposedX8Path(wg) if spec.transposed_x8 else NarrowPath(wg)
+                m, l, o = path.run(bounds)
+                store_partials(wg, path, m, l, o, segment)
+            with visits.else_():
+                store_neutral_partials(wg, segment)
         else:
+            path = TransposedX8Path(wg) if spec.transposed_x8 else NarrowPath(wg)
+            m, l, o = path.run(bounds)
             store_output(path, l, o)
     return k

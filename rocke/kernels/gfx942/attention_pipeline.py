@@ -20,6 +20,7 @@ from rocke.dsl.paged import CACHE_POLICIES, BlockTableRow, PagedView, copy_paged
 from rocke.dsl.softmax import LOG2E, online_softmax_update
 from rocke.kernels.gfx942 import attention_policy as policy
 from rocke.kernels.gfx942 import attention_quant as quant
+from rocke.kernels.gfx942.attention_p_stage import store_p_pairs
 from rocke.kernels.gfx942.attention_policy import STAGING_VECTOR
 
 
@@ -185,16 +186,17 @@ class WorkgroupContext:
 
     def copy_k(self, lds, first, **kw):
         s = self.spec
-        copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
+        return copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
                         lds_dma=s.global_load_lds_k, aux=self.aux,
                         row_scales=quant.scale_view(self, "k"), **kw)
 
-    def copy_v(self, lds, first):
-        copy_paged_tile(self.v_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
-                        thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
-                        transpose=not self.spec.cfv_store, aux=self.aux,
-                        row_scales=quant.scale_view(self, "v"))
+    def copy_v(self, lds, first, defer_stores: bool = False):
+        return copy_paged_tile(self.v_view, self.table, lds, first_token=first,
+                               valid_tokens=self.kv_len, thread_index=self.tid,
+                               threads=self.threads, vector=STAGING_VECTOR,
+                               transpose=not self.spec.cfv_store, aux=self.aux,
+                               row_scales=quant.scale_view(self, "v"), defer_stores=defer_stores)
 
 
 def load_q_rows_to_lds(c: WorkgroupContext, q_lds):
@@ -294,13 +296,12 @@ class TileLoop:
             return self.k_lds, 0
         return self.k_lds, (j & 1) * self.spec.tile_size
 
-    def _copy_k_into(self, j):
+    def _copy_k_into(self, j, **kw):
         s = self.spec
         T = s.tile_size
         if s.use_k_single_buffer:
-            self.c.copy_k(self.k_lds, j * T)
-        else:
-            self.c.copy_k(self.k_lds, j * T, tokens=T, lds_row0=(j & 1) * T)
+            return self.c.copy_k(self.k_lds, j * T, **kw)
+        return self.c.copy_k(self.k_lds, j * T, tokens=T, lds_row0=(j & 1) * T, **kw)
 
     def run(self, bounds):
         """The tile loop (ALGORITHM.md §2-3): unmasked tiles, then the diagonal ones. With a
@@ -322,11 +323,20 @@ class TileLoop:
                 j = loop.index
                 kv0 = j * s.tile_size
                 if double:
-                    c.copy_v(self.v_lds, kv0)    # current V first: PV waits only on V while next K streams
-                    self._copy_k_into(j + 1)
+                    # current V first: PV waits only on V while next K streams; both loads
+                    # issue before any LDS store (one round trip; the scheduler may not hoist
+                    # V's pair swaps between them)
+                    store_v = c.copy_v(self.v_lds, kv0, defer_stores=True)
+                    store_k = self._copy_k_into(j + 1, defer_stores=True)
+                    k.sched_barrier(dsl.SchedMask.SALU)      # scalar address math may still move
+                    store_v()
+                    store_k()
                 else:
-                    self._copy_k_into(j)
-                    c.copy_v(self.v_lds, kv0)
+                    store_k = self._copy_k_into(j, defer_stores=True)
+                    store_v = c.copy_v(self.v_lds, kv0, defer_stores=True)
+                    k.sched_barrier(dsl.SchedMask.SALU)     # both loads in flight before either is waited on
+                    store_k()
+                    store_v()
                 if s.global_load_lds_k:
                     # this tile's K and V are in; a double buffer's next-K DMAs (the newest
                     # loads) stay in flight through this step
@@ -507,9 +517,10 @@ class NarrowPath(TileLoop):
                     kt = load_fragment(k_lds, mma.B, (d0, k_row0 + n * 16), transposed=True)
                     acc = mma(self.q_ops[i][st], kt, acc)
                 scores.append(self.masked_scores(acc, kv0, kv0 + n * 16, row, masked, i))
-            m[i], l[i], probs, alpha = online_softmax_update(m[i], l[i], scores, axis=COL)
+            # keys on lanes 0..15 of a row: DPP row ops instead of ds_swizzle (ALGORITHM.md §8)
+            m[i], l[i], probs, alpha = online_softmax_update(m[i], l[i], scores, axis=COL, via="dpp")
             for n in range(nk):
-                store_fragment(self.p_lds, probs[n].to(s.dtype), (row, n * 16))
+                store_p_pairs(self.p_lds, probs[n].to(s.dtype), (row, n * 16))
             alpha_o = alpha.broadcast_to(mma.C)
             p_ops = [load_fragment(self.p_lds, mma.A, (row, n0)) for n0 in range(0, T, self.kd)]
             for jd in range(nd):

@@ -11,8 +11,9 @@ its own dtype:
   ``vector_width`` fp32 per lane, 16-byte loads): ``acc += 2^(m_s - M)·o_s``; the groups are
   summed with an xor butterfly and the first group writes ``acc / L``.
 
-An empty segment (m = -inf, l = 0) contributes nothing: its weight is 0 and its ``o`` is never
-loaded (the load is masked), so even garbage there could not leak in. A row whose every segment
+An empty segment (m = -inf, l = 0) contributes nothing: its weight is 0 and its ``o``, loaded
+with the others so that a pass costs one memory round trip, is dropped by a select, so even
+garbage there could not leak in. A row whose every segment
 is empty (L = 0) writes 0, as the reference does for a row that sees no key.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ from rocke.kernels.gfx942 import attention_quant as quant
 DTYPES = ("f16", "bf16")
 HEAD_SIZES = (64, 128, 256)   # d256: 64 lanes x 4 fp32 hold one segment row (one pass per segment)
 WAVE = dsl.WAVE_SIZE
+PASS_UNROLL = 4     # pass-2 steps whose loads issue together (decode's 16 segments: 2 round trips)
 
 
 @dataclass(frozen=True)
@@ -117,14 +119,20 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
     group = lane >> (spec.lanes_per_row.bit_length() - 1)
     col = (lane & (spec.lanes_per_row - 1)) * vw
     per_pass = spec.segments_per_pass
-    with k.for_range(0, num_segments, per_pass, carry=(k.zeros(dsl.f32, vw),)) as walk:
+    zeros = k.zeros(dsl.f32, vw)
+    with k.for_range(0, num_segments, per_pass * PASS_UNROLL, carry=(zeros,)) as walk:
         (acc,) = walk.carry
-        s = walk.index + group
-        m_s = select(s < num_segments, max_buf.load(s), -math.inf)
-        live = m_s > -math.inf                   # empty and past-the-end segments: no load
-        o_s = o_buf.load(s * d + col, width=vw, mask=live)
-        weight = exp2(m_s - base_row, fast=True)
-        walk.yield_(acc + o_s * (splat(weight, vw) if vw > 1 else weight))
+        # every load of PASS_UNROLL passes first (one memory round trip for all), o unmasked:
+        # an empty or past-the-end segment's o is dropped by the select, never used
+        loaded = []
+        for u in range(PASS_UNROLL):
+            s = walk.index + (group + u * per_pass)
+            m_s = select(s < num_segments, max_buf.load(s), -math.inf)
+            loaded.append((m_s, o_buf.load(s * d + col, width=vw)))     # past the extent: 0
+        for m_s, o_s in loaded:
+            weight = exp2(m_s - base_row, fast=True)
+            acc = acc + select(m_s > -math.inf, o_s * (splat(weight, vw) if vw > 1 else weight), zeros)
+        walk.yield_(acc)
     (acc,) = walk.results
     step = spec.lanes_per_row
     while step < WAVE:
