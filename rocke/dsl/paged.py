@@ -78,7 +78,8 @@ class PagedView:
 class BlockTableRow:
     """One sequence's row of an int32 block table: ``table[row_offset + i]`` is the page of the
     sequence's ``i``-th page-sized chunk of tokens. ``num_entries`` (optional): the whole
-    table's extent, so a lying sequence length never reads past it (entries past it read 0)."""
+    table's extent, so a lying sequence length never reads past it (its index is clamped into
+    the table; the page it reads is then checked like any other)."""
 
     table: GlobalPtr
     row_offset: Value
@@ -314,9 +315,13 @@ def _page_of(cache: PagedView, table: BlockTableRow, token0: Value, pages_used: 
     page so a tile running past the sequence never reads entries beyond its row."""
     chunk = udiv_const(token0, cache.page_size)
     chunk = minimum(chunk, pages_used - 1)
+    index = table.row_offset + chunk
     if table.num_entries is not None:
-        return table.table.buffer(table.num_entries).load(table.row_offset + chunk)
-    return table.table.load(table.row_offset + chunk)
+        # clamped into the table, unsigned (an empty sequence's index -1 too): one scalar min,
+        # where a bounded buffer held a 4-SGPR resource across the tile loop and spilled
+        last = (table.num_entries - 1).bitcast(T.u32)
+        index = minimum(index.bitcast(T.u32), last).bitcast(T.i32)
+    return table.table.load(index)
 
 
 def _page_buffer(cache: PagedView, page: Value):
@@ -326,10 +331,14 @@ def _page_buffer(cache: PagedView, page: Value):
     and nothing outside the cache is dereferenced."""
     from .values import select
     k = cache.page_stride.kernel
-    inside = page.bitcast(T.u32) < cache.num_pages.bitcast(T.u32)     # negative ids too
     if cache.addr_64:
+        inside = page.bitcast(T.u32) < cache.num_pages.bitcast(T.u32)     # negative ids too
         page = select(inside, page, 0)
         base = cache.base.offset(page.to(T.i64) * cache.page_stride.to(T.i64))
         return base.buffer(select(inside, cache.page_stride, 0)), k.const(0, T.i32)
+    # ids clamped (unsigned, so negative ones too) to num_pages: an outside id's offset is the
+    # extent itself; one scalar min instead of a compare and select (no SGPR spill in the
+    # double-buffered window kernels)
     extent = cache.num_pages * cache.page_stride
-    return cache.base.buffer(extent), select(inside, page * cache.page_stride, extent)
+    clamped = minimum(page.bitcast(T.u32), cache.num_pages.bitcast(T.u32)).bitcast(T.i32)
+    return cache.base.buffer(extent), clamped * cache.page_stride

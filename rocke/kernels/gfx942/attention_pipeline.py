@@ -331,6 +331,11 @@ class TileLoop:
                     k.sched_barrier(dsl.SchedMask.SALU)      # scalar address math may still move
                     store_v()
                     store_k()
+                elif getattr(s, "mm_prefix_ranges", 0):
+                    # the range-masked single-buffer kernels hold the ranges' intervals in SGPRs:
+                    # both tiles in flight at once spilled (11 SGPRs, L4 f16 d128 every feature)
+                    self._copy_k_into(j)
+                    c.copy_v(self.v_lds, kv0)
                 else:
                     store_k = self._copy_k_into(j, defer_stores=True)
                     store_v = c.copy_v(self.v_lds, kv0, defer_stores=True)
