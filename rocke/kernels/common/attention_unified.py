@@ -934,7 +934,7 @@ class _CallPlan:
 _TENSOR_ARGS = (0, 1, 2, 3, 4, 6, 11)        # q, k, v, out, cu_seqlens_q, seqused_k, block_table
 _VALUE_ARGS = (5, 7, 8, 9, 10, 12)           # max_seqlen_q/k, softmax_scale, causal, window, softcap
 _DESCALE_ARGS = (13, 14, 15)
-_KEY_LEVERS = ("ROCKE_DEVICE", "ROCKE_CHECK_METADATA")     # rocke levers a call's plan depends on
+_KEY_LEVERS = ("ROCKE_DEVICE", "ROCKE_CHECK_METADATA", "ROCKE_BATCH_INVARIANT")     # rocke levers a call's plan depends on
 
 
 def _call_key(args: tuple, backend, segm_workspaces, num_segments, knobs) -> tuple | None:
@@ -1000,16 +1000,12 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     args = (q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
             causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
             alibi_slopes, qq_bias, sinks)
-    quant = dict(output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
-                 kv_quant_mode=kv_quant_mode, k_scale_cache=k_scale_cache,
-                 v_scale_cache=v_scale_cache)
-    invariant = resolve_batch_invariant(batch_invariant)
     if alibi_slopes is None and qq_bias is None and sinks is None and \
-            mm_prefix_range is None and \
-            quant == dict(output_scale=None, use_alibi_sqrt=False, kv_quant_mode=None,
-                          k_scale_cache=None, v_scale_cache=None):
+            mm_prefix_range is None and output_scale is None and use_alibi_sqrt is False and \
+            kv_quant_mode is None and k_scale_cache is None and v_scale_cache is None:
+        # ROCKE_BATCH_INVARIANT is among the key's levers: resolved (and checked) on a miss only
         key = _call_key(args, backend, segm_workspaces, num_segments, knobs)
-        key = None if key is None else key + (invariant,)
+        key = None if key is None else key + (batch_invariant,)
     else:
         key = None          # feature tensors' values are checked on every call
     entry = _CALLS.get(key) if key is not None else None
@@ -1020,6 +1016,10 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         if entry.check_after:
             _check_device_now(entry.device)
         return record
+    invariant = resolve_batch_invariant(batch_invariant)
+    quant = dict(output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
+                 kv_quant_mode=kv_quant_mode, k_scale_cache=k_scale_cache,
+                 v_scale_cache=v_scale_cache)
     target_name = launch_target(q)
     problem = describe_problem(*args, target=target_name, **quant)
     mm_ranges = check_mm_prefix_range(mm_prefix_range, q, problem.num_seqs, problem.causal)
