@@ -41,17 +41,17 @@ SEGMENTS_PER_SQRT_TILE = 2
 GRAPH_PREFILL_MAX_Q = 768
 
 
-def num_sms() -> int:
-    """Compute units of the device: a real device's count when one is visible, else gfx942's
-    (rocke/arch: 304 for MI300X)."""
+def num_sms(target: str = "gfx942") -> int:
+    """Compute units of the device: a real device's count when one is visible, else the
+    target's (rocke/arch: 304 for MI300X, 256 for MI355X)."""
     try:
         import torch
         if torch.cuda.is_available():
             return int(torch.cuda.get_device_properties(0).multi_processor_count)
     except Exception:           # no HIP/CUDA torch: the target's count
         pass
-    from rocke.arch import GFX942
-    return GFX942.cu_count
+    from rocke.arch import get_target
+    return get_target(target).cu_count
 
 
 def total_num_q_blocks(total_q: int, num_seqs: int, block_q: int) -> int:

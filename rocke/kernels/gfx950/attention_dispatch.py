@@ -35,16 +35,8 @@ recommend_graph_replay = gfx942.recommend_graph_replay
 
 
 def num_sms() -> int:
-    """Compute units of the device: a real device's count when one is visible, else gfx950's
-    (rocke/arch: 256 for MI355X)."""
-    try:
-        import torch
-        if torch.cuda.is_available():
-            return int(torch.cuda.get_device_properties(0).multi_processor_count)
-    except Exception:           # no HIP/CUDA torch: the target's count
-        pass
-    from rocke.arch import get_target
-    return get_target(TARGET).cu_count
+    """Compute units of the device (gfx942's rule with gfx950's count: 256 for MI355X)."""
+    return gfx942.num_sms(TARGET)
 
 
 def select_path(p: UnifiedAttentionProblem, sms: int | None = None) -> tuple[str, str]:
