@@ -177,6 +177,18 @@ _DPP_BUTTERFLY = {1: DppCtrl.quad_perm(1, 0, 3, 2), 2: DppCtrl.quad_perm(2, 3, 0
                   4: DppCtrl.row_half_mirror, 8: DppCtrl.row_mirror}
 
 
+def exchange_pair_halves(even: Value, own: Value, give: Value) -> tuple[Value, Value]:
+    """2x2 transpose of 16-bit halves across lanes ``l`` (``even``) and ``l ^ 1``: each lane
+    keeps the 32-bit word ``own`` and hands ``give`` to its partner (one DPP quad permute,
+    quad_perm 1,0,3,2). With ``lo`` the even lane's word and ``hi`` the odd lane's, returns the
+    words ``[lo.low | hi.low]`` and ``[lo.high | hi.high]``: how the narrow P tile and the
+    transposed V tile become 32-bit LDS stores instead of 16-bit ones (ALGORITHM.md §8)."""
+    from .values import select
+    other = dpp(give, DppCtrl.quad_perm(1, 0, 3, 2))
+    lo, hi = select(even, own, other), select(even, other, own)
+    return (lo & 0xFFFF) | (hi << 16), (lo >> 16) | (hi & 0xFFFF0000)
+
+
 def butterfly(op: str, value: Value, masks, *, via: str = "swizzle") -> Value:
     """All-reduce ``op`` of ``value`` over the lanes that differ in the bits of ``masks`` (xor
     steps, applied in order). ``via="dpp"`` takes a DPP row op (a VALU move, no LDS pipe issue)

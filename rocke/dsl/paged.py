@@ -228,22 +228,19 @@ def _store_transposed_pairs(lds: LdsTensor, loaded: Value, c, row: Value, lane: 
     one DPP quad permute per dword, then the even lane writes the pairs of the first half of the
     elements and the odd lane those of the second half (``vector / 2`` ds_write_b32 per lane
     instead of ``vector`` ds_write_b16; AMD CDNA3 ISA guide, DPP quad_perm)."""
-    from .lanes import DppCtrl, dpp
+    from .lanes import exchange_pair_halves
     from .values import select
     words = loaded.bitcast(T.u32)
     half = words.lanes // 2
     odd = lane & 1
     even = odd == 0
-    own = [words[half * 0 + i] for i in range(half)]
-    upper = [words[half + i] for i in range(half)]
     col0 = row - odd                                  # the pair's first (even) column
     first = c + odd * (2 * half)                      # this lane's first element
     for i in range(half):
-        mine = select(even, own[i], upper[i])
-        other = dpp(select(even, upper[i], own[i]), DppCtrl.quad_perm(1, 0, 3, 2))
-        lo, hi = select(even, mine, other), select(even, other, mine)
-        lds.store((first + 2 * i, col0), ((lo & 0xFFFF) | (hi << 16)).bitcast(lds.dtype))
-        lds.store((first + 2 * i + 1, col0), ((lo >> 16) | (hi & 0xFFFF0000)).bitcast(lds.dtype))
+        own, upper = words[i], words[half + i]
+        low, high = exchange_pair_halves(even, select(even, own, upper), select(even, upper, own))
+        lds.store((first + 2 * i, col0), low.bitcast(lds.dtype))
+        lds.store((first + 2 * i + 1, col0), high.bitcast(lds.dtype))
 
 
 def _dequantize(codes: Value, scale, dtype, biased_bytes: bool = False):

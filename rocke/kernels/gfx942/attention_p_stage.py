@@ -8,9 +8,10 @@ the even lane holds rows 0-1 and the odd lane rows 2-3 of both columns, and each
 """
 from __future__ import annotations
 
-from rocke.dsl import DppCtrl, dpp, select
+from rocke.dsl import select
 from rocke.dsl.errors import dsl_value_error
 from rocke.dsl.fragment import COL, ROW, Fragment
+from rocke.dsl.lanes import exchange_pair_halves
 
 
 def store_p_pairs(p_lds, frag: Fragment, origin):
@@ -27,11 +28,8 @@ def store_p_pairs(p_lds, frag: Fragment, origin):
     words = frag.value.bitcast("u32")               # [rows 0,1] [rows 2,3] of this column
     w01, w23 = words[0], words[1]
     even = (k.lane_id() & 1) == 0
-    other = dpp(select(even, w23, w01), DppCtrl.quad_perm(1, 0, 3, 2))
-    left = select(even, w01, other)                 # the even column's two rows
-    right = select(even, other, w23)                # the odd column's two rows
-    first = (left & 0xFFFF) | (right << 16)
-    second = (left >> 16) | (right & 0xFFFF0000)
+    # the even lane keeps its column's rows 0-1 and gives rows 2-3; the odd lane the reverse
+    first, second = exchange_pair_halves(even, select(even, w01, w23), select(even, w23, w01))
     row = row0 + ((k.lane_id() & 1) << 1)         # even lane: rows 0-1, odd: rows 2-3
     pair_col = col & ~1
     p_lds.store((row, pair_col), first.bitcast(frag.dtype))
