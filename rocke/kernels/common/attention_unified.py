@@ -105,7 +105,7 @@ class UnifiedAttentionProblem:
             raise ValueError(f"window_left: must be -1 (no window) or an int in [0, 2**31), got "
                              f"{self.window_left!r}")
         _check_quant_fields(self)
-        check_issue16_fields(self)
+        _check_mm_and_invariance_fields(self)
         if self.window_left >= 0 and not self.causal and self.max_seqlen_q > 1:
             raise ValueError("window_left: the sliding window is bottom-right aligned like the "
                              "causal mask (ALGORITHM.md §12.6); it needs causal=True for prefill")
@@ -150,7 +150,7 @@ class UnifiedAttentionProblem:
         return self.max_seqlen_q == 1
 
 
-def check_issue16_fields(p) -> None:
+def _check_mm_and_invariance_fields(p) -> None:
     """The problem's mm_prefix_range and batch-invariance fields."""
     if isinstance(p.mm_ranges, bool) or not isinstance(p.mm_ranges, int) or p.mm_ranges < 0:
         raise ValueError(f"mm_ranges: must be an int >= 0 (0 = no mm_prefix_range), got "

@@ -10,7 +10,7 @@ transposed-x8 geometry lever (HIPDNN_GFX942_FLASH_WIDE), plus ``reduce_segments`
 head size. mm_prefix_range's capacity (1..16 ranges, unrolled) is enumerated at its least and
 most code (MM_CAPACITIES). The GQA group is a compile-time constant that does not change the register plan
 (a multiply-by-reciprocal constant), so one group stands for all (REPRESENTATIVE_GROUP), and
-one split group (SPLIT_GROUP, issue 16's MQA) per (path, dtype, head size) with every feature.
+one split group (SPLIT_GROUP, a GQA group above 16) per (path, dtype, head size) with every feature.
 The other levers (NUM_WARPS, WAVES_PER_EU, IGLP, Q_DIRECT, ...) and 64-bit page bases are out
 of this enumeration: they are tuning switches, off by default.
 """
