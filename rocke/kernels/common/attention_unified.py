@@ -1045,17 +1045,20 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                                           block_table, float(softmax_scale), descales, features,
                                           workspaces=segm_workspaces)
     launches = _guard_launches(device_kind, problem, args) + list(launches)
-    record = _run_launches(device_kind, the_plan, launches, workspace)
+    if key is None:
+        record = _run_launches(device_kind, the_plan, launches, workspace)
+    else:       # the cached call runs the first call too: its graph is captured once, under its key
+        # (an own 3D workspace becomes the cached call's, and its graph's)
+        record = _remember(key, device_kind, the_plan, launches, workspace, problem, target,
+                           knobs, args).run()
     if _check_after(q):
         from rocke.runtime import get_device
         _check_device_now(get_device(device_kind))
-    if key is not None:        # an own 3D workspace becomes the cached call's (and its graph's)
-        _remember(key, device_kind, the_plan, launches, workspace, problem, target, knobs, args)
     return record
 
 
 def _remember(key, device_kind, the_plan, launches, workspace, problem, target, knobs,
-              args) -> None:
+              args) -> _CallPlan:
     import dataclasses
     from rocke.runtime import Graph, get_device, prepare_launch
     device = get_device(device_kind)
@@ -1092,3 +1095,4 @@ def _remember(key, device_kind, the_plan, launches, workspace, problem, target, 
         _CALLS[key] = entry
         while len(_CALLS) > CALL_CACHE_SIZE:
             _CALLS.popitem(last=False)
+    return entry
