@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))   # this checkout's rocke
 GFX942 = ROOT / "tests" / "fixtures" / "gfx942_opcodes.txt"
 OUT = ROOT / "tests" / "fixtures" / "gfx950_opcodes.txt"
 
@@ -47,7 +48,8 @@ FORMS = ["v0, v1", "v0, v1, v2", "v0, v1, v2, v3", "v[0:1], v2, v3", "v[0:1], v2
          "v[0:3], v[4:11], v[12:19], v[0:3]", "v[0:15], v[16:23], v[24:31], v[0:15]",
          "v[0:15], v[16:19], v[20:23], v[0:15]",
          "v0, v1, v2, 0x4a04", "s0, v1, s2", "v0, s1, s2",
-         "v[0:5], v[6:37], v38, v39", "v[0:5], v[6:21], v[22:37], v38"]
+         "v[0:5], v[6:37], v38, v39", "v[0:5], v[6:21], v[22:37], v38",
+         "v1, off, s[4:7], 0"]
 
 
 def gfx950_candidates() -> list[tuple[str, str]]:
@@ -89,6 +91,13 @@ def gfx950_candidates() -> list[tuple[str, str]]:
     out += [("DS (gfx950)", m) for m in ("ds_read_b64_tr_b4", "ds_read_b64_tr_b8",
                                          "ds_read_b64_tr_b16", "ds_read_b96_tr_b6")]
     out += [("FLAT/GLOBAL (gfx950)", m) for m in ("global_load_lds_dwordx3", "global_load_lds_dwordx4")]
+    # and whatever else AMD's CDNA4 guide lists as new (rocke.emu.cdna4), by its format
+    family = {"VOP1": "VOP3 (gfx950)", "VOP2": "VOP3 (gfx950)", "VOP3A": "VOP3 (gfx950)",
+              "VOP3P": "VOP3P (gfx950)", "VOP3PX2": "VOP3P-MAI (gfx950)", "DS": "DS (gfx950)",
+              "MUBUF": "MUBUF (gfx950)", "GLOBAL": "FLAT/GLOBAL (gfx950)"}
+    listed = {name for _, name in out}
+    from rocke.emu.cdna4 import NEW_OPCODES
+    out += [(family[fmt], name) for fmt, _, name in NEW_OPCODES if name not in listed]
     return out
 
 
