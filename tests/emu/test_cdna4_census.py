@@ -57,6 +57,18 @@ def test_the_census_table_holds_the_guides_facts():
         assert row in rows
 
 
+def test_the_guides_opcode_numbers_are_llvms(llvm_samples):
+    """AMD's LLVM encodes each census sample with the guide's opcode number (needs Triton's
+    bundled LLVM, the only one here that knows gfx950)."""
+    pytest.importorskip("triton")
+    spec = importlib.util.spec_from_file_location("gfx950_opcodes",
+                                                  ROOT / "tools" / "gfx950_opcodes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    checked, wrong = module.check_opcodes(llvm_samples)
+    assert checked >= 95 and not wrong, wrong
+
+
 def test_every_new_opcode_is_in_llvms_gfx950_list(llvm_samples):
     """AMD's LLVM assembles each of the guide's new mnemonics for gfx950: the two sources agree."""
     assert not cdna4.NEW_MNEMONICS - set(llvm_samples)
