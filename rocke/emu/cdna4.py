@@ -247,11 +247,15 @@ def valu_ops(alu_op_type) -> dict:
 _BF16_SOURCES = ("v_cvt_f32_bf16", "v_dot2_f32_bf16", "v_dot2c_f32_bf16")
 
 
-def check_modifiers(base: str, ops, mods) -> None:
+def check_modifiers(base: str, ops, mods, mode: int) -> None:
     """Refuse input modifiers on the bf16 sources (read as raw bits here): neg / abs, and the
-    VOP3P lane selects, whose bf16 meaning is not modelled."""
+    VOP3P lane selects, whose bf16 meaning is not modelled; and a MODE other than round to
+    nearest even with f32 denormals kept (the only one these handlers model)."""
     if base not in _BF16_SOURCES:
         return
+    if mode & 3 != 0 or (mode >> 4) & 3 != 3:
+        raise DecodeError(f"{base} under MODE round {mode & 3} / f32 denorm {(mode >> 4) & 3} is "
+                          "not emulated (round to nearest even with denormals kept is)")
     if any(op.neg or op.abs for op in ops[1:3]):
         raise DecodeError(f"{base} with neg / abs on a bf16 source is not emulated")
     if any(mods.get(k) for k in ("neg_lo", "neg_hi")) or any(mods.get("op_sel") or []) or \

@@ -408,7 +408,7 @@ def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, val
         return Decoded(decode_mfma(ins, ops, mods, mfma_ops), MFMA, None, ins)
     base = re.sub(r"_(e32|e64|sdwa|dpp)$", "", name)
     if target == "gfx950":
-        cdna4.check_modifiers(base, ops, mods)
+        cdna4.check_modifiers(base, ops, mods, ctx.mode)
         if base in ("v_permlane16_swap_b32", "v_permlane32_swap_b32"):
             return Decoded(gfx950.decode_permlane_swap(ins, ops, mods), VALU, None, ins)
         if base in ("v_bitop3_b32", "v_bitop3_b16"):

@@ -158,9 +158,13 @@ def test_v_dot2_f32_bf16_rounds_once(form):
     assert np.array_equal(got, exact.astype(np.float32))   # products exact: the sum is exact too
 
 
-def test_v_dot2_f32_bf16_refuses_modifiers_it_would_ignore(support):
+def test_v_dot2_f32_bf16_refuses_modifiers_and_modes_it_would_ignore(support):
+    from rocke.emu.errors import EmulatorError
     assert "neg_lo" in support.decodes("v_dot2_f32_bf16 v3, v0, v1, v2 neg_lo:[1,0,0]", "gfx950")
     assert "neg / abs" in support.decodes("v_cvt_f32_bf16_e64 v1, -v0", "gfx950")
+    with pytest.raises(EmulatorError, match="v_dot2_f32_bf16 under MODE round 0 / f32 denorm 0"):
+        run_asm("  s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 2), 0\n"
+                "  v_dot2_f32_bf16 v3, v0, v1, v2", rows=4, target="gfx950")
 
 
 def _f16(bits):
