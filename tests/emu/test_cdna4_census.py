@@ -31,12 +31,6 @@ def llvm_samples(support):
     return {name: sample for _, name, sample in support.samples("gfx950")}
 
 
-# the unit-scale form: the only one of these conversions emulated (rocke.emu.gfx950)
-UNIT_SCALE = {name: f"{name} v[0:1], v2, 1.0" if "_pk_f32_" in name else
-              f"{name} v0, v1, v2, 1.0" if "_pk_" in name else f"{name} v0, v1, 1.0"
-              for name in gfx950.SCALED_CONVERSIONS}
-
-
 def test_the_census_table_holds_the_guides_facts():
     names = [name for _, _, name in cdna4.NEW_OPCODES]
     assert len(names) == len(set(names)) == 99
@@ -77,7 +71,7 @@ def test_every_new_opcode_is_in_llvms_gfx950_list(llvm_samples):
 def test_every_new_opcode_decodes_for_gfx950_or_is_refused_by_name(support, llvm_samples):
     neither, wrong_reason = [], []
     for _, _, name in cdna4.NEW_OPCODES:
-        sample = UNIT_SCALE.get(name, llvm_samples[name])
+        sample = support.cdna4_sample(name, llvm_samples)
         reason = support.decodes(sample, "gfx950")
         if name in cdna4.REFUSED:
             if sample != "?" and (reason is None or cdna4.REFUSED[name] not in reason):
