@@ -21,8 +21,15 @@ Semantics of the handlers below follow the guide's pseudocode for each opcode:
 * ``v_ashr_pk_i8_i32`` / ``v_ashr_pk_u8_i32``: ``SAT8(S0.i32 >> S2[4:0])`` in bits 7:0 and
   ``SAT8(S1.i32 >> S2[4:0])`` in 15:8, saturated to [-128, 127] / [0, 255]; D[31:16] kept.
 * ``v_prng_b32``: ``D = (S0 << 1) ^ (S0[31] ? 197 : 0)``.
+* ``v_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4 D, A, B, C, SA, SB`` (§7.2.1): the f8f6f4 MFMA
+  with every 32 consecutive K values of a row of A (column of B) multiplied by 2^(s - 127),
+  s an E8M0 byte (0xFF: NaN) of SA (SB); lane l holds the scale of row (column) l % M and K
+  block l // M, which is the lane holding those A (B) elements; {op_sel_hi[i], op_sel[i]}
+  picks the byte of SA (i = 0) / SB (i = 1). fp8 / bf8 operands only, like the unscaled op.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -136,8 +143,8 @@ NEW_OPCODES = (
 NEW_MNEMONICS = frozenset(name for _, _, name in NEW_OPCODES)
 
 _SPARSE = "sparse MFMA (smfmac) is not emulated on either target"
-_BLOCK_SCALED = ("block-scaled (MX) MFMA: the E8M0 scale operands are not emulated "
-                 "(the unscaled v_mfma_f32_*_f8f6f4 are)")
+_LOAD_SCALE = ("v_mfma_ld_scale_b32 alone: it exists as the first half of the block-scaled "
+               "MFMAs, which are emulated as one instruction")
 _SMALL_FLOATS = "the fp4 / fp6 / bf6 formats are not emulated"
 _STOCHASTIC = ("stochastic rounding is not emulated: the guide does not pin how the seed "
                "enters the rounding")
@@ -154,8 +161,8 @@ def _refusals() -> dict[str, str]:
             out[name] = _TRANSPOSE_4_6
         elif name.startswith("v_smfmac_"):
             out[name] = _SPARSE
-        elif name.startswith(("v_mfma_scale_", "v_mfma_ld_scale_")):
-            out[name] = _BLOCK_SCALED
+        elif name == "v_mfma_ld_scale_b32":
+            out[name] = _LOAD_SCALE
         elif name.startswith("v_cvt_sr_") or name.startswith("v_cvt_scalef32_sr_"):
             out[name] = _STOCHASTIC
         elif name.startswith("v_cvt_scalef32_") and any(
@@ -261,3 +268,41 @@ def check_modifiers(base: str, ops, mods, mode: int) -> None:
     if any(mods.get(k) for k in ("neg_lo", "neg_hi")) or any(mods.get("op_sel") or []) or \
             not all(mods.get("op_sel_hi") or [1]):
         raise DecodeError(f"{base} with op_sel / neg_lo / neg_hi is not emulated")
+
+
+# ------------------------------------------------------------------------------ scaled MFMA
+
+SCALED_MFMAS = ("v_mfma_scale_f32_16x16x128_f8f6f4", "v_mfma_scale_f32_32x32x64_f8f6f4")
+
+
+def _e8m0(byte):
+    """E8M0 scale bytes -> float64 factors 2^(byte - 127); 0xFF is NaN."""
+    byte = np.asarray(byte).astype(np.int64)
+    return np.where(byte == 0xFF, np.nan, np.ldexp(1.0, byte - 127))
+
+
+def decode_scaled_mfma(ins, ops, mods, mfma_ops):
+    """D = (SA-scaled A) * (SB-scaled B) + C, on the unscaled op's layouts and arithmetic."""
+    from .mfma_decode import decode_mfma
+    name = ins.mnemonic.replace("_e64", "")
+    if len(ops) != 6:
+        raise DecodeError(f"{name} takes D, A, B, C and the two scale operands")
+    scales = ops[4:]
+    if any(op.kind != "v" or op.count != 1 or op.neg or op.abs for op in scales):
+        raise DecodeError(f"{name}: scale operands other than plain VGPRs are not emulated")
+    op_sel = list(mods.pop("op_sel", None) or [0, 0, 0])
+    op_sel_hi = list(mods.pop("op_sel_hi", None) or [0, 0, 0])
+    if len(op_sel) != 3 or len(op_sel_hi) != 3 or op_sel[2] or op_sel_hi[2]:
+        raise DecodeError(f"{name}: op_sel {op_sel} / op_sel_hi {op_sel_hi}: only the scale "
+                          "operands' byte selects are emulated")
+    shifts = [8 * (2 * op_sel_hi[i] + op_sel[i]) for i in range(2)]
+    unscaled = name.replace("v_mfma_scale_", "v_mfma_")
+    inner = decode_mfma(dataclasses.replace(ins, mnemonic=unscaled), ops[:4], mods,
+                        {unscaled: mfma_ops[unscaled]})
+    rows = [op.index for op in scales]
+
+    def run(P, sel, n):
+        factors = [_e8m0((P.vgpr[sel, row] >> np.uint32(shift)) & np.uint32(0xFF))
+                   for row, shift in zip(rows, shifts)]
+        return inner(P, sel, n, lane_scales=factors)
+    return run

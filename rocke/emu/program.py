@@ -405,6 +405,8 @@ def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, val
             return Decoded(gfx950.decode_ds_transpose(ins, ops, mods), DS, None, ins)
         return Decoded(memops.decode_ds(ins, ops, mods), DS, None, ins)
     if cls == MFMA:
+        if target == "gfx950" and name in cdna4.SCALED_MFMAS:
+            return Decoded(cdna4.decode_scaled_mfma(ins, ops, mods, mfma_ops), MFMA, None, ins)
         return Decoded(decode_mfma(ins, ops, mods, mfma_ops), MFMA, None, ins)
     base = re.sub(r"_(e32|e64|sdwa|dpp)$", "", name)
     if target == "gfx950":

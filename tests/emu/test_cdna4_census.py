@@ -217,3 +217,48 @@ def test_buffer_atomic_pk_add_bf16_is_gfx950_only(support):
     sample = "buffer_atomic_pk_add_bf16 v1, off, s[4:7], 0"
     assert support.decodes(sample, "gfx950") is None
     assert "gfx950 (CDNA4) instruction" in support.decodes(sample, "gfx942")
+
+
+# ------------------------------------------------------------------------------ scaled MFMA
+
+def _mx_reference(a, b, sa, sb):
+    """The guide's block-scaled product (§7.2.1), restated: every 32 K values of A's row m are
+    multiplied by 2^(sa[m, kb] - 127), of B's column n by 2^(sb[n, kb] - 127); 0xFF is NaN."""
+    def factor(s):
+        s = s.astype(np.float64)
+        return np.where(s == 255, np.nan, 2.0 ** (s - 127))
+    fa = np.repeat(factor(sa), 32, axis=1)              # [M, K]
+    fb = np.repeat(factor(sb), 32, axis=1).T            # [K, N]
+    return a.double().numpy() * fa @ (b.double().numpy() * fb)
+
+
+@pytest.mark.parametrize("m, k, byte", [(16, 128, 0), (32, 64, 2), (16, 128, 3)])
+def test_v_mfma_scale_f8f6f4_against_the_guides_block_scaling(m, k, byte):
+    import torch
+    from .test_gfx950_ops import _d_matrix, _operand_registers
+    a = (torch.randn(m, k) * 4).to(torch.float8_e4m3fn)
+    b = (torch.randn(k, m) * 4).to(torch.float8_e4m3fn)
+    blocks = k // 32
+    sa = RNG.integers(120, 135, (m, blocks)).astype(np.uint8)
+    sb = RNG.integers(120, 135, (m, blocks)).astype(np.uint8)
+    sa[0, 0] = 255                                      # a NaN scale poisons row 0 only
+    # the scale registers: lane l holds row / column l % m, K block l // m, in byte `byte`
+    lanes = np.arange(64)
+    scale_rows = np.zeros((2, 64), np.uint32)
+    scale_rows[0] = sa[lanes % m, lanes // m].astype(np.uint32) << (8 * byte)
+    scale_rows[1] = sb[lanes % m, lanes // m].astype(np.uint32) << (8 * byte)
+    scale_rows |= (RNG.integers(0, 256, (2, 64)).astype(np.uint32) << (8 * ((byte + 1) % 4)))
+    raw = lambda t: t.view(torch.uint8).numpy()
+    c_regs = m * m // 64
+    v = np.concatenate([_operand_registers(raw(a), 32, m, 8),
+                        _operand_registers(raw(b.T.contiguous()), 32, m, 8),
+                        np.zeros((c_regs, 64), np.uint32), scale_rows])
+    srow = 16 + c_regs
+    sel = {0: "op_sel_hi:[0,0,0]", 1: "op_sel:[1,1,0] op_sel_hi:[0,0,0]",
+           2: "op_sel_hi:[1,1,0]", 3: "op_sel:[1,1,0] op_sel_hi:[1,1,0]"}[byte]
+    body = (f"  v_mfma_scale_f32_{m}x{m}x{k}_f8f6f4 v[16:{15 + c_regs}], v[0:7], v[8:15], 0, "
+            f"v{srow}, v{srow + 1} {sel}")
+    got = _d_matrix(run_asm(body, vgprs=v, target="gfx950").vgprs[0, 16:16 + c_regs], m)
+    want = _mx_reference(a, b, sa, sb).astype(np.float32)
+    assert np.all(np.isnan(got[0])) and not np.isnan(got[1:]).any()
+    np.testing.assert_allclose(got[1:], want[1:], rtol=1e-6)
