@@ -24,8 +24,8 @@ Semantics of the handlers below follow the guide's pseudocode for each opcode:
 * ``v_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4 D, A, B, C, SA, SB`` (§7.2.1): the f8f6f4 MFMA
   with every 32 consecutive K values of a row of A (column of B) multiplied by 2^(s - 127),
   s an E8M0 byte (0xFF: NaN) of SA (SB); lane l holds the scale of row (column) l % M and K
-  block l // M, which is the lane holding those A (B) elements; {op_sel_hi[i], op_sel[i]}
-  picks the byte of SA (i = 0) / SB (i = 1). fp8 / bf8 operands only, like the unscaled op.
+  block l // M; {op_sel_hi[i], op_sel[i]} picks the byte of SA (i = 0) / SB (i = 1). fp8 / bf8
+  operands only, like the unscaled op.
 """
 from __future__ import annotations
 
@@ -300,9 +300,12 @@ def decode_scaled_mfma(ins, ops, mods, mfma_ops):
     inner = decode_mfma(dataclasses.replace(ins, mnemonic=unscaled), ops[:4], mods,
                         {unscaled: mfma_ops[unscaled]})
     rows = [op.index for op in scales]
+    extent = int(name.split("_")[4].split("x")[0])           # M = N of the atom
 
     def run(P, sel, n):
+        # lane l: row (column) l % M, K block l // M -> [n, M, K / 32]
         factors = [_e8m0((P.vgpr[sel, row] >> np.uint32(shift)) & np.uint32(0xFF))
+                   .reshape(-1, 64 // extent, extent).transpose(0, 2, 1)
                    for row, shift in zip(rows, shifts)]
-        return inner(P, sel, n, lane_scales=factors)
+        return inner(P, sel, n, block_scales=factors)
     return run

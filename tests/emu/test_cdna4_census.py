@@ -232,10 +232,24 @@ def _mx_reference(a, b, sa, sb):
     return a.double().numpy() * fa @ (b.double().numpy() * fb)
 
 
+def _fp8_registers(matrix, m):
+    """[m, K] bytes (A's rows, or B's columns) -> 8 registers [8, 64] in the guide's FP8 layout
+    of the f8f6f4 atoms (§7.1.5.1): lane l holds row l % m; byte e of register r holds
+    k = 16 * G * (r // 4) + 16 * (l // m) + 4 * (r % 4) + e, G = 64 / m lane groups."""
+    groups = 64 // m
+    regs = np.zeros((8, 64), np.uint32)
+    for lane in range(64):
+        for r in range(8):
+            for e in range(4):
+                k = 16 * groups * (r // 4) + 16 * (lane // m) + 4 * (r % 4) + e
+                regs[r, lane] |= np.uint32(matrix[lane % m, k]) << np.uint32(8 * e)
+    return regs
+
+
 @pytest.mark.parametrize("m, k, byte", [(16, 128, 0), (32, 64, 2), (16, 128, 3)])
 def test_v_mfma_scale_f8f6f4_against_the_guides_block_scaling(m, k, byte):
     import torch
-    from .test_gfx950_ops import _d_matrix, _operand_registers
+    from .test_gfx950_ops import _d_matrix
     a = (torch.randn(m, k) * 4).to(torch.float8_e4m3fn)
     b = (torch.randn(k, m) * 4).to(torch.float8_e4m3fn)
     blocks = k // 32
@@ -250,8 +264,7 @@ def test_v_mfma_scale_f8f6f4_against_the_guides_block_scaling(m, k, byte):
     scale_rows |= (RNG.integers(0, 256, (2, 64)).astype(np.uint32) << (8 * ((byte + 1) % 4)))
     raw = lambda t: t.view(torch.uint8).numpy()
     c_regs = m * m // 64
-    v = np.concatenate([_operand_registers(raw(a), 32, m, 8),
-                        _operand_registers(raw(b.T.contiguous()), 32, m, 8),
+    v = np.concatenate([_fp8_registers(raw(a), m), _fp8_registers(raw(b.T.contiguous()), m),
                         np.zeros((c_regs, 64), np.uint32), scale_rows])
     srow = 16 + c_regs
     sel = {0: "op_sel_hi:[0,0,0]", 1: "op_sel:[1,1,0] op_sel_hi:[0,0,0]",
