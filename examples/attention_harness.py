@@ -350,28 +350,32 @@ def inject_error(out: torch.Tensor, amount: float = 1.0) -> None:
 # ---------------------------------------------------------------------------------------------
 # device, levers
 
-#: the processors the harnesses' kernels are built for (``--target``); gfx950 runs on the
-#: emulator only (ROCKE_DEVICE=emu:gfx950): rocke's HIP path loads gfx942 code objects
+#: the processors the harnesses' kernels are built for (``--target``): on the emulator
+#: (ROCKE_DEVICE=emu:gfx950), or on a HIP GPU of that processor
 TARGETS = ("gfx942", "gfx950")
 
 
 def add_target_flag(parser) -> None:
     parser.add_argument("--target", choices=TARGETS, default=None,
                         help="processor the kernels are built for (default: ROCKE_DEVICE's "
-                             "emulator target, else gfx942); gfx950 runs on the emulator")
+                             "emulator target, else gfx942; with --device hip, the GPU's)")
 
 
 def current_target() -> str:
-    """The processor this run's kernels are built for (after ``resolve_device``)."""
-    from rocke import env
+    """The processor this run's kernels are built for (after ``resolve_device``): the HIP GPU's,
+    else the emulator's."""
+    from rocke import env, runtime
+    if env.device() == "hip":
+        return runtime.get_device("hip").arch.split(":", 1)[0]
     return env.emu_target()
 
 
 def resolve_device(requested: str | None, target: str | None = None) -> str:
     """``--device`` else ``ROCKE_DEVICE`` else rocke.runtime's default (hip when hip-python
-    finds a gfx942 GPU, else emu). Checked before any work: a hip run also needs a ROCm torch
+    finds a gfx942 / gfx950 GPU, else emu). Checked before any work: a hip run also needs a ROCm torch
     that sees the GPU, since the harness allocates its tensors with torch. ``target``
-    (``--target``, else ROCKE_DEVICE's emulator target): gfx950 only on the emulator."""
+    (``--target``, else ROCKE_DEVICE's emulator target, else the HIP GPU's processor): on hip it
+    must be the GPU's."""
     from rocke import env, runtime
     devices = tuple(runtime.DEVICES)
     try:
@@ -380,17 +384,35 @@ def resolve_device(requested: str | None, target: str | None = None) -> str:
         raise refuse(str(exc)) from None
     if device not in devices:
         raise refuse(f"--device {device}: rocke.runtime offers {devices}")
-    if target is None:
-        target = env.emu_target() if device == "emu" else TARGETS[0]
-    if target != TARGETS[0] and device != "emu":
-        raise refuse(f"--target {target} runs on the emulator only (rocke's HIP path loads "
-                     f"gfx942 code objects): use --device emu")
+    if target is None and device == "emu":
+        target = env.emu_target()
     if device == "hip" and not torch.cuda.is_available():
         raise refuse("--device hip needs a ROCm torch that sees a GPU "
                      "(torch.cuda.is_available() is False here)")
-    # the dispatcher's launches follow the harness (emu:gfx950: gfx950 kernels on the emulator)
-    os.environ["ROCKE_DEVICE"] = device if target == TARGETS[0] else f"{device}:{target}"
+    if device == "hip":
+        target = hip_target(runtime, target)
+    # the dispatcher's launches follow the harness (emu:gfx950: gfx950 kernels on the emulator;
+    # on hip the GPU's processor decides)
+    os.environ["ROCKE_DEVICE"] = device if device == "hip" or target == TARGETS[0] \
+        else f"{device}:{target}"
     return device
+
+
+def hip_target(runtime, requested: str | None) -> str:
+    """The processor of the HIP GPU the run uses, which ``--target`` (when given) must name: a
+    code object for one processor does not load on another."""
+    try:
+        gpu = runtime.get_device("hip")
+    except Exception as exc:      # no hip-python, no runtime, no device: the message says which
+        raise refuse(f"--device hip: {exc}") from None
+    processor = gpu.arch.split(":", 1)[0]
+    if processor not in TARGETS:
+        raise refuse(f"--device hip: HIP device {gpu.index} is a {gpu.arch}; rocke builds for "
+                     f"{', '.join(TARGETS)}")
+    if requested is not None and requested != processor:
+        raise refuse(f"--target {requested}: HIP device {gpu.index} is a {gpu.arch}, which runs "
+                     f"{processor} code objects only (use --target {processor}, or --device emu)")
+    return processor
 
 
 def torch_device(device: str) -> str:

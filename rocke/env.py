@@ -16,7 +16,7 @@ LEVERS: dict[str, tuple[str, str]] = {
     "ROCKE_LD_LLD": ("discovered", "the ld.lld to link code objects with"),
     "ROCKE_LINKER": ("ld.lld", "what links code objects: ld.lld | comgr (needs hip-python's "
                      "comgr bindings and ROCm's libamd_comgr)"),
-    "ROCKE_DEVICE": ("hip if a gfx942 GPU is found, else emu", "launch device: emu | hip | "
+    "ROCKE_DEVICE": ("hip if a gfx942 or gfx950 GPU is found, else emu", "launch device: emu | hip | "
                      "emu:gfx942 | emu:gfx950 (the emulator running that target; emu = gfx942)"),
     "ROCKE_EMU_TIMEOUT_S": ("600", "wall-time budget of one emulator launch, seconds"),
     "ROCKE_EMU_WORKERS": ("1 (serial); auto = usable cores, at most 16, 1 under pytest-xdist "

@@ -2,6 +2,7 @@
 
     python tools/emu_opcode_support.py [--target gfx950] [--list-missing]
     python tools/emu_opcode_support.py --write-mnemonics    (rewrites rocke/emu/mnemonics.txt)
+    python tools/emu_opcode_support.py --cdna4   (the census of what AMD's CDNA4 guide adds)
 
 gfx950 reads tests/fixtures/gfx950_opcodes.txt (tools/gfx950_opcodes.py) and decodes as gfx950;
 an opcode whose sample is '?' (no operand form LLVM accepted) counts as missing.
@@ -97,16 +98,49 @@ def mnemonics_text() -> str:
             + "\n".join(lines) + "\n")
 
 
+def cdna4_sample(name: str, llvm_samples: dict) -> str:
+    """The instruction the census decodes for `name`: LLVM's sample, except for the scaled fp8
+    conversions, whose emulated form is the unit scale (rocke.emu.gfx950.SCALED_CONVERSIONS)."""
+    from rocke.emu.gfx950 import SCALED_CONVERSIONS
+    if name not in SCALED_CONVERSIONS:
+        return llvm_samples.get(name, "?")
+    if "_pk_f32_" in name:
+        return f"{name} v[0:1], v2, 1.0"
+    return f"{name} v0, v1, v2, 1.0" if "_pk_" in name else f"{name} v0, v1, 1.0"
+
+
+def print_cdna4_census() -> int:
+    """One line per new CDNA4 instruction; exit 1 if one is neither emulated nor refused."""
+    from rocke.emu.cdna4 import NEW_OPCODES, REFUSED
+    llvm = {name: sample for _, name, sample in samples("gfx950")}
+    counts = collections.Counter()
+    for fmt, opcode, name in NEW_OPCODES:
+        reason = decodes(cdna4_sample(name, llvm), "gfx950")
+        status = ("refused" if name in REFUSED else
+                  "emulated" if reason is None else "MISSING")
+        counts[status] += 1
+        why = REFUSED.get(name, "" if reason is None else reason)
+        print(f"{fmt:<8} {opcode:>4}  {name:<36} {status:<9} {why}")
+    print(f"cdna4 census: {len(NEW_OPCODES)} new instructions, {counts['emulated']} emulated "
+          f"(some forms), {counts['refused']} refused by name, {counts['MISSING']} neither")
+    return 1 if counts["MISSING"] else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list-missing", action="store_true")
     parser.add_argument("--target", choices=TARGETS, default="gfx942")
+    parser.add_argument("--cdna4", action="store_true",
+                        help="each instruction AMD's CDNA4 guide adds over gfx942 "
+                             "(rocke.emu.cdna4): emulated for gfx950, or refused and why")
     parser.add_argument("--write-mnemonics", action="store_true",
                         help=f"rewrite {MNEMONICS.relative_to(MNEMONICS.parents[2])}")
     args = parser.parse_args()
     if args.write_mnemonics:
         MNEMONICS.write_text(mnemonics_text())
         return 0
+    if args.cdna4:
+        return print_cdna4_census()
     totals = collections.defaultdict(lambda: [0, 0])
     missing = collections.defaultdict(list)
     for family, name, sample in samples(args.target):

@@ -10,8 +10,8 @@ this script writes, per variant, into tests/fixtures/triton/:
 
 Run:  .venv/bin/python tools/gen_triton_fixtures.py [--target gfx950] [--out DIR] [--only NAME ...]
 
-`--target gfx950` compiles the GFX950_VARIANTS (wide-K MFMA GEMMs, OCP fp8 GEMM, flash
-attention) for MI350-class GPUs into tests/fixtures/triton_gfx950/.
+`--target gfx950` compiles the GFX950_VARIANTS (wide-K MFMA GEMMs, OCP fp8 GEMM, a block-scaled
+fp8 product, flash attention) for MI350-class GPUs into tests/fixtures/triton_gfx950/.
 
 Output is deterministic: line info is disabled (no file paths in the asm) and a fresh
 throw-away Triton cache is used on every run.
@@ -483,6 +483,23 @@ def row_sum_wide_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
 # ----------------------------------------------------------------------------------------------
 
 
+@triton.jit
+def scaled_dot_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr,
+                      K: tl.constexpr):
+    """One M x N tile of the block-scaled (MX) product: e4m3 A [M, K] and B [K, N], one E8M0
+    scale byte per 32 K values of each A row (sa [M, K/32]) and B column (sb [N, K/32])."""
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, K)
+    rs = tl.arange(0, K // 32)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    sa = tl.load(sa_ptr + rm[:, None] * (K // 32) + rs[None, :])
+    sb = tl.load(sb_ptr + rn[:, None] * (K // 32) + rs[None, :])
+    c = tl.dot_scaled(a, sa, "e4m3", b, sb, "e4m3")
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
+
+
 def _variant(name, kernel, signature, constexprs, options, divisible_by_16=(), notes=""):
     return {
         "name": name,
@@ -723,6 +740,13 @@ GFX950_VARIANTS = [
 # (v_cvt_scalef32_*) and the doubled-K i8 atoms.
 GFX950_VARIANTS += [v for v in VARIANTS
                     if v["name"] in ("fp8_convert", "matmul_i8_mfma16", "matmul_i8_mfma32")]
+# the block-scaled MFMA (v_mfma_scale_f32_32x32x64_f8f6f4): Triton's native tl.dot_scaled
+GFX950_VARIANTS += [_variant(
+    "scaled_dot_e4m3_64x64x256", scaled_dot_kernel,
+    {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "sa_ptr": "*u8", "sb_ptr": "*u8", "c_ptr": "*fp32",
+     "M": "constexpr", "N": "constexpr", "K": "constexpr"},
+    {"M": 64, "N": 64, "K": 256}, {"num_warps": 4},
+    notes="one 64x64 tile, K = 256: e4m3 operands with E8M0 scales per 32 K values")]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ predates gfx950) assembles candidate instructions for gfx950, and the mnemonics 
 the target's instruction set.
 
     python tools/gfx950_opcodes.py [--out tests/fixtures/gfx950_opcodes.txt]
+    python tools/gfx950_opcodes.py --check-opcodes   (AMD's guide's opcode numbers vs LLVM's)
 
 Candidates: every opcode of the gfx942 list (tests/fixtures/gfx942_opcodes.txt, LLVM 19's gfx942
 disassembly of every encoding) with its sample instruction, plus the gfx950 additions named in
@@ -19,11 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import struct
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))   # this checkout's rocke
 GFX942 = ROOT / "tests" / "fixtures" / "gfx942_opcodes.txt"
 OUT = ROOT / "tests" / "fixtures" / "gfx950_opcodes.txt"
 
@@ -47,7 +50,8 @@ FORMS = ["v0, v1", "v0, v1, v2", "v0, v1, v2, v3", "v[0:1], v2, v3", "v[0:1], v2
          "v[0:3], v[4:11], v[12:19], v[0:3]", "v[0:15], v[16:23], v[24:31], v[0:15]",
          "v[0:15], v[16:19], v[20:23], v[0:15]",
          "v0, v1, v2, 0x4a04", "s0, v1, s2", "v0, s1, s2",
-         "v[0:5], v[6:37], v38, v39", "v[0:5], v[6:21], v[22:37], v38"]
+         "v[0:5], v[6:37], v38, v39", "v[0:5], v[6:21], v[22:37], v38",
+         "v1, off, s[4:7], 0"]
 
 
 def gfx950_candidates() -> list[tuple[str, str]]:
@@ -89,6 +93,13 @@ def gfx950_candidates() -> list[tuple[str, str]]:
     out += [("DS (gfx950)", m) for m in ("ds_read_b64_tr_b4", "ds_read_b64_tr_b8",
                                          "ds_read_b64_tr_b16", "ds_read_b96_tr_b6")]
     out += [("FLAT/GLOBAL (gfx950)", m) for m in ("global_load_lds_dwordx3", "global_load_lds_dwordx4")]
+    # and whatever else AMD's CDNA4 guide lists as new (rocke.emu.cdna4), by its format
+    family = {"VOP1": "VOP3 (gfx950)", "VOP2": "VOP3 (gfx950)", "VOP3A": "VOP3 (gfx950)",
+              "VOP3P": "VOP3P (gfx950)", "VOP3PX2": "VOP3P-MAI (gfx950)", "DS": "DS (gfx950)",
+              "MUBUF": "MUBUF (gfx950)", "GLOBAL": "FLAT/GLOBAL (gfx950)"}
+    listed = {name for _, name in out}
+    from rocke.emu.cdna4 import NEW_OPCODES
+    out += [(family[fmt], name) for fmt, _, name in NEW_OPCODES if name not in listed]
     return out
 
 
@@ -153,15 +164,70 @@ def build() -> list[tuple[str, str, str]]:
     return sorted((fam, op, sample) for op, (fam, sample) in rows.items())
 
 
+def _text_section(obj: bytes) -> bytes:
+    shoff, = struct.unpack_from("<Q", obj, 40)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 58)
+    sections = [struct.unpack_from("<IIQQQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+    names = sections[shstrndx][4]
+    for name, _, _, _, offset, size in sections:
+        if obj[names + name:].split(b"\0", 1)[0] == b".text":
+            return obj[offset:offset + size]
+    raise ValueError("no .text in the assembled object")
+
+
+def _opcode_field(fmt: str, word: int) -> int:
+    """The opcode field of `word` in microcode format `fmt` (AMD CDNA4 ISA, "Microcode
+    Formats"); a VOP1 / VOP2 op LLVM chose to encode as VOP3 is mapped back (+0x140 / +0x100)."""
+    if fmt == "VOP1":
+        return (word >> 9) & 0xFF if word >> 25 == 0x3F else ((word >> 16) & 0x3FF) - 0x140
+    if fmt == "VOP2":
+        return (word >> 25) & 0x3F if word >> 31 == 0 else ((word >> 16) & 0x3FF) - 0x100
+    if fmt == "VOP3A":
+        return (word >> 16) & 0x3FF
+    if fmt in ("VOP3P", "VOP3PX2"):
+        return (word >> 16) & 0x7F
+    if fmt == "DS":
+        return (word >> 17) & 0xFF
+    return (word >> 18) & 0x7F             # MUBUF, GLOBAL
+
+
+def check_opcodes(samples: dict[str, str]) -> tuple[int, list]:
+    """Assemble each census opcode's sample (rocke.emu.cdna4.NEW_OPCODES, numbers from AMD's
+    guide) with AMD's LLVM and compare the opcode field: (how many checked, mismatches)."""
+    from triton.backends.amd.compiler import assemble_amdgcn
+    from rocke.emu.cdna4 import NEW_OPCODES
+    checked, wrong = 0, []
+    for fmt, opcode, name in NEW_OPCODES:
+        sample = samples.get(name, "?")
+        if sample == "?":
+            continue
+        text = _text_section(assemble_amdgcn(
+            '.amdgcn_target "amdgcn-amd-amdhsa--gfx950"\n.text\n' + sample + "\n", "gfx950", ""))
+        # the block-scaled MFMAs: v_mfma_ld_scale_b32's two dwords, then the MFMA's
+        word, = struct.unpack_from("<I", text, 8 if fmt == "VOP3PX2" else 0)
+        checked += 1
+        if _opcode_field(fmt, word) != opcode:
+            wrong.append((fmt, name, opcode, _opcode_field(fmt, word)))
+    return checked, wrong
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--check-opcodes", action="store_true",
+                        help="compare rocke.emu.cdna4's opcode numbers with LLVM's encodings")
     args = parser.parse_args(argv)
     try:
         import triton  # noqa: F401
     except ImportError:
         print("error: needs Triton (its bundled AMD LLVM assembles gfx950)", file=sys.stderr)
         return 2
+    if args.check_opcodes:
+        samples = {line.split("\t")[1]: line.split("\t")[2] for line in
+                   args.out.read_text().splitlines() if line and not line.startswith("#")}
+        checked, wrong = check_opcodes(samples)
+        print(f"{checked} opcode numbers checked against AMD's LLVM, {len(wrong)} differ: {wrong}")
+        return 1 if wrong else 0
     rows = build()
     body = "".join(f"{fam}\t{op}\t{sample}\n" for fam, op, sample in rows)
     tmp = args.out.with_suffix(".tmp")

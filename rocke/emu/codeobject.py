@@ -20,11 +20,12 @@ import tempfile
 from pathlib import Path
 
 from rocke import llvm_tools
+# e_flags processor field (LLVM's EF_AMDGPU_MACH_AMDGCN_*): which ISA to disassemble the code as
+from rocke.arch.elf import EF_AMDGPU_MACH, EM_AMDGPU, MACH_PROCESSOR as _MACH_PROCESSOR
 from .asm import load_metadata_yaml
 
 _BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 _ELF_MAGIC = b"\x7fELF"
-EM_AMDGPU = 224
 
 
 class CodeObjectError(ValueError):
@@ -79,9 +80,6 @@ def _unbundle(data: bytes, target: str = "gfx942") -> bytes:
     raise CodeObjectError(f"offload bundle has no {target} entry (entries: {', '.join(triples)})")
 
 
-# e_flags processor field (LLVM's EF_AMDGPU_MACH_AMDGCN_*): which ISA to disassemble the code as
-EF_AMDGPU_MACH = 0x0ff
-_MACH_PROCESSOR = {0x04c: "gfx942", 0x04f: "gfx950"}
 
 
 class _Elf:

@@ -36,7 +36,7 @@ import re
 
 import numpy as np
 
-from . import numerics
+from . import cdna4, numerics
 from .errors import DecodeError, EmulatorError
 
 TARGETS = ("gfx942", "gfx950")
@@ -59,7 +59,7 @@ GFX950_ONLY = frozenset({
     "v_prng_b32", "v_ashr_pk_i8_i32", "v_ashr_pk_u8_i32",
     "v_minimum3_f32", "v_maximum3_f32",
     "v_dot2_f32_bf16",
-})
+}) | cdna4.NEW_MNEMONICS
 # gfx942 opcodes gfx950 dropped: the xf32 MFMAs (LLVM's FeatureXF32Insts is gfx940-only).
 GFX942_ONLY = frozenset({"v_mfma_f32_16x16x8_xf32", "v_mfma_f32_32x32x4_xf32"})
 
@@ -191,6 +191,7 @@ def build_valu_ops(gfx942_ops: dict, alu_op_type) -> dict:
     ops["v_cvt_pk_bf16_f32"] = entry("b32", "f32 f32", _bits_pair_bf16)
     ops["v_minimum3_f32"] = entry("f32", "f32 f32 f32", _minimum3)
     ops["v_maximum3_f32"] = entry("f32", "f32 f32 f32", _maximum3)
+    ops.update(cdna4.valu_ops(alu_op_type))
     return ops
 
 

@@ -215,18 +215,25 @@ class MfmaOp:
             raise NotImplementedError(f"{self.name}: blgp={blgp} outside 0..7")
 
     def execute(self, a, b, c, cbsz: int = 0, abid: int = 0, blgp: int = 0, out=None,
-                workspace: dict | None = None) -> np.ndarray:
+                workspace: dict | None = None, a_block_scale=None,
+                b_block_scale=None) -> np.ndarray:
         """D = A * B + C per block, over a batch of waves; returns float32[n, c_regs, 64].
 
         `a`, `b`, `c` may be strided views (e.g. slices of a register file) as long as their
         lane axis is contiguous. `out` (float32[n, c_regs, 64], may be `c` itself) receives D;
         `workspace`, a dict the caller keeps, lets repeated calls reuse their scratch memory.
+        `a_block_scale` (float64[n, M, K/32]) / `b_block_scale` (float64[n, N, K/32]): each
+        run of 32 K values of a row of A / column of B is multiplied by its factor (gfx950's
+        block-scaled MFMAs; 8-bit single-block operands only).
         """
         self._check(a, b, c, cbsz, abid, blgp)
         n = a.shape[0]
         b_matrix = self._b_matrix(b, blgp, workspace)
         # contiguous operands: numpy's matmul then sums in one fixed order (NaN payloads too)
         a_matrix = self._a_matrix(a, workspace)
+        if a_block_scale is not None or b_block_scale is not None:
+            a_matrix, b_matrix = self._block_scaled(a_matrix, b_matrix, a_block_scale,
+                                                    b_block_scale)
         if cbsz:
             source_block = (np.arange(self.blocks) >> cbsz << cbsz) + abid
             a_matrix = np.ascontiguousarray(a_matrix[:, source_block])
@@ -240,6 +247,30 @@ class MfmaOp:
             np.add(ordered, c.reshape(split), out=ordered)
             np.copyto(d.reshape(split), ordered, casting="same_kind")
         return d
+
+
+    def _block_scaled(self, a_matrix, b_matrix, a_scale, b_scale):
+        """A and B with each 32-K block of a row (column) times its factor. Here a lane's 8-bit
+        elements are taken as K = (group, register, element); the hardware's K of the same
+        element (CDNA4 guide §7.1.5.1, FP8 tables) is 16 * G * (register // 4) + 16 * group +
+        4 * (register % 4) + element, G = 64 / M groups of lanes: the order the scale's K blocks
+        count in. (Unscaled, the order is immaterial: A and B share it.)"""
+        if self.blocks != 1 or self.a_regs != 8 or self.b_regs != 8:
+            raise NotImplementedError(f"{self.name}: block scales need 8-bit single-block operands")
+        groups = 64 // self.m
+        k = np.arange(self.k)
+        group, register, element = k // 32, (k % 32) // 4, k % 4
+        block = (16 * groups * (register // 4) + 16 * group + 4 * (register % 4) + element) // 32
+        split = self._row_split()
+        rows = np.arange(self.m).reshape(split)
+        if len(split) == 3:
+            rows = rows.transpose(0, 2, 1)
+        rows = rows.reshape(-1)                       # the logical row of each stored row
+        if a_scale is not None:
+            a_matrix = a_matrix * a_scale[:, rows[:, None], block[None, :]][:, None]
+        if b_scale is not None:
+            b_matrix = b_matrix * b_scale[:, np.arange(self.n)[None, :], block[:, None]][:, None]
+        return a_matrix, b_matrix
 
 
 def _catalog() -> dict[str, MfmaOp]:

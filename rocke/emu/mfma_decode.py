@@ -40,7 +40,7 @@ def decode_mfma(ins, ops, mods, mfma_ops):
     arow, brow, crow, drow = a.index, b.index, c.index, dst.index
     na, nb, nc = op.a_regs, op.b_regs, op.c_regs
 
-    def run(P, sel, n):
+    def run(P, sel, n, block_scales=(None, None)):
         active, full, lanes = P.exec_state(sel)
         a_val = P.vgpr[sel, arow:arow + na]
         b_val = P.vgpr[sel, brow:brow + nb]
@@ -54,7 +54,8 @@ def decode_mfma(ins, ops, mods, mfma_ops):
                else scratch(P.workspace, "D", (n, nc, 64), np.float32))
         try:
             d_val = execute(a_val, b_val, c_val, cbsz=cbsz, abid=abid, blgp=blgp, out=out,
-                            workspace=P.workspace)
+                            workspace=P.workspace, a_block_scale=block_scales[0],
+                            b_block_scale=block_scales[1])
         except NotImplementedError as err:
             raise EmulatorError(f"{ins.mnemonic} at {ins.at}: {err}") from None
         if not direct:

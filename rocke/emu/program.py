@@ -16,7 +16,7 @@ from .errors import DecodeError, EmulatorError
 from .operands import OperandError, parse_modifiers, parse_operand
 from .mfma_decode import decode_mfma
 from .valu import decode_valu
-from . import control, gfx950, memops, salu, smem
+from . import cdna4, control, gfx950, memops, salu, smem
 
 CLASSES = ("SALU", "VALU", "MFMA", "DS", "VMEM", "SMEM", "branch/other")
 SALU, VALU, MFMA, DS, VMEM, SMEM, OTHER = range(7)
@@ -225,6 +225,8 @@ def decode_kernel(program: Program, kernel: KernelSource, target: str = "gfx942"
                                       valu_ops, salu_ops, mfma_ops, labels, target)
             except (DecodeError, OperandError, KeyError, IndexError, NotImplementedError,
                     ValueError) as err:
+                if target == "gfx950":   # a gfx950 opcode refused by name says why
+                    err = cdna4.refusal(ins.mnemonic) or err
                 message = _where(ins, kernel.name) + f": {err}"
                 if strict:
                     raise EmulatorError(message) from None
@@ -403,9 +405,12 @@ def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, val
             return Decoded(gfx950.decode_ds_transpose(ins, ops, mods), DS, None, ins)
         return Decoded(memops.decode_ds(ins, ops, mods), DS, None, ins)
     if cls == MFMA:
+        if target == "gfx950" and name in cdna4.SCALED_MFMAS:
+            return Decoded(cdna4.decode_scaled_mfma(ins, ops, mods, mfma_ops), MFMA, None, ins)
         return Decoded(decode_mfma(ins, ops, mods, mfma_ops), MFMA, None, ins)
     base = re.sub(r"_(e32|e64|sdwa|dpp)$", "", name)
     if target == "gfx950":
+        cdna4.check_modifiers(base, ops, mods, ctx.mode)
         if base in ("v_permlane16_swap_b32", "v_permlane32_swap_b32"):
             return Decoded(gfx950.decode_permlane_swap(ins, ops, mods), VALU, None, ins)
         if base in ("v_bitop3_b32", "v_bitop3_b16"):

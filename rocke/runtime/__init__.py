@@ -1,9 +1,9 @@
-"""Launching compiled kernels on a device: rocke's gfx942 emulator ("emu") or a gfx942 GPU
+"""Launching compiled kernels on a device: rocke's emulator ("emu") or a gfx942 / gfx950 GPU
 through hip-python ("hip").
 
 `launch(compiled, grid, block, args)` checks the launch, packs the kernarg segment with
 `rocke.arch.abi` (one path for both devices, see device.py) and runs it on `device` -- by default
-ROCKE_DEVICE, else hip when hip-python finds a gfx942 GPU, else the emulator. `Graph` captures
+ROCKE_DEVICE, else hip when hip-python finds a gfx942 / gfx950 GPU, else the emulator. `Graph` captures
 launches and replays them (graph.py).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ register_backend("emu", DeviceBackend(
 register_backend("hip", DeviceBackend(
     current_key=lambda: f"hip:{hip_device.current_device_index()}",   # the caller's current GPU
     make=lambda key: hip_device.HipDevice(int(key.partition(":")[2])),
-    preferred=lambda: hip_device.find_gfx942_device() is not None))
+    preferred=lambda: hip_device.find_supported_device() is not None))
 
 
 def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,

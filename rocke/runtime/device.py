@@ -166,7 +166,7 @@ def register_backend(kind: str, backend: DeviceBackend) -> None:
 
 def get_device(device: Device | str | None = None) -> Device:
     """`device` itself, a device by kind ("emu" | "hip"), or the default device: ROCKE_DEVICE if
-    set, else hip when hip-python finds a gfx942 GPU, else the emulator."""
+    set, else hip when hip-python finds a gfx942 or gfx950 GPU, else the emulator."""
     if isinstance(device, Device):
         return device
     if device is None:

@@ -1,4 +1,4 @@
-"""The HIP device: prepared launches run on a gfx942 GPU through hip-python.
+"""The HIP device: prepared launches run on a gfx942 or gfx950 GPU through hip-python.
 
 Follows hip-python's documented API (`from hip import hip`; every call returns a tuple whose
 first item is a `hipError_t`): `hipModuleLoadData` of the linked code object,
@@ -136,13 +136,14 @@ def device_arch(index: int) -> str:
     return (name.decode() if isinstance(name, bytes) else str(name)).split("\x00", 1)[0]
 
 
-def find_gfx942_device() -> int | None:
-    """Index of the first gfx942 GPU hip-python can see, or None (no hip-python, no runtime, no
-    device, or only other architectures)."""
+def find_supported_device() -> int | None:
+    """Index of the first GPU hip-python can see whose processor rocke builds for (gfx942,
+    gfx950), or None (no hip-python, no runtime, no device, or only other architectures)."""
+    from ..arch import TARGETS
     try:
         count = _call("hipGetDeviceCount")
         for index in range(count):
-            if processor_of(device_arch(index)) == "gfx942":
+            if processor_of(device_arch(index)) in TARGETS:
                 return index
     except (HipUnavailable, HipError):
         return None
@@ -319,10 +320,7 @@ class HipDevice(Device):
                 return fn
         with self._lock:
             if digest not in self._modules:
-                if not arch_compatible(compiled.target, self.arch):
-                    raise ValueError(
-                        f"{compiled.variant}: its code object is built for {compiled.target} and "
-                        f"cannot load on HIP device {self.index}, a {self.arch}")
+                self.check_loadable(compiled)
                 module = _call("hipModuleLoadData", compiled.code_object)
                 self.loads += 1
                 self._modules[digest] = (module, {})
@@ -331,6 +329,22 @@ class HipDevice(Device):
                 functions[compiled.name] = _call("hipModuleGetFunction", module,
                                                  compiled.name.encode())
             return functions[compiled.name]
+
+    def check_loadable(self, compiled) -> None:
+        """Refuse (ValueError, before any HIP call) a code object whose ELF header names a target
+        this GPU cannot run, or one that is not the target it was compiled for."""
+        from ..arch.elf import code_object_target
+        try:
+            built_for = code_object_target(compiled.code_object)
+        except ValueError as e:
+            raise ValueError(f"{compiled.variant}: its code object cannot load on HIP device "
+                             f"{self.index}: {e}") from None
+        if processor_of(built_for) != processor_of(str(compiled.target)):
+            raise ValueError(f"{compiled.variant}: its code object's ELF header names "
+                             f"{built_for}, but it was compiled for {compiled.target}")
+        if not arch_compatible(built_for, self.arch):
+            raise ValueError(f"{compiled.variant}: its code object is built for {built_for} and "
+                             f"cannot load on HIP device {self.index}, a {self.arch}")
 
     def unload_all(self) -> None:
         with self._lock:

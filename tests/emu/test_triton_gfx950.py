@@ -3,7 +3,8 @@
 rocke.emu runs them as gfx950 — and a gfx942 launch must refuse them.
 
 They exercise what gfx950 code brings: the wide-K MFMAs (16x16x32 / 32x32x16 f16 and bf16),
-the f8f6f4 MFMAs on OCP fp8 (e4m3fn), ds_read_b64_tr_b16/b8, global_load_lds_dwordx4,
+the f8f6f4 MFMAs on OCP fp8 (e4m3fn) and their block-scaled form (tl.dot_scaled),
+ds_read_b64_tr_b16/b8, global_load_lds_dwordx4,
 v_permlane16/32_swap, v_bitop3_b32 and v_cvt_pk_{f16,bf16}_f32.
 """
 
@@ -83,6 +84,30 @@ def test_matmul_gfx950(name, in_dtype, out_dtype, M, N, K, kind, opcode):
     else:
         assert_close(c[:, :N], expected, kind)
     assert torch.all(c[:, N:] == SENTINEL), "masked columns of C were written"
+
+
+def test_scaled_dot_block_scaled_mfma():
+    """Triton's native tl.dot_scaled on gfx950: v_mfma_scale_f32_32x32x64_f8f6f4 with E8M0
+    scales, against torch: every 32 K values of A's row / B's column times 2^(scale - 127)."""
+    name = "scaled_dot_e4m3_64x64x256"
+    assert "v_mfma_scale_f32_32x32x64_f8f6f4" in opcodes(name)
+    m = n = 64
+    k = 256
+    rng = generator(52)
+    a = (4 * torch.randn(m, k, generator=rng)).to(torch.float8_e4m3fn)
+    b = (4 * torch.randn(k, n, generator=rng)).to(torch.float8_e4m3fn)
+    sa = torch.randint(118, 137, (m, k // 32), generator=rng, dtype=torch.int32).to(torch.uint8)
+    sb = torch.randint(118, 137, (n, k // 32), generator=rng, dtype=torch.int32).to(torch.uint8)
+    c = torch.full((m, n), SENTINEL, dtype=torch.float32)
+    launch_fixture(name, (1, 1, 1), a_ptr=a, b_ptr=b, sa_ptr=sa, sb_ptr=sb, c_ptr=c)
+    fa = torch.pow(2.0, sa.double() - 127).repeat_interleave(32, dim=1)      # [M, K]
+    fb = torch.pow(2.0, sb.double() - 127).repeat_interleave(32, dim=1).T    # [K, N]
+    scaled_a, scaled_b = a.double() * fa, b.double() * fb
+    expected = scaled_a @ scaled_b
+    # each product is exact; the kernel rounds to f32 once per MFMA (K = 4 x 64): the error is
+    # at most 4 roundings of the running sum, each within 2^-24 of the sum of |products|
+    bound = 4 * 2.0 ** -24 * (scaled_a.abs() @ scaled_b.abs())
+    assert torch.all((c.double() - expected).abs() <= bound)
 
 
 @pytest.mark.parametrize("name, causal", [("flash_attn_fwd_d64", False),

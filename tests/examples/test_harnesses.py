@@ -362,10 +362,11 @@ def test_final_shapes_runs_gfx950_kernels_on_the_emulator(tmp_path, monkeypatch)
     assert 0 <= decode["max_abs_err_graph"] <= decode["tol"]      # the graph replays gfx950 kernels too
 
 
-def test_gfx950_on_hip_is_refused_up_front(monkeypatch, capsys):
+def test_gfx950_on_hip_without_a_rocm_torch_is_refused_up_front(monkeypatch, capsys):
+    """(With a GPU, --target must be its processor: tests/runtime/test_hip_gfx950.py.)"""
     monkeypatch.setenv("ROCKE_DEVICE", "emu")
     for module in (parity_unified_attention, final_shapes_check):
         with pytest.raises(SystemExit) as exc:
             module.main(["--device", "hip", "--target", "gfx950"])
         assert exc.value.code == 2
-        assert "--target gfx950 runs on the emulator only" in capsys.readouterr().err
+        assert "--device hip needs a ROCm torch" in capsys.readouterr().err

@@ -6,7 +6,12 @@ buffer that arrived through `extra`, turns each explicit argument back into a va
 into hipMalloc'd ranges become tensor views of them), checks that `rocke.arch.abi` packs those
 values into the very same bytes, and runs the code object itself on the emulator with exactly
 those bytes. A test tells it which code objects its device accepts (`register(compiled)`); any
-other image is refused as hipErrorInvalidImage, like an image a real runtime cannot load.
+other image is refused as hipErrorInvalidImage, like an image a real runtime cannot load, and an
+image built for another processor than the device's (`arch`) as hipErrorNoBinaryForGpu.
+
+`arch = "gfx950:..."` makes it a gfx950 device: launches run on the emulator as gfx950. No
+disassembler here knows gfx950, so a gfx950 code object runs from its compiler listing, which
+`register` proves is that code object's kernel by a rebuild (rocke.runtime.emu_device's proof).
 """
 from __future__ import annotations
 
@@ -28,11 +33,13 @@ import torch
 
 from rocke import emu
 from rocke.arch import abi
+from rocke.arch.elf import code_object_target
+from rocke.arch.targets import TARGETS
 from rocke.emu.codeobject import code_object_metadata
 
 SOURCE = Path(__file__).with_name("hip_stub.c")
 
-SUCCESS, INVALID_VALUE, NO_DEVICE, INVALID_DEVICE = 0, 1, 100, 101
+SUCCESS, INVALID_VALUE, NO_DEVICE, INVALID_DEVICE, NO_BINARY_FOR_GPU = 0, 1, 100, 101, 209
 INVALID_IMAGE, INVALID_HANDLE, NOT_FOUND, ILLEGAL_STATE = 200, 400, 500, 401
 LAUNCH_FAILURE, CAPTURE_UNSUPPORTED, CAPTURE_UNMATCHED, UNKNOWN = 719, 900, 903, 999
 HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE, MEMCPY_DEFAULT = 1, 2, 3, 4
@@ -59,6 +66,7 @@ class _Function:
     name: str
     args: list
     kernarg_size: int
+    runnable: bytes | str = b""     # what the emulator runs: the code object, or its proven listing
 
 
 @dataclass
@@ -84,6 +92,7 @@ class StandIn:
     active: bool = False
     arch: str = "gfx942:sramecc+:xnack-"
     code_objects: dict = field(default_factory=dict)      # sha256 -> code object
+    listings: dict = field(default_factory=dict)          # sha256 -> proven listing (gfx950)
     allocations: dict = field(default_factory=dict)       # address -> (array, size)
     modules: dict = field(default_factory=dict)           # handle -> code object
     functions: dict = field(default_factory=dict)         # handle -> _Function
@@ -104,10 +113,18 @@ class StandIn:
 
     # ---- test controls ----
     def register(self, compiled) -> None:
-        self.code_objects[hashlib.sha256(compiled.code_object).hexdigest()] = compiled.code_object
+        digest = hashlib.sha256(compiled.code_object).hexdigest()
+        self.code_objects[digest] = compiled.code_object
+        if code_object_target(compiled.code_object).startswith("gfx950") and \
+                digest not in self.listings:
+            from rocke.runtime.emu_device import listing_proven_by_rebuild
+            if not listing_proven_by_rebuild(compiled):
+                raise ValueError(f"{compiled.name}: its listing is not proven to be its gfx950 "
+                                 "code object's kernel; the stand-in cannot run it")
+            self.listings[digest] = compiled.asm
 
     def reset(self, active: bool = False) -> None:
-        for name in ("code_objects", "allocations", "modules", "functions", "streams", "graphs",
+        for name in ("code_objects", "listings", "allocations", "modules", "functions", "streams", "graphs",
                      "execs", "events", "fail", "calls"):
             getattr(self, name).clear()
         self.executed.clear()
@@ -187,7 +204,9 @@ class StandIn:
         ctypes.memmove(arch_out, self.arch.encode() + b"\0", len(self.arch) + 1)
         name = b"rocke stand-in (emulator)\0"
         ctypes.memmove(name_out, name, len(name))
-        self._out(cus_out, 304, ctypes.c_int)
+        processor = self.arch.split(":", 1)[0]
+        self._out(cus_out, TARGETS[processor].cu_count if processor in TARGETS else 304,
+                  ctypes.c_int)
         self._out(mem_out, 192 << 30, ctypes.c_size_t)
         return SUCCESS
 
@@ -235,6 +254,10 @@ class StandIn:
                 != EM_AMDGPU:
             return self._fail(INVALID_IMAGE, "hipModuleLoadData: not an AMDGPU ELF64 image")
         data = ctypes.string_at(image, _elf_size(image, header))
+        built_for = code_object_target(data).split(":", 1)[0]
+        if built_for != self.arch.split(":", 1)[0]:
+            return self._fail(NO_BINARY_FOR_GPU, f"hipModuleLoadData: a {built_for} code object "
+                                                 f"on a {self.arch} device")
         if hashlib.sha256(data).hexdigest() not in self.code_objects:
             return self._fail(INVALID_IMAGE, "hipModuleLoadData: the stand-in was not told to "
                                              "accept this code object (register(compiled))")
@@ -256,8 +279,9 @@ class StandIn:
         if entry is None:
             return NOT_FOUND
         handle = self._handle()
+        runnable = self.listings.get(hashlib.sha256(image).hexdigest(), image)
         self.functions[handle] = _Function(image, name.decode(), abi.parse_kernel_args(entry),
-                                           int(entry.get(".kernarg_segment_size", 0)))
+                                           int(entry.get(".kernarg_segment_size", 0)), runnable)
         self._out(out, handle)
         return SUCCESS
 
@@ -307,9 +331,9 @@ class StandIn:
             # HIP itself never refuses aliasing arguments: the stand-in does not either. One
             # launch at a time, like work on one device queue.
             with self._serial:
-                report = emu.launch(fn.code_object, fn.name, record.grid, record.block, values,
+                report = emu.launch(fn.runnable, fn.name, record.grid, record.block, values,
                                     shared_mem=record.shared_mem, check=True, allow_alias=True,
-                                    kernarg=record.kernarg)
+                                    kernarg=record.kernarg, target=self.arch.split(":", 1)[0])
         except Exception as e:
             return self._fail(LAUNCH_FAILURE, f"{fn.name}: the emulator stopped: {e}")
         self.executed.append(dataclasses.replace(record, ran=report.kernarg))

@@ -861,9 +861,11 @@ def _guard_launches(device_kind, problem, args) -> list:
     from rocke.runtime import get_device
     cu, used, table, max_q, max_k = (args[ARG_INDEX[n]] for n in (
         "cu_seqlens_q", "seqused_k", "block_table", "max_seqlen_q", "max_seqlen_k"))
-    record = get_device(device_kind).error_record()
-    grid, block = guard.launch_geometry(guard.SPEC, problem.num_seqs)
-    return [(compiled(guard.SPEC), grid, block, guard.kernel_args(
+    device = get_device(device_kind)
+    record = device.error_record()
+    spec = guard.spec_for(device.arch)      # the GPU's processor: gfx942 or gfx950
+    grid, block = guard.launch_geometry(spec, problem.num_seqs)
+    return [(compiled(spec), grid, block, guard.kernel_args(
         cu, used, table, record, total_q=problem.total_q, num_blocks=problem.num_blocks,
         block_size=problem.block_size, causal=problem.causal, max_seqlen_q=max_q,
         max_seqlen_k=max_k))]

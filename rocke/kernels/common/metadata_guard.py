@@ -46,8 +46,12 @@ device_checks.register_codes(MESSAGES)
 @dataclass(frozen=True)
 class MetadataGuardSpec:
     threads: int = 64           # work-items per workgroup (one per sequence)
+    target: str = "gfx942"      # the GPU's processor (the guard runs on every target rocke has)
 
     def __post_init__(self):
+        from rocke.arch import TARGETS
+        if self.target not in TARGETS:
+            raise ValueError(f"target: must be one of {sorted(TARGETS)}, got {self.target!r}")
         check_int_range("threads", self.threads, dsl.WAVE_SIZE, 1024)
         check_multiple("threads", self.threads, dsl.WAVE_SIZE, because="a workgroup is whole waves")
 
@@ -58,12 +62,18 @@ class MetadataGuardSpec:
 
 SPEC = MetadataGuardSpec()
 
+
+def spec_for(device_arch: str) -> MetadataGuardSpec:
+    """The guard built for the processor of a device's target id ('gfx950:sramecc+:xnack-')."""
+    target = device_arch.split(":", 1)[0]
+    return SPEC if target == SPEC.target else MetadataGuardSpec(target=target)
+
 ARGS = ("cu_seqlens_q", "seqused_k", "block_table", "record", "num_seqs", "total_q", "num_blocks",
         "block_size", "table_width", "table_stride", "causal", "max_seqlen_q", "max_seqlen_k")
 
 
 def build(spec: MetadataGuardSpec) -> dsl.Kernel:
-    k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.threads)
+    k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.threads, target=spec.target)
     cu = k.arg_ptr("cu_seqlens_q", dsl.i32, readonly=True)
     used = k.arg_ptr("seqused_k", dsl.i32, readonly=True)
     table = k.arg_ptr("block_table", dsl.i32, readonly=True)
