@@ -107,11 +107,23 @@ def test_the_narrow_2d_geometry_takes_the_wide_k_atom_on_whole_32_key_tiles(bloc
     assert dispatch.plan(p, "3d").specs[0].kernel_name.endswith("_k1_gfx950")    # 3D: 16x16x16
 
 
-def test_fp8_caches_are_refused_on_gfx950():
-    with pytest.raises(ValueError, match="kv_dtype: the gfx950 attention kernels take 16-bit caches only"):
-        g950.UnifiedAttention2DSpec(kv_dtype="fp8_e4m3fnuz")
+def test_gfx950_fp8_is_ocp_e4m3fn_and_fnuz_is_refused():
+    """gfx950's fp8 caches / output are OCP e4m3fn; gfx942's e4m3fnuz is refused there (and
+    e4m3fn on gfx942): the same conversion opcodes read the target's format."""
+    for cls in (g950.UnifiedAttention2DSpec, g950.UnifiedAttention3DSpec):
+        assert cls(kv_dtype="fp8_e4m3fn").fp8_kv
+        with pytest.raises(ValueError, match="kv_dtype: must be one of fp8_e4m3fn, got 'fp8_e4m3fnuz'"):
+            cls(kv_dtype="fp8_e4m3fnuz")
+    assert g950.UnifiedAttention2DSpec(out_dtype="fp8_e4m3fn").out_dtype == "fp8_e4m3fn"
+    assert g950.ReduceSegmentsSpec(out_dtype="fp8_e4m3fn").kernel_name.endswith("_ofp8_gfx950")
+    with pytest.raises(ValueError, match="out_dtype"):
+        g950.ReduceSegmentsSpec(out_dtype="fp8_e4m3fnuz")
+    with pytest.raises(ValueError, match="kv_dtype"):
+        a2.UnifiedAttention2DSpec(kv_dtype="fp8_e4m3fn")
     with pytest.raises(ValueError, match="kv_dtype: must be None"):
         dispatch.plan(_problem(kv_dtype="fp8_e4m3fnuz"))
+    spec = dispatch.plan(_problem(kv_dtype="fp8_e4m3fn", max_seqlen_k=256), "2d").specs[0]
+    assert spec.kv_dtype == "fp8_e4m3fn" and "_kvfp8" in spec.kernel_name
 
 
 # ---- the entry point in ROCKE_DEVICE=emu:gfx950 against ref_paged_attn ----
@@ -169,14 +181,66 @@ def test_a_gfx950_only_geometry_matches_reference(emu_gfx950):
     assert err <= attention_atol("f16"), err
 
 
-def test_fp8_is_refused_before_launch_on_gfx950(emu_gfx950):
+def test_fnuz_fp8_is_refused_before_launch_on_gfx950(emu_gfx950):
     args = make_inputs(MIXED, hq=4, hk=2, d=64, bs=16, dtype="f16")
     args["k"] = args["k"].to(torch.float8_e4m3fnuz)
     args["v"] = args["v"].to(torch.float8_e4m3fnuz)
     before = args["out"].clone()
-    with pytest.raises(ValueError, match="kv_dtype: must be None"):
+    with pytest.raises(ValueError, match=r"^k: fp8 cache dtype torch.float8_e4m3fnuz is not read "
+                                         r"by this target's kernels, whose fp8 is OCP e4m3fn"):
         au.run_unified_attention_torch(**args)
     assert torch.equal(args["out"], before)
+
+
+# fp8 KV whose codes span e4m3fn's range: |dequantized| <= ~1, codes up to 435 (past fnuz's 240)
+FP8_SCALE = 435.0
+
+
+def _fp8_caches(args):
+    for name in ("k", "v"):
+        args[name] = (args[name].float() * FP8_SCALE).to(torch.float8_e4m3fn)
+    args["k_descale"] = torch.tensor([1 / FP8_SCALE])
+    args["v_descale"] = torch.tensor([1 / FP8_SCALE])
+    return args
+
+
+@pytest.mark.parametrize("backend, dtype, want", [("2d", "f16", "_x8t_"), ("3d", "bf16", "_narrow_")])
+def test_fp8_kv_cache_matches_reference_on_gfx950(emu_gfx950, backend, dtype, want):
+    """An OCP e4m3fn cache decoded by gfx950's v_cvt_f32_fp8, against the reference reading the
+    same codes; the codes read as gfx942's e4m3fnuz would be half the value (checked to miss)."""
+    args = _fp8_caches(make_inputs([(1, 37), (3, 21)], hq=4, hk=2, d=64, bs=16, dtype=dtype, seed=3))
+    assert args["k"].float().abs().max() > 240        # codes only e4m3fn has
+    record = au.run_unified_attention_torch(**args, backend=backend)
+    spec = record.plan.specs[0]
+    assert spec.kv_dtype == "fp8_e4m3fn" and want in spec.kernel_name, spec.kernel_name
+    ref_of = lambda k, v: ref_paged_attn(args["q"], k, v, args["cu_seqlens_q"], args["seqused_k"],
+                                         args["block_table"], args["softmax_scale"],
+                                         k_descale=args["k_descale"], v_descale=args["v_descale"])
+    err = (args["out"].float() - ref_of(args["k"], args["v"])).abs().max().item()
+    assert err <= attention_atol(dtype, "fp8_e4m3fn"), err
+    as_fnuz = ref_of(args["k"].view(torch.uint8).view(torch.float8_e4m3fnuz),
+                     args["v"].view(torch.uint8).view(torch.float8_e4m3fnuz))
+    miss = (args["out"].float() - as_fnuz).abs().max().item()
+    assert miss > 2 * attention_atol(dtype), miss
+
+
+@pytest.mark.parametrize("backend", ["2d", "3d"])
+def test_fp8_output_matches_reference_on_gfx950(emu_gfx950, backend):
+    """out torch.float8_e4m3fn with output_scale: clamped to +-448 and rounded to OCP e4m3fn
+    (the 2D epilogue, or reduce_segments after 3D), past gfx942's 240."""
+    from rocke.kernels.common.tolerances import fp8_output_bound
+    args = make_inputs([(1, 37), (3, 21)], hq=4, hk=2, d=64, bs=16, dtype="bf16", seed=3)
+    args["out"] = torch.zeros(args["out"].shape, dtype=torch.float8_e4m3fn)
+    scale = torch.tensor([1 / 600.0])
+    record = au.run_unified_attention_torch(**args, backend=backend, output_scale=scale)
+    assert record.plan.specs[-1].out_dtype == "fp8_e4m3fn"
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"], output_scale=scale,
+                         out_dtype=torch.float8_e4m3fn)
+    got = args["out"].float()
+    assert got.abs().max() > 240 and ref.abs().max() <= 448
+    bound = fp8_output_bound("bf16", ref, float(scale), out_dtype="fp8_e4m3fn")
+    assert ((got - ref).abs() <= bound).all(), (got - ref).abs().max()
 
 
 @pytest.mark.parametrize("dtype, d, bs, backend", [("f16", 64, 16, "2d"), ("bf16", 64, 32, "3d")])
