@@ -259,3 +259,73 @@ def test_score_features_on_gfx950(emu_gfx950, dtype, d, bs, backend):
                          alibi_slopes=alibi, sinks=sinks)
     err = (args["out"].float() - ref).abs().max().item()
     assert err <= attention_atol(dtype), err
+
+
+# ---- the feature family and the MQA group split on gfx950 (a representative subset) ----
+
+PREFILL = [(9, 20), (6, 6), (1, 30)]
+MM = [[[12, 16], [0, 0]], [[1, 4], [5, 3]], [[2, 29], [-1, -1]]]   # inclusive; start >= end unused
+
+
+def _features(names, args, hq, seed):
+    """(entry-point kwargs, reference kwargs) with values that move the output past the tolerance."""
+    g = torch.Generator().manual_seed(seed)
+    run, ref = {}, {}
+    if "softcap" in names:
+        run["softcap"] = ref["softcap"] = 0.15
+    if "window" in names:
+        run["window_size"] = ref["window_size"] = (5, 0)
+    if "qq_bias" in names:
+        run["qq_bias"] = ref["qq_bias"] = torch.randn(args["max_seqlen_q"] + 1, args["max_seqlen_q"] + 1,
+                                                      generator=g)
+    if "alibi" in names or "alibi_sqrt" in names:
+        run["alibi_slopes"] = ref["alibi_slopes"] = torch.rand(hq, generator=g) * 0.5 + 0.3
+    if "alibi_sqrt" in names:
+        run["use_alibi_sqrt"] = ref["alibi_sqrt"] = True
+    if "sinks" in names:
+        run["sinks"] = ref["sinks"] = torch.randn(hq, generator=g) + 3.0
+        args["v"] = (args["v"].float() + 1.0).to(args["v"].dtype)
+    if "mm_prefix" in names:
+        run["mm_prefix_range"] = ref["mm_prefix_range"] = torch.tensor(MM, dtype=torch.int32)
+    for kind, mode, torch_dtype, top in (("i8tok", "int8_per_token_head", torch.int8, 127),
+                                         ("fp8tok", "fp8_per_token_head", torch.float8_e4m3fn, 400)):
+        if kind in names:          # codes and per-(token, head) scales whose products are ~U(-1, 1)
+            nb, bs, hk, d = args["k"].shape
+            caches, scales = [], []
+            for _ in range(2):
+                codes = torch.rand(nb, bs, hk, d, generator=g) * (2 * top) - top
+                caches.append(codes.round().to(torch_dtype) if kind == "i8tok" else codes.to(torch_dtype))
+                scales.append((torch.rand(nb, bs, hk, generator=g) + 0.5) / top)
+            args["k"], args["v"] = caches
+            run.update(kv_quant_mode=mode, k_scale_cache=scales[0], v_scale_cache=scales[1])
+            args["k_descale"] = args["v_descale"] = None
+            ref.update(k_scale_cache=scales[0], v_scale_cache=scales[1])
+    return run, ref
+
+
+@pytest.mark.parametrize("names, seqs, backend, dtype, d, bs, hq, hk, split", [
+    ((), MIXED, "2d", "f16", 64, 16, 32, 1, 2),                                 # MQA 32:1
+    (("alibi", "sinks"), MIXED, "3d", "bf16", 64, 64, 64, 1, 4),                # MQA 64:1, per-head
+    (("softcap", "qq_bias", "window"), MIXED, "auto", "bf16", 128, 32, 4, 1, 1),  # narrow wide-K
+    (("mm_prefix", "window"), PREFILL, "2d", "f16", 64, 16, 4, 2, 1),
+    (("mm_prefix", "softcap", "sinks"), PREFILL, "3d", "bf16", 64, 64, 8, 1, 1),
+    (("alibi_sqrt", "fp8tok"), MIXED, "3d", "f16", 64, 16, 4, 2, 1),            # OCP e4m3fn rows
+    (("i8tok", "window"), MIXED, "2d", "bf16", 64, 16, 8, 2, 1),
+])
+def test_features_and_group_split_on_gfx950(emu_gfx950, names, seqs, backend, dtype, d, bs, hq, hk, split):
+    args = make_inputs(seqs, hq=hq, hk=hk, d=d, bs=bs, dtype=dtype, seed=hq + bs + d)
+    run, ref_kw = _features(names, args, hq, seed=len(names) + bs)
+    record = au.run_unified_attention_torch(**{**args, **run}, backend=backend)
+    spec = record.plan.specs[0]
+    assert spec.kernel_name.endswith("_gfx950") and spec.group_split == split, spec.kernel_name
+    if backend != "auto":
+        assert record.plan.path == backend
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"], **ref_kw)
+    err = (args["out"].float() - ref).abs().max().item()
+    assert err <= attention_atol(dtype), f"{spec.kernel_name}: {err}"
+    if names:    # the features matter on these inputs: ignoring them would fail the tolerance
+        plain = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                               args["block_table"], args["softmax_scale"],
+                               **{k: v for k, v in ref_kw.items() if k in ("k_scale_cache", "v_scale_cache")})
+        assert (plain - ref).abs().max().item() > 3 * attention_atol(dtype), "features have no effect"

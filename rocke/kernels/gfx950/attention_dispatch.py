@@ -27,7 +27,7 @@ from rocke.kernels.gfx942 import attention_tiled_2d as a2
 from rocke.kernels.gfx950.attention import SPEC_CLASSES, TARGET, UnifiedAttention2DSpec
 
 CAPABILITIES = AttentionCapabilities(head_sizes=a2.HEAD_SIZES, block_sizes=a2.BLOCK_SIZES,
-                                     max_group=a2.MAX_GROUP,
+                                     max_group=a2.MAX_GROUP_SPLIT,   # groups above 16: split_group
                                      kv_dtypes=quant.on_target(a2.KV_DTYPES, TARGET),
                                      token_scale_kv_dtypes=quant.on_target(
                                          quant.TOKEN_SCALE_KV_DTYPES, TARGET),
