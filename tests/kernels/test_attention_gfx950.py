@@ -329,3 +329,24 @@ def test_features_and_group_split_on_gfx950(emu_gfx950, names, seqs, backend, dt
                                args["block_table"], args["softmax_scale"],
                                **{k: v for k, v in ref_kw.items() if k in ("k_scale_cache", "v_scale_cache")})
         assert (plain - ref).abs().max().item() > 3 * attention_atol(dtype), "features have no effect"
+
+
+def test_shipped_gfx950_variants_are_what_the_dispatcher_plans():
+    """The gfx950 attention families ship the dispatcher's specs (so `rocke list --target gfx950`
+    and the golden table pin what the entry point launches): 2D flash and narrow (wide-K at
+    block 64), 3D, reduce, fp8 KV (OCP) and an fp8 output."""
+    from rocke.kernels.gfx950 import attention_shipped
+    from rocke.kernels.registry import family_variants
+    two = family_variants("attention_2d_gfx950")
+    three = family_variants("attention_3d_gfx950")
+    red = family_variants("reduce_segments_gfx950")
+    assert all(type(v.spec) is g950.UnifiedAttention2DSpec for v in two.values())
+    assert all(type(v.spec) is g950.UnifiedAttention3DSpec for v in three.values())
+    assert all(type(v.spec) is g950.ReduceSegmentsSpec for v in red.values())
+    names = " ".join(two) + " ".join(three) + " ".join(red)
+    for tag in ("_x8t_", "_narrow_", "_16x16x32", "_kvfp8", "_ofp8", "_d64_", "_d128_", "/f16_", "/bf16_"):
+        assert tag in names, tag
+    assert all(v.spec.kv_dtype in (None, "fp8_e4m3fn") for v in {**two, **three}.values())
+    problem = attention_shipped._problem("bf16", 64, 64, decode=False)
+    planned = dispatch.plan(problem, "2d").specs[0]
+    assert planned in [v.spec for v in two.values()] and planned.narrow_atom == "16x16x32"
