@@ -204,11 +204,14 @@ def _fp8_caches(args):
     return args
 
 
-@pytest.mark.parametrize("backend, dtype, want", [("2d", "f16", "_x8t_"), ("3d", "bf16", "_narrow_")])
-def test_fp8_kv_cache_matches_reference_on_gfx950(emu_gfx950, backend, dtype, want):
+@pytest.mark.parametrize("backend, dtype, d, bs, want", [
+    ("2d", "f16", 64, 16, "_x8t_"), ("3d", "bf16", 64, 16, "_narrow_"),
+    ("2d", "bf16", 128, 64, "_16x16x32"),        # the narrow wide-K atom reads the dequantized tile
+])
+def test_fp8_kv_cache_matches_reference_on_gfx950(emu_gfx950, backend, dtype, d, bs, want):
     """An OCP e4m3fn cache decoded by gfx950's v_cvt_f32_fp8, against the reference reading the
     same codes; the codes read as gfx942's e4m3fnuz would be half the value (checked to miss)."""
-    args = _fp8_caches(make_inputs([(1, 37), (3, 21)], hq=4, hk=2, d=64, bs=16, dtype=dtype, seed=3))
+    args = _fp8_caches(make_inputs([(1, 37), (3, 21)], hq=4, hk=2, d=d, bs=bs, dtype=dtype, seed=3))
     assert args["k"].float().abs().max() > 240        # codes only e4m3fn has
     record = au.run_unified_attention_torch(**args, backend=backend)
     spec = record.plan.specs[0]
