@@ -479,9 +479,9 @@ def _aot_one(name: str, golden_hash: str | None):
     from .compiler import DEFAULT_TARGET, compile_ir
     from .kernels.registry import get_variant
     v = get_variant(name)
-    kern = v.kernel()
-    if get_target(kern.target).target_id != DEFAULT_TARGET:
+    if get_target(_variant_target(v)).target_id != DEFAULT_TARGET:   # no build for another processor
         return _OTHER_TARGET
+    kern = v.kernel()
     ir = kern.ir()
     if golden_hash != hashlib.sha256(ir.encode()).hexdigest():
         return None
