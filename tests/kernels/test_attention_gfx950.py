@@ -189,6 +189,18 @@ def test_fnuz_fp8_is_refused_before_launch_on_gfx950(emu_gfx950):
     with pytest.raises(ValueError, match=r"^k: fp8 cache dtype torch.float8_e4m3fnuz is not read "
                                          r"by this target's kernels, whose fp8 is OCP e4m3fn"):
         au.run_unified_attention_torch(**args)
+    scales = torch.ones(args["k"].shape[:3])
+    with pytest.raises(ValueError, match=r"^k: kv_quant_mode fp8_per_token_head needs "
+                                         r"torch.float8_e4m3fn caches, got torch.float8_e4m3fnuz"):
+        au.run_unified_attention_torch(**{**args, "k_descale": None, "v_descale": None},
+                                       kv_quant_mode="fp8_per_token_head",
+                                       k_scale_cache=scales, v_scale_cache=scales)
+    out8 = torch.zeros(args["out"].shape, dtype=torch.float8_e4m3fnuz)
+    with pytest.raises(ValueError, match=r"^out: with output_scale the output is fp8: out must be "
+                                         r"torch.float8_e4m3fn \(the target's fp8\)"):
+        au.run_unified_attention_torch(**{**args, "k": args["q"].new_zeros(args["k"].shape),
+                                          "v": args["q"].new_zeros(args["v"].shape), "out": out8},
+                                       output_scale=torch.tensor([1.0]))
     assert torch.equal(args["out"], before)
 
 
@@ -350,6 +362,6 @@ def test_shipped_gfx950_variants_are_what_the_dispatcher_plans():
     for tag in ("_x8t_", "_narrow_", "_16x16x32", "_kvfp8", "_ofp8", "_d64_", "_d128_", "/f16_", "/bf16_"):
         assert tag in names, tag
     assert all(v.spec.kv_dtype in (None, "fp8_e4m3fn") for v in {**two, **three}.values())
-    problem = attention_shipped._problem("bf16", 64, 64, decode=False)
+    problem = attention_shipped.problem_of("bf16", 64, 64, decode=False)
     planned = dispatch.plan(problem, "2d").specs[0]
     assert planned in [v.spec for v in two.values()] and planned.narrow_atom == "16x16x32"

@@ -24,7 +24,7 @@ BLOCK_SIZES = (16, 64)
 HQ, HK = 32, 8
 
 
-def _problem(dtype, d, bs, *, decode: bool, **kw) -> UnifiedAttentionProblem:
+def problem_of(dtype, d, bs, *, decode: bool, **kw) -> UnifiedAttentionProblem:
     seqs, q_len, kv = (8, 1, 4096) if decode else (2, 512, 512)
     blocks = seqs * (-(-kv // bs)) + 1
     return UnifiedAttentionProblem(
@@ -53,10 +53,10 @@ def shipped() -> dict[str, dict]:
     for dtype in DTYPES:
         for d in HEAD_SIZES:
             for bs in BLOCK_SIZES:
-                add(_problem(dtype, d, bs, decode=False), "2d")
-                add(_problem(dtype, d, bs, decode=True), "3d")
+                add(problem_of(dtype, d, bs, decode=False), "2d")
+                add(problem_of(dtype, d, bs, decode=True), "3d")
     for dtype in DTYPES:
-        add(_problem(dtype, 128, 16, decode=False, kv_dtype="fp8_e4m3fn"), "2d")
-        add(_problem(dtype, 128, 16, decode=True, kv_dtype="fp8_e4m3fn"), "3d")
-    add(_problem("bf16", 128, 16, decode=True, out_dtype="fp8_e4m3fn"), "3d")
+        add(problem_of(dtype, 128, 16, decode=False, kv_dtype="fp8_e4m3fn"), "2d")
+        add(problem_of(dtype, 128, 16, decode=True, kv_dtype="fp8_e4m3fn"), "3d")
+    add(problem_of("bf16", 128, 16, decode=True, out_dtype="fp8_e4m3fn"), "3d")
     return out
