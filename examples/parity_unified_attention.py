@@ -121,11 +121,21 @@ def feature_inputs(shape: H.Shape, device: str) -> dict:
 TOKEN_QUANT = {"int8_per_token_head": ("int8", 127.0), "fp8_per_token_head": ("float8_e4m3fnuz", 240.0)}
 
 
+def target_fp8() -> tuple[str, str, float]:
+    """(torch dtype name, rocke dtype name, largest finite) of the run's fp8: gfx942's
+    e4m3fnuz, gfx950's OCP e4m3fn (its conversions read OCP codes)."""
+    if H.current_target() == "gfx950":
+        return "float8_e4m3fn", "fp8_e4m3fn", 448.0
+    return "float8_e4m3fnuz", "fp8_e4m3fnuz", 240.0
+
+
 def quantize_caches(inputs) -> None:
     """Per-token-head quantization of the shape's caches, as a writer would store them: each
     (token, KV head) row as codes with the scale amax / code_max in k/v_scale_cache."""
     import torch
     name, top = TOKEN_QUANT[inputs["features"]["kv_quant_mode"]]
+    if name != "int8":
+        name, _, top = target_fp8()
     for c in ("k", "v"):
         rows = inputs[c].float()
         scale = rows.abs().amax(-1).clamp(min=1e-6) / top
@@ -142,9 +152,10 @@ def fp8_output(shape, inputs, ref):
     import torch
     from rocke.kernels.common.tolerances import fp8_output_bound
     scale = float(inputs["features"]["output_scale"].reshape(-1)[0])
-    inputs["out"] = torch.empty(inputs["out"].shape, dtype=torch.float8_e4m3fnuz,
+    torch_name, name, _ = target_fp8()
+    inputs["out"] = torch.empty(inputs["out"].shape, dtype=getattr(torch, torch_name),
                                 device=inputs["out"].device)
-    tol = float(fp8_output_bound(shape.dtype, ref, scale).max()) * scale
+    tol = float(fp8_output_bound(shape.dtype, ref, scale, out_dtype=name).max()) * scale
     inputs["out_units"] = 1.0 / scale
     return (lambda out: out.float() * scale), ref * scale, tol
 
@@ -157,8 +168,10 @@ def feature_reference(shape: H.Shape, inputs) -> "torch.Tensor":
     feats.pop("kv_quant_mode", None)
     if feats.pop("use_alibi_sqrt", False):
         feats["alibi_sqrt"] = True
+    import torch
     return ref_paged_attn(t["q"], t["k"], t["v"], t["cu_seqlens_q"], t["seqused_k"],
-                          t["block_table"], t["softmax_scale"], causal=True, **feats)
+                          t["block_table"], t["softmax_scale"], causal=True,
+                          out_dtype=getattr(torch, target_fp8()[0]), **feats)
 
 
 def dispatcher_launcher(inputs, backend):
@@ -219,10 +232,10 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
                   softcap="softcap" in features, alibi="alibi_slopes" in features,
                   qq_bias="qq_bias" in features, sliding_window="window_size" in features,
                   sinks="sinks" in features, alibi_sqrt=features.get("use_alibi_sqrt", False),
-                  out_dtype="fp8_e4m3fnuz" if "output_scale" in features else None)
+                  out_dtype=target_fp8()[1] if "output_scale" in features else None)
     if "kv_quant_mode" in features:
         fields.update(kv_token_scales=True, kv_dtype="i8" if "int8" in features["kv_quant_mode"]
-                      else "fp8_e4m3fnuz")
+                      else target_fp8()[1])
     target = H.current_target()
     spec_class = spec_class_2d(target)
     fields.update(knobs_module.spec_overrides(knobs, spec_class))

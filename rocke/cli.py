@@ -115,11 +115,32 @@ def main():
     """rocke: a Python DSL for AMD CDNA (gfx942) kernels."""
 
 
+def _variant_target(v) -> str:
+    """The processor a variant is built for: its spec's ``target``, else its kernel's."""
+    target = getattr(v.spec, "target", None)
+    return target if isinstance(target, str) else v.kernel().target
+
+
+def _of_target(variants, target: str | None):
+    """``variants`` built for ``target`` (all for None); an unknown processor is a usage error."""
+    if target is None:
+        return variants
+    from .arch import TARGETS
+    if target not in TARGETS:
+        raise click.UsageError(f"--target: rocke knows {', '.join(sorted(TARGETS))}, got {target!r}")
+    return [v for v in variants if _variant_target(v) == target]
+
+
+_TARGET_OPTION = click.option("--target", default=None, metavar="PROCESSOR",
+                              help="only the variants built for this processor (gfx942, gfx950)")
+
+
 @main.command("list")
-def list_cmd():
+@_TARGET_OPTION
+def list_cmd(target):
     """List every shipped kernel variant (a family that cannot be loaded: a warning, the others
     listed, exit 2)."""
-    for v in _variants(()):
+    for v in _of_target(_variants(()), target):
         click.echo(f"{v.name:48s} {v.spec!r}")
     _exit_for_broken_families()
 
@@ -160,11 +181,13 @@ def emit(variant, fmt, output):
               help="with --reachable: only the heaviest spec (every feature on) of each class")
 @click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
               help="with --reachable: compile in this many processes")
-def report(variants, no_cache, reachable, corners, jobs):
+@_TARGET_OPTION
+def report(variants, no_cache, reachable, corners, jobs, target):
     """Compile variants (default: all) and print their resource report with occupancy."""
     if reachable:
-        if variants:
-            raise click.UsageError("--reachable enumerates its own specs: name no variants")
+        if variants or target:
+            raise click.UsageError("--reachable enumerates its own (gfx942) specs: name no "
+                                   "variants or --target")
         _report_reachable(corners, jobs)
         return
     if corners or jobs != 1:
@@ -173,7 +196,7 @@ def report(variants, no_cache, reachable, corners, jobs):
     rows = []
     advice = []
     targets = []
-    for v in _variants(variants):
+    for v in _of_target(_variants(variants), target):
         ck = v.compile(cache=not no_cache)
         i = ck.info
         if i.target.split(":")[0] not in targets:
@@ -456,9 +479,9 @@ def _aot_one(name: str, golden_hash: str | None):
     from .compiler import DEFAULT_TARGET, compile_ir
     from .kernels.registry import get_variant
     v = get_variant(name)
-    kern = v.kernel()
-    if get_target(kern.target).target_id != DEFAULT_TARGET:
+    if get_target(_variant_target(v)).target_id != DEFAULT_TARGET:   # no build for another processor
         return _OTHER_TARGET
+    kern = v.kernel()
     ir = kern.ir()
     if golden_hash != hashlib.sha256(ir.encode()).hexdigest():
         return None

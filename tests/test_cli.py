@@ -38,3 +38,21 @@ def test_unknown_variant_is_a_usage_error():
     r = run("emit", "vector_add/f64")
     assert r.exit_code == 2 and "unknown kernel variant 'vector_add/f64'" in r.output
     assert "vector_add/f32_v4" in r.output       # suggestions
+
+
+def test_list_and_report_by_target():
+    """--target keeps the variants built for that processor: gfx950's attention families and
+    its dense prefill, no gfx942 attention; an unknown processor is a usage error."""
+    r = run("list", "--target", "gfx950")
+    assert r.exit_code == 0, r.output
+    listed = {line.split()[0].split("/")[0] for line in r.output.splitlines()}
+    assert listed == {"dense_prefill_gfx950", "attention_2d_gfx950", "attention_3d_gfx950",
+                      "reduce_segments_gfx950"}
+    gfx942 = {line.split()[0].split("/")[0] for line in run("list", "--target", "gfx942").output.splitlines()}
+    assert "attention_2d" in gfx942 and "vector_add" in gfx942 and not gfx942 & listed
+    r = run("list", "--target", "gfx90a")
+    assert r.exit_code == 2 and "--target: rocke knows gfx942, gfx950, got 'gfx90a'" in r.output
+    r = run("report", "--target", "gfx950", "reduce_segments_gfx950/f16_d64_v4", "vector_add/f32_v4")
+    assert r.exit_code == 0, r.output
+    assert "reduce_segments_gfx950/f16_d64_v4" in r.output and "vector_add" not in r.output
+    assert "1 variants for gfx950; total spills: 0" in r.output

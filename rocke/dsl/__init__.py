@@ -42,8 +42,8 @@ from .memory import BUFFER_RSRC_FLAGS, BufferResource, GlobalPtr, LdsTensor, buf
 from .reduce import (block_argmax, block_argmin, block_max, block_min, block_reduce, block_sum, block_topk,
                      wave_argmax, wave_argmin, wave_topk)
 from .tree import CarryLayout
-from .types import (DType, bf16, dtype, f16, f32, f64, fp8_e4m3fnuz, fp8_e5m2fnuz, i1, i8, i16, i32, i64,
-                    u8, u16, u32, u64)
+from .types import (DType, bf16, dtype, f16, f32, f64, fp8_e4m3fn, fp8_e4m3fnuz, fp8_e5m2, fp8_e5m2fnuz,
+                    i1, i8, i16, i32, i64, u8, u16, u32, u64)
 from .values import Value, concat, select, shuffle, splat, vector
 
 __all__ = [
@@ -59,6 +59,6 @@ __all__ = [
     "wave_argmax", "wave_argmin", "wave_topk",
     "udiv_const", "umod_const", "sdiv_const", "smod_const", "unsigned_magic", "UnsignedMagic",
     "i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64",
-    "fp8_e4m3fnuz", "fp8_e5m2fnuz",
+    "fp8_e4m3fnuz", "fp8_e5m2fnuz", "fp8_e4m3fn", "fp8_e5m2",
     "TRIPLE", "DATA_LAYOUT", "CODE_OBJECT_VERSION", "WAVE_SIZE", "LDS_BYTES", "user_location",
 ]

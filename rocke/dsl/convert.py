@@ -3,8 +3,10 @@
 - f32 -> bf16 is emitted as the round-to-nearest-even bit sequence (NaN stays a quiet NaN), so
   the rounding is explicit integer code rather than a backend lowering choice.
 - f32 -> f16 is ``fptrunc`` (RNE); ``rounding="rtz"`` uses ``v_cvt_pkrtz_f16_f32``.
-- fp8 (e4m3fnuz / e5m2fnuz) conversions use gfx942's ``v_cvt_pk_{fp8,bf8}_f32`` and
-  ``v_cvt_f32_{fp8,bf8}`` through their LLVM intrinsics; other types go through f32.
+- fp8 conversions use ``v_cvt_pk_{fp8,bf8}_f32`` and ``v_cvt_f32_{fp8,bf8}`` through their LLVM
+  intrinsics: the same opcodes read and write gfx942's fnuz codes (e4m3fnuz / e5m2fnuz) and
+  gfx950's OCP codes (e4m3fn / e5m2), so each format converts only on its target
+  (``types.FP8_FORMATS``); other types go through f32.
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ from .errors import dsl_type_error, dsl_value_error
 _I1 = ir.IntType(1)
 _I32 = ir.IntType(32)
 _F32 = ir.FloatType()
-_FP8_KIND = {"fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "bf8"}
+_FP8_KIND = {"fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "bf8", "fp8_e4m3fn": "fp8", "fp8_e5m2": "bf8"}
 
 
 def _check_fnuz_target(k, dt: T.DType):
-    # the same instructions read and write OCP fp8 codes on gfx950: fnuz values would be wrong
-    if k.target != "gfx942":
-        raise dsl_type_error(f"{dt.name} conversions are gfx942's fnuz instructions; "
-                             f"{k.target} has no fnuz fp8 (its fp8 is OCP)")
+    # one opcode, two formats: fnuz codes on gfx942, OCP codes on gfx950 (a wrong one is 2x off)
+    formats = T.FP8_FORMATS.get(k.target, ())
+    if dt.name not in formats:
+        kind = "fnuz" if dt.name.endswith("fnuz") else "OCP"
+        raise dsl_type_error(f"{dt.name} conversions: {k.target} has no {kind} fp8 (its fp8 "
+                             f"conversions read and write {' / '.join(formats) or 'nothing'})")
 
 
 def convert(v, dst: T.DType, rounding: str):

@@ -74,15 +74,23 @@ f64 = DType("f64", 64, "float")
 bf16 = DType("bf16", 16, "bf16")
 fp8_e4m3fnuz = DType("fp8_e4m3fnuz", 8, "fp8")
 fp8_e5m2fnuz = DType("fp8_e5m2fnuz", 8, "fp8")
-# largest finite value of the fnuz fp8 formats (e4m3fnuz: 1.875 * 2^7; e5m2fnuz: 1.75 * 2^15)
-FINITE_MAX = {"fp8_e4m3fnuz": 240.0, "fp8_e5m2fnuz": 57344.0}
+# the OCP fp8 formats (OFP8 E4M3 / E5M2), gfx950's: bias 7 / 15, NaN S.1111.111 / IEEE-like
+fp8_e4m3fn = DType("fp8_e4m3fn", 8, "fp8")
+fp8_e5m2 = DType("fp8_e5m2", 8, "fp8")
+# largest finite value of the fp8 formats (e4m3fnuz: 1.875 * 2^7; e5m2fnuz: 1.75 * 2^15;
+# e4m3fn: 1.75 * 2^8, its top binade minus the NaN code; e5m2: 1.75 * 2^15)
+FINITE_MAX = {"fp8_e4m3fnuz": 240.0, "fp8_e5m2fnuz": 57344.0, "fp8_e4m3fn": 448.0, "fp8_e5m2": 57344.0}
+# the fp8 formats whose conversions a target has (the same v_cvt_* opcodes read fnuz codes on
+# gfx942 and OCP codes on gfx950): (e4m3, e5m2) per target
+FP8_FORMATS = {"gfx942": ("fp8_e4m3fnuz", "fp8_e5m2fnuz"), "gfx950": ("fp8_e4m3fn", "fp8_e5m2")}
 ptr_global = DType("ptr_global", 64, "ptr")
 ptr_lds = DType("ptr_lds", 32, "ptr")
 buffer_rsrc = DType("buffer_rsrc", 128, "ptr")
 
 _BY_NAME = {
     t.name: t
-    for t in (i1, i8, i16, i32, i64, u8, u16, u32, u64, f16, f32, f64, bf16, fp8_e4m3fnuz, fp8_e5m2fnuz)
+    for t in (i1, i8, i16, i32, i64, u8, u16, u32, u64, f16, f32, f64, bf16, fp8_e4m3fnuz, fp8_e5m2fnuz,
+              fp8_e4m3fn, fp8_e5m2)
 }
 _ALIASES = {
     "bool": i1, "int8": i8, "int16": i16, "int32": i32, "int64": i64,

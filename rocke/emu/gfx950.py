@@ -161,6 +161,21 @@ FP8_CONVERSIONS = ("v_cvt_pk_fp8_f32", "v_cvt_pk_bf8_f32", "v_cvt_f32_fp8", "v_c
                    "v_cvt_pk_f32_fp8", "v_cvt_pk_f32_bf8")
 
 
+def check_fp8_op_sel(base, mods, encodes: bool) -> None:
+    """VOP3 op_sel on the unscaled fp8 conversions: on f32 -> fp8 packs its last bit picks the
+    destination word (LLVM packs four codes so; modelled), a source bit is refused; on fp8 -> f32
+    gfx950 reads op_sel as a byte / word select (LLVM's gfx950 syntax) that the 32-bit source
+    path would ignore, so any set bit is refused (LLVM emits SDWA ``src0_sel`` there,
+    which is modelled)."""
+    if base not in FP8_CONVERSIONS:
+        return
+    op_sel = list(mods.get("op_sel") or [])
+    sources = op_sel[:-1] if encodes else op_sel
+    if any(sources):
+        raise DecodeError(f"{base} with op_sel {op_sel} (a source byte / word select) is not "
+                          "emulated on gfx950; the SDWA src0_sel form is")
+
+
 def build_valu_ops(gfx942_ops: dict, alu_op_type) -> dict:
     """The gfx950 VALU table: gfx942's, fp8 conversions re-pointed at the OCP formats, and the
     gfx950-only ops."""

@@ -425,6 +425,7 @@ def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, val
                 op = gfx950.saturating_scaled_pack(base, AluOp)
                 return Decoded(decode_valu(ins, mods, ops, {base: op}, ctx), VALU, None, ins)
         encodes = base.endswith("_f32")   # f32 -> fp8: FP16_OVFL changes its overflow result
+        gfx950.check_fp8_op_sel(base, mods, encodes)
         if base in gfx950.FP8_CONVERSIONS + gfx950.SCALED_CONVERSIONS and (
                 mods.get("clamp") or (encodes and ctx.fp16_overflow)):
             raise DecodeError(f"{base} with clamp / FP16_OVFL (saturating OCP fp8) is not "

@@ -45,6 +45,9 @@ FAMILIES: dict[str, str] = {
     "attention_3d": "rocke.kernels.gfx942.attention_tiled_3d",
     "reduce_segments": "rocke.kernels.gfx942.reduce_segments",
     "dense_prefill_gfx950": "rocke.kernels.gfx950.dense_prefill",
+    "attention_2d_gfx950": "rocke.kernels.gfx950.attention_2d_family",
+    "attention_3d_gfx950": "rocke.kernels.gfx950.attention_3d_family",
+    "reduce_segments_gfx950": "rocke.kernels.gfx950.reduce_segments_family",
 }
 
 _REGISTERED: dict[str, str] = {}

@@ -36,7 +36,8 @@ _C_NAMES = {"char": "i8", "uchar": "u8", "short": "i16", "ushort": "u16", "int":
 _TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
                  "i8": "int8", "u8": "uint8", "i16": "int16", "u16": "uint16", "i32": "int32",
                  "u32": "uint32", "i64": "int64", "u64": "uint64",
-                 "fp8_e4m3fnuz": "float8_e4m3fnuz", "fp8_e5m2fnuz": "float8_e5m2fnuz"}
+                 "fp8_e4m3fnuz": "float8_e4m3fnuz", "fp8_e5m2fnuz": "float8_e5m2fnuz",
+                 "fp8_e4m3fn": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 
 
 _F32_MAX = 3.4028235677973366e38      # float32's largest finite value, rounded up to a double

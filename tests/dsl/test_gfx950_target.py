@@ -61,3 +61,17 @@ def test_unknown_target_and_fnuz_fp8_on_gfx950_are_refused():
     x = k.arg_f32("x")
     with pytest.raises(TypeError, match="gfx950 has no fnuz fp8"):
         x.to("fp8_e4m3fnuz")
+
+
+def test_ocp_fp8_converts_on_gfx950_only():
+    """gfx950's fp8 is OCP: fp8_e4m3fn / fp8_e5m2 convert there (the same intrinsics gfx942
+    uses for fnuz), and gfx942 refuses them."""
+    for dt in ("fp8_e4m3fn", "fp8_e5m2"):
+        k = dsl.Kernel("ocp", target="gfx950", workgroup_size=64)
+        x = k.arg_f32("x")
+        kind = "fp8" if dt == "fp8_e4m3fn" else "bf8"
+        assert x.to(dt).to("f32").dtype.name == "f32"
+        assert f"llvm.amdgcn.cvt.pk.{kind}.f32" in k.ir() and f"llvm.amdgcn.cvt.f32.{kind}" in k.ir()
+        k942 = dsl.Kernel("ocp", target="gfx942", workgroup_size=64)
+        with pytest.raises(TypeError, match="gfx942 has no OCP fp8"):
+            k942.arg_f32("x").to(dt)

@@ -402,3 +402,94 @@ def test_ds_read_tr_under_exec_whole_rows_and_refused_for_part_of_a_row():
     with pytest.raises(EmulatorError, match="16-lane row with only some lanes active"):
         run_asm(body.format(lo="0xffffff00", hi="0xffffffff"), vgprs=v, rows=6, target="gfx950",
                 lds_bytes=512)
+
+
+# ------------------------------------------------------------------------------ OCP fp8, by hand
+# Expected values written out from the OCP E4M3 layout (bias 7, no infinity, NaN = S.1111.111,
+# max 1.75 * 2^8 = 448, subnormal step 2^-9), never from numerics' tables; the gfx942 (fnuz)
+# meaning of the same codes is given beside them where it differs.
+
+E4M3_BY_HAND = [          # (code, value on gfx950, value of the code on gfx942 (e4m3fnuz))
+    (0x7E, 448.0, 224.0),        # top finite: 1.110 x 2^(15-7) (fnuz: 1.110 x 2^(15-8))
+    (0xFE, -448.0, -224.0),
+    (0x7F, np.nan, 240.0),       # NaN (fnuz: 1.111 x 2^7 = 240 is its max)
+    (0xFF, np.nan, -240.0),
+    (0x80, -0.0, np.nan),        # negative zero (fnuz: the only NaN)
+    (0x01, 2.0 ** -9, 2.0 ** -10),   # smallest subnormal 0.001 x 2^(1-7)
+    (0x07, 7 * 2.0 ** -9, 7 * 2.0 ** -10),   # largest subnormal
+    (0x08, 2.0 ** -6, 2.0 ** -7),    # smallest normal
+    (0x38, 1.0, 0.5),
+    (0x3C, 1.5, 0.75),
+]
+
+
+def _f32_bits(values):
+    return np.asarray(values, np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize("sel", [0, 1, 2, 3])
+def test_gfx950_cvt_f32_fp8_reads_ocp_codes_from_the_sdwa_byte(sel):
+    """v_cvt_f32_fp8 as LLVM emits it for gfx950 (``_sdwa src0_sel:BYTE_n`` for bytes 1..3):
+    the selected byte decodes as OCP E4M3, the other bytes are ignored."""
+    codes = np.array([c for c, _, _ in E4M3_BY_HAND] * 7)[:64].astype(np.uint32)
+    noise = RNG.integers(0, 256, size=64, dtype=np.uint32)
+    word = (noise * 0x01010101) & ~(np.uint32(0xFF) << np.uint32(8 * sel)) | (codes << np.uint32(8 * sel))
+    op = "v_cvt_f32_fp8_e32 v1, v0" if sel == 0 else f"v_cvt_f32_fp8_sdwa v1, v0 src0_sel:BYTE_{sel}"
+    got = run_asm(f"  {op}", vgprs=np.stack([word, word]), rows=2, target="gfx950").vgprs[0, 1]
+    want = np.array([v for _, v, _ in E4M3_BY_HAND] * 7, np.float32)[:64]
+    assert np.array_equal(got.view(np.float32), want, equal_nan=True)
+    assert np.array_equal(np.signbit(got.view(np.float32)), np.signbit(want))   # -0 stays -0
+    fnuz = run_asm(f"  {op}", vgprs=np.stack([word, word]), rows=2, target="gfx942").vgprs[0, 1]
+    want_fnuz = np.array([v for _, _, v in E4M3_BY_HAND] * 7, np.float32)[:64]
+    assert np.array_equal(fnuz.view(np.float32), want_fnuz, equal_nan=True)
+
+
+def test_gfx950_cvt_pk_f32_fp8_word_select():
+    """v_cvt_pk_f32_fp8: two OCP codes of the selected 16-bit word -> two f32 (sdwa WORD_1,
+    LLVM's form of the intrinsic's word_sel, reads bytes 2 and 3); the VOP3 op_sel select is
+    refused, not ignored."""
+    lo = np.array([0x7E, 0x01] * 32, np.uint32)
+    hi = np.array([0xFE, 0x38] * 32, np.uint32)
+    word = lo | (hi << 8) | (np.uint32(0x3C) << 16) | (np.uint32(0x7F) << 24)   # [lo, hi, 1.5, NaN]
+    body = ("  v_cvt_pk_f32_fp8_e64 v[2:3], v0\n"
+            "  v_cvt_pk_f32_fp8_sdwa v[4:5], v0 src0_sel:WORD_1")
+    got = run_asm(body, vgprs=np.stack([word]), rows=6, target="gfx950").vgprs[0].view(np.float32)
+    assert np.array_equal(got[2], np.where(lo == 0x7E, 448.0, 2.0 ** -9).astype(np.float32))
+    assert np.array_equal(got[3], np.where(hi == 0xFE, -448.0, 1.0).astype(np.float32))
+    assert (got[4] == 1.5).all() and np.isnan(got[5]).all()
+    for op in ("v_cvt_pk_f32_fp8_e64 v[4:5], v0 op_sel:[1,0]", "v_cvt_f32_fp8_e64 v4, v0 op_sel:[1,0]"):
+        with pytest.raises(EmulatorError, match="op_sel .* is not emulated on gfx950"):
+            run_asm(f"  {op}", vgprs=np.stack([word]), rows=6, target="gfx950")
+
+
+def test_gfx950_cvt_pk_fp8_f32_encodes_ocp_and_keeps_the_other_word():
+    """v_cvt_pk_fp8_f32 (round to nearest even, OCP E4M3): op_sel:[0,0,1] writes the high word
+    and keeps the low one, as LLVM packs four values into one dword."""
+    a = np.array([448.0, -448.0, 2.0 ** -9, 2.0 ** -10, 3 * 2.0 ** -10, 1.0625, 1.1875, 0.0] * 8, np.float32)
+    b = np.array([np.nan, -np.nan, 240.0, 256.0, 272.0, 1e-30, -0.0, 300.0] * 8, np.float32)
+    # by hand: 448 = 0x7E; 2^-9 = 0x01; 2^-10 ties to even 0x00; 3 * 2^-10 = 1.5 steps -> 2 steps
+    # 0x02; 1.0625 = 1 + 1/16 ties to even 1.000 = 0x38; 1.1875 ties up to 1.250 = 0x3A;
+    # NaN = 0x7F (sign kept); 240 = 1.111 x 2^7 = 0x77; 256 = 0x78; 272 = 1.0625 x 2^8 ties to
+    # 0x78; 1e-30 -> +0; -0 -> 0x80; 300 = 1.171875 x 2^8 -> 1.125 x 2^8 = 0x79 (step 32)
+    lo_codes = np.array([0x7E, 0xFE, 0x01, 0x00, 0x02, 0x38, 0x3A, 0x00] * 8, np.uint32)
+    hi_codes = np.array([0x7F, 0xFF, 0x77, 0x78, 0x78, 0x00, 0x80, 0x79] * 8, np.uint32)
+    keep = np.full(64, 0xBEEF, np.uint32)
+    v = np.stack([_f32_bits(a), _f32_bits(b), keep])
+    body = ("  v_cvt_pk_fp8_f32 v3, v0, v1\n"
+            "  v_cvt_pk_fp8_f32 v2, v0, v1 op_sel:[0,0,1]")
+    got = run_asm(body, vgprs=v, rows=4, target="gfx950").vgprs[0]
+    assert np.array_equal(got[3] & 0xFFFF, lo_codes | (hi_codes << 8))
+    assert np.array_equal(got[2] & 0xFFFF, keep)
+    assert np.array_equal(got[2] >> 16, lo_codes | (hi_codes << 8))
+
+
+def test_gfx950_cvt_pk_fp8_f32_refuses_an_unpinned_overflow():
+    """Without clamp the ISA text does not pin the code of a finite value beyond 448 (rounding
+    above it) or of an infinity: the emulator stops rather than guess. 463.99 rounds to 448."""
+    ok = np.stack([_f32_bits(np.full(64, 463.99)), _f32_bits(np.full(64, -463.99))])
+    got = run_asm("  v_cvt_pk_fp8_f32 v2, v0, v1", vgprs=ok, rows=3, target="gfx950").vgprs[0, 2]
+    assert (got & 0xFFFF == 0xFE7E).all()
+    for bad in (465.0, np.inf):   # 464 is the tie between 448 and 480: even 448
+        v = np.stack([_f32_bits(np.full(64, bad)), _f32_bits(np.zeros(64))])
+        with pytest.raises(EmulatorError, match="overflow without clamp is not modelled"):
+            run_asm("  v_cvt_pk_fp8_f32 v2, v0, v1", vgprs=v, rows=3, target="gfx950")

@@ -349,6 +349,20 @@ def test_parity_runs_gfx950_kernels_on_the_emulator(tmp_path, monkeypatch, capsy
         assert row["status"] == "PASS" and row["launched"].endswith("_gfx950)"), row
 
 
+def test_parity_fp8_scenario_takes_gfx950s_ocp_fp8(tmp_path, monkeypatch):
+    """--target gfx950 quantizes the per-token-head caches and the fp8 output to OCP e4m3fn
+    (gfx950's fp8; e4m3fnuz is refused there), every table passing against the reference."""
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    report = tmp_path / "parity.json"
+    argv = ["--target", "gfx950", "--scenario", "features_fp8_tok_out_fp8_bf16_h16kv4_d128",
+            "--max-kv", "64", "--report", str(report)]
+    assert parity_unified_attention.main(argv) == 0
+    rows = json.loads(report.read_text())["results"]
+    assert rows and all(r["status"] == "PASS" for r in rows), rows
+    assert all("kvfp8tok" in r["launched"] and r["launched"].endswith("_gfx950)") for r in rows
+               if r["table"] != "3d")
+
+
 def test_final_shapes_runs_gfx950_kernels_on_the_emulator(tmp_path, monkeypatch):
     monkeypatch.setenv("ROCKE_DEVICE", "emu")
     report = tmp_path / "final.json"

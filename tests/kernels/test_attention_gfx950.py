@@ -107,11 +107,23 @@ def test_the_narrow_2d_geometry_takes_the_wide_k_atom_on_whole_32_key_tiles(bloc
     assert dispatch.plan(p, "3d").specs[0].kernel_name.endswith("_k1_gfx950")    # 3D: 16x16x16
 
 
-def test_fp8_caches_are_refused_on_gfx950():
-    with pytest.raises(ValueError, match="kv_dtype: the gfx950 attention kernels take 16-bit caches only"):
-        g950.UnifiedAttention2DSpec(kv_dtype="fp8_e4m3fnuz")
+def test_gfx950_fp8_is_ocp_e4m3fn_and_fnuz_is_refused():
+    """gfx950's fp8 caches / output are OCP e4m3fn; gfx942's e4m3fnuz is refused there (and
+    e4m3fn on gfx942): the same conversion opcodes read the target's format."""
+    for cls in (g950.UnifiedAttention2DSpec, g950.UnifiedAttention3DSpec):
+        assert cls(kv_dtype="fp8_e4m3fn").fp8_kv
+        with pytest.raises(ValueError, match="kv_dtype: must be one of fp8_e4m3fn, got 'fp8_e4m3fnuz'"):
+            cls(kv_dtype="fp8_e4m3fnuz")
+    assert g950.UnifiedAttention2DSpec(out_dtype="fp8_e4m3fn").out_dtype == "fp8_e4m3fn"
+    assert g950.ReduceSegmentsSpec(out_dtype="fp8_e4m3fn").kernel_name.endswith("_ofp8_gfx950")
+    with pytest.raises(ValueError, match="out_dtype"):
+        g950.ReduceSegmentsSpec(out_dtype="fp8_e4m3fnuz")
+    with pytest.raises(ValueError, match="kv_dtype"):
+        a2.UnifiedAttention2DSpec(kv_dtype="fp8_e4m3fn")
     with pytest.raises(ValueError, match="kv_dtype: must be None"):
         dispatch.plan(_problem(kv_dtype="fp8_e4m3fnuz"))
+    spec = dispatch.plan(_problem(kv_dtype="fp8_e4m3fn", max_seqlen_k=256), "2d").specs[0]
+    assert spec.kv_dtype == "fp8_e4m3fn" and "_kvfp8" in spec.kernel_name
 
 
 # ---- the entry point in ROCKE_DEVICE=emu:gfx950 against ref_paged_attn ----
@@ -169,14 +181,81 @@ def test_a_gfx950_only_geometry_matches_reference(emu_gfx950):
     assert err <= attention_atol("f16"), err
 
 
-def test_fp8_is_refused_before_launch_on_gfx950(emu_gfx950):
+def test_fnuz_fp8_is_refused_before_launch_on_gfx950(emu_gfx950):
     args = make_inputs(MIXED, hq=4, hk=2, d=64, bs=16, dtype="f16")
     args["k"] = args["k"].to(torch.float8_e4m3fnuz)
     args["v"] = args["v"].to(torch.float8_e4m3fnuz)
     before = args["out"].clone()
-    with pytest.raises(ValueError, match="kv_dtype: must be None"):
+    with pytest.raises(ValueError, match=r"^k: fp8 cache dtype torch.float8_e4m3fnuz is not read "
+                                         r"by this target's kernels, whose fp8 is OCP e4m3fn"):
         au.run_unified_attention_torch(**args)
+    scales = torch.ones(args["k"].shape[:3])
+    with pytest.raises(ValueError, match=r"^k: kv_quant_mode fp8_per_token_head needs "
+                                         r"torch.float8_e4m3fn caches, got torch.float8_e4m3fnuz"):
+        au.run_unified_attention_torch(**{**args, "k_descale": None, "v_descale": None},
+                                       kv_quant_mode="fp8_per_token_head",
+                                       k_scale_cache=scales, v_scale_cache=scales)
+    out8 = torch.zeros(args["out"].shape, dtype=torch.float8_e4m3fnuz)
+    with pytest.raises(ValueError, match=r"^out: with output_scale the output is fp8: out must be "
+                                         r"torch.float8_e4m3fn \(the target's fp8\)"):
+        au.run_unified_attention_torch(**{**args, "k": args["q"].new_zeros(args["k"].shape),
+                                          "v": args["q"].new_zeros(args["v"].shape), "out": out8},
+                                       output_scale=torch.tensor([1.0]))
     assert torch.equal(args["out"], before)
+
+
+# fp8 KV whose codes span e4m3fn's range: |dequantized| <= ~1, codes up to 435 (past fnuz's 240)
+FP8_SCALE = 435.0
+
+
+def _fp8_caches(args):
+    for name in ("k", "v"):
+        args[name] = (args[name].float() * FP8_SCALE).to(torch.float8_e4m3fn)
+    args["k_descale"] = torch.tensor([1 / FP8_SCALE])
+    args["v_descale"] = torch.tensor([1 / FP8_SCALE])
+    return args
+
+
+@pytest.mark.parametrize("backend, dtype, d, bs, want", [
+    ("2d", "f16", 64, 16, "_x8t_"), ("3d", "bf16", 64, 16, "_narrow_"),
+    ("2d", "bf16", 128, 64, "_16x16x32"),        # the narrow wide-K atom reads the dequantized tile
+])
+def test_fp8_kv_cache_matches_reference_on_gfx950(emu_gfx950, backend, dtype, d, bs, want):
+    """An OCP e4m3fn cache decoded by gfx950's v_cvt_f32_fp8, against the reference reading the
+    same codes; the codes read as gfx942's e4m3fnuz would be half the value (checked to miss)."""
+    args = _fp8_caches(make_inputs([(1, 37), (3, 21)], hq=4, hk=2, d=d, bs=bs, dtype=dtype, seed=3))
+    assert args["k"].float().abs().max() > 240        # codes only e4m3fn has
+    record = au.run_unified_attention_torch(**args, backend=backend)
+    spec = record.plan.specs[0]
+    assert spec.kv_dtype == "fp8_e4m3fn" and want in spec.kernel_name, spec.kernel_name
+    ref_of = lambda k, v: ref_paged_attn(args["q"], k, v, args["cu_seqlens_q"], args["seqused_k"],
+                                         args["block_table"], args["softmax_scale"],
+                                         k_descale=args["k_descale"], v_descale=args["v_descale"])
+    err = (args["out"].float() - ref_of(args["k"], args["v"])).abs().max().item()
+    assert err <= attention_atol(dtype, "fp8_e4m3fn"), err
+    as_fnuz = ref_of(args["k"].view(torch.uint8).view(torch.float8_e4m3fnuz),
+                     args["v"].view(torch.uint8).view(torch.float8_e4m3fnuz))
+    miss = (args["out"].float() - as_fnuz).abs().max().item()
+    assert miss > 2 * attention_atol(dtype), miss
+
+
+@pytest.mark.parametrize("backend", ["2d", "3d"])
+def test_fp8_output_matches_reference_on_gfx950(emu_gfx950, backend):
+    """out torch.float8_e4m3fn with output_scale: clamped to +-448 and rounded to OCP e4m3fn
+    (the 2D epilogue, or reduce_segments after 3D), past gfx942's 240."""
+    from rocke.kernels.common.tolerances import fp8_output_bound
+    args = make_inputs([(1, 37), (3, 21)], hq=4, hk=2, d=64, bs=16, dtype="bf16", seed=3)
+    args["out"] = torch.zeros(args["out"].shape, dtype=torch.float8_e4m3fn)
+    scale = torch.tensor([1 / 600.0])
+    record = au.run_unified_attention_torch(**args, backend=backend, output_scale=scale)
+    assert record.plan.specs[-1].out_dtype == "fp8_e4m3fn"
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"], output_scale=scale,
+                         out_dtype=torch.float8_e4m3fn)
+    got = args["out"].float()
+    assert got.abs().max() > 240 and ref.abs().max() <= 448
+    bound = fp8_output_bound("bf16", ref, float(scale), out_dtype="fp8_e4m3fn")
+    assert ((got - ref).abs() <= bound).all(), (got - ref).abs().max()
 
 
 @pytest.mark.parametrize("dtype, d, bs, backend", [("f16", 64, 16, "2d"), ("bf16", 64, 32, "3d")])
@@ -195,3 +274,94 @@ def test_score_features_on_gfx950(emu_gfx950, dtype, d, bs, backend):
                          alibi_slopes=alibi, sinks=sinks)
     err = (args["out"].float() - ref).abs().max().item()
     assert err <= attention_atol(dtype), err
+
+
+# ---- the feature family and the MQA group split on gfx950 (a representative subset) ----
+
+PREFILL = [(9, 20), (6, 6), (1, 30)]
+MM = [[[12, 16], [0, 0]], [[1, 4], [5, 3]], [[2, 29], [-1, -1]]]   # inclusive; start >= end unused
+
+
+def _features(names, args, hq, seed):
+    """(entry-point kwargs, reference kwargs) with values that move the output past the tolerance."""
+    g = torch.Generator().manual_seed(seed)
+    run, ref = {}, {}
+    if "softcap" in names:
+        run["softcap"] = ref["softcap"] = 0.15
+    if "window" in names:
+        run["window_size"] = ref["window_size"] = (5, 0)
+    if "qq_bias" in names:
+        run["qq_bias"] = ref["qq_bias"] = torch.randn(args["max_seqlen_q"] + 1, args["max_seqlen_q"] + 1,
+                                                      generator=g)
+    if "alibi" in names or "alibi_sqrt" in names:
+        run["alibi_slopes"] = ref["alibi_slopes"] = torch.rand(hq, generator=g) * 0.5 + 0.3
+    if "alibi_sqrt" in names:
+        run["use_alibi_sqrt"] = ref["alibi_sqrt"] = True
+    if "sinks" in names:
+        run["sinks"] = ref["sinks"] = torch.randn(hq, generator=g) + 3.0
+        args["v"] = (args["v"].float() + 1.0).to(args["v"].dtype)
+    if "mm_prefix" in names:
+        run["mm_prefix_range"] = ref["mm_prefix_range"] = torch.tensor(MM, dtype=torch.int32)
+    for kind, mode, torch_dtype, top in (("i8tok", "int8_per_token_head", torch.int8, 127),
+                                         ("fp8tok", "fp8_per_token_head", torch.float8_e4m3fn, 400)):
+        if kind in names:          # codes and per-(token, head) scales whose products are ~U(-1, 1)
+            nb, bs, hk, d = args["k"].shape
+            caches, scales = [], []
+            for _ in range(2):
+                codes = torch.rand(nb, bs, hk, d, generator=g) * (2 * top) - top
+                caches.append(codes.round().to(torch_dtype) if kind == "i8tok" else codes.to(torch_dtype))
+                scales.append((torch.rand(nb, bs, hk, generator=g) + 0.5) / top)
+            args["k"], args["v"] = caches
+            run.update(kv_quant_mode=mode, k_scale_cache=scales[0], v_scale_cache=scales[1])
+            args["k_descale"] = args["v_descale"] = None
+            ref.update(k_scale_cache=scales[0], v_scale_cache=scales[1])
+    return run, ref
+
+
+@pytest.mark.parametrize("names, seqs, backend, dtype, d, bs, hq, hk, split", [
+    ((), MIXED, "2d", "f16", 64, 16, 32, 1, 2),                                 # MQA 32:1
+    (("alibi", "sinks"), MIXED, "3d", "bf16", 64, 64, 64, 1, 4),                # MQA 64:1, per-head
+    (("softcap", "qq_bias", "window"), MIXED, "auto", "bf16", 128, 32, 4, 1, 1),  # narrow wide-K
+    (("mm_prefix", "window"), PREFILL, "2d", "f16", 64, 16, 4, 2, 1),
+    (("mm_prefix", "softcap", "sinks"), PREFILL, "3d", "bf16", 64, 64, 8, 1, 1),
+    (("alibi_sqrt", "fp8tok"), MIXED, "3d", "f16", 64, 16, 4, 2, 1),            # OCP e4m3fn rows
+    (("i8tok", "window"), MIXED, "2d", "bf16", 64, 16, 8, 2, 1),
+])
+def test_features_and_group_split_on_gfx950(emu_gfx950, names, seqs, backend, dtype, d, bs, hq, hk, split):
+    args = make_inputs(seqs, hq=hq, hk=hk, d=d, bs=bs, dtype=dtype, seed=hq + bs + d)
+    run, ref_kw = _features(names, args, hq, seed=len(names) + bs)
+    record = au.run_unified_attention_torch(**{**args, **run}, backend=backend)
+    spec = record.plan.specs[0]
+    assert spec.kernel_name.endswith("_gfx950") and spec.group_split == split, spec.kernel_name
+    if backend != "auto":
+        assert record.plan.path == backend
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"], **ref_kw)
+    err = (args["out"].float() - ref).abs().max().item()
+    assert err <= attention_atol(dtype), f"{spec.kernel_name}: {err}"
+    if names:    # the features matter on these inputs: ignoring them would fail the tolerance
+        plain = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                               args["block_table"], args["softmax_scale"],
+                               **{k: v for k, v in ref_kw.items() if k in ("k_scale_cache", "v_scale_cache")})
+        assert (plain - ref).abs().max().item() > 3 * attention_atol(dtype), "features have no effect"
+
+
+def test_shipped_gfx950_variants_are_what_the_dispatcher_plans():
+    """The gfx950 attention families ship the dispatcher's specs (so `rocke list --target gfx950`
+    and the golden table pin what the entry point launches): 2D flash and narrow (wide-K at
+    block 64), 3D, reduce, fp8 KV (OCP) and an fp8 output."""
+    from rocke.kernels.gfx950 import attention_shipped
+    from rocke.kernels.registry import family_variants
+    two = family_variants("attention_2d_gfx950")
+    three = family_variants("attention_3d_gfx950")
+    red = family_variants("reduce_segments_gfx950")
+    assert all(type(v.spec) is g950.UnifiedAttention2DSpec for v in two.values())
+    assert all(type(v.spec) is g950.UnifiedAttention3DSpec for v in three.values())
+    assert all(type(v.spec) is g950.ReduceSegmentsSpec for v in red.values())
+    names = " ".join(two) + " ".join(three) + " ".join(red)
+    for tag in ("_x8t_", "_narrow_", "_16x16x32", "_kvfp8", "_ofp8", "_d64_", "_d128_", "/f16_", "/bf16_"):
+        assert tag in names, tag
+    assert all(v.spec.kv_dtype in (None, "fp8_e4m3fn") for v in {**two, **three}.values())
+    problem = attention_shipped.problem_of("bf16", 64, 64, decode=False)
+    planned = dispatch.plan(problem, "2d").specs[0]
+    assert planned in [v.spec for v in two.values()] and planned.narrow_atom == "16x16x32"

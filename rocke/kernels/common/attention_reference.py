@@ -13,14 +13,13 @@ import math
 
 import torch
 
-from rocke.dsl.types import FINITE_MAX
-
 
 def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, softmax_scale,
                    *, causal: bool = True, window_size=(-1, -1), softcap: float = 0.0,
                    alibi_slopes=None, qq_bias=None, sinks=None, q_descale=None, k_descale=None,
                    v_descale=None, alibi_sqrt: bool = False, k_scale_cache=None,
-                   v_scale_cache=None, output_scale=None, mm_prefix_range=None) -> torch.Tensor:
+                   v_scale_cache=None, output_scale=None, mm_prefix_range=None,
+                   out_dtype=torch.float8_e4m3fnuz) -> torch.Tensor:
     """fp32 ``[total_q, num_q_heads, head_size]`` attention output.
 
     q ``[total_q, Hq, D]``; k/v caches ``[num_blocks, block_size, Hk, D]``; ``cu_seqlens_q``
@@ -37,7 +36,8 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
     ``k_scale_cache`` / ``v_scale_cache`` ``[num_blocks, block_size, Hk]`` multiply each cache
     row (per-token-head quantization: int8 or fp8 codes); ``output_scale`` returns the output
     as vLLM's fp8 store leaves it: ``o / output_scale`` clamped to +-240 and rounded to
-    e4m3fnuz, given back as fp32 values.
+    e4m3fnuz (``out_dtype``: torch.float8_e4m3fn, gfx950's OCP fp8, clamps to +-448), given
+    back as fp32 values.
     """
     total_q, hq, d = q.shape
     block_size, hk = k_cache.shape[1], k_cache.shape[2]
@@ -104,17 +104,18 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
             weights = weights[..., :kv_len]
         out[q0:q1] = torch.einsum("hqk,khd->qhd", weights, v)
     if output_scale is not None:
-        return quantize_fp8_output(out, output_scale)
+        return quantize_fp8_output(out, output_scale, out_dtype)
     return out
 
 
-def quantize_fp8_output(out: torch.Tensor, output_scale) -> torch.Tensor:
+def quantize_fp8_output(out: torch.Tensor, output_scale, dtype=torch.float8_e4m3fnuz) -> torch.Tensor:
     """vLLM's fp8 output store: ``out * (1 / output_scale)`` (the reciprocal in fp32), clamped
-    to the finite range and rounded to e4m3fnuz; returned as fp32 values."""
+    to the finite range and rounded to ``dtype`` (e4m3fnuz, or gfx950's e4m3fn); returned as
+    fp32 values."""
     inv = 1.0 / torch.as_tensor(output_scale, dtype=torch.float32).reshape(())
-    top = FINITE_MAX["fp8_e4m3fnuz"]
+    top = float(torch.finfo(dtype).max)    # 240 (e4m3fnuz) / 448 (e4m3fn)
     q = (out.float() * inv).clamp(-top, top)
-    return q.to(torch.float8_e4m3fnuz).float()
+    return q.to(dtype).float()
 
 
 def _per_head(scale, heads: int, fallback: float):

@@ -298,15 +298,31 @@ def _byte_range(t) -> tuple[int, int]:
 
 # The cache encodings the kernels read (ALGORITHM.md §11.1): 16-bit caches in q's dtype, or
 # gfx942's fp8 e4m3fnuz (bias 8, code 0x80 = NaN, max 240), decoded by v_cvt_f32_fp8.
+# gfx950's fp8 is OCP e4m3fn (bias 7, NaN 0x7f/0xff, max 448): a target's CAPABILITIES say which
+# of these it reads.
 FP8_CACHE_DTYPES = {"float8_e4m3fnuz": "fp8_e4m3fnuz"}
+OCP_FP8_DTYPES = {"float8_e4m3fn": "fp8_e4m3fn"}
 
 
-def _cache_kv_dtype(name: str, t, q_dtype) -> str | None:
+def _target_fp8(dtype: str, accepted: tuple[str, ...]) -> str | None:
+    """The kv/out dtype of torch dtype name ``dtype`` when the target reads it, else None."""
+    name = {**FP8_CACHE_DTYPES, **OCP_FP8_DTYPES}.get(dtype)
+    return name if name in accepted else None
+
+
+def _cache_kv_dtype(name: str, t, q_dtype, caps=None) -> str | None:
     """The cache's kv_dtype (None: q's dtype), or a clear error for an encoding the kernels do
     not read. No cache is ever reinterpreted or converted."""
     import torch
     dtype = str(t.dtype).removeprefix("torch.")
-    if dtype in FP8_CACHE_DTYPES:
+    if caps is not None and "fp8_e4m3fn" in caps.kv_dtypes:      # gfx950: OCP fp8
+        if _target_fp8(dtype, caps.kv_dtypes):
+            return _target_fp8(dtype, caps.kv_dtypes)
+        if "float8" in dtype or t.dtype == torch.uint8:
+            raise ValueError(f"{name}: fp8 cache dtype {t.dtype} is not read by this target's "
+                             "kernels, whose fp8 is OCP e4m3fn (bias 7, NaN 0x7f/0xff, max 448): "
+                             "pass torch.float8_e4m3fn caches; nothing is converted silently")
+    elif dtype in FP8_CACHE_DTYPES:
         return FP8_CACHE_DTYPES[dtype]
     if t.dtype == torch.float8_e4m3fn:
         raise ValueError(
@@ -409,15 +425,15 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     if str(q.dtype).removeprefix("torch.") not in DTYPES:
         raise ValueError(f"q: dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
     dtype = DTYPES[str(q.dtype).removeprefix("torch.")]
-    token_scales = _token_scale_mode(kv_quant_mode, k, v, k_scale_cache, v_scale_cache)
+    token_scales = _token_scale_mode(kv_quant_mode, k, v, k_scale_cache, v_scale_cache, caps)
     if token_scales:
         kv_dtype = token_scales
     else:
-        kv_dtype = _cache_kv_dtype("k", k, q.dtype)
-        if _cache_kv_dtype("v", v, q.dtype) != kv_dtype or v.dtype != k.dtype:
+        kv_dtype = _cache_kv_dtype("k", k, q.dtype, caps)
+        if _cache_kv_dtype("v", v, q.dtype, caps) != kv_dtype or v.dtype != k.dtype:
             raise ValueError(f"v: dtype {v.dtype} differs from k's {k.dtype}; both caches share one "
                              "encoding")
-    out_dtype = _check_output_scale(output_scale, out, q)
+    out_dtype = _check_output_scale(output_scale, out, q, caps)
     if out_dtype is None and out.dtype != q.dtype:
         raise ValueError(f"out: dtype {out.dtype} differs from q's {q.dtype}")
     for name in ("cu_seqlens_q", "seqused_k", "block_table"):
@@ -544,7 +560,7 @@ def _check_quant_fields(p) -> None:
         raise ValueError(f"out_dtype: must be None or an encoding's name, got {p.out_dtype!r}")
 
 
-def _token_scale_mode(kv_quant_mode, k, v, k_scale_cache, v_scale_cache) -> str | None:
+def _token_scale_mode(kv_quant_mode, k, v, k_scale_cache, v_scale_cache, caps=None) -> str | None:
     """The cache's kv_dtype for a per-token-head ``kv_quant_mode`` (None for the other modes),
     after checking the mode, the caches' dtype and that scale caches come exactly with it."""
     mode = "none" if kv_quant_mode is None else kv_quant_mode
@@ -558,6 +574,9 @@ def _token_scale_mode(kv_quant_mode, k, v, k_scale_cache, v_scale_cache) -> str 
                                  f"({', '.join(TOKEN_SCALE_MODES)}); kv_quant_mode is {mode!r}")
         return None
     torch_name, kv_dtype = TOKEN_SCALE_MODES[mode]
+    if caps is not None and kv_dtype not in caps.token_scale_kv_dtypes:     # gfx950: OCP fp8
+        torch_name, kv_dtype = next(((t, n) for t, n in OCP_FP8_DTYPES.items()
+                                     if n in caps.token_scale_kv_dtypes), (torch_name, kv_dtype))
     for name, t in (("k", k), ("v", v)):
         if str(t.dtype).removeprefix("torch.") != torch_name:
             raise ValueError(f"{name}: kv_quant_mode {mode} needs torch.{torch_name} caches, got "
@@ -579,13 +598,16 @@ def _check_scale_cache(name: str, t, q, out, shape) -> None:
             raise ValueError(f"out: overlaps {name} in memory; out must be its own buffer")
 
 
-def _check_output_scale(output_scale, out, q) -> str | None:
+def _check_output_scale(output_scale, out, q, caps=None) -> str | None:
     """The output's encoding: None (q's dtype) without ``output_scale``, else fp8 after checking
     ``out``'s dtype and the scale (a one-element fp32 tensor, finite and > 0 on the host)."""
     import torch
     out_name = str(out.dtype).removeprefix("torch.")
+    out_fp8 = OUT_FP8_DTYPES
+    if caps is not None and "fp8_e4m3fn" in caps.out_dtypes:           # gfx950: OCP fp8
+        out_fp8 = {t: n for t, n in OCP_FP8_DTYPES.items() if n in caps.out_dtypes}
     if output_scale is None:
-        if out_name in OUT_FP8_DTYPES:
+        if out_name in out_fp8:
             raise ValueError(f"out: an {out.dtype} output needs output_scale (its quantization "
                              "scale); got None")
         return None
@@ -596,14 +618,15 @@ def _check_output_scale(output_scale, out, q) -> str | None:
                          f"{list(getattr(output_scale, 'shape', []))}")
     if output_scale.device != q.device:
         raise ValueError(f"output_scale: on {output_scale.device}, but q is on {q.device}")
-    if out_name not in OUT_FP8_DTYPES:
+    if out_name not in out_fp8:
+        want = ", ".join(f"torch.{t}" for t in out_fp8)
         raise ValueError(f"out: with output_scale the output is fp8: out must be "
-                         f"torch.float8_e4m3fnuz (gfx942's fp8), got {out.dtype}")
+                         f"{want} (the target's fp8), got {out.dtype}")
     if output_scale.device.type == "cpu":
         value = float(output_scale.reshape(-1)[0])
         if not math.isfinite(value) or value <= 0:
             raise ValueError(f"output_scale: must be finite and > 0, got {value!r}")
-    return OUT_FP8_DTYPES[out_name]
+    return out_fp8[out_name]
 
 
 NON_CAUSAL_PREFILL = ("causal: non-causal prefill (causal=False with a query longer than 1 token) "

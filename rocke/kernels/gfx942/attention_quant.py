@@ -16,10 +16,17 @@ from __future__ import annotations
 
 from rocke import dsl
 from rocke.dsl.paged import PagedView
-from rocke.dsl.types import FINITE_MAX
+from rocke.dsl.types import FINITE_MAX, FP8_FORMATS
 
 OUT_DTYPES = ("fp8_e4m3fnuz",)                   # gfx942's fp8
 TOKEN_SCALE_KV_DTYPES = ("i8", "fp8_e4m3fnuz")   # caches read with per-token-head scales
+
+
+def on_target(dtypes: tuple[str, ...], target: str) -> tuple[str, ...]:
+    """``dtypes`` (gfx942's names) with gfx942's fp8 replaced by ``target``'s: the kernels
+    are the same, the conversion opcodes read the target's format (OCP e4m3fn on gfx950)."""
+    fp8 = dict(zip(FP8_FORMATS["gfx942"], FP8_FORMATS[target]))
+    return tuple(fp8.get(d, d) for d in dtypes)
 
 
 def quant_problems(spec) -> list[str]:
@@ -29,15 +36,17 @@ def quant_problems(spec) -> list[str]:
         out.append(f"alibi_sqrt: must be a bool, got {spec.alibi_sqrt!r}")
     elif spec.alibi_sqrt and spec.alibi is not True:
         out.append("alibi_sqrt: square-root ALiBi shapes the ALiBi term; it needs alibi=True")
-    if spec.out_dtype is not None and spec.out_dtype not in OUT_DTYPES:
-        out.append(f"out_dtype: must be None (q's dtype) or one of {OUT_DTYPES}, got "
+    out_dtypes = on_target(OUT_DTYPES, spec.target)
+    token_scale_kv_dtypes = on_target(TOKEN_SCALE_KV_DTYPES, spec.target)
+    if spec.out_dtype is not None and spec.out_dtype not in out_dtypes:
+        out.append(f"out_dtype: must be None (q's dtype) or one of {out_dtypes}, got "
                    f"{spec.out_dtype!r}")
     if not isinstance(spec.kv_token_scales, bool):
         out.append(f"kv_token_scales: must be a bool, got {spec.kv_token_scales!r}")
     elif spec.kv_token_scales:
-        if spec.kv_dtype not in TOKEN_SCALE_KV_DTYPES:
+        if spec.kv_dtype not in token_scale_kv_dtypes:
             out.append(f"kv_token_scales: per-token-head scales read an int8 or fp8 cache; "
-                       f"kv_dtype must be one of {TOKEN_SCALE_KV_DTYPES}, got {spec.kv_dtype!r}")
+                       f"kv_dtype must be one of {token_scale_kv_dtypes}, got {spec.kv_dtype!r}")
     return out
 
 

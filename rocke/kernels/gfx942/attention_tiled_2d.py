@@ -215,7 +215,8 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_choice, "kv_cache_policy", spec.kv_cache_policy, tuple(CACHE_POLICIES))
     if spec.kv_dtype is not None:
         ok &= rule(check_choice, "kv_dtype", spec.kv_dtype,
-                   quant.TOKEN_SCALE_KV_DTYPES if spec.kv_token_scales is True else KV_DTYPES)
+                   quant.on_target(quant.TOKEN_SCALE_KV_DTYPES if spec.kv_token_scales is True
+                                   else KV_DTYPES, spec.target))
     out += quant.quant_problems(spec)
     if out:
         return out

@@ -47,7 +47,7 @@ class ReduceSegmentsSpec:
     def __post_init__(self):
         check_choice("dtype", self.dtype, DTYPES)
         if self.out_dtype is not None:
-            check_choice("out_dtype", self.out_dtype, quant.OUT_DTYPES)
+            check_choice("out_dtype", self.out_dtype, quant.on_target(quant.OUT_DTYPES, self.target))
         check_choice("head_size", self.head_size, HEAD_SIZES)
         check_choice("vector_width", self.vector_width, (1, 2, 4))
         if self.head_size // self.vector_width > WAVE:

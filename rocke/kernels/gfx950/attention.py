@@ -2,8 +2,10 @@
 reduce_segments kernels built for gfx950. Every instruction they use exists on gfx950 (the MFMAs
 16x16x16 f16/bf16 and 32x32x8 f16 are in gfx950's catalog, rocke/arch/mfma.py), so the code is
 gfx942's; what differs is the target: the LDS budget is gfx950's 160 KiB, the code object is a
-gfx950 one, and fp8 KV caches are refused (the gfx942 kernels decode e4m3fnuz with
-v_cvt_f32_fp8, which reads OCP e4m3fn on gfx950). The kernel names end in ``_gfx950``.
+gfx950 one, and fp8 (KV caches, the output) is OCP ``fp8_e4m3fn`` (bias 7, max 448, NaN 0x7f /
+0xff), gfx942's ``fp8_e4m3fnuz`` is refused: the same v_cvt_f32_fp8 / v_cvt_pk_fp8_f32 read and
+write OCP codes on gfx950 (``attention_quant.on_target`` maps the kernels' fp8 names, the DSL's
+conversion checks the format against the target). The kernel names end in ``_gfx950``.
 
 The specs are gfx942's with ``target = "gfx950"`` (a class attribute, not a field: the same fields
 and rules; a gfx942 spec's IR is untouched). The dispatcher is ``attention_dispatch`` here.
@@ -22,13 +24,6 @@ from rocke.kernels.gfx942 import reduce_segments as rs
 TARGET = "gfx950"
 
 
-def _refuse_fp8_cache(spec) -> None:
-    if spec.kv_dtype is not None:
-        raise ValueError(f"kv_dtype: the gfx950 attention kernels take 16-bit caches only, got "
-                         f"{spec.kv_dtype!r} (gfx950's fp8 is OCP e4m3fn, the kernels decode "
-                         f"gfx942's e4m3fnuz)")
-
-
 NARROW_ATOMS = ("16x16x16", "16x16x32")     # the narrow path's MFMA: gfx942's, or gfx950's wide-K
 
 
@@ -42,7 +37,6 @@ class UnifiedAttention2DSpec(a2.UnifiedAttention2DSpec):
     narrow_atom: str = "16x16x16"
 
     def __post_init__(self):
-        _refuse_fp8_cache(self)
         check_choice("narrow_atom", self.narrow_atom, NARROW_ATOMS)
         super().__post_init__()
         if self.narrow_atom != NARROW_ATOMS[0]:
@@ -63,10 +57,6 @@ class UnifiedAttention2DSpec(a2.UnifiedAttention2DSpec):
 class UnifiedAttention3DSpec(a3.UnifiedAttention3DSpec):
     """gfx942's 3D split-KV spec (fields and rules), built for gfx950."""
     target: ClassVar[str] = TARGET
-
-    def __post_init__(self):
-        _refuse_fp8_cache(self)
-        super().__post_init__()
 
     @property
     def kernel_name(self) -> str:

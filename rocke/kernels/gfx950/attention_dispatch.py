@@ -8,7 +8,8 @@ First step: gfx942's rules and geometries (rocke/kernels/gfx942/attention_dispat
 - the LDS budget: 160 KiB per workgroup, checked by the specs (gfx942's 64 KiB rule, per target),
   and ``TILE_RULES``: the fp16 d128 transposed-x8 wide geometries walk T = 64, which gfx942's
   LDS holds only at half the workgroups;
-- fp8 KV caches: none yet (``CAPABILITIES.kv_dtypes`` is empty, refused before any build).
+- fp8 (KV caches, per-token-head caches, the output): gfx942's encodings with its e4m3fnuz
+  replaced by gfx950's OCP e4m3fn (``attention_quant.on_target``).
 - the atom: the 2D narrow path takes the wide-K 16x16x32 (``ATOM_RULES``); the transposed-x8
   regime keeps 32x32x8 (the 32x32x16 atom is not used yet).
 """
@@ -21,11 +22,16 @@ from rocke.kernels.common.attention_unified import AttentionCapabilities, Unifie
 from rocke.kernels.common.knobs import AttentionKnobs
 from rocke.kernels.gfx942 import attention_dispatch as gfx942
 from rocke.kernels.gfx942 import attention_policy as policy
+from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
 from rocke.kernels.gfx950.attention import SPEC_CLASSES, TARGET, UnifiedAttention2DSpec
 
 CAPABILITIES = AttentionCapabilities(head_sizes=a2.HEAD_SIZES, block_sizes=a2.BLOCK_SIZES,
-                                     max_group=a2.MAX_GROUP, kv_dtypes=())
+                                     max_group=a2.MAX_GROUP_SPLIT,   # groups above 16: split_group
+                                     kv_dtypes=quant.on_target(a2.KV_DTYPES, TARGET),
+                                     token_scale_kv_dtypes=quant.on_target(
+                                         quant.TOKEN_SCALE_KV_DTYPES, TARGET),
+                                     out_dtypes=quant.on_target(quant.OUT_DTYPES, TARGET))
 
 # the plan and its launches are gfx942's, over gfx950's kernels
 Plan = gfx942.Plan
