@@ -91,6 +91,9 @@ class LaunchReport:
     emulator_wall_time_s: float = 0.0   # host time spent emulating: not GPU time
     batches: int = 0   # scheduler picks: groups of waves run together (fewer = wider batches)
     workers: int = 1   # processes that ran the workgroups (ROCKE_EMU_WORKERS, parallel.py)
+    # shares (of `workers`) run again in the parent, serially, because they read bytes an
+    # earlier share stored (parallel.py): the results are the serial run's either way
+    reruns: int = 0
     shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
     shadow_bytes: int = 0        # bytes copied for rollback (the addressable ranges it may write)
     profile: object = None       # a profile.LaunchProfile when launched with profile=True
@@ -490,14 +493,17 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
                           profiler, on_torch)
 
     starts = range(0, total, pool_wgs)
+    reruns = 0
     if workers > 1:
-        counts, lane_instructions, batches = parallel.run_shares(
-            run_share, parallel.shares_of(starts, workers), memory)
+        shares = parallel.shares_of(starts, workers)
+        counts, lane_instructions, batches, rerun_from = parallel.run_shares(
+            run_share, shares, memory)
+        reruns = 0 if rerun_from is None else len(shares) - rerun_from
     else:
         counts, lane_instructions, batches = run_share(starts)
     report = LaunchReport(dk.source.name, grid3, block3, total, total * waves_per_wg,
                           dict(zip(CLASSES, counts)), lane_instructions, 0.0, batches,
-                          workers=workers)
+                          workers=workers, reruns=reruns)
     dk.issues_per_wave = sum(counts) / (total * waves_per_wg)
     if profiler is not None:
         report.profile = profiler.result()
