@@ -1,6 +1,7 @@
 """Machine state of a pool of resident workgroups, the batched scheduler, and the checkers."""
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -32,6 +33,8 @@ class Pool:
         self.wg_ids = wg_ids                          # (num_wgs, 3) workgroup coordinates
         n = self.num_waves = self.num_wgs * wpw
         self.sgpr = np.zeros((n, 128), np.uint32)
+        # an even-aligned SGPR pair as one 64-bit value (little-endian: low word first)
+        self.sgpr64 = self.sgpr.view(np.uint64) if sys.byteorder == "little" else None
         self.scc = np.zeros(n, bool)
         self.vgpr = np.zeros((n, kernel.num_vector_regs, 64), np.uint32)
         self.pc = np.full(n, kernel.start, np.int64)

@@ -732,7 +732,9 @@ def _alignbyte(hi, lo, shift):
 
 def _perm(s0, s1, selector):
     """V_PERM_B32: each selector byte picks a byte of {S0, S1} (S1 = bytes 0-3) or a constant."""
-    if selector.size and (selector == selector.flat[0]).all():
+    # an SGPR selector is broadcast over the lanes (stride 0): compare one lane per wave
+    distinct = selector[..., 0] if selector.ndim and selector.strides[-1] == 0 else selector
+    if selector.size and (distinct == distinct.flat[0]).all():
         s0, s1, _ = np.broadcast_arrays(s0, s1, selector)
         return _perm_uniform(s0, s1, int(selector.flat[0]))
     data = (s0.astype(np.uint64) << np.uint64(32)) | s1
@@ -749,23 +751,37 @@ def _perm(s0, s1, selector):
 
 def _perm_uniform(s0, s1, selector: int):
     """_perm with one selector for every lane (the common, constant-operand case), on the
-    32-bit sources directly: byte k of {S0, S1} is byte k % 4 of S1 (k < 4) or of S0."""
+    32-bit sources directly: byte k of {S0, S1} is byte k % 4 of S1 (k < 4) or of S0. Result
+    bytes moved by the same shift out of the same source are moved together (one shift and
+    one mask: a half-word pack is two)."""
     s0, s1 = np.asarray(s0, np.uint32), np.asarray(s1, np.uint32)
-    result = np.zeros(s0.shape, dtype=np.uint32)
+    moves: dict[tuple[int, int], int] = {}   # (source, byte shift) -> mask of result bytes
+    constant = 0
+    signs = []
     for lane_byte in range(4):
         sel = (selector >> (8 * lane_byte)) & 0xFF
-        if sel == 12:
-            continue
-        if sel > 12:
-            byte = _U32(0xFF)
-        elif sel < 8:
-            byte = ((s0 if sel >= 4 else s1) >> _U32(8 * (sel & 3))) & _U32(0xFF)
-        else:   # sign bit 15 / 31 of S1 (8, 9) or of S0 (10, 11), replicated
-            bit = 16 * (sel - 8) + 15
-            byte = ((s0 if bit >= 32 else s1) >> _U32(bit & 31)) & _U32(1)
-            byte = byte * _U32(0xFF)
-        result |= byte << _U32(8 * lane_byte)
-    return result
+        if sel < 8:
+            key = (sel >= 4, lane_byte - (sel & 3))
+            moves[key] = moves.get(key, 0) | (0xFF << (8 * lane_byte))
+        elif sel < 12:   # sign bit 15 / 31 of S1 (8, 9) or of S0 (10, 11), replicated
+            signs.append((lane_byte, 16 * (sel - 8) + 15))
+        elif sel > 12:
+            constant |= 0xFF << (8 * lane_byte)
+    result = None
+    for (from_s0, shift), mask in moves.items():
+        source = s0 if from_s0 else s1
+        moved = source << _U32(8 * shift) if shift > 0 else \
+            source >> _U32(-8 * shift) if shift < 0 else source
+        term = moved & _U32(mask)
+        result = term if result is None else result | term
+    if result is None:
+        result = np.zeros(s0.shape, dtype=np.uint32)
+    if constant:
+        result = result | _U32(constant)
+    for lane_byte, bit in signs:
+        byte = ((s0 if bit >= 32 else s1) >> _U32(bit & 31)) & _U32(1)
+        result = result | ((byte * _U32(0xFF)) << _U32(8 * lane_byte))
+    return np.asarray(result, np.uint32)
 
 
 def _popcount(x):
