@@ -56,7 +56,7 @@ def access_rows(offsets: np.ndarray, nbytes: int, limit: int = 16) -> tuple[int,
     nbytes and every offset."""
     alignment = (int(np.bitwise_or.reduce(offsets)) if len(offsets) else 0) | nbytes | limit
     granule = alignment & -alignment
-    rows = offsets // granule
+    rows = offsets >> (granule.bit_length() - 1)   # granule is a power of two: floor division
     if nbytes > granule:
         rows = (rows[:, None] + np.arange(nbytes // granule)).reshape(-1)
     return granule, rows
