@@ -33,6 +33,8 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import time
+from typing import NamedTuple
 
 from .errors import EmulatorError
 from .memory import GlobalMemory
@@ -57,12 +59,23 @@ def serial_reason(code) -> str | None:
     return None
 
 
-def run_shares(run_share, shares: list, memory: GlobalMemory):
+class SharesRun(NamedTuple):
+    counts: list
+    lane_instructions: int
+    batches: int
+    rerun_from: int | None    # the first share run again in this process (None: none was)
+    # CPU seconds of each process that ran shares, this one first (children: from the fork to
+    # their result; a wall-time estimate on idle cores is the largest of them)
+    process_cpu_s: tuple
+
+
+def run_shares(run_share, shares: list, memory: GlobalMemory) -> SharesRun:
     """Run `run_share(share) -> (counts, lane_instructions, batches)` for every share, the first
-    in this process and the others in forked children; returns the summed counters and the
-    index of the first share that had to be re-run in this process (None when none had)."""
+    in this process and the others in forked children; returns the summed counters."""
     children = []
     rerun_from = None
+    child_cpu = []
+    start_cpu = time.process_time()
     try:
         for share in shares[1:]:
             children.append(_fork(run_share, share, memory))
@@ -75,7 +88,8 @@ def run_shares(run_share, shares: list, memory: GlobalMemory):
                 break
             if result[0] == "error":
                 raise result[1]
-            _, child_counts, child_lanes, child_batches, written, _ = result
+            _, child_counts, child_lanes, child_batches, written, cpu, _ = result
+            child_cpu.append(cpu)
             memory.apply_written(written)
             counts = [a + b for a, b in zip(counts, child_counts)]
             lanes += child_lanes
@@ -89,7 +103,8 @@ def run_shares(run_share, shares: list, memory: GlobalMemory):
                 counts = [a + b for a, b in zip(counts, more_counts)]
                 lanes += more_lanes
                 batches += more_batches
-        return counts, lanes, batches, rerun_from
+        return SharesRun(counts, lanes, batches, rerun_from,
+                         (time.process_time() - start_cpu,) + tuple(child_cpu))
     finally:
         memory.written = None
         for pid, fd in children:
@@ -114,7 +129,8 @@ def _fork(run_share, share, memory):
         try:
             memory.track_writes()
             counts, lanes, batches = run_share(share)
-            result = ("ok", counts, lanes, batches, memory.written_bytes(), memory.read_bytes())
+            result = ("ok", counts, lanes, batches, memory.written_bytes(),
+                      time.process_time(), memory.read_bytes())
         except BaseException as err:   # noqa: BLE001 - every failure goes back to the parent
             # what it read decides whether the error is the serial run's (see run_shares)
             result = ("error", _portable(err), memory.read_bytes())
