@@ -240,10 +240,10 @@ def _run_workload(name, repeats, ab, backend, device, baseline):
     print(f"  scheduler batches: {report.batches:,}; processes: {report.workers}; process CPU "
           f"time incl. workers (median): {statistics.median(cpu_times):.3f} s  ->  "
           f"{lane_instructions / statistics.median(cpu_times):,.0f} lane-instructions/CPU-s")
-    if report.process_cpu_s:
-        busiest = max(report.process_cpu_s)
+    if report.share_cpu_s:
+        busiest = max(report.share_cpu_s)
         print("  CPU per process (last launch): "
-              + ", ".join(f"{s:.3f}" for s in report.process_cpu_s)
+              + ", ".join(f"{s:.3f}" for s in report.share_cpu_s)
               + f" s; busiest {busiest:.3f} s  ->  {lane_instructions / busiest:,.0f} "
               "lane-instructions per busiest-process CPU-s (the wall rate on idle cores, "
               "less forking and result transfer)")

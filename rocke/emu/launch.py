@@ -95,7 +95,7 @@ class LaunchReport:
     # earlier share stored (parallel.py): the results are the serial run's either way
     reruns: int = 0
     # CPU seconds of each process that ran workgroups, the launching one first (workers > 1)
-    process_cpu_s: tuple = ()
+    share_cpu_s: tuple = ()
     shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
     shadow_bytes: int = 0        # bytes copied for rollback (the addressable ranges it may write)
     profile: object = None       # a profile.LaunchProfile when launched with profile=True
@@ -495,18 +495,18 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
                           profiler, on_torch)
 
     starts = range(0, total, pool_wgs)
-    reruns, process_cpu_s = 0, ()
+    reruns, share_cpu_s = 0, ()
     if workers > 1:
         shares = parallel.shares_of(starts, workers)
         run = parallel.run_shares(run_share, shares, memory)
         counts, lane_instructions, batches = run.counts, run.lane_instructions, run.batches
         reruns = 0 if run.rerun_from is None else len(shares) - run.rerun_from
-        process_cpu_s = run.process_cpu_s
+        share_cpu_s = run.share_cpu_s
     else:
         counts, lane_instructions, batches = run_share(starts)
     report = LaunchReport(dk.source.name, grid3, block3, total, total * waves_per_wg,
                           dict(zip(CLASSES, counts)), lane_instructions, 0.0, batches,
-                          workers=workers, reruns=reruns, process_cpu_s=process_cpu_s)
+                          workers=workers, reruns=reruns, share_cpu_s=share_cpu_s)
     dk.issues_per_wave = sum(counts) / (total * waves_per_wg)
     if profiler is not None:
         report.profile = profiler.result()

@@ -66,7 +66,7 @@ class SharesRun(NamedTuple):
     rerun_from: int | None    # the first share run again in this process (None: none was)
     # CPU seconds of each process that ran shares, this one first (children: from the fork to
     # their result; a wall-time estimate on idle cores is the largest of them)
-    process_cpu_s: tuple
+    share_cpu_s: tuple
 
 
 def run_shares(run_share, shares: list, memory: GlobalMemory) -> SharesRun:

@@ -109,8 +109,8 @@ def test_axpy_three_workers_bit_identical_with_serial_counters(any_size):
     assert spread.lane_instructions == serial.lane_instructions
     assert spread.batches == serial.batches    # same pools, so the same scheduler picks
     assert spread.reruns == 0   # no workgroup reads another's output
-    assert len(spread.process_cpu_s) == 3 and all(s > 0 for s in spread.process_cpu_s)
-    assert serial.process_cpu_s == ()
+    assert len(spread.share_cpu_s) == 3 and all(s > 0 for s in spread.share_cpu_s)
+    assert serial.share_cpu_s == ()
 
 
 def test_single_pool_gemm_split_over_two_workers(any_size):
