@@ -68,12 +68,14 @@ MAX_POOL_WAVES = 512
 MEMCHECK_SCOPES = ("view", "allocation")
 RACE_TRACKER_BUDGET = 96 << 20   # bytes of race bookkeeping per pool
 # estimated wave-instructions below which a launch runs in one process. Forking a child of a
-# process with torch loaded (280 MB resident) and collecting an empty result took 34-41 ms of
-# wall time on the loaded 2-core development host; 2**19 wave-instructions take 0.15-0.9 s of
-# CPU to emulate there (0.3-1.7 us each), so a launch past it gains more than the fork costs.
+# process with torch loaded (280 MB resident) costs the parent ~5 ms of CPU and the child its
+# copy-on-write faults. Measured as the CPU of the busiest of 2 processes against the serial
+# CPU (LaunchReport.share_cpu_s, benchmarks/emu.py workloads, loaded 2-core host): axpy 82k
+# wave-instructions 0.94x (no gain), softmax 126k 1.36x, bf16 GEMM 211k 1.41x, f16 GEMM 812k
+# 1.41x (one pool split in two: narrower batches), flash attention 3.5M 1.9x.
 # The estimate is the kernel's wave-instructions per wave in its previous launch, or for a
 # first launch its instructions with each loop body counted LOOP_TRIPS times.
-PARALLEL_MIN_WORK = 1 << 19
+PARALLEL_MIN_WORK = 100_000
 LOOP_TRIPS = 8
 _CACHE: OrderedDict[str, tuple[Program, dict[str, DecodedKernel]]] = OrderedDict()
 _CACHE_SIZE = 32
