@@ -69,13 +69,14 @@ MEMCHECK_SCOPES = ("view", "allocation")
 RACE_TRACKER_BUDGET = 96 << 20   # bytes of race bookkeeping per pool
 # estimated wave-instructions below which a launch runs in one process. Forking a child of a
 # process with torch loaded (280 MB resident) costs the parent ~5 ms of CPU and the child its
-# copy-on-write faults. Measured as the CPU of the busiest of 2 processes against the serial
-# CPU (LaunchReport.share_cpu_s, benchmarks/emu.py workloads, loaded 2-core host): axpy 82k
-# wave-instructions 0.94x (no gain), softmax 126k 1.36x, bf16 GEMM 211k 1.41x, f16 GEMM 812k
-# 1.41x (one pool split in two: narrower batches), flash attention 3.5M 1.9x.
+# copy-on-write faults and exit. Measured with 2 processes against serial on the loaded 2-core
+# host (benchmarks/emu.py, LaunchReport.share_cpu_s): softmax (126k wave-instructions) and the
+# bf16 GEMM (211k) took 1.4-1.9x the CPU in all for a busiest process of 0.7-0.9x the serial
+# CPU; the f16 GEMM (812k) 1.3x in all, busiest 0.6x; flash attention (3.5M) 1.1-1.2x in all,
+# busiest 0.55x. On a shared host the small ones would lose more CPU than they gain in wall.
 # The estimate is the kernel's wave-instructions per wave in its previous launch, or for a
 # first launch its instructions with each loop body counted LOOP_TRIPS times.
-PARALLEL_MIN_WORK = 100_000
+PARALLEL_MIN_WORK = 1 << 19
 LOOP_TRIPS = 8
 _CACHE: OrderedDict[str, tuple[Program, dict[str, DecodedKernel]]] = OrderedDict()
 _CACHE_SIZE = 32
