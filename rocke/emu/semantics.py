@@ -418,8 +418,9 @@ def _div_scale_f32(s0, s1, s2):
     Returns (scaled s0, vcc). VCC tells V_DIV_FMAS_F32 to undo a 2^64 scaling.
     """
     s0, s1, s2 = _f32(s0), _f32(s1), _f32(s2)
-    up = np.ldexp(s0, 64).astype(np.float32)
-    down = np.ldexp(s0, -64).astype(np.float32)
+    # scaled values, computed only when some lane needs them (most divisions need none)
+    up = lambda: np.ldexp(s0, 64).astype(np.float32)   # noqa: E731
+    down = lambda: np.ldexp(s0, -64).astype(np.float32)   # noqa: E731
     # "== DENORM" tests the f32 result: 1/S1 and S2/S1 as the rounded float32 values.
     reciprocal_denorm = _is_denorm_f32(np.float32(1.0) / s1)
     quotient_denorm = _is_denorm_f32(s2 / s1)
@@ -429,18 +430,20 @@ def _div_scale_f32(s0, s1, s2):
     def case(cond, value, flag):
         nonlocal result, vcc, undecided
         hit = undecided & cond
-        result = np.where(hit, value, result)
-        vcc = vcc | (hit & flag)
+        if hit.any():
+            result = np.where(hit, value(), result)
+            if flag:
+                vcc = vcc | hit
         undecided = undecided & ~cond
 
-    case((s2 == 0) | (s1 == 0), np.float32(np.nan), False)
-    case(_exponent_f32(s2) - _exponent_f32(s1) >= 96, np.where(s0 == s1, up, s0), True)
+    case((s2 == 0) | (s1 == 0), lambda: np.float32(np.nan), False)
+    case(_exponent_f32(s2) - _exponent_f32(s1) >= 96, lambda: np.where(s0 == s1, up(), s0), True)
     case(_is_denorm_f32(s1), up, False)
     # Huge denominator and tiny quotient: scaling the denominator down by 2^64 both keeps its
     # reciprocal normal and lifts the quotient by 2^64, which V_DIV_FMAS_F32 then undoes.
-    case(reciprocal_denorm & quotient_denorm, np.where(s0 == s1, down, s0), True)
+    case(reciprocal_denorm & quotient_denorm, lambda: np.where(s0 == s1, down(), s0), True)
     case(reciprocal_denorm, down, False)
-    case(quotient_denorm, np.where(s0 == s2, up, s0), True)
+    case(quotient_denorm, lambda: np.where(s0 == s2, up(), s0), True)
     case(_exponent_f32(s2) <= 23, up, False)
     return result.astype(np.float32), vcc
 
@@ -448,6 +451,8 @@ def _div_scale_f32(s0, s1, s2):
 def _div_fmas_f32(a, b, c, vcc):
     """V_DIV_FMAS_F32: fma, rescaled by 2^+-64 when VCC is set (direction from exponent(c))."""
     a, b, c = _f32(a), _f32(b), _f32(c)
+    if not np.any(vcc):   # no lane rescales: the plain fma (same bits, fewer passes)
+        return _fma_f32(a, b, c)
     scale = np.where(vcc, np.where(_exponent_f32(c) > 127, 2.0 ** 64, 2.0 ** -64), 1.0)
     return _fma_f32_scaled(a, b, c, scale)
 
