@@ -477,12 +477,15 @@ def _div_fixup(quotient, den, num):
     # A NaN quotient from finite operands means the scaled quotient overflowed: +-inf.
     magnitude = np.where(np.isnan(quotient), dtype(np.inf), np.abs(quotient))
     result = np.where(negative, -magnitude, magnitude).astype(dtype)
-    result = np.where(_exponent(num) - _exponent(den) < -_UNDERFLOW_EXPONENT_GAP[dtype], signed_zero, result)
-    result = np.where(np.isinf(den) | (num == 0), signed_zero, result)
-    result = np.where((den == 0) | np.isinf(num), signed_inf, result)
-    result = np.where(((den == 0) & (num == 0)) | (np.isinf(den) & np.isinf(num)), dtype(np.nan), result)
-    result = np.where(np.isnan(den), den, result)
-    return np.where(np.isnan(num), num, result).astype(dtype)
+
+    def override(where, value):   # most divisions have no special lane: skip the select
+        return np.where(where, value, result) if where.any() else result
+    result = override(_exponent(num) - _exponent(den) < -_UNDERFLOW_EXPONENT_GAP[dtype], signed_zero)
+    result = override(np.isinf(den) | (num == 0), signed_zero)
+    result = override((den == 0) | np.isinf(num), signed_inf)
+    result = override(((den == 0) & (num == 0)) | (np.isinf(den) & np.isinf(num)), dtype(np.nan))
+    result = override(np.isnan(den), den)
+    return override(np.isnan(num), num).astype(dtype)
 
 
 def _div_scale_f64(s0, s1, s2):
