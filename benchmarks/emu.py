@@ -22,7 +22,8 @@ bit the first backend's. Even on a GPU these are emulator wall times, not the ke
 
 Run:  .venv/bin/python benchmarks/emu.py [--repeats 3] [--workloads NAME ...] [--safety-ab]
       [--backend numpy torch] [--device cpu|cuda]
-      (ROCKE_EMU_WORKERS=1 for the serial emulator, =2 ... to spread workgroups over cores)
+      (ROCKE_EMU_WORKERS unset: a large launch spreads its workgroups over the usable cores;
+      =1 for the serial emulator)
 """
 
 import argparse
@@ -239,6 +240,13 @@ def _run_workload(name, repeats, ab, backend, device, baseline):
     print(f"  scheduler batches: {report.batches:,}; processes: {report.workers}; process CPU "
           f"time incl. workers (median): {statistics.median(cpu_times):.3f} s  ->  "
           f"{lane_instructions / statistics.median(cpu_times):,.0f} lane-instructions/CPU-s")
+    if report.share_cpu_s:
+        busiest = max(report.share_cpu_s)
+        print("  CPU per process (last launch): "
+              + ", ".join(f"{s:.3f}" for s in report.share_cpu_s)
+              + f" s; busiest {busiest:.3f} s  ->  {lane_instructions / busiest:,.0f} "
+              "lane-instructions per busiest-process CPU-s (the wall rate on idle cores, "
+              "less forking and result transfer)")
     shadow = statistics.median(shadow_times)
     print(f"  rollback shadow copies: {report.shadow_bytes / 2 ** 20:.2f} MiB in {shadow * 1e3:.2f} ms "
           f"= {100 * shadow / median:.2f} % of the emulator wall time")

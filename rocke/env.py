@@ -19,9 +19,9 @@ LEVERS: dict[str, tuple[str, str]] = {
     "ROCKE_DEVICE": ("hip if a gfx942 or gfx950 GPU is found, else emu", "launch device: emu | hip | "
                      "emu:gfx942 | emu:gfx950 (the emulator running that target; emu = gfx942)"),
     "ROCKE_EMU_TIMEOUT_S": ("600", "wall-time budget of one emulator launch, seconds"),
-    "ROCKE_EMU_WORKERS": ("1 (serial); auto = usable cores, at most 16, 1 under pytest-xdist "
-                          "or without os.fork", "processes one emulator launch may run its "
-                          "workgroups in (1 = serial)"),
+    "ROCKE_EMU_WORKERS": ("auto = usable cores, at most 16; 1 under pytest-xdist or without "
+                          "os.fork", "processes one emulator launch may run its workgroups in "
+                          "(1 = serial; results are the serial run's whatever the count)"),
     "ROCKE_EMU_BACKEND": ("numpy", "array library the emulator computes with: numpy | torch "
                           "(bit-identical results; torch ports a subset of the ISA and names "
                           "any instruction it has not ported)"),
@@ -127,16 +127,13 @@ EMU_WORKERS_CAP = 16   # the auto default's ceiling: each worker holds a pool's 
 
 
 def emu_workers() -> int:
-    """Processes one emulator launch may use. Unset: 1 (serial) — forked workers are opt-in until
-    their speed-up is measured on an idle multi-core machine (none here) and they have run
-    under the harnesses' torch/BLAS thread pools long enough to rule out fork hazards. Auto: the
-    cores this process may run on (at most EMU_WORKERS_CAP), but 1 inside a pytest-xdist worker
-    (the suite is already spread over the cores) and where os.fork is missing (the workers are
-    forked). An explicit value above 1 without os.fork is an error."""
-    value = raw("ROCKE_EMU_WORKERS")
+    """Processes one emulator launch may use (rocke/emu/parallel.py: the bytes, counters and
+    errors do not depend on it). Unset or auto: the cores this process may run on (at most
+    EMU_WORKERS_CAP), but 1 inside a pytest-xdist worker (the suite is already spread over the
+    cores) and where os.fork is missing (the workers are forked). An explicit value above 1
+    without os.fork is an error."""
+    value = raw("ROCKE_EMU_WORKERS") or "auto"
     can_fork = hasattr(os, "fork")
-    if value is None:
-        return 1
     if value == "auto":
         if not can_fork or os.environ.get("PYTEST_XDIST_WORKER"):
             return 1

@@ -5,12 +5,42 @@ batch size `n`. Vector values are (n, 64) arrays, scalar values (n,) arrays.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .operands import Operand, constant_bits, TYPE_BITS
 
 U32, U64 = np.uint32, np.uint64
 LANES = np.arange(64)
+
+
+def vgpr_pair(P, sel, row: int, n: int) -> np.ndarray:
+    """uint64 (n, 64) of the VGPR pair row, row + 1: the two words interleaved in place of
+    widening, shifting and or-ing them (little-endian: low word first)."""
+    if sys.byteorder != "little":
+        return P.vgpr[sel, row].astype(U64) | (P.vgpr[sel, row + 1].astype(U64) << U64(32))
+    words = np.empty((n, 64, 2), U32)
+    words[:, :, 0] = P.vgpr[sel, row]
+    words[:, :, 1] = P.vgpr[sel, row + 1]
+    return words.view(U64)[:, :, 0]
+
+
+def sgpr_pair(P, sel, index: int) -> np.ndarray:
+    """uint64 (n,) of the SGPR pair at `index`: one read of the 64-bit view for an even pair
+    (SGPR pairs are even-aligned; a view of the register file, like the 32-bit readers')."""
+    if P.sgpr64 is not None and index % 2 == 0:
+        return P.sgpr64[sel, index >> 1]
+    return P.sgpr[sel, index].astype(U64) | (P.sgpr[sel, index + 1].astype(U64) << U64(32))
+
+
+def set_sgpr_pair(P, sel, index: int, value: np.ndarray):
+    """Write uint64 (n,) `value` to the SGPR pair at `index`."""
+    if P.sgpr64 is not None and index % 2 == 0:
+        P.sgpr64[sel, index >> 1] = value
+        return
+    P.sgpr[sel, index] = (value & U64(0xFFFFFFFF)).astype(U32)
+    P.sgpr[sel, index + 1] = (value >> U64(32)).astype(U32)
 
 
 def sgpr_pair_to_mask(P, sel, index: int) -> np.ndarray:
@@ -36,7 +66,7 @@ def scalar_raw_reader(op: Operand, typ: str):
         if wide:
             if op.count < 2:
                 raise ValueError(f"operand {op.text!r} must be a 64-bit register pair")
-            return lambda P, sel, n: (P.sgpr[sel, i].astype(U64) | (P.sgpr[sel, i + 1].astype(U64) << U64(32)))
+            return lambda P, sel, n: sgpr_pair(P, sel, i)
         return lambda P, sel, n: P.sgpr[sel, i]
     if op.kind in ("const", "float"):
         c = constant_bits(op, typ)
@@ -56,9 +86,7 @@ def scalar_writer(op: Operand, typ: str):
             raise ValueError(f"operand {op.text!r} must be a 64-bit register pair")
 
         def write64(P, sel, value):
-            value = value.astype(U64, copy=False)
-            P.sgpr[sel, i] = (value & U64(0xFFFFFFFF)).astype(U32)
-            P.sgpr[sel, i + 1] = (value >> U64(32)).astype(U32)
+            set_sgpr_pair(P, sel, i, value.astype(U64, copy=False))
         return write64
 
     def write32(P, sel, value):
@@ -74,15 +102,14 @@ def vector_raw_reader(op: Operand, typ: str):
         if wide:
             if op.count < 2:
                 raise ValueError(f"operand {op.text!r} must be a 64-bit register pair")
-            return lambda P, sel, n: P.vgpr[sel, r].astype(U64) | (P.vgpr[sel, r + 1].astype(U64) << U64(32))
+            return lambda P, sel, n: vgpr_pair(P, sel, r, n)
         return lambda P, sel, n: P.vgpr[sel, r]
     if op.kind == "s":
         i = op.index
         if wide:
             if op.count < 2:
                 raise ValueError(f"operand {op.text!r} must be a 64-bit register pair")
-            return lambda P, sel, n: np.broadcast_to(
-                (P.sgpr[sel, i].astype(U64) | (P.sgpr[sel, i + 1].astype(U64) << U64(32)))[:, None], (n, 64))
+            return lambda P, sel, n: np.broadcast_to(sgpr_pair(P, sel, i)[:, None], (n, 64))
         return lambda P, sel, n: np.broadcast_to(P.sgpr[sel, i][:, None], (n, 64))
     if op.kind in ("const", "float"):
         c = constant_bits(op, typ)

@@ -68,9 +68,12 @@ MAX_POOL_WAVES = 512
 MEMCHECK_SCOPES = ("view", "allocation")
 RACE_TRACKER_BUDGET = 96 << 20   # bytes of race bookkeeping per pool
 # estimated wave-instructions below which a launch runs in one process. Forking a child of a
-# process with torch loaded (280 MB resident) and collecting an empty result took 34-41 ms of
-# wall time on the loaded 2-core development host; 2**19 wave-instructions take 0.15-0.9 s of
-# CPU to emulate there (0.3-1.7 us each), so a launch past it gains more than the fork costs.
+# process with torch loaded (280 MB resident) costs the parent ~5 ms of CPU and the child its
+# copy-on-write faults and exit. Measured with 2 processes against serial on the loaded 2-core
+# host (benchmarks/emu.py, LaunchReport.share_cpu_s): softmax (126k wave-instructions) and the
+# bf16 GEMM (211k) took 1.4-1.9x the CPU in all for a busiest process of 0.7-0.9x the serial
+# CPU; the f16 GEMM (812k) 1.3x in all, busiest 0.6x; flash attention (3.5M) 1.1-1.2x in all,
+# busiest 0.55x. On a shared host the small ones would lose more CPU than they gain in wall.
 # The estimate is the kernel's wave-instructions per wave in its previous launch, or for a
 # first launch its instructions with each loop body counted LOOP_TRIPS times.
 PARALLEL_MIN_WORK = 1 << 19
@@ -91,6 +94,11 @@ class LaunchReport:
     emulator_wall_time_s: float = 0.0   # host time spent emulating: not GPU time
     batches: int = 0   # scheduler picks: groups of waves run together (fewer = wider batches)
     workers: int = 1   # processes that ran the workgroups (ROCKE_EMU_WORKERS, parallel.py)
+    # shares (of `workers`) run again in the parent, serially, because they read bytes an
+    # earlier share stored (parallel.py): the results are the serial run's either way
+    reruns: int = 0
+    # CPU seconds of each process that ran workgroups, the launching one first (workers > 1)
+    share_cpu_s: tuple = ()
     shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
     shadow_bytes: int = 0        # bytes copied for rollback (the addressable ranges it may write)
     profile: object = None       # a profile.LaunchProfile when launched with profile=True
@@ -490,14 +498,18 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
                           profiler, on_torch)
 
     starts = range(0, total, pool_wgs)
+    reruns, share_cpu_s = 0, ()
     if workers > 1:
-        counts, lane_instructions, batches = parallel.run_shares(
-            run_share, parallel.shares_of(starts, workers), memory)
+        shares = parallel.shares_of(starts, workers)
+        run = parallel.run_shares(run_share, shares, memory)
+        counts, lane_instructions, batches = run.counts, run.lane_instructions, run.batches
+        reruns = 0 if run.rerun_from is None else len(shares) - run.rerun_from
+        share_cpu_s = run.share_cpu_s
     else:
         counts, lane_instructions, batches = run_share(starts)
     report = LaunchReport(dk.source.name, grid3, block3, total, total * waves_per_wg,
                           dict(zip(CLASSES, counts)), lane_instructions, 0.0, batches,
-                          workers=workers)
+                          workers=workers, reruns=reruns, share_cpu_s=share_cpu_s)
     dk.issues_per_wave = sum(counts) / (total * waves_per_wg)
     if profiler is not None:
         report.profile = profiler.result()

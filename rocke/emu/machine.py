@@ -1,6 +1,7 @@
 """Machine state of a pool of resident workgroups, the batched scheduler, and the checkers."""
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -32,6 +33,8 @@ class Pool:
         self.wg_ids = wg_ids                          # (num_wgs, 3) workgroup coordinates
         n = self.num_waves = self.num_wgs * wpw
         self.sgpr = np.zeros((n, 128), np.uint32)
+        # an even-aligned SGPR pair as one 64-bit value (little-endian: low word first)
+        self.sgpr64 = self.sgpr.view(np.uint64) if sys.byteorder == "little" else None
         self.scc = np.zeros(n, bool)
         self.vgpr = np.zeros((n, kernel.num_vector_regs, 64), np.uint32)
         self.pc = np.full(n, kernel.start, np.int64)
@@ -504,17 +507,20 @@ class RaceTracker:
         granule, rows, mark, row_wave, pc, new_bytes = self._batch
         # a row's bytes all carry its writer's mark, and a later duplicate row overwrites a
         # whole row: comparing each row's first byte finds every row another wave won
-        lost = self.written[rows * granule] != mark[:, 0]
-        if not lost.any():
+        lost = np.flatnonzero(np.take(self.written, rows * granule) != mark[:, 0])
+        if not len(lost):
             return
-        written = take_rows(self.written, granule, rows)
-        clash = (written != mark) & lost[:, None]
+        # only the rows another wave won: usually few of the batch
+        lost_rows = rows[lost]
+        written = take_rows(self.written, granule, lost_rows)
+        clash = written != mark[lost]
         if new_bytes is not None and clash.any():
-            clash &= self.pool.lds_rows(granule, rows) != new_bytes
+            clash &= self.pool.lds_rows(granule, lost_rows) != new_bytes[lost]
         if clash.any():
-            row, byte = divmod(int(np.flatnonzero(clash)[0]), granule)
+            first, byte = divmod(int(np.flatnonzero(clash)[0]), granule)
+            row = lost[first]
             self._report(ins, pc, rows[row] * granule + byte, row_wave[row], True,
-                         (int(written[row, byte]) & 0xFF) - 1, pc, "write")
+                         (int(written[first, byte]) & 0xFF) - 1, pc, "write")
 
     def _report(self, ins, pc, flat_byte, wave, write, other_local, other_pc, other_kind):
         pool = self.pool

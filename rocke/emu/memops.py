@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .access import U32, U64, scalar_raw_reader
+from .access import U32, U64, scalar_raw_reader, sgpr_pair, vgpr_pair
 from .operands import M0, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI
 from .errors import DecodeError, EmulatorError
 
@@ -116,10 +116,10 @@ class _AddressPlan:
         """(addresses uint64 (n, 64), in_range bool (n, 64) or None, range offsets)."""
         if self.family in ("global", "flat"):
             if self.saddr is not None:
-                base = P.sgpr[sel, self.saddr].astype(U64) | (P.sgpr[sel, self.saddr + 1].astype(U64) << U64(32))
+                base = sgpr_pair(P, sel, self.saddr)
                 addr = base[:, None] + P.vgpr[sel, self.vrow].astype(U64)
             else:
-                addr = P.vgpr[sel, self.vrow].astype(U64) | (P.vgpr[sel, self.vrow + 1].astype(U64) << U64(32))
+                addr = vgpr_pair(P, sel, self.vrow, n)
             if self.imm:
                 addr = (addr.astype(np.int64) + self.imm).astype(U64)
             return addr, None

@@ -56,7 +56,7 @@ def access_rows(offsets: np.ndarray, nbytes: int, limit: int = 16) -> tuple[int,
     nbytes and every offset."""
     alignment = (int(np.bitwise_or.reduce(offsets)) if len(offsets) else 0) | nbytes | limit
     granule = alignment & -alignment
-    rows = offsets // granule
+    rows = offsets >> (granule.bit_length() - 1)   # granule is a power of two: floor division
     if nbytes > granule:
         rows = (rows[:, None] + np.arange(nbytes // granule)).reshape(-1)
     return granule, rows
@@ -90,18 +90,46 @@ class GlobalMemory:
         self._starts = np.zeros(0, np.uint64)
         self._ends = np.zeros(0, np.uint64)
         self.written: dict[int, np.ndarray] | None = None   # see track_writes
+        self.read: dict[int, np.ndarray] | None = None      # see track_reads
 
     def track_writes(self):
         """From now on mark every byte stored (or atomically updated) in a per-region mask, so
         a worker process can hand back exactly the bytes it wrote (see written_bytes)."""
         self.written = {}
 
-    def _mark(self, region: Region) -> np.ndarray:
+    def track_reads(self):
+        """From now on mark every byte loaded from a writable region (read-only ones cannot
+        change), so a worker process can hand back which bytes it read (see read_bytes)."""
+        self.read = {}
+
+    def _mark(self, region: Region, table: dict | None = None) -> np.ndarray:
+        table = self.written if table is None else table
         index = next(i for i, r in enumerate(self.regions) if r is region)
-        mask = self.written.get(index)
+        mask = table.get(index)
         if mask is None:
-            mask = self.written[index] = np.zeros(region.size, np.uint8)
+            mask = table[index] = np.zeros(region.size, np.uint8)
         return mask
+
+    def read_bytes(self) -> list[tuple[int, int, int, np.ndarray]]:
+        """(region index, first and one past the last read byte offset, packed mask of the
+        read bytes between them) per writable region read since track_reads."""
+        out = []
+        for index, mask in sorted((self.read or {}).items()):
+            hit = mask.view(bool)
+            if hit.any():
+                low, high = int(hit.argmax()), len(hit) - int(hit[::-1].argmax())
+                out.append((index, low, high, np.packbits(hit[low:high])))
+        return out
+
+    def read_any_written(self, read: list[tuple[int, int, int, np.ndarray]]) -> bool:
+        """Whether bytes another process read (its read_bytes) include any byte stored here
+        since track_writes (by this process or by apply_written)."""
+        for index, low, high, packed in read:
+            mask = (self.written or {}).get(index)
+            if mask is not None and (mask[low:high].view(bool)
+                                     & np.unpackbits(packed, count=high - low).view(bool)).any():
+                return True
+        return False
 
     def written_bytes(self) -> list[tuple[int, int, int, np.ndarray, np.ndarray]]:
         """(region index, first and one past the last written byte offset, packed mask of the
@@ -123,6 +151,8 @@ class GlobalMemory:
         for index, low, high, packed, values in written:
             hit = np.unpackbits(packed, count=high - low).view(bool)
             self.regions[index].bytes[low:high][hit] = values
+            if self.written is not None:   # this process tracks what the launch stored so far
+                self._mark(self.regions[index])[low:high][hit] = 1
 
     def add(self, start: int, size: int, name: str, writable: bool, array: np.ndarray | None = None):
         """Register [start, start+size). Ranges already covered only extend the name."""
@@ -207,6 +237,12 @@ class GlobalMemory:
         if addresses.size == 0:
             return np.zeros((0, nbytes), np.uint8)
         groups = self._by_region(addresses, nbytes, False)
+        if self.read is not None:
+            for region, _, offsets in groups:
+                if region.writable:
+                    granule, rows = access_rows(offsets, nbytes)
+                    put_rows(self._mark(region, self.read)[: region.size - region.size % granule],
+                             granule, rows, np.ones((1, granule), np.uint8))
         if len(groups) == 1:
             region, _, offsets = groups[0]
             return region_rows(region, offsets, nbytes, take=True)

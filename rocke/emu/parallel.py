@@ -11,6 +11,15 @@ order. The first failure in share order (fault, trap, checker finding, timeout) 
 the serial run would have raised: it is re-raised with the same type and message (its
 `__cause__` chain stays in the child), and launch()'s rollback restores every argument.
 
+A share sees memory as it was at the fork, while in the serial order it would see the stores of
+every earlier share. So each child also marks the bytes of writable regions it loads
+(GlobalMemory.track_reads), and the parent marks what its own share and the applied children
+stored (track_writes). A child that read a byte some earlier share stored (a workgroup reading
+another's output: the hardware gives no order there, the serial emulator does) is not used: it
+and every later share are run again, in the parent, one after another, on the memory the earlier
+shares left, which is exactly the serial run. So the bytes, counters and errors never depend on
+the number of workers; only the wall time does (and `report.batches`, with narrower pools).
+
 Kernels that may communicate between workgroups run serially (`serial_reason`): any global,
 buffer or flat atomic, the agent/system-scope cache maintenance of an acquire or release
 (`buffer_inv`, `buffer_wbl2`: LLVM's gfx942 memory model emits them for cross-workgroup
@@ -24,6 +33,8 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import time
+from typing import NamedTuple
 
 from .errors import EmulatorError
 from .memory import GlobalMemory
@@ -48,25 +59,54 @@ def serial_reason(code) -> str | None:
     return None
 
 
-def run_shares(run_share, shares: list, memory: GlobalMemory):
+class SharesRun(NamedTuple):
+    counts: list
+    lane_instructions: int
+    batches: int
+    rerun_from: int | None    # the first share run again in this process (None: none was)
+    # CPU seconds of each process that ran shares, this one first (children: from the fork to
+    # their result; a wall-time estimate on idle cores is the largest of them)
+    share_cpu_s: tuple
+
+
+def run_shares(run_share, shares: list, memory: GlobalMemory) -> SharesRun:
     """Run `run_share(share) -> (counts, lane_instructions, batches)` for every share, the first
     in this process and the others in forked children; returns the summed counters."""
     children = []
+    rerun_from = None
+    child_cpu = []
+    start_cpu = time.process_time()
     try:
         for share in shares[1:]:
             children.append(_fork(run_share, share, memory))
+        memory.track_writes()
         counts, lanes, batches = run_share(shares[0])
-        for pid, fd in children:
+        for position, (pid, fd) in enumerate(children, 1):
             result = _receive(pid, fd)
+            if memory.read_any_written(result[-1]):
+                rerun_from = position   # it read bytes an earlier share stored: serial from here
+                break
             if result[0] == "error":
                 raise result[1]
-            _, child_counts, child_lanes, child_batches, written = result
+            _, child_counts, child_lanes, child_batches, written, cpu, _ = result
+            child_cpu.append(cpu)
             memory.apply_written(written)
             counts = [a + b for a, b in zip(counts, child_counts)]
             lanes += child_lanes
             batches += child_batches
-        return counts, lanes, batches
+        if rerun_from is not None:
+            for pid, fd in children[rerun_from - 1:]:   # their results are not wanted
+                _reap(pid, fd)
+            del children[rerun_from - 1:]
+            for share in shares[rerun_from:]:
+                more_counts, more_lanes, more_batches = run_share(share)
+                counts = [a + b for a, b in zip(counts, more_counts)]
+                lanes += more_lanes
+                batches += more_batches
+        return SharesRun(counts, lanes, batches, rerun_from,
+                         (time.process_time() - start_cpu,) + tuple(child_cpu))
     finally:
+        memory.written = None
         for pid, fd in children:
             _reap(pid, fd)
 
@@ -85,12 +125,15 @@ def _fork(run_share, share, memory):
             signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles Ctrl-C, kills us
         except ValueError:   # not the interpreter's main thread
             pass
+        memory.track_reads()
         try:
             memory.track_writes()
             counts, lanes, batches = run_share(share)
-            result = ("ok", counts, lanes, batches, memory.written_bytes())
+            result = ("ok", counts, lanes, batches, memory.written_bytes(),
+                      time.process_time(), memory.read_bytes())
         except BaseException as err:   # noqa: BLE001 - every failure goes back to the parent
-            result = ("error", _portable(err))
+            # what it read decides whether the error is the serial run's (see run_shares)
+            result = ("error", _portable(err), memory.read_bytes())
         with os.fdopen(write_fd, "wb") as out:
             pickle.dump(result, out, protocol=pickle.HIGHEST_PROTOCOL)
         status = 0

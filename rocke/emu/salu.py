@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .access import U32, U64, scalar_raw_reader, scalar_writer
+from .access import U32, U64, scalar_raw_reader, scalar_writer, set_sgpr_pair, sgpr_pair
 from .operands import EXEC_LO, Operand, TYPE_BITS
 from .errors import DecodeError
 
@@ -21,12 +21,11 @@ _SAVEEXEC = {
 
 
 def _exec64(P, sel):
-    return P.sgpr[sel, EXEC_LO].astype(U64) | (P.sgpr[sel, EXEC_LO + 1].astype(U64) << U64(32))
+    return sgpr_pair(P, sel, EXEC_LO)
 
 
 def _set_exec64(P, sel, value):
-    P.sgpr[sel, EXEC_LO] = (value & U64(0xFFFFFFFF)).astype(U32)
-    P.sgpr[sel, EXEC_LO + 1] = (value >> U64(32)).astype(U32)
+    set_sgpr_pair(P, sel, EXEC_LO, value.astype(U64, copy=False))
 
 
 def decode_saveexec(ins, ops: list[Operand]):

@@ -418,8 +418,9 @@ def _div_scale_f32(s0, s1, s2):
     Returns (scaled s0, vcc). VCC tells V_DIV_FMAS_F32 to undo a 2^64 scaling.
     """
     s0, s1, s2 = _f32(s0), _f32(s1), _f32(s2)
-    up = np.ldexp(s0, 64).astype(np.float32)
-    down = np.ldexp(s0, -64).astype(np.float32)
+    # scaled values, computed only when some lane needs them (most divisions need none)
+    up = lambda: np.ldexp(s0, 64).astype(np.float32)   # noqa: E731
+    down = lambda: np.ldexp(s0, -64).astype(np.float32)   # noqa: E731
     # "== DENORM" tests the f32 result: 1/S1 and S2/S1 as the rounded float32 values.
     reciprocal_denorm = _is_denorm_f32(np.float32(1.0) / s1)
     quotient_denorm = _is_denorm_f32(s2 / s1)
@@ -429,18 +430,20 @@ def _div_scale_f32(s0, s1, s2):
     def case(cond, value, flag):
         nonlocal result, vcc, undecided
         hit = undecided & cond
-        result = np.where(hit, value, result)
-        vcc = vcc | (hit & flag)
+        if hit.any():
+            result = np.where(hit, value(), result)
+            if flag:
+                vcc = vcc | hit
         undecided = undecided & ~cond
 
-    case((s2 == 0) | (s1 == 0), np.float32(np.nan), False)
-    case(_exponent_f32(s2) - _exponent_f32(s1) >= 96, np.where(s0 == s1, up, s0), True)
+    case((s2 == 0) | (s1 == 0), lambda: np.float32(np.nan), False)
+    case(_exponent_f32(s2) - _exponent_f32(s1) >= 96, lambda: np.where(s0 == s1, up(), s0), True)
     case(_is_denorm_f32(s1), up, False)
     # Huge denominator and tiny quotient: scaling the denominator down by 2^64 both keeps its
     # reciprocal normal and lifts the quotient by 2^64, which V_DIV_FMAS_F32 then undoes.
-    case(reciprocal_denorm & quotient_denorm, np.where(s0 == s1, down, s0), True)
+    case(reciprocal_denorm & quotient_denorm, lambda: np.where(s0 == s1, down(), s0), True)
     case(reciprocal_denorm, down, False)
-    case(quotient_denorm, np.where(s0 == s2, up, s0), True)
+    case(quotient_denorm, lambda: np.where(s0 == s2, up(), s0), True)
     case(_exponent_f32(s2) <= 23, up, False)
     return result.astype(np.float32), vcc
 
@@ -448,6 +451,8 @@ def _div_scale_f32(s0, s1, s2):
 def _div_fmas_f32(a, b, c, vcc):
     """V_DIV_FMAS_F32: fma, rescaled by 2^+-64 when VCC is set (direction from exponent(c))."""
     a, b, c = _f32(a), _f32(b), _f32(c)
+    if not np.any(vcc):   # no lane rescales: the plain fma (same bits, fewer passes)
+        return _fma_f32(a, b, c)
     scale = np.where(vcc, np.where(_exponent_f32(c) > 127, 2.0 ** 64, 2.0 ** -64), 1.0)
     return _fma_f32_scaled(a, b, c, scale)
 
@@ -472,12 +477,15 @@ def _div_fixup(quotient, den, num):
     # A NaN quotient from finite operands means the scaled quotient overflowed: +-inf.
     magnitude = np.where(np.isnan(quotient), dtype(np.inf), np.abs(quotient))
     result = np.where(negative, -magnitude, magnitude).astype(dtype)
-    result = np.where(_exponent(num) - _exponent(den) < -_UNDERFLOW_EXPONENT_GAP[dtype], signed_zero, result)
-    result = np.where(np.isinf(den) | (num == 0), signed_zero, result)
-    result = np.where((den == 0) | np.isinf(num), signed_inf, result)
-    result = np.where(((den == 0) & (num == 0)) | (np.isinf(den) & np.isinf(num)), dtype(np.nan), result)
-    result = np.where(np.isnan(den), den, result)
-    return np.where(np.isnan(num), num, result).astype(dtype)
+
+    def override(where, value):   # most divisions have no special lane: skip the select
+        return np.where(where, value, result) if where.any() else result
+    result = override(_exponent(num) - _exponent(den) < -_UNDERFLOW_EXPONENT_GAP[dtype], signed_zero)
+    result = override(np.isinf(den) | (num == 0), signed_zero)
+    result = override((den == 0) | np.isinf(num), signed_inf)
+    result = override(((den == 0) & (num == 0)) | (np.isinf(den) & np.isinf(num)), dtype(np.nan))
+    result = override(np.isnan(den), den)
+    return override(np.isnan(num), num).astype(dtype)
 
 
 def _div_scale_f64(s0, s1, s2):
@@ -732,7 +740,9 @@ def _alignbyte(hi, lo, shift):
 
 def _perm(s0, s1, selector):
     """V_PERM_B32: each selector byte picks a byte of {S0, S1} (S1 = bytes 0-3) or a constant."""
-    if selector.size and (selector == selector.flat[0]).all():
+    # an SGPR selector is broadcast over the lanes (stride 0): compare one lane per wave
+    distinct = selector[..., 0] if selector.ndim and selector.strides[-1] == 0 else selector
+    if selector.size and (distinct == distinct.flat[0]).all():
         s0, s1, _ = np.broadcast_arrays(s0, s1, selector)
         return _perm_uniform(s0, s1, int(selector.flat[0]))
     data = (s0.astype(np.uint64) << np.uint64(32)) | s1
@@ -749,23 +759,37 @@ def _perm(s0, s1, selector):
 
 def _perm_uniform(s0, s1, selector: int):
     """_perm with one selector for every lane (the common, constant-operand case), on the
-    32-bit sources directly: byte k of {S0, S1} is byte k % 4 of S1 (k < 4) or of S0."""
+    32-bit sources directly: byte k of {S0, S1} is byte k % 4 of S1 (k < 4) or of S0. Result
+    bytes moved by the same shift out of the same source are moved together (one shift and
+    one mask: a half-word pack is two)."""
     s0, s1 = np.asarray(s0, np.uint32), np.asarray(s1, np.uint32)
-    result = np.zeros(s0.shape, dtype=np.uint32)
+    moves: dict[tuple[int, int], int] = {}   # (source, byte shift) -> mask of result bytes
+    constant = 0
+    signs = []
     for lane_byte in range(4):
         sel = (selector >> (8 * lane_byte)) & 0xFF
-        if sel == 12:
-            continue
-        if sel > 12:
-            byte = _U32(0xFF)
-        elif sel < 8:
-            byte = ((s0 if sel >= 4 else s1) >> _U32(8 * (sel & 3))) & _U32(0xFF)
-        else:   # sign bit 15 / 31 of S1 (8, 9) or of S0 (10, 11), replicated
-            bit = 16 * (sel - 8) + 15
-            byte = ((s0 if bit >= 32 else s1) >> _U32(bit & 31)) & _U32(1)
-            byte = byte * _U32(0xFF)
-        result |= byte << _U32(8 * lane_byte)
-    return result
+        if sel < 8:
+            key = (sel >= 4, lane_byte - (sel & 3))
+            moves[key] = moves.get(key, 0) | (0xFF << (8 * lane_byte))
+        elif sel < 12:   # sign bit 15 / 31 of S1 (8, 9) or of S0 (10, 11), replicated
+            signs.append((lane_byte, 16 * (sel - 8) + 15))
+        elif sel > 12:
+            constant |= 0xFF << (8 * lane_byte)
+    result = None
+    for (from_s0, shift), mask in moves.items():
+        source = s0 if from_s0 else s1
+        moved = source << _U32(8 * shift) if shift > 0 else \
+            source >> _U32(-8 * shift) if shift < 0 else source
+        term = moved & _U32(mask)
+        result = term if result is None else result | term
+    if result is None:
+        result = np.zeros(s0.shape, dtype=np.uint32)
+    if constant:
+        result = result | _U32(constant)
+    for lane_byte, bit in signs:
+        byte = ((s0 if bit >= 32 else s1) >> _U32(bit & 31)) & _U32(1)
+        result = result | ((byte * _U32(0xFF)) << _U32(8 * lane_byte))
+    return np.asarray(result, np.uint32)
 
 
 def _popcount(x):
@@ -814,12 +838,20 @@ def _ffbh_i32(x):
     return np.where(lz == 32, -1, lz).astype(np.int32)
 
 
+_BIT_SWAPS = ((1, 0x5555555555555555), (2, 0x3333333333333333), (4, 0x0F0F0F0F0F0F0F0F),
+              (8, 0x00FF00FF00FF00FF), (16, 0x0000FFFF0000FFFF))
+
+
 def _bitreverse(x, width):
-    x = np.asarray(x).astype(np.uint64)
-    out = np.zeros(x.shape, dtype=np.uint64)
-    for bit in range(width):
-        out |= ((x >> np.uint64(bit)) & np.uint64(1)) << np.uint64(width - 1 - bit)
-    return out
+    """The low `width` bits (32 or 64) of x in reverse order, as uint64: neighbouring bits,
+    pairs, nibbles, bytes and half-words swapped in turn (a few passes instead of one per bit)."""
+    dtype = np.uint32 if width == 32 else np.uint64
+    v = np.asarray(x).astype(np.uint64).astype(dtype)
+    for shift, mask in _BIT_SWAPS[:4 if width == 32 else 5]:
+        m, k = dtype(mask & ((1 << width) - 1)), dtype(shift)
+        v = ((v >> k) & m) | ((v & m) << k)
+    half = dtype(width // 2)
+    return ((v >> half) | (v << half)).astype(np.uint64)
 
 
 def _mbcnt(mask_bits, base, lane_offset):

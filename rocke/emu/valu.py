@@ -2,6 +2,7 @@
 driving the per-opcode semantics of `rocke.emu.semantics`."""
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -430,7 +431,11 @@ def _destination(j, dst, typ, form):
                 write_rows(P, sel, row, 2, halves.transpose(0, 2, 1), lanes, full)
                 return
             raw = _from_typed(value, typ, (n, 64))
-            pair = np.stack([(raw & U64(0xFFFFFFFF)).astype(U32), (raw >> U64(32)).astype(U32)], 1)
+            if sys.byteorder == "little":   # the words of each lane's value, low first
+                pair = np.ascontiguousarray(raw).view(U32).reshape(n, 64, 2).transpose(0, 2, 1)
+            else:
+                pair = np.stack([(raw & U64(0xFFFFFFFF)).astype(U32),
+                                 (raw >> U64(32)).astype(U32)], 1)
             write_rows(P, sel, row, 2, pair, lanes, full)
         return write64
     if packed and typ in PACKED_ELEM:

@@ -71,6 +71,35 @@ define amdgpu_kernel void @same(ptr addrspace(1) %out) "amdgpu-flat-work-group-s
     assert torch.all(out == 42)
 
 
+def test_two_waves_of_one_batch_writing_one_word_differently_is_a_race():
+    # every wave of a workgroup stores its own index into one LDS word in the same batch: the
+    # first wave's bytes are overwritten with different ones (a race); the rewrite of the same
+    # value by the other lanes of a wave is not
+    ir = """
+@flag = internal addrspace(3) global i32 undef, align 4
+define amdgpu_kernel void @each_wave(ptr addrspace(1) %out) "amdgpu-flat-work-group-size"="1,256" {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %wave = lshr i32 %tid, 6
+  store volatile i32 %wave, ptr addrspace(3) @flag
+  call void @llvm.amdgcn.s.barrier()
+  %v = load volatile i32, ptr addrspace(3) @flag
+  %po = getelementptr i32, ptr addrspace(1) %out, i32 %tid
+  store i32 %v, ptr addrspace(1) %po
+  ret void
+}
+"""
+    asm = compile_ir(ir)
+    out = torch.zeros(256, dtype=torch.int32)
+    emu.launch(asm, "each_wave", 1, 64, [out])   # one wave: no race
+    assert torch.all(out[:64] == 0)
+    with pytest.raises(emu.LdsRace) as info:
+        emu.launch(asm, "each_wave", 1, 256, [out])
+    message = str(info.value)
+    assert "LDS byte 0 (0x0)" in message and "writes it" in message
+    assert re.search(r"wave 0 writes it at .*line (\d+).* and wave [123] writes it at .*line \1",
+                     message), message
+
+
 ROTATE_IN_PLACE = """
 @tile = internal addrspace(3) global [256 x float] undef, align 16
 define amdgpu_kernel void @rotate(ptr addrspace(1) %x, ptr addrspace(1) %out) "amdgpu-flat-work-group-size"="1,256" {

@@ -20,6 +20,30 @@ from .test_triton_kernels import cdiv, generator, launch_fixture, load_fixture
 
 launch_module = importlib.import_module("rocke.emu.launch")
 
+# every workgroup's first lane adds one to buf[id] and stores it at buf[id + 1]: a workgroup
+# reads what the one before it wrote
+CHAIN = """
+target triple = "amdgcn-amd-amdhsa"
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare i32 @llvm.amdgcn.workgroup.id.x()
+define amdgpu_kernel void @chain(ptr addrspace(1) %buf) {
+  %wg = call i32 @llvm.amdgcn.workgroup.id.x()
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %first = icmp eq i32 %tid, 0
+  br i1 %first, label %work, label %done
+work:
+  %p = getelementptr i32, ptr addrspace(1) %buf, i32 %wg
+  %v = load i32, ptr addrspace(1) %p
+  %v1 = add i32 %v, 1
+  %slot = add i32 %wg, 1
+  %q = getelementptr i32, ptr addrspace(1) %buf, i32 %slot
+  store i32 %v1, ptr addrspace(1) %q
+  br label %done
+done:
+  ret void
+}
+"""
+
 # every workgroup's first lane stores its id at out[0] (later workgroups overwrite earlier ones)
 # and at out[1 + id]
 LAST_WRITER = """
@@ -84,6 +108,9 @@ def test_axpy_three_workers_bit_identical_with_serial_counters(any_size):
     assert spread.instructions == serial.instructions
     assert spread.lane_instructions == serial.lane_instructions
     assert spread.batches == serial.batches    # same pools, so the same scheduler picks
+    assert spread.reruns == 0   # no workgroup reads another's output
+    assert len(spread.share_cpu_s) == 3 and all(s > 0 for s in spread.share_cpu_s)
+    assert serial.share_cpu_s == ()
 
 
 def test_single_pool_gemm_split_over_two_workers(any_size):
@@ -121,6 +148,52 @@ def test_later_workgroups_win_as_in_serial_order(any_size):
     assert torch.equal(outs[3], outs[1])
     assert outs[3][0] == groups - 1
     assert torch.equal(outs[3][1:], torch.arange(groups, dtype=torch.int32))
+
+
+def test_a_share_that_reads_an_earlier_shares_stores_is_rerun_serially(any_size):
+    # 1100 one-wave workgroups: pools (and shares) of 512, 512 and 76. A pool's waves load
+    # together before they store, so in the serial order only the first workgroup of a pool
+    # sees its predecessor's store: buf[513] and buf[1025] become 2, every other slot 1. A
+    # child forked before the first share ran would read 0 there and store 1.
+    asm = compile_ir(CHAIN)
+    groups = 1100
+    expected = torch.ones(groups + 1, dtype=torch.int32)
+    expected[0] = 0
+    expected[513] = expected[1025] = 2
+    reports = {}
+    for workers in (1, 3):
+        any_size.setenv("ROCKE_EMU_WORKERS", str(workers))
+        buf = torch.zeros(groups + 1, dtype=torch.int32)
+        reports[workers] = emu.launch(asm, "chain", (groups,), (64,), [buf])
+        assert torch.equal(buf, expected), f"{workers} workers"
+    assert reports[1].reruns == 0
+    assert reports[3].workers == 3 and reports[3].reruns == 2   # shares 1 and 2 ran again
+    assert reports[3].instructions == reports[1].instructions
+    assert reports[3].lane_instructions == reports[1].lane_instructions
+
+
+def test_reads_of_written_bytes_are_found_and_read_only_regions_not_tracked():
+    from rocke.emu.memory import GlobalMemory
+    data = np.arange(64, dtype=np.uint8)
+    constant = np.arange(64, dtype=np.uint8)
+    child = GlobalMemory()
+    child.add(data.ctypes.data, 64, "data", True, data)
+    child.add(constant.ctypes.data, 64, "constant", False, constant)
+    child.track_reads()
+    child.load(np.array([data.ctypes.data + 16], np.uint64), 4)
+    child.load(np.array([constant.ctypes.data], np.uint64), 8)
+    read = child.read_bytes()
+    assert [(index, low, high) for index, low, high, _ in read] == \
+        [(sorted(child.regions, key=lambda r: r.start).index(
+            next(r for r in child.regions if r.name == "data")), 16, 20)]
+    parent = GlobalMemory()
+    parent.add(data.ctypes.data, 64, "data", True, data)
+    parent.add(constant.ctypes.data, 64, "constant", False, constant)
+    parent.track_writes()
+    parent.store(np.array([data.ctypes.data + 20], np.uint64), np.zeros((1, 4), np.uint8))
+    assert not parent.read_any_written(read)       # bytes 20-23 stored, 16-19 read
+    parent.store(np.array([data.ctypes.data + 18], np.uint64), np.zeros((1, 2), np.uint8))
+    assert parent.read_any_written(read)
 
 
 def test_fault_in_a_worker_share_raises_the_serial_error_and_rolls_back(any_size):
@@ -187,7 +260,14 @@ def test_workers_lever(monkeypatch):
         with pytest.raises(ValueError, match="ROCKE_EMU_WORKERS"):
             env.emu_workers()
     monkeypatch.delenv("ROCKE_EMU_WORKERS")
-    assert env.emu_workers() == 1              # serial unless asked for
+    monkeypatch.setattr(env.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    assert env.emu_workers() == 3              # unset: every usable core
+    monkeypatch.setattr(env.os, "sched_getaffinity", lambda pid: set(range(64)))
+    assert env.emu_workers() == env.EMU_WORKERS_CAP
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    assert env.emu_workers() == 1              # the suite is spread over the cores already
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
     monkeypatch.setenv("ROCKE_EMU_WORKERS", "5")
     assert env.emu_workers() == 5
     monkeypatch.setenv("ROCKE_EMU_WORKERS", "auto")
