@@ -59,6 +59,20 @@ def lookup(names: tuple[str, ...]) -> tuple:
     return tuple(map(data.get, keys))
 
 
+def state(names: tuple[str, ...]) -> tuple:
+    """``(number of environment variables,) + lookup(names)``: what a cache keyed by levers
+    compares per call (one read of each named variable; the count changes when any variable is
+    set or unset, so an unknown lever appearing is caught by a re-parse). Cheap (one C-level
+    map), so a hot path reads it per call instead of trusting values parsed earlier."""
+    data = getattr(os.environ, "_data", None)
+    if os.name != "posix" or type(data) is not dict:
+        return (len(os.environ),) + tuple(map(os.environ.get, names))
+    keys = _ENCODED_NAMES.get(names)
+    if keys is None:
+        keys = _ENCODED_NAMES[names] = tuple(map(os.environ.encodekey, names))
+    return (len(data),) + tuple(map(data.get, keys))
+
+
 def raw(name: str) -> str | None:
     """The variable's value, or None when unset or empty."""
     if name not in LEVERS:

@@ -20,6 +20,7 @@ import functools
 import importlib
 import itertools
 import math
+import operator
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -921,7 +922,8 @@ class _CallPlan:
     would_replay: bool              # graph replay, unless the caller is capturing
     graph_key: tuple | None
     capture: object                 # () -> Graph of the launches
-    check_contents: object          # () -> None: host content checks (emulator), or None
+    check_contents: object          # (cu_seqlens_q, seqused_k, block_table) -> None: host
+                                    # content checks (emulator, _HostContents), or None
     check_after: bool = False       # ROCKE_CHECK_METADATA=sync: read the guard's record now
 
     def run(self) -> RunRecord:
@@ -932,33 +934,79 @@ class _CallPlan:
 
 
 _TENSOR_ARGS = (0, 1, 2, 3, 4, 6, 11)        # q, k, v, out, cu_seqlens_q, seqused_k, block_table
-_VALUE_ARGS = (5, 7, 8, 9, 10, 12)           # max_seqlen_q/k, softmax_scale, causal, window, softcap
-_DESCALE_ARGS = (13, 14, 15)
-_KEY_LEVERS = ("ROCKE_DEVICE", "ROCKE_CHECK_METADATA", "ROCKE_BATCH_INVARIANT")     # rocke levers a call's plan depends on
+# the levers a call's plan depends on, read raw per call (env.state: one read each, plus the
+# number of environment variables); a changed value misses the cache, and the miss parses them
+_KEY_LEVERS = tuple(knobs_mod.PREFIX + lever for lever in knobs_mod.LEVERS) + (
+    "ROCKE_DEVICE", "ROCKE_CHECK_METADATA", "ROCKE_BATCH_INVARIANT")
+# what a tensor's key reads, each in one C-level pass over the call's tensors
+_POINTER = operator.methodcaller("data_ptr")
+_STRIDES = operator.methodcaller("stride")
+_LAYOUT = operator.attrgetter("shape", "dtype", "device")
+# number types a key may hold: immutable, so equal keys mean equal values (a tensor or other
+# mutable object as a number is validated on every call, never cached)
+_KEYABLE_VALUES = frozenset((int, float, bool, type(None), tuple))
 
 
-def _call_key(args: tuple, backend, segm_workspaces, num_segments, knobs) -> tuple | None:
-    """The cache key of a call, or None when its checks read values a key cannot hold (host
-    descales: their contents are checked on every call) or an argument is not what it should
-    be (the full validation names it)."""
+def _call_key(tensors: tuple, values: tuple, descales: tuple, segm_workspaces, backend,
+              num_segments, batch_invariant) -> tuple | None:
+    """The cache key of a call: each tensor's address, shape, dtype, device and strides; each
+    number with its type (and a window's items' types: ``(-1.0, -1)`` is not ``(-1, -1)``); the
+    levers' raw values; the devices' generation. None when the call cannot be keyed (host
+    descales: their contents are checked on every call; an argument not what it should be: the
+    full validation names it). The key may still be unhashable (a list): the lookup says so."""
     try:
-        tensors = tuple((t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
-                        for t in map(args.__getitem__, _TENSOR_ARGS))
-        values = tuple((type(a), a) for a in map(args.__getitem__, _VALUE_ARGS))
-        hash(values)
-        descales = []
-        for t in map(args.__getitem__, _DESCALE_ARGS):
-            if t is None:
-                descales.append(None)
-            elif t.device.type == "cpu":
+        window = values[-1]
+        key = (tuple(map(_POINTER, tensors)), tuple(map(_LAYOUT, tensors)),
+               tuple(map(_STRIDES, tensors)), values, tuple(map(type, values)),
+               None if window is None else tuple(map(type, window)), env.state(_KEY_LEVERS),
+               device_generation(), backend, num_segments, batch_invariant)
+        if descales != (None, None, None):
+            if any(t is not None and t.device.type == "cpu" for t in descales):
                 return None
-            else:
-                descales.append(_meta(t))
-        workspaces = None if segm_workspaces is None else tuple(map(_meta, segm_workspaces))
+            key += (tuple(None if t is None else _meta(t) for t in descales),)
+        if segm_workspaces is not None:
+            key += (tuple(map(_meta, segm_workspaces)),)
     except (AttributeError, TypeError):
         return None
-    return (tensors, values, tuple(descales), workspaces, backend, num_segments, knobs,
-            env.lookup(_KEY_LEVERS), device_generation())
+    return key
+
+
+def _cacheable(values: tuple) -> bool:
+    """Whether a call with these numbers may be cached (checked once, when it is recorded)."""
+    window = values[-1]
+    return all(type(v) in _KEYABLE_VALUES for v in values) and (
+        window is None or all(type(x) is int for x in window))
+
+
+class _HostContents:
+    """The emulator's content checks of one cached call (``_check_contents``), skipped while the
+    bytes they read are, byte for byte, the bytes they last passed: the checks are a pure
+    function of those bytes and of what the call key holds (shapes, lengths, causal).
+
+    The bytes are read at the addresses the key holds: only on a key hit, when the call's own
+    cu_seqlens_q, seqused_k and block_table have exactly those addresses, shapes and strides."""
+
+    def __init__(self, tensors, check):
+        import ctypes
+        self._views = tuple((ctypes.c_char * (hi - lo)).from_address(lo)
+                            for lo, hi in map(_byte_range, tensors))
+        self._check = check
+        self._passed = None
+
+    def _bytes(self) -> tuple:
+        return tuple(map(_RAW, self._views))
+
+    def __call__(self, cu_seqlens_q, seqused_k, block_table) -> None:
+        now = self._bytes()
+        if now == self._passed:
+            return
+        self._passed = None
+        self._check(cu_seqlens_q, seqused_k, block_table)
+        if self._bytes() == now:        # what was checked is what was read
+            self._passed = now
+
+
+_RAW = operator.attrgetter("raw")
 
 
 ARG_NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "max_seqlen_q", "seqused_k", "max_seqlen_k",
@@ -992,6 +1040,29 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     ``[num_seqs, max_ranges, 2]`` (ALGORITHM.md §12.8). ``batch_invariant``: a sequence's output
     bits independent of the batch (ALGORITHM.md §10.4); None reads ``ROCKE_BATCH_INVARIANT``.
     Returns what was launched (vLLM ignores the return value), or None for an empty batch."""
+    # A call seen before (same key: _call_key) runs its cached entry: no validation, planning
+    # or packing; on the emulator its content checks unless its metadata bytes are unchanged.
+    # Feature tensors' values are checked on every call (no key).
+    key = entry = None
+    if alibi_slopes is None and qq_bias is None and sinks is None and \
+            mm_prefix_range is None and output_scale is None and use_alibi_sqrt is False and \
+            kv_quant_mode is None and k_scale_cache is None and v_scale_cache is None:
+        key = _call_key((q, k, v, out, cu_seqlens_q, seqused_k, block_table),
+                        (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, window_size),
+                        (q_descale, k_descale, v_descale), segm_workspaces, backend,
+                        num_segments, batch_invariant)
+        if key is not None:
+            try:
+                entry = _CALLS.get(key)
+            except TypeError:           # an unhashable argument: validated on every call
+                key = None
+    if entry is not None:
+        if entry.check_contents is not None:
+            entry.check_contents(cu_seqlens_q, seqused_k, block_table)
+        record = entry.run()
+        if entry.check_after:
+            _check_device_now(entry.device)
+        return record
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if segm_workspaces is not None and num_segments is None:
@@ -1000,22 +1071,9 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     args = (q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
             causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
             alibi_slopes, qq_bias, sinks)
-    if alibi_slopes is None and qq_bias is None and sinks is None and \
-            mm_prefix_range is None and output_scale is None and use_alibi_sqrt is False and \
-            kv_quant_mode is None and k_scale_cache is None and v_scale_cache is None:
-        # ROCKE_BATCH_INVARIANT is among the key's levers: resolved (and checked) on a miss only
-        key = _call_key(args, backend, segm_workspaces, num_segments, knobs)
-        key = None if key is None else key + (batch_invariant,)
-    else:
-        key = None          # feature tensors' values are checked on every call
-    entry = _CALLS.get(key) if key is not None else None
-    if entry is not None:
-        if entry.check_contents is not None:
-            entry.check_contents()
-        record = entry.run()
-        if entry.check_after:
-            _check_device_now(entry.device)
-        return record
+    if key is not None and not _cacheable((max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                                           softcap, window_size)):
+        key = None
     invariant = resolve_batch_invariant(batch_invariant)
     quant = dict(output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
                  kv_quant_mode=kv_quant_mode, k_scale_cache=k_scale_cache,
@@ -1071,12 +1129,13 @@ def _remember(key, device_kind, the_plan, launches, workspace, problem, target, 
                                                            for a in p.args)) for p in prepared)
     check = None
     if args[0].device.type == "cpu":
-        cu, used, table = (args[ARG_INDEX[n]] for n in ("cu_seqlens_q", "seqused_k", "block_table"))
+        max_q, max_k = args[ARG_INDEX["max_seqlen_q"]], args[ARG_INDEX["max_seqlen_k"]]
 
-        def check():
+        def check_contents(cu, used, table):
             _check_contents(cu, used, table, problem.total_q, problem.num_blocks,
-                            problem.block_size, problem.causal, args[ARG_INDEX["max_seqlen_q"]],
-                            args[ARG_INDEX["max_seqlen_k"]])
+                            problem.block_size, problem.causal, max_q, max_k)
+        check = _HostContents([args[ARG_INDEX[n]] for n in ("cu_seqlens_q", "seqused_k",
+                                                            "block_table")], check_contents)
 
     def capture():
         graph = Graph(device=device)
