@@ -64,6 +64,7 @@ class Graph:
         # replay compares them all in one pass
         self._watched: tuple = ()
         self._watched_addresses: tuple = ()
+        self._data_ptr = _DATA_PTR
         self._native: Any = None     # the device's graph object (HIP), set by capture()
         self._captured = False
 
@@ -83,6 +84,10 @@ class Graph:
                        for seen, at in zip(self._watched, self._watched_addresses)):
                 self._watched += (arg,)
                 self._watched_addresses += (address,)
+        # one class's own data_ptr for all (unbound: no attribute look-up per object) where the
+        # watched objects' classes share it, else each object's
+        readers = {getattr(type(a), "data_ptr", None) for a in self._watched}
+        self._data_ptr = readers.pop() if len(readers) == 1 and None not in readers else _DATA_PTR
 
     @contextlib.contextmanager
     def capture(self, stream=None):
@@ -116,7 +121,7 @@ class Graph:
             raise GraphError("replay() inside a capture is not supported")
         with self.device.serial:
             if self.device.kind == "emu":
-                moved = tuple(map(_DATA_PTR, self._watched)) != self._watched_addresses
+                moved = tuple(map(self._data_ptr, self._watched)) != self._watched_addresses
                 for launch, _check, positions, addresses in self._recorded if moved else ():
                     if _addresses(launch.args, positions) != addresses:
                         raise GraphError(f"{launch.compiled.variant}: an argument's storage moved "

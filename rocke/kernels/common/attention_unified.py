@@ -909,6 +909,8 @@ def _meta(t):
 # and levers are the same launches the same bytes, so it is validated, planned and packed once.
 CALL_CACHE_SIZE = 64
 _CALLS: "OrderedDict[tuple, _CallPlan]" = OrderedDict()
+# the same entries by their key's addresses: addresses -> ((rest of the key, entry), ...)
+_BY_ADDRESSES: dict = {}
 _CALLS_LOCK = threading.Lock()
 _CALL_SERIAL = itertools.count()
 
@@ -934,48 +936,59 @@ class _CallPlan:
 
 
 _TENSOR_ARGS = (0, 1, 2, 3, 4, 6, 11)        # q, k, v, out, cu_seqlens_q, seqused_k, block_table
-# the levers a call's plan depends on, read raw per call (env.state: one read each, plus the
-# number of environment variables); a changed value misses the cache, and the miss parses them
+# the levers a call's plan depends on, read raw per call (one read each, plus the number of
+# environment variables); a changed value misses the cache, and the miss parses them
 _KEY_LEVERS = tuple(knobs_mod.PREFIX + lever for lever in knobs_mod.LEVERS) + (
     "ROCKE_DEVICE", "ROCKE_CHECK_METADATA", "ROCKE_BATCH_INVARIANT")
-# what a tensor's key reads, each in one C-level pass over the call's tensors
-_POINTER = operator.methodcaller("data_ptr")
-_STRIDES = operator.methodcaller("stride")
-_LAYOUT = operator.attrgetter("shape", "dtype", "device")
+_levers_now = env.state_reader(_KEY_LEVERS)
+# what a tensor's key reads, each in one C-level pass over the call's tensors: its class, shape,
+# dtype and device, then its address and strides by torch's own methods (a class that overrides
+# either is never cached: _cacheable)
+_LAYOUT = operator.attrgetter("__class__", "shape", "dtype", "device")
 # number types a key may hold: immutable, so equal keys mean equal values (a tensor or other
 # mutable object as a number is validated on every call, never cached)
 _KEYABLE_VALUES = frozenset((int, float, bool, type(None), tuple))
 
 
+@functools.cache
+def _tensor_methods():
+    import torch
+    return torch.Tensor.data_ptr, torch.Tensor.stride
+
+
 def _call_key(tensors: tuple, values: tuple, descales: tuple, segm_workspaces, backend,
               num_segments, batch_invariant) -> tuple | None:
-    """The cache key of a call: each tensor's address, shape, dtype, device and strides; each
-    number with its type (and a window's items' types: ``(-1.0, -1)`` is not ``(-1, -1)``); the
-    levers' raw values; the devices' generation. None when the call cannot be keyed (host
-    descales: their contents are checked on every call; an argument not what it should be: the
-    full validation names it). The key may still be unhashable (a list): the lookup says so."""
+    """The cache key of a call, as (addresses, the rest): each tensor's address, and its class,
+    shape, dtype, device and strides; each number with its type (and a window's items' types:
+    ``(-1.0, -1)`` is not ``(-1, -1)``); the levers' raw values; the devices' generation. None
+    when the call cannot be keyed (host descales: their contents are checked on every call; an
+    argument not what it should be: the full validation names it)."""
+    data_ptr, stride = _tensor_methods()
     try:
         window = values[-1]
-        key = (tuple(map(_POINTER, tensors)), tuple(map(_LAYOUT, tensors)),
-               tuple(map(_STRIDES, tensors)), values, tuple(map(type, values)),
-               None if window is None else tuple(map(type, window)), env.state(_KEY_LEVERS),
-               device_generation(), backend, num_segments, batch_invariant)
+        rest = (tuple(map(_LAYOUT, tensors)), tuple(map(stride, tensors)), values,
+                tuple(map(type, values)), None if window is None else tuple(map(type, window)),
+                _levers_now(), device_generation(), backend, num_segments,
+                batch_invariant)
         if descales != (None, None, None):
             if any(t is not None and t.device.type == "cpu" for t in descales):
                 return None
-            key += (tuple(None if t is None else _meta(t) for t in descales),)
+            rest += (tuple(None if t is None else _meta(t) for t in descales),)
         if segm_workspaces is not None:
-            key += (tuple(map(_meta, segm_workspaces)),)
+            rest += (tuple(map(_meta, segm_workspaces)),)
+        return tuple(map(data_ptr, tensors)), rest
     except (AttributeError, TypeError):
         return None
-    return key
 
 
-def _cacheable(values: tuple) -> bool:
-    """Whether a call with these numbers may be cached (checked once, when it is recorded)."""
+def _cacheable(tensors: tuple, values: tuple) -> bool:
+    """Whether a call may be cached (checked once, when it is recorded): its numbers immutable,
+    and its tensors' address and strides what torch's own methods (the key's) say."""
+    data_ptr, stride = _tensor_methods()
     window = values[-1]
     return all(type(v) in _KEYABLE_VALUES for v in values) and (
-        window is None or all(type(x) is int for x in window))
+        window is None or all(type(x) is int for x in window)) and all(
+        type(t).data_ptr is data_ptr and type(t).stride is stride for t in tensors)
 
 
 class _HostContents:
@@ -1051,11 +1064,11 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                         (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, window_size),
                         (q_descale, k_descale, v_descale), segm_workspaces, backend,
                         num_segments, batch_invariant)
-        if key is not None:
-            try:
-                entry = _CALLS.get(key)
-            except TypeError:           # an unhashable argument: validated on every call
-                key = None
+        if key is not None:     # by the addresses (a hash of a few ints), then the rest
+            for rest, cached in _BY_ADDRESSES.get(key[0], ()):
+                if rest == key[1]:
+                    entry = cached
+                    break
     if entry is not None:
         if entry.check_contents is not None:
             entry.check_contents(cu_seqlens_q, seqused_k, block_table)
@@ -1071,8 +1084,9 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     args = (q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
             causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
             alibi_slopes, qq_bias, sinks)
-    if key is not None and not _cacheable((max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                                           softcap, window_size)):
+    if key is not None and not _cacheable(
+            (q, k, v, out, cu_seqlens_q, seqused_k, block_table),
+            (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, window_size)):
         key = None
     invariant = resolve_batch_invariant(batch_invariant)
     quant = dict(output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
@@ -1151,7 +1165,17 @@ def _remember(key, device_kind, the_plan, launches, workspace, problem, target, 
     entry = _CallPlan(the_plan, device, prepared, workspace, would_replay,
                       ("call", next(_CALL_SERIAL)), capture, check, _check_after(args[0]))
     with _CALLS_LOCK:
-        _CALLS[key] = entry
+        try:
+            _CALLS[key] = entry
+        except TypeError:           # an unhashable argument (a list): validated on every call
+            return entry
+        _BY_ADDRESSES[key[0]] = tuple(item for item in _BY_ADDRESSES.get(key[0], ())
+                                      if item[0] != key[1]) + ((key[1], entry),)
         while len(_CALLS) > CALL_CACHE_SIZE:
-            _CALLS.popitem(last=False)
+            (addresses, rest), _ = _CALLS.popitem(last=False)
+            kept = tuple(item for item in _BY_ADDRESSES[addresses] if item[0] != rest)
+            if kept:
+                _BY_ADDRESSES[addresses] = kept
+            else:
+                del _BY_ADDRESSES[addresses]
     return entry
