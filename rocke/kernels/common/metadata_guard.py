@@ -58,6 +58,11 @@ class MetadataGuardSpec:
 
 SPEC = MetadataGuardSpec()
 
+# a shipped variant (rocke.kernels.registry): golden-pinned and in the prebuilt bundle, so the
+# GPU path's first call neither builds its IR nor links it
+VARIANTS = {"t64": SPEC}
+GOLDEN_PERTURBATION = ("threads", {64: 128})     # see rocke.kernels.registry
+
 ARGS = ("cu_seqlens_q", "seqused_k", "block_table", "record", "num_seqs", "total_q", "num_blocks",
         "block_size", "table_width", "table_stride", "causal", "max_seqlen_q", "max_seqlen_k")
 
