@@ -977,7 +977,7 @@ def _call_key(tensors: tuple, values: tuple, descales: tuple, segm_workspaces, b
         if segm_workspaces is not None:
             rest += (tuple(map(_meta, segm_workspaces)),)
         return tuple(map(data_ptr, tensors)), rest
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, RuntimeError):     # not a plain tensor
         return None
 
 
