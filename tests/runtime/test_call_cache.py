@@ -239,6 +239,30 @@ def test_changed_metadata_contents_are_checked_on_a_hit(misses):
     assert len(misses) == 1
 
 
+def test_new_lengths_over_an_unchanged_table_are_checked(misses):
+    """A decode step's new lengths over a block table wholly inside the cache (its scan is
+    skipped while its bytes are unchanged) are still checked and followed."""
+    a = _problem()
+    table = a["block_table"]
+    table[table >= 2 ** 30] = 0                              # every entry inside the cache
+    _hit_twice(a, misses)
+    a["seqused_k"][0] = 33
+    _run(a)
+    _check(a)
+    a["seqused_k"][1] = 2                                    # causal: query longer than its keys
+    with pytest.raises(ValueError, match="seqused_k: causal attention needs query_len <= kv_len"):
+        _run(a)
+    a["seqused_k"][1] = 23
+    a["seqused_k"][0] = 10 ** 4                              # beyond its row's pages
+    with pytest.raises(ValueError, match="seqused_k: sequence 0 has 10000 KV tokens, beyond"):
+        _run(a)
+    a["seqused_k"][0] = 40
+    table[1, -1] = table.shape[0] * 100                      # an unused entry outside the cache
+    _run(a)                                                  # allowed (not used): runs, follows
+    _check(a)
+    assert len(misses) == 1
+
+
 def test_contents_written_behind_torch_s_back_are_checked(misses):
     """The content check compares bytes, not version counters: a write through a numpy view
     (no version bump) is seen."""

@@ -676,6 +676,16 @@ def _contents_plainly_valid(cu_seqlens_q, seqused_k, block_table, total_q: int, 
     (a few us: Python ints, and the whole block table -- used entries or not -- inside the
     cache); None when it may not, and the detailed check then decides and names what is wrong.
     Never looser than the detailed check: each condition here implies the one there."""
+    longest_q = _lengths_plainly_valid(cu_seqlens_q, seqused_k, block_table, total_q, block_size,
+                                       causal, max_seqlen_q, max_seqlen_k)
+    if longest_q is None or not _table_plainly_valid(block_table, num_blocks):
+        return None
+    return longest_q
+
+
+def _lengths_plainly_valid(cu_seqlens_q, seqused_k, block_table, total_q: int, block_size: int,
+                           causal: bool, max_seqlen_q: int, max_seqlen_k: int) -> int | None:
+    """``_contents_plainly_valid`` but for the block table's contents."""
     num_seqs = seqused_k.shape[0]
     if not 0 < num_seqs <= FAST_CHECK_MAX_SEQS or block_table.numel() == 0:
         return None
@@ -691,11 +701,14 @@ def _contents_plainly_valid(cu_seqlens_q, seqused_k, block_table, total_q: int, 
         longest_q = max(longest_q, q_len)
     if longest_q > max_seqlen_q or (not causal and longest_q > 1):
         return None
+    return longest_q
+
+
+def _table_plainly_valid(block_table, num_blocks: int) -> bool:
+    """Whether every entry of a (non-empty) block table, used or not, lies inside the cache."""
     import torch
     lowest, highest = (x.item() for x in torch.aminmax(block_table))
-    if lowest < 0 or highest >= num_blocks:
-        return None
-    return longest_q
+    return 0 <= lowest and highest < num_blocks
 
 
 def _check_window(window_size) -> int:
@@ -935,7 +948,6 @@ class _CallPlan:
         return RunRecord(self.plan, [self.device.execute(p) for p in self.prepared])
 
 
-_TENSOR_ARGS = (0, 1, 2, 3, 4, 6, 11)        # q, k, v, out, cu_seqlens_q, seqused_k, block_table
 # the levers a call's plan depends on, read raw per call (one read each, plus the number of
 # environment variables); a changed value misses the cache, and the miss parses them
 _KEY_LEVERS = tuple(knobs_mod.PREFIX + lever for lever in knobs_mod.LEVERS) + (
@@ -994,17 +1006,21 @@ def _cacheable(tensors: tuple, values: tuple) -> bool:
 class _HostContents:
     """The emulator's content checks of one cached call (``_check_contents``), skipped while the
     bytes they read are, byte for byte, the bytes they last passed: the checks are a pure
-    function of those bytes and of what the call key holds (shapes, lengths, causal).
+    function of those bytes and of what the call key holds (shapes, lengths, causal). A decode
+    step's new lengths over an unchanged block table take ``_contents_plainly_valid`` without
+    its table scan (the table's bytes are those it last found inside the cache).
 
     The bytes are read at the addresses the key holds: only on a key hit, when the call's own
     cu_seqlens_q, seqused_k and block_table have exactly those addresses, shapes and strides."""
 
-    def __init__(self, tensors, check):
+    def __init__(self, tensors, problem, max_seqlen_q: int, max_seqlen_k: int):
         import ctypes
         self._views = tuple((ctypes.c_char * (hi - lo)).from_address(lo)
                             for lo, hi in map(_byte_range, tensors))
-        self._check = check
-        self._passed = None
+        self._numbers = (problem.total_q, problem.num_blocks, problem.block_size, problem.causal,
+                         max_seqlen_q, max_seqlen_k)
+        self._passed = None             # the bytes of all three the checks last passed
+        self._table_inside = None       # the table's bytes last found wholly inside the cache
 
     def _bytes(self) -> tuple:
         return tuple(map(_RAW, self._views))
@@ -1014,9 +1030,19 @@ class _HostContents:
         if now == self._passed:
             return
         self._passed = None
-        self._check(cu_seqlens_q, seqused_k, block_table)
+        total_q, num_blocks, block_size, causal, max_q, max_k = self._numbers
+        if now[2] != self._table_inside:
+            self._table_inside = now[2] if block_table.numel() and _table_plainly_valid(
+                block_table, num_blocks) else None
+        if self._table_inside is None or _lengths_plainly_valid(
+                cu_seqlens_q, seqused_k, block_table, total_q, block_size, causal, max_q,
+                max_k) is None:
+            _check_contents(cu_seqlens_q, seqused_k, block_table, total_q, num_blocks,
+                            block_size, causal, max_q, max_k)   # decides, names what is wrong
         if self._bytes() == now:        # what was checked is what was read
             self._passed = now
+        else:
+            self._table_inside = None
 
 
 _RAW = operator.attrgetter("raw")
@@ -1054,8 +1080,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     bits independent of the batch (ALGORITHM.md §10.4); None reads ``ROCKE_BATCH_INVARIANT``.
     Returns what was launched (vLLM ignores the return value), or None for an empty batch."""
     # A call seen before (same key: _call_key) runs its cached entry: no validation, planning
-    # or packing; on the emulator its content checks unless its metadata bytes are unchanged.
-    # Feature tensors' values are checked on every call (no key).
+    # or packing; on the emulator, its content checks run unless its metadata bytes are those
+    # they last passed. Feature tensors' values are checked on every call (no key).
     key = entry = None
     if alibi_slopes is None and qq_bias is None and sinks is None and \
             mm_prefix_range is None and output_scale is None and use_alibi_sqrt is False and \
@@ -1143,13 +1169,9 @@ def _remember(key, device_kind, the_plan, launches, workspace, problem, target, 
                                                            for a in p.args)) for p in prepared)
     check = None
     if args[0].device.type == "cpu":
-        max_q, max_k = args[ARG_INDEX["max_seqlen_q"]], args[ARG_INDEX["max_seqlen_k"]]
-
-        def check_contents(cu, used, table):
-            _check_contents(cu, used, table, problem.total_q, problem.num_blocks,
-                            problem.block_size, problem.causal, max_q, max_k)
         check = _HostContents([args[ARG_INDEX[n]] for n in ("cu_seqlens_q", "seqused_k",
-                                                            "block_table")], check_contents)
+                                                            "block_table")], problem,
+                              args[ARG_INDEX["max_seqlen_q"]], args[ARG_INDEX["max_seqlen_k"]])
 
     def capture():
         graph = Graph(device=device)
