@@ -20,7 +20,8 @@ bookkeeping). Targets: <= 10 us per call on a graph-replay hit, <= 30 us otherwi
   attn hip replay / eager = with --standin: the same call on ROCm GPU tensors (faked over the
                 stand-in's device memory) through the HIP device, up to hipGraphLaunch /
                 hipModuleLaunchKernel (the stand-in's emulation of each launch stubbed out);
-                the GPU path launches the metadata guard kernel too (3 launches, not 2).
+                the GPU path launches the metadata guard kernel too (3 launches, not 2);
+  hip calls / standin py = the stand-in's share of a HIP replay hit (standin_share_rows).
 A row's levers are set around its timing loop, not per call.
 
     .venv/bin/python benchmarks/launch.py [--variant flash_attention/f16_d64_causal] [--standin]
@@ -217,7 +218,38 @@ def attention_hip_rows(call):
         hip_device.torch_rocm = lambda: True
         return record
     assert replay().replayed and replay().replayed
-    return [("attn hip replay", replay), ("attn hip eager", eager)]
+    return [("attn hip replay", replay), ("attn hip eager", eager)] + standin_share_rows()
+
+
+def standin_share_rows():
+    """What of a HIP replay hit is the stand-in's emulation machinery rather than rocke's (a
+    real HIP's own cost is not measurable here):
+      hip calls  = the two HIP calls a replay hit makes (hipStreamIsCapturing, hipGraphLaunch)
+                   made directly through hip-python: hip-python's wrappers plus the stand-in's
+                   C-to-Python callbacks;
+      standin py = the stand-in's Python handlers of those two calls alone (a lower bound of
+                   its share of `hip calls`: the ctypes callback trampoline is not included).
+    (The fake ROCm tensors' Python `device` property costs no more than a CPU tensor's C getter,
+    measured: it is no part of the stand-in's share.)"""
+    import ctypes
+    from hip import hip
+    stand_in = _STAND_IN[0]
+    exec_handle = max(stand_in.execs)       # the replayed graph: the last one instantiated
+    exec_, stream = exec_handle, None
+
+    def hip_calls():
+        hip.hipStreamIsCapturing(None)
+        hip.hipGraphLaunch(exec_, stream)
+    status = ctypes.c_int()
+    is_capturing = stand_in._guarded("is_capturing", stand_in._is_capturing)
+    graph_launch = stand_in._guarded("graph_launch", stand_in._graph_launch)
+
+    def standin_py():
+        is_capturing(None, ctypes.addressof(status))
+        graph_launch(exec_handle, None)
+    assert hip.hipGraphLaunch(exec_, stream)[0] == hip.hipError_t.hipSuccess
+    assert graph_launch(exec_handle, None) == 0 and is_capturing(None, ctypes.addressof(status)) == 0
+    return [("hip calls", hip_calls), ("standin py", standin_py)]
 
 
 _STAND_IN = []

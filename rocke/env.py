@@ -59,6 +59,21 @@ def lookup(names: tuple[str, ...]) -> tuple:
     return tuple(map(data.get, keys))
 
 
+def state_reader(names: tuple[str, ...]):
+    """A function of no arguments returning ``(number of environment variables,) +
+    lookup(names)``: what a cache keyed by levers compares per call (each named variable read
+    once, in one C-level pass, the names encoded once here; the count changes whenever a
+    variable is set or unset, so an unknown lever appearing is seen by a re-parse)."""
+    keys = tuple(map(os.environ.encodekey, names)) if os.name == "posix" else None
+
+    def read() -> tuple:
+        data = getattr(os.environ, "_data", None)
+        if keys is None or type(data) is not dict:
+            return (len(os.environ),) + tuple(map(os.environ.get, names))
+        return (len(data),) + tuple(map(data.get, keys))
+    return read
+
+
 def raw(name: str) -> str | None:
     """The variable's value, or None when unset or empty."""
     if name not in LEVERS:

@@ -44,6 +44,7 @@ FAMILIES: dict[str, str] = {
     "attention_2d": "rocke.kernels.gfx942.attention_tiled_2d",
     "attention_3d": "rocke.kernels.gfx942.attention_tiled_3d",
     "reduce_segments": "rocke.kernels.gfx942.reduce_segments",
+    "metadata_guard": "rocke.kernels.common.metadata_guard",
     "dense_prefill_gfx950": "rocke.kernels.gfx950.dense_prefill",
     "attention_2d_gfx950": "rocke.kernels.gfx950.attention_2d_family",
     "attention_3d_gfx950": "rocke.kernels.gfx950.attention_3d_family",

@@ -17,6 +17,7 @@ torch drives a ROCm GPU -- so graph mode is exercised on every device.
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 from typing import Any
 
@@ -38,6 +39,9 @@ def is_capturing(device: Device | str | None = None, stream=None) -> bool:
     return get_device(device).is_capturing(stream)
 
 
+_DATA_PTR = operator.methodcaller("data_ptr")
+
+
 def _pointer_positions(args) -> tuple:
     return tuple(i for i, a in enumerate(args) if hasattr(a, "data_ptr"))
 
@@ -56,6 +60,11 @@ class Graph:
         # emulator graphs: (launch, check, positions of its pointer arguments, their addresses
         # at capture)
         self._recorded: list[tuple[PreparedLaunch, bool, tuple, tuple]] = []
+        # every pointer argument of the recorded launches once, and its address at capture: a
+        # replay compares them all in one pass
+        self._watched: tuple = ()
+        self._watched_addresses: tuple = ()
+        self._data_ptr = _DATA_PTR
         self._native: Any = None     # the device's graph object (HIP), set by capture()
         self._captured = False
 
@@ -69,6 +78,16 @@ class Graph:
     def record(self, launch: PreparedLaunch, check: bool) -> None:
         positions = _pointer_positions(launch.args)
         self._recorded.append((launch, check, positions, _addresses(launch.args, positions)))
+        for i, address in zip(positions, self._recorded[-1][3]):
+            arg = launch.args[i]
+            if not any(arg is seen and address == at
+                       for seen, at in zip(self._watched, self._watched_addresses)):
+                self._watched += (arg,)
+                self._watched_addresses += (address,)
+        # one class's own data_ptr for all (unbound: no attribute look-up per object) where the
+        # watched objects' classes share it, else each object's
+        readers = {getattr(type(a), "data_ptr", None) for a in self._watched}
+        self._data_ptr = readers.pop() if len(readers) == 1 and None not in readers else _DATA_PTR
 
     @contextlib.contextmanager
     def capture(self, stream=None):
@@ -87,6 +106,7 @@ class Graph:
                     yield self
         except BaseException:
             self._recorded.clear()
+            self._watched = self._watched_addresses = ()
             self._native = None
             raise
         finally:
@@ -101,7 +121,8 @@ class Graph:
             raise GraphError("replay() inside a capture is not supported")
         with self.device.serial:
             if self.device.kind == "emu":
-                for launch, _check, positions, addresses in self._recorded:
+                moved = tuple(map(self._data_ptr, self._watched)) != self._watched_addresses
+                for launch, _check, positions, addresses in self._recorded if moved else ():
                     if _addresses(launch.args, positions) != addresses:
                         raise GraphError(f"{launch.compiled.variant}: an argument's storage moved "
                                          "since the capture (its recorded pointer is stale); "
@@ -118,4 +139,5 @@ class Graph:
             self._native.close()
             self._native = None
         self._recorded.clear()
+        self._watched = self._watched_addresses = ()
         self._captured = False

@@ -41,6 +41,8 @@ class HipUnavailable(RuntimeError):
 
 
 _hip_bindings: list = []       # hip-python's `hip` module once imported (every HIP call needs it)
+_success: list = [None]        # its hipError_t.hipSuccess: a result's error is checked by identity
+_capture_active: list = [None]    # its hipStreamCaptureStatusActive, looked up once
 
 
 def hip_module():
@@ -52,6 +54,7 @@ def hip_module():
     except ImportError as e:
         raise HipUnavailable(f"the HIP device needs hip-python (`pip install rocke[hip]`): {e}") \
             from None
+    _success[0] = getattr(getattr(hip, "hipError_t", None), "hipSuccess", None)
     _hip_bindings.append(hip)
     return hip
 
@@ -67,7 +70,7 @@ def _error_text(hip, err) -> str:
 def check(call: str, result):
     """The payload of hip-python result tuple `result`, or HipError if its hipError_t says so."""
     err = result[0]
-    if err.value != 0:
+    if err is not _success[0] and err.value != 0:
         hip = hip_module()
         raise HipError(call, int(err.value), err.name, _error_text(hip, err))
     if len(result) == 1:
@@ -76,7 +79,7 @@ def check(call: str, result):
 
 
 def _call(call: str, *args):
-    hip = hip_module()
+    hip = _hip_bindings[0] if _hip_bindings else hip_module()
     try:
         fn = getattr(hip, call)
         result = fn(*args)
@@ -457,14 +460,19 @@ class HipDevice(Device):
 
     # --- graphs ---
     def is_capturing(self, stream=None) -> bool:
-        if stream is None and torch_rocm():
-            import torch
-            return bool(torch.cuda.is_current_stream_capturing())
         if stream is None:
-            stream = self.current_stream()
-        hip = hip_module()
+            if torch_rocm():
+                import torch
+                return bool(torch.cuda.is_current_stream_capturing())
+            capture = _graph.active_capture(self)      # current_stream() without torch
+            native = capture._native if capture is not None else None
+            stream = native.stream if native is not None else None
         status = _call("hipStreamIsCapturing", stream)
-        return status == hip.hipStreamCaptureStatus.hipStreamCaptureStatusActive
+        active = _capture_active[0]
+        if active is None:
+            active = _capture_active[0] = \
+                hip_module().hipStreamCaptureStatus.hipStreamCaptureStatusActive
+        return status == active
 
     @contextlib.contextmanager
     def capture_graph(self, stream=None):

@@ -149,3 +149,43 @@ def test_attention_compiled_spec_asks_the_bundle_first(no_linker, monkeypatch):
         AssertionError("the IR was built")))
     ck = au.compiled(all_variants()[VARIANT].spec)
     assert ck.prebuilt and _adds(ck)
+
+
+GUARD = "metadata_guard/t64"
+
+
+def test_the_metadata_guard_is_shipped_and_served_without_a_linker(tmp_path, monkeypatch):
+    """The GPU path's metadata guard is a shipped variant: golden-pinned, in the default
+    `rocke aot build`, and at first use served by spec with no IR build and no linker; the
+    served kernel still finds a lie (run on the emulator)."""
+    import re
+    from rocke.cli import _variants
+    from rocke.kernels.common import attention_unified as au, metadata_guard
+    from rocke.runtime.device_checks import DeviceCheckError
+    assert GUARD in [v.name for v in _variants(())]           # the default build's variants
+    assert all_variants()[GUARD].spec == metadata_guard.SPEC
+    assert golden_mod.load_golden()[GUARD] == all_variants()[GUARD].ir_hash()
+    out = tmp_path / "gfx942"
+    result = CliRunner().invoke(main, ["aot", "build", "--quiet", "--out", str(out), GUARD])
+    assert result.exit_code == 0, result.output
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setenv("ROCKE_LD_LLD", str(tmp_path / "no" / "ld.lld"))
+    monkeypatch.setenv("ROCKE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ROCKE_PREBUILT", str(out))
+    monkeypatch.delenv("ROCKE_DEVICE", raising=False)
+    monkeypatch.setattr(metadata_guard, "build", lambda _spec: (_ for _ in ()).throw(
+        AssertionError("the guard's IR was built")))
+    ck = au._build_and_compile(metadata_guard.SPEC)          # what the first GPU call compiles
+    assert ck.prebuilt and ck.name == metadata_guard.SPEC.kernel_name
+    cu = torch.tensor([0, 1, 4], dtype=torch.int32)
+    used = torch.tensor([40, 23], dtype=torch.int32)
+    table = torch.tensor([[0, 1, 2], [3, -5, 4]], dtype=torch.int32)
+    device = runtime.get_device("emu")
+    grid, block = metadata_guard.launch_geometry(metadata_guard.SPEC, 2)
+    runtime.launch(ck, grid, block, metadata_guard.kernel_args(
+        cu, used, table, device.error_record(), total_q=4, num_blocks=6, block_size=16,
+        causal=True, max_seqlen_q=3, max_seqlen_k=40), device=device)
+    with pytest.raises(DeviceCheckError, match=re.escape(
+            "block_table: sequence 1 uses block index -5 at column 1, outside the cache's [0, 6) "
+            "pages")):
+        runtime.check_errors("emu")

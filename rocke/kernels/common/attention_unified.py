@@ -20,6 +20,7 @@ import functools
 import importlib
 import itertools
 import math
+import operator
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -698,6 +699,16 @@ def _contents_plainly_valid(cu_seqlens_q, seqused_k, block_table, total_q: int, 
     (a few us: Python ints, and the whole block table -- used entries or not -- inside the
     cache); None when it may not, and the detailed check then decides and names what is wrong.
     Never looser than the detailed check: each condition here implies the one there."""
+    longest_q = _lengths_plainly_valid(cu_seqlens_q, seqused_k, block_table, total_q, block_size,
+                                       causal, max_seqlen_q, max_seqlen_k)
+    if longest_q is None or not _table_plainly_valid(block_table, num_blocks):
+        return None
+    return longest_q
+
+
+def _lengths_plainly_valid(cu_seqlens_q, seqused_k, block_table, total_q: int, block_size: int,
+                           causal: bool, max_seqlen_q: int, max_seqlen_k: int) -> int | None:
+    """``_contents_plainly_valid`` but for the block table's contents."""
     num_seqs = seqused_k.shape[0]
     if not 0 < num_seqs <= FAST_CHECK_MAX_SEQS or block_table.numel() == 0:
         return None
@@ -713,11 +724,14 @@ def _contents_plainly_valid(cu_seqlens_q, seqused_k, block_table, total_q: int, 
         longest_q = max(longest_q, q_len)
     if longest_q > max_seqlen_q or (not causal and longest_q > 1):
         return None
+    return longest_q
+
+
+def _table_plainly_valid(block_table, num_blocks: int) -> bool:
+    """Whether every entry of a (non-empty) block table, used or not, lies inside the cache."""
     import torch
     lowest, highest = (x.item() for x in torch.aminmax(block_table))
-    if lowest < 0 or highest >= num_blocks:
-        return None
-    return longest_q
+    return 0 <= lowest and highest < num_blocks
 
 
 def _check_window(window_size) -> int:
@@ -933,6 +947,8 @@ def _meta(t):
 # and levers are the same launches the same bytes, so it is validated, planned and packed once.
 CALL_CACHE_SIZE = 64
 _CALLS: "OrderedDict[tuple, _CallPlan]" = OrderedDict()
+# the same entries by their key's addresses: addresses -> ((rest of the key, entry), ...)
+_BY_ADDRESSES: dict = {}
 _CALLS_LOCK = threading.Lock()
 _CALL_SERIAL = itertools.count()
 
@@ -946,7 +962,8 @@ class _CallPlan:
     would_replay: bool              # graph replay, unless the caller is capturing
     graph_key: tuple | None
     capture: object                 # () -> Graph of the launches
-    check_contents: object          # () -> None: host content checks (emulator), or None
+    check_contents: object          # (cu_seqlens_q, seqused_k, block_table) -> None: host
+                                    # content checks (emulator, _HostContents), or None
     check_after: bool = False       # ROCKE_CHECK_METADATA=sync: read the guard's record now
 
     def run(self) -> RunRecord:
@@ -956,34 +973,104 @@ class _CallPlan:
         return RunRecord(self.plan, [self.device.execute(p) for p in self.prepared])
 
 
-_TENSOR_ARGS = (0, 1, 2, 3, 4, 6, 11)        # q, k, v, out, cu_seqlens_q, seqused_k, block_table
-_VALUE_ARGS = (5, 7, 8, 9, 10, 12)           # max_seqlen_q/k, softmax_scale, causal, window, softcap
-_DESCALE_ARGS = (13, 14, 15)
-_KEY_LEVERS = ("ROCKE_DEVICE", "ROCKE_CHECK_METADATA", "ROCKE_BATCH_INVARIANT")     # rocke levers a call's plan depends on
+# the levers a call's plan depends on, read raw per call (one read each, plus the number of
+# environment variables); a changed value misses the cache, and the miss parses them
+_KEY_LEVERS = tuple(knobs_mod.PREFIX + lever for lever in knobs_mod.LEVERS) + (
+    "ROCKE_DEVICE", "ROCKE_CHECK_METADATA", "ROCKE_BATCH_INVARIANT")
+_levers_now = env.state_reader(_KEY_LEVERS)
+# what a tensor's key reads, each in one C-level pass over the call's tensors: its class, shape,
+# dtype and device, then its address and strides by torch's own methods (a class that overrides
+# either is never cached: _cacheable)
+_LAYOUT = operator.attrgetter("__class__", "shape", "dtype", "device")
+# number types a key may hold: immutable, so equal keys mean equal values (a tensor or other
+# mutable object as a number is validated on every call, never cached)
+_KEYABLE_VALUES = frozenset((int, float, bool, type(None), tuple))
 
 
-def _call_key(args: tuple, backend, segm_workspaces, num_segments, knobs) -> tuple | None:
-    """The cache key of a call, or None when its checks read values a key cannot hold (host
-    descales: their contents are checked on every call) or an argument is not what it should
-    be (the full validation names it)."""
+@functools.cache
+def _tensor_methods():
+    import torch
+    return torch.Tensor.data_ptr, torch.Tensor.stride
+
+
+def _call_key(tensors: tuple, values: tuple, descales: tuple, segm_workspaces, backend,
+              num_segments, batch_invariant) -> tuple | None:
+    """The cache key of a call, as (addresses, the rest): each tensor's address, and its class,
+    shape, dtype, device and strides; each number with its type (and a window's items' types:
+    ``(-1.0, -1)`` is not ``(-1, -1)``); the levers' raw values; the devices' generation. None
+    when the call cannot be keyed (host descales: their contents are checked on every call; an
+    argument not what it should be: the full validation names it)."""
+    data_ptr, stride = _tensor_methods()
     try:
-        tensors = tuple((t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
-                        for t in map(args.__getitem__, _TENSOR_ARGS))
-        values = tuple((type(a), a) for a in map(args.__getitem__, _VALUE_ARGS))
-        hash(values)
-        descales = []
-        for t in map(args.__getitem__, _DESCALE_ARGS):
-            if t is None:
-                descales.append(None)
-            elif t.device.type == "cpu":
+        window = values[-1]
+        rest = (tuple(map(_LAYOUT, tensors)), tuple(map(stride, tensors)), values,
+                tuple(map(type, values)), None if window is None else tuple(map(type, window)),
+                _levers_now(), device_generation(), backend, num_segments,
+                batch_invariant)
+        if descales != (None, None, None):
+            if any(t is not None and t.device.type == "cpu" for t in descales):
                 return None
-            else:
-                descales.append(_meta(t))
-        workspaces = None if segm_workspaces is None else tuple(map(_meta, segm_workspaces))
-    except (AttributeError, TypeError):
+            rest += (tuple(None if t is None else _meta(t) for t in descales),)
+        if segm_workspaces is not None:
+            rest += (tuple(map(_meta, segm_workspaces)),)
+        return tuple(map(data_ptr, tensors)), rest
+    except (AttributeError, TypeError, RuntimeError):     # not a plain tensor
         return None
-    return (tensors, values, tuple(descales), workspaces, backend, num_segments, knobs,
-            env.lookup(_KEY_LEVERS), device_generation())
+
+
+def _cacheable(tensors: tuple, values: tuple) -> bool:
+    """Whether a call may be cached (checked once, when it is recorded): its numbers immutable,
+    and its tensors' address and strides what torch's own methods (the key's) say."""
+    data_ptr, stride = _tensor_methods()
+    window = values[-1]
+    return all(type(v) in _KEYABLE_VALUES for v in values) and (
+        window is None or all(type(x) is int for x in window)) and all(
+        type(t).data_ptr is data_ptr and type(t).stride is stride for t in tensors)
+
+
+class _HostContents:
+    """The emulator's content checks of one cached call (``_check_contents``), skipped while the
+    bytes they read are, byte for byte, the bytes they last passed: the checks are a pure
+    function of those bytes and of what the call key holds (shapes, lengths, causal). A decode
+    step's new lengths over an unchanged block table take ``_contents_plainly_valid`` without
+    its table scan (the table's bytes are those it last found inside the cache).
+
+    The bytes are read at the addresses the key holds: only on a key hit, when the call's own
+    cu_seqlens_q, seqused_k and block_table have exactly those addresses, shapes and strides."""
+
+    def __init__(self, tensors, problem, max_seqlen_q: int, max_seqlen_k: int):
+        import ctypes
+        self._views = tuple((ctypes.c_char * (hi - lo)).from_address(lo)
+                            for lo, hi in map(_byte_range, tensors))
+        self._numbers = (problem.total_q, problem.num_blocks, problem.block_size, problem.causal,
+                         max_seqlen_q, max_seqlen_k)
+        self._passed = None             # the bytes of all three the checks last passed
+        self._table_inside = None       # the table's bytes last found wholly inside the cache
+
+    def _bytes(self) -> tuple:
+        return tuple(map(_RAW, self._views))
+
+    def __call__(self, cu_seqlens_q, seqused_k, block_table) -> None:
+        now = self._bytes()
+        if now == self._passed:
+            return
+        self._passed = None
+        total_q, num_blocks, block_size, causal, max_q, max_k = self._numbers
+        if now[2] != self._table_inside:
+            self._table_inside = now[2] if block_table.numel() and _table_plainly_valid(
+                block_table, num_blocks) else None
+        if self._table_inside is None or _lengths_plainly_valid(
+                cu_seqlens_q, seqused_k, block_table, total_q, block_size, causal, max_q,
+                max_k) is None:
+            _check_contents(cu_seqlens_q, seqused_k, block_table, total_q, num_blocks,
+                            block_size, causal, max_q, max_k)   # decides, names what is wrong
+        if self._bytes() == now:        # what was checked is what was read
+            self._passed = now
+        else:
+            self._table_inside = None
+
+
+_RAW = operator.attrgetter("raw")
 
 
 ARG_NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "max_seqlen_q", "seqused_k", "max_seqlen_k",
@@ -1017,6 +1104,29 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     ``[num_seqs, max_ranges, 2]`` (ALGORITHM.md §12.8). ``batch_invariant``: a sequence's output
     bits independent of the batch (ALGORITHM.md §10.4); None reads ``ROCKE_BATCH_INVARIANT``.
     Returns what was launched (vLLM ignores the return value), or None for an empty batch."""
+    # A call seen before (same key: _call_key) runs its cached entry: no validation, planning
+    # or packing; on the emulator, its content checks run unless its metadata bytes are those
+    # they last passed. Feature tensors' values are checked on every call (no key).
+    key = entry = None
+    if alibi_slopes is None and qq_bias is None and sinks is None and \
+            mm_prefix_range is None and output_scale is None and use_alibi_sqrt is False and \
+            kv_quant_mode is None and k_scale_cache is None and v_scale_cache is None:
+        key = _call_key((q, k, v, out, cu_seqlens_q, seqused_k, block_table),
+                        (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, window_size),
+                        (q_descale, k_descale, v_descale), segm_workspaces, backend,
+                        num_segments, batch_invariant)
+        if key is not None:     # by the addresses (a hash of a few ints), then the rest
+            for rest, cached in _BY_ADDRESSES.get(key[0], ()):
+                if rest == key[1]:
+                    entry = cached
+                    break
+    if entry is not None:
+        if entry.check_contents is not None:
+            entry.check_contents(cu_seqlens_q, seqused_k, block_table)
+        record = entry.run()
+        if entry.check_after:
+            _check_device_now(entry.device)
+        return record
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if segm_workspaces is not None and num_segments is None:
@@ -1025,22 +1135,10 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     args = (q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
             causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
             alibi_slopes, qq_bias, sinks)
-    if alibi_slopes is None and qq_bias is None and sinks is None and \
-            mm_prefix_range is None and output_scale is None and use_alibi_sqrt is False and \
-            kv_quant_mode is None and k_scale_cache is None and v_scale_cache is None:
-        # ROCKE_BATCH_INVARIANT is among the key's levers: resolved (and checked) on a miss only
-        key = _call_key(args, backend, segm_workspaces, num_segments, knobs)
-        key = None if key is None else key + (batch_invariant,)
-    else:
-        key = None          # feature tensors' values are checked on every call
-    entry = _CALLS.get(key) if key is not None else None
-    if entry is not None:
-        if entry.check_contents is not None:
-            entry.check_contents()
-        record = entry.run()
-        if entry.check_after:
-            _check_device_now(entry.device)
-        return record
+    if key is not None and not _cacheable(
+            (q, k, v, out, cu_seqlens_q, seqused_k, block_table),
+            (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, window_size)):
+        key = None
     invariant = resolve_batch_invariant(batch_invariant)
     quant = dict(output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
                  kv_quant_mode=kv_quant_mode, k_scale_cache=k_scale_cache,
@@ -1096,12 +1194,9 @@ def _remember(key, device_kind, the_plan, launches, workspace, problem, target, 
                                                            for a in p.args)) for p in prepared)
     check = None
     if args[0].device.type == "cpu":
-        cu, used, table = (args[ARG_INDEX[n]] for n in ("cu_seqlens_q", "seqused_k", "block_table"))
-
-        def check():
-            _check_contents(cu, used, table, problem.total_q, problem.num_blocks,
-                            problem.block_size, problem.causal, args[ARG_INDEX["max_seqlen_q"]],
-                            args[ARG_INDEX["max_seqlen_k"]])
+        check = _HostContents([args[ARG_INDEX[n]] for n in ("cu_seqlens_q", "seqused_k",
+                                                            "block_table")], problem,
+                              args[ARG_INDEX["max_seqlen_q"]], args[ARG_INDEX["max_seqlen_k"]])
 
     def capture():
         graph = Graph(device=device)
@@ -1117,7 +1212,17 @@ def _remember(key, device_kind, the_plan, launches, workspace, problem, target, 
     entry = _CallPlan(the_plan, device, prepared, workspace, would_replay,
                       ("call", next(_CALL_SERIAL)), capture, check, _check_after(args[0]))
     with _CALLS_LOCK:
-        _CALLS[key] = entry
+        try:
+            _CALLS[key] = entry
+        except TypeError:           # an unhashable argument (a list): validated on every call
+            return entry
+        _BY_ADDRESSES[key[0]] = tuple(item for item in _BY_ADDRESSES.get(key[0], ())
+                                      if item[0] != key[1]) + ((key[1], entry),)
         while len(_CALLS) > CALL_CACHE_SIZE:
-            _CALLS.popitem(last=False)
+            (addresses, rest), _ = _CALLS.popitem(last=False)
+            kept = tuple(item for item in _BY_ADDRESSES[addresses] if item[0] != rest)
+            if kept:
+                _BY_ADDRESSES[addresses] = kept
+            else:
+                del _BY_ADDRESSES[addresses]
     return entry

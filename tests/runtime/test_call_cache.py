@@ -1,0 +1,338 @@
+"""The attention entry point's call cache (its hit path: no validation, planning or packing):
+every change a full validation would treat differently misses it -- another shape, stride, dtype
+or device at the same address, storage moved, a lever or a number changed, metadata contents
+changed on the emulator -- and the result follows the change (or the change is refused, where
+the full validation refuses it). A miss is seen as a call of ``describe_problem`` (run on a miss
+only)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rocke import env
+from rocke.kernels.common import attention_unified as au
+from rocke.kernels.common.attention_reference import ref_paged_attn
+from rocke.kernels.common.tolerances import attention_atol
+from rocke.runtime import Graph, GraphError
+from tests.kernels.test_attention_2d import make_problem
+
+D, BLOCK, GROUP, HK = 64, 16, 2, 1
+Q_LENS, KV_LENS = [1, 3], [40, 23]
+
+
+@pytest.fixture
+def misses(monkeypatch):
+    """The number of calls that missed the cache so far (a list: one item per miss)."""
+    monkeypatch.delenv("ROCKE_DEVICE", raising=False)
+    seen = []
+    real = au.describe_problem
+
+    def describe(*args, **kwargs):
+        seen.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(au, "describe_problem", describe)
+    return seen
+
+
+def _problem(seed=0, dtype="f16"):
+    q, k, v, table, cu, seqused = make_problem(dtype, D, BLOCK, GROUP, Q_LENS, KV_LENS,
+                                               num_kv_heads=HK, seed=seed)
+    return dict(q=q, k=k, v=v, out=torch.zeros_like(q), cu_seqlens_q=cu,
+                max_seqlen_q=max(Q_LENS), seqused_k=seqused, max_seqlen_k=max(KV_LENS),
+                softmax_scale=1 / math.sqrt(D), causal=True, window_size=(-1, -1),
+                block_table=table, softcap=0.0, q_descale=None, k_descale=None, v_descale=None)
+
+
+def _run(a, **kw):
+    a["out"].fill_(7.0)                     # a call that ran nothing leaves this behind
+    return au.run_unified_attention_torch(**a, **kw)
+
+
+def _check(a, dtype="f16"):
+    want = ref_paged_attn(a["q"], a["k"], a["v"], a["cu_seqlens_q"], a["seqused_k"],
+                          a["block_table"], float(a["softmax_scale"]), causal=True)
+    err = (a["out"].float() - want).abs().max().item()
+    assert err <= attention_atol(dtype), f"max abs error {err}"
+
+
+def _hit_twice(a, misses, **kw):
+    """Call twice: a miss, then a hit (the state every mutation below starts from)."""
+    _run(a, **kw)
+    before = len(misses)
+    record = _run(a, **kw)
+    assert len(misses) == before, "the repeated call should hit the cache"
+    _check(a)
+    return record
+
+
+def test_a_repeated_call_hits_and_replays_and_follows_new_contents(misses):
+    a = _problem()
+    record = _hit_twice(a, misses)
+    assert record.replayed
+    g = torch.Generator().manual_seed(3)
+    a["q"].copy_(torch.rand(a["q"].shape, generator=g) - 0.5)
+    a["seqused_k"][0] = 17                   # valid new lengths: the content check runs again
+    a["max_seqlen_k"] = 40
+    record = _run(a)
+    assert record.replayed and len(misses) == 1
+    _check(a)
+
+
+def test_a_shape_change_at_the_same_address_misses(misses):
+    a = _problem()
+    pages = a["k"].shape[0]
+    spare = torch.zeros(2, *a["k"].shape[1:], dtype=a["k"].dtype)
+    big_k, big_v = torch.cat([a["k"], spare]), torch.cat([a["v"], spare])
+    a["k"], a["v"] = big_k, big_v
+    _hit_twice(a, misses)
+    a["k"], a["v"] = big_k[:pages], big_v[:pages]           # same addresses, fewer pages
+    _run(a)
+    assert len(misses) == 2
+    _check(a)
+    last = int(a["block_table"][a["block_table"] < 2 ** 30].max())
+    a["k"], a["v"] = big_k[:last], big_v[:last]             # a used page now outside the cache
+    with pytest.raises(ValueError, match="block_table: sequence .* outside the cache"):
+        _run(a)
+
+
+def test_a_stride_change_at_the_same_address_misses_and_the_result_follows(misses):
+    a = _problem()
+    q = a["q"]
+    wide = torch.zeros(q.shape[0], q.shape[1], 2 * D, dtype=q.dtype)
+    a["q"] = wide.view(-1)[:q.numel()].view(q.shape)       # contiguous, at wide's address
+    a["q"].copy_(q)
+    _hit_twice(a, misses)
+    a["q"] = wide[..., :D]                                  # same address, padded rows
+    a["q"].copy_(q.flip(0))
+    assert a["q"].data_ptr() == wide.data_ptr()
+    _run(a)
+    assert len(misses) == 2
+    _check(a)
+
+
+def test_a_dtype_change_at_the_same_address_misses_and_the_result_follows(misses):
+    a = _problem()
+    _hit_twice(a, misses)
+    fresh = _problem(seed=9, dtype="bf16")
+    for name in ("q", "k", "v", "out"):
+        view = a[name].view(torch.bfloat16)                 # same address, shape and strides
+        view.copy_(fresh[name])
+        a[name] = view
+    _run(a)
+    assert len(misses) == 2 and a["out"].dtype == torch.bfloat16
+    _check(a, "bf16")
+
+
+def test_moved_storage_misses_and_the_result_follows(misses):
+    a = _problem()
+    _hit_twice(a, misses)
+    a["q"].set_((torch.rand(a["q"].shape) - 0.5).to(a["q"].dtype).untyped_storage(), 0,
+                a["q"].shape)                               # the same object, elsewhere
+    _run(a)
+    assert len(misses) == 2
+    _check(a)
+    a["k"].data = a["k"].clone()                            # .data: no version bump
+    _run(a)
+    assert len(misses) == 3
+    _check(a)
+
+
+def test_a_data_swap_to_another_view_of_the_same_memory_misses(misses):
+    """``.data = `` gives the same object another shape at the same address without bumping its
+    version counter: the key reads shapes, so it still misses."""
+    a = _problem()
+    _hit_twice(a, misses)
+    used = int(a["block_table"][a["block_table"] < 2 ** 30].max()) + 1
+    version = a["k"]._version
+    a["k"].data = a["k"].data[:used - 1]
+    assert a["k"]._version == version
+    with pytest.raises(ValueError, match="differs from k's"):   # k, v shapes disagree
+        _run(a)
+
+
+@pytest.mark.parametrize("lever, value", [("HIPDNN_GFX942_NUM_WARPS", "2"),
+                                          ("ROCKE_BATCH_INVARIANT", "1"),
+                                          ("HIPDNN_GFX942_2D_GRAPH", "0")])
+def test_a_lever_change_misses(misses, monkeypatch, lever, value):
+    a = _problem()
+    first = _hit_twice(a, misses)
+    monkeypatch.setenv(lever, value)
+    record = _run(a)
+    assert len(misses) == 2
+    _check(a)
+    if lever == "HIPDNN_GFX942_2D_GRAPH":
+        assert first.replayed and not record.replayed
+
+
+def test_an_unknown_lever_appearing_after_a_hit_is_refused(misses, monkeypatch):
+    a = _problem()
+    _hit_twice(a, misses)
+    monkeypatch.setenv("HIPDNN_GFX942_NO_SUCH_LEVER", "1")
+    with pytest.raises(ValueError, match="HIPDNN_GFX942_NO_SUCH_LEVER: not a gfx942 attention"):
+        _run(a)
+    monkeypatch.setenv("HIPDNN_GFX942_NUM_WARPS", "3")      # a bad value of a known lever
+    monkeypatch.delenv("HIPDNN_GFX942_NO_SUCH_LEVER")
+    with pytest.raises(ValueError, match="HIPDNN_GFX942_NUM_WARPS"):
+        _run(a)
+
+
+@pytest.mark.parametrize("name, value, error", [
+    ("window_size", (-1.0, -1), "window_size: must be a pair of ints"),   # == (-1, -1)
+    ("max_seqlen_k", 39, "max_seqlen_k: 39 is below the batch's longest length 40"),
+    ("max_seqlen_k", 40.0, "max_seqlen_k"),                               # == 40
+    ("causal", 1, "causal"),                                              # == True
+])
+def test_a_number_the_validation_refuses_is_refused_after_a_hit(misses, name, value, error):
+    a = _problem()
+    _hit_twice(a, misses)
+    a[name] = value
+    with pytest.raises((ValueError, TypeError), match=error):
+        _run(a)
+
+
+def test_a_new_softmax_scale_is_followed(misses):
+    a = _problem()
+    _hit_twice(a, misses)
+    a["softmax_scale"] = 0.5
+    _run(a)
+    assert len(misses) == 2
+    _check(a)
+
+
+def test_a_tensor_as_a_number_is_refused_after_a_hit(misses):
+    """A 0-d tensor equal to the cached float scale is not the same key (the key holds types)."""
+    a = _problem()
+    _hit_twice(a, misses)
+    a["softmax_scale"] = torch.tensor(a["softmax_scale"])
+    with pytest.raises(ValueError, match="softmax_scale: must be a finite positive float"):
+        _run(a)
+
+
+def test_a_number_of_another_immutable_type_is_validated_and_not_cached(misses):
+    import numpy as np
+    a = _problem()
+    a["softmax_scale"] = np.float64(0.5)                    # a float subclass: accepted
+    _run(a)
+    _run(a)
+    assert len(misses) == 2
+    _check(a)
+
+
+def test_changed_metadata_contents_are_checked_on_a_hit(misses):
+    a = _problem()
+    _hit_twice(a, misses)
+    a["block_table"][0, 0] = 10 ** 6
+    with pytest.raises(ValueError, match=r"block_table: sequence 0 uses block index 1000000"):
+        _run(a)
+    a["block_table"][0, 0] = a["block_table"][0, 1]          # valid again: runs, and follows
+    _run(a)
+    _check(a)
+    a["cu_seqlens_q"][1] = 5                                 # not monotone
+    with pytest.raises(ValueError, match="cu_seqlens_q: not monotone"):
+        _run(a)
+    a["cu_seqlens_q"][1] = 1
+    a["seqused_k"][1] = 2                                    # causal: query longer than its keys
+    with pytest.raises(ValueError, match="seqused_k: causal attention needs query_len <= kv_len"):
+        _run(a)
+    assert len(misses) == 1
+
+
+def test_new_lengths_over_an_unchanged_table_are_checked(misses):
+    """A decode step's new lengths over a block table wholly inside the cache (its scan is
+    skipped while its bytes are unchanged) are still checked and followed."""
+    a = _problem()
+    table = a["block_table"]
+    table[table >= 2 ** 30] = 0                              # every entry inside the cache
+    _hit_twice(a, misses)
+    a["seqused_k"][0] = 33
+    _run(a)
+    _check(a)
+    a["seqused_k"][1] = 2                                    # causal: query longer than its keys
+    with pytest.raises(ValueError, match="seqused_k: causal attention needs query_len <= kv_len"):
+        _run(a)
+    a["seqused_k"][1] = 23
+    a["seqused_k"][0] = 10 ** 4                              # beyond its row's pages
+    with pytest.raises(ValueError, match="seqused_k: sequence 0 has 10000 KV tokens, beyond"):
+        _run(a)
+    a["seqused_k"][0] = 40
+    table[1, -1] = table.shape[0] * 100                      # an unused entry outside the cache
+    _run(a)                                                  # allowed (not used): runs, follows
+    _check(a)
+    assert len(misses) == 1
+
+
+def test_contents_written_behind_torch_s_back_are_checked(misses):
+    """The content check compares bytes, not version counters: a write through a numpy view
+    (no version bump) is seen."""
+    a = _problem()
+    _hit_twice(a, misses)
+    version = a["block_table"]._version
+    a["block_table"].numpy()[1, 0] = -7
+    assert a["block_table"]._version == version
+    with pytest.raises(ValueError, match="block_table: sequence 1 uses block index -7"):
+        _run(a)
+
+
+def test_the_device_at_the_same_address_is_part_of_the_key(misses):
+    """A tensor that says it lives elsewhere (another device) at the same address misses."""
+    class Elsewhere(torch.Tensor):
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+        @property
+        def device(self):
+            return torch.device("meta")
+    a = _problem()
+    _hit_twice(a, misses)
+    a["out"] = a["out"].as_subclass(Elsewhere)
+    with pytest.raises(ValueError, match="out"):
+        _run(a)
+
+
+def test_a_tensor_class_overriding_data_ptr_is_never_cached(misses):
+    class Shifted(torch.Tensor):
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+        def data_ptr(self):
+            return torch.Tensor.data_ptr(self)
+    a = _problem()
+    a["q"] = a["q"].as_subclass(Shifted)
+    _run(a)
+    _run(a)
+    assert len(misses) == 2
+    _check(a)
+
+
+# ---- the pieces ----------------------------------------------------------------------------
+
+def test_state_reader_follows_set_edit_and_unset(monkeypatch):
+    monkeypatch.delenv("ROCKE_BATCH_INVARIANT", raising=False)
+    read = env.state_reader(("ROCKE_BATCH_INVARIANT",))
+    unset = read()
+    assert unset[1:] == (None,)
+    monkeypatch.setenv("ROCKE_BATCH_INVARIANT", "1")
+    one = read()
+    monkeypatch.setenv("ROCKE_BATCH_INVARIANT", "0")
+    zero = read()
+    assert len({unset, one, zero}) == 3 and one[0] == unset[0] + 1
+    monkeypatch.setenv("SOME_OTHER_VARIABLE_FOR_THE_COUNT", "x")
+    assert read()[0] == zero[0] + 1
+
+
+def test_an_emulator_graph_checks_every_argument_of_every_launch(vector_add):
+    """The replay's one-pass address check: an argument shared by two launches, or seen only in
+    the second, moving is still refused, naming that launch."""
+    from rocke import runtime
+    _variant, ck = vector_add
+    n = 512
+    a, b, c, d = (torch.randn(n) for _ in range(4))
+    g = Graph(device="emu")
+    with g.capture():
+        runtime.launch(ck, 2, 256, [a, b, c, n], device="emu")
+        runtime.launch(ck, 2, 256, [c, b, d, n], device="emu")
+    g.replay()
+    torch.testing.assert_close(d, a + 2 * b, rtol=0, atol=1e-5)
+    d.set_(torch.zeros(n).untyped_storage())
+    with pytest.raises(GraphError, match="storage moved since the capture"):
+        g.replay()
