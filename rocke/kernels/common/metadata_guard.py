@@ -67,6 +67,8 @@ def spec_for(device_arch: str) -> MetadataGuardSpec:
     """The guard built for the processor of a device's target id ('gfx950:sramecc+:xnack-')."""
     target = device_arch.split(":", 1)[0]
     return SPEC if target == SPEC.target else MetadataGuardSpec(target=target)
+
+
 # a shipped variant (rocke.kernels.registry): golden-pinned and in the prebuilt bundle, so the
 # GPU path's first call neither builds its IR nor links it
 VARIANTS = {"t64": SPEC}
