@@ -236,11 +236,14 @@ class _Span:
     written: bool     # the kernel may write through this argument
 
 
-def _tensor_span(arg: abi.KernArg, value, written: bool) -> _Span:
+def _tensor_span(arg: abi.KernArg, value, written: bool, gpu_ok: bool = False) -> _Span:
     """The bytes a tensor argument's view can reach: its first element to one past its last
-    element through its sizes and strides (not its whole storage)."""
-    if value.device.type != "cpu":
-        raise ValueError(f"{arg.label}: tensor must be on the CPU, got {value.device}")
+    element through its sizes and strides (not its whole storage). `gpu_ok`: CUDA tensors are
+    global memory too (the torch backend on CUDA)."""
+    if value.device.type != "cpu" and not (gpu_ok and value.device.type == "cuda"):
+        raise ValueError(f"{arg.label}: tensor must be on the CPU, got {value.device}"
+                         + ("" if value.device.type != "cuda" else " (CUDA tensors need "
+                            "ROCKE_EMU_BACKEND=torch ROCKE_EMU_DEVICE=cuda)"))
     if str(getattr(value, "layout", "torch.strided")) != "torch.strided":
         raise ValueError(f"{arg.label}: only strided (dense) tensors can be passed, got "
                          f"layout {value.layout}")
@@ -399,7 +402,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
         if _is_tensor(value):
             if arg.value_kind in abi.POINTER_KINDS:
                 written = _writes_through(metadata_args[arg.index])
-                spans.append(_tensor_span(arg, value, written))
+                spans.append(_tensor_span(arg, value, written, array_device == "cuda"))
                 allocations.append(_allocation_span(arg, value, written))
         elif arg.value_kind == "by_value":
             args[position] = _by_value(arg, value)
@@ -428,8 +431,14 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
 
     memory = GlobalMemory(memcheck, [(a.start, a.end, a.label) for a in allocations])
     ranges = _merged(allocations if memcheck == "allocation" else spans)
-    for start, end, names, written in ranges:
-        memory.add(start, end - start, names, written)
+    # the torch backend reads and writes tensor arguments through torch views (torch_memory.py)
+    views, device_only = [None] * len(ranges), [False] * len(ranges)
+    if array_backend == "torch":
+        from . import torch_memory
+        views = torch_memory.range_views(ranges, [v for v in args if _is_tensor(v)])
+        device_only = [torch_memory.device_only(view) for view in views]
+    for (start, end, names, written), view, gpu in zip(ranges, views, device_only):
+        memory.add(start, end - start, names, written, tensor=view, on_host=not gpu)
     kernarg = np.zeros(-(-max(len(packed), 16) // 64) * 64 + 64, np.uint8)
     kernarg[:len(packed)] = np.frombuffer(packed, np.uint8)
     dispatch = _dispatch_packet(grid3, block3, static_lds + int(shared_mem), kernarg.ctypes.data)
@@ -444,7 +453,9 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
         profiler = Profiler(dk, grid3, block3, grid3[0] * grid3[1] * grid3[2], -(-threads // 64),
                             resources_of(source, int(shared_mem)))
     start = time.perf_counter()
-    shadow = _Shadow(ranges)
+    shadow = _Shadow([r for r, gpu in zip(ranges, device_only) if not gpu])
+    shadow.saved += [(view, view.clone()) for r, view, gpu in zip(ranges, views, device_only)
+                     if gpu and r[3]]    # copies kept on the GPU
     copied = time.perf_counter()
     try:
         report = _run_pools(dk, memory, grid3, block3, static_lds + int(shared_mem), check,

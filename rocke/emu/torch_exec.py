@@ -23,9 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import backend as shared
-from . import memops
+from . import memops, torch_memory
 from .access import scalar_raw_reader, sgpr_pair_to_mask, write_mask
 from .errors import DecodeError, EmulatorError
+from .memory import AccessFault
 from .machine import LDS_GRANULE, Pool
 from .valu import dpp_source_lanes
 from .memory import access_rows
@@ -116,6 +117,38 @@ class TorchPool(Pool):
         mask = (self.tmask(sel)[0] if mask is None else mask)[:, None, :]
         old = self.tv[ts, row:row + count]
         self.tv[ts, row:row + count] = self.torch.where(mask, values, old)
+
+    def load_global(self, ins, sel, addresses, nbytes, where):
+        """uint8 (m, nbytes) device tensor of `nbytes` at each flat uint64 address (m,), checked
+        as Pool.global_load checks them (same faults); the data never passes the host."""
+        torch = self.torch
+        if addresses.size == 0:
+            return torch.zeros((0, nbytes), dtype=torch.uint8, device=self.device)
+        try:
+            groups = self.memory.groups(addresses, nbytes, False)
+        except AccessFault as fault:
+            self._fault(ins, sel, where, fault, nbytes, False)
+        if len(groups) == 1:
+            region, _, offsets = groups[0]
+            return torch_memory.take(region, offsets, nbytes, self.device)
+        out = torch.empty((addresses.size, nbytes), dtype=torch.uint8, device=self.device)
+        for region, pick, offsets in groups:
+            out[self.to_device(pick)] = torch_memory.take(region, offsets, nbytes, self.device)
+        return out
+
+    def store_global(self, ins, sel, addresses, data, where):
+        """Store uint8 (m, nbytes) device tensor `data` at flat uint64 `addresses` (checked as
+        Pool.global_store checks them; later lanes win on overlap)."""
+        if addresses.size == 0:
+            return
+        nbytes = data.shape[1]
+        try:
+            groups = self.memory.groups(addresses, nbytes, True)
+        except AccessFault as fault:
+            self._fault(ins, sel, where, fault, nbytes, False)
+        for region, pick, offsets in groups:
+            picked = data if isinstance(pick, slice) else data[self.to_device(pick)]
+            torch_memory.put(region, offsets, picked)
 
     def lds_flat(self, ins, sel, addr, nbytes, active):
         """Pool._lds_flat for the torch closures: host flat byte indices, bounds-checked."""
@@ -821,18 +854,9 @@ def _decode_global(ins, ops, mods):
             active, full, lanes = P.exec_state(sel)
             addr = _global_addresses(P, sel, vaddr.index, saddr, imm)
             P.vm_issue(sel)
-            data = P.global_load(ins, sel, addr.reshape(-1) if full else addr[active], nbytes,
-                                 active, addr)
-            if how == "full":
-                words = P.to_device(np.ascontiguousarray(data).view(np.int32).reshape(-1, k))
-            else:   # a byte or short, zero- or sign-extended
-                value = data[:, 0].astype(np.int64) if nbytes == 1 else \
-                    np.ascontiguousarray(data).view(np.uint16)[:, 0].astype(np.int64)
-                if how == "sext":
-                    sign = 1 << (8 * nbytes - 1)
-                    value = (value ^ sign) - sign
-                words = _i32(P.to_device(value[:, None]))
-            _write_lanes(P, sel, n, row, k, words, full)
+            data = P.load_global(ins, sel, addr.reshape(-1) if full else addr[active], nbytes,
+                                 active)
+            _write_lanes(P, sel, n, row, k, _loaded_words(data, nbytes, how), full)
             return lanes
         return run_load
     if rest.startswith("store_") and rest[6:] in _BUFFER_STORE:
@@ -847,16 +871,38 @@ def _decode_global(ins, ops, mods):
             active, full, lanes = P.exec_state(sel)
             addr = _global_addresses(P, sel, vaddr.index, saddr, imm)
             P.vm_issue(sel)
-            words = P.host(P.tv[P.tsel(sel), row:row + k].permute(0, 2, 1).contiguous())
-            words = words.reshape(-1, k) if full else words[active]
-            if how == "hi":
-                words = words >> 16
-            data = np.ascontiguousarray(np.ascontiguousarray(words).view(np.uint8).reshape(len(words), -1)[:, :nbytes])
-            P.global_store(ins, sel, addr.reshape(-1) if full else addr[active], data, active,
-                           addr)
+            data = _store_bytes(P, sel, row, k, nbytes, how, full)
+            P.store_global(ins, sel, addr.reshape(-1) if full else addr[active], data, active)
             return lanes
         return run_store
     raise DecodeError(f"torch backend: {name} is not ported")
+
+
+def _loaded_words(data, nbytes, how):
+    """int32 (m, words) of loaded bytes (m, nbytes): whole dwords, or a byte / short zero- or
+    sign-extended."""
+    torch = torch_module()
+    if how == "full":
+        return data.view(torch.int32)
+    value = data[:, 0].to(torch.int64)
+    if nbytes == 2:
+        value = value | (data[:, 1].to(torch.int64) << 8)
+    if how == "sext":
+        sign = 1 << (8 * nbytes - 1)
+        value = (value ^ sign) - sign
+    return _i32(value[:, None])
+
+
+def _store_bytes(P, sel, row, k, nbytes, how, full):
+    """uint8 (m, nbytes) device tensor of the active lanes' store data (rows row..row+k-1)."""
+    torch = P.torch
+    words = P.tv[P.tsel(sel), row:row + k].permute(0, 2, 1)
+    words = words.reshape(-1, k) if full else words[P.tmask(sel)[0]]
+    if how == "hi":
+        words = words >> 16
+    m = words.shape[0]
+    return words.contiguous().reshape(-1).view(torch.uint8).reshape(m, 4 * k)[:, :nbytes] \
+        .contiguous()
 
 
 _BUFFER_LOAD = {"dword": (4, "full"), "dwordx2": (8, "full"), "dwordx3": (12, "full"),
@@ -916,18 +962,19 @@ def _decode_buffer(ins, ops, mods):
             active, full, lanes = P.exec_state(sel)
             addr, byte_offset, limit = plan(P, sel, n)
             P.vm_issue(sel)
-            data = np.zeros((int(active.sum()), max(4, nbytes)), np.uint8)
+            torch = P.torch
+            data = torch.zeros((lanes, max(4, nbytes)), dtype=torch.uint8, device=P.device)
             for k in range(0, nbytes, 4):   # each dword is range-checked; outside reads 0
                 width = min(4, nbytes - k)
                 ok = active & (byte_offset + (k + width) <= limit)
                 if ok.any():
-                    data[ok[active], k:k + width] = P.global_load(
-                        ins, sel, addr[ok] + np.uint64(k), width, ok, None)
-            words = data.view(np.uint32)[:, :max(1, nbytes // 4)].astype(np.int64)
-            if how == "sext":
-                sign = 1 << (8 * nbytes - 1)
-                words = (words ^ sign) - sign
-            _write_lanes(P, sel, n, row, words.shape[1], _i32(P.to_device(words)), full)
+                    loaded = P.load_global(ins, sel, addr[ok] + np.uint64(k), width, ok)
+                    if ok.sum() == lanes:
+                        data[:, k:k + width] = loaded
+                    else:
+                        data[P.to_device(ok[active]), k:k + width] = loaded
+            words = _loaded_words(data, nbytes, how)[:, :max(1, nbytes // 4)]
+            _write_lanes(P, sel, n, row, words.shape[1], words, full)
             return lanes
         return run_load
     if rest.startswith("store_") and rest[6:] in _BUFFER_STORE:
@@ -938,17 +985,14 @@ def _decode_buffer(ins, ops, mods):
             active, full, lanes = P.exec_state(sel)
             addr, byte_offset, limit = plan(P, sel, n)
             P.vm_issue(sel)
-            words = P.host(P.tv[P.tsel(sel), row:row + k_words].permute(0, 2, 1).contiguous())
-            words = words[active].view(np.uint32)
-            if how == "hi":
-                words = words >> np.uint32(16)
-            data = np.ascontiguousarray(np.ascontiguousarray(words).view(np.uint8).reshape(len(words), -1)[:, :nbytes])
+            data = _store_bytes(P, sel, row, k_words, nbytes, how, full)
             for k in range(0, nbytes, 4):   # out-of-range dwords are dropped
                 width = min(4, nbytes - k)
                 ok = active & (byte_offset + (k + width) <= limit)
                 if ok.any():
-                    P.global_store(ins, sel, addr[ok] + np.uint64(k),
-                                   np.ascontiguousarray(data[ok[active], k:k + width]), ok, None)
+                    part = data[:, k:k + width] if ok.sum() == lanes else \
+                        data[P.to_device(ok[active]), k:k + width]
+                    P.store_global(ins, sel, addr[ok] + np.uint64(k), part.contiguous(), ok)
             return lanes
         return run_store
     raise DecodeError(f"torch backend: {ins.mnemonic} is not ported")
