@@ -268,3 +268,78 @@ def test_attention_3d_and_reduce_segments_fully_on_torch(dual):
     assert any(n.startswith("attention_3d") for n in names) and \
         any(n.startswith("reduce_segments") for n in names), names
     assert all(r.fallbacks == () for r in dual), [r.fallbacks[:2] for r in dual if r.fallbacks]
+
+
+# ------------------------------------------------------------------ CUDA tensors as global memory
+
+def _attention_call(on_cuda, backend_name, device, seqs, dtype="f16"):
+    """run_unified_attention_torch on make_inputs' batch (a mixed prefill/decode batch, 2D and
+    3D paths by the dispatcher), the tensors on CUDA or the CPU; returns `out` on the CPU."""
+    from rocke.kernels.common.attention_unified import run_unified_attention_torch
+    from tests.kernels.unified_inputs import make_inputs
+    inputs = make_inputs(seqs, dtype=dtype)
+    if on_cuda:
+        inputs = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    with backend_env(backend_name, device):
+        run_unified_attention_torch(*inputs.values())
+    return inputs["out"].cpu()
+
+
+CUDA_ONLY = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU (CI has none)")
+
+
+@CUDA_ONLY
+@pytest.mark.parametrize("seqs", [[(5, 40), (1, 70)], [(1, 300), (1, 33)]], ids=["mixed", "decode"])
+def test_unified_attention_on_cuda_tensors_is_numpys(monkeypatch, seqs):
+    """vLLM's entry point on CUDA tensors emulates on the GPU (the tensors are the emulator's
+    global memory) and writes the bytes the numpy backend writes on CPU tensors."""
+    from rocke.emu import memory
+    seen = []
+    real_add = memory.GlobalMemory.add
+
+    def add(self, start, size, name, writable, array=None, tensor=None, on_host=True):
+        seen.append((name, tensor is not None and tensor.device.type == "cuda", on_host))
+        return real_add(self, start, size, name, writable, array, tensor, on_host)
+    monkeypatch.setattr(memory.GlobalMemory, "add", add)
+    want = _attention_call(False, "numpy", "cpu", seqs)
+    seen.clear()
+    got = _attention_call(True, "torch", "cuda", seqs)
+    assert torch.equal(_bits(got), _bits(want))
+    assert any(cuda and not on_host for _, cuda, on_host in seen), seen   # GPU-only regions
+    assert not any(cuda and on_host for _, cuda, on_host in seen), seen
+
+
+def test_cuda_tensors_are_emulated_only_with_the_torch_cuda_backend(monkeypatch):
+    """An NVIDIA CUDA q goes to the emulator with ROCKE_EMU_BACKEND=torch ROCKE_EMU_DEVICE=cuda
+    and is refused otherwise (checked without a GPU: only q.device is read)."""
+    from types import SimpleNamespace
+    from rocke.kernels.common.attention_unified import launch_device_kind
+    monkeypatch.setattr(torch.version, "hip", None)
+    q = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    with backend_env("numpy", "cpu"):
+        with pytest.raises(ValueError, match="NVIDIA CUDA build"):
+            launch_device_kind(q)
+    with backend_env("torch", "cuda"):
+        assert launch_device_kind(q) == "emu"
+
+
+def test_device_store_keeps_the_last_overlapping_lane():
+    """torch_memory.put (the GPU's global stores) against memory.put_rows (numpy's): lanes that
+    store to one address, or to overlapping bytes, leave the last lane's bytes."""
+    from rocke.emu import memory, torch_memory
+    rng = np.random.default_rng(0)
+    for nbytes, offsets in ((4, [8, 0, 8, 4, 8]), (4, [0, 2, 4, 6]), (1, [3, 3, 1, 3]),
+                            (8, rng.integers(0, 7, 40) * 4)):
+        offsets = np.asarray(offsets, np.int64)
+        data = rng.integers(0, 256, (len(offsets), nbytes), dtype=np.uint8)
+        host = np.zeros(64, np.uint8)
+        region = memory.Region(0, 64, "x", True, host)
+        if np.all(offsets % nbytes == 0):
+            memory.region_rows(region, offsets, nbytes, put=data)
+        else:   # numpy's store of unaligned overlapping accesses: one lane after another
+            for o, row in zip(offsets, data):
+                host[o:o + nbytes] = row
+        view = torch.zeros(64, dtype=torch.uint8)
+        torch_memory.put(memory.Region(0, 64, "x", True, None, view), offsets,
+                         torch.from_numpy(data))
+        assert np.array_equal(view.numpy(), host), (nbytes, offsets)
