@@ -62,6 +62,11 @@ LDS_LIMIT = GFX942.max_lds_per_workgroup     # gfx942's; a gfx950 launch uses th
 MAX_WORKGROUP_SIZE = 1024            # work-items per workgroup on gfx942 and gfx950
 MAX_GRID_WORK_ITEMS = 2 ** 32 - 1    # per axis: the dispatch packet's grid size is 32-bit
 MAX_POOL_WAVES = 512
+# the torch backend on CUDA: an emulated instruction costs about the same host time (torch op
+# dispatch) for 512 waves as for thousands, so its pools are wider, and so is the race checker's
+# host bookkeeping budget (11 bytes per LDS byte of the pool)
+TORCH_CUDA_POOL_WAVES = 1 << 14
+TORCH_CUDA_RACE_BUDGET_SCALE = 16
 # what a tensor argument makes addressable: its view (rocke's own kernels: an access outside the
 # view is a bug even inside the allocation) or its whole allocation (foreign code: a pointer
 # into the middle of a buffer indexed backwards is a common idiom; compute-sanitizer's scope)
@@ -482,9 +487,11 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
     threads = block3[0] * block3[1] * block3[2]
     waves_per_wg = -(-threads // 64)
     per_wg_tracker = (lds_bytes + 4) * 11 if check else 0
-    pool_wgs = max(1, MAX_POOL_WAVES // waves_per_wg)
+    on_cuda = bool(on_torch) and on_torch[1] == "cuda"
+    pool_wgs = max(1, (TORCH_CUDA_POOL_WAVES if on_cuda else MAX_POOL_WAVES) // waves_per_wg)
     if per_wg_tracker:
-        pool_wgs = max(1, min(pool_wgs, RACE_TRACKER_BUDGET // per_wg_tracker))
+        budget_bytes = RACE_TRACKER_BUDGET * (TORCH_CUDA_RACE_BUDGET_SCALE if on_cuda else 1)
+        pool_wgs = max(1, min(pool_wgs, budget_bytes // per_wg_tracker))
     private_limit = scratch.pool_workgroup_limit(lane_private_bytes, waves_per_wg)
     if private_limit is not None:
         pool_wgs = min(pool_wgs, private_limit)
