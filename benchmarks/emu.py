@@ -285,8 +285,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.flash_batch_heads < 1:
         raise ValueError(f"--flash-batch-heads must be >= 1, got {args.flash_batch_heads}")
-    global FLASH_BATCH_HEADS
-    FLASH_BATCH_HEADS = args.flash_batch_heads
+    globals()["FLASH_BATCH_HEADS"] = args.flash_batch_heads
     if args.torch_threads is not None:
         if args.torch_threads < 1:
             raise ValueError(f"--torch-threads must be >= 1, got {args.torch_threads}")
