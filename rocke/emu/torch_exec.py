@@ -24,7 +24,7 @@ import numpy as np
 
 from . import backend as shared
 from . import memops, torch_memory
-from .access import scalar_raw_reader, sgpr_pair_to_mask, write_mask
+from .access import mask_to_words, scalar_raw_reader, sgpr_pair_to_mask, write_mask
 from .errors import DecodeError, EmulatorError
 from .memory import AccessFault
 from .machine import LDS_GRANULE, Pool
@@ -65,6 +65,63 @@ class TorchPool(Pool):
         self.tv = self.tl = None
         self._tsel = (None, None)
         self._tmask = (None, None)
+        # VALU lane masks written to SGPR pairs (v_cmp) stay on the device until a host access
+        # of the SGPRs needs them: index -> (sel, bool (n, 64)); no read-back per compare
+        self._pending_masks = {}
+        self._sgpr_epoch = 0        # bumped by every host access: device copies go stale
+        self._sgpr_columns = (None, -1, {})   # (sel, epoch, index -> int32 (n, 1) on device)
+
+    # ---- the scalar registers: host numpy, with device-side masks and copies (see above)
+    @property
+    def sgpr(self):
+        if self._pending_masks:
+            self._flush_masks()
+        self._sgpr_epoch += 1
+        return self._sgpr
+
+    @sgpr.setter
+    def sgpr(self, value):
+        self._sgpr = value
+
+    def _flush_masks(self):
+        pending, self._pending_masks = self._pending_masks, {}
+        for index, (sel, mask) in pending.items():
+            self._sgpr[sel, index:index + 2] = mask_to_words(self.host(mask))
+        self._sgpr_epoch += 1
+
+    def defer_mask(self, sel, index, mask):
+        """SGPR pair `index` of the batch := device bool (n, 64) `mask`, read back only when
+        the host needs it."""
+        pending = self._pending_masks
+        if index - 1 in pending or index + 1 in pending or \
+                (index in pending and pending[index][0] is not sel):
+            self._flush_masks()
+        self._pending_masks[index] = (sel, mask)
+
+    def mask_on_device(self, sel, index):
+        """Device bool (n, 64) of SGPR pair `index` of the batch."""
+        pending = self._pending_masks
+        if pending:
+            hit = pending.get(index)
+            if hit is not None and hit[0] is sel:
+                return hit[1]
+            if hit is not None or index - 1 in pending or index + 1 in pending:
+                self._flush_masks()
+        return self.to_device(sgpr_pair_to_mask(self, sel, index))
+
+    def sgpr_on_device(self, sel, index):
+        """int32 (n, 1) device copy of SGPR `index` of the batch, uploaded once per host epoch."""
+        pending = self._pending_masks
+        if pending and (index in pending or index - 1 in pending):
+            self._flush_masks()
+        cached_sel, epoch, columns = self._sgpr_columns
+        if cached_sel is not sel or epoch != self._sgpr_epoch:
+            columns = {}
+            self._sgpr_columns = (sel, self._sgpr_epoch, columns)
+        column = columns.get(index)
+        if column is None:
+            column = columns[index] = self.to_device(self._sgpr[sel, index].view(np.int32))[:, None]
+        return column
 
     def run(self):
         torch = self.torch
@@ -540,6 +597,30 @@ def _register_ops():
 
 
 _register_ops()
+
+# Ops whose 32-bit result is a function of their sources' 32 bits alone, modulo 2**32: torch
+# computes them on the int32 words (two's complement wrap-around), skipping the widening to
+# int64 and back. Same names, same results as PORTED_VALU_OPS (the op tests compare both).
+WRAP32_OPS = {
+    "v_mov_b32": lambda a: a,
+    "v_add_u32": lambda a, b: a + b,
+    "v_sub_u32": lambda a, b: a - b,
+    "v_subrev_u32": lambda a, b: b - a,
+    "v_mul_lo_u32": lambda a, b: a * b,
+    "v_add3_u32": lambda a, b, c: a + b + c,
+    "v_and_b32": lambda a, b: a & b,
+    "v_or_b32": lambda a, b: a | b,
+    "v_xor_b32": lambda a, b: a ^ b,
+    "v_not_b32": lambda a: ~a,
+    "v_or3_b32": lambda a, b, c: a | b | c,
+    "v_xor3_b32": lambda a, b, c: a ^ b ^ c,
+    "v_and_or_b32": lambda a, b, c: (a & b) | c,
+    "v_lshlrev_b32": lambda s, a: a << (s & 31),
+    "v_ashrrev_i32": lambda s, a: a >> (s & 31),
+    "v_lshl_add_u32": lambda a, s, c: (a << (s & 31)) + c,
+    "v_lshl_or_b32": lambda a, s, c: (a << (s & 31)) | c,
+    "v_xad_u32": lambda a, b, c: (a ^ b) + c,
+}
 _IMPLICIT = {"v_fmac_f32": ("dst",), "v_div_fmas_f32": ("vcc",)}
 _ZEROES_HIGH_16 = {"v_cvt_f16_f32"}
 
@@ -562,7 +643,7 @@ _SDWA_SEL = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (2
              "WORD_0": (0, 16), "WORD_1": (16, 16), "DWORD": (0, 32)}
 
 
-def _source(i, src, typ, mods, sdwa=False):
+def _source(i, src, typ, mods, sdwa=False, raw32=False):
     """Reader (P, sel, n) -> typed torch value of one VALU source (`sdwa`: the SDWA form, whose
     src<i>_sel picks a byte or word of the register)."""
     torch = torch_module()
@@ -570,7 +651,7 @@ def _source(i, src, typ, mods, sdwa=False):
         if src.kind != "s" or src.count != 2:
             raise DecodeError(f"mask operand {src.text!r} must be an SGPR pair or vcc")
         index = src.index
-        return lambda P, sel, n: P.to_device(sgpr_pair_to_mask(P, sel, index))
+        return lambda P, sel, n: P.mask_on_device(sel, index)
     op_sel, op_sel_hi = mods.get("op_sel"), mods.get("op_sel_hi")
     neg_lo, neg_hi = mods.get("neg_lo"), mods.get("neg_hi")
     if typ == "pk_f32":
@@ -614,7 +695,7 @@ def _source(i, src, typ, mods, sdwa=False):
         raw = lambda P, sel, n: P.tv[P.tsel(sel), r]
     elif src.kind == "s":
         index = src.index
-        raw = lambda P, sel, n: P.to_device(P.sgpr[sel, index].view(np.int32))[:, None]
+        raw = lambda P, sel, n: P.sgpr_on_device(sel, index)
     elif src.kind in ("const", "float"):
         value = _signed_const(constant_bits(src, typ))
         cache = {}
@@ -648,11 +729,11 @@ def _source(i, src, typ, mods, sdwa=False):
             x = x & (sign - 1 if bits == 16 else 0x7FFFFFFF)
         if neg:
             x = x ^ sign
-        return bits_to_typed(x, typ)
+        return x if raw32 else bits_to_typed(x, typ)
     return read
 
 
-def _destination(dst, typ, name, mods, is_cmpx, sdwa=False):
+def _destination(dst, typ, name, mods, is_cmpx, sdwa=False, raw32=False):
     torch = torch_module()
     if typ == "mask":
         if dst.kind != "s" or dst.count != 2:
@@ -660,10 +741,14 @@ def _destination(dst, typ, name, mods, is_cmpx, sdwa=False):
         index = dst.index
 
         def write_mask_dst(P, sel, n, value, tmask, full):
-            lanes = P.host(torch.broadcast_to(value, (n, 64)) & tmask)
-            if is_cmpx:
-                write_mask(P, sel, EXEC_LO, lanes)
-            write_mask(P, sel, index, lanes)
+            lanes = torch.broadcast_to(value, (n, 64)) & tmask
+            if is_cmpx or index in (EXEC_LO - 1, EXEC_LO, EXEC_LO + 1):   # EXEC: on the host now
+                lanes = P.host(lanes)
+                if is_cmpx:
+                    write_mask(P, sel, EXEC_LO, lanes)
+                write_mask(P, sel, index, lanes)
+            else:
+                P.defer_mask(sel, index, lanes)
         return write_mask_dst
     if dst.kind != "v":
         raise DecodeError(f"VALU destination {dst.text!r} must be a VGPR")
@@ -693,7 +778,7 @@ def _destination(dst, typ, name, mods, is_cmpx, sdwa=False):
     field = ((1 << width) - 1) << shift
 
     def write(P, sel, n, value, tmask, full):
-        words = _typed_to_words(value, typ)
+        words = value if raw32 else _typed_to_words(value, typ)
         if not zero_high:
             words = (P.tv[P.tsel(sel), row] & -65536) | words
         if width < 32:   # SDWA dst_sel: the field, the rest padded / sign-filled / kept
@@ -744,17 +829,20 @@ def _decode_valu(ins, ops, mods):
     if unknown:
         raise DecodeError(f"torch backend: modifier(s) {sorted(unknown)} not ported")
     dsts, srcs, fn = PORTED_VALU_OPS[name]
+    raw32 = name in WRAP32_OPS      # computed on the int32 words, no int64 widening
+    if raw32:
+        fn = WRAP32_OPS[name]
     nd = len(dsts)
     dst_ops, src_ops = ops[:nd], list(ops[nd:])
     for implicit in _IMPLICIT.get(name, ()):
         src_ops.append(dst_ops[0] if implicit == "dst" else Operand("s", VCC_LO, 2, text="vcc"))
     if len(dst_ops) != nd or len(src_ops) != len(srcs):
         raise DecodeError(f"{name} expects {nd} destination and {len(srcs)} source operands")
-    readers = [_source(i, s, t, mods, sdwa) for i, (s, t) in enumerate(zip(src_ops, srcs))]
+    readers = [_source(i, s, t, mods, sdwa, raw32) for i, (s, t) in enumerate(zip(src_ops, srcs))]
     if dpp is not None and src_ops[0].kind != "v":
         raise DecodeError("DPP src0 must be a VGPR")
     dpp_row = src_ops[0].index if dpp is not None else None
-    writers = [_destination(d, t, name, mods, name.startswith("v_cmpx_"), sdwa)
+    writers = [_destination(d, t, name, mods, name.startswith("v_cmpx_"), sdwa, raw32)
                for d, t in zip(dst_ops, dsts)]
 
     def run(P, sel, n):

@@ -241,6 +241,27 @@ def test_ported_valu_op_bit_identical(name, device):
                                   f"{w_bits.reshape(-1)[differ[0]]:#x}")
 
 
+@pytest.mark.parametrize("device", ["cpu", DEVICES[2]])
+@pytest.mark.parametrize("name", sorted(torch_exec.WRAP32_OPS))
+def test_wrap32_op_bit_identical(name, device):
+    """The int32 forms (no int64 widening) equal semantics.VALU_OPS[name] on random words,
+    incl. the wrap-around corners (0x7FFFFFFF + 1, products past 2**32, shifts of 31)."""
+    dsts, srcs, _ = torch_exec.PORTED_VALU_OPS[name]
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + 1)
+    args_np, args_t = [], []
+    for typ in srcs:
+        words = _words(rng, typ, (4, 64))
+        words[0, :8] = [0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0, 1, 31, 32, 0xFFFFFFE1]
+        args_np.append(_numpy_typed(words, typ))
+        args_t.append(torch.from_numpy(words.view(np.int32).copy()).to(device))
+    with np.errstate(all="ignore"):
+        want = _numpy_bits(semantics.VALU_OPS[name].fn(*args_np), dsts[0])
+    got = torch_exec.WRAP32_OPS[name](*args_t)
+    assert got.dtype == torch.int32
+    got = got.to(torch.int64).cpu().numpy() & 0xFFFFFFFF
+    assert np.array_equal(np.broadcast_to(got, want.shape), want), name
+
+
 # ------------------------------------------------------------------ rocke's own attention kernel
 
 @pytest.mark.parametrize("dual", DEVICES, indirect=True)
