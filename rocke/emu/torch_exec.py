@@ -68,6 +68,7 @@ class TorchPool(Pool):
         # VALU lane masks written to SGPR pairs (v_cmp) stay on the device until a host access
         # of the SGPRs needs them: index -> (sel, bool (n, 64)); no read-back per compare
         self._pending_masks = {}
+        self._lds_base = (None, None)
         self._sgpr_epoch = 0        # bumped by every host access: device copies go stale
         self._sgpr_columns = (None, -1, {})   # (sel, epoch, index -> int32 (n, 1) on device)
 
@@ -130,7 +131,9 @@ class TorchPool(Pool):
             self.tl = torch.from_numpy(self.lds)
         else:
             self.tv = torch.from_numpy(self.vgpr.view(np.int32)).to(self.device)
-            self.tl = torch.zeros(self.lds.size, dtype=torch.uint8, device=self.device)
+            # one granule past the pool's LDS: where inactive lanes' writes go (lds_on_device)
+            self.tl = torch.zeros(self.lds.size + LDS_GRANULE, dtype=torch.uint8,
+                                  device=self.device)
             self.vgpr = self.lds = None    # an unported numpy path must not see stale arrays
         super().run()
 
@@ -206,6 +209,26 @@ class TorchPool(Pool):
         for region, pick, offsets in groups:
             picked = data if isinstance(pick, slice) else data[self.to_device(pick)]
             torch_memory.put(region, offsets, picked)
+
+    def lds_on_device(self, ins, sel, addr_row, offset, nbytes):
+        """Device flat byte index (n, 64) of every lane's LDS access — inactive lanes at the
+        sink past the pool's LDS — when the addresses stay on the device: without the race
+        checker (it wants them on the host) and on own copies; None otherwise, or when a lane
+        is out of bounds (the host path then names it)."""
+        if self.check or self.shares_numpy:
+            return None
+        torch = self.torch
+        tmask = self.tmask(sel)[0]
+        addr = self.tv[self.tsel(sel), addr_row].to(torch.int64) & MASK32
+        if offset:
+            addr = (addr + offset) & MASK32
+        if bool(((addr + nbytes > self.lds_bytes) & tmask).any()):    # one read: a flag
+            return None
+        cached_sel, base = self._lds_base
+        if cached_sel is not sel:
+            base = self.to_device((self.wg_of[sel] * self.lds_stride).astype(np.int64))[:, None]
+            self._lds_base = (sel, base)
+        return torch.where(tmask, base + addr, self.tl.numel() - LDS_GRANULE)
 
     def lds_flat(self, ins, sel, addr, nbytes, active):
         """Pool._lds_flat for the torch closures: host flat byte indices, bounds-checked."""
@@ -1167,11 +1190,56 @@ def _decode_ds(ins, ops, mods):
     raise DecodeError(f"torch backend: {ins.mnemonic} is not ported")
 
 
+def _ds_read_on_device(P, ins, sel, n, addr_row, parts, full) -> bool:
+    """The DS read with its addresses on the device (TorchPool.lds_on_device); False (nothing
+    done) where the host path must run."""
+    torch = P.torch
+    loaded = []
+    for offset, nbytes, how, row in parts:   # all reads before any write (the ISA's order)
+        flat = P.lds_on_device(ins, sel, addr_row, offset, nbytes)
+        if flat is None:
+            return False
+        data = P.tl[flat[..., None] + torch.arange(nbytes, device=flat.device)]   # (n, 64, b)
+        if how == "full":
+            words = data.view(torch.int32)
+        else:
+            wide = data.to(torch.int32)
+            words = wide[..., :1] | (wide[..., 1:2] << 8) if how == "u16" else wide[..., :1]
+        loaded.append((row, words))
+    for row, words in loaded:
+        P.write_rows(sel, row, words.shape[-1], words.permute(0, 2, 1), full)
+    return True
+
+
+def _ds_write_on_device(P, ins, sel, addr_row, parts) -> bool:
+    """The DS write with its addresses on the device; inactive lanes write the sink."""
+    torch = P.torch
+    flats = []
+    for offset, nbytes, how, row in parts:   # every part checked before any byte is written
+        flat = P.lds_on_device(ins, sel, addr_row, offset, nbytes)
+        if flat is None:
+            return False
+        flats.append(flat)
+    for flat, (offset, nbytes, how, row) in zip(flats, parts):
+        k = max(1, nbytes // 4)
+        words = P.tv[P.tsel(sel), row:row + k].permute(0, 2, 1)   # (n, 64, k)
+        if how == "hi":
+            words = words >> 16
+        n = words.shape[0]    # flattened first: a (n, 64, 1) view keeps a stride of 64
+        data = words.contiguous().reshape(-1).view(torch.uint8).reshape(n, 64, 4 * k)[..., :nbytes]
+        P.tl[flat[..., None] + torch.arange(nbytes, device=flat.device)] = data
+    return True
+
+
 def _ds_read(ins, addr_row, parts):
     torch = torch_module()
 
     def run(P, sel, n):
         active, full, lanes = P.exec_state(sel)
+        if not P.check and not P.shares_numpy:
+            done = _ds_read_on_device(P, ins, sel, n, addr_row, parts, full)
+            if done:
+                return lanes
         loaded = []
         for offset, nbytes, how, row in parts:   # all reads before any write (the ISA's order)
             flat = _lds_access(P, ins, sel, addr_row, offset, nbytes, active)
@@ -1197,6 +1265,9 @@ def _ds_write(ins, addr_row, parts):
 
     def run(P, sel, n):
         active, full, lanes = P.exec_state(sel)
+        if not P.check and not P.shares_numpy and _ds_write_on_device(P, ins, sel, addr_row,
+                                                                      parts):
+            return lanes
         tmask = P.tmask(sel)[0]
         for offset, nbytes, how, row in parts:
             k = max(1, nbytes // 4)

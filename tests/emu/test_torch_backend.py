@@ -2,7 +2,8 @@
 
 Three ways to run it: "cpu" (tensors are views of the numpy state; unported instructions fall
 back to numpy), "cpu-copies" (the CUDA code path on the CPU: own tensors, unported instructions
-refused) and "cuda" (skipped without a CUDA GPU; CI has none).
+refused; "-nocheck" launches without the race checker, whose absence keeps LDS addresses on
+the device) and "cuda" (skipped without a CUDA GPU; CI has none).
 
 Existing tests run with every emulator launch doubled: numpy first, then torch on the same
 inputs, and every tensor argument's bytes must come out identical (the test's own assertions
@@ -21,7 +22,7 @@ import rocke.emu  # noqa: E402
 from rocke.emu import semantics, torch_exec  # noqa: E402
 from rocke.emu.errors import EmulatorError  # noqa: E402
 
-DEVICES = ["cpu", "cpu-copies", pytest.param("cuda", marks=pytest.mark.skipif(
+DEVICES = ["cpu", "cpu-copies", "cpu-copies-nocheck", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA GPU (CI has none)"))]
 
 
@@ -45,11 +46,13 @@ def dual(monkeypatch, request):
     """Every rocke.emu.launch runs on numpy, then on torch from the same inputs; the bytes of
     every tensor argument must agree. Yields the list of torch reports."""
     device = request.param
-    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", device == "cpu-copies")
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", device.startswith("cpu-copies"))
     real = rocke.emu.launch
     reports = []
 
     def launch(code, kernel, grid, block, args, *rest, **kw):
+        if device.endswith("nocheck"):   # LDS addresses then stay on the device
+            kw["check"], rest = False, rest[:1]
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         before = [t.clone() for t in tensors]
         with backend_env("numpy"):
@@ -214,7 +217,7 @@ def _torch_bits(value, typ):
     return value.cpu().numpy()
 
 
-@pytest.mark.parametrize("device", ["cpu", DEVICES[2]])
+@pytest.mark.parametrize("device", ["cpu", DEVICES[-1]])
 @pytest.mark.parametrize("name", sorted(torch_exec.PORTED_VALU_OPS))
 def test_ported_valu_op_bit_identical(name, device):
     """Each ported op on 4 x 64 lanes of random bits (NaN payloads, denormals, infinities
@@ -241,7 +244,7 @@ def test_ported_valu_op_bit_identical(name, device):
                                   f"{w_bits.reshape(-1)[differ[0]]:#x}")
 
 
-@pytest.mark.parametrize("device", ["cpu", DEVICES[2]])
+@pytest.mark.parametrize("device", ["cpu", DEVICES[-1]])
 @pytest.mark.parametrize("name", sorted(torch_exec.WRAP32_OPS))
 def test_wrap32_op_bit_identical(name, device):
     """The int32 forms (no int64 widening) equal semantics.VALU_OPS[name] on random words,
