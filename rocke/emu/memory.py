@@ -216,6 +216,10 @@ class GlobalMemory:
         uint64 `addresses`, checked: AccessFault on the first that hits no (writable) region."""
         return self._by_region(addresses, nbytes, write)
 
+    def enclosing(self, start: int, end: int) -> Region | None:
+        """The region holding all of [start, end), if one does."""
+        return self._enclosing(start, end)
+
     def _enclosing(self, start: int, end: int) -> Region | None:
         """The region holding all of [start, end), if one does."""
         index = int(np.searchsorted(self._starts, np.uint64(start), side="right")) - 1

@@ -945,6 +945,34 @@ def _global_addresses(P, sel, vaddr, saddr, imm):
     return addr
 
 
+def _global_load_on_device(P, sel, n, vaddr, saddr, imm, nbytes, how):
+    """int32 (n, words, 64) of a global load whose active lanes all fall in one region with a
+    tensor, the addresses kept on the device (one read: their lowest and highest); None where
+    the host path must run (several regions, host bytes, a fault to name)."""
+    torch = P.torch
+    ts, tmask = P.tsel(sel), P.tmask(sel)[0]
+    offset = P.tv[ts, vaddr].to(torch.int64) & MASK32
+    if saddr is not None:
+        sg = P.sgpr
+        base = sg[sel, saddr].astype(np.uint64) | (sg[sel, saddr + 1].astype(np.uint64) << 32)
+        addr = P.to_device(base.view(np.int64))[:, None] + offset
+    else:
+        addr = offset | (P.tv[ts, vaddr + 1].to(torch.int64) << 32)
+    if imm:
+        addr = addr + imm
+    extreme = torch.iinfo(torch.int64)
+    low, high = torch.stack([torch.where(tmask, addr, extreme.max).min(),
+                             torch.where(tmask, addr, extreme.min).max()]).tolist()
+    region = P.memory.enclosing(low, high + nbytes) if low >= 0 else None
+    if region is None or region.tensor is None:
+        return None
+    src = region.tensor
+    offsets = torch.where(tmask, addr - region.start, 0).to(src.device)
+    data = src[offsets[..., None] + torch.arange(nbytes, device=src.device)].to(P.device)
+    words = _loaded_words(data.reshape(-1, nbytes), nbytes, how)
+    return words.reshape(n, 64, -1).permute(0, 2, 1)
+
+
 def _decode_global(ins, ops, mods):
     name = ins.mnemonic
     family, _, rest = name.partition("_")
@@ -963,6 +991,12 @@ def _decode_global(ins, ops, mods):
 
         def run_load(P, sel, n):
             active, full, lanes = P.exec_state(sel)
+            if not P.shares_numpy and lanes:
+                words = _global_load_on_device(P, sel, n, vaddr.index, saddr, imm, nbytes, how)
+                if words is not None:
+                    P.vm_issue(sel)
+                    P.write_rows(sel, row, k, words, full)
+                    return lanes
             addr = _global_addresses(P, sel, vaddr.index, saddr, imm)
             P.vm_issue(sel)
             data = P.load_global(ins, sel, addr.reshape(-1) if full else addr[active], nbytes,
