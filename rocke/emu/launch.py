@@ -439,9 +439,10 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     # the torch backend reads and writes tensor arguments through torch views (torch_memory.py)
     views, device_only = [None] * len(ranges), [False] * len(ranges)
     if array_backend == "torch":
-        from . import torch_memory
+        from . import torch_exec, torch_memory
         views = torch_memory.range_views(ranges, [v for v in args if _is_tensor(v)])
-        device_only = [torch_memory.device_only(view) for view in views]
+        device_only = [torch_memory.device_only(view, torch_exec.SEPARATE_CPU_COPIES)
+                       for view in views]
     for (start, end, names, written), view, gpu in zip(ranges, views, device_only):
         memory.add(start, end - start, names, written, tensor=view, on_host=not gpu)
     kernarg = np.zeros(-(-max(len(packed), 16) // 64) * 64 + 64, np.uint8)

@@ -38,11 +38,10 @@ def range_views(ranges, tensors) -> list:
     return views
 
 
-def device_only(view) -> bool:
+def device_only(view, copies_mode: bool) -> bool:
     """Whether a range is reached only through its torch view: on a GPU, and on the CPU in
     torch_exec's copies mode (so CI without a GPU runs the GPU's memory path)."""
-    from . import torch_exec
-    return view is not None and (view.device.type != "cpu" or torch_exec.SEPARATE_CPU_COPIES)
+    return view is not None and (view.device.type != "cpu" or copies_mode)
 
 
 def take(region, offsets: np.ndarray, nbytes: int, device):

@@ -367,3 +367,31 @@ def test_device_store_keeps_the_last_overlapping_lane():
         torch_memory.put(memory.Region(0, 64, "x", True, None, view), offsets,
                          torch.from_numpy(data))
         assert np.array_equal(view.numpy(), host), (nbytes, offsets)
+
+
+def test_gpu_only_region_serves_scalar_loads_and_stores():
+    """A range reached only through its torch view (GPU memory; here a CPU tensor in copies
+    mode): the host's scalar loads and stores go through the view."""
+    from rocke.emu import memory
+    t = torch.arange(64, dtype=torch.uint8)
+    mem = memory.GlobalMemory()
+    mem.add(0x1000, 64, "x", True, tensor=t, on_host=False)
+    assert mem.regions[0].bytes is None
+    got = mem.load(np.array([0x1000 + 8, 0x1000 + 60], np.uint64), 4)
+    assert got.tolist() == [[8, 9, 10, 11], [60, 61, 62, 63]]
+    mem.store(np.array([0x1000 + 4], np.uint64), np.array([[200, 201]], np.uint8))
+    assert t[4:6].tolist() == [200, 201] and t[3] == 3 and t[6] == 6
+
+
+def test_fault_after_a_pool_wrote_rolls_back_gpu_memory(monkeypatch):
+    """The GPU memory path (copies mode on the CPU): a fault in the launch's second pool leaves
+    what the first pool stored undone — the rollback copies of GPU ranges are put back."""
+    from rocke.emu.errors import MemoryFault
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
+    n, first_pool = 256 * 1024, 128 * 1024     # a pool: 512 waves = 128 groups of 1024 elements
+    x, y = torch.ones(n), torch.ones(n)
+    out = torch.full((first_pool + 5,), 7.0)   # the second pool's stores fall outside it
+    with backend_env("torch", "cpu"), pytest.raises(MemoryFault):
+        T.launch_fixture("axpy_f32", (256, 1, 1), x_ptr=x, y_ptr=y, out_ptr=out, alpha=0.5,
+                         n_elements=n)
+    assert torch.all(out == 7.0), "the first pool's stores were not rolled back"
