@@ -18,7 +18,8 @@ workload with the shadow copies and the watchdog switched off (an A/B of process
 Array backends (rocke/emu/backend.py): `--backend numpy torch` runs each workload on each
 backend in turn (ROCKE_EMU_BACKEND), `--device cuda` puts the torch backend's arrays on a CUDA
 GPU (ROCKE_EMU_DEVICE); every backend after the first also reports whether its output is bit for
-bit the first backend's. Even on a GPU these are emulator wall times, not the kernel's GPU time.
+bit the first backend's; on CUDA the workload's tensors are CUDA tensors (the emulator's global
+memory stays on the GPU). Even on a GPU these are emulator wall times, not the kernel's GPU time.
 
 Run:  .venv/bin/python benchmarks/emu.py [--repeats 3] [--workloads NAME ...] [--safety-ab]
       [--backend numpy torch] [--device cpu|cuda]
@@ -101,9 +102,14 @@ def softmax_workload():
     return "softmax_rows_f32", (rows, 1, 1), args, "out_ptr", lambda: torch.softmax(x, dim=1)
 
 
+FLASH_BATCH_HEADS = 8   # --flash-batch-heads: wider launches for the GPU backend
+CHECK = True            # --no-check: launches without the LDS race checker (check=False)
+
+
 def flash_attention_workload():
-    """Causal flash attention, fp16, B*H = 8, S = 1024, D = 128: 128 workgroups = 512 waves."""
-    batch_heads, seq_len, head_dim = 8, 1024, 128
+    """Causal flash attention, fp16, B*H = 8, S = 1024, D = 128: 128 workgroups = 512 waves
+    (B*H = --flash-batch-heads: 64 waves per unit)."""
+    batch_heads, seq_len, head_dim = FLASH_BATCH_HEADS, 1024, 128
     rng = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(batch_heads, seq_len, head_dim, generator=rng).half()
                for _ in range(3))
@@ -150,7 +156,9 @@ def launch(fixture_name, grid, runtime_args):
     start = time.perf_counter()
     cpu = time.process_time() + _children_cpu_s()
     report = rocke.emu.launch(asm, info["kernel_symbol"], grid, tuple(info["block"]), ordered,
-                              shared_mem=info["shared_mem_bytes"], check=True)
+                              shared_mem=info["shared_mem_bytes"], check=CHECK)
+    if any(getattr(a, "is_cuda", False) for a in ordered):
+        torch.cuda.synchronize()     # the launch's last stores may still be queued on the GPU
     report.process_cpu_s = time.process_time() + _children_cpu_s() - cpu
     return time.perf_counter() - start, report, info
 
@@ -216,6 +224,9 @@ def run_workload(name, repeats, ab=False, backend="numpy", device="cpu", baselin
 
 def _run_workload(name, repeats, ab, backend, device, baseline):
     fixture_name, grid, runtime_args, output_name, reference = WORKLOADS[name]()
+    if device == "cuda" and backend == "torch":   # the GPU's tensors are the global memory
+        runtime_args = {k: v.cuda() if isinstance(v, torch.Tensor) else v
+                        for k, v in runtime_args.items()}
     wall_times, cpu_times, shadow_times, report, info = [], [], [], None, None
     for _ in range(repeats):
         seconds, report, info = launch(fixture_name, grid, runtime_args)
@@ -231,7 +242,7 @@ def _run_workload(name, repeats, ab, backend, device, baseline):
           f"(min {min(wall_times):.3f} s, max {max(wall_times):.3f} s)")
     print(f"  lane-instructions: {lane_instructions:,}  ->  "
           f"{lane_instructions / median:,.0f} lane-instructions/s of emulator wall time")
-    error = (runtime_args[output_name].float() - reference()).abs().max().item()
+    error = (runtime_args[output_name].cpu().float() - reference()).abs().max().item()
     print(f"  sanity: max |output - torch fp32 reference| = {error:.3g}")
     print(f"  emulator report: {report.waves} waves, {report.total_instructions:,} wave-"
           f"instructions, emulator-internal wall time {report.emulator_wall_time_s:.3f} s")
@@ -253,7 +264,7 @@ def _run_workload(name, repeats, ab, backend, device, baseline):
     if report.fallbacks:
         print(f"  instructions left to numpy closures on this backend: {len(report.fallbacks)} "
               f"(first: {report.fallbacks[0]})")
-    output = runtime_args[output_name].clone()
+    output = runtime_args[output_name].cpu().clone()
     if baseline is not None:
         bits = {2: torch.int16, 4: torch.int32}[output.element_size()]
         same = torch.equal(output.view(bits), baseline.view(bits))
@@ -278,7 +289,15 @@ def main(argv=None):
     parser.add_argument("--torch-threads", type=int, default=None,
                         help="torch.set_num_threads for the run (on a host shared with other "
                              "work, 1 avoids thread oversubscription)")
+    parser.add_argument("--no-check", action="store_true",
+                        help="launch with check=False (no LDS race checker; bounds still checked)")
+    parser.add_argument("--flash-batch-heads", type=int, default=FLASH_BATCH_HEADS,
+                        help="B*H of the flash attention workload (64 waves each; default 8)")
     args = parser.parse_args(argv)
+    if args.flash_batch_heads < 1:
+        raise ValueError(f"--flash-batch-heads must be >= 1, got {args.flash_batch_heads}")
+    globals()["FLASH_BATCH_HEADS"] = args.flash_batch_heads
+    globals()["CHECK"] = not args.no_check
     if args.torch_threads is not None:
         if args.torch_threads < 1:
             raise ValueError(f"--torch-threads must be >= 1, got {args.torch_threads}")

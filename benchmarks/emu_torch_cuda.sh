@@ -11,3 +11,6 @@ timeout 240 python3 -m pytest -q -p no:cacheprovider tests/emu/test_backend.py \
     tests/emu/test_torch_backend.py -k cuda 2>&1 | tee "$out/emu_torch_cuda_tests.log" | tail -30
 timeout 420 python3 benchmarks/emu.py --repeats 2 --backend numpy torch --device cuda 2>&1 \
     | tee "$out/emu_torch_cuda_bench.log"
+# the flash-attention fixture widened to 16384 waves (one pool), without the race checker
+timeout 120 python3 benchmarks/emu.py --repeats 2 --workloads flash_attention --backend torch \
+    --device cuda --flash-batch-heads 256 --no-check 2>&1 | tee "$out/emu_torch_cuda_wide.log"

@@ -416,7 +416,13 @@ def hip_target(runtime, requested: str | None) -> str:
 
 
 def torch_device(device: str) -> str:
-    return "cuda" if device == "hip" else "cpu"
+    """Where the run's tensors live: the GPU for hip, and for the emulator when it runs on
+    CUDA (ROCKE_EMU_BACKEND=torch ROCKE_EMU_DEVICE=cuda: the tensors are its global memory)."""
+    if device == "hip":
+        return "cuda"
+    from rocke import env
+    on_cuda = env.emu_backend() == "torch" and env.emu_device() == "cuda"
+    return "cuda" if device == "emu" and on_cuda else "cpu"
 
 
 def time_label(device: str) -> str:
@@ -538,7 +544,7 @@ def progress(shape: Shape, launches: int, device: str, rate: EmuRate):
 # timing
 
 def synchronize(device: str) -> None:
-    if device == "hip":
+    if torch_device(device) == "cuda":
         torch.cuda.synchronize()
 
 

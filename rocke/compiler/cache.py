@@ -1,7 +1,9 @@
 """Content-addressed on-disk cache of compiled kernels.
 
 Key: SHA-256 over (IR text, target id, toolchain fingerprint -- llvmlite, LLVM, and the linker's
-path, size, mtime and version --, options, format version). An entry is a directory written
+path, size, mtime and version --, options, format version). An ld.lld entry is also named by an
+alias without the linker's fingerprint, looked up only where no ld.lld is found (a machine that
+cannot link is served what one that can built; with a linker, only its own entries serve). An entry is a directory written
 atomically (temp dir + rename). An entry that cannot be read, has the wrong shape, a recorded
 key or digest that does not match, or (checked by the compiler) a code object that is not one
 is deleted and rebuilt, never an exception.
@@ -67,6 +69,27 @@ class CompileCache:
                 d.unlink(missing_ok=True)
         except OSError:
             pass
+
+    def alias(self, alias: str, key: str | None = None) -> str | None:
+        """With `key`: record that `alias` names entry `key`. Without: the key `alias` names,
+        or None. (An entry's ld.lld-independent key: a machine without ld.lld can still be
+        served what a machine with one built; a missing or broken alias is a miss.)"""
+        path = self.root / alias[:2] / f"{alias}.alias"
+        if key is None:
+            try:
+                named = path.read_text().strip()
+            except OSError:
+                return None
+            return named if len(named) == 64 and all(c in "0123456789abcdef" for c in named) \
+                else None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_text(key)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+        return key
 
     def store(self, key: str, asm: str, obj: bytes, code_object: bytes, extra: dict) -> None:
         d = self._dir(key)

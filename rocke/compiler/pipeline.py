@@ -105,6 +105,18 @@ def _served(hit: dict, name: str, target: str, workgroup_size: int | None,
         return None
 
 
+def codegen_unlinked(ir: str, target: str = DEFAULT_TARGET, opt: int = 3) -> tuple[str, bytes]:
+    """The listing and the relocatable object LLVM emits for IR text, as compile_ir makes them,
+    before any link (no ld.lld needed)."""
+    tm = target_machine(target, opt)
+    try:
+        mod = llvm.parse_assembly(ir)
+        mod.verify()
+    except RuntimeError as e:
+        raise CompileError(f"LLVM rejected the IR: {e}") from None
+    return _codegen_isolated(mod, tm, opt, "unlinked")
+
+
 def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, variant: str | None = None,
                opt: int = 3, workgroup_size: int | None = None,
                cache: CompileCache | None | bool = True,
@@ -144,12 +156,22 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
     options = {"opt": opt, "name": name, "linker": linker}
     store = CompileCache() if cache is True else (cache or None)
     if store is not None:
-        linked_by = f"ld:{linker_fingerprint()}" if linker == "ld.lld" else "comgr"
-        key = cache_key(source, target, f"{toolchain_fingerprint()}|{linked_by}", options)
+        # the linker-free alias is over the path-free IR: located IR names the builder files'
+        # absolute paths, which differ between machines (the code does not)
+        any_ld = cache_key(ir, target, f"{toolchain_fingerprint()}|ld:any", options)
+        try:
+            linked_by = f"ld:{linker_fingerprint()}" if linker == "ld.lld" else "comgr"
+            key = cache_key(source, target, f"{toolchain_fingerprint()}|{linked_by}", options)
+        except ToolchainError:     # no ld.lld here: what one elsewhere built, else the error
+            key = store.alias(any_ld)
+            if key is None:
+                raise
         hit = store.load(key)
         if hit is not None:
             served = _served(hit, name, target, workgroup_size, requested_waves_per_eu(ir, name))
             if served is not None:
+                if linker == "ld.lld" and store.alias(any_ld) != key:   # entries from before
+                    store.alias(any_ld, key)
                 return CompiledKernel(name, variant, target, ir, hit["asm"], hit["object"],
                                       hit["code_object"], served, cache_hit=True,
                                       build_seconds=time.perf_counter() - t0, linker=linker)
@@ -179,5 +201,7 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
                        requested_waves_per_eu=requested_waves_per_eu(ir, name))
     if store is not None:
         store.store(key, asm, obj, code_object, {"name": name, "target": target, "linker": linker})
+        if linker == "ld.lld":
+            store.alias(any_ld, key)
     return CompiledKernel(name, variant, target, ir, asm, obj, code_object, info,
                           build_seconds=time.perf_counter() - t0, linker=linker)

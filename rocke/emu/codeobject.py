@@ -123,6 +123,12 @@ class _Elf:
         start = section["offset"] + offset
         return self.data[start:self.data.index(b"\0", start)].decode()
 
+    def read_symbol(self, name: str, size: int | None = None) -> bytes:
+        """A symbol's bytes in a relocatable object (its value is an offset into its section)."""
+        value, own_size, shndx = self.symbols[name]
+        start = self.sections[shndx]["offset"] + value
+        return self.data[start:start + (own_size if size is None else size)]
+
     def read(self, address: int, size: int) -> bytes:
         for s in self.sections:
             if s["addr"] <= address < s["addr"] + s["size"] and s["type"] != 8:   # not NOBITS
@@ -391,6 +397,12 @@ def kernel_image(code, kernel: str) -> tuple[bytes, bytes, bytes]:
         raise CodeObjectError(f"kernel {kernel!r} (or its descriptor) is not in the code object")
     value, size, _ = elf.symbols[kernel]
     kd_value, _, _ = elf.symbols[f"{kernel}.kd"]
+    if struct.unpack_from("<H", data, 16)[0] == 1:   # ET_REL, the unlinked object: by section
+        code, descriptor = elf.read_symbol(kernel), bytearray(elf.read_symbol(f"{kernel}.kd", 64))
+        descriptor[16:24] = bytes(8)
+        notes = b"".join(data[s["offset"]:s["offset"] + s["size"]] for s in elf.sections
+                         if s["type"] == 7 and s["flags"] & 2)
+        return code, bytes(descriptor), notes
     descriptor = bytearray(elf.read(kd_value, 64))
     descriptor[16:24] = bytes(8)
     notes = b"".join(data[s["offset"]:s["offset"] + s["size"]] for s in elf.sections

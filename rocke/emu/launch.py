@@ -62,6 +62,11 @@ LDS_LIMIT = GFX942.max_lds_per_workgroup     # gfx942's; a gfx950 launch uses th
 MAX_WORKGROUP_SIZE = 1024            # work-items per workgroup on gfx942 and gfx950
 MAX_GRID_WORK_ITEMS = 2 ** 32 - 1    # per axis: the dispatch packet's grid size is 32-bit
 MAX_POOL_WAVES = 512
+# the torch backend on CUDA: an emulated instruction costs about the same host time (torch op
+# dispatch) for 512 waves as for thousands, so its pools are wider, and so is the race checker's
+# host bookkeeping budget (11 bytes per LDS byte of the pool)
+TORCH_CUDA_POOL_WAVES = 1 << 14
+TORCH_CUDA_RACE_BUDGET_SCALE = 16
 # what a tensor argument makes addressable: its view (rocke's own kernels: an access outside the
 # view is a bug even inside the allocation) or its whole allocation (foreign code: a pointer
 # into the middle of a buffer indexed backwards is a common idiom; compute-sanitizer's scope)
@@ -244,11 +249,14 @@ class _Span:
     written: bool     # the kernel may write through this argument
 
 
-def _tensor_span(arg: abi.KernArg, value, written: bool) -> _Span:
+def _tensor_span(arg: abi.KernArg, value, written: bool, gpu_ok: bool = False) -> _Span:
     """The bytes a tensor argument's view can reach: its first element to one past its last
-    element through its sizes and strides (not its whole storage)."""
-    if value.device.type != "cpu":
-        raise ValueError(f"{arg.label}: tensor must be on the CPU, got {value.device}")
+    element through its sizes and strides (not its whole storage). `gpu_ok`: CUDA tensors are
+    global memory too (the torch backend on CUDA)."""
+    if value.device.type != "cpu" and not (gpu_ok and value.device.type == "cuda"):
+        raise ValueError(f"{arg.label}: tensor must be on the CPU, got {value.device}"
+                         + ("" if value.device.type != "cuda" else " (CUDA tensors need "
+                            "ROCKE_EMU_BACKEND=torch ROCKE_EMU_DEVICE=cuda)"))
     if str(getattr(value, "layout", "torch.strided")) != "torch.strided":
         raise ValueError(f"{arg.label}: only strided (dense) tensors can be passed, got "
                          f"layout {value.layout}")
@@ -407,7 +415,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
         if _is_tensor(value):
             if arg.value_kind in abi.POINTER_KINDS:
                 written = _writes_through(metadata_args[arg.index])
-                spans.append(_tensor_span(arg, value, written))
+                spans.append(_tensor_span(arg, value, written, array_device == "cuda"))
                 allocations.append(_allocation_span(arg, value, written))
         elif arg.value_kind == "by_value":
             args[position] = _by_value(arg, value)
@@ -436,8 +444,15 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
 
     memory = GlobalMemory(memcheck, [(a.start, a.end, a.label) for a in allocations])
     ranges = _merged(allocations if memcheck == "allocation" else spans)
-    for start, end, names, written in ranges:
-        memory.add(start, end - start, names, written)
+    # the torch backend reads and writes tensor arguments through torch views (torch_memory.py)
+    views, device_only = [None] * len(ranges), [False] * len(ranges)
+    if array_backend == "torch":
+        from . import torch_exec, torch_memory
+        views = torch_memory.range_views(ranges, [v for v in args if _is_tensor(v)])
+        device_only = [torch_memory.device_only(view, torch_exec.SEPARATE_CPU_COPIES)
+                       for view in views]
+    for (start, end, names, written), view, gpu in zip(ranges, views, device_only):
+        memory.add(start, end - start, names, written, tensor=view, on_host=not gpu)
     kernarg = np.zeros(-(-max(len(packed), 16) // 64) * 64 + 64, np.uint8)
     kernarg[:len(packed)] = np.frombuffer(packed, np.uint8)
     dispatch = _dispatch_packet(grid3, block3, static_lds + int(shared_mem), kernarg.ctypes.data)
@@ -452,7 +467,9 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
         profiler = Profiler(dk, grid3, block3, grid3[0] * grid3[1] * grid3[2], -(-threads // 64),
                             resources_of(source, int(shared_mem)))
     start = time.perf_counter()
-    shadow = _Shadow(ranges)
+    shadow = _Shadow([r for r, gpu in zip(ranges, device_only) if not gpu])
+    shadow.saved += [(view, view.clone()) for r, view, gpu in zip(ranges, views, device_only)
+                     if gpu and r[3]]    # copies kept on the GPU
     copied = time.perf_counter()
     try:
         report = _run_pools(dk, memory, grid3, block3, static_lds + int(shared_mem), check,
@@ -479,9 +496,11 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
     threads = block3[0] * block3[1] * block3[2]
     waves_per_wg = -(-threads // 64)
     per_wg_tracker = (lds_bytes + 4) * 11 if check else 0
-    pool_wgs = max(1, MAX_POOL_WAVES // waves_per_wg)
+    on_cuda = bool(on_torch) and on_torch[1] == "cuda"
+    pool_wgs = max(1, (TORCH_CUDA_POOL_WAVES if on_cuda else MAX_POOL_WAVES) // waves_per_wg)
     if per_wg_tracker:
-        pool_wgs = max(1, min(pool_wgs, RACE_TRACKER_BUDGET // per_wg_tracker))
+        budget_bytes = RACE_TRACKER_BUDGET * (TORCH_CUDA_RACE_BUDGET_SCALE if on_cuda else 1)
+        pool_wgs = max(1, min(pool_wgs, budget_bytes // per_wg_tracker))
     private_limit = scratch.pool_workgroup_limit(lane_private_bytes, waves_per_wg)
     if private_limit is not None:
         pool_wgs = min(pool_wgs, private_limit)

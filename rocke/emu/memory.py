@@ -14,7 +14,8 @@ class Region:
     size: int
     name: str
     writable: bool
-    bytes: np.ndarray      # uint8 view of the range
+    bytes: np.ndarray | None   # uint8 view of the range (None: it lives only on a GPU)
+    tensor: object = None      # uint8 torch view of the range, for the torch backend
 
     @property
     def end(self) -> int:
@@ -64,11 +65,23 @@ def access_rows(offsets: np.ndarray, nbytes: int, limit: int = 16) -> tuple[int,
 
 def region_rows(region: "Region", offsets: np.ndarray, nbytes: int, take=False, put=None):
     """Load (take) or store (put: uint8 (m, nbytes)) `nbytes` at each byte offset of a region."""
+    if region.bytes is None:   # GPU-resident: a scalar load's few bytes read back
+        return _tensor_rows(region, offsets, nbytes, take, put)
     granule, rows = access_rows(offsets, nbytes)
     body = region.bytes[: region.size - region.size % granule]
     if take:
         return take_rows(body, granule, rows).reshape(len(offsets), nbytes)
     put_rows(body, granule, rows, put)
+
+
+def _tensor_rows(region: "Region", offsets: np.ndarray, nbytes: int, take, put):
+    import torch
+    index = torch.from_numpy(np.asarray(offsets, np.int64)).to(region.tensor.device)
+    index = index[:, None] + torch.arange(nbytes, device=index.device)
+    if take:
+        return region.tensor[index].cpu().numpy()
+    region.tensor[index] = torch.from_numpy(np.ascontiguousarray(put, np.uint8)
+                                            .reshape(len(offsets), nbytes)).to(index.device)
 
 
 class AccessFault(Exception):
@@ -154,8 +167,11 @@ class GlobalMemory:
             if self.written is not None:   # this process tracks what the launch stored so far
                 self._mark(self.regions[index])[low:high][hit] = 1
 
-    def add(self, start: int, size: int, name: str, writable: bool, array: np.ndarray | None = None):
-        """Register [start, start+size). Ranges already covered only extend the name."""
+    def add(self, start: int, size: int, name: str, writable: bool, array: np.ndarray | None = None,
+            tensor=None, on_host=True):
+        """Register [start, start+size). Ranges already covered only extend the name. `tensor`:
+        a uint8 torch view of the range (the torch backend's); `on_host=False`: the range is
+        reached only through it (GPU memory)."""
         if size <= 0:
             return
         for region in self.regions:
@@ -164,8 +180,8 @@ class GlobalMemory:
                     region.name += " / " + name
                 region.writable |= writable
                 return
-        view = array if array is not None else host_view(start, size)
-        self.regions.append(Region(start, size, name, writable, view))
+        view = array if array is not None or not on_host else host_view(start, size)
+        self.regions.append(Region(start, size, name, writable, view, tensor))
         self.regions.sort(key=lambda r: r.start)
         self._starts = np.array([r.start for r in self.regions], np.uint64)
         self._ends = np.array([r.end for r in self.regions], np.uint64)
@@ -224,6 +240,15 @@ class GlobalMemory:
         # addresses are below 2**63: their int64 view is their value
         return [(region, pick, addresses[pick].view(np.int64) - region.start)
                 for region, pick in groups]
+
+    def groups(self, addresses: np.ndarray, nbytes: int, write: bool):
+        """[(region, rows picked (slice or bool mask), byte offsets into the region)] of flat
+        uint64 `addresses`, checked: AccessFault on the first that hits no (writable) region."""
+        return self._by_region(addresses, nbytes, write)
+
+    def enclosing(self, start: int, end: int) -> Region | None:
+        """The region holding all of [start, end), if one does."""
+        return self._enclosing(start, end)
 
     def _enclosing(self, start: int, end: int) -> Region | None:
         """The region holding all of [start, end), if one does."""

@@ -23,9 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import backend as shared
-from . import memops
-from .access import scalar_raw_reader, sgpr_pair_to_mask, write_mask
+from . import memops, torch_memory
+from .access import mask_to_words, scalar_raw_reader, sgpr_pair_to_mask, write_mask
 from .errors import DecodeError, EmulatorError
+from .memory import AccessFault
 from .machine import LDS_GRANULE, Pool
 from .valu import dpp_source_lanes
 from .memory import access_rows
@@ -64,6 +65,64 @@ class TorchPool(Pool):
         self.tv = self.tl = None
         self._tsel = (None, None)
         self._tmask = (None, None)
+        # VALU lane masks written to SGPR pairs (v_cmp) stay on the device until a host access
+        # of the SGPRs needs them: index -> (sel, bool (n, 64)); no read-back per compare
+        self._pending_masks = {}
+        self._lds_base = (None, None)
+        self._sgpr_epoch = 0        # bumped by every host access: device copies go stale
+        self._sgpr_columns = (None, -1, {})   # (sel, epoch, index -> int32 (n, 1) on device)
+
+    # ---- the scalar registers: host numpy, with device-side masks and copies (see above)
+    @property
+    def sgpr(self):
+        if self._pending_masks:
+            self._flush_masks()
+        self._sgpr_epoch += 1
+        return self._sgpr
+
+    @sgpr.setter
+    def sgpr(self, value):
+        self._sgpr = value
+
+    def _flush_masks(self):
+        pending, self._pending_masks = self._pending_masks, {}
+        for index, (sel, mask) in pending.items():
+            self._sgpr[sel, index:index + 2] = mask_to_words(self.host(mask))
+        self._sgpr_epoch += 1
+
+    def defer_mask(self, sel, index, mask):
+        """SGPR pair `index` of the batch := device bool (n, 64) `mask`, read back only when
+        the host needs it."""
+        pending = self._pending_masks
+        if index - 1 in pending or index + 1 in pending or \
+                (index in pending and pending[index][0] is not sel):
+            self._flush_masks()
+        self._pending_masks[index] = (sel, mask)
+
+    def mask_on_device(self, sel, index):
+        """Device bool (n, 64) of SGPR pair `index` of the batch."""
+        pending = self._pending_masks
+        if pending:
+            hit = pending.get(index)
+            if hit is not None and hit[0] is sel:
+                return hit[1]
+            if hit is not None or index - 1 in pending or index + 1 in pending:
+                self._flush_masks()
+        return self.to_device(sgpr_pair_to_mask(self, sel, index))
+
+    def sgpr_on_device(self, sel, index):
+        """int32 (n, 1) device copy of SGPR `index` of the batch, uploaded once per host epoch."""
+        pending = self._pending_masks
+        if pending and (index in pending or index - 1 in pending):
+            self._flush_masks()
+        cached_sel, epoch, columns = self._sgpr_columns
+        if cached_sel is not sel or epoch != self._sgpr_epoch:
+            columns = {}
+            self._sgpr_columns = (sel, self._sgpr_epoch, columns)
+        column = columns.get(index)
+        if column is None:
+            column = columns[index] = self.to_device(self._sgpr[sel, index].view(np.int32))[:, None]
+        return column
 
     def run(self):
         torch = self.torch
@@ -72,7 +131,9 @@ class TorchPool(Pool):
             self.tl = torch.from_numpy(self.lds)
         else:
             self.tv = torch.from_numpy(self.vgpr.view(np.int32)).to(self.device)
-            self.tl = torch.zeros(self.lds.size, dtype=torch.uint8, device=self.device)
+            # one granule past the pool's LDS: where inactive lanes' writes go (lds_on_device)
+            self.tl = torch.zeros(self.lds.size + LDS_GRANULE, dtype=torch.uint8,
+                                  device=self.device)
             self.vgpr = self.lds = None    # an unported numpy path must not see stale arrays
         super().run()
 
@@ -116,6 +177,58 @@ class TorchPool(Pool):
         mask = (self.tmask(sel)[0] if mask is None else mask)[:, None, :]
         old = self.tv[ts, row:row + count]
         self.tv[ts, row:row + count] = self.torch.where(mask, values, old)
+
+    def load_global(self, ins, sel, addresses, nbytes, where):
+        """uint8 (m, nbytes) device tensor of `nbytes` at each flat uint64 address (m,), checked
+        as Pool.global_load checks them (same faults); the data never passes the host."""
+        torch = self.torch
+        if addresses.size == 0:
+            return torch.zeros((0, nbytes), dtype=torch.uint8, device=self.device)
+        try:
+            groups = self.memory.groups(addresses, nbytes, False)
+        except AccessFault as fault:
+            self._fault(ins, sel, where, fault, nbytes, False)
+        if len(groups) == 1:
+            region, _, offsets = groups[0]
+            return torch_memory.take(region, offsets, nbytes, self.device)
+        out = torch.empty((addresses.size, nbytes), dtype=torch.uint8, device=self.device)
+        for region, pick, offsets in groups:
+            out[self.to_device(pick)] = torch_memory.take(region, offsets, nbytes, self.device)
+        return out
+
+    def store_global(self, ins, sel, addresses, data, where):
+        """Store uint8 (m, nbytes) device tensor `data` at flat uint64 `addresses` (checked as
+        Pool.global_store checks them; later lanes win on overlap)."""
+        if addresses.size == 0:
+            return
+        nbytes = data.shape[1]
+        try:
+            groups = self.memory.groups(addresses, nbytes, True)
+        except AccessFault as fault:
+            self._fault(ins, sel, where, fault, nbytes, False)
+        for region, pick, offsets in groups:
+            picked = data if isinstance(pick, slice) else data[self.to_device(pick)]
+            torch_memory.put(region, offsets, picked)
+
+    def lds_on_device(self, ins, sel, addr_row, offset, nbytes):
+        """Device flat byte index (n, 64) of every lane's LDS access — inactive lanes at the
+        sink past the pool's LDS — when the addresses stay on the device: without the race
+        checker (it wants them on the host) and on own copies; None otherwise, or when a lane
+        is out of bounds (the host path then names it)."""
+        if self.check or self.shares_numpy:
+            return None
+        torch = self.torch
+        tmask = self.tmask(sel)[0]
+        addr = self.tv[self.tsel(sel), addr_row].to(torch.int64) & MASK32
+        if offset:
+            addr = (addr + offset) & MASK32
+        if bool(((addr + nbytes > self.lds_bytes) & tmask).any()):    # one read: a flag
+            return None
+        cached_sel, base = self._lds_base
+        if cached_sel is not sel:
+            base = self.to_device((self.wg_of[sel] * self.lds_stride).astype(np.int64))[:, None]
+            self._lds_base = (sel, base)
+        return torch.where(tmask, base + addr, self.tl.numel() - LDS_GRANULE)
 
     def lds_flat(self, ins, sel, addr, nbytes, active):
         """Pool._lds_flat for the torch closures: host flat byte indices, bounds-checked."""
@@ -507,6 +620,30 @@ def _register_ops():
 
 
 _register_ops()
+
+# Ops whose 32-bit result is a function of their sources' 32 bits alone, modulo 2**32: torch
+# computes them on the int32 words (two's complement wrap-around), skipping the widening to
+# int64 and back. Same names, same results as PORTED_VALU_OPS (the op tests compare both).
+WRAP32_OPS = {
+    "v_mov_b32": lambda a: a,
+    "v_add_u32": lambda a, b: a + b,
+    "v_sub_u32": lambda a, b: a - b,
+    "v_subrev_u32": lambda a, b: b - a,
+    "v_mul_lo_u32": lambda a, b: a * b,
+    "v_add3_u32": lambda a, b, c: a + b + c,
+    "v_and_b32": lambda a, b: a & b,
+    "v_or_b32": lambda a, b: a | b,
+    "v_xor_b32": lambda a, b: a ^ b,
+    "v_not_b32": lambda a: ~a,
+    "v_or3_b32": lambda a, b, c: a | b | c,
+    "v_xor3_b32": lambda a, b, c: a ^ b ^ c,
+    "v_and_or_b32": lambda a, b, c: (a & b) | c,
+    "v_lshlrev_b32": lambda s, a: a << (s & 31),
+    "v_ashrrev_i32": lambda s, a: a >> (s & 31),
+    "v_lshl_add_u32": lambda a, s, c: (a << (s & 31)) + c,
+    "v_lshl_or_b32": lambda a, s, c: (a << (s & 31)) | c,
+    "v_xad_u32": lambda a, b, c: (a ^ b) + c,
+}
 _IMPLICIT = {"v_fmac_f32": ("dst",), "v_div_fmas_f32": ("vcc",)}
 _ZEROES_HIGH_16 = {"v_cvt_f16_f32"}
 
@@ -529,7 +666,7 @@ _SDWA_SEL = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (2
              "WORD_0": (0, 16), "WORD_1": (16, 16), "DWORD": (0, 32)}
 
 
-def _source(i, src, typ, mods, sdwa=False):
+def _source(i, src, typ, mods, sdwa=False, raw32=False):
     """Reader (P, sel, n) -> typed torch value of one VALU source (`sdwa`: the SDWA form, whose
     src<i>_sel picks a byte or word of the register)."""
     torch = torch_module()
@@ -537,7 +674,7 @@ def _source(i, src, typ, mods, sdwa=False):
         if src.kind != "s" or src.count != 2:
             raise DecodeError(f"mask operand {src.text!r} must be an SGPR pair or vcc")
         index = src.index
-        return lambda P, sel, n: P.to_device(sgpr_pair_to_mask(P, sel, index))
+        return lambda P, sel, n: P.mask_on_device(sel, index)
     op_sel, op_sel_hi = mods.get("op_sel"), mods.get("op_sel_hi")
     neg_lo, neg_hi = mods.get("neg_lo"), mods.get("neg_hi")
     if typ == "pk_f32":
@@ -581,7 +718,7 @@ def _source(i, src, typ, mods, sdwa=False):
         raw = lambda P, sel, n: P.tv[P.tsel(sel), r]
     elif src.kind == "s":
         index = src.index
-        raw = lambda P, sel, n: P.to_device(P.sgpr[sel, index].view(np.int32))[:, None]
+        raw = lambda P, sel, n: P.sgpr_on_device(sel, index)
     elif src.kind in ("const", "float"):
         value = _signed_const(constant_bits(src, typ))
         cache = {}
@@ -615,11 +752,11 @@ def _source(i, src, typ, mods, sdwa=False):
             x = x & (sign - 1 if bits == 16 else 0x7FFFFFFF)
         if neg:
             x = x ^ sign
-        return bits_to_typed(x, typ)
+        return x if raw32 else bits_to_typed(x, typ)
     return read
 
 
-def _destination(dst, typ, name, mods, is_cmpx, sdwa=False):
+def _destination(dst, typ, name, mods, is_cmpx, sdwa=False, raw32=False):
     torch = torch_module()
     if typ == "mask":
         if dst.kind != "s" or dst.count != 2:
@@ -627,10 +764,14 @@ def _destination(dst, typ, name, mods, is_cmpx, sdwa=False):
         index = dst.index
 
         def write_mask_dst(P, sel, n, value, tmask, full):
-            lanes = P.host(torch.broadcast_to(value, (n, 64)) & tmask)
-            if is_cmpx:
-                write_mask(P, sel, EXEC_LO, lanes)
-            write_mask(P, sel, index, lanes)
+            lanes = torch.broadcast_to(value, (n, 64)) & tmask
+            if is_cmpx or index in (EXEC_LO - 1, EXEC_LO, EXEC_LO + 1):   # EXEC: on the host now
+                lanes = P.host(lanes)
+                if is_cmpx:
+                    write_mask(P, sel, EXEC_LO, lanes)
+                write_mask(P, sel, index, lanes)
+            else:
+                P.defer_mask(sel, index, lanes)
         return write_mask_dst
     if dst.kind != "v":
         raise DecodeError(f"VALU destination {dst.text!r} must be a VGPR")
@@ -660,7 +801,7 @@ def _destination(dst, typ, name, mods, is_cmpx, sdwa=False):
     field = ((1 << width) - 1) << shift
 
     def write(P, sel, n, value, tmask, full):
-        words = _typed_to_words(value, typ)
+        words = value if raw32 else _typed_to_words(value, typ)
         if not zero_high:
             words = (P.tv[P.tsel(sel), row] & -65536) | words
         if width < 32:   # SDWA dst_sel: the field, the rest padded / sign-filled / kept
@@ -711,17 +852,20 @@ def _decode_valu(ins, ops, mods):
     if unknown:
         raise DecodeError(f"torch backend: modifier(s) {sorted(unknown)} not ported")
     dsts, srcs, fn = PORTED_VALU_OPS[name]
+    raw32 = name in WRAP32_OPS      # computed on the int32 words, no int64 widening
+    if raw32:
+        fn = WRAP32_OPS[name]
     nd = len(dsts)
     dst_ops, src_ops = ops[:nd], list(ops[nd:])
     for implicit in _IMPLICIT.get(name, ()):
         src_ops.append(dst_ops[0] if implicit == "dst" else Operand("s", VCC_LO, 2, text="vcc"))
     if len(dst_ops) != nd or len(src_ops) != len(srcs):
         raise DecodeError(f"{name} expects {nd} destination and {len(srcs)} source operands")
-    readers = [_source(i, s, t, mods, sdwa) for i, (s, t) in enumerate(zip(src_ops, srcs))]
+    readers = [_source(i, s, t, mods, sdwa, raw32) for i, (s, t) in enumerate(zip(src_ops, srcs))]
     if dpp is not None and src_ops[0].kind != "v":
         raise DecodeError("DPP src0 must be a VGPR")
     dpp_row = src_ops[0].index if dpp is not None else None
-    writers = [_destination(d, t, name, mods, name.startswith("v_cmpx_"), sdwa)
+    writers = [_destination(d, t, name, mods, name.startswith("v_cmpx_"), sdwa, raw32)
                for d, t in zip(dst_ops, dsts)]
 
     def run(P, sel, n):
@@ -801,6 +945,34 @@ def _global_addresses(P, sel, vaddr, saddr, imm):
     return addr
 
 
+def _global_load_on_device(P, sel, n, vaddr, saddr, imm, nbytes, how):
+    """int32 (n, words, 64) of a global load whose active lanes all fall in one region with a
+    tensor, the addresses kept on the device (one read: their lowest and highest); None where
+    the host path must run (several regions, host bytes, a fault to name)."""
+    torch = P.torch
+    ts, tmask = P.tsel(sel), P.tmask(sel)[0]
+    offset = P.tv[ts, vaddr].to(torch.int64) & MASK32
+    if saddr is not None:
+        sg = P.sgpr
+        base = sg[sel, saddr].astype(np.uint64) | (sg[sel, saddr + 1].astype(np.uint64) << 32)
+        addr = P.to_device(base.view(np.int64))[:, None] + offset
+    else:
+        addr = offset | (P.tv[ts, vaddr + 1].to(torch.int64) << 32)
+    if imm:
+        addr = addr + imm
+    extreme = torch.iinfo(torch.int64)
+    low, high = torch.stack([torch.where(tmask, addr, extreme.max).min(),
+                             torch.where(tmask, addr, extreme.min).max()]).tolist()
+    region = P.memory.enclosing(low, high + nbytes) if low >= 0 else None
+    if region is None or region.tensor is None:
+        return None
+    src = region.tensor
+    offsets = torch.where(tmask, addr - region.start, 0).to(src.device)
+    data = src[offsets[..., None] + torch.arange(nbytes, device=src.device)].to(P.device)
+    words = _loaded_words(data.reshape(-1, nbytes), nbytes, how)
+    return words.reshape(n, 64, -1).permute(0, 2, 1)
+
+
 def _decode_global(ins, ops, mods):
     name = ins.mnemonic
     family, _, rest = name.partition("_")
@@ -819,20 +991,17 @@ def _decode_global(ins, ops, mods):
 
         def run_load(P, sel, n):
             active, full, lanes = P.exec_state(sel)
+            if not P.shares_numpy and lanes:
+                words = _global_load_on_device(P, sel, n, vaddr.index, saddr, imm, nbytes, how)
+                if words is not None:
+                    P.vm_issue(sel)
+                    P.write_rows(sel, row, k, words, full)
+                    return lanes
             addr = _global_addresses(P, sel, vaddr.index, saddr, imm)
             P.vm_issue(sel)
-            data = P.global_load(ins, sel, addr.reshape(-1) if full else addr[active], nbytes,
-                                 active, addr)
-            if how == "full":
-                words = P.to_device(np.ascontiguousarray(data).view(np.int32).reshape(-1, k))
-            else:   # a byte or short, zero- or sign-extended
-                value = data[:, 0].astype(np.int64) if nbytes == 1 else \
-                    np.ascontiguousarray(data).view(np.uint16)[:, 0].astype(np.int64)
-                if how == "sext":
-                    sign = 1 << (8 * nbytes - 1)
-                    value = (value ^ sign) - sign
-                words = _i32(P.to_device(value[:, None]))
-            _write_lanes(P, sel, n, row, k, words, full)
+            data = P.load_global(ins, sel, addr.reshape(-1) if full else addr[active], nbytes,
+                                 active)
+            _write_lanes(P, sel, n, row, k, _loaded_words(data, nbytes, how), full)
             return lanes
         return run_load
     if rest.startswith("store_") and rest[6:] in _BUFFER_STORE:
@@ -847,16 +1016,38 @@ def _decode_global(ins, ops, mods):
             active, full, lanes = P.exec_state(sel)
             addr = _global_addresses(P, sel, vaddr.index, saddr, imm)
             P.vm_issue(sel)
-            words = P.host(P.tv[P.tsel(sel), row:row + k].permute(0, 2, 1).contiguous())
-            words = words.reshape(-1, k) if full else words[active]
-            if how == "hi":
-                words = words >> 16
-            data = np.ascontiguousarray(np.ascontiguousarray(words).view(np.uint8).reshape(len(words), -1)[:, :nbytes])
-            P.global_store(ins, sel, addr.reshape(-1) if full else addr[active], data, active,
-                           addr)
+            data = _store_bytes(P, sel, row, k, nbytes, how, full)
+            P.store_global(ins, sel, addr.reshape(-1) if full else addr[active], data, active)
             return lanes
         return run_store
     raise DecodeError(f"torch backend: {name} is not ported")
+
+
+def _loaded_words(data, nbytes, how):
+    """int32 (m, words) of loaded bytes (m, nbytes): whole dwords, or a byte / short zero- or
+    sign-extended."""
+    torch = torch_module()
+    if how == "full":
+        return data.view(torch.int32)
+    value = data[:, 0].to(torch.int64)
+    if nbytes == 2:
+        value = value | (data[:, 1].to(torch.int64) << 8)
+    if how == "sext":
+        sign = 1 << (8 * nbytes - 1)
+        value = (value ^ sign) - sign
+    return _i32(value[:, None])
+
+
+def _store_bytes(P, sel, row, k, nbytes, how, full):
+    """uint8 (m, nbytes) device tensor of the active lanes' store data (rows row..row+k-1)."""
+    torch = P.torch
+    words = P.tv[P.tsel(sel), row:row + k].permute(0, 2, 1)
+    words = words.reshape(-1, k) if full else words[P.tmask(sel)[0]]
+    if how == "hi":
+        words = words >> 16
+    m = words.shape[0]
+    return words.contiguous().reshape(-1).view(torch.uint8).reshape(m, 4 * k)[:, :nbytes] \
+        .contiguous()
 
 
 _BUFFER_LOAD = {"dword": (4, "full"), "dwordx2": (8, "full"), "dwordx3": (12, "full"),
@@ -916,18 +1107,19 @@ def _decode_buffer(ins, ops, mods):
             active, full, lanes = P.exec_state(sel)
             addr, byte_offset, limit = plan(P, sel, n)
             P.vm_issue(sel)
-            data = np.zeros((int(active.sum()), max(4, nbytes)), np.uint8)
+            torch = P.torch
+            data = torch.zeros((lanes, max(4, nbytes)), dtype=torch.uint8, device=P.device)
             for k in range(0, nbytes, 4):   # each dword is range-checked; outside reads 0
                 width = min(4, nbytes - k)
                 ok = active & (byte_offset + (k + width) <= limit)
                 if ok.any():
-                    data[ok[active], k:k + width] = P.global_load(
-                        ins, sel, addr[ok] + np.uint64(k), width, ok, None)
-            words = data.view(np.uint32)[:, :max(1, nbytes // 4)].astype(np.int64)
-            if how == "sext":
-                sign = 1 << (8 * nbytes - 1)
-                words = (words ^ sign) - sign
-            _write_lanes(P, sel, n, row, words.shape[1], _i32(P.to_device(words)), full)
+                    loaded = P.load_global(ins, sel, addr[ok] + np.uint64(k), width, ok)
+                    if ok.sum() == lanes:
+                        data[:, k:k + width] = loaded
+                    else:
+                        data[P.to_device(ok[active]), k:k + width] = loaded
+            words = _loaded_words(data, nbytes, how)[:, :max(1, nbytes // 4)]
+            _write_lanes(P, sel, n, row, words.shape[1], words, full)
             return lanes
         return run_load
     if rest.startswith("store_") and rest[6:] in _BUFFER_STORE:
@@ -938,17 +1130,14 @@ def _decode_buffer(ins, ops, mods):
             active, full, lanes = P.exec_state(sel)
             addr, byte_offset, limit = plan(P, sel, n)
             P.vm_issue(sel)
-            words = P.host(P.tv[P.tsel(sel), row:row + k_words].permute(0, 2, 1).contiguous())
-            words = words[active].view(np.uint32)
-            if how == "hi":
-                words = words >> np.uint32(16)
-            data = np.ascontiguousarray(np.ascontiguousarray(words).view(np.uint8).reshape(len(words), -1)[:, :nbytes])
+            data = _store_bytes(P, sel, row, k_words, nbytes, how, full)
             for k in range(0, nbytes, 4):   # out-of-range dwords are dropped
                 width = min(4, nbytes - k)
                 ok = active & (byte_offset + (k + width) <= limit)
                 if ok.any():
-                    P.global_store(ins, sel, addr[ok] + np.uint64(k),
-                                   np.ascontiguousarray(data[ok[active], k:k + width]), ok, None)
+                    part = data[:, k:k + width] if ok.sum() == lanes else \
+                        data[P.to_device(ok[active]), k:k + width]
+                    P.store_global(ins, sel, addr[ok] + np.uint64(k), part.contiguous(), ok)
             return lanes
         return run_store
     raise DecodeError(f"torch backend: {ins.mnemonic} is not ported")
@@ -1035,11 +1224,56 @@ def _decode_ds(ins, ops, mods):
     raise DecodeError(f"torch backend: {ins.mnemonic} is not ported")
 
 
+def _ds_read_on_device(P, ins, sel, n, addr_row, parts, full) -> bool:
+    """The DS read with its addresses on the device (TorchPool.lds_on_device); False (nothing
+    done) where the host path must run."""
+    torch = P.torch
+    loaded = []
+    for offset, nbytes, how, row in parts:   # all reads before any write (the ISA's order)
+        flat = P.lds_on_device(ins, sel, addr_row, offset, nbytes)
+        if flat is None:
+            return False
+        data = P.tl[flat[..., None] + torch.arange(nbytes, device=flat.device)]   # (n, 64, b)
+        if how == "full":
+            words = data.view(torch.int32)
+        else:
+            wide = data.to(torch.int32)
+            words = wide[..., :1] | (wide[..., 1:2] << 8) if how == "u16" else wide[..., :1]
+        loaded.append((row, words))
+    for row, words in loaded:
+        P.write_rows(sel, row, words.shape[-1], words.permute(0, 2, 1), full)
+    return True
+
+
+def _ds_write_on_device(P, ins, sel, addr_row, parts) -> bool:
+    """The DS write with its addresses on the device; inactive lanes write the sink."""
+    torch = P.torch
+    flats = []
+    for offset, nbytes, how, row in parts:   # every part checked before any byte is written
+        flat = P.lds_on_device(ins, sel, addr_row, offset, nbytes)
+        if flat is None:
+            return False
+        flats.append(flat)
+    for flat, (offset, nbytes, how, row) in zip(flats, parts):
+        k = max(1, nbytes // 4)
+        words = P.tv[P.tsel(sel), row:row + k].permute(0, 2, 1)   # (n, 64, k)
+        if how == "hi":
+            words = words >> 16
+        n = words.shape[0]    # flattened first: a (n, 64, 1) view keeps a stride of 64
+        data = words.contiguous().reshape(-1).view(torch.uint8).reshape(n, 64, 4 * k)[..., :nbytes]
+        P.tl[flat[..., None] + torch.arange(nbytes, device=flat.device)] = data
+    return True
+
+
 def _ds_read(ins, addr_row, parts):
     torch = torch_module()
 
     def run(P, sel, n):
         active, full, lanes = P.exec_state(sel)
+        if not P.check and not P.shares_numpy:
+            done = _ds_read_on_device(P, ins, sel, n, addr_row, parts, full)
+            if done:
+                return lanes
         loaded = []
         for offset, nbytes, how, row in parts:   # all reads before any write (the ISA's order)
             flat = _lds_access(P, ins, sel, addr_row, offset, nbytes, active)
@@ -1065,6 +1299,9 @@ def _ds_write(ins, addr_row, parts):
 
     def run(P, sel, n):
         active, full, lanes = P.exec_state(sel)
+        if not P.check and not P.shares_numpy and _ds_write_on_device(P, ins, sel, addr_row,
+                                                                      parts):
+            return lanes
         tmask = P.tmask(sel)[0]
         for offset, nbytes, how, row in parts:
             k = max(1, nbytes // 4)

@@ -100,16 +100,23 @@ def listing_proven_by_rebuild(compiled) -> bool:
     descriptor, metadata note) and a listing that is `compiled`'s instruction for instruction.
     The compiler prints the listing and encodes the code object from identical copies of one
     module, so the fresh pair is one kernel (test_code_object_truth checks this by disassembly
-    on gfx942), hence so is `compiled`'s. Any doubt (no IR at hand, another opt level or linker)
+    on gfx942), hence so is `compiled`'s. Where no ld.lld can link, the fresh unlinked object
+    stands in: its kernel bytes, descriptor and metadata note must equal the code object's
+    (a relocated field that differs fails the proof). Any doubt (no IR at hand, another opt level or linker)
     is False."""
-    from ..compiler import compile_ir
+    from ..compiler import ToolchainError, compile_ir
+    from ..compiler.pipeline import codegen_unlinked
     from ..emu.codeobject import kernel_image, listings_agree
     if not compiled.ir or not compiled.asm:
         return False
     try:
-        fresh = compile_ir(compiled.ir, name=compiled.name, target=compiled.target, cache=False)
-        same_code = (kernel_image(fresh.code_object, compiled.name)
+        try:
+            fresh = compile_ir(compiled.ir, name=compiled.name, target=compiled.target, cache=False)
+            fresh_asm, fresh_object = fresh.asm, fresh.code_object
+        except ToolchainError:   # no linker here: the unlinked object carries the same kernel
+            fresh_asm, fresh_object = codegen_unlinked(compiled.ir, compiled.target)
+        same_code = (kernel_image(fresh_object, compiled.name)
                      == kernel_image(compiled.code_object, compiled.name))
     except Exception:
         return False
-    return same_code and listings_agree(compiled.asm, fresh.asm, compiled.name)
+    return same_code and listings_agree(compiled.asm, fresh_asm, compiled.name)

@@ -149,9 +149,18 @@ def _check_pointer(label: str, dtype: str | None, value, device: str):
         if want is not None and value.dtype != want and not _same_bits(dtype, value.dtype):
             raise LaunchArgumentError(f"{label} points to {dtype}: pass a {want} tensor, "
                                       f"got {value.dtype}")
-    if device == "emu" and value.device.type != "cpu":
-        raise LaunchArgumentError(f"{label}: the emulator reads CPU tensors, got one on {value.device}")
+    if device == "emu" and value.device.type != "cpu" and not _emulated_on_cuda(value):
+        raise LaunchArgumentError(f"{label}: the emulator reads CPU tensors (CUDA tensors with "
+                                  f"ROCKE_EMU_BACKEND=torch ROCKE_EMU_DEVICE=cuda), got one on "
+                                  f"{value.device}")
     return value
+
+
+def _emulated_on_cuda(value) -> bool:
+    """A CUDA tensor the emulator's torch backend reads in place on the GPU."""
+    from .. import env
+    return value.device.type == "cuda" and env.emu_backend() == "torch" and \
+        env.emu_device() == "cuda"
 
 
 def _convert_int(label: str, dtype: str, value):

@@ -2,7 +2,8 @@
 
 Three ways to run it: "cpu" (tensors are views of the numpy state; unported instructions fall
 back to numpy), "cpu-copies" (the CUDA code path on the CPU: own tensors, unported instructions
-refused) and "cuda" (skipped without a CUDA GPU; CI has none).
+refused; "-nocheck" launches without the race checker, whose absence keeps LDS addresses on
+the device) and "cuda" (skipped without a CUDA GPU; CI has none).
 
 Existing tests run with every emulator launch doubled: numpy first, then torch on the same
 inputs, and every tensor argument's bytes must come out identical (the test's own assertions
@@ -21,7 +22,7 @@ import rocke.emu  # noqa: E402
 from rocke.emu import semantics, torch_exec  # noqa: E402
 from rocke.emu.errors import EmulatorError  # noqa: E402
 
-DEVICES = ["cpu", "cpu-copies", pytest.param("cuda", marks=pytest.mark.skipif(
+DEVICES = ["cpu", "cpu-copies", "cpu-copies-nocheck", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA GPU (CI has none)"))]
 
 
@@ -45,11 +46,13 @@ def dual(monkeypatch, request):
     """Every rocke.emu.launch runs on numpy, then on torch from the same inputs; the bytes of
     every tensor argument must agree. Yields the list of torch reports."""
     device = request.param
-    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", device == "cpu-copies")
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", device.startswith("cpu-copies"))
     real = rocke.emu.launch
     reports = []
 
     def launch(code, kernel, grid, block, args, *rest, **kw):
+        if device.endswith("nocheck"):   # LDS addresses then stay on the device
+            kw["check"], rest = False, rest[:1]
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         before = [t.clone() for t in tensors]
         with backend_env("numpy"):
@@ -214,7 +217,7 @@ def _torch_bits(value, typ):
     return value.cpu().numpy()
 
 
-@pytest.mark.parametrize("device", ["cpu", DEVICES[2]])
+@pytest.mark.parametrize("device", ["cpu", DEVICES[-1]])
 @pytest.mark.parametrize("name", sorted(torch_exec.PORTED_VALU_OPS))
 def test_ported_valu_op_bit_identical(name, device):
     """Each ported op on 4 x 64 lanes of random bits (NaN payloads, denormals, infinities
@@ -239,6 +242,27 @@ def test_ported_valu_op_bit_identical(name, device):
         assert len(differ) == 0, (f"{name} ({typ}) on torch {device}: {len(differ)} lanes differ, "
                                   f"e.g. {g_bits.reshape(-1)[differ[0]]:#x} vs "
                                   f"{w_bits.reshape(-1)[differ[0]]:#x}")
+
+
+@pytest.mark.parametrize("device", ["cpu", DEVICES[-1]])
+@pytest.mark.parametrize("name", sorted(torch_exec.WRAP32_OPS))
+def test_wrap32_op_bit_identical(name, device):
+    """The int32 forms (no int64 widening) equal semantics.VALU_OPS[name] on random words,
+    incl. the wrap-around corners (0x7FFFFFFF + 1, products past 2**32, shifts of 31)."""
+    dsts, srcs, _ = torch_exec.PORTED_VALU_OPS[name]
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + 1)
+    args_np, args_t = [], []
+    for typ in srcs:
+        words = _words(rng, typ, (4, 64))
+        words[0, :8] = [0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0, 1, 31, 32, 0xFFFFFFE1]
+        args_np.append(_numpy_typed(words, typ))
+        args_t.append(torch.from_numpy(words.view(np.int32).copy()).to(device))
+    with np.errstate(all="ignore"):
+        want = _numpy_bits(semantics.VALU_OPS[name].fn(*args_np), dsts[0])
+    got = torch_exec.WRAP32_OPS[name](*args_t)
+    assert got.dtype == torch.int32
+    got = got.to(torch.int64).cpu().numpy() & 0xFFFFFFFF
+    assert np.array_equal(np.broadcast_to(got, want.shape), want), name
 
 
 # ------------------------------------------------------------------ rocke's own attention kernel
@@ -268,3 +292,106 @@ def test_attention_3d_and_reduce_segments_fully_on_torch(dual):
     assert any(n.startswith("attention_3d") for n in names) and \
         any(n.startswith("reduce_segments") for n in names), names
     assert all(r.fallbacks == () for r in dual), [r.fallbacks[:2] for r in dual if r.fallbacks]
+
+
+# ------------------------------------------------------------------ CUDA tensors as global memory
+
+def _attention_call(on_cuda, backend_name, device, seqs, dtype="f16"):
+    """run_unified_attention_torch on make_inputs' batch (a mixed prefill/decode batch, 2D and
+    3D paths by the dispatcher), the tensors on CUDA or the CPU; returns `out` on the CPU."""
+    from rocke.kernels.common.attention_unified import run_unified_attention_torch
+    from tests.kernels.unified_inputs import make_inputs
+    inputs = make_inputs(seqs, dtype=dtype)
+    if on_cuda:
+        inputs = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    with backend_env(backend_name, device):
+        run_unified_attention_torch(*inputs.values())
+    return inputs["out"].cpu()
+
+
+CUDA_ONLY = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU (CI has none)")
+
+
+@CUDA_ONLY
+@pytest.mark.parametrize("seqs", [[(5, 40), (1, 70)], [(1, 300), (1, 33)]], ids=["mixed", "decode"])
+def test_unified_attention_on_cuda_tensors_is_numpys(monkeypatch, seqs):
+    """vLLM's entry point on CUDA tensors emulates on the GPU (the tensors are the emulator's
+    global memory) and writes the bytes the numpy backend writes on CPU tensors."""
+    from rocke.emu import memory
+    seen = []
+    real_add = memory.GlobalMemory.add
+
+    def add(self, start, size, name, writable, array=None, tensor=None, on_host=True):
+        seen.append((name, tensor is not None and tensor.device.type == "cuda", on_host))
+        return real_add(self, start, size, name, writable, array, tensor, on_host)
+    monkeypatch.setattr(memory.GlobalMemory, "add", add)
+    want = _attention_call(False, "numpy", "cpu", seqs)
+    seen.clear()
+    got = _attention_call(True, "torch", "cuda", seqs)
+    assert torch.equal(_bits(got), _bits(want))
+    assert any(cuda and not on_host for _, cuda, on_host in seen), seen   # GPU-only regions
+    assert not any(cuda and on_host for _, cuda, on_host in seen), seen
+
+
+def test_cuda_tensors_are_emulated_only_with_the_torch_cuda_backend(monkeypatch):
+    """An NVIDIA CUDA q goes to the emulator with ROCKE_EMU_BACKEND=torch ROCKE_EMU_DEVICE=cuda
+    and is refused otherwise (checked without a GPU: only q.device is read)."""
+    from types import SimpleNamespace
+    from rocke.kernels.common.attention_unified import launch_device_kind
+    monkeypatch.setattr(torch.version, "hip", None)
+    q = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    with backend_env("numpy", "cpu"):
+        with pytest.raises(ValueError, match="NVIDIA CUDA build"):
+            launch_device_kind(q)
+    with backend_env("torch", "cuda"):
+        assert launch_device_kind(q) == "emu"
+
+
+def test_device_store_keeps_the_last_overlapping_lane():
+    """torch_memory.put (the GPU's global stores) against memory.put_rows (numpy's): lanes that
+    store to one address, or to overlapping bytes, leave the last lane's bytes."""
+    from rocke.emu import memory, torch_memory
+    rng = np.random.default_rng(0)
+    for nbytes, offsets in ((4, [8, 0, 8, 4, 8]), (4, [0, 2, 4, 6]), (1, [3, 3, 1, 3]),
+                            (8, rng.integers(0, 7, 40) * 4)):
+        offsets = np.asarray(offsets, np.int64)
+        data = rng.integers(0, 256, (len(offsets), nbytes), dtype=np.uint8)
+        host = np.zeros(64, np.uint8)
+        region = memory.Region(0, 64, "x", True, host)
+        if np.all(offsets % nbytes == 0):
+            memory.region_rows(region, offsets, nbytes, put=data)
+        else:   # numpy's store of unaligned overlapping accesses: one lane after another
+            for o, row in zip(offsets, data):
+                host[o:o + nbytes] = row
+        view = torch.zeros(64, dtype=torch.uint8)
+        torch_memory.put(memory.Region(0, 64, "x", True, None, view), offsets,
+                         torch.from_numpy(data))
+        assert np.array_equal(view.numpy(), host), (nbytes, offsets)
+
+
+def test_gpu_only_region_serves_scalar_loads_and_stores():
+    """A range reached only through its torch view (GPU memory; here a CPU tensor in copies
+    mode): the host's scalar loads and stores go through the view."""
+    from rocke.emu import memory
+    t = torch.arange(64, dtype=torch.uint8)
+    mem = memory.GlobalMemory()
+    mem.add(0x1000, 64, "x", True, tensor=t, on_host=False)
+    assert mem.regions[0].bytes is None
+    got = mem.load(np.array([0x1000 + 8, 0x1000 + 60], np.uint64), 4)
+    assert got.tolist() == [[8, 9, 10, 11], [60, 61, 62, 63]]
+    mem.store(np.array([0x1000 + 4], np.uint64), np.array([[200, 201]], np.uint8))
+    assert t[4:6].tolist() == [200, 201] and t[3] == 3 and t[6] == 6
+
+
+def test_fault_after_a_pool_wrote_rolls_back_gpu_memory(monkeypatch):
+    """The GPU memory path (copies mode on the CPU): a fault in the launch's second pool leaves
+    what the first pool stored undone — the rollback copies of GPU ranges are put back."""
+    from rocke.emu.errors import MemoryFault
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
+    n, first_pool = 256 * 1024, 128 * 1024     # a pool: 512 waves = 128 groups of 1024 elements
+    x, y = torch.ones(n), torch.ones(n)
+    out = torch.full((first_pool + 5,), 7.0)   # the second pool's stores fall outside it
+    with backend_env("torch", "cpu"), pytest.raises(MemoryFault):
+        T.launch_fixture("axpy_f32", (256, 1, 1), x_ptr=x, y_ptr=y, out_ptr=out, alpha=0.5,
+                         n_elements=n)
+    assert torch.all(out == 7.0), "the first pool's stores were not rolled back"

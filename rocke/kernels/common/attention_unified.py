@@ -241,6 +241,8 @@ def launch_device_kind(q) -> str:
         found = "emu"
     elif kind == "cuda" and getattr(torch.version, "hip", None):
         found = "hip"
+    elif kind == "cuda" and emulated_on_cuda():
+        found = "emu"
     else:
         why = ("this torch is an NVIDIA CUDA build (torch.version.hip is None); rocke's kernels "
                "are AMD gfx942 code") if kind == "cuda" else f"rocke cannot run on {kind} tensors"
@@ -251,6 +253,14 @@ def launch_device_kind(q) -> str:
         raise ValueError(f"ROCKE_DEVICE=emu, but q is on {q.device}: the emulator runs on CPU "
                          "tensors")
     return override or found
+
+
+def emulated_on_cuda() -> bool:
+    """Whether NVIDIA CUDA tensors run on the emulator, on the GPU (ROCKE_EMU_BACKEND=torch
+    ROCKE_EMU_DEVICE=cuda): the tensors are its global memory; the metadata is checked on the
+    host, as for CPU tensors."""
+    from rocke import env
+    return env.emu_backend() == "torch" and env.emu_device() == "cuda"
 
 
 def launch_target(q) -> str | None:
@@ -420,8 +430,8 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
         if t.device != q.device:
             raise ValueError(f"{name}: on {t.device}, but q is on {q.device}; every tensor must be "
                              "on one device")
-    launch_device_kind(q)           # CPU -> emulator, ROCm GPU -> HIP, anything else refused
-    host_readable = q.device.type == "cpu"     # contents are checked on the host only there
+    # CPU (or CUDA, emulated there) -> emulator, ROCm GPU -> HIP, anything else refused
+    host_readable = launch_device_kind(q) == "emu" or q.device.type == "cpu"   # checked on the host
 
     if str(q.dtype).removeprefix("torch.") not in DTYPES:
         raise ValueError(f"q: dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
@@ -487,8 +497,9 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
         if not isinstance(given, int) or isinstance(given, bool):
             raise ValueError(f"{name}: must be an int, got {given!r}")
     if host_readable:
-        true_max_q = _check_contents(cu_seqlens_q, seqused_k, block_table, total_q, num_blocks,
-                                     block_size, causal, max_seqlen_q, max_seqlen_k)
+        true_max_q = _check_contents(cu_seqlens_q.cpu(), seqused_k.cpu(), block_table.cpu(),
+                                     total_q, num_blocks, block_size, causal, max_seqlen_q,
+                                     max_seqlen_k)
     else:
         # a GPU's metadata is not read on the host (that would synchronise and break graph
         # capture): what is derivable from the numbers the caller passed is checked here
@@ -892,7 +903,7 @@ def _graph_key(device_kind, plan, launches, workspace) -> tuple:
 def _guard_launches(device_kind, problem, args) -> list:
     """On a GPU, the metadata guard first: the content checks the host does on the emulator,
     done on the device (``metadata_guard.py``; ``ROCKE_CHECK_METADATA=off`` leaves it out)."""
-    if args[0].device.type == "cpu" or env.check_metadata() == "off":
+    if args[0].device.type == "cpu" or device_kind == "emu" or env.check_metadata() == "off":
         return []
     from rocke.kernels.common import metadata_guard as guard
     from rocke.runtime import get_device
@@ -1197,6 +1208,13 @@ def _remember(key, device_kind, the_plan, launches, workspace, problem, target, 
         check = _HostContents([args[ARG_INDEX[n]] for n in ("cu_seqlens_q", "seqused_k",
                                                             "block_table")], problem,
                               args[ARG_INDEX["max_seqlen_q"]], args[ARG_INDEX["max_seqlen_k"]])
+    elif device.kind == "emu":      # GPU tensors emulated: checked on the host from a copy
+
+        def check(cu_seqlens_q, seqused_k, block_table):
+            _check_contents(cu_seqlens_q.cpu(), seqused_k.cpu(), block_table.cpu(),
+                            problem.total_q, problem.num_blocks, problem.block_size,
+                            problem.causal, args[ARG_INDEX["max_seqlen_q"]],
+                            args[ARG_INDEX["max_seqlen_k"]])
 
     def capture():
         graph = Graph(device=device)
