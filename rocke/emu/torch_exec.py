@@ -56,6 +56,8 @@ class TorchPool(Pool):
     """A Pool whose VGPRs and LDS are torch tensors on `device` (see the module docstring)."""
 
     def __init__(self, kernel, memory, wg_ids, block, lds_bytes, check, device):
+        self._pending_masks = {}    # Pool.__init__ already reads the scalar registers
+        self._sgpr_epoch = 0
         super().__init__(kernel, memory, wg_ids, block, lds_bytes, check)
         torch = torch_module()
         self.torch, self.device = torch, device
@@ -83,6 +85,16 @@ class TorchPool(Pool):
     @sgpr.setter
     def sgpr(self, value):
         self._sgpr = value
+
+    @property
+    def sgpr64(self):
+        """Pool's 64-bit view of the scalar registers: a host access like `sgpr`."""
+        self.sgpr
+        return self._sgpr64
+
+    @sgpr64.setter
+    def sgpr64(self, value):
+        self._sgpr64 = value
 
     def _flush_masks(self):
         pending, self._pending_masks = self._pending_masks, {}
