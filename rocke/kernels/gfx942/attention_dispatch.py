@@ -111,6 +111,8 @@ def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None
             geo = replace(make(p, knobs), reason=reason)
             if path == "3d":
                 geo = replace(geo, num_segments=num_segments(p, geo, sms))
+            else:
+                geo = one_round_tile(p, geo, knobs, sms)
             return geo
     raise AssertionError(f"GEOMETRY_RULES has no default row for path {path!r}")
 
@@ -131,6 +133,49 @@ def num_segments(p: UnifiedAttentionProblem, geo: Geometry, sms: int | None = No
     if rounds:          # whole rounds only: a few workgroups past a round cost a whole round
         return max(1, rounds * round_size // base)
     return wanted
+
+
+# a 2D grid of at most num_sms workgroups runs in one round, one workgroup per CU: the KV tile
+# then grows to the largest of these the LDS admits (ALGORITHM.md §10.2)
+ONE_ROUND_TILES = (64, 32)
+
+
+def grid_2d(p: UnifiedAttentionProblem, geo: Geometry) -> int:
+    """Workgroups of the 2D launch of ``geo``: q blocks (a sequence starts a new block) x KV heads
+    x the GQA group's split."""
+    group, split = split_group(p.num_queries_per_kv)
+    block_q = max(1, geo.block_m // group)
+    return total_num_q_blocks(p.total_q, p.num_seqs, block_q) * p.num_kv_heads * split
+
+
+def one_round_tile(p: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKnobs,
+                   sms: int | None = None) -> Geometry:
+    """The 2D geometry with its KV tile grown to the largest of ONE_ROUND_TILES that the spec
+    accepts (LDS), when its grid fits the device in one round (<= num_sms workgroups): every
+    workgroup then has a CU to itself, so the workgroups per CU a small tile's LDS buys are
+    unused, and a tile twice as long halves the KV walk's tiles and its exposed round trips.
+    benchmarks/profile.py, modelled MI300X: a single 128-token prefill f16 d128 wide4
+    15.73 -> 13.64 us, bf16 d128 14.80 -> 12.43, bf16 d64 16.83 -> 14.12, f16 d256 (32-key tile)
+    24.54 -> 17.76. The NUM_WARPS lever (an explicit geometry), batch invariance (the tile must
+    not depend on the batch) and QQ-bias (its per-score bias gather over a 64-key tile spills
+    SGPRs on bf16 d128: `rocke report --reachable --corners`) keep the table's tile."""
+    sms = num_sms() if sms is None else sms
+    if p.batch_invariant or knobs.num_warps is not None or p.qq_bias or grid_2d(p, geo) > sms:
+        return geo
+    for tile in ONE_ROUND_TILES:
+        if tile <= geo.tile_size:
+            break
+        single = policy.default_k_single_buffer(geo.regime == policy.TRANSPOSED_X8,
+                                                geo.num_warps, geo.block_m_per_warp, tile)
+        grown = replace(geo, tile_size=tile, k_single_buffer=single,
+                        reason=geo.reason + f"; one round ({grid_2d(p, geo)} workgroups <= "
+                                            f"{sms} CUs): the {tile}-key tile")
+        try:
+            make_specs(p, grown, knobs)
+        except ValueError:          # the spec refuses it (LDS): try the next tile
+            continue
+        return grown
+    return geo
 
 
 # ---- the dispatcher's rules (ALGORITHM.md §10). First match wins; the reason is the why. ----
