@@ -232,6 +232,7 @@ def test_one_round_boundary_is_num_sms(total_q, grows):
 @pytest.mark.parametrize("kw, knobs", [
     (dict(batch_invariant=True), AttentionKnobs()),       # the tile must not follow the batch
     ({}, AttentionKnobs(num_warps=4)),                    # an explicit geometry lever
+    ({}, AttentionKnobs(flash_wide=0)),                   # FLASH_WIDE=0: L4
     (dict(dtype="bf16", qq_bias=True), AttentionKnobs()),  # 64-key tiles spill with the gather
 ])
 def test_one_round_tile_is_not_taken(kw, knobs):
