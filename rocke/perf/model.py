@@ -16,10 +16,12 @@ the timing facts of rocke.arch.costs (each with its source there). The model:
      round trip per counted round trip, or per `s_waitcnt vmcnt`);
    - its duration when `c` workgroups share the CU (c = min(slots, ceil(workgroups / CUs))):
      max(serial path, c x CU demand);
-   - its DRAM queue (`dram_queue_cycles`): the workgroups resident at once (`resident` =
-     min(workgroups, CUs x slots)) each move their share of the footprint (footprint /
-     workgroups) through the one HBM, so by Little's law a round trip that waits on those bytes
-     lasts at least resident x share / achievable bandwidth, not the unloaded round trip. The
+   - its DRAM queue: the workgroups resident at once (`resident` = min(workgroups, CUs x
+     slots)) each move their share of the footprint (in proportion to the global bytes each
+     requests) through the one HBM, so by Little's law a round trip that waits on those bytes
+     lasts at least resident x share / achievable bandwidth, not the unloaded round trip
+     (unequal shares: fair sharing, a workgroup's last byte after sum_j min(share_j, its share);
+     a workgroup that loads nothing waits on nothing). The
      path already holds one round trip of that wait (its exposed latency, at most one round
      trip); the rest is added. ASSUMPTION: a workgroup's unique bytes move in one exposed phase
      (as a tile kernel's Q load and output store do; workgroups of equal work start together
@@ -114,11 +116,30 @@ def _exposed_latency(profile, costs: Costs, vm_waits: np.ndarray) -> np.ndarray:
 _CLOCK_STEPS = 6       # fixed-point steps of clock <-> schedule (converged to <0.1 % on the anchors)
 
 
-def dram_queue_seconds(resident: int, share_bytes: float, costs: Costs = MI300X) -> float:
+def dram_queue_seconds(resident, share_bytes, costs: Costs = MI300X):
     """Little's law on the HBM: `resident` workgroups that each wait on `share_bytes` of DRAM
     traffic at once see a round trip of at least resident x share / achievable bandwidth ([BW]
     in rocke.arch.costs). The model adds what exceeds the round trip the path already holds."""
     return resident * share_bytes / costs.hbm_achievable_bytes_s
+
+
+def workgroup_shares(requested: np.ndarray, footprint: float) -> np.ndarray:
+    """Each workgroup's share of the DRAM footprint, in proportion to the global bytes it
+    requests (equal shares when none are counted): a workgroup that loads nothing waits on none."""
+    total = float(requested.sum())
+    if total <= 0:
+        return np.full(requested.shape, footprint / max(1, requested.size))
+    return footprint * requested / total
+
+
+def shared_bytes(shares: np.ndarray) -> np.ndarray:
+    """Bytes the HBM delivers before each workgroup's last byte when the workgroups' requests
+    share it fairly: sum over j of min(share_j, share_i) (processor sharing; all equal: n x
+    share)."""
+    order = np.sort(shares)
+    below = np.concatenate(([0.0], np.cumsum(order)))
+    k = np.searchsorted(order, shares, side="left")
+    return below[k] + shares * (shares.size - k)
 
 
 def _schedule(duration: np.ndarray, total: int, slots: int) -> float:
@@ -172,17 +193,18 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
 
     if footprint is None:
         footprint = profile.unique_read_bytes + profile.unique_write_bytes
-        share_bytes = footprint / max(1, sampled)
+        sample_footprint = footprint
     else:
-        share_bytes = footprint / max(1, total)
+        sample_footprint = footprint * sampled / total
     resident = min(total, t.cu_count * slots)
-    queue_s = dram_queue_seconds(resident, share_bytes, costs)
+    queue_s = dram_queue_seconds(resident / sampled,
+                                 shared_bytes(workgroup_shares(bytes_, sample_footprint)), costs)
     # the part of the queue each workgroup's path already waits (at most one round trip)
     covered = np.minimum(costs.memory_latency_cycles, exposed / wpw)
     scale = total / sampled
     matrix_cycles = float((issues @ mfma).sum()) * scale / (t.cu_count * t.simds_per_cu)
     clock = costs.clock_hz
-    for _ in range(_CLOCK_STEPS if queue_s > 0 else 1):
+    for _ in range(_CLOCK_STEPS if queue_s.any() else 1):
         # the engine clock follows the matrix pipes' load (rocke.arch.costs, [MAF]): their busy
         # share of the schedule, averaged over every SIMD of the GPU
         queued = duration + np.maximum(0.0, queue_s * clock - covered)

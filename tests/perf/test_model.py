@@ -199,3 +199,33 @@ def test_dram_queue_and_clock_are_solved_together():
     m = model_time(p)
     assert m.occupancy["clock_ghz"] == pytest.approx(c / 1e9, abs=2e-3)
     assert m.us == pytest.approx((8000 / c + queue_s) * 1e6 + LAUNCH_US, rel=2e-3)
+
+
+def test_workgroup_shares_follow_the_requested_bytes():
+    """80 bytes of footprint over workgroups requesting 0 / 10 / 30 bytes: 0 / 20 / 60; none
+    counted (a hand-built profile): equal shares."""
+    from rocke.perf.model import workgroup_shares
+    assert workgroup_shares(np.array([0.0, 10.0, 30.0]), 80).tolist() == [0.0, 20.0, 60.0]
+    assert workgroup_shares(np.zeros(4), 80).tolist() == [20.0] * 4
+
+
+def test_shared_bytes_is_fair_sharing():
+    """Shares 1, 3, 3, 0 through one pipe shared fairly: the 1 is done after 1 + 1 + 1 + 0 = 3
+    bytes, each 3 after 1 + 3 + 3 + 0 = 7, the empty one at once."""
+    from rocke.perf.model import shared_bytes
+    assert shared_bytes(np.array([1.0, 3.0, 3.0, 0.0])).tolist() == [3.0, 7.0, 7.0, 0.0]
+    assert shared_bytes(np.full(5, 2.0)).tolist() == [10.0] * 5
+
+
+def test_a_workgroup_that_loads_nothing_waits_on_no_queue():
+    """304 workgroups, 64 MiB of footprint, all requested by workgroup 0 (the others request
+    nothing): only it waits (64 MiB / 4.073 TB/s beyond its round trip); the rest keep their
+    path of 440 + L cycles."""
+    p = _profile(304, *WAITING, [400, 40], trips=4, unique=(64 << 20, 0))
+    p.wg_global_bytes = np.zeros(304, np.int64)
+    p.wg_global_bytes[0] = 1 << 20
+    m = model_time(p)
+    queue_s = (64 << 20) / BW
+    assert m.us == pytest.approx((440 / CLOCK + queue_s) * 1e6 + LAUNCH_US)
+    p.wg_global_bytes[:] = 0          # none counted: equal shares, the same total for each
+    assert model_time(p).us == pytest.approx((440 / CLOCK + queue_s) * 1e6 + LAUNCH_US)
