@@ -156,7 +156,7 @@ def one_round_tile(p: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKn
     unused, and a tile twice as long halves the KV walk's tiles and its exposed round trips.
     benchmarks/profile.py, modelled MI300X: a single 128-token prefill f16 d128 wide4
     15.73 -> 13.64 us, bf16 d128 14.80 -> 12.43, bf16 d64 16.83 -> 14.12, f16 d256 (32-key tile)
-    24.54 -> 17.76. The geometry levers (NUM_WARPS, FLASH_WIDE: an explicit geometry; L4 with a
+    24.54 -> 17.76; a single 640-token prefill f16 d128 52.64 -> 40.88. The geometry levers (NUM_WARPS, FLASH_WIDE: an explicit geometry; L4 with a
     64-key tile and every feature spills 4 SGPRs), batch invariance (the tile must not depend on
     the batch) and QQ-bias (its per-score bias gather over a 64-key tile spills
     SGPRs on bf16 d128: `rocke report --reachable --corners`) keep the table's tile."""
