@@ -103,16 +103,23 @@ def select_path(p: UnifiedAttentionProblem, sms: int | None = None) -> tuple[str
 
 def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None = None,
          sms: int | None = None) -> Geometry:
-    """The kernel geometry of ``path`` for this problem (the first matching GEOMETRY_RULES
-    row), with 3D's segment count."""
+    """The kernel geometry of ``path`` for this problem: the table's (``table_geometry``), its
+    2D KV tile grown when the grid runs in one round on gfx942 (``one_round_tile``)."""
+    knobs = AttentionKnobs() if knobs is None else knobs
+    geo = table_geometry(p, path, knobs, sms)
+    return one_round_tile(p, geo, knobs, sms) if path == "2d" else geo
+
+
+def table_geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None = None,
+                   sms: int | None = None) -> Geometry:
+    """The first matching GEOMETRY_RULES row of ``path``, with 3D's segment count (another
+    target's dispatcher builds its own rules on this, rocke/kernels/gfx950)."""
     knobs = AttentionKnobs() if knobs is None else knobs
     for rule_path, applies, make, reason in GEOMETRY_RULES:
         if rule_path == path and applies(p):
             geo = replace(make(p, knobs), reason=reason)
             if path == "3d":
                 geo = replace(geo, num_segments=num_segments(p, geo, sms))
-            else:
-                geo = one_round_tile(p, geo, knobs, sms)
             return geo
     raise AssertionError(f"GEOMETRY_RULES has no default row for path {path!r}")
 
