@@ -90,6 +90,15 @@ def narrow_3d_specs(p):
     return ad.make_specs(p, geo, AttentionKnobs())
 
 
+def full_problem_specs(case: Case, sp, path: str):
+    """The specs of the geometry the dispatcher picks for the FULL problem (its grid decides,
+    e.g. the one-round KV tile of ALGORITHM.md §10.2), built for the sampled one."""
+    from rocke.kernels.common.knobs import AttentionKnobs
+    from rocke.kernels.gfx942 import attention_dispatch as ad
+    geo = ad.plan(full_problem(case, sp), path, AttentionKnobs(), with_specs=False).geometry
+    return ad.make_specs(sp, geo, AttentionKnobs())
+
+
 def profiles(case: Case, path: str, ns: int = 1):
     """[(LaunchProfile, sampled grid, scale of the grid's repeated axis)] of one option, cached
     per sampled problem (the profile does not depend on batch or KV heads)."""
@@ -99,10 +108,11 @@ def profiles(case: Case, path: str, ns: int = 1):
     from rocke.kernels.gfx942 import reduce_segments as kr
     from rocke.runtime import launch
     args, sp = sampled_inputs(case)
-    key = (case.pattern, sp.num_queries_per_kv, case.dtype, case.d, case.block_size, path, ns)
+    specs = narrow_3d_specs(sp) if path == "3d-narrow" else full_problem_specs(case, sp, path)
+    key = (case.pattern, sp.num_queries_per_kv, case.dtype, case.d, case.block_size, path, ns,
+           specs[0].kernel_name)
     if key in _PROFILES:
         return _PROFILES[key]
-    specs = narrow_3d_specs(sp) if path == "3d-narrow" else au.plan(sp, path).specs
     q, k, v, out = args["q"], args["k"], args["v"], args["out"]
     common = (args["block_table"], args["cu_seqlens_q"], args["seqused_k"],
               float(args["softmax_scale"]))

@@ -38,7 +38,12 @@ published MI300X pointer-chasing studies exist (Chips and Cheese, "Testing AMD's
 2024; Tee, Curtis, Wolfe, Wong, "The MALL is Open: Exploring Shared Caches and Latency in AMD
 CDNA 3 GPUs", SC'25 workshops) but their figures could not be read here, so the constant stays
 an assumption and benchmarks/calibration.py and benchmarks/profile.py print results at half
-and double it.
+and double it. [MT4G] mt4g's MI300X sample (caps-tum/mt4g, sample_results/"AMD Instinct MI300X
+VF"/README.md, one pointer-chasing thread, an idle GPU) measured 288 cycles to L2 and 900
+(p95 1115) to HBM, and 15.4 TB/s L2 / 3.96 TB/s HBM read bandwidth: the unloaded round trip is
+below the assumed 2000, which stands for a loaded one. Queueing beyond it when many workgroups
+wait on DRAM at once is modelled separately (rocke.perf.model: the DRAM queue, Little's law
+on [BW]).
 """
 from __future__ import annotations
 

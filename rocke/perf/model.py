@@ -16,11 +16,24 @@ the timing facts of rocke.arch.costs (each with its source there). The model:
      round trip per counted round trip, or per `s_waitcnt vmcnt`);
    - its duration when `c` workgroups share the CU (c = min(slots, ceil(workgroups / CUs))):
      max(serial path, c x CU demand);
+   - its DRAM queue: the workgroups resident at once (`resident` = min(workgroups, CUs x
+     slots)) each move their share of the footprint (in proportion to the global bytes each
+     requests) through the one HBM, so by Little's law a round trip that waits on those bytes
+     lasts at least resident x share / achievable bandwidth, not the unloaded round trip
+     (unequal shares: fair sharing, a workgroup's last byte after sum_j min(share_j, its share);
+     a workgroup that loads nothing waits on nothing). The
+     path already holds one round trip of that wait (its exposed latency, at most one round
+     trip); the rest is added. ASSUMPTION: a workgroup's unique bytes move in one exposed phase
+     (as a tile kernel's Q load and output store do; workgroups of equal work start together
+     and stay in step). It is zero whenever the resident workgroups' bytes fit the
+     bandwidth-delay product (small launches), and it is what makes a large launch of short
+     workgroups slower per FLOP than one of long workgroups (benchmarks/calibration.py);
 3. the schedule: workgroups in dispatch order (x fastest) go to the first free of
    CUs x slots (rounds and the tail fall out of this); compute time = the last one's end, in
    cycles of the engine clock the kernel's matrix load sustains (`Costs.effective_clock_hz`:
    the boost clock when the matrix pipes idle, the clock AMD's max-achievable FLOPs imply
-   when they are saturated);
+   when they are saturated; the DRAM queue is in seconds, so the clock and the schedule are
+   solved together by a few fixed-point steps);
 4. memory: DRAM time = footprint (unique bytes read + written) / achievable HBM bandwidth;
    L2 time = requested segment bytes / aggregate L2 bandwidth;
 5. modelled time = max(compute, DRAM, L2) + launch overhead; binding = the largest term (for
@@ -100,6 +113,50 @@ def _exposed_latency(profile, costs: Costs, vm_waits: np.ndarray) -> np.ndarray:
     return trips * latency
 
 
+_CLOCK_STEPS = 6       # fixed-point steps of clock <-> schedule (converged to <0.1 % on the anchors)
+
+
+def dram_queue_seconds(resident, share_bytes, costs: Costs = MI300X):
+    """Little's law on the HBM: `resident` workgroups that each wait on `share_bytes` of DRAM
+    traffic at once see a round trip of at least resident x share / achievable bandwidth ([BW]
+    in rocke.arch.costs). The model adds what exceeds the round trip the path already holds."""
+    return resident * share_bytes / costs.hbm_achievable_bytes_s
+
+
+def workgroup_shares(requested: np.ndarray, footprint: float) -> np.ndarray:
+    """Each workgroup's share of the DRAM footprint, in proportion to the global bytes it
+    requests (equal shares when none are counted): a workgroup that loads nothing waits on none."""
+    total = float(requested.sum())
+    if total <= 0:
+        return np.full(requested.shape, footprint / max(1, requested.size))
+    return footprint * requested / total
+
+
+def shared_bytes(shares: np.ndarray) -> np.ndarray:
+    """Bytes the HBM delivers before each workgroup's last byte when the workgroups' requests
+    share it fairly: sum over j of min(share_j, share_i) (processor sharing; all equal: n x
+    share)."""
+    order = np.sort(shares)
+    below = np.concatenate(([0.0], np.cumsum(order)))
+    k = np.searchsorted(order, shares, side="left")
+    return below[k] + shares * (shares.size - k)
+
+
+def _schedule(duration: np.ndarray, total: int, slots: int) -> float:
+    """End of the dispatch: `duration` (sampled workgroups, repeated over `total` in order) go
+    to the first free of `slots` CU slots."""
+    order = np.resize(duration, total)
+    heap = [0.0] * min(total, slots)
+    heapq.heapify(heap)
+    end = 0.0
+    for d in order:
+        start = heapq.heappop(heap)
+        finish = start + d
+        end = max(end, finish)
+        heapq.heappush(heap, finish)
+    return end
+
+
 def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | None = None) \
         -> Modelled:
     """Modelled MI300X time of the launch `profile` counts (see the module doc)."""
@@ -128,40 +185,48 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
         "lds": profile.wg_lds_cycles.astype(np.float64),
         "address": bytes_ * coalescing / costs.segment_bytes / costs.segments_per_clock_cu,
     }
-    path = (issues @ serial + _exposed_latency(profile, costs, issues @ wait)) / wpw
+    exposed = _exposed_latency(profile, costs, issues @ wait)
+    path = (issues @ serial + exposed) / wpw
     cu_demand = np.max(np.stack(list(demand.values())), axis=0)
     share = min(slots, -(-total // t.cu_count))
     duration = np.maximum(path, share * cu_demand)
 
-    # the dispatch: sampled workgroups repeat over the full grid
-    order = np.resize(duration, total)
-    heap = [0.0] * min(total, t.cu_count * slots)
-    heapq.heapify(heap)
-    end = 0.0
-    for d in order:
-        start = heapq.heappop(heap)
-        finish = start + d
-        end = max(end, finish)
-        heapq.heappush(heap, finish)
-    scale = total / sampled
-    # the engine clock follows the matrix pipes' load (rocke.arch.costs, [MAF]): their busy
-    # share of the schedule, averaged over every SIMD of the GPU
-    matrix_busy = float((issues @ mfma).sum()) * scale / (t.cu_count * t.simds_per_cu) / end \
-        if end > 0 else 0.0
-    clock = costs.effective_clock_hz(matrix_busy)
-    compute_s = end / clock
-
     if footprint is None:
         footprint = profile.unique_read_bytes + profile.unique_write_bytes
+        sample_footprint = footprint
+    else:
+        sample_footprint = footprint * sampled / total
+    resident = min(total, t.cu_count * slots)
+    queue_s = dram_queue_seconds(resident / sampled,
+                                 shared_bytes(workgroup_shares(bytes_, sample_footprint)), costs)
+    # the part of the queue each workgroup's path already waits (at most one round trip)
+    covered = np.minimum(costs.memory_latency_cycles, exposed / wpw)
+    scale = total / sampled
+    matrix_cycles = float((issues @ mfma).sum()) * scale / (t.cu_count * t.simds_per_cu)
+    clock = costs.clock_hz
+    for _ in range(_CLOCK_STEPS if queue_s.any() else 1):
+        # the engine clock follows the matrix pipes' load (rocke.arch.costs, [MAF]): their busy
+        # share of the schedule, averaged over every SIMD of the GPU
+        queued = duration + np.maximum(0.0, queue_s * clock - covered)
+        end = _schedule(queued, total, t.cu_count * slots)
+        matrix_busy = matrix_cycles / end if end > 0 else 0.0
+        clock = costs.effective_clock_hz(matrix_busy)
+    queue_cycles = float(np.maximum(0.0, queue_s * clock - covered).max(initial=0.0))
+    compute_s = end / clock
+
     dram_s = footprint / costs.hbm_achievable_bytes_s
     l2_s = profile.segments64 * costs.segment_bytes * scale / costs.l2_bytes_s
     launch_s = costs.launch_overhead_s
     # which part of the compute schedule dominates: the summed demand vs the serial path
     totals = {k: float(v.sum()) * share for k, v in demand.items()}
     totals["latency"] = float(path.sum())
+    # the DRAM queue inside the schedule: a launch it dominates is bound by DRAM
+    totals["dram"] = float(np.maximum(0.0, queue_s * clock - covered).sum())
     compute_part = max(totals, key=totals.get)
     terms = {f"compute ({compute_part})": compute_s, "dram": dram_s, "l2": l2_s}
     binding = max(terms, key=terms.get)
+    if binding == "compute (dram)":
+        binding = "dram"
     us = (max(terms.values()) + launch_s) * 1e6
 
     cus = t.cu_count
@@ -173,6 +238,7 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
     }
     bound_us = (max(sol.values()) + launch_s) * 1e6
     parts = {**{k: v * 1e6 for k, v in terms.items()}, "launch": launch_s * 1e6,
+             "dram_queue_per_workgroup": queue_cycles / clock * 1e6,
              **{f"sol_{k}": v * 1e6 for k, v in sol.items()}}
     return Modelled(us, bound_us, binding, parts,
                     {"waves_per_simd": occ.waves_per_simd, "workgroups_per_cu": slots,

@@ -158,7 +158,9 @@ def test_d256_matches_reference(backend, dtype, bs, hq, hk):
     record = au.run_unified_attention_torch(**args, backend=backend)
     spec = record.plan.specs[0]
     assert record.plan.path == backend and spec.head_size == 256
-    assert not spec.transposed_x8 and spec.tile_size == 16
+    # d256 walks 16-key tiles; a 2D grid of one round (this one) grows them to 32 (the largest
+    # that fits the LDS, ALGORITHM.md §10.2), which this checks against the reference too
+    assert not spec.transposed_x8 and spec.tile_size == (32 if backend == "2d" else 16)
     _check(args, record, dtype)
 
 
@@ -170,9 +172,10 @@ def test_d256_fp8_cache_3d():
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_dispatcher_routes_d256_to_the_narrow_path(dtype):
-    p = au.UnifiedAttentionProblem(dtype=dtype, head_size=256, num_q_heads=8, num_kv_heads=2,
-                                   block_size=16, num_seqs=2, total_q=6, max_seqlen_q=5,
-                                   max_seqlen_k=40)
+    # 1024 KV heads: a 2D grid of more than one round, so the table's geometry (ALGORITHM.md §10.2)
+    p = au.UnifiedAttentionProblem(dtype=dtype, head_size=256, num_q_heads=4 * 1024,
+                                   num_kv_heads=1024, block_size=16, num_seqs=2, total_q=6,
+                                   max_seqlen_q=5, max_seqlen_k=40)
     the_plan = au.plan(p, "auto", au.AttentionKnobs())
     (spec,) = the_plan.specs
     assert the_plan.geometry.regime == "narrow" and "d256" in the_plan.geometry.reason
@@ -180,6 +183,11 @@ def test_dispatcher_routes_d256_to_the_narrow_path(dtype):
     (shipped,) = [v for n, v in a2.VARIANTS.items() if n.startswith(f"narrow_{dtype}_d256_b16_")]
     assert spec == replace(shipped, num_queries_per_kv=4)       # the shipped kernel, up to G
     assert any(v.head_size == 256 for v in a3.VARIANTS.values())
+    # 2 KV heads: one round, one workgroup per CU: the 32-key tile (64 does not fit the LDS)
+    small = replace(p, num_q_heads=8, num_kv_heads=2)
+    (one_round,) = au.plan(small, "auto", au.AttentionKnobs()).specs
+    assert one_round == replace(spec, tile_size=32, use_k_single_buffer=True)
+    assert 32 * 1024 < sum(a2.lds_model(one_round).values()) <= 64 * 1024
 
 
 def test_d256_geometry_that_cannot_fit_says_why():

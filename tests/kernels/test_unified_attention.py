@@ -103,10 +103,18 @@ def test_reference_block_q_packs_the_gqa_group(group, block_q):
 
 # ---- the geometry tier (ALGORITHM.md §10.2) ----
 
+def _filling(**kw):
+    """A problem whose 2D grid needs more than one round on MI300X (1024 KV heads: at least
+    1024 workgroups > 304 CUs), so the table's geometry runs (a one-round grid grows its KV
+    tile, below)."""
+    return _problem(**{"num_q_heads": 4 * 1024, "num_kv_heads": 1024, **kw})
+
+
 @pytest.mark.parametrize("flash_wide, name, warps, single", [
     (4, "wide4", 4, False), (2, "wide2", 2, False), (0, "L4", 1, True)])
 def test_d128_fp16_is_flash_with_the_levers_geometry(flash_wide, name, warps, single):
-    geo = dispatch.geometry(_problem(max_seqlen_k=100), "2d", AttentionKnobs(flash_wide=flash_wide))
+    geo = dispatch.geometry(_filling(max_seqlen_k=100), "2d", AttentionKnobs(flash_wide=flash_wide),
+                            sms=MI300X_SMS)
     assert (geo.regime, geo.name, geo.num_warps, geo.k_single_buffer) == ("transposed_x8", name, warps, single)
     # d128 walks 32-key tiles: K single-buffers only when the warps' 32 columns each fit one tile
     assert geo.block_m == 32 * warps and geo.tile_size == 32
@@ -125,7 +133,7 @@ def test_num_warps_lever_overrides_flash_width():
 @pytest.mark.parametrize("d, warps, rows, bs, tile, single", [
     (128, 2, 16, 64, 32, True), (128, 2, 16, 16, 16, False), (64, 4, 32, 32, 32, False)])
 def test_bf16_is_narrow(d, warps, rows, bs, tile, single):
-    geo = dispatch.geometry(_problem(dtype="bf16", head_size=d, block_size=bs), "2d")
+    geo = dispatch.geometry(_filling(dtype="bf16", head_size=d, block_size=bs), "2d", sms=MI300X_SMS)
     assert (geo.regime, geo.num_warps, geo.block_m_per_warp, geo.tile_size, geo.k_single_buffer) == \
         ("narrow", warps, rows, tile, single)
     assert "fp16-only" in geo.reason
@@ -153,9 +161,9 @@ def test_dispatcher_picks_exactly_the_shipped_variants(family, path):
     shipped = {n: v.spec for n, v in registry.all_variants().items() if v.family == family}
     assert shipped
 
-    def spec_for(spec, knobs):
+    def spec_for(spec, knobs):      # the table's geometry: a grid of more than one round
         p = _problem(dtype=spec.dtype, head_size=spec.head_size, block_size=spec.block_size,
-                     num_q_heads=8 * spec.num_queries_per_kv, num_kv_heads=8,
+                     num_q_heads=1024 * spec.num_queries_per_kv, num_kv_heads=1024,
                      softcap=30.0 if spec.softcap else 0.0, alibi=spec.alibi, qq_bias=spec.qq_bias,
                      window_left=127 if spec.sliding_window else -1, sinks=spec.sinks,
                      kv_dtype=spec.kv_dtype)
@@ -180,6 +188,56 @@ def test_dispatcher_picks_exactly_the_shipped_variants(family, path):
         for geometry in names:
             picked = spec_for(spec, _knobs_for(geometry))
             assert key(picked) in shipped_keys, picked.kernel_name
+
+
+# a single 128-token prefill, 32 query / 8 KV heads (GQA 4)
+SHORT_PREFILL = dict(num_seqs=1, total_q=128, max_seqlen_q=128, max_seqlen_k=128)
+
+
+@pytest.mark.parametrize("dtype, d, name, table_tile, tile, workgroups", [
+    # f16 d128 wide4: 128 rows = 32 tokens -> 128 // 32 + 1 = 5 q blocks x 8 KV heads = 40
+    ("f16", 128, "wide4", 32, 64, 40),
+    # bf16 d128 narrow 2 x 16 rows = 8 tokens -> 17 q blocks x 8 = 136
+    ("bf16", 128, "narrow_w2m16", 32, 64, 136),
+    # bf16 d64 narrow 4 x 32 rows = 32 tokens -> 5 x 8 = 40
+    ("bf16", 64, "narrow_w4m32", 32, 64, 40),
+    # d256 narrow: a 64-key tile needs K 64 x 264 x 2 + V^T 256 x 72 x 2 + P 32 x 72 x 2 =
+    # 75264 B > 64 KiB of LDS, so the 32-key tile (K 32 x 264 x 2 + V^T 256 x 40 x 2 + P 32 x 40 x 2 = 39936 B)
+    ("f16", 256, "narrow_w2m16", 16, 32, 136),
+])
+def test_one_round_grid_grows_the_kv_tile(dtype, d, name, table_tile, tile, workgroups):
+    """A 2D grid of at most num_sms workgroups runs in one round, one workgroup per CU: the
+    dispatcher takes the largest KV tile (64, else 32) the spec accepts (ALGORITHM.md §10.2)."""
+    p = _problem(dtype=dtype, head_size=d, **SHORT_PREFILL)
+    table = dispatch.geometry(_filling(dtype=dtype, head_size=d, **SHORT_PREFILL), "2d",
+                              sms=MI300X_SMS)
+    geo = dispatch.geometry(p, "2d", sms=MI300X_SMS)
+    assert dispatch.grid_2d(p, geo) == workgroups
+    assert (table.name, table.tile_size) == (name, table_tile)
+    assert (geo.name, geo.tile_size) == (name, tile) and "one round" in geo.reason
+    spec = dispatch.make_specs(p, geo, AttentionKnobs())[0]
+    assert spec.tile_size == tile and spec.num_warps == table.num_warps
+
+
+@pytest.mark.parametrize("total_q, grows", [(32 * 37, True), (32 * 38, False)])
+def test_one_round_boundary_is_num_sms(total_q, grows):
+    """f16 d128 wide4 (32 tokens a q block): 1184 tokens -> 1184 // 32 + 1 = 38 blocks x 8 KV
+    heads = 304 workgroups = num_sms (one round); 1216 tokens -> 39 x 8 = 312 (two rounds)."""
+    p = _problem(num_seqs=1, total_q=total_q, max_seqlen_q=total_q, max_seqlen_k=total_q)
+    geo = dispatch.geometry(p, "2d", sms=MI300X_SMS)
+    assert dispatch.grid_2d(p, geo) == (304 if grows else 312)
+    assert geo.tile_size == (64 if grows else 32)
+
+
+@pytest.mark.parametrize("kw, knobs", [
+    (dict(batch_invariant=True), AttentionKnobs()),       # the tile must not follow the batch
+    ({}, AttentionKnobs(num_warps=4)),                    # an explicit geometry lever
+    ({}, AttentionKnobs(flash_wide=0)),                   # FLASH_WIDE=0: L4
+    (dict(dtype="bf16", qq_bias=True), AttentionKnobs()),  # 64-key tiles spill with the gather
+])
+def test_one_round_tile_is_not_taken(kw, knobs):
+    geo = dispatch.geometry(_problem(**SHORT_PREFILL, **kw), "2d", knobs, sms=MI300X_SMS)
+    assert geo.tile_size == 32 and "one round" not in geo.reason
 
 
 def test_every_geometry_rule_has_a_reason():

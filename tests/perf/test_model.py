@@ -81,10 +81,14 @@ def test_mfma_bound_rounds_and_tail(workgroups, rounds):
 
 
 def test_dram_bound_time_is_footprint_over_achievable_bandwidth():
+    """4 GiB over 304 resident workgroups with no round trip on their path: the whole footprint
+    queues at the achievable bandwidth (the DRAM queue), after the path's 4 VALU issues of 4
+    cycles over 4 waves (4 cycles)."""
     p = _profile(304, ["v_add_f32_e32"], ["valu"], [4], unique=(3 << 30, 1 << 30))
     m = model_time(p)
     assert m.binding == "dram"
-    assert m.us == pytest.approx((4 << 30) / MI300X.hbm_achievable_bytes_s * 1e6 + LAUNCH_US)
+    assert m.us == pytest.approx((4 << 30) / MI300X.hbm_achievable_bytes_s * 1e6
+                                 + 4 / CLOCK * 1e6 + LAUNCH_US)
     assert m.bound_us == pytest.approx((4 << 30) / MI300X.hbm_peak_bytes_s * 1e6 + LAUNCH_US)
 
 
@@ -142,3 +146,86 @@ def test_counted_round_trips_replace_the_wait_count():
     together) set the latency on the path, not the 10 waits."""
     p = _profile(304, *WAITING, [400, 40], trips=4)
     assert model_time(p).us == pytest.approx((440 + LATENCY) / CLOCK * 1e6 + LAUNCH_US)
+
+
+BW = 4.073e12       # [BW] achievable HBM bandwidth (rocke.arch.costs)
+
+
+def test_dram_queue_is_littles_law():
+    """304 resident workgroups waiting on 1 MB each: 304 MB through 4.073 TB/s = 74.6 us."""
+    from rocke.perf.model import dram_queue_seconds
+    assert dram_queue_seconds(304, 1e6) == pytest.approx(304e6 / BW)
+
+
+def test_dram_queue_within_the_round_trip_changes_nothing():
+    """304 workgroups, one counted round trip a wave (path 440 + L cycles), 1 MiB of footprint in
+    all: 1 MiB / 4.073 TB/s = 0.257 us = 540 cycles < L = 2000: the round trip covers it."""
+    p = _profile(304, *WAITING, [400, 40], trips=4, unique=(1 << 20, 0))
+    assert model_time(p).us == pytest.approx((440 + LATENCY) / CLOCK * 1e6 + LAUNCH_US)
+
+
+@pytest.mark.parametrize("workgroups, rounds", [(304, 1), (608, 2)])
+def test_dram_queue_beyond_the_round_trip_is_added(workgroups, rounds):
+    """As above with 64 MiB per round of 304 resident workgroups (one per CU, 64 KiB LDS): each
+    workgroup's share waits 64 MiB / 4.073 TB/s = 16.48 us (Little's law over the resident
+    workgroups), of which the path already waits one round trip (L cycles): a workgroup lasts
+    440 cycles + 16.48 us; two rounds twice that. No MFMA: boost clock."""
+    footprint = rounds * (64 << 20)
+    p = _profile(workgroups, *WAITING, [400, 40], trips=4, unique=(footprint, 0))
+    m = model_time(p)
+    queue_s = (64 << 20) / BW
+    assert m.us == pytest.approx(rounds * (440 / CLOCK + queue_s) * 1e6 + LAUNCH_US)
+    assert m.parts_us["dram_queue_per_workgroup"] == pytest.approx(queue_s * 1e6 - LATENCY / CLOCK * 1e6)
+    assert m.binding == "dram"
+
+
+def test_dram_queue_and_clock_are_solved_together():
+    """304 workgroups of 1000 v_mfma_f32_32x32x8_f16 (8000 cycles, pipes saturated alone) and a
+    footprint of 10 us x 4.073 TB/s that the 304 resident workgroups share (a 10 us queue, no
+    round trip on the path to cover any of it): the clock
+    c solves c = 2.1 GHz - busy x (2.1 GHz - MAF clock) with busy = 8000 / (8000 + 10 us x c);
+    solved here by bisection, independently of the model's fixed-point steps."""
+    queue_s = 10e-6
+    footprint = int(queue_s * BW)           # 304 resident workgroups share it
+    p = _profile(304, ["v_mfma_f32_32x32x8_f16"], ["mfma"], [1000], unique=(footprint, 0))
+    lo, hi = LOADED, CLOCK
+    for _ in range(100):
+        c = (lo + hi) / 2
+        busy = 8000 / (8000 + queue_s * c)
+        if CLOCK - busy * (CLOCK - LOADED) > c:
+            lo = c
+        else:
+            hi = c
+    m = model_time(p)
+    assert m.occupancy["clock_ghz"] == pytest.approx(c / 1e9, abs=2e-3)
+    assert m.us == pytest.approx((8000 / c + queue_s) * 1e6 + LAUNCH_US, rel=2e-3)
+
+
+def test_workgroup_shares_follow_the_requested_bytes():
+    """80 bytes of footprint over workgroups requesting 0 / 10 / 30 bytes: 0 / 20 / 60; none
+    counted (a hand-built profile): equal shares."""
+    from rocke.perf.model import workgroup_shares
+    assert workgroup_shares(np.array([0.0, 10.0, 30.0]), 80).tolist() == [0.0, 20.0, 60.0]
+    assert workgroup_shares(np.zeros(4), 80).tolist() == [20.0] * 4
+
+
+def test_shared_bytes_is_fair_sharing():
+    """Shares 1, 3, 3, 0 through one pipe shared fairly: the 1 is done after 1 + 1 + 1 + 0 = 3
+    bytes, each 3 after 1 + 3 + 3 + 0 = 7, the empty one at once."""
+    from rocke.perf.model import shared_bytes
+    assert shared_bytes(np.array([1.0, 3.0, 3.0, 0.0])).tolist() == [3.0, 7.0, 7.0, 0.0]
+    assert shared_bytes(np.full(5, 2.0)).tolist() == [10.0] * 5
+
+
+def test_a_workgroup_that_loads_nothing_waits_on_no_queue():
+    """304 workgroups, 64 MiB of footprint, all requested by workgroup 0 (the others request
+    nothing): only it waits (64 MiB / 4.073 TB/s beyond its round trip); the rest keep their
+    path of 440 + L cycles."""
+    p = _profile(304, *WAITING, [400, 40], trips=4, unique=(64 << 20, 0))
+    p.wg_global_bytes = np.zeros(304, np.int64)
+    p.wg_global_bytes[0] = 1 << 20
+    m = model_time(p)
+    queue_s = (64 << 20) / BW
+    assert m.us == pytest.approx((440 / CLOCK + queue_s) * 1e6 + LAUNCH_US)
+    p.wg_global_bytes[:] = 0          # none counted: equal shares, the same total for each
+    assert model_time(p).us == pytest.approx((440 / CLOCK + queue_s) * 1e6 + LAUNCH_US)

@@ -103,8 +103,17 @@ def select_path(p: UnifiedAttentionProblem, sms: int | None = None) -> tuple[str
 
 def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None = None,
          sms: int | None = None) -> Geometry:
-    """The kernel geometry of ``path`` for this problem (the first matching GEOMETRY_RULES
-    row), with 3D's segment count."""
+    """The kernel geometry of ``path`` for this problem: the table's (``table_geometry``), its
+    2D KV tile grown when the grid runs in one round on gfx942 (``one_round_tile``)."""
+    knobs = AttentionKnobs() if knobs is None else knobs
+    geo = table_geometry(p, path, knobs, sms)
+    return one_round_tile(p, geo, knobs, sms) if path == "2d" else geo
+
+
+def table_geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None = None,
+                   sms: int | None = None) -> Geometry:
+    """The first matching GEOMETRY_RULES row of ``path``, with 3D's segment count (another
+    target's dispatcher builds its own rules on this, rocke/kernels/gfx950)."""
     knobs = AttentionKnobs() if knobs is None else knobs
     for rule_path, applies, make, reason in GEOMETRY_RULES:
         if rule_path == path and applies(p):
@@ -131,6 +140,51 @@ def num_segments(p: UnifiedAttentionProblem, geo: Geometry, sms: int | None = No
     if rounds:          # whole rounds only: a few workgroups past a round cost a whole round
         return max(1, rounds * round_size // base)
     return wanted
+
+
+# a 2D grid of at most num_sms workgroups runs in one round, one workgroup per CU: the KV tile
+# then grows to the largest of these the LDS admits (ALGORITHM.md §10.2)
+ONE_ROUND_TILES = (64, 32)
+
+
+def grid_2d(p: UnifiedAttentionProblem, geo: Geometry) -> int:
+    """Workgroups of the 2D launch of ``geo``: q blocks (a sequence starts a new block) x KV heads
+    x the GQA group's split."""
+    group, split = split_group(p.num_queries_per_kv)
+    block_q = max(1, geo.block_m // group)
+    return total_num_q_blocks(p.total_q, p.num_seqs, block_q) * p.num_kv_heads * split
+
+
+def one_round_tile(p: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKnobs,
+                   sms: int | None = None) -> Geometry:
+    """The 2D geometry with its KV tile grown to the largest of ONE_ROUND_TILES that the spec
+    accepts (LDS), when its grid fits the device in one round (<= num_sms workgroups): every
+    workgroup then has a CU to itself, so the workgroups per CU a small tile's LDS buys are
+    unused, and a tile twice as long halves the KV walk's tiles and its exposed round trips.
+    benchmarks/profile.py, modelled MI300X: a single 128-token prefill f16 d128 wide4
+    15.73 -> 13.64 us, bf16 d128 14.80 -> 12.43, bf16 d64 16.83 -> 14.12, f16 d256 (32-key tile)
+    24.54 -> 17.76; a single 640-token prefill f16 d128 52.64 -> 40.88. The geometry levers (NUM_WARPS, FLASH_WIDE: an explicit geometry; L4 with a
+    64-key tile and every feature spills 4 SGPRs), batch invariance (the tile must not depend on
+    the batch) and QQ-bias (its per-score bias gather over a 64-key tile spills
+    SGPRs on bf16 d128: `rocke report --reachable --corners`) keep the table's tile."""
+    sms = num_sms() if sms is None else sms
+    levers = knobs.num_warps is not None or knobs.flash_wide != AttentionKnobs().flash_wide
+    if p.batch_invariant or levers or p.qq_bias or grid_2d(p, geo) > sms:
+        return geo
+    for tile in ONE_ROUND_TILES:
+        if tile <= geo.tile_size:
+            break
+        single = policy.default_k_single_buffer(geo.regime == policy.TRANSPOSED_X8,
+                                                geo.num_warps, geo.block_m_per_warp, tile)
+        grown = replace(geo, tile_size=tile, k_single_buffer=single,
+                        reason=geo.reason + f"; one round ({grid_2d(p, geo)} workgroups <= "
+                                            f"{sms} CUs): the {tile}-key tile")
+        try:
+            make_specs(p, grown, knobs)
+        except ValueError:          # the spec refuses it (LDS): try the next tile
+            continue
+        return grown
+    return geo
 
 
 # ---- the dispatcher's rules (ALGORITHM.md §10). First match wins; the reason is the why. ----

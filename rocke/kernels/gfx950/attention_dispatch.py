@@ -67,8 +67,9 @@ TILE_RULES: tuple[tuple[Callable, int, str], ...] = (
 def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None = None,
              sms: int | None = None) -> Geometry:
     """gfx942's GEOMETRY_RULES row for ``path`` (3D's segment count from gfx950's compute
-    units), then the first of ``TILE_RULES`` that applies."""
-    geo = gfx942.geometry(p, path, knobs, num_sms() if sms is None else sms)
+    units; not gfx942's one-round tile, whose LDS check and model are MI300X's), then the first
+    of ``TILE_RULES`` that applies."""
+    geo = gfx942.table_geometry(p, path, knobs, num_sms() if sms is None else sms)
     for applies, tile, reason in TILE_RULES:
         if applies(p, geo):
             single = policy.default_k_single_buffer(True, geo.num_warps, geo.block_m_per_warp, tile)
