@@ -438,11 +438,14 @@ def _per_head_rows(c, layout, row_axis, row_origin, ptr, factor) -> Fragment:
 
 
 def _qq_bias_values(c, tok, rel, n):
-    """``qq_bias[tok, rel]`` per score value, 0 outside the query section (rel < 0) and past
-    the sequence's queries (ALGORITHM.md §12.4; vLLM's row = query index in the sequence)."""
+    """``qq_bias[tok, rel]`` per score value, 0 outside the query section (rel < 0 or past the
+    sequence's keys; ALGORITHM.md §12.4; vLLM's row = query index in the sequence)."""
     a = c.a
     buf = a.qq_bias.buffer(a.qq_bias_rows * a.qq_bias_stride)
-    ok = (rel >= 0) & (rel < c.q_len) & (tok < c.q_len)
+    # one unsigned compare per value; no test of the row (tok < q_len): that loop-invariant
+    # compare was hoisted as a 64-bit lane mask per value (16 SGPRs in the narrow 2D kernels,
+    # which spilled), and a padding row (tok >= q_len) is never stored (row_valid)
+    ok = rel.bitcast(dsl.u32) < c.q_len.bitcast(dsl.u32)
     index = tok * a.qq_bias_stride + rel
     vals = [buf.load(_lane(index, v), mask=_lane(ok, v)) for v in range(n)]
     return dsl.concat(*vals) if n > 1 else vals[0]
