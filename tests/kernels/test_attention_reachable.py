@@ -64,24 +64,62 @@ def test_report_reachable_prints_one_summary_line_and_fails_on_spills(monkeypatc
     from rocke import cli
     from rocke.kernels.gfx942 import attention_tiled_2d as a2
     specs = {n: a2.VARIANTS[n] for n in list(a2.VARIANTS)[:3]}
-    spilling = next(iter(specs.values())).kernel_name
+    spilling, broken = (s.kernel_name for s in list(specs.values())[:2])
     monkeypatch.setattr(reach, "reachable_specs", lambda: {s.kernel_name: s for s in specs.values()})
 
-    def fake_compiled(spec):
-        spills = 3 if spec.kernel_name == spilling else 0
-        return SimpleNamespace(info=SimpleNamespace(vgpr_spills=0, sgpr_spills=spills))
-    monkeypatch.setattr(au, "compiled", fake_compiled)
-    result = CliRunner().invoke(cli.main, ["report", "--reachable"])
+    def fake_counts(spec, spills=3):
+        return spec.kernel_name, type(spec).__name__, 0, spills if spec.kernel_name == spilling else 0, None
+    monkeypatch.setattr(reach, "spill_counts", fake_counts)
+    result = CliRunner().invoke(cli.main, ["report", "--reachable", "--progress", "2"])
     assert result.exit_code == 1, result.output
     lines = result.output.strip().splitlines()
     assert lines[0] == f"{spilling}  spills v/s 0/3"
+    assert "report --reachable: 2/3 specs, 1 spill, 0 failed" in result.output    # progress
+    assert "report --reachable: 3/3 specs, 1 spill, 0 failed" in result.output
     assert lines[-1] == "reachable attention specs: 3 (3 UnifiedAttention2D); 1 spill (3 spills)"
-    monkeypatch.setattr(au, "compiled", lambda spec: SimpleNamespace(
-        info=SimpleNamespace(vgpr_spills=0, sgpr_spills=0)))
-    result = CliRunner().invoke(cli.main, ["report", "--reachable"])
+    monkeypatch.setattr(reach, "spill_counts", lambda spec: fake_counts(spec, 0))
+    result = CliRunner().invoke(cli.main, ["report", "--reachable", "--jobs", "2"])
     assert result.exit_code == 0 and result.output.strip().endswith("; 0 spill (0 spills)")
+    # a spec LLVM rejects is named, the run goes on, and the exit code says so (3)
+    monkeypatch.setattr(reach, "spill_counts", lambda spec: (*fake_counts(spec)[:4], "LLVM said no")
+                        if spec.kernel_name == broken else fake_counts(spec))
+    result = CliRunner().invoke(cli.main, ["report", "--reachable"])
+    assert result.exit_code == 3, result.output
+    assert f"{broken}  failed: LLVM said no" in result.output
+    assert result.output.strip().endswith("1 spill (3 spills); 1 failed to compile")
     bad = CliRunner().invoke(cli.main, ["report", "--corners"])
     assert bad.exit_code == 2 and "--corners and --jobs go with --reachable" in bad.output
+    many = CliRunner().invoke(cli.main, ["report", "--reachable", "--jobs", "257"])
+    assert many.exit_code == 2 and "257" in many.output
+
+
+def test_report_reachable_needs_no_linker(tmp_path, monkeypatch):
+    """The spill counts come from the assembly LLVM emits: with no ld.lld anywhere (an empty
+    PATH, ROCKE_LD_LLD naming nothing, an empty compile cache) two real specs, one of them a
+    formerly spilling corner, compile and are counted."""
+    from rocke import cli
+    from rocke.compiler import ToolchainError, find_linker, toolchain
+    from rocke.kernels.gfx942 import attention_tiled_2d as a2
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setenv("ROCKE_LD_LLD", str(tmp_path / "no" / "ld.lld"))
+    monkeypatch.setenv("ROCKE_CACHE_DIR", str(tmp_path / "cache"))
+    toolchain.find_linker.cache_clear()
+    try:
+        with pytest.raises(ToolchainError):          # the premise: nothing here can link
+            find_linker()
+        corner = a2.UnifiedAttention2DSpec(
+            dtype="bf16", head_size=64, block_size=32, num_queries_per_kv=4, num_warps=4,
+            block_m_per_warp=32, tile_size=32, kv_dtype="fp8_e4m3fnuz", softcap=True, alibi=True,
+            qq_bias=True, sliding_window=True, sinks=True, interval_mask=True)
+        specs = [a2.VARIANTS["narrow_f16_d64_b16_g5_qqb"], corner]
+        monkeypatch.setattr(reach, "reachable_specs", lambda: {s.kernel_name: s for s in specs})
+        result = CliRunner().invoke(cli.main, ["report", "--reachable"])
+    finally:
+        toolchain.find_linker.cache_clear()
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == \
+        "reachable attention specs: 2 (2 UnifiedAttention2D); 0 spill (0 spills)"
+    assert any((tmp_path / "cache").rglob("kernel.s"))     # compiled here, not served
 
 
 # The heaviest reachable spec (every feature on, 16 mm ranges) of each geometry the dispatcher

@@ -16,7 +16,11 @@ of this enumeration: they are tuning switches, off by default.
 """
 from __future__ import annotations
 
+import importlib
 import itertools
+
+from rocke.arch import get_target
+from rocke.compiler import CompileError, assemble_ir
 from rocke.kernels.common.attention_unified import UnifiedAttentionProblem
 from rocke.kernels.common.knobs import FLASH_GEOMETRIES, AttentionKnobs
 from rocke.kernels.gfx942 import attention_dispatch as dispatch
@@ -85,3 +89,18 @@ def corner_specs() -> dict:
     return out
 
 
+
+
+def spill_counts(spec) -> tuple[str, str, int, int, str | None]:
+    """(kernel name, spec class, VGPR spills, SGPR spills, error) of ``spec``, read from the
+    assembly LLVM emits (its metadata's ``.vgpr_spill_count`` / ``.sgpr_spill_count``), with no
+    object and no link: runs on a machine without ld.lld. ``error``: LLVM's one-line complaint
+    when the spec does not compile (spills then 0), so one bad spec does not end a long run."""
+    kind = type(spec).__name__
+    try:
+        kern = importlib.import_module(type(spec).__module__).build(spec)
+        _, info = assemble_ir(kern.ir(), name=kern.name, workgroup_size=kern.workgroup_size,
+                              target=get_target(kern.target).target_id)
+    except CompileError as e:
+        return spec.kernel_name, kind, 0, 0, " | ".join(str(e).split("\n"))
+    return spec.kernel_name, kind, info.vgpr_spills, info.sgpr_spills, None
