@@ -162,15 +162,18 @@ def emit(variant, fmt, output):
               help="with --reachable: compile in this many processes")
 @click.option("--progress", type=click.IntRange(0), default=100, show_default=True,
               help="with --reachable: a progress line on stderr every this many specs (0: none)")
-def report(variants, no_cache, reachable, corners, jobs, progress):
+@click.option("--shard", default="1/1", show_default=True, metavar="I/N",
+              help="with --reachable: only the I-th of N interleaved parts of the (sorted) specs, "
+                   "so a long enumeration can run as N commands")
+def report(variants, no_cache, reachable, corners, jobs, progress, shard):
     """Compile variants (default: all) and print their resource report with occupancy."""
     if reachable:
         if variants:
             raise click.UsageError("--reachable enumerates its own specs: name no variants")
-        _report_reachable(corners, jobs, progress)
+        _report_reachable(corners, jobs, progress, _shard(shard))
         return
-    if corners or jobs != 1:
-        raise click.UsageError("--corners and --jobs go with --reachable")
+    if corners or jobs != 1 or shard != "1/1":
+        raise click.UsageError("--corners, --jobs and --shard go with --reachable")
     spills = 0
     rows = []
     advice = []
@@ -204,19 +207,30 @@ def report(variants, no_cache, reachable, corners, jobs, progress):
         _exit_for_broken_families()
 
 
+def _shard(text: str) -> tuple[int, int]:
+    """'I/N' -> (I, N), 1 <= I <= N; a usage error otherwise."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise click.BadParameter(f"want I/N, e.g. 2/4, got {text!r}", param_hint="--shard") from None
+    if not 1 <= i <= n:
+        raise click.BadParameter(f"want 1 <= I <= N, got {text!r}", param_hint="--shard")
+    return i, n
+
+
 def _reachable_counts(item):
     from rocke.kernels.gfx942 import attention_reachable
     return attention_reachable.spill_counts(item[1])
 
 
-def _report_reachable(corners: bool, jobs: int, progress: int) -> None:
+def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1)) -> None:
     """``report --reachable``: compile every reachable attention spec (or each class's
     heaviest) to assembly -- no link, so no ld.lld needed -- and summarise its spills in one
     line; exit 1 when any spills, 3 when any failed to compile."""
     import time
     from rocke.kernels.gfx942 import attention_reachable
     specs = attention_reachable.corner_specs() if corners else attention_reachable.reachable_specs()
-    items = sorted(specs.items())
+    items = sorted(specs.items())[shard[0] - 1::shard[1]]
     kinds: dict[str, int] = {}
     spilling, failed = [], []
     t0 = time.monotonic()
@@ -241,6 +255,8 @@ def _report_reachable(corners: bool, jobs: int, progress: int) -> None:
         tally(map(_reachable_counts, items))
     total = sum(v + s for _, v, s in spilling)
     what = "heaviest reachable" if corners else "reachable"
+    if shard != (1, 1):
+        what = f"shard {shard[0]}/{shard[1]} of the {what}"
     click.echo(f"{what} attention specs: {sum(kinds.values())} ("
                + ", ".join(f"{n} {k.removesuffix('Spec')}" for k, n in sorted(kinds.items()))
                + f"); {len(spilling)} spill ({total} spills)"

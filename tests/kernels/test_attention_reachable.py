@@ -27,7 +27,11 @@ def test_the_enumeration_spans_every_dimension(reachable):
     attn = [s for s in specs if hasattr(s, "features")]
     assert {(s.dtype, s.head_size, s.block_size) for s in attn} == {
         (d, h, b) for d in ("f16", "bf16") for h in (64, 128, 256) for b in (16, 32, 64)}
-    assert {s.kv_dtype for s in attn} == {None, "fp8_e4m3fnuz"}
+    assert {(s.kv_dtype, s.kv_token_scales) for s in attn} == {
+        (None, False), ("fp8_e4m3fnuz", False), ("i8", True), ("fp8_e4m3fnuz", True)}
+    assert {s.alibi_sqrt for s in attn} == {False, True}
+    assert all(s.alibi for s in attn if s.alibi_sqrt)
+    assert {getattr(s, "out_dtype", None) for s in specs} == {None, "fp8_e4m3fnuz"}
     assert {s.mm_prefix_ranges for s in attn} == {0, 1, 16}
     assert {s.group_split for s in attn} == {1, 2}
     every = {"softcap", "alibi", "qq_bias", "sliding_window", "sinks"}
@@ -43,6 +47,10 @@ def test_the_enumeration_spans_every_dimension(reachable):
     (dict(dtype="f16", head_size=128, sinks=True, kv_dtype="fp8_e4m3fnuz"), "auto",
      AttentionKnobs(flash_wide=0)),
     (dict(dtype="bf16", head_size=64, num_q_heads=64, window_left=3), "3d", AttentionKnobs()),
+    (dict(dtype="f16", head_size=128, qq_bias=True, kv_dtype="i8", kv_token_scales=True,
+          out_dtype="fp8_e4m3fnuz"), "auto", AttentionKnobs()),
+    (dict(dtype="f16", head_size=64, alibi=True, alibi_sqrt=True, softcap=10.0, kv_dtype="fp8_e4m3fnuz",
+          kv_token_scales=True, out_dtype="fp8_e4m3fnuz", sinks=True), "3d", AttentionKnobs()),
 ])
 def test_what_the_dispatcher_plans_is_enumerated(reachable, problem, backend, knobs):
     """A call's specs, with its group set to the enumeration's representative one (the group
@@ -88,9 +96,20 @@ def test_report_reachable_prints_one_summary_line_and_fails_on_spills(monkeypatc
     assert f"{broken}  failed: LLVM said no" in result.output
     assert result.output.strip().endswith("1 spill (3 spills); 1 failed to compile")
     bad = CliRunner().invoke(cli.main, ["report", "--corners"])
-    assert bad.exit_code == 2 and "--corners and --jobs go with --reachable" in bad.output
+    assert bad.exit_code == 2 and "--corners, --jobs and --shard go with --reachable" in bad.output
     many = CliRunner().invoke(cli.main, ["report", "--reachable", "--jobs", "257"])
     assert many.exit_code == 2 and "257" in many.output
+    # shards: interleaved parts of the sorted specs, together the whole
+    names = sorted(s.kernel_name for s in specs.values())
+    for i, part in ((1, names[0::2]), (2, names[1::2])):
+        result = CliRunner().invoke(cli.main, ["report", "--reachable", "--shard", f"{i}/2"])
+        assert result.output.strip().splitlines()[-1].startswith(
+            f"shard {i}/2 of the reachable attention specs: {len(part)} ")
+        assert (spilling in result.output) == (spilling in part)
+        assert (broken in result.output) == (broken in part)
+    for shard in ("0/2", "3/2", "x"):
+        bad = CliRunner().invoke(cli.main, ["report", "--reachable", "--shard", shard])
+        assert bad.exit_code == 2 and "--shard" in bad.output, shard
 
 
 def test_report_reachable_needs_no_linker(tmp_path, monkeypatch):

@@ -3,12 +3,14 @@
 builds specs on demand for feature combinations the variant tables do not list.
 
 The enumeration asks the dispatcher itself (``attention_dispatch.plan``) for the specs of one
-problem per class: dtype x head size x block size x KV-cache encoding x every subset of the
-score features (softcap, ALiBi, QQ-bias, sliding window, sinks, mm_prefix_range) x path (2D, 3D:
-both are reachable for every class, 3D by ``backend="3d"`` or vLLM's 3D rule) x the
-transposed-x8 geometry lever (HIPDNN_GFX942_FLASH_WIDE), plus ``reduce_segments`` per dtype x
-head size. mm_prefix_range's capacity (1..16 ranges, unrolled) is enumerated at its least and
-most code (MM_CAPACITIES). The GQA group is a compile-time constant that does not change the register plan
+problem per class: dtype x head size x block size x KV-cache encoding (the Q dtype, fp8 with
+descales, int8 / fp8 with per-token-head scales: KV_ENCODINGS) x every subset of the score
+features (softcap, ALiBi, QQ-bias, sliding window, sinks, mm_prefix_range) x the output-side
+extras (square-root ALiBi, fp8 output: EXTRAS, all off or all on) x path (2D, 3D: both are
+reachable for every class, 3D by ``backend="3d"`` or vLLM's 3D rule) x the transposed-x8
+geometry lever (HIPDNN_GFX942_FLASH_WIDE), plus ``reduce_segments`` per dtype x head size x
+output dtype. mm_prefix_range's capacity (1..16 ranges, unrolled) is enumerated at its least and
+most code (MM_CAPACITIES), and so are the extras. The GQA group is a compile-time constant that does not change the register plan
 (a multiply-by-reciprocal constant), so one group stands for all (REPRESENTATIVE_GROUP), and
 one split group (SPLIT_GROUP, a GQA group above 16) per (path, dtype, head size) with every feature.
 The other levers (NUM_WARPS, WAVES_PER_EU, IGLP, Q_DIRECT, ...) and 64-bit page bases are out
@@ -24,6 +26,7 @@ from rocke.compiler import CompileError, assemble_ir
 from rocke.kernels.common.attention_unified import UnifiedAttentionProblem
 from rocke.kernels.common.knobs import FLASH_GEOMETRIES, AttentionKnobs
 from rocke.kernels.gfx942 import attention_dispatch as dispatch
+from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
 
 FEATURES = ("softcap", "alibi", "qq_bias", "sliding_window", "sinks", "mm_prefix")
@@ -31,12 +34,18 @@ MM_CAPACITIES = (1, 16)         # the least and the most mm_prefix_range code (1
 REPRESENTATIVE_GROUP = 4
 SPLIT_GROUP = 32
 KV_DTYPES = (None,) + a2.KV_DTYPES
+# (kv_dtype, per-token-head scales): the caches in the Q dtype, fp8 with descales, and the
+# per-token-head quantized caches (int8, fp8) with their scale caches
+KV_ENCODINGS = tuple((kv, False) for kv in KV_DTYPES) + tuple(
+    (kv, True) for kv in quant.TOKEN_SCALE_KV_DTYPES)
+EXTRAS = ("alibi_sqrt", "fp8_out")    # enumerated all off and all on (sqrt only with ALiBi)
+FP8_OUT = "fp8_e4m3fnuz"
 PATHS = ("2d", "3d")
 
 
 def problem_of(dtype: str, head_size: int, block_size: int, kv_dtype, features, *,
-               group: int = REPRESENTATIVE_GROUP, mm_ranges: int = MM_CAPACITIES[-1]
-               ) -> UnifiedAttentionProblem:
+               group: int = REPRESENTATIVE_GROUP, mm_ranges: int = MM_CAPACITIES[-1],
+               token_scales: bool = False, extras=()) -> UnifiedAttentionProblem:
     """One problem of the class: a short prefill (the path is forced by the caller)."""
     on = set(features)
     return UnifiedAttentionProblem(
@@ -44,19 +53,24 @@ def problem_of(dtype: str, head_size: int, block_size: int, kv_dtype, features, 
         block_size=block_size, num_seqs=1, total_q=4, max_seqlen_q=4, max_seqlen_k=64,
         softcap=1.0 if "softcap" in on else 0.0, alibi="alibi" in on, qq_bias="qq_bias" in on,
         window_left=8 if "sliding_window" in on else -1, sinks="sinks" in on,
-        kv_dtype=kv_dtype, mm_ranges=mm_ranges if "mm_prefix" in on else 0)
+        kv_dtype=kv_dtype, mm_ranges=mm_ranges if "mm_prefix" in on else 0,
+        kv_token_scales=token_scales, alibi_sqrt="alibi_sqrt" in extras and "alibi" in on,
+        out_dtype=FP8_OUT if "fp8_out" in extras else None)
 
 
 def problems():
     """(problem, path, knobs) of every class the enumeration covers."""
-    for dtype, d, bs, kv in itertools.product(a2.DTYPES, a2.HEAD_SIZES, a2.BLOCK_SIZES, KV_DTYPES):
+    for dtype, d, bs, (kv, tok) in itertools.product(a2.DTYPES, a2.HEAD_SIZES, a2.BLOCK_SIZES,
+                                                     KV_ENCODINGS):
         for n in range(len(FEATURES) + 1):
             for feats in itertools.combinations(FEATURES, n):
                 for mm in MM_CAPACITIES if "mm_prefix" in feats else MM_CAPACITIES[:1]:
-                    p = problem_of(dtype, d, bs, kv, feats, mm_ranges=mm)
-                    for path in PATHS:
-                        for wide in FLASH_GEOMETRIES:
-                            yield p, path, AttentionKnobs(flash_wide=wide)
+                    for extras in ((), EXTRAS):
+                        p = problem_of(dtype, d, bs, kv, feats, mm_ranges=mm, token_scales=tok,
+                                       extras=extras)
+                        for path in PATHS:
+                            for wide in FLASH_GEOMETRIES:
+                                yield p, path, AttentionKnobs(flash_wide=wide)
     for dtype, d, path in itertools.product(a2.DTYPES, a2.HEAD_SIZES, PATHS):
         p = problem_of(dtype, d, 16, None, FEATURES, group=SPLIT_GROUP)
         yield p, path, AttentionKnobs()
@@ -74,21 +88,20 @@ def reachable_specs() -> dict:
 
 def corner_specs() -> dict:
     """The heaviest specs of each (path, geometry, dtype, head size, block size, cache
-    encoding): every feature on, with and without QQ-bias (it pins 2D to narrow) and with and
-    without mm ranges (their one-compare mask replaces the causal + window compares, so the
-    kernel without them can be the heavier)."""
+    encoding): every feature and extra on, with and without QQ-bias (it pins 2D to narrow)
+    and with and without mm ranges (their one-compare mask replaces the causal + window
+    compares, so the kernel without them can be the heavier)."""
     out = {}
-    for dtype, d, bs, kv in itertools.product(a2.DTYPES, a2.HEAD_SIZES, a2.BLOCK_SIZES, KV_DTYPES):
+    for dtype, d, bs, (kv, tok) in itertools.product(a2.DTYPES, a2.HEAD_SIZES, a2.BLOCK_SIZES,
+                                                     KV_ENCODINGS):
         for drop in ((), ("qq_bias",), ("mm_prefix",), ("qq_bias", "mm_prefix")):
             feats = tuple(f for f in FEATURES if f not in drop)
-            p = problem_of(dtype, d, bs, kv, feats)
+            p = problem_of(dtype, d, bs, kv, feats, token_scales=tok, extras=EXTRAS)
             for path in PATHS:
                 for wide in FLASH_GEOMETRIES:
                     for spec in dispatch.plan(p, path, AttentionKnobs(flash_wide=wide)).specs:
                         out.setdefault(spec.kernel_name, spec)
     return out
-
-
 
 
 def spill_counts(spec) -> tuple[str, str, int, int, str | None]:
