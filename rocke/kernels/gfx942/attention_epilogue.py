@@ -39,7 +39,9 @@ def _output_conversion(path):
     s = path.spec
     if s.out_dtype is None:
         return lambda frag: frag.to(s.dtype)
-    inv = quant.inverse_output_scale(path.c.a.output_scale)
+    inv = path.c.inv_output_scale
+    if inv is None:
+        inv = quant.inverse_output_scale(path.c.a.output_scale)
     return lambda frag: quant.quantised(frag, inv, s.out_dtype)
 
 
