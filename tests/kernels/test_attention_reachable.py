@@ -167,6 +167,29 @@ def test_heaviest_reachable_specs_do_not_spill(reachable, path, dtype, d, wide, 
     assert (info.vgpr_spills, info.sgpr_spills) == (0, 0), spec.kernel_name
 
 
+# The worst corners of the enumeration before the QQ-bias mask, the transposed-x8 epilogue's
+# row test, the epilogue scalars read before the loop, the compare-free bf16 rounding of the
+# per-token-head copy and the two per-token-head geometry rules (SGPR spills then in brackets).
+NO_MASK = tuple(f for f in reach.FEATURES if f != "mm_prefix")
+WORST = [
+    ("2d", "bf16", 64, 32, "fp8_e4m3fnuz", False, NO_MASK, 4, ()),               # 37
+    ("3d", "bf16", 64, 32, "fp8_e4m3fnuz", False, reach.FEATURES, 4, ()),        # 30
+    ("2d", "f16", 128, 64, None, False, ("softcap", "alibi", "sliding_window", "sinks"), 0, ()),  # 8, L4
+    ("2d", "bf16", 64, 32, "i8", True, NO_MASK, 4, reach.EXTRAS),                # 15
+    ("2d", "bf16", 128, 64, "fp8_e4m3fnuz", True, NO_MASK, 4, reach.EXTRAS),     # 3
+    ("2d", "bf16", 256, 16, "fp8_e4m3fnuz", True, reach.FEATURES, 4, reach.EXTRAS),  # 2
+]
+
+
+@pytest.mark.parametrize("path, dtype, d, bs, kv, tok, feats, wide, extras", WORST)
+def test_formerly_worst_corners_do_not_spill(reachable, path, dtype, d, bs, kv, tok, feats, wide, extras):
+    p = reach.problem_of(dtype, d, bs, kv, feats, token_scales=tok, extras=extras)
+    spec = dispatch.plan(p, path, AttentionKnobs(flash_wide=wide)).specs[0]
+    assert spec.kernel_name in reachable
+    name, _, vgpr_spills, sgpr_spills, error = reach.spill_counts(spec)
+    assert (vgpr_spills, sgpr_spills, error) == (0, 0, None), name
+
+
 def test_a_window_with_other_features_masks_by_interval_and_does_not_spill():
     """fp16 wide4 with an fp8 cache, softcap, ALiBi, window and sinks spilled 110 SGPRs with the
     two-compare window mask; the dispatcher now picks the interval mask (alone: shipped kernel)."""
