@@ -202,9 +202,11 @@ GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
      "QQ-bias with per-token-head KV scales at d64: narrow 2 warps x 16 rows, T = 16; d64's 4 x 32 "
      "rows spilled 1-6 SGPRs with every feature on (its two bias row groups plus the scale caches' "
      "resources; rocke report --reachable --corners, ALGORITHM.md §12)"),
-    ("2d", lambda p: p.kv_token_scales and p.head_size == 256, _narrow_2d_single_k,
-     "per-token-head KV scales at d256: narrow with one K buffer; the double buffer's two tiles "
-     "in flight spilled 2 SGPRs with every feature on (ALGORITHM.md §12)"),
+    ("2d", lambda p: p.kv_token_scales and p.head_size == 256 and p.block_size == 16,
+     _narrow_2d_single_k,
+     "per-token-head KV scales at d256, block 16: narrow with one K buffer; the double buffer's "
+     "two tiles in flight spilled 2 SGPRs with every feature on (at blocks 32/64 one K buffer "
+     "is the one that spills, 2-3; ALGORITHM.md §12)"),
     ("2d", lambda p: p.qq_bias, _narrow_2d,
      "QQ-bias: narrow, whatever the dtype: the bias is one gathered load per score value, and the "
      "transposed-x8 layout's 16 score values per lane (x T/32 subtiles) exhaust the registers (SGPR/VGPR "
