@@ -179,19 +179,24 @@ def emit(variant, fmt, output):
                    "prints the spilling ones and a one-line summary")
 @click.option("--corners", is_flag=True,
               help="with --reachable: only the heaviest spec (every feature on) of each class")
-@click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
+@click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
               help="with --reachable: compile in this many processes")
+@click.option("--progress", type=click.IntRange(0), default=100, show_default=True,
+              help="with --reachable: a progress line on stderr every this many specs (0: none)")
+@click.option("--shard", default="1/1", show_default=True, metavar="I/N",
+              help="with --reachable: only the I-th of N interleaved parts of the (sorted) specs, "
+                   "so a long enumeration can run as N commands")
 @_TARGET_OPTION
-def report(variants, no_cache, reachable, corners, jobs, target):
+def report(variants, no_cache, reachable, corners, jobs, progress, shard, target):
     """Compile variants (default: all) and print their resource report with occupancy."""
     if reachable:
         if variants or target:
             raise click.UsageError("--reachable enumerates its own (gfx942) specs: name no "
                                    "variants or --target")
-        _report_reachable(corners, jobs)
+        _report_reachable(corners, jobs, progress, _shard(shard))
         return
-    if corners or jobs != 1:
-        raise click.UsageError("--corners and --jobs go with --reachable")
+    if corners or jobs != 1 or shard != "1/1":
+        raise click.UsageError("--corners, --jobs and --shard go with --reachable")
     spills = 0
     rows = []
     advice = []
@@ -225,40 +230,62 @@ def report(variants, no_cache, reachable, corners, jobs, target):
         _exit_for_broken_families()
 
 
-def _reachable_info(item):
-    from rocke.kernels.common.attention_unified import compiled
-    name, spec = item
-    i = compiled(spec).info
-    return name, type(spec).__name__, i.vgpr_spills, i.sgpr_spills
+def _shard(text: str) -> tuple[int, int]:
+    """'I/N' -> (I, N), 1 <= I <= N; a usage error otherwise."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise click.BadParameter(f"want I/N, e.g. 2/4, got {text!r}", param_hint="--shard") from None
+    if not 1 <= i <= n:
+        raise click.BadParameter(f"want 1 <= I <= N, got {text!r}", param_hint="--shard")
+    return i, n
 
 
-def _report_reachable(corners: bool, jobs: int) -> None:
+def _reachable_counts(item):
+    from rocke.kernels.gfx942 import attention_reachable
+    return attention_reachable.spill_counts(item[1])
+
+
+def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1)) -> None:
     """``report --reachable``: compile every reachable attention spec (or each class's
-    heaviest) and summarise its spills in one line; exit 1 when any spills."""
+    heaviest) to assembly -- no link, so no ld.lld needed -- and summarise its spills in one
+    line; exit 1 when any spills, 3 when any failed to compile."""
+    import time
     from rocke.kernels.gfx942 import attention_reachable
     specs = attention_reachable.corner_specs() if corners else attention_reachable.reachable_specs()
-    items = sorted(specs.items())
+    items = sorted(specs.items())[shard[0] - 1::shard[1]]
     kinds: dict[str, int] = {}
-    spilling = []
+    spilling, failed = [], []
+    t0 = time.monotonic()
 
     def tally(results):
-        for name, kind, vs, ss in results:
+        for done, (name, kind, vs, ss, error) in enumerate(results, 1):
             kinds[kind] = kinds.get(kind, 0) + 1
-            if vs or ss:
+            if error:
+                failed.append(name)
+                click.echo(f"{name}  failed: {error}")
+            elif vs or ss:
                 spilling.append((name, vs, ss))
                 click.echo(f"{name}  spills v/s {vs}/{ss}")
+            if progress and (done % progress == 0 or done == len(items)):
+                click.echo(f"report --reachable: {done}/{len(items)} specs, {len(spilling)} spill, "
+                           f"{len(failed)} failed, {time.monotonic() - t0:.0f} s", err=True)
     if jobs > 1:
         import multiprocessing
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            tally(pool.imap(_reachable_info, items, chunksize=2))
+            tally(pool.imap_unordered(_reachable_counts, items, chunksize=1))
     else:
-        tally(map(_reachable_info, items))
-    results = [None] * sum(kinds.values())
+        tally(map(_reachable_counts, items))
     total = sum(v + s for _, v, s in spilling)
     what = "heaviest reachable" if corners else "reachable"
-    click.echo(f"{what} attention specs: {len(results)} ("
+    if shard != (1, 1):
+        what = f"shard {shard[0]}/{shard[1]} of the {what}"
+    click.echo(f"{what} attention specs: {sum(kinds.values())} ("
                + ", ".join(f"{n} {k.removesuffix('Spec')}" for k, n in sorted(kinds.items()))
-               + f"); {len(spilling)} spill ({total} spills)")
+               + f"); {len(spilling)} spill ({total} spills)"
+               + (f"; {len(failed)} failed to compile" if failed else ""))
+    if failed:
+        raise SystemExit(EXIT_TOOLCHAIN_ERROR)
     if spilling:
         raise SystemExit(EXIT_CHECK_FAILED)
 

@@ -34,16 +34,17 @@ def _optimize(mod, tm, opt: int) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
-def _codegen(mod, tm, opt: int) -> tuple[str, bytes]:
+def _codegen(mod, tm, opt: int, emit_object: bool = True) -> tuple[str, bytes | None]:
     _optimize(mod, tm, opt)
     # codegen rewrites the module in place (structurizer intrinsics), so each emit gets a fresh
     # copy -- both of them: a clone and the original schedule some kernels differently (9 of
     # the 164 shipped variants), and the listing must be the code object's kernel
     asm = tm.emit_assembly(mod.clone())
-    return asm, tm.emit_object(mod.clone())
+    return asm, tm.emit_object(mod.clone()) if emit_object else None
 
 
-def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
+def _codegen_isolated(mod, tm, opt: int, variant: str,
+                      emit_object: bool = True) -> tuple[str, bytes | None]:
     """`_codegen` in a forked child: LLVM reports some errors (e.g. "Cannot select" for an
     intrinsic the target lacks) by aborting the process, which here kills only the child and
     becomes a CompileError carrying LLVM's message. fork shares the parsed module and the
@@ -51,7 +52,7 @@ def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
     prove a module selectable, and only cold builds pay (benchmarks/compile.py, 'fork' column:
     tens of ms on builds of a few hundred ms; a cache hit never gets here)."""
     if not hasattr(os, "fork"):
-        return _codegen(mod, tm, opt)
+        return _codegen(mod, tm, opt, emit_object)
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile(prefix="rocke-llvm-stderr-") as err:
         pid = os.fork()
@@ -62,7 +63,7 @@ def _codegen_isolated(mod, tm, opt: int, variant: str) -> tuple[str, bytes]:
                 os.dup2(err.fileno(), 2)
                 faulthandler.disable()     # an LLVM abort here is expected, not a Python crash
                 try:
-                    payload = ("ok", _codegen(mod, tm, opt))
+                    payload = ("ok", _codegen(mod, tm, opt, emit_object))
                 except BaseException as e:           # an LLVM error llvmlite raises normally
                     payload = ("error", f"{type(e).__name__}: {e}")
                 with os.fdopen(write_fd, "wb") as out:
@@ -115,6 +116,26 @@ def codegen_unlinked(ir: str, target: str = DEFAULT_TARGET, opt: int = 3) -> tup
     except RuntimeError as e:
         raise CompileError(f"LLVM rejected the IR: {e}") from None
     return _codegen_isolated(mod, tm, opt, "unlinked")
+
+
+def _parsed_module(source: str, name: str, variant: str):
+    """The verified LLVM module of ``source``, which must define function ``name``."""
+    try:
+        mod = llvm.parse_assembly(source)
+        mod.verify()
+    except RuntimeError as e:
+        raise CompileError(f"LLVM rejected the IR of kernel variant {variant!r}: {e}") from None
+    kernels = [f.name for f in mod.functions if not f.is_declaration]
+    if name not in kernels:
+        raise CompileError(f"the IR of kernel variant {variant!r} defines no function {name!r}; "
+                           f"it defines {kernels or 'none'}")
+    return mod
+
+
+def _check_kernel_descriptor(asm: str, name: str, variant: str) -> None:
+    if not re.search(rf"^\s*\.amdhsa_kernel\s+{re.escape(name)}\s*$", asm, re.M):
+        raise CompileError(f"function {name!r} of kernel variant {variant!r} is not an "
+                           "amdgpu_kernel (no kernel descriptor was emitted)")
 
 
 def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, variant: str | None = None,
@@ -177,19 +198,9 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
                                       build_seconds=time.perf_counter() - t0, linker=linker)
             store.drop(key)
     tm = target_machine(target, opt)
-    try:
-        mod = llvm.parse_assembly(source)
-        mod.verify()
-    except RuntimeError as e:
-        raise CompileError(f"LLVM rejected the IR of kernel variant {variant!r}: {e}") from None
-    kernels = [f.name for f in mod.functions if not f.is_declaration]
-    if name not in kernels:
-        raise CompileError(f"the IR of kernel variant {variant!r} defines no function {name!r}; "
-                           f"it defines {kernels or 'none'}")
+    mod = _parsed_module(source, name, variant)
     asm, obj = _codegen_isolated(mod, tm, opt, variant) if isolate_codegen else _codegen(mod, tm, opt)
-    if not re.search(rf"^\s*\.amdhsa_kernel\s+{re.escape(name)}\s*$", asm, re.M):
-        raise CompileError(f"function {name!r} of kernel variant {variant!r} is not an "
-                           "amdgpu_kernel (no kernel descriptor was emitted)")
+    _check_kernel_descriptor(asm, name, variant)
     code_object, linker = linkers.link(obj, name, target, linker)
     if linker != "ld.lld":      # ld.lld's output is validated inside link_code_object
         try:
@@ -205,3 +216,39 @@ def compile_ir(ir, *, name: str | None = None, target: str = DEFAULT_TARGET, var
             store.alias(any_ld, key)
     return CompiledKernel(name, variant, target, ir, asm, obj, code_object, info,
                           build_seconds=time.perf_counter() - t0, linker=linker)
+
+
+def assemble_ir(ir: str, *, name: str, target: str = DEFAULT_TARGET, variant: str | None = None,
+                opt: int = 3, workgroup_size: int | None = None,
+                cache: CompileCache | None | bool = True) -> tuple[str, KernelInfo]:
+    """(assembly, KernelInfo) of AMDGPU LLVM IR text, without an object or a link: the same
+    listing ``compile_ir`` reads its KernelInfo from (registers, LDS, spills come from the
+    metadata LLVM emits), for machines without ld.lld and for counting resources in bulk
+    (``rocke report --reachable``). ``cache``: as ``compile_ir``'s (its own entries, keyed
+    without a linker; no prebuilt bundle)."""
+    if not isinstance(ir, str):
+        raise TypeError(f"ir must be LLVM IR text (str), got {type(ir).__name__}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be the kernel's symbol name, got {name!r}")
+    if isinstance(opt, bool) or not isinstance(opt, int) or opt not in (0, 1, 2, 3):
+        raise ValueError(f"opt must be 0, 1, 2 or 3, got {opt!r}")
+    variant = variant or name
+    wanted = requested_waves_per_eu(ir, name)
+    store = CompileCache() if cache is True else (cache or None)
+    if store is not None:
+        key = cache_key(ir, target, f"{toolchain_fingerprint()}|asm-only",
+                        {"opt": opt, "name": name, "asm_only": True})
+        hit = store.load(key)
+        if hit is not None:
+            try:
+                return hit["asm"], kernel_info(hit["asm"], name, target, workgroup_size,
+                                               requested_waves_per_eu=wanted)
+            except Exception:    # a wrong-shaped entry is rebuilt, never an error
+                store.drop(key)
+    mod = _parsed_module(ir, name, variant)
+    asm, _ = _codegen_isolated(mod, target_machine(target, opt), opt, variant, emit_object=False)
+    _check_kernel_descriptor(asm, name, variant)
+    info = kernel_info(asm, name, target, workgroup_size, requested_waves_per_eu=wanted)
+    if store is not None:
+        store.store(key, asm, b"", b"", {"name": name, "target": target, "linker": None})
+    return asm, info

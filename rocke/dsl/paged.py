@@ -252,11 +252,24 @@ def _dequantize(codes: Value, scale, dtype, biased_bytes: bool = False):
         biased = (codes.bitcast(T.u8) ^ 0x80).to(T.f32)
         return (biased * scale - scale * 128.0).to(dtype)
     wide = codes.to(T.f32)
+    if scale is not None and dtype == T.bf16:
+        return _to_bf16_without_compares(wide * scale)
     if scale is not None:
         return (wide * scale).to(dtype)
     if dtype == T.bf16:
         return (wide.bitcast(T.u32) >> 16).to(T.u16).bitcast(T.bf16)
     return wide.to(dtype)
+
+
+def _to_bf16_without_compares(x: Value) -> Value:
+    """f32 -> bf16 rounded to nearest even, as ``Value.to`` does, but the NaN case without a
+    compare: each compare is a 64-bit lane mask in SGPRs, and a copy step's 8-16 of them in
+    flight spilled the bf16 per-token-head kernels. A NaN's rounded bits get the exponent and
+    quiet bit or-ed in (0x7fc0), so it stays a NaN; every other value is the RNE result."""
+    bits = x.bitcast(T.i32)
+    rounded = (bits.bitcast(T.u32) + 0x7FFF + ((bits.bitcast(T.u32) >> 16) & 1)) >> 16
+    nan = ((0x7F800000 - (bits & 0x7FFFFFFF)) >> 31).bitcast(T.u32)    # all ones for a NaN
+    return (rounded | (nan & 0x7FC0)).to(T.u16).bitcast(T.bf16)
 
 
 def _row_scale(row_scales: PagedView, page: Value, in_page: Value, ok: Value, aux: int) -> Value:

@@ -3,7 +3,8 @@ import struct
 import pytest
 
 from rocke import llvm_tools
-from rocke.compiler import CompileCache, CompileError, ToolchainError, compile_ir, find_linker
+from rocke.compiler import (CompileCache, CompileError, ToolchainError, assemble_ir, compile_ir,
+                            find_linker)
 from rocke.compiler import toolchain
 
 SAXPY_IR = """
@@ -77,6 +78,27 @@ def test_missing_linker_says_what_to_install(monkeypatch):
     try:
         with pytest.raises(ToolchainError, match="apt-get install lld-19"):
             find_linker()
+    finally:
+        toolchain.find_linker.cache_clear()
+
+
+def test_assemble_ir_needs_no_linker_and_reads_the_same_listing(tmp_path, monkeypatch):
+    """assemble_ir: the listing and KernelInfo compile_ir builds, with no object and no link (a
+    machine without ld.lld); cached under its own key; bad IR refused as compile_ir does."""
+    linked = compile_ir(SAXPY_IR, name="saxpy", cache=False)
+    toolchain.find_linker.cache_clear()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("ROCKE_LD_LLD", str(tmp_path / "no" / "ld.lld"))
+    try:
+        with pytest.raises(ToolchainError):          # the premise: nothing here can link
+            compile_ir(SAXPY_IR, name="saxpy", cache=False)
+        store = CompileCache(tmp_path / "cache")
+        asm, info = assemble_ir(SAXPY_IR, name="saxpy", cache=store)
+        assert asm == linked.asm and info == linked.info
+        assert any((tmp_path / "cache").rglob("kernel.s"))
+        assert assemble_ir(SAXPY_IR, name="saxpy", cache=store) == (asm, info)     # served
+        with pytest.raises(CompileError, match="defines no function 'nope'"):
+            assemble_ir(SAXPY_IR, name="nope", cache=False)
     finally:
         toolchain.find_linker.cache_clear()
 

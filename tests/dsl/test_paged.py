@@ -169,7 +169,10 @@ def test_paged_copy_scales_each_row(code_dtype, dtype, transpose, dim):
         cache = codes[torch.randperm(codes.numel(), generator=gen)].view(num_pages, page_size, heads, dim)
     else:
         cache = (torch.rand(num_pages, page_size, heads, dim, generator=gen) * 400 - 200).to(torch.float8_e4m3fnuz)
+        cache.view(torch.uint8)[:, :, :, ::7] = 0x80       # e4m3fnuz's NaN code: stays a NaN
     scales = torch.rand(num_pages, page_size, heads, generator=gen) + 0.01
+    if code_dtype != "i8":
+        scales[0, 3:5] = 1e37       # products past f32's range round to +-inf
     table = torch.tensor([2, 0, 10 ** 6], dtype=torch.int32)     # the third page is never read
     kern = _row_scale_kernel(tokens, dim, page_size, code_dtype, dtype, transpose)
     out = torch.full((tokens * dim,), 7.0, dtype=TORCH[dtype])
@@ -181,7 +184,9 @@ def test_paged_copy_scales_each_row(code_dtype, dtype, transpose, dim):
         page, row = int(table[t // page_size]), t % page_size
         want[t] = cache[page, row, head].float() * scales[page, row, head]
     got = out.view(dim, tokens).T if transpose else out.view(tokens, dim)
-    assert torch.equal(got, want.to(TORCH[dtype]))
+    want = want.to(TORCH[dtype])
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())
 
 
 @pytest.mark.parametrize("tokens, dim, page_size, dtype, pad, defer, valid", [

@@ -51,6 +51,10 @@ def _setup(names, seqs, dtype, d, bs, hq, hk, seed):
         args["alibi_slopes"] = ref["alibi_slopes"] = plain["alibi_slopes"] = slopes
     if "sqrt" in names:
         args["use_alibi_sqrt"] = ref["alibi_sqrt"] = True
+    if "qqb" in names:
+        max_q = args["max_seqlen_q"]
+        args["qq_bias"] = ref["qq_bias"] = plain["qq_bias"] = \
+            torch.randn(max_q + 1, max_q + 1, generator=g) * 2
     if "kvfp8" in names:            # per-tensor fp8 cache with per-head descales
         for c in ("k", "v"):
             args[c] = (args[c].float() * 4).to(torch.float8_e4m3fnuz)
@@ -90,6 +94,10 @@ def _check(names, args, ref_kw, plain_kw, dtype):
     else:
         err = (out - ref).abs().max().item()
         assert err <= attention_atol(dtype, kv), f"max |out - ref| {err}"
+    if "qqb" in names:      # the bias matters on these inputs too
+        no_bias = _reference(args, **{k: v for k, v in ref_kw.items() if k != "qq_bias"})
+        scale = OUT_SCALE if "out" in names else 1.0
+        assert (no_bias * scale - ref).abs().max().item() > 3 * attention_atol(dtype), "qq_bias has no effect"
     if names & {"sqrt", "i8tok", "fp8tok"}:
         # the new feature matters on these inputs: ignoring it would fail the tolerance
         plain = _reference(args, **plain_kw)
@@ -113,12 +121,18 @@ def _check(names, args, ref_kw, plain_kw, dtype):
     ({"out", "kvfp8", "alibi"}, "2d", "f16", 64, 64, 8, 1),
     ({"out", "i8tok", "sqrt", "window"}, "2d", "bf16", 64, 16, 2, 2),
     ({"out", "fp8tok", "sinks", "window"}, "3d", "bf16", 64, 64, 8, 2),
+    # QQ-bias with the per-token-head scales (the dispatcher runs QQ-bias narrow)
+    ({"qqb", "i8tok"}, "2d", "f16", 64, 16, 8, 2),
+    ({"qqb", "fp8tok"}, "3d", "bf16", 64, 64, 4, 1),
+    ({"qqb", "fp8tok", "softcap", "window"}, "2d", "bf16", 128, 16, 5, 1),
+    ({"qqb", "i8tok", "out", "sinks"}, "3d", "f16", 64, 16, 2, 2),
 ])
 def test_matches_reference(names, backend, dtype, d, bs, hq, hk):
     args, ref_kw, plain_kw = _setup(names, MIXED, dtype, d, bs, hq, hk, seed=d + bs + hq)
     record = au.run_unified_attention_torch(**args, backend=backend)
     spec = record.plan.specs[0]
     assert spec.alibi_sqrt == ("sqrt" in names)
+    assert spec.qq_bias == ("qqb" in names)
     assert spec.kv_token_scales == bool(names & {"i8tok", "fp8tok"})
     out_spec = record.plan.specs[-1]      # 2D: the kernel; 3D: reduce_segments
     assert out_spec.out_dtype == ("fp8_e4m3fnuz" if "out" in names else None)

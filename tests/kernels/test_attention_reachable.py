@@ -27,7 +27,11 @@ def test_the_enumeration_spans_every_dimension(reachable):
     attn = [s for s in specs if hasattr(s, "features")]
     assert {(s.dtype, s.head_size, s.block_size) for s in attn} == {
         (d, h, b) for d in ("f16", "bf16") for h in (64, 128, 256) for b in (16, 32, 64)}
-    assert {s.kv_dtype for s in attn} == {None, "fp8_e4m3fnuz"}
+    assert {(s.kv_dtype, s.kv_token_scales) for s in attn} == {
+        (None, False), ("fp8_e4m3fnuz", False), ("i8", True), ("fp8_e4m3fnuz", True)}
+    assert {s.alibi_sqrt for s in attn} == {False, True}
+    assert all(s.alibi for s in attn if s.alibi_sqrt)
+    assert {getattr(s, "out_dtype", None) for s in specs} == {None, "fp8_e4m3fnuz"}
     assert {s.mm_prefix_ranges for s in attn} == {0, 1, 16}
     assert {s.group_split for s in attn} == {1, 2}
     every = {"softcap", "alibi", "qq_bias", "sliding_window", "sinks"}
@@ -43,6 +47,10 @@ def test_the_enumeration_spans_every_dimension(reachable):
     (dict(dtype="f16", head_size=128, sinks=True, kv_dtype="fp8_e4m3fnuz"), "auto",
      AttentionKnobs(flash_wide=0)),
     (dict(dtype="bf16", head_size=64, num_q_heads=64, window_left=3), "3d", AttentionKnobs()),
+    (dict(dtype="f16", head_size=128, qq_bias=True, kv_dtype="i8", kv_token_scales=True,
+          out_dtype="fp8_e4m3fnuz"), "auto", AttentionKnobs()),
+    (dict(dtype="f16", head_size=64, alibi=True, alibi_sqrt=True, softcap=10.0, kv_dtype="fp8_e4m3fnuz",
+          kv_token_scales=True, out_dtype="fp8_e4m3fnuz", sinks=True), "3d", AttentionKnobs()),
 ])
 def test_what_the_dispatcher_plans_is_enumerated(reachable, problem, backend, knobs):
     """A call's specs, with its group set to the enumeration's representative one (the group
@@ -64,24 +72,73 @@ def test_report_reachable_prints_one_summary_line_and_fails_on_spills(monkeypatc
     from rocke import cli
     from rocke.kernels.gfx942 import attention_tiled_2d as a2
     specs = {n: a2.VARIANTS[n] for n in list(a2.VARIANTS)[:3]}
-    spilling = next(iter(specs.values())).kernel_name
+    spilling, broken = (s.kernel_name for s in list(specs.values())[:2])
     monkeypatch.setattr(reach, "reachable_specs", lambda: {s.kernel_name: s for s in specs.values()})
 
-    def fake_compiled(spec):
-        spills = 3 if spec.kernel_name == spilling else 0
-        return SimpleNamespace(info=SimpleNamespace(vgpr_spills=0, sgpr_spills=spills))
-    monkeypatch.setattr(au, "compiled", fake_compiled)
-    result = CliRunner().invoke(cli.main, ["report", "--reachable"])
+    def fake_counts(spec, spills=3):
+        return spec.kernel_name, type(spec).__name__, 0, spills if spec.kernel_name == spilling else 0, None
+    monkeypatch.setattr(reach, "spill_counts", fake_counts)
+    result = CliRunner().invoke(cli.main, ["report", "--reachable", "--progress", "2"])
     assert result.exit_code == 1, result.output
     lines = result.output.strip().splitlines()
     assert lines[0] == f"{spilling}  spills v/s 0/3"
+    assert "report --reachable: 2/3 specs, 1 spill, 0 failed" in result.output    # progress
+    assert "report --reachable: 3/3 specs, 1 spill, 0 failed" in result.output
     assert lines[-1] == "reachable attention specs: 3 (3 UnifiedAttention2D); 1 spill (3 spills)"
-    monkeypatch.setattr(au, "compiled", lambda spec: SimpleNamespace(
-        info=SimpleNamespace(vgpr_spills=0, sgpr_spills=0)))
-    result = CliRunner().invoke(cli.main, ["report", "--reachable"])
+    monkeypatch.setattr(reach, "spill_counts", lambda spec: fake_counts(spec, 0))
+    result = CliRunner().invoke(cli.main, ["report", "--reachable", "--jobs", "2"])
     assert result.exit_code == 0 and result.output.strip().endswith("; 0 spill (0 spills)")
+    # a spec LLVM rejects is named, the run goes on, and the exit code says so (3)
+    monkeypatch.setattr(reach, "spill_counts", lambda spec: (*fake_counts(spec)[:4], "LLVM said no")
+                        if spec.kernel_name == broken else fake_counts(spec))
+    result = CliRunner().invoke(cli.main, ["report", "--reachable"])
+    assert result.exit_code == 3, result.output
+    assert f"{broken}  failed: LLVM said no" in result.output
+    assert result.output.strip().endswith("1 spill (3 spills); 1 failed to compile")
     bad = CliRunner().invoke(cli.main, ["report", "--corners"])
-    assert bad.exit_code == 2 and "--corners and --jobs go with --reachable" in bad.output
+    assert bad.exit_code == 2 and "--corners, --jobs and --shard go with --reachable" in bad.output
+    many = CliRunner().invoke(cli.main, ["report", "--reachable", "--jobs", "257"])
+    assert many.exit_code == 2 and "257" in many.output
+    # shards: interleaved parts of the sorted specs, together the whole
+    names = sorted(s.kernel_name for s in specs.values())
+    for i, part in ((1, names[0::2]), (2, names[1::2])):
+        result = CliRunner().invoke(cli.main, ["report", "--reachable", "--shard", f"{i}/2"])
+        assert result.output.strip().splitlines()[-1].startswith(
+            f"shard {i}/2 of the reachable attention specs: {len(part)} ")
+        assert (spilling in result.output) == (spilling in part)
+        assert (broken in result.output) == (broken in part)
+    for shard in ("0/2", "3/2", "x"):
+        bad = CliRunner().invoke(cli.main, ["report", "--reachable", "--shard", shard])
+        assert bad.exit_code == 2 and "--shard" in bad.output, shard
+
+
+def test_report_reachable_needs_no_linker(tmp_path, monkeypatch):
+    """The spill counts come from the assembly LLVM emits: with no ld.lld anywhere (an empty
+    PATH, ROCKE_LD_LLD naming nothing, an empty compile cache) two real specs, one of them a
+    formerly spilling corner, compile and are counted."""
+    from rocke import cli
+    from rocke.compiler import ToolchainError, find_linker, toolchain
+    from rocke.kernels.gfx942 import attention_tiled_2d as a2
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setenv("ROCKE_LD_LLD", str(tmp_path / "no" / "ld.lld"))
+    monkeypatch.setenv("ROCKE_CACHE_DIR", str(tmp_path / "cache"))
+    toolchain.find_linker.cache_clear()
+    try:
+        with pytest.raises(ToolchainError):          # the premise: nothing here can link
+            find_linker()
+        corner = a2.UnifiedAttention2DSpec(
+            dtype="bf16", head_size=64, block_size=32, num_queries_per_kv=4, num_warps=4,
+            block_m_per_warp=32, tile_size=32, kv_dtype="fp8_e4m3fnuz", softcap=True, alibi=True,
+            qq_bias=True, sliding_window=True, sinks=True, interval_mask=True)
+        specs = [a2.VARIANTS["narrow_f16_d64_b16_g5_qqb"], corner]
+        monkeypatch.setattr(reach, "reachable_specs", lambda: {s.kernel_name: s for s in specs})
+        result = CliRunner().invoke(cli.main, ["report", "--reachable"])
+    finally:
+        toolchain.find_linker.cache_clear()
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == \
+        "reachable attention specs: 2 (2 UnifiedAttention2D); 0 spill (0 spills)"
+    assert any((tmp_path / "cache").rglob("kernel.s"))     # compiled here, not served
 
 
 # The heaviest reachable spec (every feature on, 16 mm ranges) of each geometry the dispatcher
@@ -108,6 +165,29 @@ def test_heaviest_reachable_specs_do_not_spill(reachable, path, dtype, d, wide, 
     assert spec.kernel_name in reachable
     info = au.compiled(spec).info
     assert (info.vgpr_spills, info.sgpr_spills) == (0, 0), spec.kernel_name
+
+
+# The worst corners of the enumeration before the QQ-bias mask, the transposed-x8 epilogue's
+# row test, the epilogue scalars read before the loop, the compare-free bf16 rounding of the
+# per-token-head copy and the two per-token-head geometry rules (SGPR spills then in brackets).
+NO_MASK = tuple(f for f in reach.FEATURES if f != "mm_prefix")
+WORST = [
+    ("2d", "bf16", 64, 32, "fp8_e4m3fnuz", False, NO_MASK, 4, ()),               # 37
+    ("3d", "bf16", 64, 32, "fp8_e4m3fnuz", False, reach.FEATURES, 4, ()),        # 30
+    ("2d", "f16", 128, 64, None, False, ("softcap", "alibi", "sliding_window", "sinks"), 0, ()),  # 8, L4
+    ("2d", "bf16", 64, 32, "i8", True, NO_MASK, 4, reach.EXTRAS),                # 15
+    ("2d", "bf16", 128, 64, "fp8_e4m3fnuz", True, NO_MASK, 4, reach.EXTRAS),     # 3
+    ("2d", "bf16", 256, 16, "fp8_e4m3fnuz", True, reach.FEATURES, 4, reach.EXTRAS),  # 2
+]
+
+
+@pytest.mark.parametrize("path, dtype, d, bs, kv, tok, feats, wide, extras", WORST)
+def test_formerly_worst_corners_do_not_spill(reachable, path, dtype, d, bs, kv, tok, feats, wide, extras):
+    p = reach.problem_of(dtype, d, bs, kv, feats, token_scales=tok, extras=extras)
+    spec = dispatch.plan(p, path, AttentionKnobs(flash_wide=wide)).specs[0]
+    assert spec.kernel_name in reachable
+    name, _, vgpr_spills, sgpr_spills, error = reach.spill_counts(spec)
+    assert (vgpr_spills, sgpr_spills, error) == (0, 0, None), name
 
 
 def test_a_window_with_other_features_masks_by_interval_and_does_not_spill():

@@ -238,9 +238,29 @@ def _narrow_3d(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
     return _narrow_geometry("3d", policy.NARROW_3D, p)
 
 
+def _narrow_2d_per_token_qq_bias(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    """d64 with QQ-bias and per-token-head scales: 2 warps x 16 rows, T = 16 (ALGORITHM.md §12)."""
+    geo = _narrow_geometry("2d", policy.geometry("narrow_w2m16"), p)
+    return replace(geo, tile_size=16, k_single_buffer=policy.default_k_single_buffer(
+        False, geo.num_warps, geo.block_m_per_warp, 16))
+
+
+def _narrow_2d_single_k(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    return replace(_narrow_2d(p, k), k_single_buffer=True)
+
+
 # (path, applies(problem), make(problem, knobs) -> Geometry, reason). The numbers (warps, rows,
 # tile) come from the kernel's shipped geometry table, so the dispatcher picks shipped variants.
 GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
+    ("2d", lambda p: p.qq_bias and p.kv_token_scales and p.head_size == 64, _narrow_2d_per_token_qq_bias,
+     "QQ-bias with per-token-head KV scales at d64: narrow 2 warps x 16 rows, T = 16; d64's 4 x 32 "
+     "rows spilled 1-6 SGPRs with every feature on (its two bias row groups plus the scale caches' "
+     "resources; rocke report --reachable --corners, ALGORITHM.md §12)"),
+    ("2d", lambda p: p.kv_token_scales and p.head_size == 256 and p.block_size == 16,
+     _narrow_2d_single_k,
+     "per-token-head KV scales at d256, block 16: narrow with one K buffer; the double buffer's "
+     "two tiles in flight spilled 2 SGPRs with every feature on (at blocks 32/64 one K buffer "
+     "is the one that spills, 2-3; ALGORITHM.md §12)"),
     ("2d", lambda p: p.qq_bias, _narrow_2d,
      "QQ-bias: narrow, whatever the dtype: the bias is one gathered load per score value, and the "
      "transposed-x8 layout's 16 score values per lane (x T/32 subtiles) exhaust the registers (SGPR/VGPR "

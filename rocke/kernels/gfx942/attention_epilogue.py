@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+from rocke import dsl
 from rocke.dsl.fragment import ROW, store_fragment
 from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942.attention_pipeline import TransposedX8Path, WorkgroupContext, row_runs
@@ -38,7 +39,9 @@ def _output_conversion(path):
     s = path.spec
     if s.out_dtype is None:
         return lambda frag: frag.to(s.dtype)
-    inv = quant.inverse_output_scale(path.c.a.output_scale)
+    inv = path.c.inv_output_scale
+    if inv is None:
+        inv = quant.inverse_output_scale(path.c.a.output_scale)
     return lambda frag: quant.quantised(frag, inv, s.out_dtype)
 
 
@@ -66,13 +69,18 @@ def _store_transposed_x8_output(path, l, o):
     out_buf = c.a.out.buffer(c.total_q * c.a.o_stride_token)
     per_row = D // STAGING_VECTOR
     total = s.block_m_rows * per_row
+    # the rows' validity as one compare with the block's row count, not row_valid: the Q stage
+    # tested the same rows with row_valid, and LLVM kept those tests (64-bit masks when the
+    # rows are wave-uniform) live through the tile loop for this store (spilled SGPRs, f16
+    # d128 L4 softcap + ALiBi + window + sinks)
+    valid_rows = dsl.minimum(c.q_len - c.q_start, s.block_q) * c.G
     for first in range(0, total, c.threads):
         i = c.tid + first if first else c.tid
         r = i >> (per_row.bit_length() - 1)
         col = (i & (per_row - 1)) * STAGING_VECTOR
         tok, head = c.row_token(r)
         index = (c.q_seq_start + tok) * c.a.o_stride_token + head * c.a.o_stride_head + col
-        out_buf.store(index, acc_lds.load((r, col), width=STAGING_VECTOR), mask=c.row_valid(r))
+        out_buf.store(index, acc_lds.load((r, col), width=STAGING_VECTOR), mask=r < valid_rows)
 
 
 def store_partials(c: WorkgroupContext, path, m, l, o, segment):

@@ -148,6 +148,7 @@ class WorkgroupContext:
         self.q_len, self.q_start, self.kv_len, self.ctx = q_len, q_start, kv_len, ctx
         self.tid, self.threads = tid, threads
         self.segment = None             # the 3D kernel's segment index
+        self.v_descale = self.inv_output_scale = None    # read_epilogue_scalars
         self.G = spec.num_queries_per_kv
         self.total_q = a.cu_seqlens_q.load(a.num_seqs)
         self.q_buf = a.q.buffer(self.total_q * a.q_stride_token)
@@ -254,6 +255,16 @@ def score_scale(c: WorkgroupContext):
     return c.a.softmax_scale * c.descale("k") * LOG2E
 
 
+def read_epilogue_scalars(c: WorkgroupContext):
+    """The scalars the epilogue applies, read before the tile loop: v_descale (fp8 cache) and
+    1 / output_scale (fp8 output). Read after the loop, their pointers and index terms (2-6
+    SGPRs) stayed live through it, and spilled in the heaviest reachable corners; now one
+    value each."""
+    c.v_descale = c.descale("v")
+    if c.spec.out_dtype is not None and hasattr(c.a, "output_scale"):
+        c.inv_output_scale = quant.inverse_output_scale(c.a.output_scale)
+
+
 def inverse_sum(l):
     """1 / l, and 0 for a row that saw no key (l = 0): an empty softmax outputs 0 (ALGORITHM.md
     §2.1), as reduce_segments writes for a row whose every segment is empty."""
@@ -265,7 +276,7 @@ def value_scaled(c: WorkgroupContext, frags):
     also for the 3D partials, which are linear in V)."""
     if not c.spec.fp8_kv:
         return frags
-    vs = c.descale("v")
+    vs = c.v_descale if c.v_descale is not None else c.descale("v")
     return [(f * vs, r, d) for f, r, d in frags]
 
 
@@ -438,11 +449,14 @@ def _per_head_rows(c, layout, row_axis, row_origin, ptr, factor) -> Fragment:
 
 
 def _qq_bias_values(c, tok, rel, n):
-    """``qq_bias[tok, rel]`` per score value, 0 outside the query section (rel < 0) and past
-    the sequence's queries (ALGORITHM.md §12.4; vLLM's row = query index in the sequence)."""
+    """``qq_bias[tok, rel]`` per score value, 0 outside the query section (rel < 0 or past the
+    sequence's keys; ALGORITHM.md §12.4; vLLM's row = query index in the sequence)."""
     a = c.a
     buf = a.qq_bias.buffer(a.qq_bias_rows * a.qq_bias_stride)
-    ok = (rel >= 0) & (rel < c.q_len) & (tok < c.q_len)
+    # one unsigned compare per value; no test of the row (tok < q_len): that loop-invariant
+    # compare was hoisted as a 64-bit lane mask per value (16 SGPRs in the narrow 2D kernels,
+    # which spilled), and a padding row (tok >= q_len) is never stored (row_valid)
+    ok = rel.bitcast(dsl.u32) < c.q_len.bitcast(dsl.u32)
     index = tok * a.qq_bias_stride + rel
     vals = [buf.load(_lane(index, v), mask=_lane(ok, v)) for v in range(n)]
     return dsl.concat(*vals) if n > 1 else vals[0]
@@ -477,6 +491,7 @@ class NarrowPath(TileLoop):
         q_lds = self._alloc_q_stage()
         self.warp_row0 = k.wave_id() * s.block_m_per_warp
         self.qk_scale = score_scale(c)
+        read_epilogue_scalars(c)
         if s.features or getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
             self.prepare_features([self.warp_row0 + i * 16 for i in range(self.mq)])
         self.q_ops = []
@@ -562,6 +577,7 @@ class TransposedX8Path(TileLoop):
         q_lds = self._alloc_q_stage()
         self.warp_col0 = k.wave_id() * 32
         self.qk_scale = score_scale(c)
+        read_epilogue_scalars(c)
         if s.features or getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
             self.prepare_features([self.warp_col0])
         if q_lds is not None:

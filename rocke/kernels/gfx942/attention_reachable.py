@@ -3,13 +3,16 @@
 builds specs on demand for feature combinations the variant tables do not list.
 
 The enumeration asks the dispatcher itself (``attention_dispatch.plan``) for the specs of one
-problem per class: dtype x head size x block size x KV-cache encoding x every subset of the
-score features (softcap, ALiBi, QQ-bias, sliding window, sinks, mm_prefix_range) x path (2D, 3D:
-both are reachable for every class, 3D by ``backend="3d"`` or vLLM's 3D rule) x the
-transposed-x8 geometry lever (HIPDNN_GFX942_FLASH_WIDE), plus ``reduce_segments`` per dtype x
-head size. mm_prefix_range's capacity (1..16 ranges, unrolled) is enumerated at its least and
-most code (MM_CAPACITIES). Each class is asked at 1 and 1024 KV heads (KV_HEADS): a 2D grid of
-one round gets the grown KV tile (attention_dispatch.one_round_tile), a larger one the table's. The GQA group is a compile-time constant that does not change the register plan
+problem per class: dtype x head size x block size x KV-cache encoding (the Q dtype, fp8 with
+descales, int8 / fp8 with per-token-head scales: KV_ENCODINGS) x every subset of the score
+features (softcap, ALiBi, QQ-bias, sliding window, sinks, mm_prefix_range) x the output-side
+extras (square-root ALiBi, fp8 output: EXTRAS, all off or all on) x path (2D, 3D: both are
+reachable for every class, 3D by ``backend="3d"`` or vLLM's 3D rule) x the transposed-x8
+geometry lever (HIPDNN_GFX942_FLASH_WIDE), plus ``reduce_segments`` per dtype x head size x
+output dtype. mm_prefix_range's capacity (1..16 ranges, unrolled) is enumerated at its least and
+most code (MM_CAPACITIES), and so are the extras. Each class is asked at 1 and 1024 KV
+heads (KV_HEADS): a 2D grid of one round gets the grown KV tile
+(attention_dispatch.one_round_tile), a larger one the table's. The GQA group is a compile-time constant that does not change the register plan
 (a multiply-by-reciprocal constant), so one group stands for all (REPRESENTATIVE_GROUP), and
 one split group (SPLIT_GROUP, a GQA group above 16) per (path, dtype, head size) with every feature.
 The other levers (NUM_WARPS, WAVES_PER_EU, IGLP, Q_DIRECT, ...) and 64-bit page bases are out
@@ -17,10 +20,15 @@ of this enumeration: they are tuning switches, off by default.
 """
 from __future__ import annotations
 
+import importlib
 import itertools
+
+from rocke.arch import get_target
+from rocke.compiler import CompileError, assemble_ir
 from rocke.kernels.common.attention_unified import UnifiedAttentionProblem
 from rocke.kernels.common.knobs import FLASH_GEOMETRIES, AttentionKnobs
 from rocke.kernels.gfx942 import attention_dispatch as dispatch
+from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
 
 FEATURES = ("softcap", "alibi", "qq_bias", "sliding_window", "sinks", "mm_prefix")
@@ -28,6 +36,12 @@ MM_CAPACITIES = (1, 16)         # the least and the most mm_prefix_range code (1
 REPRESENTATIVE_GROUP = 4
 SPLIT_GROUP = 32
 KV_DTYPES = (None,) + a2.KV_DTYPES
+# (kv_dtype, per-token-head scales): the caches in the Q dtype, fp8 with descales, and the
+# per-token-head quantized caches (int8, fp8) with their scale caches
+KV_ENCODINGS = tuple((kv, False) for kv in KV_DTYPES) + tuple(
+    (kv, True) for kv in quant.TOKEN_SCALE_KV_DTYPES)
+EXTRAS = ("alibi_sqrt", "fp8_out")    # enumerated all off and all on (sqrt only with ALiBi)
+FP8_OUT = "fp8_e4m3fnuz"
 PATHS = ("2d", "3d")
 # KV heads of the enumerated problem: 1 puts every 2D grid in one round (the dispatcher grows
 # the KV tile, attention_dispatch.one_round_tile), 1024 fills more than a round (the table's tile)
@@ -36,6 +50,7 @@ KV_HEADS = (1, 1024)
 
 def problem_of(dtype: str, head_size: int, block_size: int, kv_dtype, features, *,
                group: int = REPRESENTATIVE_GROUP, mm_ranges: int = MM_CAPACITIES[-1],
+               token_scales: bool = False, extras=(),
                kv_heads: int = 1) -> UnifiedAttentionProblem:
     """One problem of the class: a short prefill (the path is forced by the caller)."""
     on = set(features)
@@ -44,20 +59,25 @@ def problem_of(dtype: str, head_size: int, block_size: int, kv_dtype, features, 
         block_size=block_size, num_seqs=1, total_q=4, max_seqlen_q=4, max_seqlen_k=64,
         softcap=1.0 if "softcap" in on else 0.0, alibi="alibi" in on, qq_bias="qq_bias" in on,
         window_left=8 if "sliding_window" in on else -1, sinks="sinks" in on,
-        kv_dtype=kv_dtype, mm_ranges=mm_ranges if "mm_prefix" in on else 0)
+        kv_dtype=kv_dtype, mm_ranges=mm_ranges if "mm_prefix" in on else 0,
+        kv_token_scales=token_scales, alibi_sqrt="alibi_sqrt" in extras and "alibi" in on,
+        out_dtype=FP8_OUT if "fp8_out" in extras else None)
 
 
 def problems():
     """(problem, path, knobs) of every class the enumeration covers."""
-    for dtype, d, bs, kv in itertools.product(a2.DTYPES, a2.HEAD_SIZES, a2.BLOCK_SIZES, KV_DTYPES):
+    for dtype, d, bs, (kv, tok) in itertools.product(a2.DTYPES, a2.HEAD_SIZES, a2.BLOCK_SIZES,
+                                                     KV_ENCODINGS):
         for n in range(len(FEATURES) + 1):
             for feats in itertools.combinations(FEATURES, n):
                 for mm, heads in itertools.product(
                         MM_CAPACITIES if "mm_prefix" in feats else MM_CAPACITIES[:1], KV_HEADS):
-                    p = problem_of(dtype, d, bs, kv, feats, mm_ranges=mm, kv_heads=heads)
-                    for path in PATHS:
-                        for wide in FLASH_GEOMETRIES:
-                            yield p, path, AttentionKnobs(flash_wide=wide)
+                    for extras in ((), EXTRAS):
+                        p = problem_of(dtype, d, bs, kv, feats, mm_ranges=mm, token_scales=tok,
+                                       extras=extras, kv_heads=heads)
+                        for path in PATHS:
+                            for wide in FLASH_GEOMETRIES:
+                                yield p, path, AttentionKnobs(flash_wide=wide)
     for dtype, d, path, heads in itertools.product(a2.DTYPES, a2.HEAD_SIZES, PATHS, KV_HEADS):
         p = problem_of(dtype, d, 16, None, FEATURES, group=SPLIT_GROUP, kv_heads=heads)
         yield p, path, AttentionKnobs()
@@ -75,15 +95,17 @@ def reachable_specs() -> dict:
 
 def corner_specs() -> dict:
     """The heaviest specs of each (path, geometry, dtype, head size, block size, cache
-    encoding): every feature on, with and without QQ-bias (it pins 2D to narrow) and with and
-    without mm ranges (their one-compare mask replaces the causal + window compares, so the
-    kernel without them can be the heavier)."""
+    encoding): every feature and extra on, with and without QQ-bias (it pins 2D to narrow)
+    and with and without mm ranges (their one-compare mask replaces the causal + window
+    compares, so the kernel without them can be the heavier)."""
     out = {}
-    for dtype, d, bs, kv in itertools.product(a2.DTYPES, a2.HEAD_SIZES, a2.BLOCK_SIZES, KV_DTYPES):
+    for dtype, d, bs, (kv, tok) in itertools.product(a2.DTYPES, a2.HEAD_SIZES, a2.BLOCK_SIZES,
+                                                     KV_ENCODINGS):
         for drop, heads in itertools.product(
                 ((), ("qq_bias",), ("mm_prefix",), ("qq_bias", "mm_prefix")), KV_HEADS):
             feats = tuple(f for f in FEATURES if f not in drop)
-            p = problem_of(dtype, d, bs, kv, feats, kv_heads=heads)
+            p = problem_of(dtype, d, bs, kv, feats, token_scales=tok, extras=EXTRAS,
+                           kv_heads=heads)
             for path in PATHS:
                 for wide in FLASH_GEOMETRIES:
                     for spec in dispatch.plan(p, path, AttentionKnobs(flash_wide=wide)).specs:
@@ -91,3 +113,16 @@ def corner_specs() -> dict:
     return out
 
 
+def spill_counts(spec) -> tuple[str, str, int, int, str | None]:
+    """(kernel name, spec class, VGPR spills, SGPR spills, error) of ``spec``, read from the
+    assembly LLVM emits (its metadata's ``.vgpr_spill_count`` / ``.sgpr_spill_count``), with no
+    object and no link: runs on a machine without ld.lld. ``error``: LLVM's one-line complaint
+    when the spec does not compile (spills then 0), so one bad spec does not end a long run."""
+    kind = type(spec).__name__
+    try:
+        kern = importlib.import_module(type(spec).__module__).build(spec)
+        _, info = assemble_ir(kern.ir(), name=kern.name, workgroup_size=kern.workgroup_size,
+                              target=get_target(kern.target).target_id)
+    except CompileError as e:
+        return spec.kernel_name, kind, 0, 0, " | ".join(str(e).split("\n"))
+    return spec.kernel_name, kind, info.vgpr_spills, info.sgpr_spills, None
