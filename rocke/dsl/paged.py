@@ -250,7 +250,9 @@ def _dequantize(codes: Value, scale, dtype, biased_bytes: bool = False):
         # int8 c as the unsigned byte c + 128 (one xor a dword): v_cvt_f32_ubyte{0..3} read
         # bytes in place, and (u - 128) * s = u * s - 128 s is one fma
         biased = (codes.bitcast(T.u8) ^ 0x80).to(T.f32)
-        return (biased * scale - scale * 128.0).to(dtype)
+        wide = biased * scale - scale * 128.0
+        # bf16 without the NaN compares: each is a 64-bit SGPR mask (spilled the d256 3D kernels)
+        return _to_bf16_without_compares(wide) if dtype == T.bf16 else wide.to(dtype)
     wide = codes.to(T.f32)
     if scale is not None and dtype == T.bf16:
         return _to_bf16_without_compares(wide * scale)
