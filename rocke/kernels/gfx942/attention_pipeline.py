@@ -190,14 +190,15 @@ class WorkgroupContext:
         return copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
                         lds_dma=s.global_load_lds_k, aux=self.aux,
-                        row_scales=quant.scale_view(self, "k"), **kw)
+                        row_scales=quant.scale_view(self, "k"), tile_aligned=s.kv_token_scales, **kw)
 
     def copy_v(self, lds, first, defer_stores: bool = False):
         return copy_paged_tile(self.v_view, self.table, lds, first_token=first,
                                valid_tokens=self.kv_len, thread_index=self.tid,
                                threads=self.threads, vector=STAGING_VECTOR,
                                transpose=not self.spec.cfv_store, aux=self.aux,
-                               row_scales=quant.scale_view(self, "v"), defer_stores=defer_stores)
+                               row_scales=quant.scale_view(self, "v"), defer_stores=defer_stores,
+                               tile_aligned=self.spec.kv_token_scales)
 
 
 def load_q_rows_to_lds(c: WorkgroupContext, q_lds):
