@@ -190,7 +190,7 @@ class WorkgroupContext:
         return copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
                         lds_dma=s.global_load_lds_k, aux=self.aux,
-                        row_scales=quant.scale_view(self, "k"), tile_aligned=one_page_copies(s), **kw)
+                        row_scales=quant.scale_view(self, "k"), tile_aligned=one_page_copies(self), **kw)
 
     def copy_v(self, lds, first, defer_stores: bool = False):
         return copy_paged_tile(self.v_view, self.table, lds, first_token=first,
@@ -198,16 +198,17 @@ class WorkgroupContext:
                                threads=self.threads, vector=STAGING_VECTOR,
                                transpose=not self.spec.cfv_store, aux=self.aux,
                                row_scales=quant.scale_view(self, "v"), defer_stores=defer_stores,
-                               tile_aligned=one_page_copies(self.spec))
+                               tile_aligned=one_page_copies(self))
 
 
-def one_page_copies(spec) -> bool:
+def one_page_copies(c: WorkgroupContext) -> bool:
     """Whether the KV copies look their page up once per tile (``copy_paged_tile``'s
-    ``tile_aligned``; a tile start is a multiple of the tile): on for per-token-head scales at
-    d128/d256, where the per-step lookups spilled up to 41 SGPRs (bf16 3D d256), off at d64
-    (its 2-4 steps of 8 rows: one lookup spilled more, up to 35) and off without per-token
-    scales (the shipped variants' IR stays as it is)."""
-    return bool(spec.kv_token_scales) and spec.head_size > 64
+    ``tile_aligned``; a tile start is a multiple of the tile): in the 3D kernel with per-token-head
+    scales at d128/d256, where the per-step lookups spilled up to 41 SGPRs (bf16 d256 QQ-bias);
+    off at d64 (its 2-4 steps of 8 rows: one lookup spilled more, up to 35), in 2D (bf16 d128
+    block 64 every feature: 0 -> 41) and without per-token scales (shipped IR unchanged)."""
+    s = c.spec
+    return bool(s.kv_token_scales) and s.head_size > 64 and c.segment is not None
 
 
 def load_q_rows_to_lds(c: WorkgroupContext, q_lds):
