@@ -166,14 +166,16 @@ def one_round_tile(p: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKn
     24.54 -> 17.76; a single 640-token prefill f16 d128 52.64 -> 40.88. The geometry levers (NUM_WARPS, FLASH_WIDE: an explicit geometry; L4 with a
     64-key tile and every feature spills 4 SGPRs), batch invariance (the tile must not depend on
     the batch) and QQ-bias (its per-score bias gather over a 64-key tile spills
-    SGPRs on bf16 d128: `rocke report --reachable --corners`) keep the table's tile, and so do
-    per-token-head KV scales (the 64-key tile's per-row scale loads spilled 1-7 SGPRs on bf16
-    d64/d128; the 32-key tile none)."""
+    SGPRs on bf16 d128: `rocke report --reachable --corners`) keep the table's tile;
+    per-token-head KV scales grow it to 32 keys at most (a 64-key tile's per-row scale loads
+    spilled 1-7 SGPRs on bf16 d64/d128; the 32-key tile none)."""
     sms = num_sms() if sms is None else sms
     levers = knobs.num_warps is not None or knobs.flash_wide != AttentionKnobs().flash_wide
-    if p.batch_invariant or levers or p.qq_bias or p.kv_token_scales or grid_2d(p, geo) > sms:
+    if p.batch_invariant or levers or p.qq_bias or grid_2d(p, geo) > sms:
         return geo
     for tile in ONE_ROUND_TILES:
+        if p.kv_token_scales and tile > 32:
+            continue
         if tile <= geo.tile_size:
             break
         single = policy.default_k_single_buffer(geo.regime == policy.TRANSPOSED_X8,
