@@ -250,8 +250,9 @@ def _narrow_2d_per_token_qq_bias(p: UnifiedAttentionProblem, k: AttentionKnobs) 
 
 
 def _narrow_3d_per_token_qq_bias(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
-    """3D d64 with QQ-bias and per-token-head scales: T = 16 (ALGORITHM.md §10.2)."""
-    return replace(_narrow_3d(p, k), tile_size=16)
+    """3D d64 with QQ-bias and per-token-head scales: T = 16, K double-buffered (ALGORITHM.md
+    §10.2)."""
+    return replace(_narrow_3d(p, k), tile_size=16, k_single_buffer=False)
 
 
 def _narrow_2d_single_k(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
@@ -275,8 +276,9 @@ GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
      "transposed-x8 layout's 16 score values per lane (x T/32 subtiles) exhaust the registers (SGPR/VGPR "
      "spills), while the narrow layout holds 4 per 16x16 subtile (ALGORITHM.md §12.4)"),
     ("3d", lambda p: p.qq_bias and p.kv_token_scales and p.head_size == 64, _narrow_3d_per_token_qq_bias,
-     "QQ-bias with per-token-head KV scales at d64: narrow 1 warp x 16 rows, T = 16; the 32-key "
-     "tile spilled 1-2 SGPRs at blocks 32/64 with most features on (ALGORITHM.md §10.2)"),
+     "QQ-bias with per-token-head KV scales at d64: narrow 1 warp x 16 rows, T = 16 with two K "
+     "buffers; the 32-key tile spilled 1-2 SGPRs with most features on, the 16-key one with one K "
+     "buffer 2 (ALGORITHM.md §10.2)"),
     ("3d", lambda p: p.qq_bias, _narrow_3d,
      "QQ-bias: narrow 1 warp x 16 rows, as in 2D (the transposed-x8 L4 geometry spills with the "
      "per-score bias gather, ALGORITHM.md §12.4)"),
