@@ -255,6 +255,10 @@ def _narrow_3d_per_token_qq_bias(p: UnifiedAttentionProblem, k: AttentionKnobs) 
     return replace(_narrow_3d(p, k), tile_size=16, k_single_buffer=False)
 
 
+def _narrow_3d_double_k(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    return replace(_narrow_3d(p, k), k_single_buffer=False)
+
+
 def _narrow_2d_single_k(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
     return replace(_narrow_2d(p, k), k_single_buffer=True)
 
@@ -279,6 +283,11 @@ GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
      "QQ-bias with per-token-head KV scales at d64: narrow 1 warp x 16 rows, T = 16 with two K "
      "buffers; the 32-key tile spilled 1-2 SGPRs with most features on, the 16-key one with one K "
      "buffer 2 (ALGORITHM.md §10.2)"),
+    ("3d", lambda p: p.qq_bias and p.kv_token_scales and p.head_size == 128 and p.block_size >= 32,
+     _narrow_3d_double_k,
+     "QQ-bias with per-token-head KV scales at d128, blocks 32/64: narrow 1 warp x 16 rows, "
+     "T = 32 with two K buffers; one K buffer spilled up to 3 SGPRs (16 mm ranges, fp8) "
+     "(ALGORITHM.md §10.2)"),
     ("3d", lambda p: p.qq_bias, _narrow_3d,
      "QQ-bias: narrow 1 warp x 16 rows, as in 2D (the transposed-x8 L4 geometry spills with the "
      "per-score bias gather, ALGORITHM.md §12.4)"),
