@@ -103,7 +103,8 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                     valid_tokens: Value, thread_index: Value, threads: int, vector: int = 8,
                     transpose: bool = False, lds_dma: bool = False, aux: int = CACHE_NORMAL,
                     tokens: int | None = None, lds_row0=0, scale: Value | None = None,
-                    row_scales: PagedView | None = None, defer_stores: bool = False):
+                    row_scales: PagedView | None = None, defer_stores: bool = False,
+                    tile_aligned: bool = False):
     """Copy tokens ``[first_token, first_token + tokens)`` of ``cache`` (rows of ``D`` elements)
     into ``lds`` (``[tokens, D]``, or ``[D, tokens]`` with ``transpose``). See the module rules;
     ``first_token`` must be a multiple of ``rows_per_wave(...)`` (a tile start is).
@@ -112,7 +113,9 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
     dequantizing copy of an fp8 cache (module rules). ``row_scales``: the f32 paged scale cache
     of a per-row quantized (int8 / fp8) cache (module rules). ``defer_stores``: the LDS stores of
     whole copy steps are left to the returned function (call it after issuing other loads, so
-    both loads are in flight before either is waited on); otherwise it returns a no-op."""
+    both loads are in flight before either is waited on); otherwise it returns a no-op.
+    ``tile_aligned``: the caller promises ``first_token`` is a multiple of ``tokens``; where
+    ``tokens`` divides the page size the copy then lies in one page, looked up once."""
     if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
         raise dsl_type_error("copy_paged_tile needs a 2-D LdsTensor destination")
     if row_scales is not None:
@@ -151,13 +154,23 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
     pages_used = udiv_const(valid_tokens + (cache.page_size - 1), cache.page_size)
     steps = -(-tokens // (run * waves))
     pending = []
+    one_page = None
+    if tile_aligned and cache.page_size % tokens == 0:
+        # one table load and page offset for every step, not one per step: the steps' loads,
+        # issued together, each held their page's scalars (SGPR spills, per-token-head scales)
+        first_chunk = udiv_const(first_token, cache.page_size)
+        one_page = (_page_of(cache, table, first_token, pages_used),
+                    first_token - first_chunk * cache.page_size)
     for step in range(steps):
         row0 = (wave + step * waves) * run                      # wave-uniform first row
 
         def copy_run(row0=row0):
             token0 = first_token + row0
-            page = _page_of(cache, table, token0, pages_used)
-            in_page0 = token0 - udiv_const(token0, cache.page_size) * cache.page_size
+            if one_page is not None:
+                page, in_page0 = one_page[0], one_page[1] + row0
+            else:
+                page = _page_of(cache, table, token0, pages_used)
+                in_page0 = token0 - udiv_const(token0, cache.page_size) * cache.page_size
             rsrc, page_offset = _page_buffer(cache, page)
             if lds_dma:
                 per_row = dim * elem // 4                        # lanes per row
@@ -250,7 +263,9 @@ def _dequantize(codes: Value, scale, dtype, biased_bytes: bool = False):
         # int8 c as the unsigned byte c + 128 (one xor a dword): v_cvt_f32_ubyte{0..3} read
         # bytes in place, and (u - 128) * s = u * s - 128 s is one fma
         biased = (codes.bitcast(T.u8) ^ 0x80).to(T.f32)
-        return (biased * scale - scale * 128.0).to(dtype)
+        wide = biased * scale - scale * 128.0
+        # bf16 without the NaN compares: each is a 64-bit SGPR mask (spilled the d256 3D kernels)
+        return _to_bf16_without_compares(wide) if dtype == T.bf16 else wide.to(dtype)
     wide = codes.to(T.f32)
     if scale is not None and dtype == T.bf16:
         return _to_bf16_without_compares(wide * scale)

@@ -169,7 +169,9 @@ def test_heaviest_reachable_specs_do_not_spill(reachable, path, dtype, d, wide, 
 
 # The worst corners of the enumeration before the QQ-bias mask, the transposed-x8 epilogue's
 # row test, the epilogue scalars read before the loop, the compare-free bf16 rounding of the
-# per-token-head copy and the two per-token-head geometry rules (SGPR spills then in brackets).
+# per-token-head copy and the two per-token-head geometry rules (SGPR spills then in brackets);
+# the last four: per-token-head scales before the compare-free int8 rounding, one page lookup per
+# tile in one-wave kernels and the 3D d64 QQ-bias tile rule.
 NO_MASK = tuple(f for f in reach.FEATURES if f != "mm_prefix")
 WORST = [
     ("2d", "bf16", 64, 32, "fp8_e4m3fnuz", False, NO_MASK, 4, ()),               # 37
@@ -178,6 +180,10 @@ WORST = [
     ("2d", "bf16", 64, 32, "i8", True, NO_MASK, 4, reach.EXTRAS),                # 15
     ("2d", "bf16", 128, 64, "fp8_e4m3fnuz", True, NO_MASK, 4, reach.EXTRAS),     # 3
     ("2d", "bf16", 256, 16, "fp8_e4m3fnuz", True, reach.FEATURES, 4, reach.EXTRAS),  # 2
+    ("3d", "bf16", 256, 64, "i8", True, NO_MASK, 4, reach.EXTRAS),               # 41
+    ("3d", "f16", 256, 64, "fp8_e4m3fnuz", True, NO_MASK, 4, reach.EXTRAS),      # 7
+    ("3d", "bf16", 64, 16, "i8", True, NO_MASK, 4, reach.EXTRAS),                # 2
+    ("2d", "f16", 128, 64, "fp8_e4m3fnuz", True, ("softcap", "sliding_window"), 0, reach.EXTRAS),  # 6, L4
 ]
 
 

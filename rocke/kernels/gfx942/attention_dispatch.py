@@ -166,12 +166,16 @@ def one_round_tile(p: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKn
     24.54 -> 17.76; a single 640-token prefill f16 d128 52.64 -> 40.88. The geometry levers (NUM_WARPS, FLASH_WIDE: an explicit geometry; L4 with a
     64-key tile and every feature spills 4 SGPRs), batch invariance (the tile must not depend on
     the batch) and QQ-bias (its per-score bias gather over a 64-key tile spills
-    SGPRs on bf16 d128: `rocke report --reachable --corners`) keep the table's tile."""
+    SGPRs on bf16 d128: `rocke report --reachable --corners`) keep the table's tile;
+    per-token-head KV scales grow it to 32 keys at most (a 64-key tile's per-row scale loads
+    spilled 1-7 SGPRs on bf16 d64/d128; the 32-key tile none)."""
     sms = num_sms() if sms is None else sms
     levers = knobs.num_warps is not None or knobs.flash_wide != AttentionKnobs().flash_wide
     if p.batch_invariant or levers or p.qq_bias or grid_2d(p, geo) > sms:
         return geo
     for tile in ONE_ROUND_TILES:
+        if p.kv_token_scales and tile > 32:
+            continue
         if tile <= geo.tile_size:
             break
         single = policy.default_k_single_buffer(geo.regime == policy.TRANSPOSED_X8,
@@ -245,6 +249,16 @@ def _narrow_2d_per_token_qq_bias(p: UnifiedAttentionProblem, k: AttentionKnobs) 
         False, geo.num_warps, geo.block_m_per_warp, 16))
 
 
+def _narrow_3d_per_token_qq_bias(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    """3D d64 with QQ-bias and per-token-head scales: T = 16, K double-buffered (ALGORITHM.md
+    §10.2)."""
+    return replace(_narrow_3d(p, k), tile_size=16, k_single_buffer=False)
+
+
+def _narrow_3d_double_k(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    return replace(_narrow_3d(p, k), k_single_buffer=False)
+
+
 def _narrow_2d_single_k(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
     return replace(_narrow_2d(p, k), k_single_buffer=True)
 
@@ -265,6 +279,15 @@ GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
      "QQ-bias: narrow, whatever the dtype: the bias is one gathered load per score value, and the "
      "transposed-x8 layout's 16 score values per lane (x T/32 subtiles) exhaust the registers (SGPR/VGPR "
      "spills), while the narrow layout holds 4 per 16x16 subtile (ALGORITHM.md §12.4)"),
+    ("3d", lambda p: p.qq_bias and p.kv_token_scales and p.head_size == 64, _narrow_3d_per_token_qq_bias,
+     "QQ-bias with per-token-head KV scales at d64: narrow 1 warp x 16 rows, T = 16 with two K "
+     "buffers; the 32-key tile spilled 1-2 SGPRs with most features on, the 16-key one with one K "
+     "buffer 2 (ALGORITHM.md §10.2)"),
+    ("3d", lambda p: p.qq_bias and p.kv_token_scales and p.head_size == 128 and p.block_size >= 32,
+     _narrow_3d_double_k,
+     "QQ-bias with per-token-head KV scales at d128, blocks 32/64: narrow 1 warp x 16 rows, "
+     "T = 32 with two K buffers; one K buffer spilled up to 3 SGPRs (16 mm ranges, fp8) "
+     "(ALGORITHM.md §10.2)"),
     ("3d", lambda p: p.qq_bias, _narrow_3d,
      "QQ-bias: narrow 1 warp x 16 rows, as in 2D (the transposed-x8 L4 geometry spills with the "
      "per-score bias gather, ALGORITHM.md §12.4)"),

@@ -190,14 +190,27 @@ class WorkgroupContext:
         return copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
                         lds_dma=s.global_load_lds_k, aux=self.aux,
-                        row_scales=quant.scale_view(self, "k"), **kw)
+                        row_scales=quant.scale_view(self, "k"), tile_aligned=one_page_copies(self), **kw)
 
     def copy_v(self, lds, first, defer_stores: bool = False):
         return copy_paged_tile(self.v_view, self.table, lds, first_token=first,
                                valid_tokens=self.kv_len, thread_index=self.tid,
                                threads=self.threads, vector=STAGING_VECTOR,
                                transpose=not self.spec.cfv_store, aux=self.aux,
-                               row_scales=quant.scale_view(self, "v"), defer_stores=defer_stores)
+                               row_scales=quant.scale_view(self, "v"), defer_stores=defer_stores,
+                               tile_aligned=one_page_copies(self))
+
+
+def one_page_copies(c: WorkgroupContext) -> bool:
+    """Whether the KV copies look their page up once per tile (``copy_paged_tile``'s
+    ``tile_aligned``; a tile start is a multiple of the tile): in one-wave kernels (3D narrow,
+    2D L4) with per-token-head scales whose tile takes 8 or more copy steps (T x D >= 4096),
+    where the per-step lookups spilled up to 41 SGPRs (bf16 3D d256 QQ-bias; f16 L4 d128 6).
+    Off with fewer steps (3D d64 and d128 at T = 16: one lookup spilled more, up to 35), in
+    multi-wave 2D kernels (bf16 narrow d128 block 64 every feature: 0 -> 41, f16 wide4 0 -> 1)
+    and without per-token scales (shipped IR unchanged)."""
+    s = c.spec
+    return bool(s.kv_token_scales) and c.threads == 64 and s.tile_size * s.head_size >= 4096
 
 
 def load_q_rows_to_lds(c: WorkgroupContext, q_lds):
