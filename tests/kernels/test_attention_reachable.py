@@ -207,3 +207,15 @@ def test_a_window_with_other_features_masks_by_interval_and_does_not_spill():
     assert (info.vgpr_spills, info.sgpr_spills) == (0, 0), spec.kernel_name
     alone = reach.problem_of("f16", 64, 16, None, ("sliding_window",), mm_ranges=0)
     assert not dispatch.plan(alone, "2d", AttentionKnobs()).specs[0].interval_mask
+
+
+@pytest.mark.parametrize("block_size, group", [(16, 4), (64, 1)])
+def test_a_plain_window_on_one_round_keeps_the_tables_tile_and_does_not_spill(block_size, group):
+    """fp16 d128 transposed-x8 with a window alone (the plain two-compare mask), its 2D grid in
+    one round: the one-round 64-key tile spilled 9-10 SGPRs; the table's 32-key tile none."""
+    p = reach.problem_of("f16", 128, block_size, None, ("sliding_window",), kv_heads=1,
+                         group=group)
+    (spec,) = dispatch.plan(p, "2d", AttentionKnobs()).specs
+    assert spec.transposed_x8 and not spec.interval_mask and spec.tile_size == 32, spec.kernel_name
+    name, _, vgpr_spills, sgpr_spills, error = reach.spill_counts(spec)
+    assert (vgpr_spills, sgpr_spills, error) == (0, 0, None), name

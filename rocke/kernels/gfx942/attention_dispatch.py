@@ -168,10 +168,14 @@ def one_round_tile(p: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKn
     the batch) and QQ-bias (its per-score bias gather over a 64-key tile spills
     SGPRs on bf16 d128: `rocke report --reachable --corners`) keep the table's tile;
     per-token-head KV scales grow it to 32 keys at most (a 64-key tile's per-row scale loads
-    spilled 1-7 SGPRs on bf16 d64/d128; the 32-key tile none)."""
+    spilled 1-7 SGPRs on bf16 d64/d128; the 32-key tile none). A transposed-x8 kernel with the
+    plain window mask (a window alone: needs_interval_mask) keeps the table's tile too: f16 d128
+    wide4 with a 64-key tile spilled 9-10 SGPRs at blocks 16 and 64, GQA 1 and 4; 32 keys none."""
     sms = num_sms() if sms is None else sms
     levers = knobs.num_warps is not None or knobs.flash_wide != AttentionKnobs().flash_wide
-    if p.batch_invariant or levers or p.qq_bias or grid_2d(p, geo) > sms:
+    plain_window_x8 = (p.window_left >= 0 and not needs_interval_mask(p)
+                       and geo.regime == policy.TRANSPOSED_X8)
+    if p.batch_invariant or levers or p.qq_bias or plain_window_x8 or grid_2d(p, geo) > sms:
         return geo
     for tile in ONE_ROUND_TILES:
         if p.kv_token_scales and tile > 32:
