@@ -106,16 +106,11 @@ def _served(hit: dict, name: str, target: str, workgroup_size: int | None,
         return None
 
 
-def codegen_unlinked(ir: str, target: str = DEFAULT_TARGET, opt: int = 3) -> tuple[str, bytes]:
-    """The listing and the relocatable object LLVM emits for IR text, as compile_ir makes them,
-    before any link (no ld.lld needed)."""
-    tm = target_machine(target, opt)
-    try:
-        mod = llvm.parse_assembly(ir)
-        mod.verify()
-    except RuntimeError as e:
-        raise CompileError(f"LLVM rejected the IR: {e}") from None
-    return _codegen_isolated(mod, tm, opt, "unlinked")
+def codegen_unlinked(ir: str, name: str, target: str = DEFAULT_TARGET, opt: int = 3) -> tuple[str, bytes]:
+    """The listing and the relocatable object LLVM emits for IR text defining kernel ``name``,
+    as compile_ir makes them, before any link (no ld.lld needed)."""
+    return _codegen_isolated(_parsed_module(ir, name, name), target_machine(target, opt), opt,
+                             "unlinked")
 
 
 def _parsed_module(source: str, name: str, variant: str):

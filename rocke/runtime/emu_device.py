@@ -114,7 +114,8 @@ def listing_proven_by_rebuild(compiled) -> bool:
             fresh = compile_ir(compiled.ir, name=compiled.name, target=compiled.target, cache=False)
             fresh_asm, fresh_object = fresh.asm, fresh.code_object
         except ToolchainError:   # no linker here: the unlinked object carries the same kernel
-            fresh_asm, fresh_object = codegen_unlinked(compiled.ir, compiled.target)
+            fresh_asm, fresh_object = codegen_unlinked(compiled.ir, compiled.name,
+                                                           compiled.target)
         same_code = (kernel_image(fresh_object, compiled.name)
                      == kernel_image(compiled.code_object, compiled.name))
     except Exception:
