@@ -212,10 +212,12 @@ def attention_hip_rows(call):
     eager = with_levers(lambda: au.run_unified_attention_torch(*gpu),
                         HIPDNN_GFX942_2D_GRAPH="0", HIPDNN_GFX942_3D_GRAPH="0")
 
+    no_rocm_torch, rocm_torch_faked = (lambda: False), hip_device.torch_rocm
+
     def replay():       # a rocke Graph by HIP stream capture (torch's CUDA graph is not here)
-        hip_device.torch_rocm = lambda: False
+        hip_device.torch_rocm = no_rocm_torch
         record = au.run_unified_attention_torch(*gpu)
-        hip_device.torch_rocm = lambda: True
+        hip_device.torch_rocm = rocm_torch_faked
         return record
     assert replay().replayed and replay().replayed
     return [("attn hip replay", replay), ("attn hip eager", eager)] + standin_share_rows()

@@ -16,20 +16,16 @@ CUDA = torch.device("cuda", 0)
 
 class RocmTensor(torch.Tensor):
     """A tensor in stand-in device memory that says it lives on a ROCm GPU. Its methods run as
-    a plain tensor's (no __torch_function__ dispatch, so host costs measured on it are a real
-    tensor's); views of it stay RocmTensors."""
+    a plain tensor's (no __torch_function__ dispatch); views of it stay RocmTensors. ``device``
+    and ``is_cuda`` are class attributes, not properties: a read costs about what a real tensor's
+    C getter does, not a Python call. (torch's own getters still cost more on a subclass than on
+    a real GPU tensor: each first looks the class's __torch_function__ up.)"""
     __torch_function__ = torch._C._disabled_torch_function_impl
+    device = CUDA
+    is_cuda = True
 
     def __getitem__(self, index):
         return torch.Tensor.__getitem__(self, index).as_subclass(type(self))
-
-    @property
-    def device(self):
-        return CUDA
-
-    @property
-    def is_cuda(self):
-        return True
 
 
 def to_device(standin, t, cls=RocmTensor):
