@@ -86,6 +86,8 @@ def _call(call: str, *args):
     except RuntimeError as e:    # hip-python raises this when libamdhip64.so cannot be opened
         raise HipUnavailable(f"{call}: the HIP runtime could not be loaded "
                              f"({_without_bytes_reprs(str(e))})") from None
+    if result[0] is _success[0] and len(result) <= 2:   # success: check()'s payload, one frame less
+        return result[1] if len(result) == 2 else None
     return check(call, result)
 
 

@@ -979,8 +979,7 @@ class _CallPlan:
 
     def run(self) -> RunRecord:
         if self.would_replay and not self.device.is_capturing():
-            reports, _ = GRAPHS.replay(self.graph_key, self.capture)
-            return RunRecord(self.plan, reports, replayed=True)
+            return RunRecord(self.plan, GRAPHS.replay(self.graph_key, self.capture)[0], True)
         return RunRecord(self.plan, [self.device.execute(p) for p in self.prepared])
 
 
