@@ -21,7 +21,8 @@ bookkeeping). Targets: <= 10 us per call on a graph-replay hit, <= 30 us otherwi
                 stand-in's device memory) through the HIP device, up to hipGraphLaunch /
                 hipModuleLaunchKernel (the stand-in's emulation of each launch stubbed out);
                 the GPU path launches the metadata guard kernel too (3 launches, not 2);
-  hip calls / standin py = the stand-in's share of a HIP replay hit (standin_share_rows).
+  hip calls / standin py / reads gpu / reads cpu = the stand-in's share of a HIP replay hit
+                (standin_share_rows).
 A row's levers are set around its timing loop, not per call.
 
     .venv/bin/python benchmarks/launch.py [--variant flash_attention/f16_d64_causal] [--standin]
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import operator
 import os
 import statistics
 import sys
@@ -56,15 +58,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compile import machine  # noqa: E402  (sibling benchmark: one definition of the machine line)
 
 
-def per_call_us(fn, batch: int, batches: int) -> tuple[float, float]:
+def per_call_us(fn, batch: int, batches: int, clock=time.perf_counter) -> tuple[float, float]:
     """(median, best) over batches of the mean time per call, in microseconds. On a shared
     machine the best batch is the closest to the uncontended cost."""
     samples = []
     for _ in range(batches):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(batch):
             fn()
-        samples.append((time.perf_counter() - t0) / batch)
+        samples.append((clock() - t0) / batch)
     return statistics.median(samples) * 1e6, min(samples) * 1e6
 
 
@@ -86,6 +88,9 @@ def main(argv=None) -> int:
     ap.add_argument("--standin", action="store_true",
                     help="also time the HIP device's host side under the stand-in libamdhip64.so")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by this process's CPU time (time.process_time), not wall time: "
+                         "on a loaded machine it leaves out the time other processes ran")
     ap.add_argument("--no-attention", action="store_true",
                     help="skip the attention entry point's rows")
     a = ap.parse_args(argv)
@@ -117,11 +122,12 @@ def main(argv=None) -> int:
     if not a.no_attention:
         rows += attention_rows(a.standin)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    clock = time.process_time if a.cpu_time else time.perf_counter
     print(f"{'part':10s} {'median us':>10s} {'best us':>10s}   ({a.batches} batches x {a.batch} "
-          "calls, mean per call)")
+          f"calls, mean per call, {'CPU' if a.cpu_time else 'wall'} time)")
     for name, fn in rows:
         with levers_set(getattr(fn, "levers", {})):     # a row's levers: set once, not per call
-            median, best = per_call_us(getattr(fn, "bare", fn), a.batch, a.batches)
+            median, best = per_call_us(getattr(fn, "bare", fn), a.batch, a.batches, clock)
         print(f"{name:10s} {median:10.2f} {best:10.2f}")
     if a.profile:
         profiler = cProfile.Profile()
@@ -220,19 +226,23 @@ def attention_hip_rows(call):
         hip_device.torch_rocm = rocm_torch_faked
         return record
     assert replay().replayed and replay().replayed
-    return [("attn hip replay", replay), ("attn hip eager", eager)] + standin_share_rows()
+    return [("attn hip replay", replay), ("attn hip eager", eager)] + standin_share_rows(gpu)
 
 
-def standin_share_rows():
+def standin_share_rows(gpu):
     """What of a HIP replay hit is the stand-in's emulation machinery rather than rocke's (a
     real HIP's own cost is not measurable here):
       hip calls  = the two HIP calls a replay hit makes (hipStreamIsCapturing, hipGraphLaunch)
                    made directly through hip-python: hip-python's wrappers plus the stand-in's
                    C-to-Python callbacks;
       standin py = the stand-in's Python handlers of those two calls alone (a lower bound of
-                   its share of `hip calls`: the ctypes callback trampoline is not included).
-    (The fake ROCm tensors' Python `device` property costs no more than a CPU tensor's C getter,
-    measured: it is no part of the stand-in's share.)"""
+                   its share of `hip calls`: the ctypes callback trampoline is not included);
+      reads gpu / reads cpu = the per-tensor reads the call key makes (class, shape, dtype,
+                   device, stride(), data_ptr() of the 7 tensors) on the fake ROCm tensors, and
+                   on the same tensors as plain torch.Tensors. Their difference is the fake
+                   tensors' surcharge: torch's getters cost more on a Tensor subclass (each
+                   first looks up the class's __torch_function__); a real ROCm tensor is a plain
+                   torch.Tensor and does not pay it."""
     import ctypes
     from hip import hip
     stand_in = _STAND_IN[0]
@@ -251,7 +261,16 @@ def standin_share_rows():
         graph_launch(exec_handle, None)
     assert hip.hipGraphLaunch(exec_, stream)[0] == hip.hipError_t.hipSuccess
     assert graph_launch(exec_handle, None) == 0 and is_capturing(None, ctypes.addressof(status)) == 0
-    return [("hip calls", hip_calls), ("standin py", standin_py)]
+    fake = tuple(a for a in gpu if isinstance(a, torch.Tensor))
+    plain = tuple(torch.Tensor.as_subclass(t, torch.Tensor) for t in fake)
+    assert len(fake) == 7 and all(type(t) is torch.Tensor for t in plain)
+    layout = operator.attrgetter("__class__", "shape", "dtype", "device")
+
+    def reads(tensors):
+        return lambda: (tuple(map(layout, tensors)), tuple(map(torch.Tensor.stride, tensors)),
+                        tuple(map(torch.Tensor.data_ptr, tensors)))
+    return [("hip calls", hip_calls), ("standin py", standin_py), ("reads gpu", reads(fake)),
+            ("reads cpu", reads(plain))]
 
 
 _STAND_IN = []
