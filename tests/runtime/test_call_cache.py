@@ -304,6 +304,31 @@ def test_a_tensor_class_overriding_data_ptr_is_never_cached(misses):
     _check(a)
 
 
+@pytest.mark.parametrize("path", ["2d", "3d"])
+def test_vllms_adapter_hits_the_cache_and_follows_new_contents(misses, path):
+    """rocke.vllm.unified_attention (vLLM's contract: kv_quant_mode NONE, passed on as "none")
+    is cached like the entry point; on the 3D contract with the caller's workspaces too."""
+    from rocke.vllm import unified_attention
+    a = _problem()
+    a["cu_seqlens_q"] = torch.arange(3, dtype=torch.int32)        # decode: one query each
+    a["q"], a["out"], a["max_seqlen_q"] = a["q"][:2], a["out"][:2], 1
+    extra = {} if path == "2d" else dict(
+        seq_threshold_3D=4, num_par_softmax_segments=3,
+        softmax_segm_output=torch.full((4, a["q"].shape[1], 3, D), math.nan),
+        softmax_segm_max=torch.full((4, a["q"].shape[1], 3), math.nan),
+        softmax_segm_expsum=torch.full((4, a["q"].shape[1], 3), math.nan))
+    for _ in range(2):
+        a["out"].fill_(7.0)
+        unified_attention(**a, **extra)
+    assert len(misses) == 1, "the repeated vLLM call should hit the cache"
+    _check(a)
+    a["seqused_k"][0] = 17                                        # new contents are followed
+    a["out"].fill_(7.0)
+    unified_attention(**a, **extra)
+    assert len(misses) == 1
+    _check(a)
+
+
 # ---- the pieces ----------------------------------------------------------------------------
 
 def test_state_reader_follows_set_edit_and_unset(monkeypatch):

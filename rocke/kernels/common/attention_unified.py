@@ -1116,11 +1116,13 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     Returns what was launched (vLLM ignores the return value), or None for an empty batch."""
     # A call seen before (same key: _call_key) runs its cached entry: no validation, planning
     # or packing; on the emulator, its content checks run unless its metadata bytes are those
-    # they last passed. Feature tensors' values are checked on every call (no key).
+    # they last passed. Feature tensors' values are checked on every call (no key). vLLM's
+    # adapter passes kv_quant_mode "none", which the validation reads exactly as None.
     key = entry = None
     if alibi_slopes is None and qq_bias is None and sinks is None and \
             mm_prefix_range is None and output_scale is None and use_alibi_sqrt is False and \
-            kv_quant_mode is None and k_scale_cache is None and v_scale_cache is None:
+            (kv_quant_mode is None or kv_quant_mode.__class__ is str and kv_quant_mode == "none") \
+            and k_scale_cache is None and v_scale_cache is None:
         key = _call_key((q, k, v, out, cu_seqlens_q, seqused_k, block_table),
                         (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, window_size),
                         (q_descale, k_descale, v_descale), segm_workspaces, backend,
