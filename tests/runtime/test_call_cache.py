@@ -192,6 +192,14 @@ def test_a_number_the_validation_refuses_is_refused_after_a_hit(misses, name, va
         _run(a)
 
 
+def test_a_keyword_number_of_another_type_is_refused_after_a_hit(misses):
+    """``batch_invariant=0`` equals the cached ``False`` but is not a bool: validated, refused."""
+    a = _problem()
+    _hit_twice(a, misses, batch_invariant=False)
+    with pytest.raises(ValueError, match="batch_invariant: must be None or a bool, got 0"):
+        _run(a, batch_invariant=0)
+
+
 def test_a_new_softmax_scale_is_followed(misses):
     a = _problem()
     _hit_twice(a, misses)

@@ -1007,7 +1007,8 @@ def _call_key(tensors: tuple, values: tuple, descales: tuple, segm_workspaces, b
               num_segments, batch_invariant) -> tuple | None:
     """The cache key of a call, as (addresses, the rest): each tensor's address, and its class,
     shape, dtype, device and strides; each number with its type (and a window's items' types:
-    ``(-1.0, -1)`` is not ``(-1, -1)``); the levers' raw values; the devices' generation. None
+    ``(-1.0, -1)`` is not ``(-1, -1)``; ``batch_invariant=0`` is not ``False``); the levers' raw
+    values; the devices' generation. None
     when the call cannot be keyed (host descales: their contents are checked on every call; an
     argument not what it should be: the full validation names it)."""
     data_ptr, stride = _tensor_methods()
@@ -1016,7 +1017,7 @@ def _call_key(tensors: tuple, values: tuple, descales: tuple, segm_workspaces, b
         rest = (tuple(map(_LAYOUT, tensors)), tuple(map(stride, tensors)), values,
                 tuple(map(type, values)), None if window is None else tuple(map(type, window)),
                 _levers_now(), device_generation(), backend, num_segments,
-                batch_invariant)
+                batch_invariant, num_segments.__class__, batch_invariant.__class__)
         if descales != (None, None, None):
             if any(t is not None and t.device.type == "cpu" for t in descales):
                 return None
