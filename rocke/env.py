@@ -74,11 +74,18 @@ def state_reader(names: tuple[str, ...]):
     return read
 
 
+def get(name: str) -> str | None:
+    """``os.environ.get(name)``, read through ``lookup``: an unset name costs no KeyError (vLLM's
+    adapter reads two levers per call)."""
+    value = lookup((name,))[0]
+    return os.environ.decodevalue(value) if type(value) is bytes else value
+
+
 def raw(name: str) -> str | None:
     """The variable's value, or None when unset or empty."""
     if name not in LEVERS:
         raise KeyError(f"{name} is not a rocke lever (see rocke.env.LEVERS)")
-    value = os.environ.get(name)
+    value = get(name)
     return value if value else None
 
 
@@ -251,7 +258,7 @@ def batch_invariant() -> bool:
 def vllm_batch_invariant() -> bool:
     """vLLM's ``VLLM_BATCH_INVARIANT`` (read as vLLM does: an int, non-zero = on), honoured by
     ``rocke.vllm`` in addition to ``ROCKE_BATCH_INVARIANT``."""
-    value = os.environ.get(VLLM_BATCH_INVARIANT)
+    value = get(VLLM_BATCH_INVARIANT)
     if not value:
         return False
     try:

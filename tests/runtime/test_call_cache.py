@@ -7,6 +7,7 @@ only)."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -351,6 +352,19 @@ def test_state_reader_follows_set_edit_and_unset(monkeypatch):
     assert len({unset, one, zero}) == 3 and one[0] == unset[0] + 1
     monkeypatch.setenv("SOME_OTHER_VARIABLE_FOR_THE_COUNT", "x")
     assert read()[0] == zero[0] + 1
+
+
+def test_env_get_reads_what_os_environ_get_reads(monkeypatch):
+    name = "ROCKE_TEST_ENV_GET"
+    monkeypatch.delenv(name, raising=False)
+    assert env.get(name) is None
+    for value in ("1", "", "0", "ümlaut \udcff"):          # set, edited, a surrogate-escaped byte
+        monkeypatch.setenv(name, value)
+        assert env.get(name) == os.environ.get(name) == value
+    monkeypatch.delenv(name)
+    assert env.get(name) is None
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "2")
+    assert env.vllm_batch_invariant() is True
 
 
 def test_an_emulator_graph_checks_every_argument_of_every_launch(vector_add):
