@@ -17,6 +17,9 @@ path: validation, dispatch, plan, compiled-variant lookup, kernel_args, prepare_
 bookkeeping). Targets: <= 10 us per call on a graph-replay hit, <= 30 us otherwise.
   attn replay = the dispatcher recommends graph replay: a hit replays the captured graph;
   attn eager  = the same call with HIPDNN_GFX942_{2D,3D}_GRAPH=0 (launched one by one);
+  vllm replay = the same decode step through rocke.vllm.unified_attention, what vLLM calls
+                (its 3D contract: the caller's workspaces and segment count): the adapter's
+                own checks plus the entry point's graph-replay hit;
   attn hip replay / eager = with --standin: the same call on ROCm GPU tensors (faked over the
                 stand-in's device memory) through the HIP device, up to hipGraphLaunch /
                 hipModuleLaunchKernel (the stand-in's emulation of each launch stubbed out);
@@ -191,10 +194,27 @@ def attention_rows(standin: bool):
     print(f"attention: decode, {record.plan.path} path, {len(record.plan.specs)} kernels, "
           f"q {tuple(call[0].shape)}, k {tuple(call[1].shape)}")
     rows = [("attn replay", lambda: au.run_unified_attention_torch(*call)),
-            ("attn eager", eager)]
+            ("attn eager", eager), ("vllm replay", vllm_decode(call))]
     if standin:
         rows += attention_hip_rows(call)
     return rows
+
+
+def vllm_decode(call, segments=16):
+    """The decode step of ``call`` through vLLM's entry point, with vLLM's 3D arguments."""
+    import math
+    from rocke.vllm import unified_attention
+    q = call[0]
+    workspaces = (torch.full((q.shape[0], q.shape[1], segments, q.shape[2]), math.nan),
+                  torch.full((q.shape[0], q.shape[1], segments), math.nan),
+                  torch.full((q.shape[0], q.shape[1], segments), math.nan))
+
+    def step():
+        unified_attention(*call, seq_threshold_3D=q.shape[0], num_par_softmax_segments=segments,
+                          softmax_segm_output=workspaces[0], softmax_segm_max=workspaces[1],
+                          softmax_segm_expsum=workspaces[2])
+    step()
+    return step
 
 
 def attention_hip_rows(call):
