@@ -17,7 +17,7 @@ model, not a measurement, and not GPU time.
 
 Run:  .venv/bin/python benchmarks/dispatch_sweep.py [--dtypes f16 bf16] [--head-sizes 128 64]
       [--heads 32/8 64/8] [--kv 1024 ...] [--kinds decode ...] [--batches 1 8 ...]
-      [--target gfx942|gfx950] [--json FILE]
+      [--segments 8 16 32 64] [--target gfx942|gfx950] [--json FILE]
 """
 from __future__ import annotations
 
@@ -242,6 +242,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", nargs="+", help="only these problem kinds "
                     "(decode, prefill-mix, chunked-prefill, long-prefill)")
     ap.add_argument("--batches", nargs="+", type=int, help="only these batch sizes")
+    ap.add_argument("--segments", nargs="+", type=int, default=list(SEGMENT_COUNTS),
+                    help="the 3D segment counts weighed (besides the dispatcher's)")
     ap.add_argument("--target", default="gfx942", choices=["gfx942", "gfx950"],
                     help="the dispatcher and kernels swept, and the GPU modelled (MI300X / MI355X)")
     ap.add_argument("--json", help="also write every row to this file")
@@ -256,7 +258,7 @@ def main(argv=None) -> int:
         configs += [(dt, d, int(hq), int(hk)) for dt in a.dtypes for d in a.head_sizes]
     rows = []
     for case in cases(configs, a.kv, a.kinds, a.target, a.batches):
-        r = sweep_case(case)
+        r = sweep_case(case, tuple(a.segments))
         rows.append(r)
         opts = "  ".join(f"{o} {fmt(t)}" for o, t in r["options"].items())
         best = "/".join(r["best"][c] for c in LATENCIES)
