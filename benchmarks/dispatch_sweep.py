@@ -214,12 +214,13 @@ PREFILL = (("prefill-mix", ((96, 512), (32, 1024), (1, 700)), (1, 2, 4)),
 
 
 def cases(configs, kvs=DECODE_KV, kinds=None, target="gfx942", batches=None) -> list[Case]:
-    """configs: (dtype, head size, hq, hk) tuples; `batches`: only these batch sizes."""
+    """configs: (dtype, head size, hq, hk) tuples; `batches`: the decode batch sizes (instead of
+    DECODE_BATCH), and only these of the prefill patterns' repeats."""
     out = []
     for dt, d, hq, hk in configs:
         for kv in kvs:
             out += [Case("decode", ((1, kv),), b, hq, hk, dt, d, target=target)
-                    for b in DECODE_BATCH]
+                    for b in (DECODE_BATCH if batches is None else batches)]
         for kind, pattern, prefill_batches in PREFILL:
             out += [Case(kind, pattern, b, hq, hk, dt, d, target=target)
                     for b in prefill_batches]
@@ -241,7 +242,8 @@ def main(argv=None) -> int:
                     help="decode KV lengths")
     ap.add_argument("--kinds", nargs="+", help="only these problem kinds "
                     "(decode, prefill-mix, chunked-prefill, long-prefill)")
-    ap.add_argument("--batches", nargs="+", type=int, help="only these batch sizes")
+    ap.add_argument("--batches", nargs="+", type=int,
+                    help="decode batch sizes (and only these prefill repeats)")
     ap.add_argument("--segments", nargs="+", type=int, default=list(SEGMENT_COUNTS),
                     help="the 3D segment counts weighed (besides the dispatcher's)")
     ap.add_argument("--target", default="gfx942", choices=["gfx942", "gfx950"],
