@@ -46,8 +46,8 @@ DECODE_SPLITS: tuple[Callable, str, str] = (
     lambda p, sms: p.is_decode, "3d",
     "decode (one query token a sequence) with a long context: split whatever the 2D grid -- each "
     "2D q-block holds one token of its rows, so the 2D grid's size says nothing of its work; "
-    "modelled MI355X (fp16 d128, 32/8 heads, 2048 and 8192 KV): 128-512 sequences, whose 2D grid "
-    "passes num_sms * 4, run 1.2-1.6x faster split (ALGORITHM.md §14.2)")
+    "modelled MI355X (fp16 / bf16 d128, 32/8 heads, 2048 and 8192 KV): 128-512 sequences, whose "
+    "2D grid passes num_sms * 4, run 1.15-1.6x faster split (ALGORITHM.md §14.2)")
 PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
     gfx942.PATH_RULES[:2] + (DECODE_SPLITS,) + gfx942.PATH_RULES[2:])
 
