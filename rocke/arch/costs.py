@@ -86,9 +86,10 @@ class Costs:
         """Peak dense f16 matrix FLOP/s from the pass table: the widest f16 atom (K = 16 on
         gfx942, 32 on gfx950) over its matrix-pipe cycles, on every SIMD at the boost clock --
         the vendor figure (`Target.peak_dense_f16_tflops`) is a check of these constants."""
-        k = 32 if self.target.name == "gfx950" else 16
-        atom = f"v_mfma_f32_16x16x{k}_f16"
-        return 2 * 16 * 16 * k / self.mfma_cycles(atom) * self.simds * self.clock_hz
+        from .mfma import MFMA_CATALOG
+        widest = max((a for a in MFMA_CATALOG.values() if a.a_type == "f16" and a.m == a.n == 16
+                      and a.blocks == 1 and self.target.name in a.targets), key=lambda a: a.k)
+        return 2 * 16 * 16 * widest.k / self.mfma_cycles(widest.mnemonic) * self.simds * self.clock_hz
 
     # ------------------------------------------------------------------ VALU
     def valu_passes(self, mnemonic: str) -> int:
@@ -181,6 +182,10 @@ MI300X = Costs(
 # gfx950.s): v_mfma_f32_16x16x32_{f16,bf16} hold the matrix pipe 4 passes, 32x32x16 8 passes --
 # gfx942's counts for 16x16x16 / 32x32x8, so the wide-K atoms do twice the work per pass (the
 # table `Costs.mfma_passes` already gives these; f64 MFMAs differ on gfx950, unused by rocke).
+# ASSUMPTION: the f8f6f4 atoms (16x16x128 / 32x32x64) are charged LLVM's 4 / 8 passes, the fp4
+# rate (LLVM's test marks it FIXME for fp8 operands); with fp8 operands the data sheet's 5 PFLOPS
+# fp8 implies twice that, and the profile's buckets (by mnemonic) cannot tell the operand types.
+# rocke's attention does not issue them.
 # [BW355] achievable HBM3E read bandwidth of gfx950: 6914 GB/s from rocprofiler-compute's
 # roofline kernel, 7200 GB/s from TransferBench, on an MI350X (gfx950, 256 CUs, the MI355X's 8 TB/s
 # HBM3E) -- ROCm/rocm-systems PR #8480, the same table [BW] reads for gfx942.
