@@ -22,10 +22,17 @@ Without it those anchors are listed as "not run" and not counted. Each emulates 
 (all workgroups of these launches do the same work: non-causal, or causal with AITER's
 head+tail tile pairing) and checks its output rows against torch's SDPA before modelling.
 
-Usage: python benchmarks/calibration.py [--aiter-dir PATH] [--only NAME]  (a few minutes, one core)
-Prints one row per anchor, then the counted and held-out anchors' worst errors, and ends with
-`calibration: N anchors, max |error| X %` over the counted anchors.
-All times are "modelled MI300X time" unless they are the published ones.
+`--target gfx950` calibrates the MI355X record (rocke/arch/costs.py) on published MI355X / MI350X
+figures instead (ANCHORS_GFX950): AITER's own MI355X column of the same README table (its
+hsa/gfx950/fmha_v3_fwd code objects, emulated as gfx950) and an MI350X HBM copy. The AITER gfx950
+anchors need an llvm-objdump of LLVM 20 or newer to disassemble a gfx950 code object; without one
+they are listed as "not run" with that reason (Debian bookworm's newest is LLVM 19).
+
+Usage: python benchmarks/calibration.py [--target gfx942|gfx950] [--aiter-dir PATH] [--only NAME]
+(a few minutes, one core). Prints one row per anchor, then the counted and held-out anchors'
+worst errors, and ends with `calibration: N anchors, max |error| X %` over the counted anchors.
+All times are "modelled MI300X time" ("modelled MI355X time" with --target gfx950) unless they
+are the published ones.
 """
 from __future__ import annotations
 
@@ -45,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rocke import emu  # noqa: E402
-from rocke.arch.costs import MI300X  # noqa: E402
+from rocke.arch.costs import costs_for  # noqa: E402
 from rocke.perf import model_time  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "triton"
@@ -128,15 +135,38 @@ AITER_ROWS = [   # batch, q heads, kv heads, seqlen (q = kv), causal, MI300X FWD
 ]
 
 
-def _aiter_name(b, h, hk, s, causal):
-    return f"aiter_fwd_b{b}h{h}kv{hk}s{s}{'_causal' if causal else ''}"
+def _aiter_name(b, h, hk, s, causal, target="gfx942"):
+    gpu = "" if target == "gfx942" else "_mi355x"
+    return f"aiter_fwd_b{b}h{h}kv{hk}s{s}{'_causal' if causal else ''}{gpu}"
 
 
-def _aiter_anchor(b, h, hk, s, causal, tflops):
-    kernel = f"fwd_hd128_bf16{'_causal' if causal else ''}_rtna"
-    return Anchor(_aiter_name(b, h, hk, s, causal), f"{tflops} TFLOPS",
-                  f"{AITER_SOURCE}, B={b} H={h} H_KV={hk} S={s} {'causal' if causal else 'non-causal'}",
-                  f"AITER hsa/gfx942/fmha_v3_fwd/MI300/{kernel}.co, one workgroup emulated of "
+# The same README table's MI355X column (same rows; bf16 BSHD batch d128 FWD TFLOPS), measured
+# with AITER's gfx950 code objects: hsa/gfx950/fmha_v3_fwd/fwd_hd128_bf16[_causal].co (gfx950's
+# fmha_fwd.csv lists only bf16_cvt 0 for them, so no _rtna variant)
+AITER_SOURCE_MI355X = AITER_SOURCE.replace("FWD TFLOPS MI300X", "FWD TFLOPS MI355X")
+AITER_ROWS_MI355X = [   # batch, q heads, kv heads, seqlen (q = kv), causal, MI355X FWD TFLOPS
+    (1, 32, 8, 1024, False, 613.48), (8, 64, 8, 1024, False, 979.93),
+    (4, 32, 8, 4096, False, 1343.02), (8, 64, 8, 4096, False, 1361.66),
+    (1, 64, 8, 8192, False, 1412.91),
+    (1, 32, 8, 1024, True, 233.12), (8, 64, 8, 1024, True, 626.57),
+    (4, 32, 8, 4096, True, 1130.115), (8, 64, 8, 4096, True, 1190.295),
+]
+
+
+def aiter_code_object(target: str, causal: bool) -> str:
+    """The AITER fwd v3 code object a row of `target`'s column times, relative to the checkout."""
+    mask = "_causal" if causal else ""
+    if target == "gfx942":
+        return f"{AITER_FWD_DIR}/fwd_hd128_bf16{mask}_rtna.co"
+    return f"hsa/{target}/fmha_v3_fwd/fwd_hd128_bf16{mask}.co"
+
+
+def _aiter_anchor(b, h, hk, s, causal, tflops, target="gfx942"):
+    co = aiter_code_object(target, causal)
+    source = AITER_SOURCE if target == "gfx942" else AITER_SOURCE_MI355X
+    return Anchor(_aiter_name(b, h, hk, s, causal, target), f"{tflops} TFLOPS",
+                  f"{source}, B={b} H={h} H_KV={hk} S={s} {'causal' if causal else 'non-causal'}",
+                  f"AITER {co}, one workgroup emulated of "
                   f"{aiter_grid(b, h, s, causal)}", "TFLOPS", tflops,
                   "the measured binary itself; our kernarg packing (AITER's fmha_fwd_v3_args "
                   "layout) and LSE off", BINARY, origin="AMD's AITER team (ROCm/aiter README)")
@@ -163,17 +193,27 @@ def _launch_fixture(name, grid, **named):
                       shared_mem=info["shared_mem_bytes"], check=False, profile=True)
 
 
-def run_hbm_copy():
+def run_hbm_copy(target="gfx942"):
+    from rocke.arch import get_target
     from rocke.kernels.registry import get_variant
     from rocke.kernels.samples import vector_add
     from rocke.runtime import launch
+
+    from benchmarks.dispatch_sweep import emulating_as
     v = get_variant("vector_add/f32_v4")
     n = 1 << 25
     a, b, c = torch.ones(n), torch.ones(n), torch.zeros(n)
     grid, block = vector_add.launch_geometry(v.spec, n=n)
-    sample = (2 * 304, 1, 1)          # two workgroups per CU; the model repeats them
-    report = launch(v.compile(), sample, block, vector_add.kernel_args(v.spec, a, b, c),
-                    device="emu", check=False, profile=True)
+    sample = (2 * get_target(target).cu_count, 1, 1)   # two workgroups per CU; the model repeats them
+    if target == "gfx942":
+        compiled = v.compile()
+    else:       # the same kernel built for the target
+        from rocke.compiler import compile_ir
+        k = vector_add.build(v.spec, target=target)
+        compiled = compile_ir(k.ir(), name=k.name, target=get_target(target).target_id)
+    with emulating_as(target):
+        report = launch(compiled, sample, block, vector_add.kernel_args(v.spec, a, b, c),
+                        device="emu", check=False, profile=True)
     footprint = 3 * n * 4
     return report.profile, {"grid": grid, "footprint": footprint}, \
         lambda us: footprint / (us * 1e-6) / 1e12
@@ -274,20 +314,22 @@ def pack_kernarg(metadata_args: list, size: int, values: dict) -> bytes:
 _AITER_PROFILES: dict = {}
 
 
-def _aiter_profile(aiter_dir, s, causal, h, h_kv):
+def _aiter_profile(aiter_dir, s, causal, h, h_kv, target="gfx942"):
     """Emulate workgroup (0, 0, 0) of the fwd v3 kernel on a batch-1 problem of the row's heads
     and seqlen (the row's strides; every workgroup of the row does the same work, so the batch
     only repeats it); check its output rows against SDPA."""
-    key = (s, causal, h, h_kv)
+    key = (s, causal, h, h_kv, target)
     if key in _AITER_PROFILES:
         return _AITER_PROFILES[key]
     if aiter_dir is None:
         raise NotRun("not run: pass --aiter-dir PATH (a checkout of github.com/ROCm/aiter)")
-    name = f"fwd_hd128_bf16{'_causal' if causal else ''}_rtna"
-    co = Path(aiter_dir) / AITER_FWD_DIR / f"{name}.co"
+    co = Path(aiter_dir) / aiter_code_object(target, causal)
+    name = co.stem
     if not co.is_file():
         raise NotRun(f"not run: {co} is missing (is --aiter-dir an AITER checkout?)")
-    from rocke.emu.codeobject import code_object_metadata
+    from rocke.emu.codeobject import cannot_disassemble, code_object_metadata, disassembler
+    if disassembler(target) is None:
+        raise NotRun(f"not run: {cannot_disassemble(target)}")
     meta = code_object_metadata(str(co))["amdhsa.kernels"][0]
     d = 128
     torch.manual_seed(0)
@@ -300,7 +342,7 @@ def _aiter_profile(aiter_dir, s, causal, h, h_kv):
     args = [tensors.get(a[".name"]) if a[".value_kind"] == "global_buffer" else 0
             for a in meta[".args"]]
     report = emu.launch(str(co), meta[".name"], (1, 1, 1), tuple(meta[".reqd_workgroup_size"]),
-                        args, kernarg=kernarg, check=False, profile=True)
+                        args, kernarg=kernarg, check=False, profile=True, target=target)
     # workgroup 0 computes query tile 0 (and, causal, the last tile) of head 0
     tiles = [0, s // 256 - 1] if causal else [0]
     ref = torch.nn.functional.scaled_dot_product_attention(
@@ -315,8 +357,8 @@ def _aiter_profile(aiter_dir, s, causal, h, h_kv):
     return report.profile
 
 
-def run_aiter_fwd(aiter_dir, b, h, hk, s, causal):
-    profile = _aiter_profile(aiter_dir, s, causal, h, hk)
+def run_aiter_fwd(aiter_dir, b, h, hk, s, causal, target="gfx942"):
+    profile = _aiter_profile(aiter_dir, s, causal, h, hk, target)
     d = 128
     footprint = 2 * b * s * h * d * 2 + 2 * b * s * hk * d * 2      # Q, O; K, V (bf16)
     flops = 4 * b * h * s * s * d // (2 if causal else 1)
@@ -330,6 +372,22 @@ ANCHORS += [_aiter_anchor(*row) for row in AITER_ROWS]
 AITER_RUNNERS = {_aiter_name(*row[:5]): partial(run_aiter_fwd, None, *row[:5])
                  for row in AITER_ROWS}
 
+# ---- gfx950 (MI355X): --target gfx950 ----
+ANCHORS_GFX950 = [
+    Anchor("hbm_copy_mi350x", "~5600 GB/s", "ROCm/rocm-systems PR #8480 results table (MI350X, "
+           "gfx950, 256 CUs: rocprofiler-compute's previous HBM roofline kernel, a copy "
+           "dst[gid] = src[gid] of doubles, 'Old kernel ~5600 GB/s'; AMD staff)",
+           "rocke vector_add/f32_v4 built for gfx950, n = 2^25 (3 x 128 MiB)", "TB/s", 5.6,
+           "measured on an MI350X, not an MI355X: the same 8 TB/s HBM3E and 256 CUs, a lower "
+           "peak clock (a copy is bound by the HBM); the achievable-bandwidth constant "
+           "(6914 GB/s) is the same PR's read-only kernel, not this copy; the published figure "
+           "is approximate ('~'); the stand-in adds two arrays", SAME,
+           origin="AMD's rocprofiler-compute team (ROCm/rocm-systems PR #8480), MI350X"),
+] + [_aiter_anchor(*row, target="gfx950") for row in AITER_ROWS_MI355X]
+RUNNERS_GFX950 = {"hbm_copy_mi350x": partial(run_hbm_copy, "gfx950")}
+ANCHORS_BY_TARGET = {"gfx942": (ANCHORS, RUNNERS, AITER_ROWS),
+                     "gfx950": (ANCHORS_GFX950, RUNNERS_GFX950, AITER_ROWS_MI355X)}
+
 
 def _error(anchor: Anchor, figure: float) -> float:
     """The error in time: the modelled time against the time the published figure implies."""
@@ -338,19 +396,25 @@ def _error(anchor: Anchor, figure: float) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=sorted(RUNNERS) + sorted(AITER_RUNNERS),
-                        action="append")
+    parser.add_argument("--only", choices=sorted(RUNNERS) + sorted(AITER_RUNNERS)
+                        + sorted(a.name for a in ANCHORS_GFX950), action="append")
+    parser.add_argument("--target", default="gfx942", choices=sorted(ANCHORS_BY_TARGET),
+                        help="the GPU calibrated: gfx942 (MI300X) or gfx950 (MI355X)")
     parser.add_argument("--aiter-dir", type=Path, default=None,
                         help="a checkout of github.com/ROCm/aiter (its hsa/gfx942/fmha_v3_fwd "
                              "code objects are run); without it the AITER anchors are not run")
     args = parser.parse_args(argv)
-    if args.aiter_dir is not None and not (args.aiter_dir / AITER_FWD_DIR).is_dir():
-        parser.error(f"--aiter-dir {args.aiter_dir}: no {AITER_FWD_DIR} there (expected a "
+    fwd_dir = Path(aiter_code_object(args.target, False)).parent
+    if args.aiter_dir is not None and not (args.aiter_dir / fwd_dir).is_dir():
+        parser.error(f"--aiter-dir {args.aiter_dir}: no {fwd_dir} there (expected a "
                      f"checkout of github.com/ROCm/aiter)")
-    runners = {**RUNNERS, **{n: partial(run_aiter_fwd, args.aiter_dir, *r[:5])
-                             for n, r in ((_aiter_name(*r[:5]), r) for r in AITER_ROWS)}}
+    anchors, fixed_runners, aiter_rows = ANCHORS_BY_TARGET[args.target]
+    costs = costs_for(args.target)
+    runners = {**fixed_runners,
+               **{_aiter_name(*r[:5], args.target): partial(run_aiter_fwd, args.aiter_dir, *r[:5],
+                                                            args.target) for r in aiter_rows}}
     rows, not_run = [], []
-    for anchor in ANCHORS:
+    for anchor in anchors:
         if args.only and anchor.name not in args.only:
             continue
         start = time.perf_counter()
@@ -359,25 +423,25 @@ def main(argv=None) -> int:
         except NotRun as why:
             not_run.append((anchor, str(why)))
             continue
-        modelled = model_time(profile, **kwargs)
+        modelled = model_time(profile, costs=costs, **kwargs)
         figure = to_figure(modelled.us)
         # the least certain constant (an assumption, rocke/arch/costs.py): the error at other
         # vector-memory round trips shows how much an anchor depends on it
         at_latency = {c: _error(anchor, to_figure(model_time(
-            profile, costs=replace(MI300X, memory_latency_cycles=c), **kwargs).us))
+            profile, costs=replace(costs, memory_latency_cycles=c), **kwargs).us))
             for c in LATENCIES}
         # the clock rule (rocke/arch/costs.py effective_clock_hz) against its two ends: the
         # boost clock throughout, and AMD's max-achievable-FLOPs clock throughout
         at_latency.update({label: _error(anchor, to_figure(model_time(
             profile, costs=clock_costs, **kwargs).us)) for label, clock_costs in (
-                ("boost clock throughout", replace(MI300X, loaded_clock_hz=MI300X.clock_hz)),
-                ("MAF clock throughout", replace(MI300X, clock_hz=MI300X.loaded_clock_hz)))})
+                ("boost clock throughout", replace(costs, loaded_clock_hz=costs.clock_hz)),
+                ("MAF clock throughout", replace(costs, clock_hz=costs.loaded_clock_hz)))})
         rows.append((anchor, modelled, figure, _error(anchor, figure), at_latency,
                      time.perf_counter() - start))
     for anchor, modelled, figure, error, at_latency, wall in rows:
         print(f"{anchor.name} [{anchor.match}]: published {anchor.published} [{anchor.source}] | "
-              f"run here: {anchor.stand_in} | modelled MI300X {figure:.2f} {anchor.unit} "
-              f"(modelled MI300X time {modelled.us:.1f} us, bound by {modelled.binding}, clock "
+              f"run here: {anchor.stand_in} | modelled {costs.gpu} {figure:.2f} {anchor.unit} "
+              f"({modelled.label} {modelled.us:.1f} us, bound by {modelled.binding}, clock "
               f"{modelled.occupancy['clock_ghz']:.2f} GHz) | error "
               f"{error * 100:+.1f} % (sensitivity: "
               + ", ".join(f"{f'round trip {c} cycles' if isinstance(c, int) else c}: "

@@ -1,35 +1,40 @@
 """The attention dispatcher against the model: per problem of a grid (batch, query/KV lengths,
 heads/GQA, dtype, head size), the 2D path and the 3D path at several segment counts, each as a
 modelled MI300X time at three vector-memory round-trip assumptions, and the dispatcher's choice
-beside the modelled-fastest option (ALGORITHM.md §10).
+beside the modelled-fastest option (ALGORITHM.md §10). `--target gfx950` sweeps gfx950's dispatcher
+and kernels in the emulator as gfx950 (emu:gfx950), modelled as MI355X time (rocke/arch/costs.py).
 
 Sampling (so each emulation stays small): a problem is a *pattern* of sequences repeated
 `batch` times over `num_kv_heads` KV heads. Every KV head and every repeat of the pattern does
 the same work, so the emulator runs the pattern once over ONE KV head (its q-blocks, its
 segments) and rocke.perf.model_time repeats those workgroups over the full grid (`grid=`, the
-schedule's rounds and tail over 304 CUs) with the full DRAM footprint (`footprint=`: unique
+schedule's rounds and tail over the target's CUs: 304, or MI355X's 256) with the full DRAM footprint (`footprint=`: unique
 bytes x batch x KV heads). The workgroup multiset is exact; the dispatch order within it is
 the sample's repeated, not the hardware's x-fastest order. The dispatcher sees the full problem.
 
-Every time printed is a "modelled MI300X time" -- a model, not a measurement, and not GPU time.
+Every time printed is a "modelled MI300X time" ("modelled MI355X time" with --target gfx950) -- a
+model, not a measurement, and not GPU time.
 
 Run:  .venv/bin/python benchmarks/dispatch_sweep.py [--dtypes f16 bf16] [--head-sizes 128 64]
-      [--heads 32/8 64/8] [--kv 1024 ...] [--kinds decode ...] [--json FILE]
+      [--heads 32/8 64/8] [--kv 1024 ...] [--kinds decode ...] [--batches 1 8 ...]
+      [--segments 8 16 32 64] [--target gfx942|gfx950] [--json FILE]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rocke.arch.costs import MI300X  # noqa: E402
+from rocke.arch.costs import costs_for  # noqa: E402
 from rocke.kernels.common import attention_unified as au  # noqa: E402
-from rocke.perf import LABEL, model_time  # noqa: E402
+from rocke.perf import model_time  # noqa: E402
 
 LATENCIES = (1000, 2000, 4000)      # the model's least certain constant (rocke/arch/costs.py)
 SEGMENT_COUNTS = (8, 16, 32, 64)
@@ -48,11 +53,32 @@ class Case:
     dtype: str
     d: int
     block_size: int = 64
+    target: str = "gfx942"
 
     @property
     def label(self) -> str:
         pat = "+".join(f"{q}x{k}" for q, k in self.pattern)
         return (f"{self.kind} [{pat}]x{self.batch} h{self.hq}/{self.hk} {self.dtype} d{self.d}")
+
+
+def dispatcher(target: str):
+    """The target's attention dispatcher module (rocke/kernels/<target>/attention_dispatch.py)."""
+    from rocke.kernels.common import attention_unified
+    return attention_unified.attention_target(target)
+
+
+@contextmanager
+def emulating_as(target: str):
+    """The emulator device runs as `target` (ROCKE_DEVICE=emu:<target>) inside the block."""
+    old = os.environ.get("ROCKE_DEVICE")
+    os.environ["ROCKE_DEVICE"] = "emu" if target == "gfx942" else f"emu:{target}"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["ROCKE_DEVICE"]
+        else:
+            os.environ["ROCKE_DEVICE"] = old
 
 
 def full_problem(case: Case, sampled: au.UnifiedAttentionProblem) -> au.UnifiedAttentionProblem:
@@ -67,7 +93,7 @@ _PROFILES: dict = {}
 
 
 def sampled_inputs(case: Case):
-    key = (case.pattern, case.hq // case.hk, case.dtype, case.d, case.block_size)
+    key = (case.pattern, case.hq // case.hk, case.dtype, case.d, case.block_size, case.target)
     if key not in _INPUTS:
         from tests.kernels.unified_inputs import make_inputs
         args = make_inputs(list(case.pattern), hq=case.hq // case.hk, hk=1, d=case.d,
@@ -92,9 +118,13 @@ def narrow_3d_specs(p):
 
 def full_problem_specs(case: Case, sp, path: str):
     """The specs of the geometry the dispatcher picks for the FULL problem (its grid decides,
-    e.g. the one-round KV tile of ALGORITHM.md §10.2), built for the sampled one."""
+    e.g. the one-round KV tile of ALGORITHM.md §10.2), built for the sampled one; on gfx950 the
+    target dispatcher's own specs (its geometry and atom rules) of the full problem, whose spec
+    fields are the sampled one's (only the batch and the heads differ)."""
     from rocke.kernels.common.knobs import AttentionKnobs
     from rocke.kernels.gfx942 import attention_dispatch as ad
+    if case.target != "gfx942":
+        return dispatcher(case.target).plan(full_problem(case, sp), path, AttentionKnobs()).specs
     geo = ad.plan(full_problem(case, sp), path, AttentionKnobs(), with_specs=False).geometry
     return ad.make_specs(sp, geo, AttentionKnobs())
 
@@ -110,7 +140,7 @@ def profiles(case: Case, path: str, ns: int = 1):
     args, sp = sampled_inputs(case)
     specs = narrow_3d_specs(sp) if path == "3d-narrow" else full_problem_specs(case, sp, path)
     key = (case.pattern, sp.num_queries_per_kv, case.dtype, case.d, case.block_size, path, ns,
-           specs[0].kernel_name)
+           specs[0].kernel_name, case.target)
     if key in _PROFILES:
         return _PROFILES[key]
     q, k, v, out = args["q"], args["k"], args["v"], args["out"]
@@ -134,13 +164,15 @@ def profiles(case: Case, path: str, ns: int = 1):
         ar = kr.kernel_args(spec_r, so, sm, se, out, ns)
         gr, br = kr.launch_geometry(spec_r, sp.total_q, hq)
         runs = [(au.compiled(spec3), g3, b3, a3), (au.compiled(spec_r), gr, br, ar)]
-    _PROFILES[key] = [launch(c, g, b, a, device="emu", profile=True).profile
-                      for c, g, b, a in runs]
+    with emulating_as(case.target):
+        _PROFILES[key] = [launch(c, g, b, a, device="emu", profile=True).profile
+                          for c, g, b, a in runs]
     return _PROFILES[key]
 
 
 def modelled(case: Case, path: str, ns: int = 1) -> dict[int, float]:
-    """{latency cycles: modelled MI300X us} of one option on the full problem (launches add)."""
+    """{latency cycles: modelled us on the target's GPU} of one option on the full problem
+    (launches add)."""
     reps = case.batch * case.hk
     out = dict.fromkeys(LATENCIES, 0.0)
     for prof in profiles(case, path, ns):
@@ -148,14 +180,14 @@ def modelled(case: Case, path: str, ns: int = 1) -> dict[int, float]:
         full = (gx * gy * gz * reps, 1, 1)      # the sample's workgroups, repeated
         foot = (prof.unique_read_bytes + prof.unique_write_bytes) * reps
         for cycles in LATENCIES:
-            m = model_time(prof, costs=replace(MI300X, memory_latency_cycles=cycles),
+            m = model_time(prof, costs=replace(costs_for(case.target), memory_latency_cycles=cycles),
                            grid=full, footprint=foot)
             out[cycles] += m.us
     return out
 
 
 def sweep_case(case: Case, counts=SEGMENT_COUNTS) -> dict:
-    from rocke.kernels.gfx942 import attention_dispatch as ad
+    ad = dispatcher(case.target)
     _, sp = sampled_inputs(case)
     p = full_problem(case, sp)
     path, reason = ad.select_path(p)
@@ -164,7 +196,7 @@ def sweep_case(case: Case, counts=SEGMENT_COUNTS) -> dict:
     for ns in sorted(set(counts) | {chosen_ns}):
         options[f"3d/{ns}"] = modelled(case, "3d", ns)
     geo3 = ad.geometry(p, "3d")
-    if geo3.regime != "narrow":         # weigh the dispatcher's 3D geometry against narrow
+    if geo3.regime != "narrow" and case.target == "gfx942":         # weigh the dispatcher's 3D geometry against narrow
         for ns in sorted(set(counts) | {chosen_ns}):
             options[f"3dn/{ns}"] = modelled(case, "3d-narrow", ns)
     choice = "2d" if path == "2d" else f"3d/{ad.geometry(p, '3d').num_segments}"
@@ -181,15 +213,19 @@ PREFILL = (("prefill-mix", ((96, 512), (32, 1024), (1, 700)), (1, 2, 4)),
            ("long-prefill", ((640, 640),), (1, 2)))
 
 
-def cases(configs, kvs=DECODE_KV, kinds=None) -> list[Case]:
-    """configs: (dtype, head size, hq, hk) tuples."""
+def cases(configs, kvs=DECODE_KV, kinds=None, target="gfx942", batches=None) -> list[Case]:
+    """configs: (dtype, head size, hq, hk) tuples; `batches`: the decode batch sizes (instead of
+    DECODE_BATCH), and only these of the prefill patterns' repeats."""
     out = []
     for dt, d, hq, hk in configs:
         for kv in kvs:
-            out += [Case("decode", ((1, kv),), b, hq, hk, dt, d) for b in DECODE_BATCH]
-        for kind, pattern, batches in PREFILL:
-            out += [Case(kind, pattern, b, hq, hk, dt, d) for b in batches]
-    return [c for c in out if kinds is None or c.kind in kinds]
+            out += [Case("decode", ((1, kv),), b, hq, hk, dt, d, target=target)
+                    for b in (DECODE_BATCH if batches is None else batches)]
+        for kind, pattern, prefill_batches in PREFILL:
+            out += [Case(kind, pattern, b, hq, hk, dt, d, target=target)
+                    for b in prefill_batches]
+    return [c for c in out if (kinds is None or c.kind in kinds)
+            and (batches is None or c.batch in batches)]
 
 
 def fmt(t: dict[int, float]) -> str:
@@ -206,9 +242,15 @@ def main(argv=None) -> int:
                     help="decode KV lengths")
     ap.add_argument("--kinds", nargs="+", help="only these problem kinds "
                     "(decode, prefill-mix, chunked-prefill, long-prefill)")
+    ap.add_argument("--batches", nargs="+", type=int,
+                    help="decode batch sizes (and only these prefill repeats)")
+    ap.add_argument("--segments", nargs="+", type=int, default=list(SEGMENT_COUNTS),
+                    help="the 3D segment counts weighed (besides the dispatcher's)")
+    ap.add_argument("--target", default="gfx942", choices=["gfx942", "gfx950"],
+                    help="the dispatcher and kernels swept, and the GPU modelled (MI300X / MI355X)")
     ap.add_argument("--json", help="also write every row to this file")
     a = ap.parse_args(argv)
-    print(f"times: {LABEL} in us at a vector-memory round trip of "
+    print(f"times: {costs_for(a.target).label} in us at a vector-memory round trip of "
           f"{'/'.join(map(str, LATENCIES))} cycles (a model, not GPU time)")
     configs = []
     for h in a.heads:
@@ -217,8 +259,8 @@ def main(argv=None) -> int:
             ap.error(f"--heads: expected QUERY/KV with KV dividing QUERY, got {h!r}")
         configs += [(dt, d, int(hq), int(hk)) for dt in a.dtypes for d in a.head_sizes]
     rows = []
-    for case in cases(configs, a.kv, a.kinds):
-        r = sweep_case(case)
+    for case in cases(configs, a.kv, a.kinds, a.target, a.batches):
+        r = sweep_case(case, tuple(a.segments))
         rows.append(r)
         opts = "  ".join(f"{o} {fmt(t)}" for o, t in r["options"].items())
         best = "/".join(r["best"][c] for c in LATENCIES)

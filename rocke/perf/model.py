@@ -1,4 +1,6 @@
-"""A model of MI300X time from exact emulator counters: "modelled MI300X time", never GPU time.
+"""A model of MI300X (or MI355X) time from exact emulator counters: "modelled MI300X time"
+("modelled MI355X time" with `costs=rocke.arch.costs.MI355X`), never GPU time. Every constant is
+the `Costs` record's (rocke/arch/costs.py): the target's CUs, occupancy, clocks, rates.
 
 Inputs: a launch's counters (rocke.emu.profile.LaunchProfile, per workgroup per mnemonic) and
 the timing facts of rocke.arch.costs (each with its source there). The model:
@@ -55,7 +57,10 @@ import numpy as np
 from rocke.arch.costs import MI300X, Costs
 from rocke.arch.occupancy_rules import occupancy
 
-LABEL = "modelled MI300X time"
+LABEL = MI300X.label                # "modelled MI300X time"; a Modelled carries its own
+# LDS phases as rocke.emu.profile counts them: gfx942's 32 banks of 4 bytes a clock; a target that
+# serves LDS faster (MI355X) takes proportionally fewer cycles for them (rocke/arch/costs.py)
+PROFILED_LDS_BYTES_PER_CLOCK = MI300X.lds_bytes_per_clock_cu
 VM_WAIT = "s_waitcnt vmcnt"      # rocke.emu.profile's bucket of waits on vector memory
 _SCALAR = ("salu", "smem", "branch", "s_waitcnt", "s_barrier", "s_nop", "other")
 
@@ -159,7 +164,7 @@ def _schedule(duration: np.ndarray, total: int, slots: int) -> float:
 
 def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | None = None) \
         -> Modelled:
-    """Modelled MI300X time of the launch `profile` counts (see the module doc)."""
+    """Modelled time of the launch `profile` counts on `costs`' GPU (see the module doc)."""
     t = costs.target
     wpw = profile.waves_per_workgroup
     threads = profile.block[0] * profile.block[1] * profile.block[2]
@@ -178,11 +183,12 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
     coalescing = (profile.segments64 * costs.segment_bytes / max(1, profile.global_read_bytes
                   + profile.global_write_bytes + profile.global_atomic_bytes))
     simds = t.simds_per_cu
+    lds_scale = PROFILED_LDS_BYTES_PER_CLOCK / costs.lds_bytes_per_clock_cu
     demand = {
         "valu": issues @ valu / simds,
         "mfma": issues @ mfma / simds,
         "scalar": issues @ scalar,
-        "lds": profile.wg_lds_cycles.astype(np.float64),
+        "lds": profile.wg_lds_cycles.astype(np.float64) * lds_scale,
         "address": bytes_ * coalescing / costs.segment_bytes / costs.segments_per_clock_cu,
     }
     exposed = _exposed_latency(profile, costs, issues @ wait)
@@ -233,7 +239,7 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
     sol = {
         "mfma": float((issues @ mfma).sum()) * scale / (cus * simds) / costs.clock_hz,
         "valu": float((issues @ valu).sum()) * scale / (cus * simds) / costs.clock_hz,
-        "lds": float(profile.wg_lds_cycles.sum()) * scale / cus / costs.clock_hz,
+        "lds": float(profile.wg_lds_cycles.sum()) * lds_scale * scale / cus / costs.clock_hz,
         "hbm": footprint / costs.hbm_peak_bytes_s,
     }
     bound_us = (max(sol.values()) + launch_s) * 1e6
@@ -244,4 +250,4 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
                     {"waves_per_simd": occ.waves_per_simd, "workgroups_per_cu": slots,
                      "limiter": occ.limiter, "unified_vgprs": occ.unified_vgprs,
                      "matrix_busy": round(matrix_busy, 3), "clock_ghz": round(clock / 1e9, 3)},
-                    total)
+                    total, costs.label)

@@ -41,12 +41,12 @@ def test_grid_rule_boundary_is_256_times_4():
     assert gfx942.select_path(at, 304)[0] == "3d"      # MI300X needs 1216 workgroups
 
 
-def test_3d_segments_stop_at_whole_rounds_of_256_cus():
-    # 8 decode tokens, kv 2048: 64 tiles of 32 -> 16 wanted; 10 q blocks x 8 heads = 80
-    # workgroups per segment; 16 x 80 = 1280 passes a round of 1024 -> 1024 // 80 = 12
-    # (MI300X: a round of 1216 -> 15)
+def test_3d_segments_fill_256_cus_resident_slots():
+    # 8 decode tokens, kv 2048: 10 q blocks x 8 heads = 80 workgroups per segment; gfx950's rule
+    # (attention_split, tests/kernels/test_attention_gfx950_split.py): 256 x 8 / 80 = 25.6 -> 32
+    # (MI300X, gfx942's rule: 16 wanted, cut to whole rounds of 1216 -> 15)
     p = _problem(num_seqs=8, total_q=8, max_seqlen_k=2048)
-    assert dispatch.plan(p, "3d", with_specs=False).geometry.num_segments == 12
+    assert dispatch.plan(p, "3d", with_specs=False).geometry.num_segments == 32
     assert gfx942.plan(p, "3d", with_specs=False).geometry.num_segments == 15
 
 

@@ -73,3 +73,31 @@ def test_a_wrong_aiter_dir_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cal.main(["--aiter-dir", str(tmp_path)])
     assert "expected a checkout of github.com/ROCm/aiter" in capsys.readouterr().err
+
+
+def test_gfx950_anchors_are_aiters_mi355x_column(capsys):
+    """--target gfx950 lists AITER's MI355X figures (the README's column beside the MI300X one)
+    and times them against the gfx950 code objects; without a checkout they are not run."""
+    rows = {r[:5]: r[5] for r in cal.AITER_ROWS_MI355X}
+    assert rows[(1, 32, 8, 1024, False)] == 613.48 and rows[(8, 64, 8, 4096, True)] == 1190.295
+    assert cal.aiter_code_object("gfx950", True) == "hsa/gfx950/fmha_v3_fwd/fwd_hd128_bf16_causal.co"
+    assert cal.aiter_code_object("gfx942", False).endswith("MI300/fwd_hd128_bf16_rtna.co")
+    assert cal.main(["--target", "gfx950", "--only", "aiter_fwd_b1h32kv8s1024_mi355x"]) == 0
+    out = capsys.readouterr().out
+    assert "FWD TFLOPS MI355X" in out and "not run: pass --aiter-dir" in out
+    assert out.rstrip().splitlines()[-1] == "calibration: 0 anchors, max |error| nan %"
+
+
+def test_gfx950_anchor_without_a_gfx950_disassembler_says_why(tmp_path, capsys, monkeypatch):
+    """A gfx950 code object needs an LLVM 20+ llvm-objdump: without one the anchor is listed as
+    not run with that reason (not counted), before anything is emulated."""
+    from rocke.emu import codeobject
+    fwd = tmp_path / "hsa" / "gfx950" / "fmha_v3_fwd"
+    fwd.mkdir(parents=True)
+    (fwd / "fwd_hd128_bf16.co").write_bytes(b"not a code object")
+    monkeypatch.setattr(codeobject, "disassembler", lambda processor: None)
+    assert cal.main(["--target", "gfx950", "--aiter-dir", str(tmp_path),
+                     "--only", "aiter_fwd_b1h32kv8s1024_mi355x"]) == 0
+    out = capsys.readouterr().out
+    assert "not run: cannot disassemble a gfx950 code object" in out
+    assert out.rstrip().splitlines()[-1] == "calibration: 0 anchors, max |error| nan %"

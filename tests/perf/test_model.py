@@ -3,7 +3,7 @@ catalog (two independent readings of the same CDNA3 facts)."""
 import numpy as np
 import pytest
 
-from rocke.arch.costs import MI300X
+from rocke.arch.costs import MI300X, MI355X, costs_for
 from rocke.arch.mfma import MFMA_CATALOG
 from rocke.emu.profile import LaunchProfile
 from rocke.perf import LABEL, model_time
@@ -229,3 +229,58 @@ def test_a_workgroup_that_loads_nothing_waits_on_no_queue():
     assert m.us == pytest.approx((440 / CLOCK + queue_s) * 1e6 + LAUNCH_US)
     p.wg_global_bytes[:] = 0          # none counted: equal shares, the same total for each
     assert model_time(p).us == pytest.approx((440 / CLOCK + queue_s) * 1e6 + LAUNCH_US)
+
+
+# ---- the MI355X record (gfx950): the same model over CDNA4's facts ----
+
+def test_peak_f16_rate_from_the_pass_table_is_the_data_sheets():
+    """The pass table, the CU count and the boost clock reproduce each data sheet's dense f16
+    peak: MI300X 1307.4 TFLOPS (16x16x16 in 4 passes, 304 CUs, 2.1 GHz), MI355X 2516.6 (the
+    wide-K 16x16x32 in 4 passes, LLVM's gfx950 model; 256 CUs, 2.4 GHz)."""
+    assert MI300X.peak_dense_f16_flops == pytest.approx(1307.4e12, rel=1e-4)
+    assert MI355X.peak_dense_f16_flops == pytest.approx(2516.6e12, rel=1e-4)
+    assert MI355X.mfma_passes("v_mfma_f32_16x16x32_bf16") == 4
+    assert MI355X.mfma_passes("v_mfma_f32_32x32x16_f16") == 8
+
+
+@pytest.mark.parametrize("key", sorted(k for k, a in MFMA_CATALOG.items()
+                                        if "gfx950" in a.targets and "x128" not in k
+                                        and "32x32x64" not in k))
+def test_mi355x_mfma_cycles_agree_with_the_catalog(key):
+    """LLVM's gfx950 model (the MI355X record) and the catalog's passes from MI355X's data-sheet
+    peaks, for gfx950's atoms; not the f8f6f4 ones, which LLVM charges at the fp4 rate (a
+    flagged assumption in rocke/arch/costs.py)."""
+    atom = MFMA_CATALOG[key]
+    assert MI355X.mfma_cycles(atom.mnemonic) == atom.cycles
+
+
+def test_costs_for_names_each_target():
+    assert costs_for("gfx942") is MI300X and costs_for("gfx950:sramecc+:xnack-") is MI355X
+    assert MI355X.label == "modelled MI355X time"
+    with pytest.raises(ValueError, match="no time model for target 'gfx90a'"):
+        costs_for("gfx90a")
+
+
+def test_mi355x_mfma_bound_launch_uses_its_cus_and_clock():
+    """As test_mfma_bound_rounds_and_tail on MI355X: 160 KiB of LDS holds one workgroup per CU
+    there too (160 KiB requested). 512 workgroups of 8000 cycles on 256 CUs: two rounds at the
+    saturated clock 2.4 GHz x 1421.77 / 2516.6; the label says MI355X."""
+    p = _profile(512, ["v_mfma_f32_32x32x8_f16"], ["mfma"], [1000], lds_bytes=160 * 1024)
+    m = model_time(p, costs=MI355X)
+    assert m.occupancy["workgroups_per_cu"] == 1
+    assert m.us == pytest.approx(2 * 8000 / (2.4e9 * 1421.77 / 2516.6) * 1e6 + LAUNCH_US)
+    assert m.label == "modelled MI355X time"
+
+
+def test_mi355x_serves_lds_phases_at_twice_the_rate():
+    """An LDS-bound launch: 304 workgroups of 4 waves, 1000 LDS phase cycles each (as the profiler
+    counts them, 128 B a clock) and one DS issue a wave. MI300X (64 KiB: one workgroup a CU) takes
+    1000 cycles at 2.1 GHz; MI355X serves the same bytes at 256 B a clock, 500 cycles, but its
+    256 CUs hold the 304 workgroups two to a CU (160 KiB of LDS), which share the LDS pipe:
+    2 x 500 cycles at 2.4 GHz."""
+    p = _profile(304, ["ds_read_b128"], ["ds"], [4])
+    p.wg_lds_cycles = np.full(304, 1000, np.int64)
+    assert model_time(p).us == pytest.approx(1000 / CLOCK * 1e6 + LAUNCH_US)
+    m = model_time(p, costs=MI355X)
+    assert m.us == pytest.approx(2 * 500 / 2.4e9 * 1e6 + LAUNCH_US)
+    assert m.binding == "compute (lds)"

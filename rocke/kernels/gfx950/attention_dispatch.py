@@ -12,6 +12,8 @@ First step: gfx942's rules and geometries (rocke/kernels/gfx942/attention_dispat
   replaced by gfx950's OCP e4m3fn (``attention_quant.on_target``).
 - the atom: the 2D narrow path takes the wide-K 16x16x32 (``ATOM_RULES``); the transposed-x8
   regime keeps 32x32x8 (the 32x32x16 atom is not used yet).
+- the 3D split rule is gfx950's own (``attention_split``: decode splits whatever the 2D grid, the
+  segment count fills the CUs' resident slots once), from the model of MI355X time.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from rocke.kernels.gfx942 import attention_dispatch as gfx942
 from rocke.kernels.gfx942 import attention_policy as policy
 from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
+from rocke.kernels.gfx950 import attention_split as split
 from rocke.kernels.gfx950.attention import SPEC_CLASSES, TARGET, UnifiedAttention2DSpec
 
 CAPABILITIES = AttentionCapabilities(head_sizes=a2.HEAD_SIZES, block_sizes=a2.BLOCK_SIZES,
@@ -46,8 +49,8 @@ def num_sms() -> int:
 
 
 def select_path(p: UnifiedAttentionProblem, sms: int | None = None) -> tuple[str, str]:
-    """(path, reason): gfx942's PATH_RULES with gfx950's compute units."""
-    return gfx942.select_path(p, num_sms() if sms is None else sms)
+    """(path, reason): gfx950's PATH_RULES (``attention_split``) with gfx950's compute units."""
+    return split.select_path(p, num_sms() if sms is None else sms)
 
 
 # gfx950's tile rules over gfx942's geometry, first match wins: (applies(problem, geometry),
@@ -66,10 +69,13 @@ TILE_RULES: tuple[tuple[Callable, int, str], ...] = (
 
 def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None = None,
              sms: int | None = None) -> Geometry:
-    """gfx942's GEOMETRY_RULES row for ``path`` (3D's segment count from gfx950's compute
-    units; not gfx942's one-round tile, whose LDS check and model are MI300X's), then the first
-    of ``TILE_RULES`` that applies."""
-    geo = gfx942.table_geometry(p, path, knobs, num_sms() if sms is None else sms)
+    """gfx942's GEOMETRY_RULES row for ``path`` (3D's segment count by gfx950's rule,
+    ``attention_split.num_segments``; not gfx942's one-round tile, whose LDS check and model are
+    MI300X's), then the first of ``TILE_RULES`` that applies."""
+    sms = num_sms() if sms is None else sms
+    geo = gfx942.table_geometry(p, path, knobs, sms)
+    if path == "3d":
+        geo = replace(geo, num_segments=split.num_segments(p, geo, sms))
     for applies, tile, reason in TILE_RULES:
         if applies(p, geo):
             single = policy.default_k_single_buffer(True, geo.num_warps, geo.block_m_per_warp, tile)
@@ -99,9 +105,15 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
          num_segments: int | None = None) -> Plan:
     """Path, geometry and gfx950 kernel specs of ``problem`` (refused if gfx950 has no kernel
     for it); arguments as gfx942's ``plan``."""
-    the_plan = gfx942.plan(problem, backend, knobs, with_specs=with_specs,
+    path, reason = backend, None
+    if backend == "auto" and not problem.batch_invariant:    # (batch invariance: gfx942's 2D)
+        CAPABILITIES.check(problem)
+        path, reason = select_path(problem)
+    the_plan = gfx942.plan(problem, path, knobs, with_specs=with_specs,
                            num_segments=num_segments, sms=num_sms(), capabilities=CAPABILITIES,
                            spec_classes=SPEC_CLASSES, geometry_of=geometry)
+    if reason is not None:
+        the_plan = replace(the_plan, reason=reason)
     wide = narrow_atom(the_plan.geometry)
     if wide is None:
         return the_plan

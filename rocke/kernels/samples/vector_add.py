@@ -87,8 +87,10 @@ def kernel_args(spec: VectorAddSpec, a, b, c) -> list:
     return [a, b, c, n]
 
 
-def build(spec: VectorAddSpec) -> dsl.Kernel:
-    k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.block_size)
+def build(spec: VectorAddSpec, target: str | None = None) -> dsl.Kernel:
+    """The kernel for the DSL's default target, or `target` (the calibration's gfx950 copy)."""
+    on = {} if target is None else {"target": target}
+    k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.block_size, **on)
     a = k.arg_ptr("a", spec.dtype, readonly=True)
     b = k.arg_ptr("b", spec.dtype, readonly=True)
     c = k.arg_ptr("c", spec.dtype)
