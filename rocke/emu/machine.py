@@ -347,6 +347,17 @@ class Pool:
 READ_LOG_ROWS = 1 << 21   # rows of reads kept unreplayed (bounds the log to 16 MiB)
 
 
+def _foreign_marks(written: np.ndarray, mine: np.ndarray, mine8: np.ndarray) -> np.ndarray:
+    """Where int32 write marks `written` ((pc << 8) | (wave + 1), 0 = unwritten) name a wave
+    other than `mine` (wave + 1; `mine8` the same as uint8). A mark's low byte is nonzero
+    exactly when the byte was written, so both tests read the low bytes alone (a strided view
+    on little-endian hosts)."""
+    if sys.byteorder != "little":
+        return (written != 0) & ((written & 0xFF) != mine)
+    low = written.view(np.uint8)[..., ::4]
+    return (low != 0) & (low != mine8)
+
+
 class RaceTracker:
     """Per-byte LDS access bookkeeping within one barrier epoch of each workgroup.
 
@@ -385,20 +396,29 @@ class RaceTracker:
         self.wrote = np.zeros(pool.num_wgs, bool)
         self.was_read = np.zeros(pool.num_wgs, bool)
         self._batch = None
-        self._lanes = (None, None, None, None, None)   # (sel, active, wave, local, workgroups)
+        self._lanes = (None, None, None, {})   # (sel, active, workgroups, per-row arrays)
 
-    def _lane_waves(self, sel, active):
-        """(pool wave, wave within its workgroup) of each active lane and the workgroups of the
-        batch, cached per batch."""
-        cached_sel, cached_active, lane_wave, lane_local, wgs = self._lanes
+    def _row_waves(self, sel, active, per_lane):
+        """(pool wave, wave within its workgroup, that wave's write mark local + 1 as int32
+        and as uint8 (rows, 1)) of each row of an access of `per_lane` rows per active lane,
+        and the workgroups of the batch; cached per batch (a batch's accesses share them)."""
+        cached_sel, cached_active, wgs, rows_of = self._lanes
         if cached_sel is not sel or cached_active is not active:
             pool = self.pool
             waves = np.arange(pool.num_waves)[sel]
-            lane_wave = np.broadcast_to(waves[:, None], active.shape)[active]
-            lane_local = pool.wave_in_wg[lane_wave]
             wgs = pool.wg_of[waves]
-            self._lanes = (sel, active, lane_wave, lane_local, wgs)
-        return lane_wave, lane_local, wgs
+            rows_of = {}
+            self._lanes = (sel, active, wgs, rows_of)
+        if per_lane not in rows_of:
+            if 1 not in rows_of:
+                waves = np.arange(self.pool.num_waves)[sel]
+                lane_wave = np.broadcast_to(waves[:, None], active.shape)[active]
+                lane_local = self.pool.wave_in_wg[lane_wave]
+                mine = (lane_local + 1).astype(np.int32)[:, None]
+                rows_of[1] = (lane_wave, lane_local, mine, mine.astype(np.uint8))
+            if per_lane > 1:
+                rows_of[per_lane] = tuple(np.repeat(x, per_lane, axis=0) for x in rows_of[1])
+        return rows_of[per_lane] + (wgs,)
 
     def record(self, ins, sel, active, granule, rows, nbytes, write, dma=False, new_bytes=None,
                atomic=False):
@@ -407,13 +427,11 @@ class RaceTracker:
         if len(rows) == 0:   # no active lane: nothing accessed
             return
         pool = self.pool
-        lane_wave, lane_local, wgs = self._lane_waves(sel, active)
-        per_lane = nbytes // granule
-        row_wave = np.repeat(lane_wave, per_lane) if per_lane > 1 else lane_wave
-        local = np.repeat(lane_local, per_lane) if per_lane > 1 else lane_local
+        row_wave, local, mine, mine8, wgs = self._row_waves(sel, active, nbytes // granule)
         pc = ins.index
-        self._check_and_mark(ins, pc, granule, rows, row_wave, local, write, new_bytes, atomic,
-                             self.wrote[wgs].any(), write and self.was_read[wgs].any())
+        self._check_and_mark(ins, pc, granule, rows, row_wave, local, (mine, mine8), write,
+                             new_bytes, atomic, self.wrote[wgs].any(),
+                             write and self.was_read[wgs].any())
         if write and not atomic:
             self.wrote[wgs] = True
         elif not write:
@@ -421,17 +439,18 @@ class RaceTracker:
         if dma:
             byte_index = (rows[:, None] * granule + np.arange(granule)).reshape(-1)
             byte_wave = np.repeat(row_wave, granule)
-            for wave in np.unique(lane_wave):
+            for wave in np.unique(row_wave):
                 mine = byte_wave == wave
                 self.pending.setdefault(int(wave), []).append(
                     (int(pool.vm_issued[wave]), byte_index[mine], pc))
 
-    def _check_and_mark(self, ins, pc, granule, rows, row_wave, local, write, new_bytes, atomic,
-                        any_writer, any_reader):
-        """`any_writer` / `any_reader`: whether the batch's workgroups may have writer / reader
-        marks this epoch (when not, those checks cannot fire and are skipped)."""
+    def _check_and_mark(self, ins, pc, granule, rows, row_wave, local, marks, write, new_bytes,
+                        atomic, any_writer, any_reader):
+        """`marks`: each row's own write mark local + 1 (int32, uint8 (rows, 1)). `any_writer` /
+        `any_reader`: whether the batch's workgroups may have writer / reader marks this epoch
+        (when not, those checks cannot fire and are skipped)."""
         local_col = local[:, None]
-        mine = (local_col + 1).astype(np.int32)
+        mine, mine8 = marks
         changes = None
 
         def changing(suspects):
@@ -446,7 +465,7 @@ class RaceTracker:
 
         if any_writer:
             written = take_rows(self.written, granule, rows)
-            conflict = (written != 0) & ((written & 0xFF) != mine)
+            conflict = _foreign_marks(written, mine, mine8)
             if write:
                 conflict = changing(conflict)
             if conflict.any():
