@@ -347,17 +347,6 @@ class Pool:
 READ_LOG_ROWS = 1 << 21   # rows of reads kept unreplayed (bounds the log to 16 MiB)
 
 
-def _foreign_marks(written: np.ndarray, mine: np.ndarray, mine8: np.ndarray) -> np.ndarray:
-    """Where int32 write marks `written` ((pc << 8) | (wave + 1), 0 = unwritten) name a wave
-    other than `mine` (wave + 1; `mine8` the same as uint8). A mark's low byte is nonzero
-    exactly when the byte was written, so both tests read the low bytes alone (a strided view
-    on little-endian hosts)."""
-    if sys.byteorder != "little":
-        return (written != 0) & ((written & 0xFF) != mine)
-    low = written.view(np.uint8)[..., ::4]
-    return (low != 0) & (low != mine8)
-
-
 class RaceTracker:
     """Per-byte LDS access bookkeeping within one barrier epoch of each workgroup.
 
@@ -398,10 +387,13 @@ class RaceTracker:
         self._batch = None
         self._lanes = (None, None, None, {})   # (sel, active, workgroups, per-row arrays)
 
-    def _row_waves(self, sel, active, per_lane):
-        """(pool wave, wave within its workgroup, that wave's write mark local + 1 as int32
-        and as uint8 (rows, 1)) of each row of an access of `per_lane` rows per active lane,
-        and the workgroups of the batch; cached per batch (a batch's accesses share them)."""
+    def _row_waves(self, sel, active, per_lane, granule):
+        """(pool wave, wave within its workgroup) of each row of an access of `per_lane` rows
+        of `granule` bytes per active lane, the latter also per byte (rows, granule), each
+        byte's own write mark local + 1 (int32 (rows, granule)), and the workgroups of the
+        batch; cached per batch (a batch's accesses share them). Per-byte arrays rather than
+        (rows, 1) columns: numpy's loops over a broadcast column of a few bytes per row run
+        several times slower than over two arrays of one shape."""
         cached_sel, cached_active, wgs, rows_of = self._lanes
         if cached_sel is not sel or cached_active is not active:
             pool = self.pool
@@ -409,16 +401,15 @@ class RaceTracker:
             wgs = pool.wg_of[waves]
             rows_of = {}
             self._lanes = (sel, active, wgs, rows_of)
-        if per_lane not in rows_of:
-            if 1 not in rows_of:
-                waves = np.arange(self.pool.num_waves)[sel]
-                lane_wave = np.broadcast_to(waves[:, None], active.shape)[active]
-                lane_local = self.pool.wave_in_wg[lane_wave]
-                mine = (lane_local + 1).astype(np.int32)[:, None]
-                rows_of[1] = (lane_wave, lane_local, mine, mine.astype(np.uint8))
-            if per_lane > 1:
-                rows_of[per_lane] = tuple(np.repeat(x, per_lane, axis=0) for x in rows_of[1])
-        return rows_of[per_lane] + (wgs,)
+        key = (per_lane, granule)
+        if key not in rows_of:
+            waves = np.arange(self.pool.num_waves)[sel]
+            lane_wave = np.broadcast_to(waves[:, None], active.shape)[active]
+            row_wave = np.repeat(lane_wave, per_lane) if per_lane > 1 else lane_wave
+            local = self.pool.wave_in_wg[row_wave]
+            local_bytes = np.repeat(local[:, None], granule, axis=1)
+            rows_of[key] = (row_wave, local, local_bytes, (local_bytes + 1).astype(np.int32))
+        return rows_of[key] + (wgs,)
 
     def record(self, ins, sel, active, granule, rows, nbytes, write, dma=False, new_bytes=None,
                atomic=False):
@@ -427,9 +418,10 @@ class RaceTracker:
         if len(rows) == 0:   # no active lane: nothing accessed
             return
         pool = self.pool
-        row_wave, local, mine, mine8, wgs = self._row_waves(sel, active, nbytes // granule)
+        row_wave, local, local_bytes, mine, wgs = self._row_waves(sel, active, nbytes // granule,
+                                                                  granule)
         pc = ins.index
-        self._check_and_mark(ins, pc, granule, rows, row_wave, local, (mine, mine8), write,
+        self._check_and_mark(ins, pc, granule, rows, row_wave, local, local_bytes, mine, write,
                              new_bytes, atomic, self.wrote[wgs].any(),
                              write and self.was_read[wgs].any())
         if write and not atomic:
@@ -444,13 +436,12 @@ class RaceTracker:
                 self.pending.setdefault(int(wave), []).append(
                     (int(pool.vm_issued[wave]), byte_index[mine], pc))
 
-    def _check_and_mark(self, ins, pc, granule, rows, row_wave, local, marks, write, new_bytes,
-                        atomic, any_writer, any_reader):
-        """`marks`: each row's own write mark local + 1 (int32, uint8 (rows, 1)). `any_writer` /
-        `any_reader`: whether the batch's workgroups may have writer / reader marks this epoch
-        (when not, those checks cannot fire and are skipped)."""
-        local_col = local[:, None]
-        mine, mine8 = marks
+    def _check_and_mark(self, ins, pc, granule, rows, row_wave, local, local_bytes, mine, write,
+                        new_bytes, atomic, any_writer, any_reader):
+        """`local_bytes` / `mine`: each byte's wave within its workgroup and that wave's write
+        mark local + 1 (int32), both (rows, granule). `any_writer` / `any_reader`: whether the
+        batch's workgroups may have writer / reader marks this epoch (when not, those checks
+        cannot fire and are skipped)."""
         changes = None
 
         def changing(suspects):
@@ -465,7 +456,7 @@ class RaceTracker:
 
         if any_writer:
             written = take_rows(self.written, granule, rows)
-            conflict = _foreign_marks(written, mine, mine8)
+            conflict = (written != 0) & ((written & 0xFF) != mine)
             if write:
                 conflict = changing(conflict)
             if conflict.any():
@@ -480,7 +471,7 @@ class RaceTracker:
                 others = np.zeros((len(rows), granule), bool)
                 for w in range(self.waves_per_wg):
                     read = take_rows(self.readers, granule, rows + w * plane_rows) != 0
-                    others |= read & (local_col != w)
+                    others |= read & (local_bytes != w)
                 others = changing(others)
                 if others.any():
                     row, byte = divmod(int(np.flatnonzero(others)[0]), granule)
@@ -492,7 +483,7 @@ class RaceTracker:
             if atomic:
                 return
             mark = mine | np.int32(pc << 8)
-            put_rows(self.written, granule, rows, np.repeat(mark, granule, axis=1))
+            put_rows(self.written, granule, rows, mark)
             self._batch = (granule, rows, mark, row_wave, pc, new_bytes)
         else:
             self.read_log.append((self.clock, pc, granule, rows, local))
