@@ -5,6 +5,7 @@ batch size `n`. Vector values are (n, 64) arrays, scalar values (n,) arrays.
 """
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -121,7 +122,7 @@ def vector_raw_reader(op: Operand, typ: str):
 def scratch(workspace: dict | None, key: str, shape: tuple, dtype) -> np.ndarray:
     """An uninitialized array; from `workspace` (grown as needed) when given. Reusing memory
     across calls avoids faulting in fresh pages for every large temporary."""
-    size = int(np.prod(shape))
+    size = math.prod(shape)   # np.prod of a short tuple costs microseconds per call
     if workspace is None:
         return np.empty(shape, dtype)
     buffer = workspace.get(key)

@@ -659,12 +659,14 @@ def _initial_state(pool: Pool, dk: DecodedKernel, block, kernarg, dispatch, queu
         lane_bytes = pool.private.stride if pool.private is not None else 0
         sg[:, s] = (np.arange(pool.num_waves) * 64 * lane_bytes).astype(np.uint32)
         s += 1
+    # every workgroup's waves start alike: one workgroup's lane ids and EXEC, repeated
     threads = block[0] * block[1] * block[2]
-    flat = pool.wave_in_wg[:, None] * 64 + np.arange(64)
+    flat = np.arange(pool.waves_per_wg)[:, None] * 64 + np.arange(64)
     valid = flat < threads
     x = flat % block[0]
     y = (flat // block[0]) % block[1]
     z = flat // (block[0] * block[1])
-    pool.vgpr[:, 0, :] = np.where(valid, x | (y << 10) | (z << 20), 0).astype(np.uint32)
+    ids = np.where(valid, x | (y << 10) | (z << 20), 0).astype(np.uint32)
+    pool.vgpr[:, 0, :] = np.tile(ids, (pool.num_wgs, 1))
     packed_exec = np.packbits(valid, axis=1, bitorder="little").view(np.uint32)
-    sg[:, 126:128] = packed_exec
+    sg[:, 126:128] = np.tile(packed_exec, (pool.num_wgs, 1))

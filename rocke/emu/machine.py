@@ -385,20 +385,31 @@ class RaceTracker:
         self.wrote = np.zeros(pool.num_wgs, bool)
         self.was_read = np.zeros(pool.num_wgs, bool)
         self._batch = None
-        self._lanes = (None, None, None, None, None)   # (sel, active, wave, local, workgroups)
+        self._lanes = (None, None, None, {})   # (sel, active, workgroups, per-row arrays)
 
-    def _lane_waves(self, sel, active):
-        """(pool wave, wave within its workgroup) of each active lane and the workgroups of the
-        batch, cached per batch."""
-        cached_sel, cached_active, lane_wave, lane_local, wgs = self._lanes
+    def _row_waves(self, sel, active, per_lane, granule):
+        """(pool wave, wave within its workgroup) of each row of an access of `per_lane` rows
+        of `granule` bytes per active lane, the latter also per byte (rows, granule), each
+        byte's own write mark local + 1 (int32 (rows, granule)), and the workgroups of the
+        batch; cached per batch (a batch's accesses share them). Per-byte arrays rather than
+        (rows, 1) columns: numpy's loops over a broadcast column of a few bytes per row run
+        several times slower than over two arrays of one shape."""
+        cached_sel, cached_active, wgs, rows_of = self._lanes
         if cached_sel is not sel or cached_active is not active:
             pool = self.pool
             waves = np.arange(pool.num_waves)[sel]
-            lane_wave = np.broadcast_to(waves[:, None], active.shape)[active]
-            lane_local = pool.wave_in_wg[lane_wave]
             wgs = pool.wg_of[waves]
-            self._lanes = (sel, active, lane_wave, lane_local, wgs)
-        return lane_wave, lane_local, wgs
+            rows_of = {}
+            self._lanes = (sel, active, wgs, rows_of)
+        key = (per_lane, granule)
+        if key not in rows_of:
+            waves = np.arange(self.pool.num_waves)[sel]
+            lane_wave = np.broadcast_to(waves[:, None], active.shape)[active]
+            row_wave = np.repeat(lane_wave, per_lane) if per_lane > 1 else lane_wave
+            local = self.pool.wave_in_wg[row_wave]
+            local_bytes = np.repeat(local[:, None], granule, axis=1)
+            rows_of[key] = (row_wave, local, local_bytes, (local_bytes + 1).astype(np.int32))
+        return rows_of[key] + (wgs,)
 
     def record(self, ins, sel, active, granule, rows, nbytes, write, dma=False, new_bytes=None,
                atomic=False):
@@ -407,13 +418,12 @@ class RaceTracker:
         if len(rows) == 0:   # no active lane: nothing accessed
             return
         pool = self.pool
-        lane_wave, lane_local, wgs = self._lane_waves(sel, active)
-        per_lane = nbytes // granule
-        row_wave = np.repeat(lane_wave, per_lane) if per_lane > 1 else lane_wave
-        local = np.repeat(lane_local, per_lane) if per_lane > 1 else lane_local
+        row_wave, local, local_bytes, mine, wgs = self._row_waves(sel, active, nbytes // granule,
+                                                                  granule)
         pc = ins.index
-        self._check_and_mark(ins, pc, granule, rows, row_wave, local, write, new_bytes, atomic,
-                             self.wrote[wgs].any(), write and self.was_read[wgs].any())
+        self._check_and_mark(ins, pc, granule, rows, row_wave, local, local_bytes, mine, write,
+                             new_bytes, atomic, self.wrote[wgs].any(),
+                             write and self.was_read[wgs].any())
         if write and not atomic:
             self.wrote[wgs] = True
         elif not write:
@@ -421,17 +431,17 @@ class RaceTracker:
         if dma:
             byte_index = (rows[:, None] * granule + np.arange(granule)).reshape(-1)
             byte_wave = np.repeat(row_wave, granule)
-            for wave in np.unique(lane_wave):
+            for wave in np.unique(row_wave):
                 mine = byte_wave == wave
                 self.pending.setdefault(int(wave), []).append(
                     (int(pool.vm_issued[wave]), byte_index[mine], pc))
 
-    def _check_and_mark(self, ins, pc, granule, rows, row_wave, local, write, new_bytes, atomic,
-                        any_writer, any_reader):
-        """`any_writer` / `any_reader`: whether the batch's workgroups may have writer / reader
-        marks this epoch (when not, those checks cannot fire and are skipped)."""
-        local_col = local[:, None]
-        mine = (local_col + 1).astype(np.int32)
+    def _check_and_mark(self, ins, pc, granule, rows, row_wave, local, local_bytes, mine, write,
+                        new_bytes, atomic, any_writer, any_reader):
+        """`local_bytes` / `mine`: each byte's wave within its workgroup and that wave's write
+        mark local + 1 (int32), both (rows, granule). `any_writer` / `any_reader`: whether the
+        batch's workgroups may have writer / reader marks this epoch (when not, those checks
+        cannot fire and are skipped)."""
         changes = None
 
         def changing(suspects):
@@ -461,7 +471,7 @@ class RaceTracker:
                 others = np.zeros((len(rows), granule), bool)
                 for w in range(self.waves_per_wg):
                     read = take_rows(self.readers, granule, rows + w * plane_rows) != 0
-                    others |= read & (local_col != w)
+                    others |= read & (local_bytes != w)
                 others = changing(others)
                 if others.any():
                     row, byte = divmod(int(np.flatnonzero(others)[0]), granule)
@@ -473,7 +483,7 @@ class RaceTracker:
             if atomic:
                 return
             mark = mine | np.int32(pc << 8)
-            put_rows(self.written, granule, rows, np.repeat(mark, granule, axis=1))
+            put_rows(self.written, granule, rows, mark)
             self._batch = (granule, rows, mark, row_wave, pc, new_bytes)
         else:
             self.read_log.append((self.clock, pc, granule, rows, local))

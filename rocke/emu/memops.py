@@ -1,6 +1,8 @@
 """Decode vector memory (global/flat/buffer, LDS DMA, atomics) and LDS (DS) instructions."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .access import U32, U64, scalar_raw_reader, sgpr_pair, vgpr_pair
@@ -42,6 +44,8 @@ def _pack_store_bytes(words, nbytes, how):
     if how == "full":
         return np.ascontiguousarray(words, U32).view(np.uint8)[:, :nbytes]
     value = words[:, 0] >> U32(16) if how == "hi" else words[:, 0]
+    if sys.byteorder == "little":   # the low bytes, contiguous (a narrowing cast keeps them)
+        return value.astype(np.uint8 if nbytes == 1 else np.uint16).view(np.uint8).reshape(-1, nbytes)
     return np.ascontiguousarray(value.astype(U32)).view(np.uint8).reshape(-1, 4)[:, :nbytes]
 
 
@@ -69,7 +73,12 @@ def _write_loaded(P, sel, row, active, words):
     """Scatter (m, k) words for the active lanes into rows row..row+k-1."""
     k = words.shape[1]
     if len(words) == active.size:   # every lane active: no merge with the old values
-        P.vgpr[sel, row:row + k] = words.reshape(active.shape + (k,)).transpose(0, 2, 1)
+        lanes_first = words.reshape(active.shape + (k,))
+        if k == 2 and not isinstance(sel, slice):   # see valu.write_rows: one register at a time
+            P.vgpr[sel, row] = lanes_first[:, :, 0]
+            P.vgpr[sel, row + 1] = lanes_first[:, :, 1]
+            return
+        P.vgpr[sel, row:row + k] = lanes_first.transpose(0, 2, 1)
         return
     block = _gather_rows(P, sel, row, k).copy()
     block[active] = words

@@ -494,6 +494,12 @@ def _output_modifier(ftype, omod, clamp):
 def write_rows(P, sel, row, count, values, lanes, full):
     """Write (n, count, 64) `values` into rows row..row+count-1 of the lanes set in `lanes`."""
     if full:
+        if count == 2 and not isinstance(sel, slice) and values.strides[-1] != values.itemsize:
+            # a lane-interleaved register pair (64-bit / packed results): scattered one register
+            # at a time, which beats numpy's scatter of a transposed block about twice over
+            P.vgpr[sel, row] = values[:, 0]
+            P.vgpr[sel, row + 1] = values[:, 1]
+            return
         P.vgpr[sel, row:row + count] = values
     elif isinstance(sel, slice):
         np.copyto(P.vgpr[sel, row:row + count], values, where=lanes[:, None, :])
