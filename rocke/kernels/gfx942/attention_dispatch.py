@@ -18,6 +18,7 @@ from rocke.kernels.common.attention_unified import (BACKENDS, AttentionCapabilit
 from rocke.kernels.common.knobs import AttentionKnobs
 from rocke.kernels.gfx942 import attention_policy as policy
 from rocke.kernels.gfx942 import attention_quant as quant
+from rocke.kernels.gfx942 import attention_spill
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
 from rocke.kernels.gfx942 import attention_tiled_3d as a3
 from rocke.kernels.gfx942 import reduce_segments
@@ -355,6 +356,15 @@ class Plan:
     geometry: Geometry
     specs: tuple                # (main spec,) or (3D spec, reduce spec)
     graph_replay: bool
+    # attention_spill.SpillFallback when the planned kernel's code spilled (spill_free_plan)
+    spill_fallback: object = None
+
+
+def spill_free_plan(the_plan: Plan, spills_of: Callable) -> Plan:
+    """The plan to launch: ``the_plan``, its attention kernel replaced by the first spill-free
+    geometry of a short chain when the planned kernel's code spills (``spills_of(spec)`` ->
+    (VGPR, SGPR) spills of its compiled code; attention_spill, ALGORITHM.md §12.9)."""
+    return attention_spill.spill_free_plan(the_plan, spills_of)
 
 
 def kernel_module(path: str):
