@@ -250,3 +250,14 @@ def test_a_plain_window_on_one_round_keeps_the_tables_tile_and_does_not_spill(bl
     assert spec.transposed_x8 and not spec.interval_mask and spec.tile_size == 32, spec.kernel_name
     name, _, vgpr_spills, sgpr_spills, error = reach.spill_counts(spec)
     assert (vgpr_spills, sgpr_spills, error) == (0, 0, None), name
+
+
+@pytest.mark.parametrize("wide, block_size", [(2, 16), (0, 32)])
+def test_a_plain_window_on_few_warp_transposed_x8_d128_masks_by_interval(wide, block_size):
+    """fp16 d128 wide2 / L4 (FLASH_WIDE=2 / 0) with a window alone: the plain two-compare mask
+    spilled 9 / 17-19 SGPRs; the dispatcher now takes the interval mask, which does not spill."""
+    p = reach.problem_of("f16", 128, block_size, None, ("sliding_window",))
+    (spec,) = dispatch.plan(p, "2d", AttentionKnobs(flash_wide=wide)).specs
+    assert spec.transposed_x8 and spec.interval_mask and spec.num_warps < 4, spec.kernel_name
+    name, _, vgpr_spills, sgpr_spills, error = reach.spill_counts(spec)
+    assert (vgpr_spills, sgpr_spills, error) == (0, 0, None), name

@@ -144,3 +144,21 @@ def test_the_entry_point_launches_the_fallback_and_it_computes_the_same(monkeypa
                           args["block_table"], args["softmax_scale"], causal=True)
     err = (args["out"].float() - want).abs().max().item()
     assert err <= attention_atol("bf16"), err
+
+
+def test_a_window_alone_on_l4_d128_masks_by_interval_and_matches_the_reference(monkeypatch):
+    """The dispatcher's rule for fp16 d128 wide2/L4 with a window alone (the plain mask spilled
+    17-19 SGPRs on L4): the interval mask, on the emulator against the reference."""
+    monkeypatch.setenv("HIPDNN_GFX942_FLASH_WIDE", "0")
+    args = make_inputs([(3, 40), (1, 23)], hq=4, hk=1, d=128, bs=16, dtype="f16", seed=3)
+    args["window_size"] = (5, 0)
+    au.GRAPHS.clear()
+    record = au.run_unified_attention_torch(**args)
+    (spec,) = record.plan.specs
+    assert spec.transposed_x8 and spec.num_warps == 1 and spec.interval_mask, spec.kernel_name
+    assert record.plan.spill_fallback is None           # the planned kernel does not spill
+    want = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                          args["block_table"], args["softmax_scale"], causal=True,
+                          window_size=(5, 0))
+    err = (args["out"].float() - want).abs().max().item()
+    assert err <= attention_atol("f16"), err
