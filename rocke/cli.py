@@ -256,7 +256,7 @@ def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
     """``report --reachable``: compile every reachable attention spec (or each class's
     heaviest) to assembly -- no link, so no ld.lld needed -- and summarise its spills in one
     line. A spec whose code spills is followed by what a call launches instead (the spill
-    fallback, ALGORITHM.md §12.9) and whether that is spill-free; exit 1 when any spec would
+    fallback, ALGORITHM.md §10.5) and whether that is spill-free; exit 1 when any spec would
     launch spilling, 3 when any failed to compile."""
     import json
     import time

@@ -1,4 +1,4 @@
-"""The spill-aware last step of gfx942's attention plan (attention_spill, ALGORITHM.md §12.9): a
+"""The spill-aware last step of gfx942's attention plan (attention_spill, ALGORITHM.md §10.5): a
 planned kernel whose code spills is replaced by the first spill-free geometry of a fixed chain,
 the substitution recorded on the plan; if all spill, the least-spilling one runs with a warning."""
 from __future__ import annotations

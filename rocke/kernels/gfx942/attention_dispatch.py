@@ -363,7 +363,7 @@ class Plan:
 def spill_free_plan(the_plan: Plan, spills_of: Callable) -> Plan:
     """The plan to launch: ``the_plan``, its attention kernel replaced by the first spill-free
     geometry of a short chain when the planned kernel's code spills (``spills_of(spec)`` ->
-    (VGPR, SGPR) spills of its compiled code; attention_spill, ALGORITHM.md §12.9)."""
+    (VGPR, SGPR) spills of its compiled code; attention_spill, ALGORITHM.md §10.5)."""
     return attention_spill.spill_free_plan(the_plan, spills_of)
 
 

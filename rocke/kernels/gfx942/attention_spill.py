@@ -1,4 +1,4 @@
-"""The spill-aware last step of gfx942's attention plan (ALGORITHM.md §12.9): when the planned
+"""The spill-aware last step of gfx942's attention plan (ALGORITHM.md §10.5): when the planned
 attention kernel's compiled code spills registers (the ``.sgpr_spill_count`` /
 ``.vgpr_spill_count`` LLVM writes into the code object's metadata), the same problem runs on the
 first geometry of a short fixed chain (``candidates``) whose code does not spill.
