@@ -63,8 +63,9 @@ def test_a_spilling_plan_launches_a_spill_free_geometry():
     (spec,) = planned.specs
     name, _, vgpr_spills, sgpr_spills, error = reach.spill_counts(spec)
     assert error is None and vgpr_spills + sgpr_spills > 0, name     # the premise: it spills
-    chosen = au.spill_checked(dispatch, planned)
+    chosen, kernels = au.spill_checked(dispatch, planned)
     (launched,) = chosen.specs
+    assert [k.name for k in kernels] == [launched.kernel_name]
     assert launched != spec
     assert reach.spill_counts(launched)[2:] == (0, 0, None), launched.kernel_name
     record = chosen.spill_fallback
@@ -83,7 +84,8 @@ def test_a_spilling_plan_launches_a_spill_free_geometry():
 def test_a_spill_free_plan_is_launched_as_planned():
     p = reach.problem_of("f16", 64, 16, None, ())
     planned = dispatch.plan(p, "2d", AttentionKnobs())
-    assert au.spill_checked(dispatch, planned) is planned
+    the_plan, kernels = au.spill_checked(dispatch, planned)
+    assert the_plan is planned and [k.name for k in kernels] == [planned.specs[0].kernel_name]
 
 
 def _fake_spills(table):
@@ -129,11 +131,11 @@ def test_the_entry_point_launches_the_fallback_and_it_computes_the_same(monkeypa
     args = make_inputs([(3, 40), (1, 23)], hq=4, hk=2, d=64, bs=16, dtype="bf16", seed=7)
     p = au.describe_problem(**args, target="gfx942")
     (planned,) = dispatch.plan(p, "auto", AttentionKnobs()).specs
-    real = au.compiled_spills
+    real = au.kernel_spills
 
-    def spills_of(spec):
-        return (0, 5) if spec == planned else real(spec)
-    monkeypatch.setattr(au, "compiled_spills", spills_of)
+    def spills_of(kernel):
+        return (0, 5) if kernel.name == planned.kernel_name else real(kernel)
+    monkeypatch.setattr(au, "kernel_spills", spills_of)
     au.GRAPHS.clear()
     record = au.run_unified_attention_torch(**args)
     (launched,) = record.plan.specs
