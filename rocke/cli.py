@@ -186,17 +186,22 @@ def emit(variant, fmt, output):
 @click.option("--shard", default="1/1", show_default=True, metavar="I/N",
               help="with --reachable: only the I-th of N interleaved parts of the (sorted) specs, "
                    "so a long enumeration can run as N commands")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="with --reachable: also write the counts and every spilling spec (with its "
+                   "spill fallback) to this JSON file")
 @_TARGET_OPTION
-def report(variants, no_cache, reachable, corners, jobs, progress, shard, target):
+def report(variants, no_cache, reachable, corners, jobs, progress, shard, json_path, target):
     """Compile variants (default: all) and print their resource report with occupancy."""
     if reachable:
         if variants or target:
             raise click.UsageError("--reachable enumerates its own (gfx942) specs: name no "
                                    "variants or --target")
-        _report_reachable(corners, jobs, progress, _shard(shard))
+        if json_path:
+            _write_output(json_path, None)        # before hours of compiling, not after
+        _report_reachable(corners, jobs, progress, _shard(shard), json_path)
         return
-    if corners or jobs != 1 or shard != "1/1":
-        raise click.UsageError("--corners, --jobs and --shard go with --reachable")
+    if corners or jobs != 1 or shard != "1/1" or json_path:
+        raise click.UsageError("--corners, --jobs, --shard and --json go with --reachable")
     spills = 0
     rows = []
     advice = []
@@ -243,50 +248,73 @@ def _shard(text: str) -> tuple[int, int]:
 
 def _reachable_counts(item):
     from rocke.kernels.gfx942 import attention_reachable
-    return attention_reachable.spill_counts(item[1])
+    return attention_reachable.launch_counts(item[1])
 
 
-def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1)) -> None:
+def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
+                      json_path: str | None = None) -> None:
     """``report --reachable``: compile every reachable attention spec (or each class's
     heaviest) to assembly -- no link, so no ld.lld needed -- and summarise its spills in one
-    line; exit 1 when any spills, 3 when any failed to compile."""
+    line. A spec whose code spills is followed by what a call launches instead (the spill
+    fallback, ALGORITHM.md §10.5) and whether that is spill-free; exit 1 when any spec would
+    launch spilling, 3 when any failed to compile."""
+    import json
     import time
     from rocke.kernels.gfx942 import attention_reachable
     specs = attention_reachable.corner_specs() if corners else attention_reachable.reachable_specs()
     items = sorted(specs.items())[shard[0] - 1::shard[1]]
     kinds: dict[str, int] = {}
-    spilling, failed = [], []
+    spilling, failed, launch_spilling = [], [], []
     t0 = time.monotonic()
 
     def tally(results):
-        for done, (name, kind, vs, ss, error) in enumerate(results, 1):
+        for done, (name, kind, vs, ss, error, fallback) in enumerate(results, 1):
             kinds[kind] = kinds.get(kind, 0) + 1
             if error:
-                failed.append(name)
+                failed.append((name, error))
                 click.echo(f"{name}  failed: {error}")
             elif vs or ss:
-                spilling.append((name, vs, ss))
-                click.echo(f"{name}  spills v/s {vs}/{ss}")
+                spilling.append((name, vs, ss, fallback))
+                if fallback is None or not fallback.spill_free:
+                    launch_spilling.append(name)
+                click.echo(f"{name}  spills v/s {vs}/{ss}"
+                           + (fallback.outcome() if fallback is not None else ""))
             if progress and (done % progress == 0 or done == len(items)):
                 click.echo(f"report --reachable: {done}/{len(items)} specs, {len(spilling)} spill, "
-                           f"{len(failed)} failed, {time.monotonic() - t0:.0f} s", err=True)
+                           f"{len(launch_spilling)} launch spilling, {len(failed)} failed, "
+                           f"{time.monotonic() - t0:.0f} s", err=True)
     if jobs > 1:
         import multiprocessing
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
             tally(pool.imap_unordered(_reachable_counts, items, chunksize=1))
     else:
         tally(map(_reachable_counts, items))
-    total = sum(v + s for _, v, s in spilling)
+    total = sum(v + s for _, v, s, _ in spilling)
     what = "heaviest reachable" if corners else "reachable"
     if shard != (1, 1):
         what = f"shard {shard[0]}/{shard[1]} of the {what}"
-    click.echo(f"{what} attention specs: {sum(kinds.values())} ("
+    summary = (f"{what} attention specs: {sum(kinds.values())} ("
                + ", ".join(f"{n} {k.removesuffix('Spec')}" for k, n in sorted(kinds.items()))
-               + f"); {len(spilling)} spill ({total} spills)"
+               + f"); {len(spilling)} spill ({total} spills); {len(launch_spilling)} launch "
+                 f"spilling after the fallback"
                + (f"; {len(failed)} failed to compile" if failed else ""))
+    click.echo(summary)
+    if json_path:
+        record = dict(
+            summary=summary, corners=corners, shard=list(shard), specs=sum(kinds.values()),
+            kinds=kinds, seconds=round(time.monotonic() - t0, 1),
+            spilling=[dict(name=n, vgpr_spills=v, sgpr_spills=s,
+                           fallback=None if f is None else dict(
+                               chosen=f.chosen, vgpr_spills=f.chosen_spills[0],
+                               sgpr_spills=f.chosen_spills[1], spill_free=f.spill_free,
+                               tried=f.tried))
+                      for n, v, s, f in sorted(spilling, key=lambda x: x[0])],
+            launch_spilling=sorted(launch_spilling),
+            failed=[dict(name=n, error=e) for n, e in sorted(failed)])
+        _write_output(json_path, (json.dumps(record, indent=1) + "\n").encode())
     if failed:
         raise SystemExit(EXIT_TOOLCHAIN_ERROR)
-    if spilling:
+    if launch_spilling:
         raise SystemExit(EXIT_CHECK_FAILED)
 
 

@@ -68,37 +68,67 @@ def test_what_the_dispatcher_plans_is_enumerated(reachable, problem, backend, kn
         assert spec.kernel_name in reachable, spec.kernel_name
 
 
-def test_report_reachable_prints_one_summary_line_and_fails_on_spills(monkeypatch):
+def test_report_reachable_prints_one_summary_line_and_fails_on_spills(monkeypatch, tmp_path):
+    import json
     from rocke import cli
+    from rocke.kernels.gfx942 import attention_spill
     from rocke.kernels.gfx942 import attention_tiled_2d as a2
     specs = {n: a2.VARIANTS[n] for n in list(a2.VARIANTS)[:3]}
-    spilling, broken = (s.kernel_name for s in list(specs.values())[:2])
+    spilling_spec, broken_spec = list(specs.values())[:2]
+    spilling, broken = spilling_spec.kernel_name, broken_spec.kernel_name
+    fallback = attention_spill.candidates(spilling_spec)[1].kernel_name
     monkeypatch.setattr(reach, "reachable_specs", lambda: {s.kernel_name: s for s in specs.values()})
 
-    def fake_counts(spec, spills=3):
-        return spec.kernel_name, type(spec).__name__, 0, spills if spec.kernel_name == spilling else 0, None
+    def fake_counts(spec, spills=3, fallback_spills=0):
+        n = spec.kernel_name
+        s = spills if n == spilling else fallback_spills if n == fallback else 0
+        return n, type(spec).__name__, 0, s, None
     monkeypatch.setattr(reach, "spill_counts", fake_counts)
-    result = CliRunner().invoke(cli.main, ["report", "--reachable", "--progress", "2"])
-    assert result.exit_code == 1, result.output
+    # the planned kernel spills, the chain's next one does not: a call launches that one
+    out = tmp_path / "reach.json"
+    result = CliRunner().invoke(cli.main, ["report", "--reachable", "--progress", "2",
+                                           "--json", str(out)])
+    assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
-    assert lines[0] == f"{spilling}  spills v/s 0/3"
-    assert "report --reachable: 2/3 specs, 1 spill, 0 failed" in result.output    # progress
-    assert "report --reachable: 3/3 specs, 1 spill, 0 failed" in result.output
-    assert lines[-1] == "reachable attention specs: 3 (3 UnifiedAttention2D); 1 spill (3 spills)"
+    assert lines[0] == f"{spilling}  spills v/s 0/3 -> {fallback} v/s 0/0 (spill-free, 2 tried)"
+    assert "report --reachable: 2/3 specs, 1 spill, 0 launch spilling, 0 failed" in result.output
+    assert "report --reachable: 3/3 specs, 1 spill, 0 launch spilling, 0 failed" in result.output
+    assert lines[-1] == ("reachable attention specs: 3 (3 UnifiedAttention2D); 1 spill (3 spills); "
+                         "0 launch spilling after the fallback")
+    data = json.loads(out.read_text())
+    assert data["summary"] == lines[-1] and data["specs"] == 3 and data["launch_spilling"] == []
+    assert data["spilling"] == [dict(name=spilling, vgpr_spills=0, sgpr_spills=3, fallback=dict(
+        chosen=fallback, vgpr_spills=0, sgpr_spills=0, spill_free=True, tried=2))]
+    # every candidate spills more: launched as planned, spilling, and the exit code says so (1)
+    enumerated = {s.kernel_name for s in specs.values()}
+    monkeypatch.setattr(reach, "spill_counts", lambda spec: fake_counts(spec) if spec.kernel_name
+                        in enumerated else (*fake_counts(spec)[:3], 5, None))
+    result = CliRunner().invoke(cli.main, ["report", "--reachable"])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines()[0].startswith(
+        f"{spilling}  spills v/s 0/3 -> no candidate spills less (")
+    assert result.output.strip().endswith("1 spill (3 spills); 1 launch spilling after the fallback")
     monkeypatch.setattr(reach, "spill_counts", lambda spec: fake_counts(spec, 0))
     result = CliRunner().invoke(cli.main, ["report", "--reachable", "--jobs", "2"])
-    assert result.exit_code == 0 and result.output.strip().endswith("; 0 spill (0 spills)")
+    assert result.exit_code == 0 and result.output.strip().endswith(
+        "; 0 spill (0 spills); 0 launch spilling after the fallback")
     # a spec LLVM rejects is named, the run goes on, and the exit code says so (3)
     monkeypatch.setattr(reach, "spill_counts", lambda spec: (*fake_counts(spec)[:4], "LLVM said no")
                         if spec.kernel_name == broken else fake_counts(spec))
     result = CliRunner().invoke(cli.main, ["report", "--reachable"])
     assert result.exit_code == 3, result.output
     assert f"{broken}  failed: LLVM said no" in result.output
-    assert result.output.strip().endswith("1 spill (3 spills); 1 failed to compile")
+    assert result.output.strip().endswith("1 spill (3 spills); 0 launch spilling after the "
+                                          "fallback; 1 failed to compile")
     bad = CliRunner().invoke(cli.main, ["report", "--corners"])
-    assert bad.exit_code == 2 and "--corners, --jobs and --shard go with --reachable" in bad.output
+    assert bad.exit_code == 2 and "--corners, --jobs, --shard and --json go with --reachable" \
+        in bad.output
     many = CliRunner().invoke(cli.main, ["report", "--reachable", "--jobs", "257"])
     assert many.exit_code == 2 and "257" in many.output
+    unwritable = CliRunner().invoke(cli.main, ["report", "--reachable", "--json",
+                                               str(tmp_path / "no" / "such" / "dir.json")])
+    assert unwritable.exit_code == 2 and "cannot write" in unwritable.output
+    assert "spills" not in unwritable.output          # refused before compiling
     # shards: interleaved parts of the sorted specs, together the whole
     names = sorted(s.kernel_name for s in specs.values())
     for i, part in ((1, names[0::2]), (2, names[1::2])):
@@ -137,7 +167,8 @@ def test_report_reachable_needs_no_linker(tmp_path, monkeypatch):
         toolchain.find_linker.cache_clear()
     assert result.exit_code == 0, result.output
     assert result.output.strip().splitlines()[-1] == \
-        "reachable attention specs: 2 (2 UnifiedAttention2D); 0 spill (0 spills)"
+        "reachable attention specs: 2 (2 UnifiedAttention2D); 0 spill (0 spills); " \
+        "0 launch spilling after the fallback"
     assert any((tmp_path / "cache").rglob("kernel.s"))     # compiled here, not served
 
 
@@ -217,5 +248,16 @@ def test_a_plain_window_on_one_round_keeps_the_tables_tile_and_does_not_spill(bl
                          group=group)
     (spec,) = dispatch.plan(p, "2d", AttentionKnobs()).specs
     assert spec.transposed_x8 and not spec.interval_mask and spec.tile_size == 32, spec.kernel_name
+    name, _, vgpr_spills, sgpr_spills, error = reach.spill_counts(spec)
+    assert (vgpr_spills, sgpr_spills, error) == (0, 0, None), name
+
+
+@pytest.mark.parametrize("wide, block_size", [(2, 16), (0, 32)])
+def test_a_plain_window_on_few_warp_transposed_x8_d128_masks_by_interval(wide, block_size):
+    """fp16 d128 wide2 / L4 (FLASH_WIDE=2 / 0) with a window alone: the plain two-compare mask
+    spilled 9 / 17-19 SGPRs; the dispatcher now takes the interval mask, which does not spill."""
+    p = reach.problem_of("f16", 128, block_size, None, ("sliding_window",))
+    (spec,) = dispatch.plan(p, "2d", AttentionKnobs(flash_wide=wide)).specs
+    assert spec.transposed_x8 and spec.interval_mask and spec.num_warps < 4, spec.kernel_name
     name, _, vgpr_spills, sgpr_spills, error = reach.spill_counts(spec)
     assert (vgpr_spills, sgpr_spills, error) == (0, 0, None), name

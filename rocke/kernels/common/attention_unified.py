@@ -863,6 +863,27 @@ def compiled(spec):
     return COMPILED.get(spec)
 
 
+def kernel_spills(kernel) -> tuple[int, int]:
+    """(VGPR, SGPR) spills of a compiled kernel, from its metadata; (0, 0) for one without
+    resource metadata (a test's stand-in)."""
+    info = getattr(kernel, "info", None)
+    return (0, 0) if info is None else (info.vgpr_spills, info.sgpr_spills)
+
+
+def spill_checked(target, the_plan) -> tuple:
+    """(plan, its compiled kernels) of a call, every build before any launch: the target's
+    spill-aware choice (``spill_free_plan``: a planned kernel whose code spills is replaced by
+    a spill-free geometry of the same problem, recorded in ``plan.spill_fallback``), or the
+    plan itself for a target without one."""
+    built = {spec: compiled(spec) for spec in the_plan.specs}
+    choose = getattr(target, "spill_free_plan", None)
+    if choose is not None:
+        the_plan = choose(the_plan, lambda spec: kernel_spills(
+            built[spec] if spec in built else compiled(spec)))
+    return the_plan, [built[spec] if spec in built else compiled(spec)
+                      for spec in the_plan.specs]
+
+
 def compiled_cache_stats() -> CompiledSpecCache:
     return COMPILED
 
@@ -1165,8 +1186,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         return None
     device_kind = launch_device_kind(q)
     target = attention_target(target_name)
-    the_plan = target.plan(problem, backend, knobs, num_segments=num_segments)
-    kernels = [compiled(spec) for spec in the_plan.specs]     # every build before any launch
+    the_plan, kernels = spill_checked(target, target.plan(problem, backend, knobs,
+                                                          num_segments=num_segments))
     descales = ((_descale_tensor("k_descale", k_descale), _descale_tensor("v_descale", v_descale))
                 if problem.kv_dtype is not None and not problem.kv_token_scales else ())
     features = dict(softcap=problem.softcap, alibi_slopes=alibi_slopes, qq_bias=qq_bias,

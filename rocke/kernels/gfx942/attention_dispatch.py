@@ -18,6 +18,7 @@ from rocke.kernels.common.attention_unified import (BACKENDS, AttentionCapabilit
 from rocke.kernels.common.knobs import AttentionKnobs
 from rocke.kernels.gfx942 import attention_policy as policy
 from rocke.kernels.gfx942 import attention_quant as quant
+from rocke.kernels.gfx942 import attention_spill
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
 from rocke.kernels.gfx942 import attention_tiled_3d as a3
 from rocke.kernels.gfx942 import reduce_segments
@@ -355,6 +356,15 @@ class Plan:
     geometry: Geometry
     specs: tuple                # (main spec,) or (3D spec, reduce spec)
     graph_replay: bool
+    # attention_spill.SpillFallback when the planned kernel's code spilled (spill_free_plan)
+    spill_fallback: object = None
+
+
+def spill_free_plan(the_plan: Plan, spills_of: Callable) -> Plan:
+    """The plan to launch: ``the_plan``, its attention kernel replaced by the first spill-free
+    geometry of a short chain when the planned kernel's code spills (``spills_of(spec)`` ->
+    (VGPR, SGPR) spills of its compiled code; attention_spill, ALGORITHM.md §10.5)."""
+    return attention_spill.spill_free_plan(the_plan, spills_of)
 
 
 def kernel_module(path: str):
@@ -380,7 +390,7 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
         wanted.update(regime=policy.TRANSPOSED_X8)
     if split != 1:
         wanted.update(group_split=split)
-    if needs_interval_mask(problem):
+    if needs_interval_mask(problem) or few_warp_x8_window(problem, geo):
         wanted.update(interval_mask=True)
     missing = sorted(set(wanted) - have)
     if missing:      # never drop a geometry field silently: the kernel would run another geometry
@@ -408,6 +418,15 @@ def needs_interval_mask(p: UnifiedAttentionProblem) -> bool:
     the shipped kernels; mm ranges already mask by interval."""
     return p.window_left >= 0 and not p.mm_ranges and (len(p.features) > 1 or
                                                         p.kv_dtype is not None)
+
+
+def few_warp_x8_window(p: UnifiedAttentionProblem, geo: Geometry) -> bool:
+    """A window alone on a d128 transposed-x8 kernel of fewer than four warps (wide2, L4: the
+    FLASH_WIDE lever) masks by interval too: the plain mask spilled 9 (wide2) and 17-19 (L4)
+    SGPRs at blocks 16/32/64, the interval mask none. wide4 (the shipped window kernel) and d64
+    do not spill with the plain mask and keep it (``rocke report --reachable``)."""
+    return (p.window_left >= 0 and not p.mm_ranges and geo.regime == policy.TRANSPOSED_X8
+            and p.head_size == 128 and geo.num_warps < 4)
 
 
 def split_group(group: int) -> tuple[int, int]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import warnings
 
 from rocke.arch import get_target
 from rocke.compiler import CompileError, assemble_ir
@@ -29,6 +30,7 @@ from rocke.kernels.common.attention_unified import UnifiedAttentionProblem
 from rocke.kernels.common.knobs import FLASH_GEOMETRIES, AttentionKnobs
 from rocke.kernels.gfx942 import attention_dispatch as dispatch
 from rocke.kernels.gfx942 import attention_quant as quant
+from rocke.kernels.gfx942 import attention_spill
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
 
 FEATURES = ("softcap", "alibi", "qq_bias", "sliding_window", "sinks", "mm_prefix")
@@ -126,3 +128,26 @@ def spill_counts(spec) -> tuple[str, str, int, int, str | None]:
     except CompileError as e:
         return spec.kernel_name, kind, 0, 0, " | ".join(str(e).split("\n"))
     return spec.kernel_name, kind, info.vgpr_spills, info.sgpr_spills, None
+
+
+def asm_spills(spec) -> tuple[int, int]:
+    """(VGPR, SGPR) spills of ``spec``'s assembly (``spill_counts``); LLVM's complaint raised
+    as a CompileError (the spill fallback skips such a candidate)."""
+    _, _, vgpr_spills, sgpr_spills, error = spill_counts(spec)
+    if error:
+        raise CompileError(error)
+    return vgpr_spills, sgpr_spills
+
+
+def launch_counts(spec):
+    """``spill_counts`` of the planned ``spec`` plus what a call would launch instead when it
+    spills: the spill fallback's record (attention_spill.SpillFallback, computed on the
+    assembly like the counts), else None."""
+    name, kind, vgpr_spills, sgpr_spills, error = spill_counts(spec)
+    fallback = None
+    if not error and (vgpr_spills or sgpr_spills):
+        with warnings.catch_warnings():      # the record says it; no warning per spec
+            warnings.simplefilter("ignore")
+            _, fallback = attention_spill.choose(spec, asm_spills,
+                                                 planned_spills=(vgpr_spills, sgpr_spills))
+    return name, kind, vgpr_spills, sgpr_spills, error, fallback
