@@ -27,6 +27,7 @@ TARGET = "gfx950"
 
 NARROW_ATOMS = ("16x16x16", "16x16x32")     # the narrow path's MFMA: gfx942's, or gfx950's wide-K
 X8T_ATOMS = ("32x32x8", "32x32x16")         # the transposed-x8 regime's: gfx942's, or gfx950's wide-K
+X8T_DEFAULT = "32x32x16"                    # gfx950's transposed-x8 policy (the "combo" on wide-K)
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,16 @@ class UnifiedAttention2DSpec(a2.UnifiedAttention2DSpec):
     tile of whole 32-key steps. ``x8t_atom="32x32x16"`` (the transposed-32x32 "combo" on the
     wide-K atom) does the same for the transposed-x8 regime: 16 elements per MFMA, the same 32x32
     accumulator, P^T still register-resident (its PV operand in the accumulator's key order,
-    ``rocke.dsl.softmax.transposed_pv_operand``), and, unlike 32x32x8, bf16 as well as fp16."""
+    ``rocke.dsl.softmax.transposed_pv_operand``), and, unlike 32x32x8, bf16 as well as fp16.
+    It is gfx950's transposed-x8 policy: ``x8t_atom=None`` resolves to it on that regime (as
+    ``tile_size=0`` resolves to the regime's tile); ``"32x32x8"`` keeps gfx942's atom (fp16)."""
     target: ClassVar[str] = TARGET
     narrow_atom: str = "16x16x16"
-    x8t_atom: str = "32x32x8"
+    x8t_atom: str | None = None          # transposed-x8 only; None: X8T_DEFAULT
 
     def __post_init__(self):
+        if self.x8t_atom is None and self.regime == policy.TRANSPOSED_X8:
+            object.__setattr__(self, "x8t_atom", X8T_DEFAULT)
         problems = x8t_atom_problems(self)
         if problems:
             raise ValueError(problems[0])
@@ -58,7 +63,7 @@ class UnifiedAttention2DSpec(a2.UnifiedAttention2DSpec):
     @property
     def kernel_name(self) -> str:
         wide = f"_{self.narrow_atom}" if self.narrow_atom != NARROW_ATOMS[0] else ""
-        wide += f"_{self.x8t_atom}" if self.x8t_atom != X8T_ATOMS[0] else ""
+        wide += f"_{self.x8t_atom}" if self.x8t_atom not in (None, X8T_ATOMS[0]) else ""
         return f"{super().kernel_name}{wide}_{TARGET}"
 
 
@@ -67,12 +72,12 @@ def x8t_atom_problems(spec) -> list[str]:
     transposed regime's dtypes): each a choice, and the wide-K 32x32x16 only on the
     transposed-x8 regime."""
     out = []
-    for name, choices in (("narrow_atom", NARROW_ATOMS), ("x8t_atom", X8T_ATOMS)):
+    for name, choices in (("narrow_atom", NARROW_ATOMS), ("x8t_atom", (None,) + X8T_ATOMS)):
         try:
             check_choice(name, getattr(spec, name), choices)
         except ValueError as e:
             out.append(str(e))
-    if not out and spec.x8t_atom != X8T_ATOMS[0] and spec.regime == policy.NARROW:
+    if not out and spec.x8t_atom is not None and spec.regime == policy.NARROW:
         out.append(f"x8t_atom: {spec.x8t_atom} is the transposed-x8 regime's; regime "
                    f"{spec.regime!r} takes narrow_atom")
     return out

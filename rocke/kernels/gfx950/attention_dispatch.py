@@ -10,8 +10,10 @@ First step: gfx942's rules and geometries (rocke/kernels/gfx942/attention_dispat
   LDS holds only at half the workgroups;
 - fp8 (KV caches, per-token-head caches, the output): gfx942's encodings with its e4m3fnuz
   replaced by gfx950's OCP e4m3fn (``attention_quant.on_target``).
-- the atom: the 2D narrow path takes the wide-K 16x16x32 (``ATOM_RULES``); the transposed-x8
-  regime keeps 32x32x8 (the 32x32x16 atom is not used yet).
+- the atom: the 2D narrow path takes the wide-K 16x16x32 (``ATOM_RULES``) and the 2D
+  transposed-x8 regime the wide-K 32x32x16 (``X8T_ATOM_RULES``, the transposed-32x32 "combo"),
+  which has bf16 as well as fp16: so bf16 takes fp16's geometry rows (``REGIME_RULES``), d64 and
+  d128 (d256 and QQ-bias stay narrow, as for fp16). 3D keeps gfx942's narrow 16x16x16.
 """
 from __future__ import annotations
 
@@ -64,12 +66,31 @@ TILE_RULES: tuple[tuple[Callable, int, str], ...] = (
 )
 
 
+# (applies(problem, gfx942's geometry), reason), first match wins: the problem takes the geometry
+# row fp16 would take, when that row is transposed-x8
+REGIME_RULES: tuple[tuple[Callable, str], ...] = (
+    (lambda p, g: g.path == "2d" and p.dtype == "bf16" and g.regime == policy.NARROW,
+     "gfx950: bf16 takes fp16's transposed-x8 row -- the wide-K 32x32x16 atom has bf16 (CDNA4; "
+     "gfx942's 32x32x8 regime is fp16-only), so P^T stays in registers instead of a round trip "
+     "through LDS, and the native v_cvt_pk_bf16_f32 rounds it (no compare per value: the "
+     "integer rounding's lane masks spilled SGPRs); modelled, not measured (no MI355X)"),
+)
+
+
 def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None = None,
              sms: int | None = None) -> Geometry:
     """gfx942's GEOMETRY_RULES row for ``path`` (3D's segment count from gfx950's compute
-    units; not gfx942's one-round tile, whose LDS check and model are MI300X's), then the first
-    of ``TILE_RULES`` that applies."""
-    geo = gfx942.table_geometry(p, path, knobs, num_sms() if sms is None else sms)
+    units; not gfx942's one-round tile, whose LDS check and model are MI300X's), fp16's
+    transposed-x8 row instead where ``REGIME_RULES`` say so, then the first of ``TILE_RULES``
+    that applies."""
+    sms = num_sms() if sms is None else sms
+    geo = gfx942.table_geometry(p, path, knobs, sms)
+    for applies, reason in REGIME_RULES:
+        if applies(p, geo):
+            as_fp16 = gfx942.table_geometry(replace(p, dtype="f16"), path, knobs, sms)
+            if as_fp16.regime == policy.TRANSPOSED_X8:
+                geo = replace(as_fp16, reason=f"{as_fp16.reason}; {reason}")
+            break
     for applies, tile, reason in TILE_RULES:
         if applies(p, geo):
             single = policy.default_k_single_buffer(True, geo.num_warps, geo.block_m_per_warp, tile)
@@ -86,9 +107,27 @@ ATOM_RULES: tuple[tuple[Callable, str, str], ...] = (
 )
 
 
+# (applies(geometry), x8t_atom, reason), first match wins; the 2D transposed-x8 spec takes the atom
+X8T_ATOM_RULES: tuple[tuple[Callable, str, str], ...] = (
+    (lambda g: g.path == "2d" and g.regime == policy.TRANSPOSED_X8, "32x32x16",
+     "gfx950 wide-K: the transposed-x8 regime's S^T = K Q^T and O^T = V^T P^T reduce 16 elements "
+     "per MFMA (32x32x16, CDNA4), half the MFMA issues of 32x32x8 for the same 32x32 "
+     "accumulators; P^T feeds PV in the accumulator's key order, V^T gathered to match "
+     "(rocke.dsl.softmax.transposed_pv_operand; modelled, not measured)"),
+)
+
+
 def narrow_atom(geo: Geometry) -> tuple[str, str] | None:
     """(atom, reason) of the first ``ATOM_RULES`` row that applies, else None (16x16x16)."""
     for applies, atom, reason in ATOM_RULES:
+        if applies(geo):
+            return atom, reason
+    return None
+
+
+def x8t_atom(geo: Geometry) -> tuple[str, str] | None:
+    """(atom, reason) of the first ``X8T_ATOM_RULES`` row that applies, else None (32x32x8)."""
+    for applies, atom, reason in X8T_ATOM_RULES:
         if applies(geo):
             return atom, reason
     return None
@@ -102,12 +141,14 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
     the_plan = gfx942.plan(problem, backend, knobs, with_specs=with_specs,
                            num_segments=num_segments, sms=num_sms(), capabilities=CAPABILITIES,
                            spec_classes=SPEC_CLASSES, geometry_of=geometry)
-    wide = narrow_atom(the_plan.geometry)
-    if wide is None:
-        return the_plan
-    atom, reason = wide
-    geo = replace(the_plan.geometry, name=f"{the_plan.geometry.name}_{atom}",
-                  reason=f"{the_plan.geometry.reason}; {reason}")
-    specs = tuple(replace(s, narrow_atom=atom) if isinstance(s, UnifiedAttention2DSpec) else s
-                  for s in the_plan.specs)
-    return replace(the_plan, geometry=geo, specs=specs)
+    for field, rule in (("narrow_atom", narrow_atom), ("x8t_atom", x8t_atom)):
+        wide = rule(the_plan.geometry)
+        if wide is None:
+            continue
+        atom, reason = wide
+        geo = replace(the_plan.geometry, name=f"{the_plan.geometry.name}_{atom}",
+                      reason=f"{the_plan.geometry.reason}; {reason}")
+        specs = tuple(replace(s, **{field: atom}) if isinstance(s, UnifiedAttention2DSpec) else s
+                      for s in the_plan.specs)
+        return replace(the_plan, geometry=geo, specs=specs)
+    return the_plan
