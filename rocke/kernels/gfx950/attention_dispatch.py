@@ -141,6 +141,7 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
     the_plan = gfx942.plan(problem, backend, knobs, with_specs=with_specs,
                            num_segments=num_segments, sms=num_sms(), capabilities=CAPABILITIES,
                            spec_classes=SPEC_CLASSES, geometry_of=geometry)
+    the_plan = _window_interval_mask(the_plan)
     for field, rule in (("narrow_atom", narrow_atom), ("x8t_atom", x8t_atom)):
         wide = rule(the_plan.geometry)
         if wide is None:
@@ -152,3 +153,22 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
                       for s in the_plan.specs)
         return replace(the_plan, geometry=geo, specs=specs)
     return the_plan
+
+
+WINDOW_INTERVAL_REASON = (
+    "gfx950: a sliding window on the 2D transposed-x8 regime masks by one interval per query row "
+    "(spec interval_mask), also alone: the plain mask's two window compares and per-score token "
+    "division spilled 9-10 SGPRs on fp16 d128 wide4 (T = 32 and 64, both atoms) and 17 on L4 "
+    "with LLVM 22's gfx950 schedule; the interval mask none (gfx942 keeps the plain mask for a "
+    "window alone, spill-free there)")
+
+
+def _window_interval_mask(the_plan: Plan) -> Plan:
+    """The plan with ``interval_mask`` on its 2D transposed-x8 spec when the problem has a
+    sliding window (mm ranges already mask by interval): ``WINDOW_INTERVAL_REASON``."""
+    p, geo = the_plan.problem, the_plan.geometry
+    if not (geo.path == "2d" and geo.regime == policy.TRANSPOSED_X8 and p.window_left >= 0
+            and not p.mm_ranges) or not the_plan.specs or the_plan.specs[0].interval_mask:
+        return the_plan
+    return replace(the_plan, geometry=replace(geo, reason=f"{geo.reason}; {WINDOW_INTERVAL_REASON}"),
+                   specs=tuple(replace(s, interval_mask=True) for s in the_plan.specs))
