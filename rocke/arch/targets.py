@@ -35,6 +35,9 @@ class Target:
     peak_dense_f16_tflops: float   # vendor peak, for roofline context only
     hbm_tbytes_per_s: float
     min_llvm_major: int            # first LLVM release whose AMDGPU backend knows the processor
+    # a hardware f32 -> bf16 conversion (round to nearest even, NaN quieted): CDNA4's
+    # v_cvt_pk_bf16_f32 (AMD CDNA4 ISA guide, VOP3 opcode 616); CDNA3 has none
+    native_bf16_conversion: bool = False
 
     @property
     def waves_per_cu(self) -> int:
@@ -97,6 +100,7 @@ GFX950 = replace(
     peak_dense_f16_tflops=2516.6,
     hbm_tbytes_per_s=8.0,
     min_llvm_major=20,             # gfx950 is first listed in LLVM 20's AMDGPUUsage
+    native_bf16_conversion=True,
 )
 
 TARGETS: dict[str, Target] = {t.name: t for t in (GFX942, GFX950)}

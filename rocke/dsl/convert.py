@@ -14,6 +14,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from . import types as T
+from ..arch.targets import get_target
 from .errors import dsl_type_error, dsl_value_error
 
 _I1 = ir.IntType(1)
@@ -92,10 +93,15 @@ def _bf16_to_f32(v):
 
 
 def _f32_to_bf16(v):
-    """Round to nearest even: add 0x7FFF plus the lsb of the kept half; NaN -> quiet NaN."""
+    """Round to nearest even: add 0x7FFF plus the lsb of the kept half; NaN -> quiet NaN. On a
+    target with a native conversion (gfx950's v_cvt_pk_bf16_f32, RNE, NaN quieted) LLVM's
+    ``fptrunc`` to ``bfloat`` selects it: one instruction per two values, no compare."""
     k = v.kernel
     b = k.builder
     x = k.ir_of(v)
+    if get_target(k.target).native_bf16_conversion:
+        narrow = b.fptrunc(x, T.bfloat_vector_ir_type(v.lanes))
+        return k.wrap(b.bitcast(narrow, T.i16.vector_ir_type(v.lanes)), T.bf16, v.lanes)
     bits = b.bitcast(x, T.i32.vector_ir_type(v.lanes))
     high = b.lshr(bits, _const_like(v, 16))
     lsb = b.and_(high, _const_like(v, 1))

@@ -411,24 +411,10 @@ class Mfma:
         return Fragment(k.wrap(d, T.f32, self.atom.acc_regs), self.C)
 
 
-class _BFloatType(ir.Type):
-    """LLVM's ``bfloat`` (llvmlite has no such type): the element of gfx950's wide-K bf16 MFMA
-    operands, where gfx942's bf16 atoms take the i16 carriers the DSL holds bf16 in."""
-
-    def _to_string(self):
-        return "bfloat"
-
-    def __eq__(self, other):
-        return isinstance(other, _BFloatType)
-
-    def __hash__(self):
-        return hash("bfloat")
-
-
 def _as_bfloat_vector(kernel, value: Value):
     """An intrinsic operand: the bf16 carrier vector ``<N x i16>`` bitcast to ``<N x bfloat>``."""
     x = kernel.ir_of(value)
-    return kernel.builder.bitcast(x, ir.VectorType(_BFloatType(), value.lanes))
+    return kernel.builder.bitcast(x, T.bfloat_vector_ir_type(value.lanes))
 
 
 # ---- memory -------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import types as T
+from ..arch.targets import get_target
 from .errors import dsl_type_error, dsl_value_error
 from .magic import udiv_const
 from .math import minimum
@@ -280,7 +281,10 @@ def _to_bf16_without_compares(x: Value) -> Value:
     """f32 -> bf16 rounded to nearest even, as ``Value.to`` does, but the NaN case without a
     compare: each compare is a 64-bit lane mask in SGPRs, and a copy step's 8-16 of them in
     flight spilled the bf16 per-token-head kernels. A NaN's rounded bits get the exponent and
-    quiet bit or-ed in (0x7fc0), so it stays a NaN; every other value is the RNE result."""
+    quiet bit or-ed in (0x7fc0), so it stays a NaN; every other value is the RNE result. A
+    target with a native conversion (gfx950) uses it: one instruction per pair, no compare."""
+    if get_target(x.kernel.target).native_bf16_conversion:
+        return x.to(T.bf16)
     bits = x.bitcast(T.i32)
     rounded = (bits.bitcast(T.u32) + 0x7FFF + ((bits.bitcast(T.u32) >> 16) & 1)) >> 16
     nan = ((0x7F800000 - (bits & 0x7FFFFFFF)) >> 31).bitcast(T.u32)    # all ones for a NaN

@@ -10,10 +10,13 @@ The shipped attention kernels and samples use these (one definition).
 from __future__ import annotations
 
 import math
+from functools import cache
 
-from .fragment import ROW, AxisVector, load_fragment
+from ..arch.mfma import get_atom
+from .fragment import ROW, AxisVector, Fragment, load_fragment
 from .math import exp2
-from .values import Value, select
+from .tv_layout import TVLayout
+from .values import Value, concat, select
 
 LOG2E = 1.4426950408889634       # log2(e): exp(x) = exp2(x * LOG2E)
 
@@ -57,3 +60,41 @@ def transposed_scores(mma, k_tile, q_ops, kv_frags: int):
             for t in range(q_frags):
                 scores[i][t] = mma(k_op, q_ops[s][t], scores[i][t])
     return scores
+
+
+# O^T = V^T P^T with P^T the S^T accumulator (32x32, keys on rows). On 32x32x8 P^T's registers
+# already have the B layout (``Fragment.as_operand``). On the wide-K 32x32x16 the accumulator
+# gives a lane keys {4h..4h+3, 8+4h..8+4h+3} of each 16-key block in registers 0..7 (h = lane //
+# 32), where the B operand nominally holds keys 8h..8h+7: P^T's registers are used as the B
+# operand as they are, and the V^T A operand is gathered in the same key order -- two half-K
+# (32x32x8 layout) reads at keys +0 and +8, each lane's 4 keys at 4h -- so the contraction pairs
+# every key's P with its own V row.
+def _wide_k_32(mma) -> bool:
+    return mma.atom.m == 32 and mma.atom.k_per_lane == 8
+
+
+@cache
+def _half_k_a_layout(key: str) -> TVLayout:
+    return TVLayout.mfma_a(get_atom(key))
+
+
+def transposed_pv_operand(mma, probs, sub: int):
+    """P^T (a 32x32 accumulator fragment, keys on rows) of keys [sub, sub + atom.k) as the B
+    operand of O^T = V^T P^T, in the key order ``transposed_v_operand`` reads V^T in."""
+    if not _wide_k_32(mma):
+        return probs.as_operand(mma.B, (sub, 0))
+    n = mma.atom.k_per_lane
+    first = sub // 16 * n
+    return Fragment(probs.value[first:first + n], mma.B)
+
+
+def transposed_v_operand(mma, vt_tile, d0: int, key0, *, transposed: bool = False):
+    """The V^T A operand of head-dim rows [d0, d0 + 32) and keys [key0, key0 + atom.k) from a V^T
+    tile (``transposed``: a row-major V tile read transposed), in ``transposed_pv_operand``'s key
+    order."""
+    if not _wide_k_32(mma):
+        return load_fragment(vt_tile, mma.A, (d0, key0), transposed=transposed)
+    half = _half_k_a_layout(f"32x32x{mma.atom.k // 2}_{mma.atom.a_type}")
+    lo = load_fragment(vt_tile, half, (d0, key0), transposed=transposed)
+    hi = load_fragment(vt_tile, half, (d0, key0 + 8), transposed=transposed)
+    return Fragment(concat(lo.value, hi.value), mma.A)

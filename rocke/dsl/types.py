@@ -83,6 +83,26 @@ FINITE_MAX = {"fp8_e4m3fnuz": 240.0, "fp8_e5m2fnuz": 57344.0, "fp8_e4m3fn": 448.
 # the fp8 formats whose conversions a target has (the same v_cvt_* opcodes read fnuz codes on
 # gfx942 and OCP codes on gfx950): (e4m3, e5m2) per target
 FP8_FORMATS = {"gfx942": ("fp8_e4m3fnuz", "fp8_e5m2fnuz"), "gfx950": ("fp8_e4m3fn", "fp8_e5m2")}
+
+
+class BFloatIR(ir.Type):
+    """LLVM's ``bfloat`` (llvmlite has no such type); the DSL holds bf16 in i16 carriers and
+    bitcasts to it where an instruction wants it (gfx950's wide-K MFMAs, native conversions)."""
+
+    def _to_string(self):
+        return "bfloat"
+
+    def __eq__(self, other):
+        return isinstance(other, BFloatIR)
+
+    def __hash__(self):
+        return hash("bfloat")
+
+
+def bfloat_vector_ir_type(lanes: int) -> ir.Type:
+    return BFloatIR() if lanes == 1 else ir.VectorType(BFloatIR(), lanes)
+
+
 ptr_global = DType("ptr_global", 64, "ptr")
 ptr_lds = DType("ptr_lds", 32, "ptr")
 buffer_rsrc = DType("buffer_rsrc", 128, "ptr")

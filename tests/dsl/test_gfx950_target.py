@@ -75,3 +75,34 @@ def test_ocp_fp8_converts_on_gfx950_only():
         k942 = dsl.Kernel("ocp", target="gfx942", workgroup_size=64)
         with pytest.raises(TypeError, match="gfx942 has no OCP fp8"):
             k942.arg_f32("x").to(dt)
+
+
+def _bf16_convert_kernel(target: str):
+    k = dsl.Kernel(f"to_bf16_{target}", target=target, workgroup_size=64)
+    x = k.arg_ptr("x", "f32", readonly=True)
+    y = k.arg_ptr("y", "bf16")
+    i = k.thread_id(0) * 2
+    pair = x.load(i, width=2)
+    y.store(i, pair.to("bf16"))
+    return k
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_f32_to_bf16_rounds_to_nearest_even_on_both_targets(target):
+    """gfx950 converts with its native v_cvt_pk_bf16_f32 (LLVM's fptrunc to bfloat), gfx942 with
+    the integer RNE sequence; both give torch's bf16 rounding: ties to even, NaN stays NaN, inf,
+    the largest finite value and subnormals."""
+    k = _bf16_convert_kernel(target)
+    ck = compile_ir(k, target=target, cache=False)
+    assert ("v_cvt_pk_bf16_f32" in ck.asm) == (target == "gfx950")
+    bits = [0x3F808000, 0x3F818000, 0x3F808001, 0xBF80FFFF, 0x7F7FFFFF, 0x00008000, 0x80018000,
+            0x7F800000, 0xFF800000, 0x7FC00001, 0xFFA00000, 0x00000000, 0x80000000, 0x4049FDB0]
+    gen = torch.Generator().manual_seed(1)
+    rand = torch.randn(128 - len(bits), generator=gen) * 1e3
+    x = torch.cat([torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32), rand])
+    y = torch.zeros(128, dtype=torch.bfloat16)
+    emu.launch(ck.asm, ck.name, (1, 1, 1), (64, 1, 1), [x, y], target=target)
+    want = x.to(torch.bfloat16)
+    nan = want.isnan()
+    assert torch.equal(y.isnan(), nan)
+    assert torch.equal(y[~nan].view(torch.int16), want[~nan].view(torch.int16))

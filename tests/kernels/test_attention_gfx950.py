@@ -67,7 +67,8 @@ def test_d128_flash_tile_follows_gfx950_lds(flash_wide, name, tile):
     knobs = AttentionKnobs(flash_wide=flash_wide)
     plan = dispatch.plan(p, "2d", knobs)
     (spec,) = plan.specs
-    assert plan.geometry.name == name and spec.tile_size == tile
+    assert plan.geometry.name == f"{name}_32x32x16" and spec.tile_size == tile
+    assert spec.x8t_atom == "32x32x16"
     assert spec.use_k_single_buffer == (spec.num_warps * 32 <= tile)
     # gfx942's LDS keeps T = 32 in its table (2 workgroups per CU); only a grid of one round on
     # MI300X grows it (gfx942 one_round_tile, ALGORITHM.md §10.2)
@@ -93,7 +94,7 @@ def test_the_narrow_atom_rules():
         g950.UnifiedAttention2DSpec(narrow_atom="32x32x16")
     with pytest.raises(ValueError, match="tile_size 16 is not a multiple of 32"):
         g950.UnifiedAttention2DSpec(dtype="bf16", head_size=64, block_size=16, narrow_atom="16x16x32")
-    with pytest.raises(ValueError, match="transposed-x8 regime runs 32x32x8"):
+    with pytest.raises(ValueError, match="transposed-x8 regime takes x8t_atom"):
         g950.UnifiedAttention2DSpec(dtype="f16", head_size=64, block_size=64, num_warps=4,
                                     block_m_per_warp=32, regime="transposed_x8", narrow_atom="16x16x32")
     assert not hasattr(a2.UnifiedAttention2DSpec(), "narrow_atom")    # gfx942's spec is untouched
@@ -101,12 +102,13 @@ def test_the_narrow_atom_rules():
 
 @pytest.mark.parametrize("block_size, atom", [(16, "16x16x16"), (32, "16x16x32"), (64, "16x16x32")])
 def test_the_narrow_2d_geometry_takes_the_wide_k_atom_on_whole_32_key_tiles(block_size, atom):
-    p = _problem(dtype="bf16", max_seqlen_k=256, block_size=block_size)
+    # QQ-bias keeps the narrow regime (bf16 without it takes the transposed-x8 one on gfx950)
+    p = _problem(dtype="bf16", max_seqlen_k=256, block_size=block_size, qq_bias=True)
     plan = dispatch.plan(p, "2d")
     (spec,) = plan.specs
     assert spec.regime == "narrow" and spec.narrow_atom == atom
     assert ("16x16x32" in plan.geometry.reason) == (atom == "16x16x32")
-    assert dispatch.plan(p, "3d").specs[0].kernel_name.endswith("_k1_gfx950")    # 3D: 16x16x16
+    assert dispatch.plan(p, "3d").specs[0].kernel_name.endswith("_k1_qqb_gfx950")    # 3D: 16x16x16
 
 
 def test_gfx950_fp8_is_ocp_e4m3fn_and_fnuz_is_refused():
@@ -151,8 +153,8 @@ def _check(args, record, dtype):
 
 @pytest.mark.parametrize("backend, seqs, dtype, d, bs, hq, hk, want", [
     ("2d", MIXED, "f16", 64, 16, 8, 2, "x8t_w4m32_t64"),          # GQA 4:1, flash wide4
-    ("auto", MIXED, "bf16", 128, 32, 10, 2, "narrow_w2m16_t32_k1_16x16x32"),  # GQA 5:1, narrow wide-K
-    ("auto", MIXED, "bf16", 64, 16, 4, 4, "narrow_w4m32_t16_k2_gfx950"),   # MHA, 16-key tiles: 16x16x16
+    ("auto", MIXED, "bf16", 128, 32, 10, 2, "x8t_w4m32_t64_k2_32x32x16"),  # GQA 5:1, bf16 combo
+    ("auto", MIXED, "bf16", 64, 16, 4, 4, "x8t_w4m32_t64_k2_32x32x16"),   # MHA, bf16 combo
     ("auto", MIXED, "f16", 128, 64, 8, 1, "x8t_w4m32_t64"),       # GQA 8:1, wide4 at gfx950's T = 64
     ("3d", MIXED, "f16", 64, 32, 2, 2, "narrow_w1m16"),           # MHA, prefill rows through 3D
     ("auto", LONG_DECODE, "bf16", 128, 16, 8, 2, "narrow_w1m16"),  # long decode -> 3D + reduce
@@ -220,7 +222,7 @@ def _fp8_caches(args):
 
 @pytest.mark.parametrize("backend, dtype, d, bs, want", [
     ("2d", "f16", 64, 16, "_x8t_"), ("3d", "bf16", 64, 16, "_narrow_"),
-    ("2d", "bf16", 128, 64, "_16x16x32"),        # the narrow wide-K atom reads the dequantized tile
+    ("2d", "bf16", 128, 64, "_32x32x16"),        # the bf16 combo reads the dequantized tile
 ])
 def test_fp8_kv_cache_matches_reference_on_gfx950(emu_gfx950, backend, dtype, d, bs, want):
     """An OCP e4m3fn cache decoded by gfx950's v_cvt_f32_fp8, against the reference reading the
@@ -361,9 +363,127 @@ def test_shipped_gfx950_variants_are_what_the_dispatcher_plans():
     assert all(type(v.spec) is g950.UnifiedAttention3DSpec for v in three.values())
     assert all(type(v.spec) is g950.ReduceSegmentsSpec for v in red.values())
     names = " ".join(two) + " ".join(three) + " ".join(red)
-    for tag in ("_x8t_", "_narrow_", "_16x16x32", "_kvfp8", "_ofp8", "_d64_", "_d128_", "/f16_", "/bf16_"):
+    for tag in ("_x8t_", "_narrow_", "_16x16x32", "_32x32x16", "_kvfp8", "_ofp8", "_d64_", "_d128_",
+                "/f16_", "/bf16_"):
         assert tag in names, tag
     assert all(v.spec.kv_dtype in (None, "fp8_e4m3fn") for v in {**two, **three}.values())
     problem = attention_shipped.problem_of("bf16", 64, 64, decode=False)
     planned = dispatch.plan(problem, "2d").specs[0]
+    assert planned in [v.spec for v in two.values()] and planned.x8t_atom == "32x32x16"
+    problem = attention_shipped.problem_of("bf16", 128, 64, decode=False, qq_bias=True)
+    planned = dispatch.plan(problem, "2d").specs[0]
     assert planned in [v.spec for v in two.values()] and planned.narrow_atom == "16x16x32"
+
+
+# ---- the transposed-32x32 combo on the wide-K 32x32x16 (gfx950's transposed-x8 policy) ----
+
+def _x8t(**kw):
+    base = dict(dtype="f16", head_size=64, block_size=16, num_queries_per_kv=4, num_warps=4,
+                block_m_per_warp=32, regime="transposed_x8")
+    return g950.UnifiedAttention2DSpec(**{**base, **kw})
+
+
+def test_the_x8t_atom_policy_rules():
+    assert _x8t().x8t_atom == "32x32x16" and _x8t(dtype="bf16").x8t_atom == "32x32x16"
+    assert _x8t().kernel_name.endswith("_x8t_w4m32_t64_k2_32x32x16_gfx950")
+    old = _x8t(x8t_atom="32x32x8")          # gfx942's atom, named as before
+    assert old.kernel_name == "attention_2d_f16_d64_b16_g4_x8t_w4m32_t64_k2_gfx950"
+    assert g950.UnifiedAttention2DSpec().x8t_atom is None          # narrow: no transposed atom
+    with pytest.raises(ValueError, match="x8t_atom: must be one of None, 32x32x8, 32x32x16, got '16x16x32'"):
+        _x8t(x8t_atom="16x16x32")
+    with pytest.raises(ValueError, match="x8t_atom: 32x32x16 is the transposed-x8 regime's; regime 'narrow'"):
+        g950.UnifiedAttention2DSpec(x8t_atom="32x32x16")
+    with pytest.raises(ValueError, match=r"regime: transposed_x8 \(the 32x32x8 atom\) is fp16-only"):
+        _x8t(dtype="bf16", x8t_atom="32x32x8")
+    with pytest.raises(ValueError, match="head_size: 256 has only the narrow path"):
+        _x8t(head_size=256)
+    with pytest.raises(ValueError, match=r"regime: transposed_x8 \(the 32x32x8 atom\) is fp16-only"):
+        a2.UnifiedAttention2DSpec(dtype="bf16", regime="transposed_x8", block_m_per_warp=32)  # gfx942
+    assert not hasattr(a2.UnifiedAttention2DSpec(), "x8t_atom")
+    # the gate accepts exactly what the constructor accepts
+    assert g950.supports_tiled_2d(_x8t(dtype="bf16")) and g950.supports_tiled_2d(_x8t(), x8t_atom="32x32x8")
+    assert not g950.supports_tiled_2d(_x8t(), dtype="bf16", x8t_atom="32x32x8")
+    assert not g950.supports_tiled_2d(x8t_atom="32x32x16")
+    assert not g950.supports_tiled_2d(_x8t(), tile_size=16)
+
+
+def _mfmas(spec) -> dict:
+    import collections
+    ops = collections.Counter(line.split()[0] for line in au.compiled(spec).asm.splitlines()
+                              if "v_mfma" in line and not line.lstrip().startswith((";", ".")))
+    return dict(ops)
+
+
+def test_the_combo_halves_the_transposed_regimes_mfmas():
+    """32x32x16 reduces 16 elements per MFMA, 32x32x8 8: the same kernel issues half as many
+    (f16 d64 wide4, T = 64: QK 2 key blocks x 4 head-dim steps, PV 2 x 4 key steps x 2 head-dim
+    blocks = 32 MFMAs a tile step per unrolled copy), in one of each loop phase."""
+    wide, narrow = _mfmas(_x8t()), _mfmas(_x8t(x8t_atom="32x32x8"))
+    assert set(wide) == {"v_mfma_f32_32x32x16_f16"} and set(narrow) == {"v_mfma_f32_32x32x8_f16"}
+    assert 2 * wide["v_mfma_f32_32x32x16_f16"] == narrow["v_mfma_f32_32x32x8_f16"]
+    assert set(_mfmas(_x8t(dtype="bf16"))) == {"v_mfma_f32_32x32x16_bf16"}
+
+
+def test_the_dispatcher_plans_the_combo_for_both_dtypes():
+    for dtype in ("f16", "bf16"):
+        for d in (64, 128):
+            plan = dispatch.plan(_problem(dtype=dtype, head_size=d, max_seqlen_k=256), "2d")
+            (spec,) = plan.specs
+            assert spec.transposed_x8 and spec.x8t_atom == "32x32x16", spec.kernel_name
+            assert "32x32x16" in plan.geometry.reason
+            assert ("bf16 takes fp16's transposed-x8 row" in plan.geometry.reason) == (dtype == "bf16")
+    # a window alone masks by interval on the combo (the plain mask spilled on gfx950)
+    (spec,) = dispatch.plan(_problem(max_seqlen_k=256, window_left=8), "2d").specs
+    assert spec.transposed_x8 and spec.sliding_window and spec.interval_mask
+    assert not gfx942.plan(_problem(max_seqlen_k=256, window_left=8), "2d").specs[0].interval_mask
+    # refused: d256 and QQ-bias stay narrow, 3D keeps its narrow 16x16x16
+    for kw in (dict(head_size=256), dict(qq_bias=True)):
+        (spec,) = dispatch.plan(_problem(dtype="bf16", max_seqlen_k=256, **kw), "2d").specs
+        assert spec.regime == "narrow" and spec.x8t_atom is None
+    spec3 = dispatch.plan(_problem(dtype="bf16", num_seqs=8, total_q=8, max_seqlen_k=2048), "3d").specs[0]
+    assert spec3.regime == "narrow" and not hasattr(spec3, "x8t_atom")
+
+
+PREFILL_MIX = [(7, 7), (1, 40), (19, 19), (3, 66)]      # causal prefill, decode row, chunked prefill
+
+
+@pytest.mark.parametrize("dtype, d, bs, hq, hk, names", [
+    ("f16", 64, 16, 4, 4, ()),                          # MHA
+    ("bf16", 64, 64, 8, 2, ()),                         # GQA 4:1
+    ("bf16", 128, 16, 10, 2, ("softcap", "alibi")),     # GQA 5:1, d128 at T = 64
+    ("f16", 128, 64, 8, 1, ("window",)),                # GQA 8:1, a window alone
+    ("bf16", 64, 16, 8, 1, ("window", "alibi", "sinks")),   # GQA 8:1, interval mask
+])
+def test_the_combo_matches_reference_on_gfx950(emu_gfx950, dtype, d, bs, hq, hk, names):
+    args = make_inputs(PREFILL_MIX, hq=hq, hk=hk, d=d, bs=bs, dtype=dtype, seed=hq * d + bs)
+    run, ref_kw = _features(names, args, hq, seed=bs + d)
+    if "softcap" in names:
+        run["softcap"] = ref_kw["softcap"] = 4.0
+    record = au.run_unified_attention_torch(**{**args, **run}, backend="2d")
+    (spec,) = record.plan.specs
+    assert spec.x8t_atom == "32x32x16" and spec.dtype == dtype, spec.kernel_name
+    assert _mfmas(spec) and set(_mfmas(spec)) == {f"v_mfma_f32_32x32x16_{dtype}"}
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"], **ref_kw)
+    err = (args["out"].float() - ref).abs().max().item()
+    assert err <= attention_atol(dtype), f"{spec.kernel_name}: {err}"
+    if names:
+        plain = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                               args["block_table"], args["softmax_scale"])
+        assert (plain - ref).abs().max().item() > 3 * attention_atol(dtype), "features have no effect"
+
+
+@pytest.mark.parametrize("lever", ["cfv_store", "q_direct"])
+def test_the_combo_levers_match_reference_on_gfx950(emu_gfx950, lever):
+    """The row-major V tile (its transposed half-K reads) and Q read straight from global (its
+    8-element B runs), bf16 d64 wide2."""
+    from tests.kernels.test_attention_2d import make_problem
+    spec = _x8t(dtype="bf16", num_warps=2, num_queries_per_kv=5, **{lever: True})
+    q_lens, kv_lens = [1, 33, 2], [70, 33, 129]
+    q, kc, vc, table, cu, used = make_problem("bf16", 64, 16, 5, q_lens, kv_lens, num_kv_heads=1)
+    out = torch.full_like(q, 7.0)
+    grid, block = a2.launch_geometry(spec, len(q_lens), q.shape[0], 1)
+    runtime.launch(au.compiled(spec), grid, block,
+                   a2.kernel_args(spec, q, kc, vc, out, table, cu, used, 0.125))
+    err = (out.float() - ref_paged_attn(q, kc, vc, cu, used, table, 0.125)).abs().max().item()
+    assert err <= attention_atol("bf16"), err

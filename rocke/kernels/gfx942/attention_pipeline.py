@@ -17,7 +17,8 @@ from rocke.dsl.fragment import (AxisVector, COL, ROW, Fragment, lane_affine_valu
                                 store_fragment)
 from rocke.dsl.magic import udiv_const
 from rocke.dsl.paged import CACHE_POLICIES, BlockTableRow, PagedView, copy_paged_tile, min_dma_loads_per_wave
-from rocke.dsl.softmax import LOG2E, online_softmax_update
+from rocke.dsl.softmax import (LOG2E, online_softmax_update, transposed_pv_operand,
+                               transposed_v_operand)
 from rocke.kernels.gfx942 import attention_policy as policy
 from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942.attention_p_stage import store_p_pairs
@@ -577,14 +578,17 @@ class NarrowPath(TileLoop):
         return value_scaled(self.c, out)
 
 class TransposedX8Path(TileLoop):
-    """Transposed-x8: S^T = K Q^T on 32x32x8 (f16), P^T register-resident (ALGORITHM.md §8)."""
+    """Transposed-x8: S^T = K Q^T on 32x32x8 (f16; gfx950: 32x32x16 f16/bf16), P^T
+    register-resident (ALGORITHM.md §8)."""
 
     row_axis = COL
 
     def __init__(self, c):
         super().__init__(c)
         s, k = self.spec, self.k
-        self.mma = k.mfma("32x32x8", s.dtype)
+        # gfx950 specs may take the wide-K 32x32x16 atom (rocke/kernels/gfx950/attention.py)
+        self.mma = k.mfma(getattr(s, "x8t_atom", "32x32x8"), s.dtype)
+        kd = self.kd = self.mma.atom.k      # head-dim / key elements one MFMA reduces
         D = s.head_size
         self._alloc_kv()
         q_lds = self._alloc_q_stage()
@@ -597,10 +601,10 @@ class TransposedX8Path(TileLoop):
             load_q_rows_to_lds(c, q_lds)
             k.barrier()
             self.q_ops = [load_fragment(q_lds, self.mma.B, (d0, self.warp_col0), transposed=True)
-                          for d0 in range(0, D, 8)]
+                          for d0 in range(0, D, kd)]
             k.barrier()
         else:
-            self.q_ops = [load_q_direct(c, self.mma.B, COL, (d0, self.warp_col0)) for d0 in range(0, D, 8)]
+            self.q_ops = [load_q_direct(c, self.mma.B, COL, (d0, self.warp_col0)) for d0 in range(0, D, kd)]
 
     def init_carry(self):
         C = self.mma.C
@@ -623,7 +627,7 @@ class TransposedX8Path(TileLoop):
         scores = []
         for i in range(nk):
             acc = mma.zeros()
-            for st, d0 in enumerate(range(0, D, 8)):
+            for st, d0 in enumerate(range(0, D, self.kd)):
                 k_op = load_fragment(k_lds, mma.A, (k_row0 + i * 32, d0))
                 acc = mma(k_op, self.q_ops[st], acc)
             scores.append(self.masked_scores(acc, kv0, kv0 + i * 32, self.warp_col0, masked))
@@ -632,10 +636,11 @@ class TransposedX8Path(TileLoop):
         alpha_o = alpha.broadcast_to(mma.C)
         o = [x * alpha_o for x in o]
         for i in range(nk):
-            for sub in range(0, 32, 8):
-                p_op = probs[i].as_operand(mma.B, (sub, 0))
+            for sub in range(0, 32, self.kd):
+                p_op = transposed_pv_operand(mma, probs[i], sub)
                 for jd in range(D // 32):
-                    v_op = load_fragment(self.v_lds, mma.A, (jd * 32, i * 32 + sub), transposed=s.cfv_store)
+                    v_op = transposed_v_operand(mma, self.v_lds, jd * 32, i * 32 + sub,
+                                                transposed=s.cfv_store)
                     o[jd] = mma(v_op, p_op, o[jd])
         return [m0, l0, *o]
 

@@ -226,8 +226,8 @@ def spec_problems(spec) -> list[str]:
     if spec.head_size not in TRANSPOSED_X8_HEAD_SIZES and spec.transposed_x8:
         out.append(f"head_size: {spec.head_size} has only the narrow path; the transposed-x8 "
                    f"path ships head sizes {TRANSPOSED_X8_HEAD_SIZES}")
-    if spec.transposed_x8 and spec.dtype != "f16":
-        out.append("regime: transposed_x8 (the 32x32x8 atom) is fp16-only")
+    if spec.transposed_x8 and spec.dtype != "f16" and getattr(spec, "x8t_atom", "32x32x8") == "32x32x8":
+        out.append("regime: transposed_x8 (the 32x32x8 atom) is fp16-only")   # gfx950's 32x32x16: bf16 too
     if out:
         return out
     transposed_x8 = spec.transposed_x8

@@ -10,8 +10,10 @@ First step: gfx942's rules and geometries (rocke/kernels/gfx942/attention_dispat
   LDS holds only at half the workgroups;
 - fp8 (KV caches, per-token-head caches, the output): gfx942's encodings with its e4m3fnuz
   replaced by gfx950's OCP e4m3fn (``attention_quant.on_target``).
-- the atom: the 2D narrow path takes the wide-K 16x16x32 (``ATOM_RULES``); the transposed-x8
-  regime keeps 32x32x8 (the 32x32x16 atom is not used yet).
+- the atom: the 2D narrow path takes the wide-K 16x16x32 (``ATOM_RULES``) and the 2D
+  transposed-x8 regime the wide-K 32x32x16 (``X8T_ATOM_RULES``, the transposed-32x32 "combo"),
+  which has bf16 as well as fp16: so bf16 takes fp16's geometry rows (``REGIME_RULES``), d64 and
+  d128 (d256 and QQ-bias stay narrow, as for fp16). 3D keeps gfx942's narrow 16x16x16.
 - the 3D split rule is gfx950's own (``attention_split``: decode splits whatever the 2D grid, the
   segment count fills the CUs' resident slots once), from the model of MI355X time.
 """
@@ -67,13 +69,31 @@ TILE_RULES: tuple[tuple[Callable, int, str], ...] = (
 )
 
 
+# (applies(problem, gfx942's geometry), reason), first match wins: the problem takes the geometry
+# row fp16 would take, when that row is transposed-x8
+REGIME_RULES: tuple[tuple[Callable, str], ...] = (
+    (lambda p, g: g.path == "2d" and p.dtype == "bf16" and g.regime == policy.NARROW,
+     "gfx950: bf16 takes fp16's transposed-x8 row -- the wide-K 32x32x16 atom has bf16 (CDNA4; "
+     "gfx942's 32x32x8 regime is fp16-only), so P^T stays in registers instead of a round trip "
+     "through LDS, and the native v_cvt_pk_bf16_f32 rounds it (no compare per value: the "
+     "integer rounding's lane masks spilled SGPRs); modelled, not measured (no MI355X)"),
+)
+
+
 def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None = None,
              sms: int | None = None) -> Geometry:
     """gfx942's GEOMETRY_RULES row for ``path`` (3D's segment count by gfx950's rule,
     ``attention_split.num_segments``; not gfx942's one-round tile, whose LDS check and model are
-    MI300X's), then the first of ``TILE_RULES`` that applies."""
+    MI300X's), fp16's transposed-x8 row instead where ``REGIME_RULES`` say so, then the first of
+    ``TILE_RULES`` that applies."""
     sms = num_sms() if sms is None else sms
     geo = gfx942.table_geometry(p, path, knobs, sms)
+    for applies, reason in REGIME_RULES:
+        if applies(p, geo):
+            as_fp16 = gfx942.table_geometry(replace(p, dtype="f16"), path, knobs, sms)
+            if as_fp16.regime == policy.TRANSPOSED_X8:
+                geo = replace(as_fp16, reason=f"{as_fp16.reason}; {reason}")
+            break
     if path == "3d":
         geo = replace(geo, num_segments=split.num_segments(p, geo, sms))
     for applies, tile, reason in TILE_RULES:
@@ -92,9 +112,27 @@ ATOM_RULES: tuple[tuple[Callable, str, str], ...] = (
 )
 
 
+# (applies(geometry), x8t_atom, reason), first match wins; the 2D transposed-x8 spec takes the atom
+X8T_ATOM_RULES: tuple[tuple[Callable, str, str], ...] = (
+    (lambda g: g.path == "2d" and g.regime == policy.TRANSPOSED_X8, "32x32x16",
+     "gfx950 wide-K: the transposed-x8 regime's S^T = K Q^T and O^T = V^T P^T reduce 16 elements "
+     "per MFMA (32x32x16, CDNA4), half the MFMA issues of 32x32x8 for the same 32x32 "
+     "accumulators; P^T feeds PV in the accumulator's key order, V^T gathered to match "
+     "(rocke.dsl.softmax.transposed_pv_operand; modelled, not measured)"),
+)
+
+
 def narrow_atom(geo: Geometry) -> tuple[str, str] | None:
     """(atom, reason) of the first ``ATOM_RULES`` row that applies, else None (16x16x16)."""
     for applies, atom, reason in ATOM_RULES:
+        if applies(geo):
+            return atom, reason
+    return None
+
+
+def x8t_atom(geo: Geometry) -> tuple[str, str] | None:
+    """(atom, reason) of the first ``X8T_ATOM_RULES`` row that applies, else None (32x32x8)."""
+    for applies, atom, reason in X8T_ATOM_RULES:
         if applies(geo):
             return atom, reason
     return None
@@ -114,12 +152,34 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
                            spec_classes=SPEC_CLASSES, geometry_of=geometry)
     if reason is not None:
         the_plan = replace(the_plan, reason=reason)
-    wide = narrow_atom(the_plan.geometry)
-    if wide is None:
+    the_plan = _window_interval_mask(the_plan)
+    for field, rule in (("narrow_atom", narrow_atom), ("x8t_atom", x8t_atom)):
+        wide = rule(the_plan.geometry)
+        if wide is None:
+            continue
+        atom, reason = wide
+        geo = replace(the_plan.geometry, name=f"{the_plan.geometry.name}_{atom}",
+                      reason=f"{the_plan.geometry.reason}; {reason}")
+        specs = tuple(replace(s, **{field: atom}) if isinstance(s, UnifiedAttention2DSpec) else s
+                      for s in the_plan.specs)
+        return replace(the_plan, geometry=geo, specs=specs)
+    return the_plan
+
+
+WINDOW_INTERVAL_REASON = (
+    "gfx950: a sliding window on the 2D transposed-x8 regime masks by one interval per query row "
+    "(spec interval_mask), also alone: the plain mask's two window compares and per-score token "
+    "division spilled 9-10 SGPRs on fp16 d128 wide4 (T = 32 and 64, both atoms) and 17 on L4 "
+    "with LLVM 22's gfx950 schedule; the interval mask none (gfx942 keeps the plain mask for a "
+    "window alone on wide4, spill-free there; its fewer-warp kernels use the interval mask too)")
+
+
+def _window_interval_mask(the_plan: Plan) -> Plan:
+    """The plan with ``interval_mask`` on its 2D transposed-x8 spec when the problem has a
+    sliding window (mm ranges already mask by interval): ``WINDOW_INTERVAL_REASON``."""
+    p, geo = the_plan.problem, the_plan.geometry
+    if not (geo.path == "2d" and geo.regime == policy.TRANSPOSED_X8 and p.window_left >= 0
+            and not p.mm_ranges) or not the_plan.specs or the_plan.specs[0].interval_mask:
         return the_plan
-    atom, reason = wide
-    geo = replace(the_plan.geometry, name=f"{the_plan.geometry.name}_{atom}",
-                  reason=f"{the_plan.geometry.reason}; {reason}")
-    specs = tuple(replace(s, narrow_atom=atom) if isinstance(s, UnifiedAttention2DSpec) else s
-                  for s in the_plan.specs)
-    return replace(the_plan, geometry=geo, specs=specs)
+    return replace(the_plan, geometry=replace(geo, reason=f"{geo.reason}; {WINDOW_INTERVAL_REASON}"),
+                   specs=tuple(replace(s, interval_mask=True) for s in the_plan.specs))

@@ -4,10 +4,11 @@ what the entry point launches. The families (``rocke.kernels.registry``) are the
 ``attention_2d_family``, ``attention_3d_family`` and ``reduce_segments_family`` here.
 
 The grid: fp16 / bf16 x d64 / d128 x block 16 / 64 at GQA 4:1 (32 query heads, 8 KV heads) --
-a prefill batch (the 2D path: fp16 transposed-x8 wide4, bf16 narrow on the wide-K 16x16x32 at
-block 64) and a decode batch (3D split-KV and its reduce_segments); plus an OCP fp8 KV cache
-(fp8_e4m3fn) on 2D and 3D and an fp8 output (reduce_segments) at block 16, d128. Other shapes
-are the same code with other constants, built on demand.
+a prefill batch (the 2D path: transposed-x8 wide4 on the wide-K 32x32x16, both dtypes) and a
+decode batch (3D split-KV and its reduce_segments); plus an OCP fp8 KV cache (fp8_e4m3fn) on 2D
+and 3D and an fp8 output (reduce_segments) at block 16, d128, and a bf16 d128 block-64 prefill
+with QQ-bias (the narrow regime on the wide-K 16x16x32). Other shapes are the same code with
+other constants, built on demand.
 """
 from __future__ import annotations
 
@@ -59,4 +60,5 @@ def shipped() -> dict[str, dict]:
         add(problem_of(dtype, 128, 16, decode=False, kv_dtype="fp8_e4m3fn"), "2d")
         add(problem_of(dtype, 128, 16, decode=True, kv_dtype="fp8_e4m3fn"), "3d")
     add(problem_of("bf16", 128, 16, decode=True, out_dtype="fp8_e4m3fn"), "3d")
+    add(problem_of("bf16", 128, 64, decode=False, qq_bias=True), "2d")     # narrow on 16x16x32
     return out

@@ -47,15 +47,14 @@ from dataclasses import dataclass
 
 from rocke import dsl
 from rocke.arch import get_target
-from rocke.arch.mfma import atom_for, get_atom
+from rocke.arch.mfma import atom_for
 from rocke.dsl import minimum, rcp
 from rocke.dsl.magic import udiv_const
 from rocke.dsl.lanes import ballot
 from rocke.dsl.fragment import (AxisVector, Fragment, ROW, copy_tile_to_lds, load_fragment,
                                 load_fragment_global, store_fragment_global)
-from rocke.dsl.tv_layout import TVLayout
-from rocke.dsl.values import concat
-from rocke.dsl.softmax import LOG2E, online_softmax_update, transposed_scores
+from rocke.dsl.softmax import (LOG2E, online_softmax_update, transposed_pv_operand, transposed_scores,
+                               transposed_v_operand)
 from rocke.kernels.common.checks import (check_bool, check_choice, check_device, check_grid_extent,
                                          check_i32_value, check_multiple, check_positive_int,
                                          check_register_budget, check_tensor)
@@ -63,7 +62,7 @@ from rocke.kernels.common.checks import (check_bool, check_choice, check_device,
 TARGET = "gfx950"
 DTYPES = ("f16", "bf16")
 HEAD_DIMS = (64, 128)
-ATOMS = ("32x32x16",)     # PV reads P^T from the 32x32 accumulator (see _pv_operand)
+ATOMS = ("32x32x16",)     # PV reads P^T from the 32x32 accumulator (rocke.dsl.softmax.transposed_pv_operand)
 STAGING_VECTOR = 8
 # qb_major: grid (query blocks, H, B), a head's query blocks dispatch together; hkv_major: grid
 # (H, query blocks, B), the heads sharing a KV head dispatch together (their K/V reads meet in L2);
@@ -242,25 +241,6 @@ def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | 
     return [q, k, v, o, seq_lens, scale]
 
 
-# PV with the wide-K atom. The 32x32 accumulator gives a lane keys {4h..4h+3, 8+4h..8+4h+3} of each
-# 16-key block in registers 0..7 (h = lane // 32), where the 32x32x16 B operand nominally holds
-# keys 8h..8h+7: P^T's registers are used as the B operand as they are, and the V^T A operand is
-# gathered in the same key order -- two half-K (32x32x8 layout) reads at keys +0 and +8, each lane's
-# 4 keys at 4h -- so the contraction pairs every key's P with its own V row.
-def _pv_operand(mma, probs: Fragment, sub: int) -> Fragment:
-    """P^T registers of keys [sub, sub + 16) as the B operand, in the accumulator's key order."""
-    n = mma.atom.k_per_lane
-    first = sub // 16 * n
-    return Fragment(probs.value[first:first + n], mma.B)
-
-
-def _vt_operand(mma, narrow_a, vt_tile, d0: int, key0):
-    """The V^T A operand of keys [key0, key0 + 16) in ``_pv_operand``'s key order."""
-    lo = load_fragment(vt_tile, narrow_a, (d0, key0))
-    hi = load_fragment(vt_tile, narrow_a, (d0, key0 + 8))
-    return Fragment(concat(lo.value, hi.value), mma.A)
-
-
 def build(spec: DensePrefillSpec) -> dsl.Kernel:
     k = dsl.Kernel(spec.kernel_name, target=TARGET, workgroup_size=spec.workgroup_size)
     q_ptr = k.arg_ptr("q", spec.dtype, readonly=True)
@@ -274,14 +254,13 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
 
     S, D, H = spec.seq_len, spec.head_dim, spec.num_heads
     mma = k.mfma(spec.atom, spec.dtype)
-    narrow_a = TVLayout.mfma_a(get_atom(f"32x32x8_{spec.dtype}", TARGET))   # half-K A operand layout
     k.thread_id(0)          # read first, as it always was (the default grid's IR is unchanged)
 
     k_tile = k.lds("k_tile", (spec.block_n, D), spec.dtype, pad=spec.lds_pad)
     vt_tile = k.lds("vt_tile", (D, spec.block_n), spec.dtype, pad=spec.lds_pad)
 
     def work(head, batch, q_block_of):
-        _work_item(k, spec, mma, narrow_a, (k_tile, vt_tile), (q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr),
+        _work_item(k, spec, mma, (k_tile, vt_tile), (q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr),
                    sm_scale, head, batch, q_block_of)
 
     if spec.persistent:
@@ -307,7 +286,7 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
     return k
 
 
-def _work_item(k, spec, mma, narrow_a, tiles, ptrs, sm_scale, head, batch, q_block_of):
+def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
     """One (query block, head, batch) work item: the tile loop and the output of ``block_m``
     queries. ``q_block_of`` gives the query block's index (called where the default grid has
     always read its workgroup id, so that grid's IR is unchanged)."""
@@ -406,9 +385,9 @@ def _work_item(k, spec, mma, narrow_a, tiles, ptrs, sm_scale, head, batch, q_blo
                     k.s_setprio(1)
                 for i in range(kv_frags):
                     for sub in range(0, am, ak):
-                        p_ops = [_pv_operand(mma, probs[i][t], sub) for t in range(q_frags)]
+                        p_ops = [transposed_pv_operand(mma, probs[i][t], sub) for t in range(q_frags)]
                         for j in range(d_frags):
-                            v_op = _vt_operand(mma, narrow_a, vt_tile, j * am, i * am + sub)
+                            v_op = transposed_v_operand(mma, vt_tile, j * am, i * am + sub)
                             for t in range(q_frags):
                                 o[t * d_frags + j] = mma(v_op, p_ops[t], o[t * d_frags + j])
                 if spec.pv_setprio:
