@@ -500,6 +500,26 @@ def scaled_dot_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M: tl.constexpr, N: t
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
 
 
+@triton.jit
+def scaled_dot_mx_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr,
+                         K: tl.constexpr, A_FMT: tl.constexpr, B_FMT: tl.constexpr):
+    """scaled_dot_kernel with each operand's MX format a parameter: an "e2m1" operand holds two
+    fp4 codes per byte along K (low nibble first), so A is [M, K/2] and B is [K/2, N] bytes."""
+    KA: tl.constexpr = K // 2 if A_FMT == "e2m1" else K
+    KB: tl.constexpr = K // 2 if B_FMT == "e2m1" else K
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rka = tl.arange(0, KA)
+    rkb = tl.arange(0, KB)
+    rs = tl.arange(0, K // 32)
+    a = tl.load(a_ptr + rm[:, None] * KA + rka[None, :])
+    b = tl.load(b_ptr + rkb[:, None] * N + rn[None, :])
+    sa = tl.load(sa_ptr + rm[:, None] * (K // 32) + rs[None, :])
+    sb = tl.load(sb_ptr + rn[:, None] * (K // 32) + rs[None, :])
+    c = tl.dot_scaled(a, sa, A_FMT, b, sb, B_FMT)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
+
+
 def _variant(name, kernel, signature, constexprs, options, divisible_by_16=(), notes=""):
     return {
         "name": name,
@@ -747,6 +767,26 @@ GFX950_VARIANTS += [_variant(
      "M": "constexpr", "N": "constexpr", "K": "constexpr"},
     {"M": 64, "N": 64, "K": 256}, {"num_warps": 4},
     notes="one 64x64 tile, K = 256: e4m3 operands with E8M0 scales per 32 K values")]
+
+
+def _scaled_mx_variant(name, a_fmt, b_fmt, m, k, warps=4):
+    pointer = {"e2m1": "*u8", "e4m3": "*fp8e4nv"}
+    return _variant(
+        name, scaled_dot_mx_kernel,
+        {"a_ptr": pointer[a_fmt], "b_ptr": pointer[b_fmt], "sa_ptr": "*u8", "sb_ptr": "*u8",
+         "c_ptr": "*fp32", "M": "constexpr", "N": "constexpr", "K": "constexpr",
+         "A_FMT": "constexpr", "B_FMT": "constexpr"},
+        {"M": m, "N": m, "K": k, "A_FMT": a_fmt, "B_FMT": b_fmt}, {"num_warps": warps},
+        notes=f"one {m}x{m} tile, K = {k}: {a_fmt} A, {b_fmt} B (e2m1: two codes a byte along "
+              "K, low nibble first) with E8M0 scales per 32 K values")
+
+
+# the block-scaled MFMA on fp4 (E2M1) operands: CBSZ / BLGP = 4, 4 registers a lane
+GFX950_VARIANTS += [
+    _scaled_mx_variant("scaled_dot_e2m1_64x64x256", "e2m1", "e2m1", 64, 256),
+    _scaled_mx_variant("scaled_dot_e2m1_16x16x256", "e2m1", "e2m1", 16, 256),
+    _scaled_mx_variant("scaled_dot_e4m3_e2m1_64x64x128", "e4m3", "e2m1", 64, 128),
+]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ Semantics of the handlers below follow the guide's pseudocode for each opcode:
   with every 32 consecutive K values of a row of A (column of B) multiplied by 2^(s - 127),
   s an E8M0 byte (0xFF: NaN) of SA (SB); lane l holds the scale of row (column) l % M and K
   block l // M; {op_sel_hi[i], op_sel[i]} picks the byte of SA (i = 0) / SB (i = 1). fp8 / bf8
-  operands only, like the unscaled op.
+  and fp4 (E2M1) operands, like the unscaled op.
 """
 from __future__ import annotations
 
