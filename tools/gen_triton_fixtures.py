@@ -520,6 +520,23 @@ def scaled_dot_mx_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M: tl.constexpr, N
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
 
 
+@triton.jit
+def scaled_dot_fp4_upcast_kernel(a_ptr, b_ptr, sa_ptr, c_ptr, M: tl.constexpr,
+                                 N: tl.constexpr, K: tl.constexpr, B_FMT: tl.constexpr):
+    """An E2M1 A [M, K/2 bytes] with E8M0 scales (sa [M, K/32]) times an unscaled 16-bit B
+    [K, N] (B_FMT "bf16" / "fp16"): Triton upcasts A with the scaled fp4 conversions."""
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rka = tl.arange(0, K // 2)
+    rk = tl.arange(0, K)
+    rs = tl.arange(0, K // 32)
+    a = tl.load(a_ptr + rm[:, None] * (K // 2) + rka[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    sa = tl.load(sa_ptr + rm[:, None] * (K // 32) + rs[None, :])
+    c = tl.dot_scaled(a, sa, "e2m1", b, None, B_FMT)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
+
+
 def _variant(name, kernel, signature, constexprs, options, divisible_by_16=(), notes=""):
     return {
         "name": name,
@@ -787,6 +804,14 @@ GFX950_VARIANTS += [
     _scaled_mx_variant("scaled_dot_e2m1_16x16x256", "e2m1", "e2m1", 16, 256),
     _scaled_mx_variant("scaled_dot_e4m3_e2m1_64x64x128", "e4m3", "e2m1", 64, 128),
 ]
+# fp4 times a 16-bit operand: the fp4 side is upcast by v_cvt_scalef32_pk_{bf16,f16}_fp4
+GFX950_VARIANTS += [_variant(
+    f"scaled_dot_e2m1_{b_fmt}_64x64x128", scaled_dot_fp4_upcast_kernel,
+    {"a_ptr": "*u8", "b_ptr": f"*{b_fmt}", "sa_ptr": "*u8", "c_ptr": "*fp32", "M": "constexpr",
+     "N": "constexpr", "K": "constexpr", "B_FMT": "constexpr"},
+    {"M": 64, "N": 64, "K": 128, "B_FMT": b_fmt}, {"num_warps": 4},
+    notes=f"one 64x64 tile, K = 128: e2m1 A with E8M0 scales per 32 K values, {b_fmt} B "
+          "without scales") for b_fmt in ("bf16", "fp16")]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -241,3 +241,33 @@ def test_scaled_dot_fp4_block_scaled_mfma(name, a_fmt, b_fmt, m, k, opcode):
     roundings = k // int(opcode.split("x")[-1].split("_")[0])
     bound = roundings * 2.0 ** -24 * (np.abs(scaled_a) @ np.abs(scaled_b))
     assert np.all(np.abs(c.double().numpy() - expected) <= bound)
+
+
+@pytest.mark.parametrize("b_fmt, b_dtype, opcode", [
+    ("bf16", torch.bfloat16, "v_cvt_scalef32_pk_bf16_fp4"),
+    ("fp16", torch.float16, "v_cvt_scalef32_pk_f16_fp4"),
+])
+def test_scaled_dot_fp4_times_16bit(b_fmt, b_dtype, opcode):
+    """tl.dot_scaled of a scaled E2M1 A and an unscaled 16-bit B: Triton unpacks A with the
+    scaled fp4 conversions (every byte select) and multiplies on the 16-bit MFMA."""
+    name = f"scaled_dot_e2m1_{b_fmt}_64x64x128"
+    asm = load(name)[1]
+    assert opcode in opcodes(name)
+    assert {f"op_sel:[{i},{j},0]" for i in (0, 1) for j in (0, 1)} - {"op_sel:[0,0,0]"} <= set(
+        re.findall(rf"{opcode} [^\n]*(op_sel:\[\d,\d,\d\])", asm))
+    m = n = 64
+    k = 128
+    rng = generator(55)
+    a = torch.randint(0, 256, (m, k // 2), generator=rng, dtype=torch.int32).to(torch.uint8)
+    b = torch.randn(k, n, generator=rng).to(b_dtype)
+    # scales within what the 16-bit A can hold exactly (f16: 6 * 2^9 and 0.5 * 2^-9)
+    sa = torch.randint(118, 137, (m, k // 32), generator=rng, dtype=torch.int32).to(torch.uint8)
+    c = torch.full((m, n), SENTINEL, dtype=torch.float32)
+    launch_fixture(name, (1, 1, 1), a_ptr=a, b_ptr=b, sa_ptr=sa, c_ptr=c)
+    scaled_a = unpack_e2m1(a, axis=1) * np.repeat(2.0 ** (sa.numpy().astype(np.float64) - 127),
+                                                  32, axis=1)
+    b_values = b.double().numpy()
+    expected = scaled_a @ b_values
+    roundings = k // 16   # one f32 rounding per 32x32x16 MFMA
+    bound = roundings * 2.0 ** -24 * (np.abs(scaled_a) @ np.abs(b_values))
+    assert np.all(np.abs(c.double().numpy() - expected) <= bound)
