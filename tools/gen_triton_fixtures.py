@@ -11,7 +11,8 @@ this script writes, per variant, into tests/fixtures/triton/:
 Run:  .venv/bin/python tools/gen_triton_fixtures.py [--target gfx950] [--out DIR] [--only NAME ...]
 
 `--target gfx950` compiles the GFX950_VARIANTS (wide-K MFMA GEMMs, OCP fp8 GEMM, a block-scaled
-fp8 product, flash attention) for MI350-class GPUs into tests/fixtures/triton_gfx950/.
+fp8 product, block-scaled fp4 products, flash attention) for MI350-class GPUs into
+tests/fixtures/triton_gfx950/.
 
 Output is deterministic: line info is disabled (no file paths in the asm) and a fresh
 throw-away Triton cache is used on every run.

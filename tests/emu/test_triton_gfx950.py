@@ -3,7 +3,8 @@
 rocke.emu runs them as gfx950 — and a gfx942 launch must refuse them.
 
 They exercise what gfx950 code brings: the wide-K MFMAs (16x16x32 / 32x32x16 f16 and bf16),
-the f8f6f4 MFMAs on OCP fp8 (e4m3fn) and their block-scaled form (tl.dot_scaled),
+the f8f6f4 MFMAs on OCP fp8 (e4m3fn) and their block-scaled form (tl.dot_scaled) on fp8 and
+fp4 (e2m1) operands, the scaled fp4 unpacks v_cvt_scalef32_pk_{bf16,f16}_fp4,
 ds_read_b64_tr_b16/b8, global_load_lds_dwordx4,
 v_permlane16/32_swap, v_bitop3_b32 and v_cvt_pk_{f16,bf16}_f32.
 """
