@@ -804,6 +804,7 @@ GFX950_VARIANTS += [
     _scaled_mx_variant("scaled_dot_e2m1_64x64x256", "e2m1", "e2m1", 64, 256),
     _scaled_mx_variant("scaled_dot_e2m1_16x16x256", "e2m1", "e2m1", 16, 256),
     _scaled_mx_variant("scaled_dot_e4m3_e2m1_64x64x128", "e4m3", "e2m1", 64, 128),
+    _scaled_mx_variant("scaled_dot_e2m1_e4m3_64x64x128", "e2m1", "e4m3", 64, 128),
 ]
 # fp4 times a 16-bit operand: the fp4 side is upcast by v_cvt_scalef32_pk_{bf16,f16}_fp4
 GFX950_VARIANTS += [_variant(

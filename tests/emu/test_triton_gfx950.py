@@ -209,6 +209,8 @@ SCALED_FP4_CASES = [
     ("scaled_dot_e2m1_16x16x256", "e2m1", "e2m1", 16, 256, "v_mfma_scale_f32_16x16x128_f8f6f4"),
     ("scaled_dot_e4m3_e2m1_64x64x128", "e4m3", "e2m1", 64, 128,
      "v_mfma_scale_f32_32x32x64_f8f6f4"),
+    ("scaled_dot_e2m1_e4m3_64x64x128", "e2m1", "e4m3", 64, 128,
+     "v_mfma_scale_f32_32x32x64_f8f6f4"),
 ]
 
 
@@ -227,8 +229,12 @@ def test_scaled_dot_fp4_block_scaled_mfma(name, a_fmt, b_fmt, m, k, opcode):
     else:
         a = (4 * torch.randn(m, k, generator=rng)).to(torch.float8_e4m3fn)
         a_values = a.double().numpy()
-    b = torch.randint(0, 256, (k // 2, m), generator=rng, dtype=torch.int32).to(torch.uint8)
-    b_values = unpack_e2m1(b, axis=0)
+    if b_fmt == "e2m1":
+        b = torch.randint(0, 256, (k // 2, m), generator=rng, dtype=torch.int32).to(torch.uint8)
+        b_values = unpack_e2m1(b, axis=0)
+    else:
+        b = (4 * torch.randn(k, m, generator=rng)).to(torch.float8_e4m3fn)
+        b_values = b.double().numpy()
     sa = torch.randint(118, 137, (m, k // 32), generator=rng, dtype=torch.int32).to(torch.uint8)
     sb = torch.randint(118, 137, (m, k // 32), generator=rng, dtype=torch.int32).to(torch.uint8)
     c = torch.full((m, m), SENTINEL, dtype=torch.float32)
