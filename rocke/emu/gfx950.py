@@ -17,7 +17,8 @@ AMDGPUUsage / IntrinsicsAMDGPU.td descriptions of the matching intrinsics):
 * ``v_mfma_f32_{16x16x128,32x32x64}_f8f6f4``: CBSZ selects A's format and BLGP B's
   (0 fp8 E4M3, 1 bf8 E5M2, 2 fp6 E2M3, 3 bf6 E3M2, 4 fp4 E2M1); fp8/bf8 and fp4 are
   modelled (fp4: 4 registers a lane, 32 codes low nibble first, K = 32 * lane group +
-  position), the 6-bit formats are refused.
+  position: the layout Triton's gfx950 tl.dot_scaled fixtures pin), the 6-bit formats are
+  refused.
 * ``ds_read_b64_tr_b{16,8}``: each 16-lane row reads 64 bits per lane (n = 64/bits elements) and
   transposes them within the row: lane j of the row receives element r (r < n) from lane
   (16/n)*r + j//n, element j % n — a 4x16 (b16) or two interleaved 8x8 (b8) transposes.

@@ -293,10 +293,12 @@ class MfmaOp:
         """The hardware's K of each stored K position of an f8f6f4 operand. Stored, a lane's
         elements are K = (group, register, element) in order. The CDNA4 guide (§7.1.5.1)
         places 8-bit elements at K = 16 * G * (register // 4) + 16 * group + 4 * (register
-        % 4) + element (G = 64 / M groups of lanes: each lane holds two 16-byte runs of K);
-        4-bit elements (16 bytes a lane, one run) at K = 32 * group + 8 * register + element,
-        which is the stored order. Unscaled with both operands alike, the order is immaterial
-        (A and B share it); block scales and mixed widths need the hardware's."""
+        % 4) + element (G = 64 / M groups of lanes: each lane holds two 16-byte runs of K).
+        4-bit elements (16 bytes a lane, one run) are taken at K = 32 * group + 8 * register +
+        element, the stored order: not read from the guide but pinned by Triton's gfx950
+        dot_scaled fixtures (per-block scales, and fp8 x fp4 products, fail under the fp8-like
+        split). Unscaled with both operands alike, the order is immaterial (A and B share it);
+        block scales and mixed widths need the hardware's."""
         k = np.arange(self.k)
         if self.blocks != 1 or _FORMAT_BITS[fmt] not in (4, 8) or self.m * self.k // 64 != 32:
             raise NotImplementedError(f"{self.name}: the hardware K order is modelled for the "
