@@ -28,7 +28,8 @@ Semantics of the handlers below follow the guide's pseudocode for each opcode:
   and fp4 (E2M1) operands, like the unscaled op.
 * ``v_cvt_scalef32_pk_{f16,bf16}_fp4 D, S0, S1``: the two E2M1 codes of byte
   ``{op_sel[1], op_sel[0]}`` of S0 (low nibble to D[15:0], high nibble to D[31:16]), each
-  times the f32 scale S1. Modelled where nothing rounds: S1 a normal power of two and every
+  times the f32 scale S1 (the byte select: LLVM's gfx950 MC support for these opcodes, PR
+  #117418; the nibble order: Triton's gfx950 dot_scaled fixtures). Modelled where nothing rounds: S1 a normal power of two and every
   product zero or a normal value of the destination format (E2M1 has 2 significant bits, so
   such a product is exact); any other scale or product (overflow, a subnormal result, whose
   flushing the guide leaves to MODE) stops the run with an error naming it.
