@@ -11,7 +11,8 @@ this script writes, per variant, into tests/fixtures/triton/:
 Run:  .venv/bin/python tools/gen_triton_fixtures.py [--target gfx950] [--out DIR] [--only NAME ...]
 
 `--target gfx950` compiles the GFX950_VARIANTS (wide-K MFMA GEMMs, OCP fp8 GEMM, a block-scaled
-fp8 product, flash attention) for MI350-class GPUs into tests/fixtures/triton_gfx950/.
+fp8 product, block-scaled fp4 products, flash attention) for MI350-class GPUs into
+tests/fixtures/triton_gfx950/.
 
 Output is deterministic: line info is disabled (no file paths in the asm) and a fresh
 throw-away Triton cache is used on every run.
@@ -500,6 +501,43 @@ def scaled_dot_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M: tl.constexpr, N: t
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
 
 
+@triton.jit
+def scaled_dot_mx_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr,
+                         K: tl.constexpr, A_FMT: tl.constexpr, B_FMT: tl.constexpr):
+    """scaled_dot_kernel with each operand's MX format a parameter: an "e2m1" operand holds two
+    fp4 codes per byte along K (low nibble first), so A is [M, K/2] and B is [K/2, N] bytes."""
+    KA: tl.constexpr = K // 2 if A_FMT == "e2m1" else K
+    KB: tl.constexpr = K // 2 if B_FMT == "e2m1" else K
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rka = tl.arange(0, KA)
+    rkb = tl.arange(0, KB)
+    rs = tl.arange(0, K // 32)
+    a = tl.load(a_ptr + rm[:, None] * KA + rka[None, :])
+    b = tl.load(b_ptr + rkb[:, None] * N + rn[None, :])
+    sa = tl.load(sa_ptr + rm[:, None] * (K // 32) + rs[None, :])
+    sb = tl.load(sb_ptr + rn[:, None] * (K // 32) + rs[None, :])
+    c = tl.dot_scaled(a, sa, A_FMT, b, sb, B_FMT)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
+
+
+@triton.jit
+def scaled_dot_fp4_upcast_kernel(a_ptr, b_ptr, sa_ptr, c_ptr, M: tl.constexpr,
+                                 N: tl.constexpr, K: tl.constexpr, B_FMT: tl.constexpr):
+    """An E2M1 A [M, K/2 bytes] with E8M0 scales (sa [M, K/32]) times an unscaled 16-bit B
+    [K, N] (B_FMT "bf16" / "fp16"): Triton upcasts A with the scaled fp4 conversions."""
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rka = tl.arange(0, K // 2)
+    rk = tl.arange(0, K)
+    rs = tl.arange(0, K // 32)
+    a = tl.load(a_ptr + rm[:, None] * (K // 2) + rka[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    sa = tl.load(sa_ptr + rm[:, None] * (K // 32) + rs[None, :])
+    c = tl.dot_scaled(a, sa, "e2m1", b, None, B_FMT)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
+
+
 def _variant(name, kernel, signature, constexprs, options, divisible_by_16=(), notes=""):
     return {
         "name": name,
@@ -747,6 +785,35 @@ GFX950_VARIANTS += [_variant(
      "M": "constexpr", "N": "constexpr", "K": "constexpr"},
     {"M": 64, "N": 64, "K": 256}, {"num_warps": 4},
     notes="one 64x64 tile, K = 256: e4m3 operands with E8M0 scales per 32 K values")]
+
+
+def _scaled_mx_variant(name, a_fmt, b_fmt, m, k, warps=4):
+    pointer = {"e2m1": "*u8", "e4m3": "*fp8e4nv"}
+    return _variant(
+        name, scaled_dot_mx_kernel,
+        {"a_ptr": pointer[a_fmt], "b_ptr": pointer[b_fmt], "sa_ptr": "*u8", "sb_ptr": "*u8",
+         "c_ptr": "*fp32", "M": "constexpr", "N": "constexpr", "K": "constexpr",
+         "A_FMT": "constexpr", "B_FMT": "constexpr"},
+        {"M": m, "N": m, "K": k, "A_FMT": a_fmt, "B_FMT": b_fmt}, {"num_warps": warps},
+        notes=f"one {m}x{m} tile, K = {k}: {a_fmt} A, {b_fmt} B (e2m1: two codes a byte along "
+              "K, low nibble first) with E8M0 scales per 32 K values")
+
+
+# the block-scaled MFMA on fp4 (E2M1) operands: CBSZ / BLGP = 4, 4 registers a lane
+GFX950_VARIANTS += [
+    _scaled_mx_variant("scaled_dot_e2m1_64x64x256", "e2m1", "e2m1", 64, 256),
+    _scaled_mx_variant("scaled_dot_e2m1_16x16x256", "e2m1", "e2m1", 16, 256),
+    _scaled_mx_variant("scaled_dot_e4m3_e2m1_64x64x128", "e4m3", "e2m1", 64, 128),
+    _scaled_mx_variant("scaled_dot_e2m1_e4m3_64x64x128", "e2m1", "e4m3", 64, 128),
+]
+# fp4 times a 16-bit operand: the fp4 side is upcast by v_cvt_scalef32_pk_{bf16,f16}_fp4
+GFX950_VARIANTS += [_variant(
+    f"scaled_dot_e2m1_{b_fmt}_64x64x128", scaled_dot_fp4_upcast_kernel,
+    {"a_ptr": "*u8", "b_ptr": f"*{b_fmt}", "sa_ptr": "*u8", "c_ptr": "*fp32", "M": "constexpr",
+     "N": "constexpr", "K": "constexpr", "B_FMT": "constexpr"},
+    {"M": 64, "N": 64, "K": 128, "B_FMT": b_fmt}, {"num_warps": 4},
+    notes=f"one 64x64 tile, K = 128: e2m1 A with E8M0 scales per 32 K values, {b_fmt} B "
+          "without scales") for b_fmt in ("bf16", "fp16")]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -15,8 +15,10 @@ AMDGPUUsage / IntrinsicsAMDGPU.td descriptions of the matching intrinsics):
 * ``v_mfma_f32_{16x16x32,32x32x16}_{f16,bf16}``: the doubled-K 16-bit atoms; 8 elements per
   lane (4 registers), the same lane-group split of K as the gfx942 atoms.
 * ``v_mfma_f32_{16x16x128,32x32x64}_f8f6f4``: CBSZ selects A's format and BLGP B's
-  (0 fp8 E4M3, 1 bf8 E5M2, 2 fp6 E2M3, 3 bf6 E3M2, 4 fp4 E2M1); fp8/bf8 are modelled, the
-  6- and 4-bit formats are refused.
+  (0 fp8 E4M3, 1 bf8 E5M2, 2 fp6 E2M3, 3 bf6 E3M2, 4 fp4 E2M1); fp8/bf8 and fp4 are
+  modelled (fp4: 4 registers a lane, 32 codes low nibble first, K = 32 * lane group +
+  position: the layout Triton's gfx950 tl.dot_scaled fixtures pin), the 6-bit formats are
+  refused.
 * ``ds_read_b64_tr_b{16,8}``: each 16-lane row reads 64 bits per lane (n = 64/bits elements) and
   transposes them within the row: lane j of the row receives element r (r < n) from lane
   (16/n)*r + j//n, element j % n — a 4x16 (b16) or two interleaved 8x8 (b8) transposes.
@@ -257,7 +259,7 @@ def bitop3_op(ttbl: int, width: int, alu_op_type):
 
 def mfma_ops(gfx942_ops: dict, op_type, indexed_type=None) -> dict:
     """gfx950's dense MFMAs: gfx942's 16-bit atoms, the doubled-K 16-bit atoms, the fp8/bf8
-    atoms in the OCP formats, the f8f6f4 atoms (fp8/bf8 operands), less the xf32 ones."""
+    atoms in the OCP formats, the f8f6f4 atoms (fp8/bf8/fp4 operands), less the xf32 ones."""
     ops = {k: v for k, v in gfx942_ops.items() if k not in GFX942_ONLY}
     for t in ("f16", "bf16"):
         ops[f"v_mfma_f32_16x16x32_{t}"] = op_type(f"v_mfma_f32_16x16x32_{t}", 16, 16, 32, 1, t, t)
@@ -273,12 +275,14 @@ def mfma_ops(gfx942_ops: dict, op_type, indexed_type=None) -> dict:
     for m, k in ((16, 128), (32, 64)):
         name = f"v_mfma_f32_{m}x{m}x{k}_f8f6f4"
         ops[name] = F8F6F4({(ca, cb): op_type(name, m, m, k, 1, fa, fb)
-                            for ca, fa in enumerate(_FP8_OCP.values())
-                            for cb, fb in enumerate(_FP8_OCP.values())}, name)
+                            for ca, fa in _F8F6F4_EMULATED.items()
+                            for cb, fb in _F8F6F4_EMULATED.items()}, name)
     return ops
 
 
 _F8F6F4_FORMATS = ("fp8 E4M3", "bf8 E5M2", "fp6 E2M3", "bf6 E3M2", "fp4 E2M1")
+# CBSZ / BLGP code -> operand format, for the codes emulated (fp6 / bf6 are not)
+_F8F6F4_EMULATED = {0: "e4m3fn", 1: "e5m2", 4: "e2m1"}
 
 
 class F8F6F4:
@@ -293,7 +297,7 @@ class F8F6F4:
             names = [(_F8F6F4_FORMATS[i] if 0 <= i < len(_F8F6F4_FORMATS) else f"code {i}")
                      for i in (cbsz, blgp)]
             raise DecodeError(f"{self.name} with A {names[0]} / B {names[1]} operands is not "
-                              "emulated (fp8 E4M3 and bf8 E5M2 are)")
+                              "emulated (fp8 E4M3, bf8 E5M2 and fp4 E2M1 are)")
         return op
 
 

@@ -36,7 +36,8 @@ from . import numerics
 from .access import scratch
 
 _FORMAT_BITS = {"f16": 16, "bf16": 16, "e4m3fnuz": 8, "e5m2fnuz": 8,
-                "e4m3fn": 8, "e5m2": 8}   # the last two: gfx950's OCP fp8 (rocke.emu.gfx950)
+                "e4m3fn": 8, "e5m2": 8,   # gfx950's OCP fp8 (rocke.emu.gfx950)
+                "e2m1": 4}                # gfx950's OCP fp4, two per byte, low nibble first
 
 
 def _decode_into(words: np.ndarray, fmt: str, out: np.ndarray) -> np.ndarray:
@@ -46,9 +47,17 @@ def _decode_into(words: np.ndarray, fmt: str, out: np.ndarray) -> np.ndarray:
         np.copyto(out, words.view(np.float16))
     elif fmt == "bf16":   # bf16 bits are the high half of the float32 with the same value
         np.copyto(out, np.left_shift(words.view(np.uint16), 16, dtype=np.uint32).view(np.float32))
+    elif fmt == "e2m1":
+        np.take(numerics.E2M1_VALUES, _nibbles(words), out=out)
     else:
         np.take(_fp8_table(fmt), words.view(np.uint8), out=out)
     return out
+
+
+def _nibbles(words: np.ndarray) -> np.ndarray:
+    """uint32[..., w] -> uint8[..., w * 8]: each word's 4-bit codes, low nibble first."""
+    octets = words.view(np.uint8)
+    return np.stack((octets & 0xF, octets >> 4), axis=-1).reshape(*octets.shape[:-1], -1)
 
 
 def _lane_rows(words: np.ndarray) -> np.ndarray:
@@ -154,6 +163,12 @@ class MfmaOp:
         per_reg = 32 // _FORMAT_BITS[self.b_format]
         if b.strides[-1] != b.itemsize:
             b = np.ascontiguousarray(b)
+        if per_reg == 8:   # 4-bit codes: one byte each, then gathered and looked up
+            codes = _nibbles(_lane_rows(b))
+            ordered = np.take(codes, self._b_element_order(blgp), axis=1)
+            matrix = scratch(workspace, "B", (n, self.blocks, self.k, self.n), np.float64)
+            np.take(numerics.E2M1_VALUES, ordered, out=matrix.reshape(n, -1))
+            return matrix
         elements = _lane_rows(b).view(np.uint16 if per_reg == 2 else np.uint8)
         ordered = scratch(workspace, "b", (n, self.b_regs * 64 * per_reg), elements.dtype)
         np.take(elements, self._b_element_order(blgp), axis=1, out=ordered, mode="clip")
@@ -243,13 +258,17 @@ class MfmaOp:
         `workspace`, a dict the caller keeps, lets repeated calls reuse their scratch memory.
         `a_block_scale` (float64[n, M, K/32]) / `b_block_scale` (float64[n, N, K/32]): each
         run of 32 K values of a row of A / column of B is multiplied by its factor (gfx950's
-        block-scaled MFMAs; 8-bit single-block operands only).
+        block-scaled MFMAs; 8- and 4-bit single-block operands only).
         """
         self._check(a, b, c, cbsz, abid, blgp)
         n = a.shape[0]
         b_matrix = self._b_matrix(b, blgp, workspace)
         # contiguous operands: numpy's matmul then sums in one fixed order (NaN payloads too)
         a_matrix = self._a_matrix(a, workspace)
+        if _FORMAT_BITS[self.a_format] != _FORMAT_BITS[self.b_format]:
+            # the operands' lane layouts place K differently: both to the hardware's K order
+            a_matrix = np.take(a_matrix, self._hardware_k_order(self.a_format), axis=3)
+            b_matrix = np.take(b_matrix, self._hardware_k_order(self.b_format), axis=2)
         if a_block_scale is not None or b_block_scale is not None:
             a_matrix, b_matrix = self._block_scaled(a_matrix, b_matrix, a_block_scale,
                                                     b_block_scale)
@@ -270,27 +289,47 @@ class MfmaOp:
         return d
 
 
-    def _block_scaled(self, a_matrix, b_matrix, a_scale, b_scale):
-        """A and B with each 32-K block of a row (column) times its factor. Here a lane's 8-bit
-        elements are taken as K = (group, register, element); the hardware's K of the same
-        element (CDNA4 guide §7.1.5.1, FP8 tables) is 16 * G * (register // 4) + 16 * group +
-        4 * (register % 4) + element, G = 64 / M groups of lanes: the order the scale's K blocks
-        count in. (Unscaled, the order is immaterial: A and B share it.)"""
-        if self.blocks != 1 or self.a_regs != 8 or self.b_regs != 8:
-            raise NotImplementedError(f"{self.name}: block scales need 8-bit single-block operands")
-        groups = 64 // self.m
+    def _hardware_k(self, fmt: str) -> np.ndarray:
+        """The hardware's K of each stored K position of an f8f6f4 operand. Stored, a lane's
+        elements are K = (group, register, element) in order. The CDNA4 guide (§7.1.5.1)
+        places 8-bit elements at K = 16 * G * (register // 4) + 16 * group + 4 * (register
+        % 4) + element (G = 64 / M groups of lanes: each lane holds two 16-byte runs of K).
+        4-bit elements (16 bytes a lane, one run) are taken at K = 32 * group + 8 * register +
+        element, the stored order: not read from the guide but pinned by Triton's gfx950
+        dot_scaled fixtures (per-block scales, and fp8 x fp4 products, fail under the fp8-like
+        split). Unscaled with both operands alike, the order is immaterial (A and B share it);
+        block scales and mixed widths need the hardware's."""
         k = np.arange(self.k)
+        if self.blocks != 1 or _FORMAT_BITS[fmt] not in (4, 8) or self.m * self.k // 64 != 32:
+            raise NotImplementedError(f"{self.name}: the hardware K order is modelled for the "
+                                      "single-block f8f6f4 operands only")
+        if _FORMAT_BITS[fmt] == 4:
+            return k
+        groups = 64 // self.m
         group, register, element = k // 32, (k % 32) // 4, k % 4
-        block = (16 * groups * (register // 4) + 16 * group + 4 * (register % 4) + element) // 32
+        return 16 * groups * (register // 4) + 16 * group + 4 * (register % 4) + element
+
+    def _hardware_k_order(self, fmt: str) -> np.ndarray:
+        """For each hardware K, its stored position (the inverse of `_hardware_k`)."""
+        return np.argsort(self._hardware_k(fmt))
+
+    def _block_scaled(self, a_matrix, b_matrix, a_scale, b_scale):
+        """A and B with each 32-K block of a row (column) times its factor; the blocks count
+        in the hardware's K order (`_hardware_k`), which mixed-width operands are already in."""
+        if _FORMAT_BITS[self.a_format] != _FORMAT_BITS[self.b_format]:
+            a_block = b_block = np.arange(self.k) // 32
+        else:
+            a_block = self._hardware_k(self.a_format) // 32
+            b_block = self._hardware_k(self.b_format) // 32
         split = self._row_split()
         rows = np.arange(self.m).reshape(split)
         if len(split) == 3:
             rows = rows.transpose(0, 2, 1)
         rows = rows.reshape(-1)                       # the logical row of each stored row
         if a_scale is not None:
-            a_matrix = a_matrix * a_scale[:, rows[:, None], block[None, :]][:, None]
+            a_matrix = a_matrix * a_scale[:, rows[:, None], a_block[None, :]][:, None]
         if b_scale is not None:
-            b_matrix = b_matrix * b_scale[:, np.arange(self.n)[None, :], block[:, None]][:, None]
+            b_matrix = b_matrix * b_scale[:, np.arange(self.n)[None, :], b_block[:, None]][:, None]
         return a_matrix, b_matrix
 
 

@@ -163,6 +163,18 @@ _OCP_DECODE = {fmt: _ocp_decode_table(fmt) for fmt in OCP_FP8_FORMATS}
 OCP_FP8_MAX = {"e4m3fn": 448.0, "e5m2": 57344.0}
 
 
+# OCP fp4 E2M1 (gfx950's f8f6f4 MFMAs and scaled conversions): sign, 2 exponent bits with bias
+# 1, 1 mantissa bit; exponent 0 is subnormal (0, ±0.5); no infinity and no NaN, max 6.
+def _e2m1_table() -> np.ndarray:
+    codes = np.arange(16)
+    exponent, mantissa = (codes >> 1) & 3, codes & 1
+    magnitude = np.where(exponent == 0, mantissa * 0.5, np.ldexp(1.0 + mantissa / 2, exponent - 1))
+    return np.where(codes & 8, -magnitude, magnitude)
+
+
+E2M1_VALUES = _e2m1_table()   # float64 value of each 4-bit code
+
+
 def ocp_fp8_bits_to_f32(bits, fmt: str) -> np.ndarray:
     """Decode OCP fp8 codes (any integer array, low 8 bits used) to float32."""
     if fmt not in _OCP_DECODE:

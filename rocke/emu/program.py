@@ -418,6 +418,10 @@ def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, val
             from .semantics import AluOp
             op = gfx950.bitop3_op(table, 32 if base.endswith("32") else 16, AluOp)
             return Decoded(decode_valu(ins, mods, ops, {base: op}, ctx), VALU, None, ins)
+        if base in cdna4.FP4_UNPACKS:
+            from .semantics import AluOp
+            op = cdna4.fp4_unpack_op(base, ops, mods, AluOp)
+            return Decoded(decode_valu(ins, mods, ops, {base: op}, ctx), VALU, None, ins)
         if base in gfx950.SCALED_CONVERSIONS:
             gfx950.check_unit_scale(base, ops, mods)
             if ctx.fp16_overflow and not mods.get("clamp") and base.endswith("_f32"):

@@ -275,3 +275,50 @@ def test_v_mfma_scale_f8f6f4_against_the_guides_block_scaling(m, k, byte):
     want = _mx_reference(a, b, sa, sb).astype(np.float32)
     assert np.all(np.isnan(got[0])) and not np.isnan(got[1:]).any()
     np.testing.assert_allclose(got[1:], want[1:], rtol=1e-6)
+
+
+# v_cvt_scalef32_pk_{f16,bf16}_fp4: source word bytes 0x21, 0x9B, 0x3A, 0x7F; each byte's low
+# nibble goes to D[15:0], its high nibble to D[31:16]. E2M1 by hand: 0x1 = 0.5, 0x2 = 1.0,
+# 0x3 = 1.5, 0x7 = 6.0, 0x9 = -0.5, 0xA = -1.0, 0xB = -1.5, 0xF = -6.0.
+FP4_WORD = 0x7F3A9B21
+FP4_UNPACKED = {   # (op_sel, scale bits) -> (f16 result, bf16 result)
+    ("", 0x3F800000): (0x3C003800, 0x3F803F00),              # 0.5, 1.0
+    (" op_sel:[1,0,0]", 0x3F800000): (0xB800BE00, 0xBF00BFC0),  # -1.5, -0.5
+    (" op_sel:[0,1,0]", 0x3F800000): (0x3E00BC00, 0x3FC0BF80),  # -1.0, 1.5
+    (" op_sel:[1,1,0]", 0x3F800000): (0x4600C600, 0x40C0C0C0),  # -6.0, 6.0
+    (" op_sel:[1,1,0]", 0x3E000000): (0x3A00BA00, 0x3F40BF40),  # times 2^-3: -0.75, 0.75
+    (" op_sel:[0,1,0]", 0x41000000): (0x4A00C800, 0x4140C100),  # times 2^3: -8.0, 12.0
+}
+
+
+@pytest.mark.parametrize("select, scale", list(FP4_UNPACKED), ids=lambda x: str(x))
+@pytest.mark.parametrize("fmt", ["f16", "bf16"])
+def test_v_cvt_scalef32_pk_16bit_fp4(fmt, select, scale):
+    v = np.array([[FP4_WORD] * 64, [scale] * 64], np.uint32)
+    got = run(f"  v_cvt_scalef32_pk_{fmt}_fp4 v2, v0, v1{select}", v, rows=3)[2]
+    assert np.all(got == FP4_UNPACKED[select, scale][fmt == "bf16"])
+
+
+@pytest.mark.parametrize("fmt", ["f16", "bf16"])
+def test_v_cvt_scalef32_pk_16bit_fp4_signed_zeros(fmt):
+    v = np.array([[0x80] * 64, [0x3F800000] * 64], np.uint32)      # codes +0 (low), -0 (high)
+    assert np.all(run(f"  v_cvt_scalef32_pk_{fmt}_fp4 v2, v0, v1", v, rows=3)[2] == 0x80000000)
+
+
+@pytest.mark.parametrize("scale, why", [
+    (0x40400000, "not a positive normal power of two"),          # 3.0 would round
+    (0x00400000, "not a positive normal power of two"),          # 2^-127, a subnormal scale
+    (0x7F800000, "not a positive normal power of two"),          # +inf (E8M0 0xFF's f32)
+    (0x47800000, "outside f16's normal range"),                  # 2^16: 6 * 2^16 overflows f16
+    (0x38000000, "outside f16's normal range"),                  # 2^-15: 0.5 * 2^-15 subnormal
+])
+def test_v_cvt_scalef32_pk_f16_fp4_refuses_what_would_round(scale, why):
+    from rocke.emu.errors import EmulatorError
+    v = np.array([[FP4_WORD] * 64, [scale] * 64], np.uint32)
+    with pytest.raises(EmulatorError, match=why):
+        run("  v_cvt_scalef32_pk_f16_fp4 v2, v0, v1 op_sel:[1,1,0]"
+            if scale != 0x38000000 else "  v_cvt_scalef32_pk_f16_fp4 v2, v0, v1", v, rows=3)
+
+
+def test_v_cvt_scalef32_pk_16bit_fp4_refuses_modifiers(support):
+    assert "neg / abs" in support.decodes("v_cvt_scalef32_pk_bf16_fp4 v2, v0, -v1", "gfx950")

@@ -206,9 +206,33 @@ def test_f8f6f4_mfma_formats_from_cbsz_blgp(cbsz, blgp, a_dtype, b_dtype):
 
 
 def test_f8f6f4_mfma_refuses_the_formats_it_does_not_model():
-    with pytest.raises(EmulatorError, match="fp4 E2M1.*not emulated"):
+    with pytest.raises(EmulatorError, match="fp6 E2M3.*not emulated"):
+        run_asm("  v_mfma_f32_16x16x128_f8f6f4 v[16:19], v[0:7], v[8:15], v[16:19] cbsz:2",
+                vgprs=np.zeros((20, 64), np.uint32), target="gfx950")
+    with pytest.raises(EmulatorError, match="bf6 E3M2.*not emulated"):
+        run_asm("  v_mfma_f32_16x16x128_f8f6f4 v[16:19], v[0:7], v[8:15], v[16:19] blgp:3",
+                vgprs=np.zeros((20, 64), np.uint32), target="gfx950")
+    # fp4 takes 4 registers a lane, not fp8's 8
+    with pytest.raises(EmulatorError, match="A operand 'v\\[0:7\\]' must be 4 vector registers"):
         run_asm("  v_mfma_f32_16x16x128_f8f6f4 v[16:19], v[0:7], v[8:15], v[16:19] cbsz:4",
                 vgprs=np.zeros((20, 64), np.uint32), target="gfx950")
+
+
+@pytest.mark.parametrize("a_byte, b_byte, cbsz, expected", [
+    (0x22, 0xFF, 4, 128 * 1.0 * -6.0),    # every code 1.0 times every code -6.0
+    (0x01, 0x04, 4, 64 * 0.5 * 2.0),      # low nibbles 0.5 / 2.0 meet; high ones are 0
+    (0x01, 0x40, 4, 0.0),                 # 0.5 only in low nibbles, 2.0 only in high ones
+    (0x9B, 0x33, 4, 64 * (-1.5 * 1.5 - 0.5 * 1.5)),   # low 0xB = -1.5, high 0x9 = -0.5; 1.5
+])
+def test_f8f6f4_mfma_fp4_codes(a_byte, b_byte, cbsz, expected):
+    """E2M1 operands (CBSZ = BLGP = 4), 4 registers a lane holding 32 codes, low nibble first:
+    hand-computed sums over K = 128 of uniform operands."""
+    word = lambda byte: np.uint32(byte * 0x01010101)
+    v = np.concatenate([np.full((4, 64), word(a_byte), np.uint32),
+                        np.full((4, 64), word(b_byte), np.uint32), np.zeros((4, 64), np.uint32)])
+    got = run_asm(f"  v_mfma_f32_16x16x128_f8f6f4 v[8:11], v[0:3], v[4:7], v[8:11] cbsz:{cbsz} "
+                  "blgp:4", vgprs=v, target="gfx950").vgprs[0, 8:12]
+    assert np.all(got.view(np.float32) == np.float32(expected))
 
 
 # ------------------------------------------------------------------------------ LDS DMA

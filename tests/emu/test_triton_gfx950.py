@@ -3,7 +3,8 @@
 rocke.emu runs them as gfx950 — and a gfx942 launch must refuse them.
 
 They exercise what gfx950 code brings: the wide-K MFMAs (16x16x32 / 32x32x16 f16 and bf16),
-the f8f6f4 MFMAs on OCP fp8 (e4m3fn) and their block-scaled form (tl.dot_scaled),
+the f8f6f4 MFMAs on OCP fp8 (e4m3fn) and their block-scaled form (tl.dot_scaled) on fp8 and
+fp4 (e2m1) operands, the scaled fp4 unpacks v_cvt_scalef32_pk_{bf16,f16}_fp4,
 ds_read_b64_tr_b16/b8, global_load_lds_dwordx4,
 v_permlane16/32_swap, v_bitop3_b32 and v_cvt_pk_{f16,bf16}_f32.
 """
@@ -12,6 +13,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -180,3 +182,99 @@ def test_fp8_conversions_on_gfx950():
                                    msg=key)
         torch.testing.assert_close(back[:, list(outs).index(key)], outs[key].float(), rtol=0,
                                    atol=0, equal_nan=True, msg=f"{key} decoded")
+
+
+def e2m1_reference_values(codes):
+    """OCP fp4 E2M1 by the format's definition, for the reference (not the emulator's table):
+    bit 3 sign, bits 2:1 exponent (bias 1), bit 0 mantissa; exponent 0 is subnormal
+    (m * 2^-1), otherwise (1 + m/2) * 2^(e - 1); no infinity or NaN."""
+    codes = codes.astype(np.int64)
+    sign = np.where(codes & 8, -1.0, 1.0)
+    exponent, mantissa = (codes >> 1) & 3, codes & 1
+    magnitude = np.where(exponent == 0, mantissa * 0.5, (1 + mantissa / 2) * 2.0 ** (exponent - 1))
+    return sign * magnitude
+
+
+def unpack_e2m1(packed, axis):
+    """uint8 bytes holding two codes along `axis` (low nibble first) -> float64 values."""
+    packed = packed.numpy().astype(np.uint8)
+    low, high = e2m1_reference_values(packed & 0xF), e2m1_reference_values(packed >> 4)
+    return np.stack((low, high), axis=axis + 1).reshape(
+        *(2 * s if i == axis else s for i, s in enumerate(packed.shape)))
+
+
+# (fixture, A format, B format, M = N, K, the MFMA it must contain)
+SCALED_FP4_CASES = [
+    ("scaled_dot_e2m1_64x64x256", "e2m1", "e2m1", 64, 256, "v_mfma_scale_f32_32x32x64_f8f6f4"),
+    ("scaled_dot_e2m1_16x16x256", "e2m1", "e2m1", 16, 256, "v_mfma_scale_f32_16x16x128_f8f6f4"),
+    ("scaled_dot_e4m3_e2m1_64x64x128", "e4m3", "e2m1", 64, 128,
+     "v_mfma_scale_f32_32x32x64_f8f6f4"),
+    ("scaled_dot_e2m1_e4m3_64x64x128", "e2m1", "e4m3", 64, 128,
+     "v_mfma_scale_f32_32x32x64_f8f6f4"),
+]
+
+
+@pytest.mark.parametrize("name, a_fmt, b_fmt, m, k, opcode", SCALED_FP4_CASES,
+                         ids=[c[0] for c in SCALED_FP4_CASES])
+def test_scaled_dot_fp4_block_scaled_mfma(name, a_fmt, b_fmt, m, k, opcode):
+    """tl.dot_scaled with fp4 (E2M1) operands on gfx950: the block-scaled MFMA with CBSZ / BLGP
+    = 4 (4 registers a lane), against numpy: E2M1 decoded by its definition, every 32 K
+    values of A's row / B's column times 2^(scale - 127), products summed in float64."""
+    assert opcode in opcodes(name)
+    assert re.search(rf"{opcode} .*(cbsz|blgp):4", load(name)[1])
+    rng = generator(54)
+    if a_fmt == "e2m1":
+        a = torch.randint(0, 256, (m, k // 2), generator=rng, dtype=torch.int32).to(torch.uint8)
+        a_values = unpack_e2m1(a, axis=1)
+    else:
+        a = (4 * torch.randn(m, k, generator=rng)).to(torch.float8_e4m3fn)
+        a_values = a.double().numpy()
+    if b_fmt == "e2m1":
+        b = torch.randint(0, 256, (k // 2, m), generator=rng, dtype=torch.int32).to(torch.uint8)
+        b_values = unpack_e2m1(b, axis=0)
+    else:
+        b = (4 * torch.randn(k, m, generator=rng)).to(torch.float8_e4m3fn)
+        b_values = b.double().numpy()
+    sa = torch.randint(118, 137, (m, k // 32), generator=rng, dtype=torch.int32).to(torch.uint8)
+    sb = torch.randint(118, 137, (m, k // 32), generator=rng, dtype=torch.int32).to(torch.uint8)
+    c = torch.full((m, m), SENTINEL, dtype=torch.float32)
+    launch_fixture(name, (1, 1, 1), a_ptr=a, b_ptr=b, sa_ptr=sa, sb_ptr=sb, c_ptr=c)
+    fa = np.repeat(2.0 ** (sa.numpy().astype(np.float64) - 127), 32, axis=1)       # [M, K]
+    fb = np.repeat(2.0 ** (sb.numpy().astype(np.float64) - 127), 32, axis=1).T     # [K, N]
+    scaled_a, scaled_b = a_values * fa, b_values * fb
+    expected = scaled_a @ scaled_b
+    # products are exact; the kernel rounds to f32 once per MFMA: at most k / (atom K) roundings
+    # of the running sum, each within 2^-24 of the sum of |products|
+    roundings = k // int(opcode.split("x")[-1].split("_")[0])
+    bound = roundings * 2.0 ** -24 * (np.abs(scaled_a) @ np.abs(scaled_b))
+    assert np.all(np.abs(c.double().numpy() - expected) <= bound)
+
+
+@pytest.mark.parametrize("b_fmt, b_dtype, opcode", [
+    ("bf16", torch.bfloat16, "v_cvt_scalef32_pk_bf16_fp4"),
+    ("fp16", torch.float16, "v_cvt_scalef32_pk_f16_fp4"),
+])
+def test_scaled_dot_fp4_times_16bit(b_fmt, b_dtype, opcode):
+    """tl.dot_scaled of a scaled E2M1 A and an unscaled 16-bit B: Triton unpacks A with the
+    scaled fp4 conversions (every byte select) and multiplies on the 16-bit MFMA."""
+    name = f"scaled_dot_e2m1_{b_fmt}_64x64x128"
+    asm = load(name)[1]
+    assert opcode in opcodes(name)
+    assert {f"op_sel:[{i},{j},0]" for i in (0, 1) for j in (0, 1)} - {"op_sel:[0,0,0]"} <= set(
+        re.findall(rf"{opcode} [^\n]*(op_sel:\[\d,\d,\d\])", asm))
+    m = n = 64
+    k = 128
+    rng = generator(55)
+    a = torch.randint(0, 256, (m, k // 2), generator=rng, dtype=torch.int32).to(torch.uint8)
+    b = torch.randn(k, n, generator=rng).to(b_dtype)
+    # scales within what the 16-bit A can hold exactly (f16: 6 * 2^9 and 0.5 * 2^-9)
+    sa = torch.randint(118, 137, (m, k // 32), generator=rng, dtype=torch.int32).to(torch.uint8)
+    c = torch.full((m, n), SENTINEL, dtype=torch.float32)
+    launch_fixture(name, (1, 1, 1), a_ptr=a, b_ptr=b, sa_ptr=sa, c_ptr=c)
+    scaled_a = unpack_e2m1(a, axis=1) * np.repeat(2.0 ** (sa.numpy().astype(np.float64) - 127),
+                                                  32, axis=1)
+    b_values = b.double().numpy()
+    expected = scaled_a @ b_values
+    roundings = k // 16   # one f32 rounding per 32x32x16 MFMA
+    bound = roundings * 2.0 ** -24 * (np.abs(scaled_a) @ np.abs(b_values))
+    assert np.all(np.abs(c.double().numpy() - expected) <= bound)
