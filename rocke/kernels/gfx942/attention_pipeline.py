@@ -298,8 +298,11 @@ def late_v_store(spec) -> bool:
     """Whether the double-buffered tile loop waits for V_j (and K_{j+1}) after S_j and its
     softmax (``TileLoop._run_late_v``), not before S_j: not with LDS-DMA K (its waits are
     counted in ``run``), nor with a sliding window over pages shorter than the tile (a page
-    lookup per copy step: fp16 d128 wide4 block 16 spilled 8 SGPRs)."""
+    lookup per copy step), nor with the plain two-compare window mask on the transposed-x8
+    path: fp16 d128 wide4 spilled 8 SGPRs at block 16 GQA 1 and block 64 GQA 1."""
     if spec.sliding_window and spec.block_size < spec.tile_size:
+        return False
+    if spec.sliding_window and spec.transposed_x8 and not getattr(spec, "interval_mask", False):
         return False
     return not spec.global_load_lds_k
 
