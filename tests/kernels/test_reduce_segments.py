@@ -131,13 +131,14 @@ def test_spec_rules_name_the_field():
         rs.ReduceSegmentsSpec("f16", 128, 1)      # 128 lanes per row: more than a wave
 
 
-@pytest.mark.parametrize("num_segments, trips", [(16, 3), (36, 6)])
+@pytest.mark.parametrize("num_segments, trips", [(16, 2), (32, 2), (36, 3), (70, 5)])
 def test_pass_two_loads_issue_together(num_segments, trips):
-    """d128, 2 segments per pass, PASS_UNROLL passes per loop step: a wave waits on memory once
-    for pass 1 and once per loop step of pass 2 (16 segments: 1 + 2; 36: 1 + 5, the last step
-    partly past the end), not twice per pass (exact emulator counts), and the merge is right."""
+    """d128, 2 segments per pass, 16 passes per loop step: a wave waits on memory once per
+    64-segment step of pass 1 and once per loop step of pass 2 (16 and 32 segments: 1 + 1; 36:
+    1 + 2; 70: 2 + 3, the last steps partly past the end), not once per pass or per load (exact
+    emulator counts), and the merge is right."""
     spec = rs.ReduceSegmentsSpec("f16", 128, 4)
-    assert spec.segments_per_pass * rs.PASS_UNROLL == 8
+    assert spec.segments_per_pass * spec.pass_unroll == 32
     gen = torch.Generator().manual_seed(num_segments)
     m = torch.randn(1, 1, num_segments, generator=gen) * 4
     m[0, 0, 3] = -math.inf                               # one empty segment: its o is garbage

@@ -77,6 +77,7 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         else:
             bounds = (k.const(0, "i32"), n_full, n_tiles)
         wg = WorkgroupContext(k, spec, a, kv_head, seq, q_seq_start, q_len, q_start, kv_len, ctx, tid, threads)
+        wg.first_tile = bounds[0]         # its K loads may overlap Q's (TileLoop.prefetch_first_k)
         if split:
             wg.segment = segment
         if split:

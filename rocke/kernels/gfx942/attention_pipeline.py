@@ -16,7 +16,8 @@ from rocke.dsl import rcp
 from rocke.dsl.fragment import (AxisVector, COL, ROW, Fragment, lane_affine_value, load_fragment,
                                 store_fragment)
 from rocke.dsl.magic import udiv_const
-from rocke.dsl.paged import CACHE_POLICIES, BlockTableRow, PagedView, copy_paged_tile, min_dma_loads_per_wave
+from rocke.dsl.paged import (CACHE_POLICIES, BlockTableRow, PagedView, copy_paged_tile, min_dma_loads_per_wave,
+                             rows_per_wave)
 from rocke.dsl.softmax import (LOG2E, online_softmax_update, transposed_pv_operand,
                                transposed_v_operand)
 from rocke.kernels.gfx942 import attention_policy as policy
@@ -294,6 +295,19 @@ def value_scaled(c: WorkgroupContext, frags):
     return [(f * vs, r, d) for f, r, d in frags]
 
 
+def late_v_store(spec) -> bool:
+    """Whether the double-buffered tile loop waits for V_j (and K_{j+1}) after S_j and its
+    softmax (``TileLoop._run_late_v``), not before S_j: not with LDS-DMA K (its waits are
+    counted in ``run``), nor with a sliding window over pages shorter than the tile (a page
+    lookup per copy step), nor with the plain two-compare window mask on the transposed-x8
+    path: fp16 d128 wide4 spilled 8 SGPRs at block 16 GQA 1 and block 64 GQA 1."""
+    if spec.sliding_window and spec.block_size < spec.tile_size:
+        return False
+    if spec.sliding_window and spec.transposed_x8 and not getattr(spec, "interval_mask", False):
+        return False
+    return not spec.global_load_lds_k
+
+
 class TileLoop:
     row_axis: int      # axis of the score/output fragments that indexes workgroup rows
 
@@ -328,6 +342,21 @@ class TileLoop:
             return self.c.copy_k(self.k_lds, j * T, **kw)
         return self.c.copy_k(self.k_lds, j * T, tokens=T, lds_row0=(j & 1) * T, **kw)
 
+    def prefetch_first_k(self):
+        """Issue the first K tile's global loads before Q is staged, so the two round trips
+        overlap (a single prefill's last q block walks few tiles: each exposed round trip is a
+        large share of its serial path); returns the tile's LDS stores, to call once Q's stage
+        (aliased on the K tile) is free. None where run() copies it itself: single-buffered K,
+        LDS-DMA (it would write the aliased stage), or a copy with a partial step (stored at
+        once). A workgroup with no tile (lo >= hi) loads its masked or unused rows harmlessly."""
+        s, c = self.spec, self.c
+        lo = getattr(c, "first_tile", None)
+        steps = rows_per_wave(s.head_size, STAGING_VECTOR) * (c.threads // 64)
+        if lo is None or s.use_k_single_buffer or s.global_load_lds_k or s.tile_size % steps:
+            return None
+        self.k_prefetched = True
+        return self._copy_k_into(lo, defer_stores=True)
+
     def run(self, bounds):
         """The tile loop (ALGORITHM.md §2-3): unmasked tiles, then the diagonal ones. With a
         sliding window ``bounds`` is (lo, edge, mid, hi): masked left-edge tiles first."""
@@ -340,9 +369,11 @@ class TileLoop:
             phases = ((lo, mid, False), (mid, hi, True))
         carry = self.init_carry()
         double = not s.use_k_single_buffer
-        if double:
+        if double and not getattr(self, "k_prefetched", False):
             with k.if_(lo < hi):
                 self._copy_k_into(lo)            # the first K tile; each step prefetches the next
+        if double and late_v_store(s):
+            return self._run_late_v(phases, carry)
         for start, stop, masked in phases:
             with k.for_range(start, stop, carry=carry) as loop:
                 j = loop.index
@@ -380,6 +411,34 @@ class TileLoop:
             carry = loop.results
         if double and s.global_load_lds_k:
             k.wait_vmcnt(0)                      # the last prefetch lands before LDS is reused
+        return self.split_carry(carry)
+
+    def _run_late_v(self, phases, carry):
+        """The double-buffered tile loop with the tile's round trip behind S = Q K^T: step j
+        issues V_j and K_{j+1}, computes S_j and its softmax from K_j (already in LDS), and only
+        then waits and stores them (``step``'s ``before_pv``), one barrier before P V_j. The V
+        tile is free then (P V_{j-1} ended with the step's barrier), and so is K's other half
+        (S_{j-1} read it)."""
+        k, s, c = self.k, self.spec, self.c
+        k.barrier()                              # the first K tile's stores
+        for start, stop, masked in phases:
+            with k.for_range(start, stop, carry=carry) as loop:
+                j = loop.index
+                kv0 = j * s.tile_size
+                store_v = c.copy_v(self.v_lds, kv0, defer_stores=True)
+                store_k = self._copy_k_into(j + 1, defer_stores=True)
+                k.sched_barrier(dsl.SchedMask.SALU)
+
+                def before_pv(store_v=store_v, store_k=store_k):
+                    # nothing crosses: the stores (and their waits) hoisted into S's MFMAs
+                    k.sched_barrier(dsl.SchedMask.NONE)
+                    store_v()
+                    store_k()
+                    k.barrier()
+                new = self.step(loop.carry, j, kv0, masked, before_pv)
+                k.barrier()                      # the next step overwrites V
+                loop.yield_(*new)
+            carry = loop.results
         return self.split_carry(carry)
 
     def masked_scores(self, score, kv0, key_origin, row_origin, masked: bool, group: int = 0):
@@ -509,6 +568,7 @@ class NarrowPath(TileLoop):
         if s.features or getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
             self.prepare_features([self.warp_row0 + i * 16 for i in range(self.mq)])
         self.q_ops = []
+        store_k = self.prefetch_first_k()
         if q_lds is not None:
             load_q_rows_to_lds(c, q_lds)
             k.barrier()
@@ -521,6 +581,8 @@ class NarrowPath(TileLoop):
             self.q_ops.append(ops)
         if q_lds is not None:
             k.barrier()                           # Q's LDS is reused by the K/V tiles
+        if store_k is not None:
+            store_k()
 
     def init_carry(self):
         C = self.mma.C
@@ -536,7 +598,7 @@ class NarrowPath(TileLoop):
         mq = self.mq
         return list(carry[:mq]), list(carry[mq:2 * mq]), list(carry[2 * mq:])
 
-    def step(self, carry, j, kv0, masked):
+    def step(self, carry, j, kv0, masked, before_pv=None):
         s, mma = self.spec, self.mma
         D, T = s.head_size, s.tile_size
         nd, nk = D // 16, T // 16
@@ -555,6 +617,8 @@ class NarrowPath(TileLoop):
             m[i], l[i], probs, alpha = online_softmax_update(m[i], l[i], scores, axis=COL, via="dpp")
             for n in range(nk):
                 store_p_pairs(self.p_lds, probs[n].to(s.dtype), (row, n * 16))
+            if i == 0 and before_pv is not None:
+                before_pv()                      # V_j lands (TileLoop._run_late_v)
             alpha_o = alpha.broadcast_to(mma.C)
             p_ops = [load_fragment(self.p_lds, mma.A, (row, n0)) for n0 in range(0, T, self.kd)]
             for jd in range(nd):
@@ -597,6 +661,7 @@ class TransposedX8Path(TileLoop):
         read_epilogue_scalars(c)
         if s.features or getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
             self.prepare_features([self.warp_col0])
+        store_k = self.prefetch_first_k()
         if q_lds is not None:
             load_q_rows_to_lds(c, q_lds)
             k.barrier()
@@ -605,6 +670,8 @@ class TransposedX8Path(TileLoop):
             k.barrier()
         else:
             self.q_ops = [load_q_direct(c, self.mma.B, COL, (d0, self.warp_col0)) for d0 in range(0, D, kd)]
+        if store_k is not None:
+            store_k()
 
     def init_carry(self):
         C = self.mma.C
@@ -618,7 +685,7 @@ class TransposedX8Path(TileLoop):
     def split_carry(self, carry):
         return [carry[0]], [carry[1]], list(carry[2:])
 
-    def step(self, carry, j, kv0, masked):
+    def step(self, carry, j, kv0, masked, before_pv=None):
         s, mma = self.spec, self.mma
         D, T = s.head_size, s.tile_size
         nk = T // 32
@@ -633,6 +700,8 @@ class TransposedX8Path(TileLoop):
             scores.append(self.masked_scores(acc, kv0, kv0 + i * 32, self.warp_col0, masked))
         m0, l0, probs, alpha = online_softmax_update(m[0], l[0], scores, axis=ROW)
         probs = [p.to(s.dtype) for p in probs]
+        if before_pv is not None:
+            before_pv()                          # V_j lands (TileLoop._run_late_v)
         alpha_o = alpha.broadcast_to(mma.C)
         o = [x * alpha_o for x in o]
         for i in range(nk):

@@ -32,7 +32,8 @@ from rocke.kernels.gfx942 import attention_quant as quant
 DTYPES = ("f16", "bf16")
 HEAD_SIZES = (64, 128, 256)   # d256: 64 lanes x 4 fp32 hold one segment row (one pass per segment)
 WAVE = dsl.WAVE_SIZE
-PASS_UNROLL = 4     # pass-2 steps whose loads issue together (decode's 16 segments: 2 round trips)
+PASS_UNROLL = 4     # pass-2 steps whose loads issue together, at least (pass_unroll)
+SEGMENTS_PER_TRIP = 32   # pass 2 loads this many segments per round trip (decode: one)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,13 @@ class ReduceSegmentsSpec:
     @property
     def segments_per_pass(self) -> int:
         return WAVE // self.lanes_per_row
+
+    @property
+    def pass_unroll(self) -> int:
+        """Pass-2 steps per loop trip: SEGMENTS_PER_TRIP segments' loads in flight at once (d256
+        has one segment per pass; at 4 a trip its 16-22 decode segments took 4-6 exposed round
+        trips, most of the launch's modelled time)."""
+        return max(PASS_UNROLL, SEGMENTS_PER_TRIP // self.segments_per_pass)
 
     @property
     def workgroup_size(self) -> int:
@@ -120,16 +128,19 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
     col = (lane & (spec.lanes_per_row - 1)) * vw
     per_pass = spec.segments_per_pass
     zeros = k.zeros(dsl.f32, vw)
-    with k.for_range(0, num_segments, per_pass * PASS_UNROLL, carry=(zeros,)) as walk:
+    unroll = spec.pass_unroll
+    with k.for_range(0, num_segments, per_pass * unroll, carry=(zeros,)) as walk:
         (acc,) = walk.carry
-        # every load of PASS_UNROLL passes first (one memory round trip for all), o unmasked:
+        # every load of the unrolled passes first (one memory round trip for all), o unmasked:
         # an empty or past-the-end segment's o is dropped by the select, never used
         loaded = []
-        for u in range(PASS_UNROLL):
+        for u in range(unroll):
             s = walk.index + (group + u * per_pass)
-            m_s = select(s < num_segments, max_buf.load(s), -math.inf)
-            loaded.append((m_s, o_buf.load(s * d + col, width=vw)))     # past the extent: 0
-        for m_s, o_s in loaded:
+            loaded.append((s, max_buf.load(s), o_buf.load(s * d + col, width=vw)))   # past the extent: 0
+        # nothing crosses: LLVM's scheduler interleaved the loads with their uses, one wait each
+        k.sched_barrier(dsl.SchedMask.NONE)
+        for s, m_raw, o_s in loaded:
+            m_s = select(s < num_segments, m_raw, -math.inf)
             weight = exp2(m_s - base_row, fast=True)
             acc = acc + select(m_s > -math.inf, o_s * (splat(weight, vw) if vw > 1 else weight), zeros)
         walk.yield_(acc)
