@@ -390,7 +390,7 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
         wanted.update(regime=policy.TRANSPOSED_X8)
     if split != 1:
         wanted.update(group_split=split)
-    if needs_interval_mask(problem) or few_warp_x8_window(problem, geo):
+    if needs_interval_mask(problem) or x8_window_interval(problem, geo):
         wanted.update(interval_mask=True)
     missing = sorted(set(wanted) - have)
     if missing:      # never drop a geometry field silently: the kernel would run another geometry
@@ -427,6 +427,16 @@ def few_warp_x8_window(p: UnifiedAttentionProblem, geo: Geometry) -> bool:
     do not spill with the plain mask and keep it (``rocke report --reachable``)."""
     return (p.window_left >= 0 and not p.mm_ranges and geo.regime == policy.TRANSPOSED_X8
             and p.head_size == 128 and geo.num_warps < 4)
+
+
+def x8_window_interval(p: UnifiedAttentionProblem, geo: Geometry) -> bool:
+    """A window alone on any transposed-x8 kernel masks by interval (as gfx950 does): with the
+    plain two-compare mask the tile loop cannot wait for V_j after S_j's softmax
+    (attention_pipeline.late_v_store: wide4 d128 spilled 8 SGPRs); with the interval mask it can,
+    spill-free. benchmarks/profile.py "window 128" (f16 d128 wide4, block 64 GQA 4), modelled
+    MI300X: see ALGORITHM.md §10.2. Covers few_warp_x8_window's kernels too."""
+    return (p.window_left >= 0 and not p.mm_ranges and geo.regime == policy.TRANSPOSED_X8) \
+        or few_warp_x8_window(p, geo)
 
 
 def split_group(group: int) -> tuple[int, int]:

@@ -170,8 +170,8 @@ WINDOW_INTERVAL_REASON = (
     "gfx950: a sliding window on the 2D transposed-x8 regime masks by one interval per query row "
     "(spec interval_mask), also alone: the plain mask's two window compares and per-score token "
     "division spilled 9-10 SGPRs on fp16 d128 wide4 (T = 32 and 64, both atoms) and 17 on L4 "
-    "with LLVM 22's gfx950 schedule; the interval mask none (gfx942 keeps the plain mask for a "
-    "window alone on wide4, spill-free there; its fewer-warp kernels use the interval mask too)")
+    "with LLVM 22's gfx950 schedule; the interval mask none (gfx942 takes it too: "
+    "attention_dispatch.x8_window_interval)")
 
 
 def _window_interval_mask(the_plan: Plan) -> Plan:
