@@ -183,17 +183,34 @@ def one_round_tile(p: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKn
             continue
         if tile <= geo.tile_size:
             break
-        single = policy.default_k_single_buffer(geo.regime == policy.TRANSPOSED_X8,
-                                                geo.num_warps, geo.block_m_per_warp, tile)
-        grown = replace(geo, tile_size=tile, k_single_buffer=single,
-                        reason=geo.reason + f"; one round ({grid_2d(p, geo)} workgroups <= "
-                                            f"{sms} CUs): the {tile}-key tile")
-        try:
-            make_specs(p, grown, knobs)
-        except ValueError:          # the spec refuses it (LDS): try the next tile
-            continue
-        return grown
+        buffers = one_round_k_buffers(p, geo, tile)
+        for single in buffers:
+            grown = replace(geo, tile_size=tile, k_single_buffer=single,
+                            reason=geo.reason + f"; one round ({grid_2d(p, geo)} workgroups <= "
+                                                f"{sms} CUs): the {tile}-key tile"
+                                                + (", two K buffers" if len(buffers) > 1 and not single
+                                                   else ""))
+            try:
+                make_specs(p, grown, knobs)
+            except ValueError:      # the spec refuses it (LDS): fewer K buffers, or the next tile
+                continue
+            return grown
     return geo
+
+
+def one_round_k_buffers(p: UnifiedAttentionProblem, geo: Geometry, tile: int) -> tuple[bool, ...]:
+    """The K buffering (k_single_buffer values) one_round_tile tries for ``tile``, best first.
+    One K buffer when the workgroup's rows fit the tile (policy.default_k_single_buffer) -- but
+    in one round LDS buys no extra workgroups, so a plain prefill (no score feature, the cache
+    and output in the Q dtype) takes two where they fit: the first K tile then loads with Q and
+    V_j / K_{j+1} land after S_j's softmax (attention_pipeline.TileLoop), which one K buffer
+    cannot do. benchmarks/profile.py single 128-token prefill, modelled MI300X: bf16 d128 narrow
+    12.43 -> 11.36 us, f16 d256 narrow 17.76 -> 15.35. Features and fp8 keep one buffer (their
+    thousands of reachable specs are not all compiled spill-free with two)."""
+    single = policy.default_k_single_buffer(geo.regime == policy.TRANSPOSED_X8, geo.num_warps,
+                                            geo.block_m_per_warp, tile)
+    plain = not p.features and p.kv_dtype is None and p.out_dtype is None
+    return (False, True) if single and plain else (single,)
 
 
 # ---- the dispatcher's rules (ALGORITHM.md §10). First match wins; the reason is the why. ----
