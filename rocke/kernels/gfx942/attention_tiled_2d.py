@@ -391,10 +391,12 @@ def feature_variants(cls, narrow_geometry_of, *, transposed_x8: str | None,
                     dtype=dtype, head_size=d, block_size=16, num_queries_per_kv=g,
                     **narrow_geometry_of(dtype, d), **{feature: True})
                 # QQ-bias always runs narrow (attention_unified.GEOMETRY_RULES)
+                # a window alone masks by interval there (attention_dispatch.x8_window_interval)
                 if transposed_x8 and dtype == "f16" and (transposed_x8 != "L4" or d == 128) and feature != "qq_bias":
                     out[f"{transposed_x8}_f16_d{d}_b16_g{g}_{tag}"] = cls(
                         dtype="f16", head_size=d, block_size=16, num_queries_per_kv=g,
-                        **transposed_x8_geometry(transposed_x8, d), **{feature: True})
+                        **transposed_x8_geometry(transposed_x8, d), **{feature: True},
+                        **({"interval_mask": True} if feature == "sliding_window" else {}))
     return out
 
 
