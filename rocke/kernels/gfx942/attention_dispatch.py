@@ -431,8 +431,8 @@ def needs_interval_mask(p: UnifiedAttentionProblem) -> bool:
     """A sliding window combined with another feature or an fp8 cache masks with one interval
     per query row (spec ``interval_mask``): the two window compares and the per-score token
     division of the plain mask filled the SGPRs (lane masks) and spilled, up to 110 SGPRs on
-    fp16 wide4 with an fp8 cache (``rocke report --reachable --corners``). A window alone keeps
-    the shipped kernels; mm ranges already mask by interval."""
+    fp16 wide4 with an fp8 cache (``rocke report --reachable --corners``). A window alone does
+    on the transposed-x8 path (x8_window_interval); mm ranges already mask by interval."""
     return p.window_left >= 0 and not p.mm_ranges and (len(p.features) > 1 or
                                                         p.kv_dtype is not None)
 
@@ -440,8 +440,8 @@ def needs_interval_mask(p: UnifiedAttentionProblem) -> bool:
 def few_warp_x8_window(p: UnifiedAttentionProblem, geo: Geometry) -> bool:
     """A window alone on a d128 transposed-x8 kernel of fewer than four warps (wide2, L4: the
     FLASH_WIDE lever) masks by interval too: the plain mask spilled 9 (wide2) and 17-19 (L4)
-    SGPRs at blocks 16/32/64, the interval mask none. wide4 (the shipped window kernel) and d64
-    do not spill with the plain mask and keep it (``rocke report --reachable``)."""
+    SGPRs at blocks 16/32/64, the interval mask none. wide4 and d64 did not spill with the plain
+    mask; they mask by interval for the late V store (x8_window_interval)."""
     return (p.window_left >= 0 and not p.mm_ranges and geo.regime == policy.TRANSPOSED_X8
             and p.head_size == 128 and geo.num_warps < 4)
 
