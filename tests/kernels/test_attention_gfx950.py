@@ -487,3 +487,38 @@ def test_the_combo_levers_match_reference_on_gfx950(emu_gfx950, lever):
                    a2.kernel_args(spec, q, kc, vc, out, table, cu, used, 0.125))
     err = (out.float() - ref_paged_attn(q, kc, vc, cu, used, table, 0.125)).abs().max().item()
     assert err <= attention_atol("bf16"), err
+
+
+# ---- gfx950 geometry levers (ALGORITHM.md §14): the sliding-window prelude-light geometry ----
+
+@pytest.mark.parametrize("kw, warps, tile", [
+    (dict(dtype="bf16", block_size=32), 2, 64),                  # wide2, T = 2 * block_size, k1
+    (dict(dtype="bf16", block_size=16), 2, 32),
+    (dict(dtype="bf16", block_size=16, head_size=64), 2, 32),
+    (dict(dtype="bf16", block_size=64), 4, 64),                  # T = 128 is no tile: wide4
+    (dict(dtype="f16", block_size=32), 4, 64),                   # bf16 only
+    (dict(dtype="bf16", block_size=32, kv_dtype="fp8_e4m3fn"), 4, 64),   # fp8 KV keeps 4 warps
+    (dict(dtype="bf16", block_size=32, alibi=True), 4, 64),      # compiled for a window alone
+])
+def test_a_bf16_window_takes_the_prelude_light_geometry(kw, warps, tile):
+    p = _problem(num_seqs=4, total_q=4096, max_seqlen_q=1024, max_seqlen_k=1024, window_left=128, **kw)
+    plan = dispatch.plan(p, "2d")
+    (spec,) = plan.specs
+    assert (spec.num_warps, spec.tile_size, spec.x8t_atom) == (warps, tile, "32x32x16"), spec.kernel_name
+    assert spec.use_k_single_buffer == (warps * 32 <= tile)
+    assert ("prelude-light" in plan.geometry.reason) == (warps == 2)
+    no_window = dispatch.plan(_problem(num_seqs=4, total_q=4096, max_seqlen_q=1024,
+                                       max_seqlen_k=1024, **kw), "2d").specs[0]
+    assert no_window.num_warps == 4
+
+
+def test_the_prelude_light_geometry_matches_reference_on_gfx950(emu_gfx950):
+    args = make_inputs(PREFILL_MIX, hq=8, hk=1, d=64, bs=16, dtype="bf16", seed=71)
+    run, ref_kw = _features(("window",), args, 8, seed=71)
+    record = au.run_unified_attention_torch(**{**args, **run}, backend="2d")
+    (spec,) = record.plan.specs
+    assert (spec.num_warps, spec.tile_size, spec.x8t_atom) == (2, 32, "32x32x16"), spec.kernel_name
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"], **ref_kw)
+    err = (args["out"].float() - ref).abs().max().item()
+    assert err <= attention_atol("bf16"), f"{spec.kernel_name}: {err}"

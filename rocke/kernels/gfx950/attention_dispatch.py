@@ -99,7 +99,43 @@ def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None
     for applies, tile, reason in TILE_RULES:
         if applies(p, geo):
             single = policy.default_k_single_buffer(True, geo.num_warps, geo.block_m_per_warp, tile)
-            return replace(geo, tile_size=tile, k_single_buffer=single, reason=f"{geo.reason}; {reason}")
+            geo = replace(geo, tile_size=tile, k_single_buffer=single, reason=f"{geo.reason}; {reason}")
+            break
+    return window_geometry(p, geo) if knobs is None or knobs.num_warps is None else geo
+
+
+def _window_only(p: UnifiedAttentionProblem) -> bool:
+    """A sliding window and no other score feature (the geometries WINDOW_RULES were compiled for)."""
+    return (p.window_left >= 0 and not (p.softcap > 0 or p.alibi or p.qq_bias or p.sinks
+                                         or p.mm_ranges) and not p.quant_spec_fields())
+
+
+# (applies(problem, geometry), geometry row, reason), first match wins: a sliding-window
+# problem's transposed-x8 geometry becomes the row's, at T = 2 * block_size
+WINDOW_RULES: tuple[tuple[Callable, str, str], ...] = (
+    (lambda p, g: (g.path == "2d" and g.regime == policy.TRANSPOSED_X8 and g.num_warps == 4
+                   and _window_only(p) and p.dtype == "bf16" and p.kv_dtype is None
+                   and p.block_size in (16, 32)), "wide2",
+     "gfx950 sliding window, bf16 (prelude-light): the K walk is a handful of tiles, so the "
+     "per-workgroup prelude (Q stage, interval mask, first loads) dominates; 2 warps halve it and "
+     "double the workgroups, T = 2 * block_size. d128 block 32: wide4 holds 1 workgroup per CU "
+     "(256 VGPRs, 1 wave per SIMD), wide2 2 (k1, 35 KiB LDS); d128 / d64 block 16 and d64 block "
+     "32: wide2 at 2 waves per SIMD, 4 workgroups per CU; all spill-free (LLVM 22). fp8 KV keeps "
+     "4 warps; block 64 keeps wide4 (T = 128 is no tile of the spec); modelled, not measured"),
+)
+
+
+def window_geometry(p: UnifiedAttentionProblem, geo: Geometry) -> Geometry:
+    """``geo``, or the first ``WINDOW_RULES`` row's geometry at T = 2 * block_size."""
+    for applies, name, reason in WINDOW_RULES:
+        if applies(p, geo):
+            row = policy.geometry(name)
+            tile = 2 * p.block_size
+            return replace(geo, name=row.name, num_warps=row.num_warps,
+                           block_m_per_warp=row.block_m_per_warp, tile_size=tile,
+                           k_single_buffer=policy.default_k_single_buffer(
+                               True, row.num_warps, row.block_m_per_warp, tile),
+                           reason=f"{geo.reason}; {reason}")
     return geo
 
 
