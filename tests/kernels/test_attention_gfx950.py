@@ -522,3 +522,41 @@ def test_the_prelude_light_geometry_matches_reference_on_gfx950(emu_gfx950):
                          args["block_table"], args["softmax_scale"], **ref_kw)
     err = (args["out"].float() - ref).abs().max().item()
     assert err <= attention_atol("bf16"), f"{spec.kernel_name}: {err}"
+
+
+# ---- waves_per_eu on the d64 block-32 GQA-8 serving combo ----
+
+@pytest.mark.parametrize("kw, waves", [
+    (dict(dtype="bf16"), 3),
+    (dict(dtype="f16"), 3),
+    (dict(dtype="bf16", num_seqs=1, total_q=1024, max_seqlen_q=1024), 0),   # multi-sequence only
+    (dict(dtype="bf16", block_size=16), 0),                       # compiled for block 32
+    (dict(dtype="bf16", num_q_heads=32), 0),                      # GQA 4:1
+    (dict(dtype="bf16", alibi=True), 0),                          # no feature compiled
+])
+def test_the_d64_gqa8_serving_combo_asks_for_3_waves_per_eu(kw, waves):
+    base = dict(head_size=64, num_q_heads=64, num_kv_heads=8, block_size=32, num_seqs=16,
+                total_q=16 * 256, max_seqlen_q=256, max_seqlen_k=4096)
+    plan = dispatch.plan(_problem(**{**base, **kw}), "2d")
+    (spec,) = plan.specs
+    assert spec.x8t_atom == "32x32x16" and spec.num_warps == 4, spec.kernel_name
+    assert spec.waves_per_eu == waves, spec.kernel_name
+    assert ("waves_per_eu=3" in plan.geometry.reason) == (waves == 3)
+
+
+def test_a_waves_per_eu_knob_wins_on_gfx950():
+    from rocke.kernels.common.knobs import AttentionKnobs
+    p = _problem(dtype="bf16", head_size=64, num_q_heads=64, num_kv_heads=8, block_size=32,
+                 num_seqs=16, total_q=16 * 256, max_seqlen_q=256, max_seqlen_k=4096)
+    assert dispatch.plan(p, "2d", AttentionKnobs(waves_per_eu=2)).specs[0].waves_per_eu == 2
+
+
+def test_the_3_waves_combo_is_spill_free_and_matches_reference_on_gfx950(emu_gfx950):
+    args = make_inputs(PREFILL_MIX, hq=8, hk=1, d=64, bs=32, dtype="bf16", seed=83)
+    record = au.run_unified_attention_torch(**args, backend="2d")
+    (spec,) = record.plan.specs
+    assert (spec.waves_per_eu, spec.num_warps, spec.tile_size) == (3, 4, 64), spec.kernel_name
+    info = au.compiled(spec).info
+    assert (info.vgpr_spills, info.sgpr_spills) == (0, 0)
+    assert info.occupancy.waves_per_simd == 3 and not info.occupancy_missed
+    _check(args, record, "bf16")

@@ -198,8 +198,9 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
                       reason=f"{the_plan.geometry.reason}; {reason}")
         specs = tuple(replace(s, **{field: atom}) if isinstance(s, UnifiedAttention2DSpec) else s
                       for s in the_plan.specs)
-        return replace(the_plan, geometry=geo, specs=specs)
-    return the_plan
+        the_plan = replace(the_plan, geometry=geo, specs=specs)
+        break
+    return _waves_per_eu(the_plan)
 
 
 WINDOW_INTERVAL_REASON = (
@@ -219,3 +220,32 @@ def _window_interval_mask(the_plan: Plan) -> Plan:
         return the_plan
     return replace(the_plan, geometry=replace(geo, reason=f"{geo.reason}; {WINDOW_INTERVAL_REASON}"),
                    specs=tuple(replace(s, interval_mask=True) for s in the_plan.specs))
+
+
+# the one kernel WAVES_RULES were compiled for, at fp16 / bf16 (its other fields the defaults)
+_D64_B32_G8_WIDE4 = UnifiedAttention2DSpec(dtype="bf16", head_size=64, block_size=32,
+                                           num_queries_per_kv=8, num_warps=4, block_m_per_warp=32,
+                                           tile_size=64, regime=policy.TRANSPOSED_X8)
+
+# (applies(problem, 2D spec), waves_per_eu, reason), first match wins; only a spec without a
+# waves_per_eu of its own (the knob's) takes it
+WAVES_RULES: tuple[tuple[Callable, int, str], ...] = (
+    (lambda p, s: p.num_seqs > 1 and replace(s, dtype="bf16") == _D64_B32_G8_WIDE4, 3,
+     "gfx950 waves_per_eu=3: the d64 block-32 GQA-8 multi-sequence (chunked prefill) combo is "
+     "VGPR-bound at 172 VGPRs, 2 waves per SIMD (2 workgroups per CU); asking for 3 compiles it "
+     "to 168, 3 waves per SIMD (3 workgroups per CU), no spills (fp16 and bf16, LLVM 22); 4 "
+     "would need 128 VGPRs and spills 346. Modelled, not measured (no MI355X)"),
+)
+
+
+def _waves_per_eu(the_plan: Plan) -> Plan:
+    """The plan with the first ``WAVES_RULES`` row's waves_per_eu on its 2D spec."""
+    specs = the_plan.specs
+    if len(specs) != 1 or not isinstance(specs[0], UnifiedAttention2DSpec) or specs[0].waves_per_eu:
+        return the_plan
+    for applies, waves, reason in WAVES_RULES:
+        if applies(the_plan.problem, specs[0]):
+            geo = the_plan.geometry
+            return replace(the_plan, geometry=replace(geo, reason=f"{geo.reason}; {reason}"),
+                           specs=(replace(specs[0], waves_per_eu=waves),))
+    return the_plan
