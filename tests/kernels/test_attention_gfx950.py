@@ -560,3 +560,31 @@ def test_the_3_waves_combo_is_spill_free_and_matches_reference_on_gfx950(emu_gfx
     assert (info.vgpr_spills, info.sgpr_spills) == (0, 0)
     assert info.occupancy.waves_per_simd == 3 and not info.occupancy_missed
     _check(args, record, "bf16")
+
+
+# ---- the d128 single-batch K-single-buffer lever: not taken on gfx950 (LDS does not bind) ----
+
+def test_gfx950_lds_does_not_bind_the_d128_combo_so_k_stays_double_buffered():
+    """With the K double buffer the d128 combo's LDS (53248 B at T = 64) admits 3 workgroups per
+    CU on gfx950's 160 KiB, where its 256 VGPRs admit 2: a single K buffer (35840 B) changes
+    nothing there; on gfx942's 64 KiB the same LDS would admit 1 (where the lever comes from)."""
+    from rocke.arch import get_target
+    from rocke.arch.occupancy_rules import occupancy
+    k2 = g950.UnifiedAttention2DSpec(dtype="bf16", head_size=128, block_size=32, num_queries_per_kv=8,
+                                     num_warps=4, block_m_per_warp=32, tile_size=64,
+                                     regime="transposed_x8", use_k_single_buffer=False)
+    k1 = g950.UnifiedAttention2DSpec(**{**{f: getattr(k2, f) for f in ("dtype", "head_size", "block_size",
+                                        "num_queries_per_kv", "num_warps", "block_m_per_warp",
+                                        "tile_size", "regime")}, "use_k_single_buffer": True})
+    lds2, lds1 = (sum(a2.lds_model(s).values()) for s in (k2, k1))
+    assert (lds2, lds1) == (53248, 35840)
+    t = get_target("gfx950")
+    assert t.lds_bytes_per_cu // lds2 == 3
+    for lds in (lds2, lds1):
+        occ = occupancy(vgprs=256, lds_bytes=lds, workgroup_size=256, target="gfx950")
+        assert (occ.workgroups_per_cu, occ.limiter) == (2, "vgpr")
+    assert get_target("gfx942").lds_bytes_per_cu // lds2 == 1
+    single_batch = _problem(dtype="bf16", num_q_heads=32, num_kv_heads=4, block_size=32, num_seqs=1,
+                            total_q=4096, max_seqlen_q=4096, max_seqlen_k=4096)
+    (spec,) = dispatch.plan(single_batch).specs
+    assert (spec.num_warps, spec.tile_size, spec.use_k_single_buffer) == (4, 64, False), spec.kernel_name

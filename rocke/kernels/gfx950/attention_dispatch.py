@@ -14,6 +14,11 @@ First step: gfx942's rules and geometries (rocke/kernels/gfx942/attention_dispat
   transposed-x8 regime the wide-K 32x32x16 (``X8T_ATOM_RULES``, the transposed-32x32 "combo"),
   which has bf16 as well as fp16: so bf16 takes fp16's geometry rows (``REGIME_RULES``), d64 and
   d128 (d256 and QQ-bias stay narrow, as for fp16). 3D keeps gfx942's narrow 16x16x16.
+- levers of the combo: ``WINDOW_RULES`` (a bf16 sliding window runs wide2 at T = 2 * block_size,
+  the prelude-light geometry) and ``WAVES_RULES`` (waves_per_eu=3 on the d64 block-32 GQA-8
+  multi-sequence combo). Not taken: the d128 single-batch K-single-buffer lever -- on gfx950's
+  160 KiB the K double buffer's LDS (52 KiB) admits 3 workgroups per CU, the 256 VGPRs 2, so one
+  K buffer buys no occupancy (ALGORITHM.md, gfx950).
 - the 3D split rule is gfx950's own (``attention_split``: decode splits whatever the 2D grid, the
   segment count fills the CUs' resident slots once), from the model of MI355X time.
 """
