@@ -126,7 +126,10 @@ WINDOW_RULES: tuple[tuple[Callable, str, str], ...] = (
      "double the workgroups, T = 2 * block_size. d128 block 32: wide4 holds 1 workgroup per CU "
      "(256 VGPRs, 1 wave per SIMD), wide2 2 (k1, 35 KiB LDS); d128 / d64 block 16 and d64 block "
      "32: wide2 at 2 waves per SIMD, 4 workgroups per CU; all spill-free (LLVM 22). fp8 KV keeps "
-     "4 warps; block 64 keeps wide4 (T = 128 is no tile of the spec); modelled, not measured"),
+     "4 warps; block 64 keeps wide4 (T = 128 is no tile of the spec). Not measured (no MI355X), "
+     "and rocke's MI355X model does not show the gain: d128 block 32, window 128, 2 x (256 "
+     "queries, 1024 keys) x 64, wide4 86.5 / 96.6 / 116.8 us -> wide2 95.0 / 105.1 / 125.3 us "
+     "modelled at 1000 / 2000 / 4000 cycles (twice the K/V tile loads); to be measured"),
 )
 
 
@@ -239,7 +242,9 @@ WAVES_RULES: tuple[tuple[Callable, int, str], ...] = (
      "gfx950 waves_per_eu=3: the d64 block-32 GQA-8 multi-sequence (chunked prefill) combo is "
      "VGPR-bound at 172 VGPRs, 2 waves per SIMD (2 workgroups per CU); asking for 3 compiles it "
      "to 168, 3 waves per SIMD (3 workgroups per CU), no spills (fp16 and bf16, LLVM 22); 4 "
-     "would need 128 VGPRs and spills 346. Modelled, not measured (no MI355X)"),
+     "would need 128 VGPRs and spills 346. Not measured (no MI355X); modelled MI355X time, bf16, "
+     "2 x (256 queries, 1024 keys) x 64: 101.7 / 108.8 / 162.1 us -> 109.6 / 108.2 / 124.9 us at "
+     "1000 / 2000 / 4000 cycles of memory latency (the extra waves pay only where latency is long)"),
 )
 
 
