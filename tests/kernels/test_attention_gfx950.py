@@ -487,3 +487,104 @@ def test_the_combo_levers_match_reference_on_gfx950(emu_gfx950, lever):
                    a2.kernel_args(spec, q, kc, vc, out, table, cu, used, 0.125))
     err = (out.float() - ref_paged_attn(q, kc, vc, cu, used, table, 0.125)).abs().max().item()
     assert err <= attention_atol("bf16"), err
+
+
+# ---- gfx950 geometry levers (ALGORITHM.md §14): the sliding-window prelude-light geometry ----
+
+@pytest.mark.parametrize("kw, warps, tile", [
+    (dict(dtype="bf16", block_size=32), 2, 64),                  # wide2, T = 2 * block_size, k1
+    (dict(dtype="bf16", block_size=16), 2, 32),
+    (dict(dtype="bf16", block_size=16, head_size=64), 2, 32),
+    (dict(dtype="bf16", block_size=64), 4, 64),                  # T = 128 is no tile: wide4
+    (dict(dtype="f16", block_size=32), 4, 64),                   # bf16 only
+    (dict(dtype="bf16", block_size=32, kv_dtype="fp8_e4m3fn"), 4, 64),   # fp8 KV keeps 4 warps
+    (dict(dtype="bf16", block_size=32, alibi=True), 4, 64),      # compiled for a window alone
+])
+def test_a_bf16_window_takes_the_prelude_light_geometry(kw, warps, tile):
+    p = _problem(num_seqs=4, total_q=4096, max_seqlen_q=1024, max_seqlen_k=1024, window_left=128, **kw)
+    plan = dispatch.plan(p, "2d")
+    (spec,) = plan.specs
+    assert (spec.num_warps, spec.tile_size, spec.x8t_atom) == (warps, tile, "32x32x16"), spec.kernel_name
+    assert spec.use_k_single_buffer == (warps * 32 <= tile)
+    assert ("prelude-light" in plan.geometry.reason) == (warps == 2)
+    no_window = dispatch.plan(_problem(num_seqs=4, total_q=4096, max_seqlen_q=1024,
+                                       max_seqlen_k=1024, **kw), "2d").specs[0]
+    assert no_window.num_warps == 4
+
+
+def test_the_prelude_light_geometry_matches_reference_on_gfx950(emu_gfx950):
+    args = make_inputs(PREFILL_MIX, hq=8, hk=1, d=64, bs=16, dtype="bf16", seed=71)
+    run, ref_kw = _features(("window",), args, 8, seed=71)
+    record = au.run_unified_attention_torch(**{**args, **run}, backend="2d")
+    (spec,) = record.plan.specs
+    assert (spec.num_warps, spec.tile_size, spec.x8t_atom) == (2, 32, "32x32x16"), spec.kernel_name
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"], **ref_kw)
+    err = (args["out"].float() - ref).abs().max().item()
+    assert err <= attention_atol("bf16"), f"{spec.kernel_name}: {err}"
+
+
+# ---- waves_per_eu on the d64 block-32 GQA-8 serving combo ----
+
+@pytest.mark.parametrize("kw, waves", [
+    (dict(dtype="bf16"), 3),
+    (dict(dtype="f16"), 3),
+    (dict(dtype="bf16", num_seqs=1, total_q=1024, max_seqlen_q=1024), 0),   # multi-sequence only
+    (dict(dtype="bf16", block_size=16), 0),                       # compiled for block 32
+    (dict(dtype="bf16", num_q_heads=32), 0),                      # GQA 4:1
+    (dict(dtype="bf16", alibi=True), 0),                          # no feature compiled
+])
+def test_the_d64_gqa8_serving_combo_asks_for_3_waves_per_eu(kw, waves):
+    base = dict(head_size=64, num_q_heads=64, num_kv_heads=8, block_size=32, num_seqs=16,
+                total_q=16 * 256, max_seqlen_q=256, max_seqlen_k=4096)
+    plan = dispatch.plan(_problem(**{**base, **kw}), "2d")
+    (spec,) = plan.specs
+    assert spec.x8t_atom == "32x32x16" and spec.num_warps == 4, spec.kernel_name
+    assert spec.waves_per_eu == waves, spec.kernel_name
+    assert ("waves_per_eu=3" in plan.geometry.reason) == (waves == 3)
+
+
+def test_a_waves_per_eu_knob_wins_on_gfx950():
+    from rocke.kernels.common.knobs import AttentionKnobs
+    p = _problem(dtype="bf16", head_size=64, num_q_heads=64, num_kv_heads=8, block_size=32,
+                 num_seqs=16, total_q=16 * 256, max_seqlen_q=256, max_seqlen_k=4096)
+    assert dispatch.plan(p, "2d", AttentionKnobs(waves_per_eu=2)).specs[0].waves_per_eu == 2
+
+
+def test_the_3_waves_combo_is_spill_free_and_matches_reference_on_gfx950(emu_gfx950):
+    args = make_inputs(PREFILL_MIX, hq=8, hk=1, d=64, bs=32, dtype="bf16", seed=83)
+    record = au.run_unified_attention_torch(**args, backend="2d")
+    (spec,) = record.plan.specs
+    assert (spec.waves_per_eu, spec.num_warps, spec.tile_size) == (3, 4, 64), spec.kernel_name
+    info = au.compiled(spec).info
+    assert (info.vgpr_spills, info.sgpr_spills) == (0, 0)
+    assert info.occupancy.waves_per_simd == 3 and not info.occupancy_missed
+    _check(args, record, "bf16")
+
+
+# ---- the d128 single-batch K-single-buffer lever: not taken on gfx950 (LDS does not bind) ----
+
+def test_gfx950_lds_does_not_bind_the_d128_combo_so_k_stays_double_buffered():
+    """With the K double buffer the d128 combo's LDS (53248 B at T = 64) admits 3 workgroups per
+    CU on gfx950's 160 KiB, where its 256 VGPRs admit 2: a single K buffer (35840 B) changes
+    nothing there; on gfx942's 64 KiB the same LDS would admit 1 (where the lever comes from)."""
+    from rocke.arch import get_target
+    from rocke.arch.occupancy_rules import occupancy
+    k2 = g950.UnifiedAttention2DSpec(dtype="bf16", head_size=128, block_size=32, num_queries_per_kv=8,
+                                     num_warps=4, block_m_per_warp=32, tile_size=64,
+                                     regime="transposed_x8", use_k_single_buffer=False)
+    k1 = g950.UnifiedAttention2DSpec(**{**{f: getattr(k2, f) for f in ("dtype", "head_size", "block_size",
+                                        "num_queries_per_kv", "num_warps", "block_m_per_warp",
+                                        "tile_size", "regime")}, "use_k_single_buffer": True})
+    lds2, lds1 = (sum(a2.lds_model(s).values()) for s in (k2, k1))
+    assert (lds2, lds1) == (53248, 35840)
+    t = get_target("gfx950")
+    assert t.lds_bytes_per_cu // lds2 == 3
+    for lds in (lds2, lds1):
+        occ = occupancy(vgprs=256, lds_bytes=lds, workgroup_size=256, target="gfx950")
+        assert (occ.workgroups_per_cu, occ.limiter) == (2, "vgpr")
+    assert get_target("gfx942").lds_bytes_per_cu // lds2 == 1
+    single_batch = _problem(dtype="bf16", num_q_heads=32, num_kv_heads=4, block_size=32, num_seqs=1,
+                            total_q=4096, max_seqlen_q=4096, max_seqlen_k=4096)
+    (spec,) = dispatch.plan(single_batch).specs
+    assert (spec.num_warps, spec.tile_size, spec.use_k_single_buffer) == (4, 64, False), spec.kernel_name

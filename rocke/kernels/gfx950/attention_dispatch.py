@@ -14,6 +14,11 @@ First step: gfx942's rules and geometries (rocke/kernels/gfx942/attention_dispat
   transposed-x8 regime the wide-K 32x32x16 (``X8T_ATOM_RULES``, the transposed-32x32 "combo"),
   which has bf16 as well as fp16: so bf16 takes fp16's geometry rows (``REGIME_RULES``), d64 and
   d128 (d256 and QQ-bias stay narrow, as for fp16). 3D keeps gfx942's narrow 16x16x16.
+- levers of the combo: ``WINDOW_RULES`` (a bf16 sliding window runs wide2 at T = 2 * block_size,
+  the prelude-light geometry) and ``WAVES_RULES`` (waves_per_eu=3 on the d64 block-32 GQA-8
+  multi-sequence combo). Not taken: the d128 single-batch K-single-buffer lever -- on gfx950's
+  160 KiB the K double buffer's LDS (52 KiB) admits 3 workgroups per CU, the 256 VGPRs 2, so one
+  K buffer buys no occupancy (ALGORITHM.md, gfx950).
 - the 3D split rule is gfx950's own (``attention_split``: decode splits whatever the 2D grid, the
   segment count fills the CUs' resident slots once), from the model of MI355X time.
 """
@@ -99,7 +104,46 @@ def geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs | None
     for applies, tile, reason in TILE_RULES:
         if applies(p, geo):
             single = policy.default_k_single_buffer(True, geo.num_warps, geo.block_m_per_warp, tile)
-            return replace(geo, tile_size=tile, k_single_buffer=single, reason=f"{geo.reason}; {reason}")
+            geo = replace(geo, tile_size=tile, k_single_buffer=single, reason=f"{geo.reason}; {reason}")
+            break
+    return window_geometry(p, geo) if knobs is None or knobs.num_warps is None else geo
+
+
+def _window_only(p: UnifiedAttentionProblem) -> bool:
+    """A sliding window and no other score feature (the geometries WINDOW_RULES were compiled for)."""
+    return (p.window_left >= 0 and not (p.softcap > 0 or p.alibi or p.qq_bias or p.sinks
+                                         or p.mm_ranges) and not p.quant_spec_fields())
+
+
+# (applies(problem, geometry), geometry row, reason), first match wins: a sliding-window
+# problem's transposed-x8 geometry becomes the row's, at T = 2 * block_size
+WINDOW_RULES: tuple[tuple[Callable, str, str], ...] = (
+    (lambda p, g: (g.path == "2d" and g.regime == policy.TRANSPOSED_X8 and g.num_warps == 4
+                   and _window_only(p) and p.dtype == "bf16" and p.kv_dtype is None
+                   and p.block_size in (16, 32)), "wide2",
+     "gfx950 sliding window, bf16 (prelude-light): the K walk is a handful of tiles, so the "
+     "per-workgroup prelude (Q stage, interval mask, first loads) dominates; 2 warps halve it and "
+     "double the workgroups, T = 2 * block_size. d128 block 32: wide4 holds 1 workgroup per CU "
+     "(256 VGPRs, 1 wave per SIMD), wide2 2 (k1, 35 KiB LDS); d128 / d64 block 16 and d64 block "
+     "32: wide2 at 2 waves per SIMD, 4 workgroups per CU; all spill-free (LLVM 22). fp8 KV keeps "
+     "4 warps; block 64 keeps wide4 (T = 128 is no tile of the spec). Not measured (no MI355X), "
+     "and rocke's MI355X model does not show the gain: d128 block 32, window 128, 2 x (256 "
+     "queries, 1024 keys) x 64, wide4 86.5 / 96.6 / 116.8 us -> wide2 95.0 / 105.1 / 125.3 us "
+     "modelled at 1000 / 2000 / 4000 cycles (twice the K/V tile loads); to be measured"),
+)
+
+
+def window_geometry(p: UnifiedAttentionProblem, geo: Geometry) -> Geometry:
+    """``geo``, or the first ``WINDOW_RULES`` row's geometry at T = 2 * block_size."""
+    for applies, name, reason in WINDOW_RULES:
+        if applies(p, geo):
+            row = policy.geometry(name)
+            tile = 2 * p.block_size
+            return replace(geo, name=row.name, num_warps=row.num_warps,
+                           block_m_per_warp=row.block_m_per_warp, tile_size=tile,
+                           k_single_buffer=policy.default_k_single_buffer(
+                               True, row.num_warps, row.block_m_per_warp, tile),
+                           reason=f"{geo.reason}; {reason}")
     return geo
 
 
@@ -162,8 +206,9 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
                       reason=f"{the_plan.geometry.reason}; {reason}")
         specs = tuple(replace(s, **{field: atom}) if isinstance(s, UnifiedAttention2DSpec) else s
                       for s in the_plan.specs)
-        return replace(the_plan, geometry=geo, specs=specs)
-    return the_plan
+        the_plan = replace(the_plan, geometry=geo, specs=specs)
+        break
+    return _waves_per_eu(the_plan)
 
 
 WINDOW_INTERVAL_REASON = (
@@ -183,3 +228,34 @@ def _window_interval_mask(the_plan: Plan) -> Plan:
         return the_plan
     return replace(the_plan, geometry=replace(geo, reason=f"{geo.reason}; {WINDOW_INTERVAL_REASON}"),
                    specs=tuple(replace(s, interval_mask=True) for s in the_plan.specs))
+
+
+# the one kernel WAVES_RULES were compiled for, at fp16 / bf16 (its other fields the defaults)
+_D64_B32_G8_WIDE4 = UnifiedAttention2DSpec(dtype="bf16", head_size=64, block_size=32,
+                                           num_queries_per_kv=8, num_warps=4, block_m_per_warp=32,
+                                           tile_size=64, regime=policy.TRANSPOSED_X8)
+
+# (applies(problem, 2D spec), waves_per_eu, reason), first match wins; only a spec without a
+# waves_per_eu of its own (the knob's) takes it
+WAVES_RULES: tuple[tuple[Callable, int, str], ...] = (
+    (lambda p, s: p.num_seqs > 1 and replace(s, dtype="bf16") == _D64_B32_G8_WIDE4, 3,
+     "gfx950 waves_per_eu=3: the d64 block-32 GQA-8 multi-sequence (chunked prefill) combo is "
+     "VGPR-bound at 172 VGPRs, 2 waves per SIMD (2 workgroups per CU); asking for 3 compiles it "
+     "to 168, 3 waves per SIMD (3 workgroups per CU), no spills (fp16 and bf16, LLVM 22); 4 "
+     "would need 128 VGPRs and spills 346. Not measured (no MI355X); modelled MI355X time, bf16, "
+     "2 x (256 queries, 1024 keys) x 64: 101.7 / 108.8 / 162.1 us -> 109.6 / 108.2 / 124.9 us at "
+     "1000 / 2000 / 4000 cycles of memory latency (the extra waves pay only where latency is long)"),
+)
+
+
+def _waves_per_eu(the_plan: Plan) -> Plan:
+    """The plan with the first ``WAVES_RULES`` row's waves_per_eu on its 2D spec."""
+    specs = the_plan.specs
+    if len(specs) != 1 or not isinstance(specs[0], UnifiedAttention2DSpec) or specs[0].waves_per_eu:
+        return the_plan
+    for applies, waves, reason in WAVES_RULES:
+        if applies(the_plan.problem, specs[0]):
+            geo = the_plan.geometry
+            return replace(the_plan, geometry=replace(geo, reason=f"{geo.reason}; {reason}"),
+                           specs=(replace(specs[0], waves_per_eu=waves),))
+    return the_plan
