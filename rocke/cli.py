@@ -189,19 +189,35 @@ def emit(variant, fmt, output):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="with --reachable: also write the counts and every spilling spec (with its "
                    "spill fallback) to this JSON file")
+@click.option("--match", "match", default=None, metavar="REGEX",
+              help="with --reachable: only the specs whose kernel name contains a match of REGEX")
+@click.option("--merge", is_flag=True,
+              help="with --reachable: compile nothing; VARIANTS are the --json files of the N "
+                   "shards of one run (same enumeration, same code), summarised as one run")
 @_TARGET_OPTION
-def report(variants, no_cache, reachable, corners, jobs, progress, shard, json_path, target):
+def report(variants, no_cache, reachable, corners, jobs, progress, shard, json_path, match, merge,
+           target):
     """Compile variants (default: all) and print their resource report with occupancy."""
     if reachable:
-        if variants or target:
-            raise click.UsageError("--reachable enumerates its own (gfx942) specs: name no "
-                                   "variants or --target")
+        if target:
+            raise click.UsageError("--reachable enumerates its own (gfx942) specs: no --target")
+        if merge:
+            if not variants:
+                raise click.UsageError("--merge wants the shard reports' JSON files")
+            if corners or jobs != 1 or shard != "1/1" or json_path or match:
+                raise click.UsageError("--merge takes only the shard reports' JSON files")
+            _merge_reachable(variants)
+            return
+        if variants:
+            raise click.UsageError("--reachable enumerates its own specs: name no variants")
+        pattern = _regex(match) if match is not None else None
         if json_path:
             _write_output(json_path, None)        # before hours of compiling, not after
-        _report_reachable(corners, jobs, progress, _shard(shard), json_path)
+        _report_reachable(corners, jobs, progress, _shard(shard), json_path, pattern)
         return
-    if corners or jobs != 1 or shard != "1/1" or json_path:
-        raise click.UsageError("--corners, --jobs, --shard and --json go with --reachable")
+    if corners or jobs != 1 or shard != "1/1" or json_path or match is not None or merge:
+        raise click.UsageError("--corners, --jobs, --shard, --json, --match and --merge go with "
+                               "--reachable")
     spills = 0
     rows = []
     advice = []
@@ -246,13 +262,22 @@ def _shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+def _regex(text: str):
+    import re
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise click.BadParameter(f"not a regular expression ({e}): {text!r}",
+                                 param_hint="--match") from None
+
+
 def _reachable_counts(item):
     from rocke.kernels.gfx942 import attention_reachable
     return attention_reachable.launch_counts(item[1])
 
 
 def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
-                      json_path: str | None = None) -> None:
+                      json_path: str | None = None, pattern=None) -> None:
     """``report --reachable``: compile every reachable attention spec (or each class's
     heaviest) to assembly -- no link, so no ld.lld needed -- and summarise its spills in one
     line. A spec whose code spills is followed by what a call launches instead (the spill
@@ -262,6 +287,11 @@ def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
     import time
     from rocke.kernels.gfx942 import attention_reachable
     specs = attention_reachable.corner_specs() if corners else attention_reachable.reachable_specs()
+    if pattern is not None:
+        specs = {n: s for n, s in specs.items() if pattern.search(n)}
+        if not specs:
+            raise CliError(f"--match {pattern.pattern!r}: no reachable spec's name matches",
+                           EXIT_USER_ERROR)
     items = sorted(specs.items())[shard[0] - 1::shard[1]]
     kinds: dict[str, int] = {}
     spilling, failed, launch_spilling = [], [], []
@@ -293,15 +323,15 @@ def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
     what = "heaviest reachable" if corners else "reachable"
     if shard != (1, 1):
         what = f"shard {shard[0]}/{shard[1]} of the {what}"
-    summary = (f"{what} attention specs: {sum(kinds.values())} ("
-               + ", ".join(f"{n} {k.removesuffix('Spec')}" for k, n in sorted(kinds.items()))
-               + f"); {len(spilling)} spill ({total} spills); {len(launch_spilling)} launch "
-                 f"spilling after the fallback"
-               + (f"; {len(failed)} failed to compile" if failed else ""))
+    summary = _reachable_summary(what, kinds, len(spilling), total, len(launch_spilling),
+                                 len(failed), pattern.pattern if pattern is not None else None)
     click.echo(summary)
     if json_path:
         record = dict(
             summary=summary, corners=corners, shard=list(shard), specs=sum(kinds.values()),
+            match=pattern.pattern if pattern is not None else None, enumerated=len(specs),
+            enumeration_sha256=attention_reachable.enumeration_fingerprint(specs),
+            code_sha256=attention_reachable.code_fingerprint(),
             kinds=kinds, seconds=round(time.monotonic() - t0, 1),
             spilling=[dict(name=n, vgpr_spills=v, sgpr_spills=s,
                            fallback=None if f is None else dict(
@@ -312,6 +342,90 @@ def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
             launch_spilling=sorted(launch_spilling),
             failed=[dict(name=n, error=e) for n, e in sorted(failed)])
         _write_output(json_path, (json.dumps(record, indent=1) + "\n").encode())
+    if failed:
+        raise SystemExit(EXIT_TOOLCHAIN_ERROR)
+    if launch_spilling:
+        raise SystemExit(EXIT_CHECK_FAILED)
+
+
+def _reachable_summary(what: str, kinds: dict, spilling: int, spills: int, launch_spilling: int,
+                       failed: int, match: str | None) -> str:
+    """The one summary line of ``report --reachable`` (a run, a shard or merged shards)."""
+    return (f"{what} attention specs" + (f" matching {match!r}" if match is not None else "")
+            + f": {sum(kinds.values())} ("
+            + ", ".join(f"{n} {k.removesuffix('Spec')}" for k, n in sorted(kinds.items()))
+            + f"); {spilling} spill ({spills} spills); {launch_spilling} launch "
+              f"spilling after the fallback"
+            + (f"; {failed} failed to compile" if failed else ""))
+
+
+_SHARD_KEYS = ("summary", "corners", "shard", "specs", "match", "enumerated",
+               "enumeration_sha256", "code_sha256", "kinds", "spilling", "launch_spilling",
+               "failed")
+
+
+def _merge_reachable(paths) -> None:
+    """``report --reachable --merge``: the shard reports (``--json``) of one enumeration run as
+    N commands, summarised as one run. Refused, naming the file, unless they are exactly shards
+    1..N of one N, of the same enumeration (names) and the same code and toolchain."""
+    import json
+    records = []
+    for path in paths:
+        try:
+            record = json.loads(Path(path).read_text())
+        except OSError as e:
+            raise CliError(f"cannot read {path}: {e.strerror or e}", EXIT_USER_ERROR) from None
+        except ValueError as e:
+            raise CliError(f"{path} is not JSON: {e}", EXIT_USER_ERROR) from None
+        missing = [k for k in _SHARD_KEYS if not isinstance(record, dict) or k not in record]
+        if missing:
+            raise CliError(f"{path} is not a shard report of `rocke report --reachable --json` "
+                           f"(it lacks {', '.join(missing)})", EXIT_USER_ERROR)
+        records.append((path, record))
+    first_path, first = records[0]
+    for key in ("corners", "match", "enumerated", "enumeration_sha256", "code_sha256"):
+        for path, record in records[1:]:
+            if record[key] != first[key]:
+                what = {"code_sha256": "rocke's code or LLVM toolchain",
+                        "enumeration_sha256": "enumeration (spec names)"}.get(key, key)
+                raise CliError(f"{path} and {first_path} differ in their {what}: they are not "
+                               "shards of one run", EXIT_USER_ERROR)
+    n = first["shard"][1]
+    seen = {}
+    for path, record in records:
+        i, of = record["shard"]
+        if of != n:
+            raise CliError(f"{path} is shard {i}/{of}, {first_path} one of {n}", EXIT_USER_ERROR)
+        if i in seen:
+            raise CliError(f"{path} and {seen[i]} are both shard {i}/{n}", EXIT_USER_ERROR)
+        seen[i] = path
+    absent = sorted(set(range(1, n + 1)) - set(seen))
+    if absent:
+        raise CliError(f"shards {', '.join(f'{i}/{n}' for i in absent)} are missing",
+                       EXIT_USER_ERROR)
+    specs = sum(r["specs"] for _, r in records)
+    if specs != first["enumerated"]:
+        raise CliError(f"the shards hold {specs} specs, the enumeration {first['enumerated']}",
+                       EXIT_USER_ERROR)
+    kinds: dict[str, int] = {}
+    for _, record in records:
+        for kind, count in record["kinds"].items():
+            kinds[kind] = kinds.get(kind, 0) + count
+    spilling = [s for _, r in records for s in r["spilling"]]
+    launch_spilling = sorted(x for _, r in records for x in r["launch_spilling"])
+    failed = [f for _, r in records for f in r["failed"]]
+    for s in sorted(spilling, key=lambda s: s["name"]):
+        f = s["fallback"]
+        click.echo(f"{s['name']}  spills v/s {s['vgpr_spills']}/{s['sgpr_spills']}"
+                   + (f" -> {f['chosen']} v/s {f['vgpr_spills']}/{f['sgpr_spills']}"
+                      f"{'' if f['spill_free'] else ' (spilling)'}" if f else ""))
+    for f in failed:
+        click.echo(f"{f['name']}  failed: {f['error']}")
+    what = "heaviest reachable" if first["corners"] else "reachable"
+    click.echo(_reachable_summary(
+        f"{n} shards merged: {what}", kinds, len(spilling),
+        sum(s["vgpr_spills"] + s["sgpr_spills"] for s in spilling), len(launch_spilling),
+        len(failed), first["match"]))
     if failed:
         raise SystemExit(EXIT_TOOLCHAIN_ERROR)
     if launch_spilling:

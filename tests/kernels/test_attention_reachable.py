@@ -122,7 +122,7 @@ def test_report_reachable_prints_one_summary_line_and_fails_on_spills(monkeypatc
     assert result.output.strip().endswith("1 spill (3 spills); 0 launch spilling after the "
                                           "fallback; 1 failed to compile")
     bad = CliRunner().invoke(cli.main, ["report", "--corners"])
-    assert bad.exit_code == 2 and "--corners, --jobs, --shard and --json go with --reachable" \
+    assert bad.exit_code == 2 and "--corners, --jobs, --shard, --json, --match and --merge go with " \
         in bad.output
     many = CliRunner().invoke(cli.main, ["report", "--reachable", "--jobs", "257"])
     assert many.exit_code == 2 and "257" in many.output
@@ -141,6 +141,95 @@ def test_report_reachable_prints_one_summary_line_and_fails_on_spills(monkeypatc
     for shard in ("0/2", "3/2", "x"):
         bad = CliRunner().invoke(cli.main, ["report", "--reachable", "--shard", shard])
         assert bad.exit_code == 2 and "--shard" in bad.output, shard
+
+
+def _fake_reachable(monkeypatch, count=5, spilling_index=1):
+    """``count`` shipped 2D specs as the enumeration; the one at ``spilling_index`` spills 2
+    SGPRs as planned and its fallback (the chain's next) none."""
+    from rocke.kernels.gfx942 import attention_spill
+    from rocke.kernels.gfx942 import attention_tiled_2d as a2
+    specs = {s.kernel_name: s for s in list(a2.VARIANTS.values())[:count]}
+    spilling = sorted(specs)[spilling_index]
+    fallback = attention_spill.candidates(specs[spilling])[1].kernel_name
+    monkeypatch.setattr(reach, "reachable_specs", lambda: dict(specs))
+    monkeypatch.setattr(reach, "spill_counts", lambda spec: (
+        spec.kernel_name, type(spec).__name__, 0, 2 if spec.kernel_name == spilling else 0, None))
+    return sorted(specs), spilling, fallback
+
+
+def test_report_reachable_match_compiles_only_the_matching_specs(monkeypatch, tmp_path):
+    import json
+    from rocke import cli
+    names, spilling, _ = _fake_reachable(monkeypatch)
+    compiled = []
+    counts = reach.spill_counts
+    monkeypatch.setattr(reach, "spill_counts", lambda spec: compiled.append(spec.kernel_name)
+                        or counts(spec))
+    out = tmp_path / "m.json"
+    result = CliRunner().invoke(cli.main, ["report", "--reachable", "--match", spilling + "$",
+                                           "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert compiled[0] == spilling and set(compiled) - {spilling} <= set(
+        s.kernel_name for s in reach.attention_spill.candidates(
+            reach.reachable_specs()[spilling]))          # the planned spec, then its fallback
+    assert result.output.strip().splitlines()[-1] == (
+        f"reachable attention specs matching {spilling + '$'!r}: 1 (1 UnifiedAttention2D); "
+        "1 spill (2 spills); 0 launch spilling after the fallback")
+    data = json.loads(out.read_text())
+    assert data["match"] == spilling + "$" and data["enumerated"] == 1
+    none = CliRunner().invoke(cli.main, ["report", "--reachable", "--match", "^no such kernel"])
+    assert none.exit_code == 2 and "no reachable spec's name matches" in none.output
+    bad = CliRunner().invoke(cli.main, ["report", "--reachable", "--match", "(unclosed"])
+    assert bad.exit_code == 2 and "--match" in bad.output and "regular expression" in bad.output
+
+
+def test_report_reachable_merges_the_shards_of_one_run_and_refuses_others(monkeypatch, tmp_path):
+    import json
+    from rocke import cli
+    names, spilling, fallback = _fake_reachable(monkeypatch)
+    paths = []
+    for i in (1, 2, 3):
+        paths.append(str(tmp_path / f"s{i}.json"))
+        result = CliRunner().invoke(cli.main, ["report", "--reachable", "--shard", f"{i}/3",
+                                               "--json", paths[-1]])
+        assert result.exit_code == 0, result.output
+    merged = CliRunner().invoke(cli.main, ["report", "--reachable", "--merge", *paths])
+    assert merged.exit_code == 0, merged.output
+    lines = merged.output.strip().splitlines()
+    assert lines[0] == f"{spilling}  spills v/s 0/2 -> {fallback} v/s 0/0"
+    assert lines[-1] == ("3 shards merged: reachable attention specs: 5 (5 UnifiedAttention2D); "
+                         "1 spill (2 spills); 0 launch spilling after the fallback")
+    # a missing shard, a repeated one, a shard of another split, of other code, not a report
+    missing = CliRunner().invoke(cli.main, ["report", "--reachable", "--merge", *paths[:2]])
+    assert missing.exit_code == 2 and "shards 3/3 are missing" in missing.output
+    twice = CliRunner().invoke(cli.main, ["report", "--reachable", "--merge", *paths, paths[0]])
+    assert twice.exit_code == 2 and "both shard 1/3" in twice.output
+    other = json.loads(open(paths[2]).read())
+    other["code_sha256"] = "0" * 64
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    mixed = CliRunner().invoke(cli.main, ["report", "--reachable", "--merge", *paths[:2],
+                                          str(tmp_path / "other.json")])
+    assert mixed.exit_code == 2 and "code or LLVM toolchain" in mixed.output
+    other = json.loads(open(paths[2]).read())
+    other["shard"] = [3, 4]
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    split = CliRunner().invoke(cli.main, ["report", "--reachable", "--merge", *paths[:2],
+                                          str(tmp_path / "other.json")])
+    assert split.exit_code == 2 and "shard 3/4" in split.output
+    (tmp_path / "junk.json").write_text("{}")
+    junk = CliRunner().invoke(cli.main, ["report", "--reachable", "--merge", str(tmp_path /
+                                                                                 "junk.json")])
+    assert junk.exit_code == 2 and "not a shard report" in junk.output
+    # every shard's counts are summed: a launch-spilling spec in one shard fails the merge
+    record = json.loads(open(paths[0]).read())
+    record["launch_spilling"] = [names[0]]
+    open(paths[0], "w").write(json.dumps(record))
+    failing = CliRunner().invoke(cli.main, ["report", "--reachable", "--merge", *paths])
+    assert failing.exit_code == 1 and failing.output.strip().endswith(
+        "1 launch spilling after the fallback")
+    mixed_flags = CliRunner().invoke(cli.main, ["report", "--reachable", "--merge", "--jobs",
+                                                "2", *paths])
+    assert mixed_flags.exit_code == 2
 
 
 def test_report_reachable_needs_no_linker(tmp_path, monkeypatch):

@@ -151,3 +151,24 @@ def launch_counts(spec):
             _, fallback = attention_spill.choose(spec, asm_spills,
                                                  planned_spills=(vgpr_spills, sgpr_spills))
     return name, kind, vgpr_spills, sgpr_spills, error, fallback
+
+
+def enumeration_fingerprint(names) -> str:
+    """sha256 of the sorted spec names: shards of one enumeration share it, so shard reports of
+    different enumerations are never merged (``rocke report --reachable --merge``)."""
+    import hashlib
+    return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()
+
+
+def code_fingerprint() -> str:
+    """sha256 of rocke's Python sources and the LLVM toolchain that compiled them: the spill
+    counts of a shard report hold for exactly this code, so shards of different code are never
+    merged."""
+    import hashlib
+    from pathlib import Path
+    from rocke.compiler.toolchain import toolchain_fingerprint
+    root = Path(__file__).resolve().parents[2]           # the rocke package
+    h = hashlib.sha256(toolchain_fingerprint().encode())
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
