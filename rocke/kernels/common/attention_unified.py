@@ -1043,8 +1043,9 @@ def _call_key(tensors: tuple, values: tuple, descales: tuple, segm_workspaces, b
             if any(t is not None and t.device.type == "cpu" for t in descales):
                 return None
             rest += (tuple(None if t is None else _meta(t) for t in descales),)
-        if segm_workspaces is not None:
-            rest += (tuple(map(_meta, segm_workspaces)),)
+        if segm_workspaces is not None:     # what _meta reads, and the class, per C-level pass
+            rest += (tuple(map(_LAYOUT, segm_workspaces)), tuple(map(stride, segm_workspaces)),
+                     tuple(map(data_ptr, segm_workspaces)))
         return tuple(map(data_ptr, tensors)), rest
     except (AttributeError, TypeError, RuntimeError):     # not a plain tensor
         return None
@@ -1170,7 +1171,7 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
             causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
             alibi_slopes, qq_bias, sinks)
     if key is not None and not _cacheable(
-            (q, k, v, out, cu_seqlens_q, seqused_k, block_table),
+            (q, k, v, out, cu_seqlens_q, seqused_k, block_table) + tuple(segm_workspaces or ()),
             (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, window_size)):
         key = None
     invariant = resolve_batch_invariant(batch_invariant)
