@@ -24,9 +24,15 @@ bookkeeping). Targets: <= 10 us per call on a graph-replay hit, <= 30 us otherwi
                 stand-in's device memory) through the HIP device, up to hipGraphLaunch /
                 hipModuleLaunchKernel (the stand-in's emulation of each launch stubbed out);
                 the GPU path launches the metadata guard kernel too (3 launches, not 2);
-  hip calls / standin py / reads gpu / reads cpu = the stand-in's share of a HIP replay hit
-                (standin_share_rows).
-A row's levers are set around its timing loop, not per call.
+  hip replay real reads = attn hip replay with the fake ROCm tensors' getters at a real
+                tensor's cost: the same product code under torch's DisableTorchFunctionSubclass,
+                which skips only the per-getter __torch_function__ look-up on a Tensor subclass
+                (the fakes' own is torch's disabled one, so no call behaves otherwise; a real
+                ROCm tensor is an exact torch.Tensor and never looks it up);
+  hip calls / hip-python / standin py / reads gpu / reads cpu = the stand-in's share of a HIP
+                replay hit (standin_share_rows); the lines after the table split each replay
+                hit into the stand-in's share and rocke's own (print_shares).
+A row's levers are set around its timing loop, not per call. On a shared machine pass --cpu-time.
 
     .venv/bin/python benchmarks/launch.py [--variant flash_attention/f16_d64_causal] [--standin]
 """
@@ -126,12 +132,16 @@ def main(argv=None) -> int:
         rows += attention_rows(a.standin)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     clock = time.process_time if a.cpu_time else time.perf_counter
-    print(f"{'part':10s} {'median us':>10s} {'best us':>10s}   ({a.batches} batches x {a.batch} "
+    print(f"{'part':22s} {'median us':>10s} {'best us':>10s}   ({a.batches} batches x {a.batch} "
           f"calls, mean per call, {'CPU' if a.cpu_time else 'wall'} time)")
+    measured = {}
     for name, fn in rows:
         with levers_set(getattr(fn, "levers", {})):     # a row's levers: set once, not per call
             median, best = per_call_us(getattr(fn, "bare", fn), a.batch, a.batches, clock)
-        print(f"{name:10s} {median:10.2f} {best:10.2f}")
+        measured[name] = median, best
+        print(f"{name:22s} {median:10.2f} {best:10.2f}")
+    if "attn hip replay" in measured:
+        print_shares(measured)
     if a.profile:
         profiler = cProfile.Profile()
         profiler.enable()
@@ -140,6 +150,19 @@ def main(argv=None) -> int:
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
     return 0
+
+
+def print_shares(measured: dict) -> None:
+    """The HIP replay hit split into the stand-in's share and rocke's own (median, best)."""
+    for i, which in ((1, "best"), (0, "median")):
+        row = {name: values[i] for name, values in measured.items()}
+        calls = row["hip calls"] - row["hip-python"]
+        reads = row["reads gpu"] - row["reads cpu"]
+        share = calls + reads
+        print(f"{which}: attn hip replay {row['attn hip replay']:.2f} = stand-in {share:.2f} "
+              f"(its HIP calls {calls:.2f} + its tensors' reads {reads:.2f}) + rocke's own "
+              f"{row['attn hip replay'] - share:.2f} (hip-python's wrappers "
+              f"{row['hip-python']:.2f} included: a real machine runs them too)")
 
 
 @contextlib.contextmanager
@@ -246,17 +269,28 @@ def attention_hip_rows(call):
         hip_device.torch_rocm = rocm_torch_faked
         return record
     assert replay().replayed and replay().replayed
-    return [("attn hip replay", replay), ("attn hip eager", eager)] + standin_share_rows(gpu)
+
+    def replay_real_reads():
+        with torch._C.DisableTorchFunctionSubclass():
+            return replay()
+    assert replay_real_reads().replayed
+    return [("attn hip replay", replay), ("hip replay real reads", replay_real_reads),
+            ("attn hip eager", eager)] + standin_share_rows(gpu)
 
 
 def standin_share_rows(gpu):
     """What of a HIP replay hit is the stand-in's emulation machinery rather than rocke's (a
     real HIP's own cost is not measurable here):
       hip calls  = the two HIP calls a replay hit makes (hipStreamIsCapturing, hipGraphLaunch)
-                   made directly through hip-python: hip-python's wrappers plus the stand-in's
-                   C-to-Python callbacks;
-      standin py = the stand-in's Python handlers of those two calls alone (a lower bound of
-                   its share of `hip calls`: the ctypes callback trampoline is not included);
+                   made directly through hip-python: hip-python's wrappers plus the stand-in
+                   (hipStreamIsCapturing answered in its C, hipGraphLaunch by a C-to-Python
+                   callback);
+      hip-python = two calls of the same forms (one with an out-value, one without) that the
+                   stand-in answers in C (hipStreamIsCapturing, hipDeviceSynchronize): hip-
+                   python's own cost, which a real machine pays too; `hip calls` less this is
+                   the stand-in's share of the calls;
+      standin py = the stand-in's Python handler of hipGraphLaunch alone (a lower bound of its
+                   share: the ctypes callback trampoline is not included);
       reads gpu / reads cpu = the per-tensor reads the call key makes (class, shape, dtype,
                    device, stride(), data_ptr() of the 7 tensors) on the fake ROCm tensors, and
                    on the same tensors as plain torch.Tensors. Their difference is the fake
@@ -272,15 +306,16 @@ def standin_share_rows(gpu):
     def hip_calls():
         hip.hipStreamIsCapturing(None)
         hip.hipGraphLaunch(exec_, stream)
-    status = ctypes.c_int()
-    is_capturing = stand_in._guarded("is_capturing", stand_in._is_capturing)
+
+    def hip_python():       # two calls of the same forms, both answered in the stand-in's C
+        hip.hipStreamIsCapturing(None)
+        hip.hipDeviceSynchronize()
     graph_launch = stand_in._guarded("graph_launch", stand_in._graph_launch)
 
-    def standin_py():
-        is_capturing(None, ctypes.addressof(status))
+    def standin_py():       # hipStreamIsCapturing is answered in the stand-in's C
         graph_launch(exec_handle, None)
     assert hip.hipGraphLaunch(exec_, stream)[0] == hip.hipError_t.hipSuccess
-    assert graph_launch(exec_handle, None) == 0 and is_capturing(None, ctypes.addressof(status)) == 0
+    assert graph_launch(exec_handle, None) == 0
     fake = tuple(a for a in gpu if isinstance(a, torch.Tensor))
     plain = tuple(torch.Tensor.as_subclass(t, torch.Tensor) for t in fake)
     assert len(fake) == 7 and all(type(t) is torch.Tensor for t in plain)
@@ -289,8 +324,9 @@ def standin_share_rows(gpu):
     def reads(tensors):
         return lambda: (tuple(map(layout, tensors)), tuple(map(torch.Tensor.stride, tensors)),
                         tuple(map(torch.Tensor.data_ptr, tensors)))
-    return [("hip calls", hip_calls), ("standin py", standin_py), ("reads gpu", reads(fake)),
-            ("reads cpu", reads(plain))]
+    assert hip.hipDeviceSynchronize()[0] == hip.hipError_t.hipSuccess
+    return [("hip calls", hip_calls), ("hip-python", hip_python), ("standin py", standin_py),
+            ("reads gpu", reads(fake)), ("reads cpu", reads(plain))]
 
 
 _STAND_IN = []
