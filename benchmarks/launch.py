@@ -24,6 +24,7 @@ bookkeeping). Targets: <= 10 us per call on a graph-replay hit, <= 30 us otherwi
                 stand-in's device memory) through the HIP device, up to hipGraphLaunch /
                 hipModuleLaunchKernel (the stand-in's emulation of each launch stubbed out);
                 the GPU path launches the metadata guard kernel too (3 launches, not 2);
+  vllm hip replay = vllm replay's step on the HIP path (its workspaces on the GPU too);
   hip replay real reads = attn hip replay with the fake ROCm tensors' getters at a real
                 tensor's cost: the same product code under torch's DisableTorchFunctionSubclass,
                 which skips only the per-getter __torch_function__ look-up on a Tensor subclass
@@ -223,14 +224,16 @@ def attention_rows(standin: bool):
     return rows
 
 
-def vllm_decode(call, segments=16):
-    """The decode step of ``call`` through vLLM's entry point, with vLLM's 3D arguments."""
+def vllm_decode(call, segments=16, place=lambda t: t):
+    """The decode step of ``call`` through vLLM's entry point, with vLLM's 3D arguments (the
+    workspaces made by ``place`` from CPU tensors)."""
     import math
     from rocke.vllm import unified_attention
     q = call[0]
-    workspaces = (torch.full((q.shape[0], q.shape[1], segments, q.shape[2]), math.nan),
-                  torch.full((q.shape[0], q.shape[1], segments), math.nan),
-                  torch.full((q.shape[0], q.shape[1], segments), math.nan))
+    workspaces = tuple(place(t) for t in (
+        torch.full((q.shape[0], q.shape[1], segments, q.shape[2]), math.nan),
+        torch.full((q.shape[0], q.shape[1], segments), math.nan),
+        torch.full((q.shape[0], q.shape[1], segments), math.nan)))
 
     def step():
         unified_attention(*call, seq_threshold_3D=q.shape[0], num_par_softmax_segments=segments,
@@ -249,8 +252,11 @@ def attention_hip_rows(call):
     from tests.hip_stub import rocm_torch
     from rocke.kernels.common import metadata_guard
     problem = au.describe_problem(*call)
-    # the GPU path launches the metadata guard before the plan's kernels
-    kernels = [au.compiled(spec) for spec in (*au.plan(problem, "auto").specs, metadata_guard.SPEC)]
+    # the GPU path launches the metadata guard before the plan's kernels; vLLM's 3D contract
+    # (vllm_decode's 16 segments) may plan other kernels
+    vllm_specs = au.attention_target().plan(problem, "3d", num_segments=16).specs
+    kernels = [au.compiled(spec) for spec in (*au.plan(problem, "auto").specs, *vllm_specs,
+                                              metadata_guard.SPEC)]
     device, _ = _standin_device(kernels[0])
     stand_in = _STAND_IN[0]
     for ck in kernels[1:]:
@@ -269,13 +275,21 @@ def attention_hip_rows(call):
         hip_device.torch_rocm = rocm_torch_faked
         return record
     assert replay().replayed and replay().replayed
+    hip_device.torch_rocm = no_rocm_torch
+    vllm_step = vllm_decode(gpu, place=lambda t: rocm_torch.to_device(stand_in, t))
+    hip_device.torch_rocm = rocm_torch_faked
+
+    def vllm_replay():
+        hip_device.torch_rocm = no_rocm_torch
+        vllm_step()
+        hip_device.torch_rocm = rocm_torch_faked
 
     def replay_real_reads():
         with torch._C.DisableTorchFunctionSubclass():
             return replay()
     assert replay_real_reads().replayed
     return [("attn hip replay", replay), ("hip replay real reads", replay_real_reads),
-            ("attn hip eager", eager)] + standin_share_rows(gpu)
+            ("vllm hip replay", vllm_replay), ("attn hip eager", eager)] + standin_share_rows(gpu)
 
 
 def standin_share_rows(gpu):

@@ -130,18 +130,19 @@ def uses_3d(max_seqlen_q, num_seqs: int, seq_threshold_3D, num_par_softmax_segme
                 or num_seqs > seq_threshold_3D or batch_invariant)
 
 
-_INVARIANT_LEVERS = ("ROCKE_BATCH_INVARIANT", env.VLLM_BATCH_INVARIANT)
-_invariant_by_raw: dict = {}        # the two levers' raw values -> the mode they parse to
+# the two levers' raw values (and the environment's size) -> the mode they parse to
+_invariant_levers = env.state_reader(("ROCKE_BATCH_INVARIANT", env.VLLM_BATCH_INVARIANT))
+_invariant_by_raw: dict = {}
 
 
 def batch_invariant() -> bool:
     """Batch-invariant mode: ``ROCKE_BATCH_INVARIANT=1`` or vLLM's ``VLLM_BATCH_INVARIANT=1``.
     Parsed once per pair of raw values (read per call: a change is seen at once)."""
-    raw = env.lookup(_INVARIANT_LEVERS)
+    raw = _invariant_levers()
     mode = _invariant_by_raw.get(raw)
     if mode is None:
         mode = env.batch_invariant() or env.vllm_batch_invariant()    # raises on a bad value
-        if env.lookup(_INVARIANT_LEVERS) == raw:        # what was parsed is what was read
+        if _invariant_levers() == raw:                  # what was parsed is what was read
             if len(_invariant_by_raw) >= 16:
                 _invariant_by_raw.clear()
             _invariant_by_raw[raw] = mode
