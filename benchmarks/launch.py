@@ -137,7 +137,8 @@ def main(argv=None) -> int:
           f"calls, mean per call, {'CPU' if a.cpu_time else 'wall'} time)")
     measured = {}
     for name, fn in rows:
-        with levers_set(getattr(fn, "levers", {})):     # a row's levers: set once, not per call
+        # a row's levers and set-up: set once around its timing loop, not per call
+        with levers_set(getattr(fn, "levers", {})), getattr(fn, "around", contextlib.nullcontext)():
             median, best = per_call_us(getattr(fn, "bare", fn), a.batch, a.batches, clock)
         measured[name] = median, best
         print(f"{name:22s} {median:10.2f} {best:10.2f}")
@@ -178,6 +179,17 @@ def levers_set(levers: dict):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def set_up(fn, around):
+    """``fn`` to be timed within the context ``around()`` (entered once around the timing loop:
+    a benchmark's set-up is not part of a call's host cost)."""
+    def run():
+        with around():
+            return fn()
+    run.around = around
+    run.bare = fn
+    return run
 
 
 def with_levers(fn, **levers):
@@ -267,29 +279,32 @@ def attention_hip_rows(call):
     eager = with_levers(lambda: au.run_unified_attention_torch(*gpu),
                         HIPDNN_GFX942_2D_GRAPH="0", HIPDNN_GFX942_3D_GRAPH="0")
 
-    no_rocm_torch, rocm_torch_faked = (lambda: False), hip_device.torch_rocm
+    rocm_torch_faked = hip_device.torch_rocm
 
-    def replay():       # a rocke Graph by HIP stream capture (torch's CUDA graph is not here)
-        hip_device.torch_rocm = no_rocm_torch
-        record = au.run_unified_attention_torch(*gpu)
-        hip_device.torch_rocm = rocm_torch_faked
-        return record
-    assert replay().replayed and replay().replayed
-    hip_device.torch_rocm = no_rocm_torch
-    vllm_step = vllm_decode(gpu, place=lambda t: rocm_torch.to_device(stand_in, t))
-    hip_device.torch_rocm = rocm_torch_faked
+    @contextlib.contextmanager
+    def stream_capture_graphs():    # a rocke Graph by HIP stream capture (no torch CUDA graph here)
+        hip_device.torch_rocm = lambda: False
+        try:
+            yield
+        finally:
+            hip_device.torch_rocm = rocm_torch_faked
 
-    def vllm_replay():
-        hip_device.torch_rocm = no_rocm_torch
-        vllm_step()
-        hip_device.torch_rocm = rocm_torch_faked
+    @contextlib.contextmanager
+    def real_reads():
+        with stream_capture_graphs(), torch._C.DisableTorchFunctionSubclass():
+            yield
 
-    def replay_real_reads():
-        with torch._C.DisableTorchFunctionSubclass():
-            return replay()
-    assert replay_real_reads().replayed
-    return [("attn hip replay", replay), ("hip replay real reads", replay_real_reads),
-            ("vllm hip replay", vllm_replay), ("attn hip eager", eager)] + standin_share_rows(gpu)
+    def replay():
+        return au.run_unified_attention_torch(*gpu)
+    with stream_capture_graphs():
+        assert replay().replayed and replay().replayed
+        vllm_step = vllm_decode(gpu, place=lambda t: rocm_torch.to_device(stand_in, t))
+    with real_reads():
+        assert replay().replayed
+    return [("attn hip replay", set_up(replay, stream_capture_graphs)),
+            ("hip replay real reads", set_up(replay, real_reads)),
+            ("vllm hip replay", set_up(vllm_step, stream_capture_graphs)),
+            ("attn hip eager", eager)] + standin_share_rows(gpu)
 
 
 def standin_share_rows(gpu):
