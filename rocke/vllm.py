@@ -105,6 +105,7 @@ def _refuse_unimplemented(output_scale, use_alibi_sqrt, kv_quant_mode,
 
 # the entry point's name of each mode vLLM's adapter passes on
 _ENTRY_MODES = {name: name.lower() for name in SUPPORTED_KV_QUANT_MODES}
+_NO_QUANT: dict = {}
 
 
 def _check_3d_numbers(seq_threshold_3D, num_par_softmax_segments) -> None:
@@ -168,6 +169,13 @@ def unified_attention(
     if mode in PER_TOKEN_HEAD_MODES:
         k_descale = v_descale = None        # vLLM's kernel reads the scale caches only
     _check_3d_numbers(seq_threshold_3D, num_par_softmax_segments)
+    # the quantisation arguments passed on; none at all when none is in use (the entry point
+    # reads kv_quant_mode None as "none"): fewer keywords to bind per call
+    quant = _NO_QUANT if mode == "NONE" and output_scale is None and use_alibi_sqrt is False \
+        and k_scale_cache is None and v_scale_cache is None and mm_prefix_range is None else dict(
+            output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
+            kv_quant_mode=_ENTRY_MODES[mode], k_scale_cache=k_scale_cache,
+            v_scale_cache=v_scale_cache, mm_prefix_range=mm_prefix_range)
     num_seqs = seqused_k.shape[0] if isinstance(seqused_k, torch.Tensor) and seqused_k.dim() == 1 \
         else 0     # describe_problem names what is wrong with it
     if not isinstance(max_seqlen_q, int) or isinstance(max_seqlen_q, bool):
@@ -178,11 +186,8 @@ def unified_attention(
         au.run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
                                        max_seqlen_k, softmax_scale, causal, window_size,
                                        block_table, softcap, q_descale, k_descale, v_descale,
-                                       alibi_slopes, qq_bias, sinks, backend="2d",
-                                       output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
-                                       kv_quant_mode=_ENTRY_MODES[mode],
-                                       k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
-                                       mm_prefix_range=mm_prefix_range, batch_invariant=invariant)
+                                       alibi_slopes, qq_bias, sinks, backend="2d", **quant,
+                                       batch_invariant=invariant)
         return
     # vLLM's 3D contract: the caller's segment count and workspaces, as given (graph replay
     # keys them as the caller's tensors, so a captured decode step allocates nothing)
@@ -192,10 +197,7 @@ def unified_attention(
                                    qq_bias, sinks, backend="3d",
                                    segm_workspaces=(softmax_segm_output, softmax_segm_max,
                                                     softmax_segm_expsum),
-                                   num_segments=num_par_softmax_segments,
-                                   output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
-                                   kv_quant_mode=_ENTRY_MODES[mode], k_scale_cache=k_scale_cache,
-                                   v_scale_cache=v_scale_cache, mm_prefix_range=mm_prefix_range,
+                                   num_segments=num_par_softmax_segments, **quant,
                                    batch_invariant=invariant)
 
 
