@@ -380,6 +380,13 @@ def test_a_caller_workspace_s_metadata_change_at_the_same_address_misses(misses,
     _check(a)
 
 
+def test_one_tensor_as_the_workspaces_is_named(misses):
+    a, kw = _decode_with_workspaces()
+    kw["segm_workspaces"] = kw["segm_workspaces"][0]
+    with pytest.raises(ValueError, match="segm_workspaces: must be"):
+        _run(a, **kw)
+
+
 def test_a_workspace_class_overriding_data_ptr_is_never_cached(misses):
     class Shifted(torch.Tensor):
         __torch_function__ = torch._C._disabled_torch_function_impl

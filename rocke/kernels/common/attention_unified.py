@@ -1177,7 +1177,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
             causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
             alibi_slopes, qq_bias, sinks)
     if key is not None and not _cacheable(
-            (q, k, v, out, cu_seqlens_q, seqused_k, block_table) + tuple(segm_workspaces or ()),
+            (q, k, v, out, cu_seqlens_q, seqused_k, block_table) + (
+                () if segm_workspaces is None else tuple(segm_workspaces)),
             (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, window_size)):
         key = None
     invariant = resolve_batch_invariant(batch_invariant)
