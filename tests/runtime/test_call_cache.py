@@ -406,16 +406,24 @@ def test_a_workspace_class_overriding_data_ptr_is_never_cached(misses):
 
 def test_state_reader_follows_set_edit_and_unset(monkeypatch):
     monkeypatch.delenv("ROCKE_BATCH_INVARIANT", raising=False)
-    read = env.state_reader(("ROCKE_BATCH_INVARIANT",))
+    monkeypatch.delenv("ROCKE_CHECK_METADATA", raising=False)
+    read = env.state_reader(("ROCKE_BATCH_INVARIANT", "ROCKE_CHECK_METADATA"))
     unset = read()
-    assert unset[1:] == (None,)
+    assert unset == (len(os.environ),)
     monkeypatch.setenv("ROCKE_BATCH_INVARIANT", "1")
     one = read()
+    assert one[0] == unset[0] + 1 and one[1:] in ((b"1", None), ("1", None))
     monkeypatch.setenv("ROCKE_BATCH_INVARIANT", "0")
     zero = read()
-    assert len({unset, one, zero}) == 3 and one[0] == unset[0] + 1
+    monkeypatch.setenv("ROCKE_CHECK_METADATA", "0")
+    both = read()
+    monkeypatch.delenv("ROCKE_BATCH_INVARIANT")
+    other = read()                  # the same count as `one`, the other variable set
+    assert len({unset, one, zero, both, other}) == 5 and other[0] == one[0]
     monkeypatch.setenv("SOME_OTHER_VARIABLE_FOR_THE_COUNT", "x")
-    assert read()[0] == zero[0] + 1
+    assert read()[0] == other[0] + 1
+    monkeypatch.delenv("ROCKE_CHECK_METADATA")
+    assert read() == (unset[0] + 1,)        # none named set again: the count alone
 
 
 def test_env_get_reads_what_os_environ_get_reads(monkeypatch):
