@@ -176,8 +176,8 @@ def unified_attention(
             output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
             kv_quant_mode=_ENTRY_MODES[mode], k_scale_cache=k_scale_cache,
             v_scale_cache=v_scale_cache, mm_prefix_range=mm_prefix_range)
-    num_seqs = seqused_k.shape[0] if isinstance(seqused_k, torch.Tensor) and seqused_k.dim() == 1 \
-        else 0     # describe_problem names what is wrong with it
+    shape = seqused_k.shape if isinstance(seqused_k, torch.Tensor) else ()
+    num_seqs = shape[0] if len(shape) == 1 else 0     # describe_problem names what is wrong
     if not isinstance(max_seqlen_q, int) or isinstance(max_seqlen_q, bool):
         raise ValueError(f"max_seqlen_q: must be an int, got {max_seqlen_q!r}")
     invariant = batch_invariant()
