@@ -24,9 +24,16 @@ bookkeeping). Targets: <= 10 us per call on a graph-replay hit, <= 30 us otherwi
                 stand-in's device memory) through the HIP device, up to hipGraphLaunch /
                 hipModuleLaunchKernel (the stand-in's emulation of each launch stubbed out);
                 the GPU path launches the metadata guard kernel too (3 launches, not 2);
-  hip calls / standin py / reads gpu / reads cpu = the stand-in's share of a HIP replay hit
-                (standin_share_rows).
-A row's levers are set around its timing loop, not per call.
+  vllm hip replay = vllm replay's step on the HIP path (its workspaces on the GPU too);
+  hip replay real reads = attn hip replay with the fake ROCm tensors' getters at a real
+                tensor's cost: the same product code under torch's DisableTorchFunctionSubclass,
+                which skips only the per-getter __torch_function__ look-up on a Tensor subclass
+                (the fakes' own is torch's disabled one, so no call behaves otherwise; a real
+                ROCm tensor is an exact torch.Tensor and never looks it up);
+  hip calls / hip-python / standin py / reads gpu / reads cpu = the stand-in's share of a HIP
+                replay hit (standin_share_rows); the lines after the table split each replay
+                hit into the stand-in's share and rocke's own (print_shares).
+A row's levers are set around its timing loop, not per call. On a shared machine pass --cpu-time.
 
     .venv/bin/python benchmarks/launch.py [--variant flash_attention/f16_d64_causal] [--standin]
 """
@@ -126,12 +133,17 @@ def main(argv=None) -> int:
         rows += attention_rows(a.standin)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     clock = time.process_time if a.cpu_time else time.perf_counter
-    print(f"{'part':10s} {'median us':>10s} {'best us':>10s}   ({a.batches} batches x {a.batch} "
+    print(f"{'part':22s} {'median us':>10s} {'best us':>10s}   ({a.batches} batches x {a.batch} "
           f"calls, mean per call, {'CPU' if a.cpu_time else 'wall'} time)")
+    measured = {}
     for name, fn in rows:
-        with levers_set(getattr(fn, "levers", {})):     # a row's levers: set once, not per call
+        # a row's levers and set-up: set once around its timing loop, not per call
+        with levers_set(getattr(fn, "levers", {})), getattr(fn, "around", contextlib.nullcontext)():
             median, best = per_call_us(getattr(fn, "bare", fn), a.batch, a.batches, clock)
-        print(f"{name:10s} {median:10.2f} {best:10.2f}")
+        measured[name] = median, best
+        print(f"{name:22s} {median:10.2f} {best:10.2f}")
+    if "attn hip replay" in measured:
+        print_shares(measured)
     if a.profile:
         profiler = cProfile.Profile()
         profiler.enable()
@@ -140,6 +152,22 @@ def main(argv=None) -> int:
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
     return 0
+
+
+def print_shares(measured: dict) -> None:
+    """The HIP replay hit split into the stand-in's share and rocke's own. The share is taken
+    from its rows' best batches (small pieces, whose medians on a loaded machine are mostly
+    other processes' noise) and subtracted from the replay row's best and median."""
+    best = {name: values[1] for name, values in measured.items()}
+    calls = best["hip calls"] - best["hip-python"]
+    reads = best["reads gpu"] - best["reads cpu"]
+    share = calls + reads
+    print(f"stand-in's share of a HIP replay hit: {share:.2f} us (its HIP calls {calls:.2f} + "
+          f"its tensors' reads {reads:.2f}); hip-python's wrappers {best['hip-python']:.2f} us "
+          "are rocke's (a real machine runs them too)")
+    median, fastest = measured["attn hip replay"]
+    print(f"attn hip replay: rocke's own {median - share:.2f} median, {fastest - share:.2f} best "
+          f"(of {median:.2f} / {fastest:.2f})")
 
 
 @contextlib.contextmanager
@@ -154,6 +182,17 @@ def levers_set(levers: dict):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def set_up(fn, around):
+    """``fn`` to be timed within the context ``around()`` (entered once around the timing loop:
+    a benchmark's set-up is not part of a call's host cost)."""
+    def run():
+        with around():
+            return fn()
+    run.around = around
+    run.bare = fn
+    return run
 
 
 def with_levers(fn, **levers):
@@ -200,14 +239,16 @@ def attention_rows(standin: bool):
     return rows
 
 
-def vllm_decode(call, segments=16):
-    """The decode step of ``call`` through vLLM's entry point, with vLLM's 3D arguments."""
+def vllm_decode(call, segments=16, place=lambda t: t):
+    """The decode step of ``call`` through vLLM's entry point, with vLLM's 3D arguments (the
+    workspaces made by ``place`` from CPU tensors)."""
     import math
     from rocke.vllm import unified_attention
     q = call[0]
-    workspaces = (torch.full((q.shape[0], q.shape[1], segments, q.shape[2]), math.nan),
-                  torch.full((q.shape[0], q.shape[1], segments), math.nan),
-                  torch.full((q.shape[0], q.shape[1], segments), math.nan))
+    workspaces = tuple(place(t) for t in (
+        torch.full((q.shape[0], q.shape[1], segments, q.shape[2]), math.nan),
+        torch.full((q.shape[0], q.shape[1], segments), math.nan),
+        torch.full((q.shape[0], q.shape[1], segments), math.nan)))
 
     def step():
         unified_attention(*call, seq_threshold_3D=q.shape[0], num_par_softmax_segments=segments,
@@ -226,8 +267,11 @@ def attention_hip_rows(call):
     from tests.hip_stub import rocm_torch
     from rocke.kernels.common import metadata_guard
     problem = au.describe_problem(*call)
-    # the GPU path launches the metadata guard before the plan's kernels
-    kernels = [au.compiled(spec) for spec in (*au.plan(problem, "auto").specs, metadata_guard.SPEC)]
+    # the GPU path launches the metadata guard before the plan's kernels; vLLM's 3D contract
+    # (vllm_decode's 16 segments) may plan other kernels
+    vllm_specs = au.attention_target().plan(problem, "3d", num_segments=16).specs
+    kernels = [au.compiled(spec) for spec in (*au.plan(problem, "auto").specs, *vllm_specs,
+                                              metadata_guard.SPEC)]
     device, _ = _standin_device(kernels[0])
     stand_in = _STAND_IN[0]
     for ck in kernels[1:]:
@@ -238,25 +282,47 @@ def attention_hip_rows(call):
     eager = with_levers(lambda: au.run_unified_attention_torch(*gpu),
                         HIPDNN_GFX942_2D_GRAPH="0", HIPDNN_GFX942_3D_GRAPH="0")
 
-    no_rocm_torch, rocm_torch_faked = (lambda: False), hip_device.torch_rocm
+    rocm_torch_faked = hip_device.torch_rocm
 
-    def replay():       # a rocke Graph by HIP stream capture (torch's CUDA graph is not here)
-        hip_device.torch_rocm = no_rocm_torch
-        record = au.run_unified_attention_torch(*gpu)
-        hip_device.torch_rocm = rocm_torch_faked
-        return record
-    assert replay().replayed and replay().replayed
-    return [("attn hip replay", replay), ("attn hip eager", eager)] + standin_share_rows(gpu)
+    @contextlib.contextmanager
+    def stream_capture_graphs():    # a rocke Graph by HIP stream capture (no torch CUDA graph here)
+        hip_device.torch_rocm = lambda: False
+        try:
+            yield
+        finally:
+            hip_device.torch_rocm = rocm_torch_faked
+
+    @contextlib.contextmanager
+    def real_reads():
+        with stream_capture_graphs(), torch._C.DisableTorchFunctionSubclass():
+            yield
+
+    def replay():
+        return au.run_unified_attention_torch(*gpu)
+    with stream_capture_graphs():
+        assert replay().replayed and replay().replayed
+        vllm_step = vllm_decode(gpu, place=lambda t: rocm_torch.to_device(stand_in, t))
+    with real_reads():
+        assert replay().replayed
+    return [("attn hip replay", set_up(replay, stream_capture_graphs)),
+            ("hip replay real reads", set_up(replay, real_reads)),
+            ("vllm hip replay", set_up(vllm_step, stream_capture_graphs)),
+            ("attn hip eager", eager)] + standin_share_rows(gpu)
 
 
 def standin_share_rows(gpu):
     """What of a HIP replay hit is the stand-in's emulation machinery rather than rocke's (a
     real HIP's own cost is not measurable here):
       hip calls  = the two HIP calls a replay hit makes (hipStreamIsCapturing, hipGraphLaunch)
-                   made directly through hip-python: hip-python's wrappers plus the stand-in's
-                   C-to-Python callbacks;
-      standin py = the stand-in's Python handlers of those two calls alone (a lower bound of
-                   its share of `hip calls`: the ctypes callback trampoline is not included);
+                   made directly through hip-python: hip-python's wrappers plus the stand-in
+                   (hipStreamIsCapturing answered in its C, hipGraphLaunch by a C-to-Python
+                   callback);
+      hip-python = two calls of the same forms (one with an out-value, one without) that the
+                   stand-in answers in C (hipStreamIsCapturing, hipDeviceSynchronize): hip-
+                   python's own cost, which a real machine pays too; `hip calls` less this is
+                   the stand-in's share of the calls;
+      standin py = the stand-in's Python handler of hipGraphLaunch alone (a lower bound of its
+                   share: the ctypes callback trampoline is not included);
       reads gpu / reads cpu = the per-tensor reads the call key makes (class, shape, dtype,
                    device, stride(), data_ptr() of the 7 tensors) on the fake ROCm tensors, and
                    on the same tensors as plain torch.Tensors. Their difference is the fake
@@ -272,15 +338,16 @@ def standin_share_rows(gpu):
     def hip_calls():
         hip.hipStreamIsCapturing(None)
         hip.hipGraphLaunch(exec_, stream)
-    status = ctypes.c_int()
-    is_capturing = stand_in._guarded("is_capturing", stand_in._is_capturing)
+
+    def hip_python():       # two calls of the same forms, both answered in the stand-in's C
+        hip.hipStreamIsCapturing(None)
+        hip.hipDeviceSynchronize()
     graph_launch = stand_in._guarded("graph_launch", stand_in._graph_launch)
 
-    def standin_py():
-        is_capturing(None, ctypes.addressof(status))
+    def standin_py():       # hipStreamIsCapturing is answered in the stand-in's C
         graph_launch(exec_handle, None)
     assert hip.hipGraphLaunch(exec_, stream)[0] == hip.hipError_t.hipSuccess
-    assert graph_launch(exec_handle, None) == 0 and is_capturing(None, ctypes.addressof(status)) == 0
+    assert graph_launch(exec_handle, None) == 0
     fake = tuple(a for a in gpu if isinstance(a, torch.Tensor))
     plain = tuple(torch.Tensor.as_subclass(t, torch.Tensor) for t in fake)
     assert len(fake) == 7 and all(type(t) is torch.Tensor for t in plain)
@@ -289,8 +356,9 @@ def standin_share_rows(gpu):
     def reads(tensors):
         return lambda: (tuple(map(layout, tensors)), tuple(map(torch.Tensor.stride, tensors)),
                         tuple(map(torch.Tensor.data_ptr, tensors)))
-    return [("hip calls", hip_calls), ("standin py", standin_py), ("reads gpu", reads(fake)),
-            ("reads cpu", reads(plain))]
+    assert hip.hipDeviceSynchronize()[0] == hip.hipError_t.hipSuccess
+    return [("hip calls", hip_calls), ("hip-python", hip_python), ("standin py", standin_py),
+            ("reads gpu", reads(fake)), ("reads cpu", reads(plain))]
 
 
 _STAND_IN = []

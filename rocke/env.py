@@ -60,16 +60,20 @@ def lookup(names: tuple[str, ...]) -> tuple:
 
 
 def state_reader(names: tuple[str, ...]):
-    """A function of no arguments returning ``(number of environment variables,) +
-    lookup(names)``: what a cache keyed by levers compares per call (each named variable read
-    once, in one C-level pass, the names encoded once here; the count changes whenever a
-    variable is set or unset, so an unknown lever appearing is seen by a re-parse)."""
+    """A function of no arguments returning ``(number of environment variables,)``, followed
+    by ``lookup(names)`` when any of the names is set: what a cache keyed by levers compares
+    per call (the names encoded once here and looked up in one C-level pass; the count changes
+    whenever a variable is set or unset, so an unknown lever appearing is seen by a re-parse).
+    Two reads are equal exactly when the count and every named variable's value are."""
     keys = tuple(map(os.environ.encodekey, names)) if os.name == "posix" else None
+    key_set = frozenset(keys or ())
 
     def read() -> tuple:
         data = getattr(os.environ, "_data", None)
         if keys is None or type(data) is not dict:
             return (len(os.environ),) + tuple(map(os.environ.get, names))
+        if data.keys().isdisjoint(key_set):     # none set (levers mostly are not): no values
+            return (len(data),)
         return (len(data),) + tuple(map(data.get, keys))
     return read
 

@@ -50,7 +50,23 @@ SUPPORTED_KV_QUANT_MODES = ("NONE", "FP8_PER_TENSOR", "INT8_PER_TOKEN_HEAD", "FP
 PER_TOKEN_HEAD_MODES = ("INT8_PER_TOKEN_HEAD", "FP8_PER_TOKEN_HEAD")
 
 
+# _mode_name's answers by (class, member): a mode is an enum member or an int (immutable), so a
+# call passing the same one again skips the look-up (vLLM passes the same member every step)
+_MODE_NAMES: dict = {}
+
+
 def _mode_name(kv_quant_mode) -> str:
+    try:
+        return _MODE_NAMES[kv_quant_mode.__class__, kv_quant_mode]
+    except (KeyError, TypeError):       # not seen yet, or unhashable (refused below)
+        pass
+    name = _looked_up_mode_name(kv_quant_mode)
+    if isinstance(kv_quant_mode, enum.Enum) or type(kv_quant_mode) is int:
+        _MODE_NAMES[kv_quant_mode.__class__, kv_quant_mode] = name
+    return name
+
+
+def _looked_up_mode_name(kv_quant_mode) -> str:
     name = getattr(kv_quant_mode, "name", None)
     if isinstance(name, str) and isinstance(kv_quant_mode, enum.Enum):
         if name not in KVQuantMode.__members__:
@@ -87,6 +103,23 @@ def _refuse_unimplemented(output_scale, use_alibi_sqrt, kv_quant_mode,
     return mode
 
 
+# the entry point's name of each mode vLLM's adapter passes on
+_ENTRY_MODES = {name: name.lower() for name in SUPPORTED_KV_QUANT_MODES}
+_NO_QUANT: dict = {}
+
+
+def _check_3d_numbers(seq_threshold_3D, num_par_softmax_segments) -> None:
+    if (seq_threshold_3D is None or seq_threshold_3D.__class__ is int and seq_threshold_3D >= 1) \
+            and (num_par_softmax_segments is None or num_par_softmax_segments.__class__ is int
+                 and num_par_softmax_segments >= 1):
+        return      # the common case, decided without the loop below
+    for name, value in (("seq_threshold_3D", seq_threshold_3D),
+                        ("num_par_softmax_segments", num_par_softmax_segments)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ValueError(f"{name}: must be None or a positive int, got {value!r}")
+
+
 def uses_3d(max_seqlen_q, num_seqs: int, seq_threshold_3D, num_par_softmax_segments,
             softmax_segm_output, softmax_segm_max, softmax_segm_expsum,
             batch_invariant: bool = False) -> bool:
@@ -98,9 +131,23 @@ def uses_3d(max_seqlen_q, num_seqs: int, seq_threshold_3D, num_par_softmax_segme
                 or num_seqs > seq_threshold_3D or batch_invariant)
 
 
+# the two levers' raw values (and the environment's size) -> the mode they parse to
+_invariant_levers = env.state_reader(("ROCKE_BATCH_INVARIANT", env.VLLM_BATCH_INVARIANT))
+_invariant_by_raw: dict = {}
+
+
 def batch_invariant() -> bool:
-    """Batch-invariant mode: ``ROCKE_BATCH_INVARIANT=1`` or vLLM's ``VLLM_BATCH_INVARIANT=1``."""
-    return env.batch_invariant() or env.vllm_batch_invariant()
+    """Batch-invariant mode: ``ROCKE_BATCH_INVARIANT=1`` or vLLM's ``VLLM_BATCH_INVARIANT=1``.
+    Parsed once per pair of raw values (read per call: a change is seen at once)."""
+    raw = _invariant_levers()
+    mode = _invariant_by_raw.get(raw)
+    if mode is None:
+        mode = env.batch_invariant() or env.vllm_batch_invariant()    # raises on a bad value
+        if _invariant_levers() == raw:                  # what was parsed is what was read
+            if len(_invariant_by_raw) >= 16:
+                _invariant_by_raw.clear()
+            _invariant_by_raw[raw] = mode
+    return mode
 
 
 def unified_attention(
@@ -119,18 +166,18 @@ def unified_attention(
     `k_descale`/`v_descale` are not read, as in vLLM's kernel."""
     mode = _refuse_unimplemented(output_scale, use_alibi_sqrt, kv_quant_mode,
                                  k_scale_cache, v_scale_cache, k)
-    quant = dict(output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
-                 kv_quant_mode=mode.lower(), k_scale_cache=k_scale_cache,
-                 v_scale_cache=v_scale_cache)
     if mode in PER_TOKEN_HEAD_MODES:
         k_descale = v_descale = None        # vLLM's kernel reads the scale caches only
-    for name, value in (("seq_threshold_3D", seq_threshold_3D),
-                        ("num_par_softmax_segments", num_par_softmax_segments)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
-            raise ValueError(f"{name}: must be None or a positive int, got {value!r}")
-    num_seqs = seqused_k.shape[0] if isinstance(seqused_k, torch.Tensor) and seqused_k.dim() == 1 \
-        else 0     # describe_problem names what is wrong with it
+    _check_3d_numbers(seq_threshold_3D, num_par_softmax_segments)
+    # the quantisation arguments passed on; none at all when none is in use (the entry point
+    # reads kv_quant_mode None as "none"): fewer keywords to bind per call
+    quant = _NO_QUANT if mode == "NONE" and output_scale is None and use_alibi_sqrt is False \
+        and k_scale_cache is None and v_scale_cache is None and mm_prefix_range is None else dict(
+            output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
+            kv_quant_mode=_ENTRY_MODES[mode], k_scale_cache=k_scale_cache,
+            v_scale_cache=v_scale_cache, mm_prefix_range=mm_prefix_range)
+    shape = seqused_k.shape if isinstance(seqused_k, torch.Tensor) else ()
+    num_seqs = shape[0] if len(shape) == 1 else 0     # describe_problem names what is wrong
     if not isinstance(max_seqlen_q, int) or isinstance(max_seqlen_q, bool):
         raise ValueError(f"max_seqlen_q: must be an int, got {max_seqlen_q!r}")
     invariant = batch_invariant()
@@ -140,7 +187,7 @@ def unified_attention(
                                        max_seqlen_k, softmax_scale, causal, window_size,
                                        block_table, softcap, q_descale, k_descale, v_descale,
                                        alibi_slopes, qq_bias, sinks, backend="2d", **quant,
-                                       mm_prefix_range=mm_prefix_range, batch_invariant=invariant)
+                                       batch_invariant=invariant)
         return
     # vLLM's 3D contract: the caller's segment count and workspaces, as given (graph replay
     # keys them as the caller's tensors, so a captured decode step allocates nothing)
@@ -151,7 +198,7 @@ def unified_attention(
                                    segm_workspaces=(softmax_segm_output, softmax_segm_max,
                                                     softmax_segm_expsum),
                                    num_segments=num_par_softmax_segments, **quant,
-                                   mm_prefix_range=mm_prefix_range, batch_invariant=invariant)
+                                   batch_invariant=invariant)
 
 
 # ---- torch.ops.rocke.unified_attention ---------------------------------------------------------

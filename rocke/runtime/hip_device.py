@@ -261,7 +261,12 @@ class _StreamGraph:
         self.exec = instantiate_graph(self.graph)
 
     def replay(self, stream=None):
-        _call("hipGraphLaunch", self.exec, self.stream if stream is None else stream)
+        # a replay hit's one HIP call: hip-python's function directly (the library is loaded:
+        # this graph was made through it), check()'s error path only on an error
+        result = _hip_bindings[0].hipGraphLaunch(self.exec, self.stream if stream is None
+                                                 else stream)
+        if result[0] is not _success[0]:
+            check("hipGraphLaunch", result)
 
     def close(self):
         if self.exec is not None:
@@ -467,9 +472,12 @@ class HipDevice(Device):
                 import torch
                 return bool(torch.cuda.is_current_stream_capturing())
             capture = _graph.active_capture(self)      # current_stream() without torch
-            native = capture._native if capture is not None else None
-            stream = native.stream if native is not None else None
-        status = _call("hipStreamIsCapturing", stream)
+            if capture is not None and capture._native is not None:
+                stream = capture._native.stream
+        result = _hip_bindings[0].hipStreamIsCapturing(stream)    # loaded: this device exists
+        if result[0] is not _success[0]:
+            check("hipStreamIsCapturing", result)
+        status = result[1]
         active = _capture_active[0]
         if active is None:
             active = _capture_active[0] = \

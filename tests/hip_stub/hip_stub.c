@@ -258,7 +258,46 @@ hipError_t hipStreamBeginCapture(hipHandle stream, int mode) {
 hipError_t hipStreamEndCapture(hipHandle stream, hipHandle *graph) {
     FORWARD(end_capture, stream, graph);
 }
+/* Each stream's capture state, as a runtime keeps it: hipStreamIsCapturing answers from here in
+ * C, without a call into Python (the Python half reports every stream's creation, capture begin
+ * and end, and destruction through hip_stub_stream_state). A stream not in the table (none
+ * free) is answered by the Python half, as every call was before. */
+#define STREAM_SLOTS 256
+static struct { hipHandle handle; int capturing; } stream_states[STREAM_SLOTS];
+
+/* state: 0 idle, 1 capturing, -1 destroyed; a NULL stream with -1 forgets every stream */
+int hip_stub_stream_state(hipHandle stream, int state) {
+    size_t free_slot = STREAM_SLOTS;
+    if (stream == NULL) {
+        if (state >= 0) return -1;
+        memset(stream_states, 0, sizeof stream_states);
+        return 0;
+    }
+    for (size_t i = 0; i < STREAM_SLOTS; i++) {
+        if (stream_states[i].handle == stream) {
+            if (state < 0) stream_states[i].handle = NULL;
+            else stream_states[i].capturing = state;
+            return 0;
+        }
+        if (stream_states[i].handle == NULL && free_slot == STREAM_SLOTS) free_slot = i;
+    }
+    if (state < 0) return 0;
+    if (free_slot == STREAM_SLOTS) return -1;     /* table full: the Python half answers */
+    stream_states[free_slot].capturing = state;
+    stream_states[free_slot].handle = stream;
+    return 0;
+}
+
 hipError_t hipStreamIsCapturing(hipHandle stream, int *status) {
+    if (status && stream == NULL) {     /* the null stream: never capturing here */
+        *status = 0;
+        return hipSuccess;
+    }
+    for (size_t i = 0; status && i < STREAM_SLOTS; i++)
+        if (stream_states[i].handle == stream) {
+            *status = stream_states[i].capturing;
+            return hipSuccess;
+        }
     FORWARD(is_capturing, stream, status);
 }
 hipError_t hipGraphInstantiate(hipHandle *exec, hipHandle graph, hipHandle *error_node,

@@ -36,9 +36,11 @@ def to_device(standin, t, cls=RocmTensor):
     array = standin.allocations[buf.data_ptr()][0]
     flat = torch.from_numpy(array).view(t.dtype)[:t.numel()]
     flat.copy_(t.contiguous().reshape(-1))
-    view = flat.view(t.shape)
-    view._keep = buf          # the allocation lives as long as the tensor
-    return view.as_subclass(cls)
+    # the numpy array under `flat` keeps the allocation's memory alive (the stand-in frees
+    # nothing behind it); no instance attribute: an instance dict would slow every torch getter
+    # on the tensor (each first looks its class's __torch_function__ up through it), which a
+    # real ROCm tensor does not pay
+    return flat.view(t.shape).as_subclass(cls)
 
 
 def install(standin, setattr_):

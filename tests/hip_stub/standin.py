@@ -127,6 +127,7 @@ class StandIn:
         for name in ("code_objects", "listings", "allocations", "modules", "functions", "streams", "graphs",
                      "execs", "events", "fail", "calls"):
             getattr(self, name).clear()
+        self._stream_state(None, -1)
         self.executed.clear()
         self.errors.clear()
         self.arch = "gfx942:sramecc+:xnack-"
@@ -163,6 +164,10 @@ class StandIn:
             "event_elapsed": [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p],
         }
         self.library.hip_stub_set.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+        # the C half's copy of each stream's capture state (hipStreamIsCapturing answers from it)
+        self.library.hip_stub_stream_state.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        self._stream_state = self.library.hip_stub_stream_state
+        self._stream_state(None, -1)
         for slot, argtypes in types.items():
             handler = getattr(self, "_" + slot.rstrip("_"))
             callback = ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(self._guarded(slot, handler))
@@ -343,11 +348,15 @@ class StandIn:
     def _stream_create(self, out):
         handle = self._handle()
         self.streams[handle] = _Stream()
+        self._stream_state(handle, 0)
         self._out(out, handle)
         return SUCCESS
 
     def _stream_destroy(self, stream):
-        return SUCCESS if self.streams.pop(stream, None) is not None else INVALID_HANDLE
+        if self.streams.pop(stream, None) is None:
+            return INVALID_HANDLE
+        self._stream_state(stream, -1)
+        return SUCCESS
 
     def _stream_sync(self, stream):
         if stream is not None and stream not in self.streams:
@@ -364,6 +373,7 @@ class StandIn:
         if self.streams[stream].capture is not None:
             return ILLEGAL_STATE
         self.streams[stream].capture = []
+        self._stream_state(stream, CAPTURE_ACTIVE)
         return SUCCESS
 
     def _end_capture(self, stream, out):
@@ -374,10 +384,11 @@ class StandIn:
             return ILLEGAL_STATE
         handle = self._handle()
         self.graphs[handle], s.capture = s.capture, None
+        self._stream_state(stream, CAPTURE_NONE)
         self._out(out, handle)
         return SUCCESS
 
-    def _is_capturing(self, stream, out):
+    def _is_capturing(self, stream, out):     # what hip_stub.c's state table does not answer
         s = self.streams.get(stream) if stream is not None else _Stream()
         if s is None:
             return INVALID_HANDLE

@@ -161,3 +161,62 @@ def test_the_torch_op_compiles_fullgraph_and_matches_eager():
         compiled = torch.compile(model, fullgraph=True, backend="inductor")(*inputs)
     assert torch.equal(compiled, eager)
     assert eager.abs().sum() > 0
+
+
+# ---- the adapter's per-call work, remembered where it is a pure function of what it reads ----
+
+def test_batch_invariant_follows_every_lever_change(monkeypatch):
+    """rocke.vllm.batch_invariant parses the two levers once per pair of raw values: each
+    change is seen on the next call, and a bad value is refused on every call."""
+    from rocke import vllm
+    monkeypatch.delenv("ROCKE_BATCH_INVARIANT", raising=False)
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
+    steps = [("ROCKE_BATCH_INVARIANT", None, False), ("ROCKE_BATCH_INVARIANT", "1", True),
+             ("ROCKE_BATCH_INVARIANT", "0", False), ("VLLM_BATCH_INVARIANT", "2", True),
+             ("VLLM_BATCH_INVARIANT", "0", False), ("VLLM_BATCH_INVARIANT", "-1", True),
+             ("VLLM_BATCH_INVARIANT", "on", ValueError), ("VLLM_BATCH_INVARIANT", "on", ValueError),
+             ("ROCKE_BATCH_INVARIANT", "1", True),     # ROCKE's on: vLLM's is not read, as before
+             ("ROCKE_BATCH_INVARIANT", "", ValueError), ("VLLM_BATCH_INVARIANT", None, False),
+             ("ROCKE_BATCH_INVARIANT", "yes", ValueError), ("ROCKE_BATCH_INVARIANT", None, False)]
+    for name, value, want in steps:
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+        for _ in range(2):
+            if want is ValueError:
+                with pytest.raises(ValueError, match="BATCH_INVARIANT must be"):
+                    vllm.batch_invariant()
+            else:
+                assert vllm.batch_invariant() is want, (name, value)
+
+
+def test_a_remembered_mode_name_is_keyed_by_class_and_member():
+    """The same number in another enum (or as an int, or a bool) is another mode."""
+    import enum
+    from rocke import vllm
+
+    class ForeignMode(enum.IntEnum):
+        NVFP4 = 0
+        NONE = 4
+    for _ in range(2):
+        assert vllm._mode_name(ForeignMode.NONE) == "NONE"
+        assert vllm._mode_name(4) == "INT4_PER_TOKEN_HEAD"
+        assert vllm._mode_name(KVQuantMode.INT4_PER_TOKEN_HEAD) == "INT4_PER_TOKEN_HEAD"
+        assert vllm._mode_name(ForeignMode.NVFP4) == "NVFP4"
+        assert vllm._mode_name(0) == "NONE"
+        for bad in (False, 0.0, "NONE", [0]):
+            with pytest.raises(ValueError, match="kv_quant_mode: must be a KVQuantMode"):
+                vllm._mode_name(bad)
+
+
+@pytest.mark.parametrize("name, value", [("seq_threshold_3D", True), ("seq_threshold_3D", 0),
+                                         ("seq_threshold_3D", 2.0), ("num_par_softmax_segments", -3),
+                                         ("num_par_softmax_segments", False)])
+def test_bad_3d_numbers_are_named(name, value):
+    a = _decode()
+    numbers = dict(seq_threshold_3D=4, num_par_softmax_segments=3)
+    numbers[name] = value
+    with pytest.raises(ValueError, match=f"^{name}: must be None or a positive int"):
+        unified_attention(**a, **numbers, **_workspaces(8, 3))
+    assert not a["out"].any()

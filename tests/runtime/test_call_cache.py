@@ -338,20 +338,92 @@ def test_vllms_adapter_hits_the_cache_and_follows_new_contents(misses, path):
     _check(a)
 
 
+def _decode_with_workspaces(segments=3):
+    a = _problem()
+    a["cu_seqlens_q"] = torch.arange(3, dtype=torch.int32)        # decode: one query each
+    a["q"], a["out"], a["max_seqlen_q"] = a["q"][:2], a["out"][:2], 1
+    h = a["q"].shape[1]
+    workspaces = (torch.full((4, h, segments, D), math.nan), torch.full((4, h, segments), math.nan),
+                  torch.full((4, h, segments), math.nan))
+    return a, dict(backend="3d", segm_workspaces=workspaces, num_segments=segments)
+
+
+def _column_major(shape) -> tuple:
+    strides, step = [], 1
+    for n in shape:
+        strides.append(step)
+        step *= n
+    return tuple(strides)
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_a_caller_workspace_s_metadata_change_at_the_same_address_misses(misses, which):
+    """The caller's 3D workspaces are keyed like the call's tensors: the same address with
+    another dtype, shape or strides misses (and is validated: refused, or run correctly)."""
+    a, kw = _decode_with_workspaces()
+    _hit_twice(a, misses, **kw)
+    ws = list(kw["segm_workspaces"])
+    base = ws[which]
+    for changed in (base.view(torch.int32),                               # dtype
+                    base[:2],                                             # shape
+                    base.as_strided(base.shape, _column_major(base.shape))):     # strides
+        assert changed.data_ptr() == base.data_ptr()
+        ws[which] = changed
+        before = len(misses)
+        try:
+            _run(a, **dict(kw, segm_workspaces=tuple(ws)))
+        except ValueError:
+            pass
+        assert len(misses) == before + 1, f"{changed.dtype} {tuple(changed.shape)} hit the cache"
+    ws[which] = base
+    _run(a, **dict(kw, segm_workspaces=tuple(ws)))
+    _check(a)
+
+
+def test_one_tensor_as_the_workspaces_is_named(misses):
+    a, kw = _decode_with_workspaces()
+    kw["segm_workspaces"] = kw["segm_workspaces"][0]
+    with pytest.raises(ValueError, match="segm_workspaces: must be"):
+        _run(a, **kw)
+
+
+def test_a_workspace_class_overriding_data_ptr_is_never_cached(misses):
+    class Shifted(torch.Tensor):
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+        def data_ptr(self):
+            return torch.Tensor.data_ptr(self)
+    a, kw = _decode_with_workspaces()
+    kw["segm_workspaces"] = (kw["segm_workspaces"][0].as_subclass(Shifted),
+                             *kw["segm_workspaces"][1:])
+    _run(a, **kw)
+    _run(a, **kw)
+    assert len(misses) == 2
+    _check(a)
+
+
 # ---- the pieces ----------------------------------------------------------------------------
 
 def test_state_reader_follows_set_edit_and_unset(monkeypatch):
     monkeypatch.delenv("ROCKE_BATCH_INVARIANT", raising=False)
-    read = env.state_reader(("ROCKE_BATCH_INVARIANT",))
+    monkeypatch.delenv("ROCKE_CHECK_METADATA", raising=False)
+    read = env.state_reader(("ROCKE_BATCH_INVARIANT", "ROCKE_CHECK_METADATA"))
     unset = read()
-    assert unset[1:] == (None,)
+    assert unset == (len(os.environ),)
     monkeypatch.setenv("ROCKE_BATCH_INVARIANT", "1")
     one = read()
+    assert one[0] == unset[0] + 1 and one[1:] in ((b"1", None), ("1", None))
     monkeypatch.setenv("ROCKE_BATCH_INVARIANT", "0")
     zero = read()
-    assert len({unset, one, zero}) == 3 and one[0] == unset[0] + 1
+    monkeypatch.setenv("ROCKE_CHECK_METADATA", "0")
+    both = read()
+    monkeypatch.delenv("ROCKE_BATCH_INVARIANT")
+    other = read()                  # the same count as `one`, the other variable set
+    assert len({unset, one, zero, both, other}) == 5 and other[0] == one[0]
     monkeypatch.setenv("SOME_OTHER_VARIABLE_FOR_THE_COUNT", "x")
-    assert read()[0] == zero[0] + 1
+    assert read()[0] == other[0] + 1
+    monkeypatch.delenv("ROCKE_CHECK_METADATA")
+    assert read() == (unset[0] + 1,)        # none named set again: the count alone
 
 
 def test_env_get_reads_what_os_environ_get_reads(monkeypatch):

@@ -116,6 +116,24 @@ def test_hip_capture_error_maps_and_cleans_up(standin, vector_add):
     assert standin.graphs == {} and standin.streams == {}      # nothing leaked
 
 
+def test_a_failed_hip_replay_is_named(standin, vector_add):
+    """hipGraphLaunch's error on a replay (its fast path skips check() only on success)."""
+    _variant, ck = vector_add
+    standin.register(ck)
+    dev = runtime.get_device("hip")
+    buf = dev.alloc(4 * N)
+    g = Graph(device="hip")
+    with g.capture():
+        runtime.launch(ck, 2, 256, [buf, buf, buf, N], device="hip")
+    standin.fail["graph_launch"] = 719
+    with pytest.raises(runtime.hip_device.HipError,
+                       match="hipGraphLaunch failed: hipErrorLaunchFailure"):
+        g.replay()
+    g.replay(synchronize=True)                  # the failure was one call's
+    assert standin.calls["graph_launch"] == 2
+    g.close()
+
+
 def test_with_a_rocm_torch_the_graph_is_torchs(standin, vector_add, monkeypatch):
     """torch here is a CPU build, so its graph API is faked the way ROCm torch behaves: inside
     `torch.cuda.graph(g)` the current stream is a capturing side stream (here: HIP stream capture

@@ -9,6 +9,7 @@ import torch
 from rocke import runtime
 from rocke.kernels.samples import flash_attention as fa
 from rocke.kernels.samples import vector_add as va
+from rocke.runtime import hip_device
 from rocke.runtime.hip_device import HipError, arch_compatible
 
 
@@ -196,3 +197,34 @@ def test_timing_names_its_clock(standin, vector_add):
                                                     allow_alias=True),
                              device="emu")
     assert emu_time.clock == "emulator wall time" and "emulator wall time" in str(emu_time)
+
+
+def test_standin_answers_stream_capture_state_like_a_runtime(standin):
+    """The stand-in's hipStreamIsCapturing answers from its C half's table (no Python call):
+    each stream's state follows hipStreamBeginCapture / EndCapture / Destroy exactly as its
+    Python half's, which answers a stream the table does not hold."""
+    import ctypes
+    hip = hip_device.hip_module()
+    is_capturing = standin.library.hipStreamIsCapturing
+    is_capturing.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+
+    def state(stream):
+        status = ctypes.c_int(-7)
+        return is_capturing(None if stream is None else int(stream), ctypes.byref(status)), \
+            status.value
+    stream = hip_device._call("hipStreamCreate")
+    calls = standin.calls.get("is_capturing", 0)
+    assert state(stream) == (0, 0) and state(None) == (0, 0)
+    hip_device._call("hipStreamBeginCapture", stream,
+                     hip.hipStreamCaptureMode.hipStreamCaptureModeThreadLocal)
+    assert state(stream) == (0, 1) and state(None) == (0, 0)
+    assert hip_device.HipDevice.is_capturing(runtime.get_device("hip"), stream)   # hip-python
+    hip_device._call("hipGraphDestroy", hip_device._call("hipStreamEndCapture", stream))
+    assert state(stream) == (0, 0)
+    assert standin.calls.get("is_capturing", 0) == calls          # all answered in C
+    hip_device._call("hipStreamDestroy", stream)
+    assert state(stream) == (400, -7)                             # hipErrorInvalidHandle
+    assert standin.calls["is_capturing"] == calls + 1             # by the Python half
+    other = hip_device._call("hipStreamCreate")
+    standin.reset(active=True)                                    # forgets every stream
+    assert state(other) == (400, -7)

@@ -1018,10 +1018,14 @@ _LAYOUT = operator.attrgetter("__class__", "shape", "dtype", "device")
 _KEYABLE_VALUES = frozenset((int, float, bool, type(None), tuple))
 
 
-@functools.cache
 def _tensor_methods():
     import torch
-    return torch.Tensor.data_ptr, torch.Tensor.stride
+    _TENSOR_METHODS[:] = torch.Tensor.data_ptr, torch.Tensor.stride
+    return _TENSOR_METHODS
+
+
+_TENSOR_METHODS: list = []      # torch.Tensor's data_ptr and stride, once torch is imported
+_NO_DESCALES = (None, None, None)
 
 
 def _call_key(tensors: tuple, values: tuple, descales: tuple, segm_workspaces, backend,
@@ -1032,19 +1036,20 @@ def _call_key(tensors: tuple, values: tuple, descales: tuple, segm_workspaces, b
     values; the devices' generation. None
     when the call cannot be keyed (host descales: their contents are checked on every call; an
     argument not what it should be: the full validation names it)."""
-    data_ptr, stride = _tensor_methods()
+    data_ptr, stride = _TENSOR_METHODS or _tensor_methods()
     try:
-        window = values[-1]
+        window = values[-1]     # a window tuple's items' types follow the numbers' (one pass)
         rest = (tuple(map(_LAYOUT, tensors)), tuple(map(stride, tensors)), values,
-                tuple(map(type, values)), None if window is None else tuple(map(type, window)),
+                tuple(map(type, values if window is None else values + tuple(window))),
                 _levers_now(), device_generation(), backend, num_segments,
                 batch_invariant, num_segments.__class__, batch_invariant.__class__)
-        if descales != (None, None, None):
+        if descales is not _NO_DESCALES and descales != _NO_DESCALES:
             if any(t is not None and t.device.type == "cpu" for t in descales):
                 return None
             rest += (tuple(None if t is None else _meta(t) for t in descales),)
-        if segm_workspaces is not None:
-            rest += (tuple(map(_meta, segm_workspaces)),)
+        if segm_workspaces is not None:     # what _meta reads, and the class, per C-level pass
+            rest += (tuple(map(_LAYOUT, segm_workspaces)), tuple(map(stride, segm_workspaces)),
+                     tuple(map(data_ptr, segm_workspaces)))
         return tuple(map(data_ptr, tensors)), rest
     except (AttributeError, TypeError, RuntimeError):     # not a plain tensor
         return None
@@ -1053,7 +1058,7 @@ def _call_key(tensors: tuple, values: tuple, descales: tuple, segm_workspaces, b
 def _cacheable(tensors: tuple, values: tuple) -> bool:
     """Whether a call may be cached (checked once, when it is recorded): its numbers immutable,
     and its tensors' address and strides what torch's own methods (the key's) say."""
-    data_ptr, stride = _tensor_methods()
+    data_ptr, stride = _TENSOR_METHODS or _tensor_methods()
     window = values[-1]
     return all(type(v) in _KEYABLE_VALUES for v in values) and (
         window is None or all(type(x) is int for x in window)) and all(
@@ -1147,7 +1152,9 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
             and k_scale_cache is None and v_scale_cache is None:
         key = _call_key((q, k, v, out, cu_seqlens_q, seqused_k, block_table),
                         (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, window_size),
-                        (q_descale, k_descale, v_descale), segm_workspaces, backend,
+                        _NO_DESCALES if q_descale is None and k_descale is None and
+                        v_descale is None else (q_descale, k_descale, v_descale),
+                        segm_workspaces, backend,
                         num_segments, batch_invariant)
         if key is not None:     # by the addresses (a hash of a few ints), then the rest
             for rest, cached in _BY_ADDRESSES.get(key[0], ()):
@@ -1170,7 +1177,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
             causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
             alibi_slopes, qq_bias, sinks)
     if key is not None and not _cacheable(
-            (q, k, v, out, cu_seqlens_q, seqused_k, block_table),
+            (q, k, v, out, cu_seqlens_q, seqused_k, block_table) + (
+                () if segm_workspaces is None else tuple(segm_workspaces)),
             (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, window_size)):
         key = None
     invariant = resolve_batch_invariant(batch_invariant)
