@@ -350,7 +350,7 @@ def _aiter_profile(aiter_dir, s, causal, h, h_kv, target="gfx942"):
     if target == "gfx942":
         report = launch(check=False)
     else:
-        report = _checked_launch(launch, o, f"AITER {name} at seqlen {s}")
+        report = checked_launch(launch, o, f"AITER {name} at seqlen {s}")
     # workgroup 0 computes query tile 0 (and, causal, the last tile) of head 0
     tiles = [0, s // 256 - 1] if causal else [0]
     ref = torch.nn.functional.scaled_dot_product_attention(
@@ -365,7 +365,7 @@ def _aiter_profile(aiter_dir, s, causal, h, h_kv, target="gfx942"):
     return report.profile
 
 
-def _checked_launch(launch, output, what):
+def checked_launch(launch, output, what):
     """The launch with the LDS race checker on. A race it finds is printed (it is a finding
     about the binary, not a failure to run it) and the launch repeated with the checker off on
     a cleared output, so the row is still modelled; the printed line says so."""
