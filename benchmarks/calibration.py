@@ -28,8 +28,8 @@ hsa/gfx950/fmha_v3_fwd code objects, emulated as gfx950 with the LDS race checke
 finds is printed and the row modelled from a run with the checker off) and an
 MI350X HBM copy. A gfx950 code object is disassembled by an llvm-objdump of LLVM 20 or newer, or
 else by a shared LLVM library of LLVM 20 or newer whose listing is verified byte for byte by
-re-assembly (rocke/llvm_disasm.py; rustc's libLLVM 22 serves here); without either the AITER
-gfx950 anchors are listed as "not run" with that reason.
+re-assembly (rocke/llvm_disasm.py; Debian's libllvm22 or rustc's libLLVM serve); without
+either the AITER gfx950 anchors are listed as "not run" with that reason.
 
 Usage: python benchmarks/calibration.py [--target gfx942|gfx950] [--aiter-dir PATH] [--only NAME]
 (a few minutes, one core). Prints one row per anchor, then the counted and held-out anchors'

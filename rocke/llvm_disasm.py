@@ -9,8 +9,10 @@ known to mean exactly the code: a word LLVM cannot decode, or text that assemble
 stops with an error naming the offset and the words.
 
 Which library: `ROCKE_LIBLLVM` when set; otherwise the first `libLLVM` of a new enough release
-among Debian's /usr/lib/llvm-<N>/lib, ROCm's llvm/lib and rustup's toolchains (rustc ships
-libLLVM built with the AMDGPU target), newest first. A leaf (stdlib, ctypes, rocke.arch,
+among Debian's (package libllvm<N>, /usr/lib/<triple>/ and /usr/lib/llvm-<N>/lib), ROCm's
+llvm/lib and rustup's toolchains (rustc ships libLLVM built with the AMDGPU target), newest
+first. `python -m rocke.llvm_disasm --missing-packages` prints the Debian package still needed
+(scripts/setup.sh installs it). A leaf (stdlib, ctypes, rocke.arch,
 rocke.env): the emulator's code-object reader uses it.
 """
 from __future__ import annotations
@@ -26,7 +28,11 @@ from rocke import env
 from rocke.arch import get_target
 
 TRIPLE = b"amdgcn-amd-amdhsa"
-LIBRARY_PATTERNS = ("/usr/lib/llvm-*/lib/libLLVM*.so*", "$ROCM_PATH/llvm/lib/libLLVM*.so*",
+#: the Debian package (bookworm-security carries LLVM 22) scripts/setup.sh installs when no
+#: library is found: the library alone, so no newer llvm-objdump displaces LLVM 19's for gfx942
+DEBIAN_PACKAGE = "libllvm22"
+LIBRARY_PATTERNS = ("/usr/lib/*-linux-gnu/libLLVM*.so*", "/usr/lib/llvm-*/lib/libLLVM*.so*",
+                    "$ROCM_PATH/llvm/lib/libLLVM*.so*",
                     "/opt/rocm/llvm/lib/libLLVM*.so*", "/opt/rocm-*/llvm/lib/libLLVM*.so*",
                     "$RUSTUP_HOME/toolchains/*/lib/libLLVM*.so*")
 # libLLVM-19.so, libLLVM.so.19.1, libLLVM.so.22.1-rust-1.95.0-stable, libLLVM-22-rust-....so
@@ -47,7 +53,8 @@ class NoLibraryError(RuntimeError):
 
 
 def _release(path: str) -> int | None:
-    m = _RELEASE.search(os.path.basename(path))
+    """The LLVM release a library's name (or its /usr/lib/llvm-<N> directory) says."""
+    m = _RELEASE.search(os.path.basename(path)) or re.search(r"/llvm-(\d+)/", path)
     return int(m.group(1)) if m else None
 
 
@@ -281,3 +288,24 @@ def disassemble_verified(code: bytes, address: int, processor: str,
         raise DisassemblyError(f"{processor} code at {address:#x}: the re-assembled listing "
                                f"has {len(tail)} extra bytes that are not s_nop padding")
     return [(address + pos, text, _words(code[pos:pos + size])) for pos, size, text in rows]
+
+
+def missing_packages() -> list[str]:
+    """The Debian package that would supply a library for gfx950, when none is found."""
+    try:
+        find_library("gfx950")
+        return []
+    except NoLibraryError:
+        return [DEBIAN_PACKAGE]
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["--missing-packages"]:
+        print(" ".join(missing_packages()))
+    else:
+        try:
+            path = find_library("gfx950")
+            print(f"gfx950: {path} (LLVM {'.'.join(map(str, _load(path)[1]))})")
+        except NoLibraryError as err:
+            print(f"gfx950: {err}")

@@ -93,8 +93,15 @@ def test_rocke_libllvm_naming_nothing_useful_is_an_error_naming_it(monkeypatch, 
         llvm_disasm.find_library("gfx950")
     old = "/usr/lib/llvm-19/lib/libLLVM-19.so"
     monkeypatch.setenv("ROCKE_LIBLLVM", old)
-    with pytest.raises(llvm_disasm.NoLibraryError, match=r"LLVM 20 or newer .*libLLVM-19\.so \(LLVM 19\)"):
+    with pytest.raises(llvm_disasm.NoLibraryError,
+                       match=r"LLVM 20 or newer .*libLLVM-19\.so \(LLVM 19\)"):
         llvm_disasm.find_library("gfx950")
+
+
+def test_setup_asks_for_debians_library_only_when_none_serves(monkeypatch, tmp_path):
+    assert llvm_disasm.missing_packages() == []
+    monkeypatch.setenv("ROCKE_LIBLLVM", str(tmp_path / "libLLVM.so.22"))
+    assert llvm_disasm.missing_packages() == ["libllvm22"]
 
 
 def _doubler(target):

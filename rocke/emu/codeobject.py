@@ -385,7 +385,7 @@ def _objdump(processor: str) -> str | None:
 
 
 def _shared_llvm(processor: str) -> str | None:
-    """Path of a shared LLVM library that knows `processor` (rocke.llvm_disasm's search), or None."""
+    """Path of a shared LLVM library that knows `processor` (rocke.llvm_disasm), or None."""
     try:
         return llvm_disasm.find_library(processor)
     except llvm_disasm.NoLibraryError:
@@ -433,8 +433,8 @@ def cannot_disassemble(processor: str) -> str:
     from rocke.arch import get_target
     major = get_target(processor).min_llvm_major
     return (f"cannot disassemble a {processor} code object: no llvm-objdump of LLVM {major} or "
-            f"newer was found (Debian bookworm's newest is LLVM 19), nor a shared LLVM library "
-            f"of LLVM {major} or newer with the AMDGPU target (ROCKE_LIBLLVM; rustc's libLLVM "
+            f"newer was found (Debian's llvm-19, rocke's gfx942 tools, predates gfx950), nor a "
+            f"shared LLVM library of LLVM {major} or newer with the AMDGPU target (ROCKE_LIBLLVM; Debian's libllvm22 "
             f"serves); put one on PATH, or run the kernel's assembly listing (rocke.emu.launch "
             f"takes it; rocke.runtime runs a rocke-compiled kernel from its listing once a rebuild "
             f"of its IR proves the listing is the code object's kernel)")
