@@ -104,15 +104,16 @@ def test_setup_asks_for_debians_library_only_when_none_serves(monkeypatch, tmp_p
     assert llvm_disasm.missing_packages() == ["libllvm22"]
 
 
-def _doubler(target):
+def _doubler(target, factor=2.0):
     from rocke.compiler import compile_ir
     from rocke.dsl import Kernel, f32
-    k = Kernel(f"double_{target}", workgroup_size=64, target=target)
+    suffix = "" if factor == 2.0 else f"_x{factor:g}"
+    k = Kernel(f"double_{target}{suffix}", workgroup_size=64, target=target)
     x = k.arg_ptr("x", f32)
     n = k.arg_i32("n")
     i = k.block_id(0) * 64 + k.thread_id(0)
     buf = x.buffer(n)
-    buf.store(i, buf.load(i) * 2.0)
+    buf.store(i, buf.load(i) * factor)
     return compile_ir(k, target=target)
 
 
@@ -124,6 +125,12 @@ def test_gfx942_code_objects_still_go_through_llvm_objdump_and_agree():
     verified = codeobject.verified_listing(ck.code_object, llvm_disasm.find_library("gfx950"))
     assert "v_add_f32_e32 v1, v1, v1" in verified and "<double_gfx942>:" in verified
     assert codeobject.listings_agree(ck.asm, objdump_text, ck.name)
+    via_library = codeobject.code_object_assembly(ck.code_object, verified=True)
+    assert codeobject.listings_agree(via_library, objdump_text, ck.name)
+    # and the comparison can fail: another kernel's listing does not agree
+    other = codeobject.code_object_assembly(_doubler("gfx942", 3.0).code_object, verified=True)
+    assert not codeobject.listings_agree(other.replace("double_gfx942_x3", "double_gfx942"),
+                                         objdump_text, ck.name)
 
 
 def test_a_gfx950_code_object_runs_from_the_verified_listing_and_a_corrupt_one_does_not():

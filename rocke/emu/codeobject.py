@@ -233,14 +233,16 @@ def code_object_metadata(code) -> dict:
         raise CodeObjectError(f"malformed metadata note: {err}") from None
 
 
-def code_object_assembly(code) -> str:
+def code_object_assembly(code, verified: bool = False) -> str:
     """Assembly text (the dialect `rocke.emu.asm.parse_program` reads) of a code object given
-    as bytes or a path."""
+    as bytes or a path. `verified`: disassemble through rocke.llvm_disasm even where an
+    llvm-objdump knows the processor (to cross-check the two)."""
     data = read_code_object(code)
     if data.startswith(_BUNDLE_MAGIC) or data.startswith(b"CCOB"):
         data = _unbundle(data)
     elf = _Elf(data)
-    objdump, readelf = _objdump(elf.processor), find_llvm_tool("llvm-readelf")
+    objdump = None if verified else _objdump(elf.processor)
+    readelf = find_llvm_tool("llvm-readelf")
     library = None
     if objdump is None:
         try:
