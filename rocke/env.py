@@ -14,6 +14,9 @@ from pathlib import Path
 LEVERS: dict[str, tuple[str, str]] = {
     "ROCKE_CACHE_DIR": ("$XDG_CACHE_HOME/rocke or ~/.cache/rocke", "compile cache directory"),
     "ROCKE_LD_LLD": ("discovered", "the ld.lld to link code objects with"),
+    "ROCKE_LIBLLVM": ("discovered", "the shared LLVM library (libLLVM, LLVM 20 or newer with the "
+                      "AMDGPU target) that disassembles gfx950 code objects when no llvm-objdump "
+                      "here knows gfx950"),
     "ROCKE_LINKER": ("ld.lld", "what links code objects: ld.lld | comgr (needs hip-python's "
                      "comgr bindings and ROCm's libamd_comgr)"),
     "ROCKE_DEVICE": ("hip if a gfx942 or gfx950 GPU is found, else emu", "launch device: emu | hip | "

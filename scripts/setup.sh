@@ -40,6 +40,20 @@ if [ -n "$need" ]; then
   fi
 fi
 
+# A shared LLVM library of LLVM 20+ (Debian's libllvm22, the library alone) lets the emulator take
+# gfx950 code objects: rocke.llvm_disasm decodes them with LLVM's disassembler and verifies the
+# listing by re-assembly (LLVM 19's llvm-objdump predates gfx950). A newer llvm-objdump is not
+# installed: it would displace LLVM 19's for gfx942.
+need="$(PYTHONPATH="$ROOT" "$VENV/bin/python" -m rocke.llvm_disasm --missing-packages)"
+if [ -n "$need" ]; then
+  echo "[setup] installing Debian's $need" >&2
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq >&2
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >&2 \
+    || echo "[setup] $need not installed: gfx950 code objects cannot be disassembled" >&2
+fi
+
 # Prebuilt code objects for the shipped variants (`rocke aot build`): their first use then needs
 # no IR build, no link and no ld.lld. Rebuilt when missing or older than the golden IR table; a
 # variant whose IR left the golden table is refused (reported, set-up goes on without it).

@@ -5,7 +5,9 @@ one `.amdhsa_kernel` block per kernel rebuilt from its 64-byte kernel descriptor
 
 Disassembly and the metadata note come from LLVM's tools (Debian package `llvm-19`:
 `llvm-objdump-19`, `llvm-readelf-19`; rocke.llvm_tools says where they are looked for and skips
-tools too old to know gfx942). The
+tools too old to know gfx942). A processor no llvm-objdump here knows (gfx950 needs LLVM 20) is
+disassembled by a newer shared LLVM library and verified by re-assembly (rocke.llvm_disasm),
+its listing printed as llvm-objdump would. The
 ELF structure (symbols, descriptors) is read here. Kernel descriptor layout: LLVM AMDGPUUsage, "Kernel Descriptor".
 Every instruction keeps its byte address (`.emu_address` lines), so s_getpc_b64 / s_setpc_b64 /
 s_swappc_b64 arithmetic on real code addresses works.
@@ -19,7 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from rocke import llvm_tools
+from rocke import llvm_disasm, llvm_tools
 # e_flags processor field (LLVM's EF_AMDGPU_MACH_AMDGCN_*): which ISA to disassemble the code as
 from rocke.arch.elf import EF_AMDGPU_MACH, EM_AMDGPU, MACH_PROCESSOR as _MACH_PROCESSOR
 from .asm import load_metadata_yaml
@@ -231,20 +233,30 @@ def code_object_metadata(code) -> dict:
         raise CodeObjectError(f"malformed metadata note: {err}") from None
 
 
-def code_object_assembly(code) -> str:
+def code_object_assembly(code, verified: bool = False) -> str:
     """Assembly text (the dialect `rocke.emu.asm.parse_program` reads) of a code object given
-    as bytes or a path."""
+    as bytes or a path. `verified`: disassemble through rocke.llvm_disasm even where an
+    llvm-objdump knows the processor (to cross-check the two)."""
     data = read_code_object(code)
     if data.startswith(_BUNDLE_MAGIC) or data.startswith(b"CCOB"):
         data = _unbundle(data)
     elf = _Elf(data)
-    objdump, readelf = disassembler(elf.processor), find_llvm_tool("llvm-readelf")
+    objdump = None if verified else _objdump(elf.processor)
+    readelf = find_llvm_tool("llvm-readelf")
+    library = None
     if objdump is None:
-        raise CodeObjectError(cannot_disassemble(elf.processor))
+        try:
+            library = llvm_disasm.find_library(elf.processor)
+        except llvm_disasm.NoLibraryError as err:
+            raise CodeObjectError(f"{cannot_disassemble(elf.processor)} [{err}]") from None
     with tempfile.TemporaryDirectory(prefix="rocke-co-") as tmp:
         path = Path(tmp) / "kernel.co"
         path.write_bytes(data)
-        listing = _run(objdump, "-d", f"--mcpu={elf.processor}", "--no-show-raw-insn", str(path))
+        if objdump:
+            listing = _run(objdump, "-d", f"--mcpu={elf.processor}", "--no-show-raw-insn",
+                           str(path))
+        else:
+            listing = verified_listing(data, library)
         notes = _run(readelf, "--notes", str(path))
     import yaml
     metadata_text = _metadata_yaml(notes)
@@ -364,9 +376,8 @@ def listings_agree(listing: str, other: str, kernel: str) -> bool:
     return _kernel_body(mine, kernel) == _kernel_body(truth, kernel)
 
 
-def disassembler(processor: str) -> str | None:
-    """Path of an llvm-objdump whose LLVM knows `processor` (rocke.llvm_tools' search), or None:
-    Debian bookworm's newest, LLVM 19, predates gfx950 (LLVM 20 is the first to know it)."""
+def _objdump(processor: str) -> str | None:
+    """Path of an llvm-objdump whose LLVM knows `processor` (rocke.llvm_tools' search), or None."""
     from rocke.arch import get_target
     target = get_target(processor)
     try:
@@ -375,12 +386,58 @@ def disassembler(processor: str) -> str | None:
         return None
 
 
+def _shared_llvm(processor: str) -> str | None:
+    """Path of a shared LLVM library that knows `processor` (rocke.llvm_disasm), or None."""
+    try:
+        return llvm_disasm.find_library(processor)
+    except llvm_disasm.NoLibraryError:
+        return None
+
+
+def disassembler(processor: str) -> str | None:
+    """What disassembles a `processor` code object here, or None: an llvm-objdump that knows it
+    (Debian bookworm's newest, LLVM 19, predates gfx950), else a shared LLVM library of a new
+    enough release whose listing is verified by re-assembly (rocke.llvm_disasm)."""
+    return _objdump(processor) or _shared_llvm(processor)
+
+
+def verified_listing(code, library: str | None = None) -> str:
+    """The code object's executable sections as llvm-objdump -d prints them (symbols as
+    `<name>:` lines, one instruction a line with its address and words), decoded by the shared
+    LLVM `library` (found for the code's processor when None) and verified by re-assembly
+    (rocke.llvm_disasm); CodeObjectError naming the offset and words of anything that does not
+    round-trip."""
+    data = read_code_object(code)
+    if data.startswith(_BUNDLE_MAGIC) or data.startswith(b"CCOB"):
+        data = _unbundle(data)
+    elf = _Elf(data)
+    lines = []
+    for index, s in enumerate(elf.sections):
+        if s["type"] != 1 or not s["flags"] & 4:          # PROGBITS, SHF_EXECINSTR
+            continue
+        names: dict[int, list[str]] = {}
+        for name, (value, _, shndx) in elf.symbols.items():
+            if shndx == index:
+                names.setdefault(value, []).append(name)
+        code = elf.data[s["offset"]:s["offset"] + s["size"]]
+        try:
+            rows = llvm_disasm.disassemble_verified(code, s["addr"], elf.processor, library)
+        except (llvm_disasm.DisassemblyError, llvm_disasm.NoLibraryError) as err:
+            raise CodeObjectError(str(err)) from None
+        for address, text, words in rows:
+            lines += [f"{address:016x} <{name}>:" for name in sorted(names.get(address, []))]
+            lines.append(f"\t{text} // {address:012X}: {words}")
+    return "\n".join(lines) + "\n"
+
+
 def cannot_disassemble(processor: str) -> str:
-    """The one-line refusal for a code object no llvm-objdump here can read."""
+    """The one-line refusal for a code object nothing here can disassemble."""
     from rocke.arch import get_target
-    return (f"cannot disassemble a {processor} code object: no llvm-objdump of LLVM "
-            f"{get_target(processor).min_llvm_major} or newer was found (Debian bookworm's newest is "
-            f"LLVM 19); put one on PATH, or run the kernel's assembly listing (rocke.emu.launch "
+    major = get_target(processor).min_llvm_major
+    return (f"cannot disassemble a {processor} code object: no llvm-objdump of LLVM {major} or "
+            f"newer was found (Debian's llvm-19, rocke's gfx942 tools, predates gfx950), nor a "
+            f"shared LLVM library of LLVM {major} or newer with the AMDGPU target (ROCKE_LIBLLVM; Debian's libllvm22 "
+            f"serves); put one on PATH, or run the kernel's assembly listing (rocke.emu.launch "
             f"takes it; rocke.runtime runs a rocke-compiled kernel from its listing once a rebuild "
             f"of its IR proves the listing is the code object's kernel)")
 

@@ -50,9 +50,10 @@ class EmuDevice(Device):
         """What the emulator runs for `compiled`: its assembly listing when that is the code
         object's kernel instruction for instruction (checked once per process, code object and
         listing; the listing keeps its source lines), else the code object itself (disassembled).
-        Where no llvm-objdump here knows the processor (gfx950 on Debian's LLVM 19), the listing
-        is proven by a rebuild instead (`listing_proven_by_rebuild`), and a code object whose
-        listing is not proven is refused: it could not be disassembled either."""
+        gfx950 on Debian's LLVM 19 is disassembled through a newer shared LLVM library, verified
+        by re-assembly (rocke.llvm_disasm). Where nothing here can disassemble the processor, the
+        listing is proven by a rebuild instead (`listing_proven_by_rebuild`), and a code object
+        whose listing is not proven is refused: it could not be disassembled either."""
         import hashlib
         from ..emu.codeobject import cannot_disassemble, disassembler, listing_matches
         digest = (hashlib.sha256(compiled.code_object).hexdigest(),

@@ -101,3 +101,27 @@ def test_gfx950_anchor_without_a_gfx950_disassembler_says_why(tmp_path, capsys, 
     out = capsys.readouterr().out
     assert "not run: cannot disassemble a gfx950 code object" in out
     assert out.rstrip().splitlines()[-1] == "calibration: 0 anchors, max |error| nan %"
+
+
+def test_checked_launch_prints_a_race_and_models_a_run_without_the_checker(capsys):
+    """The gfx950 AITER rows run with the LDS race checker; a race is a finding printed with
+    the row's name, and the row is modelled from a rerun with the checker off on a cleared
+    output (what the first run half-wrote does not survive)."""
+    from rocke.emu.errors import LdsRace
+    calls, out = [], torch.full((4,), 7.0)
+
+    def racy(check):
+        calls.append(check)
+        if check:
+            out.fill_(9.0)
+            raise LdsRace("LDS race in kernel k: wave 2 writes it at line 475")
+        assert torch.equal(out, torch.zeros(4))
+        return "report"
+
+    assert cal.checked_launch(racy, out, "AITER fwd at seqlen 1024") == "report"
+    assert calls == [True, False]
+    assert ("AITER fwd at seqlen 1024: the LDS race checker stops it: LDS race in kernel k: wave 2 "
+            "writes it at line 475; modelled from a run with the checker off") in capsys.readouterr().out
+    calls.clear()
+    assert cal.checked_launch(lambda check: calls.append(check) or "clean", out, "x") == "clean"
+    assert calls == [True] and capsys.readouterr().out == ""
