@@ -15,10 +15,10 @@ AMDGPUUsage / IntrinsicsAMDGPU.td descriptions of the matching intrinsics):
 * ``v_mfma_f32_{16x16x32,32x32x16}_{f16,bf16}``: the doubled-K 16-bit atoms; 8 elements per
   lane (4 registers), the same lane-group split of K as the gfx942 atoms.
 * ``v_mfma_f32_{16x16x128,32x32x64}_f8f6f4``: CBSZ selects A's format and BLGP B's
-  (0 fp8 E4M3, 1 bf8 E5M2, 2 fp6 E2M3, 3 bf6 E3M2, 4 fp4 E2M1); fp8/bf8 and fp4 are
-  modelled (fp4: 4 registers a lane, 32 codes low nibble first, K = 32 * lane group +
-  position: the layout Triton's gfx950 tl.dot_scaled fixtures pin), the 6-bit formats are
-  refused.
+  (0 fp8 E4M3, 1 bf8 E5M2, 2 fp6 E2M3, 3 bf6 E3M2, 4 fp4 E2M1), all modelled (fp4: 4
+  registers a lane, 32 codes low nibble first, K = 32 * lane group + position: the layout
+  Triton's gfx950 tl.dot_scaled fixtures pin; fp6 / bf6: 6 registers a lane, 32 codes packed
+  densely, the same K order, the guide's §7.1.4 packing and §7.1.5.1 FP6 tables).
 * ``ds_read_b64_tr_b{16,8}``: each 16-lane row reads 64 bits per lane (n = 64/bits elements) and
   transposes them within the row: lane j of the row receives element r (r < n) from lane
   (16/n)*r + j//n, element j % n — a 4x16 (b16) or two interleaved 8x8 (b8) transposes.
@@ -229,8 +229,8 @@ def mfma_ops(gfx942_ops: dict, op_type, indexed_type=None) -> dict:
 
 
 _F8F6F4_FORMATS = ("fp8 E4M3", "bf8 E5M2", "fp6 E2M3", "bf6 E3M2", "fp4 E2M1")
-# CBSZ / BLGP code -> operand format, for the codes emulated (fp6 / bf6 are not)
-_F8F6F4_EMULATED = {0: "e4m3fn", 1: "e5m2", 4: "e2m1"}
+# CBSZ / BLGP code -> operand format (the guide's §7.1.5 table)
+_F8F6F4_EMULATED = {0: "e4m3fn", 1: "e5m2", 2: "e2m3", 3: "e3m2", 4: "e2m1"}
 
 
 class F8F6F4:
@@ -245,7 +245,7 @@ class F8F6F4:
             names = [(_F8F6F4_FORMATS[i] if 0 <= i < len(_F8F6F4_FORMATS) else f"code {i}")
                      for i in (cbsz, blgp)]
             raise DecodeError(f"{self.name} with A {names[0]} / B {names[1]} operands is not "
-                              "emulated (fp8 E4M3, bf8 E5M2 and fp4 E2M1 are)")
+                              "emulated (codes 0-4: fp8, bf8, fp6, bf6, fp4 are)")
         return op
 
 

@@ -55,16 +55,11 @@ _OCP8 = {"fp8": "e4m3fn", "bf8": "e5m2"}
 
 
 def _small_values(fmt: str) -> np.ndarray:
-    """float64 value of every code of `fmt` (fp8 / bf8 from numerics' OCP tables)."""
+    """float64 value of every code of `fmt` (numerics' tables)."""
     if fmt in _OCP8:
         return numerics.ocp_fp8_bits_to_f32(np.arange(256), _OCP8[fmt]).astype(np.float64)
-    exp_bits, man_bits, bias, width = SMALL[fmt]
-    codes = np.arange(1 << width)
-    exponent = (codes >> man_bits) & ((1 << exp_bits) - 1)
-    mantissa = codes & ((1 << man_bits) - 1)
-    magnitude = np.where(exponent == 0, np.ldexp(mantissa / (1 << man_bits), 1 - bias),
-                         np.ldexp(1.0 + mantissa / (1 << man_bits), exponent - bias))
-    return np.where(codes >> (width - 1), -magnitude, magnitude)
+    return {"fp6": numerics.E2M3_VALUES, "bf6": numerics.E3M2_VALUES,
+            "fp4": numerics.E2M1_VALUES}[fmt]
 
 
 VALUES = {fmt: _small_values(fmt) for fmt in SMALL}

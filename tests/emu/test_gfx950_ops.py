@@ -205,11 +205,12 @@ def test_f8f6f4_mfma_formats_from_cbsz_blgp(cbsz, blgp, a_dtype, b_dtype):
     assert np.array_equal(_d_matrix(got, m), want)
 
 
-def test_f8f6f4_mfma_refuses_the_formats_it_does_not_model():
-    with pytest.raises(EmulatorError, match="fp6 E2M3.*not emulated"):
-        run_asm("  v_mfma_f32_16x16x128_f8f6f4 v[16:19], v[0:7], v[8:15], v[16:19] cbsz:2",
+def test_f8f6f4_mfma_refuses_format_codes_past_fp4_and_checks_widths():
+    with pytest.raises(EmulatorError, match="code 5.*not emulated"):
+        run_asm("  v_mfma_f32_16x16x128_f8f6f4 v[16:19], v[0:7], v[8:15], v[16:19] cbsz:5",
                 vgprs=np.zeros((20, 64), np.uint32), target="gfx950")
-    with pytest.raises(EmulatorError, match="bf6 E3M2.*not emulated"):
+    # fp6 / bf6 take 6 registers a lane
+    with pytest.raises(EmulatorError, match="B operand 'v\\[8:15\\]' must be 6 vector registers"):
         run_asm("  v_mfma_f32_16x16x128_f8f6f4 v[16:19], v[0:7], v[8:15], v[16:19] blgp:3",
                 vgprs=np.zeros((20, 64), np.uint32), target="gfx950")
     # fp4 takes 4 registers a lane, not fp8's 8
