@@ -149,6 +149,7 @@ _LOAD_SCALE = ("v_mfma_ld_scale_b32 alone: it exists as the first half of the bl
 # the guide's pseudocode calls helpers (f32_to_fp8_sr_scale, f32_to_f16_SR, ...) that it never
 # defines; only gfx942's unscaled v_cvt_sr_fp8_f32 spells out which seed bits enter the mantissa
 _STOCHASTIC = "stochastic rounding: the guide never defines its *_sr helpers (how the seed enters)"
+# (nothing here emits them either: Triton 3.9 moves packed fp4 through ds_read_b64_tr_b8)
 _TRANSPOSE_4_6 = ("the guide gives no lane map for the 4- and 6-bit LDS transposes (the 8- and "
                   "16-bit ones are emulated)")
 
