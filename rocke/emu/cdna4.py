@@ -143,7 +143,11 @@ NEW_OPCODES = (
 
 NEW_MNEMONICS = frozenset(name for _, _, name in NEW_OPCODES)
 
-_SPARSE = "sparse MFMA (smfmac) is not emulated on either target"
+# The guide (§7.5) gives B's layout and the index bits, but not which dense K a compressed A
+# element of a lane group holds (its "packed as A[16][32]" would put lane group g on K 16g..16g+15,
+# while B's group g holds 8g..8g+7 and 32+8g..32+8g+7), and nothing here can referee it.
+_SPARSE = ("sparse MFMA (smfmac) is not emulated on either target: the guide does not pin the "
+           "sparse A's K layout")
 _LOAD_SCALE = ("v_mfma_ld_scale_b32 alone: it exists as the first half of the block-scaled "
                "MFMAs, which are emulated as one instruction")
 # the guide's pseudocode calls helpers (f32_to_fp8_sr_scale, f32_to_f16_SR, ...) that it never

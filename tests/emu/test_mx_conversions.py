@@ -320,3 +320,23 @@ def test_scaled_conversions_refuse_modifiers_and_unread_op_sel_bits():
                       ("v_cvt_scalef32_pk_f16_fp8 v3, v0, v2 op_sel:[0,1,0]", "not read"),):
         with pytest.raises(EmulatorError, match=why):
             run("  " + body, v, 4)
+
+
+def test_f32_sources_honour_modes_input_denormal_flush():
+    """§7.3: "Conversion from F32 supports MODE-based denormal control": an f32 denormal input
+    scaled by 2^127 is 0.125 with denormals kept, and +-0 when MODE flushes f32 inputs."""
+    v = np.zeros((4, 64), np.uint32)
+    v[0] = np.float32(2.0 ** -130).view(np.uint32)
+    v[1] = np.float32(-2.0 ** -130).view(np.uint32)
+    v[2] = scale_bits(-127)
+    body = "  v_cvt_scalef32_pk_fp8_f32 v3, v0, v1, v2"
+    kept = run(body, v, 4)[3] & 0xFFFF
+    flushed = run_asm(body, vgprs=v, rows=4, target="gfx950",
+                      descriptor_extra="  .amdhsa_float_denorm_mode_32 0").vgprs[0, 3] & 0xFFFF
+    assert np.all(kept == 0xA020) and np.all(flushed == 0x8000)   # 0.125 / -0.125; +0 / -0
+
+
+def test_f16_sources_under_a_flushing_mode_are_refused():
+    with pytest.raises(EmulatorError, match="flushes f16 input denormals"):
+        run_asm("  v_cvt_scalef32_pk_fp8_f16 v3, v0, v2", vgprs=np.zeros((4, 64), np.uint32),
+                rows=4, target="gfx950", descriptor_extra="  .amdhsa_float_denorm_mode_16_64 0")
