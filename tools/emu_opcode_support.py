@@ -99,14 +99,9 @@ def mnemonics_text() -> str:
 
 
 def cdna4_sample(name: str, llvm_samples: dict) -> str:
-    """The instruction the census decodes for `name`: LLVM's sample, except for the scaled fp8
-    conversions, whose emulated form is the unit scale (rocke.emu.gfx950.SCALED_CONVERSIONS)."""
-    from rocke.emu.gfx950 import SCALED_CONVERSIONS
-    if name not in SCALED_CONVERSIONS:
-        return llvm_samples.get(name, "?")
-    if "_pk_f32_" in name:
-        return f"{name} v[0:1], v2, 1.0"
-    return f"{name} v0, v1, v2, 1.0" if "_pk_" in name else f"{name} v0, v1, 1.0"
+    """The instruction the census decodes for `name`: LLVM's sample (any scale operand is
+    decoded since the scaled conversions read the scale's exponent, rocke.emu.mxcvt)."""
+    return llvm_samples.get(name, "?")
 
 
 def print_cdna4_census() -> int:

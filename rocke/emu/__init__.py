@@ -23,6 +23,7 @@ File map (the data flow of one launch, top to bottom):
   ``mfma_decode.py`` the v_mfma_* instruction closures around it.
 - ``numerics.py`` bit-exact format conversions (fp8/bf8 fnuz and OCP, f16, bf16, denormal flushing).
 - ``gfx950.py``   the gfx950 target: its opcode gate, table layers and new instructions.
+- ``mxcvt.py``    gfx950's scaled (OCP MX) conversions v_cvt_scalef32_* (fp8/bf8/fp6/bf6/fp4).
 - ``memops.py``   VMEM (global/flat/buffer, LDS DMA, atomics) and DS instruction closures.
 - ``access.py``   vectorized register-file readers/writers shared by the decoders.
 - ``machine.py``  pool state (SGPR/VGPR files, EXEC, LDS), the fair scheduler (forward progress),

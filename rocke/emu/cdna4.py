@@ -26,13 +26,7 @@ Semantics of the handlers below follow the guide's pseudocode for each opcode:
   s an E8M0 byte (0xFF: NaN) of SA (SB); lane l holds the scale of row (column) l % M and K
   block l // M; {op_sel_hi[i], op_sel[i]} picks the byte of SA (i = 0) / SB (i = 1). fp8 / bf8
   and fp4 (E2M1) operands, like the unscaled op.
-* ``v_cvt_scalef32_pk_{f16,bf16}_fp4 D, S0, S1``: the two E2M1 codes of byte
-  ``{op_sel[1], op_sel[0]}`` of S0 (low nibble to D[15:0], high nibble to D[31:16]), each
-  times the f32 scale S1 (the byte select: LLVM's gfx950 MC support for these opcodes, PR
-  #117418; the nibble order: Triton's gfx950 dot_scaled fixtures). Modelled where nothing rounds: S1 a normal power of two and every
-  product zero or a normal value of the destination format (E2M1 has 2 significant bits, so
-  such a product is exact); any other scale or product (overflow, a subnormal result, whose
-  flushing the guide leaves to MODE) stops the run with an error naming it.
+* ``v_cvt_scalef32_*`` (all but the stochastic-rounding ``_sr_`` forms): rocke.emu.mxcvt.
 """
 from __future__ import annotations
 
@@ -40,8 +34,7 @@ import dataclasses
 
 import numpy as np
 
-from . import numerics
-from .errors import DecodeError, EmulatorError
+from .errors import DecodeError
 
 # (microcode format, opcode, mnemonic): the guide's chapter 12 section names (VOP3A for
 # "VOP3A & VOP3B", DS for "LDS", GLOBAL for "FLAT, Scratch and Global"); VOP3PX2 is §7.2.1's
@@ -150,21 +143,19 @@ NEW_OPCODES = (
 
 NEW_MNEMONICS = frozenset(name for _, _, name in NEW_OPCODES)
 
-_SPARSE = "sparse MFMA (smfmac) is not emulated on either target"
+# The guide (§7.5) gives B's layout and the index bits, but not which dense K a compressed A
+# element of a lane group holds (its "packed as A[16][32]" would put lane group g on K 16g..16g+15,
+# while B's group g holds 8g..8g+7 and 32+8g..32+8g+7), and nothing here can referee it.
+_SPARSE = ("sparse MFMA (smfmac) is not emulated on either target: the guide does not pin the "
+           "sparse A's K layout")
 _LOAD_SCALE = ("v_mfma_ld_scale_b32 alone: it exists as the first half of the block-scaled "
                "MFMAs, which are emulated as one instruction")
-_SMALL_FLOATS = ("the fp6 / bf6 formats, and fp4 other than its unpack to f16 / bf16, are not "
-                 "emulated")
-_STOCHASTIC = ("stochastic rounding is not emulated: the guide does not pin how the seed "
-               "enters the rounding")
+# the guide's pseudocode calls helpers (f32_to_fp8_sr_scale, f32_to_f16_SR, ...) that it never
+# defines; only gfx942's unscaled v_cvt_sr_fp8_f32 spells out which seed bits enter the mantissa
+_STOCHASTIC = "stochastic rounding: the guide never defines its *_sr helpers (how the seed enters)"
+# (nothing here emits them either: Triton 3.9 moves packed fp4 through ds_read_b64_tr_b8)
 _TRANSPOSE_4_6 = ("the guide gives no lane map for the 4- and 6-bit LDS transposes (the 8- and "
                   "16-bit ones are emulated)")
-_FP8_16BIT = ("fp8 / bf8 <-> f16 / bf16 scaled conversions are not emulated (the f32 forms "
-              "are, with the unit scale)")
-
-
-# the scaled fp4 unpacks (handlers below), by destination format
-FP4_UNPACKS = {"v_cvt_scalef32_pk_f16_fp4": "f16", "v_cvt_scalef32_pk_bf16_fp4": "bf16"}
 
 
 def _refusals() -> dict[str, str]:
@@ -178,14 +169,6 @@ def _refusals() -> dict[str, str]:
             out[name] = _LOAD_SCALE
         elif name.startswith("v_cvt_sr_") or name.startswith("v_cvt_scalef32_sr_"):
             out[name] = _STOCHASTIC
-        elif name in FP4_UNPACKS:
-            continue
-        elif name.startswith("v_cvt_scalef32_") and any(
-                f in name for f in ("fp4", "fp6", "bf6")):
-            out[name] = _SMALL_FLOATS
-        elif name.startswith("v_cvt_scalef32_") and any(
-                name.endswith(s) or f"_{s}_" in name for s in ("f16", "bf16")):
-            out[name] = _FP8_16BIT
     return out
 
 
@@ -324,44 +307,3 @@ def decode_scaled_mfma(ins, ops, mods, mfma_ops):
                    for row, shift in zip(rows, shifts)]
         return inner(P, sel, n, block_scales=factors)
     return run
-
-
-# ------------------------------------------------------------------------------ fp4 unpacks
-
-# (smallest normal, largest finite) of each destination
-_NORMAL_RANGE = {"f16": (2.0 ** -14, 65504.0), "bf16": (2.0 ** -126, 2.0 ** 127 * (2 - 2.0 ** -7))}
-
-
-def fp4_unpack_op(base: str, ops, mods, alu_op_type):
-    """The AluOp of one v_cvt_scalef32_pk_{f16,bf16}_fp4 (see the module docstring); decode
-    refuses source modifiers, clamp and op_sel bits past the byte select."""
-    fmt = FP4_UNPACKS[base]
-    op_sel = list(mods.pop("op_sel", None) or [0, 0, 0])
-    if len(op_sel) > 3 or any(op_sel[2:]):
-        raise DecodeError(f"{base} with op_sel {op_sel}: only the source byte select (op_sel[1:0]) "
-                          "is emulated")
-    if mods.get("clamp") or any(op.neg or op.abs for op in ops[1:]):
-        raise DecodeError(f"{base} with clamp / neg / abs is not emulated")
-    shift = _U32(8 * (op_sel[0] + 2 * op_sel[1]))
-    smallest, largest = _NORMAL_RANGE[fmt]
-    to_bits = numerics.f32_to_f16_bits if fmt == "f16" else numerics.f32_to_bf16_bits
-
-    def unpack(src, scale):
-        scale = np.asarray(scale, np.float32)
-        scale_bits = scale.view(_U32)
-        exponent = (scale_bits >> _U32(23)) & _U32(0xFF)
-        if np.any((scale_bits & _U32(0x807FFFFF)) != 0) or np.any((exponent == 0) | (exponent == 0xFF)):
-            raise EmulatorError(f"{base}: a scale that is not a positive normal power of two "
-                                "is not emulated")
-        byte = (np.asarray(src).astype(_U32) >> shift) & _U32(0xFF)
-        halves = []
-        for code in (byte & _U32(0xF), byte >> _U32(4)):
-            value = numerics.E2M1_VALUES[code] * scale.astype(np.float64)
-            magnitude = np.abs(value)
-            if np.any((magnitude != 0) & ((magnitude < smallest) | (magnitude > largest))):
-                raise EmulatorError(f"{base}: a scaled value outside {fmt}'s normal range "
-                                    "(overflow or subnormal result) is not emulated")
-            halves.append(to_bits(value.astype(np.float32)).astype(_U32))
-        return (halves[0] | (halves[1] << _U32(16))).astype(_U32)
-
-    return alu_op_type(("b32",), ("b32", "f32"), unpack, float_mods=False)

@@ -15,10 +15,10 @@ AMDGPUUsage / IntrinsicsAMDGPU.td descriptions of the matching intrinsics):
 * ``v_mfma_f32_{16x16x32,32x32x16}_{f16,bf16}``: the doubled-K 16-bit atoms; 8 elements per
   lane (4 registers), the same lane-group split of K as the gfx942 atoms.
 * ``v_mfma_f32_{16x16x128,32x32x64}_f8f6f4``: CBSZ selects A's format and BLGP B's
-  (0 fp8 E4M3, 1 bf8 E5M2, 2 fp6 E2M3, 3 bf6 E3M2, 4 fp4 E2M1); fp8/bf8 and fp4 are
-  modelled (fp4: 4 registers a lane, 32 codes low nibble first, K = 32 * lane group +
-  position: the layout Triton's gfx950 tl.dot_scaled fixtures pin), the 6-bit formats are
-  refused.
+  (0 fp8 E4M3, 1 bf8 E5M2, 2 fp6 E2M3, 3 bf6 E3M2, 4 fp4 E2M1), all modelled (fp4: 4
+  registers a lane, 32 codes low nibble first, K = 32 * lane group + position: the layout
+  Triton's gfx950 tl.dot_scaled fixtures pin; fp6 / bf6: 6 registers a lane, 32 codes packed
+  densely, the same K order, the guide's §7.1.4 packing and §7.1.5.1 FP6 tables).
 * ``ds_read_b64_tr_b{16,8}``: each 16-lane row reads 64 bits per lane (n = 64/bits elements) and
   transposes them within the row: lane j of the row receives element r (r < n) from lane
   (16/n)*r + j//n, element j % n — a 4x16 (b16) or two interleaved 8x8 (b8) transposes.
@@ -30,7 +30,7 @@ AMDGPUUsage / IntrinsicsAMDGPU.td descriptions of the matching intrinsics):
 * ``v_cvt_pk_f16_f32`` / ``v_cvt_pk_bf16_f32``: D[15:0] = cvt(S0), D[31:16] = cvt(S1), round
   to nearest even.
 * ``v_mfma_i32_16x16x64_i8`` / ``32x32x32_i8``: the doubled-K i8 atoms (16 int8 per lane).
-* ``v_cvt_scalef32_{pk_fp8_f32, f32_fp8, pk_f32_fp8}`` (and bf8): with the unit scale only.
+* ``v_cvt_scalef32_*`` (the scaled MX conversions): rocke.emu.mxcvt.
 """
 from __future__ import annotations
 
@@ -103,31 +103,6 @@ def _ocp_pack(fmt):
     return pack
 
 
-def _ocp_pack_saturating(fmt):
-    """MODE.FP16_OVFL form: a finite value beyond the format's max gives ±max; an infinite input
-    stays non-finite — ±inf for E5M2, the NaN code for E4M3 (no infinity) — the reading the
-    gfx942 model takes for FNUZ (rocke.emu.semantics), which the ISA text leaves implicit.
-    (Triton packs a dummy +inf into the unused half of these conversions.)"""
-    def pack(a, b):
-        codes = []
-        for x in (a, b):
-            x = np.asarray(x, np.float32)
-            code, _ = numerics.f32_to_ocp_fp8_bits(x, fmt, saturate=True)
-            sign = np.signbit(x).astype(np.uint8) << 7
-            non_finite = np.uint8(0x7C) if fmt == "e5m2" else np.uint8(0x7F)
-            code = np.where(np.isinf(x), non_finite | sign, code)
-            codes.append(code.astype(np.uint16))
-        return (codes[0] | (codes[1] << np.uint16(8))).astype(np.uint16)
-    return pack
-
-
-def saturating_scaled_pack(base: str, alu_op_type):
-    """The FP16_OVFL entry of v_cvt_scalef32_pk_{fp8,bf8}_f32 (unit scale)."""
-    fmt = _FP8_OCP[base.split("_")[4]]
-    return alu_op_type(("b16",), ("f32", "f32", "f32"),
-                       lambda a, b, scale: _ocp_pack_saturating(fmt)(a, b), float_mods=True)
-
-
 def _bits_pair_f16(a, b):
     lo = numerics.f32_to_f16_bits(a).astype(np.uint32)
     hi = numerics.f32_to_f16_bits(b).astype(np.uint32)
@@ -138,23 +113,6 @@ def _bits_pair_bf16(a, b):
     lo = numerics.f32_to_bf16_bits(a).astype(np.uint32)
     hi = numerics.f32_to_bf16_bits(b).astype(np.uint32)
     return (lo | (hi << np.uint32(16))).astype(np.uint32)
-
-
-# v_cvt_scalef32_*: OCP MX conversions whose last source is an f32 scale. Only the unit scale
-# (the constant 1.0, what Triton emits for plain fp8 conversions) is modelled: then the scaled
-# and unscaled conversions agree whichever way the scale is applied; any other scale operand,
-# and op_sel on a source (byte / word selection), is refused at decode.
-SCALED_CONVERSIONS = tuple(f"v_cvt_scalef32_{form}" for short in ("fp8", "bf8")
-                           for form in (f"pk_{short}_f32", f"f32_{short}", f"pk_f32_{short}"))
-
-
-def check_unit_scale(base, ops, mods):
-    scale = ops[-1]
-    if scale.kind != "float" or scale.value != 1.0 or scale.neg or scale.abs:
-        raise DecodeError(f"{base} with scale {scale.text!r}: only the unit scale 1.0 is emulated")
-    op_sel = mods.get("op_sel") or []
-    if any(op_sel[:3]):
-        raise DecodeError(f"{base} with source op_sel {op_sel} is not emulated")
 
 
 # Ops whose gfx942 meaning (FNUZ) is wrong on gfx950: clamp / FP16_OVFL forms of them are
@@ -192,16 +150,6 @@ def build_valu_ops(gfx942_ops: dict, alu_op_type) -> dict:
                                           lambda x, fmt=fmt: numerics.ocp_fp8_bits_to_f32(x, fmt))
         ops[f"v_cvt_pk_f32_{short}"] = entry(
             "pk_f32", "b32", lambda x, fmt=fmt: np.stack(
-                [numerics.ocp_fp8_bits_to_f32(x, fmt), numerics.ocp_fp8_bits_to_f32(x >> 8, fmt)],
-                axis=-1))
-    # The scaled (MX) conversions with the unit scale (see SCALED_CONVERSIONS): OCP fp8 itself.
-    for short, fmt in _FP8_OCP.items():
-        ops[f"v_cvt_scalef32_pk_{short}_f32"] = entry("b16", "f32 f32 f32",
-                                                      lambda a, b, scale, fmt=fmt: _ocp_pack(fmt)(a, b))
-        ops[f"v_cvt_scalef32_f32_{short}"] = entry(
-            "f32", "b32 f32", lambda x, scale, fmt=fmt: numerics.ocp_fp8_bits_to_f32(x, fmt))
-        ops[f"v_cvt_scalef32_pk_f32_{short}"] = entry(
-            "pk_f32", "b32 f32", lambda x, scale, fmt=fmt: np.stack(
                 [numerics.ocp_fp8_bits_to_f32(x, fmt), numerics.ocp_fp8_bits_to_f32(x >> 8, fmt)],
                 axis=-1))
     ops["v_cvt_pk_f16_f32"] = entry("b32", "f32 f32", _bits_pair_f16)
@@ -281,8 +229,8 @@ def mfma_ops(gfx942_ops: dict, op_type, indexed_type=None) -> dict:
 
 
 _F8F6F4_FORMATS = ("fp8 E4M3", "bf8 E5M2", "fp6 E2M3", "bf6 E3M2", "fp4 E2M1")
-# CBSZ / BLGP code -> operand format, for the codes emulated (fp6 / bf6 are not)
-_F8F6F4_EMULATED = {0: "e4m3fn", 1: "e5m2", 4: "e2m1"}
+# CBSZ / BLGP code -> operand format (the guide's §7.1.5 table)
+_F8F6F4_EMULATED = {0: "e4m3fn", 1: "e5m2", 2: "e2m3", 3: "e3m2", 4: "e2m1"}
 
 
 class F8F6F4:
@@ -297,7 +245,7 @@ class F8F6F4:
             names = [(_F8F6F4_FORMATS[i] if 0 <= i < len(_F8F6F4_FORMATS) else f"code {i}")
                      for i in (cbsz, blgp)]
             raise DecodeError(f"{self.name} with A {names[0]} / B {names[1]} operands is not "
-                              "emulated (fp8 E4M3, bf8 E5M2 and fp4 E2M1 are)")
+                              "emulated (codes 0-4: fp8, bf8, fp6, bf6, fp4 are)")
         return op
 
 

@@ -37,7 +37,32 @@ from .access import scratch
 
 _FORMAT_BITS = {"f16": 16, "bf16": 16, "e4m3fnuz": 8, "e5m2fnuz": 8,
                 "e4m3fn": 8, "e5m2": 8,   # gfx950's OCP fp8 (rocke.emu.gfx950)
-                "e2m1": 4}                # gfx950's OCP fp4, two per byte, low nibble first
+                "e2m1": 4,                # gfx950's OCP fp4, two per byte, low nibble first
+                "e2m3": 6, "e3m2": 6,     # gfx950's OCP fp6, 32 a lane packed in 6 registers
+                "e2m3_b": 8, "e3m2_b": 8}  # the same codes spread one a byte (execute's twin)
+# 6-bit formats -> their one-code-a-byte twins, and the value of each code
+_SIX_BIT = {"e2m3": "e2m3_b", "e3m2": "e3m2_b"}
+_SIX_BIT_VALUES = {"e2m3_b": numerics.E2M3_VALUES, "e3m2_b": numerics.E3M2_VALUES}
+
+
+def _k_run(fmt: str):
+    """How a lane's stored elements run along K: 4- and 6-bit f8f6f4 operands densely (one
+    32-K run a lane group), 8-bit ones in two 16-K runs (see MfmaOp._hardware_k)."""
+    return "dense" if _FORMAT_BITS[fmt] == 4 or fmt in _SIX_BIT_VALUES else _FORMAT_BITS[fmt]
+
+
+def _six_bit_bytes(words: np.ndarray) -> np.ndarray:
+    """uint32[n, 6, 64] of 6-bit codes (item i at bits 6i+5:6i of the six registers, CDNA4
+    guide §7.1.4) -> uint32[n, 8, 64] with item i in byte i % 4 of register i // 4."""
+    wide = words.astype(np.uint64)
+    out = np.zeros((words.shape[0], 8, 64), np.uint32)
+    for i in range(32):
+        word, offset = divmod(6 * i, 32)
+        code = wide[:, word] >> np.uint64(offset)
+        if offset > 26:
+            code |= wide[:, word + 1] << np.uint64(32 - offset)
+        out[:, i // 4] |= ((code & np.uint64(0x3F)).astype(np.uint32) << np.uint32(8 * (i % 4)))
+    return out
 
 
 def _decode_into(words: np.ndarray, fmt: str, out: np.ndarray) -> np.ndarray:
@@ -71,6 +96,8 @@ def _fp8_table(fmt: str) -> np.ndarray:
     """float64 value of each of the 256 codes of an fp8 format."""
     if fmt in numerics.OCP_FP8_FORMATS:
         return numerics.ocp_fp8_bits_to_f32(np.arange(256), fmt).astype(np.float64)
+    if fmt in _SIX_BIT_VALUES:   # bytes above 63 never occur (_six_bit_bytes)
+        return np.resize(_SIX_BIT_VALUES[fmt], 256)
     return numerics.fp8_bits_to_f32(np.arange(256), fmt).astype(np.float64)
 
 
@@ -260,12 +287,20 @@ class MfmaOp:
         run of 32 K values of a row of A / column of B is multiplied by its factor (gfx950's
         block-scaled MFMAs; 8- and 4-bit single-block operands only).
         """
+        if self.a_format in _SIX_BIT or self.b_format in _SIX_BIT:
+            twin = _byte_twin(self)
+            if self.a_format in _SIX_BIT:
+                a = _six_bit_bytes(a)
+            if self.b_format in _SIX_BIT:
+                b = _six_bit_bytes(b)
+            return twin.execute(a, b, c, cbsz, abid, blgp, out, workspace, a_block_scale,
+                                b_block_scale)
         self._check(a, b, c, cbsz, abid, blgp)
         n = a.shape[0]
         b_matrix = self._b_matrix(b, blgp, workspace)
         # contiguous operands: numpy's matmul then sums in one fixed order (NaN payloads too)
         a_matrix = self._a_matrix(a, workspace)
-        if _FORMAT_BITS[self.a_format] != _FORMAT_BITS[self.b_format]:
+        if _k_run(self.a_format) != _k_run(self.b_format):
             # the operands' lane layouts place K differently: both to the hardware's K order
             a_matrix = np.take(a_matrix, self._hardware_k_order(self.a_format), axis=3)
             b_matrix = np.take(b_matrix, self._hardware_k_order(self.b_format), axis=2)
@@ -303,7 +338,7 @@ class MfmaOp:
         if self.blocks != 1 or _FORMAT_BITS[fmt] not in (4, 8) or self.m * self.k // 64 != 32:
             raise NotImplementedError(f"{self.name}: the hardware K order is modelled for the "
                                       "single-block f8f6f4 operands only")
-        if _FORMAT_BITS[fmt] == 4:
+        if _k_run(fmt) == "dense":   # fp6: the guide's FP6 tables give this order (§7.1.5.1)
             return k
         groups = 64 // self.m
         group, register, element = k // 32, (k % 32) // 4, k % 4
@@ -316,7 +351,7 @@ class MfmaOp:
     def _block_scaled(self, a_matrix, b_matrix, a_scale, b_scale):
         """A and B with each 32-K block of a row (column) times its factor; the blocks count
         in the hardware's K order (`_hardware_k`), which mixed-width operands are already in."""
-        if _FORMAT_BITS[self.a_format] != _FORMAT_BITS[self.b_format]:
+        if _k_run(self.a_format) != _k_run(self.b_format):
             a_block = b_block = np.arange(self.k) // 32
         else:
             a_block = self._hardware_k(self.a_format) // 32
@@ -331,6 +366,13 @@ class MfmaOp:
         if b_scale is not None:
             b_matrix = b_matrix * b_scale[:, np.arange(self.n)[None, :], b_block[:, None]][:, None]
         return a_matrix, b_matrix
+
+
+@functools.lru_cache(maxsize=None)
+def _byte_twin(op: MfmaOp) -> MfmaOp:
+    """`op` with its 6-bit operands read one code a byte (8 registers a lane)."""
+    return MfmaOp(op.name, op.m, op.n, op.k, op.blocks, _SIX_BIT.get(op.a_format, op.a_format),
+                  _SIX_BIT.get(op.b_format, op.b_format))
 
 
 def _catalog() -> dict[str, MfmaOp]:

@@ -175,6 +175,22 @@ def _e2m1_table() -> np.ndarray:
 E2M1_VALUES = _e2m1_table()   # float64 value of each 4-bit code
 
 
+def minifloat_values(exp_bits: int, man_bits: int, bias: int) -> np.ndarray:
+    """float64 value of every code of a sign / exponent / mantissa format with subnormals and
+    no infinity or NaN (the OCP MX fp6 formats; the CDNA4 guide's Table 30)."""
+    width = 1 + exp_bits + man_bits
+    codes = np.arange(1 << width)
+    exponent = (codes >> man_bits) & ((1 << exp_bits) - 1)
+    mantissa = codes & ((1 << man_bits) - 1)
+    magnitude = np.where(exponent == 0, np.ldexp(mantissa / (1 << man_bits), 1 - bias),
+                         np.ldexp(1.0 + mantissa / (1 << man_bits), exponent - bias))
+    return np.where(codes >> (width - 1), -magnitude, magnitude)
+
+
+E2M3_VALUES = minifloat_values(2, 3, 1)   # OCP fp6 E2M3: max 7.5
+E3M2_VALUES = minifloat_values(3, 2, 3)   # OCP fp6 E3M2 ("bf6"): max 28
+
+
 def ocp_fp8_bits_to_f32(bits, fmt: str) -> np.ndarray:
     """Decode OCP fp8 codes (any integer array, low 8 bits used) to float32."""
     if fmt not in _OCP_DECODE:

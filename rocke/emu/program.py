@@ -16,7 +16,7 @@ from .errors import DecodeError, EmulatorError
 from .operands import OperandError, parse_modifiers, parse_operand
 from .mfma_decode import decode_mfma
 from .valu import decode_valu
-from . import cdna4, control, gfx950, memops, salu, smem
+from . import cdna4, control, gfx950, memops, mxcvt, salu, smem
 
 CLASSES = ("SALU", "VALU", "MFMA", "DS", "VMEM", "SMEM", "branch/other")
 SALU, VALU, MFMA, DS, VMEM, SMEM, OTHER = range(7)
@@ -418,19 +418,11 @@ def _decode_one(ins, index, cls, kernel, accum_offset, num_vector_regs, ctx, val
             from .semantics import AluOp
             op = gfx950.bitop3_op(table, 32 if base.endswith("32") else 16, AluOp)
             return Decoded(decode_valu(ins, mods, ops, {base: op}, ctx), VALU, None, ins)
-        if base in cdna4.FP4_UNPACKS:
-            from .semantics import AluOp
-            op = cdna4.fp4_unpack_op(base, ops, mods, AluOp)
-            return Decoded(decode_valu(ins, mods, ops, {base: op}, ctx), VALU, None, ins)
-        if base in gfx950.SCALED_CONVERSIONS:
-            gfx950.check_unit_scale(base, ops, mods)
-            if ctx.fp16_overflow and not mods.get("clamp") and base.endswith("_f32"):
-                from .semantics import AluOp
-                op = gfx950.saturating_scaled_pack(base, AluOp)
-                return Decoded(decode_valu(ins, mods, ops, {base: op}, ctx), VALU, None, ins)
+        if base in mxcvt.OPS:
+            return Decoded(mxcvt.decode(ins, ops, mods, ctx), VALU, None, ins)
         encodes = base.endswith("_f32")   # f32 -> fp8: FP16_OVFL changes its overflow result
         gfx950.check_fp8_op_sel(base, mods, encodes)
-        if base in gfx950.FP8_CONVERSIONS + gfx950.SCALED_CONVERSIONS and (
+        if base in gfx950.FP8_CONVERSIONS and (
                 mods.get("clamp") or (encodes and ctx.fp16_overflow)):
             raise DecodeError(f"{base} with clamp / FP16_OVFL (saturating OCP fp8) is not "
                               "emulated on gfx950")

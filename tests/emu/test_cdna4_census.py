@@ -305,19 +305,28 @@ def test_v_cvt_scalef32_pk_16bit_fp4_signed_zeros(fmt):
     assert np.all(run(f"  v_cvt_scalef32_pk_{fmt}_fp4 v2, v0, v1", v, rows=3)[2] == 0x80000000)
 
 
+@pytest.mark.parametrize("scale, want", [
+    (0x40400000, (0x4200C000, 0x4040C000)),      # 3.0: only the exponent is read, so 2^1
+    (0xBF800000, (0x3E00BC00, 0x3FC0BF80)),      # -1.0: the sign is ignored too
+    (0x38000000, (0x03008200, 0x3840B800)),      # 2^-15: exact f16 subnormals are kept
+])
+def test_v_cvt_scalef32_pk_16bit_fp4_reads_the_scales_exponent(scale, want):
+    v = np.array([[FP4_WORD] * 64, [scale] * 64], np.uint32)
+    for fmt, w in zip(("f16", "bf16"), want):
+        got = run(f"  v_cvt_scalef32_pk_{fmt}_fp4 v2, v0, v1 op_sel:[0,1,0]", v, rows=3)[2]
+        assert np.all(got == w), (fmt, hex(got[0]))
+
+
 @pytest.mark.parametrize("scale, why", [
-    (0x40400000, "not a positive normal power of two"),          # 3.0 would round
-    (0x00400000, "not a positive normal power of two"),          # 2^-127, a subnormal scale
-    (0x7F800000, "not a positive normal power of two"),          # +inf (E8M0 0xFF's f32)
-    (0x47800000, "outside f16's normal range"),                  # 2^16: 6 * 2^16 overflows f16
-    (0x38000000, "outside f16's normal range"),                  # 2^-15: 0.5 * 2^-15 subnormal
+    (0x00400000, "cannot hold exactly"),          # 2^-127: 0.5 * 2^-127 is below f16's range
+    (0x7F800000, "E8M0 NaN"),                     # exponent 0xFF
+    (0x47800000, "cannot hold exactly"),          # 2^16: 6 * 2^16 overflows f16
 ])
 def test_v_cvt_scalef32_pk_f16_fp4_refuses_what_would_round(scale, why):
     from rocke.emu.errors import EmulatorError
     v = np.array([[FP4_WORD] * 64, [scale] * 64], np.uint32)
     with pytest.raises(EmulatorError, match=why):
-        run("  v_cvt_scalef32_pk_f16_fp4 v2, v0, v1 op_sel:[1,1,0]"
-            if scale != 0x38000000 else "  v_cvt_scalef32_pk_f16_fp4 v2, v0, v1", v, rows=3)
+        run("  v_cvt_scalef32_pk_f16_fp4 v2, v0, v1 op_sel:[1,1,0]", v, rows=3)
 
 
 def test_v_cvt_scalef32_pk_16bit_fp4_refuses_modifiers(support):
