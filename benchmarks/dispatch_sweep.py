@@ -210,7 +210,8 @@ DECODE_KV = (1024, 2048, 4096, 8192)
 DECODE_BATCH = (1, 2, 4, 8, 16, 32, 128)
 PREFILL = (("prefill-mix", ((96, 512), (32, 1024), (1, 700)), (1, 2, 4)),
            ("chunked-prefill", ((128, 2048),), (1, 2)),
-           ("long-prefill", ((640, 640),), (1, 2)))
+           ("long-prefill", ((640, 640),), (1, 2)),
+           ("decode-heavy-mix", ((1, 4096),) * 12 + ((64, 1024),), (1, 2)))
 
 
 def cases(configs, kvs=DECODE_KV, kinds=None, target="gfx942", batches=None) -> list[Case]:
@@ -241,7 +242,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kv", nargs="+", type=int, default=list(DECODE_KV),
                     help="decode KV lengths")
     ap.add_argument("--kinds", nargs="+", help="only these problem kinds "
-                    "(decode, prefill-mix, chunked-prefill, long-prefill)")
+                    "(decode, prefill-mix, chunked-prefill, long-prefill, decode-heavy-mix)")
     ap.add_argument("--batches", nargs="+", type=int,
                     help="decode batch sizes (and only these prefill repeats)")
     ap.add_argument("--segments", nargs="+", type=int, default=list(SEGMENT_COUNTS),

@@ -46,7 +46,9 @@ def test_the_old_rule_would_have_split_8_sequences_into_12():
     1280 workgroups pass a round of 1024, cut to 1024 // 80 = 12 segments. Modelled MI355X
     (2000-cycle round trip): 12 segments 34.5 us, 32 segments 28.4."""
     p = _problem(8, 2048)
-    assert gfx942.plan(p, "3d", with_specs=False, sms=256).geometry.num_segments == 12
+    # gfx942's rule has since changed (ALGORITHM.md §10.1): 256 x 3 resident d128 slots / 80
+    # workgroups = 9 segments fill them once, 8 with the same 8-tile walk
+    assert gfx942.plan(p, "3d", with_specs=False, sms=256).geometry.num_segments == 8
     assert dispatch.plan(p, "3d", with_specs=False).geometry.num_segments == 32
 
 
@@ -55,7 +57,7 @@ def test_decode_batches_split_past_the_2d_grid_threshold(seqs):
     """(seqs // 4 + seqs) x 8 = 1280 / 2560 / 5120 2D workgroups reach 256 x 4: gfx942's rule
     takes 2D, gfx950's splits decode (modelled 1.2-1.6x faster)."""
     p = _problem(seqs, 2048)
-    assert gfx942.select_path(p, 256)[0] == "2d"
+    assert gfx942.AITER_GRID_RULES[0][0](p, 256)     # AITER's grid row would take 2D
     path, reason = dispatch.select_path(p)
     assert path == "3d" and reason.startswith("decode")
     the_plan = dispatch.plan(p, with_specs=False)
@@ -72,7 +74,11 @@ def test_decode_batches_split_past_the_2d_grid_threshold(seqs):
     (_problem(8, 4096, window_left=127), "2d"),        # a sliding window
 ])
 def test_other_problems_keep_gfx942s_rows(problem, path):
-    assert dispatch.select_path(problem)[0] == path == gfx942.select_path(problem, 256)[0]
+    """gfx942's window and short-context rows, then AITER's grid rows (gfx942 itself now runs a
+    prefill 2D from num_sms workgroups, ALGORITHM.md §10.1; gfx950 keeps num_sms * 4)."""
+    aiter = next(p for applies, p, _ in gfx942.PATH_RULES[:2] + gfx942.AITER_GRID_RULES
+                 if applies(problem, 256))
+    assert dispatch.select_path(problem)[0] == path == aiter
 
 
 def test_mixed_batch_segments():
@@ -91,11 +97,10 @@ def test_batch_invariance_the_callers_count_and_forced_paths_are_kept():
 def test_gfx950_rules_are_gfx942s_with_the_decode_row_before_the_grid_rule():
     assert split.PATH_RULES[:2] == gfx942.PATH_RULES[:2]
     assert split.PATH_RULES[2] is split.DECODE_SPLITS
-    assert split.PATH_RULES[3:] == gfx942.PATH_RULES[2:]
+    assert split.PATH_RULES[3:] == gfx942.AITER_GRID_RULES
 
 
 def test_gfx942_keeps_its_rule():
-    """gfx942's dispatcher is untouched: 8 decode sequences x 2048 KV on 304 CUs: 15 segments;
-    128 of them take 2D."""
-    assert gfx942.plan(_problem(8, 2048), with_specs=False, sms=304).geometry.num_segments == 15
-    assert gfx942.plan(_problem(128, 2048), with_specs=False, sms=304).path == "2d"
+    """gfx942's own rule (ALGORITHM.md §10.1), not gfx950's: 8 decode sequences x 2048 KV on 304
+    CUs fill 304 x 3 resident slots with 80 workgroups a segment: 11 segments (gfx950: 32)."""
+    assert gfx942.plan(_problem(8, 2048), with_specs=False, sms=304).geometry.num_segments == 11

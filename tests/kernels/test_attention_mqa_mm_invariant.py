@@ -242,7 +242,10 @@ def test_batch_invariant_output_bits_do_not_depend_on_the_batch(monkeypatch):
 
 def test_without_the_mode_the_plan_follows_the_batch():
     """The positive control: the dispatcher's own plan of the target differs between batches
-    (3D with a batch-sized segment count alone, 2D in a full batch), so its bits could."""
+    (3D with a batch-sized segment count: alone 44, one segment a 16-key tile of 700 keys, as
+    304 CUs x 10 resident workgroups (6144 B of LDS) hold them; in 1300 decode rows the
+    square-root rule's 12 cut to whole rounds of 1216 workgroups over 1625 a segment: 11), so
+    its bits could."""
     def problem(batch, invariant):
         return au.UnifiedAttentionProblem(
             dtype="bf16", head_size=64, num_q_heads=4, num_kv_heads=1, block_size=16,
@@ -251,7 +254,7 @@ def test_without_the_mode_the_plan_follows_the_batch():
             batch_invariant=invariant)
     big = [(1, 700)] * 1300
     plans = [dispatch.plan(problem(b, False), with_specs=False) for b in (BATCHES[0], big)]
-    assert [p.path for p in plans] == ["3d", "2d"]
+    assert [(p.path, p.geometry.num_segments) for p in plans] == [("3d", 44), ("3d", 11)]
     fixed = [dispatch.plan(problem(b, True), with_specs=False) for b in (BATCHES[0], big)]
     assert [p.path for p in fixed] == ["2d", "2d"]
     forced = [dispatch.plan(problem(b, True), "3d", with_specs=False) for b in (BATCHES[0], big)]

@@ -1,10 +1,13 @@
 """run_unified_attention_torch: the dispatcher's rules (pure, nothing launched), and the whole entry
 point in the emulator (memcheck + racecheck on) against ref_paged_attn."""
+from dataclasses import replace
+
 import pytest
 import torch
 
 from rocke.kernels.common import attention_unified as au
 from rocke.kernels.gfx942 import attention_dispatch as dispatch
+from rocke.kernels.gfx942 import attention_policy as policy
 from rocke.kernels.common.knobs import AttentionKnobs, read_knobs
 
 MI300X_SMS = 304
@@ -34,24 +37,50 @@ def test_long_kv_decode_goes_3d_with_the_segment_cap():
     assert geo.num_segments == dispatch.MAX_SEGMENTS == 64
 
 
-@pytest.mark.parametrize("kv, segments", [(1024, 10), (2048, 16), (4096, 22), (8192, 32),
-                                          (600, 8), (32, 1), (64, 2)])
+@pytest.mark.parametrize("kv, segments", [(1024, 10), (600, 8), (32, 1), (64, 2)])
 def test_segments_are_twice_the_square_root_of_the_kv_tiles(kv, segments):
-    # one decode token, 8 kv heads: 8 workgroups per segment, far below a round (1216), so only
-    # the tiles decide: T = 32 -> 1024: 32 tiles, 2 * 5 = 10; 2048: 64, 2 * 8; 4096: 128,
-    # 2 * 11; 8192: 256, 2 * 16; 600: 19 tiles, 2 * 4; 32: 1 tile (2 * 1 capped at the 1 tile);
-    # 64: 2 tiles, 2 * 1
-    p = _problem(max_seqlen_k=kv)
+    # 12 decode tokens, GQA 4, 8 kv heads: (12 // 4 + 12) * 8 = 120 workgroups per segment, so
+    # 304 CUs x 3 resident d128 workgroups hold only 912 // 120 = 7 segments (< 8: no fill), and
+    # the tiles decide: T = 32 -> 1024: 32 tiles, 2 * 5 = 10 (1200 < 1216, one round); 600: 19
+    # tiles, 2 * 4; 32: 1 tile (2 * 1 capped at the 1 tile); 64: 2 tiles, 2 * 1
+    p = _problem(max_seqlen_k=kv, num_seqs=12, total_q=12)
     assert dispatch.geometry(p, "3d", sms=MI300X_SMS).num_segments == segments
 
 
-@pytest.mark.parametrize("seqs, kv, segments", [(8, 2048, 15), (16, 8192, 30), (4, 8192, 30)])
+@pytest.mark.parametrize("head_size, lds, resident", [(128, 20224, 3), (64, 11008, 5)])
+def test_resident_3d_workgroups_are_bound_by_lds(head_size, lds, resident):
+    # narrow 3D at block 64, T = 32: K 32 x (D + pad), V^T D x (32 + pad), P 16 x (32 + pad);
+    # LDS allocated in 512-byte granules of 64 KiB: 20480 -> 3, 11264 -> 5
+    p = _problem(head_size=head_size, kv_cache_bytes=4096 * 64 * 8 * head_size * 2)
+    geo = dispatch.geometry(p, "3d", sms=MI300X_SMS)
+    spec = dispatch.make_specs(p, geo, AttentionKnobs())[0]
+    assert sum(policy.lds_plan(spec).footprint().values()) == lds
+    assert dispatch.resident_3d_workgroups(p, geo) == resident
+
+
+@pytest.mark.parametrize("seqs, kv, head_size, segments", [
+    (1, 1024, 128, 32), (1, 2048, 128, 64), (1, 8192, 128, 64), (2, 2048, 128, 32),
+    (2, 4096, 128, 43), (4, 2048, 128, 22), (8, 8192, 128, 11), (2, 2048, 64, 64),
+    (4, 8192, 64, 37)])
+def test_small_decode_batches_fill_the_resident_slots_once(seqs, kv, head_size, segments):
+    # one segment's grid: (seqs // 4 + seqs) * 8 = 8 / 16 / 40 / 80 workgroups; the slots:
+    # 304 x 3 (d128) = 912, 304 x 5 (d64) = 1520 -> 114 / 57 / 22 / 11 (d128), 95 / 38 (d64)
+    # segments, at most the tiles (T = 32) and 64, then the fewest with the same longest walk:
+    # 1 x 1024: 32 tiles -> 32; 1 x 2048 / 8192: 64; 2 x 2048: 57 -> 2 tiles a segment -> 32;
+    # 2 x 4096: 128 tiles, 57 -> 3 -> 43; 4 x 2048: 22 -> 3 -> 22; 8 x 8192: 11 -> 24 -> 11;
+    # d64 2 x 2048: 64; d64 4 x 8192: 256 tiles, 38 -> 7 -> 37
+    p = _problem(num_seqs=seqs, total_q=seqs, max_seqlen_k=kv, head_size=head_size,
+                 kv_cache_bytes=4096 * 64 * 8 * head_size * 2)
+    assert dispatch.geometry(p, "3d", sms=MI300X_SMS).num_segments == segments
+
+
+@pytest.mark.parametrize("seqs, kv, segments", [(16, 2048, 15), (16, 8192, 30), (32, 4096, 19)])
 def test_segments_stop_at_whole_rounds_of_the_device(seqs, kv, segments):
     # GQA 4, narrow 16 rows -> 4 tokens per q-block; base = (seqs // 4 + seqs) * 8 kv heads;
-    # round = 304 * 4 = 1216 workgroups.
-    # 8 seqs: base 80, wanted 16 (2048 KV) -> 1280 = 1 round + 64 -> 1216 // 80 = 15 (1200)
+    # round = 304 * 4 = 1216 workgroups; 912 resident slots hold fewer than 8 segments (no fill).
+    # 16 seqs: base 160, wanted 16 (2048 KV) -> 2560 = 2 rounds + 128 -> 2432 // 160 = 15
     # 16 seqs: base 160, wanted 32 (8192 KV) -> 5120 = 4 rounds + 256 -> 4864 // 160 = 30 (4800)
-    # 4 seqs: base 40, wanted 32 -> 1280 = 1 round + 64 -> 1216 // 40 = 30 (1200)
+    # 32 seqs: base 320, wanted 22 (4096 KV) -> 7040 = 5 rounds + 960 -> 6080 // 320 = 19
     p = _problem(num_seqs=seqs, total_q=seqs, max_seqlen_k=kv)
     assert dispatch.geometry(p, "3d", sms=MI300X_SMS).num_segments == segments
 
@@ -73,25 +102,32 @@ def test_short_context_boundary(kv, path):
         assert "short context" in reason
 
 
-def test_large_decode_batch_fills_the_device_in_2d():
-    # GQA 4: reference block of 16 rows = 4 tokens; 256 seqs -> (256 // 4 + 256) * 8 = 2560 >= 1216
+def test_large_decode_batch_splits_whatever_the_2d_grid():
+    # GQA 4: reference block of 16 rows = 4 tokens; 256 seqs -> (256 // 4 + 256) * 8 = 2560 >= 1216,
+    # AITER's grid row would take 2D; a decode batch splits (modelled 1.2-1.7x faster, §10.1)
     p = _problem(num_seqs=256, total_q=256)
     assert dispatch.grid_2d_reference(p) == 2560
+    assert dispatch.AITER_GRID_RULES[0][0](p, MI300X_SMS)
     path, reason = dispatch.select_path(p, MI300X_SMS)
-    assert path == "2d" and "num_sms * 4" in reason
+    assert path == "3d" and reason.startswith("decode")
 
 
-def test_grid_rule_boundary_is_num_sms_times_4():
-    # MHA (group 1, 16 tokens per reference block), 8 kv heads, one long sequence:
-    # (total_q // 16 + 1) * 8 >= 1216  <=>  total_q // 16 >= 151
-    below = _problem(num_q_heads=8, total_q=150 * 16, max_seqlen_q=150 * 16)
-    at = _problem(num_q_heads=8, total_q=151 * 16, max_seqlen_q=151 * 16)
-    assert dispatch.grid_2d_reference(below) == 1208 and dispatch.select_path(below, MI300X_SMS)[0] == "3d"
-    assert dispatch.grid_2d_reference(at) == 1216 and dispatch.select_path(at, MI300X_SMS)[0] == "2d"
+def test_prefill_grid_rule_boundary_is_num_sms_up_to_2048_keys():
+    # MHA (group 1, 16 tokens per reference block), 8 kv heads, one prefill over 2048 keys:
+    # (total_q // 16 + 1) * 8 >= 304  <=>  total_q // 16 >= 37
+    below = _problem(num_q_heads=8, total_q=36 * 16, max_seqlen_q=36 * 16, max_seqlen_k=2048)
+    at = _problem(num_q_heads=8, total_q=37 * 16, max_seqlen_q=37 * 16, max_seqlen_k=2048)
+    assert dispatch.grid_2d_reference(below) == 296 and dispatch.select_path(below, MI300X_SMS)[0] == "3d"
+    assert dispatch.grid_2d_reference(at) == 304
+    path, reason = dispatch.select_path(at, MI300X_SMS)
+    assert path == "2d" and reason.startswith("a prefill")
+    # a longer walk (a 2049-key row): AITER's grid row, 304 < 1216 -> 3D
+    assert dispatch.select_path(replace(at, max_seqlen_k=2049), MI300X_SMS)[0] == "3d"
 
 
 def test_a_smaller_device_is_filled_sooner():
-    p = _problem(max_seqlen_k=4096, num_seqs=4, total_q=4)
+    # one 64-token prefill: (64 // 4 + 1) * 8 = 136 workgroups: below 304, at least 8
+    p = _problem(max_seqlen_k=4096, total_q=64, max_seqlen_q=64)
     assert dispatch.select_path(p, MI300X_SMS)[0] == "3d"
     assert dispatch.select_path(p, 8)[0] == "2d"
 

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Callable
 
+from rocke.arch import get_target
+from rocke.arch.occupancy_rules import occupancy
 from rocke.kernels.common import knobs as knobs_mod
 from rocke.kernels.common.attention_unified import (BACKENDS, AttentionCapabilities,
                                                     UnifiedAttentionProblem, cdiv)
@@ -38,6 +40,13 @@ REFERENCE_BLOCK_M = 16
 MAX_SEGMENTS = 64                   # bounds the 3D workspace and reduce_segments' walk
 # segments per sqrt(KV tiles): the modelled optimum of the walk/merge trade (ALGORITHM.md §10.1)
 SEGMENTS_PER_SQRT_TILE = 2
+# 3D fills the CUs' resident slots once when that gives every q block at least this many
+# segments (fill_segments, ALGORITHM.md §10.1); below it the square-root rule above decides
+MIN_FILL_SEGMENTS = 8
+# a prefill (not decode) whose KV walks are at most PREFILL_2D_MAX_KV keys runs 2D once its grid
+# gives every CU a workgroup (prefill_fills_2d, ALGORITHM.md §10.1)
+PREFILL_2D_WORKGROUPS_PER_CU = 1
+PREFILL_2D_MAX_KV = 2048
 # prefill up to this query length is host-overhead dominated -> graph replay (ALGORITHM.md §10.3)
 GRAPH_PREFILL_MAX_Q = 768
 
@@ -126,7 +135,9 @@ def table_geometry(p: UnifiedAttentionProblem, path: str, knobs: AttentionKnobs 
 
 
 def num_segments(p: UnifiedAttentionProblem, geo: Geometry, sms: int | None = None) -> int:
-    """3D's segment count (ALGORITHM.md §10.1): about 2 * sqrt(KV tiles) -- a segment's walk
+    """3D's segment count (ALGORITHM.md §10.1): where one resident round holds at least
+    MIN_FILL_SEGMENTS segments, the count that fills it (fill_segments); else about
+    2 * sqrt(KV tiles) -- a segment's walk
     shrinks as 1/segments while reduce_segments waits once per segment, so the sum is least near
     sqrt(tiles) x a constant, which benchmarks/dispatch_sweep.py's modelled times put at 2 --
     at most MAX_SEGMENTS and the KV tiles; and where the grid passes a round of the device target
@@ -135,12 +146,59 @@ def num_segments(p: UnifiedAttentionProblem, geo: Geometry, sms: int | None = No
     block_q = max(1, geo.block_m // p.num_queries_per_kv)
     base = total_num_q_blocks(p.total_q, p.num_seqs, block_q) * p.num_kv_heads
     tiles = cdiv(p.max_seqlen_k, geo.tile_size)
+    filled = fill_segments(p, geo, base, tiles, sms)
+    if filled:
+        return filled
     wanted = max(1, min(SEGMENTS_PER_SQRT_TILE * math.isqrt(tiles), tiles, MAX_SEGMENTS))
     round_size = sms * WORKGROUPS_PER_CU_TARGET
     rounds = wanted * base // round_size
     if rounds:          # whole rounds only: a few workgroups past a round cost a whole round
         return max(1, rounds * round_size // base)
     return wanted
+
+
+def resident_3d_workgroups(p: UnifiedAttentionProblem, geo: Geometry) -> int:
+    """3D workgroups of ``geo`` one CU holds at once, by their LDS (the narrow 3D kernels are
+    LDS-bound: d64 11008 B -> 5 a CU, d128 20224 B -> 3; one warp each, so the wave slots allow
+    more); 0 when the spec refuses the problem (the caller keeps the square-root rule)."""
+    try:
+        spec = make_specs(p, geo, AttentionKnobs())[0]
+    except (ValueError, NotImplementedError):
+        return 0
+    lds = sum(policy.lds_plan(spec).footprint().values())
+    return occupancy(vgprs=1, lds_bytes=lds, workgroup_size=64 * geo.num_warps,
+                     target=get_target("gfx942")).workgroups_per_cu
+
+
+def fill_segments(p: UnifiedAttentionProblem, geo: Geometry, base: int, tiles: int,
+                  sms: int) -> int:
+    """3D's segment count when the segment grid can fill every CU's resident slots once with
+    at least MIN_FILL_SEGMENTS segments (small decode batches); else 0. The count is the most
+    segments whose grid (``base`` workgroups a segment) fits ``sms`` x the resident workgroups,
+    at most the KV tiles and MAX_SEGMENTS, then the fewest segments with the same longest walk
+    (``cdiv(tiles, cdiv(tiles, n))``: the extra ones would only add workgroups). Since
+    reduce_segments waits once per 32 segments a segment costs little, and the walk is set by
+    the longest segment: benchmarks/dispatch_sweep.py (modelled MI300X, 1/2/4 decode sequences,
+    32/8 heads, 1024-8192 KV) put the best count where the grid fills the resident slots about
+    once -- 1 x 2048 KV fp16 d128: 16 segments (the square-root rule) 23.5 us, 64 18.0
+    (ALGORITHM.md §10.1)."""
+    resident = resident_3d_workgroups(p, geo)
+    fill = sms * resident // base
+    if fill < MIN_FILL_SEGMENTS:
+        return 0
+    wanted = min(fill, tiles, MAX_SEGMENTS)
+    return cdiv(tiles, cdiv(tiles, wanted))
+
+
+def prefill_fills_2d(p: UnifiedAttentionProblem, sms: int) -> bool:
+    """Whether a prefill (not decode) runs 2D below AITER's num_sms * 4 grid: its 2D grid gives
+    every CU a workgroup and no KV walk passes PREFILL_2D_MAX_KV keys. 2D's time is about its
+    longest q block's walk (one sequence's 2D decode: 41 / 77 us at 1024 / 2048 keys, fp16 d128,
+    modelled MI300X), and 3D writes and reduces fp32 partials for every query row: at most 2048
+    keys 2D won from 528 workgroups; with 4096-key decode rows in the batch (a 512-workgroup
+    mix) the longest walk made 2D 1.27x slower than split (ALGORITHM.md §10.1)."""
+    return (not p.is_decode and p.max_seqlen_k <= PREFILL_2D_MAX_KV
+            and grid_2d_reference(p) >= sms * PREFILL_2D_WORKGROUPS_PER_CU)
 
 
 # a 2D grid of at most num_sms workgroups runs in one round, one workgroup per CU: the KV tile
@@ -215,6 +273,14 @@ def one_round_k_buffers(p: UnifiedAttentionProblem, geo: Geometry, tile: int) ->
 
 # ---- the dispatcher's rules (ALGORITHM.md §10). First match wins; the reason is the why. ----
 # (applies(problem, num_sms), path, reason)
+# AITER's use_2d_kernel grid rows (ALGORITHM.md §10.1): gfx942 reads them after its decode and
+# prefill rows, gfx950 after its decode row (rocke/kernels/gfx950/attention_split.py)
+AITER_GRID_RULES: tuple[tuple[Callable, str, str], ...] = (
+    (lambda p, sms: grid_2d_reference(p) >= sms * WORKGROUPS_PER_CU_TARGET, "2d",
+     "the q-block x kv-head grid reaches num_sms * 4 workgroups: 2D already fills the device"),
+    (lambda p, sms: True, "3d",
+     "long context with too few 2D workgroups: split the KV walk into segments to fill the device"),
+)
 PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
     (lambda p, sms: p.window_left >= 0, "2d",
      "sliding window: the walk is at most the window's tiles, so segments would only add a "
@@ -222,11 +288,17 @@ PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
     (lambda p, sms: p.max_seqlen_k <= SHORT_CONTEXT_K, "2d",
      "short context (max_seqlen_k <= 512): the KV walk is short, segments would only add a "
      "launch and workspace traffic"),
-    (lambda p, sms: grid_2d_reference(p) >= sms * WORKGROUPS_PER_CU_TARGET, "2d",
-     "the q-block x kv-head grid reaches num_sms * 4 workgroups: 2D already fills the device"),
-    (lambda p, sms: True, "3d",
-     "long context with too few 2D workgroups: split the KV walk into segments to fill the device"),
-)
+    (lambda p, sms: p.is_decode, "3d",
+     "decode (one query token a sequence) with a long context: split whatever the 2D grid -- a "
+     "2D q-block holds one token's rows and walks its whole KV alone; modelled MI300X (fp16/bf16 "
+     "d64/d128, 32/8 heads, 1024-8192 KV): 128 sequences, whose 2D grid passes num_sms * 4, run "
+     "1.06-1.7x faster split (ALGORITHM.md §10.1)"),
+    (lambda p, sms: prefill_fills_2d(p, sms), "2d",
+     "a prefill with KV walks of at most 2048 keys whose q-block x kv-head grid gives every CU a "
+     "workgroup: 2D's time is then about its longest walk, while split every query row writes "
+     "fp32 partials per segment for reduce_segments -- modelled MI300X, prefill mixes and chunked "
+     "prefills of 528-1128 2D workgroups ran 1.3-2.5x slower split (ALGORITHM.md §10.1)"),
+) + AITER_GRID_RULES
 
 
 def _transposed_x8_geometry(path: str, name: str, warps: int | None,

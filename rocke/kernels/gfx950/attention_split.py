@@ -40,8 +40,8 @@ def num_segments(p: UnifiedAttentionProblem, geo: gfx942.Geometry, sms: int) -> 
     return min(by_fill, by_tiles, gfx942.MAX_SEGMENTS)
 
 
-# (applies(problem, num_sms), path, reason): gfx942's PATH_RULES with one row before its grid
-# rule, first match wins
+# (applies(problem, num_sms), path, reason): gfx942's first two PATH_RULES, the decode row, then
+# AITER's grid rows (gfx942 itself now splits prefills by its own rows), first match wins
 DECODE_SPLITS: tuple[Callable, str, str] = (
     lambda p, sms: p.is_decode, "3d",
     "decode (one query token a sequence) with a long context: split whatever the 2D grid -- each "
@@ -49,7 +49,7 @@ DECODE_SPLITS: tuple[Callable, str, str] = (
     "modelled MI355X (fp16 / bf16 d128, 32/8 heads, 2048 and 8192 KV): 128-512 sequences, whose "
     "2D grid passes num_sms * 4, run 1.15-1.6x faster split (ALGORITHM.md §14.2)")
 PATH_RULES: tuple[tuple[Callable, str, str], ...] = (
-    gfx942.PATH_RULES[:2] + (DECODE_SPLITS,) + gfx942.PATH_RULES[2:])
+    gfx942.PATH_RULES[:2] + (DECODE_SPLITS,) + gfx942.AITER_GRID_RULES)
 
 
 def select_path(p: UnifiedAttentionProblem, sms: int) -> tuple[str, str]:
