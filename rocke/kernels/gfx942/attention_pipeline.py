@@ -211,7 +211,7 @@ def one_page_copies(c: WorkgroupContext) -> bool:
     Off with fewer steps (3D d64 and d128 at T = 16: one lookup spilled more, up to 35), in
     multi-wave 2D kernels (bf16 narrow d128 block 64 every feature: 0 -> 41, f16 wide4 0 -> 1)
     and without per-token scales (shipped IR unchanged). A 2D spec's ``one_page_tile`` asks for
-    it (the dispatcher's plain one-round prefills, attention_dispatch.one_page_tile)."""
+    it (the dispatcher's plain one-round prefills, attention_dispatch.one_round_body)."""
     s = c.spec
     if getattr(s, "one_page_tile", False):      # 3D specs have no such field
         return True
