@@ -162,11 +162,25 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
         first_chunk = udiv_const(first_token, cache.page_size)
         one_page = (_page_of(cache, table, first_token, pages_used),
                     first_token - first_chunk * cache.page_size)
+    lane_base = None
+    if one_page is not None and not lds_dma and row_scales is None:
+        # one lane index for every step, each step adding its rows' scalar offset: a step's
+        # address is then one add and its mask one compare with a scalar
+        lane_base = _one_page_lane_base(cache, one_page, lds, lane, dim, vector, run, lds_row0,
+                                        transpose)
     for step in range(steps):
         row0 = (wave + step * waves) * run                      # wave-uniform first row
 
         def copy_run(row0=row0):
             token0 = first_token + row0
+            if lane_base is not None:
+                rsrc, index0, r, c, paired = lane_base
+                loaded = rsrc.load(index0 + row0 * cache.token_stride, width=vector,
+                                   mask=r < valid_tokens - token0, aux=aux)
+                if dequant:
+                    loaded = _dequantize(loaded, scale, lds.dtype)
+                return _run_store(lds, loaded, r, c, lds_row0, row0, lane, paired, transpose,
+                                  store_align)
             if one_page is not None:
                 page, in_page0 = one_page[0], one_page[1] + row0
             else:
@@ -181,14 +195,7 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                 ok = token0 + r < valid_tokens
                 rsrc.load_to_lds(lds.address(lds_row0 + row0, 0), _masked_elem(rsrc, index, ok), aux=aux)
                 return
-            per_row = dim // vector
-            shift = per_row.bit_length() - 1
-            paired = transpose and _pairs_transposed(lds, vector, run, lds_row0)
-            if paired:      # neighbouring lanes hold neighbouring rows (same bytes per load)
-                r, c = lane & (run - 1), (lane >> (run.bit_length() - 1)) * vector
-            else:
-                r = lane >> shift if shift else lane
-                c = (lane & (per_row - 1)) * vector if per_row > 1 else k.const(0, T.i32)
+            r, c, paired = _lane_row_col(lds, lane, dim, vector, run, lds_row0, transpose)
             index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
             loaded = rsrc.load(index, width=vector, mask=token0 + r < valid_tokens, aux=aux)
             if row_scales is not None:
@@ -200,15 +207,8 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                                      biased_bytes=dim >= 256)
             elif dequant:
                 loaded = _dequantize(loaded, scale, lds.dtype)
-            def store(loaded=loaded, r=r, c=c):
-                if paired:
-                    _store_transposed_pairs(lds, loaded, c, lds_row0 + row0 + r, lane)
-                elif transpose:
-                    for j, e in enumerate(list(loaded) if vector > 1 else [loaded]):
-                        lds.store((c + j, lds_row0 + row0 + r), e)
-                else:
-                    lds.store((lds_row0 + row0 + r, c), loaded, align=store_align)
-            return store
+            return _run_store(lds, loaded, r, c, lds_row0, row0, lane, paired, transpose,
+                              store_align)
 
         if (step + 1) * run * waves <= tokens:
             store = copy_run()
@@ -226,6 +226,43 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
         for store in pending:
             store()
     return finish
+
+
+def _lane_row_col(lds: LdsTensor, lane: Value, dim: int, vector: int, run: int, lds_row0,
+                  transpose: bool):
+    """(row within the wave's run, first column, paired) of a lane in a non-DMA copy step."""
+    k = lds.kernel
+    per_row = dim // vector
+    shift = per_row.bit_length() - 1
+    paired = transpose and _pairs_transposed(lds, vector, run, lds_row0)
+    if paired:      # neighbouring lanes hold neighbouring rows (same bytes per load)
+        return lane & (run - 1), (lane >> (run.bit_length() - 1)) * vector, True
+    r = lane >> shift if shift else lane
+    c = (lane & (per_row - 1)) * vector if per_row > 1 else k.const(0, T.i32)
+    return r, c, False
+
+
+def _one_page_lane_base(cache: PagedView, one_page, lds: LdsTensor, lane: Value, dim: int,
+                        vector: int, run: int, lds_row0, transpose: bool):
+    """(resource, lane index of the copy's first step, row, column, paired) of a one-page copy."""
+    r, c, paired = _lane_row_col(lds, lane, dim, vector, run, lds_row0, transpose)
+    rsrc, page_offset = _page_buffer(cache, one_page[0])
+    index0 = page_offset + (one_page[1] + r) * cache.token_stride + cache.col_offset + c
+    return rsrc, index0, r, c, paired
+
+
+def _run_store(lds: LdsTensor, loaded: Value, r, c, lds_row0, row0, lane, paired: bool,
+               transpose: bool, store_align: int):
+    """The LDS store of a copy step's ``loaded`` (its run starts at ``row0``), to call later."""
+    def store():
+        if paired:
+            _store_transposed_pairs(lds, loaded, c, lds_row0 + row0 + r, lane)
+        elif transpose:
+            for j, e in enumerate(list(loaded) if loaded.lanes > 1 else [loaded]):
+                lds.store((c + j, lds_row0 + row0 + r), e)
+        else:
+            lds.store((lds_row0 + row0 + r, c), loaded, align=store_align)
+    return store
 
 
 def _pairs_transposed(lds: LdsTensor, vector: int, run: int, lds_row0) -> bool:

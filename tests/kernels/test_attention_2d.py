@@ -123,6 +123,7 @@ LEVERS = {
     "cfv_store": dict(cfv_store=True),
     "kv_addr_64": dict(kv_addr_64=True),
     "k_single_buffer_forced": dict(use_k_single_buffer=True),
+    "one_page_tile": dict(one_page_tile=True),
 }
 
 
@@ -133,6 +134,37 @@ def test_every_lever_matches_reference(lever, path):
         dict(dtype="bf16", head_size=64, block_size=16, num_warps=2, num_queries_per_kv=4)
     spec = a2.UnifiedAttention2DSpec(**base, **LEVERS[lever])
     out, ref, _ = run_2d(spec, [1, 21, 6], [45, 21, 70], num_kv_heads=1)
+    assert_close(spec, out, ref)
+
+
+def test_one_page_tile_needs_the_tile_in_one_page():
+    """one_page_tile (one page lookup per K/V tile) is accepted exactly where the page holds the
+    tile, and named in the kernel; it emits fewer block-table loads than the per-step lookups."""
+    base = dict(dtype="f16", head_size=256, num_queries_per_kv=4, num_warps=4, tile_size=32,
+                use_k_single_buffer=False)
+    with pytest.raises(ValueError, match="one_page_tile: a 32-key tile spans 2 pages of 16"):
+        a2.UnifiedAttention2DSpec(**base, block_size=16, one_page_tile=True)
+    assert not a2.supports_tiled_2d(**base, block_size=16, one_page_tile=True)
+    assert a2.supports_tiled_2d(**base, block_size=32, one_page_tile=True)
+    spec = a2.UnifiedAttention2DSpec(**base, block_size=64, one_page_tile=True)
+    per_step = a2.UnifiedAttention2DSpec(**base, block_size=64)
+    assert spec.kernel_name == per_step.kernel_name + "_op"
+    loads = [compiled(s).asm.count("s_load_dword s") for s in (spec, per_step)]
+    assert loads[0] < loads[1], loads
+
+
+@pytest.mark.parametrize("fields", [
+    dict(dtype="f16", head_size=256, block_size=64, num_queries_per_kv=4, num_warps=4,
+         tile_size=32, use_k_single_buffer=False),            # the one-round d256 body
+    dict(dtype="bf16", head_size=128, block_size=64, num_queries_per_kv=4, num_warps=2,
+         tile_size=64, use_k_single_buffer=False),
+    dict(GEOMETRIES["wide4_t64"], head_size=128, block_size=64, num_queries_per_kv=4),
+], ids=lambda f: a2.UnifiedAttention2DSpec(**f, one_page_tile=True).kernel_name)
+def test_one_page_tile_matches_reference(fields):
+    """The plain one-round prefills' specs (attention_dispatch.one_round_body) against
+    ref_paged_attn, KV lengths ending inside a tile and a page (the copy's row mask)."""
+    spec = a2.UnifiedAttention2DSpec(**fields, one_page_tile=True)
+    out, ref, _ = run_2d(spec, [1, 40, 3], [70, 40, 129], num_kv_heads=1)
     assert_close(spec, out, ref)
 
 

@@ -54,11 +54,13 @@ def _run_3d(spec, q, kc, vc, table, cu, seqused, segments=2):
     return ws
 
 
+@pytest.mark.parametrize("one_page", [False, True], ids=["per_step", "one_page"])
 @pytest.mark.parametrize("lie", LIES, ids=str)
 @pytest.mark.parametrize("addr_64", [False, True], ids=["buffer32", "addr64"])
-def test_2d_lying_page_ids_read_nothing_outside_the_cache(addr_64, lie):
+def test_2d_lying_page_ids_read_nothing_outside_the_cache(addr_64, lie, one_page):
+    # one_page: one page lookup per K/V tile (the 16-key tile in a 16-token page)
     spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=D, block_size=BS, num_warps=2,
-                                     kv_addr_64=addr_64)
+                                     kv_addr_64=addr_64, one_page_tile=one_page)
     q, kc, vc, table, lying, cu, seqused = _inputs(lie)
     expected = _run_2d(spec, q, kc, vc, table, cu, seqused)
     got = _run_2d(spec, q, kc, vc, lying, cu, seqused)        # memcheck: no fault
@@ -80,12 +82,13 @@ def test_3d_lying_page_ids_read_nothing_outside_the_cache(addr_64, lie):
         assert torch.equal(g, e)
 
 
+@pytest.mark.parametrize("one_page", [False, True], ids=["per_step", "one_page"])
 @pytest.mark.parametrize("addr_64", [False, True], ids=["buffer32", "addr64"])
-def test_a_lying_kv_length_never_reads_past_the_block_table(addr_64):
+def test_a_lying_kv_length_never_reads_past_the_block_table(addr_64, one_page):
     """The last sequence claims 2 pages more than its table row holds: its page reads stay
     inside the table (entries past it read 0), so no fault; the other rows are unchanged."""
     spec = a2.UnifiedAttention2DSpec(dtype="f16", head_size=D, block_size=BS, num_warps=2,
-                                     kv_addr_64=addr_64)
+                                     kv_addr_64=addr_64, one_page_tile=one_page)
     q, kc, vc, table, _, cu, seqused = _inputs(-1)
     table = table[:, :-(-max(KV_LENS) // BS)].contiguous()     # no spare column
     honest = _run_2d(spec, q, kc, vc, table, cu, seqused)

@@ -238,8 +238,10 @@ SHORT_PREFILL = dict(num_seqs=1, total_q=128, max_seqlen_q=128, max_seqlen_k=128
     # bf16 d64 narrow 4 x 32 rows = 32 tokens -> 5 x 8 = 40
     ("bf16", 64, "narrow_w4m32", 32, 64, 40),
     # d256 narrow: a 64-key tile needs K 64 x 264 x 2 + V^T 256 x 72 x 2 + P 32 x 72 x 2 =
-    # 75264 B > 64 KiB of LDS, so the 32-key tile (K 32 x 264 x 2 + V^T 256 x 40 x 2 + P 32 x 40 x 2 = 39936 B)
-    ("f16", 256, "narrow_w2m16", 16, 32, 136),
+    # 75264 B > 64 KiB of LDS, so the 32-key tile (K 32 x 264 x 2 + V^T 256 x 40 x 2 + P 32 x 40 x 2 = 39936 B);
+    # a plain one-round d256 prefill then takes 4 warps x 16 rows = 16 tokens: 128 // 16 + 1 =
+    # 9 q blocks x 8 = 72 (one_round_body)
+    ("f16", 256, "narrow_w2m16", 16, 32, 72),
 ])
 def test_one_round_grid_grows_the_kv_tile(dtype, d, name, table_tile, tile, workgroups):
     """A 2D grid of at most num_sms workgroups runs in one round, one workgroup per CU: the
@@ -250,9 +252,44 @@ def test_one_round_grid_grows_the_kv_tile(dtype, d, name, table_tile, tile, work
     geo = dispatch.geometry(p, "2d", sms=MI300X_SMS)
     assert dispatch.grid_2d(p, geo) == workgroups
     assert (table.name, table.tile_size) == (name, table_tile)
-    assert (geo.name, geo.tile_size) == (name, tile) and "one round" in geo.reason
+    body = "narrow_w4m16" if d == 256 else name
+    assert (geo.name, geo.tile_size) == (body, tile) and "one round" in geo.reason
     spec = dispatch.make_specs(p, geo, AttentionKnobs())[0]
-    assert spec.tile_size == tile and spec.num_warps == table.num_warps
+    assert spec.tile_size == tile and spec.num_warps == (4 if d == 256 else table.num_warps)
+
+
+@pytest.mark.parametrize("dtype, d, block_size, kw, one_page, warps", [
+    ("f16", 128, 64, {}, True, 4),                  # wide4, 64-key tile in a 64-token page
+    ("bf16", 128, 64, {}, True, 2),                 # narrow, 64-key tile
+    ("bf16", 128, 32, {}, False, 2),                # a 64-key tile spans two 32-token pages
+    ("f16", 256, 64, {}, True, 4),                  # d256: 32-key tile, 4 warps x 16 rows
+    ("bf16", 256, 16, {}, False, 4),                # d256 over 16-token pages: 4 warps, no lookup rule
+    ("f16", 256, 64, dict(softcap=30.0), False, 2),  # a score feature: the table's body
+    ("bf16", 128, 64, dict(kv_dtype="fp8_e4m3fnuz"), False, 2),   # fp8 cache: the table's body
+])
+def test_one_round_body_of_a_plain_prefill(dtype, d, block_size, kw, one_page, warps):
+    """A plain one-round prefill (no score feature, cache and output in the Q dtype) looks its
+    page up once per tile where the page holds the tile (spec one_page_tile, "_op" in its name),
+    and d256 takes 4 warps x 16 rows (ALGORITHM.md §10.2, one_round_body)."""
+    p = _problem(dtype=dtype, head_size=d, block_size=block_size, **SHORT_PREFILL, **kw)
+    the_plan = dispatch.plan(p, "auto", AttentionKnobs(), sms=MI300X_SMS)
+    (spec,) = the_plan.specs
+    assert "one round" in the_plan.geometry.reason
+    assert spec.one_page_tile is one_page and spec.kernel_name.endswith("_op") is one_page
+    assert spec.num_warps == warps, spec.kernel_name
+
+
+@pytest.mark.parametrize("block_size, tile, one_page", [(64, 64, True), (32, 32, False),
+                                                        (16, 32, False)])
+def test_one_round_window_alone_on_x8_grows_to_the_pages_tile(block_size, tile, one_page):
+    """A window alone on fp16 wide4 (interval-masked) in one round: the 64-key tile, looked up
+    once per tile, where a page holds it (block 64); over smaller pages the table's 32-key tile
+    (benchmarks/profile.py "window 128": modelled MI300X 16.08 -> 15.33 us)."""
+    p = _problem(block_size=block_size, window_left=127, num_seqs=1, total_q=512,
+                 max_seqlen_q=512, max_seqlen_k=512)
+    (spec,) = dispatch.plan(p, "auto", AttentionKnobs(), sms=MI300X_SMS).specs
+    assert spec.transposed_x8 and spec.interval_mask and spec.sliding_window
+    assert (spec.tile_size, spec.one_page_tile) == (tile, one_page), spec.kernel_name
 
 
 @pytest.mark.parametrize("total_q, grows", [(32 * 37, True), (32 * 38, False)])

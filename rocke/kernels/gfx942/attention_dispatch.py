@@ -88,6 +88,7 @@ class Geometry:
     k_single_buffer: bool
     num_segments: int = 1       # 3D only
     reason: str = ""
+    one_page_tile: bool = False     # 2D: one page lookup per K/V tile (one_round_body)
 
     @property
     def block_m(self) -> int:
@@ -234,10 +235,14 @@ def one_round_tile(p: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKn
     levers = knobs.num_warps is not None or knobs.flash_wide != AttentionKnobs().flash_wide
     plain_window_x8 = (p.window_left >= 0 and not needs_interval_mask(p)
                        and geo.regime == policy.TRANSPOSED_X8)
-    if p.batch_invariant or levers or p.qq_bias or plain_window_x8 or grid_2d(p, geo) > sms:
+    window_one_page = plain_window_x8 and x8_window_interval(p, geo)
+    if p.batch_invariant or levers or p.qq_bias or (plain_window_x8 and not window_one_page) \
+            or grid_2d(p, geo) > sms:
         return geo
     for tile in ONE_ROUND_TILES:
         if p.kv_token_scales and tile > 32:
+            continue
+        if window_one_page and p.block_size % tile:     # a window grows only to one page's tile
             continue
         if tile <= geo.tile_size:
             break
@@ -252,8 +257,39 @@ def one_round_tile(p: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKn
                 make_specs(p, grown, knobs)
             except ValueError:      # the spec refuses it (LDS): fewer K buffers, or the next tile
                 continue
-            return grown
+            return one_round_body(p, grown, knobs)
     return geo
+
+
+def plain_one_round(p: UnifiedAttentionProblem, geo: Geometry) -> bool:
+    """No score feature (or, on the transposed-x8 path, a sliding window alone, masked by
+    interval: x8_window_interval), the cache and output in the Q dtype."""
+    window_alone = p.features == frozenset({"sliding_window"}) and x8_window_interval(p, geo)
+    return (not p.features or window_alone) and p.kv_dtype is None and p.out_dtype is None
+
+
+def one_round_body(p: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKnobs) -> Geometry:
+    """A plain one-round prefill's grown geometry (plain_one_round; else ``geo`` as it is),
+    from the model's breakdown of its slowest workgroup (ALGORITHM.md §10.2):
+    - one page lookup per K/V tile (spec ``one_page_tile``) where the page holds the tile: the
+      copy's per-step lookups (a scalar load, its wait and ~12 SALU per 16-byte row step) were
+      a fifth of the d256 kernel's serial path;
+    - d256 narrow takes 4 warps x 16 rows (not 2): the K/V copy steps, split over the
+      workgroup's waves, halve per wave, while each wave's MFMA and softmax work is the same.
+    The specs are built here so that one the spec refuses keeps ``geo``."""
+    if not plain_one_round(p, geo):
+        return geo
+    body = geo
+    if p.block_size % geo.tile_size == 0:
+        body = replace(body, one_page_tile=True, reason=body.reason + ", one page per tile")
+    if geo.regime == policy.NARROW and p.head_size == 256 and geo.num_warps == 2:
+        body = replace(body, name="narrow_w4m16", num_warps=4,
+                       reason=body.reason + ", 4 warps x 16 rows")
+    try:
+        make_specs(p, body, knobs)
+    except ValueError:
+        return geo
+    return body
 
 
 def one_round_k_buffers(p: UnifiedAttentionProblem, geo: Geometry, tile: int) -> tuple[bool, ...]:
@@ -481,6 +517,8 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
         wanted.update(group_split=split)
     if needs_interval_mask(problem) or x8_window_interval(problem, geo):
         wanted.update(interval_mask=True)
+    if geo.one_page_tile:
+        wanted.update(one_page_tile=True)
     missing = sorted(set(wanted) - have)
     if missing:      # never drop a geometry field silently: the kernel would run another geometry
         raise NotImplementedError(f"{cls.__name__} lacks the dispatcher's fields {missing}")

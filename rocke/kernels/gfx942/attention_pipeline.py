@@ -210,8 +210,11 @@ def one_page_copies(c: WorkgroupContext) -> bool:
     where the per-step lookups spilled up to 41 SGPRs (bf16 3D d256 QQ-bias; f16 L4 d128 6).
     Off with fewer steps (3D d64 and d128 at T = 16: one lookup spilled more, up to 35), in
     multi-wave 2D kernels (bf16 narrow d128 block 64 every feature: 0 -> 41, f16 wide4 0 -> 1)
-    and without per-token scales (shipped IR unchanged)."""
+    and without per-token scales (shipped IR unchanged). A 2D spec's ``one_page_tile`` asks for
+    it (the dispatcher's plain one-round prefills, attention_dispatch.one_round_body)."""
     s = c.spec
+    if getattr(s, "one_page_tile", False):      # 3D specs have no such field
+        return True
     return bool(s.kv_token_scales) and c.threads == 64 and s.tile_size * s.head_size >= 4096
 
 

@@ -107,6 +107,9 @@ class UnifiedAttention2DSpec:
     # the causal (+ window) mask as one interval per query row, precomputed before the tile
     # loop: one unsigned compare per score and no per-score token division (ALGORITHM.md §12.8)
     interval_mask: bool = False
+    # the K/V tile copies look their page up once per tile, not once per copy step: the tile
+    # must lie in one page (block_size a multiple of the tile; ALGORITHM.md §10.2)
+    one_page_tile: bool = False
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -167,7 +170,8 @@ class UnifiedAttention2DSpec:
                  ("cfv", self.cfv_store), ("a64", self.kv_addr_64), ("kvfp8", self.fp8_kv)]
         flags += [(tag, getattr(self, name)) for name, tag in FEATURES.items()]
         flags += [("gs", self.group_split if self.group_split != 1 else False),
-                  ("mm", self.mm_prefix_ranges), ("im", self.interval_mask)]
+                  ("mm", self.mm_prefix_ranges), ("im", self.interval_mask),
+                  ("op", self.one_page_tile)]
         for tag, value in flags:
             if value is True:
                 name += f"_{tag}"
@@ -212,6 +216,7 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_int_range, "group_split", spec.group_split, 1, MAX_GROUP_SPLIT)
     ok &= rule(check_choice, "mm_prefix_ranges", spec.mm_prefix_ranges, MM_RANGE_CAPACITIES)
     ok &= rule(check_bool, "interval_mask", spec.interval_mask)
+    ok &= rule(check_bool, "one_page_tile", spec.one_page_tile)
     ok &= rule(check_choice, "kv_cache_policy", spec.kv_cache_policy, tuple(CACHE_POLICIES))
     if spec.kv_dtype is not None:
         ok &= rule(check_choice, "kv_dtype", spec.kv_dtype,
@@ -243,6 +248,9 @@ def spec_problems(spec) -> list[str]:
                    f"BLOCK_M = {block_m} rows")
     if tile % spec.block_size and spec.block_size % tile:
         out.append(f"tile_size: {tile} and block_size {spec.block_size} must divide one another")
+    elif spec.one_page_tile and spec.block_size % tile:
+        out.append(f"one_page_tile: a {tile}-key tile spans {tile // spec.block_size} pages of "
+                   f"{spec.block_size}; one lookup per tile needs block_size a multiple of the tile")
     run = rows_per_wave(spec.head_size, STAGING_VECTOR, 2, lds_dma=spec.global_load_lds_k)
     if spec.block_size % run:
         out.append(f"block_size: {spec.block_size} is smaller than the {run} rows a wave copies at once")
