@@ -187,6 +187,19 @@ def test_gfx950s_corners_are_gfx950_specs_of_gfx950s_plans():
     assert set(corners).isdisjoint(reach.corner_specs())       # gfx942's are its own
 
 
+def test_gfx950s_enumeration_holds_its_shipped_variants():
+    """Every variant gfx950 ships (what its dispatcher plans for the shipped grid, GQA 4) is
+    among gfx950's reachable specs, and the enumeration is gfx950's alone."""
+    from rocke.kernels.gfx950 import attention_shipped
+    reachable = reach.reachable_specs("gfx950")
+    shipped = [s for kind in attention_shipped.shipped().values() for s in kind.values()]
+    assert len(shipped) > 10
+    assert [s.kernel_name for s in shipped if reachable.get(s.kernel_name) != s] == []
+    assert {type(s) for s in reachable.values()} == set(g950.SPEC_CLASSES)
+    assert {s.kv_dtype for s in reachable.values() if hasattr(s, "features")} == {
+        None, "i8", "fp8_e4m3fn"}
+
+
 def test_report_reachable_target_gfx950(monkeypatch, tmp_path):
     """`report --reachable --target gfx950` enumerates gfx950's specs (corners with --corners),
     says so in its summary and JSON, and runs gfx950's chain on a spilling spec; other targets
