@@ -176,7 +176,8 @@ def emit(variant, fmt, output):
 @click.option("--reachable", is_flag=True,
               help="instead of the shipped variants: every attention spec the dispatcher can reach "
                    "(features x geometry x dtype x head size x block size x cache encoding); "
-                   "prints the spilling ones and a one-line summary")
+                   "prints the spilling ones and a one-line summary; --target gfx950: gfx950's "
+                   "dispatcher's specs (default gfx942)")
 @click.option("--corners", is_flag=True,
               help="with --reachable: only the heaviest spec (every feature on) of each class")
 @click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
