@@ -254,3 +254,19 @@ def test_report_reachable_target_gfx950(monkeypatch, tmp_path):
     merged = CliRunner().invoke(cli.main, ["report", "--reachable", "--merge", *paths])
     assert merged.exit_code == 0 and merged.output.strip().splitlines()[-1].startswith(
         "2 shards merged: gfx950's reachable attention specs: 3 ")
+
+
+def test_a_spilling_gfx950_3d_corner_launches_its_other_k_buffering():
+    """The 3D corner (d128 block 64, every feature, int8 per-token-head scales): gfx950's plan
+    (two K buffers) spills 5 SGPRs; the report's fallback, on the assembly, is the same kernel
+    with one K buffer, which does not spill (counted again here)."""
+    p = reach.problem_of("bf16", 128, 64, "i8", reach.FEATURES, token_scales=True,
+                         extras=reach.EXTRAS, kv_heads=1024, target="gfx950")
+    spec = dispatch.plan(p, "3d", AttentionKnobs()).specs[0]
+    assert type(spec) is g950.UnifiedAttention3DSpec and not spec.use_k_single_buffer
+    name, _, vgpr_spills, sgpr_spills, error, record = reach.launch_counts(spec)
+    assert error is None and vgpr_spills + sgpr_spills > 0, name     # the premise: it spills
+    assert record.chosen == dataclasses.replace(spec, use_k_single_buffer=True).kernel_name
+    assert record.spill_free and record.tried == 2
+    launched = spill.candidates(spec)[1]
+    assert reach.spill_counts(launched)[2:] == (0, 0, None)
