@@ -328,10 +328,11 @@ def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
         tally(map(_reachable_counts, items))
     total = sum(v + s for _, v, s, _ in spilling)
     what = "heaviest reachable" if corners else "reachable"
-    if target != "gfx942":
-        what = f"{target}'s {what}"
+    owner = "the" if target == "gfx942" else f"{target}'s"
     if shard != (1, 1):
-        what = f"shard {shard[0]}/{shard[1]} of the {what}"
+        what = f"shard {shard[0]}/{shard[1]} of {owner} {what}"
+    elif target != "gfx942":
+        what = f"{owner} {what}"
     summary = _reachable_summary(what, kinds, len(spilling), total, len(launch_spilling),
                                  len(failed), pattern.pattern if pattern is not None else None)
     click.echo(summary)

@@ -249,8 +249,10 @@ def test_report_reachable_target_gfx950(monkeypatch, tmp_path):
         spec.kernel_name, type(spec).__name__, 0, 3 if spec.kernel_name == spilling else 0, None))
     paths = [str(tmp_path / f"s{i}.json") for i in (1, 2)]
     for i, path in enumerate(paths, 1):
-        assert CliRunner().invoke(cli.main, ["report", "--reachable", "--target", "gfx950",
-                                             "--shard", f"{i}/2", "--json", path]).exit_code == 0
+        result = CliRunner().invoke(cli.main, ["report", "--reachable", "--target", "gfx950",
+                                               "--shard", f"{i}/2", "--json", path])
+        assert result.exit_code == 0 and result.output.strip().splitlines()[-1].startswith(
+            f"shard {i}/2 of gfx950's reachable attention specs: "), result.output
     merged = CliRunner().invoke(cli.main, ["report", "--reachable", "--merge", *paths])
     assert merged.exit_code == 0 and merged.output.strip().splitlines()[-1].startswith(
         "2 shards merged: gfx950's reachable attention specs: 3 ")
