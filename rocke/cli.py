@@ -176,7 +176,8 @@ def emit(variant, fmt, output):
 @click.option("--reachable", is_flag=True,
               help="instead of the shipped variants: every attention spec the dispatcher can reach "
                    "(features x geometry x dtype x head size x block size x cache encoding); "
-                   "prints the spilling ones and a one-line summary")
+                   "prints the spilling ones and a one-line summary; --target gfx950: gfx950's "
+                   "dispatcher's specs (default gfx942)")
 @click.option("--corners", is_flag=True,
               help="with --reachable: only the heaviest spec (every feature on) of each class")
 @click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
@@ -199,12 +200,13 @@ def report(variants, no_cache, reachable, corners, jobs, progress, shard, json_p
            target):
     """Compile variants (default: all) and print their resource report with occupancy."""
     if reachable:
-        if target:
-            raise click.UsageError("--reachable enumerates its own (gfx942) specs: no --target")
+        if target is not None and target not in _REACHABLE_TARGETS:
+            raise click.UsageError(f"--reachable --target: rocke enumerates the attention specs of "
+                                   f"{', '.join(_REACHABLE_TARGETS)}, got {target!r}")
         if merge:
             if not variants:
                 raise click.UsageError("--merge wants the shard reports' JSON files")
-            if corners or jobs != 1 or shard != "1/1" or json_path or match:
+            if corners or jobs != 1 or shard != "1/1" or json_path or match or target:
                 raise click.UsageError("--merge takes only the shard reports' JSON files")
             _merge_reachable(variants)
             return
@@ -213,7 +215,8 @@ def report(variants, no_cache, reachable, corners, jobs, progress, shard, json_p
         pattern = _regex(match) if match is not None else None
         if json_path:
             _write_output(json_path, None)        # before hours of compiling, not after
-        _report_reachable(corners, jobs, progress, _shard(shard), json_path, pattern)
+        _report_reachable(corners, jobs, progress, _shard(shard), json_path, pattern,
+                          target or "gfx942")
         return
     if corners or jobs != 1 or shard != "1/1" or json_path or match is not None or merge:
         raise click.UsageError("--corners, --jobs, --shard, --json, --match and --merge go with "
@@ -271,22 +274,26 @@ def _regex(text: str):
                                  param_hint="--match") from None
 
 
+_REACHABLE_TARGETS = ("gfx942", "gfx950")     # targets with an enumeration (attention_reachable)
+
+
 def _reachable_counts(item):
     from rocke.kernels.gfx942 import attention_reachable
     return attention_reachable.launch_counts(item[1])
 
 
 def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
-                      json_path: str | None = None, pattern=None) -> None:
+                      json_path: str | None = None, pattern=None, target: str = "gfx942") -> None:
     """``report --reachable``: compile every reachable attention spec (or each class's
     heaviest) to assembly -- no link, so no ld.lld needed -- and summarise its spills in one
     line. A spec whose code spills is followed by what a call launches instead (the spill
     fallback, ALGORITHM.md §10.5) and whether that is spill-free; exit 1 when any spec would
-    launch spilling, 3 when any failed to compile."""
+    launch spilling, 3 when any failed to compile. ``target``: whose dispatcher is asked."""
     import json
     import time
     from rocke.kernels.gfx942 import attention_reachable
-    specs = attention_reachable.corner_specs() if corners else attention_reachable.reachable_specs()
+    specs = (attention_reachable.corner_specs(target) if corners
+             else attention_reachable.reachable_specs(target))
     if pattern is not None:
         specs = {n: s for n, s in specs.items() if pattern.search(n)}
         if not specs:
@@ -321,14 +328,18 @@ def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
         tally(map(_reachable_counts, items))
     total = sum(v + s for _, v, s, _ in spilling)
     what = "heaviest reachable" if corners else "reachable"
+    owner = "the" if target == "gfx942" else f"{target}'s"
     if shard != (1, 1):
-        what = f"shard {shard[0]}/{shard[1]} of the {what}"
+        what = f"shard {shard[0]}/{shard[1]} of {owner} {what}"
+    elif target != "gfx942":
+        what = f"{owner} {what}"
     summary = _reachable_summary(what, kinds, len(spilling), total, len(launch_spilling),
                                  len(failed), pattern.pattern if pattern is not None else None)
     click.echo(summary)
     if json_path:
         record = dict(
-            summary=summary, corners=corners, shard=list(shard), specs=sum(kinds.values()),
+            summary=summary, target=target, corners=corners, shard=list(shard),
+            specs=sum(kinds.values()),
             match=pattern.pattern if pattern is not None else None, enumerated=len(specs),
             enumeration_sha256=attention_reachable.enumeration_fingerprint(specs),
             code_sha256=attention_reachable.code_fingerprint(),
@@ -422,6 +433,9 @@ def _merge_reachable(paths) -> None:
     for f in failed:
         click.echo(f"{f['name']}  failed: {f['error']}")
     what = "heaviest reachable" if first["corners"] else "reachable"
+    target = first.get("target", "gfx942")      # (the enumeration's sha256 pins it too)
+    if target != "gfx942":
+        what = f"{target}'s {what}"
     click.echo(_reachable_summary(
         f"{n} shards merged: {what}", kinds, len(spilling),
         sum(s["vgpr_spills"] + s["sgpr_spills"] for s in spilling), len(launch_spilling),

@@ -78,7 +78,8 @@ def test_report_reachable_prints_one_summary_line_and_fails_on_spills(monkeypatc
     spilling_spec, broken_spec = list(specs.values())[:2]
     spilling, broken = spilling_spec.kernel_name, broken_spec.kernel_name
     fallback = attention_spill.candidates(spilling_spec)[1].kernel_name
-    monkeypatch.setattr(reach, "reachable_specs", lambda: {s.kernel_name: s for s in specs.values()})
+    monkeypatch.setattr(reach, "reachable_specs",
+                        lambda target="gfx942": {s.kernel_name: s for s in specs.values()})
 
     def fake_counts(spec, spills=3, fallback_spills=0):
         n = spec.kernel_name
@@ -151,7 +152,7 @@ def _fake_reachable(monkeypatch, count=5, spilling_index=1):
     specs = {s.kernel_name: s for s in list(a2.VARIANTS.values())[:count]}
     spilling = sorted(specs)[spilling_index]
     fallback = attention_spill.candidates(specs[spilling])[1].kernel_name
-    monkeypatch.setattr(reach, "reachable_specs", lambda: dict(specs))
+    monkeypatch.setattr(reach, "reachable_specs", lambda target="gfx942": dict(specs))
     monkeypatch.setattr(reach, "spill_counts", lambda spec: (
         spec.kernel_name, type(spec).__name__, 0, 2 if spec.kernel_name == spilling else 0, None))
     return sorted(specs), spilling, fallback
@@ -251,7 +252,8 @@ def test_report_reachable_needs_no_linker(tmp_path, monkeypatch):
             block_m_per_warp=32, tile_size=32, kv_dtype="fp8_e4m3fnuz", softcap=True, alibi=True,
             qq_bias=True, sliding_window=True, sinks=True, interval_mask=True)
         specs = [a2.VARIANTS["narrow_f16_d64_b16_g5_qqb"], corner]
-        monkeypatch.setattr(reach, "reachable_specs", lambda: {s.kernel_name: s for s in specs})
+        monkeypatch.setattr(reach, "reachable_specs",
+                            lambda target="gfx942": {s.kernel_name: s for s in specs})
         result = CliRunner().invoke(cli.main, ["report", "--reachable"])
     finally:
         toolchain.find_linker.cache_clear()

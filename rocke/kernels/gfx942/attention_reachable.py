@@ -17,6 +17,11 @@ heads (KV_HEADS): a 2D grid of one round gets the grown KV tile
 one split group (SPLIT_GROUP, a GQA group above 16) per (path, dtype, head size) with every feature.
 The other levers (NUM_WARPS, WAVES_PER_EU, IGLP, Q_DIRECT, ...) and 64-bit page bases are out
 of this enumeration: they are tuning switches, off by default.
+
+Another target's enumeration (``target="gfx950"``: ``rocke report --reachable --target gfx950``)
+asks that target's dispatcher (``attention_unified.attention_target``) for the same classes, its
+fp8 names in the caches and the output (``attention_quant.on_target``); the spill fallback of its
+report is the target's chain (``attention_spill.chain_for``).
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ import warnings
 
 from rocke.arch import get_target
 from rocke.compiler import CompileError, assemble_ir
-from rocke.kernels.common.attention_unified import UnifiedAttentionProblem
+from rocke.kernels.common.attention_unified import UnifiedAttentionProblem, attention_target
 from rocke.kernels.common.knobs import FLASH_GEOMETRIES, AttentionKnobs
 from rocke.kernels.gfx942 import attention_dispatch as dispatch
 from rocke.kernels.gfx942 import attention_quant as quant
@@ -45,6 +50,24 @@ KV_ENCODINGS = tuple((kv, False) for kv in KV_DTYPES) + tuple(
 EXTRAS = ("alibi_sqrt", "fp8_out")    # enumerated all off and all on (sqrt only with ALiBi)
 FP8_OUT = "fp8_e4m3fnuz"
 PATHS = ("2d", "3d")
+
+
+def kv_encodings(target: str = "gfx942") -> tuple:
+    """KV_ENCODINGS with ``target``'s fp8 (OCP e4m3fn on gfx950)."""
+    return tuple((kv if kv is None else quant.on_target((kv,), target)[0], tok)
+                 for kv, tok in KV_ENCODINGS)
+
+
+def fp8_out(target: str = "gfx942") -> str:
+    """The enumerated fp8 output dtype on ``target``."""
+    return quant.on_target((FP8_OUT,), target)[0]
+
+
+def dispatcher(target: str = "gfx942"):
+    """``target``'s attention dispatcher (gfx942's is this module's ``dispatch``)."""
+    return dispatch if target == "gfx942" else attention_target(target)
+
+
 # KV heads of the enumerated problem: 1 puts every 2D grid in one round (the dispatcher grows
 # the KV tile, attention_dispatch.one_round_tile), 1024 fills more than a round (the table's tile)
 KV_HEADS = (1, 1024)
@@ -53,8 +76,9 @@ KV_HEADS = (1, 1024)
 def problem_of(dtype: str, head_size: int, block_size: int, kv_dtype, features, *,
                group: int = REPRESENTATIVE_GROUP, mm_ranges: int = MM_CAPACITIES[-1],
                token_scales: bool = False, extras=(),
-               kv_heads: int = 1) -> UnifiedAttentionProblem:
-    """One problem of the class: a short prefill (the path is forced by the caller)."""
+               kv_heads: int = 1, target: str = "gfx942") -> UnifiedAttentionProblem:
+    """One problem of the class: a short prefill (the path is forced by the caller);
+    ``kv_dtype`` as ``target`` names it, the fp8 output in ``target``'s format."""
     on = set(features)
     return UnifiedAttentionProblem(
         dtype=dtype, head_size=head_size, num_q_heads=group * kv_heads, num_kv_heads=kv_heads,
@@ -63,54 +87,55 @@ def problem_of(dtype: str, head_size: int, block_size: int, kv_dtype, features, 
         window_left=8 if "sliding_window" in on else -1, sinks="sinks" in on,
         kv_dtype=kv_dtype, mm_ranges=mm_ranges if "mm_prefix" in on else 0,
         kv_token_scales=token_scales, alibi_sqrt="alibi_sqrt" in extras and "alibi" in on,
-        out_dtype=FP8_OUT if "fp8_out" in extras else None)
+        out_dtype=fp8_out(target) if "fp8_out" in extras else None)
 
 
-def problems():
-    """(problem, path, knobs) of every class the enumeration covers."""
+def problems(target: str = "gfx942"):
+    """(problem, path, knobs) of every class the enumeration covers on ``target``."""
     for dtype, d, bs, (kv, tok) in itertools.product(a2.DTYPES, a2.HEAD_SIZES, a2.BLOCK_SIZES,
-                                                     KV_ENCODINGS):
+                                                     kv_encodings(target)):
         for n in range(len(FEATURES) + 1):
             for feats in itertools.combinations(FEATURES, n):
                 for mm, heads in itertools.product(
                         MM_CAPACITIES if "mm_prefix" in feats else MM_CAPACITIES[:1], KV_HEADS):
                     for extras in ((), EXTRAS):
                         p = problem_of(dtype, d, bs, kv, feats, mm_ranges=mm, token_scales=tok,
-                                       extras=extras, kv_heads=heads)
+                                       extras=extras, kv_heads=heads, target=target)
                         for path in PATHS:
                             for wide in FLASH_GEOMETRIES:
                                 yield p, path, AttentionKnobs(flash_wide=wide)
     for dtype, d, path, heads in itertools.product(a2.DTYPES, a2.HEAD_SIZES, PATHS, KV_HEADS):
-        p = problem_of(dtype, d, 16, None, FEATURES, group=SPLIT_GROUP, kv_heads=heads)
+        p = problem_of(dtype, d, 16, None, FEATURES, group=SPLIT_GROUP, kv_heads=heads,
+                       target=target)
         yield p, path, AttentionKnobs()
 
 
-def reachable_specs() -> dict:
-    """kernel name -> spec, every spec the dispatcher plans for the classes of ``problems``
-    (duplicates collapse: a lever that does not apply plans the same spec)."""
-    out = {}
-    for p, path, knobs in problems():
-        for spec in dispatch.plan(p, path, knobs, num_segments=None).specs:
+def reachable_specs(target: str = "gfx942") -> dict:
+    """kernel name -> spec, every spec ``target``'s dispatcher plans for the classes of
+    ``problems`` (duplicates collapse: a lever that does not apply plans the same spec)."""
+    out, plan = {}, dispatcher(target).plan
+    for p, path, knobs in problems(target):
+        for spec in plan(p, path, knobs, num_segments=None).specs:
             out.setdefault(spec.kernel_name, spec)
     return out
 
 
-def corner_specs() -> dict:
+def corner_specs(target: str = "gfx942") -> dict:
     """The heaviest specs of each (path, geometry, dtype, head size, block size, cache
     encoding): every feature and extra on, with and without QQ-bias (it pins 2D to narrow)
     and with and without mm ranges (their one-compare mask replaces the causal + window
     compares, so the kernel without them can be the heavier)."""
-    out = {}
+    out, plan = {}, dispatcher(target).plan
     for dtype, d, bs, (kv, tok) in itertools.product(a2.DTYPES, a2.HEAD_SIZES, a2.BLOCK_SIZES,
-                                                     KV_ENCODINGS):
+                                                     kv_encodings(target)):
         for drop, heads in itertools.product(
                 ((), ("qq_bias",), ("mm_prefix",), ("qq_bias", "mm_prefix")), KV_HEADS):
             feats = tuple(f for f in FEATURES if f not in drop)
             p = problem_of(dtype, d, bs, kv, feats, token_scales=tok, extras=EXTRAS,
-                           kv_heads=heads)
+                           kv_heads=heads, target=target)
             for path in PATHS:
                 for wide in FLASH_GEOMETRIES:
-                    for spec in dispatch.plan(p, path, AttentionKnobs(flash_wide=wide)).specs:
+                    for spec in plan(p, path, AttentionKnobs(flash_wide=wide)).specs:
                         out.setdefault(spec.kernel_name, spec)
     return out
 

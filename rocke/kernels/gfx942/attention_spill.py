@@ -18,6 +18,12 @@ Every candidate computes the same function (the geometry changes how the work is
 result); a candidate its spec refuses (LDS, tile/atom shape, group rows) is skipped, and at most
 ``MAX_CANDIDATES`` are compiled. If every one spills, the least-spilling is launched (the first of
 equals) and a warning says so once per planned kernel: a correct kernel is never refused.
+
+The chain is the same on every target whose dispatcher maps gfx942's geometry rows (gfx950); what
+a target adds is how a candidate geometry becomes its spec (``chain_for``): the dispatcher's
+``spill_candidate(spec, **fields)`` when it has one (gfx950's re-derives its MFMA atoms for a
+changed geometry), else ``dataclasses.replace``. A candidate is a spec the target's class
+accepts, so the chain proposes only what the target's gate (``supports_*``) accepts.
 """
 from __future__ import annotations
 
@@ -66,6 +72,16 @@ def applies(spec) -> bool:
     return all(hasattr(spec, f) for f in _GEOMETRY_FIELDS)
 
 
+def chain_for(spec) -> Callable:
+    """``make(spec, **fields)`` -> the candidate spec of ``spec``'s target (module docstring);
+    ValueError when its class refuses the fields."""
+    target = getattr(spec, "target", "gfx942")
+    if target == "gfx942":
+        return replace
+    from rocke.kernels.common.attention_unified import attention_target
+    return getattr(attention_target(target), "spill_candidate", replace)
+
+
 def _is_2d(spec) -> bool:
     return policy.stores_output(spec)
 
@@ -99,11 +115,11 @@ def _table_tile(regime: str, warps: int, rows: int, spec) -> int:
 def candidates(spec) -> list:
     """The fallback chain of ``spec`` (module docstring), the spec first, each candidate a valid
     spec of the same class, duplicates and refused ones left out, at most MAX_CANDIDATES."""
-    out, seen = [], set()
+    out, seen, make = [], set(), chain_for(spec)
 
     def add(**fields):
         try:
-            cand = replace(spec, **fields)
+            cand = make(spec, **fields)
         except ValueError:           # the spec refuses this geometry (LDS, shapes)
             return
         if cand.kernel_name not in seen:

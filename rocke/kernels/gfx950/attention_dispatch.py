@@ -32,9 +32,11 @@ from rocke.kernels.common.knobs import AttentionKnobs
 from rocke.kernels.gfx942 import attention_dispatch as gfx942
 from rocke.kernels.gfx942 import attention_policy as policy
 from rocke.kernels.gfx942 import attention_quant as quant
+from rocke.kernels.gfx942 import attention_spill
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
 from rocke.kernels.gfx950 import attention_split as split
-from rocke.kernels.gfx950.attention import SPEC_CLASSES, TARGET, UnifiedAttention2DSpec
+from rocke.kernels.gfx950.attention import (NARROW_ATOMS, SPEC_CLASSES, TARGET, X8T_ATOMS,
+                                           UnifiedAttention2DSpec)
 
 CAPABILITIES = AttentionCapabilities(head_sizes=a2.HEAD_SIZES, block_sizes=a2.BLOCK_SIZES,
                                      max_group=a2.MAX_GROUP_SPLIT,   # groups above 16: split_group
@@ -259,3 +261,39 @@ def _waves_per_eu(the_plan: Plan) -> Plan:
             return replace(the_plan, geometry=replace(geo, reason=f"{geo.reason}; {reason}"),
                            specs=(replace(specs[0], waves_per_eu=waves),))
     return the_plan
+
+
+def spill_candidate(spec, **fields):
+    """A spill-fallback candidate of ``spec`` (attention_spill.chain_for, ALGORITHM.md §10.5):
+    ``spec`` with ``fields``; a 2D spec whose geometry changes beyond its K buffering takes the
+    atoms gfx950's rules give the new geometry (``X8T_ATOM_RULES``: 32x32x16 on transposed-x8;
+    ``ATOM_RULES``: 16x16x32 on a narrow tile of whole 32-key steps, else 16x16x16), as
+    ``plan`` would. ValueError when the spec refuses them (the gate, ``supports_tiled_2d``)."""
+    if not isinstance(spec, UnifiedAttention2DSpec) or all(
+            k == "use_k_single_buffer" or getattr(spec, k) == v for k, v in fields.items()):
+        return replace(spec, **fields)
+    cand = replace(spec, **fields, narrow_atom="16x16x16", x8t_atom=None)
+    geo = Geometry(path="2d", regime=cand.regime, name="", num_warps=cand.num_warps,
+                   block_m_per_warp=cand.block_m_per_warp, tile_size=cand.tile_size,
+                   k_single_buffer=cand.use_k_single_buffer)
+    atoms = {field: rule(geo)[0] for field, rule in (("narrow_atom", narrow_atom),
+                                                     ("x8t_atom", x8t_atom)) if rule(geo)}
+    return replace(cand, **atoms) if atoms else cand
+
+
+def spill_free_plan(the_plan: Plan, spills_of: Callable) -> Plan:
+    """The plan to launch: ``the_plan``, its attention kernel replaced by the first spill-free
+    candidate of gfx942's chain with gfx950's atoms (``spill_candidate``) when the planned
+    kernel's code spills (attention_spill, ALGORITHM.md §10.5); spill-free plans as planned."""
+    chosen = attention_spill.spill_free_plan(the_plan, spills_of)
+    if chosen.specs[:1] == the_plan.specs[:1]:
+        return chosen
+    spec, geo = chosen.specs[0], chosen.geometry
+    if not isinstance(spec, UnifiedAttention2DSpec):
+        return chosen
+    atom = spec.x8t_atom if spec.transposed_x8 else spec.narrow_atom
+    name = geo.name
+    for old in NARROW_ATOMS + X8T_ATOMS:          # the planned geometry's atom, as plan names it
+        name = name.removesuffix(f"_{old}")
+    name += "" if atom in (NARROW_ATOMS[0], X8T_ATOMS[0]) else f"_{atom}"
+    return replace(chosen, geometry=replace(geo, name=name))
