@@ -292,6 +292,7 @@ def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
     import json
     import time
     from rocke.kernels.gfx942 import attention_reachable
+    code_sha256 = attention_reachable.code_fingerprint()    # the code compiled, not edited later
     specs = (attention_reachable.corner_specs(target) if corners
              else attention_reachable.reachable_specs(target))
     if pattern is not None:
@@ -342,7 +343,7 @@ def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
             specs=sum(kinds.values()),
             match=pattern.pattern if pattern is not None else None, enumerated=len(specs),
             enumeration_sha256=attention_reachable.enumeration_fingerprint(specs),
-            code_sha256=attention_reachable.code_fingerprint(),
+            code_sha256=code_sha256,
             kinds=kinds, seconds=round(time.monotonic() - t0, 1),
             spilling=[dict(name=n, vgpr_spills=v, sgpr_spills=s,
                            fallback=None if f is None else dict(
