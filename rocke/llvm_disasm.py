@@ -241,10 +241,10 @@ def assemble(lib, lines: list[str], processor: str) -> bytes:
         if tm:
             lib.LLVMDisposeTargetMachine(tm)
         lib.LLVMContextDispose(ctx)
-    return _text_section(obj)
+    return text_section(obj)
 
 
-def _text_section(obj: bytes) -> bytes:
+def text_section(obj: bytes) -> bytes:
     """The .text section of a relocatable ELF64 object."""
     shoff, = struct.unpack_from("<Q", obj, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)

@@ -27,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # this checkout's rocke
+
+from rocke.llvm_disasm import text_section  # noqa: E402  (.text of LLVM's relocatable object)
+
 GFX942 = ROOT / "tests" / "fixtures" / "gfx942_opcodes.txt"
 OUT = ROOT / "tests" / "fixtures" / "gfx950_opcodes.txt"
 
@@ -164,17 +167,6 @@ def build() -> list[tuple[str, str, str]]:
     return sorted((fam, op, sample) for op, (fam, sample) in rows.items())
 
 
-def _text_section(obj: bytes) -> bytes:
-    shoff, = struct.unpack_from("<Q", obj, 40)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 58)
-    sections = [struct.unpack_from("<IIQQQQ", obj, shoff + i * shentsize) for i in range(shnum)]
-    names = sections[shstrndx][4]
-    for name, _, _, _, offset, size in sections:
-        if obj[names + name:].split(b"\0", 1)[0] == b".text":
-            return obj[offset:offset + size]
-    raise ValueError("no .text in the assembled object")
-
-
 def _opcode_field(fmt: str, word: int) -> int:
     """The opcode field of `word` in microcode format `fmt` (AMD CDNA4 ISA, "Microcode
     Formats"); a VOP1 / VOP2 op LLVM chose to encode as VOP3 is mapped back (+0x140 / +0x100)."""
@@ -201,7 +193,7 @@ def check_opcodes(samples: dict[str, str]) -> tuple[int, list]:
         sample = samples.get(name, "?")
         if sample == "?":
             continue
-        text = _text_section(assemble_amdgcn(
+        text = text_section(assemble_amdgcn(
             '.amdgcn_target "amdgcn-amd-amdhsa--gfx950"\n.text\n' + sample + "\n", "gfx950", ""))
         # the block-scaled MFMAs: v_mfma_ld_scale_b32's two dwords, then the MFMA's
         word, = struct.unpack_from("<I", text, 8 if fmt == "VOP3PX2" else 0)
