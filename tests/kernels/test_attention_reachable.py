@@ -264,6 +264,27 @@ def test_report_reachable_needs_no_linker(tmp_path, monkeypatch):
     assert any((tmp_path / "cache").rglob("kernel.s"))     # compiled here, not served
 
 
+def test_the_compile_path_never_loads_the_emulator():
+    """code_fingerprint leaves out NOT_ON_COMPILE_PATH (the emulator): planning, building and
+    counting a spilling spec's spills, fallback included, must then never import it."""
+    import subprocess
+    import sys
+    program = (
+        "import sys\n"
+        "from rocke.kernels.gfx942 import attention_reachable as reach\n"
+        "from rocke.kernels.gfx942 import attention_tiled_2d as a2\n"
+        "spec = a2.UnifiedAttention2DSpec(dtype='f16', head_size=64, block_size=16,\n"
+        "    num_queries_per_kv=4, num_warps=4, block_m_per_warp=32, tile_size=32, softcap=True,\n"
+        "    sliding_window=True)\n"
+        "assert len(reach.corner_specs()) > 100\n"
+        "print(reach.launch_counts(spec)[:5])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] in\n"
+        "      [['rocke', p] for p in reach.NOT_ON_COMPILE_PATH]))\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
 # The heaviest reachable spec (every feature on, 16 mm ranges) of each geometry the dispatcher
 # picks, at block 16, plus the combination the issue measured spilling (fp16 2D wide4 softcap +
 # sliding window: 19 SGPR spills before): compiled here (on-disk cache; ~3 s each cold), the
