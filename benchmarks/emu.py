@@ -21,6 +21,12 @@ GPU (ROCKE_EMU_DEVICE); every backend after the first also reports whether its o
 bit the first backend's; on CUDA the workload's tensors are CUDA tensors (the emulator's global
 memory stays on the GPU). Even on a GPU these are emulator wall times, not the kernel's GPU time.
 
+A same-day A/B (`--against REV [--rounds R]`): this host's speed drifts between days (see
+docs/performance.md), so a speed-up is only a ratio against an older revision measured now. The
+revision's own benchmarks/emu.py runs from a temporary git worktree (same interpreter and
+packages), alternating with this tree's, each in a fresh process, R rounds; the table gives each
+side's median and the ratio.
+
 Run:  .venv/bin/python benchmarks/emu.py [--repeats 3] [--workloads NAME ...] [--safety-ab]
       [--backend numpy torch] [--device cpu|cuda]
       (ROCKE_EMU_WORKERS unset: a large launch spreads its workgroups over the usable cores;
@@ -33,8 +39,12 @@ import json
 import os
 import platform
 import resource
+import re
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -275,6 +285,80 @@ def _run_workload(name, repeats, ab, backend, device, baseline):
               f"{off:.3f} s, on {on:.3f} s ({100 * (on - off) / off:+.1f} %)")
     return output
 
+RATE_LINE = re.compile(r"->\s+([\d,]+) lane-instructions/s of emulator wall time")
+HEADER_LINE = re.compile(r"^\[(\w+)\]")
+
+
+def wall_rates(output: str) -> dict:
+    """workload -> lane-instructions/s of emulator wall time, read from one run's printout
+    (the first backend's figure when a run has several)."""
+    rates, current = {}, None
+    for line in output.splitlines():
+        header = HEADER_LINE.match(line)
+        if header:
+            current = header.group(1)
+            continue
+        rate = RATE_LINE.search(line)
+        if rate and current is not None and current not in rates:
+            rates[current] = int(rate.group(1).replace(",", ""))
+    return rates
+
+
+def run_benchmark_script(root: Path, workloads, repeats) -> dict:
+    """The benchmark of the tree at ``root`` in a fresh process (its own rocke on
+    PYTHONPATH); its wall rates, or a RuntimeError with the end of its output."""
+    env = dict(os.environ, PYTHONPATH=str(root))
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "emu.py"), "--repeats",
+                           str(repeats), "--workloads", *workloads], cwd=root, env=env,
+                          capture_output=True, text=True)
+    rates = wall_rates(done.stdout)
+    missing = [w for w in workloads if w not in rates]
+    if done.returncode or missing:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        raise RuntimeError(f"the benchmark of {root} gave no figure for {missing or workloads} "
+                           f"(exit {done.returncode}): " + " | ".join(tail))
+    return rates
+
+
+def against(revision: str, workloads, repeats: int, rounds: int) -> int:
+    """``--against REV``: REV's benchmark and this tree's, alternately, ``rounds`` times."""
+    here = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--verify", "--quiet",
+                                 f"{revision}^{{commit}}"], cwd=here, capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        raise SystemExit(f"--against {revision}: not a commit of the git checkout at {here}")
+    scratch = Path(tempfile.mkdtemp(prefix="rocke-emu-ab-"))
+    tree = scratch / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), commit],
+                   cwd=here, check=True)
+    try:
+        if not (tree / "benchmarks" / "emu.py").exists():
+            raise SystemExit(f"--against {revision}: that revision has no benchmarks/emu.py")
+        print("rocke gfx942 emulator benchmark, same-day A/B -- emulator wall time on this "
+              "host, NOT GPU time")
+        print("\n".join(host_description()))
+        print(f"A: {revision} ({commit[:12]}), B: this tree; {rounds} rounds of A then B, "
+              f"{repeats} launches a workload each (median)")
+        runs = {"A": [], "B": []}
+        for r in range(rounds):
+            for side, root in (("A", tree), ("B", here)):
+                runs[side].append(run_benchmark_script(root, workloads, repeats))
+                print(f"  round {r + 1}/{rounds} {side}: " + ", ".join(
+                    f"{w} {runs[side][-1][w] / 1e6:.1f}" for w in workloads), flush=True)
+        print(f"{'workload':<16} {'A M lane-instr/s':>17} {'B M lane-instr/s':>17} {'B/A':>6}")
+        for w in workloads:
+            a = statistics.median(run[w] for run in runs["A"])
+            b = statistics.median(run[w] for run in runs["B"])
+            print(f"{w:<16} {a / 1e6:>17.1f} {b / 1e6:>17.1f} {b / a:>6.2f}")
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=here,
+                       capture_output=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="launches per workload (median)")
@@ -293,7 +377,18 @@ def main(argv=None):
                         help="launch with check=False (no LDS race checker; bounds still checked)")
     parser.add_argument("--flash-batch-heads", type=int, default=FLASH_BATCH_HEADS,
                         help="B*H of the flash attention workload (64 waves each; default 8)")
+    parser.add_argument("--against", metavar="REV", default=None,
+                        help="same-day A/B: the git revision REV's own benchmark against this "
+                             "tree's, alternately (numpy backend, this host)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="with --against: rounds of A then B (median per side)")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.against is not None:
+        return against(args.against, args.workloads, args.repeats, args.rounds)
     if args.flash_batch_heads < 1:
         raise ValueError(f"--flash-batch-heads must be >= 1, got {args.flash_batch_heads}")
     globals()["FLASH_BATCH_HEADS"] = args.flash_batch_heads

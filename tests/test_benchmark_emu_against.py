@@ -1,0 +1,39 @@
+"""benchmarks/emu.py --against REV: a same-day A/B of the emulator's speed against an older
+revision (the host's speed drifts between days, so a speed-up is only a ratio measured now)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "emu.py"
+
+
+def _git_checkout() -> bool:
+    return subprocess.run(["git", "rev-parse", "--verify", "--quiet", "HEAD"], cwd=ROOT,
+                          capture_output=True).returncode == 0
+
+
+def test_against_a_revision_prints_both_sides_and_their_ratio():
+    assert _git_checkout(), "the project's tests run from its git checkout"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--against", "HEAD", "--rounds", "1",
+                           "--repeats", "1", "--workloads", "softmax"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "NOT GPU time" in done.stdout
+    row = re.search(r"^softmax\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", done.stdout, re.M)
+    assert row, done.stdout
+    a, b, ratio = map(float, row.groups())
+    assert a > 0 and b > 0 and abs(ratio - b / a) < 0.01
+    # the temporary worktree is gone again
+    listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True,
+                            text=True).stdout
+    assert "rocke-emu-ab-" not in listed
+
+
+def test_against_an_unknown_revision_is_refused_by_name():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--against", "no-such-revision-xyz"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "--against no-such-revision-xyz: not a commit" in done.stdout + done.stderr
