@@ -21,8 +21,9 @@ GPU (ROCKE_EMU_DEVICE); every backend after the first also reports whether its o
 bit the first backend's; on CUDA the workload's tensors are CUDA tensors (the emulator's global
 memory stays on the GPU). Even on a GPU these are emulator wall times, not the kernel's GPU time.
 
-A same-day A/B (`--against REV [--rounds R]`): this host's speed drifts between days (see
-docs/performance.md), so a speed-up is only a ratio against an older revision measured now. The
+A same-day A/B (`--against REV [--rounds R]`): this host's speed drifts between days (the
+same code measures differently; README, Benchmarks), so a speed-up is only a ratio against an
+older revision measured now. The
 revision's own benchmarks/emu.py runs from a temporary git worktree (same interpreter and
 packages), alternating with this tree's, each in a fresh process, R rounds; the table gives each
 side's median and the ratio.
