@@ -1,6 +1,7 @@
 """gfx942 paged attention, 2D kernel, in the emulator (memcheck + racecheck on) against the fp32
 ``ref_paged_attn`` with the family's tolerance."""
 
+import dataclasses
 import math
 
 import pytest
@@ -205,14 +206,16 @@ def test_early_v_gate(fields, message):
 
 
 def test_d256_vt_stores_are_8_way_not_16_way():
-    """The d256 V^T pitch (attention_policy.vt_tile_pad, 18 dwords at T = 32): a paired store's
+    """The d256 V^T pitch of early_v (attention_policy.vt_tile_pad, 18 dwords at T = 32): a paired store's
     32 lanes of a phase write one dword column of rows 4 apart, rows 4k x 18 dwords = 72k mod
     32 = 8k: 4 banks, so 8 lanes a bank, 8 cycles a phase; a ds_write2_b32 is 2 addresses x 2
     phases = 32 cycles (64 with the old 20-dword pitch: 2 banks). The operand reads of 16
     consecutive V^T rows (18n mod 32 distinct for n < 16, 2 dwords each) have no conflict."""
     from rocke.kernels.gfx942 import attention_policy as policy
-    spec = a2.UnifiedAttention2DSpec(**D256_ONE_ROUND, one_page_tile=True)
+    spec = a2.UnifiedAttention2DSpec(**D256_ONE_ROUND, one_page_tile=True, early_v=True)
     assert policy.lds_plan(spec).region("vt_tile").pad == 4
+    # the pad comes with early_v only: every other d256 spec keeps the 20-dword pitch
+    assert policy.lds_plan(dataclasses.replace(spec, early_v=False)).region("vt_tile").pad == 8
     q, kc, vc, table, cu, seqused = make_problem("f16", 256, 64, 4, [32], [64], num_kv_heads=1)
     out = torch.zeros_like(q)
     grid, block = a2.launch_geometry(spec, 1, q.shape[0], 1)

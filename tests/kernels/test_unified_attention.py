@@ -237,8 +237,8 @@ SHORT_PREFILL = dict(num_seqs=1, total_q=128, max_seqlen_q=128, max_seqlen_k=128
     ("bf16", 128, "narrow_w2m16", 32, 64, 136),
     # bf16 d64 narrow 4 x 32 rows = 32 tokens -> 5 x 8 = 40
     ("bf16", 64, "narrow_w4m32", 32, 64, 40),
-    # d256 narrow: a 64-key tile needs K 64 x 264 x 2 + V^T 256 x 68 x 2 + P 32 x 72 x 2 =
-    # 73216 B > 64 KiB of LDS, so the 32-key tile (K 32 x 264 x 2 + V^T 256 x 36 x 2 + P 32 x 40 x 2 = 37888 B);
+    # d256 narrow: a 64-key tile needs K 64 x 264 x 2 + V^T 256 x 72 x 2 + P 32 x 72 x 2 =
+    # 75264 B > 64 KiB of LDS, so the 32-key tile (K 32 x 264 x 2 + V^T 256 x 40 x 2 + P 32 x 40 x 2 = 39936 B);
     # a plain one-round d256 prefill then takes 4 warps x 16 rows = 16 tokens: 128 // 16 + 1 =
     # 9 q blocks x 8 = 72 (one_round_body)
     ("f16", 256, "narrow_w2m16", 16, 32, 72),
