@@ -105,7 +105,7 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                     transpose: bool = False, lds_dma: bool = False, aux: int = CACHE_NORMAL,
                     tokens: int | None = None, lds_row0=0, scale: Value | None = None,
                     row_scales: PagedView | None = None, defer_stores: bool = False,
-                    tile_aligned: bool = False):
+                    tile_aligned: bool = False, loaded: list | None = None):
     """Copy tokens ``[first_token, first_token + tokens)`` of ``cache`` (rows of ``D`` elements)
     into ``lds`` (``[tokens, D]``, or ``[D, tokens]`` with ``transpose``). See the module rules;
     ``first_token`` must be a multiple of ``rows_per_wave(...)`` (a tile start is).
@@ -116,7 +116,11 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
     whole copy steps are left to the returned function (call it after issuing other loads, so
     both loads are in flight before either is waited on); otherwise it returns a no-op.
     ``tile_aligned``: the caller promises ``first_token`` is a multiple of ``tokens``; where
-    ``tokens`` divides the page size the copy then lies in one page, looked up once."""
+    ``tokens`` divides the page size the copy then lies in one page, looked up once.
+    With ``defer_stores`` the returned function's ``values`` are the registers each copy step
+    loaded (None where a partial step stored at once); ``loaded``: such values, stored into
+    ``lds`` with no global load (a copy whose loads were issued earlier, e.g. carried through
+    a loop; every step must be whole)."""
     if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
         raise dsl_type_error("copy_paged_tile needs a 2-D LdsTensor destination")
     if row_scales is not None:
@@ -154,7 +158,10 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
     lane = k.lane_id()
     pages_used = udiv_const(valid_tokens + (cache.page_size - 1), cache.page_size)
     steps = -(-tokens // (run * waves))
-    pending = []
+    if loaded is not None:
+        return _store_loaded(lds, loaded, lane, wave, waves, dim, vector, run, steps, tokens,
+                             lds_row0, transpose, store_align)
+    pending, values = [], []
     one_page = None
     if tile_aligned and cache.page_size % tokens == 0:
         # one table load and page offset for every step, not one per step: the steps' loads,
@@ -180,7 +187,7 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                 if dequant:
                     loaded = _dequantize(loaded, scale, lds.dtype)
                 return _run_store(lds, loaded, r, c, lds_row0, row0, lane, paired, transpose,
-                                  store_align)
+                                  store_align), loaded
             if one_page is not None:
                 page, in_page0 = one_page[0], one_page[1] + row0
             else:
@@ -194,7 +201,7 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                 index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
                 ok = token0 + r < valid_tokens
                 rsrc.load_to_lds(lds.address(lds_row0 + row0, 0), _masked_elem(rsrc, index, ok), aux=aux)
-                return
+                return None, None
             r, c, paired = _lane_row_col(lds, lane, dim, vector, run, lds_row0, transpose)
             index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
             loaded = rsrc.load(index, width=vector, mask=token0 + r < valid_tokens, aux=aux)
@@ -208,23 +215,46 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
             elif dequant:
                 loaded = _dequantize(loaded, scale, lds.dtype)
             return _run_store(lds, loaded, r, c, lds_row0, row0, lane, paired, transpose,
-                              store_align)
+                              store_align), loaded
 
         if (step + 1) * run * waves <= tokens:
-            store = copy_run()
+            store, value = copy_run()
             if defer_stores and store is not None:
                 pending.append(store)
+                if values is not None:
+                    values.append(value)
             elif store is not None:
                 store()
         else:
+            values = None
             with k.if_(wave < (tokens - step * run * waves) // run):
-                store = copy_run()
+                store, _ = copy_run()
                 if store is not None:
                     store()
 
     def finish():
         for store in pending:
             store()
+    finish.values = values if defer_stores and not lds_dma else None
+    return finish
+
+
+def _store_loaded(lds: LdsTensor, loaded: list, lane: Value, wave: Value, waves: int, dim: int,
+                  vector: int, run: int, steps: int, tokens: int, lds_row0, transpose: bool,
+                  store_align: int):
+    """``copy_paged_tile(..., loaded=...)``: the LDS stores of a deferred copy's ``values``."""
+    if tokens % (run * waves) or len(loaded) != steps:
+        raise dsl_value_error(f"copy_paged_tile: loaded= needs one value per whole copy step "
+                              f"({steps} of {run * waves} rows for {tokens} tokens), got "
+                              f"{len(loaded)}")
+    r, c, paired = _lane_row_col(lds, lane, dim, vector, run, lds_row0, transpose)
+    for step, value in enumerate(loaded):
+        row0 = (wave + step * waves) * run
+        _run_store(lds, value, r, c, lds_row0, row0, lane, paired, transpose, store_align)()
+
+    def finish():
+        pass
+    finish.values = None
     return finish
 
 

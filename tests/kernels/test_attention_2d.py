@@ -1,6 +1,7 @@
 """gfx942 paged attention, 2D kernel, in the emulator (memcheck + racecheck on) against the fp32
 ``ref_paged_attn`` with the family's tolerance."""
 
+import dataclasses
 import math
 
 import pytest
@@ -124,6 +125,7 @@ LEVERS = {
     "kv_addr_64": dict(kv_addr_64=True),
     "k_single_buffer_forced": dict(use_k_single_buffer=True),
     "one_page_tile": dict(one_page_tile=True),
+    "early_v": dict(early_v=True),
 }
 
 
@@ -166,6 +168,69 @@ def test_one_page_tile_matches_reference(fields):
     spec = a2.UnifiedAttention2DSpec(**fields, one_page_tile=True)
     out, ref, _ = run_2d(spec, [1, 40, 3], [70, 40, 129], num_kv_heads=1)
     assert_close(spec, out, ref)
+
+
+D256_ONE_ROUND = dict(dtype="f16", head_size=256, block_size=64, num_queries_per_kv=4,
+                     num_warps=4, tile_size=32, use_k_single_buffer=False)
+
+
+@pytest.mark.parametrize("fields", [
+    dict(D256_ONE_ROUND, one_page_tile=True),                   # the dispatcher's f16 d256 body
+    dict(D256_ONE_ROUND, dtype="bf16", block_size=16),          # per-step page lookups
+    dict(D256_ONE_ROUND, num_warps=2, tile_size=16),            # the table's d256 geometry
+], ids=lambda f: a2.UnifiedAttention2DSpec(**f, early_v=True).kernel_name)
+def test_early_v_matches_reference(fields):
+    """early_v (V_{j+1} loaded a step ahead, carried through the tile loop) against
+    ref_paged_attn: decode rows, walks of 1-5 tiles, KV lengths ending inside a tile and a page,
+    a sequence with more than one phase (unmasked tiles, then the diagonal)."""
+    spec = a2.UnifiedAttention2DSpec(**fields, early_v=True)
+    assert spec.kernel_name.endswith("_ev")
+    out, ref, _ = run_2d(spec, [1, 40, 3, 17], [70, 40, 129, 150], num_kv_heads=1)
+    assert_close(spec, out, ref)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(use_k_single_buffer=True), "early_v: needs two K buffers"),
+    (dict(global_load_lds_k=True, head_size=128), "early_v: needs two K buffers"),
+    (dict(kv_dtype="fp8_e4m3fnuz"), "early_v: an fp8 / int8 cache"),
+    (dict(head_size=64, tile_size=16), "early_v: a 16-key tile is not whole copy steps"),
+])
+def test_early_v_gate(fields, message):
+    """early_v is refused (one named reason) where the late-V loop or whole carried copy steps
+    do not exist, and supports_tiled_2d agrees with the constructor."""
+    kw = {**D256_ONE_ROUND, **fields, "early_v": True}
+    with pytest.raises(ValueError, match=message):
+        a2.UnifiedAttention2DSpec(**kw)
+    assert not a2.supports_tiled_2d(**kw)
+    assert a2.supports_tiled_2d(**D256_ONE_ROUND, early_v=True)
+
+
+def test_d256_vt_stores_are_8_way_not_16_way():
+    """The d256 V^T pitch of early_v (attention_policy.vt_tile_pad, 18 dwords at T = 32): a paired store's
+    32 lanes of a phase write one dword column of rows 4 apart, rows 4k x 18 dwords = 72k mod
+    32 = 8k: 4 banks, so 8 lanes a bank, 8 cycles a phase; a ds_write2_b32 is 2 addresses x 2
+    phases = 32 cycles (64 with the old 20-dword pitch: 2 banks). The operand reads of 16
+    consecutive V^T rows (18n mod 32 distinct for n < 16, 2 dwords each) have no conflict."""
+    from rocke.kernels.gfx942 import attention_policy as policy
+    spec = a2.UnifiedAttention2DSpec(**D256_ONE_ROUND, one_page_tile=True, early_v=True)
+    assert policy.lds_plan(spec).region("vt_tile").pad == 4
+    # the pad comes with early_v only: every other d256 spec keeps the 20-dword pitch
+    assert policy.lds_plan(dataclasses.replace(spec, early_v=False)).region("vt_tile").pad == 8
+    q, kc, vc, table, cu, seqused = make_problem("f16", 256, 64, 4, [32], [64], num_kv_heads=1)
+    out = torch.zeros_like(q)
+    grid, block = a2.launch_geometry(spec, 1, q.shape[0], 1)
+    report = launch(compiled(spec), grid, block,
+                    a2.kernel_args(spec, q, kc, vc, out, table, cu, seqused, 0.0625), profile=True)
+    lines = [l for l in report.profile.lines if l.executions]
+    # the V^T pair stores: rows r and r + 1 (offset1:18, the pitch), or r + 2 and r + 3
+    stores = [l for l in lines if l.text.startswith("ds_write2_b32")
+              and ("offset1:18" in l.text or "offset0:36" in l.text)]
+    assert len(stores) >= 8 and {l.lds_cycles // l.executions for l in stores} == {32}, \
+        [(l.text, l.lds_cycles / l.executions) for l in stores]
+    # P V_j's B operands: one ds_read2_b64 (keys n0 and n0 + 16) per 16 head-dim columns, 16 of
+    # them a step; every one of them was 2-way (16 cycles) with the 20-dword pitch
+    reads = [l for l in lines if l.text.startswith("ds_read2_b64") and l.lds_conflicts == 0]
+    assert len(reads) >= 16 and {l.lds_cycles // l.executions for l in reads} == {8}, len(reads)
 
 
 def test_q_and_out_may_be_strided_views():

@@ -185,10 +185,12 @@ def test_dispatcher_routes_d256_to_the_narrow_path(dtype):
     assert any(v.head_size == 256 for v in a3.VARIANTS.values())
     # 2 KV heads: one round, one workgroup per CU: the 32-key tile (64 does not fit the LDS),
     # two K buffers for a plain prefill (attention_dispatch.one_round_k_buffers) and 4 warps x
-    # 16 rows (one_round_body; a 32-key tile spans two 16-token pages: no one-page lookup)
+    # 16 rows (one_round_body; a 32-key tile spans two 16-token pages: no one-page lookup),
+    # V loaded a step ahead (early_v_body)
     small = replace(p, num_q_heads=8, num_kv_heads=2)
     (one_round,) = au.plan(small, "auto", au.AttentionKnobs()).specs
-    assert one_round == replace(spec, tile_size=32, use_k_single_buffer=False, num_warps=4)
+    assert one_round == replace(spec, tile_size=32, use_k_single_buffer=False, num_warps=4,
+                                early_v=True)
     assert 32 * 1024 < sum(a2.lds_model(one_round).values()) <= 64 * 1024
 
 

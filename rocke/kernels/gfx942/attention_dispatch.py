@@ -89,6 +89,7 @@ class Geometry:
     num_segments: int = 1       # 3D only
     reason: str = ""
     one_page_tile: bool = False     # 2D: one page lookup per K/V tile (one_round_body)
+    early_v: bool = False           # 2D: V_{j+1} loads before P V_j (one_round_body)
 
     @property
     def block_m(self) -> int:
@@ -285,11 +286,20 @@ def one_round_body(p: UnifiedAttentionProblem, geo: Geometry, knobs: AttentionKn
     if geo.regime == policy.NARROW and p.head_size == 256 and geo.num_warps == 2:
         body = replace(body, name="narrow_w4m16", num_warps=4,
                        reason=body.reason + ", 4 warps x 16 rows")
+    if early_v_body(p, body):
+        body = replace(body, early_v=True, reason=body.reason + ", V loads a step ahead")
     try:
         make_specs(p, body, knobs)
     except ValueError:
         return geo
     return body
+
+
+def early_v_body(p: UnifiedAttentionProblem, geo: Geometry) -> bool:
+    """Whether a plain one-round prefill takes ``early_v`` (V_{j+1} issued before P V_j, K_{j+1}
+    stored after it): d256 narrow with two K buffers, whose steps left ~540 cycles of each round
+    trip exposed behind S_j and its softmax (ALGORITHM.md §10.2)."""
+    return (geo.regime == policy.NARROW and p.head_size == 256 and not geo.k_single_buffer)
 
 
 def one_round_k_buffers(p: UnifiedAttentionProblem, geo: Geometry, tile: int) -> tuple[bool, ...]:
@@ -519,6 +529,8 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
         wanted.update(interval_mask=True)
     if geo.one_page_tile:
         wanted.update(one_page_tile=True)
+    if geo.early_v:
+        wanted.update(early_v=True)
     missing = sorted(set(wanted) - have)
     if missing:      # never drop a geometry field silently: the kernel would run another geometry
         raise NotImplementedError(f"{cls.__name__} lacks the dispatcher's fields {missing}")

@@ -194,13 +194,13 @@ class WorkgroupContext:
                         lds_dma=s.global_load_lds_k, aux=self.aux,
                         row_scales=quant.scale_view(self, "k"), tile_aligned=one_page_copies(self), **kw)
 
-    def copy_v(self, lds, first, defer_stores: bool = False):
+    def copy_v(self, lds, first, defer_stores: bool = False, loaded=None):
         return copy_paged_tile(self.v_view, self.table, lds, first_token=first,
                                valid_tokens=self.kv_len, thread_index=self.tid,
                                threads=self.threads, vector=STAGING_VECTOR,
                                transpose=not self.spec.cfv_store, aux=self.aux,
                                row_scales=quant.scale_view(self, "v"), defer_stores=defer_stores,
-                               tile_aligned=one_page_copies(self))
+                               tile_aligned=one_page_copies(self), loaded=loaded)
 
 
 def one_page_copies(c: WorkgroupContext) -> bool:
@@ -358,7 +358,11 @@ class TileLoop:
         if lo is None or s.use_k_single_buffer or s.global_load_lds_k or s.tile_size % steps:
             return None
         self.k_prefetched = True
-        return self._copy_k_into(lo, defer_stores=True)
+        store_k = self._copy_k_into(lo, defer_stores=True)
+        if getattr(s, "early_v", False):
+            # the first V tile's loads join them (TileLoop._run_early_v carries the registers)
+            self.v_loads = c.copy_v(self.v_lds, lo * s.tile_size, defer_stores=True).values
+        return store_k
 
     def run(self, bounds):
         """The tile loop (ALGORITHM.md §2-3): unmasked tiles, then the diagonal ones. With a
@@ -375,6 +379,8 @@ class TileLoop:
         if double and not getattr(self, "k_prefetched", False):
             with k.if_(lo < hi):
                 self._copy_k_into(lo)            # the first K tile; each step prefetches the next
+        if double and late_v_store(s) and getattr(s, "early_v", False):
+            return self._run_early_v(phases, carry, lo)
         if double and late_v_store(s):
             return self._run_late_v(phases, carry)
         for start, stop, masked in phases:
@@ -442,6 +448,45 @@ class TileLoop:
                 k.barrier()                      # the next step overwrites V
                 loop.yield_(*new)
             carry = loop.results
+        return self.split_carry(carry)
+
+    def _run_early_v(self, phases, carry, lo):
+        """``_run_late_v`` with each round trip behind a whole step (spec ``early_v``): step j
+        issues K_{j+1}, computes S_j and its softmax, stores V_j from the registers step j-1
+        loaded, issues V_{j+1}'s loads before P V_j, and stores K_{j+1} after P V_j. V_{j+1} is
+        then waited a step after its issue, K_{j+1} behind S_j, its softmax and P V_j (the late
+        loop left ~540 cycles a step exposed on d256, ALGORITHM.md §10.2). The V registers go
+        round the loop (one 16-byte value a copy step per lane)."""
+        k, s, c = self.k, self.spec, self.c
+        T = s.tile_size
+        v_loads = getattr(self, "v_loads", None)
+        if v_loads is None:     # the first K tile was not prefetched with Q: V_lo issues here
+            v_loads = c.copy_v(self.v_lds, lo * T, defer_stores=True).values
+        n = len(v_loads)
+        k.barrier()                              # the first K tile's stores
+        for start, stop, masked in phases:
+            with k.for_range(start, stop, carry=[*carry, *v_loads]) as loop:
+                state = list(loop.carry)
+                v_now = state[len(state) - n:]
+                j = loop.index
+                kv0 = j * T
+                store_k = self._copy_k_into(j + 1, defer_stores=True)
+                k.sched_barrier(dsl.SchedMask.SALU)
+                v_next = []
+
+                def before_pv(v_now=v_now, kv0=kv0, v_next=v_next):
+                    k.sched_barrier(dsl.SchedMask.NONE)
+                    c.copy_v(self.v_lds, kv0, loaded=v_now)
+                    k.barrier()
+                    v_next += c.copy_v(self.v_lds, kv0 + T, defer_stores=True).values
+                    k.sched_barrier(dsl.SchedMask.NONE)   # V_{j+1} issues before P V_j
+                new = self.step(state[:len(state) - n], j, kv0, masked, before_pv)
+                k.sched_barrier(dsl.SchedMask.NONE)       # K_{j+1} lands behind P V_j
+                store_k()
+                k.barrier()                      # the next step overwrites V and reads K_{j+1}
+                loop.yield_(*new, *v_next)
+            out = list(loop.results)
+            carry, v_loads = out[:len(out) - n], out[len(out) - n:]
         return self.split_carry(carry)
 
     def masked_scores(self, score, kv0, key_origin, row_origin, masked: bool, group: int = 0):

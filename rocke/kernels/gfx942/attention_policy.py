@@ -110,6 +110,19 @@ def v_tile_pad(transposed_x8: bool) -> int:
     return 8 if transposed_x8 else 4
 
 
+def vt_tile_pad(head_size: int, target: str, early_v: bool = False) -> int:
+    """Row pad (elements) of the V^T tile ``[D, T]``. A d256 copy step moves 2 tokens a wave, so
+    every lane's paired store (``copy_paged_tile``'s 32-bit column pairs) hits one dword column
+    of V^T rows 4 apart: gfx942's 32 banks see the rows' pitch x 4 dwords mod 32. The default
+    pad (8) makes the pitch T/2 + 4 dwords (20 at T = 32: 2 banks, 16-way conflicts, 64 cycles
+    a ``ds_write2_b32``); pad 4 makes it T/2 + 2 (18 / 10 at T = 32 / 16: 4 banks, 8-way),
+    keeps rows 8-byte aligned for the ``ds_read2_b64`` operand reads, and makes those reads (16
+    consecutive V^T rows) conflict-free. An odd pitch would spread the stores further but
+    misalign the reads. Taken with ``early_v`` only (ALGORITHM.md §10.2: elsewhere it moved the
+    modelled time by at most 0.03 us); gfx950 (64 banks, a wider B read) keeps the default."""
+    return 4 if early_v and head_size == 256 and target == "gfx942" else LDS_PAD
+
+
 # ---- the LDS plan --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -168,7 +181,8 @@ def lds_plan(spec, *, tile: int | None = None) -> LdsPlan:
     if spec.cfv_store:
         regions.append(LdsRegion("v_tile", (tile, D), v_tile_pad(x8)))
     else:
-        regions.append(LdsRegion("vt_tile", (D, tile), LDS_PAD))
+        regions.append(LdsRegion("vt_tile", (D, tile), vt_tile_pad(D, spec.target,
+                                                                getattr(spec, "early_v", False))))
     if getattr(spec, "mm_prefix_ranges", 0):   # [start, end] i32 pairs (4 x 16-bit units)
         regions.append(LdsRegion("mm_ranges", (spec.mm_prefix_ranges, 4)))
     if not x8:

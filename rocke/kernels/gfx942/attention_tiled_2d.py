@@ -110,6 +110,9 @@ class UnifiedAttention2DSpec:
     # the K/V tile copies look their page up once per tile, not once per copy step: the tile
     # must lie in one page (block_size a multiple of the tile; ALGORITHM.md §10.2)
     one_page_tile: bool = False
+    # V_{j+1}'s loads issue before P V_j (registers carried through the loop) and K_{j+1} is
+    # stored after P V_j: each round trip is covered by a whole step (ALGORITHM.md §10.2)
+    early_v: bool = False
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -171,7 +174,7 @@ class UnifiedAttention2DSpec:
         flags += [(tag, getattr(self, name)) for name, tag in FEATURES.items()]
         flags += [("gs", self.group_split if self.group_split != 1 else False),
                   ("mm", self.mm_prefix_ranges), ("im", self.interval_mask),
-                  ("op", self.one_page_tile)]
+                  ("op", self.one_page_tile), ("ev", self.early_v)]
         for tag, value in flags:
             if value is True:
                 name += f"_{tag}"
@@ -217,6 +220,7 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_choice, "mm_prefix_ranges", spec.mm_prefix_ranges, MM_RANGE_CAPACITIES)
     ok &= rule(check_bool, "interval_mask", spec.interval_mask)
     ok &= rule(check_bool, "one_page_tile", spec.one_page_tile)
+    ok &= rule(check_bool, "early_v", spec.early_v)
     ok &= rule(check_choice, "kv_cache_policy", spec.kv_cache_policy, tuple(CACHE_POLICIES))
     if spec.kv_dtype is not None:
         ok &= rule(check_choice, "kv_dtype", spec.kv_dtype,
@@ -254,6 +258,8 @@ def spec_problems(spec) -> list[str]:
     run = rows_per_wave(spec.head_size, STAGING_VECTOR, 2, lds_dma=spec.global_load_lds_k)
     if spec.block_size % run:
         out.append(f"block_size: {spec.block_size} is smaller than the {run} rows a wave copies at once")
+    if spec.early_v:
+        out += early_v_problems(spec, tile, run)
     if out:
         return out
     total = sum(lds_model(spec, tile=tile).values())
@@ -263,6 +269,30 @@ def spec_problems(spec) -> list[str]:
                    f"of LDS at head_size {spec.head_size}, BLOCK_M {block_m}, tile {tile} "
                    f"({lds_model(spec, tile=tile)}), {spec.target} has {lds_bytes}; use a smaller "
                    f"tile_size, fewer rows or a single K buffer")
+    return out
+
+
+def early_v_problems(spec, tile: int, run: int) -> list[str]:
+    """Why ``early_v`` does not apply to ``spec`` (empty: it does). It changes the late-V tile
+    loop (attention_pipeline.late_v_store: two K buffers, no LDS-DMA) and carries whole copy
+    steps of V in the Q dtype through the loop."""
+    single = spec.use_k_single_buffer
+    if single is None:
+        single = policy.default_k_single_buffer(spec.transposed_x8, spec.num_warps,
+                                                spec.block_m_per_warp, tile)
+    out = []
+    if single or spec.global_load_lds_k:
+        out.append("early_v: needs two K buffers loaded by the cooperative copy "
+                   "(use_k_single_buffer=False, global_load_lds_k=False)")
+    if spec.sliding_window and (spec.block_size < tile or
+                                (spec.transposed_x8 and not spec.interval_mask)):
+        out.append("early_v: a sliding window over pages shorter than the tile, or masked "
+                   "without interval_mask on the transposed-x8 path, has no late-V tile loop")
+    if spec.kv_dtype is not None:
+        out.append("early_v: an fp8 / int8 cache's dequantizing copy is not carried")
+    if tile % (run * spec.num_warps):
+        out.append(f"early_v: a {tile}-key tile is not whole copy steps of {run} rows x "
+                   f"{spec.num_warps} waves")
     return out
 
 
