@@ -381,8 +381,9 @@ def main(argv=None):
     parser.add_argument("--against", metavar="REV", default=None,
                         help="same-day A/B: the git revision REV's own benchmark against this "
                              "tree's, alternately (numpy backend, this host)")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="with --against: rounds of A then B (median per side)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="with --against: rounds of A then B (median per side; the 0.1-s "
+                             "workloads swing by 20 %% between rounds, so not fewer than 5)")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
