@@ -51,6 +51,16 @@ def assert_wide(got_bits, want_values, fmt):
     assert np.array_equal(got_bits[~nan], wide_bits(want_values[~nan], fmt))
 
 
+
+def assert_wide_pair(got, lo, hi, fmt):
+    """A packed conversion's two results from v2 on: f32 in v2 / v3, 16-bit halves of v2."""
+    if fmt == "f32":
+        assert_wide(got[:, 2], lo, fmt)
+        assert_wide(got[:, 3], hi, fmt)
+    else:
+        assert_wide(got[:, 2] & 0xFFFF, lo, fmt)
+        assert_wide(got[:, 2] >> 16, hi, fmt)
+
 # ------------------------------------------------------------------------------ up: fp8 / bf8
 
 # scales at which every code of the format has an exact value in the destination (extremes
@@ -75,12 +85,7 @@ def test_pk_up_from_fp8_every_code_and_word_select(dst, src):
                           target="gfx950").vgprs
             lo = decode(codes[::-1], src) * 2.0 ** k
             hi = decode(codes, src) * 2.0 ** k
-            if dst == "f32":
-                assert_wide(got[:, 2], lo, dst)
-                assert_wide(got[:, 3], hi, dst)
-            else:
-                assert_wide(got[:, 2] & 0xFFFF, lo, dst)
-                assert_wide(got[:, 2] >> 16, hi, dst)
+            assert_wide_pair(got, lo, hi, dst)
 
 
 @pytest.mark.parametrize("dst, src", [("f32", "fp8"), ("f32", "bf8"), ("f16", "fp8"),
@@ -133,12 +138,7 @@ def test_pk_up_from_fp4_every_code_pair_and_byte(dst):
                           f"op_sel:[{byte & 1},{byte >> 1},0]", vgprs=v, rows=4,
                           target="gfx950").vgprs
             lo, hi = decode(pairs & 0xF, "fp4") * 2.0 ** k, decode(pairs >> 4, "fp4") * 2.0 ** k
-            if dst == "f32":
-                assert_wide(got[:, 2], lo, dst)
-                assert_wide(got[:, 3], hi, dst)
-            else:
-                assert_wide(got[:, 2] & 0xFFFF, lo, dst)
-                assert_wide(got[:, 2] >> 16, hi, dst)
+            assert_wide_pair(got, lo, hi, dst)
 
 
 def pack6(codes):

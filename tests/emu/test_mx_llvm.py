@@ -62,6 +62,14 @@ def store(slot: int, value: str) -> str:
             f"  store i32 {value}, ptr addrspace(1) %r{slot}")
 
 
+def run_slots(asm: str, inputs: np.ndarray, slots: int) -> np.ndarray:
+    """One wave of ``kernel``'s code on ``inputs`` (u32 words); its ``slots`` stored rows."""
+    out = torch.zeros(slots * 64, dtype=torch.int32)
+    rocke.emu.launch(asm, "k", (1, 1, 1), (64, 1, 1),
+                     [torch.from_numpy(inputs.view(np.int32)), out], target="gfx950")
+    return out.numpy().view(np.uint32).reshape(-1, 64)
+
+
 def up_calls():
     """(calls, decls, expected(slot) -> (src fmt, dst fmt, which code of x, half / lane part))."""
     calls, decls, meaning, slot = [], set(), {}, 0
@@ -138,10 +146,7 @@ def test_llvm_up_conversions_every_select():
     inputs[:64] = words
     inputs[64:128] = ((k + 127) << 23).astype(np.uint32)
     inputs[128:192] = 0xCAFEF00D
-    out = torch.zeros(len(meaning) * 64, dtype=torch.int32)
-    rocke.emu.launch(asm, "k", (1, 1, 1), (64, 1, 1),
-                     [torch.from_numpy(inputs.view(np.int32)), out], target="gfx950")
-    got = out.numpy().view(np.uint32).reshape(-1, 64)
+    got = run_slots(asm, inputs, len(meaning))
     factor = np.ldexp(1.0, k)
     for slot, m in meaning.items():
         kind, src, dst = m[:3]
@@ -206,10 +211,7 @@ def test_llvm_down_conversions_every_select(src):
         inputs[:64] = halves[:, 0] | (halves[:, 1] << 16)
     inputs[64:128] = ((k + 127) << 23).astype(np.uint32)
     inputs[128:192] = 0x9ABCDEF0
-    out = torch.zeros(len(meaning) * 64, dtype=torch.int32)
-    rocke.emu.launch(asm, "k", (1, 1, 1), (64, 1, 1),
-                     [torch.from_numpy(inputs.view(np.int32)), out], target="gfx950")
-    got = out.numpy().view(np.uint32).reshape(-1, 64)
+    got = run_slots(asm, inputs, len(meaning))
     y = pair / np.ldexp(1.0, k)[:, None]
     for slot, (dst, shift, width) in meaning.items():
         code = [y[:, i].astype(SMALL[dst]).view(np.uint8).astype(np.uint32)
