@@ -153,16 +153,21 @@ def run_asm(body: str, vgprs=None, sgprs=None, scc=None, rows: int | None = None
                      words[:, 2] | (words[:, 3] << np.uint64(32)), words[:, 4] != 0)
 
 
-_TARGET_MACHINE = []
+_TARGET_MACHINES = {}
+
+
+def emit_assembly(module_text: str, cpu: str = "gfx942", opt: int = 2) -> str:
+    """``cpu``'s assembly of an LLVM IR module as given (llvmlite; one target machine per
+    ``(cpu, opt)``)."""
+    import llvmlite.binding as llvm
+    if (cpu, opt) not in _TARGET_MACHINES:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        target = llvm.Target.from_triple("amdgcn-amd-amdhsa")
+        _TARGET_MACHINES[cpu, opt] = target.create_target_machine(cpu=cpu, opt=opt)
+    return _TARGET_MACHINES[cpu, opt].emit_assembly(llvm.parse_assembly(module_text))
 
 
 def compile_ir(module_text: str) -> str:
     """gfx942 assembly of an LLVM IR module (llvmlite, -O2)."""
-    import llvmlite.binding as llvm
-    if not _TARGET_MACHINE:
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-        target = llvm.Target.from_triple("amdgcn-amd-amdhsa")
-        _TARGET_MACHINE.append(target.create_target_machine(cpu="gfx942", opt=2))
-    module = llvm.parse_assembly('target triple = "amdgcn-amd-amdhsa"\n' + module_text)
-    return _TARGET_MACHINE[0].emit_assembly(module)
+    return emit_assembly('target triple = "amdgcn-amd-amdhsa"\n' + module_text)

@@ -3,7 +3,6 @@ checked against numpy/torch references computed here from the ISA's definitions.
 import re
 import struct
 
-import llvmlite.binding as llvm
 import numpy as np
 import pytest
 import torch
@@ -11,17 +10,12 @@ import torch
 import rocke.emu as emu
 from rocke.arch import abi
 
-_TARGET_MACHINE = []
+from .asm_runner import emit_assembly
+
 
 
 def compile_ir(body: str) -> str:
-    if not _TARGET_MACHINE:
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-        target = llvm.Target.from_triple("amdgcn-amd-amdhsa")
-        _TARGET_MACHINE.append(target.create_target_machine(cpu="gfx942", opt=3))
-    module = llvm.parse_assembly('target triple = "amdgcn-amd-amdhsa"\n' + DECLS + body)
-    return _TARGET_MACHINE[0].emit_assembly(module)
+    return emit_assembly('target triple = "amdgcn-amd-amdhsa"\n' + DECLS + body, opt=3)
 
 
 DECLS = """

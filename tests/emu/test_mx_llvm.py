@@ -10,22 +10,17 @@ import torch
 
 import rocke.emu
 
+from .asm_runner import emit_assembly
+
 RNG = np.random.default_rng(17)
 SMALL = {"fp8": ml_dtypes.float8_e4m3fn, "bf8": ml_dtypes.float8_e5m2,
          "fp4": ml_dtypes.float4_e2m1fn, "fp6": ml_dtypes.float6_e2m3fn,
          "bf6": ml_dtypes.float6_e3m2fn}
 WIDE_IR = {"f32": "float", "f16": "half", "bf16": "bfloat"}
-_MACHINE = []
 
 
 def gfx950_asm(module: str) -> str:
-    import llvmlite.binding as llvm
-    if not _MACHINE:
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-        target = llvm.Target.from_triple("amdgcn-amd-amdhsa")
-        _MACHINE.append(target.create_target_machine(cpu="gfx950", opt=2))
-    return _MACHINE[0].emit_assembly(llvm.parse_assembly(module))
+    return emit_assembly(module, cpu="gfx950")
 
 
 def kernel(calls: list[str], decls: set[str]) -> str:
