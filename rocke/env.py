@@ -30,6 +30,10 @@ LEVERS: dict[str, tuple[str, str]] = {
                           "any instruction it has not ported)"),
     "ROCKE_EMU_DEVICE": ("cpu", "where the torch backend's arrays live: cpu | cuda (needs "
                          "ROCKE_EMU_BACKEND=torch and a CUDA build of torch with a GPU)"),
+    "ROCKE_EMU_STRETCHES": ("1", "torch backend with its own device arrays (CUDA): run "
+                            "straight-line stretches of scalar and vector instructions as one "
+                            "unit, replayed as a CUDA graph on a GPU (0 = instruction by "
+                            "instruction; results are the same either way)"),
     "ROCKE_FAMILIES": ("none", "extra kernel families: comma-separated name=python.module entries"),
     "ROCKE_CHECK_METADATA": ("device", "the attention entry point's content checks of GPU "
                              "metadata: device (a guard kernel records the first violation; "
@@ -203,6 +207,15 @@ def emu_device() -> str:
         raise ValueError(f"ROCKE_EMU_DEVICE={value} needs ROCKE_EMU_BACKEND=torch (the numpy "
                          "backend runs on the CPU only)")
     return value
+
+
+def emu_stretches() -> bool:
+    """``ROCKE_EMU_STRETCHES``: whether the torch backend's device copies run straight-line
+    stretches as one unit (default 1)."""
+    value = raw("ROCKE_EMU_STRETCHES") or "1"
+    if value not in ("0", "1"):
+        raise ValueError(f"ROCKE_EMU_STRETCHES must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 def families() -> list[tuple[str, str]]:

@@ -21,6 +21,8 @@ LDS_GRANULE = 16   # bytes: the widest LDS access of one lane; LDS strides are m
 class Pool:
     """`num_wgs` workgroups of `waves_per_wg` waves, stepped together."""
 
+    stretches = None    # a torch_graphs.StretchRunner on the torch backend's device copies
+
     def __init__(self, kernel: DecodedKernel, memory: GlobalMemory, wg_ids: np.ndarray,
                  block: tuple[int, int, int], lds_bytes: int, check: bool):
         self.kernel = kernel
@@ -83,6 +85,18 @@ class Pool:
         mask.flags.writeable = False
         self._exec_sel, self._exec_cached = sel, (mask, full, lanes)
         return self._exec_cached
+
+    def begin_step(self, d, n):
+        """Count instruction `d` for a batch of `n` waves and name it in errors (for a runner of
+        several instructions at once; the scheduler does the same inline)."""
+        self.counts[d.cls] += n
+        self._current = d
+
+    def exec_changed(self):
+        self._exec_sel = None
+
+    def where(self, ins) -> str:
+        return self._where(ins)
 
     def vm_issue(self, sel):
         self.vm_issued[sel] += 1
@@ -157,14 +171,18 @@ class Pool:
             in_bounds = False
         bad = None if in_bounds else active & ((addr < 0) | (addr + nbytes > self.lds_bytes))
         if bad is not None and bad.any():
-            w, l = np.argwhere(bad)[0]
-            wave = np.arange(self.num_waves)[sel][w]
-            raise LdsFault(f"LDS out of bounds in {self._where(ins)}: {self.wave_label(wave)}, "
-                           f"lane {l}: {nbytes}-byte access at LDS address {int(addr[w, l])} "
-                           f"(0x{int(addr[w, l]):x}) but the workgroup has {self.lds_bytes} bytes "
-                           f"of LDS (static + dynamic)")
+            raise self.lds_bounds_fault(ins, sel, bad, addr, nbytes)
         flat = (self.wg_of[sel] * self.lds_stride)[:, None] + addr
         return flat.reshape(-1) if full else flat[active]
+
+    def lds_bounds_fault(self, ins, sel, bad, addr, nbytes) -> LdsFault:
+        """The fault naming the first lane of bool (n, 64) `bad` of the batch."""
+        w, l = np.argwhere(bad)[0]
+        wave = np.arange(self.num_waves)[sel][w]
+        return LdsFault(f"LDS out of bounds in {self._where(ins)}: {self.wave_label(wave)}, "
+                        f"lane {l}: {nbytes}-byte access at LDS address {int(addr[w, l])} "
+                        f"(0x{int(addr[w, l]):x}) but the workgroup has {self.lds_bytes} bytes "
+                        f"of LDS (static + dynamic)")
 
     def lds_read(self, ins, sel, addr, nbytes, active):
         flat = self._lds_flat(ins, sel, addr, nbytes, active)
@@ -248,6 +266,7 @@ class Pool:
         code = self.kernel.code
         is_target = self.kernel.is_target
         counts = self.counts
+        stretches = self.stretches   # torch backend: straight-line stretches run as one unit
         status, pc, loops = self.status, self.pc, self.loops
         eligible = None            # runnable waves within the slack; None: every runnable wave
         while True:
@@ -274,6 +293,12 @@ class Pool:
             full = n == count
             sel = slice(int(idx[0]), int(idx[-1]) + 1) if idx[-1] - idx[0] + 1 == n else idx
             while True:
+                if stretches is not None and stretches.ends[p] > p:
+                    p = stretches.run(p, sel, n)
+                    if not full and is_target[p]:
+                        pc[sel] = p
+                        break
+                    continue
                 d = code[p] if p < len(code) else None
                 if d is None:
                     raise EmulatorError(f"kernel {self.kernel.source.name}: execution ran past "

@@ -24,7 +24,8 @@ import numpy as np
 
 from . import backend as shared
 from . import memops, torch_memory
-from .access import mask_to_words, scalar_raw_reader, sgpr_pair_to_mask, write_mask
+from .access import mask_to_words, scalar_raw_reader, sgpr_pair, sgpr_pair_to_mask, \
+    write_mask
 from .errors import DecodeError, EmulatorError
 from .memory import AccessFault
 from .machine import LDS_GRANULE, Pool
@@ -33,6 +34,7 @@ from .memory import access_rows
 from .operands import EXEC_LO, VCC_LO, Operand, TYPE_BITS, constant_bits, parse_modifiers, \
     parse_operand
 from .program import DS, MFMA, OTHER, SALU, SMEM, VALU, VMEM, DecodedKernel
+from .torch_graphs import CaptureRefused, StretchRunner, stretch_ends
 
 _torch = None
 # Tests set this to run the CPU device the way CUDA runs (own copies of VGPRs/LDS, unported
@@ -111,8 +113,37 @@ class TorchPool(Pool):
             self._flush_masks()
         self._pending_masks[index] = (sel, mask)
 
+    def pending_mask(self, sel, index):
+        """The device bool (n, 64) a VALU compare left for SGPR pair `index` of this batch
+        (None when the host SGPRs hold it; an overlapping pending mask is flushed)."""
+        pending = self._pending_masks
+        if pending:
+            hit = pending.get(index)
+            if hit is not None and hit[0] is sel:
+                return hit[1]
+            if hit is not None or index - 1 in pending or index + 1 in pending:
+                self._flush_masks()
+        return None
+
+    def host_sgpr_pair(self, sel, index) -> np.ndarray:
+        """int64 (n,) copy of the SGPR pair at `index` of the batch (bit i = lane i)."""
+        return np.array(sgpr_pair(self, sel, index), np.uint64).view(np.int64)
+
+    def host_sgpr_column(self, sel, index) -> np.ndarray:
+        """int32 (n,) copy of SGPR `index` of the batch as the host holds it now."""
+        pending = self._pending_masks
+        if pending and (index in pending or index - 1 in pending):
+            self._flush_masks()
+        return self._sgpr[sel, index].view(np.int32).copy()
+
     def mask_on_device(self, sel, index):
         """Device bool (n, 64) of SGPR pair `index` of the batch."""
+        runner = self.stretches
+        if runner is not None and runner.mode is not None:
+            if runner.mode == "discover":
+                runner.record("mask", index)
+            else:
+                return runner.staged("mask", index)
         pending = self._pending_masks
         if pending:
             hit = pending.get(index)
@@ -122,8 +153,20 @@ class TorchPool(Pool):
                 self._flush_masks()
         return self.to_device(sgpr_pair_to_mask(self, sel, index))
 
+    def sgpr64_on_device(self, sel, index):
+        """int64 (n, 1) device copy of the SGPR pair at `index` of the batch."""
+        torch = self.torch
+        low, high = self.sgpr_on_device(sel, index), self.sgpr_on_device(sel, index + 1)
+        return (low.to(torch.int64) & MASK32) | (high.to(torch.int64) << 32)
+
     def sgpr_on_device(self, sel, index):
         """int32 (n, 1) device copy of SGPR `index` of the batch, uploaded once per host epoch."""
+        runner = self.stretches
+        if runner is not None and runner.mode is not None:
+            if runner.mode == "discover":
+                runner.record("sgpr", index)
+            else:
+                return runner.staged("sgpr", index)
         pending = self._pending_masks
         if pending and (index in pending or index - 1 in pending):
             self._flush_masks()
@@ -147,6 +190,10 @@ class TorchPool(Pool):
             self.tl = torch.zeros(self.lds.size + LDS_GRANULE, dtype=torch.uint8,
                                   device=self.device)
             self.vgpr = self.lds = None    # an unported numpy path must not see stale arrays
+            steps = getattr(self.kernel, "stretch_steps", None)
+            if steps is not None and stretches_enabled():
+                self.stretches = StretchRunner(self, *steps[bool(self.check)],
+                                               capture=not self.on_cpu)
         super().run()
 
     # ---- batch plumbing
@@ -162,6 +209,9 @@ class TorchPool(Pool):
 
     def tmask(self, sel):
         """(EXEC as a device bool (n, 64), all lanes on, active lane count)."""
+        runner = self.stretches
+        if runner is not None and runner.mode in ("staged", "capture"):
+            return runner.staged_exec()
         active, full, lanes = self.exec_state(sel)
         cached, value = self._tmask
         if cached is not active:
@@ -171,13 +221,20 @@ class TorchPool(Pool):
 
     def host(self, tensor) -> np.ndarray:
         """A device tensor's values on the host (a device sync on CUDA)."""
+        self._refuse_in_capture("reads the device")
         return tensor.cpu().numpy() if not self.on_cpu else tensor.numpy()
 
     def to_device(self, array):
         """A host array on the device. non_blocking: from pageable memory CUDA stages the bytes
         before returning and waits for no kernel (a blocking copy would sync the device)."""
+        self._refuse_in_capture("copies from the host")
         return self.torch.from_numpy(np.ascontiguousarray(array)).to(self.device,
                                                                      non_blocking=True)
+
+    def _refuse_in_capture(self, what):
+        runner = self.stretches
+        if runner is not None and runner.mode == "capture":
+            raise CaptureRefused(f"a device step {what}")
 
     def write_rows(self, sel, row, count, values, full, mask=None):
         """values: int32 (n, count, 64) into VGPR rows row..row+count-1 of the lanes of `mask`
@@ -234,6 +291,9 @@ class TorchPool(Pool):
         addr = self.tv[self.tsel(sel), addr_row].to(torch.int64) & MASK32
         if offset:
             addr = (addr + offset) & MASK32
+        runner = self.stretches
+        if runner is not None and runner.mode in ("staged", "capture"):
+            return runner.lds_index(ins, addr, nbytes, tmask)
         if bool(((addr + nbytes > self.lds_bytes) & tmask).any()):    # one read: a flag
             return None
         cached_sel, base = self._lds_base
@@ -696,13 +756,17 @@ def _source(i, src, typ, mods, sdwa=False, raw32=False):
         if src.kind != "v":
             raise DecodeError("torch backend: packed f32 operands must be VGPR pairs")
         row = src.index
-        flips = torch.tensor([INT32_MIN if nl else 0, INT32_MIN if nh else 0], dtype=torch.int32)
+        flips = {}
 
         def read_pk(P, sel, n):
             pair = P.tv[P.tsel(sel), row:row + 2]
             words = torch.stack([pair[:, sel_lo], pair[:, sel_hi]], -1)
             if nl or nh:
-                words = words ^ flips.to(words.device)
+                if words.device not in flips:
+                    flips[words.device] = torch.tensor([INT32_MIN if nl else 0,
+                                                        INT32_MIN if nh else 0],
+                                                       dtype=torch.int32, device=words.device)
+                words = words ^ flips[words.device]
             return words.view(torch.float32)
         return read_pk
     bits = TYPE_BITS[typ]
@@ -713,9 +777,7 @@ def _source(i, src, typ, mods, sdwa=False, raw32=False):
                 (P.tv[P.tsel(sel), r + 1].to(torch.int64) << 32)
         if src.kind == "s":
             i0 = src.index
-            return lambda P, sel, n: P.to_device(
-                (P.sgpr[sel, i0].astype(np.uint64) | (P.sgpr[sel, i0 + 1].astype(np.uint64) << 32))
-                .view(np.int64))[:, None]
+            return lambda P, sel, n: P.sgpr64_on_device(sel, i0)
         value = constant_bits(src, typ)
         value = value - (1 << 64) if value >> 63 else value
         cache = {}
@@ -901,6 +963,8 @@ def _decode_valu(ins, ops, mods):
         for w, value in zip(writers, result):
             w(P, sel, n, value, tmask, full)
         return lanes
+    # a stretch's device step (torch_graphs): only VGPRs written, host inputs asked of the pool
+    run.device_only = dpp is None and all(t != "mask" for t in dsts)
     return run
 
 
@@ -1201,6 +1265,7 @@ def _decode_ds(ins, ops, mods):
             out = torch.where(tmask[:, index], values, torch.zeros_like(values))
             P.write_rows(sel, dst, 1, out[:, None], full)
             return lanes
+        run_swizzle.device_only = True
         return run_swizzle
     if rest == "bpermute_b32":
         dst, addr, data = ops[0].index, ops[1].index, ops[2].index
@@ -1215,6 +1280,7 @@ def _decode_ds(ins, ops, mods):
             out = torch.where(valid, values, torch.zeros_like(values))
             P.write_rows(sel, dst, 1, out[:, None], full)
             return lanes
+        run_bpermute.device_only = True
         return run_bpermute
     parts = None
     if rest.startswith("read2") or rest.startswith("write2"):
@@ -1281,6 +1347,10 @@ def _ds_read(ins, addr_row, parts):
     torch = torch_module()
 
     def run(P, sel, n):
+        if P.stretches is not None and P.stretches.mode in ("staged", "capture"):
+            full = P.tmask(sel)[1]     # a stretch's device step: EXEC is staged
+            _ds_read_on_device(P, ins, sel, n, addr_row, parts, full)
+            return 0
         active, full, lanes = P.exec_state(sel)
         if not P.check and not P.shares_numpy:
             done = _ds_read_on_device(P, ins, sel, n, addr_row, parts, full)
@@ -1303,6 +1373,7 @@ def _ds_read(ins, addr_row, parts):
         for row, words in loaded:
             _write_lanes(P, sel, n, row, words.shape[1], words, full)
         return lanes
+    run.device_only = "unchecked"    # a stretch's device step when the race checker is off
     return run
 
 
@@ -1310,6 +1381,9 @@ def _ds_write(ins, addr_row, parts):
     torch = torch_module()
 
     def run(P, sel, n):
+        if P.stretches is not None and P.stretches.mode in ("staged", "capture"):
+            _ds_write_on_device(P, ins, sel, addr_row, parts)   # EXEC is staged
+            return 0
         active, full, lanes = P.exec_state(sel)
         if not P.check and not P.shares_numpy and _ds_write_on_device(P, ins, sel, addr_row,
                                                                       parts):
@@ -1334,6 +1408,7 @@ def _ds_write(ins, addr_row, parts):
             if P.check and len(flat):
                 P.race.check_batch_writes(ins)
         return lanes
+    run.device_only = "unchecked"    # a stretch's device step when the race checker is off
     return run
 
 
@@ -1384,6 +1459,7 @@ def _decode_mfma(ins, ops, mods, mfma_ops):
         d = products.to(torch.float32).view(torch.int32)
         P.write_rows(sel, dst.index, nc, d, full)
         return lanes
+    run.device_only = True
     return run
 
 
@@ -1397,6 +1473,12 @@ class TorchKernel:
 
 
 _HOST_CLASSES = (SALU, SMEM)
+
+
+def stretches_enabled() -> bool:
+    """ROCKE_EMU_STRETCHES (rocke/env.py): device copies run straight-line stretches."""
+    from rocke import env
+    return env.emu_stretches()
 _MFMA_OPS = None
 
 
@@ -1477,5 +1559,15 @@ def torch_kernel(dk: DecodedKernel, device: str) -> TorchKernel:
         code.append(Decoded(run, d.cls, None, ins, d.writes_exec))
     decoded = DecodedKernel(dk.source, code, dk.first, dk.start, dk.is_target,
                             dk.num_vector_regs, dk.accum_offset)
+    if strict:   # device copies: straight-line stretches (torch_graphs), per checker setting
+        host_step = np.array([d is not None and d.control is None and
+                              (d.cls in _HOST_CLASSES or d.cls == OTHER) for d in code], bool)
+        decoded.stretch_steps = {}
+        for check in (True, False):
+            device_step = np.array([d is not None and getattr(d.run, "device_only", False)
+                                    in ((True,) if check else (True, "unchecked"))
+                                    for d in code], bool)
+            decoded.stretch_steps[check] = (stretch_ends(code, dk.is_target, device_step,
+                                                         host_step), device_step)
     cache[key] = TorchKernel(dk, decoded, fallbacks)
     return cache[key]

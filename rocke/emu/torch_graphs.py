@@ -1,0 +1,309 @@
+"""Straight-line stretches of a kernel replayed as CUDA graphs (the torch backend on a GPU).
+
+Why: on a GPU the torch backend's time is host time. Each emulated instruction issues 10-30
+torch operations at ~10-20 us of Python and launch overhead each, whatever the batch's width,
+so a launch of 16,384 waves runs no faster per instruction than one of 4,096. A captured CUDA
+graph replays a whole stretch of instructions in one launch.
+
+A stretch starts at any pc and runs to just before the next branch target, control
+instruction or instruction that is neither kind of step below. Its steps, in program order:
+- device steps: VALU closures without DPP and without a lane-mask, EXEC or scalar
+  destination, and the MFMAs. They touch only the VGPR tensor; what they read from the host
+  (an SGPR column, a lane mask in an SGPR pair, EXEC when some lanes are off) is asked of the
+  pool through `sgpr_on_device`, `sgpr64_on_device`, `mask_on_device` and `tmask`;
+- host steps: the scalar instructions (SALU, SMEM, waits, no-ops), which run on the host.
+A host step never reads what a device step writes (VGPRs) and a device step writes no host
+state, so running every host step first, in order, and then the device steps gives the
+order's results, provided each device step sees the host values of its own position: the host
+pass records them into staging tensors, and the device steps read the staging tensors.
+
+A stretch's first sighting (per start pc and batch) runs step by step as usual, recording
+which host values each device step asks for. Later sightings take the host pass, fill the
+staging tensors, and replay the graph captured for the stretch's EXEC pattern (which device
+steps had every lane on), capturing it the first time. Capture refuses anything that would
+read the device or copy from the host (`CaptureRefused`); such a stretch runs its device steps
+eagerly from the staging tensors from then on. On the CPU there are no graphs: tests run the
+same host pass and staging with the device steps eager (`capture=False`), so CI covers
+everything but the capture itself.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import LdsFault
+from .machine import LDS_GRANULE
+from .operands import EXEC_LO
+
+MIN_DEVICE_STEPS = 4      # a shorter stretch is not worth its host pass and replay
+SGPR_COLUMNS = 128        # staging capacity of one pool: SGPR columns ...
+MASK_SLOTS = 64           # ... and lane masks (EXEC per device step, and mask operands)
+LDS_STEPS = 256           # DS steps of a kernel with an out-of-bounds flag each
+
+
+class CaptureRefused(Exception):
+    """A device step did something a graph cannot hold (a host read, a copy from the host)."""
+
+
+def stretch_ends(code, is_target, device_step, host_step) -> np.ndarray:
+    """Per pc, the end (exclusive) of the stretch starting there, or -1 when none starts there
+    (fewer than MIN_DEVICE_STEPS device steps before the stretch would end)."""
+    n = len(code)
+    ends = np.full(n + 1, -1, np.int64)
+    stop, devices = n, 0            # the stretch through p+1 while walking down
+    for p in range(n - 1, -1, -1):
+        if not (device_step[p] or host_step[p]):
+            stop, devices = p, 0
+            continue
+        if p + 1 < n and (p + 1 == stop or is_target[p + 1]):
+            stop, devices = p + 1, 0
+        devices += int(device_step[p])
+        if devices >= MIN_DEVICE_STEPS:
+            ends[p] = stop
+    return ends
+
+
+class _Plan:
+    """What the device steps of one stretch read from the host, learned at its first sighting:
+    per device step a list of ("sgpr", index) / ("mask", index), and their staging slots."""
+
+    def __init__(self, device_positions):
+        self.inputs = {k: [] for k in device_positions}
+        self.columns = self.masks = 0
+        self.slots = {}            # (step, entry number) -> staging slot
+        self.exec_slot = {}        # step -> mask slot for its EXEC
+
+    def allocate(self) -> bool:
+        for step, entries in self.inputs.items():
+            self.exec_slot[step] = self.masks
+            self.masks += 1
+            for i, (kind, _) in enumerate(entries):
+                if kind == "sgpr":
+                    self.slots[step, i] = self.columns
+                    self.columns += 1
+                else:
+                    self.slots[step, i] = self.masks
+                    self.masks += 1
+        return self.columns <= SGPR_COLUMNS and self.masks <= MASK_SLOTS
+
+
+class StretchRunner:
+    """Runs the stretches of one TorchPool (see the module docstring).
+
+    Device steps after a stretch's first sighting run over every wave of the pool, whatever
+    the batch: the waves outside the batch have their lanes off in the staged EXEC, so their
+    registers are untouched. That keeps one graph per stretch and EXEC pattern for every batch
+    (a loop whose batch shrinks every iteration, as a causal mask makes it, replays the same
+    graphs), at the price of device work on waves that sit elsewhere."""
+
+    def __init__(self, pool, ends, device_step, capture: bool):
+        self.pool, self.ends, self.device_step, self.capture = pool, ends, device_step, capture
+        torch = pool.torch
+        self.waves = pool.num_waves
+        self.every_wave = slice(0, self.waves)
+        self.plans: dict = {}       # start pc -> _Plan, or None when it needs too many slots
+        self.graphs: dict = {}      # (start pc, EXEC pattern) -> graph, or None: refused
+        self.columns = torch.zeros((SGPR_COLUMNS, self.waves), dtype=torch.int32,
+                                   device=pool.device)
+        self.masks = torch.zeros((MASK_SLOTS, self.waves), dtype=torch.int64, device=pool.device)
+        self.lane_bits = torch.arange(64, dtype=torch.int64, device=pool.device)
+        self.all_on = torch.ones((self.waves, 64), dtype=torch.bool, device=pool.device)
+        # LDS: each wave's workgroup base, and per DS step a flag of an out-of-bounds lane
+        # (a replayed graph cannot stop at the fault; the flags are read after the replay)
+        self.lds_base = pool.to_device((pool.wg_of * pool.lds_stride).astype(np.int64))[:, None]
+        self.lds_sink = pool.tl.numel() - LDS_GRANULE   # TorchPool's sink
+        self.lds_faults = torch.zeros(LDS_STEPS, dtype=torch.bool, device=pool.device)
+        self.lds_steps: dict = {}   # pc -> flag index
+        self.lds_checks: dict = {}  # start pc -> whether the stretch has DS steps
+        self.mode = None            # None | "discover" | "staged" | "capture"
+        self.plan = self.step = None
+        self.cursor = 0
+        self.exec_of: dict = {}
+        self.replays = self.captures = self.staged_runs = 0
+        self.refusals: list = []    # why captures were refused (for profiling)
+        self._stream = None
+
+    # ---- the pool's hooks (TorchPool asks these while a mode is on)
+    def record(self, kind, index):
+        """Discover mode: note a host input of the current device step."""
+        self.plan.inputs[self.step].append((kind, index))
+
+    def _lanes(self, slot):
+        """Device bool (waves, 64) of the 64-bit lane mask staged in `slot`."""
+        return ((self.masks[slot][:, None] >> self.lane_bits) & 1).bool()
+
+    def staged(self, kind, index):
+        """Staged / capture mode: the staged value of the current step's next host input."""
+        i = self.cursor
+        self.cursor += 1
+        entries = self.plan.inputs[self.step]
+        if i >= len(entries) or entries[i] != (kind, index):
+            raise CaptureRefused(f"device step {self.step} asked for {kind} {index} out of the "
+                                 "order its first run recorded")
+        slot = self.plan.slots[self.step, i]
+        return self.columns[slot][:, None] if kind == "sgpr" else self._lanes(slot)
+
+    def staged_exec(self):
+        """Staged / capture mode: (EXEC as a device bool (waves, 64), all on, lanes)."""
+        full, lanes = self.exec_of[self.step]
+        return (self.all_on if full else self._lanes(self.plan.exec_slot[self.step])), full, lanes
+
+    def lds_index(self, ins, addr, nbytes, tmask):
+        """Staged / capture mode: device flat LDS byte index (waves, 64) of a DS step, lanes
+        that are off or out of bounds at the sink; an out-of-bounds lane is raised at once when
+        staged, and flagged for after the replay when captured."""
+        outside = (addr + nbytes > self.pool.lds_bytes) & tmask
+        if self.mode == "staged":
+            if bool(outside.any()):
+                pool = self.pool
+                raise pool.lds_bounds_fault(ins, self.every_wave, pool.host(outside),
+                                            pool.host(addr), nbytes)
+        else:
+            flag = self.lds_steps.setdefault(self.step, len(self.lds_steps))
+            if flag >= LDS_STEPS:
+                raise CaptureRefused("too many DS steps to flag")
+            self.lds_faults[flag:flag + 1] |= outside.any().view(1)
+        return self.pool.torch.where(tmask & ~outside, self.lds_base + addr, self.lds_sink)
+
+    def _raise_lds_faults(self, p, end):
+        """After a replay of a stretch with DS steps: the first flagged DS step, named."""
+        flags = self.lds_faults
+        if not bool(flags.any()):
+            return
+        P, code = self.pool, self.pool.kernel.code
+        flagged = set(np.flatnonzero(P.host(flags)).tolist())
+        for q in range(p, end):
+            if self.lds_steps.get(q) in flagged:
+                raise LdsFault(f"LDS out of bounds in {P.where(code[q].instr)}: some lane's "
+                               f"access falls outside the workgroup's {P.lds_bytes} bytes of "
+                               "LDS (static + dynamic); found by a CUDA-graph replay, which "
+                               "cannot stop at the lane: ROCKE_EMU_STRETCHES=0 names the wave, "
+                               "lane and address")
+
+    # ---- running a stretch
+    def run(self, p, sel, n) -> int:
+        """Run the stretch starting at `p` for the batch `sel`; returns its end."""
+        end = int(self.ends[p])
+        if p not in self.plans:
+            self.plans[p] = plan = _Plan([q for q in range(p, end) if self.device_step[q]])
+            self.plan, self.mode = plan, "discover"
+            try:
+                self._run_eagerly(p, end, sel, n)
+            finally:
+                self.mode = self.plan = self.step = None
+            if not plan.allocate():
+                self.plans[p] = None
+            return end
+        plan = self.plans[p]
+        if plan is None:
+            self._run_eagerly(p, end, sel, n)
+            return end
+        self.plan = plan
+        try:
+            pattern = self._host_pass(p, end, sel, n)
+            self._device_steps(p, end, (p, pattern))
+        finally:
+            self.mode = self.plan = self.step = None
+        return end
+
+    def _run_eagerly(self, p, end, sel, n):
+        """Step by step, as the scheduler runs instructions."""
+        P = self.pool
+        code = P.kernel.code
+        for q in range(p, end):
+            d = code[q]
+            P.begin_step(d, n)
+            self.step = q
+            P.lane_instructions += d.run(P, sel, n)
+            if d.writes_exec:
+                P.exec_changed()
+
+    def _host_pass(self, p, end, sel, n):
+        """Host steps run; each device step's EXEC and host inputs are staged (the batch's
+        rows; every other wave's EXEC is off). Returns the EXEC pattern."""
+        P, plan = self.pool, self.plan
+        code = P.kernel.code
+        whole = n == self.waves
+        columns = np.zeros((plan.columns, self.waves), np.int32)
+        masks = np.zeros((plan.masks, self.waves), np.int64)
+        pending = []
+        self.exec_of = {}
+        for q in range(p, end):
+            d = code[q]
+            P.begin_step(d, n)
+            if not self.device_step[q]:
+                P.lane_instructions += d.run(P, sel, n)
+                if d.writes_exec:
+                    P.exec_changed()
+                continue
+            _, full, lanes = P.exec_state(sel)
+            P.lane_instructions += lanes
+            full = full and whole
+            self.exec_of[q] = (full, lanes)
+            if not full:
+                masks[plan.exec_slot[q], sel] = P.host_sgpr_pair(sel, EXEC_LO)
+            for i, (kind, index) in enumerate(plan.inputs[q]):
+                slot = plan.slots[q, i]
+                if kind == "sgpr":
+                    columns[slot, sel] = P.host_sgpr_column(sel, index)
+                    continue
+                on_device = P.pending_mask(sel, index)
+                if on_device is not None:
+                    pending.append((slot, on_device))
+                else:
+                    masks[slot, sel] = P.host_sgpr_pair(sel, index)
+        if plan.columns:
+            self.columns[:plan.columns].copy_(P.to_device(columns))
+        if plan.masks:
+            self.masks[:plan.masks].copy_(P.to_device(masks))
+        for slot, lanes_on in pending:    # a compare's mask still on the device: pack it
+            words = (lanes_on.to(self.masks.dtype) << self.lane_bits).sum(1)
+            self.masks[slot][P.tsel(sel)] = words
+        return tuple(full for full, _ in self.exec_of.values())
+
+    def _device_steps(self, p, end, key):
+        graph = self.graphs.get(key, False)
+        if graph is False and self.capture:
+            graph = self._capture(p, end, key)
+        if graph:
+            graph.replay()
+            self.replays += 1
+            if any(q in self.lds_steps for q in range(p, end)):
+                self._raise_lds_faults(p, end)
+        else:                # no graphs here (the CPU), or refused
+            self._run_staged(p, end, "staged")
+            self.staged_runs += 1
+
+    def _run_staged(self, p, end, mode):
+        P, code = self.pool, self.pool.kernel.code
+        self.mode = mode
+        try:
+            for q in range(p, end):
+                if self.device_step[q]:
+                    self.step, self.cursor = q, 0
+                    code[q].run(P, self.every_wave, self.waves)
+        finally:
+            self.mode = "staged" if mode == "capture" else mode
+
+    def _capture(self, p, end, key):
+        torch = self.pool.torch
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        graph = torch.cuda.CUDAGraph()
+        current = torch.cuda.current_stream()
+        self._stream.wait_stream(current)
+        try:
+            with torch.cuda.stream(self._stream):
+                graph.capture_begin()
+                try:
+                    self._run_staged(p, end, "capture")
+                finally:
+                    graph.capture_end()
+        except (CaptureRefused, RuntimeError) as err:
+            current.wait_stream(self._stream)
+            self.graphs[key] = None
+            self.refusals.append(f"pc {p}: {type(err).__name__}: {err}")
+            return None
+        current.wait_stream(self._stream)
+        self.graphs[key] = graph
+        self.captures += 1
+        return graph

@@ -1,0 +1,176 @@
+"""Straight-line stretches on the torch backend's device copies (rocke/emu/torch_graphs.py).
+
+On the CPU the stretches run their host pass and staging with the device steps eager (the
+CUDA graph capture itself needs a GPU; those cases skip without one). The bit-identity of whole
+kernels through stretches is also covered by test_torch_backend's cpu-copies devices."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rocke.emu as emu  # noqa: E402
+from rocke import env  # noqa: E402
+from rocke.emu import torch_exec, torch_graphs  # noqa: E402
+from tests.emu import test_triton_kernels as T  # noqa: E402
+from tests.emu.test_engine import compile_ir  # noqa: E402
+from tests.emu.test_torch_backend import backend_env  # noqa: E402
+
+CUDA_ONLY = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU (CI has none)")
+
+
+def test_stretch_ends_stop_at_targets_and_other_instructions():
+    # pcs: 0-5 device/host steps, 6 neither (a branch, say), 7-11 device steps;
+    # a branch target at 3
+    device = np.array([1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1], bool)
+    host = np.array([0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], bool)
+    target = np.zeros(13, bool)
+    target[3] = True
+    ends = torch_graphs.stretch_ends([None] * 12, target, device, host)
+    # from 0 the stretch stops before the target 3: 2 device steps, too few (MIN 4)
+    assert torch_graphs.MIN_DEVICE_STEPS == 4
+    assert ends[:3].tolist() == [-1, -1, -1]
+    assert ends[3] == -1                    # 3, 4, 5: three device steps
+    assert ends[6] == -1                    # not a step
+    assert ends[7:9].tolist() == [12, 12]   # 7-11: five, then four device steps
+    assert ends[9:12].tolist() == [-1, -1, -1]
+
+
+def _stretch_runners(monkeypatch):
+    runners = []
+    real = torch_graphs.StretchRunner.__init__
+
+    def init(self, *args, **kw):
+        real(self, *args, **kw)
+        runners.append(self)
+    monkeypatch.setattr(torch_graphs.StretchRunner, "__init__", init)
+    return runners
+
+
+def _flash_run(check):
+    case = next(c for c in T.FLASH_CASES if c[0] == "flash_attn_fwd_d128_causal")
+    T.test_flash_attention_fwd(*case) if check else _no_check(T.test_flash_attention_fwd, case)
+
+
+def _no_check(test, case):
+    real = emu.launch
+
+    def launch(*args, **kw):
+        kw["check"] = False
+        return real(*args, **kw)
+    emu.launch, saved = launch, emu.launch
+    try:
+        test(*case)
+    finally:
+        emu.launch = saved
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["checked", "unchecked"])
+def test_flash_attention_runs_through_stretches(monkeypatch, check):
+    """The causal flash kernel's loop shrinks its batch every iteration: its stretches still run
+    staged (every wave, the batch's EXEC) after their first sighting, DS steps too when the
+    race checker is off, and the kernel's own test (against an fp32 reference) passes."""
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
+    runners = _stretch_runners(monkeypatch)
+    with backend_env("torch", "cpu"):
+        _flash_run(check)
+    assert runners, "no stretch runner was made"
+    staged = sum(r.staged_runs for r in runners)
+    assert staged > 0 and all(r.replays == 0 for r in runners)   # no graphs on the CPU
+    ds_steps = sum(len(r.lds_steps) for r in runners)
+    assert sum(r.device_step.sum() for r in runners) > 0
+    kernel = runners[0].pool.kernel
+    lds_access = [q for q, d in enumerate(kernel.code) if d is not None and
+                  d.instr.mnemonic.startswith(("ds_read", "ds_write"))]
+    assert lds_access
+    assert any(runners[0].device_step[q] for q in lds_access) == (not check)
+    assert ds_steps == 0       # flags are for captured graphs only
+
+
+def test_stretches_off_lever(monkeypatch):
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
+    runners = _stretch_runners(monkeypatch)
+    monkeypatch.setenv("ROCKE_EMU_STRETCHES", "0")
+    with backend_env("torch", "cpu"):
+        _flash_run(False)
+    assert runners == []
+    monkeypatch.setenv("ROCKE_EMU_STRETCHES", "yes")
+    with pytest.raises(ValueError, match="ROCKE_EMU_STRETCHES must be 0 or 1"):
+        env.emu_stretches()
+
+
+LDS_LOOP = """
+@dyn = external addrspace(3) global [0 x i32], align 16
+define amdgpu_kernel void @ldsloop(ptr addrspace(1) %out, i32 %stride) {
+entry:
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  br label %loop
+loop:
+  %i = phi i32 [0, %entry], [%next, %loop]
+  %acc = phi i32 [0, %entry], [%sum, %loop]
+  %step = mul i32 %i, %stride
+  %slot = add i32 %tid, %step
+  %p = getelementptr i32, ptr addrspace(3) @dyn, i32 %slot
+  %seed = mul i32 %acc, 7
+  store i32 %seed, ptr addrspace(3) %p
+  %v = load volatile i32, ptr addrspace(3) %p
+  %x = xor i32 %v, %i
+  %y = mul i32 %x, 3
+  %z = add i32 %y, %tid
+  %sum = add i32 %acc, %z
+  %next = add i32 %i, 1
+  %more = icmp ult i32 %next, 4
+  br i1 %more, label %loop, label %exit
+exit:
+  %po = getelementptr i32, ptr addrspace(1) %out, i32 %tid
+  store i32 %sum, ptr addrspace(1) %po
+  ret void
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def lds_loop():
+    return compile_ir(LDS_LOOP)
+
+
+def _lds_loop_fault(asm, backend, stride):
+    out = torch.zeros(64, dtype=torch.int32)
+    with backend_env(*backend), pytest.raises(emu.LdsFault) as info:
+        emu.launch(asm, "ldsloop", 1, 64, [out, stride], shared_mem=64 * 3 * 4, check=False)
+    return str(info.value)
+
+
+def test_lds_out_of_bounds_in_a_staged_stretch_is_numpys_fault(monkeypatch, lds_loop):
+    """Iteration 3 of the loop stores past the 768 bytes of LDS: the stretch that holds the DS
+    steps runs staged from its second sighting and names the same lane as numpy."""
+    out = torch.zeros(64, dtype=torch.int32)
+    emu.launch(lds_loop, "ldsloop", 1, 64, [out, 40], shared_mem=64 * 3 * 4, check=False)
+    want = out.clone()   # in bounds: numpy's result
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
+    runners = _stretch_runners(monkeypatch)
+    with backend_env("torch", "cpu"):
+        out.zero_()
+        emu.launch(lds_loop, "ldsloop", 1, 64, [out, 40], shared_mem=64 * 3 * 4, check=False)
+    assert torch.equal(out, want), "torch's stretches differ from numpy"
+    assert runners and runners[-1].staged_runs > 0, "the loop never ran a staged stretch"
+    expected = _lds_loop_fault(lds_loop, ("numpy", "cpu"), 64)
+    assert "lane 0" in expected and "768 bytes" in expected, expected
+    assert _lds_loop_fault(lds_loop, ("torch", "cpu"), 64) == expected
+
+
+@CUDA_ONLY
+def test_flash_attention_replays_graphs_on_cuda(monkeypatch):
+    runners = _stretch_runners(monkeypatch)
+    with backend_env("torch", "cuda"):
+        _flash_run(False)
+    assert sum(r.replays for r in runners) > 0 and sum(r.captures for r in runners) > 0
+
+
+@CUDA_ONLY
+def test_lds_out_of_bounds_in_a_replayed_graph_is_named(lds_loop):
+    """A graph cannot stop at the faulting lane: the DS step's flag names the instruction."""
+    out = torch.zeros(64, dtype=torch.int32, device="cuda")
+    with backend_env("torch", "cuda"), pytest.raises(emu.LdsFault) as info:
+        emu.launch(lds_loop, "ldsloop", 1, 64, [out, 64], shared_mem=64 * 3 * 4, check=False)
+    message = str(info.value)
+    assert "ds_write" in message and "768 bytes" in message, message
