@@ -30,6 +30,10 @@ LEVERS: dict[str, tuple[str, str]] = {
                           "any instruction it has not ported)"),
     "ROCKE_EMU_DEVICE": ("cpu", "where the torch backend's arrays live: cpu | cuda (needs "
                          "ROCKE_EMU_BACKEND=torch and a CUDA build of torch with a GPU)"),
+    "ROCKE_EMU_RACE_CHECK": ("1", "0: every emulator launch runs without the LDS race checker, "
+                             "whatever it asks (faster, above all on CUDA, where LDS addresses "
+                             "then stay on the device; races go unreported, out-of-bounds "
+                             "accesses still fault)"),
     "ROCKE_EMU_STRETCHES": ("1", "torch backend with its own device arrays (CUDA): run "
                             "straight-line stretches of scalar and vector instructions as one "
                             "unit, replayed as a CUDA graph on a GPU (0 = instruction by "
@@ -207,6 +211,14 @@ def emu_device() -> str:
         raise ValueError(f"ROCKE_EMU_DEVICE={value} needs ROCKE_EMU_BACKEND=torch (the numpy "
                          "backend runs on the CPU only)")
     return value
+
+
+def emu_race_check() -> bool:
+    """``ROCKE_EMU_RACE_CHECK``: whether emulator launches may run the LDS race checker."""
+    value = raw("ROCKE_EMU_RACE_CHECK") or "1"
+    if value not in ("0", "1"):
+        raise ValueError(f"ROCKE_EMU_RACE_CHECK must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 def emu_stretches() -> bool:

@@ -472,6 +472,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
                      if gpu and r[3]]    # copies kept on the GPU
     copied = time.perf_counter()
     try:
+        check = bool(check) and env.emu_race_check()
         report = _run_pools(dk, memory, grid3, block3, static_lds + int(shared_mem), check,
                             kernarg, dispatch, queue, start + budget, budget,
                             lane_private_bytes, profiler, _work_per_wave(program, dk),

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import backend as shared
 from . import memops, torch_memory
-from .access import mask_to_words, scalar_raw_reader, sgpr_pair, sgpr_pair_to_mask, \
+from .access import scalar_raw_reader, sgpr_pair, sgpr_pair_to_mask, \
     write_mask
 from .errors import DecodeError, EmulatorError
 from .memory import AccessFault
@@ -60,6 +60,7 @@ class TorchPool(Pool):
     def __init__(self, kernel, memory, wg_ids, block, lds_bytes, check, device):
         self._pending_masks = {}    # Pool.__init__ already reads the scalar registers
         self._sgpr_epoch = 0
+        self._lane_bits_cache = None
         super().__init__(kernel, memory, wg_ids, block, lds_bytes, check)
         torch = torch_module()
         self.torch, self.device = torch, device
@@ -100,9 +101,17 @@ class TorchPool(Pool):
 
     def _flush_masks(self):
         pending, self._pending_masks = self._pending_masks, {}
-        for index, (sel, mask) in pending.items():
-            self._sgpr[sel, index:index + 2] = mask_to_words(self.host(mask))
+        for index, (sel, mask) in pending.items():   # packed on the device: 8 bytes a wave
+            words = (mask.to(self.torch.int64) << self._lane_bits()).sum(1)
+            self._sgpr[sel, index:index + 2] = self.host(words).view(np.uint32).reshape(-1, 2)
         self._sgpr_epoch += 1
+
+    def _lane_bits(self):
+        bits = self._lane_bits_cache
+        if bits is None:
+            bits = self._lane_bits_cache = self.torch.arange(64, dtype=self.torch.int64,
+                                                             device=self.device)
+        return bits
 
     def defer_mask(self, sel, index, mask):
         """SGPR pair `index` of the batch := device bool (n, 64) `mask`, read back only when
@@ -195,6 +204,8 @@ class TorchPool(Pool):
                 self.stretches = StretchRunner(self, *steps[bool(self.check)],
                                                capture=not self.on_cpu)
         super().run()
+        if self.stretches is not None:
+            self.stretches.check_lds_faults()
 
     # ---- batch plumbing
     def tsel(self, sel):
@@ -222,6 +233,8 @@ class TorchPool(Pool):
     def host(self, tensor) -> np.ndarray:
         """A device tensor's values on the host (a device sync on CUDA)."""
         self._refuse_in_capture("reads the device")
+        if self.stretches is not None:
+            self.stretches.check_lds_faults()
         return tensor.cpu().numpy() if not self.on_cpu else tensor.numpy()
 
     def to_device(self, array):
@@ -1037,6 +1050,8 @@ def _global_load_on_device(P, sel, n, vaddr, saddr, imm, nbytes, how):
     if imm:
         addr = addr + imm
     extreme = torch.iinfo(torch.int64)
+    if P.stretches is not None:
+        P.stretches.check_lds_faults()
     low, high = torch.stack([torch.where(tmask, addr, extreme.max).min(),
                              torch.where(tmask, addr, extreme.min).max()]).tolist()
     region = P.memory.enclosing(low, high + nbytes) if low >= 0 else None

@@ -66,16 +66,21 @@ class _Plan:
     """What the device steps of one stretch read from the host, learned at its first sighting:
     per device step a list of ("sgpr", index) / ("mask", index), and their staging slots."""
 
-    def __init__(self, device_positions):
+    def __init__(self, device_positions, exec_versions):
         self.inputs = {k: [] for k in device_positions}
+        self.exec_versions = exec_versions   # step -> EXEC version (host steps that write EXEC)
         self.columns = self.masks = 0
         self.slots = {}            # (step, entry number) -> staging slot
-        self.exec_slot = {}        # step -> mask slot for its EXEC
+        self.exec_slot = {}        # step -> mask slot for its EXEC (one per EXEC version)
 
     def allocate(self) -> bool:
+        version_slot = {}
         for step, entries in self.inputs.items():
-            self.exec_slot[step] = self.masks
-            self.masks += 1
+            version = self.exec_versions[step]
+            if version not in version_slot:
+                version_slot[version] = self.masks
+                self.masks += 1
+            self.exec_slot[step] = version_slot[version]
             for i, (kind, _) in enumerate(entries):
                 if kind == "sgpr":
                     self.slots[step, i] = self.columns
@@ -113,7 +118,7 @@ class StretchRunner:
         self.lds_sink = pool.tl.numel() - LDS_GRANULE   # TorchPool's sink
         self.lds_faults = torch.zeros(LDS_STEPS, dtype=torch.bool, device=pool.device)
         self.lds_steps: dict = {}   # pc -> flag index
-        self.lds_checks: dict = {}  # start pc -> whether the stretch has DS steps
+        self.lds_unchecked = False  # a graph with DS steps replayed since the flags were read
         self.mode = None            # None | "discover" | "staged" | "capture"
         self.plan = self.step = None
         self.cursor = 0
@@ -164,15 +169,20 @@ class StretchRunner:
             self.lds_faults[flag:flag + 1] |= outside.any().view(1)
         return self.pool.torch.where(tmask & ~outside, self.lds_base + addr, self.lds_sink)
 
-    def _raise_lds_faults(self, p, end):
-        """After a replay of a stretch with DS steps: the first flagged DS step, named."""
-        flags = self.lds_faults
-        if not bool(flags.any()):
+    def check_lds_faults(self):
+        """Raise the fault of a replayed DS step that flagged an out-of-bounds lane. Called
+        where the pool reads the device anyway (a sync: before any host decision that the bad
+        lane's data could have steered) and when the pool's run ends."""
+        if not self.lds_unchecked:
             return
+        self.lds_unchecked = False
         P, code = self.pool, self.pool.kernel.code
-        flagged = set(np.flatnonzero(P.host(flags)).tolist())
-        for q in range(p, end):
-            if self.lds_steps.get(q) in flagged:
+        flags = self.lds_faults.cpu().numpy()
+        if not flags.any():
+            return
+        flagged = set(np.flatnonzero(flags).tolist())
+        for q, flag in sorted(self.lds_steps.items()):
+            if flag in flagged:
                 raise LdsFault(f"LDS out of bounds in {P.where(code[q].instr)}: some lane's "
                                f"access falls outside the workgroup's {P.lds_bytes} bytes of "
                                "LDS (static + dynamic); found by a CUDA-graph replay, which "
@@ -184,7 +194,13 @@ class StretchRunner:
         """Run the stretch starting at `p` for the batch `sel`; returns its end."""
         end = int(self.ends[p])
         if p not in self.plans:
-            self.plans[p] = plan = _Plan([q for q in range(p, end) if self.device_step[q]])
+            code, version, versions = self.pool.kernel.code, 0, {}
+            for q in range(p, end):
+                if self.device_step[q]:
+                    versions[q] = version
+                elif code[q].writes_exec:
+                    version += 1
+            self.plans[p] = plan = _Plan(list(versions), versions)
             self.plan, self.mode = plan, "discover"
             try:
                 self._run_eagerly(p, end, sel, n)
@@ -225,7 +241,7 @@ class StretchRunner:
         whole = n == self.waves
         columns = np.zeros((plan.columns, self.waves), np.int32)
         masks = np.zeros((plan.masks, self.waves), np.int64)
-        pending = []
+        pending, exec_staged = [], set()
         self.exec_of = {}
         for q in range(p, end):
             d = code[q]
@@ -239,8 +255,10 @@ class StretchRunner:
             P.lane_instructions += lanes
             full = full and whole
             self.exec_of[q] = (full, lanes)
-            if not full:
-                masks[plan.exec_slot[q], sel] = P.host_sgpr_pair(sel, EXEC_LO)
+            slot = plan.exec_slot[q]
+            if not full and slot not in exec_staged:   # once per EXEC version
+                masks[slot, sel] = P.host_sgpr_pair(sel, EXEC_LO)
+                exec_staged.add(slot)
             for i, (kind, index) in enumerate(plan.inputs[q]):
                 slot = plan.slots[q, i]
                 if kind == "sgpr":
@@ -267,8 +285,8 @@ class StretchRunner:
         if graph:
             graph.replay()
             self.replays += 1
-            if any(q in self.lds_steps for q in range(p, end)):
-                self._raise_lds_faults(p, end)
+            if not self.lds_unchecked and any(q in self.lds_steps for q in range(p, end)):
+                self.lds_unchecked = True
         else:                # no graphs here (the CPU), or refused
             self._run_staged(p, end, "staged")
             self.staged_runs += 1

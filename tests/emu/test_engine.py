@@ -341,6 +341,18 @@ def test_race_checker_catches_missing_barrier():
     emu.launch(racy, "reverse", 1, 256, [torch.randn(256), torch.zeros(256)], check=False)
 
 
+def test_race_check_lever_turns_the_checker_off(monkeypatch):
+    racy = compile_ir(LDS_REVERSE).replace("s_barrier", "s_nop 0")
+    monkeypatch.setenv("ROCKE_EMU_RACE_CHECK", "0")
+    emu.launch(racy, "reverse", 1, 256, [torch.randn(256), torch.zeros(256)])   # no LdsRace
+    monkeypatch.setenv("ROCKE_EMU_RACE_CHECK", "off")
+    with pytest.raises(ValueError, match="ROCKE_EMU_RACE_CHECK must be 0 or 1"):
+        emu.launch(racy, "reverse", 1, 256, [torch.randn(256), torch.zeros(256)])
+    monkeypatch.setenv("ROCKE_EMU_RACE_CHECK", "1")
+    with pytest.raises(emu.LdsRace):
+        emu.launch(racy, "reverse", 1, 256, [torch.randn(256), torch.zeros(256)])
+
+
 DYNAMIC_LDS = """
 @dyn = external addrspace(3) global [0 x i32], align 16
 define amdgpu_kernel void @dynlds(ptr addrspace(1) %out, i32 %stride) {
