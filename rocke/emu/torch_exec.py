@@ -1178,7 +1178,58 @@ def _buffer_plan(ins, vaddr, srsrc, soffset, mods):
         byte_offset = soffset_of(P, sel, n)[:, None] + ((voffset + imm) & MASK32)
         return (base[:, None] + byte_offset).astype(np.uint64), byte_offset, \
             w2.astype(np.int64)[:, None]
+
+    def on_device(P, sel, n):
+        """(addresses, byte offsets) as int64 (n, 64) device tensors and num_records as an
+        int64 (n, 1) one: the plan with the VGPR offsets left on the device; None for a
+        resource the host path refuses."""
+        torch = P.torch
+        w0, w1, w2, w3 = (P.sgpr[sel, r + i] for i in range(4))
+        if (w3 & np.uint32(1 << 23)).any():
+            return None
+        base = w0.astype(np.int64) | ((w1 & np.uint32(0xFFFF)).astype(np.int64) << 32)
+        scalar = P.to_device(np.stack([base, soffset_of(P, sel, n), w2.astype(np.int64)], 1))
+        if offen:
+            voffset = P.tv[P.tsel(sel), vaddr.index].to(torch.int64) & MASK32
+            byte_offset = scalar[:, 1:2] + ((voffset + imm) & MASK32)
+        else:
+            byte_offset = (scalar[:, 1:2] + (imm & MASK32)).expand(n, 64)
+        return scalar[:, 0:1] + byte_offset, byte_offset, scalar[:, 2:3]
+    plan.on_device = on_device
     return plan
+
+
+def _buffer_load_on_device(P, sel, n, plan, nbytes, how):
+    """int32 (n, words, 64) of a buffer load whose in-range bytes all fall in one region with
+    a tensor (one read: their lowest and highest address); None where the host path must run.
+    Out-of-range dwords read 0 (num_records), as on the host path."""
+    torch = P.torch
+    planned = plan.on_device(P, sel, n)
+    if planned is None:
+        return None
+    addr, byte_offset, limit = planned
+    tmask = P.tmask(sel)[0]
+    extent = torch.zeros_like(addr)     # the in-range dwords are a prefix: their byte count
+    for k in range(0, nbytes, 4):
+        width = min(4, nbytes - k)
+        extent = extent + width * (tmask & (byte_offset + (k + width) <= limit)).to(torch.int64)
+    loaded = extent > 0
+    extreme = torch.iinfo(torch.int64)
+    low, high = torch.stack([torch.where(loaded, addr, extreme.max).min(),
+                             torch.where(loaded, addr + extent, extreme.min).max()]).tolist()
+    if high == extreme.min:        # nothing in range: every active lane reads 0
+        data = torch.zeros((n * 64, nbytes), dtype=torch.uint8, device=P.device)
+    else:
+        region = P.memory.enclosing(low, high) if low >= 0 else None
+        if region is None or region.tensor is None:
+            return None
+        src = region.tensor
+        byte = torch.arange(nbytes, device=src.device)
+        inside = byte < extent.to(src.device)[..., None]
+        index = torch.where(inside, (addr - region.start).to(src.device)[..., None] + byte, 0)
+        data = torch.where(inside, src[index], 0).to(P.device).reshape(-1, nbytes)
+    words = _loaded_words(data, nbytes, how)
+    return words.reshape(n, 64, -1).permute(0, 2, 1)
 
 
 def _decode_buffer(ins, ops, mods):
@@ -1196,6 +1247,12 @@ def _decode_buffer(ins, ops, mods):
 
         def run_load(P, sel, n):
             active, full, lanes = P.exec_state(sel)
+            if not P.shares_numpy and lanes:
+                words = _buffer_load_on_device(P, sel, n, plan, nbytes, how)
+                if words is not None:
+                    P.vm_issue(sel)
+                    P.write_rows(sel, row, max(1, nbytes // 4), words, full)
+                    return lanes
             addr, byte_offset, limit = plan(P, sel, n)
             P.vm_issue(sel)
             torch = P.torch
