@@ -21,8 +21,8 @@ if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
-# Debian's LLVM 19 tools: ld.lld links code objects, llvm-objdump/llvm-readelf let the emulator
-# take linked code objects. A tool counts only if it is new enough to know gfx942 (rocke.llvm_tools
+# Debian's LLVM 19 tools: ld.lld links code objects, llvm-objdump lets the emulator take linked
+# code objects (their metadata note is read in Python). A tool counts only if it is new enough to know gfx942 (rocke.llvm_tools
 # asks each one its version), so an older LLVM already on the machine (Debian's llvm-14 is a common
 # dependency) does not stop the install.
 rocke_llvm_tools() { PYTHONPATH="$ROOT" "$VENV/bin/python" -m rocke.llvm_tools "$@"; }

@@ -47,7 +47,7 @@ def search(tmp_path, monkeypatch):
     find_linker.cache_clear()
 
 
-def test_an_old_tool_alone_is_named_with_the_version_needed(search):
+def test_an_old_tool_alone_is_named_with_the_version_needed(search, monkeypatch):
     old = fake(search[0], "llvm-objdump", LLVM14)
     with pytest.raises(CodeObjectError) as err:
         find_llvm_tool("llvm-objdump")
@@ -55,7 +55,12 @@ def test_an_old_tool_alone_is_named_with_the_version_needed(search):
     assert f"skipped {old} (LLVM 14.0)" in message
     assert "LLVM 17 or newer, which gfx942 needs" in message
     assert "apt-get install llvm-19" in message
-    # the code object path refuses before running anything
+    # the code object path, with no shared LLVM library either, refuses before running anything
+    from rocke import llvm_disasm
+
+    def no_library(processor):
+        raise llvm_disasm.NoLibraryError("none")
+    monkeypatch.setattr(llvm_disasm, "find_library", no_library)
     with pytest.raises(CodeObjectError, match="LLVM 17 or newer"):
         code_object_assembly(CODE_OBJECT)
 

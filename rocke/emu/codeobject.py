@@ -24,7 +24,6 @@ from pathlib import Path
 from rocke import llvm_disasm, llvm_tools
 # e_flags processor field (LLVM's EF_AMDGPU_MACH_AMDGCN_*): which ISA to disassemble the code as
 from rocke.arch.elf import EF_AMDGPU_MACH, EM_AMDGPU, MACH_PROCESSOR as _MACH_PROCESSOR
-from .asm import load_metadata_yaml
 
 _BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 _ELF_MAGIC = b"\x7fELF"
@@ -203,17 +202,77 @@ def _run(tool: str, *args: str) -> str:
     return result.stdout
 
 
-def _metadata_yaml(readelf_notes: str) -> str:
-    marker = readelf_notes.find("AMDGPU Metadata:")
-    if marker < 0:
-        raise CodeObjectError("code object has no AMDGPU metadata note (code object v3+ needed)")
-    lines = readelf_notes[marker:].splitlines()[1:]
-    out = []
-    for line in lines:
-        if line.strip() == "...":
-            break
-        out.append(line[8:] if line.startswith("        ---") else line)
-    return "\n".join(out).strip("\n")
+NT_AMDGPU_METADATA = 32   # LLVM AMDGPUUsage, "Code Object V3 and Above Note Records"
+
+
+def _msgpack(data: bytes, pos: int = 0):
+    """(value, next position) of the MessagePack item at `pos` (the formats the AMDGPU metadata
+    map uses: maps, arrays, strings, integers, booleans, nil, floats, binaries)."""
+    b = data[pos]
+    pos += 1
+    if b <= 0x7F:
+        return b, pos
+    if b >= 0xE0:
+        return b - 0x100, pos
+    if 0x80 <= b <= 0x8F or b in (0xDE, 0xDF):
+        count, pos = (b & 0x0F, pos) if b <= 0x8F else _length(data, pos, 2 if b == 0xDE else 4)
+        out = {}
+        for _ in range(count):
+            key, pos = _msgpack(data, pos)
+            out[key], pos = _msgpack(data, pos)
+        return out, pos
+    if 0x90 <= b <= 0x9F or b in (0xDC, 0xDD):
+        count, pos = (b & 0x0F, pos) if b <= 0x9F else _length(data, pos, 2 if b == 0xDC else 4)
+        out = []
+        for _ in range(count):
+            item, pos = _msgpack(data, pos)
+            out.append(item)
+        return out, pos
+    if 0xA0 <= b <= 0xBF or b in (0xD9, 0xDA, 0xDB):
+        size, pos = (b & 0x1F, pos) if b <= 0xBF else _length(data, pos, {0xD9: 1, 0xDA: 2,
+                                                                           0xDB: 4}[b])
+        return data[pos:pos + size].decode(), pos + size
+    if b in (0xC4, 0xC5, 0xC6):
+        size, pos = _length(data, pos, {0xC4: 1, 0xC5: 2, 0xC6: 4}[b])
+        return bytes(data[pos:pos + size]), pos + size
+    fixed = {0xC0: None, 0xC2: False, 0xC3: True}
+    if b in fixed:
+        return fixed[b], pos
+    scalar = {0xCA: ">f", 0xCB: ">d", 0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q",
+              0xD0: ">b", 0xD1: ">h", 0xD2: ">i", 0xD3: ">q"}.get(b)
+    if scalar is None:
+        raise CodeObjectError(f"metadata note: MessagePack type 0x{b:02x} is not one the AMDGPU "
+                              "metadata uses")
+    value, = struct.unpack_from(scalar, data, pos)
+    return value, pos + struct.calcsize(scalar)
+
+
+def _length(data: bytes, pos: int, width: int):
+    return int.from_bytes(data[pos:pos + width], "big"), pos + width
+
+
+def _metadata_note(elf: "_Elf") -> dict:
+    """The AMDGPU metadata map of a code object's note (NT_AMDGPU_METADATA, owner "AMDGPU"), read
+    here rather than by llvm-readelf, so machines without LLVM's tools load code objects."""
+    data = elf.data
+    for section in elf.sections:
+        if section["type"] != 7:          # SHT_NOTE
+            continue
+        pos, stop = section["offset"], section["offset"] + section["size"]
+        while pos + 12 <= stop:
+            namesz, descsz, kind = struct.unpack_from("<III", data, pos)
+            name = data[pos + 12:pos + 12 + namesz].rstrip(b"\0")
+            desc = pos + 12 + (namesz + 3) // 4 * 4
+            if name == b"AMDGPU" and kind == NT_AMDGPU_METADATA:
+                try:
+                    value, _ = _msgpack(data[desc:desc + descsz])
+                except (IndexError, struct.error, UnicodeDecodeError) as err:
+                    raise CodeObjectError(f"malformed metadata note: {err}") from None
+                if not isinstance(value, dict):
+                    raise CodeObjectError("malformed metadata note: not a map")
+                return value
+            pos = desc + (descsz + 3) // 4 * 4
+    raise CodeObjectError("the code object has no AMDGPU metadata note")
 
 
 def code_object_metadata(code) -> dict:
@@ -221,16 +280,7 @@ def code_object_metadata(code) -> dict:
     data = read_code_object(code)
     if data.startswith(_BUNDLE_MAGIC) or data.startswith(b"CCOB"):
         data = _unbundle(data)
-    _Elf(data)
-    with tempfile.TemporaryDirectory(prefix="rocke-co-") as tmp:
-        path = Path(tmp) / "kernel.co"
-        path.write_bytes(data)
-        notes = _run(find_llvm_tool("llvm-readelf"), "--notes", str(path))
-    import yaml
-    try:
-        return load_metadata_yaml(_metadata_yaml(notes)) or {}
-    except yaml.YAMLError as err:
-        raise CodeObjectError(f"malformed metadata note: {err}") from None
+    return _metadata_note(_Elf(data))
 
 
 def code_object_assembly(code, verified: bool = False) -> str:
@@ -242,7 +292,7 @@ def code_object_assembly(code, verified: bool = False) -> str:
         data = _unbundle(data)
     elf = _Elf(data)
     objdump = None if verified else _objdump(elf.processor)
-    readelf = find_llvm_tool("llvm-readelf")
+    metadata = _metadata_note(elf)
     library = None
     if objdump is None:
         try:
@@ -257,13 +307,9 @@ def code_object_assembly(code, verified: bool = False) -> str:
                            str(path))
         else:
             listing = verified_listing(data, library)
-        notes = _run(readelf, "--notes", str(path))
     import yaml
-    metadata_text = _metadata_yaml(notes)
-    try:
-        metadata = load_metadata_yaml(metadata_text) or {}
-    except yaml.YAMLError as err:
-        raise CodeObjectError(f"malformed metadata note (as {readelf} prints it): {err}") from None
+    metadata_text = yaml.safe_dump(metadata, explicit_start=True, explicit_end=True,
+                                   sort_keys=False)
 
     # instructions with byte addresses; function symbols as labels
     entries: list[tuple[int, str, str]] = []

@@ -197,9 +197,23 @@ def test_by_value_struct_argument_as_raw_bytes():
 
 
 def test_missing_llvm_tools_give_a_clear_error(monkeypatch):
-    from rocke import llvm_tools
+    """Without llvm-objdump a shared LLVM library disassembles (the metadata note is read in
+    Python: no llvm-readelf needed); without either, the refusal names what to install."""
+    from rocke import llvm_disasm, llvm_tools
+    from rocke.emu.asm import parse_program
+    library = llvm_disasm.find_library("gfx942")   # Debian's libllvm22 (scripts/setup.sh)
+    with_tools = parse_program(code_object_assembly(CODE_OBJECT))   # llvm-objdump-19
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("ROCM_PATH", raising=False)
     monkeypatch.setattr(llvm_tools, "INSTALL_DIR_PATTERNS", ())
-    with pytest.raises(CodeObjectError, match="install Debian's llvm-19 \\(`apt-get install llvm-19`"):
+    without = parse_program(code_object_assembly(CODE_OBJECT))   # the library's listing
+    assert library and set(without.kernels) == set(with_tools.kernels)
+    assert all(without.kernels[k].metadata == with_tools.kernels[k].metadata and
+               without.kernels[k].descriptor == with_tools.kernels[k].descriptor and
+               len(without.instrs) == len(with_tools.instrs) for k in without.kernels)
+
+    def no_library(processor):
+        raise llvm_disasm.NoLibraryError("none here")
+    monkeypatch.setattr(llvm_disasm, "find_library", no_library)
+    with pytest.raises(CodeObjectError, match="cannot disassemble a gfx942 code object.*none here"):
         code_object_assembly(CODE_OBJECT)
