@@ -17,6 +17,7 @@ def _git_checkout() -> bool:
 
 def test_against_a_revision_prints_both_sides_and_their_ratio():
     assert _git_checkout(), "the project's tests run from its git checkout"
+    before = _ab_worktrees()
     done = subprocess.run([sys.executable, str(SCRIPT), "--against", "HEAD", "--rounds", "1",
                            "--repeats", "1", "--workloads", "softmax"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
@@ -26,10 +27,14 @@ def test_against_a_revision_prints_both_sides_and_their_ratio():
     assert row, done.stdout
     a, b, ratio = map(float, row.groups())
     assert a > 0 and b > 0 and abs(ratio - b / a) < 0.01
-    # the temporary worktree is gone again
+    # its temporary worktree is gone again (another A/B running meanwhile keeps its own)
+    assert _ab_worktrees() <= before
+
+
+def _ab_worktrees() -> set:
     listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True,
                             text=True).stdout
-    assert "rocke-emu-ab-" not in listed
+    return {line.split()[0] for line in listed.splitlines() if "rocke-emu-ab-" in line}
 
 
 def test_against_an_unknown_revision_is_refused_by_name():
