@@ -1034,6 +1034,46 @@ def _global_addresses(P, sel, vaddr, saddr, imm):
     return addr
 
 
+def _global_store_on_device(P, sel, n, vaddr, saddr, imm, data_row, k, nbytes, how, full):
+    """A global store whose active lanes' bytes all fall in one writable region with a tensor
+    and do not overlap, done with the addresses on the device (one read: their lowest and
+    highest, and whether two lanes overlap); False where the host path must run (overlapping
+    lanes, where the later lane wins; several regions; a fault to name)."""
+    torch = P.torch
+    if P.memory.written is not None:
+        return False
+    ts, (tmask, _, lanes) = P.tsel(sel), P.tmask(sel)
+    offset = P.tv[ts, vaddr].to(torch.int64) & MASK32
+    if saddr is not None:
+        sg = P.sgpr
+        base = sg[sel, saddr].astype(np.uint64) | (sg[sel, saddr + 1].astype(np.uint64) << 32)
+        addr = P.to_device(base.view(np.int64))[:, None] + offset
+    else:
+        addr = offset | (P.tv[ts, vaddr + 1].to(torch.int64) << 32)
+    if imm:
+        addr = addr + imm
+    extreme = torch.iinfo(torch.int64)
+    active = torch.where(tmask, addr, extreme.max).reshape(-1).sort().values[:lanes]
+    gaps = active[1:] - active[:-1]
+    overlap = (gaps < nbytes).any() if lanes > 1 else torch.zeros((), dtype=torch.bool,
+                                                                   device=addr.device)
+    if P.stretches is not None:
+        P.stretches.check_lds_faults()
+    low, high, overlapping = torch.stack([active[0], active[-1],
+                                          overlap.to(torch.int64)]).tolist()
+    if overlapping:
+        return False
+    region = P.memory.enclosing(low, high + nbytes) if low >= 0 else None
+    if region is None or region.tensor is None or not region.writable:
+        return False
+    data = _store_bytes(P, sel, data_row, k, nbytes, how, full)        # active lanes, in order
+    dst = region.tensor
+    offsets = (addr - region.start)[tmask] if not full else (addr - region.start).reshape(-1)
+    index = offsets.to(dst.device)[:, None] + torch.arange(nbytes, device=dst.device)
+    dst[index] = data.to(dst.device)
+    return True
+
+
 def _global_load_on_device(P, sel, n, vaddr, saddr, imm, nbytes, how):
     """int32 (n, words, 64) of a global load whose active lanes all fall in one region with a
     tensor, the addresses kept on the device (one read: their lowest and highest); None where
@@ -1105,6 +1145,10 @@ def _decode_global(ins, ops, mods):
 
         def run_store(P, sel, n):
             active, full, lanes = P.exec_state(sel)
+            if not P.shares_numpy and lanes and _global_store_on_device(
+                    P, sel, n, vaddr.index, saddr, imm, row, k, nbytes, how, full):
+                P.vm_issue(sel)
+                return lanes
             addr = _global_addresses(P, sel, vaddr.index, saddr, imm)
             P.vm_issue(sel)
             data = _store_bytes(P, sel, row, k, nbytes, how, full)

@@ -174,3 +174,36 @@ def test_lds_out_of_bounds_in_a_replayed_graph_is_named(lds_loop):
         emu.launch(lds_loop, "ldsloop", 1, 64, [out, 64], shared_mem=64 * 3 * 4, check=False)
     message = str(info.value)
     assert "ds_write" in message and "768 bytes" in message, message
+
+
+SAME_ADDRESS_STORE = """
+define amdgpu_kernel void @same(ptr addrspace(1) %out, ptr addrspace(1) %all) {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  store i32 %tid, ptr addrspace(1) %out
+  %p = getelementptr i32, ptr addrspace(1) %all, i32 %tid
+  store i32 %tid, ptr addrspace(1) %p
+  ret void
+}
+"""
+
+
+def test_global_stores_on_the_device_keep_numpys_order(monkeypatch):
+    """Every lane storing to one address (the host path: the last lane wins) and every lane to
+    its own (the device path) give numpy's bytes on the GPU's memory path."""
+    asm = compile_ir(SAME_ADDRESS_STORE)
+    outs, taken = {}, []
+    real = torch_exec._global_store_on_device
+
+    def store_on_device(*args):
+        taken.append(real(*args))
+        return taken[-1]
+    monkeypatch.setattr(torch_exec, "_global_store_on_device", store_on_device)
+    for backend in (("numpy", "cpu"), ("torch", "cpu")):
+        monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", backend[0] == "torch")
+        out, every = torch.full((4,), -1, dtype=torch.int32), torch.zeros(256, dtype=torch.int32)
+        with backend_env(*backend):
+            emu.launch(asm, "same", 1, 256, [out, every])
+        outs[backend[0]] = (out, every)
+    assert torch.equal(outs["torch"][0], outs["numpy"][0]) and outs["numpy"][0][0] == 255
+    assert torch.equal(outs["torch"][1], torch.arange(256, dtype=torch.int32))
+    assert taken == [False, True]    # one batch of 4 waves: the shared address left to the host
