@@ -24,7 +24,7 @@ import numpy as np
 
 from . import backend as shared
 from . import memops, torch_memory
-from .access import scalar_raw_reader, sgpr_pair, sgpr_pair_to_mask, \
+from .access import scalar_raw_reader, sgpr_pair_to_mask, \
     write_mask
 from .errors import DecodeError, EmulatorError
 from .memory import AccessFault
@@ -136,7 +136,11 @@ class TorchPool(Pool):
 
     def host_sgpr_pair(self, sel, index) -> np.ndarray:
         """int64 (n,) copy of the SGPR pair at `index` of the batch (bit i = lane i)."""
-        return np.array(sgpr_pair(self, sel, index), np.uint64).view(np.int64)
+        pending = self._pending_masks
+        if pending and (index - 1 in pending or index in pending or index + 1 in pending):
+            self._flush_masks()
+        pair = self._sgpr[sel, index:index + 2].astype(np.int64)
+        return pair[:, 0] | (pair[:, 1] << 32)
 
     def host_sgpr_column(self, sel, index) -> np.ndarray:
         """int32 (n,) copy of SGPR `index` of the batch as the host holds it now."""
