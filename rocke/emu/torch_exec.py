@@ -37,6 +37,11 @@ from .program import DS, MFMA, OTHER, SALU, SMEM, VALU, VMEM, DecodedKernel
 from .torch_graphs import CaptureRefused, StretchRunner, stretch_ends
 
 _torch = None
+# device arrays and stretch graphs of the last pools, per (kernel, shape, checker, device): a
+# later pool of the same kernel and shape reuses them (re-uploads its VGPRs, zeroes its LDS) and
+# replays the graphs its predecessor captured
+KEEP_POOLS = 4
+_KEPT_POOLS: dict = {}
 # Tests set this to run the CPU device the way CUDA runs (own copies of VGPRs/LDS, unported
 # instructions refused), so CI without a GPU covers the CUDA code path.
 SEPARATE_CPU_COPIES = False
@@ -197,19 +202,35 @@ class TorchPool(Pool):
         if self.shares_numpy:   # views: the numpy closures of unported instructions share them
             self.tv = torch.from_numpy(self.vgpr.view(np.int32))
             self.tl = torch.from_numpy(self.lds)
+            super().run()
+            return
+        key = (id(self.kernel), self.vgpr.shape, self.lds.size, bool(self.check), self.device,
+               stretches_enabled())
+        kept = _KEPT_POOLS.pop(key, None)
+        if kept is not None and kept[0] is self.kernel:
+            _, self.tv, self.tl, self.stretches = kept
+            self.tv.copy_(torch.from_numpy(self.vgpr.view(np.int32)))
+            self.tl.zero_()
+            if self.stretches is not None:
+                self.stretches.serve(self)
         else:
             self.tv = torch.from_numpy(self.vgpr.view(np.int32)).to(self.device)
             # one granule past the pool's LDS: where inactive lanes' writes go (lds_on_device)
             self.tl = torch.zeros(self.lds.size + LDS_GRANULE, dtype=torch.uint8,
                                   device=self.device)
-            self.vgpr = self.lds = None    # an unported numpy path must not see stale arrays
             steps = getattr(self.kernel, "stretch_steps", None)
             if steps is not None and stretches_enabled():
                 self.stretches = StretchRunner(self, *steps[bool(self.check)],
                                                capture=not self.on_cpu)
+        self.vgpr = self.lds = None    # an unported numpy path must not see stale arrays
         super().run()
         if self.stretches is not None:
             self.stretches.check_lds_faults()
+        # a launch that ended well leaves its device arrays and captured graphs to the next
+        # pool of the same kernel and shape (a failed one leaves nothing: no stale state)
+        _KEPT_POOLS[key] = (self.kernel, self.tv, self.tl, self.stretches)
+        while len(_KEPT_POOLS) > KEEP_POOLS:
+            _KEPT_POOLS.pop(next(iter(_KEPT_POOLS)))
 
     # ---- batch plumbing
     def tsel(self, sel):

@@ -127,6 +127,14 @@ class StretchRunner:
         self.refusals: list = []    # why captures were refused (for profiling)
         self._stream = None
 
+    def serve(self, pool):
+        """Serve a later pool of the same kernel and shape, whose tensors are this pool's (the
+        graphs captured so far replay on them)."""
+        assert pool.num_waves == self.waves and pool.tv is not None
+        self.pool = pool
+        self.lds_base.copy_(pool.to_device((pool.wg_of * pool.lds_stride).astype(np.int64))[:, None])
+        self.mode = self.plan = self.step = None
+
     # ---- the pool's hooks (TorchPool asks these while a mode is on)
     def record(self, kind, index):
         """Discover mode: note a host input of the current device step."""

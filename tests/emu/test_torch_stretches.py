@@ -86,6 +86,22 @@ def test_flash_attention_runs_through_stretches(monkeypatch, check):
     assert ds_steps == 0       # flags are for captured graphs only
 
 
+def test_a_later_launch_reuses_the_pool_arrays_and_stretches(monkeypatch):
+    """The second launch of the same kernel and shape takes the first's device arrays and
+    stretch runner (graphs, on a GPU), re-uploading its registers and zeroing its LDS; its output
+    is checked against the fp32 reference by the kernel's own test both times."""
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
+    monkeypatch.setattr(torch_exec, "_KEPT_POOLS", {})
+    runners = _stretch_runners(monkeypatch)
+    with backend_env("torch", "cpu"):
+        _flash_run(False)
+        made, staged = len(runners), sum(r.staged_runs for r in runners)
+        _flash_run(False)
+    assert made >= 1 and len(runners) == made, "the second launch made its own runner"
+    assert sum(r.staged_runs for r in runners) > staged
+    assert all(r.pool is not None for r in runners)
+
+
 def test_stretches_off_lever(monkeypatch):
     monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
     runners = _stretch_runners(monkeypatch)
