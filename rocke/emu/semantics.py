@@ -159,7 +159,9 @@ def _fma_f32(a, b, c):
     """fma rounded once to float32. The float64 sum a*b + c (a*b exact) is within half a float64
     ulp of the exact value, so rounding it to float32 is correct unless the sum was inexact and
     landed exactly on a float32 midpoint (low 29 mantissa bits 0x10000000), or lies in float32's
-    subnormal range; only those lanes take the exact path."""
+    subnormal range; only those lanes take the exact path. Subnormal sums are found on the
+    float32 result: |result| <= 2**-126 covers every one (and a few lanes the exact path rounds
+    the same)."""
     a, b, c = np.broadcast_arrays(_f32(a), _f32(b), _f32(c))
     product = a.astype(np.float64) * b.astype(np.float64)
     # exactly the expression _fma_f32_scaled rounds for non-finite sums: numpy's choice of NaN
@@ -167,9 +169,15 @@ def _fma_f32(a, b, c):
     total = product + c.astype(np.float64)
     result = total.astype(np.float32)
     boundary = (total.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)
-    if boundary.any():   # keep the ties whose float64 sum was inexact
-        boundary[boundary] = _two_sum(product[boundary], c[boundary].astype(np.float64))[1] != 0
-    boundary |= (np.abs(total) < 2.0 ** -126) & (total != 0)
+    if boundary.any():
+        # keep the ties whose float64 sum was inexact: a sum of two floats lands on a float32
+        # midpoint often (a*b exact in float32, e.g. by a power of two), so the error of every
+        # lane's sum (two_sum on whole arrays) beats gathering the tie lanes
+        addend = c.astype(np.float64)
+        rounded = total - product
+        error = (product - (total - rounded)) + (addend - rounded)
+        boundary &= error != 0
+    boundary |= (result.view(np.uint32) & np.uint32(0x7FFFFFFF)) <= np.uint32(0x00800000)
     if boundary.any():
         result[boundary] = _fma_f32_scaled(a[boundary], b[boundary], c[boundary])
     return result
