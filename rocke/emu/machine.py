@@ -344,6 +344,29 @@ class Pool:
             + "; ".join(t for t in (waves, later, also) if t))
 
 
+_FULL_BATCH_ROWS: dict = {}
+_FULL_BATCH_ROWS_SIZE = 16
+
+
+def _full_batch_rows(waves_per_wg: int, phase: int, n: int, per_lane: int, granule: int):
+    """RaceTracker per-row arrays of an access by every lane of `n` consecutive waves, the first
+    `phase` waves into its workgroup: (row -> wave offset from the first, wave within the
+    workgroup per row, its write mark local + 1 per byte as int32 (rows, granule)).
+    Cached read-only across batches and launches (a few shapes per kernel)."""
+    key = (waves_per_wg, phase, n, per_lane, granule)
+    entry = _FULL_BATCH_ROWS.get(key)
+    if entry is None:
+        offsets = np.repeat(np.arange(n), 64 * per_lane)
+        local = (offsets + phase) % waves_per_wg
+        entry = (offsets, local, np.repeat((local + 1).astype(np.int32)[:, None], granule, 1))
+        for array in entry:
+            array.flags.writeable = False
+        if len(_FULL_BATCH_ROWS) >= _FULL_BATCH_ROWS_SIZE:
+            _FULL_BATCH_ROWS.pop(next(iter(_FULL_BATCH_ROWS)))
+        _FULL_BATCH_ROWS[key] = entry
+    return entry
+
+
 READ_LOG_ROWS = 1 << 21   # rows of reads kept unreplayed (bounds the log to 16 MiB)
 
 
@@ -389,9 +412,9 @@ class RaceTracker:
 
     def _row_waves(self, sel, active, per_lane, granule):
         """(pool wave, wave within its workgroup) of each row of an access of `per_lane` rows
-        of `granule` bytes per active lane, the latter also per byte (rows, granule), each
-        byte's own write mark local + 1 (int32 (rows, granule)), and the workgroups of the
-        batch; cached per batch (a batch's accesses share them). Per-byte arrays rather than
+        of `granule` bytes per active lane, each byte's own write mark local + 1 (int32
+        (rows, granule)), and the workgroups of the batch; cached per batch (a batch's
+        accesses share them). Per-byte arrays rather than
         (rows, 1) columns: numpy's loops over a broadcast column of a few bytes per row run
         several times slower than over two arrays of one shape."""
         cached_sel, cached_active, wgs, rows_of = self._lanes
@@ -403,12 +426,20 @@ class RaceTracker:
             self._lanes = (sel, active, wgs, rows_of)
         key = (per_lane, granule)
         if key not in rows_of:
+            n = len(active)
+            if isinstance(sel, slice) and active.all():
+                # a whole-batch access: the per-row arrays depend only on where the batch starts
+                # in its workgroup, so they are built once per shape (_full_batch_rows)
+                offsets, local, mine = _full_batch_rows(
+                    self.waves_per_wg, sel.start % self.waves_per_wg, n, per_lane, granule)
+                rows_of[key] = (offsets + sel.start, local, mine)
+                return rows_of[key] + (wgs,)
             waves = np.arange(self.pool.num_waves)[sel]
             lane_wave = np.broadcast_to(waves[:, None], active.shape)[active]
             row_wave = np.repeat(lane_wave, per_lane) if per_lane > 1 else lane_wave
             local = self.pool.wave_in_wg[row_wave]
-            local_bytes = np.repeat(local[:, None], granule, axis=1)
-            rows_of[key] = (row_wave, local, local_bytes, (local_bytes + 1).astype(np.int32))
+            rows_of[key] = (row_wave, local,
+                            np.repeat((local + 1).astype(np.int32)[:, None], granule, 1))
         return rows_of[key] + (wgs,)
 
     def record(self, ins, sel, active, granule, rows, nbytes, write, dma=False, new_bytes=None,
@@ -418,10 +449,9 @@ class RaceTracker:
         if len(rows) == 0:   # no active lane: nothing accessed
             return
         pool = self.pool
-        row_wave, local, local_bytes, mine, wgs = self._row_waves(sel, active, nbytes // granule,
-                                                                  granule)
+        row_wave, local, mine, wgs = self._row_waves(sel, active, nbytes // granule, granule)
         pc = ins.index
-        self._check_and_mark(ins, pc, granule, rows, row_wave, local, local_bytes, mine, write,
+        self._check_and_mark(ins, pc, granule, rows, row_wave, local, mine, write,
                              new_bytes, atomic, self.wrote[wgs].any(),
                              write and self.was_read[wgs].any())
         if write and not atomic:
@@ -436,10 +466,10 @@ class RaceTracker:
                 self.pending.setdefault(int(wave), []).append(
                     (int(pool.vm_issued[wave]), byte_index[mine], pc))
 
-    def _check_and_mark(self, ins, pc, granule, rows, row_wave, local, local_bytes, mine, write,
+    def _check_and_mark(self, ins, pc, granule, rows, row_wave, local, mine, write,
                         new_bytes, atomic, any_writer, any_reader):
-        """`local_bytes` / `mine`: each byte's wave within its workgroup and that wave's write
-        mark local + 1 (int32), both (rows, granule). `any_writer` / `any_reader`: whether the
+        """`local`: each row's wave within its workgroup; `mine`: each byte's write mark
+        local + 1 (int32 (rows, granule)). `any_writer` / `any_reader`: whether the
         batch's workgroups may have writer / reader marks this epoch (when not, those checks
         cannot fire and are skipped)."""
         changes = None
@@ -468,11 +498,13 @@ class RaceTracker:
         if write:
             if any_reader:
                 self._replay_reads()
-                others = np.zeros((len(rows), granule), bool)
-                for w in range(self.waves_per_wg):
-                    read = take_rows(self.readers, granule, rows + w * plane_rows) != 0
-                    others |= read & (local_bytes != w)
-                others = changing(others)
+                # readers marks are 0 or 1: a byte was read by another wave of its workgroup
+                # when more planes mark it than its own wave's plane does
+                readers = take_rows(self.readers, granule, rows)
+                for w in range(1, self.waves_per_wg):
+                    readers += take_rows(self.readers, granule, rows + w * plane_rows)
+                others = changing(readers != take_rows(self.readers, granule,
+                                                       rows + local * plane_rows))
                 if others.any():
                     row, byte = divmod(int(np.flatnonzero(others)[0]), granule)
                     flat_byte = rows[row] * granule + byte
