@@ -187,6 +187,9 @@ class _NoShadow:
     def restore(self):
         pass
 
+    def release(self):
+        pass
+
 
 @contextlib.contextmanager
 def safety_off():
