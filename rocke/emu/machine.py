@@ -351,14 +351,14 @@ _FULL_BATCH_ROWS_SIZE = 16
 def _full_batch_rows(waves_per_wg: int, phase: int, n: int, per_lane: int, granule: int):
     """RaceTracker per-row arrays of an access by every lane of `n` consecutive waves, the first
     `phase` waves into its workgroup: (row -> wave offset from the first, wave within the
-    workgroup per row, its write mark local + 1 per byte as int32 (rows, granule)).
+    workgroup per row, its write mark local + 1 per byte as uint8 (rows, granule)).
     Cached read-only across batches and launches (a few shapes per kernel)."""
     key = (waves_per_wg, phase, n, per_lane, granule)
     entry = _FULL_BATCH_ROWS.get(key)
     if entry is None:
         offsets = np.repeat(np.arange(n), 64 * per_lane)
         local = (offsets + phase) % waves_per_wg
-        entry = (offsets, local, np.repeat((local + 1).astype(np.int32)[:, None], granule, 1))
+        entry = (offsets, local, np.repeat((local + 1).astype(np.uint8)[:, None], granule, 1))
         for array in entry:
             array.flags.writeable = False
         if len(_FULL_BATCH_ROWS) >= _FULL_BATCH_ROWS_SIZE:
@@ -373,15 +373,16 @@ READ_LOG_ROWS = 1 << 21   # rows of reads kept unreplayed (bounds the log to 16 
 class RaceTracker:
     """Per-byte LDS access bookkeeping within one barrier epoch of each workgroup.
 
-    `written` holds (pc << 8) | (wave + 1) of the last write of a byte this epoch (wave: index
-    within the workgroup; 0 = not written). `readers` has one plane of `size` bytes per wave
+    `writer` holds wave + 1 of the last write of a byte this epoch (wave: index within the
+    workgroup; 0 = not written) and `writer_pc` that write's pc (only read where `writer` is
+    set: the checks move one byte per LDS byte, the pc only to report a race). `readers` has one plane of `size` bytes per wave
     index w, nonzero where wave w read the byte this epoch, and `reader_pc` the pc of a byte's
     last read (only to report a race). Both are filled lazily: a read is only appended to
     `read_log` (time, pc, granule, rows, wave of each row), and the log is replayed into them
     when a write meets a workgroup read this epoch or the log grows long — most kernels put a
     barrier between reading and rewriting LDS, so most reads are never replayed. An entry is
     stale for a workgroup whose epoch began after it (`clock` counts barrier releases,
-    `epoch_start` per workgroup). `written` and `readers` are cleared when a barrier releases.
+    `epoch_start` per workgroup). `writer` and `readers` are cleared when a barrier releases.
     An access moves each array a row of `granule` bytes at a time (see memory.access_rows).
     """
 
@@ -393,7 +394,8 @@ class RaceTracker:
         if len(pool.kernel.code) >= 1 << 23:
             raise EmulatorError("the LDS race checker supports kernels of fewer than 2**23 "
                                 "instructions")
-        self.written = np.zeros(size, np.int32)
+        self.writer = np.zeros(size, np.uint8)
+        self.writer_pc = np.zeros(size, np.int32)
         self.size, self.waves_per_wg = size, waves_per_wg
         self.readers = np.zeros(waves_per_wg * size, np.uint8)
         self.reader_pc = np.zeros(size, np.int32)
@@ -403,7 +405,7 @@ class RaceTracker:
         self.epoch_start = np.zeros(pool.num_wgs, np.int64)
         self.replayed = np.zeros(pool.num_wgs, bool)   # `readers` may hold marks
         self.pending: dict[int, list] = {}   # wave -> [(vm sequence, flat bytes, pc)]
-        # workgroups whose `written` / `readers` may hold marks this epoch: the others are known
+        # workgroups whose `writer` / `readers` may hold marks this epoch: the others are known
         # clean, so their checks and clearing can be skipped
         self.wrote = np.zeros(pool.num_wgs, bool)
         self.was_read = np.zeros(pool.num_wgs, bool)
@@ -412,7 +414,7 @@ class RaceTracker:
 
     def _row_waves(self, sel, active, per_lane, granule):
         """(pool wave, wave within its workgroup) of each row of an access of `per_lane` rows
-        of `granule` bytes per active lane, each byte's own write mark local + 1 (int32
+        of `granule` bytes per active lane, each byte's own write mark local + 1 (uint8
         (rows, granule)), and the workgroups of the batch; cached per batch (a batch's
         accesses share them). Per-byte arrays rather than
         (rows, 1) columns: numpy's loops over a broadcast column of a few bytes per row run
@@ -439,7 +441,7 @@ class RaceTracker:
             row_wave = np.repeat(lane_wave, per_lane) if per_lane > 1 else lane_wave
             local = self.pool.wave_in_wg[row_wave]
             rows_of[key] = (row_wave, local,
-                            np.repeat((local + 1).astype(np.int32)[:, None], granule, 1))
+                            np.repeat((local + 1).astype(np.uint8)[:, None], granule, 1))
         return rows_of[key] + (wgs,)
 
     def record(self, ins, sel, active, granule, rows, nbytes, write, dma=False, new_bytes=None,
@@ -469,7 +471,7 @@ class RaceTracker:
     def _check_and_mark(self, ins, pc, granule, rows, row_wave, local, mine, write,
                         new_bytes, atomic, any_writer, any_reader):
         """`local`: each row's wave within its workgroup; `mine`: each byte's write mark
-        local + 1 (int32 (rows, granule)). `any_writer` / `any_reader`: whether the
+        local + 1 (uint8 (rows, granule)). `any_writer` / `any_reader`: whether the
         batch's workgroups may have writer / reader marks this epoch (when not, those checks
         cannot fire and are skipped)."""
         changes = None
@@ -485,15 +487,15 @@ class RaceTracker:
             return suspects & changes
 
         if any_writer:
-            written = take_rows(self.written, granule, rows)
-            conflict = (written != 0) & ((written & 0xFF) != mine)
+            writer = take_rows(self.writer, granule, rows)
+            conflict = (writer != 0) & (writer != mine)
             if write:
                 conflict = changing(conflict)
             if conflict.any():
                 row, byte = divmod(int(np.flatnonzero(conflict)[0]), granule)
-                other = int(written[row, byte])
-                self._report(ins, pc, rows[row] * granule + byte, row_wave[row], write,
-                             (other & 0xFF) - 1, other >> 8, "write")
+                flat_byte = rows[row] * granule + byte
+                self._report(ins, pc, flat_byte, row_wave[row], write, int(writer[row, byte]) - 1,
+                             int(self.writer_pc[flat_byte]), "write")
         plane_rows = self.size // granule
         if write:
             if any_reader:
@@ -514,9 +516,9 @@ class RaceTracker:
                                  int(self.reader_pc[flat_byte]), "read")
             if atomic:
                 return
-            mark = mine | np.int32(pc << 8)
-            put_rows(self.written, granule, rows, mark)
-            self._batch = (granule, rows, mark, row_wave, pc, new_bytes)
+            put_rows(self.writer, granule, rows, mine)
+            put_rows(self.writer_pc, granule, rows, np.full((1, granule), pc, np.int32))
+            self._batch = (granule, rows, mine, row_wave, pc, new_bytes)
         else:
             self.read_log.append((self.clock, pc, granule, rows, local))
             self.read_log_rows += len(rows)
@@ -546,23 +548,24 @@ class RaceTracker:
 
     def check_batch_writes(self, ins):
         """After a batch's write landed: two waves of the batch wrote one byte differently."""
-        granule, rows, mark, row_wave, pc, new_bytes = self._batch
+        granule, rows, mine, row_wave, pc, new_bytes = self._batch
         # a row's bytes all carry its writer's mark, and a later duplicate row overwrites a
-        # whole row: comparing each row's first byte finds every row another wave won
-        lost = np.flatnonzero(np.take(self.written, rows * granule) != mark[:, 0])
+        # whole row: comparing each row's first byte finds every row another wave won (the
+        # batch's writes share one pc: the wave tells them apart)
+        lost = np.flatnonzero(np.take(self.writer, rows * granule) != mine[:, 0])
         if not len(lost):
             return
         # only the rows another wave won: usually few of the batch
         lost_rows = rows[lost]
-        written = take_rows(self.written, granule, lost_rows)
-        clash = written != mark[lost]
+        writer = take_rows(self.writer, granule, lost_rows)
+        clash = writer != mine[lost]
         if new_bytes is not None and clash.any():
             clash &= self.pool.lds_rows(granule, lost_rows) != new_bytes[lost]
         if clash.any():
             first, byte = divmod(int(np.flatnonzero(clash)[0]), granule)
             row = lost[first]
             self._report(ins, pc, rows[row] * granule + byte, row_wave[row], True,
-                         (int(written[first, byte]) & 0xFF) - 1, pc, "write")
+                         int(writer[first, byte]) - 1, pc, "write")
 
     def _report(self, ins, pc, flat_byte, wave, write, other_local, other_pc, other_kind):
         pool = self.pool
@@ -598,7 +601,7 @@ class RaceTracker:
         pool = self.pool
         wrote, was_read = wgs[self.wrote[wgs]], wgs[self.was_read[wgs]]
         if len(wrote):
-            self.written.reshape(pool.num_wgs, pool.lds_stride)[wrote] = 0
+            self.writer.reshape(pool.num_wgs, pool.lds_stride)[wrote] = 0
             self.wrote[wrote] = False
         self.clock += 1
         self.epoch_start[wgs] = self.clock    # logged reads of these workgroups are now stale
@@ -617,4 +620,5 @@ class RaceTracker:
             if wg in released:
                 self.wrote[wg] = True
                 for _, byte_index, pc in entries:
-                    self.written[byte_index] = (pc << 8) | (int(pool.wave_in_wg[wave]) + 1)
+                    self.writer[byte_index] = int(pool.wave_in_wg[wave]) + 1
+                    self.writer_pc[byte_index] = pc
