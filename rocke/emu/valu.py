@@ -195,7 +195,11 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
         src_lane = np.clip(src_lane, 0, 63)
         row_mask, bank_mask = int(mods.get("row_mask", 0xF)), int(mods.get("bank_mask", 0xF))
         lane_enabled = (((row_mask >> (LANES // 16)) & 1) & ((bank_mask >> ((LANES >> 2) & 3)) & 1)).astype(bool)
-        dpp = (src_lane, in_range, lane_enabled, "bound_ctrl" in mods)
+        bound_ctrl = "bound_ctrl" in mods
+        # under a full EXEC every source lane is on: validity and written lanes are fixed
+        full_writes = lane_enabled & (in_range | bound_ctrl)
+        dpp = (src_lane, in_range, lane_enabled, bound_ctrl, bool(in_range.all()), full_writes,
+               bool(full_writes.all()), int(np.count_nonzero(full_writes)))
         if src_ops[0].kind != "v":
             raise DecodeError("DPP src0 must be a VGPR")
 
@@ -209,12 +213,19 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
     def run(P, sel, n):
         active, full, lanes = P.exec_state(sel)
         if dpp is not None:
-            src_lane, in_range, lane_enabled, bound_ctrl = dpp
-            valid = in_range & active[:, src_lane]
-            extra = {"dpp": (src_lane, valid, bound_ctrl)}
-            write_lanes = active & lane_enabled & (valid | bound_ctrl)
-            full = bool(write_lanes.all())
-            lanes = int(np.count_nonzero(write_lanes))
+            src_lane, in_range, lane_enabled, bound_ctrl, all_in_range, full_writes, \
+                writes_all, writes_per_wave = dpp
+            if full:
+                # None: every lane's source is valid
+                extra = {"dpp": (src_lane, None if all_in_range else in_range, bound_ctrl)}
+                write_lanes = np.broadcast_to(full_writes, active.shape)
+                full, lanes = writes_all, n * writes_per_wave
+            else:
+                valid = in_range & active[:, src_lane]
+                extra = {"dpp": (src_lane, valid, bound_ctrl)}
+                write_lanes = active & lane_enabled & (valid | bound_ctrl)
+                full = bool(write_lanes.all())
+                lanes = int(np.count_nonzero(write_lanes))
         else:
             extra = None
             write_lanes = active
@@ -319,7 +330,8 @@ def _source(i, src, typ, form):
             x = raw64(P, sel, n)
             if extra is not None and i == 0:
                 src_lane, valid, bound_ctrl = extra["dpp"]
-                x = np.where(valid, x[:, src_lane], U64(0)).astype(U64)
+                x = x[:, src_lane] if valid is None else \
+                    np.where(valid, x[:, src_lane], U64(0)).astype(U64, copy=False)
             x = x.view(INT_VIEW[typ])
             if ftype is not None and op.float_mods:
                 x = _float_modifiers(x, typ, src.neg, src.abs)
@@ -370,7 +382,8 @@ def _source(i, src, typ, form):
         x = raw(P, sel, n)
         if extra is not None and i == 0:
             src_lane, valid, bound_ctrl = extra["dpp"]
-            x = np.where(valid, x[:, src_lane], 0).astype(U32)
+            x = x[:, src_lane] if valid is None else \
+                np.where(valid, x[:, src_lane], U32(0)).astype(U32, copy=False)
         if sdwa_shift is not None:
             x = (x >> U32(sdwa_shift)) & U32((1 << sdwa_width) - 1) if sdwa_width < 32 else x
             if sext and sdwa_width < 32:
