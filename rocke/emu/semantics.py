@@ -237,6 +237,9 @@ def _ieee_min_max(a, b, pick):
 def _fmin(a, b):
     """V_MIN_*: -0 < +0; NaN rules of _ieee_min_max."""
     a, b = np.broadcast_arrays(a, b)
+    fast = _min_max_without_nan(a, b, np.minimum, np.bitwise_or)
+    if fast is not None:
+        return fast
     less = (a < b) | ((a == b) & np.signbit(a))
     return _ieee_min_max(a, b, np.where(less, a, b))
 
@@ -244,8 +247,27 @@ def _fmin(a, b):
 def _fmax(a, b):
     """V_MAX_*: +0 > -0; NaN rules of _ieee_min_max."""
     a, b = np.broadcast_arrays(a, b)
+    fast = _min_max_without_nan(a, b, np.maximum, np.bitwise_and)
+    if fast is not None:
+        return fast
     greater = (a > b) | ((a == b) & ~np.signbit(a))
     return _ieee_min_max(a, b, np.where(greater, a, b))
+
+
+def _min_max_without_nan(a, b, extreme, merge_equal):
+    """np.minimum / np.maximum of float arrays, or None if a lane holds a NaN (numpy's pick
+    propagates NaN; the ISA's rules are _ieee_min_max's). Equal operands differ only as -0 and
+    +0: their sign bits or'ed (min: -0) or and'ed (max: +0) give the ISA's choice."""
+    if a.dtype != b.dtype or a.dtype.type not in _FLOAT_BITS:
+        return None
+    out = extreme(a, b)
+    if np.isnan(out).any():
+        return None
+    equal = a == b
+    if equal.any():
+        bits = _FLOAT_BITS[out.dtype.type][0]
+        np.copyto(out, merge_equal(a.view(bits), b.view(bits)).view(out.dtype), where=equal)
+    return out
 
 
 def _fmed3(a, b, c):
