@@ -257,16 +257,18 @@ def _fmax(a, b):
 def _min_max_without_nan(a, b, extreme, merge_equal):
     """np.minimum / np.maximum of float arrays, or None if a lane holds a NaN (numpy's pick
     propagates NaN; the ISA's rules are _ieee_min_max's). Equal operands differ only as -0 and
-    +0: their sign bits or'ed (min: -0) or and'ed (max: +0) give the ISA's choice."""
+    +0 (equal nonzero values have one bit pattern): where the result is a zero of equal
+    operands, their sign bits or'ed (min: -0) or and'ed (max: +0) give the ISA's choice."""
     if a.dtype != b.dtype or a.dtype.type not in _FLOAT_BITS:
         return None
     out = extreme(a, b)
     if np.isnan(out).any():
         return None
-    equal = a == b
-    if equal.any():
+    zero = out == 0
+    if zero.any():
         bits = _FLOAT_BITS[out.dtype.type][0]
-        np.copyto(out, merge_equal(a.view(bits), b.view(bits)).view(out.dtype), where=equal)
+        np.copyto(out, merge_equal(a.view(bits), b.view(bits)).view(out.dtype),
+                  where=zero & (a == b))
     return out
 
 
