@@ -163,7 +163,9 @@ def _fma_f32(a, b, c):
     float32 result: |result| <= 2**-126 covers every one (and a few lanes the exact path rounds
     the same)."""
     a, b, c = np.broadcast_arrays(_f32(a), _f32(b), _f32(c))
-    product = a.astype(np.float64) * b.astype(np.float64)
+    # a lane-uniform factor (an SGPR) widened once per wave: the product keeps its operand
+    # order (a * b), so its NaN payloads too
+    product = _lane_compact(a).astype(np.float64) * _lane_compact(b).astype(np.float64)
     # exactly the expression _fma_f32_scaled rounds for non-finite sums: numpy's choice of NaN
     # payload depends on the expression's form (temporary elision)
     total = product + c.astype(np.float64)
@@ -171,16 +173,23 @@ def _fma_f32(a, b, c):
     boundary = (total.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)
     if boundary.any():
         # keep the ties whose float64 sum was inexact: a sum of two floats lands on a float32
-        # midpoint often (a*b exact in float32, e.g. by a power of two), so the error of every
-        # lane's sum (two_sum on whole arrays) beats gathering the tie lanes
+        # midpoint often (a*b exact in float32, e.g. by a power of two), so every lane is tested
+        # (beats gathering the tie lanes). Subtracting the larger operand from the rounded sum
+        # is exact (Fast2Sum), so the sum was exact iff both subtractions give the other one
         addend = c.astype(np.float64)
-        rounded = total - product
-        error = (product - (total - rounded)) + (addend - rounded)
-        boundary &= error != 0
+        boundary &= ~((total - product == addend) & (total - addend == product))
     boundary |= (result.view(np.uint32) & np.uint32(0x7FFFFFFF)) <= np.uint32(0x00800000)
     if boundary.any():
         result[boundary] = _fma_f32_scaled(a[boundary], b[boundary], c[boundary])
     return result
+
+
+def _lane_compact(x):
+    """`x` without its broadcast lane axis ((n, 64) of stride 0 -> (n, 1)): converting the
+    compact column costs a 64th of converting the stride-0 view."""
+    if x.ndim == 2 and x.shape[1] > 1 and x.strides[1] == 0:
+        return x[:, :1]
+    return x
 
 
 def _exact_fma_f64_scalar(a: float, b: float, c: float, scale_exponent: int) -> float:
