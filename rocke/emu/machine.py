@@ -367,15 +367,17 @@ def _full_batch_rows(waves_per_wg: int, phase: int, n: int, per_lane: int, granu
     return entry
 
 
-READ_LOG_ROWS = 1 << 21   # rows of reads kept unreplayed (bounds the log to 16 MiB)
+READ_LOG_ROWS = 1 << 21   # rows of reads (and of writes, for their pcs) kept unreplayed (16 MiB)
 
 
 class RaceTracker:
     """Per-byte LDS access bookkeeping within one barrier epoch of each workgroup.
 
     `writer` holds wave + 1 of the last write of a byte this epoch (wave: index within the
-    workgroup; 0 = not written) and `writer_pc` that write's pc (only read where `writer` is
-    set: the checks move one byte per LDS byte, the pc only to report a race). `readers` has one plane of `size` bytes per wave
+    workgroup; 0 = not written). A write's pc is only needed to report a race, so writes are
+    logged (`write_log`: pc, granule, rows) and only a long log is replayed into `writer_pc`;
+    the log is dropped once no workgroup has writes this epoch. `readers` has one plane of
+    `size` bytes per wave
     index w, nonzero where wave w read the byte this epoch, and `reader_pc` the pc of a byte's
     last read (only to report a race). Both are filled lazily: a read is only appended to
     `read_log` (time, pc, granule, rows, wave of each row), and the log is replayed into them
@@ -396,6 +398,8 @@ class RaceTracker:
                                 "instructions")
         self.writer = np.zeros(size, np.uint8)
         self.writer_pc = np.zeros(size, np.int32)
+        self.write_log: list[tuple[int, int, np.ndarray]] = []
+        self.write_log_rows = 0
         self.size, self.waves_per_wg = size, waves_per_wg
         self.readers = np.zeros(waves_per_wg * size, np.uint8)
         self.reader_pc = np.zeros(size, np.int32)
@@ -495,7 +499,7 @@ class RaceTracker:
                 row, byte = divmod(int(np.flatnonzero(conflict)[0]), granule)
                 flat_byte = rows[row] * granule + byte
                 self._report(ins, pc, flat_byte, row_wave[row], write, int(writer[row, byte]) - 1,
-                             int(self.writer_pc[flat_byte]), "write")
+                             self._writer_pc(flat_byte), "write")
         plane_rows = self.size // granule
         if write:
             if any_reader:
@@ -517,7 +521,7 @@ class RaceTracker:
             if atomic:
                 return
             put_rows(self.writer, granule, rows, mine)
-            put_rows(self.writer_pc, granule, rows, np.full((1, granule), pc, np.int32))
+            self._log_write(pc, granule, rows)
             self._batch = (granule, rows, mine, row_wave, pc, new_bytes)
         else:
             self.read_log.append((self.clock, pc, granule, rows, local))
@@ -541,6 +545,23 @@ class RaceTracker:
             put_rows(self.reader_pc, granule, rows, np.full((1, granule), pc))
             self.replayed[wg] = True
         self._forget_reads()
+
+    def _log_write(self, pc, granule, rows):
+        self.write_log.append((pc, granule, rows))
+        self.write_log_rows += len(rows)
+        if self.write_log_rows > READ_LOG_ROWS:
+            for logged_pc, logged_granule, logged_rows in self.write_log:
+                put_rows(self.writer_pc, logged_granule, logged_rows,
+                         np.full((1, logged_granule), logged_pc, np.int32))
+            self.write_log.clear()
+            self.write_log_rows = 0
+
+    def _writer_pc(self, flat_byte) -> int:
+        """The pc of the last write of LDS byte `flat_byte` (one with a writer this epoch)."""
+        for pc, granule, rows in reversed(self.write_log):
+            if (rows == flat_byte // granule).any():
+                return pc
+        return int(self.writer_pc[flat_byte])
 
     def _forget_reads(self):
         self.read_log.clear()
@@ -603,6 +624,9 @@ class RaceTracker:
         if len(wrote):
             self.writer.reshape(pool.num_wgs, pool.lds_stride)[wrote] = 0
             self.wrote[wrote] = False
+            if not self.wrote.any():   # no byte has a writer: no pc can be asked for
+                self.write_log.clear()
+                self.write_log_rows = 0
         self.clock += 1
         self.epoch_start[wgs] = self.clock    # logged reads of these workgroups are now stale
         if len(was_read):
@@ -621,4 +645,4 @@ class RaceTracker:
                 self.wrote[wg] = True
                 for _, byte_index, pc in entries:
                     self.writer[byte_index] = int(pool.wave_in_wg[wave]) + 1
-                    self.writer_pc[byte_index] = pc
+                    self._log_write(pc, 1, byte_index)
