@@ -44,6 +44,7 @@ class Pool:
         self.lds_bytes = lds_bytes
         self.lds_stride = max(LDS_GRANULE, -(-lds_bytes // LDS_GRANULE) * LDS_GRANULE)
         self.lds = np.zeros(self.num_wgs * self.lds_stride, np.uint8)
+        self._lane_lds_offsets = None
         self.vm_issued = np.zeros(n, np.int64)
         self.loops = np.zeros(n, np.int64)   # backward branches taken, per wave
         self.loops_floor = 0
@@ -163,8 +164,15 @@ class Pool:
                            f"lane {l}: {nbytes}-byte access at LDS address {int(addr[w, l])} "
                            f"(0x{int(addr[w, l]):x}) but the workgroup has {self.lds_bytes} bytes "
                            f"of LDS (static + dynamic)")
-        flat = (self.wg_of[sel] * self.lds_stride)[:, None] + addr
+        flat = self._lane_lds_offset()[sel] + addr
         return flat.reshape(-1) if full else flat[active]
+
+    def _lane_lds_offset(self):
+        """Each lane's workgroup LDS offset in self.lds (num_waves, 64): a whole-array add,
+        several times faster than broadcasting a per-wave column."""
+        if self._lane_lds_offsets is None:
+            self._lane_lds_offsets = np.repeat((self.wg_of * self.lds_stride)[:, None], 64, axis=1)
+        return self._lane_lds_offsets
 
     def lds_read(self, ins, sel, addr, nbytes, active):
         flat = self._lds_flat(ins, sel, addr, nbytes, active)

@@ -53,7 +53,8 @@ def _loaded_words(data, nbytes, how, old_rows):
     """(m, nbytes) uint8 loaded -> (m, k) uint32 register words (old_rows: (m,) for d16 forms)."""
     if how == "full":
         return np.ascontiguousarray(data).view(U32).reshape(len(data), nbytes // 4)
-    value = data[:, 0].astype(U32) if nbytes == 1 else data.copy().view(np.uint16)[:, 0].astype(U32)
+    value = data[:, 0].astype(U32) if nbytes == 1 else \
+        np.ascontiguousarray(data).view(np.uint16)[:, 0].astype(U32)
     if how.endswith("sext"):
         sign = U32(1 << (8 * nbytes - 1))
         value = (value ^ sign) - sign
@@ -63,7 +64,7 @@ def _loaded_words(data, nbytes, how, old_rows):
         value = (old_rows & U32(0xFFFF0000)) | (value & U32(0xFFFF))
     elif how.startswith("d16_hi"):
         value = (old_rows & U32(0xFFFF)) | (value << U32(16))
-    return value.astype(U32)[:, None]
+    return value.astype(U32, copy=False)[:, None]
 
 
 LDS_DMA_BYTES = {"dword": 4, "dwordx3": 12, "dwordx4": 16}
