@@ -151,7 +151,10 @@ class Pool:
     # ------------------------------------------------------------------ LDS
     def _lds_flat(self, ins, sel, addr, nbytes, active):
         """Flat byte index into self.lds of every active lane's access (m,), bounds-checked."""
-        full = bool(active.all())
+        if self._exec_sel is sel and self._exec_cached[0] is active:
+            full = self._exec_cached[1]   # exec_state's mask: whether it is full is known
+        else:
+            full = bool(active.all())
         if full:   # two reductions instead of masking every lane
             in_bounds = addr.min() >= 0 and addr.max() + nbytes <= self.lds_bytes
         else:

@@ -666,7 +666,7 @@ def decode_ds(ins, ops, mods):
 def _ds_read(ins, addr_row, parts):
     def run(P, sel, n):
         active, full, lanes = P.exec_state(sel)
-        base = P.vgpr[sel, addr_row].astype(np.int64)
+        base = P.vgpr[sel, addr_row]
         loaded = []
         for offset, nbytes, how, row in parts:
             loaded.append(P.lds_read(ins, sel, _lds_address(base, offset), nbytes, active))
@@ -678,14 +678,15 @@ def _ds_read(ins, addr_row, parts):
 
 
 def _lds_address(base, offset):
-    """32-bit LDS address of a lane: VGPR (as int64) + instruction offset, wrapped."""
-    return base + offset & 0xFFFFFFFF if offset else base
+    """32-bit LDS address of a lane as int64: VGPR (uint32) + instruction offset, wrapped (the
+    uint32 sum wraps by itself)."""
+    return (base + U32(offset) if offset else base).astype(np.int64)
 
 
 def _ds_write(ins, addr_row, parts):
     def run(P, sel, n):
         active, full, lanes = P.exec_state(sel)
-        base = P.vgpr[sel, addr_row].astype(np.int64)
+        base = P.vgpr[sel, addr_row]
         for offset, nbytes, how, row in parts:
             words = _gather_rows(P, sel, row, max(1, (nbytes + 3) // 4))
             data = _pack_store_bytes(words.reshape(n * 64, -1), nbytes, how).reshape(n, 64, nbytes)
