@@ -130,8 +130,8 @@ class _AddressPlan:
                 addr = base[:, None] + P.vgpr[sel, self.vrow].astype(U64)
             else:
                 addr = vgpr_pair(P, sel, self.vrow, n)
-            if self.imm:
-                addr = (addr.astype(np.int64) + self.imm).astype(U64)
+            if self.imm:   # a fresh array: the signed offset added modulo 2**64 in place
+                addr += U64(self.imm % (1 << 64))
             return addr, None
         r = self.rsrc
         w0, w1, w2, w3 = (P.sgpr[sel, r + i] for i in range(4))
