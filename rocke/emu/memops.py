@@ -324,11 +324,25 @@ def _load(ins, plan, row, nbytes, how, family):
         else:
             # buffer: each dword is range-checked on its own; out-of-range dwords read 0
             fetch = active
-            data = np.zeros((int(active.sum()), nbytes), np.uint8)
+            data = None if nbytes <= 4 else np.zeros((lanes, nbytes), np.uint8)
+            lane_addr = None
             for k in range(0, nbytes, 4):
                 width = min(4, nbytes - k)
                 ok_lanes = active & plan.in_range(check, k, width)
-                if ok_lanes.any():
+                in_range = int(np.count_nonzero(ok_lanes))
+                if in_range == lanes and lanes:   # every active lane: the same lanes, unmasked
+                    if lane_addr is None:
+                        lane_addr = addr.reshape(-1) if full else addr[active]
+                    loaded = P.global_load(ins, sel, lane_addr + U64(k) if k else lane_addr,
+                                           width, ok_lanes, None)
+                    if data is None:
+                        data = loaded
+                    else:
+                        data[:, k:k + width] = loaded
+                    continue
+                if data is None:
+                    data = np.zeros((lanes, nbytes), np.uint8)
+                if in_range:
                     data[ok_lanes[active], k:k + width] = P.global_load(
                         ins, sel, addr[ok_lanes] + U64(k), width, ok_lanes, None)
         old = P.vgpr[sel, row][fetch] if how.startswith("d16") else None
@@ -359,7 +373,11 @@ def _store(ins, plan, row, nbytes, how, family):
             for j in range(0, nbytes, 4):
                 width = min(4, nbytes - j)
                 ok_lanes = active & plan.in_range(check, j, width)  # out-of-range dwords are dropped
-                if ok_lanes.any():
+                in_range = int(np.count_nonzero(ok_lanes))
+                if in_range == lanes and lanes:   # every active lane: the same lanes, unmasked
+                    P.global_store(ins, sel, lane_addr + U64(j) if j else lane_addr,
+                                   data[:, j:j + width], ok_lanes, None)
+                elif in_range:
                     P.global_store(ins, sel, addr[ok_lanes] + U64(j),
                                    data[ok_lanes[active], j:j + width], ok_lanes, None)
         return lanes
