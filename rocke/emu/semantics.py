@@ -804,6 +804,34 @@ def _perm_uniform(s0, s1, selector: int):
     bytes moved by the same shift out of the same source are moved together (one shift and
     one mask: a half-word pack is two)."""
     s0, s1 = np.asarray(s0, np.uint32), np.asarray(s1, np.uint32)
+    moves, constant, signs = _perm_plan(selector)
+    result = None
+    for from_s0, shift, mask in moves:
+        source = s0 if from_s0 else s1
+        moved = source << _U32(8 * shift) if shift > 0 else \
+            source >> _U32(-8 * shift) if shift < 0 else source
+        # a shift already clears the bytes it moves in: no mask when it keeps all the others
+        term = moved if mask == _SHIFT_KEEPS.get(shift) else moved & _U32(mask)
+        result = term if result is None else result | term
+    if result is None:
+        result = np.zeros(s0.shape, dtype=np.uint32)
+    if constant:
+        result = result | _U32(constant)
+    for lane_byte, bit in signs:
+        byte = ((s0 if bit >= 32 else s1) >> _U32(bit & 31)) & _U32(1)
+        result = result | ((byte * _U32(0xFF)) << _U32(8 * lane_byte))
+    return np.asarray(result, np.uint32)
+
+
+# byte shift -> the result bytes a 32-bit shift by it leaves (a nonzero shift only)
+_SHIFT_KEEPS = {k: (0xFFFFFFFF << (8 * k)) & 0xFFFFFFFF for k in (1, 2, 3)} | \
+    {-k: 0xFFFFFFFF >> (8 * k) for k in (1, 2, 3)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _perm_plan(selector: int):
+    """(moves (from S0, byte shift, result byte mask), constant bytes, sign-fill bytes) of a
+    V_PERM_B32 selector: worked out once per selector value."""
     moves: dict[tuple[int, int], int] = {}   # (source, byte shift) -> mask of result bytes
     constant = 0
     signs = []
@@ -816,21 +844,8 @@ def _perm_uniform(s0, s1, selector: int):
             signs.append((lane_byte, 16 * (sel - 8) + 15))
         elif sel > 12:
             constant |= 0xFF << (8 * lane_byte)
-    result = None
-    for (from_s0, shift), mask in moves.items():
-        source = s0 if from_s0 else s1
-        moved = source << _U32(8 * shift) if shift > 0 else \
-            source >> _U32(-8 * shift) if shift < 0 else source
-        term = moved & _U32(mask)
-        result = term if result is None else result | term
-    if result is None:
-        result = np.zeros(s0.shape, dtype=np.uint32)
-    if constant:
-        result = result | _U32(constant)
-    for lane_byte, bit in signs:
-        byte = ((s0 if bit >= 32 else s1) >> _U32(bit & 31)) & _U32(1)
-        result = result | ((byte * _U32(0xFF)) << _U32(8 * lane_byte))
-    return np.asarray(result, np.uint32)
+    return tuple((from_s0, shift, mask) for (from_s0, shift), mask in moves.items()), \
+        constant, tuple(signs)
 
 
 def _popcount(x):
