@@ -587,17 +587,19 @@ class RaceTracker:
         lost = np.flatnonzero(np.take(self.writer, rows * granule) != mine[:, 0])
         if not len(lost):
             return
-        # only the rows another wave won: usually few of the batch
+        # only the rows another wave won: every byte of such a row carries the winner's mark,
+        # not this one's, so those bytes clash unless the loser wrote what the row now holds
         lost_rows = rows[lost]
-        writer = take_rows(self.writer, granule, lost_rows)
-        clash = writer != mine[lost]
-        if new_bytes is not None and clash.any():
-            clash &= self.pool.lds_rows(granule, lost_rows) != new_bytes[lost]
+        if new_bytes is None:
+            clash = np.ones((len(lost), granule), bool)
+        else:
+            clash = self.pool.lds_rows(granule, lost_rows) != new_bytes[lost]
         if clash.any():
             first, byte = divmod(int(np.flatnonzero(clash)[0]), granule)
             row = lost[first]
-            self._report(ins, pc, rows[row] * granule + byte, row_wave[row], True,
-                         int(writer[first, byte]) - 1, pc, "write")
+            flat_byte = rows[row] * granule + byte
+            self._report(ins, pc, flat_byte, row_wave[row], True,
+                         int(self.writer[flat_byte]) - 1, pc, "write")
 
     def _report(self, ins, pc, flat_byte, wave, write, other_local, other_pc, other_kind):
         pool = self.pool
