@@ -630,6 +630,8 @@ def _run_share(dk, run_dk, memory, starts, pool_wgs, grid3, block3, lds_bytes, c
         counts = [a + b for a, b in zip(counts, pool.counts)]
         lane_instructions += pool.lane_instructions
         batches += pool.batches
+        if type(pool) is Pool:   # its arrays serve the next pool (others may keep them)
+            pool.release()
         if first + pool_wgs < total and time.perf_counter() > deadline:
             pool.raise_timeout(f"{total - first - pool_wgs} workgroups not started")
     return counts, lane_instructions, batches
