@@ -25,8 +25,8 @@ A same-day A/B (`--against REV [--rounds R]`): this host's speed drifts between 
 same code measures differently; README, Benchmarks), so a speed-up is only a ratio against an
 older revision measured now. The
 revision's own benchmarks/emu.py runs from a temporary git worktree (same interpreter and
-packages), alternating with this tree's, each in a fresh process, R rounds; the table gives each
-side's median and the ratio.
+packages), alternating with this tree's, each in a fresh process, R rounds; the tables give each
+side's median and the ratio, of wall time and of process CPU time (workers included).
 
 Run:  .venv/bin/python benchmarks/emu.py [--repeats 3] [--workloads NAME ...] [--safety-ab]
       [--backend numpy torch] [--device cpu|cuda]
@@ -187,6 +187,9 @@ class _NoShadow:
     def restore(self):
         pass
 
+    def release(self):
+        pass
+
 
 @contextlib.contextmanager
 def safety_off():
@@ -305,20 +308,43 @@ def wall_rates(output: str) -> dict:
     return rates
 
 
-def run_benchmark_script(root: Path, workloads, repeats) -> dict:
+LANES_LINE = re.compile(r"lane-instructions: ([\d,]+)")
+CPU_LINE = re.compile(r"process CPU time[^:]*: ([\d.]+) s")
+
+
+def cpu_rates(output: str) -> dict:
+    """workload -> lane-instructions per second of process CPU time (median launch, workers
+    included where the run counts them), read from one run's printout (first backend)."""
+    rates, current, lanes = {}, None, None
+    for line in output.splitlines():
+        header = HEADER_LINE.match(line)
+        if header:
+            current, lanes = header.group(1), None
+            continue
+        count, cpu = LANES_LINE.search(line), CPU_LINE.search(line)
+        if count and lanes is None:
+            lanes = int(count.group(1).replace(",", ""))
+        if cpu and current is not None and lanes and current not in rates \
+                and float(cpu.group(1)) > 0:
+            rates[current] = lanes / float(cpu.group(1))
+    return rates
+
+
+def run_benchmark_script(root: Path, workloads, repeats) -> tuple[dict, dict]:
     """The benchmark of the tree at ``root`` in a fresh process (its own rocke on
-    PYTHONPATH); its wall rates, or a RuntimeError with the end of its output."""
+    PYTHONPATH); its wall rates and process-CPU rates, or a RuntimeError with the end of its
+    output."""
     env = dict(os.environ, PYTHONPATH=str(root))
     done = subprocess.run([sys.executable, str(root / "benchmarks" / "emu.py"), "--repeats",
                            str(repeats), "--workloads", *workloads], cwd=root, env=env,
                           capture_output=True, text=True)
-    rates = wall_rates(done.stdout)
-    missing = [w for w in workloads if w not in rates]
+    rates, cpu = wall_rates(done.stdout), cpu_rates(done.stdout)
+    missing = [w for w in workloads if w not in rates or w not in cpu]
     if done.returncode or missing:
         tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
         raise RuntimeError(f"the benchmark of {root} gave no figure for {missing or workloads} "
                            f"(exit {done.returncode}): " + " | ".join(tail))
-    return rates
+    return rates, cpu
 
 
 def against(revision: str, workloads, repeats: int, rounds: int) -> int:
@@ -342,17 +368,28 @@ def against(revision: str, workloads, repeats: int, rounds: int) -> int:
         print("\n".join(host_description()))
         print(f"A: {revision} ({commit[:12]}), B: this tree; {rounds} rounds of A then B, "
               f"{repeats} launches a workload each (median)")
-        runs = {"A": [], "B": []}
+        runs, cpu_runs = {"A": [], "B": []}, {"A": [], "B": []}
         for r in range(rounds):
             for side, root in (("A", tree), ("B", here)):
-                runs[side].append(run_benchmark_script(root, workloads, repeats))
+                wall, cpu = run_benchmark_script(root, workloads, repeats)
+                runs[side].append(wall)
+                cpu_runs[side].append(cpu)
                 print(f"  round {r + 1}/{rounds} {side}: " + ", ".join(
-                    f"{w} {runs[side][-1][w] / 1e6:.1f}" for w in workloads), flush=True)
+                    f"{w} {wall[w] / 1e6:.1f} (CPU {cpu[w] / 1e6:.1f})" for w in workloads),
+                      flush=True)
         print(f"{'workload':<16} {'A M lane-instr/s':>17} {'B M lane-instr/s':>17} {'B/A':>6}")
         for w in workloads:
             a = statistics.median(run[w] for run in runs["A"])
             b = statistics.median(run[w] for run in runs["B"])
             print(f"{w:<16} {a / 1e6:>17.1f} {b / 1e6:>17.1f} {b / a:>6.2f}")
+        # per process-CPU second (worker processes included): less disturbed by other load
+        # on the host than wall time, but a parallel launch spends more CPU than a serial one
+        print(f"{'workload':<16} {'A M/CPU-s':>17} {'B M/CPU-s':>17} {'B/A':>6}  "
+              "(process CPU time)")
+        for w in workloads:
+            a = statistics.median(run[w] for run in cpu_runs["A"])
+            b = statistics.median(run[w] for run in cpu_runs["B"])
+            print(f"{w:<16} {a / 1e6:>17.1f} {b / 1e6:>17.1f} {b / a:>6.2f}  CPU")
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=here,
                        capture_output=True)

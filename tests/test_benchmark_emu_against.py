@@ -27,6 +27,10 @@ def test_against_a_revision_prints_both_sides_and_their_ratio():
     assert row, done.stdout
     a, b, ratio = map(float, row.groups())
     assert a > 0 and b > 0 and abs(ratio - b / a) < 0.01
+    cpu = re.search(r"^softmax\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)  CPU$", done.stdout, re.M)
+    assert cpu, done.stdout
+    a, b, ratio = map(float, cpu.groups())
+    assert a > 0 and b > 0 and abs(ratio - b / a) < 0.01
     # its temporary worktree is gone again (another A/B running meanwhile keeps its own)
     assert _ab_worktrees() <= before
 
@@ -42,3 +46,19 @@ def test_against_an_unknown_revision_is_refused_by_name():
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "--against no-such-revision-xyz: not a commit" in done.stdout + done.stderr
+
+
+def test_cpu_rates_read_the_old_and_the_new_printout():
+    """The revision measured against may print its process CPU time without a rate (the
+    2026-11-30 benchmark did): the rate is lane-instructions over that time either way."""
+    old = ("[axpy] fixture axpy_f32\n  lane-instructions: 2,000,000  ->  100 lane-instructions/s"
+           "\n  scheduler batches: 26; process CPU time (median): 0.020 s\n")
+    new = ("[softmax] fixture softmax_rows_f32\n  lane-instructions: 3,000,000  ->  1 lane-"
+           "instructions/s\n  scheduler batches: 8; processes: 2; process CPU time incl. "
+           "workers (median): 0.030 s  ->  1 lane-instructions/CPU-s\n")
+    code = ("import sys; sys.path.insert(0, 'benchmarks'); import emu; "
+            f"print(emu.cpu_rates({old + new!r}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "{'axpy': 100000000.0, 'softmax': 100000000.0}"

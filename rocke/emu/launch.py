@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -311,13 +312,43 @@ class _Shadow:
 
     def __init__(self, ranges):
         # read-only ranges are mapped read-only (a write faults), so only written ones are saved
-        self.saved = [(view, view.copy()) for view in
-                      (host_view(start, end - start) for start, end, _, written in ranges
-                       if written)]
+        self.saved, self._buffers = [], []
+        for start, end, _, written in ranges:
+            if written:
+                view = host_view(start, end - start)
+                buffer = _spare_shadow(view.size)
+                np.copyto(buffer[:view.size], view)
+                self.saved.append((view, buffer[:view.size]))
+                self._buffers.append(buffer)
 
     def restore(self):
         for view, copy in self.saved:
             view[:] = copy
+
+    def release(self):
+        """The launch is over: its copies' memory serves the next launch's (copying into fresh
+        pages costs their page faults, several times the copy itself)."""
+        with _SPARE_SHADOWS_LOCK:
+            kept = sum(b.size for b in _SPARE_SHADOWS)
+            for buffer in self._buffers:
+                if kept + buffer.size <= SPARE_SHADOW_BYTES:
+                    _SPARE_SHADOWS.append(buffer)
+                    kept += buffer.size
+        self.saved, self._buffers = [], []
+
+
+SPARE_SHADOW_BYTES = 64 << 20   # shadow-copy memory kept between launches
+_SPARE_SHADOWS: list[np.ndarray] = []
+_SPARE_SHADOWS_LOCK = threading.Lock()
+
+
+def _spare_shadow(size: int) -> np.ndarray:
+    """A uint8 buffer of at least `size` bytes: the smallest spare that fits, else a new one."""
+    with _SPARE_SHADOWS_LOCK:
+        fits = [i for i, b in enumerate(_SPARE_SHADOWS) if b.size >= size]
+        if fits:
+            return _SPARE_SHADOWS.pop(min(fits, key=lambda i: _SPARE_SHADOWS[i].size))
+    return np.empty(size, np.uint8)
 
 
 def _resolve_target(declared: str | None, target) -> str:
@@ -480,6 +511,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     except BaseException:
         shadow.restore()
         raise
+    shadow.release()
     report.emulator_wall_time_s = time.perf_counter() - start
     report.shadow_copy_s = copied - start
     report.shadow_bytes = sum(end - begin for begin, end, _, written in ranges if written)
@@ -599,6 +631,8 @@ def _run_share(dk, run_dk, memory, starts, pool_wgs, grid3, block3, lds_bytes, c
         counts = [a + b for a, b in zip(counts, pool.counts)]
         lane_instructions += pool.lane_instructions
         batches += pool.batches
+        if type(pool) is Pool:   # its arrays serve the next pool (others may keep them)
+            pool.release()
         if first + pool_wgs < total and time.perf_counter() > deadline:
             pool.raise_timeout(f"{total - first - pool_wgs} workgroups not started")
     return counts, lane_instructions, batches

@@ -18,6 +18,31 @@ FAIR_SLACK = 32
 LDS_GRANULE = 16   # bytes: the widest LDS access of one lane; LDS strides are multiples
 
 
+SPARE_BYTES = 128 << 20   # arrays of finished pools kept for the next ones (per process)
+_SPARE_ARRAYS: dict[tuple, list[np.ndarray]] = {}   # (shape, dtype) -> zeroable arrays
+
+
+def _zeros(shape: tuple, dtype) -> np.ndarray:
+    """np.zeros(shape, dtype), in a finished pool's array of that shape when one is spare."""
+    spares = _SPARE_ARRAYS.get((shape, np.dtype(dtype)))
+    try:
+        array = spares.pop()
+    except (AttributeError, IndexError):   # none kept (another thread may take the last)
+        return np.zeros(shape, dtype)
+    array.fill(0)
+    return array
+
+
+def _keep(arrays):
+    """Keep a finished pool's arrays for later pools, up to SPARE_BYTES. (Keeping its scratch
+    arrays too was measured to raise the page faults of a bf16 GEMM launch 8-fold.)"""
+    kept = sum(a.nbytes for spares in _SPARE_ARRAYS.values() for a in spares)
+    for array in arrays:
+        if kept + array.nbytes <= SPARE_BYTES:
+            _SPARE_ARRAYS.setdefault((array.shape, array.dtype), []).append(array)
+            kept += array.nbytes
+
+
 class Pool:
     """`num_wgs` workgroups of `waves_per_wg` waves, stepped together."""
 
@@ -34,18 +59,19 @@ class Pool:
         self.num_wgs = len(wg_ids)
         self.wg_ids = wg_ids                          # (num_wgs, 3) workgroup coordinates
         n = self.num_waves = self.num_wgs * wpw
-        self.sgpr = np.zeros((n, 128), np.uint32)
+        self.sgpr = _zeros((n, 128), np.uint32)
         # an even-aligned SGPR pair as one 64-bit value (little-endian: low word first)
         self.sgpr64 = self.sgpr.view(np.uint64) if sys.byteorder == "little" else None
         self.scc = np.zeros(n, bool)
-        self.vgpr = np.zeros((n, kernel.num_vector_regs, 64), np.uint32)
+        self.vgpr = _zeros((n, kernel.num_vector_regs, 64), np.uint32)
         self.pc = np.full(n, kernel.start, np.int64)
         self.status = np.full(n, RUN, np.int8)
         self.wg_of = np.repeat(np.arange(self.num_wgs), wpw)
         self.wave_in_wg = np.tile(np.arange(wpw), self.num_wgs)
         self.lds_bytes = lds_bytes
         self.lds_stride = max(LDS_GRANULE, -(-lds_bytes // LDS_GRANULE) * LDS_GRANULE)
-        self.lds = np.zeros(self.num_wgs * self.lds_stride, np.uint8)
+        self.lds = _zeros((self.num_wgs * self.lds_stride,), np.uint8)
+        self._lane_lds_offsets = None
         self.vm_issued = np.zeros(n, np.int64)
         self.loops = np.zeros(n, np.int64)   # backward branches taken, per wave
         self.loops_floor = 0
@@ -60,6 +86,17 @@ class Pool:
         self.not_started = 0      # workgroups of the launch waiting for later pools
         if check:
             self.race = RaceTracker(self, wpw)
+
+    def release(self):
+        """The pool has run: its register files, LDS and race bookkeeping serve the next pool
+        of this process (fresh arrays cost a page fault per 4 KiB on first touch, several
+        times the zeroing). The pool must not be used afterwards."""
+        arrays = [self.sgpr, self.vgpr, self.lds]
+        if self.check:
+            race = self.race
+            arrays += [race.writer, race.writer_pc, race.readers, race.reader_pc]
+        _keep(arrays)
+        self.sgpr = self.sgpr64 = self.vgpr = self.lds = None
 
     # ------------------------------------------------------------------ helpers for closures
     def exec_mask(self, sel) -> np.ndarray:
@@ -164,7 +201,10 @@ class Pool:
     # ------------------------------------------------------------------ LDS
     def _lds_flat(self, ins, sel, addr, nbytes, active):
         """Flat byte index into self.lds of every active lane's access (m,), bounds-checked."""
-        full = bool(active.all())
+        if self._exec_sel is sel and self._exec_cached[0] is active:
+            full = self._exec_cached[1]   # exec_state's mask: whether it is full is known
+        else:
+            full = bool(active.all())
         if full:   # two reductions instead of masking every lane
             in_bounds = addr.min() >= 0 and addr.max() + nbytes <= self.lds_bytes
         else:
@@ -172,7 +212,7 @@ class Pool:
         bad = None if in_bounds else active & ((addr < 0) | (addr + nbytes > self.lds_bytes))
         if bad is not None and bad.any():
             raise self.lds_bounds_fault(ins, sel, bad, addr, nbytes)
-        flat = (self.wg_of[sel] * self.lds_stride)[:, None] + addr
+        flat = self._lane_lds_offset()[sel] + addr
         return flat.reshape(-1) if full else flat[active]
 
     def lds_bounds_fault(self, ins, sel, bad, addr, nbytes) -> LdsFault:
@@ -183,6 +223,13 @@ class Pool:
                         f"lane {l}: {nbytes}-byte access at LDS address {int(addr[w, l])} "
                         f"(0x{int(addr[w, l]):x}) but the workgroup has {self.lds_bytes} bytes "
                         f"of LDS (static + dynamic)")
+
+    def _lane_lds_offset(self):
+        """Each lane's workgroup LDS offset in self.lds (num_waves, 64): a whole-array add,
+        several times faster than broadcasting a per-wave column."""
+        if self._lane_lds_offsets is None:
+            self._lane_lds_offsets = np.repeat((self.wg_of * self.lds_stride)[:, None], 64, axis=1)
+        return self._lane_lds_offsets
 
     def lds_read(self, ins, sel, addr, nbytes, active):
         flat = self._lds_flat(ins, sel, addr, nbytes, active)
@@ -369,21 +416,47 @@ class Pool:
             + "; ".join(t for t in (waves, later, also) if t))
 
 
-READ_LOG_ROWS = 1 << 21   # rows of reads kept unreplayed (bounds the log to 16 MiB)
+_FULL_BATCH_ROWS: dict = {}
+_FULL_BATCH_ROWS_SIZE = 16
+
+
+def _full_batch_rows(waves_per_wg: int, phase: int, n: int, per_lane: int, granule: int):
+    """RaceTracker per-row arrays of an access by every lane of `n` consecutive waves, the first
+    `phase` waves into its workgroup: (row -> wave offset from the first, wave within the
+    workgroup per row, its write mark local + 1 per byte as uint8 (rows, granule)).
+    Cached read-only across batches and launches (a few shapes per kernel)."""
+    key = (waves_per_wg, phase, n, per_lane, granule)
+    entry = _FULL_BATCH_ROWS.get(key)
+    if entry is None:
+        offsets = np.repeat(np.arange(n), 64 * per_lane)
+        local = (offsets + phase) % waves_per_wg
+        entry = (offsets, local, np.repeat((local + 1).astype(np.uint8)[:, None], granule, 1))
+        for array in entry:
+            array.flags.writeable = False
+        if len(_FULL_BATCH_ROWS) >= _FULL_BATCH_ROWS_SIZE:
+            _FULL_BATCH_ROWS.pop(next(iter(_FULL_BATCH_ROWS)))
+        _FULL_BATCH_ROWS[key] = entry
+    return entry
+
+
+READ_LOG_ROWS = 1 << 21   # rows of reads (and of writes, for their pcs) kept unreplayed (16 MiB)
 
 
 class RaceTracker:
     """Per-byte LDS access bookkeeping within one barrier epoch of each workgroup.
 
-    `written` holds (pc << 8) | (wave + 1) of the last write of a byte this epoch (wave: index
-    within the workgroup; 0 = not written). `readers` has one plane of `size` bytes per wave
+    `writer` holds wave + 1 of the last write of a byte this epoch (wave: index within the
+    workgroup; 0 = not written). A write's pc is only needed to report a race, so writes are
+    logged (`write_log`: pc, granule, rows) and only a long log is replayed into `writer_pc`;
+    the log is dropped once no workgroup has writes this epoch. `readers` has one plane of
+    `size` bytes per wave
     index w, nonzero where wave w read the byte this epoch, and `reader_pc` the pc of a byte's
     last read (only to report a race). Both are filled lazily: a read is only appended to
     `read_log` (time, pc, granule, rows, wave of each row), and the log is replayed into them
     when a write meets a workgroup read this epoch or the log grows long — most kernels put a
     barrier between reading and rewriting LDS, so most reads are never replayed. An entry is
     stale for a workgroup whose epoch began after it (`clock` counts barrier releases,
-    `epoch_start` per workgroup). `written` and `readers` are cleared when a barrier releases.
+    `epoch_start` per workgroup). `writer` and `readers` are cleared when a barrier releases.
     An access moves each array a row of `granule` bytes at a time (see memory.access_rows).
     """
 
@@ -395,17 +468,20 @@ class RaceTracker:
         if len(pool.kernel.code) >= 1 << 23:
             raise EmulatorError("the LDS race checker supports kernels of fewer than 2**23 "
                                 "instructions")
-        self.written = np.zeros(size, np.int32)
+        self.writer = _zeros((size,), np.uint8)
+        self.writer_pc = _zeros((size,), np.int32)
+        self.write_log: list[tuple[int, int, np.ndarray]] = []
+        self.write_log_rows = 0
         self.size, self.waves_per_wg = size, waves_per_wg
-        self.readers = np.zeros(waves_per_wg * size, np.uint8)
-        self.reader_pc = np.zeros(size, np.int32)
+        self.readers = _zeros((waves_per_wg * size,), np.uint8)
+        self.reader_pc = _zeros((size,), np.int32)
         self.read_log: list[tuple[int, int, int, np.ndarray, np.ndarray]] = []
         self.read_log_rows = 0
         self.clock = 0
         self.epoch_start = np.zeros(pool.num_wgs, np.int64)
         self.replayed = np.zeros(pool.num_wgs, bool)   # `readers` may hold marks
         self.pending: dict[int, list] = {}   # wave -> [(vm sequence, flat bytes, pc)]
-        # workgroups whose `written` / `readers` may hold marks this epoch: the others are known
+        # workgroups whose `writer` / `readers` may hold marks this epoch: the others are known
         # clean, so their checks and clearing can be skipped
         self.wrote = np.zeros(pool.num_wgs, bool)
         self.was_read = np.zeros(pool.num_wgs, bool)
@@ -414,9 +490,9 @@ class RaceTracker:
 
     def _row_waves(self, sel, active, per_lane, granule):
         """(pool wave, wave within its workgroup) of each row of an access of `per_lane` rows
-        of `granule` bytes per active lane, the latter also per byte (rows, granule), each
-        byte's own write mark local + 1 (int32 (rows, granule)), and the workgroups of the
-        batch; cached per batch (a batch's accesses share them). Per-byte arrays rather than
+        of `granule` bytes per active lane, each byte's own write mark local + 1 (uint8
+        (rows, granule)), and the workgroups of the batch; cached per batch (a batch's
+        accesses share them). Per-byte arrays rather than
         (rows, 1) columns: numpy's loops over a broadcast column of a few bytes per row run
         several times slower than over two arrays of one shape."""
         cached_sel, cached_active, wgs, rows_of = self._lanes
@@ -428,12 +504,20 @@ class RaceTracker:
             self._lanes = (sel, active, wgs, rows_of)
         key = (per_lane, granule)
         if key not in rows_of:
+            n = len(active)
+            if isinstance(sel, slice) and active.all():
+                # a whole-batch access: the per-row arrays depend only on where the batch starts
+                # in its workgroup, so they are built once per shape (_full_batch_rows)
+                offsets, local, mine = _full_batch_rows(
+                    self.waves_per_wg, sel.start % self.waves_per_wg, n, per_lane, granule)
+                rows_of[key] = (offsets + sel.start, local, mine)
+                return rows_of[key] + (wgs,)
             waves = np.arange(self.pool.num_waves)[sel]
             lane_wave = np.broadcast_to(waves[:, None], active.shape)[active]
             row_wave = np.repeat(lane_wave, per_lane) if per_lane > 1 else lane_wave
             local = self.pool.wave_in_wg[row_wave]
-            local_bytes = np.repeat(local[:, None], granule, axis=1)
-            rows_of[key] = (row_wave, local, local_bytes, (local_bytes + 1).astype(np.int32))
+            rows_of[key] = (row_wave, local,
+                            np.repeat((local + 1).astype(np.uint8)[:, None], granule, 1))
         return rows_of[key] + (wgs,)
 
     def record(self, ins, sel, active, granule, rows, nbytes, write, dma=False, new_bytes=None,
@@ -443,10 +527,9 @@ class RaceTracker:
         if len(rows) == 0:   # no active lane: nothing accessed
             return
         pool = self.pool
-        row_wave, local, local_bytes, mine, wgs = self._row_waves(sel, active, nbytes // granule,
-                                                                  granule)
+        row_wave, local, mine, wgs = self._row_waves(sel, active, nbytes // granule, granule)
         pc = ins.index
-        self._check_and_mark(ins, pc, granule, rows, row_wave, local, local_bytes, mine, write,
+        self._check_and_mark(ins, pc, granule, rows, row_wave, local, mine, write,
                              new_bytes, atomic, self.wrote[wgs].any(),
                              write and self.was_read[wgs].any())
         if write and not atomic:
@@ -461,10 +544,10 @@ class RaceTracker:
                 self.pending.setdefault(int(wave), []).append(
                     (int(pool.vm_issued[wave]), byte_index[mine], pc))
 
-    def _check_and_mark(self, ins, pc, granule, rows, row_wave, local, local_bytes, mine, write,
+    def _check_and_mark(self, ins, pc, granule, rows, row_wave, local, mine, write,
                         new_bytes, atomic, any_writer, any_reader):
-        """`local_bytes` / `mine`: each byte's wave within its workgroup and that wave's write
-        mark local + 1 (int32), both (rows, granule). `any_writer` / `any_reader`: whether the
+        """`local`: each row's wave within its workgroup; `mine`: each byte's write mark
+        local + 1 (uint8 (rows, granule)). `any_writer` / `any_reader`: whether the
         batch's workgroups may have writer / reader marks this epoch (when not, those checks
         cannot fire and are skipped)."""
         changes = None
@@ -480,24 +563,26 @@ class RaceTracker:
             return suspects & changes
 
         if any_writer:
-            written = take_rows(self.written, granule, rows)
-            conflict = (written != 0) & ((written & 0xFF) != mine)
+            writer = take_rows(self.writer, granule, rows)
+            conflict = (writer != 0) & (writer != mine)
             if write:
                 conflict = changing(conflict)
             if conflict.any():
                 row, byte = divmod(int(np.flatnonzero(conflict)[0]), granule)
-                other = int(written[row, byte])
-                self._report(ins, pc, rows[row] * granule + byte, row_wave[row], write,
-                             (other & 0xFF) - 1, other >> 8, "write")
+                flat_byte = rows[row] * granule + byte
+                self._report(ins, pc, flat_byte, row_wave[row], write, int(writer[row, byte]) - 1,
+                             self._writer_pc(flat_byte), "write")
         plane_rows = self.size // granule
         if write:
             if any_reader:
                 self._replay_reads()
-                others = np.zeros((len(rows), granule), bool)
-                for w in range(self.waves_per_wg):
-                    read = take_rows(self.readers, granule, rows + w * plane_rows) != 0
-                    others |= read & (local_bytes != w)
-                others = changing(others)
+                # readers marks are 0 or 1: a byte was read by another wave of its workgroup
+                # when more planes mark it than its own wave's plane does
+                readers = take_rows(self.readers, granule, rows)
+                for w in range(1, self.waves_per_wg):
+                    readers += take_rows(self.readers, granule, rows + w * plane_rows)
+                others = changing(readers != take_rows(self.readers, granule,
+                                                       rows + local * plane_rows))
                 if others.any():
                     row, byte = divmod(int(np.flatnonzero(others)[0]), granule)
                     flat_byte = rows[row] * granule + byte
@@ -507,9 +592,9 @@ class RaceTracker:
                                  int(self.reader_pc[flat_byte]), "read")
             if atomic:
                 return
-            mark = mine | np.int32(pc << 8)
-            put_rows(self.written, granule, rows, mark)
-            self._batch = (granule, rows, mark, row_wave, pc, new_bytes)
+            put_rows(self.writer, granule, rows, mine)
+            self._log_write(pc, granule, rows)
+            self._batch = (granule, rows, mine, row_wave, pc, new_bytes)
         else:
             self.read_log.append((self.clock, pc, granule, rows, local))
             self.read_log_rows += len(rows)
@@ -533,29 +618,49 @@ class RaceTracker:
             self.replayed[wg] = True
         self._forget_reads()
 
+    def _log_write(self, pc, granule, rows):
+        self.write_log.append((pc, granule, rows))
+        self.write_log_rows += len(rows)
+        if self.write_log_rows > READ_LOG_ROWS:
+            for logged_pc, logged_granule, logged_rows in self.write_log:
+                put_rows(self.writer_pc, logged_granule, logged_rows,
+                         np.full((1, logged_granule), logged_pc, np.int32))
+            self.write_log.clear()
+            self.write_log_rows = 0
+
+    def _writer_pc(self, flat_byte) -> int:
+        """The pc of the last write of LDS byte `flat_byte` (one with a writer this epoch)."""
+        for pc, granule, rows in reversed(self.write_log):
+            if (rows == flat_byte // granule).any():
+                return pc
+        return int(self.writer_pc[flat_byte])
+
     def _forget_reads(self):
         self.read_log.clear()
         self.read_log_rows = 0
 
     def check_batch_writes(self, ins):
         """After a batch's write landed: two waves of the batch wrote one byte differently."""
-        granule, rows, mark, row_wave, pc, new_bytes = self._batch
+        granule, rows, mine, row_wave, pc, new_bytes = self._batch
         # a row's bytes all carry its writer's mark, and a later duplicate row overwrites a
-        # whole row: comparing each row's first byte finds every row another wave won
-        lost = np.flatnonzero(np.take(self.written, rows * granule) != mark[:, 0])
+        # whole row: comparing each row's first byte finds every row another wave won (the
+        # batch's writes share one pc: the wave tells them apart)
+        lost = np.flatnonzero(np.take(self.writer, rows * granule) != mine[:, 0])
         if not len(lost):
             return
-        # only the rows another wave won: usually few of the batch
+        # only the rows another wave won: every byte of such a row carries the winner's mark,
+        # not this one's, so those bytes clash unless the loser wrote what the row now holds
         lost_rows = rows[lost]
-        written = take_rows(self.written, granule, lost_rows)
-        clash = written != mark[lost]
-        if new_bytes is not None and clash.any():
-            clash &= self.pool.lds_rows(granule, lost_rows) != new_bytes[lost]
+        if new_bytes is None:
+            clash = np.ones((len(lost), granule), bool)
+        else:
+            clash = self.pool.lds_rows(granule, lost_rows) != new_bytes[lost]
         if clash.any():
             first, byte = divmod(int(np.flatnonzero(clash)[0]), granule)
             row = lost[first]
-            self._report(ins, pc, rows[row] * granule + byte, row_wave[row], True,
-                         (int(written[first, byte]) & 0xFF) - 1, pc, "write")
+            flat_byte = rows[row] * granule + byte
+            self._report(ins, pc, flat_byte, row_wave[row], True,
+                         int(self.writer[flat_byte]) - 1, pc, "write")
 
     def _report(self, ins, pc, flat_byte, wave, write, other_local, other_pc, other_kind):
         pool = self.pool
@@ -591,8 +696,11 @@ class RaceTracker:
         pool = self.pool
         wrote, was_read = wgs[self.wrote[wgs]], wgs[self.was_read[wgs]]
         if len(wrote):
-            self.written.reshape(pool.num_wgs, pool.lds_stride)[wrote] = 0
+            self.writer.reshape(pool.num_wgs, pool.lds_stride)[wrote] = 0
             self.wrote[wrote] = False
+            if not self.wrote.any():   # no byte has a writer: no pc can be asked for
+                self.write_log.clear()
+                self.write_log_rows = 0
         self.clock += 1
         self.epoch_start[wgs] = self.clock    # logged reads of these workgroups are now stale
         if len(was_read):
@@ -610,4 +718,5 @@ class RaceTracker:
             if wg in released:
                 self.wrote[wg] = True
                 for _, byte_index, pc in entries:
-                    self.written[byte_index] = (pc << 8) | (int(pool.wave_in_wg[wave]) + 1)
+                    self.writer[byte_index] = int(pool.wave_in_wg[wave]) + 1
+                    self._log_write(pc, 1, byte_index)

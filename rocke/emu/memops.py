@@ -53,7 +53,8 @@ def _loaded_words(data, nbytes, how, old_rows):
     """(m, nbytes) uint8 loaded -> (m, k) uint32 register words (old_rows: (m,) for d16 forms)."""
     if how == "full":
         return np.ascontiguousarray(data).view(U32).reshape(len(data), nbytes // 4)
-    value = data[:, 0].astype(U32) if nbytes == 1 else data.copy().view(np.uint16)[:, 0].astype(U32)
+    value = data[:, 0].astype(U32) if nbytes == 1 else \
+        np.ascontiguousarray(data).view(np.uint16)[:, 0].astype(U32)
     if how.endswith("sext"):
         sign = U32(1 << (8 * nbytes - 1))
         value = (value ^ sign) - sign
@@ -63,7 +64,7 @@ def _loaded_words(data, nbytes, how, old_rows):
         value = (old_rows & U32(0xFFFF0000)) | (value & U32(0xFFFF))
     elif how.startswith("d16_hi"):
         value = (old_rows & U32(0xFFFF)) | (value << U32(16))
-    return value.astype(U32)[:, None]
+    return value.astype(U32, copy=False)[:, None]
 
 
 LDS_DMA_BYTES = {"dword": 4, "dwordx3": 12, "dwordx4": 16}
@@ -129,8 +130,8 @@ class _AddressPlan:
                 addr = base[:, None] + P.vgpr[sel, self.vrow].astype(U64)
             else:
                 addr = vgpr_pair(P, sel, self.vrow, n)
-            if self.imm:
-                addr = (addr.astype(np.int64) + self.imm).astype(U64)
+            if self.imm:   # a fresh array: the signed offset added modulo 2**64 in place
+                addr += U64(self.imm % (1 << 64))
             return addr, None
         r = self.rsrc
         w0, w1, w2, w3 = (P.sgpr[sel, r + i] for i in range(4))
@@ -323,11 +324,25 @@ def _load(ins, plan, row, nbytes, how, family):
         else:
             # buffer: each dword is range-checked on its own; out-of-range dwords read 0
             fetch = active
-            data = np.zeros((int(active.sum()), nbytes), np.uint8)
+            data = None if nbytes <= 4 else np.zeros((lanes, nbytes), np.uint8)
+            lane_addr = None
             for k in range(0, nbytes, 4):
                 width = min(4, nbytes - k)
                 ok_lanes = active & plan.in_range(check, k, width)
-                if ok_lanes.any():
+                in_range = int(np.count_nonzero(ok_lanes))
+                if in_range == lanes and lanes:   # every active lane: the same lanes, unmasked
+                    if lane_addr is None:
+                        lane_addr = addr.reshape(-1) if full else addr[active]
+                    loaded = P.global_load(ins, sel, lane_addr + U64(k) if k else lane_addr,
+                                           width, ok_lanes, None)
+                    if data is None:
+                        data = loaded
+                    else:
+                        data[:, k:k + width] = loaded
+                    continue
+                if data is None:
+                    data = np.zeros((lanes, nbytes), np.uint8)
+                if in_range:
                     data[ok_lanes[active], k:k + width] = P.global_load(
                         ins, sel, addr[ok_lanes] + U64(k), width, ok_lanes, None)
         old = P.vgpr[sel, row][fetch] if how.startswith("d16") else None
@@ -358,7 +373,11 @@ def _store(ins, plan, row, nbytes, how, family):
             for j in range(0, nbytes, 4):
                 width = min(4, nbytes - j)
                 ok_lanes = active & plan.in_range(check, j, width)  # out-of-range dwords are dropped
-                if ok_lanes.any():
+                in_range = int(np.count_nonzero(ok_lanes))
+                if in_range == lanes and lanes:   # every active lane: the same lanes, unmasked
+                    P.global_store(ins, sel, lane_addr + U64(j) if j else lane_addr,
+                                   data[:, j:j + width], ok_lanes, None)
+                elif in_range:
                     P.global_store(ins, sel, addr[ok_lanes] + U64(j),
                                    data[ok_lanes[active], j:j + width], ok_lanes, None)
         return lanes
@@ -665,7 +684,7 @@ def decode_ds(ins, ops, mods):
 def _ds_read(ins, addr_row, parts):
     def run(P, sel, n):
         active, full, lanes = P.exec_state(sel)
-        base = P.vgpr[sel, addr_row].astype(np.int64)
+        base = P.vgpr[sel, addr_row]
         loaded = []
         for offset, nbytes, how, row in parts:
             loaded.append(P.lds_read(ins, sel, _lds_address(base, offset), nbytes, active))
@@ -677,14 +696,15 @@ def _ds_read(ins, addr_row, parts):
 
 
 def _lds_address(base, offset):
-    """32-bit LDS address of a lane: VGPR (as int64) + instruction offset, wrapped."""
-    return base + offset & 0xFFFFFFFF if offset else base
+    """32-bit LDS address of a lane as int64: VGPR (uint32) + instruction offset, wrapped (the
+    uint32 sum wraps by itself)."""
+    return (base + U32(offset) if offset else base).astype(np.int64)
 
 
 def _ds_write(ins, addr_row, parts):
     def run(P, sel, n):
         active, full, lanes = P.exec_state(sel)
-        base = P.vgpr[sel, addr_row].astype(np.int64)
+        base = P.vgpr[sel, addr_row]
         for offset, nbytes, how, row in parts:
             words = _gather_rows(P, sel, row, max(1, (nbytes + 3) // 4))
             data = _pack_store_bytes(words.reshape(n * 64, -1), nbytes, how).reshape(n, 64, nbytes)

@@ -159,20 +159,37 @@ def _fma_f32(a, b, c):
     """fma rounded once to float32. The float64 sum a*b + c (a*b exact) is within half a float64
     ulp of the exact value, so rounding it to float32 is correct unless the sum was inexact and
     landed exactly on a float32 midpoint (low 29 mantissa bits 0x10000000), or lies in float32's
-    subnormal range; only those lanes take the exact path."""
+    subnormal range; only those lanes take the exact path. Subnormal sums are found on the
+    float32 result: |result| <= 2**-126 covers every one (and a few lanes the exact path rounds
+    the same)."""
     a, b, c = np.broadcast_arrays(_f32(a), _f32(b), _f32(c))
-    product = a.astype(np.float64) * b.astype(np.float64)
+    # a lane-uniform factor (an SGPR) widened once per wave: the product keeps its operand
+    # order (a * b), so its NaN payloads too
+    product = _lane_compact(a).astype(np.float64) * _lane_compact(b).astype(np.float64)
     # exactly the expression _fma_f32_scaled rounds for non-finite sums: numpy's choice of NaN
     # payload depends on the expression's form (temporary elision)
     total = product + c.astype(np.float64)
     result = total.astype(np.float32)
     boundary = (total.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)
-    if boundary.any():   # keep the ties whose float64 sum was inexact
-        boundary[boundary] = _two_sum(product[boundary], c[boundary].astype(np.float64))[1] != 0
-    boundary |= (np.abs(total) < 2.0 ** -126) & (total != 0)
+    if boundary.any():
+        # keep the ties whose float64 sum was inexact: a sum of two floats lands on a float32
+        # midpoint often (a*b exact in float32, e.g. by a power of two), so every lane is tested
+        # (beats gathering the tie lanes). Subtracting the larger operand from the rounded sum
+        # is exact (Fast2Sum), so the sum was exact iff both subtractions give the other one
+        addend = c.astype(np.float64)
+        boundary &= ~((total - product == addend) & (total - addend == product))
+    boundary |= (result.view(np.uint32) & np.uint32(0x7FFFFFFF)) <= np.uint32(0x00800000)
     if boundary.any():
         result[boundary] = _fma_f32_scaled(a[boundary], b[boundary], c[boundary])
     return result
+
+
+def _lane_compact(x):
+    """`x` without its broadcast lane axis ((n, 64) of stride 0 -> (n, 1)): converting the
+    compact column costs a 64th of converting the stride-0 view."""
+    if x.ndim == 2 and x.shape[1] > 1 and x.strides[1] == 0:
+        return x[:, :1]
+    return x
 
 
 def _exact_fma_f64_scalar(a: float, b: float, c: float, scale_exponent: int) -> float:
@@ -229,6 +246,9 @@ def _ieee_min_max(a, b, pick):
 def _fmin(a, b):
     """V_MIN_*: -0 < +0; NaN rules of _ieee_min_max."""
     a, b = np.broadcast_arrays(a, b)
+    fast = _min_max_without_nan(a, b, np.minimum, np.bitwise_or)
+    if fast is not None:
+        return fast
     less = (a < b) | ((a == b) & np.signbit(a))
     return _ieee_min_max(a, b, np.where(less, a, b))
 
@@ -236,8 +256,29 @@ def _fmin(a, b):
 def _fmax(a, b):
     """V_MAX_*: +0 > -0; NaN rules of _ieee_min_max."""
     a, b = np.broadcast_arrays(a, b)
+    fast = _min_max_without_nan(a, b, np.maximum, np.bitwise_and)
+    if fast is not None:
+        return fast
     greater = (a > b) | ((a == b) & ~np.signbit(a))
     return _ieee_min_max(a, b, np.where(greater, a, b))
+
+
+def _min_max_without_nan(a, b, extreme, merge_equal):
+    """np.minimum / np.maximum of float arrays, or None if a lane holds a NaN (numpy's pick
+    propagates NaN; the ISA's rules are _ieee_min_max's). Equal operands differ only as -0 and
+    +0 (equal nonzero values have one bit pattern): where the result is a zero of equal
+    operands, their sign bits or'ed (min: -0) or and'ed (max: +0) give the ISA's choice."""
+    if a.dtype != b.dtype or a.dtype.type not in _FLOAT_BITS:
+        return None
+    out = extreme(a, b)
+    if np.isnan(out).any():
+        return None
+    zero = out == 0
+    if zero.any():
+        bits = _FLOAT_BITS[out.dtype.type][0]
+        np.copyto(out, merge_equal(a.view(bits), b.view(bits)).view(out.dtype),
+                  where=zero & (a == b))
+    return out
 
 
 def _fmed3(a, b, c):
@@ -763,6 +804,34 @@ def _perm_uniform(s0, s1, selector: int):
     bytes moved by the same shift out of the same source are moved together (one shift and
     one mask: a half-word pack is two)."""
     s0, s1 = np.asarray(s0, np.uint32), np.asarray(s1, np.uint32)
+    moves, constant, signs = _perm_plan(selector)
+    result = None
+    for from_s0, shift, mask in moves:
+        source = s0 if from_s0 else s1
+        moved = source << _U32(8 * shift) if shift > 0 else \
+            source >> _U32(-8 * shift) if shift < 0 else source
+        # a shift already clears the bytes it moves in: no mask when it keeps all the others
+        term = moved if mask == _SHIFT_KEEPS.get(shift) else moved & _U32(mask)
+        result = term if result is None else result | term
+    if result is None:
+        result = np.zeros(s0.shape, dtype=np.uint32)
+    if constant:
+        result = result | _U32(constant)
+    for lane_byte, bit in signs:
+        byte = ((s0 if bit >= 32 else s1) >> _U32(bit & 31)) & _U32(1)
+        result = result | ((byte * _U32(0xFF)) << _U32(8 * lane_byte))
+    return np.asarray(result, np.uint32)
+
+
+# byte shift -> the result bytes a 32-bit shift by it leaves (a nonzero shift only)
+_SHIFT_KEEPS = {k: (0xFFFFFFFF << (8 * k)) & 0xFFFFFFFF for k in (1, 2, 3)} | \
+    {-k: 0xFFFFFFFF >> (8 * k) for k in (1, 2, 3)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _perm_plan(selector: int):
+    """(moves (from S0, byte shift, result byte mask), constant bytes, sign-fill bytes) of a
+    V_PERM_B32 selector: worked out once per selector value."""
     moves: dict[tuple[int, int], int] = {}   # (source, byte shift) -> mask of result bytes
     constant = 0
     signs = []
@@ -775,21 +844,8 @@ def _perm_uniform(s0, s1, selector: int):
             signs.append((lane_byte, 16 * (sel - 8) + 15))
         elif sel > 12:
             constant |= 0xFF << (8 * lane_byte)
-    result = None
-    for (from_s0, shift), mask in moves.items():
-        source = s0 if from_s0 else s1
-        moved = source << _U32(8 * shift) if shift > 0 else \
-            source >> _U32(-8 * shift) if shift < 0 else source
-        term = moved & _U32(mask)
-        result = term if result is None else result | term
-    if result is None:
-        result = np.zeros(s0.shape, dtype=np.uint32)
-    if constant:
-        result = result | _U32(constant)
-    for lane_byte, bit in signs:
-        byte = ((s0 if bit >= 32 else s1) >> _U32(bit & 31)) & _U32(1)
-        result = result | ((byte * _U32(0xFF)) << _U32(8 * lane_byte))
-    return np.asarray(result, np.uint32)
+    return tuple((from_s0, shift, mask) for (from_s0, shift), mask in moves.items()), \
+        constant, tuple(signs)
 
 
 def _popcount(x):

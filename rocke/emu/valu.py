@@ -195,7 +195,11 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
         src_lane = np.clip(src_lane, 0, 63)
         row_mask, bank_mask = int(mods.get("row_mask", 0xF)), int(mods.get("bank_mask", 0xF))
         lane_enabled = (((row_mask >> (LANES // 16)) & 1) & ((bank_mask >> ((LANES >> 2) & 3)) & 1)).astype(bool)
-        dpp = (src_lane, in_range, lane_enabled, "bound_ctrl" in mods)
+        bound_ctrl = "bound_ctrl" in mods
+        # under a full EXEC every source lane is on: validity and written lanes are fixed
+        full_writes = lane_enabled & (in_range | bound_ctrl)
+        dpp = (src_lane, in_range, lane_enabled, bound_ctrl, np.flatnonzero(~in_range),
+               full_writes, bool(full_writes.all()), int(np.count_nonzero(full_writes)))
         if src_ops[0].kind != "v":
             raise DecodeError("DPP src0 must be a VGPR")
 
@@ -205,16 +209,27 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
         dst_fns.append(_destination(j, dst, typ, form))
     # Pool.run holds np.errstate(all="ignore") around every instruction: the unwrapped op
     fn = getattr(op.fn, "__wrapped__", op.fn)
+    if dpp is None and not mix and not packed:
+        plain = _plain_run(form, fn, src_ops, op.srcs, dst_ops, op.dsts)
+        if plain is not None:
+            return plain
 
     def run(P, sel, n):
         active, full, lanes = P.exec_state(sel)
         if dpp is not None:
-            src_lane, in_range, lane_enabled, bound_ctrl = dpp
-            valid = in_range & active[:, src_lane]
-            extra = {"dpp": (src_lane, valid, bound_ctrl)}
-            write_lanes = active & lane_enabled & (valid | bound_ctrl)
-            full = bool(write_lanes.all())
-            lanes = int(np.count_nonzero(write_lanes))
+            src_lane, in_range, lane_enabled, bound_ctrl, out_of_range, full_writes, \
+                writes_all, writes_per_wave = dpp
+            if full:
+                # valid None: every lane whose source lies in range reads it, the others 0
+                extra = {"dpp": (src_lane, None, bound_ctrl), "dpp_zero": out_of_range}
+                write_lanes = np.broadcast_to(full_writes, active.shape)
+                full, lanes = writes_all, n * writes_per_wave
+            else:
+                valid = in_range & active[:, src_lane]
+                extra = {"dpp": (src_lane, valid, bound_ctrl)}
+                write_lanes = active & lane_enabled & (valid | bound_ctrl)
+                full = bool(write_lanes.all())
+                lanes = int(np.count_nonzero(write_lanes))
         else:
             extra = None
             write_lanes = active
@@ -226,6 +241,68 @@ def decode_valu(ins, mods: dict, ops: list[Operand], alu_ops: dict, ctx):
             f(P, sel, n, value, write_lanes, full)
         return lanes
     return run
+
+
+_PLAIN_TYPES = ("b32", "u32", "i32", "f32")
+
+
+def _plain_run(form, fn, src_ops, src_types, dst_ops, dst_types):
+    """The instruction's closure without the general one's per-operand branches, when it has
+    none of them: 32-bit register or constant sources without modifiers or denormal flushing,
+    one 32-bit VGPR (no clamp, omod or flushing) or lane-mask destination, no DPP/SDWA/VOPX
+    (the general closure gives the same bits; this one spends fewer Python steps per issue,
+    which is most of a small batch's cost). None when it does not apply."""
+    if form.encoding not in ("", "e32", "e64") or form.is_cmpx or len(dst_ops) != 1:
+        return None
+    readers = []
+    for src, typ in zip(src_ops, src_types):
+        if typ not in _PLAIN_TYPES or src.kind not in ("v", "s", "const", "float") or \
+                src.neg or src.abs or src.sext or (typ == "f32" and form.denorm32 in (0, 2)):
+            return None
+        raw = vector_raw_reader(src, typ if src.kind in ("const", "float") else "b32")
+        readers.append((raw, INT_VIEW[typ]))
+    dst, typ = dst_ops[0], dst_types[0]
+    if typ == "mask":
+        if dst.kind != "s" or dst.count != 2:
+            return None
+        index = dst.index
+
+        def run_to_mask(P, sel, n):
+            active, full, lanes = P.exec_state(sel)
+            value = fn(*[raw(P, sel, n).view(view) for raw, view in readers])
+            write_mask(P, sel, index, np.broadcast_to(value, (n, 64)) & active)
+            return lanes
+        return run_to_mask
+    if typ not in _PLAIN_TYPES or dst.kind != "v" or form.clamp or form.omod != 1.0 or \
+            (typ == "f32" and form.denorm32 in (0, 1)):
+        return None
+    row, view_out = dst.index, INT_VIEW[typ]
+
+    def run_to_vgpr(P, sel, n):
+        active, full, lanes = P.exec_state(sel)
+        value = fn(*[raw(P, sel, n).view(view) for raw, view in readers])
+        bits = np.asarray(value).astype(view_out, copy=False).view(U32)
+        if full:
+            P.vgpr[sel, row] = bits
+        else:
+            write_rows(P, sel, row, 1, np.broadcast_to(bits, (n, 64))[:, None], active, full)
+        return lanes
+    return run_to_vgpr
+
+
+def _dpp_source(x, extra, dtype):
+    """DPP src0: each lane's source lane value, 0 where the source is invalid (a fresh
+    C-ordered array; under a full EXEC the invalid lanes are the decode's, zeroed in place:
+    np.where with a scalar costs several gathers)."""
+    src_lane, valid, bound_ctrl = extra["dpp"]
+    # np.take, not x[:, src_lane]: numpy's fancy gather along the lanes returns a Fortran-ordered
+    # array, slow to make and to use (twice the time of the gather for the next copy)
+    gathered = np.take(x, src_lane, axis=1)
+    if valid is not None:
+        return np.where(valid, gathered, dtype(0)).astype(dtype, copy=False)
+    if len(extra["dpp_zero"]):
+        gathered[:, extra["dpp_zero"]] = 0
+    return gathered
 
 
 def _numeric_variant(base, op, clamp, ctx):
@@ -318,8 +395,7 @@ def _source(i, src, typ, form):
         def read64(P, sel, n, extra):
             x = raw64(P, sel, n)
             if extra is not None and i == 0:
-                src_lane, valid, bound_ctrl = extra["dpp"]
-                x = np.where(valid, x[:, src_lane], U64(0)).astype(U64)
+                x = _dpp_source(x, extra, U64)
             x = x.view(INT_VIEW[typ])
             if ftype is not None and op.float_mods:
                 x = _float_modifiers(x, typ, src.neg, src.abs)
@@ -369,8 +445,7 @@ def _source(i, src, typ, form):
     def read(P, sel, n, extra):
         x = raw(P, sel, n)
         if extra is not None and i == 0:
-            src_lane, valid, bound_ctrl = extra["dpp"]
-            x = np.where(valid, x[:, src_lane], 0).astype(U32)
+            x = _dpp_source(x, extra, U32)
         if sdwa_shift is not None:
             x = (x >> U32(sdwa_shift)) & U32((1 << sdwa_width) - 1) if sdwa_width < 32 else x
             if sext and sdwa_width < 32:

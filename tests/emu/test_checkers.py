@@ -210,3 +210,35 @@ def test_read_only_arguments_are_mapped_read_only_and_not_copied_for_rollback():
     with pytest.raises(emu.MemoryFault, match="read-only"):
         emu.launch(lying, ck.name, (1,), (64,), [big, out])
     assert not out.any()
+
+
+TWO_STORES = """
+@tile = internal addrspace(3) global [256 x float] undef, align 16
+define amdgpu_kernel void @two_stores(ptr addrspace(1) %out) "amdgpu-flat-work-group-size"="1,256" {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %ps = getelementptr float, ptr addrspace(3) @tile, i32 %tid
+  store volatile float 1.0, ptr addrspace(3) %ps
+  %next = add i32 %tid, 64
+  %wrapped = and i32 %next, 255
+  %pn = getelementptr float, ptr addrspace(3) @tile, i32 %wrapped
+  store volatile float 2.0, ptr addrspace(3) %pn
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("log_rows", [None, 1])
+def test_write_after_another_waves_write_names_the_earlier_store(monkeypatch, log_rows):
+    """The earlier writer's pc comes from the race checker's write log, or from its replay into
+    `writer_pc` once the log is long (log_rows=1: every write is replayed)."""
+    from rocke.emu import machine
+    if log_rows is not None:
+        monkeypatch.setattr(machine, "READ_LOG_ROWS", log_rows)
+    asm = compile_ir(TWO_STORES)
+    stores = [n for n, line in enumerate(asm.splitlines(), 1) if "ds_write" in line]
+    assert len(stores) == 2
+    with pytest.raises(emu.LdsRace) as info:
+        emu.launch(asm, "two_stores", 1, 256, [torch.zeros(1)])
+    message = str(info.value)
+    assert re.search(rf"wave 0 writes it at line {stores[1]} .* and wave 1 writes it at "
+                     rf"line {stores[0]} ", message), message
