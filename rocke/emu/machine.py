@@ -88,13 +88,12 @@ class Pool:
             self.race = RaceTracker(self, wpw)
 
     def release(self):
-        """The pool has run: its register files, LDS and race bookkeeping serve the next pool
+        """The pool has run: its register files, LDS and LDS writer marks serve the next pool
         of this process (fresh arrays cost a page fault per 4 KiB on first touch, several
         times the zeroing). The pool must not be used afterwards."""
         arrays = [self.sgpr, self.vgpr, self.lds]
-        if self.check:
-            race = self.race
-            arrays += [race.writer, race.writer_pc, race.readers, race.reader_pc]
+        if self.check:   # not the reader planes and pcs: mostly never touched, zeroing all of
+            arrays.append(self.race.writer)   # them would cost more than their page faults
         _keep(arrays)
         self.sgpr = self.sgpr64 = self.vgpr = self.lds = None
 

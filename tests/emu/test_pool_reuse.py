@@ -1,4 +1,4 @@
-"""A finished pool's register files, LDS and race bookkeeping serve the next pool of the process
+"""A finished pool's register files, LDS and LDS writer marks serve the next pool of the process
 (machine.Pool.release): the next pool must see them zeroed, as fresh ones, and no more than
 SPARE_BYTES are kept."""
 import numpy as np
@@ -27,14 +27,12 @@ def test_a_released_pools_arrays_come_back_zeroed(monkeypatch):
     monkeypatch.setattr(machine, "_SPARE_ARRAYS", {})
     dk = softmax_kernel()
     first = new_pool(dk)
-    arrays = [first.sgpr, first.vgpr, first.lds, first.race.writer, first.race.writer_pc,
-              first.race.readers, first.race.reader_pc]
+    arrays = [first.sgpr, first.vgpr, first.lds, first.race.writer]
     for array in arrays:
         array.fill(0x5A)                       # what a kernel leaves behind
     first.release()
     second = new_pool(dk)
-    again = [second.sgpr, second.vgpr, second.lds, second.race.writer, second.race.writer_pc,
-             second.race.readers, second.race.reader_pc]
+    again = [second.sgpr, second.vgpr, second.lds, second.race.writer]
     # arrays of one shape may come back in another role (LDS and the writer marks)
     assert {id(a) for a in arrays} == {id(b) for b in again}, "the released arrays were not reused"
     assert all(not a.any() for a in again)
