@@ -1059,15 +1059,10 @@ def _global_addresses(P, sel, vaddr, saddr, imm):
     return addr
 
 
-def _global_store_on_device(P, sel, n, vaddr, saddr, imm, data_row, k, nbytes, how, full):
-    """A global store whose active lanes' bytes all fall in one writable region with a tensor
-    and do not overlap, done with the addresses on the device (one read: their lowest and
-    highest, and whether two lanes overlap); False where the host path must run (overlapping
-    lanes, where the later lane wins; several regions; a fault to name)."""
-    torch = P.torch
-    if P.memory.written is not None:
-        return False
-    ts, (tmask, _, lanes) = P.tsel(sel), P.tmask(sel)
+def _global_addresses_on_device(P, sel, vaddr, saddr, imm):
+    """int64 (n, 64) device tensor of the flat addresses of a global access (the VGPR offset
+    over an SGPR base, or a VGPR pair), the instruction offset added."""
+    torch, ts = P.torch, P.tsel(sel)
     offset = P.tv[ts, vaddr].to(torch.int64) & MASK32
     if saddr is not None:
         sg = P.sgpr
@@ -1077,6 +1072,19 @@ def _global_store_on_device(P, sel, n, vaddr, saddr, imm, data_row, k, nbytes, h
         addr = offset | (P.tv[ts, vaddr + 1].to(torch.int64) << 32)
     if imm:
         addr = addr + imm
+    return addr
+
+
+def _global_store_on_device(P, sel, n, vaddr, saddr, imm, data_row, k, nbytes, how, full):
+    """A global store whose active lanes' bytes all fall in one writable region with a tensor
+    and do not overlap, done with the addresses on the device (one read: their lowest and
+    highest, and whether two lanes overlap); False where the host path must run (overlapping
+    lanes, where the later lane wins; several regions; a fault to name)."""
+    torch = P.torch
+    if P.memory.written is not None:
+        return False
+    tmask, _, lanes = P.tmask(sel)
+    addr = _global_addresses_on_device(P, sel, vaddr, saddr, imm)
     extreme = torch.iinfo(torch.int64)
     active = torch.where(tmask, addr, extreme.max).reshape(-1).sort().values[:lanes]
     gaps = active[1:] - active[:-1]
@@ -1104,16 +1112,8 @@ def _global_load_on_device(P, sel, n, vaddr, saddr, imm, nbytes, how):
     tensor, the addresses kept on the device (one read: their lowest and highest); None where
     the host path must run (several regions, host bytes, a fault to name)."""
     torch = P.torch
-    ts, tmask = P.tsel(sel), P.tmask(sel)[0]
-    offset = P.tv[ts, vaddr].to(torch.int64) & MASK32
-    if saddr is not None:
-        sg = P.sgpr
-        base = sg[sel, saddr].astype(np.uint64) | (sg[sel, saddr + 1].astype(np.uint64) << 32)
-        addr = P.to_device(base.view(np.int64))[:, None] + offset
-    else:
-        addr = offset | (P.tv[ts, vaddr + 1].to(torch.int64) << 32)
-    if imm:
-        addr = addr + imm
+    tmask = P.tmask(sel)[0]
+    addr = _global_addresses_on_device(P, sel, vaddr, saddr, imm)
     extreme = torch.iinfo(torch.int64)
     if P.stretches is not None:
         P.stretches.check_lds_faults()
