@@ -162,13 +162,9 @@ class TorchPool(Pool):
                 runner.record("mask", index)
             else:
                 return runner.staged("mask", index)
-        pending = self._pending_masks
-        if pending:
-            hit = pending.get(index)
-            if hit is not None and hit[0] is sel:
-                return hit[1]
-            if hit is not None or index - 1 in pending or index + 1 in pending:
-                self._flush_masks()
+        on_device = self.pending_mask(sel, index)
+        if on_device is not None:
+            return on_device
         return self.to_device(sgpr_pair_to_mask(self, sel, index))
 
     def sgpr64_on_device(self, sel, index):
