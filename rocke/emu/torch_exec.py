@@ -154,14 +154,22 @@ class TorchPool(Pool):
             self._flush_masks()
         return self._sgpr[sel, index].view(np.int32).copy()
 
+    def _stretch_input(self, kind, index):
+        """Inside a stretch (torch_graphs): None after noting the host input when discovering,
+        else its staged device value; None outside one."""
+        runner = self.stretches
+        if runner is None or runner.mode is None:
+            return None
+        if runner.mode == "discover":
+            runner.record(kind, index)
+            return None
+        return runner.staged(kind, index)
+
     def mask_on_device(self, sel, index):
         """Device bool (n, 64) of SGPR pair `index` of the batch."""
-        runner = self.stretches
-        if runner is not None and runner.mode is not None:
-            if runner.mode == "discover":
-                runner.record("mask", index)
-            else:
-                return runner.staged("mask", index)
+        staged = self._stretch_input("mask", index)
+        if staged is not None:
+            return staged
         on_device = self.pending_mask(sel, index)
         if on_device is not None:
             return on_device
@@ -175,12 +183,9 @@ class TorchPool(Pool):
 
     def sgpr_on_device(self, sel, index):
         """int32 (n, 1) device copy of SGPR `index` of the batch, uploaded once per host epoch."""
-        runner = self.stretches
-        if runner is not None and runner.mode is not None:
-            if runner.mode == "discover":
-                runner.record("sgpr", index)
-            else:
-                return runner.staged("sgpr", index)
+        staged = self._stretch_input("sgpr", index)
+        if staged is not None:
+            return staged
         pending = self._pending_masks
         if pending and (index in pending or index - 1 in pending):
             self._flush_masks()
