@@ -180,6 +180,7 @@ def test_flash_attention_replays_graphs_on_cuda(monkeypatch):
     with backend_env("torch", "cuda"):
         _flash_run(False)
     assert sum(r.replays for r in runners) > 0 and sum(r.captures for r in runners) > 0
+    assert not any(r.refusals for r in runners), [r.refusals[:3] for r in runners]
 
 
 @CUDA_ONLY
