@@ -429,6 +429,18 @@ def time_label(device: str) -> str:
     return "emulator wall time" if device == "emu" else "GPU wall time (hip)"
 
 
+def emulator_site(device: str) -> str:
+    """Where emulator wall time was spent, for a header: the host CPU, or the CUDA GPU the torch
+    backend runs on -- either way it is never gfx942 GPU time."""
+    if device != "emu":
+        return ""
+    if torch_device(device) == "cuda":
+        import torch
+        return (f" on {torch.cuda.get_device_name()} (the emulator's torch backend on CUDA), "
+                "NOT gfx942 GPU time")
+    return " on this CPU, NOT GPU time"
+
+
 def echo_levers(printer=print):
     """Print every HIPDNN_GFX942_* lever as rocke reads it (rocke/kernels/common/knobs.py);
     returns ``(knobs, values for the report)``. A bad lever value stops the run here, before

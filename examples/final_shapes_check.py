@@ -10,9 +10,10 @@ shape is flash-eligible (square, head_size <= 128) and its ``default`` backend o
 (decode, chunked, d256); for non-square causal shapes torch's ``is_causal`` is top-left aligned,
 rocke's bottom-right, so those torch times are context only. Exit status 1 on any FAIL/ERROR.
 
-On the emulator rocke's times are emulator wall time on this CPU (never GPU time), torch runs on
-the CPU (its own CPU kernels), there is no torch graph, and rocke/torch ratios are not printed:
-they would compare an emulator with a CPU. ``--quick`` / ``--max-kv N`` scale KV lengths.
+On the emulator rocke's times are emulator wall time (never gfx942 GPU time) on this CPU, or on a
+CUDA GPU with ``ROCKE_EMU_BACKEND=torch ROCKE_EMU_DEVICE=cuda``; torch runs natively where the
+tensors are, there is no torch graph, and rocke/torch ratios are not printed: they would compare
+an emulator with native kernels. ``--quick`` / ``--max-kv N`` scale KV lengths.
 
 Test-only lever: the hidden ``--inject-error`` flag corrupts one output element after each
 rocke launch, so the tests can show a wrong result fails the gate and the exit status.
@@ -295,7 +296,8 @@ def main(argv=None) -> int:
     emu = device == "emu"
     print(f"rocke {target} final shapes check — production dispatcher (backend auto), device "
           f"{device}; rocke times are {H.time_label(device)}"
-          + (" on this CPU, NOT GPU time; torch runs on the CPU" if emu else ""))
+          + (H.emulator_site(device) + f"; torch runs natively on {H.torch_device(device)}"
+             if emu else ""))
     _, lever_values = H.echo_levers()
     print("graph mode: rocke.runtime.Graph")
     print(f"timing: {args.warmup} warm-up (torch: at least 1), {args.reps} reps x {args.iters} "
@@ -355,8 +357,8 @@ def main(argv=None) -> int:
     if emu:
         print("  rocke eager = host work (validation, dispatch, kernarg packing) + emulation; "
               "rocke graph = replay of the captured launches (emulation only)")
-        print("  torch graph: n/a (torch on the CPU has no graphs); ratios n/a: rocke ran on the "
-              "emulator, torch on the CPU, the times are not comparable")
+        print("  torch graph: n/a (not taken on the emulator); ratios n/a: rocke ran on the "
+              f"emulator, torch natively on {tdev}, the times are not comparable")
     print("  sdpa: torch backend: flash where the shape is flash-eligible (square, d <= 128), "
           "else torch's default (-> what torch resolved it to)")
     print("  ctx: torch's is_causal is top-left aligned, rocke's bottom-right: context only")

@@ -8,8 +8,9 @@ wide4 by default, L4 for ``0``, wide2 for ``2`` — and the narrow 16x16x16 path
 (``ref_paged_attn``, tolerance ``attention_atol``). Exit status 1 on any FAIL or ERROR.
 
 On the emulator (the default device here) correctness is real and the time column is emulator
-wall time on this CPU, never GPU time. ``--quick`` / ``--max-kv N`` scale every shape's KV
-length down (same names, same heads, dtypes, batches and kinds) so a CPU can run the set.
+wall time (on this CPU, or on a CUDA GPU with the torch backend), never gfx942 GPU time.
+``--quick`` / ``--max-kv N`` scale every shape's KV length down (same names, same heads, dtypes,
+batches and kinds) so a CPU can run the set.
 
 Test-only lever: the hidden ``--inject-error`` flag corrupts one output element after each
 kernel launch, so the tests can show a wrong result fails the gate and the exit status.
@@ -386,7 +387,7 @@ def main(argv=None) -> int:
     shapes = [H.scale_shape(s, args.max_kv) for s in shapes]
 
     print(f"rocke {target} unified attention parity harness — device {device}; times are "
-          f"{H.time_label(device)}" + (" on this CPU, NOT GPU time" if device == "emu" else ""))
+          f"{H.time_label(device)}" + H.emulator_site(device))
     knobs, lever_values = H.echo_levers()
     if device == "emu":
         print(f"timing: emulator wall time of the kernel launches themselves (the emulator's "

@@ -113,3 +113,20 @@ def test_an_unknown_shape_is_a_usage_error(monkeypatch, capsys):
         parity_unified_attention.main(["--scenario", "no_such_shape"])
     assert exc.value.code == 2
     assert "error: unknown group or shape 'no_such_shape'" in capsys.readouterr().err
+
+
+def test_the_emulator_time_label_names_where_it_ran(monkeypatch):
+    """Emulator wall time is labelled by where it was spent -- this CPU, or the CUDA GPU of the
+    torch backend -- and never as gfx942 GPU time."""
+    import torch
+    monkeypatch.delenv("ROCKE_EMU_BACKEND", raising=False)
+    monkeypatch.delenv("ROCKE_EMU_DEVICE", raising=False)
+    assert H.emulator_site("emu") == " on this CPU, NOT GPU time"
+    assert H.torch_device("emu") == "cpu"
+    monkeypatch.setenv("ROCKE_EMU_BACKEND", "torch")
+    monkeypatch.setenv("ROCKE_EMU_DEVICE", "cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    site = H.emulator_site("emu")
+    assert "this CPU" not in site and "NVIDIA H200" in site and "NOT gfx942 GPU time" in site
+    assert H.torch_device("emu") == "cuda"
+    assert H.emulator_site("hip") == ""
