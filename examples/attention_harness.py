@@ -43,6 +43,10 @@ QUICK_MAX_KV = 1024
 #: kernels run ~0.6, the forced 3D path on prefill ~0.2). Only a first guess: each run
 #: refines it from its own launches.
 EMU_FLOPS_PER_S_GUESS = 0.32e9
+#: The same with the emulator's torch backend on a CUDA GPU (ROCKE_EMU_BACKEND=torch
+#: ROCKE_EMU_DEVICE=cuda): measured on a lent NVIDIA H200, race checker off, over
+#: ``final_shapes_check.py``'s 16 unscaled shapes (12.7 GFLOP/s, 2026-12-02).
+EMU_CUDA_FLOPS_PER_S_GUESS = 12.7e9
 #: Emulator wall time of a launch that does next to no work (decode, a handful of workgroups),
 #: measured on the same host; added per launch so tiny shapes are not estimated at zero.
 EMU_LAUNCH_OVERHEAD_S = 0.1
@@ -473,9 +477,13 @@ def kernel_flops(shape: Shape) -> float:
 class EmuRate:
     """Emulator wall time of a launch ~ EMU_LAUNCH_OVERHEAD_S + FLOPs / rate, the rate a first
     guess refined by every launch the run measures (running totals, so one odd launch does not
-    dominate)."""
+    dominate). The default guess is for where the emulator runs (`device`): this CPU, or the
+    CUDA GPU of the torch backend."""
 
-    def __init__(self, guess: float = EMU_FLOPS_PER_S_GUESS):
+    def __init__(self, guess: float | None = None, device: str = "emu"):
+        if guess is None:
+            guess = EMU_CUDA_FLOPS_PER_S_GUESS if torch_device(device) == "cuda" \
+                else EMU_FLOPS_PER_S_GUESS
         self.guess = guess
         self.flops = 0.0
         self.seconds = 0.0

@@ -306,7 +306,7 @@ def main(argv=None) -> int:
     if args.max_kv is not None:
         print(f"scaled: every KV length capped at {args.max_kv} "
               f"({'--quick' if args.quick else '--max-kv'}); shape names are the full set's")
-    rate = H.EmuRate()
+    rate = H.EmuRate(device=device)
     per_mode = args.warmup + args.reps * args.iters
     first = H.first_of_each_problem(shapes)
     plan = [(s, 2 + 2 * per_mode) for s in shapes if s.supported and first[s.name] == s.name]

@@ -402,7 +402,7 @@ def main(argv=None) -> int:
         print(f"scaled: every KV length capped at {args.max_kv} "
               f"({'--quick' if args.quick else '--max-kv'}); shape names are the full set's, "
               f"lengths are scaled (see the 'scaled' column)")
-    rate = H.EmuRate()
+    rate = H.EmuRate(device=device)
     steps = 1 + args.warmup + args.attempts
     first = H.first_of_each_problem(shapes)
     plan = [(s, len(TABLES) * steps) for s in shapes if s.supported and first[s.name] == s.name]

@@ -115,7 +115,7 @@ def test_an_unknown_shape_is_a_usage_error(monkeypatch, capsys):
     assert "error: unknown group or shape 'no_such_shape'" in capsys.readouterr().err
 
 
-def test_the_emulator_time_label_names_where_it_ran(monkeypatch):
+def test_the_emulator_time_label_and_estimate_follow_where_it_runs(monkeypatch):
     """Emulator wall time is labelled by where it was spent -- this CPU, or the CUDA GPU of the
     torch backend -- and never as gfx942 GPU time."""
     import torch
@@ -123,10 +123,13 @@ def test_the_emulator_time_label_names_where_it_ran(monkeypatch):
     monkeypatch.delenv("ROCKE_EMU_DEVICE", raising=False)
     assert H.emulator_site("emu") == " on this CPU, NOT GPU time"
     assert H.torch_device("emu") == "cpu"
+    assert H.EmuRate(device="emu").rate == H.EMU_FLOPS_PER_S_GUESS
     monkeypatch.setenv("ROCKE_EMU_BACKEND", "torch")
     monkeypatch.setenv("ROCKE_EMU_DEVICE", "cuda")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     site = H.emulator_site("emu")
     assert "this CPU" not in site and "NVIDIA H200" in site and "NOT gfx942 GPU time" in site
     assert H.torch_device("emu") == "cuda"
+    # the run-time estimate starts from the rate measured on a GPU, not the CPU's (40x slower)
+    assert H.EmuRate(device="emu").rate == H.EMU_CUDA_FLOPS_PER_S_GUESS > 10 * H.EMU_FLOPS_PER_S_GUESS
     assert H.emulator_site("hip") == ""
