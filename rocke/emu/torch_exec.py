@@ -24,8 +24,7 @@ import numpy as np
 
 from . import backend as shared
 from . import memops, torch_memory
-from .access import scalar_raw_reader, sgpr_pair_to_mask, \
-    write_mask
+from .access import scalar_raw_reader, write_mask
 from .errors import DecodeError, EmulatorError
 from .memory import AccessFault
 from .machine import LDS_GRANULE, Pool
@@ -106,9 +105,19 @@ class TorchPool(Pool):
 
     def _flush_masks(self):
         pending, self._pending_masks = self._pending_masks, {}
-        for index, (sel, mask) in pending.items():   # packed on the device: 8 bytes a wave
-            words = (mask.to(self.torch.int64) << self._lane_bits()).sum(1)
-            self._sgpr[sel, index:index + 2] = self.host(words).view(np.uint32).reshape(-1, 2)
+        if not pending:
+            self._sgpr_epoch += 1
+            return
+        # packed on the device (8 bytes a wave) and read back together: one copy, one sync
+        packed = [(mask.to(self.torch.int64) << self._lane_bits()).sum(1)
+                  for _, mask in pending.values()]
+        words = self.host(packed[0] if len(packed) == 1 else self.torch.cat(packed))
+        start = 0
+        for index, (sel, mask) in pending.items():
+            count = mask.shape[0]
+            self._sgpr[sel, index:index + 2] = \
+                words[start:start + count].view(np.uint32).reshape(-1, 2)
+            start += count
         self._sgpr_epoch += 1
 
     def _lane_bits(self):
@@ -126,6 +135,12 @@ class TorchPool(Pool):
                 (index in pending and pending[index][0] is not sel):
             self._flush_masks()
         self._pending_masks[index] = (sel, mask)
+
+    def holds_pending_mask(self, sel, index) -> bool:
+        """Whether a compare's mask for SGPR pair `index` of this batch is still on the device
+        (a peek: nothing is flushed)."""
+        hit = self._pending_masks.get(index)
+        return hit is not None and hit[0] is sel
 
     def pending_mask(self, sel, index):
         """The device bool (n, 64) a VALU compare left for SGPR pair `index` of this batch
@@ -173,7 +188,13 @@ class TorchPool(Pool):
         on_device = self.pending_mask(sel, index)
         if on_device is not None:
             return on_device
-        return self.to_device(sgpr_pair_to_mask(self, sel, index))
+        return self.host_mask_on_device(sel, index)
+
+    def host_mask_on_device(self, sel, index):
+        """Device bool (n, 64) of the host's SGPR pair `index` of the batch (only a pending
+        mask that overlaps it is flushed first; the others stay on the device)."""
+        words = self.to_device(self.host_sgpr_pair(sel, index))
+        return ((words[:, None] >> self._lane_bits()) & 1).bool()
 
     def sgpr64_on_device(self, sel, index):
         """int64 (n, 1) device copy of the SGPR pair at `index` of the batch."""
@@ -1607,6 +1628,71 @@ def _decode_mfma(ins, ops, mods, mfma_ops):
 
 # ------------------------------------------------------------------------------- the kernel
 
+# 64-bit SALU bitwise ops on lane masks, as bool tensor ops (semantics.py's _BITWISE, bit by bit)
+_MASK_SALU = {
+    "s_and_b64": lambda a, b: a & b, "s_or_b64": lambda a, b: a | b,
+    "s_xor_b64": lambda a, b: a ^ b, "s_andn2_b64": lambda a, b: a & ~b,
+    "s_orn2_b64": lambda a, b: a | ~b, "s_nand_b64": lambda a, b: ~(a & b),
+    "s_nor_b64": lambda a, b: ~(a | b), "s_xnor_b64": lambda a, b: ~(a ^ b),
+}
+SCC_SCAN_LIMIT = 64     # instructions looked at for the next SCC write
+
+
+def _scc_dead_after(dk: DecodedKernel, p: int) -> bool:
+    """Whether the SCC that instruction `p` writes is overwritten before anything can read it:
+    straight-line code only (a branch target, a branch or an unknown instruction first: live)."""
+    from .semantics import SALU_OPS
+    from .program import SAVEEXEC
+    code = dk.code
+    for q in range(p + 1, min(len(code), p + 1 + SCC_SCAN_LIMIT)):
+        d = code[q]
+        if d is None or dk.is_target[q]:
+            return False
+        name = d.instr.mnemonic
+        if any(t.strip().lower() == "scc" for t in d.instr.operands):
+            return False
+        if d.control is not None:
+            return name == "s_endpgm"
+        if d.cls != SALU:
+            continue            # vector, memory, waits: no SCC
+        if SAVEEXEC.match(name):
+            return True         # writes SCC, reads only its source and EXEC
+        op = SALU_OPS.get(name)
+        if op is None or op.reads_scc:
+            return False
+        if op.writes_scc:
+            return True
+    return False
+
+
+def _decode_mask_salu(ins, ops, host_run):
+    """`s_and_b64`-style op on SGPR pairs whose result only feeds lane masks: when a source is
+    a compare's mask still on the device, the result stays there too (no read-back; a host
+    access of the pair flushes it like a compare's); else the host closure runs. Only used
+    where the SCC it writes is dead (`_scc_dead_after`)."""
+    fn = _MASK_SALU[ins.mnemonic]
+    dst, srcs = ops[0], ops[1:]
+    dst_index, src_index = dst.index, [op.index for op in srcs]
+
+    def run(P, sel, n):
+        if not any(P.holds_pending_mask(sel, i) for i in src_index):
+            return host_run(P, sel, n)
+        lanes = []
+        for i in src_index:
+            on_device = P.pending_mask(sel, i)
+            lanes.append(on_device if on_device is not None else P.host_mask_on_device(sel, i))
+        P.defer_mask(sel, dst_index, fn(*lanes))
+        return 0
+    return run
+
+
+def _mask_salu_ok(ops) -> bool:
+    """Two SGPR-pair sources and an SGPR-pair destination other than EXEC."""
+    if len(ops) != 3 or any(op.kind != "s" or op.count != 2 or op.index % 2 for op in ops):
+        return False
+    return ops[0].index != EXEC_LO
+
+
 class TorchKernel:
     """A DecodedKernel with the ported instructions' closures swapped for torch ones."""
 
@@ -1660,6 +1746,13 @@ def torch_kernel(dk: DecodedKernel, device: str) -> TorchKernel:
     mode_problem = _kernel_modes_ok(dk)
     code, fallbacks = [], []
     for d in dk.code:
+        if d is not None and d.cls == SALU and d.instr.mnemonic in _MASK_SALU and \
+                _scc_dead_after(dk, len(code)):
+            ops = [parse_operand(t, accum, regs) for t in d.instr.operands]
+            if _mask_salu_ok(ops):      # a mask op: its result may stay on the device
+                code.append(Decoded(_decode_mask_salu(d.instr, ops, d.run), d.cls, None,
+                                    d.instr, d.writes_exec))
+                continue
         # host-side: scalar ALU and memory, control, and the no-ops / waits / stops (OTHER)
         if d is None or d.control is not None or d.cls in _HOST_CLASSES or d.cls == OTHER:
             code.append(d)

@@ -395,3 +395,45 @@ def test_fault_after_a_pool_wrote_rolls_back_gpu_memory(monkeypatch):
         T.launch_fixture("axpy_f32", (256, 1, 1), x_ptr=x, y_ptr=y, out_ptr=out, alpha=0.5,
                          n_elements=n)
     assert torch.all(out == 7.0), "the first pool's stores were not rolled back"
+
+
+MASK_LOGIC = """
+  v_cmp_gt_u32_e64 s[16:17], v0, v1
+  v_cmp_lt_u32_e64 s[18:19], v0, v2
+  s_and_b64 s[20:21], s[16:17], s[18:19]
+  s_or_b64 s[22:23], s[16:17], s[24:25]
+  s_xor_b64 s[26:27], s[20:21], s[22:23]
+  s_andn2_b64 s[28:29], s[26:27], s[16:17]
+  s_orn2_b64 s[30:31], s[28:29], s[18:19]
+  s_nand_b64 s[32:33], s[30:31], s[20:21]
+  s_nor_b64 s[34:35], s[32:33], s[22:23]
+  s_xnor_b64 vcc, s[34:35], s[26:27]
+  v_cndmask_b32_e64 v3, v1, v2, s[20:21]
+  v_cndmask_b32_e32 v4, v1, v2, vcc
+  v_cndmask_b32_e64 v5, v1, v2, s[34:35]
+  s_and_b64 s[36:37], s[16:17], s[18:19]
+  s_cselect_b32 s38, 7, 9
+"""
+
+
+@pytest.mark.parametrize("dual", ["cpu"], indirect=True)   # the harness's v_writelane falls back
+def test_mask_logic_on_compare_results_stays_on_the_device(dual, monkeypatch):
+    """`s_and_b64`-style ops on compare masks (and a host-held pair) run on the device when the
+    SCC they write is dead -- eight here -- and as numpy does: the masks, the lanes they select
+    and, where SCC is read (`s_cselect`), SCC itself, from the last `s_and_b64` that ran on the
+    host. (The causal flash fixture runs the same ops on every device, CUDA included.)"""
+    from tests.emu.asm_runner import run_asm
+    deferred = []
+    real = torch_exec.TorchPool.defer_mask
+
+    def spy(self, sel, index, mask):
+        deferred.append(self._current.instr.mnemonic)
+        return real(self, sel, index, mask)
+    monkeypatch.setattr(torch_exec.TorchPool, "defer_mask", spy)
+    rng = np.random.default_rng(7)
+    vgprs = rng.integers(0, 64, (4, 3, 64), dtype=np.uint32)
+    sgprs = rng.integers(0, 2**32, (4, 32), dtype=np.uint64)
+    run_asm(MASK_LOGIC, vgprs=vgprs, sgprs=sgprs)
+    assert len(dual) == 1
+    on_device = [m for m in deferred if m.startswith("s_")]
+    assert len(on_device) == 8 and on_device.count("s_and_b64") == 1, " ".join(on_device)
