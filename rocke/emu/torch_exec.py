@@ -1649,7 +1649,7 @@ def _scc_dead_after(dk: DecodedKernel, p: int) -> bool:
         if d is None or dk.is_target[q]:
             return False
         name = d.instr.mnemonic
-        if any(t.strip().lower() == "scc" for t in d.instr.operands):
+        if any("scc" in t.lower() for t in d.instr.operands):    # scc, src_scc: a reader
             return False
         if d.control is not None:
             return name == "s_endpgm"

@@ -437,3 +437,28 @@ def test_mask_logic_on_compare_results_stays_on_the_device(dual, monkeypatch):
     assert len(dual) == 1
     on_device = [m for m in deferred if m.startswith("s_")]
     assert len(on_device) == 8 and on_device.count("s_and_b64") == 1, " ".join(on_device)
+
+
+@pytest.mark.parametrize("after, dead", [
+    ("s_cmp_eq_u32 s20, 0", True),                        # the next SCC write
+    ("v_add_u32_e32 v1, v1, v2\n  s_or_b64 s[24:25], s[24:25], s[26:27]", True),
+    ("s_and_saveexec_b64 s[24:25], vcc", True),
+    ("s_endpgm", True),
+    ("s_cselect_b32 s20, 1, 0", False),                   # a reader
+    ("s_addc_u32 s20, s20, 0", False),
+    ("s_cmov_b32 s20, s21", False),
+    ("s_cbranch_scc1 .Lskip\n  s_nop 0\n.Lskip:", False),   # a branch first
+    ("s_mov_b32 s20, 0\n.Lloop:\n  s_cmp_eq_u32 s20, 0", False),   # a label first
+])
+def test_scc_liveness_scan(after, dead):
+    """`_scc_dead_after`: a mask op's SCC is dead only when straight-line code overwrites it
+    before anything could read it."""
+    from rocke.emu.asm import parse_program
+    from rocke.emu.program import decode_kernel
+    from tests.emu.asm_runner import asm_text
+    body = "  s_and_b64 s[20:21], s[16:17], s[18:19]\n  " + after
+    program = parse_program(asm_text(body, 3))
+    dk = decode_kernel(program, program.kernels["run_asm"])
+    p = next(i for i, d in enumerate(dk.code)
+             if d is not None and d.instr.text.startswith("s_and_b64 s[20:21]"))
+    assert torch_exec._scc_dead_after(dk, p) is dead
