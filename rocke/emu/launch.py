@@ -55,7 +55,7 @@ from .asm import Program, parse_program
 from .gfx950 import check_target
 from . import scratch
 from .memory import GlobalMemory, host_view
-from .machine import Pool
+from .machine import Pool, RaceTracker
 from . import backend, parallel
 from .program import CLASSES, DecodedKernel, decode_kernel
 
@@ -528,7 +528,7 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
     """`on_torch`: (torch_exec.TorchKernel, device) to run on the torch backend, else None."""
     threads = block3[0] * block3[1] * block3[2]
     waves_per_wg = -(-threads // 64)
-    per_wg_tracker = (lds_bytes + 4) * 11 if check else 0
+    per_wg_tracker = RaceTracker.bytes_per_workgroup(lds_bytes, waves_per_wg) if check else 0
     on_cuda = bool(on_torch) and on_torch[1] == "cuda"
     pool_wgs = max(1, (TORCH_CUDA_POOL_WAVES if on_cuda else MAX_POOL_WAVES) // waves_per_wg)
     if per_wg_tracker:

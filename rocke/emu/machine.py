@@ -69,7 +69,7 @@ class Pool:
         self.wg_of = np.repeat(np.arange(self.num_wgs), wpw)
         self.wave_in_wg = np.tile(np.arange(wpw), self.num_wgs)
         self.lds_bytes = lds_bytes
-        self.lds_stride = max(LDS_GRANULE, -(-lds_bytes // LDS_GRANULE) * LDS_GRANULE)
+        self.lds_stride = lds_stride(lds_bytes)
         self.lds = _zeros((self.num_wgs * self.lds_stride,), np.uint8)
         self._lane_lds_offsets = None
         self.vm_issued = np.zeros(n, np.int64)
@@ -441,6 +441,11 @@ def _full_batch_rows(waves_per_wg: int, phase: int, n: int, per_lane: int, granu
 READ_LOG_ROWS = 1 << 21   # rows of reads (and of writes, for their pcs) kept unreplayed (16 MiB)
 
 
+def lds_stride(lds_bytes: int) -> int:
+    """Bytes of a pool's LDS array per workgroup: its LDS rounded up to whole granules."""
+    return max(LDS_GRANULE, -(-lds_bytes // LDS_GRANULE) * LDS_GRANULE)
+
+
 class RaceTracker:
     """Per-byte LDS access bookkeeping within one barrier epoch of each workgroup.
 
@@ -458,6 +463,12 @@ class RaceTracker:
     `epoch_start` per workgroup). `writer` and `readers` are cleared when a barrier releases.
     An access moves each array a row of `granule` bytes at a time (see memory.access_rows).
     """
+
+    @staticmethod
+    def bytes_per_workgroup(lds_bytes: int, waves_per_wg: int) -> int:
+        """What `__init__` allocates per workgroup: per LDS byte, `writer` (1), `writer_pc`
+        (4), one `readers` byte per wave and `reader_pc` (4)."""
+        return lds_stride(lds_bytes) * (1 + 4 + waves_per_wg + 4)
 
     def __init__(self, pool: Pool, waves_per_wg: int):
         if waves_per_wg > 16:

@@ -916,3 +916,25 @@ def test_splitting_the_grid_into_pools_changes_nothing(monkeypatch):
         assert all(n == lanes[0] for n in lanes), name
         assert batches[-1] > batches[0], name     # the small pools really did split the grid
     assert runs["hidden"][0][0][0][11] == [2, 1, 1, 3, 2, 2, 128, 384]
+
+
+@pytest.mark.parametrize("lds_bytes", [100, 4096])
+def test_race_tracker_budget_counts_what_the_tracker_allocates(monkeypatch, lds_bytes):
+    """Pool sizes under the race checker come from `RaceTracker.bytes_per_workgroup`: it must
+    be what a tracker really holds per workgroup (else a pool outgrows RACE_TRACKER_BUDGET)."""
+    from rocke.emu import machine
+    from .asm_runner import run_asm
+    made = []
+    real = machine.RaceTracker.__init__
+
+    def spy(self, pool, waves_per_wg):
+        real(self, pool, waves_per_wg)
+        made.append((self, pool.num_wgs, waves_per_wg))
+    monkeypatch.setattr(machine.RaceTracker, "__init__", spy)
+    run_asm("  v_mov_b32_e32 v1, 0\n  ds_write_b32 v1, v0\n  s_waitcnt lgkmcnt(0)",
+            vgprs=np.zeros((3, 1, 64), np.uint32), lds_bytes=lds_bytes)
+    assert made
+    for tracker, wgs, waves in made:
+        held = sum(a.nbytes for a in (tracker.writer, tracker.writer_pc, tracker.readers,
+                                      tracker.reader_pc))
+        assert held == wgs * machine.RaceTracker.bytes_per_workgroup(lds_bytes, waves)
