@@ -5,7 +5,9 @@ the scalar side (SGPRs, SCC, EXEC, the per-wave pc/status the scheduler branches
 host numpy arrays, so SALU, SMEM, branches and barriers run their numpy closures unchanged and
 no branch decision reads the device. The device is read only where the ISA moves data from
 vector to scalar or host: VALU compares (their lane mask lands in SGPRs), v_readfirstlane, LDS
-and global addresses (bounds checks, the race checker, host global memory).
+and global addresses (bounds checks, the race checker, host global memory). A compare's mask
+stays on the device until a host access of its SGPRs needs it, and so does the result of
+64-bit mask logic on it (s_and_b64 and kin) whose SCC nothing reads (`_decode_mask_salu`).
 
 Ported to torch (the paths of the benchmark workloads and the attention kernels): the VALU ops
 in `PORTED_VALU_OPS` (VOP1/VOP2/VOP3/VOPC/VOP3P, DPP and SDWA forms; no clamp/omod),
