@@ -390,6 +390,15 @@ def resolve_device(requested: str | None, target: str | None = None) -> str:
         raise refuse(f"--device {device}: rocke.runtime offers {devices}")
     if target is None and device == "emu":
         target = env.emu_target()
+    if device == "emu":
+        try:
+            on_cuda = env.emu_device() == "cuda"     # checks the backend/device pair too
+        except ValueError as exc:     # ROCKE_EMU_BACKEND / ROCKE_EMU_DEVICE=garbage
+            raise refuse(str(exc)) from None
+        if on_cuda and not torch.cuda.is_available():
+            raise refuse("ROCKE_EMU_DEVICE=cuda runs the emulator on a CUDA GPU, but torch sees "
+                         "none here (torch.cuda.is_available() is False); use "
+                         "ROCKE_EMU_DEVICE=cpu or leave it unset")
     if device == "hip" and not torch.cuda.is_available():
         raise refuse("--device hip needs a ROCm torch that sees a GPU "
                      "(torch.cuda.is_available() is False here)")

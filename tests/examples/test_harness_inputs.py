@@ -99,6 +99,29 @@ def test_a_bad_rocke_device_is_one_line_naming_the_choices(module, monkeypatch, 
     assert "estimate:" not in captured.out
 
 
+@pytest.mark.parametrize("module", SCRIPTS, ids=lambda m: m.__name__)
+@pytest.mark.parametrize("backend, device, words", [
+    ("torch", "cuda", "ROCKE_EMU_DEVICE=cuda runs the emulator on a CUDA GPU, but torch sees none"),
+    ("torch", "gpu", "ROCKE_EMU_DEVICE must be 'cpu' or 'cuda', got 'gpu'"),
+    ("numpy", "cuda", "ROCKE_EMU_DEVICE=cuda needs ROCKE_EMU_BACKEND=torch"),
+])
+def test_an_emulator_device_that_cannot_run_is_refused_before_any_work(module, backend, device,
+                                                                      words, monkeypatch, capsys):
+    """The emulator asked to run on CUDA where torch sees no GPU (or a bad setting): one line,
+    exit 2, before the estimate -- not a traceback from the first tensor copy."""
+    import torch
+    monkeypatch.delenv("ROCKE_DEVICE", raising=False)
+    monkeypatch.setenv("ROCKE_EMU_BACKEND", backend)
+    monkeypatch.setenv("ROCKE_EMU_DEVICE", device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exc:
+        module.main(["--device", "emu", "--dry-run"])
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and words in captured.err
+    assert captured.err.count("\n") == 1 and "estimate:" not in captured.out
+
+
 def test_bad_input_exits_2_without_a_traceback():
     env = dict(os.environ, PYTHONPATH=str(ROOT), ROCKE_DEVICE="garbage")
     proc = subprocess.run([sys.executable, str(EXAMPLES / "final_shapes_check.py"), "--dry-run"],
