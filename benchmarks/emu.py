@@ -422,22 +422,21 @@ def main(argv=None):
                         help="with --against: rounds of A then B (median per side; the 0.1-s "
                              "workloads swing by 20 %% between rounds, so not fewer than 5)")
     args = parser.parse_args(argv)
-    if args.rounds < 1:
-        raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    # bad input: one line and exit 2 (argparse's), before anything runs
+    for flag, value in (("--rounds", args.rounds), ("--repeats", args.repeats),
+                        ("--flash-batch-heads", args.flash_batch_heads),
+                        ("--torch-threads", args.torch_threads)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
+    if "torch" in args.backend and args.device == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device cuda: torch {torch.__version__} sees no CUDA GPU here "
+                     "(torch.cuda.is_available() is False)")
     if args.against is not None:
         return against(args.against, args.workloads, args.repeats, args.rounds)
-    if args.flash_batch_heads < 1:
-        raise ValueError(f"--flash-batch-heads must be >= 1, got {args.flash_batch_heads}")
     globals()["FLASH_BATCH_HEADS"] = args.flash_batch_heads
     globals()["CHECK"] = not args.no_check
     if args.torch_threads is not None:
-        if args.torch_threads < 1:
-            raise ValueError(f"--torch-threads must be >= 1, got {args.torch_threads}")
         torch.set_num_threads(args.torch_threads)
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     print("rocke gfx942 emulator benchmark -- emulator wall time on this host, NOT GPU time")
     print("\n".join(host_description()))
     if "torch" in args.backend:

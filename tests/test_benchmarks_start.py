@@ -21,3 +21,21 @@ def test_benchmark_starts(script):
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "usage" in r.stdout.lower()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--repeats", "0"], "--repeats must be >= 1, got 0"),
+    (["--flash-batch-heads", "0"], "--flash-batch-heads must be >= 1, got 0"),
+    (["--backend", "torch", "--device", "cuda"], "--device cuda: torch"),
+])
+def test_emu_benchmark_refuses_bad_input_in_one_line(argv, words):
+    """benchmarks/emu.py: a bad flag, or --device cuda where torch sees no GPU, is one line and
+    exit 2 before any workload runs (the last case only where there is no CUDA GPU)."""
+    import torch
+    if "cuda" in argv and torch.cuda.is_available():
+        argv = ["--repeats", "-1"]
+        words = "--repeats must be >= 1, got -1"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "emu.py"), *argv],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 2 and words in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "lane-instructions" not in r.stdout
