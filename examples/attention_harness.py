@@ -448,7 +448,6 @@ def emulator_site(device: str) -> str:
     if device != "emu":
         return ""
     if torch_device(device) == "cuda":
-        import torch
         return (f" on {torch.cuda.get_device_name()} (the emulator's torch backend on CUDA), "
                 "NOT gfx942 GPU time")
     return " on this CPU, NOT GPU time"
