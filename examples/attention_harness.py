@@ -526,7 +526,10 @@ def print_estimate(plan: list[tuple[Shape, int]], device: str, rate: EmuRate) ->
               + ", ".join(f"{s.name} ~{format_seconds(rate.seconds_for(kernel_flops(s) * n, n))}"
                           for s, n in heavy)
               + ". Scale down with --quick or a smaller --max-kv N (same shapes, shorter KV), "
-              "or pick fewer shapes.")
+              "or pick fewer shapes" + ("" if torch_device(device) == "cuda" else
+              ", or emulate on a CUDA GPU (ROCKE_EMU_BACKEND=torch ROCKE_EMU_DEVICE=cuda "
+              f"ROCKE_EMU_RACE_CHECK=0; an H200 ran at {EMU_CUDA_FLOPS_PER_S_GUESS / 1e9:.1f} "
+              "emulated GFLOP/s)") + ".")
     return total
 
 

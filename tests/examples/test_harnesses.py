@@ -171,6 +171,7 @@ def test_dry_run_lists_and_estimates_without_launching(monkeypatch, capsys):
     assert parity_unified_attention.main(["--scenario", "all", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "estimate:" in out and "WARNING: long run" in out       # the full set is hours here
+    assert "emulate on a CUDA GPU (ROCKE_EMU_BACKEND=torch ROCKE_EMU_DEVICE=cuda" in out
     assert "decode_fp16_h8kv1_b1_q1k65536_d128" in out and "SKIP" not in out
     assert f"{D256} " in out
     assert final_shapes_check.main(["--quick", "--dry-run"]) == 0
