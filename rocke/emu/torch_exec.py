@@ -111,8 +111,7 @@ class TorchPool(Pool):
             self._sgpr_epoch += 1
             return
         # packed on the device (8 bytes a wave) and read back together: one copy, one sync
-        packed = [(mask.to(self.torch.int64) << self._lane_bits()).sum(1)
-                  for _, mask in pending.values()]
+        packed = [self.pack_lanes(mask) for _, mask in pending.values()]
         words = self.host(packed[0] if len(packed) == 1 else self.torch.cat(packed))
         start = 0
         for index, (sel, mask) in pending.items():
@@ -128,6 +127,14 @@ class TorchPool(Pool):
             bits = self._lane_bits_cache = self.torch.arange(64, dtype=self.torch.int64,
                                                              device=self.device)
         return bits
+
+    def pack_lanes(self, mask):
+        """Device bool (n, 64) -> int64 (n,) lane masks (bit i = lane i), on the device."""
+        return (mask.to(self.torch.int64) << self._lane_bits()).sum(1)
+
+    def unpack_lanes(self, words):
+        """Device int64 (n,) lane masks -> bool (n, 64)."""
+        return ((words[:, None] >> self._lane_bits()) & 1).bool()
 
     def defer_mask(self, sel, index, mask):
         """SGPR pair `index` of the batch := device bool (n, 64) `mask`, read back only when
@@ -195,8 +202,7 @@ class TorchPool(Pool):
     def host_mask_on_device(self, sel, index):
         """Device bool (n, 64) of the host's SGPR pair `index` of the batch (only a pending
         mask that overlaps it is flushed first; the others stay on the device)."""
-        words = self.to_device(self.host_sgpr_pair(sel, index))
-        return ((words[:, None] >> self._lane_bits()) & 1).bool()
+        return self.unpack_lanes(self.to_device(self.host_sgpr_pair(sel, index)))
 
     def sgpr64_on_device(self, sel, index):
         """int64 (n, 1) device copy of the SGPR pair at `index` of the batch."""

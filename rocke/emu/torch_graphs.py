@@ -110,7 +110,7 @@ class StretchRunner:
         self.columns = torch.zeros((SGPR_COLUMNS, self.waves), dtype=torch.int32,
                                    device=pool.device)
         self.masks = torch.zeros((MASK_SLOTS, self.waves), dtype=torch.int64, device=pool.device)
-        self.lane_bits = torch.arange(64, dtype=torch.int64, device=pool.device)
+        pool.unpack_lanes(self.masks[0])   # the pool's lane bits made now, not inside a capture
         self.all_on = torch.ones((self.waves, 64), dtype=torch.bool, device=pool.device)
         # LDS: each wave's workgroup base, and per DS step a flag of an out-of-bounds lane
         # (a replayed graph cannot stop at the fault; the flags are read after the replay)
@@ -142,7 +142,7 @@ class StretchRunner:
 
     def _lanes(self, slot):
         """Device bool (waves, 64) of the 64-bit lane mask staged in `slot`."""
-        return ((self.masks[slot][:, None] >> self.lane_bits) & 1).bool()
+        return self.pool.unpack_lanes(self.masks[slot])
 
     def staged(self, kind, index):
         """Staged / capture mode: the staged value of the current step's next host input."""
@@ -282,8 +282,7 @@ class StretchRunner:
         if plan.masks:
             self.masks[:plan.masks].copy_(P.to_device(masks))
         for slot, lanes_on in pending:    # a compare's mask still on the device: pack it
-            words = (lanes_on.to(self.masks.dtype) << self.lane_bits).sum(1)
-            self.masks[slot][P.tsel(sel)] = words
+            self.masks[slot][P.tsel(sel)] = P.pack_lanes(lanes_on)
         return tuple(full for full, _ in self.exec_of.values())
 
     def _device_steps(self, p, end, key):
