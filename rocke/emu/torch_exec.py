@@ -389,9 +389,9 @@ class TorchPool(Pool):
 # mask -> bool. Results come back the same way and are stored as 32-bit words.
 
 def _i32(value):
-    """int64 holding any integer -> int32 with its low 32 bits."""
-    torch = torch_module()
-    return (((value + (1 << 31)) & MASK32) - (1 << 31)).to(torch.int32)
+    """int64 holding any integer -> int32 with its low 32 bits (torch's narrowing conversion
+    wraps modulo 2**32 on every device)."""
+    return value.to(torch_module().int32)
 
 
 def bits_to_typed(words, typ):
@@ -604,21 +604,31 @@ def _sh5(s):
     return s & 31
 
 
-def _perm(s0, s1, selector):
-    """semantics._perm: each selector byte picks a byte of {S0, S1}, a sign fill or a constant."""
+_PERM_CONSTANTS: dict = {}    # device -> the table's last four bytes
+
+
+def _perm_words(s0, s1, selector):
+    """semantics._perm on int32 words: each selector byte picks a byte of {S0, S1}, a sign fill
+    or a constant. One gather per lane from a 16-byte table (the 8 bytes of {S0, S1}, the sign
+    fills of bytes 1, 3, 5 and 7, then 0x00 and three 0xFF): a few kernels where a byte-by-byte
+    select takes fifty."""
     torch = torch_module()
-    data = (s0 << 32) | s1            # int64 bit pattern (wraps for S0 >= 2**31: bits kept)
-    result = torch.zeros(torch.broadcast_shapes(s0.shape, s1.shape, selector.shape),
-                         dtype=torch.int64, device=s0.device)
-    for lane_byte in range(4):
-        sel = (selector >> (8 * lane_byte)) & 0xFF
-        picked = (data >> (torch.clamp(sel, max=7) * 8)) & 0xFF
-        sign_index = 16 * (torch.clamp(sel, 8, 11) - 8) + 15
-        sign_fill = torch.where(((data >> sign_index) & 1) == 1, 0xFF, 0)
-        byte = torch.where(sel < 8, picked, torch.where(sel < 12, sign_fill,
-                                                        torch.where(sel == 12, 0, 0xFF)))
-        result = result | (byte << (8 * lane_byte))
-    return result
+    shape = torch.broadcast_shapes(s0.shape, s1.shape, selector.shape)
+    pair = torch.stack([s1.expand(shape), s0.expand(shape)], dim=-1)   # little-endian {S0, S1}
+    data_bytes = pair.view(torch.uint8).reshape(-1, 8)
+    sign_fills = (data_bytes[:, 1::2] >> 7) * 255
+    constants = _PERM_CONSTANTS.get(data_bytes.device)
+    if constants is None:     # made at a first (eager) run: a graph capture cannot copy it in
+        constants = _PERM_CONSTANTS[data_bytes.device] = torch.tensor(
+            [0, 255, 255, 255], dtype=torch.uint8, device=data_bytes.device)
+    table = torch.cat([data_bytes, sign_fills, constants.expand(data_bytes.shape[0], 4)], dim=1)
+    selector_bytes = selector.to(torch.int32).expand(shape).contiguous().view(torch.uint8)
+    picks = selector_bytes.reshape(-1, 4).to(torch.int64).clamp_(max=15)
+    return table.gather(1, picks).view(torch.int32).reshape(shape)
+
+
+def _perm(s0, s1, selector):
+    return _perm_words(_i32(s0), _i32(s1), _i32(selector)).to(torch_module().int64) & MASK32
 
 
 def _bfe_u32(a, offset, width):
@@ -783,6 +793,7 @@ WRAP32_OPS = {
     "v_lshl_add_u32": lambda a, s, c: (a << (s & 31)) + c,
     "v_lshl_or_b32": lambda a, s, c: (a << (s & 31)) | c,
     "v_xad_u32": lambda a, b, c: (a ^ b) + c,
+    "v_perm_b32": _perm_words,
 }
 _IMPLICIT = {"v_fmac_f32": ("dst",), "v_div_fmas_f32": ("vcc",)}
 _ZEROES_HIGH_16 = {"v_cvt_f16_f32"}
