@@ -50,6 +50,21 @@ INT32_MIN = -(1 << 31)
 MASK32 = 0xFFFFFFFF
 
 
+# Device tensors that captured graphs read: made once per device, outside any capture (the
+# first, eager sighting of a stretch), and kept for the process. A graph holds no reference to
+# what it reads, and it outlives the pool that captured it (a later pool replays it), so such a
+# tensor must not belong to a pool.
+_DEVICE_CONSTANTS: dict = {}
+
+
+def device_constant(name, device, make):
+    key = (name, str(device))
+    tensor = _DEVICE_CONSTANTS.get(key)
+    if tensor is None:
+        tensor = _DEVICE_CONSTANTS[key] = make()
+    return tensor
+
+
 def torch_module():
     global _torch
     if _torch is None:
@@ -66,7 +81,6 @@ class TorchPool(Pool):
     def __init__(self, kernel, memory, wg_ids, block, lds_bytes, check, device):
         self._pending_masks = {}    # Pool.__init__ already reads the scalar registers
         self._sgpr_epoch = 0
-        self._lane_bits_cache = None
         super().__init__(kernel, memory, wg_ids, block, lds_bytes, check)
         torch = torch_module()
         self.torch, self.device = torch, device
@@ -122,11 +136,9 @@ class TorchPool(Pool):
         self._sgpr_epoch += 1
 
     def _lane_bits(self):
-        bits = self._lane_bits_cache
-        if bits is None:
-            bits = self._lane_bits_cache = self.torch.arange(64, dtype=self.torch.int64,
-                                                             device=self.device)
-        return bits
+        torch = self.torch
+        return device_constant("lane bits", self.device,
+                               lambda: torch.arange(64, dtype=torch.int64, device=self.device))
 
     def pack_lanes(self, mask):
         """Device bool (n, 64) -> int64 (n,) lane masks (bit i = lane i), on the device."""
@@ -604,9 +616,6 @@ def _sh5(s):
     return s & 31
 
 
-_PERM_CONSTANTS: dict = {}    # device -> the table's last four bytes
-
-
 def _perm_words(s0, s1, selector):
     """semantics._perm on int32 words: each selector byte picks a byte of {S0, S1}, a sign fill
     or a constant. One gather per lane from a 16-byte table (the 8 bytes of {S0, S1}, the sign
@@ -617,10 +626,8 @@ def _perm_words(s0, s1, selector):
     pair = torch.stack([s1.expand(shape), s0.expand(shape)], dim=-1)   # little-endian {S0, S1}
     data_bytes = pair.view(torch.uint8).reshape(-1, 8)
     sign_fills = (data_bytes[:, 1::2] >> 7) * 255
-    constants = _PERM_CONSTANTS.get(data_bytes.device)
-    if constants is None:     # made at a first (eager) run: a graph capture cannot copy it in
-        constants = _PERM_CONSTANTS[data_bytes.device] = torch.tensor(
-            [0, 255, 255, 255], dtype=torch.uint8, device=data_bytes.device)
+    constants = device_constant("perm table tail", data_bytes.device, lambda: torch.tensor(
+        [0, 255, 255, 255], dtype=torch.uint8, device=data_bytes.device))
     table = torch.cat([data_bytes, sign_fills, constants.expand(data_bytes.shape[0], 4)], dim=1)
     selector_bytes = selector.to(torch.int32).expand(shape).contiguous().view(torch.uint8)
     picks = selector_bytes.reshape(-1, 4).to(torch.int64).clamp_(max=15)

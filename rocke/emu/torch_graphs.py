@@ -110,7 +110,7 @@ class StretchRunner:
         self.columns = torch.zeros((SGPR_COLUMNS, self.waves), dtype=torch.int32,
                                    device=pool.device)
         self.masks = torch.zeros((MASK_SLOTS, self.waves), dtype=torch.int64, device=pool.device)
-        pool.unpack_lanes(self.masks[0])   # the pool's lane bits made now, not inside a capture
+        pool.unpack_lanes(self.masks[0])   # makes the lane bits before any capture
         self.all_on = torch.ones((self.waves, 64), dtype=torch.bool, device=pool.device)
         # LDS: each wave's workgroup base, and per DS step a flag of an out-of-bounds lane
         # (a replayed graph cannot stop at the fault; the flags are read after the replay)

@@ -184,6 +184,26 @@ def test_flash_attention_replays_graphs_on_cuda(monkeypatch):
 
 
 @CUDA_ONLY
+def test_graphs_replayed_by_a_later_pool_read_nothing_the_first_pool_freed(monkeypatch):
+    """A later launch of the same kernel and shape replays the graphs the first one captured,
+    after the first pool is gone: what those graphs read (the lane bits that unpack staged
+    masks, the tables of ops) must outlive it. The first pool's freed device memory is filled
+    with junk before the second launch; the kernel's own test checks both outputs."""
+    import gc
+    monkeypatch.setattr(torch_exec, "_KEPT_POOLS", {})
+    runners = _stretch_runners(monkeypatch)
+    with backend_env("torch", "cuda"):
+        _flash_run(False)
+        captured = sum(r.captures for r in runners)
+        gc.collect()
+        junk = [torch.full((64,), -1, dtype=torch.int64, device="cuda") for _ in range(4096)]
+        _flash_run(False)
+    del junk
+    assert captured > 0 and sum(r.replays for r in runners) > 0
+    assert len(runners) == 1, "the second launch made its own runner: no graph was replayed"
+
+
+@CUDA_ONLY
 def test_lds_out_of_bounds_in_a_replayed_graph_is_named(lds_loop):
     """A graph cannot stop at the faulting lane: the DS step's flag names the instruction."""
     out = torch.zeros(64, dtype=torch.int32, device="cuda")
