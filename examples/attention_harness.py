@@ -217,10 +217,11 @@ def first_of_each_problem(shapes: list[Shape]) -> dict[str, str]:
     return {s.name: first.setdefault(problem_key(s), s.name) for s in shapes}
 
 
-def run_shapes(shapes, groups, run_one) -> list[dict]:
+def run_shapes(shapes, groups, run_one, after_each=None) -> list[dict]:
     """Run ``run_one(shape) -> (rows, status text)`` over ``shapes``, printing one progress line
-    each; a shape that is the same problem as an earlier one after scaling is run once and
-    reuses that shape's rows."""
+    each with the seconds it took (compiles included); a shape that is the same problem as an
+    earlier one after scaling is run once and reuses that shape's rows. ``after_each(rows)``
+    runs after every shape (the harnesses rewrite their partial report there)."""
     first = first_of_each_problem(shapes)
     rows: list[dict] = []
     for index, shape in enumerate(shapes, 1):
@@ -229,10 +230,15 @@ def run_shapes(shapes, groups, run_one) -> list[dict]:
             rows.extend(reuse_row(r, shape, groups_of(groups, shape.name)) for r in earlier)
             print(f"[{index}/{len(shapes)}] {shape.name}: same problem as {first[shape.name]} "
                   f"after scaling, result reused   ({shape.describe()})", flush=True)
-            continue
-        new, status = run_one(shape)
-        rows.extend(new)
-        print(f"[{index}/{len(shapes)}] {shape.name}: {status}   ({shape.describe()})", flush=True)
+        else:
+            start = time.perf_counter()
+            new, status = run_one(shape)
+            rows.extend(new)
+            took = format_seconds(time.perf_counter() - start)
+            print(f"[{index}/{len(shapes)}] {shape.name}: {status} in {took}   "
+                  f"({shape.describe()})", flush=True)
+        if after_each is not None:
+            after_each(rows)
     return rows
 
 
@@ -637,8 +643,28 @@ def check_report_path(parser, path: str | None) -> None:
         parser.error(f"--report {path}: cannot write: {exc.strerror or exc}")
 
 
+_PARTIAL_WRITE_WARNED: set = set()
+
+
+def write_partial_report(path: str | None, payload: dict, done: int, planned: int) -> None:
+    """The report of the shapes run so far, rewritten after each one (``complete: false``), so
+    a run that is stopped or dies keeps what it measured. Atomic as the final write; a failed
+    write is said once on stderr and the run goes on (the final write has the fallbacks)."""
+    from rocke.fileio import write_output
+    if not path:
+        return
+    payload = dict(payload, complete=False, shapes_done=done, shapes_planned=planned)
+    try:
+        write_output(path, (json.dumps(payload, indent=2, sort_keys=False) + "\n").encode())
+    except OSError as exc:
+        if path not in _PARTIAL_WRITE_WARNED:
+            _PARTIAL_WRITE_WARNED.add(path)
+            print(f"warning: cannot write the partial report to {path} "
+                  f"({exc.strerror or exc}); the run goes on", file=sys.stderr, flush=True)
+
+
 def write_report(path: str | None, payload: dict) -> bool:
-    """Write the JSON report to ``path`` (``rocke.fileio.write_output``: a failed write leaves
+    """Write the finished JSON report (``complete: true``) to ``path`` (``rocke.fileio.write_output``: a failed write leaves
     no half-written file). If that still fails at the end of a run (the directory went away,
     the disk filled), the results are not lost: they go to a fallback file in the temporary
     directory, or failing that onto stderr, and both say where. Returns whether ``path`` was
@@ -646,6 +672,7 @@ def write_report(path: str | None, payload: dict) -> bool:
     from rocke.fileio import write_output
     if not path:
         return True
+    payload = dict(payload, complete=True)
     text = json.dumps(payload, indent=2, sort_keys=False) + "\n"
     try:
         write_output(path, text.encode())

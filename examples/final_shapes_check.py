@@ -318,7 +318,17 @@ def main(argv=None) -> int:
     def run_one(shape):
         row = check_shape(shape, args, device, rate)
         return [row], row["status"]
-    rows = H.run_shapes(shapes, GROUPS, run_one)
+    def report(rows):
+        counts = H.summary(rows)
+        return dict(
+            harness="final_shapes_check", schema_version=H.REPORT_SCHEMA_VERSION, device=device,
+            target=target, time_kind=H.time_label(device), levers=lever_values,
+            groups=selectors, max_kv=args.max_kv, quick=args.quick, warmup=args.warmup,
+            iters=args.iters, reps=args.reps, reduce=args.reduce, trim=args.trim,
+            noisy_spread=NOISY_SPREAD, injected_error=args.inject_error, results=rows,
+            summary=counts, exit_code=1 if counts["FAIL"] + counts["ERROR"] else 0)
+    rows = H.run_shapes(shapes, GROUPS, run_one, after_each=lambda done: H.write_partial_report(
+        args.report, report(done), len({r["shape"] for r in done}), len(shapes)))
 
     tdev = H.torch_device(device)
     body = []
@@ -374,13 +384,7 @@ def main(argv=None) -> int:
     print("\nsummary: " + ", ".join(f"{k} {v}" for k, v in counts.items())
           + (f"; emulated at {rate.rate / 1e9:.2f} GFLOP/s (estimate was "
              f"{H.format_seconds(estimate)})" if emu else ""))
-    written = H.write_report(args.report, dict(
-        harness="final_shapes_check", schema_version=H.REPORT_SCHEMA_VERSION, device=device, target=target,
-        time_kind=H.time_label(device), levers=lever_values, groups=selectors,
-        max_kv=args.max_kv, quick=args.quick, warmup=args.warmup, iters=args.iters,
-        reps=args.reps, reduce=args.reduce, trim=args.trim,
-        noisy_spread=NOISY_SPREAD, injected_error=args.inject_error, results=rows,
-        summary=counts, exit_code=exit_code))
+    written = H.write_report(args.report, report(rows))
     return H.final_exit_code(exit_code, written)
 
 

@@ -427,7 +427,17 @@ def main(argv=None) -> int:
             for table in TABLES:
                 mine.append(run_table(table, shape, inputs, ref, args, knobs, device, rate, bar))
         return mine, ", ".join(f"{r['table']} {r['status']}" for r in mine)
-    rows = H.run_shapes(shapes, GROUPS, run_one)
+    def report(rows):
+        counts = H.summary(rows)
+        return dict(
+            harness="parity_unified_attention", schema_version=H.REPORT_SCHEMA_VERSION,
+            device=device, target=target, time_kind=H.time_label(device), levers=lever_values,
+            scenarios=args.scenario or ["all"], max_kv=args.max_kv, quick=args.quick,
+            attempts=args.attempts, warmup=args.warmup, tol_override=args.tol,
+            injected_error=args.inject_error, tables=list(TABLES), results=rows, summary=counts,
+            exit_code=1 if counts["FAIL"] + counts["ERROR"] else 0)
+    rows = H.run_shapes(shapes, GROUPS, run_one, after_each=lambda done: H.write_partial_report(
+        args.report, report(done), len({r["shape"] for r in done}), len(shapes)))
 
     for table in TABLES:
         body = []
@@ -450,13 +460,7 @@ def main(argv=None) -> int:
           + (f"; emulated at {rate.rate / 1e9:.2f} GFLOP/s (estimate was "
              f"{H.format_seconds(estimate)})" if device == "emu" else ""))
     exit_code = 1 if failed else 0
-    written = H.write_report(args.report, dict(
-        harness="parity_unified_attention", schema_version=H.REPORT_SCHEMA_VERSION,
-        device=device, target=target, time_kind=H.time_label(device), levers=lever_values,
-        scenarios=args.scenario or ["all"], max_kv=args.max_kv, quick=args.quick,
-        attempts=args.attempts, warmup=args.warmup, tol_override=args.tol,
-        injected_error=args.inject_error, tables=list(TABLES), results=rows, summary=counts,
-        exit_code=exit_code))
+    written = H.write_report(args.report, report(rows))
     return H.final_exit_code(exit_code, written)
 
 

@@ -266,6 +266,40 @@ def test_final_shapes_fails_on_a_corrupted_output(tmp_path, monkeypatch):
     assert decode["max_abs_err_eager"] >= 0.9
 
 
+def test_a_stopped_run_keeps_the_report_of_the_shapes_it_finished(tmp_path, monkeypatch,
+                                                                   capsys):
+    """The report is rewritten after every shape: a run stopped in its second shape (here a
+    KeyboardInterrupt, as Ctrl-C or a timeout's signal would be) leaves the first shape's row,
+    marked incomplete; a finished run's report says complete. Each progress line says how long
+    its shape took."""
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    report = tmp_path / "final.json"
+    real, calls = final_shapes_check.check_shape, []
+
+    def check_shape(shape, *args):
+        calls.append(shape.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(shape, *args)
+    monkeypatch.setattr(final_shapes_check, "check_shape", check_shape)
+    argv = ["--groups", "decode_d128_q1k1024", "decode_bf16_h16kv16_b4_q1k2048_d64",
+            "--max-kv", "64", "--report", str(report)]
+    with pytest.raises(KeyboardInterrupt):
+        final_shapes_check.main(argv)
+    data = json.loads(report.read_text())
+    assert data["complete"] is False and (data["shapes_done"], data["shapes_planned"]) == (1, 2)
+    assert [(r["shape"], r["status"]) for r in data["results"]] == [("decode_d128_q1k1024",
+                                                                       "PASS")]
+    assert data["summary"]["PASS"] == 1 and data["exit_code"] == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("[1/2]"))
+    assert " PASS in " in line and line.split(" PASS in ")[1].split()[1] in ("s", "min", "h")
+    monkeypatch.setattr(final_shapes_check, "check_shape", real)
+    assert final_shapes_check.main(argv[:2] + argv[3:]) == 0
+    data = json.loads(report.read_text())
+    assert data["complete"] is True and "shapes_done" not in data
+    assert [r["shape"] for r in data["results"]] == ["decode_d128_q1k1024"]
+
+
 def test_flash_wide_lever_picks_the_explicit_geometry(tmp_path, monkeypatch):
     """HIPDNN_GFX942_FLASH_WIDE=0 makes the hand-built 2D spec L4 (1 warp, WG 64) and is
     echoed; the dispatcher follows the same lever."""
