@@ -77,12 +77,23 @@ def candidates(name: str) -> list[str]:
     return out
 
 
+class _NoAnswer(Exception):
+    """A tool that could not be asked its version (not cached: a slow or busy moment passes)."""
+
+
 def tool_version(path: str) -> tuple[int, int] | None:
     """(major, minor) of the LLVM a tool reports with `--version`, or None when it reports none."""
     try:
-        st = os.stat(path)
-    except OSError:
+        return _asked_version(path)
+    except _NoAnswer:
         return None
+
+
+def _asked_version(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise _NoAnswer(err.strerror or str(err)) from None
     return _tool_version(path, os.path.realpath(path), st.st_size, st.st_mtime_ns)
 
 
@@ -92,8 +103,10 @@ def _tool_version(path: str, real: str, size: int, mtime_ns: int) -> tuple[int, 
     try:
         proc = subprocess.run([path, "--version"], capture_output=True, text=True,
                               timeout=VERSION_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        return None
+    except subprocess.TimeoutExpired:
+        raise _NoAnswer(f"no answer to --version within {VERSION_TIMEOUT_S:g} s") from None
+    except (OSError, subprocess.SubprocessError) as err:
+        raise _NoAnswer(f"--version failed: {err}") from None
     m = _VERSION.search(proc.stdout + proc.stderr)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
@@ -103,7 +116,11 @@ def find(name: str, min_major: int = GFX942.min_llvm_major, target: str = GFX942
     `min_major`; LLVMToolError naming the skipped ones and the package to install otherwise."""
     skipped = []
     for path in candidates(name):
-        version = tool_version(path)
+        try:
+            version = _asked_version(path)
+        except _NoAnswer as why:
+            skipped.append(f"{path} ({why})")
+            continue
         if version is not None and version[0] >= min_major:
             return path
         skipped.append(f"{path} (LLVM {version[0]}.{version[1]})" if version else

@@ -2,6 +2,7 @@
 first on PATH (Debian's llvm-14 is a common dependency) is skipped, or named in the error with
 the version needed; it is never run on a gfx942 code object."""
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -82,6 +83,24 @@ def test_a_tool_that_reports_no_version_is_skipped_and_said_so(search):
     fake(search[0], "llvm-readelf", "GNU readelf (GNU Binutils) 2.40\n")
     with pytest.raises(CodeObjectError, match="no LLVM version reported"):
         find_llvm_tool("llvm-readelf")
+
+
+def test_a_tool_too_slow_to_answer_is_named_so_and_asked_again_later(search, monkeypatch):
+    """A tool that does not answer --version in time is skipped with that reason (not "no
+    version"), and the miss is not remembered: once it answers, it is taken."""
+    slow = search[0] / "slow"
+    slow.touch()
+    path = fake(search[0], "llvm-readelf-19", LLVM19)
+    sleep = shutil.which("sleep", path=os.defpath)     # PATH holds only the test's directories
+    text = Path(path).read_text().replace("#!/bin/sh\n",
+                                          f"#!/bin/sh\n[ -e {slow} ] && {sleep} 5\n")
+    Path(path).write_text(text)
+    monkeypatch.setattr(llvm_tools, "VERSION_TIMEOUT_S", 0.2)
+    with pytest.raises(CodeObjectError, match=r"llvm-readelf-19 \(no answer to --version within "
+                                              r"0\.2 s\)"):
+        find_llvm_tool("llvm-readelf")
+    slow.unlink()
+    assert find_llvm_tool("llvm-readelf") == path
 
 
 def test_versioned_names_come_first_newest_first_then_install_trees_newest_first(search):
