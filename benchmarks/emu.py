@@ -114,6 +114,10 @@ def softmax_workload():
 
 
 FLASH_BATCH_HEADS = 8   # --flash-batch-heads: wider launches for the GPU backend
+# A figure of a wrong output is no figure: each output is held to max |output - fp32 reference|
+# <= SANITY_RELATIVE_ERROR * max |reference|, far above the workloads' rounding (fp16 / bf16
+# outputs: 2**-11 / 2**-8 relative) and far below what a wrong mask, lane or layout does.
+SANITY_RELATIVE_ERROR = 2 ** -6
 CHECK = True            # --no-check: launches without the LDS race checker (check=False)
 
 
@@ -231,7 +235,8 @@ def array_backend(name, device):
 
 
 def run_workload(name, repeats, ab=False, backend="numpy", device="cpu", baseline=None):
-    """Returns the workload's output tensor (to compare backends bit for bit)."""
+    """Returns the workload's output tensor (to compare backends bit for bit) and what was
+    wrong with it (an empty list when nothing)."""
     with array_backend(backend, device):
         return _run_workload(name, repeats, ab, backend, device, baseline)
 
@@ -256,8 +261,13 @@ def _run_workload(name, repeats, ab, backend, device, baseline):
           f"(min {min(wall_times):.3f} s, max {max(wall_times):.3f} s)")
     print(f"  lane-instructions: {lane_instructions:,}  ->  "
           f"{lane_instructions / median:,.0f} lane-instructions/s of emulator wall time")
-    error = (runtime_args[output_name].cpu().float() - reference()).abs().max().item()
-    print(f"  sanity: max |output - torch fp32 reference| = {error:.3g}")
+    want = reference()
+    error = (runtime_args[output_name].cpu().float() - want).abs().max().item()
+    bound = SANITY_RELATIVE_ERROR * want.abs().max().item()
+    wrong = [] if error <= bound else [f"{name}: max |output - reference| = {error:.3g} > "
+                                       f"{bound:.3g} on {report.backend}"]
+    print(f"  sanity: max |output - torch fp32 reference| = {error:.3g} (bound {bound:.3g}: "
+          f"{'WRONG' if wrong else 'ok'})")
     print(f"  emulator report: {report.waves} waves, {report.total_instructions:,} wave-"
           f"instructions, emulator-internal wall time {report.emulator_wall_time_s:.3f} s")
     print("  wave-instructions by class: "
@@ -283,11 +293,13 @@ def _run_workload(name, repeats, ab, backend, device, baseline):
         bits = {2: torch.int16, 4: torch.int32}[output.element_size()]
         same = torch.equal(output.view(bits), baseline.view(bits))
         print(f"  bit-identical to the first backend's output: {'yes' if same else 'NO'}")
+        if not same:
+            wrong.append(f"{name}: {report.backend} differs from the first backend's bits")
     if ab:
         off, on = safety_ab(fixture_name, grid, runtime_args, repeats)
         print(f"  safety A/B (process CPU, median of {repeats}): shadow copies + watchdog off "
               f"{off:.3f} s, on {on:.3f} s ({100 * (on - off) / off:+.1f} %)")
-    return output
+    return output, wrong
 
 RATE_LINE = re.compile(r"->\s+([\d,]+) lane-instructions/s of emulator wall time")
 HEADER_LINE = re.compile(r"^\[(\w+)\]")
@@ -442,12 +454,18 @@ def main(argv=None):
     if "torch" in args.backend:
         gpu = torch.cuda.get_device_name() if args.device == "cuda" else "none used"
         print(f"torch    : device {args.device} ({gpu}), {torch.get_num_threads()} CPU threads")
+    wrong = []
     for name in args.workloads:
         baseline = None
         for backend in args.backend:
-            output = run_workload(name, args.repeats, args.safety_ab, backend, args.device,
-                                  baseline)
+            output, problems = run_workload(name, args.repeats, args.safety_ab, backend,
+                                            args.device, baseline)
             baseline = output if baseline is None else baseline
+            wrong += problems
+    if wrong:   # every figure is printed; the exit status says some came from wrong outputs
+        print("error: wrong output, its figures do not count: " + "; ".join(wrong),
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -39,3 +39,27 @@ def test_emu_benchmark_refuses_bad_input_in_one_line(argv, words):
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 2 and words in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr and "lane-instructions" not in r.stdout
+
+
+def test_emu_benchmark_fails_a_wrong_output(monkeypatch, capsys):
+    """benchmarks/emu.py holds each workload's output to its fp32 reference: a wrong output
+    (here: a reference the kernel does not compute) prints its figures, says WRONG and exits 1;
+    the right one exits 0."""
+    import importlib.util
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))   # its sibling modules
+    spec = importlib.util.spec_from_file_location("emu_benchmark", ROOT / "benchmarks" / "emu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    argv = ["--workloads", "axpy", "--repeats", "1"]
+    assert bench.main(argv) == 0
+    assert "(bound " in capsys.readouterr().out
+    real = bench.WORKLOADS["axpy"]
+
+    def off_by_one():
+        fixture, grid, args, out, reference = real()
+        return fixture, grid, args, out, lambda: reference() + 1.0
+    monkeypatch.setitem(bench.WORKLOADS, "axpy", off_by_one)
+    assert bench.main(argv) == 1
+    captured = capsys.readouterr()
+    assert "lane-instructions/s" in captured.out and "WRONG" in captured.out
+    assert "wrong output" in captured.err and "axpy" in captured.err
