@@ -25,6 +25,13 @@ read the device or copy from the host (`CaptureRefused`); such a stretch runs it
 eagerly from the staging tensors from then on. On the CPU there are no graphs: tests run the
 same host pass and staging with the device steps eager (`capture=False`), so CI covers
 everything but the capture itself.
+
+Tests on the CPU can also stand in for capture and replay (`SIMULATE_CAPTURE`): a stretch's
+"capture" runs its device steps once in capture mode (so whatever a real capture refuses is
+refused alike) and notes every tensor they read that they did not make; each "replay" runs
+them again and must read only those same tensors. A replayed graph reads fixed addresses: a
+tensor it reads that is not the one its capture read (say, one made afresh by a later pool,
+while the captured one is freed) is a silent wrong result on a GPU, and `StaleGraphInput` here.
 """
 from __future__ import annotations
 
@@ -40,8 +47,67 @@ MASK_SLOTS = 64           # ... and lane masks (EXEC per device step, and mask o
 LDS_STEPS = 256           # DS steps of a kernel with an out-of-bounds flag each
 
 
+# Tests only: on the CPU, stand in for graph capture and replay (see the module docstring)
+SIMULATE_CAPTURE = False
+
+
 class CaptureRefused(Exception):
     """A device step did something a graph cannot hold (a host read, a copy from the host)."""
+
+
+class StaleGraphInput(AssertionError):
+    """A simulated replay read a tensor its capture did not: on a GPU, the graph would read
+    the captured tensor's memory instead (see the module docstring)."""
+
+
+def _tensors(value):
+    torch = _torch_module()
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+def _torch_module():
+    import torch
+    return torch
+
+
+def _read_audit():
+    """A torch function mode noting the storages of every tensor an op reads that no op under
+    it made (`reads`: data pointer -> storage, which keeps it alive: no later tensor can take
+    its address and pass for it). A tensor made from host data is refused, as a capture on a
+    GPU refuses its copy from the host."""
+    torch = _torch_module()
+    from torch.overrides import TorchFunctionMode
+    from_host = {torch.tensor, torch.as_tensor, torch.from_numpy}
+
+    class ReadAudit(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.made, self.reads = set(), {}
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in from_host:
+                raise CaptureRefused(f"a device step makes a tensor from host data "
+                                     f"(torch.{func.__name__})")
+            kwargs = kwargs or {}
+            for tensor in _tensors((args, kwargs)):
+                storage = tensor.untyped_storage()
+                pointer = storage.data_ptr()
+                if pointer and pointer not in self.made:
+                    self.reads.setdefault(pointer, storage)
+            result = func(*args, **kwargs)
+            for tensor in _tensors(result):
+                pointer = tensor.untyped_storage().data_ptr()
+                if pointer not in self.reads:
+                    self.made.add(pointer)
+            return result
+    return ReadAudit()
 
 
 def stretch_ends(code, is_target, device_step, host_step) -> np.ndarray:
@@ -91,6 +157,13 @@ class _Plan:
         return self.columns <= SGPR_COLUMNS and self.masks <= MASK_SLOTS
 
 
+class _StandInGraph:
+    """SIMULATE_CAPTURE's graph: the storages its capture read, kept alive."""
+
+    def __init__(self, reads):
+        self.reads = reads
+
+
 class StretchRunner:
     """Runs the stretches of one TorchPool (see the module docstring).
 
@@ -102,6 +175,7 @@ class StretchRunner:
 
     def __init__(self, pool, ends, device_step, capture: bool):
         self.pool, self.ends, self.device_step, self.capture = pool, ends, device_step, capture
+        self.simulate = not capture and SIMULATE_CAPTURE
         torch = pool.torch
         self.waves = pool.num_waves
         self.every_wave = slice(0, self.waves)
@@ -287,10 +361,17 @@ class StretchRunner:
 
     def _device_steps(self, p, end, key):
         graph = self.graphs.get(key, False)
-        if graph is False and self.capture:
+        replayed = False
+        if graph is False and self.simulate:   # the stand-in capture runs the steps once
+            graph = self._simulated_capture(p, end, key)
+            replayed = graph is not None
+        elif graph is False and self.capture:
             graph = self._capture(p, end, key)
         if graph:
-            graph.replay()
+            if self.simulate and not replayed:
+                self._simulated_replay(p, end, graph)
+            elif not self.simulate:
+                graph.replay()
             self.replays += 1
             if not self.lds_unchecked and any(q in self.lds_steps for q in range(p, end)):
                 self.lds_unchecked = True
@@ -308,6 +389,36 @@ class StretchRunner:
                     code[q].run(P, self.every_wave, self.waves)
         finally:
             self.mode = "staged" if mode == "capture" else mode
+
+    def _simulated_capture(self, p, end, key):
+        """SIMULATE_CAPTURE: the device steps run once in capture mode, noting what they read;
+        a refusal puts back what the steps before it wrote (a real capture runs nothing)."""
+        P = self.pool
+        saved = P.tv.clone(), P.tl.clone(), self.lds_faults.clone()
+        audit = _read_audit()
+        try:
+            with audit:
+                self._run_staged(p, end, "capture")
+        except CaptureRefused as err:
+            for tensor, copy in zip((P.tv, P.tl, self.lds_faults), saved):
+                tensor.copy_(copy)
+            self.graphs[key] = None
+            self.refusals.append(f"pc {p}: {type(err).__name__}: {err}")
+            return None
+        self.graphs[key] = graph = _StandInGraph(audit.reads)
+        self.captures += 1
+        return graph
+
+    def _simulated_replay(self, p, end, graph):
+        audit = _read_audit()
+        with audit:
+            self._run_staged(p, end, "capture")
+        stale = set(audit.reads) - set(graph.reads)
+        if stale:
+            raise StaleGraphInput(
+                f"the stretch at pc {p} of {self.pool.kernel.source.name} read, on a replay, "
+                f"{len(stale)} tensor(s) its capture did not: a CUDA graph would read the "
+                "captured tensors' memory instead (freed, or since written by something else)")
 
     def _capture(self, p, end, key):
         torch = self.pool.torch

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import rocke.emu  # noqa: E402
-from rocke.emu import semantics, torch_exec  # noqa: E402
+from rocke.emu import semantics, torch_exec, torch_graphs  # noqa: E402
 from rocke.emu.errors import EmulatorError  # noqa: E402
 
 DEVICES = ["cpu", "cpu-copies", "cpu-copies-nocheck", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -47,6 +47,8 @@ def dual(monkeypatch, request):
     every tensor argument must agree. Yields the list of torch reports."""
     device = request.param
     monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", device.startswith("cpu-copies"))
+    # the CUDA path's graph captures stood in for (torch_graphs.SIMULATE_CAPTURE)
+    monkeypatch.setattr(torch_graphs, "SIMULATE_CAPTURE", device.startswith("cpu-copies"))
     real = rocke.emu.launch
     reports = []
 

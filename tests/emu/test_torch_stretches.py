@@ -102,6 +102,62 @@ def test_a_later_launch_reuses_the_pool_arrays_and_stretches(monkeypatch):
     assert all(r.pool is not None for r in runners)
 
 
+def _stand_in_capture(monkeypatch):
+    """The CUDA code path on the CPU with captures stood in for (torch_graphs.SIMULATE_CAPTURE),
+    and no pools kept from earlier tests."""
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
+    monkeypatch.setattr(torch_graphs, "SIMULATE_CAPTURE", True)
+    monkeypatch.setattr(torch_exec, "_KEPT_POOLS", {})
+    return _stretch_runners(monkeypatch)
+
+
+def test_stand_in_captures_replay_across_pools_on_the_cpu(monkeypatch):
+    """With captures stood in for, the flash kernel's stretches are captured (nothing refused,
+    as on the H200), replayed, and replayed again by a second launch's pool; both outputs pass
+    the kernel's own test."""
+    runners = _stand_in_capture(monkeypatch)
+    with backend_env("torch", "cpu"):
+        _flash_run(False)
+        first = sum(r.replays for r in runners)
+        _flash_run(False)
+    assert len(runners) == 1 and runners[0].captures > 0
+    assert not runners[0].refusals, runners[0].refusals[:3]
+    assert first > 0 and runners[0].replays > first
+
+
+def test_stand_in_capture_finds_a_graph_input_owned_by_a_pool(monkeypatch):
+    """The defect of 3a48d86: the lane bits that unpack staged masks belonged to the pool, so
+    the second launch's replays would read the first pool's freed tensor on a GPU. The stand-in
+    capture names it on the CPU."""
+    runners = _stand_in_capture(monkeypatch)
+
+    def lane_bits_of_the_pool(pool):
+        if not hasattr(pool, "own_lane_bits"):
+            pool.own_lane_bits = torch.arange(64, dtype=torch.int64, device=pool.device)
+        return pool.own_lane_bits
+    monkeypatch.setattr(torch_exec.TorchPool, "_lane_bits", lane_bits_of_the_pool)
+    with backend_env("torch", "cpu"):
+        _flash_run(False)
+        with pytest.raises(emu.EmulatorError, match="StaleGraphInput: the stretch at pc .* "
+                                                    "its capture did not"):
+            _flash_run(False)
+    assert runners and runners[0].replays > 0
+
+
+def test_stand_in_capture_refuses_a_tensor_made_from_host_data(monkeypatch):
+    """A device step that makes a tensor from host data (a copy a CUDA capture refuses, as the
+    first form of the v_perm table did) is refused on the CPU too, and the stretch then runs
+    staged with the same results."""
+    runners = _stand_in_capture(monkeypatch)
+    monkeypatch.setattr(torch_exec, "device_constant", lambda name, device, make: make())
+    with backend_env("torch", "cpu"):
+        _flash_run(False)
+    refusals = [text for r in runners for text in r.refusals]
+    assert any("makes a tensor from host data (torch.tensor)" in text for text in refusals), \
+        refusals[:3]
+    assert sum(r.staged_runs for r in runners) > 0
+
+
 def test_stretches_off_lever(monkeypatch):
     monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
     runners = _stretch_runners(monkeypatch)
