@@ -651,12 +651,40 @@ def _bfe_i32(a, offset, width):
     return torch_module().where(width == 0, 0, value)
 
 
+def _ieee_min_max(a, b, pick):
+    """backend._ieee_min_max_f32 on the int32 words (no int64 widening): a signaling NaN operand
+    gives that NaN made quiet, otherwise a quiet NaN operand yields the other operand."""
+    torch = torch_module()
+    a, b = torch.broadcast_tensors(a, b)
+    a_bits, b_bits, bits = a.view(torch.int32), b.view(torch.int32), pick.view(torch.int32)
+    a_nan, b_nan = torch.isnan(a), torch.isnan(b)
+    bits = torch.where(b_nan, a_bits, bits)
+    bits = torch.where(a_nan, b_bits, bits)
+    quiet = shared.F32_QUIET_BIT
+    bits = torch.where(b_nan & ((b_bits & quiet) == 0), b_bits | quiet, bits)
+    bits = torch.where(a_nan & ((a_bits & quiet) == 0), a_bits | quiet, bits)
+    return bits.view(torch.float32)
+
+
 def _max(a, b):
-    return shared.max_f32(shared.TorchPrims(str(a.device.type)), a, b)
+    """backend.max_f32 (+0 > -0, the IEEE NaN rules) on float32 tensors."""
+    torch = torch_module()
+    greater = (a > b) | ((a == b) & ~_signbit(a))
+    return _ieee_min_max(a, b, torch.where(greater, a, b))
 
 
 def _min(a, b):
-    return shared.min_f32(shared.TorchPrims(str(a.device.type)), a, b)
+    """backend.min_f32 (-0 < +0, the IEEE NaN rules) on float32 tensors."""
+    torch = torch_module()
+    less = (a < b) | ((a == b) & _signbit(a))
+    return _ieee_min_max(a, b, torch.where(less, a, b))
+
+
+def _exp2_f32(x):
+    """backend.exp2_f32 with the torch backend's cheaper flush and NaN rule (a NaN input's
+    result is NaN, so the NaN rule's lanes are the result's)."""
+    torch = torch_module()
+    return _nan(_flush(shared.exp2_f64(_prims(x), x.to(torch.float64)).to(torch.float32)), x)
 
 
 def _prims(x):
@@ -756,7 +784,7 @@ def _register_ops():
     _op("v_min3_f32", f, "f32 f32 f32", lambda a, b, c: _min(_min(a, b), c))
     _op("v_rcp_f32", f, "f32", lambda x: _nan((1.0 / _flush(x).double()).float(), x))
     _op("v_rcp_iflag_f32", f, "f32", lambda x: _nan((1.0 / _flush(x).double()).float(), x))
-    _op("v_exp_f32", f, "f32", lambda x: shared.exp2_f32(_prims(x), x))
+    _op("v_exp_f32", f, "f32", _exp2_f32)
     _op("v_log_f32", f, "f32", lambda x: shared.log2_f32(_prims(x), x))
     _op("v_sqrt_f32", f, "f32", lambda x: shared.sqrt_f32(_prims(x), x))
     _op("v_sin_f32", f, "f32", lambda x: shared.sin_rev_f32(_prims(x), x))

@@ -246,6 +246,31 @@ def test_ported_valu_op_bit_identical(name, device):
                                   f"{w_bits.reshape(-1)[differ[0]]:#x}")
 
 
+_SPECIAL_OPS = ["v_max_f32", "v_min_f32", "v_max3_f32", "v_min3_f32", "v_exp_f32", "v_add_f32",
+                "v_mul_f32", "v_fma_f32"]
+
+
+@pytest.mark.parametrize("device", ["cpu", DEVICES[-1]])
+@pytest.mark.parametrize("name", _SPECIAL_OPS)
+def test_float_op_on_every_pair_of_specials(name, device):
+    """Random lanes rarely pair two specials (+0 with -0, two NaNs of different kinds): each
+    op here gets every combination of the special floats (zeros, infinities, quiet and
+    signaling NaNs, subnormals, extremes) in its sources, against semantics.VALU_OPS."""
+    dsts, srcs, fn = torch_exec.PORTED_VALU_OPS[name]
+    grids = np.meshgrid(*[_SPECIAL_F32] * len(srcs), indexing="ij")
+    words = [g.reshape(-1, 64) if g.size % 64 == 0 else
+             np.resize(g.reshape(-1), (-(-g.size // 64), 64)) for g in grids]
+    args_np = [w.view(np.float32) for w in words]
+    args_t = [torch.from_numpy(w.view(np.int32).copy()).to(device).view(torch.float32)
+              for w in words]
+    with np.errstate(all="ignore"):
+        want = _numpy_bits(semantics.VALU_OPS[name].fn(*args_np), dsts[0])
+    got = _torch_bits(fn(*args_t), dsts[0])
+    differ = np.flatnonzero(np.broadcast_to(got, want.shape) != want)
+    assert len(differ) == 0, (f"{name} on torch {device}: {len(differ)} of {want.size} differ, "
+                              f"e.g. sources {[hex(w.reshape(-1)[differ[0]]) for w in words]}")
+
+
 @pytest.mark.parametrize("device", ["cpu", DEVICES[-1]])
 @pytest.mark.parametrize("name", sorted(torch_exec.WRAP32_OPS))
 def test_wrap32_op_bit_identical(name, device):
