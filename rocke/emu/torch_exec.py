@@ -552,15 +552,14 @@ def _div_fixup_f32(quotient, den, num):
 
 def _f32_to_f16(x):
     """v_cvt_f16_f32 as numpy's astype: round to nearest even; a NaN keeps its sign and top 10
-    payload bits (1 if those are 0)."""
+    payload bits (1 if those are 0), where torch would make it the canonical NaN. On the int32
+    words: no int64 widening."""
     torch = torch_module()
-    half_bits = x.to(torch.float16).view(torch.int16).to(torch.int64) & 0xFFFF
-    bits = x.view(torch.int32).to(torch.int64) & MASK32
-    payload = (bits & 0x7FFFFF) >> 13
-    payload = torch.where(payload == 0, 1, payload)
-    nan_bits = ((bits >> 16) & 0x8000) | 0x7C00 | payload
-    out = torch.where(torch.isnan(x), nan_bits, half_bits)
-    return (((out + 0x8000) & 0xFFFF) - 0x8000).to(torch.int16).view(torch.float16)
+    bits = x.view(torch.int32)
+    payload = ((bits & 0x7FFFFF) >> 13).clamp_(min=1)
+    nan_bits = ((bits >> 16) & 0x8000) | 0x7C00 | payload      # >> sign-extends: bit 31 -> 15
+    return torch.where(torch.isnan(x), nan_bits.to(torch.int16),
+                       x.to(torch.float16).view(torch.int16)).view(torch.float16)
 
 
 def _f16_to_f32(x):

@@ -247,7 +247,7 @@ def test_ported_valu_op_bit_identical(name, device):
 
 
 _SPECIAL_OPS = ["v_max_f32", "v_min_f32", "v_max3_f32", "v_min3_f32", "v_exp_f32", "v_add_f32",
-                "v_mul_f32", "v_fma_f32"]
+                "v_mul_f32", "v_fma_f32", "v_cvt_f16_f32"]
 
 
 @pytest.mark.parametrize("device", ["cpu", DEVICES[-1]])
