@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,9 +61,9 @@ def test_a_report_that_fails_at_the_end_keeps_the_results(tmp_path, monkeypatch,
     reports.mkdir()
     run_shapes = H.run_shapes
 
-    def run_then_lose_the_directory(*args):
-        rows = run_shapes(*args)
-        reports.rmdir()
+    def run_then_lose_the_directory(*args, **kwargs):
+        rows = run_shapes(*args, **kwargs)
+        shutil.rmtree(reports)          # with the partial report written after each shape
         return rows
     monkeypatch.setattr(H, "run_shapes", run_then_lose_the_directory)
     assert parity_unified_attention.main(["--scenario", TINY, "--report",
@@ -83,7 +84,7 @@ def test_without_any_writable_place_the_report_goes_to_stderr(tmp_path, monkeypa
     assert H.write_report(str(tmp_path / "gone" / "r.json"), payload) is False
     err = capsys.readouterr().err
     assert "nor a fallback file (No space left on device)" in err
-    assert json.loads(err[err.index("{"):]) == payload
+    assert json.loads(err[err.index("{"):]) == dict(payload, complete=True)
     assert H.final_exit_code(0, False) == 2 and H.final_exit_code(1, False) == 1
     assert H.final_exit_code(0, True) == 0
 
