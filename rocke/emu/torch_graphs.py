@@ -60,6 +60,11 @@ class StaleGraphInput(AssertionError):
     the captured tensor's memory instead (see the module docstring)."""
 
 
+def _torch_module():
+    import torch
+    return torch
+
+
 def _tensors(value):
     torch = _torch_module()
     if isinstance(value, torch.Tensor):
@@ -70,11 +75,6 @@ def _tensors(value):
     elif isinstance(value, dict):
         for item in value.values():
             yield from _tensors(item)
-
-
-def _torch_module():
-    import torch
-    return torch
 
 
 def _read_audit():
