@@ -192,6 +192,7 @@ class StretchRunner:
         self.lds_sink = pool.tl.numel() - LDS_GRANULE   # TorchPool's sink
         self.lds_faults = torch.zeros(LDS_STEPS, dtype=torch.bool, device=pool.device)
         self.lds_steps: dict = {}   # pc -> flag index
+        self._unpacked: dict = {}   # slot -> its lanes unpacked, within one run of a stretch
         self.lds_unchecked = False  # a graph with DS steps replayed since the flags were read
         self.mode = None            # None | "discover" | "staged" | "capture"
         self.plan = self.step = None
@@ -215,8 +216,12 @@ class StretchRunner:
         self.plan.inputs[self.step].append((kind, index))
 
     def _lanes(self, slot):
-        """Device bool (waves, 64) of the 64-bit lane mask staged in `slot`."""
-        return self.pool.unpack_lanes(self.masks[slot])
+        """Device bool (waves, 64) of the 64-bit lane mask staged in `slot`, unpacked once per
+        run of the stretch (a slot holds one EXEC version for all its steps, or one mask)."""
+        lanes = self._unpacked.get(slot)
+        if lanes is None:
+            lanes = self._unpacked[slot] = self.pool.unpack_lanes(self.masks[slot])
+        return lanes
 
     def staged(self, kind, index):
         """Staged / capture mode: the staged value of the current step's next host input."""
@@ -382,6 +387,7 @@ class StretchRunner:
     def _run_staged(self, p, end, mode):
         P, code = self.pool, self.pool.kernel.code
         self.mode = mode
+        self._unpacked = {}    # what a graph captured here reads of it, it also computes
         try:
             for q in range(p, end):
                 if self.device_step[q]:
@@ -389,6 +395,7 @@ class StretchRunner:
                     code[q].run(P, self.every_wave, self.waves)
         finally:
             self.mode = "staged" if mode == "capture" else mode
+            self._unpacked = {}
 
     def _simulated_capture(self, p, end, key):
         """SIMULATE_CAPTURE: the device steps run once in capture mode, noting what they read;
