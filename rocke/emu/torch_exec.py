@@ -325,6 +325,12 @@ class TorchPool(Pool):
             return
         mask = (self.tmask(sel)[0] if mask is None else mask)[:, None, :]
         old = self.tv[ts, row:row + count]
+        if isinstance(ts, slice) and values.untyped_storage().data_ptr() != \
+                self.tv.untyped_storage().data_ptr():
+            # into the registers in place: no temporary and no copy of it (a source that is a
+            # view of the registers could overlap the rows written: that one takes the copy)
+            self.torch.where(mask, values, old, out=old)
+            return
         self.tv[ts, row:row + count] = self.torch.where(mask, values, old)
 
     def load_global(self, ins, sel, addresses, nbytes, where):
