@@ -217,11 +217,11 @@ def first_of_each_problem(shapes: list[Shape]) -> dict[str, str]:
     return {s.name: first.setdefault(problem_key(s), s.name) for s in shapes}
 
 
-def run_shapes(shapes, groups, run_one, after_each=None) -> list[dict]:
+def run_shapes(shapes, groups, run_one, report_path=None, report=None) -> list[dict]:
     """Run ``run_one(shape) -> (rows, status text)`` over ``shapes``, printing one progress line
     each with the seconds it took (compiles included); a shape that is the same problem as an
-    earlier one after scaling is run once and reuses that shape's rows. ``after_each(rows)``
-    runs after every shape (the harnesses rewrite their partial report there)."""
+    earlier one after scaling is run once and reuses that shape's rows. After every shape the
+    report of the rows so far, ``report(rows)``, is rewritten at ``report_path`` (if given)."""
     first = first_of_each_problem(shapes)
     rows: list[dict] = []
     for index, shape in enumerate(shapes, 1):
@@ -237,8 +237,8 @@ def run_shapes(shapes, groups, run_one, after_each=None) -> list[dict]:
             took = format_seconds(time.perf_counter() - start)
             print(f"[{index}/{len(shapes)}] {shape.name}: {status} in {took}   "
                   f"({shape.describe()})", flush=True)
-        if after_each is not None:
-            after_each(rows)
+        if report_path:
+            write_partial_report(report_path, report(rows), index, len(shapes))
     return rows
 
 
@@ -664,8 +664,8 @@ def write_partial_report(path: str | None, payload: dict, done: int, planned: in
 
 
 def write_report(path: str | None, payload: dict) -> bool:
-    """Write the finished JSON report (``complete: true``) to ``path`` (``rocke.fileio.write_output``: a failed write leaves
-    no half-written file). If that still fails at the end of a run (the directory went away,
+    """Write the finished JSON report (``complete: true``) to ``path`` (``rocke.fileio.
+    write_output``: a failed write leaves no half-written file). If that still fails at the end of a run (the directory went away,
     the disk filled), the results are not lost: they go to a fallback file in the temporary
     directory, or failing that onto stderr, and both say where. Returns whether ``path`` was
     written (True when no report was asked for)."""
@@ -697,9 +697,14 @@ def write_report(path: str | None, payload: dict) -> bool:
     return False
 
 
-def final_exit_code(run_exit_code: int, report_written: bool) -> int:
+def run_exit_code(counts: dict) -> int:
+    """1 when a row FAILed or raised (ERROR), else 0 (``counts``: ``summary``'s)."""
+    return 1 if counts["FAIL"] + counts["ERROR"] else 0
+
+
+def final_exit_code(exit_code: int, report_written: bool) -> int:
     """1 for a FAIL or ERROR; else ``EXIT_USAGE`` when the report could not go where asked."""
-    return run_exit_code if run_exit_code or report_written else EXIT_USAGE
+    return exit_code if exit_code or report_written else EXIT_USAGE
 
 
 def summary(rows: list[dict]) -> dict:

@@ -326,9 +326,8 @@ def main(argv=None) -> int:
             groups=selectors, max_kv=args.max_kv, quick=args.quick, warmup=args.warmup,
             iters=args.iters, reps=args.reps, reduce=args.reduce, trim=args.trim,
             noisy_spread=NOISY_SPREAD, injected_error=args.inject_error, results=rows,
-            summary=counts, exit_code=1 if counts["FAIL"] + counts["ERROR"] else 0)
-    rows = H.run_shapes(shapes, GROUPS, run_one, after_each=lambda done: H.write_partial_report(
-        args.report, report(done), len({r["shape"] for r in done}), len(shapes)))
+            summary=counts, exit_code=H.run_exit_code(counts))
+    rows = H.run_shapes(shapes, GROUPS, run_one, args.report, report)
 
     tdev = H.torch_device(device)
     body = []
@@ -380,7 +379,7 @@ def main(argv=None) -> int:
         print(f"  graph-mode win rate vs torch flash: {wins}/{len(flash_rows)} "
               "(default-backend rows excluded)")
     counts = H.summary(rows)
-    exit_code = 1 if counts["FAIL"] + counts["ERROR"] else 0
+    exit_code = H.run_exit_code(counts)
     print("\nsummary: " + ", ".join(f"{k} {v}" for k, v in counts.items())
           + (f"; emulated at {rate.rate / 1e9:.2f} GFLOP/s (estimate was "
              f"{H.format_seconds(estimate)})" if emu else ""))

@@ -435,9 +435,8 @@ def main(argv=None) -> int:
             scenarios=args.scenario or ["all"], max_kv=args.max_kv, quick=args.quick,
             attempts=args.attempts, warmup=args.warmup, tol_override=args.tol,
             injected_error=args.inject_error, tables=list(TABLES), results=rows, summary=counts,
-            exit_code=1 if counts["FAIL"] + counts["ERROR"] else 0)
-    rows = H.run_shapes(shapes, GROUPS, run_one, after_each=lambda done: H.write_partial_report(
-        args.report, report(done), len({r["shape"] for r in done}), len(shapes)))
+            exit_code=H.run_exit_code(counts))
+    rows = H.run_shapes(shapes, GROUPS, run_one, args.report, report)
 
     for table in TABLES:
         body = []
@@ -455,11 +454,10 @@ def main(argv=None) -> int:
                       ["shape", "status", "max|err|", "tol", f"ms ({H.time_label(device)})",
                        "", "path / reason"], body)
     counts = H.summary(rows)
-    failed = counts["FAIL"] + counts["ERROR"]
     print("\nsummary: " + ", ".join(f"{k} {v}" for k, v in counts.items())
           + (f"; emulated at {rate.rate / 1e9:.2f} GFLOP/s (estimate was "
              f"{H.format_seconds(estimate)})" if device == "emu" else ""))
-    exit_code = 1 if failed else 0
+    exit_code = H.run_exit_code(counts)
     written = H.write_report(args.report, report(rows))
     return H.final_exit_code(exit_code, written)
 
