@@ -664,11 +664,12 @@ def write_partial_report(path: str | None, payload: dict, done: int, planned: in
 
 
 def write_report(path: str | None, payload: dict) -> bool:
-    """Write the finished JSON report (``complete: true``) to ``path`` (``rocke.fileio.
-    write_output``: a failed write leaves no half-written file). If that still fails at the end of a run (the directory went away,
-    the disk filled), the results are not lost: they go to a fallback file in the temporary
-    directory, or failing that onto stderr, and both say where. Returns whether ``path`` was
-    written (True when no report was asked for)."""
+    """Write the finished JSON report (``complete: true``) to ``path`` with
+    ``rocke.fileio.write_output`` (a failed write leaves no half-written file). If that still
+    fails at the end of a run (the directory went away, the disk filled), the results are not
+    lost: they go to a fallback file in the temporary directory, or failing that onto stderr,
+    and both say where. Returns whether ``path`` was written (True when no report was asked
+    for)."""
     from rocke.fileio import write_output
     if not path:
         return True
