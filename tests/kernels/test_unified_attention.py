@@ -27,6 +27,26 @@ def test_num_sms_is_mi300x_without_a_device():
     assert au.num_sms() == MI300X_SMS
 
 
+class _GpuProperties:
+    def __init__(self, count, arch):
+        self.multi_processor_count, self.gcnArchName = count, arch
+
+
+@pytest.mark.parametrize("hip, arch, want", [
+    (None, "", MI300X_SMS),                       # an NVIDIA GPU (an H200: 132 SMs)
+    ("6.4", "gfx942:sramecc+:xnack-", 132),       # the target itself, on a ROCm torch
+    ("6.4", "gfx90a:sramecc+:xnack-", MI300X_SMS),    # a ROCm GPU that is not the target
+], ids=["nvidia", "rocm-gfx942", "rocm-other"])
+def test_num_sms_counts_only_a_rocm_gpu_of_the_target(monkeypatch, hip, arch, want):
+    """The dispatcher plans for the target's compute units unless the visible GPU is that
+    target: with an NVIDIA GPU present (the emulator on CUDA) it used its SM count, so a call
+    planned other kernels there than on the CPU."""
+    monkeypatch.setattr(torch.version, "hip", hip, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: _GpuProperties(132, arch))
+    assert au.num_sms() == want
+
+
 def test_long_kv_decode_goes_3d_with_the_segment_cap():
     p = _problem()
     path, reason = dispatch.select_path(p, MI300X_SMS)

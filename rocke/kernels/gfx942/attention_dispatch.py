@@ -52,13 +52,17 @@ GRAPH_PREFILL_MAX_Q = 768
 
 
 def num_sms(target: str = "gfx942") -> int:
-    """Compute units of the device: a real device's count when one is visible, else the
-    target's (rocke/arch: 304 for MI300X, 256 for MI355X)."""
+    """Compute units of the device: a visible ROCm GPU's count when it is the target's
+    processor, else the target's (rocke/arch: 304 for MI300X, 256 for MI355X). A GPU of an
+    NVIDIA torch is never the device: there the emulator runs the target's code, and a plan
+    must not change with the host's GPU (an H200's 132 SMs split and tile otherwise)."""
     try:
         import torch
-        if torch.cuda.is_available():
-            return int(torch.cuda.get_device_properties(0).multi_processor_count)
-    except Exception:           # no HIP/CUDA torch: the target's count
+        if getattr(torch.version, "hip", None) and torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            if str(getattr(props, "gcnArchName", "")).split(":", 1)[0] == target:
+                return int(props.multi_processor_count)
+    except Exception:           # no usable ROCm torch: the target's count
         pass
     from rocke.arch import get_target
     return get_target(target).cu_count
