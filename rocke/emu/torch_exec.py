@@ -35,7 +35,7 @@ from .memory import access_rows
 from .operands import EXEC_LO, VCC_LO, Operand, TYPE_BITS, constant_bits, parse_modifiers, \
     parse_operand
 from .program import DS, MFMA, OTHER, SALU, SMEM, VALU, VMEM, DecodedKernel
-from .torch_graphs import CaptureRefused, StretchRunner, stretch_ends
+from .torch_graphs import CaptureRefused, StretchRunner, mask_cuts, stretch_ends
 
 _torch = None
 # device arrays and stretch graphs of the last pools, per (kernel, shape, checker, device): a
@@ -150,7 +150,11 @@ class TorchPool(Pool):
 
     def defer_mask(self, sel, index, mask):
         """SGPR pair `index` of the batch := device bool (n, 64) `mask`, read back only when
-        the host needs it."""
+        the host needs it. A stretch's staged device steps leave it to the stretch runner,
+        which hands the pool the stretch's last mask of each pair when the stretch ends."""
+        runner = self.stretches
+        if runner is not None and runner.mode is not None and runner.keep_mask(index, mask):
+            return
         pending = self._pending_masks
         if index - 1 in pending or index + 1 in pending or \
                 (index in pending and pending[index][0] is not sel):
@@ -196,6 +200,8 @@ class TorchPool(Pool):
         runner = self.stretches
         if runner is None or runner.mode is None:
             return None
+        if kind == "mask" and index in runner.kept_masks:   # an earlier step's, this stretch
+            return runner.kept_masks[index] if runner.mode != "discover" else None
         if runner.mode == "discover":
             runner.record(kind, index)
             return None
@@ -1082,8 +1088,17 @@ def _decode_valu(ins, ops, mods):
         for w, value in zip(writers, result):
             w(P, sel, n, value, tmask, full)
         return lanes
-    # a stretch's device step (torch_graphs): only VGPRs written, host inputs asked of the pool
-    run.device_only = dpp is None and all(t != "mask" for t in dsts)
+    # a stretch's device step (torch_graphs): VGPRs written, host inputs asked of the pool,
+    # and at most one lane mask to an SGPR pair other than EXEC (`mask_write`: kept on the
+    # device, the pool's pending mask once the stretch ends)
+    mask_dsts = [d.index for d, t in zip(dst_ops, dsts) if t == "mask"]
+    kept = (len(mask_dsts) == 1 and not name.startswith("v_cmpx_")
+            and mask_dsts[0] not in (EXEC_LO - 1, EXEC_LO, EXEC_LO + 1))
+    run.device_only = dpp is None and (not mask_dsts or kept)
+    run.mask_write = mask_dsts[0] if kept else None
+    run.mask_reads = frozenset(s.index for s, t in zip(src_ops, srcs) if t == "mask")
+    run.scalar_reads = frozenset(i for s, t in zip(src_ops, srcs) if s.kind == "s" and t != "mask"
+                                 for i in range(s.index, s.index + s.count))
     return run
 
 
@@ -1752,6 +1767,20 @@ def _mask_salu_ok(ops) -> bool:
     return ops[0].index != EXEC_LO
 
 
+def _sgpr_operands(d, accum, regs) -> frozenset | None:
+    """The SGPRs instruction `d` names in its operands (None: an operand that does not parse,
+    so any)."""
+    found = set()
+    for token in d.instr.operands:
+        try:
+            op = parse_operand(token, accum, regs)
+        except (ValueError, KeyError, IndexError):
+            return None
+        if op.kind == "s":
+            found.update(range(op.index, op.index + op.count))
+    return frozenset(found)
+
+
 class TorchKernel:
     """A DecodedKernel with the ported instructions' closures swapped for torch ones."""
 
@@ -1861,7 +1890,9 @@ def torch_kernel(dk: DecodedKernel, device: str) -> TorchKernel:
             device_step = np.array([d is not None and getattr(d.run, "device_only", False)
                                     in ((True,) if check else (True, "unchecked"))
                                     for d in code], bool)
-            decoded.stretch_steps[check] = (stretch_ends(code, dk.is_target, device_step,
+            cuts = mask_cuts(code, device_step, host_step, dk.is_target,
+                             lambda d: _sgpr_operands(d, accum, regs))
+            decoded.stretch_steps[check] = (stretch_ends(code, dk.is_target | cuts, device_step,
                                                          host_step), device_step)
     cache[key] = TorchKernel(dk, decoded, fallbacks)
     return cache[key]

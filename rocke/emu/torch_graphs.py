@@ -128,6 +128,47 @@ def stretch_ends(code, is_target, device_step, host_step) -> np.ndarray:
     return ends
 
 
+def mask_cuts(code, device_step, host_step, is_target, sgpr_operands) -> np.ndarray:
+    """Per pc, whether a stretch must end before it: a device step that writes a lane mask
+    (`run.mask_write`: an SGPR pair) keeps it on the device until the stretch ends, so within
+    the stretch only later device steps may read that pair, and only as a lane mask (served
+    the kept mask). A host step naming any of its SGPRs, a scalar read of one, a read or
+    write of a pair that only overlaps it, starts a new stretch. `sgpr_operands(d)`: the SGPRs
+    `d` names (None: unknown, so any)."""
+    n = len(code)
+    cuts = np.zeros(len(is_target), bool)
+    written, pairs = set(), set()   # SGPRs / pairs of the mask writes since the last cut
+    for p in range(n):
+        if not (device_step[p] or host_step[p]) or is_target[p]:
+            written, pairs = set(), set()
+            if not (device_step[p] or host_step[p]):
+                continue
+        if not written and not (device_step[p] and getattr(code[p].run, "mask_write", None)
+                                is not None):
+            continue
+        run = code[p].run
+        write = getattr(run, "mask_write", None) if device_step[p] else None
+        if host_step[p]:
+            named = sgpr_operands(code[p])
+            clash = named is None or bool(named & written)
+        else:
+            reads = getattr(run, "scalar_reads", None)
+            if reads is None:         # a device step of another kind: any SGPR it names
+                reads = sgpr_operands(code[p])
+            clash = reads is None or bool(reads & written) or any(
+                q not in pairs and {q, q + 1} & written
+                for q in getattr(run, "mask_reads", ()))
+            if write is not None and write not in pairs and {write, write + 1} & written:
+                clash = True
+        if clash:
+            cuts[p] = True
+            written, pairs = set(), set()
+        if write is not None:
+            pairs.add(write)
+            written |= {write, write + 1}
+    return cuts
+
+
 class _Plan:
     """What the device steps of one stretch read from the host, learned at its first sighting:
     per device step a list of ("sgpr", index) / ("mask", index), and their staging slots."""
@@ -193,6 +234,11 @@ class StretchRunner:
         self.lds_faults = torch.zeros(LDS_STEPS, dtype=torch.bool, device=pool.device)
         self.lds_steps: dict = {}   # pc -> flag index
         self._unpacked: dict = {}   # slot -> its lanes unpacked, within one run of a stretch
+        # SGPR pair -> the lane mask (waves, 64) a device step of the running stretch wrote
+        # (mask_cuts); the pool's pending masks once the stretch ends. `graph_masks`: a
+        # captured graph's own (its replays write them)
+        self.kept_masks: dict = {}
+        self.graph_masks: dict = {}
         self.lds_unchecked = False  # a graph with DS steps replayed since the flags were read
         self.mode = None            # None | "discover" | "staged" | "capture"
         self.plan = self.step = None
@@ -214,6 +260,27 @@ class StretchRunner:
     def record(self, kind, index):
         """Discover mode: note a host input of the current device step."""
         self.plan.inputs[self.step].append((kind, index))
+
+    def keep_mask(self, index, lanes) -> bool:
+        """A device step wrote lane mask `lanes` to SGPR pair `index`: kept for the stretch's
+        later steps; True when the runner holds it (staged, capture), False when the pool
+        defers it as usual (discover: the steps run eagerly on the batch; a host step's mask,
+        as a mask SALU's in discover mode, is the pool's alone)."""
+        if self.step is None or not self.device_step[self.step]:
+            return False
+        self.kept_masks[index] = lanes
+        return self.mode != "discover"
+
+    def _publish_masks(self, sel, masks):
+        """The stretch's last mask of each pair to the pool, for the batch's rows: a copy, as
+        a replayed graph's mask is its memory, which its next replay (maybe for another
+        batch, before the pool reads this one) overwrites."""
+        if not masks:
+            return
+        P = self.pool
+        rows = P.tsel(sel)
+        for index, lanes in masks.items():
+            P.defer_mask(sel, index, lanes[rows].clone())
 
     def _lanes(self, slot):
         """Device bool (waves, 64) of the 64-bit lane mask staged in `slot`, unpacked once per
@@ -289,10 +356,12 @@ class StretchRunner:
                     version += 1
             self.plans[p] = plan = _Plan(list(versions), versions)
             self.plan, self.mode = plan, "discover"
+            self.kept_masks = {}
             try:
                 self._run_eagerly(p, end, sel, n)
             finally:
                 self.mode = self.plan = self.step = None
+                self.kept_masks = {}      # the steps deferred their masks to the pool
             if not plan.allocate():
                 self.plans[p] = None
             return end
@@ -303,9 +372,11 @@ class StretchRunner:
         self.plan = plan
         try:
             pattern = self._host_pass(p, end, sel, n)
-            self._device_steps(p, end, (p, pattern))
+            masks = self._device_steps(p, end, (p, pattern))
         finally:
             self.mode = self.plan = self.step = None
+            self.kept_masks = {}
+        self._publish_masks(sel, masks)
         return end
 
     def _run_eagerly(self, p, end, sel, n):
@@ -380,13 +451,16 @@ class StretchRunner:
             self.replays += 1
             if not self.lds_unchecked and any(q in self.lds_steps for q in range(p, end)):
                 self.lds_unchecked = True
-        else:                # no graphs here (the CPU), or refused
-            self._run_staged(p, end, "staged")
-            self.staged_runs += 1
+            # a replay writes the masks its capture made; a stand-in replay makes new ones
+            return dict(self.kept_masks) if self.simulate else self.graph_masks.get(key, {})
+        self._run_staged(p, end, "staged")     # no graphs here (the CPU), or refused
+        self.staged_runs += 1
+        return dict(self.kept_masks)
 
     def _run_staged(self, p, end, mode):
         P, code = self.pool, self.pool.kernel.code
         self.mode = mode
+        self.kept_masks = {}
         self._unpacked = {}    # what a graph captured here reads of it, it also computes
         try:
             for q in range(p, end):
@@ -448,5 +522,6 @@ class StretchRunner:
             return None
         current.wait_stream(self._stream)
         self.graphs[key] = graph
+        self.graph_masks[key] = dict(self.kept_masks)   # the graph's memory: its replays fill it
         self.captures += 1
         return graph

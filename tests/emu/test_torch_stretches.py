@@ -35,6 +35,56 @@ def test_stretch_ends_stop_at_targets_and_other_instructions():
     assert ends[9:12].tolist() == [-1, -1, -1]
 
 
+def _step(**attributes):
+    """A decoded instruction stand-in for mask_cuts: its closure's attributes."""
+    from types import SimpleNamespace
+    return SimpleNamespace(run=SimpleNamespace(**attributes))
+
+
+VCC = 106
+
+
+def _mask_cuts(code, device, named=None):
+    """mask_cuts over `code` (device steps where `device`, host steps elsewhere); `named`:
+    pc -> the SGPRs a step names (empty for the rest)."""
+    device = np.array(device, bool)
+    named = named or {}
+    index = {id(d): q for q, d in enumerate(code)}
+    return torch_graphs.mask_cuts(code, device, ~device, np.zeros(len(code) + 1, bool),
+                                  lambda d: named.get(index[id(d)], frozenset()))
+
+
+def test_mask_cuts_keep_a_compare_and_its_mask_readers_in_one_stretch():
+    """A compare's mask (VCC) kept on the device serves the stretch's later mask reads; a
+    host step that names VCC, a scalar read of it, a write of a pair overlapping it, each start
+    a new stretch (the host pass runs before the device steps, and the mask reaches the pool
+    only when the stretch ends)."""
+    cmp_vcc = _step(mask_write=VCC, mask_reads=frozenset(), scalar_reads=frozenset())
+    cndmask = _step(mask_write=None, mask_reads=frozenset({VCC}), scalar_reads=frozenset())
+    plain = _step(mask_write=None, mask_reads=frozenset(), scalar_reads=frozenset())
+    scalar_vcc = _step(mask_write=None, mask_reads=frozenset(), scalar_reads=frozenset({VCC}))
+    overlap = _step(mask_write=VCC + 1, mask_reads=frozenset(), scalar_reads=frozenset())
+    host = _step()
+    # cmp, cndmask, plain, host naming s6 (not VCC), cmp again (same pair), cndmask: no cut
+    cuts = _mask_cuts([cmp_vcc, cndmask, plain, host, cmp_vcc, cndmask], [1, 1, 1, 0, 1, 1],
+                      {3: frozenset({6, 7})})
+    assert not cuts.any()
+    # a host step naming VCC's high half after the compare: cut before it
+    cuts = _mask_cuts([cmp_vcc, cndmask, host, cndmask], [1, 1, 0, 1], {2: frozenset({VCC + 1})})
+    assert cuts.tolist() == [False, False, True, False, False]
+    # a host step that names VCC before any compare: no cut (the host pass stages it)
+    assert not _mask_cuts([host, cmp_vcc, cndmask], [0, 1, 1], {0: frozenset({VCC})}).any()
+    # a scalar read of VCC, an overlapping pair's write, an unknown host step: cut
+    assert _mask_cuts([cmp_vcc, scalar_vcc], [1, 1]).tolist() == [False, True, False]
+    assert _mask_cuts([cmp_vcc, overlap], [1, 1]).tolist() == [False, True, False]
+    unknown = _mask_cuts([cmp_vcc, plain, host], [1, 1, 0])
+    assert not unknown.any()      # names nothing
+    code = [cmp_vcc, plain, host]
+    cuts = torch_graphs.mask_cuts(code, np.array([1, 1, 0], bool), np.array([0, 0, 1], bool),
+                                  np.zeros(4, bool), lambda d: None)
+    assert cuts.tolist() == [False, False, True, False]
+
+
 def _stretch_runners(monkeypatch):
     runners = []
     real = torch_graphs.StretchRunner.__init__
@@ -84,6 +134,14 @@ def test_flash_attention_runs_through_stretches(monkeypatch, check):
     assert lds_access
     assert any(runners[0].device_step[q] for q in lds_access) == (not check)
     assert ds_steps == 0       # flags are for captured graphs only
+    # the causal mask's compares and the epilogue's division (v_div_scale writes VCC) keep
+    # their lane masks on the device, inside stretches
+    mask_writers = [q for q, d in enumerate(kernel.code) if d is not None and
+                    getattr(d.run, "mask_write", None) is not None]
+    names = {kernel.code[q].instr.mnemonic.split("_e")[0] for q in mask_writers}
+    assert {"v_div_scale_f32", "v_cmp_gt_i32"} <= names, names
+    assert all(runners[0].device_step[q] for q in mask_writers)
+    assert any(runners[0].ends[q] > q for q in mask_writers)
 
 
 def test_a_later_launch_reuses_the_pool_arrays_and_stretches(monkeypatch):
