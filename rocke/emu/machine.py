@@ -63,7 +63,7 @@ class Pool:
         # an even-aligned SGPR pair as one 64-bit value (little-endian: low word first)
         self.sgpr64 = self.sgpr.view(np.uint64) if sys.byteorder == "little" else None
         self.scc = np.zeros(n, bool)
-        self.vgpr = _zeros((n, kernel.num_vector_regs, 64), np.uint32)
+        self.vgpr = self._vgpr_file(n, kernel.num_vector_regs)
         self.pc = np.full(n, kernel.start, np.int64)
         self.status = np.full(n, RUN, np.int8)
         self.wg_of = np.repeat(np.arange(self.num_wgs), wpw)
@@ -86,6 +86,10 @@ class Pool:
         self.not_started = 0      # workgroups of the launch waiting for later pools
         if check:
             self.race = RaceTracker(self, wpw)
+
+    def _vgpr_file(self, waves, rows):
+        """The VGPRs as the launch's initial state writes them (v0: work-item ids), zeroed."""
+        return _zeros((waves, rows, 64), np.uint32)
 
     def release(self):
         """The pool has run: its register files, LDS and LDS writer marks serve the next pool

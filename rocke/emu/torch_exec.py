@@ -81,6 +81,7 @@ class TorchPool(Pool):
     def __init__(self, kernel, memory, wg_ids, block, lds_bytes, check, device):
         self._pending_masks = {}    # Pool.__init__ already reads the scalar registers
         self._sgpr_epoch = 0
+        self._device_copies = device != "cpu" or SEPARATE_CPU_COPIES     # for _vgpr_file
         super().__init__(kernel, memory, wg_ids, block, lds_bytes, check)
         torch = torch_module()
         self.torch, self.device = torch, device
@@ -96,6 +97,14 @@ class TorchPool(Pool):
         self._lds_base = (None, None)
         self._sgpr_epoch = 0        # bumped by every host access: device copies go stale
         self._sgpr_columns = (None, -1, {})   # (sel, epoch, index -> int32 (n, 1) on device)
+
+    def _vgpr_file(self, waves, rows):
+        """Device copies: on the host only v0, the one row the initial state writes (launch's
+        _initial_state); `run` zeroes the device file and uploads it (not the whole file:
+        1 GiB at 16,384 waves of 256 VGPRs)."""
+        if self._device_copies:
+            return np.zeros((waves, 1, 64), np.uint32)
+        return super()._vgpr_file(waves, rows)
 
     # ---- the scalar registers: host numpy, with device-side masks and copies (see above)
     @property
@@ -252,17 +261,18 @@ class TorchPool(Pool):
             self.tl = torch.from_numpy(self.lds)
             super().run()
             return
-        key = (id(self.kernel), self.vgpr.shape, self.lds.size, bool(self.check), self.device,
+        shape = (self.num_waves, self.kernel.num_vector_regs, 64)
+        key = (id(self.kernel), shape, self.lds.size, bool(self.check), self.device,
                stretches_enabled())
         kept = _KEPT_POOLS.pop(key, None)
         if kept is not None and kept[0] is self.kernel:
             _, self.tv, self.tl, self.stretches = kept
-            self.tv.copy_(torch.from_numpy(self.vgpr.view(np.int32)))
+            self.tv.zero_()
             self.tl.zero_()
             if self.stretches is not None:
                 self.stretches.serve(self)
         else:
-            self.tv = torch.from_numpy(self.vgpr.view(np.int32)).to(self.device)
+            self.tv = torch.zeros(shape, dtype=torch.int32, device=self.device)
             # one granule past the pool's LDS: where inactive lanes' writes go (lds_on_device)
             self.tl = torch.zeros(self.lds.size + LDS_GRANULE, dtype=torch.uint8,
                                   device=self.device)
@@ -270,6 +280,8 @@ class TorchPool(Pool):
             if steps is not None and stretches_enabled():
                 self.stretches = StretchRunner(self, *steps[bool(self.check)],
                                                capture=not self.on_cpu)
+        host_rows = self.vgpr.shape[1]    # v0 (_vgpr_file)
+        self.upload(self.tv[:, :host_rows], self.to_host_staging(self.vgpr.view(np.int32)))
         self.vgpr = self.lds = None    # an unported numpy path must not see stale arrays
         super().run()
         if self.stretches is not None:
@@ -311,11 +323,40 @@ class TorchPool(Pool):
         return tensor.cpu().numpy() if not self.on_cpu else tensor.numpy()
 
     def to_device(self, array):
-        """A host array on the device. non_blocking: from pageable memory CUDA stages the bytes
-        before returning and waits for no kernel (a blocking copy would sync the device)."""
+        """A host array on the device, copied without a device sync (`upload`)."""
         self._refuse_in_capture("copies from the host")
-        return self.torch.from_numpy(np.ascontiguousarray(array)).to(self.device,
-                                                                     non_blocking=True)
+        array = np.ascontiguousarray(array)
+        if self.on_cpu:
+            return self.torch.from_numpy(array)
+        host = self.to_host_staging(array)
+        return self.upload(self.torch.empty(host.shape, dtype=host.dtype, device=self.device),
+                           host)
+
+    def to_host_staging(self, array):
+        """A copy of a host array in a staging buffer (`upload` from it)."""
+        tensor, staged = self.staging_buffer(array.shape, array.dtype, zero=False)
+        np.copyto(staged, array)
+        return tensor
+
+    def staging_buffer(self, shape, dtype, zero=True):
+        """(host tensor, its numpy view) to fill on the host and `upload`: pinned memory on
+        CUDA. Zeroed by numpy (torch's fill of a large tensor wakes its thread pool, whose
+        threads then spin)."""
+        torch = self.torch
+        tensor = torch.empty(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype,
+                             pin_memory=not self.on_cpu)
+        array = tensor.numpy()
+        if zero:
+            array.fill(0)
+        return tensor, array
+
+    def upload(self, destination, host):
+        """destination := host tensor. From pinned memory a CUDA copy is a DMA queued on the
+        stream: the host goes on at once, and torch's pinned-memory cache reuses the buffer
+        only after the copy ran. (From pageable memory the driver copies through a staging
+        buffer, ~80 us for 128 KiB on an H200, and may wait for the stream.)"""
+        self._refuse_in_capture("copies from the host")
+        return destination.copy_(host, non_blocking=True)
 
     def _refuse_in_capture(self, what):
         runner = self.stretches

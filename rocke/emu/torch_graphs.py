@@ -397,8 +397,8 @@ class StretchRunner:
         P, plan = self.pool, self.plan
         code = P.kernel.code
         whole = n == self.waves
-        columns = np.zeros((plan.columns, self.waves), np.int32)
-        masks = np.zeros((plan.masks, self.waves), np.int64)
+        staged_columns, columns = P.staging_buffer((plan.columns, self.waves), np.int32)
+        staged_masks, masks = P.staging_buffer((plan.masks, self.waves), np.int64)
         pending, exec_staged = [], set()
         self.exec_of = {}
         for q in range(p, end):
@@ -428,9 +428,9 @@ class StretchRunner:
                 else:
                     masks[slot, sel] = P.host_sgpr_pair(sel, index)
         if plan.columns:
-            self.columns[:plan.columns].copy_(P.to_device(columns))
+            P.upload(self.columns[:plan.columns], staged_columns)
         if plan.masks:
-            self.masks[:plan.masks].copy_(P.to_device(masks))
+            P.upload(self.masks[:plan.masks], staged_masks)
         for slot, lanes_on in pending:    # a compare's mask still on the device: pack it
             self.masks[slot][P.tsel(sel)] = P.pack_lanes(lanes_on)
         return tuple(full for full, _ in self.exec_of.values())

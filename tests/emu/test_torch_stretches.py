@@ -160,6 +160,35 @@ def test_a_later_launch_reuses_the_pool_arrays_and_stretches(monkeypatch):
     assert all(r.pool is not None for r in runners)
 
 
+def test_device_copies_start_from_numpys_initial_registers(monkeypatch):
+    """Device copies keep only v0 (the work-item ids) on the host and zero the rest of the
+    VGPR file on the device, a reused pool's too: at the scheduler's start the device file is
+    numpy's initial VGPR file, bit for bit, on the first launch and on a second that takes the
+    first's dirty arrays."""
+    from rocke.emu import machine
+    monkeypatch.setattr(torch_exec, "_KEPT_POOLS", {})
+    seen = []
+    real = machine.Pool.run
+
+    def run(self):
+        tv = getattr(self, "tv", None)
+        seen.append(tv.clone().numpy() if tv is not None else self.vgpr.view(np.int32).copy())
+        return real(self, *())
+    monkeypatch.setattr(machine.Pool, "run", run)
+    with backend_env("numpy"):
+        _flash_run(False)
+    want = seen[:]
+    assert want and want[0][:, 0].any() and want[0].shape[1] > 1
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
+    for _ in range(2):
+        seen.clear()
+        with backend_env("torch", "cpu"):
+            _flash_run(False)
+        assert len(seen) == len(want)
+        for got, expected in zip(seen, want):
+            assert np.array_equal(got, expected)
+
+
 def _stand_in_capture(monkeypatch):
     """The CUDA code path on the CPU with captures stood in for (torch_graphs.SIMULATE_CAPTURE),
     and no pools kept from earlier tests."""
