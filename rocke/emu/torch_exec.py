@@ -139,8 +139,11 @@ class TorchPool(Pool):
         start = 0
         for index, (sel, mask) in pending.items():
             count = mask.shape[0]
-            self._sgpr[sel, index:index + 2] = \
-                words[start:start + count].view(np.uint32).reshape(-1, 2)
+            if index % 2 == 0 and self._sgpr64 is not None:   # one 8-byte column
+                self._sgpr64[sel, index >> 1] = words[start:start + count].view(np.uint64)
+            else:
+                self._sgpr[sel, index:index + 2] = \
+                    words[start:start + count].view(np.uint32).reshape(-1, 2)
             start += count
         self._sgpr_epoch += 1
 
@@ -193,6 +196,8 @@ class TorchPool(Pool):
         pending = self._pending_masks
         if pending and (index - 1 in pending or index in pending or index + 1 in pending):
             self._flush_masks()
+        if index % 2 == 0 and self._sgpr64 is not None:   # one 8-byte column, a copy
+            return self._sgpr64[sel, index >> 1].astype(np.int64)
         pair = self._sgpr[sel, index:index + 2].astype(np.int64)
         return pair[:, 0] | (pair[:, 1] << 32)
 
