@@ -400,6 +400,7 @@ class StretchRunner:
         staged_columns, columns = P.staging_buffer((plan.columns, self.waves), np.int32)
         staged_masks, masks = P.staging_buffer((plan.masks, self.waves), np.int64)
         pending, exec_staged = [], set()
+        exec_by_version = {}       # a host step that writes EXEC starts a new version
         self.exec_of = {}
         for q in range(p, end):
             d = code[q]
@@ -409,7 +410,11 @@ class StretchRunner:
                 if d.writes_exec:
                     P.exec_changed()
                 continue
-            _, full, lanes = P.exec_state(sel)
+            version = plan.exec_versions[q]
+            state = exec_by_version.get(version)
+            if state is None:
+                state = exec_by_version[version] = P.exec_state(sel)
+            _, full, lanes = state
             P.lane_instructions += lanes
             full = full and whole
             self.exec_of[q] = (full, lanes)
