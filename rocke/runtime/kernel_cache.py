@@ -44,6 +44,12 @@ class CompiledSpecCache:
     def __contains__(self, spec) -> bool:
         return spec in self._entries
 
+    def clear(self) -> None:
+        """Forget every kernel: the next ``get`` of a spec builds it again (over the on-disk
+        cache; with a new ``ROCKE_CACHE_DIR``, into that one)."""
+        with self._lock:
+            self._entries.clear()
+
 
 class GraphCache:
     """Captured graphs by key (what their launches depend on); ``replay(key, capture)`` replays

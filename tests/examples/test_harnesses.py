@@ -419,3 +419,23 @@ def test_gfx950_on_hip_without_a_rocm_torch_is_refused_up_front(monkeypatch, cap
             module.main(["--device", "hip", "--target", "gfx950"])
         assert exc.value.code == 2
         assert "--device hip needs a ROCm torch" in capsys.readouterr().err
+
+
+def test_final_shapes_compile_only_builds_each_plan_and_launches_nothing(monkeypatch, capsys,
+                                                                          tmp_path):
+    """--compile-only: the selected shapes' kernels, as the run plans them, into the compile
+    cache, for a machine without LLVM's tools; nothing launched."""
+    from rocke.kernels.common import attention_unified as au
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    monkeypatch.setenv("ROCKE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ROCKE_PREBUILT", "off")
+    au.compiled_cache_stats().clear()      # built by an earlier test: into another cache
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("--compile-only launched")
+    monkeypatch.setattr(au, "_run_launches", no_launch)
+    assert final_shapes_check.main(["--groups", "decode_d128_q1k1024", "--compile-only"]) == 0
+    out = capsys.readouterr().out
+    assert "decode_d128_q1k1024" in out and "attention_3d_f16_d128" in out
+    assert "reduce_segments_f16_d128" in out and "compiled: every shape" in out
+    assert any(tmp_path.iterdir()), "nothing in the compile cache"

@@ -617,3 +617,27 @@ def test_problem_of_no_sequences_has_no_tokens():
     assert _problem(num_seqs=0, total_q=0).num_seqs == 0
     with pytest.raises(ValueError, match="total_q: an empty batch"):
         _problem(num_seqs=0, total_q=1)
+
+
+def test_compile_only_builds_the_plans_kernels_and_launches_nothing(monkeypatch, tmp_path):
+    """compile_only: the call's checks, plan and kernel builds (into the compile cache), no
+    launch, `out` untouched; a bad input is still refused first."""
+    monkeypatch.setenv("ROCKE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ROCKE_PREBUILT", "off")
+    au.compiled_cache_stats().clear()      # built by an earlier test: into another cache
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("compile_only launched")
+    monkeypatch.setattr(au, "_run_launches", no_launch)
+    inputs = make_inputs([(5, 40), (1, 70)])
+    inputs["out"].fill_(7.0)
+    record = au.run_unified_attention_torch(*inputs.values(), compile_only=True)
+    assert record.reports == [] and record.kernels
+    assert len(record.kernels) == len(record.plan.specs)
+    assert all(k.startswith(("attention_2d", "attention_3d", "reduce_segments"))
+               for k in record.kernels)
+    assert bool((inputs["out"] == 7.0).all())
+    assert any(tmp_path.iterdir()), "nothing in the compile cache"
+    bad = dict(inputs, block_table=inputs["block_table"].long())
+    with pytest.raises(ValueError, match="block_table: dtype must be torch.int32"):
+        au.run_unified_attention_torch(*bad.values(), compile_only=True)

@@ -82,3 +82,13 @@ def test_capacity_must_be_a_positive_int(bad):
         CompiledSpecCache(lambda s: s, capacity=bad)
     with pytest.raises(ValueError, match="capacity: must be a positive int"):
         GraphCache(capacity=bad)
+
+
+def test_compiled_spec_cache_clear_builds_again():
+    made = []
+    cache = CompiledSpecCache(lambda spec: made.append(spec) or f"kernel-{spec}")
+    cache.get("a")
+    cache.get("a")
+    cache.clear()
+    assert len(cache) == 0 and "a" not in cache
+    assert cache.get("a") == "kernel-a" and made == ["a", "a"]

@@ -893,6 +893,7 @@ class RunRecord:
     plan: object              # the target dispatcher's Plan
     reports: list               # one launch report per kernel launched
     replayed: bool = False      # the launches ran as a replay of a cached graph
+    kernels: tuple = ()         # compile_only: the names of the kernels built for the call
 
 
 # Graphs the entry point captured, by the identity of everything their launches read (see
@@ -1123,7 +1124,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                                 num_segments: int | None = None, output_scale=None,
                                 use_alibi_sqrt: bool = False, kv_quant_mode=None,
                                 k_scale_cache=None, v_scale_cache=None, mm_prefix_range=None,
-                                batch_invariant: bool | None = None) -> RunRecord | None:
+                                batch_invariant: bool | None = None,
+                                compile_only: bool = False) -> RunRecord | None:
     """vLLM's ``unified_attention`` on rocke's kernels; ``out`` is written in place.
 
     The device follows the tensors (``launch_device_kind``): CPU tensors run on the emulator,
@@ -1140,13 +1142,17 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     ``mm_prefix_range``: vLLM's bidirectional multimodal ranges, int32
     ``[num_seqs, max_ranges, 2]`` (ALGORITHM.md §12.8). ``batch_invariant``: a sequence's output
     bits independent of the batch (ALGORITHM.md §10.4); None reads ``ROCKE_BATCH_INVARIANT``.
+    ``compile_only``: every check, the plan and every kernel build of the call (into the compile
+    cache, ``ROCKE_CACHE_DIR``), no launch and no write to ``out``: a machine with LLVM's tools
+    prepares the kernels for one without (the emulator on a CUDA GPU); the record's ``kernels``
+    name them.
     Returns what was launched (vLLM ignores the return value), or None for an empty batch."""
     # A call seen before (same key: _call_key) runs its cached entry: no validation, planning
     # or packing; on the emulator, its content checks run unless its metadata bytes are those
     # they last passed. Feature tensors' values are checked on every call (no key). vLLM's
     # adapter passes kv_quant_mode "none", which the validation reads exactly as None.
     key = entry = None
-    if alibi_slopes is None and qq_bias is None and sinks is None and \
+    if not compile_only and alibi_slopes is None and qq_bias is None and sinks is None and \
             mm_prefix_range is None and output_scale is None and use_alibi_sqrt is False and \
             (kv_quant_mode is None or kv_quant_mode.__class__ is str and kv_quant_mode == "none") \
             and k_scale_cache is None and v_scale_cache is None:
@@ -1196,6 +1202,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     target = attention_target(target_name)
     the_plan, kernels = spill_checked(target, target.plan(problem, backend, knobs,
                                                           num_segments=num_segments))
+    if compile_only:
+        return RunRecord(the_plan, [], kernels=tuple(k.name for k in kernels))
     descales = ((_descale_tensor("k_descale", k_descale), _descale_tensor("v_descale", v_descale))
                 if problem.kv_dtype is not None and not problem.kv_token_scales else ())
     features = dict(softcap=problem.softcap, alibi_slopes=alibi_slopes, qq_bias=qq_bias,
