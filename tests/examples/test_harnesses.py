@@ -425,15 +425,9 @@ def test_final_shapes_compile_only_builds_each_plan_and_launches_nothing(monkeyp
                                                                           tmp_path):
     """--compile-only: the selected shapes' kernels, as the run plans them, into the compile
     cache, for a machine without LLVM's tools; nothing launched."""
-    from rocke.kernels.common import attention_unified as au
+    from tests.kernels.unified_inputs import compile_only_setting
     monkeypatch.setenv("ROCKE_DEVICE", "emu")
-    monkeypatch.setenv("ROCKE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("ROCKE_PREBUILT", "off")
-    au.compiled_cache_stats().clear()      # built by an earlier test: into another cache
-
-    def no_launch(*args, **kwargs):
-        raise AssertionError("--compile-only launched")
-    monkeypatch.setattr(au, "_run_launches", no_launch)
+    compile_only_setting(monkeypatch, tmp_path)
     assert final_shapes_check.main(["--groups", "decode_d128_q1k1024", "--compile-only"]) == 0
     out = capsys.readouterr().out
     assert "decode_d128_q1k1024" in out and "attention_3d_f16_d128" in out

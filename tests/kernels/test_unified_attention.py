@@ -622,13 +622,8 @@ def test_problem_of_no_sequences_has_no_tokens():
 def test_compile_only_builds_the_plans_kernels_and_launches_nothing(monkeypatch, tmp_path):
     """compile_only: the call's checks, plan and kernel builds (into the compile cache), no
     launch, `out` untouched; a bad input is still refused first."""
-    monkeypatch.setenv("ROCKE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("ROCKE_PREBUILT", "off")
-    au.compiled_cache_stats().clear()      # built by an earlier test: into another cache
-
-    def no_launch(*args, **kwargs):
-        raise AssertionError("compile_only launched")
-    monkeypatch.setattr(au, "_run_launches", no_launch)
+    from tests.kernels.unified_inputs import compile_only_setting
+    compile_only_setting(monkeypatch, tmp_path)
     inputs = make_inputs([(5, 40), (1, 70)])
     inputs["out"].fill_(7.0)
     record = au.run_unified_attention_torch(*inputs.values(), compile_only=True)

@@ -44,3 +44,18 @@ def make_inputs(seqs, *, hq=4, hk=2, d=64, bs=16, dtype="f16", seed=0, extra_blo
         softmax_scale=d ** -0.5, causal=causal, window_size=(-1, -1), block_table=table,
         softcap=0.0, q_descale=None,
         k_descale=one.expand(len(seqs), hk), v_descale=one.expand(len(seqs), hk))
+
+
+def compile_only_setting(monkeypatch, cache_dir):
+    """A fresh compile cache in `cache_dir` that every kernel build goes to (no prebuilt
+    bundle, no kernel kept in the process), and any attention launch an error: for tests of
+    compile_only / --compile-only."""
+    from rocke.kernels.common import attention_unified as au
+    monkeypatch.setenv("ROCKE_CACHE_DIR", str(cache_dir))
+    monkeypatch.setenv("ROCKE_PREBUILT", "off")
+    au.compiled_cache_stats().clear()      # built by an earlier test: into another cache
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("compile_only launched")
+    monkeypatch.setattr(au, "_run_launches", no_launch)
+
