@@ -372,6 +372,34 @@ def add_target_flag(parser) -> None:
                              "emulator target, else gfx942; with --device hip, the GPU's)")
 
 
+def add_compile_only_flag(parser) -> None:
+    parser.add_argument("--compile-only", action="store_true",
+                        help="plan every selected shape as the run would and build its kernels "
+                             "into the compile cache (ROCKE_CACHE_DIR), launching nothing: run "
+                             "on a machine with LLVM's tools for one without (a CUDA GPU "
+                             "emulating)")
+
+
+def compile_shapes(shapes: list[Shape], first: dict[str, str], build) -> int:
+    """--compile-only: ``build(shape)`` plans and builds a problem's kernels on CPU tensors (a
+    plan is the target's alone: the same on a CUDA GPU's tensors) and says what it built; once
+    per problem after scaling. Returns 1 if any raised."""
+    failed = 0
+    for shape in shapes:
+        if not shape.supported or first[shape.name] != shape.name:
+            continue
+        try:
+            text = build(shape)
+        except Exception as exc:
+            failed += 1
+            text = f"ERROR: {type(exc).__name__}: {exc}"
+        print(f"  {shape.name:<42} {text}")
+    print(f"compiled: {f'FAILED {failed}' if failed else 'every shape'}; kernels in the compile "
+          "cache (ROCKE_CACHE_DIR) unless the prebuilt bundle serves them (ROCKE_PREBUILT=off "
+          "builds those too)")
+    return 1 if failed else 0
+
+
 def current_target() -> str:
     """The processor this run's kernels are built for (after ``resolve_device``): the HIP GPU's,
     else the emulator's."""

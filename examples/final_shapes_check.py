@@ -68,10 +68,7 @@ def parse_args(argv):
     p.add_argument("--report", metavar="PATH", help="write a JSON results report")
     p.add_argument("--dry-run", action="store_true",
                    help="print the selected shapes and the emulator-time estimate, run nothing")
-    p.add_argument("--compile-only", action="store_true",
-                   help="plan every selected shape as the run would and build its kernels into "
-                        "the compile cache (ROCKE_CACHE_DIR), launching nothing: run on a "
-                        "machine with LLVM's tools for one without (a CUDA GPU emulating)")
+    H.add_compile_only_flag(p)
     p.add_argument("--inject-error", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     H.check_report_path(p, args.report)
@@ -105,24 +102,10 @@ def dispatcher_call(inputs, compile_only=False):
     return launch
 
 
-def compile_shapes(shapes, first) -> int:
-    """--compile-only: each selected problem's plan and kernels, built on CPU tensors (the
-    plan is the target's alone: the same on a CUDA GPU's tensors); 1 if any failed."""
-    failed = 0
-    for shape in shapes:
-        if not shape.supported or first[shape.name] != shape.name:
-            continue
-        try:
-            record = dispatcher_call(H.make_inputs(shape, "cpu"), compile_only=True)()
-        except Exception as exc:
-            failed += 1
-            print(f"  {shape.name:<42} ERROR: {type(exc).__name__}: {exc}")
-            continue
-        print(f"  {shape.name:<42} {describe_plan(record)}: {', '.join(record.kernels)}")
-    print(f"compiled: {'FAILED ' + str(failed) if failed else 'every shape'}; kernels in the "
-          "compile cache (ROCKE_CACHE_DIR) unless the prebuilt bundle serves them "
-          "(ROCKE_PREBUILT=off builds those too)")
-    return 1 if failed else 0
+def compile_one(shape) -> str:
+    """--compile-only: the dispatcher's plan of ``shape`` and the kernels it built."""
+    record = dispatcher_call(H.make_inputs(shape, "cpu"), compile_only=True)()
+    return f"{describe_plan(record)}: {', '.join(record.kernels)}"
 
 
 def describe_plan(record) -> str | None:
@@ -339,7 +322,7 @@ def main(argv=None) -> int:
         H.print_plan(shapes, first, rate, device, plan)
         return 0
     if args.compile_only:
-        return compile_shapes(shapes, first)
+        return H.compile_shapes(shapes, first, compile_one)
 
     def run_one(shape):
         row = check_shape(shape, args, device, rate)

@@ -69,6 +69,7 @@ def parse_args(argv):
                    help=f"CPU-sized run: --max-kv {H.QUICK_MAX_KV} unless --max-kv is given")
     p.add_argument("--dry-run", action="store_true",
                    help="print the selected shapes and the emulator-time estimate, run nothing")
+    H.add_compile_only_flag(p)
     p.add_argument("--inject-error", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     H.check_report_path(p, args.report)
@@ -175,8 +176,9 @@ def feature_reference(shape: H.Shape, inputs) -> "torch.Tensor":
                           out_dtype=getattr(torch, target_fp8()[0]), **feats)
 
 
-def dispatcher_launcher(inputs, backend):
-    """The production entry point; returns its RunRecord (plan + launch reports)."""
+def dispatcher_launcher(inputs, backend, compile_only=False):
+    """The production entry point; returns its RunRecord (plan + launch reports; with
+    ``compile_only`` the kernels built and nothing launched)."""
     from rocke.kernels.common.attention_unified import run_unified_attention_torch
     t = inputs
     f = inputs.get("features", {})
@@ -187,7 +189,8 @@ def dispatcher_launcher(inputs, backend):
             t["seqused_k"], t["max_seqlen_k"], t["softmax_scale"], True,
             f.get("window_size", (-1, -1)), t["block_table"], f.get("softcap", 0.0), None, None,
             None, f.get("alibi_slopes"), f.get("qq_bias"), f.get("sinks"), backend=backend,
-            **{k: f[k] for k in QUANT_ARGS if k in f}, mm_prefix_range=f.get("mm_prefix_range"))
+            **{k: f[k] for k in QUANT_ARGS if k in f}, mm_prefix_range=f.get("mm_prefix_range"),
+            compile_only=compile_only)
     return launch
 
 
@@ -297,6 +300,44 @@ def describe_record(record) -> str:
     if plan.path == "3d":
         text += f" x{geo.num_segments} segments"
     return text + f" ({plan.specs[0].kernel_name})"
+
+
+def prepare(shape: H.Shape, device: str, with_reference: bool = True):
+    """(inputs, fp32 reference or None): the shape's inputs with its features (quantized
+    caches, an fp8 ``out`` with the compared view and tolerance)."""
+    inputs = H.make_inputs(shape, H.torch_device(device))
+    ref = None
+    if shape.name in FEATURE_ARGS:
+        inputs["features"] = feature_inputs(shape, H.torch_device(device))
+        if "kv_quant_mode" in inputs["features"]:
+            quantize_caches(inputs)
+        ref = feature_reference(shape, inputs) if shape.supported else None
+        if "output_scale" in inputs["features"] and ref is not None:
+            inputs["out_view"], ref, inputs["out_tol"] = fp8_output(shape, inputs, ref)
+    elif with_reference and shape.supported:
+        ref = H.reference(shape, inputs)
+    return inputs, ref
+
+
+def compile_tables(shape, knobs) -> str:
+    """--compile-only: each table's kernels for ``shape`` (its plan for auto and 3d, the
+    hand-built spec for 2d), built and not launched."""
+    from rocke.kernels.common.attention_unified import compiled
+    inputs, _ = prepare(shape, "emu", with_reference=False)
+    built = []
+    for table in TABLES:
+        if table == "2d":
+            try:
+                spec, _ = build_2d_spec(shape, inputs, knobs)
+            except Skip as exc:
+                built.append(f"2d SKIP ({exc})")
+                continue
+            built.append(f"2d -> {compiled(spec).name}")
+            continue
+        record = dispatcher_launcher(inputs, "auto" if table == "auto" else "3d",
+                                     compile_only=True)()
+        built.append(f"{table} -> {', '.join(record.kernels)}")
+    return "; ".join(built)
 
 
 def launcher_for(table, shape, inputs, knobs, device):
@@ -410,19 +451,12 @@ def main(argv=None) -> int:
     if args.dry_run:
         H.print_plan(shapes, first, rate, device, plan)
         return 0
+    if args.compile_only:
+        return H.compile_shapes(shapes, first, lambda shape: compile_tables(shape, knobs))
 
     def run_one(shape):
         mine = []
-        inputs = H.make_inputs(shape, H.torch_device(device))
-        if shape.name in FEATURE_ARGS:
-            inputs["features"] = feature_inputs(shape, H.torch_device(device))
-            if "kv_quant_mode" in inputs["features"]:
-                quantize_caches(inputs)
-            ref = feature_reference(shape, inputs) if shape.supported else None
-            if "output_scale" in inputs["features"] and ref is not None:
-                inputs["out_view"], ref, inputs["out_tol"] = fp8_output(shape, inputs, ref)
-        else:
-            ref = H.reference(shape, inputs) if shape.supported else None
+        inputs, ref = prepare(shape, device)
         with H.progress(shape, len(TABLES) * steps, device, rate) as bar:
             for table in TABLES:
                 mine.append(run_table(table, shape, inputs, ref, args, knobs, device, rate, bar))

@@ -433,3 +433,24 @@ def test_final_shapes_compile_only_builds_each_plan_and_launches_nothing(monkeyp
     assert "decode_d128_q1k1024" in out and "attention_3d_f16_d128" in out
     assert "reduce_segments_f16_d128" in out and "compiled: every shape" in out
     assert any(tmp_path.iterdir()), "nothing in the compile cache"
+
+
+def test_parity_compile_only_builds_every_table_and_launches_nothing(monkeypatch, capsys,
+                                                                     tmp_path):
+    """--compile-only on the parity harness: the auto and 3d tables' plans and the 2d table's
+    hand-built spec, features included (an fp8 output, per-token KV scales), launched never."""
+    from rocke import runtime
+    from tests.kernels.unified_inputs import compile_only_setting
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    compile_only_setting(monkeypatch, tmp_path)
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("--compile-only launched the 2d table")
+    monkeypatch.setattr(runtime, "launch", no_launch)
+    shape = "features_fp8_tok_out_fp8_bf16_h16kv4_d128"
+    assert parity_unified_attention.main(["--scenario", shape, "--compile-only"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if shape in x)
+    assert "auto -> attention_" in line and "2d -> attention_2d_" in line
+    assert "3d -> attention_3d_" in line and "reduce_segments_bf16_d128_v4_ofp8" in line
+    assert "compiled: every shape" in out and any(tmp_path.iterdir())
