@@ -1697,6 +1697,20 @@ def _ds_write(ins, addr_row, parts):
 
 # ------------------------------------------------------------------------------- MFMA
 
+def _output_rows(d_map, blocks, m, n):
+    """Per block, the product rows in D's register order when D's order (`d_map`: the flat
+    product index of each D element) takes whole rows of N products, each from its own block;
+    else None."""
+    flat = d_map.reshape(blocks * m, n)
+    starts = flat[:, 0]
+    if not (flat == starts[:, None] + np.arange(n)).all() or (starts % n).any():
+        return None
+    source = (starts // n).reshape(blocks, m)
+    if (source // m != np.arange(blocks)[:, None]).any():
+        return None
+    return source % m
+
+
 def _decode_mfma(ins, ops, mods, mfma_ops):
     torch = torch_module()
     name = ins.mnemonic.replace("_e64", "")
@@ -1713,32 +1727,39 @@ def _decode_mfma(ins, ops, mods, mfma_ops):
         a_map, b_map, d_map = op.layout_maps()
     except ValueError as err:
         raise DecodeError(f"torch backend: {err}") from None
+    rows = _output_rows(d_map, op.blocks, op.m, op.n)
+    if rows is not None:     # D's order is A's rows reordered: the products come out in it
+        a_map, d_map = a_map[np.arange(op.blocks)[:, None], rows], None
     maps = {}
     fmt = op.a_format
     na, nb, nc = op.a_regs, op.b_regs, op.c_regs
 
     def decode(words):
         """int32 (n, regs, 64) -> float64 (n, regs * 64 * 2) of the 16-bit elements, in
-        (register, lane, half) order — the probe's element order."""
-        halves = torch.stack([words & 0xFFFF, (words >> 16) & 0xFFFF], -1).reshape(len(words), -1)
+        (register, lane, half) order — the probe's element order (little-endian halves)."""
+        halves = words.reshape(len(words), -1).view(torch.int16)
         if fmt == "f16":
-            values = (((halves + 0x8000) & 0xFFFF) - 0x8000).to(torch.int16).view(torch.float16)
-        else:
-            values = (halves << 16).view(torch.float32)
+            values = halves.view(torch.float16)
+        else:       # bf16 bits are the high half of the float32 of the same value
+            values = (halves.to(torch.int32) << 16).view(torch.float32)
         return values.to(torch.float64)
 
     def run(P, sel, n):
         tmask, full, lanes = P.tmask(sel)
         device = P.tl.device
         if device not in maps:
-            maps[device] = tuple(torch.from_numpy(m).to(device) for m in (a_map, b_map, d_map))
+            maps[device] = tuple(None if m is None else torch.from_numpy(m).to(device)
+                                 for m in (a_map, b_map, d_map))
         am, bm, dm = maps[device]
         ts = P.tsel(sel)
         a_vals = decode(P.tv[ts, a.index:a.index + na])[:, am]
         b_vals = decode(P.tv[ts, b.index:b.index + nb])[:, bm]
-        products = torch.matmul(a_vals, b_vals).reshape(n, -1)[:, dm].reshape(n, nc, 64)
+        products = torch.matmul(a_vals, b_vals).reshape(n, -1)
+        if dm is not None:
+            products = products[:, dm]
+        products = products.reshape(n, nc, 64)
         if c.kind == "v":
-            products = products + P.tv[ts, c.index:c.index + nc].view(torch.float32).to(torch.float64)
+            products += P.tv[ts, c.index:c.index + nc].view(torch.float32).to(torch.float64)
         d = products.to(torch.float32).view(torch.int32)
         P.write_rows(sel, dst.index, nc, d, full)
         return lanes

@@ -10,6 +10,7 @@ inputs, and every tensor argument's bytes must come out identical (the test's ow
 then check the torch result too).
 """
 import contextlib
+from types import SimpleNamespace
 import zlib
 import os
 
@@ -19,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import rocke.emu  # noqa: E402
+from rocke.emu import mfma as emu_mfma  # noqa: E402
 from rocke.emu import semantics, torch_exec, torch_graphs  # noqa: E402
 from rocke.emu.errors import EmulatorError  # noqa: E402
 
@@ -244,6 +246,68 @@ def test_ported_valu_op_bit_identical(name, device):
         assert len(differ) == 0, (f"{name} ({typ}) on torch {device}: {len(differ)} lanes differ, "
                                   f"e.g. {g_bits.reshape(-1)[differ[0]]:#x} vs "
                                   f"{w_bits.reshape(-1)[differ[0]]:#x}")
+
+
+class _MfmaPool:
+    """What the torch backend's MFMA closure asks of a pool: VGPRs, every lane on."""
+
+    def __init__(self, tv):
+        self.tv = self.tl = tv
+
+    def tsel(self, sel):
+        return sel
+
+    def tmask(self, sel):
+        return torch.ones((self.tv.shape[0], 64), dtype=torch.bool, device=self.tv.device), \
+            True, self.tv.shape[0] * 64
+
+    def write_rows(self, sel, row, count, values, full, mask=None):
+        self.tv[sel, row:row + count] = values
+
+
+def _mfma_operand(rng, fmt, shape):
+    """Register words of 16-bit elements: mostly moderate values, a tenth any non-NaN bit
+    pattern (zeros, subnormals, infinities, extremes)."""
+    values = (rng.standard_normal(shape + (2,)) * 4).astype(np.float32)
+    halves = (values.astype(np.float16).view(np.uint16) if fmt == "f16"
+              else (values.view(np.uint32) >> 16).astype(np.uint16)).astype(np.uint32)
+    wild = rng.integers(0, 2 ** 16, size=halves.shape).astype(np.uint32)
+    exponent = (0x7C00, 0x7F80)[fmt == "bf16"]
+    mantissa = (0x03FF, 0x007F)[fmt == "bf16"]
+    wild_nan = ((wild & exponent) == exponent) & ((wild & mantissa) != 0)
+    wild[wild_nan] &= ~np.uint32(mantissa)            # a NaN's bits become an infinity's
+    halves = np.where(rng.random(halves.shape) < 0.1, wild, halves)
+    return (halves[..., 0] | (halves[..., 1] << 16)).astype(np.uint32)
+
+
+_TORCH_MFMAS = sorted(name for name, op in emu_mfma.MFMA_OPS.items()
+                      if getattr(op, "a_format", None) in ("f16", "bf16"))
+
+
+@pytest.mark.parametrize("device", ["cpu", DEVICES[-1]])
+@pytest.mark.parametrize("name", _TORCH_MFMAS)
+def test_every_ported_mfma_is_numpys(name, device):
+    """Each dense f16/bf16 MFMA (multi-block ones too) on the torch backend writes numpy's
+    MfmaOp.execute bits, C included; an infinity's product or sum may make a NaN. (Two NaN
+    inputs meeting in one dot product give a NaN of either payload: not compared.)"""
+    from rocke.emu.operands import Operand
+    op = emu_mfma.MFMA_OPS[name]
+    rng = np.random.default_rng(len(name))
+    n, na, nb, nc = 8, op.a_regs, op.b_regs, op.c_regs
+    a = _mfma_operand(rng, op.a_format, (n, na, 64))
+    b = _mfma_operand(rng, op.b_format, (n, nb, 64))
+    c = rng.standard_normal((n, nc, 64)).astype(np.float32)
+    want = op.execute(a, b, c).view(np.uint32)
+    registers = np.concatenate([a, b, c.view(np.uint32), np.zeros((n, nc, 64), np.uint32)], 1)
+    tv = torch.from_numpy(registers.view(np.int32)).to(device)
+    d = na + nb + nc
+    ops = [Operand("v", d, nc), Operand("v", 0, na), Operand("v", na, nb), Operand("v", na + nb, nc)]
+    run = torch_exec._decode_mfma(SimpleNamespace(mnemonic=name), ops, {}, emu_mfma.MFMA_OPS)
+    run(_MfmaPool(tv), slice(0, n), n)
+    got = tv[:, d:].cpu().numpy().view(np.uint32)
+    nan = np.isnan(want.view(np.float32))
+    assert np.array_equal(np.isnan(got.view(np.float32)), nan)
+    assert np.array_equal(got[~nan], want[~nan]), name
 
 
 _SPECIAL_OPS = ["v_max_f32", "v_min_f32", "v_max3_f32", "v_min3_f32", "v_exp_f32", "v_add_f32",
