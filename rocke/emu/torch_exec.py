@@ -81,13 +81,13 @@ class TorchPool(Pool):
     def __init__(self, kernel, memory, wg_ids, block, lds_bytes, check, device):
         self._pending_masks = {}    # Pool.__init__ already reads the scalar registers
         self._sgpr_epoch = 0
-        self._device_copies = device != "cpu" or SEPARATE_CPU_COPIES     # for _vgpr_file
+        # shares_numpy: the tensors are views of the numpy arrays (CPU); else own copies (and
+        # Pool.__init__'s _vgpr_file keeps only v0 on the host)
+        self.on_cpu = device == "cpu"
+        self.shares_numpy = self.on_cpu and not SEPARATE_CPU_COPIES
         super().__init__(kernel, memory, wg_ids, block, lds_bytes, check)
         torch = torch_module()
         self.torch, self.device = torch, device
-        # shares_numpy: the tensors are views of the numpy arrays (CPU); else own copies
-        self.on_cpu = device == "cpu"
-        self.shares_numpy = self.on_cpu and not SEPARATE_CPU_COPIES
         self.tv = self.tl = None
         self._tsel = (None, None)
         self._tmask = (None, None)
@@ -102,7 +102,7 @@ class TorchPool(Pool):
         """Device copies: on the host only v0, the one row the initial state writes (launch's
         _initial_state); `run` zeroes the device file and uploads it (not the whole file:
         1 GiB at 16,384 waves of 256 VGPRs)."""
-        if self._device_copies:
+        if not self.shares_numpy:
             return np.zeros((waves, 1, 64), np.uint32)
         return super()._vgpr_file(waves, rows)
 

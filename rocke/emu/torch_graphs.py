@@ -356,7 +356,6 @@ class StretchRunner:
                     version += 1
             self.plans[p] = plan = _Plan(list(versions), versions)
             self.plan, self.mode = plan, "discover"
-            self.kept_masks = {}
             try:
                 self._run_eagerly(p, end, sel, n)
             finally:
@@ -397,8 +396,10 @@ class StretchRunner:
         P, plan = self.pool, self.plan
         code = P.kernel.code
         whole = n == self.waves
-        staged_columns, columns = P.staging_buffer((plan.columns, self.waves), np.int32)
-        staged_masks, masks = P.staging_buffer((plan.masks, self.waves), np.int64)
+        staged_columns, columns = (P.staging_buffer((plan.columns, self.waves), np.int32)
+                                   if plan.columns else (None, None))
+        staged_masks, masks = (P.staging_buffer((plan.masks, self.waves), np.int64)
+                               if plan.masks else (None, None))
         pending, exec_staged = [], set()
         exec_by_version = {}       # a host step that writes EXEC starts a new version
         self.exec_of = {}
