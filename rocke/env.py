@@ -38,6 +38,10 @@ LEVERS: dict[str, tuple[str, str]] = {
                             "straight-line stretches of scalar and vector instructions as one "
                             "unit, replayed as a CUDA graph on a GPU (0 = instruction by "
                             "instruction; results are the same either way)"),
+    "ROCKE_EMU_CUDA_KERNELS": ("1", "torch backend on CUDA: the hottest float ops (v_exp_f32, "
+                               "fma, f32 add/sub/mul, min/max) as one jiterator kernel each "
+                               "instead of many torch operations (0 = torch operations; the "
+                               "bits are the same)"),
     "ROCKE_FAMILIES": ("none", "extra kernel families: comma-separated name=python.module entries"),
     "ROCKE_CHECK_METADATA": ("device", "the attention entry point's content checks of GPU "
                              "metadata: device (a guard kernel records the first violation; "
@@ -227,6 +231,15 @@ def emu_stretches() -> bool:
     value = raw("ROCKE_EMU_STRETCHES") or "1"
     if value not in ("0", "1"):
         raise ValueError(f"ROCKE_EMU_STRETCHES must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+def emu_cuda_kernels() -> bool:
+    """``ROCKE_EMU_CUDA_KERNELS``: whether the torch backend on CUDA runs its hottest float ops
+    as one compiled kernel each (default 1)."""
+    value = raw("ROCKE_EMU_CUDA_KERNELS") or "1"
+    if value not in ("0", "1"):
+        raise ValueError(f"ROCKE_EMU_CUDA_KERNELS must be 0 or 1, got {value!r}")
     return value == "1"
 
 

@@ -170,8 +170,8 @@ def _to_int64(xp, x):
     return x.to(xp.torch.int64)
 
 
-_LN2 = 0.6931471805599453                  # ln 2 rounded to float64
-_EXP_TERMS = [1.0 / math.factorial(i) for i in range(16)]
+LN2 = 0.6931471805599453                  # ln 2 rounded to float64
+EXP_TERMS = [1.0 / math.factorial(i) for i in range(16)]
 
 
 def exp2_f64(xp, x):
@@ -182,9 +182,9 @@ def exp2_f64(xp, x):
         return _exp2_f64_numpy(x)
     clipped = xp.clip(xp.where(xp.isnan(x), 0.0, x), -1000.0, 1000.0)
     k = xp.rint(clipped)
-    t = (clipped - k) * _LN2
-    poly = t * 0.0 + _EXP_TERMS[15]
-    for c in reversed(_EXP_TERMS[:15]):
+    t = (clipped - k) * LN2
+    poly = t * 0.0 + EXP_TERMS[15]
+    for c in reversed(EXP_TERMS[:15]):
         poly = poly * t + c
     # 2**k in two steps so each factor is a normal float64 (k may be -1000)
     half = xp.rint(k * 0.5)
@@ -200,10 +200,10 @@ def _exp2_f64_numpy(x):
     np.clip(clipped, -1000.0, 1000.0, out=clipped)
     k = np.rint(clipped)
     t = np.subtract(clipped, k, out=clipped)
-    t *= _LN2
+    t *= LN2
     poly = t * 0.0
-    poly += _EXP_TERMS[15]
-    for c in reversed(_EXP_TERMS[:15]):
+    poly += EXP_TERMS[15]
+    for c in reversed(EXP_TERMS[:15]):
         poly *= t
         poly += c
     half = k * 0.5
@@ -221,7 +221,7 @@ def exp2_f32(xp, x):
 
 
 _LOG_TERMS = [1.0 / (2 * i + 1) for i in range(14)]
-_TWO_OVER_LN2 = 2.0 / _LN2
+_TWO_OVER_LN2 = 2.0 / LN2
 _SQRT2 = 1.4142135623730951
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import backend as shared
-from . import memops, torch_memory
+from . import memops, torch_cuda_kernels, torch_memory
 from .access import scalar_raw_reader, write_mask
 from .errors import DecodeError, EmulatorError
 from .memory import AccessFault
@@ -518,6 +518,8 @@ def _fma_f32(a, b, c, scale=None):
     """fma rounded once to float32 (semantics._fma_f32 / _fma_f32_scaled): the error-free float64
     sum rounded to odd, then to float32 — correctly rounded on every lane, as numpy's is."""
     torch = torch_module()
+    if scale is None and torch_cuda_kernels.enabled(a):
+        return torch_cuda_kernels.run("fma_f32", a, b, c)
     a64, b64, c64 = a.to(torch.float64), b.to(torch.float64), c.to(torch.float64)
     product = a64 * b64
     hi = product + c64
@@ -726,6 +728,8 @@ def _ieee_min_max(a, b, pick):
 def _max(a, b):
     """backend.max_f32 (+0 > -0, the IEEE NaN rules) on float32 tensors."""
     torch = torch_module()
+    if torch_cuda_kernels.enabled(a):
+        return torch_cuda_kernels.run("max_f32", a, b)
     greater = (a > b) | ((a == b) & ~_signbit(a))
     return _ieee_min_max(a, b, torch.where(greater, a, b))
 
@@ -733,6 +737,8 @@ def _max(a, b):
 def _min(a, b):
     """backend.min_f32 (-0 < +0, the IEEE NaN rules) on float32 tensors."""
     torch = torch_module()
+    if torch_cuda_kernels.enabled(a):
+        return torch_cuda_kernels.run("min_f32", a, b)
     less = (a < b) | ((a == b) & _signbit(a))
     return _ieee_min_max(a, b, torch.where(less, a, b))
 
@@ -741,11 +747,40 @@ def _exp2_f32(x):
     """backend.exp2_f32 with the torch backend's cheaper flush and NaN rule (a NaN input's
     result is NaN, so the NaN rule's lanes are the result's)."""
     torch = torch_module()
+    if torch_cuda_kernels.enabled(x):
+        return torch_cuda_kernels.run("exp2_f32", x)
     return _nan(_flush(shared.exp2_f64(_prims(x), x.to(torch.float64)).to(torch.float32)), x)
 
 
 def _prims(x):
     return shared.TorchPrims(x.device.type)
+
+
+def _arith_f32(name, fn):
+    """An f32 op rounded once with the NaN rule over its sources in order: one kernel on CUDA
+    (torch_cuda_kernels), else torch's operation and _nan."""
+    def run(a, b):
+        if torch_cuda_kernels.enabled(a):
+            return torch_cuda_kernels.run(name, a, b)
+        return _nan(fn(a, b), a, b)
+    return run
+
+
+_add_f32 = _arith_f32("add_f32", lambda a, b: a + b)
+_sub_f32 = _arith_f32("sub_f32", lambda a, b: a - b)
+_mul_f32 = _arith_f32("mul_f32", lambda a, b: a * b)
+
+
+def _max3(a, b, c):
+    if torch_cuda_kernels.enabled(a):
+        return torch_cuda_kernels.run("max3_f32", a, b, c)
+    return _max(_max(a, b), c)
+
+
+def _min3(a, b, c):
+    if torch_cuda_kernels.enabled(a):
+        return torch_cuda_kernels.run("min3_f32", a, b, c)
+    return _min(_min(a, b), c)
 
 
 def _float_cmp(cond):
@@ -829,16 +864,16 @@ def _register_ops():
                  "nge", "nlg"):
         _op(f"v_cmp_{cond}_f32", "mask", "f32 f32", _float_cmp(cond))
         _op(f"v_cmpx_{cond}_f32", "mask", "f32 f32", _float_cmp(cond))
-    _op("v_add_f32", f, "f32 f32", lambda a, b: _nan(a + b, a, b))
-    _op("v_sub_f32", f, "f32 f32", lambda a, b: _nan(a - b, a, b))
-    _op("v_subrev_f32", f, "f32 f32", lambda a, b: _nan(b - a, b, a))
-    _op("v_mul_f32", f, "f32 f32", lambda a, b: _nan(a * b, a, b))
+    _op("v_add_f32", f, "f32 f32", _add_f32)
+    _op("v_sub_f32", f, "f32 f32", _sub_f32)
+    _op("v_subrev_f32", f, "f32 f32", lambda a, b: _sub_f32(b, a))
+    _op("v_mul_f32", f, "f32 f32", _mul_f32)
     _op("v_fma_f32", f, "f32 f32 f32", _fma_f32)
     _op("v_fmac_f32", f, "f32 f32 f32", _fma_f32)
     _op("v_max_f32", f, "f32 f32", _max)
     _op("v_min_f32", f, "f32 f32", _min)
-    _op("v_max3_f32", f, "f32 f32 f32", lambda a, b, c: _max(_max(a, b), c))
-    _op("v_min3_f32", f, "f32 f32 f32", lambda a, b, c: _min(_min(a, b), c))
+    _op("v_max3_f32", f, "f32 f32 f32", _max3)
+    _op("v_min3_f32", f, "f32 f32 f32", _min3)
     _op("v_rcp_f32", f, "f32", lambda x: _nan((1.0 / _flush(x).double()).float(), x))
     _op("v_rcp_iflag_f32", f, "f32", lambda x: _nan((1.0 / _flush(x).double()).float(), x))
     _op("v_exp_f32", f, "f32", _exp2_f32)
@@ -854,8 +889,8 @@ def _register_ops():
     _op("v_div_scale_f32", "f32 mask", "f32 f32 f32", _div_scale_f32)
     _op("v_div_fmas_f32", f, "f32 f32 f32 mask", _div_fmas_f32)
     _op("v_div_fixup_f32", f, "f32 f32 f32", _div_fixup_f32)
-    _op("v_pk_add_f32", "pk_f32", "pk_f32 pk_f32", lambda a, b: _nan(a + b, a, b))
-    _op("v_pk_mul_f32", "pk_f32", "pk_f32 pk_f32", lambda a, b: _nan(a * b, a, b))
+    _op("v_pk_add_f32", "pk_f32", "pk_f32 pk_f32", _add_f32)
+    _op("v_pk_mul_f32", "pk_f32", "pk_f32 pk_f32", _mul_f32)
     _op("v_pk_mov_b32", "pk_f32", "pk_f32 pk_f32",
         lambda a, b: torch_module().stack([a[..., 0], b[..., 0]], -1))
     _op("v_pk_fma_f32", "pk_f32", "pk_f32 pk_f32 pk_f32", _fma_f32)
