@@ -133,9 +133,9 @@ class TorchPool(Pool):
         if not pending:
             self._sgpr_epoch += 1
             return
-        # packed on the device (8 bytes a wave) and read back together: one copy, one sync
-        packed = [self.pack_lanes(mask) for _, mask in pending.values()]
-        words = self.host(packed[0] if len(packed) == 1 else self.torch.cat(packed))
+        # packed on the device (8 bytes a wave) together and read back: one copy, one sync
+        masks = [mask for _, mask in pending.values()]
+        words = self.host(self.pack_lanes(masks[0] if len(masks) == 1 else self.torch.cat(masks)))
         start = 0
         for index, (sel, mask) in pending.items():
             count = mask.shape[0]
@@ -1769,10 +1769,11 @@ def _decode_mfma(ins, ops, mods, mfma_ops):
     fmt = op.a_format
     na, nb, nc = op.a_regs, op.b_regs, op.c_regs
 
-    def decode(words):
-        """int32 (n, regs, 64) -> float64 (n, regs * 64 * 2) of the 16-bit elements, in
-        (register, lane, half) order — the probe's element order (little-endian halves)."""
-        halves = words.reshape(len(words), -1).view(torch.int16)
+    def decode(words, order):
+        """int32 (n, regs, 64) -> float64 (n, ...) of the 16-bit elements picked by `order`
+        from the (register, lane, half) order — the probe's element order (little-endian
+        halves); picked before the widening, which moves a quarter of the bytes."""
+        halves = words.reshape(len(words), -1).view(torch.int16)[:, order]
         if fmt == "f16":
             values = halves.view(torch.float16)
         else:       # bf16 bits are the high half of the float32 of the same value
@@ -1787,14 +1788,14 @@ def _decode_mfma(ins, ops, mods, mfma_ops):
                                  for m in (a_map, b_map, d_map))
         am, bm, dm = maps[device]
         ts = P.tsel(sel)
-        a_vals = decode(P.tv[ts, a.index:a.index + na])[:, am]
-        b_vals = decode(P.tv[ts, b.index:b.index + nb])[:, bm]
+        a_vals = decode(P.tv[ts, a.index:a.index + na], am)
+        b_vals = decode(P.tv[ts, b.index:b.index + nb], bm)
         products = torch.matmul(a_vals, b_vals).reshape(n, -1)
         if dm is not None:
             products = products[:, dm]
         products = products.reshape(n, nc, 64)
-        if c.kind == "v":
-            products += P.tv[ts, c.index:c.index + nc].view(torch.float32).to(torch.float64)
+        if c.kind == "v":     # widened to float64 inside the add: no float64 copy of C
+            products += P.tv[ts, c.index:c.index + nc].view(torch.float32)
         d = products.to(torch.float32).view(torch.int32)
         P.write_rows(sel, dst.index, nc, d, full)
         return lanes
