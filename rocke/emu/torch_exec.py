@@ -432,8 +432,13 @@ class TorchPool(Pool):
         runner = self.stretches
         if runner is not None and runner.mode in ("staged", "capture"):
             return runner.lds_index(ins, addr, nbytes, tmask)
-        if bool(((addr + nbytes > self.lds_bytes) & tmask).any()):    # one read: a flag
-            return None
+        outside = runner.lds_flag(ins, addr, nbytes, tmask) \
+            if runner is not None and runner.defers_lds_checks else None
+        if outside is None:
+            if bool(((addr + nbytes > self.lds_bytes) & tmask).any()):    # one read: a flag
+                return None
+        else:
+            tmask = tmask & ~outside
         cached_sel, base = self._lds_base
         if cached_sel is not sel:
             base = self.to_device((self.wg_of[sel] * self.lds_stride).astype(np.int64))[:, None]

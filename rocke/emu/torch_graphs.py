@@ -233,6 +233,7 @@ class StretchRunner:
         self.lds_sink = pool.tl.numel() - LDS_GRANULE   # TorchPool's sink
         self.lds_faults = torch.zeros(LDS_STEPS, dtype=torch.bool, device=pool.device)
         self.lds_steps: dict = {}   # pc -> flag index
+        self.lds_eager: dict = {}   # id(instruction) -> (instruction, flag index): eager DS
         self._unpacked: dict = {}   # slot -> its lanes unpacked, within one run of a stretch
         # SGPR pair -> the lane mask (waves, 64) a device step of the running stretch wrote
         # (mask_cuts); the pool's pending masks once the stretch ends. `graph_masks`: a
@@ -317,11 +318,38 @@ class StretchRunner:
                 raise pool.lds_bounds_fault(ins, self.every_wave, pool.host(outside),
                                             pool.host(addr), nbytes)
         else:
-            flag = self.lds_steps.setdefault(self.step, len(self.lds_steps))
+            flag = self.lds_steps.get(self.step)
+            if flag is None:
+                flag = self.lds_steps[self.step] = self._new_flag()
             if flag >= LDS_STEPS:
                 raise CaptureRefused("too many DS steps to flag")
             self.lds_faults[flag:flag + 1] |= outside.any().view(1)
         return self.pool.torch.where(tmask & ~outside, self.lds_base + addr, self.lds_sink)
+
+    def _new_flag(self) -> int:
+        return len(self.lds_steps) + len(self.lds_eager)
+
+    @property
+    def defers_lds_checks(self) -> bool:
+        """Whether DS instructions run outside stretches flag out-of-bounds lanes for later
+        (`lds_flag`) rather than reading the device: on a GPU (and its stand-in), where that
+        read is a sync per instruction."""
+        return self.capture or self.simulate
+
+    def lds_flag(self, ins, addr, nbytes, tmask):
+        """A DS instruction run eagerly on the GPU: bool (n, 64) of its out-of-bounds active
+        lanes, flagged on the device for `check_lds_faults` (None when out of flags: the caller
+        reads the device instead)."""
+        entry = self.lds_eager.get(id(ins))
+        if entry is None:
+            entry = self.lds_eager[id(ins)] = (ins, self._new_flag())
+        flag = entry[1]
+        if flag >= LDS_STEPS:
+            return None
+        outside = (addr + nbytes > self.pool.lds_bytes) & tmask
+        self.lds_faults[flag:flag + 1] |= outside.any().view(1)
+        self.lds_unchecked = True
+        return outside
 
     def check_lds_faults(self):
         """Raise the fault of a replayed DS step that flagged an out-of-bounds lane. Called
@@ -335,13 +363,16 @@ class StretchRunner:
         if not flags.any():
             return
         flagged = set(np.flatnonzero(flags).tolist())
-        for q, flag in sorted(self.lds_steps.items()):
+        flagged_ins = [(flag, code[q].instr) for q, flag in self.lds_steps.items()] + \
+            [(flag, ins) for ins, flag in self.lds_eager.values()]
+        for flag, ins in sorted(flagged_ins, key=lambda entry: entry[0]):
             if flag in flagged:
-                raise LdsFault(f"LDS out of bounds in {P.where(code[q].instr)}: some lane's "
-                               f"access falls outside the workgroup's {P.lds_bytes} bytes of "
-                               "LDS (static + dynamic); found by a CUDA-graph replay, which "
-                               "cannot stop at the lane: ROCKE_EMU_STRETCHES=0 names the wave, "
-                               "lane and address")
+                raise LdsFault(f"LDS out of bounds in {P.where(ins)}: some lane's access "
+                               f"falls outside the workgroup's {P.lds_bytes} bytes of LDS "
+                               "(static + dynamic); found by a flag the GPU checks after the "
+                               "fact (a CUDA-graph replay, or a DS instruction that does not "
+                               "stop for a bounds check), which cannot stop at the lane: "
+                               "ROCKE_EMU_STRETCHES=0 names the wave, lane and address")
 
     # ---- running a stretch
     def run(self, p, sel, n) -> int:

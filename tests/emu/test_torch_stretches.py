@@ -356,6 +356,47 @@ def test_lds_out_of_bounds_in_a_replayed_graph_is_named(lds_loop):
     assert "ds_write" in message and "768 bytes" in message, message
 
 
+LDS_ONCE = """
+@dyn = external addrspace(3) global [0 x i32], align 16
+define amdgpu_kernel void @ldsonce(ptr addrspace(1) %out, i32 %shift) {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %slot = add i32 %tid, %shift
+  %p = getelementptr i32, ptr addrspace(3) @dyn, i32 %slot
+  store i32 %tid, ptr addrspace(3) %p
+  %q = getelementptr i32, ptr addrspace(3) @dyn, i32 %tid
+  %v = load volatile i32, ptr addrspace(3) %q
+  %po = getelementptr i32, ptr addrspace(1) %out, i32 %tid
+  store i32 %v, ptr addrspace(1) %po
+  ret void
+}
+"""
+
+
+def test_lds_out_of_bounds_outside_a_stretch_is_flagged_without_a_read(monkeypatch):
+    """A DS instruction that runs on its own (no loop: never replayed) on the GPU's path flags
+    its out-of-bounds lanes on the device instead of reading them back (a sync each); the
+    launch still fails, naming the instruction, and leaves the output untouched. In bounds,
+    the bits are numpy's."""
+    asm = compile_ir(LDS_ONCE)
+    want = torch.zeros(64, dtype=torch.int32)
+    emu.launch(asm, "ldsonce", 1, 64, [want, 0], shared_mem=256, check=False)
+    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
+    monkeypatch.setattr(torch_graphs, "SIMULATE_CAPTURE", True)
+    runners = _stretch_runners(monkeypatch)
+    out = torch.zeros(64, dtype=torch.int32)
+    with backend_env("torch", "cpu"):
+        emu.launch(asm, "ldsonce", 1, 64, [out, 0], shared_mem=256, check=False)
+        assert torch.equal(out, want)
+        out.fill_(-1)
+        with pytest.raises(emu.LdsFault) as info:
+            emu.launch(asm, "ldsonce", 1, 64, [out, 8], shared_mem=256, check=False)
+    message = str(info.value)
+    assert "ds_write" in message and "256 bytes" in message and "after the fact" in message, \
+        message
+    assert any(r.lds_eager for r in runners), "the DS instruction was not flagged on the device"
+    assert torch.equal(out, torch.full((64,), -1, dtype=torch.int32))
+
+
 SAME_ADDRESS_STORE = """
 define amdgpu_kernel void @same(ptr addrspace(1) %out, ptr addrspace(1) %all) {
   %tid = call i32 @llvm.amdgcn.workitem.id.x()
