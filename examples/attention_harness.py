@@ -45,9 +45,10 @@ QUICK_MAX_KV = 1024
 EMU_FLOPS_PER_S_GUESS = 0.32e9
 #: The same with the emulator's torch backend on a CUDA GPU (ROCKE_EMU_BACKEND=torch
 #: ROCKE_EMU_DEVICE=cuda): measured on a lent NVIDIA H200, race checker off, over
-#: ``final_shapes_check.py``'s 16 unscaled shapes (16.4 GFLOP/s on 2026-12-02, in 256 s; the
-#: morning's 12.7 was before compares stayed on the device inside stretches).
-EMU_CUDA_FLOPS_PER_S_GUESS = 16.4e9
+#: ``final_shapes_check.py``'s 16 unscaled shapes (20.8 GFLOP/s on 2026-12-02, in 207 s, with
+#: the hot float ops as one CUDA kernel each; 16.4 before, 12.7 before compares stayed on the
+#: device inside stretches).
+EMU_CUDA_FLOPS_PER_S_GUESS = 20.8e9
 #: Emulator wall time of a launch that does next to no work (decode, a handful of workgroups),
 #: measured on the same host; added per launch so tiny shapes are not estimated at zero.
 EMU_LAUNCH_OVERHEAD_S = 0.1
