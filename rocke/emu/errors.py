@@ -22,12 +22,6 @@ class LaunchTimeout(EmulatorError):
     far too long kernel."""
 
 
-class RegionMisspeculated(EmulatorError):
-    """Internal: a global load on the GPU path read the memory region its instruction read
-    before without waiting to check its addresses, and some lane's address lay outside it. The
-    launch is rolled back and run again without that guess (never seen by a caller)."""
-
-
 class DecodeError(ValueError):
     """An instruction, operand or modifier the emulator does not implement, or a malformed one:
     raised while a listing is decoded, before anything runs."""

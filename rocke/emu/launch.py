@@ -52,7 +52,6 @@ from rocke.arch import abi
 from rocke.arch.targets import GFX942, get_target
 
 from .asm import Program, parse_program
-from .errors import RegionMisspeculated
 from .gfx950 import check_target
 from . import scratch
 from .memory import GlobalMemory, host_view
@@ -104,10 +103,6 @@ class LaunchReport:
     # shares (of `workers`) run again in the parent, serially, because they read bytes an
     # earlier share stored (parallel.py): the results are the serial run's either way
     reruns: int = 0
-    # torch backend on own copies: 1 when a global load's guessed region (the one its
-    # instruction read before, used without a device read) missed, and the launch was rolled
-    # back and run again without guesses
-    region_reruns: int = 0
     # CPU seconds of each process that ran workgroups, the launching one first (workers > 1)
     share_cpu_s: tuple = ()
     shadow_copy_s: float = 0.0   # part of the wall time: copying the arguments for rollback
@@ -342,10 +337,6 @@ class _Shadow:
         self.saved, self._buffers = [], []
 
 
-# decoded kernels (id; they live as long as the process's decode cache) whose global loads
-# guessed a region wrongly once (torch backend, own copies): their launches guess no more
-_REGION_GUESS_MISSED: set = set()
-
 SPARE_SHADOW_BYTES = 64 << 20   # shadow-copy memory kept between launches
 _SPARE_SHADOWS: list[np.ndarray] = []
 _SPARE_SHADOWS_LOCK = threading.Lock()
@@ -511,21 +502,12 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
     shadow.saved += [(view, view.clone()) for r, view, gpu in zip(ranges, views, device_only)
                      if gpu and r[3]]    # copies kept on the GPU
     copied = time.perf_counter()
-    check = bool(check) and env.emu_race_check()
-
-    def run_pools(speculate):
-        return _run_pools(dk, memory, grid3, block3, static_lds + int(shared_mem), check,
-                          kernarg, dispatch, queue, start + budget, budget,
-                          lane_private_bytes, profiler, _work_per_wave(program, dk),
-                          torch_kernel and (torch_kernel, array_device, speculate))
     try:
-        try:
-            report = run_pools(id(dk) not in _REGION_GUESS_MISSED)
-        except RegionMisspeculated:   # a guessed global-load region missed: again, checked
-            shadow.restore()
-            report = run_pools(False)
-            report.region_reruns = 1
-            _REGION_GUESS_MISSED.add(id(dk))   # (a fault, not another region, adds nothing)
+        check = bool(check) and env.emu_race_check()
+        report = _run_pools(dk, memory, grid3, block3, static_lds + int(shared_mem), check,
+                            kernarg, dispatch, queue, start + budget, budget,
+                            lane_private_bytes, profiler, _work_per_wave(program, dk),
+                            torch_kernel and (torch_kernel, array_device))
     except BaseException:
         shadow.restore()
         raise
@@ -543,8 +525,7 @@ def launch(code: str, kernel: str, grid, block, args, shared_mem: int = 0,
 def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, queue,
                deadline, budget, lane_private_bytes=0, profiler=None,
                work_per_wave=0, on_torch=None) -> LaunchReport:
-    """`on_torch`: (torch_exec.TorchKernel, device, whether global loads may guess their region)
-    to run on the torch backend, else None."""
+    """`on_torch`: (torch_exec.TorchKernel, device) to run on the torch backend, else None."""
     threads = block3[0] * block3[1] * block3[2]
     waves_per_wg = -(-threads // 64)
     per_wg_tracker = RaceTracker.bytes_per_workgroup(lds_bytes, waves_per_wg) if check else 0
@@ -632,7 +613,7 @@ def _run_share(dk, run_dk, memory, starts, pool_wgs, grid3, block3, lds_bytes, c
         if on_torch is not None:
             from .torch_exec import TorchPool
             pool = TorchPool(on_torch[0].kernel, memory, ids, block3, lds_bytes, check,
-                             on_torch[1], speculate_regions=on_torch[2])
+                             on_torch[1])
         elif profiler is None:
             pool = Pool(dk, memory, ids, block3, lds_bytes, check)
         else:

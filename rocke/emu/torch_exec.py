@@ -27,7 +27,7 @@ import numpy as np
 from . import backend as shared
 from . import memops, torch_cuda_kernels, torch_memory
 from .access import scalar_raw_reader, write_mask
-from .errors import DecodeError, EmulatorError, RegionMisspeculated
+from .errors import DecodeError, EmulatorError
 from .memory import AccessFault
 from .machine import LDS_GRANULE, Pool
 from .valu import dpp_source_lanes
@@ -78,8 +78,7 @@ def torch_module():
 class TorchPool(Pool):
     """A Pool whose VGPRs and LDS are torch tensors on `device` (see the module docstring)."""
 
-    def __init__(self, kernel, memory, wg_ids, block, lds_bytes, check, device,
-                 speculate_regions=True):
+    def __init__(self, kernel, memory, wg_ids, block, lds_bytes, check, device):
         self._pending_masks = {}    # Pool.__init__ already reads the scalar registers
         self._sgpr_epoch = 0
         # shares_numpy: the tensors are views of the numpy arrays (CPU); else own copies (and
@@ -96,13 +95,6 @@ class TorchPool(Pool):
         # of the SGPRs needs them: index -> (sel, bool (n, 64)); no read-back per compare
         self._pending_masks = {}
         self._lds_base = (None, None)
-        # global loads on own copies: the region each load instruction read last (id -> region)
-        # is read again without a device read of the addresses; a lane outside it sets
-        # `_missed` (checked at every device read and when the pool ends: RegionMisspeculated)
-        self.speculate_regions = speculate_regions and not self.shares_numpy
-        self._load_regions: dict = {}
-        self._missed = None
-        self._missed_unchecked = False
         self._sgpr_epoch = 0        # bumped by every host access: device copies go stale
         self._sgpr_columns = (None, -1, {})   # (sel, epoch, index -> int32 (n, 1) on device)
 
@@ -296,14 +288,7 @@ class TorchPool(Pool):
         host_rows = self.vgpr.shape[1]    # v0 (_vgpr_file)
         self.upload(self.tv[:, :host_rows], self.to_host_staging(self.vgpr.view(np.int32)))
         self.vgpr = self.lds = None    # an unported numpy path must not see stale arrays
-        try:
-            super().run()
-        except RegionMisspeculated:
-            raise
-        except EmulatorError as err:   # a fault or timeout that a guessed region's data steered
-            self.check_speculation()
-            raise
-        self.check_speculation()
+        super().run()
         if self.stretches is not None:
             self.stretches.check_lds_faults()
         # a launch that ended well leaves its device arrays and captured graphs to the next
@@ -335,36 +320,9 @@ class TorchPool(Pool):
             self._tmask = (active, value)
         return value, full, lanes
 
-    def load_region(self, key):
-        """The region global load `key` read last (None: none yet, or no guessing)."""
-        return self._load_regions.get(key) if self.speculate_regions else None
-
-    def guessed_region(self, key, region, outside):
-        """Global load `key` read `region` unchecked; `outside` (device bool) says whether an
-        active lane's bytes lay outside it. key None: note `region` as the load's last."""
-        if key is None or not self.speculate_regions:
-            return
-        if outside is None:
-            self._load_regions[key] = region
-            return
-        if self._missed is None:
-            self._missed = self.torch.zeros(1, dtype=self.torch.bool, device=self.device)
-        self._missed |= outside.view(1)
-        self._missed_unchecked = True
-
-    def check_speculation(self):
-        """Raise RegionMisspeculated if a guessed load region missed (a device read)."""
-        if not self._missed_unchecked:
-            return
-        self._missed_unchecked = False
-        if bool(self._missed.cpu()[0]):
-            raise RegionMisspeculated(
-                f"kernel {self.kernel.source.name}: a global load's guessed region missed")
-
     def host(self, tensor) -> np.ndarray:
         """A device tensor's values on the host (a device sync on CUDA)."""
         self._refuse_in_capture("reads the device")
-        self.check_speculation()
         if self.stretches is not None:
             self.stretches.check_lds_faults()
         return tensor.cpu().numpy() if not self.on_cpu else tensor.numpy()
@@ -1331,29 +1289,21 @@ def _global_store_on_device(P, sel, n, vaddr, saddr, imm, data_row, k, nbytes, h
     return True
 
 
-def _global_load_on_device(P, sel, n, vaddr, saddr, imm, nbytes, how, key=None):
+def _global_load_on_device(P, sel, n, vaddr, saddr, imm, nbytes, how):
     """int32 (n, words, 64) of a global load whose active lanes all fall in one region with a
-    tensor, the addresses kept on the device: the region load `key` read last, checked on the
-    device (TorchPool.guessed_region), else found by one read (their lowest and highest);
-    None where the host path must run (several regions, host bytes, a fault to name)."""
+    tensor, the addresses kept on the device (one read: their lowest and highest); None where
+    the host path must run (several regions, host bytes, a fault to name)."""
     torch = P.torch
     tmask = P.tmask(sel)[0]
     addr = _global_addresses_on_device(P, sel, vaddr, saddr, imm)
-    region = P.load_region(key)
-    if region is not None:
-        outside = tmask & ((addr < region.start) | (addr + nbytes > region.end))
-        P.guessed_region(key, region, outside.any())
-        tmask = tmask & ~outside
-    else:
-        extreme = torch.iinfo(torch.int64)
-        if P.stretches is not None:
-            P.stretches.check_lds_faults()
-        low, high = torch.stack([torch.where(tmask, addr, extreme.max).min(),
-                                 torch.where(tmask, addr, extreme.min).max()]).tolist()
-        region = P.memory.enclosing(low, high + nbytes) if low >= 0 else None
-        if region is None or region.tensor is None:
-            return None
-        P.guessed_region(key, region, None)
+    extreme = torch.iinfo(torch.int64)
+    if P.stretches is not None:
+        P.stretches.check_lds_faults()
+    low, high = torch.stack([torch.where(tmask, addr, extreme.max).min(),
+                             torch.where(tmask, addr, extreme.min).max()]).tolist()
+    region = P.memory.enclosing(low, high + nbytes) if low >= 0 else None
+    if region is None or region.tensor is None:
+        return None
     src = region.tensor
     offsets = torch.where(tmask, addr - region.start, 0).to(src.device)
     data = src[offsets[..., None] + torch.arange(nbytes, device=src.device)].to(P.device)
@@ -1376,13 +1326,11 @@ def _decode_global(ins, ops, mods):
         if dst.kind != "v" or vaddr.kind != "v":
             raise DecodeError("torch backend: global load operands must be VGPRs")
         row, k = dst.index, max(1, nbytes // 4)
-        region_key = id(ins)
 
         def run_load(P, sel, n):
             active, full, lanes = P.exec_state(sel)
             if not P.shares_numpy and lanes:
-                words = _global_load_on_device(P, sel, n, vaddr.index, saddr, imm, nbytes, how,
-                                               region_key)
+                words = _global_load_on_device(P, sel, n, vaddr.index, saddr, imm, nbytes, how)
                 if words is not None:
                     P.vm_issue(sel)
                     P.write_rows(sel, row, k, words, full)

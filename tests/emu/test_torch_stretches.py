@@ -397,68 +397,6 @@ def test_lds_out_of_bounds_outside_a_stretch_is_flagged_without_a_read(monkeypat
     assert torch.equal(out, torch.full((64,), -1, dtype=torch.int32))
 
 
-TWO_BUFFERS = """
-define amdgpu_kernel void @twobuf(ptr addrspace(1) %out, ptr addrspace(1) %a,
-                                  ptr addrspace(1) %b, i32 %n, i32 %far, i32 %switch) {
-entry:
-  %tid = call i32 @llvm.amdgcn.workitem.id.x()
-  br label %loop
-loop:
-  %i = phi i32 [0, %entry], [%next, %loop]
-  %acc = phi i32 [0, %entry], [%sum, %loop]
-  %first = icmp eq i32 %i, %switch
-  %base = select i1 %first, ptr addrspace(1) %a, ptr addrspace(1) %b
-  %last = icmp eq i32 %i, 2
-  %shift = select i1 %last, i32 %far, i32 0
-  %slot = add i32 %tid, %shift
-  %p = getelementptr i32, ptr addrspace(1) %base, i32 %slot
-  %v = load volatile i32, ptr addrspace(1) %p
-  %sum = add i32 %acc, %v
-  %next = add i32 %i, 1
-  %more = icmp ult i32 %next, %n
-  br i1 %more, label %loop, label %exit
-exit:
-  %po = getelementptr i32, ptr addrspace(1) %out, i32 %tid
-  store i32 %sum, ptr addrspace(1) %po
-  ret void
-}
-"""
-
-
-def test_a_global_load_that_leaves_its_guessed_region_reruns_the_launch(monkeypatch):
-    """On the GPU's path a global load reads the region its instruction read last without a
-    device read of its addresses. The loop's one load reads buffer a, then b: the guess misses,
-    the launch is rolled back and run again without guesses (and that kernel's later launches
-    guess no more), and the bits are numpy's. When it reads b every time, the guesses hold. An
-    out-of-bounds load under a guess fails like numpy's, naming the same fault, and writes
-    nothing."""
-    import sys
-    monkeypatch.setattr(sys.modules["rocke.emu.launch"], "_REGION_GUESS_MISSED", set())
-    asm = compile_ir(TWO_BUFFERS)
-    a = torch.arange(64, dtype=torch.int32)
-    b = torch.arange(64, dtype=torch.int32) * 1000
-    want = torch.zeros(64, dtype=torch.int32)
-    emu.launch(asm, "twobuf", 1, 64, [want, a, b, 4, 0, 0])
-    assert torch.equal(want, a + 3 * b)
-    monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
-    out = torch.zeros(64, dtype=torch.int32)
-    with backend_env("torch", "cpu"):
-        report = emu.launch(asm, "twobuf", 1, 64, [out, a, b, 4, 0, -1])   # b every time
-        assert torch.equal(out, 4 * b) and report.region_reruns == 0
-    with pytest.raises(emu.MemoryFault) as numpy_fault:
-        emu.launch(asm, "twobuf", 1, 64, [out.zero_(), a, b, 4, 4096, -1])
-    with backend_env("torch", "cpu"), pytest.raises(emu.MemoryFault) as torch_fault:
-        emu.launch(asm, "twobuf", 1, 64, [out, a, b, 4, 4096, -1])
-    assert str(torch_fault.value) == str(numpy_fault.value)
-    assert torch.equal(out, torch.zeros(64, dtype=torch.int32)), "the failed launch wrote out"
-    with backend_env("torch", "cpu"):
-        report = emu.launch(asm, "twobuf", 1, 64, [out, a, b, 4, 0, 0])
-        assert torch.equal(out, want) and report.region_reruns == 1
-        out.zero_()     # the kernel guesses no more: no second rerun, the same bits
-        report = emu.launch(asm, "twobuf", 1, 64, [out, a, b, 4, 0, 0])
-        assert torch.equal(out, want) and report.region_reruns == 0
-
-
 SAME_ADDRESS_STORE = """
 define amdgpu_kernel void @same(ptr addrspace(1) %out, ptr addrspace(1) %all) {
   %tid = call i32 @llvm.amdgcn.workitem.id.x()
