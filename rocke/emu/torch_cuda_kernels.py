@@ -19,6 +19,8 @@ from __future__ import annotations
 from . import backend as shared
 
 _FUNCTIONS: dict = {}
+# why the kernels cannot run in this process (None: not known yet, "": they can)
+_UNAVAILABLE: list = [None]
 
 
 def _hex(value: float) -> str:
@@ -139,11 +141,29 @@ def source(op: str) -> str:
 
 
 def enabled(x) -> bool:
-    """Whether `x` (a torch tensor) is on a CUDA device and ROCKE_EMU_CUDA_KERNELS is on."""
+    """Whether `x` (a torch tensor) is on a CUDA device, ROCKE_EMU_CUDA_KERNELS is on and the
+    kernels can run here (`unavailable`)."""
     if x.device.type != "cuda":
         return False
     from rocke import env
-    return env.emu_cuda_kernels()
+    return env.emu_cuda_kernels() and not unavailable()
+
+
+def unavailable() -> str:
+    """Why the kernels cannot run in this process ("" when they can): torch's jiterator needs
+    an NVIDIA CUDA build of torch (a ROCm build's "cuda" device has none) and NVRTC, found by
+    compiling and running the smallest kernel once. The ops then run as torch operations."""
+    if _UNAVAILABLE[0] is None:
+        import torch
+        if torch.version.hip is not None or torch.version.cuda is None:
+            _UNAVAILABLE[0] = "torch is not an NVIDIA CUDA build (jiterator is CUDA-only)"
+        else:
+            try:
+                run("add_f32", torch.zeros(1, device="cuda"), torch.zeros(1, device="cuda"))
+                _UNAVAILABLE[0] = ""
+            except RuntimeError as err:     # no NVRTC, or it refuses the source
+                _UNAVAILABLE[0] = f"jiterator could not build a kernel: {err}"
+    return _UNAVAILABLE[0]
 
 
 def run(op: str, *operands):

@@ -59,6 +59,19 @@ def test_lever_is_validated_and_cpu_tensors_never_use_the_kernels(monkeypatch):
         env.emu_cuda_kernels()
 
 
+def test_a_rocm_build_runs_the_torch_operations(monkeypatch):
+    """On a ROCm build of torch the GPU is also torch's "cuda" device, but jiterator is
+    CUDA-only: the ops run as torch operations (checked without a GPU: only the device type
+    and torch's build are read)."""
+    from types import SimpleNamespace
+    monkeypatch.setattr(torch_cuda_kernels, "_UNAVAILABLE", [None])
+    monkeypatch.setattr(torch.version, "hip", "6.2.0")
+    monkeypatch.setenv("ROCKE_EMU_CUDA_KERNELS", "1")
+    x = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    assert not torch_cuda_kernels.enabled(x)
+    assert "not an NVIDIA CUDA build" in torch_cuda_kernels.unavailable()
+
+
 _SPECIALS = np.array([0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000,
                       0x7F800001, 0xFFA00000, 0x00000001, 0x807FFFFF, 0x00800000, 0x7F7FFFFF,
                       0xFF7FFFFF, 0x3F800000, 0xBF800000, 0x42C80000, 0xC2C80000, 0x3F000000,
