@@ -12,7 +12,7 @@ import rocke.emu as emu  # noqa: E402
 from rocke import env  # noqa: E402
 from rocke.emu import torch_exec, torch_graphs  # noqa: E402
 from tests.emu import test_triton_kernels as T  # noqa: E402
-from tests.emu.test_engine import compile_ir  # noqa: E402
+from tests.emu.test_engine import DYNAMIC_LDS, compile_ir  # noqa: E402
 from tests.emu.test_torch_backend import backend_env  # noqa: E402
 
 CUDA_ONLY = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU (CI has none)")
@@ -356,40 +356,24 @@ def test_lds_out_of_bounds_in_a_replayed_graph_is_named(lds_loop):
     assert "ds_write" in message and "768 bytes" in message, message
 
 
-LDS_ONCE = """
-@dyn = external addrspace(3) global [0 x i32], align 16
-define amdgpu_kernel void @ldsonce(ptr addrspace(1) %out, i32 %shift) {
-  %tid = call i32 @llvm.amdgcn.workitem.id.x()
-  %slot = add i32 %tid, %shift
-  %p = getelementptr i32, ptr addrspace(3) @dyn, i32 %slot
-  store i32 %tid, ptr addrspace(3) %p
-  %q = getelementptr i32, ptr addrspace(3) @dyn, i32 %tid
-  %v = load volatile i32, ptr addrspace(3) %q
-  %po = getelementptr i32, ptr addrspace(1) %out, i32 %tid
-  store i32 %v, ptr addrspace(1) %po
-  ret void
-}
-"""
-
-
 def test_lds_out_of_bounds_outside_a_stretch_is_flagged_without_a_read(monkeypatch):
     """A DS instruction that runs on its own (no loop: never replayed) on the GPU's path flags
     its out-of-bounds lanes on the device instead of reading them back (a sync each); the
     launch still fails, naming the instruction, and leaves the output untouched. In bounds,
     the bits are numpy's."""
-    asm = compile_ir(LDS_ONCE)
+    asm = compile_ir(DYNAMIC_LDS)   # lane i stores and loads LDS word i * stride
     want = torch.zeros(64, dtype=torch.int32)
-    emu.launch(asm, "ldsonce", 1, 64, [want, 0], shared_mem=256, check=False)
+    emu.launch(asm, "dynlds", 1, 64, [want, 1], shared_mem=256, check=False)
     monkeypatch.setattr(torch_exec, "SEPARATE_CPU_COPIES", True)
     monkeypatch.setattr(torch_graphs, "SIMULATE_CAPTURE", True)
     runners = _stretch_runners(monkeypatch)
     out = torch.zeros(64, dtype=torch.int32)
     with backend_env("torch", "cpu"):
-        emu.launch(asm, "ldsonce", 1, 64, [out, 0], shared_mem=256, check=False)
+        emu.launch(asm, "dynlds", 1, 64, [out, 1], shared_mem=256, check=False)
         assert torch.equal(out, want)
         out.fill_(-1)
         with pytest.raises(emu.LdsFault) as info:
-            emu.launch(asm, "ldsonce", 1, 64, [out, 8], shared_mem=256, check=False)
+            emu.launch(asm, "dynlds", 1, 64, [out, 8], shared_mem=256, check=False)
     message = str(info.value)
     assert "ds_write" in message and "256 bytes" in message and "after the fact" in message, \
         message
