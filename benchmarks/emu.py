@@ -28,8 +28,12 @@ revision's own benchmarks/emu.py runs from a temporary git worktree (same interp
 packages), alternating with this tree's, each in a fresh process, R rounds; the tables give each
 side's median and the ratio, of wall time and of process CPU time (workers included).
 
+`--torch-profile N` adds, per torch-backend workload, one launch under torch's profiler: the
+top N of the emulator's own array kernels by GPU time (on a CPU: its torch operations by CPU
+time) and the host's CUDA calls -- where the emulator's time goes, still not gfx942 time.
+
 Run:  .venv/bin/python benchmarks/emu.py [--repeats 3] [--workloads NAME ...] [--safety-ab]
-      [--backend numpy torch] [--device cpu|cuda]
+      [--backend numpy torch] [--device cpu|cuda] [--torch-profile N]
       (ROCKE_EMU_WORKERS unset: a large launch spreads its workgroups over the usable cores;
       =1 for the serial emulator)
 """
@@ -119,6 +123,7 @@ FLASH_BATCH_HEADS = 8   # --flash-batch-heads: wider launches for the GPU backen
 # outputs: 2**-11 / 2**-8 relative) and far below what a wrong mask, lane or layout does.
 SANITY_RELATIVE_ERROR = 2 ** -6
 CHECK = True            # --no-check: launches without the LDS race checker (check=False)
+TORCH_PROFILE = 0       # --torch-profile N: one more launch per torch workload, top N kernels
 
 
 def flash_attention_workload():
@@ -234,6 +239,37 @@ def array_backend(name, device):
                 os.environ[key] = value
 
 
+def torch_profile(fixture_name, grid, runtime_args, rows, device):
+    """One more launch under torch's profiler: where the emulator's own torch work went (its
+    array kernels on a GPU, its torch operations on a CPU), the top `rows`, and on a GPU the
+    host's CUDA calls. Never gfx942 time: the emulator's work while it emulates gfx942."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        launch(fixture_name, grid, runtime_args)
+    events = prof.key_averages()
+    if device == "cuda":
+        what = "GPU kernel time of the emulator's array kernels"
+        rows_of = [(e.key, e.device_time_total, e.count) for e in events
+                   if e.device_time_total > 0 and not e.key.startswith(("aten::", "cuda"))]
+    else:
+        what = "CPU time of the emulator's torch operations (self)"
+        rows_of = [(e.key, e.self_cpu_time_total, e.count) for e in events
+                   if e.key.startswith("aten::") and e.self_cpu_time_total > 0]
+    rows_of.sort(key=lambda r: -r[1])
+    total = sum(r[1] for r in rows_of)
+    count = sum(r[2] for r in rows_of)
+    print(f"  torch profile of one more launch ({device}; not gfx942 time): {what} "
+          f"{total / 1e3:,.1f} ms in {count:,} calls; top {min(rows, len(rows_of))}:")
+    for key, micros, calls in rows_of[:rows]:
+        print(f"    {micros / 1e3:9.1f} ms {calls:8,}  {key[:110]}")
+    if device == "cuda":
+        host = sorted(((e.key, e.cpu_time_total, e.count) for e in events
+                       if e.key.startswith("cuda")), key=lambda r: -r[1])[:6]
+        print("    host CUDA calls: " + ", ".join(f"{k} {t / 1e3:.1f} ms ({c:,})"
+                                                for k, t, c in host))
+
+
 def run_workload(name, repeats, ab=False, backend="numpy", device="cpu", baseline=None):
     """Returns the workload's output tensor (to compare backends bit for bit) and what was
     wrong with it (an empty list when nothing)."""
@@ -295,6 +331,8 @@ def _run_workload(name, repeats, ab, backend, device, baseline):
         print(f"  bit-identical to the first backend's output: {'yes' if same else 'NO'}")
         if not same:
             wrong.append(f"{name}: {report.backend} differs from the first backend's bits")
+    if TORCH_PROFILE and backend == "torch":
+        torch_profile(fixture_name, grid, runtime_args, TORCH_PROFILE, device)
     if ab:
         off, on = safety_ab(fixture_name, grid, runtime_args, repeats)
         print(f"  safety A/B (process CPU, median of {repeats}): shadow copies + watchdog off "
@@ -427,6 +465,10 @@ def main(argv=None):
                         help="launch with check=False (no LDS race checker; bounds still checked)")
     parser.add_argument("--flash-batch-heads", type=int, default=FLASH_BATCH_HEADS,
                         help="B*H of the flash attention workload (64 waves each; default 8)")
+    parser.add_argument("--torch-profile", type=int, default=0, metavar="N",
+                        help="torch backend: one more launch per workload under torch's "
+                             "profiler, printing the top N of the emulator's own kernels (GPU) "
+                             "or torch operations (CPU) and the host's CUDA calls")
     parser.add_argument("--against", metavar="REV", default=None,
                         help="same-day A/B: the git revision REV's own benchmark against this "
                              "tree's, alternately (numpy backend, this host)")
@@ -440,6 +482,10 @@ def main(argv=None):
                         ("--torch-threads", args.torch_threads)):
         if value is not None and value < 1:
             parser.error(f"{flag} must be >= 1, got {value}")
+    if args.torch_profile < 0:
+        parser.error(f"--torch-profile must be >= 1, got {args.torch_profile}")
+    if args.torch_profile and "torch" not in args.backend:
+        parser.error("--torch-profile profiles the torch backend: add --backend torch")
     if "torch" in args.backend and args.device == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device cuda: torch {torch.__version__} sees no CUDA GPU here "
                      "(torch.cuda.is_available() is False)")
@@ -447,6 +493,7 @@ def main(argv=None):
         return against(args.against, args.workloads, args.repeats, args.rounds)
     globals()["FLASH_BATCH_HEADS"] = args.flash_batch_heads
     globals()["CHECK"] = not args.no_check
+    globals()["TORCH_PROFILE"] = args.torch_profile
     if args.torch_threads is not None:
         torch.set_num_threads(args.torch_threads)
     print("rocke gfx942 emulator benchmark -- emulator wall time on this host, NOT GPU time")

@@ -27,6 +27,8 @@ def test_benchmark_starts(script):
     (["--repeats", "0"], "--repeats must be >= 1, got 0"),
     (["--flash-batch-heads", "0"], "--flash-batch-heads must be >= 1, got 0"),
     (["--backend", "torch", "--device", "cuda"], "--device cuda: torch"),
+    (["--torch-profile", "5"], "--torch-profile profiles the torch backend: add --backend torch"),
+    (["--backend", "torch", "--torch-profile", "-1"], "--torch-profile must be >= 1, got -1"),
 ])
 def test_emu_benchmark_refuses_bad_input_in_one_line(argv, words):
     """benchmarks/emu.py: a bad flag, or --device cuda where torch sees no GPU, is one line and
@@ -63,3 +65,20 @@ def test_emu_benchmark_fails_a_wrong_output(monkeypatch, capsys):
     captured = capsys.readouterr()
     assert "lane-instructions/s" in captured.out and "WRONG" in captured.out
     assert "wrong output" in captured.err and "axpy" in captured.err
+
+
+def test_emu_benchmark_torch_profile_names_the_emulators_own_work(monkeypatch, capsys):
+    """--torch-profile: one more launch of each torch workload under torch's profiler, its top
+    rows printed as the emulator's own work, never as gfx942 time."""
+    import importlib.util
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("emu_benchmark", ROOT / "benchmarks" / "emu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    argv = ["--workloads", "axpy", "--repeats", "1", "--backend", "torch", "--torch-profile", "3"]
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if "torch profile of one more launch" in line)
+    assert "not gfx942 time" in head and "top 3:" in head, head
+    rows = out.split(head, 1)[1].splitlines()[1:4]
+    assert all(" ms " in row and "aten::" in row for row in rows), rows
