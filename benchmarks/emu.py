@@ -483,7 +483,7 @@ def main(argv=None):
         if value is not None and value < 1:
             parser.error(f"{flag} must be >= 1, got {value}")
     if args.torch_profile < 0:
-        parser.error(f"--torch-profile must be >= 1, got {args.torch_profile}")
+        parser.error(f"--torch-profile must be >= 0 (0: off), got {args.torch_profile}")
     if args.torch_profile and "torch" not in args.backend:
         parser.error("--torch-profile profiles the torch backend: add --backend torch")
     if "torch" in args.backend and args.device == "cuda" and not torch.cuda.is_available():

@@ -28,7 +28,7 @@ def test_benchmark_starts(script):
     (["--flash-batch-heads", "0"], "--flash-batch-heads must be >= 1, got 0"),
     (["--backend", "torch", "--device", "cuda"], "--device cuda: torch"),
     (["--torch-profile", "5"], "--torch-profile profiles the torch backend: add --backend torch"),
-    (["--backend", "torch", "--torch-profile", "-1"], "--torch-profile must be >= 1, got -1"),
+    (["--backend", "torch", "--torch-profile", "-1"], "--torch-profile must be >= 0 (0: off), got -1"),
 ])
 def test_emu_benchmark_refuses_bad_input_in_one_line(argv, words):
     """benchmarks/emu.py: a bad flag, or --device cuda where torch sees no GPU, is one line and
