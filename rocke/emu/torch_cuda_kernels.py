@@ -16,6 +16,8 @@ on random words of every kind (NaNs, infinities, subnormals).
 """
 from __future__ import annotations
 
+import functools
+
 from . import backend as shared
 
 _FUNCTIONS: dict = {}
@@ -164,6 +166,19 @@ def unavailable() -> str:
             except RuntimeError as err:     # no NVRTC, or it refuses the source
                 _UNAVAILABLE[0] = f"jiterator could not build a kernel: {err}"
     return _UNAVAILABLE[0]
+
+
+def serves(op: str):
+    """Decorator of a torch-operations function of float32 tensors: it runs as kernel `op`
+    where `enabled` says so for its first operand, else as itself (same bits either way)."""
+    def decorate(fn):
+        @functools.wraps(fn)
+        def one_kernel_where_possible(*operands):
+            if enabled(operands[0]):
+                return run(op, *operands)
+            return fn(*operands)
+        return one_kernel_where_possible
+    return decorate
 
 
 def run(op: str, *operands):

@@ -519,12 +519,15 @@ def _signbit(x):
     return x.view(torch.int32) < 0
 
 
-def _fma_f32(a, b, c, scale=None):
+@torch_cuda_kernels.serves("fma_f32")
+def _fma_f32(a, b, c):
+    return _fma_f32_scaled(a, b, c)
+
+
+def _fma_f32_scaled(a, b, c, scale=None):
     """fma rounded once to float32 (semantics._fma_f32 / _fma_f32_scaled): the error-free float64
     sum rounded to odd, then to float32 — correctly rounded on every lane, as numpy's is."""
     torch = torch_module()
-    if scale is None and torch_cuda_kernels.enabled(a):
-        return torch_cuda_kernels.run("fma_f32", a, b, c)
     a64, b64, c64 = a.to(torch.float64), b.to(torch.float64), c.to(torch.float64)
     product = a64 * b64
     hi = product + c64
@@ -592,7 +595,7 @@ def _div_scale_f32(s0, s1, s2):
 def _div_fmas_f32(a, b, c, vcc):
     torch = torch_module()
     scale = torch.where(vcc, torch.where(_exponent_f32(c) > 127, 2.0 ** 64, 2.0 ** -64), 1.0)
-    return _fma_f32(a, b, c, scale.to(torch.float64))
+    return _fma_f32_scaled(a, b, c, scale.to(torch.float64))
 
 
 def _div_fixup_f32(quotient, den, num):
@@ -730,30 +733,27 @@ def _ieee_min_max(a, b, pick):
     return bits.view(torch.float32)
 
 
+@torch_cuda_kernels.serves("max_f32")
 def _max(a, b):
     """backend.max_f32 (+0 > -0, the IEEE NaN rules) on float32 tensors."""
     torch = torch_module()
-    if torch_cuda_kernels.enabled(a):
-        return torch_cuda_kernels.run("max_f32", a, b)
     greater = (a > b) | ((a == b) & ~_signbit(a))
     return _ieee_min_max(a, b, torch.where(greater, a, b))
 
 
+@torch_cuda_kernels.serves("min_f32")
 def _min(a, b):
     """backend.min_f32 (-0 < +0, the IEEE NaN rules) on float32 tensors."""
     torch = torch_module()
-    if torch_cuda_kernels.enabled(a):
-        return torch_cuda_kernels.run("min_f32", a, b)
     less = (a < b) | ((a == b) & _signbit(a))
     return _ieee_min_max(a, b, torch.where(less, a, b))
 
 
+@torch_cuda_kernels.serves("exp2_f32")
 def _exp2_f32(x):
     """backend.exp2_f32 with the torch backend's cheaper flush and NaN rule (a NaN input's
     result is NaN, so the NaN rule's lanes are the result's)."""
     torch = torch_module()
-    if torch_cuda_kernels.enabled(x):
-        return torch_cuda_kernels.run("exp2_f32", x)
     return _nan(_flush(shared.exp2_f64(_prims(x), x.to(torch.float64)).to(torch.float32)), x)
 
 
@@ -761,31 +761,12 @@ def _prims(x):
     return shared.TorchPrims(x.device.type)
 
 
-def _arith_f32(name, fn):
-    """An f32 op rounded once with the NaN rule over its sources in order: one kernel on CUDA
-    (torch_cuda_kernels), else torch's operation and _nan."""
-    def run(a, b):
-        if torch_cuda_kernels.enabled(a):
-            return torch_cuda_kernels.run(name, a, b)
-        return _nan(fn(a, b), a, b)
-    return run
-
-
-_add_f32 = _arith_f32("add_f32", lambda a, b: a + b)
-_sub_f32 = _arith_f32("sub_f32", lambda a, b: a - b)
-_mul_f32 = _arith_f32("mul_f32", lambda a, b: a * b)
-
-
-def _max3(a, b, c):
-    if torch_cuda_kernels.enabled(a):
-        return torch_cuda_kernels.run("max3_f32", a, b, c)
-    return _max(_max(a, b), c)
-
-
-def _min3(a, b, c):
-    if torch_cuda_kernels.enabled(a):
-        return torch_cuda_kernels.run("min3_f32", a, b, c)
-    return _min(_min(a, b), c)
+# f32 ops rounded once with the NaN rule over their sources in order
+_add_f32 = torch_cuda_kernels.serves("add_f32")(lambda a, b: _nan(a + b, a, b))
+_sub_f32 = torch_cuda_kernels.serves("sub_f32")(lambda a, b: _nan(a - b, a, b))
+_mul_f32 = torch_cuda_kernels.serves("mul_f32")(lambda a, b: _nan(a * b, a, b))
+_max3 = torch_cuda_kernels.serves("max3_f32")(lambda a, b, c: _max(_max(a, b), c))
+_min3 = torch_cuda_kernels.serves("min3_f32")(lambda a, b, c: _min(_min(a, b), c))
 
 
 def _float_cmp(cond):

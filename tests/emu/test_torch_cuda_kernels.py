@@ -33,6 +33,22 @@ def test_every_kernel_serves_a_torch_backend_op():
 
 
 @pytest.mark.parametrize("op", torch_cuda_kernels.OPS)
+def test_each_op_function_runs_its_own_kernel_where_enabled(op, monkeypatch):
+    """Checked without a GPU: where the kernels are enabled, the torch backend's function runs
+    the kernel of its op with its operands in order; elsewhere its torch operations."""
+    function, _, count = SERVED[op]
+    calls = []
+    monkeypatch.setattr(torch_cuda_kernels, "enabled", lambda x: True)
+    monkeypatch.setattr(torch_cuda_kernels, "run", lambda name, *xs: calls.append((name, xs)))
+    operands = [torch.full((2, 64), float(i + 1)) for i in range(count)]
+    function(*operands)
+    assert [name for name, _ in calls] == [op]
+    assert all(x is y for x, y in zip(calls[0][1], operands)) and len(calls[0][1]) == count
+    monkeypatch.setattr(torch_cuda_kernels, "enabled", lambda x: False)
+    assert isinstance(function(*operands), torch.Tensor) and len(calls) == 1
+
+
+@pytest.mark.parametrize("op", torch_cuda_kernels.OPS)
 def test_source_parses_with_its_entry_function_last(op):
     """jiterator takes the last function of the source as the kernel: it must be rocke_<op>."""
     from torch.cuda.jiterator import _CodeParser
