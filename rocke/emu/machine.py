@@ -106,25 +106,34 @@ class Pool:
         """EXEC of the batch as bool (n, 64); cached until an EXEC-writing instruction runs."""
         return self.exec_state(sel)[0]
 
+    def exec_summary(self, sel):
+        """(whether every lane of the batch is on, active lane count): exec_state without its
+        lane mask, which costs a byte per lane to build. Cached likewise."""
+        if self._exec_sel is not sel:
+            pair = self.sgpr[sel, EXEC_LO:EXEC_LO + 2]
+            full = bool((pair == 0xFFFFFFFF).all())
+            lanes = pair.size * 32 if full else int(np.bitwise_count(pair).sum())
+            self._exec_sel, self._exec_cached = sel, [None, full, lanes]
+        cached = self._exec_cached
+        return cached[1], cached[2]
+
     def exec_state(self, sel):
         """(EXEC as read-only bool (n, 64), whether every lane is on, active lane count).
 
         Cached until an EXEC-writing instruction runs or the batch changes.
         """
-        if self._exec_sel is sel:
-            return self._exec_cached
-        pair = self.sgpr[sel, EXEC_LO:EXEC_LO + 2]
-        full = bool((pair == 0xFFFFFFFF).all())
-        if full:
-            mask = np.ones((len(pair), 64), bool)
-            lanes = mask.size
-        else:
-            pair = np.ascontiguousarray(pair)
-            mask = np.unpackbits(pair.view(np.uint8), axis=1, bitorder="little").view(bool)
-            lanes = int(np.count_nonzero(mask))
-        mask.flags.writeable = False
-        self._exec_sel, self._exec_cached = sel, (mask, full, lanes)
-        return self._exec_cached
+        full, lanes = self.exec_summary(sel)
+        cached = self._exec_cached
+        if cached[0] is None:
+            pair = self.sgpr[sel, EXEC_LO:EXEC_LO + 2]
+            if full:
+                mask = np.ones((len(pair), 64), bool)
+            else:
+                pair = np.ascontiguousarray(pair)
+                mask = np.unpackbits(pair.view(np.uint8), axis=1, bitorder="little").view(bool)
+            mask.flags.writeable = False
+            cached[0] = mask
+        return cached[0], full, lanes
 
     def begin_step(self, d, n):
         """Count instruction `d` for a batch of `n` waves and name it in errors (for a runner of

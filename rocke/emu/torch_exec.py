@@ -65,6 +65,12 @@ def device_constant(name, device, make):
     return tensor
 
 
+def device_memory_bytes(device) -> int:
+    """The memory of a CUDA device, in bytes."""
+    torch = torch_module()
+    return torch.cuda.get_device_properties(torch.device(device)).total_memory
+
+
 def torch_module():
     global _torch
     if _torch is None:
@@ -91,6 +97,7 @@ class TorchPool(Pool):
         self.tv = self.tl = None
         self._tsel = (None, None)
         self._tmask = (None, None)
+        self._all_on = None
         # VALU lane masks written to SGPR pairs (v_cmp) stay on the device until a host access
         # of the SGPRs needs them: index -> (sel, bool (n, 64)); no read-back per compare
         self._pending_masks = {}
@@ -313,12 +320,22 @@ class TorchPool(Pool):
         runner = self.stretches
         if runner is not None and runner.mode in ("staged", "capture"):
             return runner.staged_exec()
-        active, full, lanes = self.exec_state(sel)
+        full, lanes = self.exec_summary(sel)
+        if full:     # every lane on: no host mask to build and upload
+            return self._all_lanes(lanes // 64), full, lanes
+        active = self.exec_state(sel)[0]
         cached, value = self._tmask
         if cached is not active:
             value = self.to_device(np.array(active))   # a writable copy
             self._tmask = (active, value)
         return value, full, lanes
+
+    def _all_lanes(self, n):
+        """Device bool (n, 64), all True: a view of one tensor of the pool's width."""
+        if self._all_on is None:
+            self._all_on = self.torch.ones((self.num_waves, 64), dtype=self.torch.bool,
+                                           device=self.device)
+        return self._all_on[:n]
 
     def host(self, tensor) -> np.ndarray:
         """A device tensor's values on the host (a device sync on CUDA)."""

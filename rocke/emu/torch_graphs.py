@@ -445,8 +445,8 @@ class StretchRunner:
             version = plan.exec_versions[q]
             state = exec_by_version.get(version)
             if state is None:
-                state = exec_by_version[version] = P.exec_state(sel)
-            _, full, lanes = state
+                state = exec_by_version[version] = P.exec_summary(sel)
+            full, lanes = state
             P.lane_instructions += lanes
             full = full and whole
             self.exec_of[q] = (full, lanes)
