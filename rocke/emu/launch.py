@@ -65,8 +65,12 @@ MAX_GRID_WORK_ITEMS = 2 ** 32 - 1    # per axis: the dispatch packet's grid size
 MAX_POOL_WAVES = 512
 # the torch backend on CUDA: an emulated instruction costs about the same host time (torch op
 # dispatch) for 512 waves as for thousands, so its pools are wider, and so is the race checker's
-# host bookkeeping budget (11 bytes per LDS byte of the pool)
-TORCH_CUDA_POOL_WAVES = 1 << 14
+# host bookkeeping budget (11 bytes per LDS byte of the pool). A pool's VGPR file and LDS take
+# at most TORCH_CUDA_POOL_MEMORY_SHARE of the GPU's memory: KEEP_POOLS pools' arrays stay on
+# the device, and an instruction's temporaries (MFMA's float64 products) are of that order.
+# On an H200 (flash, 16,384 -> 65,536 waves a pool): 3.4 -> 4.1 G lane-instructions/s
+TORCH_CUDA_POOL_WAVES = 1 << 16
+TORCH_CUDA_POOL_MEMORY_SHARE = 1 / 32
 TORCH_CUDA_RACE_BUDGET_SCALE = 16
 # what a tensor argument makes addressable: its view (rocke's own kernels: an access outside the
 # view is a bug even inside the allocation) or its whole allocation (foreign code: a pointer
@@ -530,7 +534,8 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
     waves_per_wg = -(-threads // 64)
     per_wg_tracker = RaceTracker.bytes_per_workgroup(lds_bytes, waves_per_wg) if check else 0
     on_cuda = bool(on_torch) and on_torch[1] == "cuda"
-    pool_wgs = max(1, (TORCH_CUDA_POOL_WAVES if on_cuda else MAX_POOL_WAVES) // waves_per_wg)
+    pool_wgs = max(1, (_cuda_pool_waves(dk, lds_bytes, waves_per_wg) if on_cuda
+                       else MAX_POOL_WAVES) // waves_per_wg)
     if per_wg_tracker:
         budget_bytes = RACE_TRACKER_BUDGET * (TORCH_CUDA_RACE_BUDGET_SCALE if on_cuda else 1)
         pool_wgs = max(1, min(pool_wgs, budget_bytes // per_wg_tracker))
@@ -566,6 +571,17 @@ def _run_pools(dk, memory, grid3, block3, lds_bytes, check, kernarg, dispatch, q
     if profiler is not None:
         report.profile = profiler.result()
     return report
+
+
+def _cuda_pool_waves(dk, lds_bytes, waves_per_wg) -> int:
+    """Waves of a torch pool on CUDA: TORCH_CUDA_POOL_WAVES, fewer where its VGPR file and LDS
+    would take more than TORCH_CUDA_POOL_MEMORY_SHARE of the GPU's memory (its total, not
+    what is free now: a pool's width must not change between launches, or the next launch
+    would not reuse the kept pool and its captured graphs)."""
+    from .torch_exec import device_memory_bytes
+    per_wave = dk.num_vector_regs * 64 * 4 + lds_bytes / waves_per_wg
+    fits = int(device_memory_bytes("cuda") * TORCH_CUDA_POOL_MEMORY_SHARE // per_wave)
+    return max(waves_per_wg, min(TORCH_CUDA_POOL_WAVES, fits))
 
 
 def _work_per_wave(program: Program, dk: DecodedKernel) -> float:

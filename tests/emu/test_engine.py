@@ -918,6 +918,23 @@ def test_splitting_the_grid_into_pools_changes_nothing(monkeypatch):
     assert runs["hidden"][0][0][0][11] == [2, 1, 1, 3, 2, 2, 128, 384]
 
 
+@pytest.mark.parametrize("memory_mib, vgprs, lds_bytes, waves", [
+    (140 << 10, 256, 0, 1 << 16),     # an H200: the widest pool
+    (24 << 10, 512, 0, 6144),         # 768 MiB for 128 KiB of VGPRs a wave
+    (24 << 10, 512, 65536, 5461),     # and 16 KiB of LDS a wave (4 waves a workgroup)
+    (8, 512, 0, 4)])                  # never below one workgroup
+def test_cuda_pools_fit_the_gpus_memory(monkeypatch, memory_mib, vgprs, lds_bytes, waves):
+    """A torch pool on CUDA is as wide as TORCH_CUDA_POOL_WAVES, narrower where its VGPR file
+    and LDS would take more than TORCH_CUDA_POOL_MEMORY_SHARE (1/32) of the GPU's memory."""
+    import importlib
+    import types
+    launch_module = importlib.import_module("rocke.emu.launch")
+    torch_exec = importlib.import_module("rocke.emu.torch_exec")
+    monkeypatch.setattr(torch_exec, "device_memory_bytes", lambda device: memory_mib << 20)
+    kernel = types.SimpleNamespace(num_vector_regs=vgprs)
+    assert launch_module._cuda_pool_waves(kernel, lds_bytes, 4) == waves
+
+
 @pytest.mark.parametrize("lds_bytes", [100, 4096])
 def test_race_tracker_budget_counts_what_the_tracker_allocates(monkeypatch, lds_bytes):
     """Pool sizes under the race checker come from `RaceTracker.bytes_per_workgroup`: it must
