@@ -1326,13 +1326,14 @@ def _decode_global(ins, ops, mods):
         row, k = dst.index, max(1, nbytes // 4)
 
         def run_load(P, sel, n):
-            active, full, lanes = P.exec_state(sel)
+            full, lanes = P.exec_summary(sel)
             if not P.shares_numpy and lanes:
                 words = _global_load_on_device(P, sel, n, vaddr.index, saddr, imm, nbytes, how)
                 if words is not None:
                     P.vm_issue(sel)
                     P.write_rows(sel, row, k, words, full)
                     return lanes
+            active = P.exec_state(sel)[0]
             addr = _global_addresses(P, sel, vaddr.index, saddr, imm)
             P.vm_issue(sel)
             data = P.load_global(ins, sel, addr.reshape(-1) if full else addr[active], nbytes,
@@ -1349,11 +1350,12 @@ def _decode_global(ins, ops, mods):
         row, k = data_op.index, max(1, nbytes // 4)
 
         def run_store(P, sel, n):
-            active, full, lanes = P.exec_state(sel)
+            full, lanes = P.exec_summary(sel)
             if not P.shares_numpy and lanes and _global_store_on_device(
                     P, sel, n, vaddr.index, saddr, imm, row, k, nbytes, how, full):
                 P.vm_issue(sel)
                 return lanes
+            active = P.exec_state(sel)[0]
             addr = _global_addresses(P, sel, vaddr.index, saddr, imm)
             P.vm_issue(sel)
             data = _store_bytes(P, sel, row, k, nbytes, how, full)
@@ -1495,13 +1497,14 @@ def _decode_buffer(ins, ops, mods):
         nbytes, how = _BUFFER_LOAD[rest[5:]]
 
         def run_load(P, sel, n):
-            active, full, lanes = P.exec_state(sel)
+            full, lanes = P.exec_summary(sel)
             if not P.shares_numpy and lanes:
                 words = _buffer_load_on_device(P, sel, n, plan, nbytes, how)
                 if words is not None:
                     P.vm_issue(sel)
                     P.write_rows(sel, row, max(1, nbytes // 4), words, full)
                     return lanes
+            active = P.exec_state(sel)[0]
             addr, byte_offset, limit = plan(P, sel, n)
             P.vm_issue(sel)
             torch = P.torch
@@ -1672,11 +1675,12 @@ def _ds_read(ins, addr_row, parts):
             full = P.tmask(sel)[1]     # a stretch's device step: EXEC is staged
             _ds_read_on_device(P, ins, sel, n, addr_row, parts, full)
             return 0
-        active, full, lanes = P.exec_state(sel)
+        full, lanes = P.exec_summary(sel)
         if not P.check and not P.shares_numpy:
             done = _ds_read_on_device(P, ins, sel, n, addr_row, parts, full)
             if done:
                 return lanes
+        active = P.exec_state(sel)[0]
         loaded = []
         for offset, nbytes, how, row in parts:   # all reads before any write (the ISA's order)
             flat = _lds_access(P, ins, sel, addr_row, offset, nbytes, active)
@@ -1705,10 +1709,11 @@ def _ds_write(ins, addr_row, parts):
         if P.stretches is not None and P.stretches.mode in ("staged", "capture"):
             _ds_write_on_device(P, ins, sel, addr_row, parts)   # EXEC is staged
             return 0
-        active, full, lanes = P.exec_state(sel)
+        full, lanes = P.exec_summary(sel)
         if not P.check and not P.shares_numpy and _ds_write_on_device(P, ins, sel, addr_row,
                                                                       parts):
             return lanes
+        active = P.exec_state(sel)[0]
         tmask = P.tmask(sel)[0]
         for offset, nbytes, how, row in parts:
             k = max(1, nbytes // 4)
