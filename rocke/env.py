@@ -39,10 +39,11 @@ LEVERS: dict[str, tuple[str, str]] = {
                             "unit, replayed as a CUDA graph on a GPU (0 = instruction by "
                             "instruction; results are the same either way)"),
     "ROCKE_EMU_CUDA_KERNELS": ("1", "torch backend on CUDA: the hottest float ops (v_exp_f32, "
-                               "fma, f32 add/sub/mul, min/max) as one jiterator kernel each "
-                               "instead of many torch operations (0 = torch operations, as "
-                               "where jiterator is missing, e.g. ROCm builds; the bits are the "
-                               "same)"),
+                               "fma, f32 add/sub/mul, min/max) as one jiterator kernel each, "
+                               "and the dense MFMAs and LDS reads/writes as one fused Triton "
+                               "kernel each, instead of many torch operations (0 = torch "
+                               "operations, as where jiterator or Triton is missing, e.g. ROCm "
+                               "builds; the bits are the same)"),
     "ROCKE_FAMILIES": ("none", "extra kernel families: comma-separated name=python.module entries"),
     "ROCKE_CHECK_METADATA": ("device", "the attention entry point's content checks of GPU "
                              "metadata: device (a guard kernel records the first violation; "

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import backend as shared
-from . import memops, torch_cuda_kernels, torch_memory
+from . import memops, torch_cuda_kernels, torch_memory, torch_triton_kernels
 from .access import scalar_raw_reader, write_mask
 from .errors import DecodeError, EmulatorError
 from .memory import AccessFault
@@ -1630,11 +1630,22 @@ def _ds_read_on_device(P, ins, sel, n, addr_row, parts, full) -> bool:
     """The DS read with its addresses on the device (TorchPool.lds_on_device); False (nothing
     done) where the host path must run."""
     torch = P.torch
-    loaded = []
-    for offset, nbytes, how, row in parts:   # all reads before any write (the ISA's order)
+    flats = []
+    for offset, nbytes, how, row in parts:
         flat = P.lds_on_device(ins, sel, addr_row, offset, nbytes)
         if flat is None:
             return False
+        flats.append(flat)
+    if torch_triton_kernels.enabled(P.tv):   # the flats are taken: each part in one kernel
+        tmask = None if full else P.tmask(sel)[0]
+        done = [torch_triton_kernels.lds_read(P, sel, n, flat, nbytes, row, tmask, full)
+                for flat, (offset, nbytes, how, row) in zip(flats, parts)]
+        if all(done):
+            return True
+        # a kernel failed to build (now off): the torch operations redo every part, the
+        # flats taken before any part wrote
+    loaded = []
+    for flat, (offset, nbytes, how, row) in zip(flats, parts):   # all reads before any write
         data = P.tl[flat[..., None] + torch.arange(nbytes, device=flat.device)]   # (n, 64, b)
         if how == "full":
             words = data.view(torch.int32)
@@ -1656,6 +1667,13 @@ def _ds_write_on_device(P, ins, sel, addr_row, parts) -> bool:
         if flat is None:
             return False
         flats.append(flat)
+    if torch_triton_kernels.enabled(P.tv):
+        done = [torch_triton_kernels.lds_write(P, sel, flat.shape[0], flat, nbytes, row,
+                                               16 if how == "hi" else 0)
+                for flat, (offset, nbytes, how, row) in zip(flats, parts)]
+        if all(done):
+            return True
+        # a kernel failed to build (now off): the torch operations write every part again
     for flat, (offset, nbytes, how, row) in zip(flats, parts):
         k = max(1, nbytes // 4)
         words = P.tv[P.tsel(sel), row:row + k].permute(0, 2, 1)   # (n, 64, k)
@@ -1770,6 +1788,15 @@ def _decode_mfma(ins, ops, mods, mfma_ops):
         a_map, b_map, d_map = op.layout_maps()
     except ValueError as err:
         raise DecodeError(f"torch backend: {err}") from None
+    # the fused kernel (torch_triton_kernels) writes D while other programs still read A and
+    # B, and each D element reads only its own C: D may be C, but not overlap A, B or C else
+    d_rows = set(range(dst.index, dst.index + op.c_regs))
+    c_rows = set(range(c.index, c.index + op.c_regs)) if c.kind == "v" else set()
+    fused = None if d_rows & (set(range(a.index, a.index + op.a_regs)) |
+                              set(range(b.index, b.index + op.b_regs))) or \
+        (c_rows & d_rows and c.index != dst.index) else \
+        torch_triton_kernels.MfmaTables(a_map, b_map, d_map, op.m, op.n)
+    fused_rows = (a.index, b.index, c.index if c.kind == "v" else None, dst.index)
     rows = _output_rows(d_map, op.blocks, op.m, op.n)
     if rows is not None:     # D's order is A's rows reordered: the products come out in it
         a_map, d_map = a_map[np.arange(op.blocks)[:, None], rows], None
@@ -1790,6 +1817,10 @@ def _decode_mfma(ins, ops, mods, mfma_ops):
 
     def run(P, sel, n):
         tmask, full, lanes = P.tmask(sel)
+        if fused is not None and torch_triton_kernels.enabled(P.tv) and \
+                torch_triton_kernels.mfma(P, sel, n, fused, fused_rows, fmt == "bf16", tmask,
+                                          full):
+            return lanes
         device = P.tl.device
         if device not in maps:
             maps[device] = tuple(None if m is None else torch.from_numpy(m).to(device)

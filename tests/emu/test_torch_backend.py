@@ -253,6 +253,7 @@ class _MfmaPool:
 
     def __init__(self, tv):
         self.tv = self.tl = tv
+        self.torch = torch
 
     def tsel(self, sel):
         return sel
