@@ -427,9 +427,14 @@ class StretchRunner:
         P, plan = self.pool, self.plan
         code = P.kernel.code
         whole = n == self.waves
-        staged_columns, columns = (P.staging_buffer((plan.columns, self.waves), np.int32)
+        # zeroed where the batch leaves rows out (their EXEC must be off); with every wave in
+        # the batch each row a step reads is written below (a 1.4 MB memset a pass saved, at
+        # 65,536 waves)
+        staged_columns, columns = (P.staging_buffer((plan.columns, self.waves), np.int32,
+                                                    zero=not whole)
                                    if plan.columns else (None, None))
-        staged_masks, masks = (P.staging_buffer((plan.masks, self.waves), np.int64)
+        staged_masks, masks = (P.staging_buffer((plan.masks, self.waves), np.int64,
+                                                zero=not whole)
                                if plan.masks else (None, None))
         pending, exec_staged = [], set()
         exec_by_version = {}       # a host step that writes EXEC starts a new version

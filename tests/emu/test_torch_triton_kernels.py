@@ -37,10 +37,9 @@ class _Pool:
 
     def tmask(self, sel):
         n = self.tv[self.tsel(sel)].shape[0]
-        mask = self.exec_mask if self.exec_mask is not None else \
-            torch.ones((n, 64), dtype=torch.bool, device=self.tv.device)
-        full = bool(mask.all())
-        return mask, full, int(mask.sum())
+        if self.exec_mask is None:      # no device read: a graph capture may ask
+            return torch.ones((n, 64), dtype=torch.bool, device=self.tv.device), True, n * 64
+        return self.exec_mask, bool(self.exec_mask.all()), int(self.exec_mask.sum())
 
     def write_rows(self, sel, row, count, values, full, mask=None):
         ts = self.tsel(sel)
