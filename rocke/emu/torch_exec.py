@@ -209,11 +209,14 @@ class TorchPool(Pool):
         return pair[:, 0] | (pair[:, 1] << 32)
 
     def host_sgpr_column(self, sel, index) -> np.ndarray:
-        """int32 (n,) copy of SGPR `index` of the batch as the host holds it now."""
+        """int32 (n,) of SGPR `index` of the batch as the host holds it now: a read-only view
+        where it can be one (copy it to keep it past the next host step)."""
         pending = self._pending_masks
         if pending and (index in pending or index - 1 in pending):
             self._flush_masks()
-        return self._sgpr[sel, index].view(np.int32).copy()
+        column = self._sgpr[sel, index].view(np.int32)
+        column.flags.writeable = False
+        return column
 
     def _stretch_input(self, kind, index):
         """Inside a stretch (torch_graphs): None after noting the host input when discovering,
