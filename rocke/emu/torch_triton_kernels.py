@@ -109,21 +109,28 @@ def _kernels() -> dict:
 
     lane_args = ["tv", "lds", "flat", "waves", "first", "mask", "lanes", "row"]
 
+    @triton.jit
+    def lane_block(tv, flat, waves, first, lanes, row, REGS: tl.constexpr,
+                   WAVE_LIST: tl.constexpr, BLOCK: tl.constexpr):
+        # this program's BLOCK lanes: (lane number, whether it is one, its flat LDS byte
+        # index, the address of its register `row`)
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        live = i < lanes
+        if WAVE_LIST:
+            wave = tl.load(waves + i // 64, mask=live, other=0)
+        else:
+            wave = first + i // 64
+        at = tl.load(flat + i, mask=live, other=0)
+        return i, live, at, tv + wave.to(tl.int64) * (REGS * 64) + row * 64 + i % 64
+
     @triton.jit(do_not_specialize=lane_args)
     def lds_read(tv, lds, flat, waves, first, mask, lanes, row, REGS: tl.constexpr,
                  NBYTES: tl.constexpr, WORDS: tl.constexpr, WAVE_LIST: tl.constexpr,
                  MASKED: tl.constexpr, BLOCK: tl.constexpr):
         # one program: BLOCK lanes (batch wave * 64 + lane); each reads NBYTES at its flat
         # LDS byte index into WORDS registers (a u8 / u16 read zero-extended)
-        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        live = i < lanes
-        w = i // 64
-        if WAVE_LIST:
-            wave = tl.load(waves + w, mask=live, other=0)
-        else:
-            wave = first + w
-        at = tl.load(flat + i, mask=live, other=0)
-        dst = tv + wave.to(tl.int64) * (REGS * 64) + row * 64 + i % 64
+        i, live, at, dst = lane_block(tv, flat, waves, first, lanes, row, REGS, WAVE_LIST,
+                                      BLOCK)
         if MASKED:
             on = tl.load(mask + i, mask=live, other=0) != 0
         for j in tl.static_range(WORDS):
@@ -143,15 +150,8 @@ def _kernels() -> dict:
         # one program: BLOCK lanes; each writes the low NBYTES of its registers row.. (each
         # shifted right by SHIFT: a d16_hi write) at its flat LDS byte index (a lane that is
         # off points at the sink past the pool's LDS). `mask` is unused.
-        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        live = i < lanes
-        w = i // 64
-        if WAVE_LIST:
-            wave = tl.load(waves + w, mask=live, other=0)
-        else:
-            wave = first + w
-        at = tl.load(flat + i, mask=live, other=0)
-        src = tv + wave.to(tl.int64) * (REGS * 64) + row * 64 + i % 64
+        i, live, at, src = lane_block(tv, flat, waves, first, lanes, row, REGS, WAVE_LIST,
+                                      BLOCK)
         for j in tl.static_range((NBYTES + 3) // 4):
             word = tl.load(src + j * 64, mask=live, other=0) >> SHIFT
             for b in tl.static_range(4):
