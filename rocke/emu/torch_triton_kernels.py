@@ -165,7 +165,7 @@ def _kernels() -> dict:
 
 MFMA_BLOCK = 256      # D elements of one MFMA program
 LANE_BLOCK = 256      # lanes of one LDS program
-_WARM: set = set()    # (kernel, device, flags) launched once (see the module docstring)
+_WARM: set = set()    # (kernel, device, flags) whose variants all ran once (module docstring)
 _BOTH_WAYS = ((False, False), (False, True), (True, False), (True, True))  # (wave list, masked)
 
 
@@ -207,15 +207,16 @@ def _warm(name, device, flags, launch, variants) -> bool:
     False when one fails to compile or launch: the kernels are then off for the process
     (`unavailable` says why) and the caller runs the torch operations; only scratch tensors
     were written."""
+    key = (name, str(device), tuple(flags.items()))   # flags: built in one order per kernel
+    if key in _WARM:
+        return True
     for wave_list, masked in variants:
-        key = (name, str(device), tuple(sorted(flags.items())), wave_list, masked)
-        if key not in _WARM:
-            try:
-                launch(wave_list, masked)
-            except Exception as err:    # a Triton or driver error: compile, load, launch
-                _UNAVAILABLE[0] = f"Triton kernel {name} failed: {type(err).__name__}: {err}"
-                return False
-            _WARM.add(key)
+        try:
+            launch(wave_list, masked)
+        except Exception as err:    # a Triton or driver error: compile, load, launch
+            _UNAVAILABLE[0] = f"Triton kernel {name} failed: {type(err).__name__}: {err}"
+            return False
+    _WARM.add(key)
     return True
 
 
