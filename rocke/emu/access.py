@@ -31,22 +31,43 @@ def sgpr_pair(P, sel, index: int) -> np.ndarray:
     """uint64 (n,) of the SGPR pair at `index`: one read of the 64-bit view for an even pair
     (SGPR pairs are even-aligned; a view of the register file, like the 32-bit readers')."""
     if P.sgpr64 is not None and index % 2 == 0:
-        return P.sgpr64[sel, index >> 1]
-    return P.sgpr[sel, index].astype(U64) | (P.sgpr[sel, index + 1].astype(U64) << U64(32))
+        return P.sgpr64[:, index >> 1][sel]
+    return P.sgpr[:, index][sel].astype(U64) | (P.sgpr[:, index + 1][sel].astype(U64) << U64(32))
 
 
 def set_sgpr_pair(P, sel, index: int, value: np.ndarray):
     """Write uint64 (n,) `value` to the SGPR pair at `index`."""
     if P.sgpr64 is not None and index % 2 == 0:
-        P.sgpr64[sel, index >> 1] = value
+        P.sgpr64[:, index >> 1][sel] = value
         return
-    P.sgpr[sel, index] = (value & U64(0xFFFFFFFF)).astype(U32)
-    P.sgpr[sel, index + 1] = (value >> U64(32)).astype(U32)
+    P.sgpr[:, index][sel] = (value & U64(0xFFFFFFFF)).astype(U32)
+    P.sgpr[:, index + 1][sel] = (value >> U64(32)).astype(U32)
+
+
+# The register files are (waves, registers). A batch given as an index array reads or writes
+# one register through its column's 1-D view (`sgpr[:, i][sel]`): numpy's 2-D fancy indexing
+# (`sgpr[sel, i]`) costs 1.5-2x that, and 5x for a pair (`sgpr[sel, i:i + 2]`), which the
+# 64-bit view of an even pair turns into one column.
+
+def pair_words(sgpr, sgpr64, sel, index: int) -> np.ndarray:
+    """uint32 (n, 2) (low, high word) of the SGPR pair at `index` of register file `sgpr`
+    (`sgpr64`: its 64-bit view or None): a view for a slice batch, else a copy."""
+    if isinstance(sel, slice) or sgpr64 is None or index % 2:
+        return sgpr[sel, index:index + 2]
+    return sgpr64[:, index >> 1][sel].view(U32).reshape(-1, 2)
+
+
+def put_pair_words(sgpr, sgpr64, sel, index: int, words: np.ndarray):
+    """The SGPR pair at `index` of the batch := uint32 (n, 2) (low, high) `words`."""
+    if isinstance(sel, slice) or sgpr64 is None or index % 2:
+        sgpr[sel, index:index + 2] = words
+        return
+    sgpr64[:, index >> 1][sel] = np.ascontiguousarray(words, U32).view(U64)[:, 0]
 
 
 def sgpr_pair_to_mask(P, sel, index: int) -> np.ndarray:
     """Bool (n, 64) from the 64-bit SGPR pair at `index` (lane i = bit i)."""
-    pair = np.ascontiguousarray(P.sgpr[sel, index:index + 2])
+    pair = np.ascontiguousarray(pair_words(P.sgpr, P.sgpr64, sel, index))
     return np.unpackbits(pair.view(np.uint8), axis=1, bitorder="little").view(bool)
 
 
@@ -56,7 +77,7 @@ def mask_to_words(mask: np.ndarray) -> np.ndarray:
 
 
 def write_mask(P, sel, index: int, mask: np.ndarray):
-    P.sgpr[sel, index:index + 2] = mask_to_words(mask)
+    put_pair_words(P.sgpr, P.sgpr64, sel, index, mask_to_words(mask))
 
 
 def scalar_raw_reader(op: Operand, typ: str):
@@ -68,7 +89,7 @@ def scalar_raw_reader(op: Operand, typ: str):
             if op.count < 2:
                 raise ValueError(f"operand {op.text!r} must be a 64-bit register pair")
             return lambda P, sel, n: sgpr_pair(P, sel, i)
-        return lambda P, sel, n: P.sgpr[sel, i]
+        return lambda P, sel, n: P.sgpr[:, i][sel]
     if op.kind in ("const", "float"):
         c = constant_bits(op, typ)
         dtype = U64 if wide else U32
@@ -91,7 +112,7 @@ def scalar_writer(op: Operand, typ: str):
         return write64
 
     def write32(P, sel, value):
-        P.sgpr[sel, i] = value.astype(U32, copy=False)
+        P.sgpr[:, i][sel] = value.astype(U32, copy=False)
     return write32
 
 
@@ -111,7 +132,7 @@ def vector_raw_reader(op: Operand, typ: str):
             if op.count < 2:
                 raise ValueError(f"operand {op.text!r} must be a 64-bit register pair")
             return lambda P, sel, n: np.broadcast_to(sgpr_pair(P, sel, i)[:, None], (n, 64))
-        return lambda P, sel, n: np.broadcast_to(P.sgpr[sel, i][:, None], (n, 64))
+        return lambda P, sel, n: np.broadcast_to(P.sgpr[:, i][sel][:, None], (n, 64))
     if op.kind in ("const", "float"):
         c = constant_bits(op, typ)
         dtype = U64 if wide else U32

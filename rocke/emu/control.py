@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from .access import U64, scalar_raw_reader, scalar_writer
+from .access import U64, scalar_raw_reader, scalar_writer, sgpr_pair
 from .operands import EXEC_LO, VCC_LO
 from .errors import DecodeError
 
@@ -29,10 +29,10 @@ def decode_branch(ins, ops, labels, index_of_label, pc_address):
     conditions = {
         "s_cbranch_scc0": lambda P, sel: ~P.scc[sel],
         "s_cbranch_scc1": lambda P, sel: P.scc[sel],
-        "s_cbranch_vccz": lambda P, sel: (P.sgpr[sel, VCC_LO] | P.sgpr[sel, VCC_LO + 1]) == 0,
-        "s_cbranch_vccnz": lambda P, sel: (P.sgpr[sel, VCC_LO] | P.sgpr[sel, VCC_LO + 1]) != 0,
-        "s_cbranch_execz": lambda P, sel: (P.sgpr[sel, EXEC_LO] | P.sgpr[sel, EXEC_LO + 1]) == 0,
-        "s_cbranch_execnz": lambda P, sel: (P.sgpr[sel, EXEC_LO] | P.sgpr[sel, EXEC_LO + 1]) != 0,
+        "s_cbranch_vccz": lambda P, sel: sgpr_pair(P, sel, VCC_LO) == 0,
+        "s_cbranch_vccnz": lambda P, sel: sgpr_pair(P, sel, VCC_LO) != 0,
+        "s_cbranch_execz": lambda P, sel: sgpr_pair(P, sel, EXEC_LO) == 0,
+        "s_cbranch_execnz": lambda P, sel: sgpr_pair(P, sel, EXEC_LO) != 0,
     }
     if name in conditions:
         target = target_of(ops[0])

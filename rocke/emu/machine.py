@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from .access import pair_words
 from .errors import EmulatorError, LaunchTimeout, LdsFault, LdsRace, MemoryFault
 from .memory import AccessFault, GlobalMemory, access_rows, put_rows, take_rows
 from .memops import apply_atomics
@@ -110,7 +111,7 @@ class Pool:
         """(whether every lane of the batch is on, active lane count): exec_state without its
         lane mask, which costs a byte per lane to build. Cached likewise."""
         if self._exec_sel is not sel:
-            pair = self.sgpr[sel, EXEC_LO:EXEC_LO + 2]
+            pair = pair_words(self.sgpr, self.sgpr64, sel, EXEC_LO)
             full = bool((pair == 0xFFFFFFFF).all())
             lanes = pair.size * 32 if full else int(np.bitwise_count(pair).sum())
             self._exec_sel, self._exec_cached = sel, [None, full, lanes]
@@ -125,7 +126,7 @@ class Pool:
         full, lanes = self.exec_summary(sel)
         cached = self._exec_cached
         if cached[0] is None:
-            pair = self.sgpr[sel, EXEC_LO:EXEC_LO + 2]
+            pair = pair_words(self.sgpr, self.sgpr64, sel, EXEC_LO)
             if full:
                 mask = np.ones((len(pair), 64), bool)
             else:

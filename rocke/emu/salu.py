@@ -152,5 +152,5 @@ def _vector_rows(P, sel, op, n):
     if op.kind == "v":
         return P.vgpr[sel, op.index]
     if op.kind == "s":
-        return np.broadcast_to(P.sgpr[sel, op.index][:, None], (n, 64))
+        return np.broadcast_to(P.sgpr[:, op.index][sel][:, None], (n, 64))
     raise DecodeError(f"operand {op.text!r} must be a register")

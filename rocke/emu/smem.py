@@ -28,13 +28,13 @@ def decode_smem(ins, ops, mods, P_memory_read):
     d = dst.index
 
     def run(P, sel, n):
-        lo, hi = P.sgpr[sel, b].astype(U64), P.sgpr[sel, b + 1].astype(U64)
+        lo, hi = P.sgpr[:, b][sel].astype(U64), P.sgpr[:, b + 1][sel].astype(U64)
         offset = np.full(n, imm, np.int64)
         if offset_reader is not None:
             offset = offset + offset_reader(P, sel, n).astype(np.int64)
         if buffered:
             base = lo | ((hi & U64(0xFFFF)) << U64(32))
-            num_records = P.sgpr[sel, b + 2].astype(np.int64)
+            num_records = P.sgpr[:, b + 2][sel].astype(np.int64)
             offset = offset & ~3
             dword_offsets = offset[:, None] + 4 * np.arange(count)
             in_range = dword_offsets + 4 <= num_records[:, None]

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import backend as shared
 from . import memops, torch_cuda_kernels, torch_memory, torch_triton_kernels
-from .access import scalar_raw_reader, write_mask
+from .access import pair_words, put_pair_words, scalar_raw_reader, sgpr_pair, write_mask
 from .errors import DecodeError, EmulatorError
 from .memory import AccessFault
 from .machine import LDS_GRANULE, Pool
@@ -146,11 +146,8 @@ class TorchPool(Pool):
         start = 0
         for index, (sel, mask) in pending.items():
             count = mask.shape[0]
-            if index % 2 == 0 and self._sgpr64 is not None:   # one 8-byte column
-                self._sgpr64[sel, index >> 1] = words[start:start + count].view(np.uint64)
-            else:
-                self._sgpr[sel, index:index + 2] = \
-                    words[start:start + count].view(np.uint32).reshape(-1, 2)
+            put_pair_words(self._sgpr, self._sgpr64, sel, index,
+                           words[start:start + count].view(np.uint32).reshape(-1, 2))
             start += count
         self._sgpr_epoch += 1
 
@@ -204,8 +201,8 @@ class TorchPool(Pool):
         if pending and (index - 1 in pending or index in pending or index + 1 in pending):
             self._flush_masks()
         if index % 2 == 0 and self._sgpr64 is not None:   # one 8-byte column, a copy
-            return self._sgpr64[sel, index >> 1].astype(np.int64)
-        pair = self._sgpr[sel, index:index + 2].astype(np.int64)
+            return self._sgpr64[:, index >> 1][sel].astype(np.int64)
+        pair = pair_words(self._sgpr, self._sgpr64, sel, index).astype(np.int64)
         return pair[:, 0] | (pair[:, 1] << 32)
 
     def host_sgpr_column(self, sel, index) -> np.ndarray:
@@ -214,7 +211,7 @@ class TorchPool(Pool):
         pending = self._pending_masks
         if pending and (index in pending or index - 1 in pending):
             self._flush_masks()
-        column = self._sgpr[sel, index].view(np.int32)
+        column = self._sgpr[:, index][sel].view(np.int32)
         column.flags.writeable = False
         return column
 
@@ -266,7 +263,7 @@ class TorchPool(Pool):
             self._sgpr_columns = (sel, self._sgpr_epoch, columns)
         column = columns.get(index)
         if column is None:
-            column = columns[index] = self.to_device(self._sgpr[sel, index].view(np.int32))[:, None]
+            column = columns[index] = self.to_device(self._sgpr[:, index][sel].view(np.int32))[:, None]
         return column
 
     def run(self):
@@ -1200,7 +1197,7 @@ def _decode_readlane(ins, ops):
     def run(P, sel, n):
         lane = (lane_of(P, sel, n) & np.uint32(63)).astype(np.int64)
         picked = P.tv[P.tsel(sel), row].gather(1, P.to_device(lane)[:, None])[:, 0]
-        P.sgpr[sel, index] = P.host(picked).view(np.uint32)
+        P.sgpr[:, index][sel] = P.host(picked).view(np.uint32)
         return 0
     return run
 
@@ -1217,7 +1214,7 @@ def _decode_readfirstlane(ins, ops):
         lane = np.where(active.any(1), active.argmax(1), 0)
         values = P.tv[P.tsel(sel), row]
         picked = values.gather(1, P.to_device(lane.astype(np.int64))[:, None])[:, 0]
-        P.sgpr[sel, index] = P.host(picked).view(np.uint32)
+        P.sgpr[:, index][sel] = P.host(picked).view(np.uint32)
         return 0
     return run
 
@@ -1231,7 +1228,7 @@ def _global_addresses(P, sel, vaddr, saddr, imm):
     torch = torch_module()
     ts = P.tsel(sel)
     if saddr is not None:
-        base = P.sgpr[sel, saddr].astype(np.uint64) | (P.sgpr[sel, saddr + 1].astype(np.uint64) << 32)
+        base = sgpr_pair(P, sel, saddr).astype(np.uint64)
         offset = P.host(P.tv[ts, vaddr]).view(np.uint32).astype(np.uint64)
         addr = base[:, None] + offset
     else:
@@ -1414,7 +1411,7 @@ def _buffer_plan(ins, vaddr, srsrc, soffset, mods):
     if srsrc.kind != "s" or srsrc.count != 4:
         raise DecodeError("buffer resource must be 4 SGPRs")
     if soffset.kind == "s":
-        soffset_of = lambda P, sel, n: P.sgpr[sel, soffset.index].astype(np.int64)
+        soffset_of = lambda P, sel, n: P.sgpr[:, soffset.index][sel].astype(np.int64)
     elif soffset.kind in ("const",):
         value = int(soffset.value)
         soffset_of = lambda P, sel, n: np.full(n, value, np.int64)
@@ -1423,7 +1420,7 @@ def _buffer_plan(ins, vaddr, srsrc, soffset, mods):
     imm, r = int(mods.get("offset", 0)), srsrc.index
 
     def plan(P, sel, n):
-        w0, w1, w2, w3 = (P.sgpr[sel, r + i] for i in range(4))
+        w0, w1, w2, w3 = (P.sgpr[:, r + i][sel] for i in range(4))
         if (w3 & np.uint32(1 << 23)).any():
             raise EmulatorError(f"{ins.at}: buffer resources with ADD_TID_ENABLE are not supported")
         base = w0.astype(np.int64) | ((w1 & np.uint32(0xFFFF)).astype(np.int64) << 32)
@@ -1438,7 +1435,7 @@ def _buffer_plan(ins, vaddr, srsrc, soffset, mods):
         int64 (n, 1) one: the plan with the VGPR offsets left on the device; None for a
         resource the host path refuses."""
         torch = P.torch
-        w0, w1, w2, w3 = (P.sgpr[sel, r + i] for i in range(4))
+        w0, w1, w2, w3 = (P.sgpr[:, r + i][sel] for i in range(4))
         if (w3 & np.uint32(1 << 23)).any():
             return None
         base = w0.astype(np.int64) | ((w1 & np.uint32(0xFFFF)).astype(np.int64) << 32)

@@ -955,3 +955,21 @@ def test_race_tracker_budget_counts_what_the_tracker_allocates(monkeypatch, lds_
         held = sum(a.nbytes for a in (tracker.writer, tracker.writer_pc, tracker.readers,
                                       tracker.reader_pc))
         assert held == wgs * machine.RaceTracker.bytes_per_workgroup(lds_bytes, waves)
+
+
+@pytest.mark.parametrize("sel", [slice(3, 40), np.array([0, 5, 6, 31, 77, 99]), np.array([], np.int64)],
+                         ids=["slice", "index array", "empty"])
+@pytest.mark.parametrize("index", [106, 7])
+def test_sgpr_pair_helpers_read_and_write_what_2d_indexing_does(sel, index):
+    """access.pair_words / put_pair_words (the 64-bit column path for index arrays, 2-D indexing
+    otherwise) against numpy's own 2-D indexing of the register file, even and odd pairs."""
+    from rocke.emu import access
+    rng = np.random.default_rng(3)
+    sgpr = rng.integers(0, 2 ** 32, (100, 128), dtype=np.uint64).astype(np.uint32)
+    want = sgpr.copy()
+    assert np.array_equal(access.pair_words(sgpr, sgpr.view(np.uint64), sel, index),
+                          want[sel, index:index + 2])
+    words = rng.integers(0, 2 ** 32, (len(want[sel]), 2), dtype=np.uint64).astype(np.uint32)
+    access.put_pair_words(sgpr, sgpr.view(np.uint64), sel, index, words)
+    want[sel, index:index + 2] = words
+    assert np.array_equal(sgpr, want)
