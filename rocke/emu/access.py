@@ -27,42 +27,71 @@ def vgpr_pair(P, sel, row: int, n: int) -> np.ndarray:
     return words.view(U64)[:, :, 0]
 
 
+# The scalar register file is pair-major: uint32 (64 pairs, waves, 2 words). SGPR i of every
+# wave is the 1-D view `sgpr_column(sgpr, i)` (8-byte stride) and an even pair's 64-bit value the
+# contiguous 1-D view `sgpr64[i >> 1]` (little-endian: low word first). A batch reads or writes
+# one register or pair through that view; in a (waves, registers) file the same access touched
+# a cache line per wave (at 65,536 waves: a pair in 12 us against 190 us).
+SGPR_PAIRS = 64   # 128 SGPRs: s0..s105, VCC at 106, M0 at 124, EXEC at 126 (operands.py)
+
+
+def sgpr_file_shape(waves: int) -> tuple:
+    return (SGPR_PAIRS, waves, 2)
+
+
+def pair_view(sgpr: np.ndarray):
+    """uint64 (64, waves) view of the even-aligned pairs of register file `sgpr` (None where
+    the byte order does not put the low word first)."""
+    return sgpr.view(U64)[:, :, 0] if sys.byteorder == "little" else None
+
+
+def sgpr_column(sgpr: np.ndarray, index: int) -> np.ndarray:
+    """uint32 (waves,) view of SGPR `index` of every wave."""
+    return sgpr[index >> 1, :, index & 1]
+
+
 def sgpr_pair(P, sel, index: int) -> np.ndarray:
     """uint64 (n,) of the SGPR pair at `index`: one read of the 64-bit view for an even pair
     (SGPR pairs are even-aligned; a view of the register file, like the 32-bit readers')."""
-    if P.sgpr64 is not None and index % 2 == 0:
-        return P.sgpr64[:, index >> 1][sel]
-    return P.sgpr[:, index][sel].astype(U64) | (P.sgpr[:, index + 1][sel].astype(U64) << U64(32))
+    if index % 2 == 0 and P.sgpr64 is not None:
+        return P.sgpr64[index >> 1][sel]
+    sgpr = P.sgpr
+    return (sgpr_column(sgpr, index)[sel].astype(U64)
+            | (sgpr_column(sgpr, index + 1)[sel].astype(U64) << U64(32)))
 
 
 def set_sgpr_pair(P, sel, index: int, value: np.ndarray):
     """Write uint64 (n,) `value` to the SGPR pair at `index`."""
-    if P.sgpr64 is not None and index % 2 == 0:
-        P.sgpr64[:, index >> 1][sel] = value
+    if index % 2 == 0 and P.sgpr64 is not None:
+        P.sgpr64[index >> 1][sel] = value
         return
-    P.sgpr[:, index][sel] = (value & U64(0xFFFFFFFF)).astype(U32)
-    P.sgpr[:, index + 1][sel] = (value >> U64(32)).astype(U32)
+    sgpr = P.sgpr
+    sgpr_column(sgpr, index)[sel] = (value & U64(0xFFFFFFFF)).astype(U32)
+    sgpr_column(sgpr, index + 1)[sel] = (value >> U64(32)).astype(U32)
 
-
-# The register files are (waves, registers). A batch given as an index array reads or writes
-# one register through its column's 1-D view (`sgpr[:, i][sel]`): numpy's 2-D fancy indexing
-# (`sgpr[sel, i]`) costs 1.5-2x that, and 5x for a pair (`sgpr[sel, i:i + 2]`), which the
-# 64-bit view of an even pair turns into one column.
 
 def pair_words(sgpr, sgpr64, sel, index: int) -> np.ndarray:
     """uint32 (n, 2) (low, high word) of the SGPR pair at `index` of register file `sgpr`
-    (`sgpr64`: its 64-bit view or None): a view for a slice batch, else a copy."""
-    if isinstance(sel, slice) or sgpr64 is None or index % 2:
-        return sgpr[sel, index:index + 2]
-    return sgpr64[:, index >> 1][sel].view(U32).reshape(-1, 2)
+    (`sgpr64`: its pair view or None): a view for a slice batch of an even pair, else a copy."""
+    if index % 2 == 0 and sgpr64 is not None:
+        pair = sgpr64[index >> 1][sel]
+        return np.ascontiguousarray(pair).view(U32).reshape(-1, 2)
+    return np.stack((sgpr_column(sgpr, index)[sel], sgpr_column(sgpr, index + 1)[sel]), axis=1)
 
 
 def put_pair_words(sgpr, sgpr64, sel, index: int, words: np.ndarray):
     """The SGPR pair at `index` of the batch := uint32 (n, 2) (low, high) `words`."""
-    if isinstance(sel, slice) or sgpr64 is None or index % 2:
-        sgpr[sel, index:index + 2] = words
+    if index % 2 == 0 and sgpr64 is not None:
+        sgpr64[index >> 1][sel] = np.ascontiguousarray(words, U32).view(U64)[:, 0]
         return
-    sgpr64[:, index >> 1][sel] = np.ascontiguousarray(words, U32).view(U64)[:, 0]
+    sgpr_column(sgpr, index)[sel] = words[:, 0]
+    sgpr_column(sgpr, index + 1)[sel] = words[:, 1]
+
+
+def put_sgpr_words(sgpr, sel, first: int, words: np.ndarray):
+    """SGPRs first .. first + k - 1 of the batch := uint32 (n, k) `words` (a k-dword load)."""
+    for k in range(words.shape[1]):
+        sgpr_column(sgpr, first + k)[sel] = words[:, k]
 
 
 def sgpr_pair_to_mask(P, sel, index: int) -> np.ndarray:
@@ -89,7 +118,7 @@ def scalar_raw_reader(op: Operand, typ: str):
             if op.count < 2:
                 raise ValueError(f"operand {op.text!r} must be a 64-bit register pair")
             return lambda P, sel, n: sgpr_pair(P, sel, i)
-        return lambda P, sel, n: P.sgpr[:, i][sel]
+        return lambda P, sel, n: sgpr_column(P.sgpr, i)[sel]
     if op.kind in ("const", "float"):
         c = constant_bits(op, typ)
         dtype = U64 if wide else U32
@@ -112,7 +141,7 @@ def scalar_writer(op: Operand, typ: str):
         return write64
 
     def write32(P, sel, value):
-        P.sgpr[:, i][sel] = value.astype(U32, copy=False)
+        sgpr_column(P.sgpr, i)[sel] = value.astype(U32, copy=False)
     return write32
 
 
@@ -132,7 +161,7 @@ def vector_raw_reader(op: Operand, typ: str):
             if op.count < 2:
                 raise ValueError(f"operand {op.text!r} must be a 64-bit register pair")
             return lambda P, sel, n: np.broadcast_to(sgpr_pair(P, sel, i)[:, None], (n, 64))
-        return lambda P, sel, n: np.broadcast_to(P.sgpr[:, i][sel][:, None], (n, 64))
+        return lambda P, sel, n: np.broadcast_to(sgpr_column(P.sgpr, i)[sel][:, None], (n, 64))
     if op.kind in ("const", "float"):
         c = constant_bits(op, typ)
         dtype = U64 if wide else U32

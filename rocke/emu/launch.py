@@ -51,10 +51,12 @@ from rocke import env
 from rocke.arch import abi
 from rocke.arch.targets import GFX942, get_target
 
+from .access import put_pair_words, sgpr_column
 from .asm import Program, parse_program
 from .gfx950 import check_target
 from . import scratch
 from .memory import GlobalMemory, host_view
+from .operands import EXEC_LO
 from .machine import Pool, RaceTracker
 from . import backend, parallel
 from .program import CLASSES, DecodedKernel, decode_kernel
@@ -667,12 +669,15 @@ def _initial_state(pool: Pool, dk: DecodedKernel, block, kernarg, dispatch, queu
     """Register state at wave launch per AMDGPUUsage "Initial Kernel Execution State"."""
     d = dk.source.descriptor
     sg = pool.sgpr
+
+    def column(index):
+        return sgpr_column(sg, index)
     i = 0
 
     def put64(value):
         nonlocal i
-        sg[:, i] = value & 0xFFFFFFFF
-        sg[:, i + 1] = value >> 32
+        column(i)[:] = value & 0xFFFFFFFF
+        column(i + 1)[:] = value >> 32
         i += 2
     if d.get("amdhsa_user_sgpr_private_segment_buffer", 0):
         i += 4   # an all-zero resource: kernels that have private memory are refused with it
@@ -688,19 +693,20 @@ def _initial_state(pool: Pool, dk: DecodedKernel, block, kernarg, dispatch, queu
         put64(0)   # not used on architected flat scratch targets (must be 0 there)
     if d.get("amdhsa_user_sgpr_private_segment_size", 0):
         # a work-item's private bytes, rounded up to a dword as the packet processor does
-        sg[:, i] = -(-int(d.get("amdhsa_private_segment_fixed_size", 0)) // 4) * 4
+        column(i)[:] = -(-int(d.get("amdhsa_private_segment_fixed_size", 0)) // 4) * 4
         i += 1
     preload = int(d.get("amdhsa_user_sgpr_kernarg_preload_length", 0))
     if preload:
         offset = int(d.get("amdhsa_user_sgpr_kernarg_preload_offset", 0))
         words = kernarg[:len(kernarg) - len(kernarg) % 4].view(np.uint32)
-        sg[:, i:i + preload] = words[offset:offset + preload]
+        for k in range(preload):
+            column(i + k)[:] = words[offset + k]
         i += preload
     s = int(d.get("amdhsa_user_sgpr_count", i))
     wg = pool.wg_ids[pool.wg_of]
     for axis, key in enumerate(("x", "y", "z")):
         if d.get(f"amdhsa_system_sgpr_workgroup_id_{key}", 0):
-            sg[:, s] = wg[:, axis]
+            column(s)[:] = wg[:, axis]
             s += 1
     if d.get("amdhsa_system_sgpr_workgroup_info", 0):
         s += 1
@@ -708,7 +714,7 @@ def _initial_state(pool: Pool, dk: DecodedKernel, block, kernarg, dispatch, queu
         # the wave's byte offset into the scratch backing memory; with architected flat
         # scratch the hardware already added it to FLAT_SCRATCH, so code does not use it
         lane_bytes = pool.private.stride if pool.private is not None else 0
-        sg[:, s] = (np.arange(pool.num_waves) * 64 * lane_bytes).astype(np.uint32)
+        column(s)[:] = (np.arange(pool.num_waves) * 64 * lane_bytes).astype(np.uint32)
         s += 1
     # every workgroup's waves start alike: one workgroup's lane ids and EXEC, repeated
     threads = block[0] * block[1] * block[2]
@@ -720,4 +726,4 @@ def _initial_state(pool: Pool, dk: DecodedKernel, block, kernarg, dispatch, queu
     ids = np.where(valid, x | (y << 10) | (z << 20), 0).astype(np.uint32)
     pool.vgpr[:, 0, :] = np.tile(ids, (pool.num_wgs, 1))
     packed_exec = np.packbits(valid, axis=1, bitorder="little").view(np.uint32)
-    sg[:, 126:128] = np.tile(packed_exec, (pool.num_wgs, 1))
+    put_pair_words(sg, pool.sgpr64, slice(None), EXEC_LO, np.tile(packed_exec, (pool.num_wgs, 1)))

@@ -1,12 +1,11 @@
 """Machine state of a pool of resident workgroups, the batched scheduler, and the checkers."""
 from __future__ import annotations
 
-import sys
 import time
 
 import numpy as np
 
-from .access import pair_words
+from .access import pair_view, pair_words, sgpr_file_shape
 from .errors import EmulatorError, LaunchTimeout, LdsFault, LdsRace, MemoryFault
 from .memory import AccessFault, GlobalMemory, access_rows, put_rows, take_rows
 from .memops import apply_atomics
@@ -60,9 +59,8 @@ class Pool:
         self.num_wgs = len(wg_ids)
         self.wg_ids = wg_ids                          # (num_wgs, 3) workgroup coordinates
         n = self.num_waves = self.num_wgs * wpw
-        self.sgpr = _zeros((n, 128), np.uint32)
-        # an even-aligned SGPR pair as one 64-bit value (little-endian: low word first)
-        self.sgpr64 = self.sgpr.view(np.uint64) if sys.byteorder == "little" else None
+        self.sgpr = _zeros(sgpr_file_shape(n), np.uint32)   # pair-major: see access.py
+        self.sgpr64 = pair_view(self.sgpr)
         self.scc = np.zeros(n, bool)
         self.vgpr = self._vgpr_file(n, kernel.num_vector_regs)
         self.pc = np.full(n, kernel.start, np.int64)

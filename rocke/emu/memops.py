@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 
-from .access import U32, U64, scalar_raw_reader, sgpr_pair, vgpr_pair
+from .access import U32, U64, scalar_raw_reader, sgpr_column, sgpr_pair, vgpr_pair
 from .operands import M0, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI
 from .errors import DecodeError, EmulatorError
 
@@ -134,7 +134,8 @@ class _AddressPlan:
                 addr += U64(self.imm % (1 << 64))
             return addr, None
         r = self.rsrc
-        w0, w1, w2, w3 = (P.sgpr[:, r + i][sel] for i in range(4))
+        sgpr = P.sgpr
+        w0, w1, w2, w3 = (sgpr_column(sgpr, r + i)[sel] for i in range(4))
         if (w3 & U32(1 << 23)).any():
             raise DecodeError("buffer resources with ADD_TID_ENABLE are not supported")
         base = w0.astype(U64) | ((w1 & U32(0xFFFF)).astype(U64) << U64(32))
@@ -422,7 +423,7 @@ def _lds_dma(ins, plan, mods, nbytes=4):
                 if ok.any():
                     values[ok, w] = P.global_load(ins, sel, addr[ok] + np.uint64(4 * w), 4, ok,
                                                   addr).view(U32)[:, 0]
-        lds_addr = (P.sgpr[:, M0][sel].astype(np.int64) & 0x3FFFF)[:, None] + imm + nbytes * np.arange(64)
+        lds_addr = (sgpr_column(P.sgpr, M0)[sel].astype(np.int64) & 0x3FFFF)[:, None] + imm + nbytes * np.arange(64)
         P.vm_issue(sel)
         P.lds_write(ins, sel, lds_addr, values.view(np.uint8).reshape(n, 64, nbytes), active, dma=True)
         return int(np.count_nonzero(active))

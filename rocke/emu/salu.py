@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .access import U32, U64, scalar_raw_reader, scalar_writer, set_sgpr_pair, sgpr_pair
+from .access import U32, U64, scalar_raw_reader, scalar_writer, set_sgpr_pair, sgpr_column, sgpr_pair
 from .operands import EXEC_LO, Operand, TYPE_BITS
 from .errors import DecodeError
 
@@ -152,5 +152,5 @@ def _vector_rows(P, sel, op, n):
     if op.kind == "v":
         return P.vgpr[sel, op.index]
     if op.kind == "s":
-        return np.broadcast_to(P.sgpr[:, op.index][sel][:, None], (n, 64))
+        return np.broadcast_to(sgpr_column(P.sgpr, op.index)[sel][:, None], (n, 64))
     raise DecodeError(f"operand {op.text!r} must be a register")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .access import U32, U64, scalar_raw_reader
+from .access import U32, U64, put_sgpr_words, scalar_raw_reader, sgpr_column
 from .errors import DecodeError
 
 
@@ -28,13 +28,14 @@ def decode_smem(ins, ops, mods, P_memory_read):
     d = dst.index
 
     def run(P, sel, n):
-        lo, hi = P.sgpr[:, b][sel].astype(U64), P.sgpr[:, b + 1][sel].astype(U64)
+        sgpr = P.sgpr
+        lo, hi = sgpr_column(sgpr, b)[sel].astype(U64), sgpr_column(sgpr, b + 1)[sel].astype(U64)
         offset = np.full(n, imm, np.int64)
         if offset_reader is not None:
             offset = offset + offset_reader(P, sel, n).astype(np.int64)
         if buffered:
             base = lo | ((hi & U64(0xFFFF)) << U64(32))
-            num_records = P.sgpr[:, b + 2][sel].astype(np.int64)
+            num_records = sgpr_column(sgpr, b + 2)[sel].astype(np.int64)
             offset = offset & ~3
             dword_offsets = offset[:, None] + 4 * np.arange(count)
             in_range = dword_offsets + 4 <= num_records[:, None]
@@ -47,6 +48,6 @@ def decode_smem(ins, ops, mods, P_memory_read):
             base = lo | (hi << U64(32))
             addresses = (base.astype(np.int64) + (offset & ~3)).astype(U64)
             values = P_memory_read(P, sel, ins, addresses, 4 * count, None).view(U32).reshape(n, count)
-        P.sgpr[sel, d:d + count] = values
+        put_sgpr_words(P.sgpr, sel, d, values)
         return 0
     return run

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import backend as shared
 from . import memops, torch_cuda_kernels, torch_memory, torch_triton_kernels
-from .access import pair_words, put_pair_words, scalar_raw_reader, sgpr_pair, write_mask
+from .access import pair_words, put_pair_words, scalar_raw_reader, sgpr_column, sgpr_pair, write_mask
 from .errors import DecodeError, EmulatorError
 from .memory import AccessFault
 from .machine import LDS_GRANULE, Pool
@@ -201,7 +201,7 @@ class TorchPool(Pool):
         if pending and (index - 1 in pending or index in pending or index + 1 in pending):
             self._flush_masks()
         if index % 2 == 0 and self._sgpr64 is not None:   # one 8-byte column, a copy
-            return self._sgpr64[:, index >> 1][sel].astype(np.int64)
+            return self._sgpr64[index >> 1][sel].astype(np.int64)
         pair = pair_words(self._sgpr, self._sgpr64, sel, index).astype(np.int64)
         return pair[:, 0] | (pair[:, 1] << 32)
 
@@ -211,7 +211,7 @@ class TorchPool(Pool):
         pending = self._pending_masks
         if pending and (index in pending or index - 1 in pending):
             self._flush_masks()
-        column = self._sgpr[:, index][sel].view(np.int32)
+        column = sgpr_column(self._sgpr, index)[sel].view(np.int32)
         column.flags.writeable = False
         return column
 
@@ -263,7 +263,7 @@ class TorchPool(Pool):
             self._sgpr_columns = (sel, self._sgpr_epoch, columns)
         column = columns.get(index)
         if column is None:
-            column = columns[index] = self.to_device(self._sgpr[:, index][sel].view(np.int32))[:, None]
+            column = columns[index] = self.to_device(sgpr_column(self._sgpr, index)[sel].view(np.int32))[:, None]
         return column
 
     def run(self):
@@ -1197,7 +1197,7 @@ def _decode_readlane(ins, ops):
     def run(P, sel, n):
         lane = (lane_of(P, sel, n) & np.uint32(63)).astype(np.int64)
         picked = P.tv[P.tsel(sel), row].gather(1, P.to_device(lane)[:, None])[:, 0]
-        P.sgpr[:, index][sel] = P.host(picked).view(np.uint32)
+        sgpr_column(P.sgpr, index)[sel] = P.host(picked).view(np.uint32)
         return 0
     return run
 
@@ -1214,7 +1214,7 @@ def _decode_readfirstlane(ins, ops):
         lane = np.where(active.any(1), active.argmax(1), 0)
         values = P.tv[P.tsel(sel), row]
         picked = values.gather(1, P.to_device(lane.astype(np.int64))[:, None])[:, 0]
-        P.sgpr[:, index][sel] = P.host(picked).view(np.uint32)
+        sgpr_column(P.sgpr, index)[sel] = P.host(picked).view(np.uint32)
         return 0
     return run
 
@@ -1245,8 +1245,7 @@ def _global_addresses_on_device(P, sel, vaddr, saddr, imm):
     torch, ts = P.torch, P.tsel(sel)
     offset = P.tv[ts, vaddr].to(torch.int64) & MASK32
     if saddr is not None:
-        sg = P.sgpr
-        base = sg[sel, saddr].astype(np.uint64) | (sg[sel, saddr + 1].astype(np.uint64) << 32)
+        base = sgpr_pair(P, sel, saddr)
         addr = P.to_device(base.view(np.int64))[:, None] + offset
     else:
         addr = offset | (P.tv[ts, vaddr + 1].to(torch.int64) << 32)
@@ -1411,7 +1410,7 @@ def _buffer_plan(ins, vaddr, srsrc, soffset, mods):
     if srsrc.kind != "s" or srsrc.count != 4:
         raise DecodeError("buffer resource must be 4 SGPRs")
     if soffset.kind == "s":
-        soffset_of = lambda P, sel, n: P.sgpr[:, soffset.index][sel].astype(np.int64)
+        soffset_of = lambda P, sel, n: sgpr_column(P.sgpr, soffset.index)[sel].astype(np.int64)
     elif soffset.kind in ("const",):
         value = int(soffset.value)
         soffset_of = lambda P, sel, n: np.full(n, value, np.int64)
@@ -1420,7 +1419,8 @@ def _buffer_plan(ins, vaddr, srsrc, soffset, mods):
     imm, r = int(mods.get("offset", 0)), srsrc.index
 
     def plan(P, sel, n):
-        w0, w1, w2, w3 = (P.sgpr[:, r + i][sel] for i in range(4))
+        sgpr = P.sgpr
+        w0, w1, w2, w3 = (sgpr_column(sgpr, r + i)[sel] for i in range(4))
         if (w3 & np.uint32(1 << 23)).any():
             raise EmulatorError(f"{ins.at}: buffer resources with ADD_TID_ENABLE are not supported")
         base = w0.astype(np.int64) | ((w1 & np.uint32(0xFFFF)).astype(np.int64) << 32)
@@ -1435,7 +1435,8 @@ def _buffer_plan(ins, vaddr, srsrc, soffset, mods):
         int64 (n, 1) one: the plan with the VGPR offsets left on the device; None for a
         resource the host path refuses."""
         torch = P.torch
-        w0, w1, w2, w3 = (P.sgpr[:, r + i][sel] for i in range(4))
+        sgpr = P.sgpr
+        w0, w1, w2, w3 = (sgpr_column(sgpr, r + i)[sel] for i in range(4))
         if (w3 & np.uint32(1 << 23)).any():
             return None
         base = w0.astype(np.int64) | ((w1 & np.uint32(0xFFFF)).astype(np.int64) << 32)

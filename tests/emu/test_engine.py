@@ -957,19 +957,52 @@ def test_race_tracker_budget_counts_what_the_tracker_allocates(monkeypatch, lds_
         assert held == wgs * machine.RaceTracker.bytes_per_workgroup(lds_bytes, waves)
 
 
+def _pair_major(regs):
+    """The pair-major SGPR file (64 pairs, waves, 2 words) holding (waves, 128) `regs`, written
+    one register at a time (the layout as access.py documents it)."""
+    file = np.zeros((64, regs.shape[0], 2), np.uint32)
+    for i in range(128):
+        file[i // 2, :, i % 2] = regs[:, i]
+    return file
+
+
+def _registers(file):
+    return np.stack([file[i // 2, :, i % 2] for i in range(128)], axis=1)
+
+
 @pytest.mark.parametrize("sel", [slice(3, 40), np.array([0, 5, 6, 31, 77, 99]), np.array([], np.int64)],
                          ids=["slice", "index array", "empty"])
 @pytest.mark.parametrize("index", [106, 7])
-def test_sgpr_pair_helpers_read_and_write_what_2d_indexing_does(sel, index):
-    """access.pair_words / put_pair_words (the 64-bit column path for index arrays, 2-D indexing
-    otherwise) against numpy's own 2-D indexing of the register file, even and odd pairs."""
+def test_sgpr_helpers_read_and_write_what_2d_indexing_does(sel, index):
+    """access's readers and writers of the pair-major SGPR file (one register, an even or odd
+    pair, k dwords) against numpy's own 2-D indexing of a (waves, registers) model."""
+    from types import SimpleNamespace
     from rocke.emu import access
     rng = np.random.default_rng(3)
-    sgpr = rng.integers(0, 2 ** 32, (100, 128), dtype=np.uint64).astype(np.uint32)
-    want = sgpr.copy()
-    assert np.array_equal(access.pair_words(sgpr, sgpr.view(np.uint64), sel, index),
-                          want[sel, index:index + 2])
-    words = rng.integers(0, 2 ** 32, (len(want[sel]), 2), dtype=np.uint64).astype(np.uint32)
-    access.put_pair_words(sgpr, sgpr.view(np.uint64), sel, index, words)
+    want = rng.integers(0, 2 ** 32, (100, 128), dtype=np.uint64).astype(np.uint32)
+    sgpr = _pair_major(want)
+    P = SimpleNamespace(sgpr=sgpr, sgpr64=access.pair_view(sgpr))
+    assert access.sgpr_file_shape(100) == sgpr.shape
+    assert np.array_equal(access.sgpr_column(sgpr, index)[sel], want[sel, index])
+    assert np.array_equal(access.pair_words(sgpr, P.sgpr64, sel, index), want[sel, index:index + 2])
+    value = want[sel, index].astype(np.uint64) | (want[sel, index + 1].astype(np.uint64) << np.uint64(32))
+    assert np.array_equal(access.sgpr_pair(P, sel, index), value)
+    count = len(want[sel])
+    words = rng.integers(0, 2 ** 32, (count, 2), dtype=np.uint64).astype(np.uint32)
+    access.put_pair_words(sgpr, P.sgpr64, sel, index, words)
     want[sel, index:index + 2] = words
-    assert np.array_equal(sgpr, want)
+    assert np.array_equal(_registers(sgpr), want)
+    value = rng.integers(0, 2 ** 63, count, dtype=np.uint64) * np.uint64(3)
+    access.set_sgpr_pair(P, sel, index, value)
+    want[sel, index] = (value & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    want[sel, index + 1] = (value >> np.uint64(32)).astype(np.uint32)
+    assert np.array_equal(_registers(sgpr), want)
+    loaded = rng.integers(0, 2 ** 32, (count, 5), dtype=np.uint64).astype(np.uint32)
+    access.put_sgpr_words(sgpr, sel, index - 5, loaded)
+    want[sel, index - 5:index] = loaded
+    assert np.array_equal(_registers(sgpr), want)
+    # without the 64-bit view (a byte order that puts the high word first) the same bits
+    P.sgpr64 = None
+    assert np.array_equal(access.pair_words(sgpr, None, sel, index), want[sel, index:index + 2])
+    value = want[sel, index].astype(np.uint64) | (want[sel, index + 1].astype(np.uint64) << np.uint64(32))
+    assert np.array_equal(access.sgpr_pair(P, sel, index), value)
