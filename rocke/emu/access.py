@@ -50,24 +50,32 @@ def sgpr_column(sgpr: np.ndarray, index: int) -> np.ndarray:
     return sgpr[index >> 1, :, index & 1]
 
 
-def sgpr_pair(P, sel, index: int) -> np.ndarray:
-    """uint64 (n,) of the SGPR pair at `index`: one read of the 64-bit view for an even pair
-    (SGPR pairs are even-aligned; a view of the register file, like the 32-bit readers')."""
-    if index % 2 == 0 and P.sgpr64 is not None:
-        return P.sgpr64[index >> 1][sel]
-    sgpr = P.sgpr
+def pair_value(sgpr, sgpr64, sel, index: int) -> np.ndarray:
+    """uint64 (n,) of the SGPR pair at `index` of register file `sgpr` (`sgpr64`: its pair view
+    or None): a view of the file for an even pair (SGPR pairs are even-aligned)."""
+    if index % 2 == 0 and sgpr64 is not None:
+        return sgpr64[index >> 1][sel]
     return (sgpr_column(sgpr, index)[sel].astype(U64)
             | (sgpr_column(sgpr, index + 1)[sel].astype(U64) << U64(32)))
 
 
-def set_sgpr_pair(P, sel, index: int, value: np.ndarray):
-    """Write uint64 (n,) `value` to the SGPR pair at `index`."""
-    if index % 2 == 0 and P.sgpr64 is not None:
-        P.sgpr64[index >> 1][sel] = value
+def put_pair_value(sgpr, sgpr64, sel, index: int, value: np.ndarray):
+    """The SGPR pair at `index` of the batch := uint64 (n,) `value`."""
+    if index % 2 == 0 and sgpr64 is not None:
+        sgpr64[index >> 1][sel] = value
         return
-    sgpr = P.sgpr
     sgpr_column(sgpr, index)[sel] = (value & U64(0xFFFFFFFF)).astype(U32)
     sgpr_column(sgpr, index + 1)[sel] = (value >> U64(32)).astype(U32)
+
+
+def sgpr_pair(P, sel, index: int) -> np.ndarray:
+    """uint64 (n,) of the SGPR pair at `index` of pool `P`'s batch (see pair_value)."""
+    return pair_value(P.sgpr, P.sgpr64, sel, index)
+
+
+def set_sgpr_pair(P, sel, index: int, value: np.ndarray):
+    """Write uint64 (n,) `value` to the SGPR pair at `index`."""
+    put_pair_value(P.sgpr, P.sgpr64, sel, index, value)
 
 
 def pair_words(sgpr, sgpr64, sel, index: int) -> np.ndarray:
@@ -82,7 +90,7 @@ def pair_words(sgpr, sgpr64, sel, index: int) -> np.ndarray:
 def put_pair_words(sgpr, sgpr64, sel, index: int, words: np.ndarray):
     """The SGPR pair at `index` of the batch := uint32 (n, 2) (low, high) `words`."""
     if index % 2 == 0 and sgpr64 is not None:
-        sgpr64[index >> 1][sel] = np.ascontiguousarray(words, U32).view(U64)[:, 0]
+        put_pair_value(sgpr, sgpr64, sel, index, np.ascontiguousarray(words, U32).view(U64)[:, 0])
         return
     sgpr_column(sgpr, index)[sel] = words[:, 0]
     sgpr_column(sgpr, index + 1)[sel] = words[:, 1]

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import backend as shared
 from . import memops, torch_cuda_kernels, torch_memory, torch_triton_kernels
-from .access import pair_words, put_pair_words, scalar_raw_reader, sgpr_column, sgpr_pair, write_mask
+from .access import pair_value, put_pair_value, scalar_raw_reader, sgpr_column, sgpr_pair, write_mask
 from .errors import DecodeError, EmulatorError
 from .memory import AccessFault
 from .machine import LDS_GRANULE, Pool
@@ -142,12 +142,12 @@ class TorchPool(Pool):
             return
         # packed on the device (8 bytes a wave) together and read back: one copy, one sync
         masks = [mask for _, mask in pending.values()]
-        words = self.host(self.pack_lanes(masks[0] if len(masks) == 1 else self.torch.cat(masks)))
+        packed = self.host(self.pack_lanes(masks[0] if len(masks) == 1 else self.torch.cat(masks)))
         start = 0
         for index, (sel, mask) in pending.items():
             count = mask.shape[0]
-            put_pair_words(self._sgpr, self._sgpr64, sel, index,
-                           words[start:start + count].view(np.uint32).reshape(-1, 2))
+            put_pair_value(self._sgpr, self._sgpr64, sel, index,
+                           packed[start:start + count].view(np.uint64))
             start += count
         self._sgpr_epoch += 1
 
@@ -200,10 +200,7 @@ class TorchPool(Pool):
         pending = self._pending_masks
         if pending and (index - 1 in pending or index in pending or index + 1 in pending):
             self._flush_masks()
-        if index % 2 == 0 and self._sgpr64 is not None:   # one 8-byte column, a copy
-            return self._sgpr64[index >> 1][sel].astype(np.int64)
-        pair = pair_words(self._sgpr, self._sgpr64, sel, index).astype(np.int64)
-        return pair[:, 0] | (pair[:, 1] << 32)
+        return pair_value(self._sgpr, self._sgpr64, sel, index).astype(np.int64)
 
     def host_sgpr_column(self, sel, index) -> np.ndarray:
         """int32 (n,) of SGPR `index` of the batch as the host holds it now: a read-only view
