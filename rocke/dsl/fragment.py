@@ -637,7 +637,7 @@ def _zero_past_valid(k, valid, r, c, loaded, vector: int, transpose: bool) -> Va
     """``loaded`` (a source row segment at tile row ``r``, columns ``c``..) with the elements
     outside the destination view's runtime extents replaced by 0."""
     row_valid, col_valid = (valid[1], valid[0]) if transpose else valid
-    zero = k.const(0, loaded.dtype) if loaded.dtype.is_int else k.const(0.0, loaded.dtype)
+    zero = _zero_of(k, loaded.dtype)
     if col_valid is not None:
         elems = list(loaded) if vector > 1 else [loaded]
         elems = [select(c + j < col_valid, e, zero) for j, e in enumerate(elems)]
@@ -647,12 +647,20 @@ def _zero_past_valid(k, valid, r, c, loaded, vector: int, transpose: bool) -> Va
     return loaded
 
 
+def _zero_of(k, dtype: T.DType) -> Value:
+    """The fill 0 of a tile's element type: 0 for integers, +0.0 for floats and bf16, the
+    all-zero byte (+0.0) for fp8, whose constants the DSL builds from their integer carrier."""
+    if dtype.kind == "fp8":
+        return k.const(0, T.u8).bitcast(dtype)
+    return k.const(0, dtype)
+
+
 def _load_row_segment(k, src: BufferResource, index, col, cols_limit, width: int) -> Value:
     """``width`` elements of a row from ``index`` (at column ``col``); columns >= ``cols_limit``
     read 0. A segment crossing the limit is read element by element: the buffer range check
     works on whole dwords (or whole accesses), so in-range elements of a vector straddling the
     extent can read 0."""
-    zero = k.const(0.0, src.dtype)
+    zero = _zero_of(k, src.dtype)
     if width == 1:
         return select(col < cols_limit, src.load(index), zero)
     whole = k.if_else(col + width <= cols_limit)
