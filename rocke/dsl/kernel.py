@@ -89,6 +89,7 @@ class ArgInfo:
     size: int          # bytes in the kernarg segment
     offset: int        # byte offset in the kernarg segment
     readonly: bool = False
+    strided: bool = False   # a pointer whose tensor may be a strided view (the kernel takes its strides)
 
 
 class Kernel(Emitter):
@@ -146,7 +147,7 @@ class Kernel(Emitter):
 
     # ---- arguments ------------------------------------------------------------------------
     def _declare_arg(self, name: str, dtype: T.DType, kind: str, readonly: bool,
-                     noalias: bool = False) -> Value:
+                     noalias: bool = False, strided: bool = False) -> Value:
         if self._function is not None:
             raise dsl_value_error(f"argument {name!r} declared after code was emitted; "
                                   "declare every kernel argument first")
@@ -156,17 +157,26 @@ class Kernel(Emitter):
             raise dsl_value_error(f"duplicate kernel argument name {name!r}")
         size = 8 if kind == "global_ptr" else dtype.nbytes
         end = self.args[-1].offset + self.args[-1].size if self.args else 0
-        info = ArgInfo(name, kind, dtype.name, size, -(-end // size) * size, readonly)
+        info = ArgInfo(name, kind, dtype.name, size, -(-end // size) * size, readonly, strided)
         value = Value(self, None, T.ptr_global if kind == "global_ptr" else dtype, 1, self._root)
         self.args.append(info)
         self._arg_values.append((info, value, noalias))
         return value
 
-    def arg_ptr(self, name: str, dtype, *, readonly: bool = False, noalias: bool = True):
-        """A global-memory pointer argument (``ptr addrspace(1)``) to elements of ``dtype``."""
+    def arg_ptr(self, name: str, dtype, *, readonly: bool = False, noalias: bool = True,
+                strided: bool = False):
+        """A global-memory pointer argument (``ptr addrspace(1)``) to elements of ``dtype``.
+
+        A launch passes it a contiguous tensor: the kernel reads memory as laid out, so
+        ``rocke.runtime.launch`` refuses a non-contiguous view (``big[..., :64]``, a transpose,
+        an ``expand``). ``strided=True`` declares that the kernel takes the tensor's strides as
+        other arguments and indexes with them, so any view is accepted; it is recorded in the
+        code object (``.type_name`` ``"strided f16*"``)."""
         from .memory import GlobalPtr
+        if not isinstance(strided, bool):
+            raise dsl_value_error(f"arg_ptr {name!r}: strided must be a bool, got {strided!r}")
         dt = T.dtype(dtype)
-        value = self._declare_arg(name, dt, "global_ptr", readonly, noalias)
+        value = self._declare_arg(name, dt, "global_ptr", readonly, noalias, strided)
         return GlobalPtr(value, dt, name=name, readonly=readonly)
 
     def arg(self, name: str, dtype) -> Value:
@@ -382,11 +392,13 @@ class Kernel(Emitter):
 
     def _record_signature(self):
         """The argument signature and workgroup shape as function metadata, which LLVM emits as
-        ``.name`` / ``.type_name`` (rocke dtype, ``*`` for a pointer) and ``.reqd_workgroup_size``
-        in the code object, so launches check against the compiled kernel itself. The shape is
+        ``.name`` / ``.type_name`` (rocke dtype, ``*`` for a pointer, a ``strided `` prefix for
+        a pointer that accepts strided views) and ``.reqd_workgroup_size`` in the code object,
+        so launches check against the compiled kernel itself. The shape is
         only pinned to (workgroup_size, 1, 1) when the kernel never reads a y/z work-item id."""
         m, fn = self.module, self._function
-        types = [a.dtype + ("*" if a.kind == "global_ptr" else "") for a in self.args]
+        types = [("strided " if a.strided else "") + a.dtype + ("*" if a.kind == "global_ptr" else "")
+                 for a in self.args]
         fn.set_metadata("kernel_arg_name", m.add_metadata([a.name for a in self.args]))
         fn.set_metadata("kernel_arg_type", m.add_metadata(types))
         if "tid.y" not in self._special_values and "tid.z" not in self._special_values:

@@ -10,7 +10,11 @@ size-based packing of ``rocke.arch.abi`` writes exactly the bits the kernel read
 Rules: a tensor's dtype must be the pointer's element type; an integer argument takes an int (or
 numpy integer) in the type's range, never a float or a bool; a float argument takes a float, or
 an int / numpy scalar whose value the type holds exactly; the block must be the kernel's
-workgroup shape. Arguments without a `.type_name` (foreign code objects) are checked by size.
+workgroup shape. A typed pointer takes a contiguous tensor -- the kernel reads memory as laid
+out, so a non-contiguous view (``big[..., :64]``, a transpose, an ``expand``) is refused with the
+argument's name, shape and strides -- unless its `.type_name` says ``strided`` (``"strided
+f16*"``: declared ``arg_ptr(..., strided=True)``, the kernel takes the strides as arguments).
+Arguments without a `.type_name` (foreign code objects) are checked by size.
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ _TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": 
 
 
 _F32_MAX = 3.4028235677973366e38      # float32's largest finite value, rounded up to a double
+STRIDED = "strided "     # `.type_name` prefix of a pointer that accepts strided views (arg_ptr strided=True)
 
 
 class LaunchArgumentError(ValueError):
@@ -52,24 +57,32 @@ def declared_type(arg: KernArg) -> tuple[str | None, bool]:
     name = (arg.type_name or "").strip()
     pointer = name.endswith("*")
     base = name.rstrip("*").strip()
-    for qualifier in ("const ", "__global ", "volatile "):
+    for qualifier in ("const ", "__global ", "volatile ", STRIDED):
         base = base.replace(qualifier, "")
     base = _C_NAMES.get(base, base)
     known = base in _INT_BITS or base in _FLOATS or base in _TORCH_DTYPES
     return (base if known else None), pointer
 
 
+def contiguous_only(arg: KernArg) -> bool:
+    """Whether a pointer argument takes only contiguous tensors: it has a declared pointer type
+    (`.type_name`) without the ``strided`` prefix. Foreign arguments without one are unchecked."""
+    name = (arg.type_name or "").strip()
+    return name.endswith("*") and not name.startswith(STRIDED)
+
+
 _PLANS: dict[int, tuple] = {}
 
 
 def _argument_plan(info) -> tuple:
-    """(KernArg, declared dtype, message label) of each explicit argument, computed once per
-    KernelInfo: this runs on every launch (benchmarks/launch.py)."""
+    """(KernArg, declared dtype, message label, contiguous only) of each explicit argument,
+    computed once per KernelInfo: this runs on every launch (benchmarks/launch.py)."""
     cached = _PLANS.get(id(info))
     if cached is not None and cached[0] is info:
         return cached[1]
     plan = tuple((a, declared_type(a)[0],
-                  f"argument {a.index} ({a.name or 'unnamed'}: {a.type_name or a.value_kind})")
+                  f"argument {a.index} ({a.name or 'unnamed'}: {a.type_name or a.value_kind})",
+                  a.value_kind == "global_buffer" and contiguous_only(a))
                  for a in info.args if not a.hidden)
     if len(_PLANS) > 1024:
         _PLANS.clear()
@@ -136,7 +149,8 @@ def _torch_dtype(dtype: str):
     return getattr(torch, _TORCH_DTYPES[dtype], None)
 
 
-def _check_pointer(label: str, dtype: str | None, value, device: str):
+def _check_pointer(label: str, dtype: str | None, value, device: str, contiguous: bool = False,
+                   kernel: str = ""):
     if value is None:
         return None
     if type(value) is not _tensor_class() and not _is_tensor(value):
@@ -149,6 +163,13 @@ def _check_pointer(label: str, dtype: str | None, value, device: str):
         if want is not None and value.dtype != want and not _same_bits(dtype, value.dtype):
             raise LaunchArgumentError(f"{label} points to {dtype}: pass a {want} tensor, "
                                       f"got {value.dtype}")
+    if contiguous and hasattr(value, "is_contiguous") and not value.is_contiguous():
+        raise LaunchArgumentError(
+            f"kernel {kernel}: {label} reads its tensor as laid out in memory (row-major, "
+            f"contiguous), got a non-contiguous view of shape {list(value.shape)} with strides "
+            f"{tuple(value.stride())}; pass a contiguous tensor (.contiguous(), copying an output "
+            f"back after the launch), or declare the argument arg_ptr(..., strided=True) in a "
+            f"kernel that takes its strides")
     if device == "emu" and value.device.type != "cpu" and not _emulated_on_cuda(value):
         raise LaunchArgumentError(f"{label}: the emulator reads CPU tensors (CUDA tensors with "
                                   f"ROCKE_EMU_BACKEND=torch ROCKE_EMU_DEVICE=cuda), got one on "
@@ -258,13 +279,13 @@ def check_launch_args(info_or_compiled, grid, block, args: Sequence[Any], *,
         raise LaunchArgumentError(f"args must be a list or tuple, got {type(args).__name__}")
     plan = _argument_plan(info)
     if len(args) != len(plan):
-        names = ", ".join(a.name or f"#{a.index}" for a, _, _ in plan)
+        names = ", ".join(a.name or f"#{a.index}" for a, _, _, _ in plan)
         raise LaunchArgumentError(f"kernel {info.name} takes {len(plan)} arguments ({names}), "
                                   f"got {len(args)}")
     out = []
-    for (arg, dtype, label), value in zip(plan, args):
+    for (arg, dtype, label, contiguous), value in zip(plan, args):
         if arg.value_kind == "global_buffer":
-            out.append(_check_pointer(label, dtype, value, device))
+            out.append(_check_pointer(label, dtype, value, device, contiguous, info.name))
         elif arg.value_kind == "by_value":
             out.append(_check_by_value(label, arg, dtype, value))
         else:

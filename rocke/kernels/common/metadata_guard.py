@@ -82,7 +82,7 @@ def build(spec: MetadataGuardSpec) -> dsl.Kernel:
     k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.threads, target=spec.target)
     cu = k.arg_ptr("cu_seqlens_q", dsl.i32, readonly=True)
     used = k.arg_ptr("seqused_k", dsl.i32, readonly=True)
-    table = k.arg_ptr("block_table", dsl.i32, readonly=True)
+    table = k.arg_ptr("block_table", dsl.i32, readonly=True, strided=True)   # row stride: an argument
     record = k.arg_ptr("record", dsl.i32)
     (num_seqs, total_q, num_blocks, block_size, width, stride, causal, max_q,
      max_k) = (k.arg_i32(name) for name in ARGS[4:])

@@ -33,16 +33,18 @@ class KernelArgs:
 def declare_args(k, spec, split: bool) -> KernelArgs:
     a = KernelArgs()
     dt = spec.dtype
-    a.q = k.arg_ptr("q", dt, readonly=True)
-    a.k_cache = k.arg_ptr("k_cache", spec.cache_dtype, readonly=True)
-    a.v_cache = k.arg_ptr("v_cache", spec.cache_dtype, readonly=True)
+    # strided=True: the kernel takes these tensors' strides (q/out views of a wider tensor,
+    # vLLM's cache views, padded block tables, expanded descales), so a launch accepts views
+    a.q = k.arg_ptr("q", dt, readonly=True, strided=True)
+    a.k_cache = k.arg_ptr("k_cache", spec.cache_dtype, readonly=True, strided=True)
+    a.v_cache = k.arg_ptr("v_cache", spec.cache_dtype, readonly=True, strided=True)
     if split:
         a.segm_output = k.arg_ptr("segm_output", "f32")
         a.segm_max = k.arg_ptr("segm_max", "f32")
         a.segm_expsum = k.arg_ptr("segm_expsum", "f32")
     else:
-        a.out = k.arg_ptr("out", spec.out_dtype or dt)
-    a.block_table = k.arg_ptr("block_table", "i32", readonly=True)
+        a.out = k.arg_ptr("out", spec.out_dtype or dt, strided=True)
+    a.block_table = k.arg_ptr("block_table", "i32", readonly=True, strided=True)
     a.cu_seqlens_q = k.arg_ptr("cu_seqlens_q", "i32", readonly=True)
     a.seqused_k = k.arg_ptr("seqused_k", "i32", readonly=True)
     a.softmax_scale = k.arg_f32("softmax_scale")
@@ -59,7 +61,8 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
         setattr(a, name, k.arg_i32(name))
     if spec.fp8_kv:
         for which in ("k", "v"):
-            setattr(a, f"{which}_descale", k.arg_ptr(f"{which}_descale", "f32", readonly=True))
+            setattr(a, f"{which}_descale", k.arg_ptr(f"{which}_descale", "f32", readonly=True,
+                                                     strided=True))
             for part in ("seq", "head"):
                 name = f"{which}_descale_stride_{part}"
                 setattr(a, name, k.arg_i32(name))
@@ -69,7 +72,7 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
     if spec.alibi:
         a.alibi_slopes = k.arg_ptr("alibi_slopes", "f32", readonly=True)
     if spec.qq_bias:
-        a.qq_bias = k.arg_ptr("qq_bias", "f32", readonly=True)
+        a.qq_bias = k.arg_ptr("qq_bias", "f32", readonly=True, strided=True)
         a.qq_bias_stride = k.arg_i32("qq_bias_stride")
         a.qq_bias_rows = k.arg_i32("qq_bias_rows")
     if spec.sliding_window:
@@ -77,7 +80,7 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
     if spec.sinks:
         a.sinks = k.arg_ptr("sinks", "f32", readonly=True)
     if getattr(spec, "mm_prefix_ranges", 0):
-        a.mm_prefix_range = k.arg_ptr("mm_prefix_range", "i32", readonly=True)
+        a.mm_prefix_range = k.arg_ptr("mm_prefix_range", "i32", readonly=True, strided=True)
         a.mm_stride_seq = k.arg_i32("mm_stride_seq")
         a.mm_num_ranges = k.arg_i32("mm_num_ranges")
     quant.declare_args(k, spec, a, split)      # after the features' (attention_quant)

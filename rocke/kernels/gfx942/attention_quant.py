@@ -77,7 +77,8 @@ def declare_args(k, spec, a, split: bool) -> None:
     if spec.kv_token_scales:
         # one set of strides for both scale caches (checked equal on the host): 3 fewer SGPRs
         for which in ("k", "v"):
-            setattr(a, f"{which}_scale_cache", k.arg_ptr(f"{which}_scale_cache", "f32", readonly=True))
+            setattr(a, f"{which}_scale_cache", k.arg_ptr(f"{which}_scale_cache", "f32", readonly=True,
+                                                         strided=True))
         for part in ("block", "token", "head"):
             name = f"scale_stride_{part}"
             setattr(a, name, k.arg_i32(name))

@@ -93,7 +93,7 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
     segm_output = k.arg_ptr("segm_output", dsl.f32, readonly=True)
     segm_max = k.arg_ptr("segm_max", dsl.f32, readonly=True)
     segm_expsum = k.arg_ptr("segm_expsum", dsl.f32, readonly=True)
-    out = k.arg_ptr("out", spec.out_dtype or spec.dtype)
+    out = k.arg_ptr("out", spec.out_dtype or spec.dtype, strided=True)   # out_stride_token/_head
     num_segments = k.arg_i32("num_segments")
     num_q_heads = k.arg_i32("num_q_heads")
     out_stride_token = k.arg_i32("out_stride_token")

@@ -127,9 +127,10 @@ def kernel_args(spec: GemmSpec, a, b, c) -> list:
 
 def build(spec: GemmSpec) -> dsl.Kernel:
     k = dsl.Kernel(spec.kernel_name, workgroup_size=spec.workgroup_size)
-    a = k.arg_ptr("a", spec.dtype, readonly=True)
-    b = k.arg_ptr("b", spec.dtype, readonly=True)
-    c = k.arg_ptr("c", spec.dtype)
+    # row-major with leading dimensions lda/ldb/ldc: views with padded rows are accepted
+    a = k.arg_ptr("a", spec.dtype, readonly=True, strided=True)
+    b = k.arg_ptr("b", spec.dtype, readonly=True, strided=True)
+    c = k.arg_ptr("c", spec.dtype, strided=True)
     M, N, K, lda, ldb, ldc = (k.arg_i32(n) for n in ARGS[3:])
     tiles, (c_buf,) = accumulate_tiles(k, spec, a, b, M, N, K, lda, ldb, lambda: [c.buffer((M - 1) * ldc + N)])
     for acc, origin in tiles:

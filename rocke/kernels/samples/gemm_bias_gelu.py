@@ -61,10 +61,10 @@ def kernel_args(spec: GemmBiasGeluSpec, a, b, bias, c) -> list:
 def build(spec: GemmBiasGeluSpec) -> dsl.Kernel:
     g = spec.gemm
     k = dsl.Kernel(spec.kernel_name, workgroup_size=g.workgroup_size)
-    a = k.arg_ptr("a", g.dtype, readonly=True)
-    b = k.arg_ptr("b", g.dtype, readonly=True)
+    a = k.arg_ptr("a", g.dtype, readonly=True, strided=True)    # leading dimensions lda/ldb/ldc
+    b = k.arg_ptr("b", g.dtype, readonly=True, strided=True)
     bias = k.arg_ptr("bias", g.dtype, readonly=True)
-    c = k.arg_ptr("c", g.dtype)
+    c = k.arg_ptr("c", g.dtype, strided=True)
     M, N, K, lda, ldb, ldc = (k.arg_i32(n) for n in ARGS[4:])
     tiles, (bias_buf, c_buf) = gemm.accumulate_tiles(k, g, a, b, M, N, K, lda, ldb,
                                                      lambda: [bias.buffer(N), c.buffer((M - 1) * ldc + N)])
