@@ -170,6 +170,9 @@ def test_mm_prefix_range_through_rocke_vllm():
     (torch.zeros(3, 1, 3, dtype=torch.int32), r"^mm_prefix_range: shape must be"),
     (torch.zeros(3, 17, 2, dtype=torch.int32), r"^mm_prefix_range: 17 ranges per sequence exceed"),
     (torch.tensor([[[0, 2 ** 30]]] * 3, dtype=torch.int32), r"^mm_prefix_range: positions must lie"),
+    # int32's abs(-2**31) is -2**31 again: the bound is checked in a wider type
+    (torch.tensor([[[-2 ** 31, 5]]] * 3, dtype=torch.int32),
+     r"^mm_prefix_range: positions must lie within \+-2\*\*30 .*got 2147483648"),
     (torch.zeros(3, 2, dtype=torch.int32), r"^mm_prefix_range: shape must be"),
     (torch.zeros(3, 4, 2, dtype=torch.int32)[:, :2], None),   # a sequence-strided view: accepted
     (torch.zeros(2, 3, 2, dtype=torch.int32).transpose(0, 1)[:, :1], r"^mm_prefix_range: .*packed"),

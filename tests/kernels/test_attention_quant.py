@@ -191,7 +191,8 @@ def _bad(mutate):
     (lambda a: a.update(k_scale_cache=None), r"^k_scale_cache: kv_quant_mode int8_per_token_head needs"),
     (lambda a: a.update(v_scale_cache=a["v_scale_cache"][:, :, :1]), r"^v_scale_cache: shape must be"),
     (lambda a: a.update(k_scale_cache=a["k_scale_cache"].half()), r"^k_scale_cache: dtype must be torch.float32"),
-    (lambda a: a["k_scale_cache"].__setitem__((0, 0, 0), math.inf), r"^k_scale_cache: entries must be finite"),
+    (lambda a: a["k_scale_cache"].__setitem__((int(a["block_table"][1, 0]), 3, 1), math.inf),
+     r"^k_scale_cache: entries a call reads must be finite; sequence 1 token 3 .* holds inf"),
     (lambda a: a.update(k=a["k"].view(torch.uint8)), r"^k: kv_quant_mode int8_per_token_head needs torch.int8"),
     (lambda a: a.update(kv_quant_mode="none"), r"^k_scale_cache: scale caches are read only by"),
     (lambda a: a.update(k_descale=torch.tensor(2.0)), r"^k_descale: a non-fp8 KV cache"),
@@ -239,3 +240,20 @@ def test_spec_rules_and_names():
                                      kv_dtype="i8", kv_token_scales=True)
     assert spec.kernel_name == plain.kernel_name + "_asqrt_kvi8tok_ofp8"
     assert not spec.fp8_kv          # per-token-head scales take no per-tensor descale arguments
+
+
+@pytest.mark.parametrize("backend", ["2d", "3d"])
+def test_garbage_in_unread_scale_slots_is_accepted_and_never_reaches_the_math(backend):
+    """vLLM's scale caches hold garbage past each sequence (and in pages no sequence uses): only
+    the slots a call reads are checked, and NaN in the others changes nothing."""
+    args, ref_kw, plain_kw = _setup({"i8tok"}, MIXED, "f16", 64, 16, 4, 2, seed=7)
+    bs = args["k"].shape[1]
+    used = torch.zeros(args["k"].shape[:2], dtype=torch.bool)
+    for s, kv in enumerate(args["seqused_k"].tolist()):
+        for t in range(kv):
+            used[int(args["block_table"][s, t // bs]), t % bs] = True
+    assert (~used).sum() > bs, "the case needs unread slots in used and unused pages"
+    for name in ("k_scale_cache", "v_scale_cache"):
+        args[name][~used] = math.nan
+    au.run_unified_attention_torch(**args, backend=backend)
+    _check({"i8tok"}, args, ref_kw, plain_kw, "f16")

@@ -99,7 +99,11 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
             sink_col = sinks.float()[:, None, None].expand(hq, q_len, 1)
             scores = torch.cat([scores, sink_col], dim=-1)
         weights = torch.softmax(scores, dim=-1)
-        weights = torch.nan_to_num(weights, nan=0.0)    # a row with every key masked outputs 0
+        # a row with every key masked (and no sink) outputs 0; a NaN input stays NaN (§2.2)
+        every_key_masked = masked.all(dim=-1)[None, :, None]
+        if sinks is not None:
+            every_key_masked = every_key_masked & (sinks.float() == -math.inf)[:, None, None]
+        weights = torch.where(every_key_masked, torch.zeros(()), weights)
         if sinks is not None:
             weights = weights[..., :kv_len]
         out[q0:q1] = torch.einsum("hqk,khd->qhd", weights, v)

@@ -529,9 +529,12 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     if token_scales:
         for name, t in (("k_scale_cache", k_scale_cache), ("v_scale_cache", v_scale_cache)):
             _check_scale_cache(name, t, q, out, (num_blocks, block_size, num_kv_heads))
-    for name, t in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
-        if t is not None:
-            _check_feature_tensor(name, t, q, [num_q_heads], "[num_q_heads]")
+            if host_readable and t.device.type == "cpu":
+                _check_read_scales(name, t, seqused_k.cpu(), block_table.cpu(), block_size)
+    if alibi_slopes is not None:
+        _check_feature_tensor("alibi_slopes", alibi_slopes, q, [num_q_heads], "[num_q_heads]")
+    if sinks is not None:       # -inf: a head without a sink (its column weighs exp(-inf) = 0)
+        _check_feature_tensor("sinks", sinks, q, [num_q_heads], "[num_q_heads]", allow=(-math.inf,))
     if qq_bias is not None:
         _check_feature_tensor("qq_bias", qq_bias, q, None, "[max_q, max_q]")
         if qq_bias.dim() != 2 or min(qq_bias.shape) < true_max_q:
@@ -601,13 +604,34 @@ def _token_scale_mode(kv_quant_mode, k, v, k_scale_cache, v_scale_cache, caps=No
 
 
 def _check_scale_cache(name: str, t, q, out, shape) -> None:
-    _check_feature_tensor(name, t, q, list(shape), "[num_blocks, block_size, num_kv_heads]")
+    # contents: only the slots a call reads (_check_read_scales); vLLM's unused slots hold garbage
+    _check_feature_tensor(name, t, q, list(shape), "[num_blocks, block_size, num_kv_heads]",
+                          contents=False)
     _check_row_major(name, t, "[num_blocks, block_size, num_kv_heads]")
     if t.numel() and out.numel():
         a, b = _byte_range(t)
         lo, hi = _byte_range(out)
         if a < hi and lo < b:
             raise ValueError(f"out: overlaps {name} in memory; out must be its own buffer")
+
+
+def _check_read_scales(name: str, t, seqused_k, block_table, block_size: int) -> None:
+    """Every scale a call reads (token ``< seqused_k`` of each sequence, through its block
+    table; the metadata already checked) is finite; slots past a sequence are never read."""
+    import torch
+    lens = seqused_k.to(torch.int64)
+    if not lens.numel() or int(lens.max()) <= 0:
+        return
+    pos = torch.arange(int(lens.max()))
+    seq, tok = torch.nonzero(pos[None, :] < lens[:, None], as_tuple=True)
+    pages = block_table.to(torch.int64)[seq, tok // block_size]
+    read = t[pages, tok % block_size]                     # [tokens read, num_kv_heads]
+    bad = ~torch.isfinite(read)
+    if bool(bad.any()):
+        i, h = (int(x) for x in torch.nonzero(bad)[0])
+        raise ValueError(f"{name}: entries a call reads must be finite; sequence {int(seq[i])} "
+                         f"token {int(tok[i])} (page {int(pages[i])}, row "
+                         f"{int(tok[i]) % block_size}, KV head {h}) holds {read[i, h].item()!r}")
 
 
 def _check_output_scale(output_scale, out, q, caps=None) -> str | None:
@@ -773,7 +797,10 @@ def _check_softcap(softcap) -> float:
     return float(softcap)
 
 
-def _check_feature_tensor(name: str, t, q, shape, dims: str):
+def _check_feature_tensor(name: str, t, q, shape, dims: str, *, contents: bool = True,
+                          allow: tuple = ()):
+    """An fp32 feature tensor on q's device; with ``contents``, a host tensor's entries are
+    finite or one of ``allow`` (e.g. -inf for sinks)."""
     import torch
     if not _is_tensor(t):
         raise ValueError(f"{name}: must be a torch.float32 tensor {dims}, got {type(t).__name__}")
@@ -786,8 +813,13 @@ def _check_feature_tensor(name: str, t, q, shape, dims: str):
         raise ValueError(f"{name}: shape must be {dims} = {shape}, got {list(t.shape)}")
     if t.dim() and t.stride(-1) != 1:
         raise ValueError(f"{name}: the last dimension must have stride 1, got strides {t.stride()}")
-    if t.device.type == "cpu" and not bool(torch.isfinite(t).all()):     # host tensors only
-        raise ValueError(f"{name}: entries must be finite")
+    if contents and t.device.type == "cpu":           # host tensors only
+        bad = ~torch.isfinite(t)
+        for value in allow:
+            bad &= t != value
+        if bool(bad.any()):
+            what = "finite" + "".join(f" or {v}" for v in allow)
+            raise ValueError(f"{name}: entries must be {what}, got {t[bad].reshape(-1)[0].item()!r}")
 
 
 # ranges per sequence the kernels take: each is unrolled once per query row before the tile
@@ -824,9 +856,11 @@ def check_mm_prefix_range(t, q, num_seqs: int, causal: bool) -> int:
     if not causal:
         raise ValueError("mm_prefix_range: bidirectional ranges widen a causal mask; they need "
                          "causal=True")
-    if t.device.type == "cpu" and t.numel() and int(t.abs().max()) >= MM_POSITION_LIMIT:
-        raise ValueError(f"mm_prefix_range: positions must lie within +-2**30 (the kernels' "
-                         f"range arithmetic), got {int(t.abs().max())}")
+    if t.device.type == "cpu" and t.numel():
+        widest = int(t.to(torch.int64).abs().max())      # int32's abs(-2**31) overflows
+        if widest >= MM_POSITION_LIMIT:
+            raise ValueError(f"mm_prefix_range: positions must lie within +-2**30 (the kernels' "
+                             f"range arithmetic), got {widest}")
     return int(t.shape[1])
 
 

@@ -113,12 +113,16 @@ def inverse_output_scale(output_scale_ptr):
 
 def quantised(values, inv_scale, out_dtype: str):
     """f32 ``values`` (a Value or Fragment) times ``inv_scale``, clamped to ``out_dtype``'s
-    finite range (saturating, as vLLM clamps before its store) and rounded to it."""
+    finite range (saturating, as vLLM clamps before its store) and rounded to it; a NaN stays
+    NaN (the format's NaN code), where maxnum/minnum alone would saturate it (ALGORITHM.md §2.2)."""
     top = FINITE_MAX[out_dtype]
     scaled = values * inv_scale
+
+    def clamp(v):
+        return dsl.select(v != v, v, dsl.minimum(dsl.maximum(v, -top), top))
     if hasattr(scaled, "layout"):
-        return scaled.map(lambda v: dsl.minimum(dsl.maximum(v, -top), top)).to(out_dtype)
-    return dsl.minimum(dsl.maximum(scaled, -top), top).to(out_dtype)
+        return scaled.map(clamp).to(out_dtype)
+    return clamp(scaled).to(out_dtype)
 
 
 # ---- host side ---------------------------------------------------------------------------------

@@ -150,7 +150,8 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
         acc = acc + shuffle_xor(acc, step)
         step *= 2
 
-    inv_l = select(l_row > 0.0, rcp(l_row), 0.0)   # every segment empty -> 0
+    # every segment empty (L = 0) -> 0; a NaN L (a NaN input in some segment) stays NaN (§2.2)
+    inv_l = select(l_row == 0.0, 0.0, rcp(l_row))
     result = acc * (splat(inv_l, vw) if vw > 1 else inv_l)
     out_row = out.offset(token * out_stride_token + head * out_stride_head).buffer(d)
     if spec.out_dtype:
