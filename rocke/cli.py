@@ -682,19 +682,41 @@ def aot():
 @aot.command("build")
 @click.argument("variants", nargs=-1)
 @click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="bundle directory (default: rocke/prebuilt/<processor> in the package)")
+              help="bundle directory: new, empty, or an existing bundle (default: "
+                   "rocke/prebuilt/<processor> in the package)")
+@click.option("--replace", is_flag=True,
+              help="the bundle holds only the variants built now (the default with no VARIANTS)")
 @click.option("--quiet", is_flag=True, help="print only the summary line")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=os.cpu_count() or 1,
               show_default="the CPU count", help="variants compiled at once (processes)")
-def aot_build(variants, out, quiet, jobs):
+def aot_build(variants, out, replace, quiet, jobs):
     """Compile variants (default: all shipped) into the prebuilt bundle. A variant whose IR no
-    longer matches the golden IR table is refused, never bundled (exit 1)."""
+    longer matches the golden IR table is refused, never bundled (exit 1).
+
+    Named VARIANTS are added to the bundle: each replaces its own entry, the bundle's other
+    entries are kept; with --replace the bundle holds only them. With no VARIANTS every
+    shipped variant is built and the bundle replaced (entries of variants no longer shipped go).
+
+    --out must be a new or empty directory or an existing bundle (its index.json): any other
+    non-empty directory is refused (exit 2) before anything is compiled, and nothing in it is
+    touched. In a bundle only the files its index names are ever removed or replaced; other
+    files there are left alone. The new index replaces the old by one rename once every file it
+    names is written, so an interrupted build leaves the old bundle whole."""
     from .compiler import DEFAULT_TARGET, prebuilt
     from .kernels.golden import GOLDEN_PATH
+    target = Path(out) if out else prebuilt.default_dir(DEFAULT_TARGET)
+    try:      # before any compile: refuse a directory that is not a bundle, or not writable
+        prebuilt.check_bundle_dir(target)
+    except prebuilt.NotABundle as e:
+        raise CliError(f"cannot write the bundle: {e}", EXIT_USER_ERROR) from None
+    except OSError as e:
+        raise CliError(f"cannot write the bundle {target}: {e.strerror or e}",
+                       EXIT_USER_ERROR) from None
+    replace = replace or not variants
     table = _read_golden(GOLDEN_PATH)
     chosen = _variants(variants)
-    names = [v.name for v in chosen]
-    if jobs > 1 and len(chosen) > 1 and hasattr(os, "fork"):
+    names = list(dict.fromkeys(v.name for v in chosen))     # a variant named twice is built once
+    if jobs > 1 and len(names) > 1 and hasattr(os, "fork"):
         import concurrent.futures
         import multiprocessing
         with concurrent.futures.ProcessPoolExecutor(
@@ -705,16 +727,23 @@ def aot_build(variants, out, quiet, jobs):
     items = [item for item in built if item is not None and item != _OTHER_TARGET]
     refused = [n for n, item in zip(names, built) if item is None]
     skipped = sum(item == _OTHER_TARGET for item in built)
-    target = Path(out) if out else prebuilt.default_dir(DEFAULT_TARGET)
     try:
-        prebuilt.write_bundle(target, items,
-                              progress=None if quiet else lambda name: click.echo(f"  {name}"))
+        done = prebuilt.write_bundle(
+            target, items, replace=replace,
+            progress=None if quiet else lambda name: click.echo(f"  {name}"))
+    except prebuilt.NotABundle as e:
+        raise CliError(f"cannot write the bundle: {e}", EXIT_USER_ERROR) from None
     except OSError as e:
-        raise CliError(f"cannot write the bundle {target}: {e.strerror or e}",
+        where = f" ({e.filename})" if e.filename and str(e.filename) != str(target) else ""
+        raise CliError(f"cannot write the bundle {target}: {e.strerror or e}{where}",
                        EXIT_USER_ERROR) from None
     for name in refused:
         click.echo(f"refused (IR differs from the golden table): {name}", err=True)
-    click.echo(f"prebuilt {len(items)} variants into {target}"
+    what = [f"{done.added + done.updated} added/updated"] \
+        + ([f"{done.kept} kept"] if done.kept else []) \
+        + ([f"{done.removed} removed"] if done.removed else [])
+    click.echo(f"prebuilt {len(items)} variants into {target} "
+               f"({len(done.index['entries'])} entries; {', '.join(what)})"
                + (f"; refused {len(refused)}" if refused else "")
                + (f"; {skipped} built for another processor left out" if skipped else ""))
     if refused:

@@ -59,7 +59,12 @@ fi
 # variant whose IR left the golden table is refused (reported, set-up goes on without it).
 bundle="$ROOT/rocke/prebuilt/gfx942/index.json"
 golden="$(PYTHONPATH="$ROOT" "$VENV/bin/python" -c 'from rocke.kernels.golden import GOLDEN_PATH; print(GOLDEN_PATH)')"
-if [ ! -f "$bundle" ] || [ "$golden" -nt "$bundle" ]; then
+# also when an entry predates the spec keys that lookups check (such entries serve by IR only)
+stale_index="$("$VENV/bin/python" -c 'import json, sys
+try: e = json.load(open(sys.argv[1]))["entries"]
+except Exception: e = {}
+print(int(not all(isinstance(x, dict) and "spec_key" in x for x in e.values())))' "$bundle" 2>/dev/null || echo 1)"
+if [ ! -f "$bundle" ] || [ "$golden" -nt "$bundle" ] || [ "$stale_index" = 1 ]; then
   echo "[setup] prebuilding the shipped variants' code objects (rocke aot build)" >&2
   "$VENV/bin/rocke" aot build --quiet >&2 || echo "[setup] rocke aot build did not bundle every variant (see above)" >&2
 fi
