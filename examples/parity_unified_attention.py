@@ -269,7 +269,7 @@ def spec_class_2d(target: str):
 def explicit_2d_launcher(shape, inputs, knobs, device):
     """The hand-built 2D spec, launched through its own kernel_args/launch_geometry."""
     from rocke import runtime
-    from rocke.kernels.common.attention_unified import compiled
+    from rocke.kernels.common.attention_kernels import compiled
     from rocke.kernels.gfx942 import attention_tiled_2d as k2d
     spec, geometry_name = build_2d_spec(shape, inputs, knobs)
     kernel = compiled(spec)
@@ -322,7 +322,7 @@ def prepare(shape: H.Shape, device: str, with_reference: bool = True):
 def compile_tables(shape, knobs) -> str:
     """--compile-only: each table's kernels for ``shape`` (its plan for auto and 3d, the
     hand-built spec for 2d), built and not launched."""
-    from rocke.kernels.common.attention_unified import compiled
+    from rocke.kernels.common.attention_kernels import compiled
     inputs, _ = prepare(shape, "emu", with_reference=False)
     built = []
     for table in TABLES:

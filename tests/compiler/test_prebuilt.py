@@ -143,6 +143,7 @@ def test_attention_compiled_spec_asks_the_bundle_first(no_linker, monkeypatch):
     """The attention entry point's per-spec compile takes a bundle entry by spec (no IR build);
     nothing here can link, so only the bundle can have served it."""
     from rocke.kernels.common import attention_unified as au
+    from rocke.kernels.common import attention_kernels
     from rocke.kernels.common.golden_table import pinned
     assert pinned()[VARIANT] == golden_mod.load_golden()[VARIANT]
     monkeypatch.setattr(vector_add, "build", lambda _spec: (_ for _ in ()).throw(
@@ -175,7 +176,8 @@ def test_the_metadata_guard_is_shipped_and_served_without_a_linker(tmp_path, mon
     monkeypatch.delenv("ROCKE_DEVICE", raising=False)
     monkeypatch.setattr(metadata_guard, "build", lambda _spec: (_ for _ in ()).throw(
         AssertionError("the guard's IR was built")))
-    ck = au._build_and_compile(metadata_guard.SPEC)          # what the first GPU call compiles
+    from rocke.kernels.common import attention_kernels
+    ck = attention_kernels._build_and_compile(metadata_guard.SPEC)   # what the first GPU call compiles
     assert ck.prebuilt and ck.name == metadata_guard.SPEC.kernel_name
     cu = torch.tensor([0, 1, 4], dtype=torch.int32)
     used = torch.tensor([40, 23], dtype=torch.int32)

@@ -10,6 +10,7 @@ import torch
 
 from rocke.compiler import CompileError
 from rocke.kernels.common import attention_unified as au
+from rocke.kernels.common import attention_kernels
 from rocke.kernels.common.attention_reference import ref_paged_attn
 from rocke.kernels.common.knobs import AttentionKnobs
 from rocke.kernels.common.tolerances import attention_atol
@@ -135,7 +136,7 @@ def test_the_entry_point_launches_the_fallback_and_it_computes_the_same(monkeypa
 
     def spills_of(kernel):
         return (0, 5) if kernel.name == planned.kernel_name else real(kernel)
-    monkeypatch.setattr(au, "kernel_spills", spills_of)
+    monkeypatch.setattr(attention_kernels, "kernel_spills", spills_of)
     au.GRAPHS.clear()
     record = au.run_unified_attention_torch(**args)
     (launched,) = record.plan.specs

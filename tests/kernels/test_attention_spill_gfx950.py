@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from rocke import runtime
 from rocke.kernels.common import attention_unified as au
+from rocke.kernels.common import attention_kernels
 from rocke.kernels.common.attention_reference import ref_paged_attn
 from rocke.kernels.common.knobs import AttentionKnobs
 from rocke.kernels.common.tolerances import attention_atol
@@ -151,7 +152,7 @@ def test_the_gfx950_entry_point_launches_the_fallback_and_it_computes_the_same(e
     chain = spill.candidates(planned)
     spilling = {c.kernel_name for c in chain[:2]}
     real = au.kernel_spills
-    monkeypatch.setattr(au, "kernel_spills",
+    monkeypatch.setattr(attention_kernels, "kernel_spills",
                         lambda k: (0, 5) if k.name in spilling else real(k))
     au.GRAPHS.clear()
     record = au.run_unified_attention_torch(**args)

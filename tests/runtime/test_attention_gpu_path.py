@@ -15,6 +15,7 @@ import torch
 
 from rocke import runtime
 from rocke.kernels.common import attention_unified as au
+from rocke.kernels.common import attention_kernels
 from rocke.kernels.common.attention_reference import ref_paged_attn
 from rocke.kernels.common.tolerances import attention_atol
 from rocke.runtime import hip_device
@@ -303,7 +304,7 @@ def test_the_parity_harness_runs_end_to_end_with_device_hip(rocm_torch, monkeypa
         rocm_torch.register(ck)
         return ck
     monkeypatch.setattr(torch.Tensor, "to", to)
-    monkeypatch.setattr(au, "compiled", compiled)
+    monkeypatch.setattr(attention_kernels, "compiled", compiled)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)   # the stand-in is synchronous
     monkeypatch.setenv("ROCKE_DEVICE", "hip")     # the harness sets it; undone after the test
     report = tmp_path / "parity.json"

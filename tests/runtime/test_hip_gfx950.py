@@ -14,6 +14,7 @@ import torch
 from rocke import runtime
 from rocke.arch.elf import code_object_target
 from rocke.kernels.common import attention_unified as au
+from rocke.kernels.common import attention_kernels
 from tests.hip_stub.rocm_torch import install, to_device
 
 GFX950 = "gfx950:sramecc+:xnack-"
@@ -146,7 +147,7 @@ def test_attention_on_a_gfx950_gpu_takes_gfx950_kernels(gfx950_device, monkeypat
         built.append(ck.target)
         gfx950_device.register(ck)
         return ck
-    monkeypatch.setattr(au, "compiled", compiled)
+    monkeypatch.setattr(attention_kernels, "compiled", compiled)
     a = _attention_problem()
     g = dict(a)
     for name in ("q", "k", "v", "out", "cu_seqlens_q", "seqused_k", "block_table"):
@@ -185,7 +186,7 @@ def _harness_on_standin(standin, monkeypatch, argv, tmp_path):
         standin.register(ck)
         return ck
     monkeypatch.setattr(torch.Tensor, "to", to)
-    monkeypatch.setattr(au, "compiled", compiled)
+    monkeypatch.setattr(attention_kernels, "compiled", compiled)
     monkeypatch.setenv("ROCKE_DEVICE", "hip")     # the harness sets it; undone after the test
     report = tmp_path / "parity.json"
     code = parity_unified_attention.main(argv + ["--report", str(report)])

@@ -15,7 +15,7 @@ from typing import Callable
 from rocke.arch import get_target
 from rocke.arch.occupancy_rules import occupancy
 from rocke.kernels.common import knobs as knobs_mod
-from rocke.kernels.common.attention_unified import (BACKENDS, AttentionCapabilities,
+from rocke.kernels.common.attention_problem import (BACKENDS, AttentionCapabilities,
                                                     UnifiedAttentionProblem, cdiv)
 from rocke.kernels.common.knobs import AttentionKnobs
 from rocke.kernels.gfx942 import attention_policy as policy

@@ -31,7 +31,7 @@ import warnings
 
 from rocke.arch import get_target
 from rocke.compiler import CompileError, assemble_ir
-from rocke.kernels.common.attention_unified import UnifiedAttentionProblem, attention_target
+from rocke.kernels.common.attention_problem import UnifiedAttentionProblem, attention_target
 from rocke.kernels.common.knobs import FLASH_GEOMETRIES, AttentionKnobs
 from rocke.kernels.gfx942 import attention_dispatch as dispatch
 from rocke.kernels.gfx942 import attention_quant as quant

@@ -78,7 +78,7 @@ def chain_for(spec) -> Callable:
     target = getattr(spec, "target", "gfx942")
     if target == "gfx942":
         return replace
-    from rocke.kernels.common.attention_unified import attention_target
+    from rocke.kernels.common.attention_problem import attention_target
     return getattr(attention_target(target), "spill_candidate", replace)
 
 

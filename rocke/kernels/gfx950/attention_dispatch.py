@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from rocke.kernels.common.attention_unified import AttentionCapabilities, UnifiedAttentionProblem
+from rocke.kernels.common.attention_problem import AttentionCapabilities, UnifiedAttentionProblem
 from rocke.kernels.common.knobs import AttentionKnobs
 from rocke.kernels.gfx942 import attention_dispatch as gfx942
 from rocke.kernels.gfx942 import attention_policy as policy

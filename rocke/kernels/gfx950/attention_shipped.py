@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from rocke.kernels.common.attention_unified import UnifiedAttentionProblem
+from rocke.kernels.common.attention_problem import UnifiedAttentionProblem
 from rocke.kernels.common.knobs import AttentionKnobs
 from rocke.kernels.gfx950 import attention as g950
 from rocke.kernels.gfx950 import attention_dispatch as dispatch

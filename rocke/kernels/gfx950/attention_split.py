@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from rocke.kernels.common.attention_unified import UnifiedAttentionProblem, cdiv
+from rocke.kernels.common.attention_problem import UnifiedAttentionProblem, cdiv
 from rocke.kernels.gfx942 import attention_dispatch as gfx942
 
 # workgroups of the narrow 3D kernel (1 warp x 16 rows) resident on one gfx950 CU: 8 for d128 at

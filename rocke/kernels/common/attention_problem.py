@@ -1,0 +1,225 @@
+"""Unified paged attention, target-free: the problem a call poses (``UnifiedAttentionProblem``),
+what a target's kernels run (``AttentionCapabilities``) and the target's dispatcher, found by name
+(``attention_target``), so that nothing in ``kernels/common`` imports a target."""
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+from dataclasses import dataclass
+
+from rocke.kernels.common.checks import fits_one_buffer
+from rocke.kernels.common.knobs import AttentionKnobs
+
+DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+BACKENDS = ("auto", "2d", "3d")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class UnifiedAttentionProblem:
+    """One call, as the dispatcher sees it. The score features (ALGORITHM.md §12) are fields:
+    ``softcap`` (0 = off), ``alibi`` / ``qq_bias`` / ``sinks`` (whether the tensor is passed),
+    ``window_left`` (vLLM's ``window_size[0]``, -1 = no sliding window); ``features`` names the
+    ones that are on. An fp8 KV cache is ``kv_dtype`` (ALGORITHM.md §11.1)."""
+    dtype: str
+    head_size: int
+    num_q_heads: int
+    num_kv_heads: int
+    block_size: int
+    num_seqs: int
+    total_q: int
+    max_seqlen_q: int
+    max_seqlen_k: int
+    causal: bool = True
+    num_blocks: int = 1
+    kv_cache_bytes: int = 0     # bytes one cache's pages span: num_blocks * block stride
+    softcap: float = 0.0
+    alibi: bool = False
+    qq_bias: bool = False
+    window_left: int = -1
+    sinks: bool = False
+    kv_dtype: str | None = None  # None: the caches hold `dtype`; "fp8_e4m3fnuz": fp8 with descales
+    # ALGORITHM.md §13: square-root ALiBi, an fp8 output, per-token-head KV scales (kv_dtype
+    # "i8" or "fp8_e4m3fnuz" read with [num_blocks, block_size, Hk] fp32 scale caches)
+    alibi_sqrt: bool = False
+    out_dtype: str | None = None
+    kv_token_scales: bool = False
+    mm_ranges: int = 0           # vLLM's mm_prefix_range: ranges per sequence (0 = not passed)
+    batch_invariant: bool = False  # plan so a sequence's bits do not depend on the batch (§10.4)
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES.values():
+            raise ValueError(f"dtype: must be one of {', '.join(DTYPES.values())}, got {self.dtype!r}")
+        for name in ("head_size", "block_size", "num_q_heads", "num_kv_heads", "max_seqlen_q",
+                     "max_seqlen_k", "num_blocks"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: must be a positive int, got {value!r}")
+        if not isinstance(self.total_q, int) or self.total_q < 0:
+            raise ValueError(f"total_q: must be a non-negative int, got {self.total_q!r}")
+        if not isinstance(self.num_seqs, int) or isinstance(self.num_seqs, bool) or self.num_seqs < 0:
+            raise ValueError(f"num_seqs: must be a non-negative int, got {self.num_seqs!r}")
+        if self.num_seqs == 0 and self.total_q:
+            raise ValueError(f"total_q: an empty batch (num_seqs 0) has no query tokens, got "
+                             f"{self.total_q}")
+        if self.num_q_heads % self.num_kv_heads:
+            raise ValueError(f"num_q_heads: {self.num_q_heads} is not a multiple of num_kv_heads "
+                             f"{self.num_kv_heads} (GQA needs whole groups)")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"causal: must be a bool, got {self.causal!r}")
+        if self.kv_dtype is not None and not isinstance(self.kv_dtype, str):
+            raise ValueError(f"kv_dtype: must be None (the caches hold q's dtype) or a cache "
+                             f"encoding's name, got {self.kv_dtype!r}")
+        if isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float)) or \
+                not math.isfinite(self.softcap) or self.softcap < 0:
+            raise ValueError(f"softcap: must be a finite float >= 0 (0 = off), got {self.softcap!r}")
+        for name in ("alibi", "qq_bias", "sinks"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: must be a bool, got {getattr(self, name)!r}")
+        if isinstance(self.window_left, bool) or not isinstance(self.window_left, int) or \
+                not -1 <= self.window_left < 2 ** 31:
+            raise ValueError(f"window_left: must be -1 (no window) or an int in [0, 2**31), got "
+                             f"{self.window_left!r}")
+        _check_quant_fields(self)
+        _check_mm_and_invariance_fields(self)
+        if self.window_left >= 0 and not self.causal and self.max_seqlen_q > 1:
+            raise ValueError("window_left: the sliding window is bottom-right aligned like the "
+                             "causal mask (ALGORITHM.md §12.6); it needs causal=True for prefill")
+
+    @property
+    def features(self) -> frozenset:
+        """Names of the score features this call applies (the kernel spec's feature fields)."""
+        return frozenset(name for name, on in self.spec_features().items() if on)
+
+    def spec_features(self) -> dict[str, bool]:
+        """The kernel spec's feature fields for this problem."""
+        out = dict(softcap=self.softcap > 0, alibi=self.alibi, qq_bias=self.qq_bias,
+                   sliding_window=self.window_left >= 0, sinks=self.sinks)
+        if self.mm_ranges:       # only when passed: the other kernels' specs stay as they were
+            out["mm_prefix_ranges"] = 1 << (self.mm_ranges - 1).bit_length()   # capacity
+        out.update(self.quant_spec_fields())
+        return out
+
+    def quant_spec_fields(self) -> dict:
+        """The §13 spec fields that are set (none: the dict is empty, every spec as before)."""
+        out = {}
+        if self.alibi_sqrt:
+            out["alibi_sqrt"] = True
+        if self.out_dtype is not None:
+            out["out_dtype"] = self.out_dtype
+        if self.kv_token_scales:
+            out["kv_token_scales"] = True
+        return out
+
+    @property
+    def num_queries_per_kv(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def kv_addr_64(self) -> bool:
+        """Page bases need 64-bit math when one buffer resource cannot span the cache with
+        32-bit offsets (``checks.fits_one_buffer``, the rule the kernel's own check applies)."""
+        return not fits_one_buffer(self.kv_cache_bytes)
+
+    @property
+    def is_decode(self) -> bool:
+        return self.max_seqlen_q == 1
+
+
+def _check_mm_and_invariance_fields(p) -> None:
+    """The problem's mm_prefix_range and batch-invariance fields."""
+    if isinstance(p.mm_ranges, bool) or not isinstance(p.mm_ranges, int) or p.mm_ranges < 0:
+        raise ValueError(f"mm_ranges: must be an int >= 0 (0 = no mm_prefix_range), got "
+                         f"{p.mm_ranges!r}")
+    if p.mm_ranges and not p.causal:
+        raise ValueError("mm_prefix_range: bidirectional ranges widen a causal mask; they need "
+                         "causal=True")
+    if not isinstance(p.batch_invariant, bool):
+        raise ValueError(f"batch_invariant: must be a bool, got {p.batch_invariant!r}")
+
+
+@dataclass(frozen=True)
+class AttentionCapabilities:
+    """What a target's attention kernels run (its dispatcher's ``CAPABILITIES``)."""
+    head_sizes: tuple[int, ...]
+    block_sizes: tuple[int, ...]
+    max_group: int                  # the largest GQA group (query heads per KV head) run
+    kv_dtypes: tuple[str, ...]      # cache encodings besides q's dtype
+    token_scale_kv_dtypes: tuple[str, ...] = ()   # caches read with per-token-head scales
+    out_dtypes: tuple[str, ...] = ()              # output encodings besides q's dtype
+
+    def check(self, p: UnifiedAttentionProblem) -> None:
+        """Refuse a problem the target has no kernel for, naming the field."""
+        if p.head_size not in self.head_sizes:
+            raise ValueError(f"head_size: must be one of {self.head_sizes}, got {p.head_size!r}")
+        if p.block_size not in self.block_sizes:
+            raise ValueError(f"block_size: must be one of {self.block_sizes}, got {p.block_size!r}")
+        if p.num_queries_per_kv > self.max_group:
+            raise ValueError(f"num_q_heads: a GQA group of {p.num_queries_per_kv} query heads per "
+                             f"KV head exceeds the kernels' {self.max_group}")
+        if p.kv_token_scales:
+            if p.kv_dtype not in self.token_scale_kv_dtypes:
+                raise ValueError(f"kv_dtype: per-token-head scales read caches of "
+                                 f"{self.token_scale_kv_dtypes}, got {p.kv_dtype!r}")
+        elif p.kv_dtype is not None and p.kv_dtype not in self.kv_dtypes:
+            raise ValueError(f"kv_dtype: must be None (the caches hold q's dtype) or one of "
+                             f"{self.kv_dtypes}, got {p.kv_dtype!r}")
+        if p.out_dtype is not None and p.out_dtype not in self.out_dtypes:
+            raise ValueError(f"out_dtype: must be None (q's dtype) or one of {self.out_dtypes}, "
+                             f"got {p.out_dtype!r}")
+
+
+@functools.cache
+def attention_target(name: str | None = None):
+    """The attention dispatcher of target ``name`` (default: rocke.arch's default target):
+    ``rocke.kernels.<name>.attention_dispatch``, found by name so that this module imports no
+    target. It provides CAPABILITIES, plan(problem, backend, knobs), launches(...), num_sms()."""
+    if name is None:
+        from rocke.arch import DEFAULT_TARGET
+        name = DEFAULT_TARGET.name
+    try:
+        return importlib.import_module(f"rocke.kernels.{name}.attention_dispatch")
+    except ModuleNotFoundError:
+        raise ValueError(f"target: rocke has no attention kernels for {name!r}") from None
+
+
+def plan(problem: UnifiedAttentionProblem, backend: str = "auto", knobs: AttentionKnobs | None = None,
+         *, with_specs: bool = True, target: str | None = None):
+    """The target's plan of ``problem``: path, geometry, kernel specs (``attention_dispatch.plan``)."""
+    return attention_target(target).plan(problem, backend, knobs, with_specs=with_specs)
+
+
+def num_sms(target: str | None = None) -> int:
+    """Compute units the target's dispatcher fills (a visible device's, else the target's)."""
+    return attention_target(target).num_sms()
+
+
+
+
+# ---- ALGORITHM.md §13: fp8 output, per-token-head KV scales, square-root ALiBi ------------------
+
+OUT_FP8_DTYPES = {"float8_e4m3fnuz": "fp8_e4m3fnuz"}
+# rocke's names of vLLM's KVQuantMode members (rocke.vllm maps the enum onto them)
+KV_QUANT_MODES = ("none", "fp8_per_tensor", "int8_per_token_head", "fp8_per_token_head")
+TOKEN_SCALE_MODES = {"int8_per_token_head": ("int8", "i8"),
+                     "fp8_per_token_head": ("float8_e4m3fnuz", "fp8_e4m3fnuz")}
+
+
+def _check_quant_fields(p) -> None:
+    if not isinstance(p.alibi_sqrt, bool) or not isinstance(p.kv_token_scales, bool):
+        raise ValueError("alibi_sqrt / kv_token_scales: must be bools")
+    if p.alibi_sqrt and not p.alibi:
+        raise ValueError("alibi_sqrt: square-root ALiBi needs ALiBi slopes (alibi=True)")
+    if p.kv_token_scales and p.kv_dtype is None:
+        raise ValueError("kv_token_scales: per-token-head scales need an int8 or fp8 cache (kv_dtype)")
+    if p.out_dtype is not None and not isinstance(p.out_dtype, str):
+        raise ValueError(f"out_dtype: must be None or an encoding's name, got {p.out_dtype!r}")
+
+
+def is_tensor(x) -> bool:
+    import torch
+    return isinstance(x, torch.Tensor)
