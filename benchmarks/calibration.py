@@ -431,6 +431,11 @@ def main(argv=None) -> int:
         parser.error(f"--aiter-dir {args.aiter_dir}: no {fwd_dir} there (expected a "
                      f"checkout of github.com/ROCm/aiter)")
     anchors, fixed_runners, aiter_rows = ANCHORS_BY_TARGET[args.target]
+    names = [a.name for a in anchors]
+    for only in args.only or ():       # an anchor of the other target would run nothing
+        if only not in names:
+            parser.error(f"--only {only}: not an anchor of --target {args.target}; its "
+                         f"anchors are {', '.join(names)}")
     costs = costs_for(args.target)
     runners = {**fixed_runners,
                **{_aiter_name(*r[:5], args.target): partial(run_aiter_fwd, args.aiter_dir, *r[:5],

@@ -220,7 +220,23 @@ def main(argv=None) -> int:
     ap.add_argument("--segments", nargs="+", type=int,
                     help="also run the 3D path at these segment counts (decode shape)")
     a = ap.parse_args(argv)
-    if a.plot:      # checked before any emulation runs
+    # every flag is checked before any emulation runs
+    decode = SHAPES["decode"]
+    per_segment = sum(q for q, _ in decode.seqs) * decode.hq * max(a.head_sizes)
+    for count in a.segments or ():
+        if count < 1:
+            ap.error(f"--segments: a segment count must be >= 1, got {count}")
+        if count * per_segment >= 2 ** 31:     # the 3D kernel's partials, 32-bit indexed
+            ap.error(f"--segments: {count} segments of the decode shape's partials "
+                     f"({count * per_segment} elements) exceed the kernels' 32-bit indexing; "
+                     f"at most {(2 ** 31 - 1) // per_segment}")
+    if a.json:
+        from rocke.fileio import check_writable
+        try:
+            check_writable(a.json)
+        except OSError as e:
+            ap.error(f"--json {a.json}: cannot write it: {e.strerror or e}")
+    if a.plot:
         if not a.plot.lower().endswith(".png"):
             ap.error(f"--plot writes a PNG; name the file *.png, not {a.plot!r}")
         if not Path(a.plot).resolve().parent.is_dir():
@@ -278,7 +294,8 @@ def main(argv=None) -> int:
                   f"{'met' if g['goal_met'] else 'MISSED'} |")
         print(f"goal met on {sum(g['goal_met'] for g in goal)} of {len(goal)} shapes")
     if a.json:
-        Path(a.json).write_text(json.dumps(rows + [{"summary": goal}], indent=1))
+        from rocke.fileio import write_output
+        write_output(a.json, json.dumps(rows + [{"summary": goal}], indent=1).encode())
     if a.plot:
         data = plot(kernel_points(rows), a.plot)
         print(f"roofline ({data['title']}): {len(data['points'])} kernel rows -> {a.plot}"

@@ -231,7 +231,8 @@ def compile_kernel(name: str, values: dict, constexprs: dict) -> Compiled:
     compiled = _triton_compile(name, sig, constexprs, divisible)
     CACHE.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(compiled.__dict__))
-    if os.environ.get("ROCKE_WRITE_PEER_FIXTURES") == "1":      # tools: refresh the fixtures
+    from rocke import env
+    if env.write_peer_fixtures():      # tools (ROCKE_WRITE_PEER_FIXTURES=1): refresh the fixtures
         FIXTURES.mkdir(parents=True, exist_ok=True)
         fixture.write_text(json.dumps(dict(compiled.__dict__, triton=_triton_version()),
                                       indent=0))

@@ -419,6 +419,7 @@ def resolve_device(requested: str | None, target: str | None = None) -> str:
     from rocke import env, runtime
     devices = tuple(runtime.DEVICES)
     try:
+        env.check_all()               # every ROCKE_* lever, whichever this run reads
         device = requested or env.device() or runtime.default_device_kind()
     except ValueError as exc:         # ROCKE_DEVICE=garbage: the message names the allowed values
         raise refuse(str(exc)) from None

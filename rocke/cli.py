@@ -113,6 +113,8 @@ def _exit_for_broken_families() -> None:
 @click.group(cls=_Cli)
 def main():
     """rocke: a Python DSL for AMD CDNA (gfx942) kernels."""
+    from . import env
+    env.check_all()     # a bad ROCKE_* lever: exit 2 naming it, before any command's work
 
 
 def _variant_target(v) -> str:
@@ -376,6 +378,79 @@ _SHARD_KEYS = ("summary", "corners", "shard", "specs", "match", "enumerated",
                "failed")
 
 
+def _is_count(x) -> bool:
+    return type(x) is int and x >= 0
+
+
+def _fields_problem(where: str, record, fields: dict) -> str | None:
+    """What is wrong with ``record`` (a JSON value) against ``fields``: name -> (test, what the
+    value must be); None when it is a JSON object whose every field passes."""
+    if not isinstance(record, dict):
+        return f"{where} must be a JSON object, got {json.dumps(record)[:80]}"
+    for field, (test, want) in fields.items():
+        if field not in record:
+            return f"{where} lacks field {field!r}"
+        if not test(record[field]):
+            return f"{where}'s field {field!r} must be {want}, got {json.dumps(record[field])[:80]}"
+    return None
+
+
+_STRING = (lambda x: isinstance(x, str), "a string")
+_COUNT = (_is_count, "a non-negative integer")
+_FALLBACK_FIELDS = {"chosen": _STRING, "vgpr_spills": _COUNT, "sgpr_spills": _COUNT,
+                    "spill_free": (lambda x: type(x) is bool, "true or false"),
+                    "tried": _COUNT}
+_SPILLING_FIELDS = {"name": _STRING, "vgpr_spills": _COUNT, "sgpr_spills": _COUNT,
+                    "fallback": (lambda x: x is None or isinstance(x, dict),
+                                 "null or a JSON object")}
+_FAILED_FIELDS = {"name": _STRING, "error": _STRING}
+
+
+def _shard_report_problem(record: dict) -> str | None:
+    """What makes ``record`` (a JSON object with every key of _SHARD_KEYS) no shard report of
+    ``report --reachable --json``, naming the field; None when it is one. A shard report is
+    input: every field the merge reads is checked before any is used."""
+    def is_list_of(test):
+        return lambda x: isinstance(x, list) and all(test(e) for e in x)
+    top = {
+        "summary": _STRING,
+        "corners": (lambda x: type(x) is bool, "true or false"),
+        "shard": (lambda x: isinstance(x, list) and len(x) == 2 and all(type(e) is int for e in x)
+                  and 1 <= x[0] <= x[1], "[I, N] with integers 1 <= I <= N"),
+        "specs": _COUNT,
+        "match": (lambda x: x is None or isinstance(x, str), "null or a string"),
+        "enumerated": _COUNT,
+        "enumeration_sha256": _STRING,
+        "code_sha256": _STRING,
+        "kinds": (lambda x: isinstance(x, dict) and all(_is_count(n) for n in x.values()),
+                  "a JSON object of spec class -> non-negative integer"),
+        "spilling": (lambda x: isinstance(x, list), "a list"),
+        "launch_spilling": (is_list_of(lambda e: isinstance(e, str)), "a list of spec names"),
+        "failed": (lambda x: isinstance(x, list), "a list"),
+    }
+    if "target" in record:
+        top["target"] = (lambda x: x in _REACHABLE_TARGETS,
+                         f"one of {', '.join(_REACHABLE_TARGETS)}")
+    problem = _fields_problem("the report", record, top)
+    if problem:
+        return problem
+    if sum(record["kinds"].values()) != record["specs"]:
+        return (f"its field 'kinds' counts {sum(record['kinds'].values())} specs, its field "
+                f"'specs' {record['specs']}")
+    for i, entry in enumerate(record["spilling"]):
+        problem = _fields_problem(f"'spilling'[{i}]", entry, _SPILLING_FIELDS)
+        if not problem and entry["fallback"] is not None:
+            problem = _fields_problem(f"'spilling'[{i}]'s 'fallback'", entry["fallback"],
+                                      _FALLBACK_FIELDS)
+        if problem:
+            return problem
+    for i, entry in enumerate(record["failed"]):
+        problem = _fields_problem(f"'failed'[{i}]", entry, _FAILED_FIELDS)
+        if problem:
+            return problem
+    return None
+
+
 def _merge_reachable(paths) -> None:
     """``report --reachable --merge``: the shard reports (``--json``) of one enumeration run as
     N commands, summarised as one run. Refused, naming the file, unless they are exactly shards
@@ -393,6 +468,10 @@ def _merge_reachable(paths) -> None:
         if missing:
             raise CliError(f"{path} is not a shard report of `rocke report --reachable --json` "
                            f"(it lacks {', '.join(missing)})", EXIT_USER_ERROR)
+        problem = _shard_report_problem(record)
+        if problem:
+            raise CliError(f"{path} is not a valid shard report of `rocke report --reachable "
+                           f"--json`: {problem}", EXIT_USER_ERROR)
         records.append((path, record))
     first_path, first = records[0]
     for key in ("corners", "match", "enumerated", "enumeration_sha256", "code_sha256"):

@@ -5,7 +5,8 @@ A problem is built from `key=value` shape settings over a family's defaults (sma
 emulator finishes in seconds). `sample_rows` limits the emulated grid to its first rows (all
 of grid x, the first rows of y): the model repeats their costs over the full grid, and the full
 problem's footprint comes from its tensor sizes (every input byte read once, every output byte
-written once).
+written once). A shape whose tensors would take more than MAX_HOST_BYTES is refused, naming the
+bytes, before anything is allocated.
 """
 from __future__ import annotations
 
@@ -94,8 +95,59 @@ BUILDERS = {
 }
 
 
+# The host memory a problem's tensors may take: the emulator runs on the host, and a problem
+# beyond this would not finish in it anyway (the defaults take well under 1 MiB).
+MAX_HOST_BYTES = 4 << 30
+
+
+# family -> the element count of each tensor its builder allocates, by the builder's defaults
+# (checked against the builders by tests/reliability/test_refused_before_work.py), and the
+# spec's dtype
+def _vector_add_tensors(spec, n=65536):
+    return spec.dtype, {"a": n, "b": n, "c": n}
+
+
+def _gemm_tensors(spec, M=256, N=256, K=256, bias=False):
+    sizes = {"a": M * K, "b": K * N, "c": M * N}
+    return getattr(spec, "gemm", spec).dtype, {**sizes, **({"bias": N} if bias else {})}
+
+
+def _flash_tensors(spec, B=1, H=2, S=256):
+    each = B * H * S * spec.head_dim
+    return spec.dtype, {"q": each, "k": each, "v": each, "o": each}
+
+
+def _softmax_tensors(spec, rows=64, cols=1024):
+    return spec.dtype, {"x": rows * cols, "y": rows * cols}
+
+
+def _rmsnorm_tensors(spec, rows=64, cols=1024):
+    return spec.dtype, {"x": rows * cols, "residual": rows * cols, "weight": cols,
+                        "y": rows * cols}
+
+
+TENSORS = {
+    "vector_add": _vector_add_tensors,
+    "gemm": _gemm_tensors,
+    "gemm_bias_gelu": lambda s, **kw: _gemm_tensors(s, bias=True, **kw),
+    "flash_attention": _flash_tensors,
+    "softmax": _softmax_tensors,
+    "rmsnorm_residual": _rmsnorm_tensors,
+}
+
+
+def host_bytes(variant, shape: dict[str, int]) -> tuple[int, dict[str, int]]:
+    """(total, bytes per tensor) of the tensors `build_problem(variant, shape)` allocates,
+    computed without allocating anything."""
+    dtype, sizes = TENSORS[variant.family](variant.spec, **shape)
+    size = torch.empty((), dtype=TORCH_DTYPES[dtype]).element_size()
+    per = {name: numel * size for name, numel in sizes.items()}
+    return sum(per.values()), per
+
+
 def parse_shape(text: str | None) -> dict[str, int]:
-    """'M=512,N=256' -> {'M': 512, 'N': 256}; a clear error for anything else."""
+    """'M=512,N=256' -> {'M': 512, 'N': 256}; a clear error for anything else (a key given
+    twice included)."""
     out: dict[str, int] = {}
     if not text:
         return out
@@ -110,6 +162,9 @@ def parse_shape(text: str | None) -> dict[str, int]:
             raise ValueError(f"--shape: {key} must be an integer, got {value.strip()!r}") from None
         if number < 1:
             raise ValueError(f"--shape: {key} must be >= 1, got {number}")
+        if key in out:
+            raise ValueError(f"--shape: {key} is given twice ({key}={out[key]} and "
+                             f"{key}={number}); give each key once")
         out[key] = number
     return out
 
@@ -126,6 +181,13 @@ def build_problem(variant, shape: dict[str, int]) -> Problem:
     if unknown:
         raise ValueError(f"--shape: {variant.family} takes {', '.join(keys)}; unknown "
                          f"{', '.join(unknown)}")
+    need, per = host_bytes(variant, shape)
+    if need > MAX_HOST_BYTES:
+        given = ",".join(f"{k}={v}" for k, v in shape.items())
+        raise ValueError(f"--shape {given}: {variant.name}'s tensors would need {need:,} bytes "
+                         f"of host memory (" + ", ".join(f"{n} {b:,}" for n, b in per.items())
+                         + f"), over rocke profile's limit of {MAX_HOST_BYTES:,} bytes "
+                         f"({MAX_HOST_BYTES >> 30} GiB); profile a smaller shape")
     import importlib
     from ..kernels.registry import families
     mod = importlib.import_module(families()[variant.family][0])
