@@ -165,11 +165,11 @@ LEVERS: dict[str, Lever] = {
         "none", "extra kernel families: comma-separated name=python.module entries",
         "name=python.module", _families),
     "ROCKE_CHECK_METADATA": Lever(
-        "device", "the attention entry point's content checks of GPU metadata: device (a guard "
+        "off", "the attention entry point's content checks of GPU metadata: off (the default: "
+        "no guard launch; the kernels still never read outside the cache) | device (a guard "
         "kernel records the first violation; reported by rocke.runtime.check_errors() or the "
         "next synchronize) | sync (also check right after each call: a synchronisation per "
-        "call, for debugging) | off (no guard launch; the kernels still never read outside the "
-        "cache)", "one of device, sync, off",
+        "call, for debugging)", "one of device, sync, off",
         _one_of(*CHECK_METADATA_MODES, accepts="one of device, sync, off")),
     "ROCKE_BATCH_INVARIANT": Lever(
         "0", "1: unified attention's output bits for a sequence do not depend on the rest of "
@@ -382,8 +382,8 @@ def prebuilt_dir() -> str | None:
 
 
 def check_metadata() -> str:
-    """``ROCKE_CHECK_METADATA``: "device" (default), "sync" or "off"."""
-    return raw("ROCKE_CHECK_METADATA") or "device"     # checked by its row of LEVERS
+    """``ROCKE_CHECK_METADATA``: "off" (default), "device" or "sync"."""
+    return raw("ROCKE_CHECK_METADATA") or "off"     # checked by its row of LEVERS
 
 
 # vLLM's own switch for reproducible serving (vllm/envs.py), honoured by rocke.vllm only

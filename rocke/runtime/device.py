@@ -82,6 +82,10 @@ class Device:
         """Run (or, inside a graph capture, record) one prepared launch."""
         raise NotImplementedError
 
+    def ready(self, launch: PreparedLaunch) -> None:
+        """Load and resolve what ``launch`` needs (a GPU's module and function), so that a graph
+        capture that follows records launches only."""
+
     def synchronize(self) -> None:
         """Wait until every launch issued to this device has finished (and report what a check
         kernel recorded meanwhile: ``check_errors``)."""
@@ -165,16 +169,20 @@ def register_backend(kind: str, backend: DeviceBackend) -> None:
 
 
 def get_device(device: Device | str | None = None) -> Device:
-    """`device` itself, a device by kind ("emu" | "hip"), or the default device: ROCKE_DEVICE if
-    set, else hip when hip-python finds a gfx942 or gfx950 GPU, else the emulator."""
+    """`device` itself, a device by kind ("emu" | "hip": the caller's current one of the kind),
+    one by key ("hip:1": GPU 1, whatever the current device is), or the default device:
+    ROCKE_DEVICE if set, else hip when hip-python finds a gfx942 or gfx950 GPU, else the
+    emulator."""
     if isinstance(device, Device):
         return device
     if device is None:
         device = default_device_kind()
-    if device not in DEVICE_KINDS:
-        raise ValueError(f"unknown device {device!r}; rocke has {DEVICE_KINDS}")
-    backend = _backends[device]
-    key = backend.current_key()
+    kind, _, rest = device.partition(":") if isinstance(device, str) else (device, "", "")
+    if kind not in DEVICE_KINDS or (kind == "hip" and rest and not rest.isdigit()):
+        raise ValueError(f"unknown device {device!r}; rocke has {DEVICE_KINDS} "
+                         "(a GPU by index: 'hip:N')")
+    backend = _backends[kind]
+    key = device if kind == "hip" and rest else backend.current_key()
     found = _devices.get(key)
     if found is not None:
         return found

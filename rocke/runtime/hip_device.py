@@ -129,16 +129,24 @@ def bindings_generation() -> int:
     return 0
 
 
-def device_arch(index: int) -> str:
-    """gcnArchName of HIP device `index`, e.g. 'gfx942:sramecc+:xnack-'."""
+def _properties(index: int):
     hip = hip_module()
     if bindings_generation() >= 10:
-        props = _call("hipGetDeviceProperties", index)
-    else:
-        props = hip.hipDeviceProp_t()
-        _call("hipGetDeviceProperties", props, index)
-    name = props.gcnArchName
+        return _call("hipGetDeviceProperties", index)
+    props = hip.hipDeviceProp_t()
+    _call("hipGetDeviceProperties", props, index)
+    return props
+
+
+def device_arch(index: int) -> str:
+    """gcnArchName of HIP device `index`, e.g. 'gfx942:sramecc+:xnack-'."""
+    name = _properties(index).gcnArchName
     return (name.decode() if isinstance(name, bytes) else str(name)).split("\x00", 1)[0]
+
+
+def device_compute_units(index: int) -> int:
+    """multiProcessorCount of HIP device `index` (CUs: 304 on an MI300X)."""
+    return int(_properties(index).multiProcessorCount)
 
 
 def find_supported_device() -> int | None:
@@ -246,8 +254,9 @@ class _StreamGraph:
 
     def __init__(self, device: "HipDevice", stream):
         self.device = device
-        self.owns_stream = stream is None
-        self.stream = _call("hipStreamCreate") if stream is None else stream
+        # None: record on the device's capture stream, replay on the caller's current stream
+        self.on_current = stream is None
+        self.stream = device.capture_stream() if stream is None else stream
         self.graph = self.exec = None
         self.num_launches = 0
 
@@ -261,10 +270,13 @@ class _StreamGraph:
         self.exec = instantiate_graph(self.graph)
 
     def replay(self, stream=None):
-        # a replay hit's one HIP call: hip-python's function directly (the library is loaded:
-        # this graph was made through it), check()'s error path only on an error
-        result = _hip_bindings[0].hipGraphLaunch(self.exec, self.stream if stream is None
-                                                 else stream)
+        # on the caller's stream (torch's current one): a graph captured on rocke's own stream
+        # runs in order with the caller's work. A replay hit's one HIP call: hip-python's
+        # function directly (the library is loaded: this graph was made through it), check()'s
+        # error path only on an error
+        if stream is None:
+            stream = self.device.current_stream() if self.on_current else self.stream
+        result = _hip_bindings[0].hipGraphLaunch(self.exec, stream)
         if result[0] is not _success[0]:
             check("hipGraphLaunch", result)
 
@@ -273,26 +285,7 @@ class _StreamGraph:
             _call("hipGraphExecDestroy", self.exec)
         if self.graph is not None:
             _call("hipGraphDestroy", self.graph)
-        if self.owns_stream and self.stream is not None:
-            _call("hipStreamDestroy", self.stream)
-        self.exec = self.graph = self.stream = None
-
-
-class _TorchGraph:
-    """torch's CUDA graph on a ROCm torch: launches go to torch's (capturing) current stream."""
-
-    def __init__(self):
-        import torch
-        self.torch = torch
-        self.graph = torch.cuda.CUDAGraph()
-        self.stream = None
-        self.num_launches = 0
-
-    def replay(self, stream=None):
-        self.graph.replay()
-
-    def close(self):
-        self.graph.reset()
+        self.exec = self.graph = self.stream = None     # the capture stream is the device's
 
 
 class HipDevice(Device):
@@ -306,9 +299,11 @@ class HipDevice(Device):
             raise HipError("hipGetDeviceCount", 101, "hipErrorInvalidDevice",
                            f"device {index} requested, {count} present")
         self.arch = device_arch(index)
+        self.compute_units = device_compute_units(index)
         self._modules: dict[str, tuple[object, dict[str, object]]] = {}
         self._lock = threading.Lock()
         self.loads = 0      # hipModuleLoadData calls made (the module cache's misses)
+        self._capture_stream = None
         self._module_generation = 0     # bumped by unload_all: memoized functions are stale
         if not self.is_capturing():
             self.error_record()     # now, outside any capture: check kernels only launch later
@@ -331,7 +326,8 @@ class HipDevice(Device):
         with self._lock:
             if digest not in self._modules:
                 self.check_loadable(compiled)
-                module = _call("hipModuleLoadData", compiled.code_object)
+                with self._current():       # a module loads into the current device's context
+                    module = _call("hipModuleLoadData", compiled.code_object)
                 self.loads += 1
                 self._modules[digest] = (module, {})
             module, functions = self._modules[digest]
@@ -339,6 +335,28 @@ class HipDevice(Device):
                 functions[compiled.name] = _call("hipModuleGetFunction", module,
                                                  compiled.name.encode())
             return functions[compiled.name]
+
+    def capture_stream(self):
+        """The stream rocke records its own graphs on: made once, at the first capture (HIP
+        capture mode thread-local, so other threads' work is unaffected)."""
+        if self._capture_stream is None:
+            with self._lock:
+                if self._capture_stream is None:
+                    with self._current():
+                        self._capture_stream = _call("hipStreamCreate")
+        return self._capture_stream
+
+    @contextlib.contextmanager
+    def _current(self):
+        """This GPU as HIP's current device for the block (module loads), restored after."""
+        before = _call("hipGetDevice")
+        if before != self.index:
+            _call("hipSetDevice", self.index)
+        try:
+            yield
+        finally:
+            if before != self.index:
+                _call("hipSetDevice", before)
 
     def check_loadable(self, compiled) -> None:
         """Refuse (ValueError, before any HIP call) a code object whose ELF header names a target
@@ -371,7 +389,7 @@ class HipDevice(Device):
             return native.stream
         if torch_rocm():
             import torch
-            return torch.cuda.current_stream().cuda_stream
+            return torch.cuda.current_stream(self.index).cuda_stream    # this GPU's, not device 0's
         return None
 
     def launch_params(self, launch: PreparedLaunch, stream=None) -> tuple:
@@ -390,6 +408,9 @@ class HipDevice(Device):
         if stream is None:
             stream = self.current_stream()
         return held[2] + (stream, None, held[3], held[4])
+
+    def ready(self, launch: PreparedLaunch) -> None:
+        self.launch_params(launch, stream=0)      # the module and function, memoised
 
     def _launch_constants(self, launch: PreparedLaunch) -> tuple:
         for value in launch.args:
@@ -486,11 +507,10 @@ class HipDevice(Device):
 
     @contextlib.contextmanager
     def capture_graph(self, stream=None):
-        if stream is None and torch_rocm():
-            native = _TorchGraph()
-            with native.torch.cuda.graph(native.graph):
-                yield native
-            return
+        """HIP stream capture: on ``stream``, or on a stream of rocke's own, whose graph replays
+        on the caller's current stream. Never torch's ``torch.cuda.graph``, which synchronises
+        the device and empties torch's caching allocator on entry: capture only records, so
+        nothing is waited for, and nothing is allocated while it records."""
         native = _StreamGraph(self, stream)
         native.begin()
         try:

@@ -79,6 +79,16 @@ class GraphCache:
     def __len__(self) -> int:
         return len(self._graphs)
 
+    def __contains__(self, key) -> bool:
+        return key in self._graphs
+
+    def discard(self, key: Hashable) -> None:
+        """Close and forget the graph of ``key``, if any."""
+        with self._lock:
+            graph = self._graphs.pop(key, None)
+        if graph is not None:
+            graph.close()
+
     def clear(self) -> None:
         with self._lock:
             while self._graphs:

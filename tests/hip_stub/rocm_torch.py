@@ -27,6 +27,9 @@ class RocmTensor(torch.Tensor):
     def __getitem__(self, index):
         return torch.Tensor.__getitem__(self, index).as_subclass(type(self))
 
+    def view(self, *shape):
+        return torch.Tensor.view(self, *shape).as_subclass(type(self))
+
 
 def to_device(standin, t, cls=RocmTensor):
     """A copy of CPU tensor ``t`` in stand-in device memory (hipMalloc), as ``cls``."""
@@ -50,7 +53,8 @@ def install(standin, setattr_):
     setattr_(hip_device, "torch_rocm", lambda: True)
     setattr_(torch.cuda, "current_device", lambda: 0)
     stream = hip_device._call("hipStreamCreate")
-    setattr_(torch.cuda, "current_stream", lambda: types.SimpleNamespace(cuda_stream=int(stream)))
+    setattr_(torch.cuda, "current_stream",
+             lambda device=None: types.SimpleNamespace(cuda_stream=int(stream)))
     setattr_(torch.cuda, "is_current_stream_capturing", lambda: False)
     setattr_(torch.cuda, "is_available", lambda: True)
     setattr_(torch.cuda, "synchronize", lambda *a: None)     # the stand-in runs launches at once

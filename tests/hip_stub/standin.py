@@ -407,8 +407,8 @@ class StandIn:
         if exec_ not in self.execs:
             return INVALID_HANDLE
         with self._serial:
-            for record in self.execs[exec_]:
-                code = self._run(record)
+            for record in self.execs[exec_]:       # a graph's nodes run on the launch's stream
+                code = self._run(dataclasses.replace(record, stream=stream))
                 if code != SUCCESS:
                     return code
         return SUCCESS

@@ -57,5 +57,5 @@ def compile_only_setting(monkeypatch, cache_dir):
 
     def no_launch(*args, **kwargs):
         raise AssertionError("compile_only launched")
-    monkeypatch.setattr(au, "run_launches", no_launch)
+    monkeypatch.setattr(au, "_pack", no_launch)      # every launch is packed first
 

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from rocke import runtime
-from rocke.kernels.common import attention_unified
+from rocke.kernels.common import attention_calls
 from rocke.kernels.registry import all_variants
 from tests.hip_stub import standin as standin_module
 
@@ -33,7 +33,8 @@ def standin(_standin_library, monkeypatch):
     yield _standin_library
     # graphs cached by the attention entry point hold this stand-in's handles: close them while
     # they are still valid, or the next test's clear() destroys handles the reset forgot
-    attention_unified.GRAPHS.clear()
+    attention_calls.forget_calls()
+    attention_calls.WORKSPACES.clear()
     _standin_library.reset(active=False)
     runtime.reset_devices()
 

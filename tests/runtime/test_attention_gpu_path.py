@@ -127,9 +127,10 @@ def test_gpu_tensors_run_through_hip_with_no_host_read(rocm_torch, backend):
     before = len(rocm_torch.executed)
     record = au.run_unified_attention_torch(**g, backend=backend)
     ran = rocm_torch.executed[before:]
-    # the metadata guard, then the plan's kernels, on torch's stream
-    assert len(ran) == 1 + len(record.plan.specs) and all(r.stream == rocm_torch.stream for r in ran)
-    assert rocm_torch.functions[ran[0].function].name == "attention_metadata_guard_t64"
+    # the plan's kernels alone (the metadata guard is opt-in), on torch's stream
+    assert len(ran) == len(record.plan.specs) and all(r.stream == rocm_torch.stream for r in ran)
+    assert "attention_metadata_guard_t64" not in {rocm_torch.functions[r.function].name
+                                                  for r in ran}
     assert record.reports == [None] * len(ran)            # asynchronous HIP launches
     runtime.check_errors()                                # honest metadata: nothing recorded
     got = host(g["out"]).float()
@@ -214,11 +215,11 @@ def test_a_decode_step_captured_in_a_rocke_graph_allocates_and_reads_nothing(roc
     ran, allocations = len(rocm_torch.executed), len(rocm_torch.allocations)
     with graph.capture():
         unified_attention(**g, **extra)
-    assert len(rocm_torch.executed) == ran and graph.num_launches == 3     # guard + 2 kernels
+    assert len(rocm_torch.executed) == ran and graph.num_launches == 2     # the 2 kernels
     assert len(rocm_torch.allocations) == allocations
     assert len(au.GRAPHS) == 0          # the caller's graph, not one of the entry point's own
     graph.replay()
-    assert len(rocm_torch.executed) == ran + 3
+    assert len(rocm_torch.executed) == ran + 2
     torch.testing.assert_close(host(g["out"]).float(), _expected(a),
                                atol=attention_atol("f16"), rtol=0)
     shorter = dict(a, seqused_k=torch.tensor([150, 30], dtype=torch.int32))
@@ -240,7 +241,7 @@ def test_inside_a_torch_graph_capture_the_entry_point_launches_on_the_capturing_
     ran, allocations = len(rocm_torch.executed), len(rocm_torch.allocations)
     unified_attention(**g, **extra)
     assert len(au.GRAPHS) == 0 and len(rocm_torch.allocations) == allocations
-    assert [r.stream for r in rocm_torch.executed[ran:]] == [rocm_torch.stream] * 3
+    assert [r.stream for r in rocm_torch.executed[ran:]] == [rocm_torch.stream] * 2
 
 
 # ---- the per-call cache: validated, planned and packed once per call metadata ----------------
@@ -318,3 +319,100 @@ def test_the_parity_harness_runs_end_to_end_with_device_hip(rocm_torch, monkeypa
     assert data["device"] == "hip" and data["time_kind"] == "GPU wall time (hip)"
     assert [r["status"] for r in data["results"]] == ["PASS"] * 3
     assert len(rocm_torch.executed) > ran           # the launches went through the stand-in
+
+
+# ---- the capture policy: only what repeats, no synchronisation, nothing held -------------------
+
+@pytest.fixture
+def traced(rocm_torch, monkeypatch):
+    """Every HIP call rocke makes by name, and torch's synchronising calls, counted."""
+    from collections import Counter
+    seen = Counter()
+    real = hip_device._call
+
+    seen.log = []
+
+    def call(name, *args):
+        seen[name] += 1
+        seen.log.append(name)
+        return real(name, *args)
+    monkeypatch.setattr(hip_device, "_call", call)
+    for name in ("synchronize", "empty_cache"):
+        monkeypatch.setattr(torch.cuda, name, lambda *a, _n=name: seen.update([f"torch.{_n}"]))
+    monkeypatch.setattr(hip_device, "torch_rocm", lambda: True)
+    monkeypatch.delenv("HIPDNN_GFX942_2D_GRAPH")         # the default levers: replay allowed
+    monkeypatch.delenv("HIPDNN_GFX942_3D_GRAPH")
+    return seen
+
+
+SYNCS = ("hipDeviceSynchronize", "hipStreamSynchronize", "torch.synchronize", "torch.empty_cache")
+
+
+def test_fresh_tensor_eager_calls_never_capture_synchronise_or_allocate(rocm_torch, traced):
+    """vLLM's eager prefill: fresh q and out each step. No step captures, synchronises or
+    empties torch's allocator, and after the first step the entry point allocates nothing
+    (the 3D workspaces come from the pool)."""
+    from rocke.vllm import unified_attention
+    a = _problem([3, 1], [40, 23])
+    for backend in ("2d", "3d"):
+        _register(rocm_torch, a, backend)
+    g = _on_gpu(rocm_torch, a)
+    allocations = []
+    for step in range(4):
+        for backend in ("2d", "3d"):     # a 3D call without caller workspaces: the pool's
+            fresh = dict(g, q=to_device(rocm_torch, a["q"]), out=to_device(rocm_torch, a["out"]))
+            before = rocm_torch.calls.get("malloc_", 0)
+            au.run_unified_attention_torch(**fresh, backend=backend)
+            allocations.append(rocm_torch.calls.get("malloc_", 0) - before)
+            torch.testing.assert_close(host(fresh["out"]).float(), _expected(a),
+                                       atol=attention_atol("f16"), rtol=0)
+    assert rocm_torch.calls.get("begin_capture", 0) == 0 and len(au.GRAPHS) == 0
+    assert not any(traced[name] for name in SYNCS), dict(traced)
+    assert allocations[2:] == [0] * (len(allocations) - 2), allocations  # warm after one step
+    del unified_attention
+
+
+def test_a_repeated_call_is_captured_once_on_its_third_call_with_every_module_loaded_before(
+        rocm_torch, traced):
+    """Identical calls (vLLM's decode with persistent buffers): eager twice, captured on the
+    third (rocke's own capture stream, no synchronisation), replayed from then on; no module
+    load or allocation happens between begin and end of the capture."""
+    from rocke.kernels.common.attention_calls import CAPTURE_AFTER
+    from rocke.vllm import unified_attention
+    a, g, extra = _vllm_decode_args(rocm_torch)
+    start = len(traced.log)
+    for _ in range(CAPTURE_AFTER + 2):
+        unified_attention(**g, **extra)
+    log = traced.log[start:]
+    assert log.count("hipStreamBeginCapture") == 1 and len(au.GRAPHS) == 1
+    assert rocm_torch.calls.get("graph_launch", 0) == 3        # the third call and two more
+    during = log[log.index("hipStreamBeginCapture"):log.index("hipStreamEndCapture")]
+    assert not {"hipModuleLoadData", "hipModuleGetFunction", "hipMalloc",
+                "hipStreamCreate"} & set(during), during
+    assert not any(traced[name] for name in SYNCS), dict(traced)
+    torch.testing.assert_close(host(g["out"]).float(), _expected(a),
+                               atol=attention_atol("f16"), rtol=0)
+
+
+def test_the_gpu_is_the_tensors_not_the_current_device(monkeypatch):
+    """Tensors on GPU 1 under a current device 0 run on GPU 1: the device is looked up by the
+    tensors' index (and the call key holds the device, so GPU 0's entry is never GPU 1's)."""
+    import types
+    from rocke.kernels.common import attention_device
+    asked = []
+    monkeypatch.setattr(runtime, "get_device", lambda key=None: asked.append(key) or key)
+    on = types.SimpleNamespace(device=torch.device("cuda", 1))
+    assert attention_device.launch_device(on, "hip") == "hip:1"
+    on0 = types.SimpleNamespace(device=torch.device("cuda", 0))
+    assert attention_device.launch_device(on0, "hip") == "hip:0"
+    cpu = types.SimpleNamespace(device=torch.device("cpu"))
+    assert attention_device.launch_device(cpu, "emu") == "emu"
+    assert asked == ["hip:1", "hip:0", "emu"]
+
+
+def test_a_gpu_is_found_by_index_and_a_bad_key_is_refused(standin):
+    assert runtime.get_device("hip:0") is runtime.get_device("hip")      # device 0 is current
+    with pytest.raises(runtime.hip_device.HipError, match="device 3 requested, 1 present"):
+        runtime.get_device("hip:3")
+    with pytest.raises(ValueError, match="unknown device 'hip:x'"):
+        runtime.get_device("hip:x")

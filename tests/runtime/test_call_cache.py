@@ -68,16 +68,18 @@ def _hit_twice(a, misses, **kw):
     return record
 
 
-def test_a_repeated_call_hits_and_replays_and_follows_new_contents(misses):
+def test_a_repeated_call_hits_and_follows_new_contents(misses):
+    """On the emulator a hit re-packs its launches from the call's own tensors (the entry holds
+    none) and never replays a graph: graph replay saves a GPU's launch overhead only."""
     a = _problem()
     record = _hit_twice(a, misses)
-    assert record.replayed
+    assert record.plan.graph_replay and not record.replayed
     g = torch.Generator().manual_seed(3)
     a["q"].copy_(torch.rand(a["q"].shape, generator=g) - 0.5)
     a["seqused_k"][0] = 17                   # valid new lengths: the content check runs again
     a["max_seqlen_k"] = 40
     record = _run(a)
-    assert record.replayed and len(misses) == 1
+    assert not record.replayed and len(misses) == 1
     _check(a)
 
 
@@ -164,7 +166,7 @@ def test_a_lever_change_misses(misses, monkeypatch, lever, value):
     assert len(misses) == 2
     _check(a)
     if lever == "HIPDNN_GFX942_2D_GRAPH":
-        assert first.replayed and not record.replayed
+        assert first.plan.graph_replay and not record.plan.graph_replay
 
 
 def test_an_unknown_lever_appearing_after_a_hit_is_refused(misses, monkeypatch):
@@ -455,3 +457,37 @@ def test_an_emulator_graph_checks_every_argument_of_every_launch(vector_add):
     d.set_(torch.zeros(n).untyped_storage())
     with pytest.raises(GraphError, match="storage moved since the capture"):
         g.replay()
+
+
+def test_no_cache_keeps_a_caller_tensor_alive():
+    """vLLM's grid in one process grew by every case's caches: the call cache and the graph cache
+    held the callers' tensors. Now a cached emulator call re-packs from each call's tensors and
+    holds none: once the caller drops them, they are gone (the memory with them)."""
+    import gc
+    import weakref
+    a = _problem()
+    for _ in range(3):
+        _run(a)                                   # a miss, then hits
+    alive = [weakref.ref(a[name]) for name in ("q", "k", "v", "out", "block_table")]
+    del a
+    gc.collect()
+    assert [r() is None for r in alive] == [True] * len(alive)
+
+
+def test_a_hit_after_the_tensors_died_runs_on_the_new_ones_at_their_addresses(misses):
+    """A new tensor at a dead one's address with the same layout is the same call for the
+    kernels (the key's hit): it runs on the new tensor's contents, not the dead one's."""
+    a = _problem()
+    backing = torch.empty(a["q"].numel(), dtype=a["q"].dtype)
+    backing.copy_(a["q"].reshape(-1))
+    a["q"] = backing.view(a["q"].shape)
+    _hit_twice(a, misses)
+    shape = a["q"].shape
+    del a["q"]                                          # the caller's q object dies
+    g = torch.Generator().manual_seed(9)
+    backing.copy_(torch.rand(backing.shape, generator=g).to(backing.dtype) - 0.5)
+    a["q"] = backing.view(shape)                        # another object, the same address
+    a["out"].fill_(7.0)
+    record = _run(a)
+    assert len(misses) == 1 and len(record.reports) == len(record.plan.specs)
+    _check(a)

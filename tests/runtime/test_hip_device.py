@@ -173,7 +173,7 @@ def test_with_a_rocm_torch_launches_follow_torchs_current_stream(standin, vector
     monkeypatch.setattr(hip_device, "torch_rocm", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "current_stream",
-                        lambda: types.SimpleNamespace(cuda_stream=int(stream)))
+                        lambda device=None: types.SimpleNamespace(cuda_stream=int(stream)))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
     buf = dev.alloc(4 * 256)
     runtime.launch(ck, 1, 256, [buf, buf, buf, 256], device="hip")

@@ -14,10 +14,17 @@ from rocke import runtime
 from rocke.kernels.common import attention_unified as au
 from rocke.kernels.common import metadata_guard
 from rocke.runtime import DeviceCheckError, hip_device
+from rocke.kernels.common.attention_calls import CAPTURE_AFTER
 from tests.runtime.test_attention_gpu_path import (_on_gpu, _problem, _register,  # noqa: F401
                                                    rocm_torch)
 
 FOUND = " (found on the device by a check kernel)"
+
+
+@pytest.fixture(autouse=True)
+def guard_on(monkeypatch):
+    """The guard is opt-in (ROCKE_CHECK_METADATA=device); these tests are about it."""
+    monkeypatch.setenv("ROCKE_CHECK_METADATA", "device")
 
 
 def _lies(a):
@@ -172,10 +179,12 @@ def test_the_entry_points_own_graph_replays_the_guard(rocm_torch, monkeypatch):
     monkeypatch.setattr(hip_device, "torch_rocm", lambda: False)   # HIP stream capture
     monkeypatch.delenv("HIPDNN_GFX942_3D_GRAPH")
     a, g, extra = _vllm_decode_args(rocm_torch)
-    unified_attention(**g, **extra)                     # captures
+    for _ in range(CAPTURE_AFTER):                      # eager, eager, then captured
+        unified_attention(**g, **extra)
+    assert len(au.GRAPHS) == 1
     ran = len(rocm_torch.executed)
     unified_attention(**g, **extra)                     # replays
-    assert len(rocm_torch.executed) == ran + 3 and len(au.GRAPHS) >= 1
+    assert len(rocm_torch.executed) == ran + 3
     runtime.check_errors()
     # the last sequence 2 pages past its row: the kernels' table reads stay inside the table
     capacity = a["block_table"].shape[1] * 16

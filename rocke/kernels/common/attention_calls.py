@@ -1,18 +1,26 @@
-"""Running a planned unified-attention call: eager launches or the replay of a captured graph,
-the metadata guard on a GPU, and the call cache (each call's problem, plan and packed launches by
-its metadata, so a repeated call is looked up before any other work)."""
+"""Running a planned unified-attention call: the call cache (each call's problem, plan and packed
+launches by its metadata, so a repeated call is looked up before any other work), the capture
+policy for graph replay on a GPU, the 3D workspace pool and the opt-in metadata guard.
+
+The rules (docs/architecture.md, "GPU calls"):
+- a GPU call captures a graph only once it has repeated (``CAPTURE_AFTER`` identical calls), never
+  while the caller is capturing, and on rocke's own capture stream (no synchronisation, no
+  allocation, every module loaded by the eager calls before); fresh-tensor calls stay eager;
+- a cache entry holds no caller tensor: a GPU entry keeps kernarg bytes, an emulator entry
+  re-packs its launches from each call's own tensors; entries are evicted least recently used;
+- the entry point's own 3D workspaces come from one pool per device and size class, allocated
+  outside any capture, never per call."""
 from __future__ import annotations
 
 import itertools
 import operator
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from rocke import env
 from rocke.kernels.common import knobs as knobs_mod
 from rocke.kernels.common import attention_kernels
-from rocke.kernels.common.attention_validation import (ARG_INDEX, byte_range, check_contents,
+from rocke.kernels.common.attention_validation import (byte_range, check_contents,
                                                       lengths_plainly_valid, table_plainly_valid)
 from rocke.runtime import device_generation
 from rocke.runtime.kernel_cache import GraphCache
@@ -26,53 +34,35 @@ class RunRecord:
     kernels: tuple = ()         # compile_only: the names of the kernels built for the call
 
 
-# Graphs the entry point captured, by the identity of everything their launches read (see
-# _graph_key); each holds its own 3D workspace. Bounded: the oldest is released first.
+# Graphs the entry point captured, one per cached GPU call (by the call's serial number).
+# Bounded: the least recently replayed is released first.
 GRAPH_CACHE_SIZE = 8
 GRAPHS = GraphCache(GRAPH_CACHE_SIZE)
+# identical calls (cache hits included) before a GPU call's launches are captured and replayed:
+# a call that does not repeat (fresh tensors each step) never pays for a capture
+CAPTURE_AFTER = 3
 
 
-def _graph_key(device_kind, plan, launches, workspace) -> tuple:
-    """What a captured graph's launches depend on: the device, the plan, and per launch its grid
-    and every argument -- a tensor by its address, shape, strides, dtype and device (its
-    contents may change: a replay reads them anew), a number by its value. A 3D workspace the
-    entry point allocated is the graph's own, so only its shape counts; the caller's workspaces
-    are caller tensors like any other."""
-    def identity(a):
-        if any(a is w for w in workspace):
-            return ("workspace", tuple(a.shape))
-        if hasattr(a, "data_ptr") and not hasattr(a, "shape"):   # the guard's error record
-            return ("buffer", a.data_ptr())
-        if hasattr(a, "data_ptr"):
-            return ("tensor", a.data_ptr(), tuple(a.shape), tuple(a.stride()), str(a.dtype),
-                    str(a.device))
-        return (type(a).__name__, a)
-    return (device_kind, plan.specs, plan.geometry) + tuple(
-        (compiled.name, grid, block, tuple(identity(a) for a in args))
-        for compiled, grid, block, args in launches)
-
-
-def guard_launches(device_kind, problem, args) -> list:
-    """On a GPU, the metadata guard first: the content checks the host does on the emulator,
-    done on the device (``metadata_guard.py``; ``ROCKE_CHECK_METADATA=off`` leaves it out)."""
-    if args[0].device.type == "cpu" or device_kind == "emu" or env.check_metadata() == "off":
+def guard_launches(device, problem, cu_seqlens_q, seqused_k, block_table, max_seqlen_q: int,
+                   max_seqlen_k: int) -> list:
+    """``ROCKE_CHECK_METADATA=device`` or ``sync`` on a GPU: the metadata guard, launched before
+    the call's kernels (the content checks the host does on the emulator, done on the device;
+    ``metadata_guard.py``). Off by default: one more launch per call than vLLM's kernel costs,
+    and the kernels read a lying page id as an empty page anyway (ALGORITHM.md §6)."""
+    if device.kind == "emu" or env.check_metadata() == "off":
         return []
     from rocke.kernels.common import metadata_guard as guard
-    from rocke.runtime import get_device
-    cu, used, table, max_q, max_k = (args[ARG_INDEX[n]] for n in (
-        "cu_seqlens_q", "seqused_k", "block_table", "max_seqlen_q", "max_seqlen_k"))
-    device = get_device(device_kind)
     record = device.error_record()
     spec = guard.spec_for(device.arch)      # the GPU's processor: gfx942 or gfx950
     grid, block = guard.launch_geometry(spec, problem.num_seqs)
     return [(attention_kernels.compiled(spec), grid, block, guard.kernel_args(
-        cu, used, table, record, total_q=problem.total_q, num_blocks=problem.num_blocks,
-        block_size=problem.block_size, causal=problem.causal, max_seqlen_q=max_q,
-        max_seqlen_k=max_k))]
+        cu_seqlens_q, seqused_k, block_table, record, total_q=problem.total_q,
+        num_blocks=problem.num_blocks, block_size=problem.block_size, causal=problem.causal,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k))]
 
 
-def check_after(q) -> bool:
-    return q.device.type != "cpu" and env.check_metadata() == "sync"
+def check_after(device) -> bool:
+    return device.kind != "emu" and env.check_metadata() == "sync"
 
 
 def check_device_now(device) -> None:
@@ -82,57 +72,60 @@ def check_device_now(device) -> None:
         device.check_errors()
 
 
-def run_launches(device_kind, plan, launches, workspace) -> RunRecord:
-    """Launch eagerly on ``device_kind``, or -- where the dispatcher recommends graph replay --
-    replay a graph of the same launches, capturing it on first use."""
-    from rocke.runtime import Graph, launch
-    if not plan.graph_replay:
-        return RunRecord(plan, [launch(c, g, b, a, device=device_kind) for c, g, b, a in launches])
-    key = _graph_key(device_kind, plan, launches, workspace)
-
-    def capture():
-        graph = Graph(device=device_kind)
-        with graph.capture():
-            for c, g, b, a in launches:
-                launch(c, g, b, a, device=device_kind)
-        return graph
-    reports, _ = GRAPHS.replay(key, capture)
-    return RunRecord(plan, reports, replayed=True)
+def run_eagerly(device, plan, launches) -> RunRecord:
+    """Launch a call that is not cached (features, host descales, an unusual tensor class):
+    eagerly, never captured."""
+    from rocke.runtime import prepare_launch
+    return RunRecord(plan, [device.execute(prepare_launch(c, g, b, a, device_kind=device.kind))
+                            for c, g, b, a in launches])
 
 
-def _meta(t):
-    """A tensor's identity for the kernels: address, shape, strides, dtype, device."""
-    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+class WorkspacePool:
+    """The entry point's own 3D workspaces (partial outputs, maxima, sums), one set per device and
+    size class (a power of two of ``total_q * num_q_heads * num_segments`` rows), allocated on
+    the first call that needs it -- outside any capture -- and reused by every later call and
+    graph of that class: calls on one device run in stream order, so one set serves them all.
+    Calls on several streams of one device at once pass their own ``segm_workspaces``."""
+
+    def __init__(self):
+        self._sets: dict = {}
+        self._lock = threading.Lock()
+        self.allocations = 0
+
+    def views(self, device, capturing: bool, total_q: int, num_q_heads: int,
+              num_segments: int, head_size: int) -> tuple:
+        """(output [total_q, Hq, S, D], max [total_q, Hq, S], expsum [total_q, Hq, S]) fp32."""
+        import torch
+        rows = max(1, total_q * num_q_heads * num_segments)
+        size_class = 1 << (rows - 1).bit_length()
+        key = (device.type, device.index, device_generation(), size_class, head_size)
+        found = self._sets.get(key)
+        if found is None:
+            if capturing:
+                raise ValueError(
+                    f"segm_workspaces: this 3D call needs {rows} workspace rows, which no earlier "
+                    f"call on {device} allocated, and allocating inside the caller's graph "
+                    "capture is not capture-safe: pass segm_workspaces, or make one call of this "
+                    "shape before capturing")
+            with self._lock:
+                found = self._sets.get(key)
+                if found is None:
+                    found = (torch.empty(size_class * head_size, dtype=torch.float32, device=device),
+                             torch.empty(size_class, dtype=torch.float32, device=device),
+                             torch.empty(size_class, dtype=torch.float32, device=device))
+                    self._sets[key] = found
+                    self.allocations += 1
+        out, m, l = found
+        shape = (total_q, num_q_heads, num_segments)
+        return (out[:rows * head_size].view(*shape, head_size), m[:rows].view(shape),
+                l[:rows].view(shape))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._sets.clear()
 
 
-# Per-call derived data (problem, plan, kernels, packed launches) by the call's metadata: a call
-# whose tensors have the same addresses, shapes, strides, dtypes and devices and whose numbers
-# and levers are the same launches the same bytes, so it is validated, planned and packed once.
-CALL_CACHE_SIZE = 64
-CALLS: "OrderedDict[tuple, CachedCall]" = OrderedDict()
-# the same entries by their key's addresses: addresses -> ((rest of the key, entry), ...)
-BY_ADDRESSES: dict = {}
-CALLS_LOCK = threading.Lock()
-CALL_SERIAL = itertools.count()
-
-
-@dataclass
-class CachedCall:
-    plan: object
-    device: object                  # the rocke.runtime Device the launches run on
-    prepared: tuple                 # PreparedLaunch per kernel, in order
-    workspace: tuple                # the 3D workspace the entry point allocated, if any
-    would_replay: bool              # graph replay, unless the caller is capturing
-    graph_key: tuple | None
-    capture: object                 # () -> Graph of the launches
-    check_contents: object          # (cu_seqlens_q, seqused_k, block_table) -> None: host
-                                    # content checks (emulator, HostContents), or None
-    check_after: bool = False       # ROCKE_CHECK_METADATA=sync: read the guard's record now
-
-    def run(self) -> RunRecord:
-        if self.would_replay and not self.device.is_capturing():
-            return RunRecord(self.plan, GRAPHS.replay(self.graph_key, self.capture)[0], True)
-        return RunRecord(self.plan, [self.device.execute(p) for p in self.prepared])
+WORKSPACES = WorkspacePool()
 
 
 # the levers a call's plan depends on, read raw per call (one read each, plus the number of
@@ -147,6 +140,11 @@ _LAYOUT = operator.attrgetter("__class__", "shape", "dtype", "device")
 # number types a key may hold: immutable, so equal keys mean equal values (a tensor or other
 # mutable object as a number is validated on every call, never cached)
 _KEYABLE_VALUES = frozenset((int, float, bool, type(None), tuple))
+
+
+def _meta(t):
+    """A tensor's identity for the kernels: address, shape, strides, dtype, device."""
+    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
 
 
 def _tensor_methods():
@@ -240,57 +238,130 @@ class HostContents:
 
 _RAW = operator.attrgetter("raw")
 
+# Per-call derived data (problem, plan, kernels, packed launches) by the call's metadata: a call
+# whose tensors have the same addresses, shapes, strides, dtypes and devices and whose numbers
+# and levers are the same launches the same bytes, so it is validated, planned and packed once.
+# A tensor's death needs no eviction: no entry holds one, and a new tensor at the same address
+# with the same layout launches the same bytes (the key's hit is right for it).
+CALL_CACHE_SIZE = 64
+CALLS: dict = {}
+# the same entries by their key's addresses: addresses -> ((rest of the key, entry), ...)
+BY_ADDRESSES: dict = {}
+CALLS_LOCK = threading.Lock()
+CALL_SERIAL = itertools.count()
+_USE = itertools.count()          # the least recently used entry goes first
 
-def remember(key, device_kind, the_plan, launches, workspace, problem, target, knobs,
-              args) -> CachedCall:
-    import dataclasses
-    from rocke.runtime import Graph, get_device, prepare_launch
-    device = get_device(device_kind)
-    prepared = tuple(prepare_launch(c, g, b, a, device_kind=device.kind)
-                     for c, g, b, a in launches)
-    if device.kind != "emu":
-        # a GPU launch is its kernarg bytes: holding the caller's tensors would keep torch's
-        # allocator from handing the next step the same addresses (the key's hit)
-        prepared = tuple(dataclasses.replace(p, args=tuple(None if hasattr(a, "data_ptr") else a
-                                                           for a in p.args)) for p in prepared)
-    check = None
-    if args[0].device.type == "cpu":
-        check = HostContents([args[ARG_INDEX[n]] for n in ("cu_seqlens_q", "seqused_k",
-                                                            "block_table")], problem,
-                              args[ARG_INDEX["max_seqlen_q"]], args[ARG_INDEX["max_seqlen_k"]])
-    elif device.kind == "emu":      # GPU tensors emulated: checked on the host from a copy
 
-        def check(cu_seqlens_q, seqused_k, block_table):
-            check_contents(cu_seqlens_q.cpu(), seqused_k.cpu(), block_table.cpu(),
-                            problem.total_q, problem.num_blocks, problem.block_size,
-                            problem.causal, args[ARG_INDEX["max_seqlen_q"]],
-                            args[ARG_INDEX["max_seqlen_k"]])
+@dataclass(eq=False)
+class CachedCall:
+    plan: object
+    device: object                  # the rocke.runtime Device the launches run on
+    prepared: tuple                 # GPU: PreparedLaunch per kernel (kernarg bytes, no tensor)
+    repack: object                  # emulator: (call's arguments) -> PreparedLaunch per kernel
+    would_replay: bool              # GPU graph replay, unless the caller is capturing
+    graph_key: tuple
+    check_contents: object          # (cu_seqlens_q, seqused_k, block_table) -> None: host
+                                    # content checks (emulator, HostContents), or None
+    check_after: bool = False       # ROCKE_CHECK_METADATA=sync: read the guard's record now
+    calls: int = 0                  # identical calls so far
+    last_use: int = 0
 
-    def capture():
-        graph = Graph(device=device)
+    def run(self, args: tuple) -> RunRecord:
+        self.last_use = next(_USE)
+        self.calls += 1
+        if self.repack is not None:                     # the emulator: nothing held
+            return RunRecord(self.plan, [self.device.execute(p) for p in self.repack(args)])
+        if self.would_replay and (self.calls >= CAPTURE_AFTER or self.graph_key in GRAPHS) and \
+                not self.device.is_capturing():
+            return RunRecord(self.plan, GRAPHS.replay(self.graph_key, self.capture)[0], True)
+        return RunRecord(self.plan, [self.device.execute(p) for p in self.prepared])
+
+    def capture(self):
+        """A graph of the call's launches, recorded on the device's own capture stream; the
+        modules were loaded by the eager calls before (and are again here, before recording)."""
+        from rocke.runtime import Graph
+        for p in self.prepared:
+            self.device.ready(p)                    # module loaded, function resolved
+        graph = Graph(device=self.device)
         with graph.capture():
-            for p in prepared:
-                device.execute(p)
-        graph.keep_alive = (prepared, workspace)     # an own workspace outlives the graph
+            for p in self.prepared:
+                self.device.execute(p)
         return graph
-    would_replay = target.recommend_graph_replay(problem, knobs, path=the_plan.path,
-                                                 capturing=False)
-    # the cached call's graph by a serial number: hashing the launches' identity per call
-    # would cost more than the replay (the call key already names everything they read)
-    entry = CachedCall(the_plan, device, prepared, workspace, would_replay,
-                      ("call", next(CALL_SERIAL)), capture, check, check_after(args[0]))
+
+
+def lookup(key) -> CachedCall | None:
+    """The cached call of ``key`` (from ``call_key``), or None."""
+    for rest, cached in BY_ADDRESSES.get(key[0], ()):
+        if rest == key[1]:
+            return cached
+    return None
+
+
+def remember(key, device, the_plan, launches, pack, problem, target, knobs,
+             max_seqlen_q: int, max_seqlen_k: int, host_metadata: tuple | None) -> CachedCall:
+    """Cache a call that just missed. ``launches``: its (compiled, grid, block, args); ``pack``:
+    (call's arguments) -> the same launches for another call with this key (the emulator's
+    entries re-pack per call, holding no tensor); ``host_metadata``: the call's cu_seqlens_q,
+    seqused_k and block_table when they live on the host (their bytes are re-checked on a hit
+    only when they changed)."""
+    import dataclasses
+    from rocke.runtime import prepare_launch
+    prepared = repack = check = None
+    if device.kind == "emu":
+        repack = _repacker(pack, device.kind)
+        if host_metadata is not None:
+            check = HostContents(host_metadata, problem, max_seqlen_q, max_seqlen_k)
+        else:       # GPU tensors emulated: checked on the host from a copy
+            numbers = (problem.total_q, problem.num_blocks, problem.block_size, problem.causal,
+                       max_seqlen_q, max_seqlen_k)
+
+            def check(cu_seqlens_q, seqused_k, block_table):
+                check_contents(cu_seqlens_q.cpu(), seqused_k.cpu(), block_table.cpu(), *numbers)
+    else:
+        # a GPU launch is its kernarg bytes: holding the caller's tensors would keep them alive
+        # and keep torch's allocator from handing the next step the same addresses
+        prepared = tuple(dataclasses.replace(
+            prepare_launch(c, g, b, a, device_kind=device.kind),
+            args=tuple(None if hasattr(x, "data_ptr") else x for x in a))
+            for c, g, b, a in launches)
+    would_replay = device.kind != "emu" and target.recommend_graph_replay(
+        problem, knobs, path=the_plan.path, capturing=False)
+    entry = CachedCall(the_plan, device, prepared, repack, would_replay,
+                       ("call", next(CALL_SERIAL)), check, check_after(device))
     with CALLS_LOCK:
         try:
             CALLS[key] = entry
         except TypeError:           # an unhashable argument (a list): validated on every call
             return entry
         BY_ADDRESSES[key[0]] = tuple(item for item in BY_ADDRESSES.get(key[0], ())
-                                      if item[0] != key[1]) + ((key[1], entry),)
-        while len(CALLS) > CALL_CACHE_SIZE:
-            (addresses, rest), _ = CALLS.popitem(last=False)
-            kept = tuple(item for item in BY_ADDRESSES[addresses] if item[0] != rest)
-            if kept:
-                BY_ADDRESSES[addresses] = kept
-            else:
-                del BY_ADDRESSES[addresses]
+                                     if item[0] != key[1]) + ((key[1], entry),)
+        if len(CALLS) > CALL_CACHE_SIZE:
+            _evict_least_recent()
     return entry
+
+
+def _repacker(pack, device_kind: str):
+    from rocke.runtime import prepare_launch
+
+    def repack(args):
+        return [prepare_launch(c, g, b, a, device_kind=device_kind) for c, g, b, a in pack(args)]
+    return repack
+
+
+def _evict_least_recent() -> None:
+    (addresses, rest), entry = min(CALLS.items(), key=lambda item: item[1].last_use)
+    del CALLS[(addresses, rest)]
+    GRAPHS.discard(entry.graph_key)
+    kept = tuple(item for item in BY_ADDRESSES[addresses] if item[0] != rest)
+    if kept:
+        BY_ADDRESSES[addresses] = kept
+    else:
+        del BY_ADDRESSES[addresses]
+
+
+def forget_calls() -> None:
+    """Drop every cached call and graph (tests; a process that swaps its devices)."""
+    with CALLS_LOCK:
+        CALLS.clear()
+        BY_ADDRESSES.clear()
+    GRAPHS.clear()

@@ -49,3 +49,38 @@ def launch_target(q) -> str | None:
         return None
     from rocke.runtime import get_device
     return get_device(kind).arch.split(":", 1)[0]
+
+
+def launch_device(q, kind: str):
+    """The rocke Device a call on ``q`` runs on: a GPU call's is the GPU its tensors live on
+    (``q.device.index``), whatever torch's current device is; the emulator otherwise."""
+    from rocke.runtime import get_device
+    index = getattr(q.device, "index", None)
+    if kind == "hip" and index is not None:
+        return get_device(f"hip:{index}")
+    return get_device(kind)
+
+
+def compute_units(device, target: str | None) -> int | None:
+    """The CUs the dispatcher fills for a call on ``device``: the GPU's own count when it is the
+    target's processor, else None (the target's count, from rocke.arch: the emulator runs the
+    target's code, so the host's GPU never changes a plan)."""
+    count = getattr(device, "compute_units", None)
+    if count is None or target is None or device.arch.split(":", 1)[0] != target:
+        return None
+    return count
+
+
+def caller_is_capturing() -> bool:
+    """A rocke.runtime.Graph / HIP stream capture on the default device, or torch's."""
+    try:
+        from rocke.runtime import is_capturing
+        if is_capturing():
+            return True
+    except Exception:       # no usable device: nobody is capturing on it
+        pass
+    try:
+        import torch
+        return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+    except Exception:
+        return False

@@ -16,13 +16,15 @@ order) and runs them on a target's kernels. The steps, in order:
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from rocke.kernels.common import knobs as knobs_mod
-from rocke.kernels.common.attention_calls import (BY_ADDRESSES, GRAPHS, NO_DESCALES, RunRecord,
+from rocke.kernels.common.attention_calls import (GRAPHS, NO_DESCALES, WORKSPACES, RunRecord,
                                                  cacheable, call_key, check_after,
-                                                 check_device_now, guard_launches, remember,
-                                                 run_launches)
-from rocke.kernels.common.attention_device import (emulated_on_cuda, launch_device_kind,
+                                                 check_device_now, guard_launches, lookup,
+                                                 remember, run_eagerly)
+from rocke.kernels.common.attention_device import (compute_units, emulated_on_cuda,
+                                                  launch_device, launch_device_kind,
                                                   launch_target)
 from rocke.kernels.common.attention_kernels import (compiled, compiled_cache_stats,
                                                    kernel_spills, spill_checked)
@@ -89,14 +91,12 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                         segm_workspaces, backend,
                         num_segments, batch_invariant)
         if key is not None:     # by the addresses (a hash of a few ints), then the rest
-            for rest, cached in BY_ADDRESSES.get(key[0], ()):
-                if rest == key[1]:
-                    entry = cached
-                    break
+            entry = lookup(key)
     if entry is not None:
         if entry.check_contents is not None:
             entry.check_contents(cu_seqlens_q, seqused_k, block_table)
-        record = entry.run()
+        record = entry.run((q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale,
+                            k_descale, v_descale, segm_workspaces))
         if entry.check_after:
             check_device_now(entry.device)
         return record
@@ -124,14 +124,13 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         problem = dataclasses.replace(problem, mm_ranges=mm_ranges, batch_invariant=invariant)
     if problem.total_q == 0:
         return None
-    device_kind = launch_device_kind(q)
+    device = launch_device(q, launch_device_kind(q))     # the tensors' GPU, not the current one
     target = attention_target(target_name)
-    the_plan, kernels = spill_checked(target, target.plan(problem, backend, knobs,
-                                                          num_segments=num_segments))
+    the_plan, kernels = spill_checked(target, target.plan(
+        problem, backend, knobs, num_segments=num_segments,
+        sms=compute_units(device, target_name)))
     if compile_only:
         return RunRecord(the_plan, [], kernels=tuple(k.name for k in kernels))
-    descales = ((descale_tensor("k_descale", k_descale), descale_tensor("v_descale", v_descale))
-                if problem.kv_dtype is not None and not problem.kv_token_scales else ())
     features = dict(softcap=problem.softcap, alibi_slopes=alibi_slopes, qq_bias=qq_bias,
                     window_left=problem.window_left, sinks=sinks)
     if problem.kv_token_scales:
@@ -140,17 +139,38 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         features["output_scale"] = output_scale
     if mm_prefix_range is not None:
         features["mm_prefix_range"] = mm_prefix_range
-    launches, workspace = target.launches(the_plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k,
-                                          block_table, float(softmax_scale), descales, features,
-                                          workspaces=segm_workspaces)
-    launches = guard_launches(device_kind, problem, args) + list(launches)
+    pack = functools.partial(_pack, device, target, the_plan, kernels, problem, features,
+                             max_seqlen_q, max_seqlen_k)
+    call = (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale, k_descale,
+            v_descale, segm_workspaces)
+    launches = pack(call)
     if key is None:
-        record = run_launches(device_kind, the_plan, launches, workspace)
-    else:       # the cached call runs the first call too: its graph is captured once, under its key
-        # (an own 3D workspace becomes the cached call's, and its graph's)
-        record = remember(key, device_kind, the_plan, launches, workspace, problem, target,
-                           knobs, args).run()
-    if check_after(q):
-        from rocke.runtime import get_device
-        check_device_now(get_device(device_kind))
+        record = run_eagerly(device, the_plan, launches)
+    else:       # cached: this call runs as the entry's first (a GPU entry captures on a repeat)
+        host = (cu_seqlens_q, seqused_k, block_table) if q.device.type == "cpu" else None
+        record = remember(key, device, the_plan, launches, pack, problem, target, knobs,
+                          max_seqlen_q, max_seqlen_k, host).run(call)
+    if check_after(device):
+        check_device_now(device)
     return record
+
+
+def _pack(device, target, the_plan, kernels, problem, features: dict, max_seqlen_q: int,
+          max_seqlen_k: int, call: tuple) -> list:
+    """The (compiled, grid, block, args) launches of a planned call for ``call``'s tensors
+    (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale, k_descale, v_descale,
+    segm_workspaces): the metadata guard where it is on, then the target's kernels, the 3D path
+    on the caller's workspaces or the pool's. A cached emulator call re-packs per call with it,
+    so its cache entry holds no tensor of the caller's (``features`` of a cached call hold no
+    tensor either: a call with feature tensors is never cached)."""
+    q, k, v, out, cu_seqlens_q, seqused_k, block_table, scale, k_descale, v_descale, ws = call
+    descales = ((descale_tensor("k_descale", k_descale), descale_tensor("v_descale", v_descale))
+                if problem.kv_dtype is not None and not problem.kv_token_scales else ())
+    if ws is None and the_plan.path == "3d":
+        ws = WORKSPACES.views(q.device, device.is_capturing(), problem.total_q,
+                              problem.num_q_heads, the_plan.geometry.num_segments,
+                              problem.head_size)
+    launches, _ = target.launches(the_plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k,
+                                  block_table, float(scale), descales, features, workspaces=ws)
+    return guard_launches(device, problem, cu_seqlens_q, seqused_k, block_table, max_seqlen_q,
+                          max_seqlen_k) + list(launches)

@@ -18,6 +18,7 @@ from rocke.kernels.common import knobs as knobs_mod
 from rocke.kernels.common.attention_problem import (BACKENDS, AttentionCapabilities,
                                                     UnifiedAttentionProblem, cdiv)
 from rocke.kernels.common.knobs import AttentionKnobs
+from rocke.kernels.gfx942 import attention_launch
 from rocke.kernels.gfx942 import attention_policy as policy
 from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942 import attention_spill
@@ -52,18 +53,8 @@ GRAPH_PREFILL_MAX_Q = 768
 
 
 def num_sms(target: str = "gfx942") -> int:
-    """Compute units of the device: a visible ROCm GPU's count when it is the target's
-    processor, else the target's (rocke/arch: 304 for MI300X, 256 for MI355X). A GPU of an
-    NVIDIA torch is never the device: there the emulator runs the target's code, and a plan
-    must not change with the host's GPU (an H200's 132 SMs split and tile otherwise)."""
-    try:
-        import torch
-        if getattr(torch.version, "hip", None) and torch.cuda.is_available():
-            props = torch.cuda.get_device_properties(0)
-            if str(getattr(props, "gcnArchName", "")).split(":", 1)[0] == target:
-                return int(props.multi_processor_count)
-    except Exception:           # no usable ROCm torch: the target's count
-        pass
+    """Compute units of the target (rocke/arch: 304 for MI300X, 256 for MI355X). A call on a GPU
+    passes that GPU's own count to ``plan`` (``attention_device.compute_units``)."""
     from rocke.arch import get_target
     return get_target(target).cu_count
 
@@ -472,18 +463,8 @@ def recommend_graph_replay(problem: UnifiedAttentionProblem, knobs: AttentionKno
 
 
 def _caller_is_capturing() -> bool:
-    """A rocke.runtime.Graph / HIP stream capture on the default device, or torch's."""
-    try:
-        from rocke.runtime import is_capturing
-        if is_capturing():
-            return True
-    except Exception:       # no usable device: nobody is capturing on it
-        pass
-    try:
-        import torch
-        return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
-    except Exception:
-        return False
+    from rocke.kernels.common.attention_device import caller_is_capturing
+    return caller_is_capturing()
 
 
 @dataclass(frozen=True)
@@ -645,67 +626,5 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
                 recommend_graph_replay(problem, knobs, path=path))
 
 
-
-
-def caller_workspaces(workspaces, problem: UnifiedAttentionProblem, num_segments: int, device):
-    """The caller's 3D workspaces (output, max, expsum), their first ``total_q`` rows (vLLM
-    sizes them for its largest batch); checked on metadata only."""
-    import torch
-    if not isinstance(workspaces, (tuple, list)) or len(workspaces) != 3:
-        raise ValueError("segm_workspaces: must be (softmax_segm_output, softmax_segm_max, "
-                         f"softmax_segm_expsum), got {type(workspaces).__name__}")
-    tq, hq, d = problem.total_q, problem.num_q_heads, problem.head_size
-    out = []
-    for name, t, shape in (("softmax_segm_output", workspaces[0], (tq, hq, num_segments, d)),
-                           ("softmax_segm_max", workspaces[1], (tq, hq, num_segments)),
-                           ("softmax_segm_expsum", workspaces[2], (tq, hq, num_segments))):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
-            raise ValueError(f"{name}: must be a torch.float32 tensor, got "
-                             f"{getattr(t, 'dtype', type(t).__name__)}")
-        if t.device != device:
-            raise ValueError(f"{name}: on {t.device}, but q is on {device}")
-        if t.dim() != len(shape) or t.shape[0] < shape[0] or tuple(t.shape[1:]) != shape[1:]:
-            raise ValueError(f"{name}: shape must be (>= {shape[0]}, "
-                             f"{', '.join(map(str, shape[1:]))}) for this call "
-                             f"(num_tokens, num_q_heads, num_segments[, head_size]), "
-                             f"got {tuple(t.shape)}")
-        out.append(t if t.shape[0] == tq else t[:tq])
-    return tuple(out)
-
-
-def launches(the_plan: Plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k, block_table,
-             softmax_scale: float, descales: tuple, features: dict, workspaces=None):
-    """(launches, workspace) of a plan: per kernel (compiled, grid, block, args), in order, and
-    the 3D path's fp32 workspace when allocated here (owned by the caller's graph if it
-    captures); ``workspaces`` given by the caller are used as given and not returned (they are
-    the caller's tensors)."""
-    problem = the_plan.problem
-    if the_plan.path == "2d":
-        (spec,) = the_plan.specs
-        args = a2.kernel_args(spec, q, k, v, out, block_table, cu_seqlens_q, seqused_k,
-                              softmax_scale, *descales, **features)
-        grid, block = a2.launch_geometry(spec, problem.num_seqs, problem.total_q,
-                                         problem.num_kv_heads * spec.group_split)
-        return [(kernels[0], grid, block, args)], ()
-    import torch
-    spec3, spec_r = the_plan.specs
-    ns = the_plan.geometry.num_segments
-    hq, d = problem.num_q_heads, problem.head_size
-    if workspaces is not None:
-        segm_output, segm_max, segm_expsum = caller_workspaces(workspaces, problem, ns, q.device)
-        owned = ()
-    else:
-        segm_output = torch.empty(problem.total_q, hq, ns, d, dtype=torch.float32, device=q.device)
-        segm_max = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
-        segm_expsum = torch.empty(problem.total_q, hq, ns, dtype=torch.float32, device=q.device)
-        owned = (segm_output, segm_max, segm_expsum)
-    features = dict(features)
-    output_scale = features.pop("output_scale", None)       # reduce_segments quantizes
-    args3 = a3.kernel_args(spec3, q, k, v, segm_output, segm_max, segm_expsum, block_table,
-                           cu_seqlens_q, seqused_k, softmax_scale, ns, *descales, **features)
-    grid3, block3 = a3.launch_geometry(spec3, problem.num_seqs, problem.total_q,
-                                       problem.num_kv_heads * spec3.group_split, ns)
-    args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out, ns,
-                                         output_scale=output_scale)
-    grid_r, block_r = reduce_segments.launch_geometry(spec_r, problem.total_q, hq)
-    return ([(kernels[0], grid3, block3, args3), (kernels[1], grid_r, block_r, args_r)], owned)
+# the packing of a plan into launches is attention_launch.launches (no rule lives there)
+launches = attention_launch.launches

@@ -186,15 +186,16 @@ def x8t_atom(geo: Geometry) -> tuple[str, str] | None:
 
 def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
          knobs: AttentionKnobs | None = None, *, with_specs: bool = True,
-         num_segments: int | None = None) -> Plan:
+         num_segments: int | None = None, sms: int | None = None) -> Plan:
     """Path, geometry and gfx950 kernel specs of ``problem`` (refused if gfx950 has no kernel
     for it); arguments as gfx942's ``plan``."""
+    sms = num_sms() if sms is None else sms
     path, reason = backend, None
     if backend == "auto" and not problem.batch_invariant:    # (batch invariance: gfx942's 2D)
         CAPABILITIES.check(problem)
-        path, reason = select_path(problem)
+        path, reason = select_path(problem, sms)
     the_plan = gfx942.plan(problem, path, knobs, with_specs=with_specs,
-                           num_segments=num_segments, sms=num_sms(), capabilities=CAPABILITIES,
+                           num_segments=num_segments, sms=sms, capabilities=CAPABILITIES,
                            spec_classes=SPEC_CLASSES, geometry_of=geometry)
     if reason is not None:
         the_plan = replace(the_plan, reason=reason)
