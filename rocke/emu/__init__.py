@@ -36,7 +36,7 @@ Closure protocol: every decoded instruction is ``run(P, sel, n) -> lanes`` over 
 of ``n`` waves of pool ``P`` (control flow: ``run(P, sel, n, pc)``, setting ``P.pc``); decoding
 never touches machine state, so one decoded kernel serves every launch.
 """
-from .errors import EmulatorError, LaunchTimeout, LdsFault, LdsRace, MemoryFault
+from .errors import EmulatorError, LaunchTimeout, LdsFault, LdsRace, LdsUninitialised, MemoryFault
 from .launch import MEMCHECK_SCOPES, LaunchReport, launch
 
-__all__ = ["launch", "LaunchReport", "MEMCHECK_SCOPES", "EmulatorError", "MemoryFault", "LdsFault", "LdsRace", "LaunchTimeout"]
+__all__ = ["launch", "LaunchReport", "MEMCHECK_SCOPES", "EmulatorError", "MemoryFault", "LdsFault", "LdsRace", "LdsUninitialised", "LaunchTimeout"]

@@ -17,6 +17,10 @@ class LdsRace(EmulatorError):
     """Two waves of a workgroup touched the same LDS bytes without a barrier in between."""
 
 
+class LdsUninitialised(EmulatorError):
+    """A DS read of LDS bytes no write of its workgroup had set (hardware reads stale data)."""
+
+
 class LaunchTimeout(EmulatorError):
     """A launch ran past its wall-time budget (`timeout_s`, ROCKE_EMU_TIMEOUT_S): an endless or
     far too long kernel."""

@@ -33,7 +33,8 @@ tests/emu/test_buffer_rules.py, for the ones below with their sources tests/emu/
   writes its dimension count; rocke/arch/abi.py grid_dims_count);
 - 16-bit VALU results zero or preserve the high half per LLVM's gfx9 opcode table;
 - without `check`, out-of-bounds global/LDS accesses still stop the launch (they would touch
-  host memory); `check` adds the LDS race checker.
+  host memory); `check` adds the LDS race checker and its initialisation check (a DS read of
+  LDS bytes no write of the workgroup set; ROCKE_EMU_INIT_CHECK=0 turns it off).
 """
 from __future__ import annotations
 

@@ -5,8 +5,10 @@ import time
 
 import numpy as np
 
+from rocke import env
+
 from .access import pair_view, pair_words, sgpr_file_shape
-from .errors import EmulatorError, LaunchTimeout, LdsFault, LdsRace, MemoryFault
+from .errors import EmulatorError, LaunchTimeout, LdsFault, LdsRace, LdsUninitialised, MemoryFault
 from .memory import AccessFault, GlobalMemory, access_rows, put_rows, take_rows
 from .memops import apply_atomics
 from .operands import EXEC_LO
@@ -97,6 +99,8 @@ class Pool:
         arrays = [self.sgpr, self.vgpr, self.lds]
         if self.check:   # not the reader planes and pcs: mostly never touched, zeroing all of
             arrays.append(self.race.writer)   # them would cost more than their page faults
+            if self.race.initialised is not None:
+                arrays.append(self.race.initialised)
         _keep(arrays)
         self.sgpr = self.sgpr64 = self.vgpr = self.lds = None
 
@@ -451,6 +455,26 @@ def _full_batch_rows(waves_per_wg: int, phase: int, n: int, per_lane: int, granu
 
 
 READ_LOG_ROWS = 1 << 21   # rows of reads (and of writes, for their pcs) kept unreplayed (16 MiB)
+# RaceTracker's `initialised` marks per access granule: the array as one opaque item per row,
+# a row of set marks as such an item (assigning one item is ~2x faster than memory.put_rows),
+# and the integer words a row of set marks reads as (comparing words is ~2x faster than
+# np.all over the bytes)
+_INIT_GRANULES = (1, 2, 4, 8, 16)
+_INIT_ITEM = {g: np.dtype((np.void, g)) for g in _INIT_GRANULES}
+_INIT_SET = {g: np.ones(g, np.uint8).view(_INIT_ITEM[g])[0] for g in _INIT_GRANULES}
+_INIT_WORD = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.uint64}
+_INIT_WORD_SET = {g: np.ones(min(g, 8), np.uint8).view(_INIT_WORD[g])[0] for g in _INIT_GRANULES}
+
+
+def _lane_ranges(lanes) -> str:
+    """Ascending lane numbers as runs: [0, 1, 2, 5] -> '0-2, 5'."""
+    lanes = [int(lane) for lane in lanes]
+    runs, start = [], 0
+    for i in range(1, len(lanes) + 1):
+        if i == len(lanes) or lanes[i] != lanes[i - 1] + 1:
+            runs.append(str(lanes[start]) if start == i - 1 else f"{lanes[start]}-{lanes[i - 1]}")
+            start = i
+    return ", ".join(runs)
 
 
 def lds_stride(lds_bytes: int) -> int:
@@ -474,13 +498,20 @@ class RaceTracker:
     stale for a workgroup whose epoch began after it (`clock` counts barrier releases,
     `epoch_start` per workgroup). `writer` and `readers` are cleared when a barrier releases.
     An access moves each array a row of `granule` bytes at a time (see memory.access_rows).
+
+    The initialisation check (ROCKE_EMU_INIT_CHECK, on by default): `initialised` is 1 where
+    any write of the byte's workgroup (DS write, DS atomic, LDS DMA) set the byte, for the
+    workgroup's whole life (a pool's workgroups never share LDS, and each pool starts zeroed);
+    a DS read of a byte still 0 there stops the launch (`LdsUninitialised`) — the emulator's
+    LDS starts at 0, the hardware's holds whatever the last workgroup left.
     """
 
     @staticmethod
     def bytes_per_workgroup(lds_bytes: int, waves_per_wg: int) -> int:
         """What `__init__` allocates per workgroup: per LDS byte, `writer` (1), `writer_pc`
-        (4), one `readers` byte per wave and `reader_pc` (4)."""
-        return lds_stride(lds_bytes) * (1 + 4 + waves_per_wg + 4)
+        (4), one `readers` byte per wave, `reader_pc` (4) and, with the initialisation check,
+        `initialised` (1)."""
+        return lds_stride(lds_bytes) * (1 + 4 + waves_per_wg + 4 + int(env.emu_init_check()))
 
     def __init__(self, pool: Pool, waves_per_wg: int):
         if waves_per_wg > 16:
@@ -491,6 +522,10 @@ class RaceTracker:
             raise EmulatorError("the LDS race checker supports kernels of fewer than 2**23 "
                                 "instructions")
         self.writer = _zeros((size,), np.uint8)
+        # bytes some write of their workgroup set (initialisation check; None when it is off)
+        self.initialised = _zeros((size,), np.uint8) if env.emu_init_check() else None
+        self._init_rows = None if self.initialised is None else \
+            {g: self.initialised.view(_INIT_ITEM[g]) for g in _INIT_GRANULES}
         self.writer_pc = _zeros((size,), np.int32)
         self.write_log: list[tuple[int, int, np.ndarray]] = []
         self.write_log_rows = 0
@@ -551,6 +586,14 @@ class RaceTracker:
         pool = self.pool
         row_wave, local, mine, wgs = self._row_waves(sel, active, nbytes // granule, granule)
         pc = ins.index
+        if self.initialised is not None:
+            if write:   # DS writes, atomics and LDS DMA alike set their bytes
+                self._init_rows[granule][rows] = _INIT_SET[granule]
+            else:
+                marks = np.take(self._init_rows[granule], rows)
+                if not (marks.view(_INIT_WORD[granule]) == _INIT_WORD_SET[granule]).all():
+                    self._report_uninitialised(ins, sel, active, granule, rows, nbytes,
+                                               marks.view(np.uint8).reshape(-1, granule))
         self._check_and_mark(ins, pc, granule, rows, row_wave, local, mine, write,
                              new_bytes, atomic, self.wrote[wgs].any(),
                              write and self.was_read[wgs].any())
@@ -697,6 +740,34 @@ class RaceTracker:
             f"{other_local} {other_kind}s it at {other_ins.at} "
             f"with no s_barrier between them (LDS-DMA writes count once their wave waits "
             f"for them with s_waitcnt vmcnt)")
+
+    def _report_uninitialised(self, ins, sel, active, granule, rows, nbytes, marks):
+        """A read of `rows` found bytes no write of their workgroup set (`marks` 0): name the
+        first such lane's wave, its lanes that read unset bytes, and those bytes' range."""
+        pool = self.pool
+        per_lane = nbytes // granule
+        unset = (marks == 0).reshape(-1, per_lane * granule)   # (active lanes, nbytes)
+        lane_ids = np.argwhere(active)                          # (active lanes, 2): batch wave, lane
+        first = int(np.flatnonzero(unset.any(1))[0])
+        in_wave = lane_ids[:, 0] == lane_ids[first, 0]
+        bad = np.flatnonzero(in_wave & unset.any(1))
+        wave = int(np.arange(pool.num_waves)[sel][lane_ids[first, 0]])
+        starts = rows.reshape(-1, per_lane)[:, 0] * granule           # each lane's flat byte
+        wg = int(starts[first] // pool.lds_stride)
+        base = wg * pool.lds_stride
+        unset_bytes = (starts[bad][:, None] + np.arange(nbytes))[unset[bad]] - base
+        lo, hi = int(unset_bytes.min()), int(unset_bytes.max())
+        address = int(starts[first] - base)
+        g = pool.wg_ids[wg]
+        raise LdsUninitialised(
+            f"LDS read of uninitialised bytes in kernel {pool.kernel.source.name}, workgroup "
+            f"({g[0]}, {g[1]}, {g[2]}): wave {pool.wave_in_wg[wave]} reads unwritten LDS bytes "
+            f"{lo}..{hi} (0x{lo:x}..0x{hi:x}) at {ins.at}, lane{'s' if len(bad) > 1 else ''} "
+            f"{_lane_ranges(lane_ids[bad, 1])} "
+            f"(lane {lane_ids[first, 1]}: {nbytes}-byte read at LDS address {address} "
+            f"(0x{address:x})), and no write of this workgroup set them before — the hardware "
+            f"would read stale data, the emulator reads 0 (a tile never filled, or filled after "
+            f"this read with no s_barrier between; ROCKE_EMU_INIT_CHECK=0 turns this check off)")
 
     def wait(self, waves, vmcnt):
         issued = self.pool.vm_issued

@@ -45,7 +45,8 @@ def launch(compiled, grid, block, args: Sequence[Any], *, shared_mem: int = 0,
 
     Returns the emulator's LaunchReport on "emu" (None while a Graph is capturing), None on
     "hip" (the launch is asynchronous on `stream`). `check` turns on the emulator's LDS race
-    checker; HIP ignores it. `allow_alias=True` lets an output share memory with another argument
+    checker (with its check for reads of never-written LDS); HIP ignores it.
+    `allow_alias=True` lets an output share memory with another argument
     (kernels written for in-place use); otherwise the emulator refuses overlapping arguments.
     `profile=True` (emulator only) returns the report with exact counters in `.profile`
     (rocke.emu.profile.LaunchProfile); the default launch does not collect them.

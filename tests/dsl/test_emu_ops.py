@@ -233,6 +233,8 @@ def test_buffer_range_checks_and_lds_dma():
     buf = psrc.buffer(count)
     tile = k.lds("tile", (2, 64), dsl.f32, pad=1)
     flat = k.lds("flat", (2, 64), dsl.f32, offset=0, alias=True)  # the same bytes, unpadded view
+    # row 0's pad, which `flat` reads below: LDS starts undefined (the emulator's init check)
+    flat.store((1, 0), k.const(0.0, dsl.f32))
     # each wave DMAs 64 dwords; pad=1 lays its rows 65 floats apart in LDS
     buf.load_to_lds(tile.address(wave, 0), wave * 64 + lane + 100)
     k.wait_vmcnt(0)

@@ -953,7 +953,7 @@ def test_race_tracker_budget_counts_what_the_tracker_allocates(monkeypatch, lds_
     assert made
     for tracker, wgs, waves in made:
         held = sum(a.nbytes for a in (tracker.writer, tracker.writer_pc, tracker.readers,
-                                      tracker.reader_pc))
+                                      tracker.reader_pc, tracker.initialised))
         assert held == wgs * machine.RaceTracker.bytes_per_workgroup(lds_bytes, waves)
 
 

@@ -27,13 +27,13 @@ def test_a_released_pools_arrays_come_back_zeroed(monkeypatch):
     monkeypatch.setattr(machine, "_SPARE_ARRAYS", {})
     dk = softmax_kernel()
     first = new_pool(dk)
-    arrays = [first.sgpr, first.vgpr, first.lds, first.race.writer]
+    arrays = [first.sgpr, first.vgpr, first.lds, first.race.writer, first.race.initialised]
     for array in arrays:
         array.fill(0x5A)                       # what a kernel leaves behind
     first.release()
     second = new_pool(dk)
-    again = [second.sgpr, second.vgpr, second.lds, second.race.writer]
-    # arrays of one shape may come back in another role (LDS and the writer marks)
+    again = [second.sgpr, second.vgpr, second.lds, second.race.writer, second.race.initialised]
+    # arrays of one shape may come back in another role (LDS, the writer and initialised marks)
     assert {id(a) for a in arrays} == {id(b) for b in again}, "the released arrays were not reused"
     assert all(not a.any() for a in again)
     assert second.sgpr64 is not None and np.shares_memory(second.sgpr64, second.sgpr)
