@@ -491,3 +491,21 @@ def test_a_hit_after_the_tensors_died_runs_on_the_new_ones_at_their_addresses(mi
     record = _run(a)
     assert len(misses) == 1 and len(record.reports) == len(record.plan.specs)
     _check(a)
+
+
+def test_the_least_recently_used_call_is_evicted_never_the_new_one(misses, monkeypatch):
+    """With the cache full, a new call is admitted and the least recently used one goes (a new
+    entry that evicted itself froze the cache on its first calls)."""
+    from rocke.kernels.common import attention_calls
+    attention_calls.forget_calls()
+    monkeypatch.setattr(attention_calls, "CALL_CACHE_SIZE", 2)
+    a, b, c = _problem(seed=1), _problem(seed=2), _problem(seed=3)
+    for call in (a, b, a, c):          # a used again after b: b is the least recently used
+        _run(call)
+    assert len(misses) == 3
+    _run(c)
+    _run(a)
+    assert len(misses) == 3, "the newest (c) and the recently used (a) must hit"
+    _run(b)
+    assert len(misses) == 4, "b was evicted"
+    attention_calls.forget_calls()

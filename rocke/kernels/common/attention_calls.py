@@ -35,8 +35,10 @@ class RunRecord:
 
 
 # Graphs the entry point captured, one per cached GPU call (by the call's serial number).
-# Bounded: the least recently replayed is released first.
-GRAPH_CACHE_SIZE = 8
+# Bounded: the least recently replayed is released first. A model's decode step is one call
+# per layer (80 for a 70B model, 126 for 405B) times the batch shapes in rotation: fewer graphs
+# than that capture and release one per call, which costs more than eager launches.
+GRAPH_CACHE_SIZE = 256
 GRAPHS = GraphCache(GRAPH_CACHE_SIZE)
 # identical calls (cache hits included) before a GPU call's launches are captured and replayed:
 # a call that does not repeat (fresh tensors each step) never pays for a capture
@@ -243,7 +245,7 @@ _RAW = operator.attrgetter("raw")
 # and levers are the same launches the same bytes, so it is validated, planned and packed once.
 # A tensor's death needs no eviction: no entry holds one, and a new tensor at the same address
 # with the same layout launches the same bytes (the key's hit is right for it).
-CALL_CACHE_SIZE = 64
+CALL_CACHE_SIZE = 512      # every layer's decode and prefill calls of a large model, twice over
 CALLS: dict = {}
 # the same entries by their key's addresses: addresses -> ((rest of the key, entry), ...)
 BY_ADDRESSES: dict = {}
@@ -327,7 +329,8 @@ def remember(key, device, the_plan, launches, pack, problem, target, knobs,
     would_replay = device.kind != "emu" and target.recommend_graph_replay(
         problem, knobs, path=the_plan.path, capturing=False)
     entry = CachedCall(the_plan, device, prepared, repack, would_replay,
-                       ("call", next(CALL_SERIAL)), check, check_after(device))
+                       ("call", next(CALL_SERIAL)), check, check_after(device),
+                       last_use=next(_USE))
     with CALLS_LOCK:
         try:
             CALLS[key] = entry
@@ -335,7 +338,7 @@ def remember(key, device, the_plan, launches, pack, problem, target, knobs,
             return entry
         BY_ADDRESSES[key[0]] = tuple(item for item in BY_ADDRESSES.get(key[0], ())
                                      if item[0] != key[1]) + ((key[1], entry),)
-        if len(CALLS) > CALL_CACHE_SIZE:
+        while len(CALLS) > CALL_CACHE_SIZE:      # the new entry is the most recent: kept
             _evict_least_recent()
     return entry
 
