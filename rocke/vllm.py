@@ -7,21 +7,28 @@ integration.
                       k_descale, v_descale, seq_threshold_3D, num_par_softmax_segments,
                       softmax_segm_output, softmax_segm_max, softmax_segm_expsum, ...)
 
-The parameter list, names, order and defaults are those of `unified_attention` in vLLM's
-vllm/v1/attention/ops/triton_unified_attention.py (late 2026), with vLLM's 3D rule: the split-KV
+The parameter list, names, order and defaults are those of `unified_attention` in vLLM 0.33's
+vllm/v1/attention/ops/triton_unified_attention.py (35 parameters; the snapshot is
+tests/fixtures/vllm_contract_0.33.json, and `python tools/vllm_contract.py PATH --check` says
+what a newer vLLM changed), with vLLM's 3D rule: the split-KV
 path runs only when the caller passes `seq_threshold_3D`, `num_par_softmax_segments` and the three
 softmax workspaces, the batch is decode-only (`max_seqlen_q <= 1`) and `num_seqs <=
 seq_threshold_3D`; it then uses the caller's workspaces and segment count as given. Otherwise the
 2D kernel runs; with vLLM's `VLLM_BATCH_INVARIANT=1` (or `ROCKE_BATCH_INVARIANT=1`) it never
 runs, as in vLLM. Arguments rocke's kernels do not implement yet are refused before anything is
-launched, naming the argument; `out` is then untouched.
+launched, naming the argument; `out` is then untouched. vLLM 0.33's Triton backend passes R-SWA
+(`rswa_prefix_lens`, `rswa_window`), chunked attention (`chunk_lookback`), `use_td` and
+`mm_prefix_clamp_sliding_window` on every call: each is accepted at the value the backend passes
+with its feature off (`use_td`, an XPU hint, is accepted and ignored), anything else is refused.
 
 `torch.ops.rocke.unified_attention` is the same call as a torch custom op (it mutates `out`, has a
-fake implementation), so `torch.compile(fullgraph=True)` traces a model that calls it without a
-graph break. rocke's own, richer entry point (dispatcher, `backend=`, graph replay) stays
+fake implementation; it takes `kv_quant_mode` by member name, a str, and `causal` as a bool), so
+`torch.compile(fullgraph=True)` traces a model that calls it without a graph break. rocke's own,
+richer entry point (dispatcher, `backend=`, graph replay) stays
 `rocke.kernels.common.attention_unified.run_unified_attention_torch`.
 """
 import enum
+import inspect
 from typing import Optional
 
 import torch
@@ -32,16 +39,27 @@ from .kernels.common import attention_unified as au
 
 
 class KVQuantMode(enum.IntEnum):
-    """vLLM's `KVQuantMode` (vllm/v1/kv_cache_interface.py), by member name. vLLM's own enum is
-    accepted too: rocke reads a mode by its name, never by its number, since vLLM's numbering
-    has changed between releases."""
+    """vLLM 0.33's `KVQuantMode` (vllm/v1/kv_cache_interface.py): its member names and values,
+    `CUSTOM` an alias of 12 as there. vLLM's own enum is accepted too: rocke reads a mode by its
+    member name (a plain int by this numbering), since vLLM's numbering has changed between
+    releases. rocke's kernels implement `SUPPORTED_KV_QUANT_MODES`; any other mode is refused by
+    its name before anything is launched."""
     NONE = 0
     FP8_PER_TENSOR = 1
     INT8_PER_TOKEN_HEAD = 2
     FP8_PER_TOKEN_HEAD = 3
     INT4_PER_TOKEN_HEAD = 4
     NVFP4 = 5
-    INT2_PER_TOKEN_HEAD = 6
+    TURBOQUANT_K8V4 = 6
+    TURBOQUANT_4BIT_NC = 7
+    TURBOQUANT_K3V4_NC = 8
+    TURBOQUANT_3BIT_NC = 9
+    NVFP4_DS_MLA = 10
+    ULTRAQUANT_4BIT = 11
+    OCTAVE_K3V4 = 12
+    OCTAVE_K3V3 = 13
+    OCTAVE_K3V3_COMPACT = 14
+    CUSTOM = 12         # an alias: KVQuantMode.CUSTOM is KVQuantMode.OCTAVE_K3V4, as in vLLM
 
 
 # What rocke's kernels read: a cache in q's dtype, gfx942 fp8 with per-tensor descales, and int8
@@ -69,10 +87,7 @@ def _mode_name(kv_quant_mode) -> str:
 def _looked_up_mode_name(kv_quant_mode) -> str:
     name = getattr(kv_quant_mode, "name", None)
     if isinstance(name, str) and isinstance(kv_quant_mode, enum.Enum):
-        if name not in KVQuantMode.__members__:
-            raise ValueError(f"kv_quant_mode: unknown mode {name!r}; vLLM's modes are "
-                             f"{', '.join(KVQuantMode.__members__)}")
-        return name
+        return name         # a name rocke does not implement is refused by _refuse_unimplemented
     if isinstance(kv_quant_mode, int) and not isinstance(kv_quant_mode, bool):
         try:
             return KVQuantMode(kv_quant_mode).name
@@ -80,6 +95,14 @@ def _looked_up_mode_name(kv_quant_mode) -> str:
             pass
     raise ValueError(f"kv_quant_mode: must be a KVQuantMode (rocke.vllm's or vLLM's), got "
                      f"{kv_quant_mode!r}")
+
+
+def unimplemented_mode(name: str) -> NotImplementedError:
+    """The refusal of the `KVQuantMode` member named ``name``, by vLLM's member name."""
+    known = "" if name in KVQuantMode.__members__ else " (nor is it one of vLLM 0.33's modes)"
+    return NotImplementedError(
+        f"kv_quant_mode: KVQuantMode.{name} is not implemented by rocke yet{known}: rocke's "
+        f"kernels read {', '.join(SUPPORTED_KV_QUANT_MODES)}")
 
 
 def _refuse_unimplemented(output_scale, use_alibi_sqrt, kv_quant_mode,
@@ -90,8 +113,7 @@ def _refuse_unimplemented(output_scale, use_alibi_sqrt, kv_quant_mode,
         raise ValueError(f"use_alibi_sqrt: must be a bool, got {use_alibi_sqrt!r}")
     mode = _mode_name(kv_quant_mode)
     if mode not in SUPPORTED_KV_QUANT_MODES:
-        raise NotImplementedError(f"kv_quant_mode: {mode} is not implemented by rocke's kernels "
-                                  f"yet; they read {' and '.join(SUPPORTED_KV_QUANT_MODES)}")
+        raise unimplemented_mode(mode)
     if mode not in PER_TOKEN_HEAD_MODES:
         for name, t in (("k_scale_cache", k_scale_cache), ("v_scale_cache", v_scale_cache)):
             if t is not None:
@@ -106,6 +128,75 @@ def _refuse_unimplemented(output_scale, use_alibi_sqrt, kv_quant_mode,
 # the entry point's name of each mode vLLM's adapter passes on
 _ENTRY_MODES = {name: name.lower() for name in SUPPORTED_KV_QUANT_MODES}
 _NO_QUANT: dict = {}
+
+
+# vLLM 0.33's parameters for features rocke's kernels do not implement yet: (name, the value
+# vLLM's Triton backend passes with the feature off, what the feature is). Only that value is
+# accepted; any other is refused before anything is launched.
+NEUTRAL_PARAMETERS = (
+    ("rswa_prefix_lens", None, "R-SWA: prefix tokens globally visible, generated tokens in a "
+                               "sliding window"),
+    ("rswa_window", None, "R-SWA's sliding window"),
+    ("chunk_lookback", -1, "chunked attention: aligned chunks of the sliding window with "
+                           "lookback"),
+    ("mm_prefix_clamp_sliding_window", False, "mm_prefix_range's bidirectional ranges clamped "
+                                              "by the sliding window"),
+)
+
+
+def _described(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)} on {value.device}"
+    return repr(value)
+
+
+def _refuse_off_features(rswa_prefix_lens, rswa_window, chunk_lookback, use_td,
+                         mm_prefix_clamp_sliding_window) -> None:
+    """NotImplementedError naming a vLLM 0.33 feature parameter given a value other than the one
+    vLLM's backend passes with that feature off. ``use_td`` is only checked to be a bool."""
+    if rswa_prefix_lens is None and rswa_window is None and chunk_lookback.__class__ is int \
+            and chunk_lookback == -1 and mm_prefix_clamp_sliding_window is False \
+            and use_td.__class__ is bool:
+        return      # the common case: every feature off
+    given = dict(rswa_prefix_lens=rswa_prefix_lens, rswa_window=rswa_window,
+                 chunk_lookback=chunk_lookback,
+                 mm_prefix_clamp_sliding_window=mm_prefix_clamp_sliding_window)
+    for name, neutral, feature in NEUTRAL_PARAMETERS:
+        value = given[name]
+        same = value is neutral if neutral is None or isinstance(neutral, bool) else \
+            value.__class__ is int and value == neutral
+        if not same:
+            raise NotImplementedError(
+                f"{name}: {_described(value)} is not implemented by rocke yet ({feature}); "
+                f"rocke accepts only {neutral!r}, what vLLM's Triton backend passes with the "
+                f"feature off")
+    if not isinstance(use_td, bool):
+        raise ValueError(f"use_td: must be a bool (vLLM's tensor-descriptor hint, ignored by "
+                         f"rocke), got {use_td!r}")
+
+
+def _host_causal(causal, num_seqs: int):
+    """``causal`` as rocke's kernels read it: a bool passes as it is; vLLM 0.33's per-sequence
+    causal tensor is accepted only on the host with every entry 1 (then it is causal=True)."""
+    if not isinstance(causal, torch.Tensor):
+        return causal                       # a bool, or refused by the entry point's checks
+    if causal.device.type != "cpu":
+        raise NotImplementedError(
+            f"causal: a per-sequence causal tensor on {causal.device} is not implemented by rocke "
+            f"yet: reading its entries on the host would synchronise with the device (and break "
+            f"graph capture), and rocke's kernels apply one causal mask to the whole batch; pass "
+            f"causal=True")
+    if causal.dim() != 1 or (num_seqs and causal.shape[0] != num_seqs) or \
+            causal.is_floating_point() or causal.is_complex():
+        raise ValueError(f"causal: a per-sequence causal tensor must be an integer (int32) or bool "
+                         f"[num_seqs = {num_seqs}] tensor, got {_described(causal)}")
+    if not bool((causal == 1).all()):
+        first = int((causal != 1).nonzero()[0, 0])
+        raise NotImplementedError(
+            f"causal: per-sequence causal flags other than 1 (sequence {first} has "
+            f"{causal[first].item()!r}) are not implemented by rocke yet; rocke's kernels apply "
+            f"one causal mask to the whole batch")
+    return True
 
 
 def _check_3d_numbers(seq_threshold_3D, num_par_softmax_segments) -> None:
@@ -155,15 +246,26 @@ def unified_attention(
         causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
         seq_threshold_3D=None, num_par_softmax_segments=None, softmax_segm_output=None,
         softmax_segm_max=None, softmax_segm_expsum=None, alibi_slopes=None, output_scale=None,
-        qq_bias=None, sinks=None, mm_prefix_range=None, use_alibi_sqrt=False,
-        kv_quant_mode=KVQuantMode.NONE, k_scale_cache=None, v_scale_cache=None):
-    """vLLM's `unified_attention` on rocke's gfx942 kernels; `out` is written in place.
+        qq_bias=None, sinks=None, mm_prefix_range=None, rswa_prefix_lens=None,
+        rswa_window=None, use_alibi_sqrt=False, kv_quant_mode=KVQuantMode.NONE,
+        k_scale_cache=None, v_scale_cache=None, chunk_lookback=-1, use_td=False,
+        mm_prefix_clamp_sliding_window=False):
+    """vLLM 0.33's `unified_attention` on rocke's gfx942 kernels; `out` is written in place.
 
-    Every argument is checked before any launch; what rocke does not implement yet
-    (the sub-byte and NVFP4 `kv_quant_mode`s) is refused naming the argument.
+    Every argument is checked before any launch; what rocke does not implement yet is refused
+    naming the argument and the value: `kv_quant_mode`s other than `SUPPORTED_KV_QUANT_MODES`
+    (by vLLM's member name), and the features of `NEUTRAL_PARAMETERS` at any value but the one
+    vLLM's Triton backend passes with them off (`rswa_prefix_lens=None`, `rswa_window=None`,
+    `chunk_lookback=-1`, `mm_prefix_clamp_sliding_window=False`). `use_td` (vLLM's Intel XPU
+    tensor-descriptor hint, a performance choice) is accepted and ignored. `causal` is a bool, or
+    vLLM's per-sequence int32 tensor when it is on the host and every entry is 1 (plain causal);
+    any other tensor is refused (a GPU one would need a synchronising read). Non-causal prefill
+    stays refused (decode rows are the same either way).
     `output_scale` (fp8 `out`), `use_alibi_sqrt`, the per-token-head modes with their scale
     caches (ALGORITHM.md §13) and `mm_prefix_range` (§12.8) run; in the per-token-head modes
     `k_descale`/`v_descale` are not read, as in vLLM's kernel."""
+    _refuse_off_features(rswa_prefix_lens, rswa_window, chunk_lookback, use_td,
+                         mm_prefix_clamp_sliding_window)
     mode = _refuse_unimplemented(output_scale, use_alibi_sqrt, kv_quant_mode,
                                  k_scale_cache, v_scale_cache, k)
     if mode in PER_TOKEN_HEAD_MODES:
@@ -178,6 +280,8 @@ def unified_attention(
             v_scale_cache=v_scale_cache, mm_prefix_range=mm_prefix_range)
     shape = seqused_k.shape if isinstance(seqused_k, torch.Tensor) else ()
     num_seqs = shape[0] if len(shape) == 1 else 0     # describe_problem names what is wrong
+    if causal.__class__ is not bool:
+        causal = _host_causal(causal, num_seqs)
     if not isinstance(max_seqlen_q, int) or isinstance(max_seqlen_q, bool):
         raise ValueError(f"max_seqlen_q: must be an int, got {max_seqlen_q!r}")
     invariant = batch_invariant()
@@ -203,32 +307,60 @@ def unified_attention(
 
 # ---- torch.ops.rocke.unified_attention ---------------------------------------------------------
 
+def _op_mode(kv_quant_mode: str) -> KVQuantMode:
+    """The op's `kv_quant_mode`, a member name of vLLM's `KVQuantMode`, as rocke's member; a mode
+    rocke does not implement is refused by the name given."""
+    if kv_quant_mode not in SUPPORTED_KV_QUANT_MODES:
+        if not isinstance(kv_quant_mode, str):
+            raise ValueError(f"kv_quant_mode: the op takes a KVQuantMode member name (a str, "
+                             f"e.g. \"NONE\"), got {kv_quant_mode!r}")
+        raise unimplemented_mode(kv_quant_mode)
+    return KVQuantMode[kv_quant_mode]
+
+
 def _register_torch_op():
-    @torch.library.custom_op("rocke::unified_attention", mutates_args=("out",))
-    def op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, cu_seqlens_q: Tensor,
-           max_seqlen_q: int, seqused_k: Tensor, max_seqlen_k: int, softmax_scale: float,
-           causal: bool, window_size: list[int], block_table: Tensor, softcap: float,
-           q_descale: Optional[Tensor], k_descale: Optional[Tensor],
-           v_descale: Optional[Tensor], seq_threshold_3D: Optional[int] = None,
-           num_par_softmax_segments: Optional[int] = None,
-           softmax_segm_output: Optional[Tensor] = None,
-           softmax_segm_max: Optional[Tensor] = None,
-           softmax_segm_expsum: Optional[Tensor] = None,
-           alibi_slopes: Optional[Tensor] = None, output_scale: Optional[Tensor] = None,
-           qq_bias: Optional[Tensor] = None, sinks: Optional[Tensor] = None,
-           mm_prefix_range: Optional[Tensor] = None, use_alibi_sqrt: bool = False,
-           kv_quant_mode: int = 0, k_scale_cache: Optional[Tensor] = None,
-           v_scale_cache: Optional[Tensor] = None) -> None:
+    # vLLM 0.33's parameter list, typed for torch's schema: `causal` is a bool (a schema has no
+    # bool-or-tensor; vLLM's per-sequence tensor goes through `unified_attention`) and
+    # `kv_quant_mode` a KVQuantMode member name, never a number (numbers differ between vLLM
+    # releases: 6 is TURBOQUANT_K8V4 in vLLM 0.33)
+    def call(q: Tensor, k: Tensor, v: Tensor, out: Tensor, cu_seqlens_q: Tensor,
+             max_seqlen_q: int, seqused_k: Tensor, max_seqlen_k: int, softmax_scale: float,
+             causal: bool, window_size: list[int], block_table: Tensor, softcap: float,
+             q_descale: Optional[Tensor], k_descale: Optional[Tensor],
+             v_descale: Optional[Tensor], seq_threshold_3D: Optional[int] = None,
+             num_par_softmax_segments: Optional[int] = None,
+             softmax_segm_output: Optional[Tensor] = None,
+             softmax_segm_max: Optional[Tensor] = None,
+             softmax_segm_expsum: Optional[Tensor] = None,
+             alibi_slopes: Optional[Tensor] = None, output_scale: Optional[Tensor] = None,
+             qq_bias: Optional[Tensor] = None, sinks: Optional[Tensor] = None,
+             mm_prefix_range: Optional[Tensor] = None,
+             rswa_prefix_lens: Optional[Tensor] = None, rswa_window: Optional[int] = None,
+             use_alibi_sqrt: bool = False, kv_quant_mode: str = "NONE",
+             k_scale_cache: Optional[Tensor] = None, v_scale_cache: Optional[Tensor] = None,
+             chunk_lookback: int = -1, use_td: bool = False,
+             mm_prefix_clamp_sliding_window: bool = False) -> None:
         unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
                           softmax_scale, causal, tuple(window_size), block_table, softcap,
                           q_descale, k_descale, v_descale, seq_threshold_3D,
                           num_par_softmax_segments, softmax_segm_output, softmax_segm_max,
                           softmax_segm_expsum, alibi_slopes, output_scale, qq_bias, sinks,
-                          mm_prefix_range, use_alibi_sqrt, kv_quant_mode, k_scale_cache,
-                          v_scale_cache)
+                          mm_prefix_range, rswa_prefix_lens, rswa_window, use_alibi_sqrt,
+                          _op_mode(kv_quant_mode), k_scale_cache, v_scale_cache,
+                          chunk_lookback, use_td, mm_prefix_clamp_sliding_window)
+
+    op = torch.library.custom_op("rocke::unified_attention", mutates_args=("out",))(call)
+    signature = inspect.signature(call)
 
     @op.register_fake
     def _(*args, **kwargs) -> None:      # writes `out` in place, returns nothing
+        # what the real op refuses without reading a tensor is refused while tracing too
+        given = signature.bind(*args, **kwargs)
+        given.apply_defaults()
+        a = given.arguments
+        _refuse_off_features(a["rswa_prefix_lens"], a["rswa_window"], a["chunk_lookback"],
+                             a["use_td"], a["mm_prefix_clamp_sliding_window"])
+        _op_mode(a["kv_quant_mode"])
         return None
 
     return op

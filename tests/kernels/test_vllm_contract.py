@@ -14,7 +14,7 @@ from rocke.kernels.common.tolerances import attention_atol
 from rocke.vllm import KVQuantMode, unified_attention
 from tests.kernels.test_attention_2d import make_problem
 
-# vLLM's `unified_attention` (vllm/v1/attention/ops/triton_unified_attention.py, late 2026),
+# vLLM 0.33's `unified_attention` (vllm/v1/attention/ops/triton_unified_attention.py),
 # written out here by hand: names, order, and which have defaults (and what they are).
 VLLM_PARAMETERS = [
     ("q", None), ("k", None), ("v", None), ("out", None), ("cu_seqlens_q", None),
@@ -25,11 +25,16 @@ VLLM_PARAMETERS = [
     ("softmax_segm_output", "None"), ("softmax_segm_max", "None"),
     ("softmax_segm_expsum", "None"), ("alibi_slopes", "None"), ("output_scale", "None"),
     ("qq_bias", "None"), ("sinks", "None"), ("mm_prefix_range", "None"),
+    ("rswa_prefix_lens", "None"), ("rswa_window", "None"),
     ("use_alibi_sqrt", "False"), ("kv_quant_mode", "KVQuantMode.NONE"),
-    ("k_scale_cache", "None"), ("v_scale_cache", "None"),
+    ("k_scale_cache", "None"), ("v_scale_cache", "None"), ("chunk_lookback", "-1"),
+    ("use_td", "False"), ("mm_prefix_clamp_sliding_window", "False"),
 ]
 VLLM_KV_QUANT_MODES = {"NONE", "FP8_PER_TENSOR", "INT8_PER_TOKEN_HEAD", "FP8_PER_TOKEN_HEAD",
-                       "INT4_PER_TOKEN_HEAD", "INT2_PER_TOKEN_HEAD", "NVFP4"}
+                       "INT4_PER_TOKEN_HEAD", "NVFP4", "TURBOQUANT_K8V4", "TURBOQUANT_4BIT_NC",
+                       "TURBOQUANT_K3V4_NC", "TURBOQUANT_3BIT_NC", "NVFP4_DS_MLA",
+                       "ULTRAQUANT_4BIT", "OCTAVE_K3V4", "OCTAVE_K3V3", "OCTAVE_K3V3_COMPACT",
+                       "CUSTOM"}
 
 D, BLOCK, GROUP, HK = 64, 16, 2, 1
 
@@ -98,7 +103,7 @@ def test_2d_runs_otherwise_and_the_workspaces_stay_untouched(why):
 
 @pytest.mark.parametrize("argument,value", [
     ("kv_quant_mode", KVQuantMode.INT4_PER_TOKEN_HEAD),
-    ("kv_quant_mode", KVQuantMode.INT2_PER_TOKEN_HEAD),
+    ("kv_quant_mode", KVQuantMode.TURBOQUANT_K8V4),
     ("kv_quant_mode", KVQuantMode.NVFP4),
 ])    # output_scale, use_alibi_sqrt and the per-token-head modes run: test_attention_quant.py
 def test_unimplemented_arguments_are_refused_before_launch(monkeypatch, argument, value):
@@ -119,7 +124,7 @@ def test_a_kv_quant_mode_is_read_by_name_not_number():
     a = _decode()
     unified_attention(**a, kv_quant_mode=ForeignMode.NONE)
     _close(a["out"], _reference(a))
-    with pytest.raises(NotImplementedError, match="kv_quant_mode: NVFP4"):
+    with pytest.raises(NotImplementedError, match=r"kv_quant_mode: KVQuantMode\.NVFP4 "):
         unified_attention(**_decode(), kv_quant_mode=ForeignMode.NVFP4)
 
 

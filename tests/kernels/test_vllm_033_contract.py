@@ -1,0 +1,285 @@
+"""vLLM 0.33's `unified_attention` through rocke.vllm on the emulator: the five parameters vLLM's
+Triton backend added (rswa_prefix_lens, rswa_window, chunk_lookback, use_td,
+mm_prefix_clamp_sliding_window) run at the value the backend passes with their feature off and
+are refused, naming them, at any other; the per-sequence `causal` tensor; vLLM 0.33's
+KVQuantMode refused by member name; a positional call in vLLM 0.33's order; the torch op taking
+the mode by name."""
+from __future__ import annotations
+
+import enum
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from rocke import runtime
+from rocke.runtime.emu_device import EmuDevice
+from rocke.vllm import KVQuantMode, SUPPORTED_KV_QUANT_MODES, unified_attention
+from tests.kernels.test_attention_2d import make_problem
+from tests.kernels.test_vllm_contract import BLOCK, D, GROUP, HK, _close, _decode, _reference, \
+    _workspaces
+
+SNAPSHOT = json.loads((Path(__file__).resolve().parents[1] / "fixtures" /
+                       "vllm_contract_0.33.json").read_text())
+NAMES = [p["name"] for p in SNAPSHOT["unified_attention"]["parameters"]]
+VLLM_MODES = SNAPSHOT["KVQuantMode"]["members"]          # name -> value, CUSTOM an alias of 12
+
+# each new parameter at the value vLLM 0.33's Triton backend passes with its feature off
+NEUTRAL = [("rswa_prefix_lens", None), ("rswa_window", None), ("chunk_lookback", -1),
+           ("use_td", False), ("use_td", True),      # use_td: an XPU hint, accepted and ignored
+           ("mm_prefix_clamp_sliding_window", False)]
+
+
+def no_launch(monkeypatch):
+    """Every way onto a device fails the test: rocke.runtime.launch, and what the entry point
+    itself calls (rocke.runtime.prepare_launch, the emulator device's execute)."""
+    def launch(*args, **kwargs):
+        raise AssertionError("launched although the call should have been refused")
+    monkeypatch.setattr(runtime, "launch", launch)
+    monkeypatch.setattr(runtime, "prepare_launch", launch)
+    monkeypatch.setattr(EmuDevice, "execute", launch)
+
+
+@pytest.fixture(name="no_launch")
+def _no_launch_fixture(monkeypatch):
+    no_launch(monkeypatch)
+
+
+def _prefill(q_lens=(3, 1, 2), kv_lens=(40, 23, 17), seed=0):
+    q, k, v, table, cu, seqused = make_problem("f16", D, BLOCK, GROUP, list(q_lens), list(kv_lens),
+                                               num_kv_heads=HK, seed=seed)
+    return dict(q=q, k=k, v=v, out=torch.zeros_like(q), cu_seqlens_q=cu,
+                max_seqlen_q=max(q_lens), seqused_k=seqused, max_seqlen_k=max(kv_lens),
+                softmax_scale=1 / math.sqrt(D), causal=True, window_size=(-1, -1),
+                block_table=table, softcap=0.0, q_descale=None, k_descale=None, v_descale=None)
+
+
+@pytest.mark.parametrize("name,value", NEUTRAL)
+def test_each_new_parameter_at_its_neutral_value_runs(name, value):
+    a = _decode()
+    unified_attention(**a, **{name: value})
+    _close(a["out"], _reference(a))
+
+
+def test_all_new_parameters_neutral_with_split_kv_and_prefill():
+    neutral = dict(rswa_prefix_lens=None, rswa_window=None, chunk_lookback=-1, use_td=True,
+                   mm_prefix_clamp_sliding_window=False)
+    a = _decode()
+    ws = _workspaces(rows=8, segments=3)
+    unified_attention(**a, seq_threshold_3D=4, num_par_softmax_segments=3, **ws, **neutral)
+    _close(a["out"], _reference(a))
+    assert not ws["softmax_segm_max"][:a["q"].shape[0]].isnan().any()     # the 3D path ran
+    p = _prefill()
+    unified_attention(**p, **neutral)
+    _close(p["out"], _reference(p))
+
+
+@pytest.mark.parametrize("shape", ["decode", "prefill"])
+def test_a_host_causal_tensor_of_ones_is_plain_causal(monkeypatch, shape):
+    a = _decode() if shape == "decode" else _prefill()
+    num_seqs = a["seqused_k"].shape[0]
+    for flags in (torch.ones(num_seqs, dtype=torch.int32), torch.ones(num_seqs, dtype=torch.bool)):
+        a["out"].zero_()
+        unified_attention(**dict(a, causal=flags))
+        _close(a["out"], _reference(a))
+    if shape == "prefill":      # causal=False with prefill stays refused, as before
+        a["out"].zero_()
+        no_launch(monkeypatch)
+        with pytest.raises(NotImplementedError, match=r"^causal: non-causal prefill"):
+            unified_attention(**dict(a, causal=False))
+        assert not a["out"].any()
+
+
+def test_all_35_parameters_bind_positionally_in_vllm_033_order():
+    a = _decode()
+    ws = _workspaces(rows=8, segments=3)
+    by_name = dict(a, seq_threshold_3D=4, num_par_softmax_segments=3, **ws, alibi_slopes=None,
+                   output_scale=None, qq_bias=None, sinks=None, mm_prefix_range=None,
+                   rswa_prefix_lens=None, rswa_window=None, use_alibi_sqrt=False,
+                   kv_quant_mode=KVQuantMode.NONE, k_scale_cache=None, v_scale_cache=None,
+                   chunk_lookback=-1, use_td=False, mm_prefix_clamp_sliding_window=False)
+    assert len(NAMES) == 35 and set(by_name) == set(NAMES)
+    unified_attention(*[by_name[n] for n in NAMES])
+    _close(a["out"], _reference(a))
+    assert not ws["softmax_segm_max"][:a["q"].shape[0]].isnan().any()     # workspaces bound
+
+
+@pytest.mark.parametrize("position", [26, 27, 32, 34])    # 0-based: rswa_*, chunk_lookback, clamp
+def test_a_positional_non_neutral_value_is_refused_by_its_vllm_name(no_launch, position):
+    a = _decode()
+    args = [a[n] for n in NAMES[:16]] + [None] * 10 + [None, None, False, KVQuantMode.NONE,
+                                                        None, None, -1, False, False]
+    args[position] = 7                   # an int where each of these expects None / -1 / False
+    with pytest.raises(NotImplementedError, match=rf"^{NAMES[position]}: 7 is not implemented"):
+        unified_attention(*args)
+    assert not a["out"].any()
+
+
+@pytest.mark.parametrize("name,value,shown", [
+    ("rswa_prefix_lens", torch.zeros(2, dtype=torch.int32), "a torch.int32 tensor of shape (2,)"),
+    ("rswa_window", 128, "128"), ("rswa_window", 0, "0"),
+    ("chunk_lookback", 0, "0"), ("chunk_lookback", 2, "2"), ("chunk_lookback", -1.0, "-1.0"),
+    ("mm_prefix_clamp_sliding_window", True, "True"),
+    ("mm_prefix_clamp_sliding_window", 0, "0"),
+])
+def test_non_neutral_values_are_refused_before_launch(no_launch, name, value, shown):
+    a = _decode()
+    with pytest.raises(NotImplementedError,
+                       match=rf"^{name}: {shown.replace('(', '[(]').replace(')', '[)]')}.* "
+                             r"is not implemented by rocke yet"):
+        unified_attention(**a, **{name: value})
+    assert not a["out"].any()
+
+
+def test_r_swa_as_vllms_backend_passes_it_is_refused(no_launch):
+    """vLLM's backend sets both R-SWA arguments together; the first is named. (The guard
+    against launches sees one: these tests' "refused before launch" is not vacuous.)"""
+    with pytest.raises(AssertionError, match="launched although"):
+        unified_attention(**_decode(kv_lens=(33, 17)))
+    a = _decode()
+    with pytest.raises(NotImplementedError, match=r"^rswa_prefix_lens: .*R-SWA"):
+        unified_attention(**a, rswa_prefix_lens=torch.tensor([4, 4], dtype=torch.int32),
+                          rswa_window=16)
+    assert not a["out"].any()
+
+
+def test_use_td_must_be_a_bool(no_launch):
+    a = _decode()
+    with pytest.raises(ValueError, match=r"^use_td: must be a bool"):
+        unified_attention(**a, use_td="yes")
+
+
+@pytest.mark.parametrize("flags,error,match", [
+    (torch.tensor([1, 0], dtype=torch.int32), NotImplementedError,
+     r"^causal: per-sequence causal flags other than 1 \(sequence 1 has 0\) are not implemented "
+     r"by rocke yet"),
+    (torch.zeros(2, dtype=torch.int32), NotImplementedError,
+     r"^causal: per-sequence .*\(sequence 0 has 0\)"),
+    (torch.ones(2, dtype=torch.int32, device="meta"), NotImplementedError,
+     r"^causal: a per-sequence causal tensor on meta is not implemented by rocke yet: reading "
+     r"its entries on the host would synchronise"),
+    (torch.ones(3, dtype=torch.int32), ValueError, r"^causal: a per-sequence causal tensor must"),
+    (torch.ones(2, 1, dtype=torch.int32), ValueError,
+     r"^causal: a per-sequence causal tensor must"),
+    (torch.ones(2), ValueError, r"^causal: a per-sequence causal tensor must"),
+])
+def test_other_causal_tensors_are_refused_before_launch(no_launch, flags, error, match):
+    a = _decode()
+    with pytest.raises(error, match=match):
+        unified_attention(**dict(a, causal=flags))
+    assert not a["out"].any()
+
+
+def test_kv_quant_mode_is_vllm_033s_enum():
+    assert {n: int(m) for n, m in KVQuantMode.__members__.items()} == VLLM_MODES
+    assert KVQuantMode.CUSTOM is KVQuantMode.OCTAVE_K3V4
+
+
+UNIMPLEMENTED = [n for n in VLLM_MODES if n not in SUPPORTED_KV_QUANT_MODES and n != "CUSTOM"]
+
+
+@pytest.mark.parametrize("name", UNIMPLEMENTED)
+def test_every_unimplemented_mode_is_refused_by_its_vllm_name(no_launch, name):
+    vllms = enum.IntEnum("KVQuantMode", VLLM_MODES)       # vLLM's own enum, stand-in
+    for mode in (getattr(KVQuantMode, name), vllms[name], VLLM_MODES[name]):
+        a = _decode()
+        with pytest.raises(NotImplementedError,
+                           match=rf"^kv_quant_mode: KVQuantMode\.{name} is not implemented by "
+                                 r"rocke yet: rocke's kernels read NONE"):
+            unified_attention(**a, kv_quant_mode=mode)
+        assert not a["out"].any()
+
+
+def test_a_mode_newer_than_vllm_033_is_refused_by_its_name(no_launch):
+    class Newer(enum.IntEnum):
+        NONE = 0
+        SOME_FUTURE_MODE = 99
+    a = _decode()
+    with pytest.raises(NotImplementedError, match=r"^kv_quant_mode: KVQuantMode\.SOME_FUTURE_MODE "
+                                                  r"is not implemented by rocke yet \(nor is it"):
+        unified_attention(**a, kv_quant_mode=Newer.SOME_FUTURE_MODE)
+
+
+# ---- torch.ops.rocke.unified_attention --------------------------------------------------------
+
+def test_the_ops_schema_is_vllm_033s_list_with_the_mode_by_name():
+    schema = torch.ops.rocke.unified_attention.default._schema
+    assert [arg.name for arg in schema.arguments] == NAMES
+    mode = next(arg for arg in schema.arguments if arg.name == "kv_quant_mode")
+    assert str(mode.type) == "str" and mode.default_value == "NONE"
+
+
+def _op_args(a):
+    return [a[n] for n in NAMES[:16]]
+
+
+def test_the_op_runs_with_every_parameter_positional():
+    a = _decode()
+    ws = _workspaces(rows=8, segments=3)
+    torch.ops.rocke.unified_attention(
+        *_op_args(dict(a, window_size=[-1, -1])), 4, 3, ws["softmax_segm_output"],
+        ws["softmax_segm_max"], ws["softmax_segm_expsum"], None, None, None, None, None, None,
+        None, False, "NONE", None, None, -1, True, False)
+    _close(a["out"], _reference(a))
+
+
+@pytest.mark.parametrize("mode", ["TURBOQUANT_K8V4", "CUSTOM", "NVFP4", "INT4_PER_TOKEN_HEAD",
+                                  "SOME_FUTURE_MODE"])
+def test_the_op_takes_the_mode_by_name_and_refuses_it_by_name(no_launch, mode):
+    a = _decode()
+    with pytest.raises(NotImplementedError, match=rf"^kv_quant_mode: KVQuantMode\.{mode} is not "
+                                                  r"implemented by rocke yet"):
+        torch.ops.rocke.unified_attention(*_op_args(dict(a, window_size=[-1, -1])),
+                                          kv_quant_mode=mode)
+    assert not a["out"].any()
+
+
+def test_the_op_reads_no_mode_number(no_launch):
+    """6 is vLLM 0.33's TURBOQUANT_K8V4 (and was rocke's INT2): the op takes names only."""
+    a = _decode()
+    with pytest.raises(RuntimeError, match="Expected a value of type 'str' for argument "
+                                           "'kv_quant_mode'"):
+        torch.ops.rocke.unified_attention(*_op_args(dict(a, window_size=[-1, -1])),
+                                          kv_quant_mode=6)
+
+
+def test_the_ops_fake_refuses_what_the_op_refuses():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    a = _decode()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        torch.ops.rocke.unified_attention(*_op_args(dict(a, window_size=[-1, -1])),
+                                          chunk_lookback=-1, use_td=True)
+        with pytest.raises(NotImplementedError, match=r"^chunk_lookback: 2 is not implemented"):
+            torch.ops.rocke.unified_attention(*_op_args(dict(a, window_size=[-1, -1])),
+                                              chunk_lookback=2)
+        with pytest.raises(NotImplementedError, match=r"^kv_quant_mode: KVQuantMode\.NVFP4 "):
+            torch.ops.rocke.unified_attention(*_op_args(dict(a, window_size=[-1, -1])),
+                                              kv_quant_mode="NVFP4")
+    assert not a["out"].any()
+
+
+class _Attend(torch.nn.Module):
+    """The op called as vLLM 0.33's backend would call it, by keyword, every new parameter at
+    its neutral value and the mode by name."""
+
+    def forward(self, q, k, v, cu, seqused, table):
+        out = torch.empty_like(q)
+        torch.ops.rocke.unified_attention(
+            q=q, k=k, v=v, out=out, cu_seqlens_q=cu, max_seqlen_q=1, seqused_k=seqused,
+            max_seqlen_k=40, softmax_scale=1 / math.sqrt(D), causal=True, window_size=[-1, -1],
+            block_table=table, softcap=0.0, q_descale=None, k_descale=None, v_descale=None,
+            rswa_prefix_lens=None, rswa_window=None, kv_quant_mode="NONE", chunk_lookback=-1,
+            use_td=False, mm_prefix_clamp_sliding_window=False)
+        return out      # no pointwise work: inductor then generates no C++ (a quick test)
+
+
+def test_the_op_with_the_new_parameters_compiles_fullgraph():
+    a = _decode()
+    inputs = (a["q"], a["k"], a["v"], a["cu_seqlens_q"], a["seqused_k"], a["block_table"])
+    with torch.no_grad():
+        eager = _Attend()(*inputs)
+        compiled = torch.compile(_Attend(), fullgraph=True, backend="inductor")(*inputs)
+    assert torch.equal(compiled, eager)
+    _close(eager, _reference(a))
