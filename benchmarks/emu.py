@@ -22,7 +22,7 @@ bit the first backend's; on CUDA the workload's tensors are CUDA tensors (the em
 memory stays on the GPU). Even on a GPU these are emulator wall times, not the kernel's GPU time.
 
 A same-day A/B (`--against REV [--rounds R]`): this host's speed drifts between days (the
-same code measures differently; README, Benchmarks), so a speed-up is only a ratio against an
+same code measures differently; docs/benchmarks.md), so a speed-up is only a ratio against an
 older revision measured now. The
 revision's own benchmarks/emu.py runs from a temporary git worktree (same interpreter and
 packages), alternating with this tree's, each in a fresh process, R rounds; the tables give each

@@ -19,7 +19,7 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class Lever:
-    """One ROCKE_* lever: its default and meaning (the README's options table lists the same),
+    """One ROCKE_* lever: its default and meaning (docs/environment.md's options table lists the same),
     what a value may be (``accepts``, quoted by its errors) and ``check``: given the variable's
     name and its set, non-empty value, None when the value is accepted, else the one-line error
     naming the variable, the value and ``accepts``. A path lever's check refuses what can name

@@ -1,4 +1,4 @@
-"""Every benchmark script starts as the README runs it (`python benchmarks/NAME.py`): a script
+"""Every benchmark script starts as docs/benchmarks.md runs it (`python benchmarks/NAME.py`): a script
 directory on sys.path once shadowed the standard library (benchmarks/profile.py vs `profile`,
 which cProfile imports), and `launch.py` died at import."""
 import subprocess

@@ -62,7 +62,7 @@ def test_every_lever_reads_its_default_and_a_good_value(monkeypatch, tmp_path):
                 env.check_metadata(), env.batch_invariant(), env.prebuilt_dir(),
                 env.write_peer_fixtures())
     assert defaults == ("ld.lld", None, "gfx942", 600.0, "numpy", "cpu", True, True, True, True,
-                        [], "device", False, None, False)
+                        [], "off", False, None, False)
     for name, value in good.items():
         monkeypatch.setenv(name, value)
     env.check_all()
