@@ -408,7 +408,8 @@ class StandIn:
             return INVALID_HANDLE
         with self._serial:
             for record in self.execs[exec_]:       # a graph's nodes run on the launch's stream
-                code = self._run(dataclasses.replace(record, stream=stream))
+                code = self._run(_Launch(record.function, record.grid, record.block,
+                                         record.shared_mem, record.kernarg, stream))
                 if code != SUCCESS:
                     return code
         return SUCCESS
