@@ -10,12 +10,15 @@ integration.
 The parameter list, names, order and defaults are those of `unified_attention` in vLLM 0.33's
 vllm/v1/attention/ops/triton_unified_attention.py (35 parameters; the snapshot is
 tests/fixtures/vllm_contract_0.33.json, and `python tools/vllm_contract.py PATH --check` says
-what a newer vLLM changed), with vLLM's 3D rule: the split-KV
-path runs only when the caller passes `seq_threshold_3D`, `num_par_softmax_segments` and the three
-softmax workspaces, the batch is decode-only (`max_seqlen_q <= 1`) and `num_seqs <=
-seq_threshold_3D`; it then uses the caller's workspaces and segment count as given. Otherwise the
-2D kernel runs; with vLLM's `VLLM_BATCH_INVARIANT=1` (or `ROCKE_BATCH_INVARIANT=1`) it never
-runs, as in vLLM. Arguments rocke's kernels do not implement yet are refused before anything is
+what a newer vLLM changed), with vLLM 0.33's 3D rule (`uses_3d`): the
+split-KV path runs only when the caller passes `seq_threshold_3D`, `num_par_softmax_segments` and
+the three softmax workspaces; `max_seqlen_q` is 1, or at most `MAX_3D_QUERY_LEN` (8: speculative
+decoding's verify step) with a plain causal bool and no `mm_prefix_range`; the batch's q blocks
+as vLLM counts them, `num_seqs * ceil(max_seqlen_q / BLOCK_Q)`, are at most `seq_threshold_3D`;
+and `softmax_segm_max` has a row per query token (q's rows). It then uses the caller's workspaces
+and segment count as given. Otherwise the 2D kernel runs (too few workspace rows fall back to 2D,
+as in vLLM); with vLLM's `VLLM_BATCH_INVARIANT=1` (or `ROCKE_BATCH_INVARIANT=1`) 3D never runs,
+as in vLLM. Arguments rocke's kernels do not implement yet are refused before anything is
 launched, naming the argument; `out` is then untouched. vLLM 0.33's Triton backend passes R-SWA
 (`rswa_prefix_lens`, `rswa_window`), chunked attention (`chunk_lookback`), `use_td` and
 `mm_prefix_clamp_sliding_window` on every call: each is accepted at the value the backend passes
@@ -211,15 +214,42 @@ def _check_3d_numbers(seq_threshold_3D, num_par_softmax_segments) -> None:
             raise ValueError(f"{name}: must be None or a positive int, got {value!r}")
 
 
+# vLLM 0.33's longest query (1 + speculative tokens) its split-KV path takes
+# (vllm/v1/attention/ops/triton_unified_attention.py, MAX_3D_QUERY_LEN)
+MAX_3D_QUERY_LEN = 8
+
+
+def query_block(num_queries_per_kv: int) -> int:
+    """vLLM's BLOCK_Q, the query tokens of one q block: 16 query rows (the next power of two of
+    a larger GQA group) over the group's heads."""
+    rows = 16 if num_queries_per_kv <= 16 else 1 << (num_queries_per_kv - 1).bit_length()
+    return rows // num_queries_per_kv
+
+
 def uses_3d(max_seqlen_q, num_seqs: int, seq_threshold_3D, num_par_softmax_segments,
             softmax_segm_output, softmax_segm_max, softmax_segm_expsum,
-            batch_invariant: bool = False) -> bool:
-    """vLLM's rule for the split-KV (3D) path: every 3D argument given, a decode-only batch, no
-    more sequences than the threshold, and not in batch-invariant mode."""
-    return not (seq_threshold_3D is None or num_par_softmax_segments is None
-                or softmax_segm_output is None or softmax_segm_max is None
-                or softmax_segm_expsum is None or max_seqlen_q > 1
-                or num_seqs > seq_threshold_3D or batch_invariant)
+            batch_invariant: bool = False, *, num_tokens: int, num_queries_per_kv: int,
+            causal: bool = True, per_seq_causal: bool = False,
+            mm_prefix: bool = False) -> bool:
+    """vLLM 0.33's rule for the split-KV (3D) path: every 3D argument given; a batch whose
+    longest query is one token, or at most MAX_3D_QUERY_LEN (speculative decoding's verify
+    step) with plain causal masking (a bool, not vLLM's per-sequence tensor) and no
+    `mm_prefix_range`; no more q blocks than the threshold, counted as vLLM does (`num_seqs *
+    ceil(max_seqlen_q / BLOCK_Q)`); not in batch-invariant mode; and `softmax_segm_max` with at
+    least one row per query token (`num_tokens`, q's rows), else 2D. vLLM's large-head tuning
+    that also sends a batch to 2D applies to compute capability 10.x only, never on ROCm."""
+    if seq_threshold_3D is None or num_par_softmax_segments is None \
+            or softmax_segm_output is None or softmax_segm_max is None \
+            or softmax_segm_expsum is None or batch_invariant:
+        return False
+    if max_seqlen_q > 1 and (max_seqlen_q > MAX_3D_QUERY_LEN or not causal or per_seq_causal
+                             or mm_prefix):
+        return False
+    block_q = query_block(num_queries_per_kv)
+    if num_seqs * -(-max_seqlen_q // block_q) > seq_threshold_3D:
+        return False
+    rows = getattr(softmax_segm_max, "shape", None)     # not a tensor: refused on the 3D path
+    return not (rows is not None and len(rows) and rows[0] < num_tokens)
 
 
 # the two levers' raw values (and the environment's size) -> the mode they parse to
@@ -280,13 +310,25 @@ def unified_attention(
             v_scale_cache=v_scale_cache, mm_prefix_range=mm_prefix_range)
     shape = seqused_k.shape if isinstance(seqused_k, torch.Tensor) else ()
     num_seqs = shape[0] if len(shape) == 1 else 0     # describe_problem names what is wrong
+    per_seq_causal = False
     if causal.__class__ is not bool:
+        per_seq_causal = isinstance(causal, torch.Tensor)   # vLLM's rule reads the tensor as such
         causal = _host_causal(causal, num_seqs)
     if not isinstance(max_seqlen_q, int) or isinstance(max_seqlen_q, bool):
         raise ValueError(f"max_seqlen_q: must be an int, got {max_seqlen_q!r}")
     invariant = batch_invariant()
-    if not uses_3d(max_seqlen_q, num_seqs, seq_threshold_3D, num_par_softmax_segments,
-                   softmax_segm_output, softmax_segm_max, softmax_segm_expsum, invariant):
+    # q's rows and GQA group as vLLM reads them; tensors not as they should be take 2D, whose
+    # validation names what is wrong
+    q_shape = getattr(q, "shape", ())
+    k_shape = getattr(k, "shape", ())
+    group = q_shape[1] // k_shape[2] if len(q_shape) == 3 and len(k_shape) == 4 and \
+        k_shape[2] > 0 else 0
+    if not group or not uses_3d(max_seqlen_q, num_seqs, seq_threshold_3D,
+                                num_par_softmax_segments, softmax_segm_output, softmax_segm_max,
+                                softmax_segm_expsum, invariant, num_tokens=q_shape[0],
+                                num_queries_per_kv=group, causal=bool(causal),
+                                per_seq_causal=per_seq_causal,
+                                mm_prefix=mm_prefix_range is not None):
         au.run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
                                        max_seqlen_k, softmax_scale, causal, window_size,
                                        block_table, softcap, q_descale, k_descale, v_descale,
@@ -368,5 +410,5 @@ def _register_torch_op():
 
 unified_attention_op = _register_torch_op()
 
-__all__ = ["unified_attention", "KVQuantMode", "SUPPORTED_KV_QUANT_MODES", "uses_3d", "batch_invariant",
-           "unified_attention_op"]
+__all__ = ["unified_attention", "KVQuantMode", "SUPPORTED_KV_QUANT_MODES", "uses_3d",
+           "MAX_3D_QUERY_LEN", "batch_invariant", "unified_attention_op"]

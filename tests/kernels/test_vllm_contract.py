@@ -85,7 +85,7 @@ def test_3d_runs_with_the_callers_workspaces_and_segments_when_vllm_says_so():
         assert t[rows:].isnan().all(), f"{name}: rows beyond the batch were written"
 
 
-@pytest.mark.parametrize("why", ["no threshold", "too many sequences", "prefill"])
+@pytest.mark.parametrize("why", ["no threshold", "too many sequences", "query past 8 tokens"])
 def test_2d_runs_otherwise_and_the_workspaces_stay_untouched(why):
     a = _decode()
     ws = _workspaces(rows=8, segments=3)
@@ -95,7 +95,7 @@ def test_2d_runs_otherwise_and_the_workspaces_stay_untouched(why):
     elif why == "too many sequences":
         extra["seq_threshold_3D"] = 1          # 2 sequences > 1
     else:
-        a = dict(a, max_seqlen_q=2)            # vLLM reads max_seqlen_q: not decode-only
+        a = dict(a, max_seqlen_q=9)            # vLLM reads max_seqlen_q: > MAX_3D_QUERY_LEN
     unified_attention(**a, **extra)
     _close(a["out"], _reference(a))
     assert all(t.isnan().all() for t in ws.values())

@@ -93,7 +93,7 @@ CASES = [
      ValueError, r"v: on meta.*one device"),
     ("q_head_size_strided", _strided_q, ValueError, r"q: the last .* stride 1"),
     ("k_rows_overlap", _tensor("k", lambda t, a: t.as_strided(t.shape, (64, 64, 64, 1))), ValueError,
-     r"k: not row-major"),
+     r"k: rows overlap"),
     ("gqa_group_too_large", _gqa_257_to_1, ValueError, r"q: a GQA group of 257 .* exceeds .* 256"),
     ("gqa_not_dividing", _gqa_5_over_2, ValueError,
      r"num_q_heads 5 is not a multiple of .*num_kv_heads 2"),

@@ -9,6 +9,7 @@ from rocke.kernels.common.attention_device import launch_device_kind
 from rocke.kernels.common.attention_problem import (DTYPES, KV_QUANT_MODES, OUT_FP8_DTYPES,
                                                    TOKEN_SCALE_MODES, UnifiedAttentionProblem,
                                                    attention_target, is_tensor)
+from rocke.kernels.common.checks import check_paged_cache_strides
 
 # vLLM's unified_attention arguments, names and order (the first 19)
 ARG_NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "max_seqlen_q", "seqused_k", "max_seqlen_k",
@@ -215,8 +216,10 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
                          f"exceeds the kernels' {caps.max_group}")
     if num_blocks < 1:
         raise ValueError("k: the cache has no blocks")
-    for name, dims in (("q", Q_DIMS), ("k", CACHE_DIMS), ("v", CACHE_DIMS), ("out", Q_DIMS)):
-        _check_row_major(name, named[name], dims)
+    for name in ("q", "out"):
+        _check_row_major(name, named[name], Q_DIMS)
+    for name in ("k", "v"):     # the kernels take the caches' strides: NHD, or vLLM's HND view
+        check_paged_cache_strides(name, named[name].shape, named[name].stride())
     for name in ("cu_seqlens_q", "seqused_k"):
         if named[name].stride(0) != 1:
             raise ValueError(f"{name}: must be contiguous, got stride {named[name].stride()}")

@@ -164,12 +164,13 @@ def torch_dtype(dtype: str):
 
 
 def check_tensor(name: str, t, *, dtype: str, dims: tuple[str, ...], contiguous: bool = True,
-                 one_buffer: bool = True) -> None:
+                 one_buffer: bool = True, paged_cache: bool = False) -> None:
     """A torch tensor with ``len(dims)`` dimensions (``dims`` names them for the message) of rocke
     ``dtype``. ``contiguous=False`` still requires a unit innermost stride and rows that do not
     overlap, but lets outer strides be padded (a leading dimension larger than the row).
     ``one_buffer``: the kernel reaches the whole tensor through one buffer resource, so its span
-    must stay below 2 GiB."""
+    must stay below 2 GiB. ``paged_cache``: a 4-D paged KV cache, whose layout rules are
+    ``check_paged_cache_strides``'s instead of ``contiguous``'s."""
     import torch
     if not isinstance(t, torch.Tensor) or t.dim() != len(dims):
         got = f"{t.dim()}-D tensor" if isinstance(t, torch.Tensor) else type(t).__name__
@@ -177,7 +178,9 @@ def check_tensor(name: str, t, *, dtype: str, dims: tuple[str, ...], contiguous:
     want = torch_dtype(dtype)
     if t.dtype != want:
         raise ValueError(f"{name}: dtype must be {want}, got {t.dtype}")
-    if contiguous:
+    if paged_cache:
+        check_paged_cache_strides(name, t.shape, t.stride())
+    elif contiguous:
         if not t.is_contiguous():
             raise ValueError(f"{name}: must be contiguous, got strides {t.stride()}")
     elif t.stride(-1) != 1 or any(t.stride(i) < t.stride(i + 1) * t.shape[i + 1] for i in range(t.dim() - 1)):
@@ -185,3 +188,41 @@ def check_tensor(name: str, t, *, dtype: str, dims: tuple[str, ...], contiguous:
     if one_buffer:
         span = t.stride(0) * t.shape[0] * t.element_size()
         check_buffer_bytes(name, span, f"the {list(t.shape)} tensor")
+
+
+PAGED_CACHE_LAYOUTS = ("the block, token and head strides in any order, e.g. vLLM's NHD layout "
+                       "or HND memory [num_blocks, num_kv_heads, block_size, head_size] viewed "
+                       "as NHD; padding allowed")
+
+
+def check_paged_cache_strides(name: str, shape, strides) -> None:
+    """The strides of a paged KV cache ``[num_blocks, block_size, num_kv_heads, head_size]`` as
+    the attention kernels address it: the block, token and head strides are kernel arguments
+    (row ``(b, t, h)`` starts at ``b * s0 + t * s1 + h * s2``), so the token and head
+    dimensions may come in either order in memory -- vLLM's NHD layout, or its HND memory viewed
+    as NHD (strides ``(Hk*bs*D, D, bs*D, 1)``). Rules: the head_size stride is 1; no two
+    (token, head) rows of a block overlap (each of the token and head strides, where its
+    dimension is longer than 1, at least the span of the rows inside it), and the block stride
+    covers a block's rows (a block's buffer, with 64-bit page bases, is one block stride long),
+    so no two rows of the cache overlap; every stride is below 2**31 (the kernels' arguments are
+    i32)."""
+    nb, bs, hk, d = shape
+    if d > 1 and strides[3] != 1:
+        raise ValueError(f"{name}: the last (head_size) dimension must have stride 1, got strides "
+                         f"{tuple(strides)}")
+    for st in strides[:3]:
+        if st >= I32_LIMIT:
+            raise ValueError(f"{name}: stride {st} exceeds the kernel's 32-bit strides")
+    span = d                    # elements from a block's first row's start to its last row's end
+    for st, n in sorted(((strides[1], bs), (strides[2], hk))):
+        if n > 1:
+            if st < span:
+                raise ValueError(f"{name}: rows overlap: shape {list(shape)} has strides "
+                                 f"{tuple(strides)}, so two (token, head) rows of head_size "
+                                 f"elements share memory; the kernels read each row from its "
+                                 f"own memory ({PAGED_CACHE_LAYOUTS})")
+            span += (n - 1) * st
+    if strides[0] < span:
+        raise ValueError(f"{name}: blocks overlap: shape {list(shape)} has block stride "
+                         f"{strides[0]}, but a block's rows span {span} elements; the kernels "
+                         f"read each block within its block stride ({PAGED_CACHE_LAYOUTS})")

@@ -36,7 +36,7 @@ def check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, sequ
     check_tensor("q", q, dtype=spec.dtype, dims=("total_q", "num_q_heads", "head_size"), contiguous=False)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         check_tensor(name, t, dtype=spec.cache_dtype, dims=("num_blocks", "block_size", "num_kv_heads", "head_size"),
-                     contiguous=False, one_buffer=False)
+                     one_buffer=False, paged_cache=True)    # NHD, or vLLM's HND viewed as NHD
         if tuple(t.shape[1:]) != (spec.block_size, k_cache.shape[2], spec.head_size):
             raise ValueError(f"{name}: shape {tuple(t.shape)} does not match block_size "
                              f"{spec.block_size} / head_size {spec.head_size} of the spec")
