@@ -582,9 +582,14 @@ def golden_check(path, families):
 @_path_option
 @_family_option
 def golden_update(path, families):
-    """Rewrite the table from the current IR (a deliberate act: say why in the commit)."""
+    """Rewrite the table from the current IR (a deliberate act: say why in the commit). With
+    --family, only those families' entries are rewritten (stale ones of theirs dropped); every
+    other family's entries in the table are kept, so updating family by family builds one
+    table. A table that does not exist yet is created."""
     from .kernels.golden import GOLDEN_PATH, diff_golden, write_golden
     target = Path(path) if path else GOLDEN_PATH
+    if target.is_dir():
+        raise CliError(f"cannot write {target}: it is a directory", EXIT_USER_ERROR)
     try:
         old = _read_golden(target)
     except CliError as e:
@@ -592,19 +597,28 @@ def golden_update(path, families):
         if path and not families:
             raise CliError(f"{e.message}; to start a table of your own, name its families with "
                            "--family", EXIT_USER_ERROR) from None
-        click.echo(f"replacing: {e.message}", err=True)
+        if target.exists():
+            click.echo(f"replacing: {e.message}", err=True)
+        else:
+            click.echo(f"creating {target}", err=True)
     cur = _current_hashes(families, path, old)
+    table, kept = cur, 0
+    if old is not None and families:
+        named = set(families)
+        others = {n: h for n, h in old.items() if n.split("/", 1)[0] not in named}
+        old = {n: h for n, h in old.items() if n.split("/", 1)[0] in named}
+        table, kept = {**others, **cur}, len(others)
     d = diff_golden(old, cur) if old is not None else {"missing": sorted(cur)}
-    if target.is_dir():
-        raise CliError(f"cannot write {target}: it is a directory", EXIT_USER_ERROR)
     try:
-        write_golden(cur, target)
+        write_golden(table, target)
     except OSError as e:
         raise CliError(f"cannot write {target}: {e.strerror or e}", EXIT_USER_ERROR) from None
     for kind, names in d.items():
         for n in names:
             click.echo(f"{kind}: {n}")
-    click.echo(f"wrote {len(cur)} hashes to {target}")
+    click.echo(f"wrote {len(table)} hashes to {target}"
+               + (f" ({len(cur)} of {', '.join(sorted(families))}; {kept} of other families "
+                  "kept)" if kept else ""))
 
 
 def golden_perturbation_problems(family: str, golden: dict[str, str]) -> list[str]:

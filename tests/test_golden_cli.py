@@ -96,3 +96,22 @@ def test_perturb_flags_a_variant_whose_pinned_hash_moves(tmp_path):
     table.write_text(json.dumps(pinned))
     r = _rocke("golden", "perturb", "--path", str(table))
     assert r.exit_code == 1 and f"{second} changed after" in r.output, r.output
+
+
+def test_update_family_by_family_builds_one_table(tmp_path):
+    """Updating per family merges: the other families' entries stay (it used to keep only the
+    last family: run on rocke's own table, `--family reduce_segments` dropped 196 entries)."""
+    table = tmp_path / "mine.json"
+    r = _rocke("golden", "update", "--family", "vector_add", "--path", str(table))
+    assert r.exit_code == 0, r.output
+    assert "creating" in r.output and "create it with" not in r.output
+    r = _rocke("golden", "update", "--family", "softmax", "--path", str(table))
+    assert r.exit_code == 0, r.output
+    both = {**current_hashes(["vector_add"]), **current_hashes(["softmax"])}
+    assert json.loads(table.read_text()) == both
+    stale = dict(both, **{"softmax/no_longer_shipped": "0" * 64})
+    table.write_text(json.dumps(stale))
+    r = _rocke("golden", "update", "--family", "softmax", "--path", str(table))
+    assert r.exit_code == 0, r.output
+    assert json.loads(table.read_text()) == both      # the family's stale entry is dropped
+    assert "kept" in r.output.splitlines()[-1]
