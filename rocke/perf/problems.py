@@ -136,10 +136,38 @@ TENSORS = {
 }
 
 
+def _family_module(variant):
+    import importlib
+    from ..kernels.registry import families
+    return importlib.import_module(families()[variant.family][0])
+
+
+def _declared(variant):
+    """(problem builder, tensors function, shape keys) a family module declares for `rocke
+    profile`: ``profile_problem(spec, **shape) -> Problem`` and ``profile_tensors(spec,
+    **shape) -> (dtype, {tensor name: elements})`` (what the builder will allocate, so a shape
+    is checked before anything is), the shape keys being profile_problem's keyword parameters;
+    None when the module declares neither."""
+    import inspect
+    mod = _family_module(variant)
+    problem, tensors = getattr(mod, "profile_problem", None), getattr(mod, "profile_tensors", None)
+    if problem is None and tensors is None:
+        return None
+    if problem is None or tensors is None:
+        missing = "profile_problem" if problem is None else "profile_tensors"
+        raise ValueError(f"family {variant.family!r} ({mod.__name__}) declares only one of "
+                         f"profile_problem and profile_tensors; define {missing} too (the "
+                         f"tensors function lets a shape be checked before anything is allocated)")
+    keys = tuple(name for name, p in list(inspect.signature(problem).parameters.items())[1:]
+                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return problem, tensors, keys
+
+
 def host_bytes(variant, shape: dict[str, int]) -> tuple[int, dict[str, int]]:
     """(total, bytes per tensor) of the tensors `build_problem(variant, shape)` allocates,
     computed without allocating anything."""
-    dtype, sizes = TENSORS[variant.family](variant.spec, **shape)
+    tensors = TENSORS.get(variant.family) or _declared(variant)[1]
+    dtype, sizes = tensors(variant.spec, **shape)
     size = torch.empty((), dtype=TORCH_DTYPES[dtype]).element_size()
     per = {name: numel * size for name, numel in sizes.items()}
     return sum(per.values()), per
@@ -172,11 +200,17 @@ def parse_shape(text: str | None) -> dict[str, int]:
 def build_problem(variant, shape: dict[str, int]) -> Problem:
     """The problem for `variant` (a rocke.kernels.registry.Variant) at `shape` over its family's
     defaults; ValueError names what is wrong before anything runs."""
-    if variant.family not in BUILDERS:
+    declared = None if variant.family in BUILDERS else _declared(variant)
+    if variant.family not in BUILDERS and declared is None:
         raise ValueError(f"rocke profile has no problem builder for family {variant.family!r} "
-                         f"(it has {', '.join(BUILDERS)}); profile the unified attention kernels "
+                         f"(it has {', '.join(BUILDERS)}; a family declares its own with "
+                         "profile_problem and profile_tensors in its module, "
+                         "docs/writing-kernels.md); profile the unified attention kernels "
                          "through benchmarks/profile.py")
-    builder, keys = BUILDERS[variant.family]
+    if declared is not None:
+        builder, keys = (lambda mod, spec, **kw: declared[0](spec, **kw)), declared[2]
+    else:
+        builder, keys = BUILDERS[variant.family]
     unknown = sorted(set(shape) - set(keys))
     if unknown:
         raise ValueError(f"--shape: {variant.family} takes {', '.join(keys)}; unknown "
@@ -188,10 +222,10 @@ def build_problem(variant, shape: dict[str, int]) -> Problem:
                          f"of host memory (" + ", ".join(f"{n} {b:,}" for n, b in per.items())
                          + f"), over rocke profile's limit of {MAX_HOST_BYTES:,} bytes "
                          f"({MAX_HOST_BYTES >> 30} GiB); profile a smaller shape")
-    import importlib
-    from ..kernels.registry import families
-    mod = importlib.import_module(families()[variant.family][0])
-    problem = builder(mod, variant.spec, **shape)
+    problem = builder(_family_module(variant), variant.spec, **shape)
+    if not isinstance(problem, Problem):
+        raise ValueError(f"family {variant.family!r}: its problem builder returned "
+                         f"{type(problem).__name__}, not a rocke.perf.problems.Problem")
     problem.shape = shape
     return problem
 

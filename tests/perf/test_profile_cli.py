@@ -62,3 +62,25 @@ def test_bad_shapes_are_one_line_errors(args, message):
 def test_families_without_a_problem_builder_say_so():
     r = run("profile", "reduce_segments/f16_d64")
     assert r.exit_code == 2 and "no problem builder" in r.output and "benchmarks/profile.py" in r.output
+
+
+def test_an_out_of_tree_family_declares_its_problem(monkeypatch):
+    """A family outside rocke declares profile_problem / profile_tensors in its module, and
+    `rocke profile` runs it at a shape (it used to refuse: "no problem builder for family")."""
+    import sys
+    from pathlib import Path
+    from rocke.kernels.registry import register_family, unregister_family
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "out_of_tree"))
+    register_family("oot_demo", "rocke_oot_demo")
+    try:
+        r = run("profile", "oot_demo/f32_v4", "--shape", "n=8192", "--json")
+        assert r.exit_code == 0, r.output
+        c = json.loads(r.output)["counters"]
+        assert (c["unique_read_bytes"], c["unique_write_bytes"]) == (32768, 32768)
+        r = run("profile", "oot_demo/f32_v4", "--shape", "m=8")
+        assert r.exit_code == 2 and "oot_demo takes n; unknown m" in r.output
+        r = run("profile", "oot_demo/f32_v4", "--shape", "n=2000000000")    # 16 GB: refused
+        assert r.exit_code == 2 and "host memory" in r.output and "Traceback" not in r.output
+    finally:
+        unregister_family("oot_demo")
+        sys.modules.pop("rocke_oot_demo", None)

@@ -37,3 +37,20 @@ def build(spec: AxpbSpec) -> dsl.Kernel:
     v = src.load(i, width=spec.vector_width).to(dsl.f32)
     dst.store(i, (v * alpha + bias).to(spec.dtype))
     return k
+
+
+# `rocke profile oot_demo/f32_v4 --shape n=...`: the family declares its problem (shape -> launch)
+def profile_tensors(spec: AxpbSpec, n: int = 65536):
+    """What profile_problem allocates, before it does: (dtype, {tensor: elements})."""
+    return spec.dtype, {"x": n, "y": n}
+
+
+def profile_problem(spec: AxpbSpec, n: int = 65536):
+    import torch
+    from rocke.perf.problems import Problem
+    dt = {"f32": torch.float32, "f16": torch.float16}[spec.dtype]
+    x, y = torch.randn(n).to(dt), torch.zeros(n, dtype=dt)
+    per_block = 256 * spec.vector_width
+    size = x.element_size()
+    return Problem((-(-n // per_block), 1, 1), (256, 1, 1), [x, y, n, 2.0, 1.0],
+                   read_bytes=n * size, write_bytes=n * size)
