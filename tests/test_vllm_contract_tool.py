@@ -3,7 +3,6 @@ source tree, rocke.vllm equal to vLLM 0.33's snapshot, and `--check` naming each
 from __future__ import annotations
 
 import copy
-import importlib.util
 import inspect
 import json
 import subprocess
@@ -12,17 +11,15 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOT_PATH = ROOT / "tests" / "fixtures" / "vllm_contract_0.33.json"
 SNAPSHOT = json.loads(SNAPSHOT_PATH.read_text())
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("vllm_contract",
-                                                  ROOT / "tools" / "vllm_contract.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/vllm_contract.py")
 
 
 def test_rocke_vllm_equals_the_vllm_033_snapshot():

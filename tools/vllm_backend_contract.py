@@ -27,13 +27,11 @@ tests/fixtures/vllm_backend_contract_0.33.json is vLLM 0.33.0's, written by
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import importlib.util
 import json
 import pathlib
 import sys
-import zipfile
 
 
 def _reader():
@@ -191,34 +189,11 @@ def dumps(contract: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("path", help="a vLLM wheel, source directory, or contract JSON")
-    parser.add_argument("--check", action="store_true",
-                        help="compare with rocke/vllm_backend.py; exit 1 and print what differs")
-    parser.add_argument("-o", "--output", help="write the contract JSON here")
-    args = parser.parse_args(argv)
-    try:
-        contract = extract(args.path)
-    except (ContractError, OSError, SyntaxError, zipfile.BadZipFile) as e:
-        print(f"vllm_backend_contract: {e}", file=sys.stderr)
-        return 2
-    if args.output:
-        pathlib.Path(args.output).write_text(dumps(contract))
-    if not args.check:
-        if not args.output:
-            print(dumps(contract), end="")
-        return 0
-    found = differences(contract, rocke_side())
-    version = contract.get("vllm_version") or args.path
-    for line in found:
-        print(line)
-    if found:
-        print(f"rocke/vllm_backend.py does not fit vLLM {version}'s backend interface in "
-              f"{len(found)} place(s)")
-        return 1
-    print(f"rocke/vllm_backend.py fits vLLM {version}'s backend interface: "
-          f"{', '.join(CHAINS)}")
-    return 0
+    return _reader().run_cli(
+        argv, prog="vllm_backend_contract", rocke_name="rocke/vllm_backend.py", extract=extract,
+        dumps=dumps, differences=differences, rocke_side=rocke_side,
+        matches=lambda contract, version: (f"rocke/vllm_backend.py fits vLLM {version}'s "
+                                           f"backend interface: {', '.join(CHAINS)}"))
 
 
 if __name__ == "__main__":

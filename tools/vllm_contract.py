@@ -254,17 +254,22 @@ def dumps(contract: dict) -> str:
             f'  "members": {{\n{members}\n  }}\n }}\n}}\n')
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+def run_cli(argv, *, prog: str, rocke_name: str, extract, dumps, differences, rocke_side,
+            matches) -> int:
+    """The command line both contract tools share: PATH (a vLLM wheel, tree or contract JSON),
+    ``-o`` to write the extracted contract, ``--check`` to compare it with rocke's side (exit 1
+    and print every difference). ``matches(contract)`` is the line printed when nothing
+    differs."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("path", help="a vLLM wheel, source directory, or contract JSON")
     parser.add_argument("--check", action="store_true",
-                        help="compare with rocke.vllm; exit 1 and print what differs")
+                        help=f"compare with {rocke_name}; exit 1 and print what differs")
     parser.add_argument("-o", "--output", help="write the contract JSON here")
     args = parser.parse_args(argv)
     try:
         contract = extract(args.path)
     except (ContractError, OSError, SyntaxError, zipfile.BadZipFile) as e:
-        print(f"vllm_contract: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
         return 2
     if args.output:
         pathlib.Path(args.output).write_text(dumps(contract))
@@ -272,17 +277,24 @@ def main(argv=None) -> int:
         if not args.output:
             print(dumps(contract), end="")
         return 0
-    found = differences(contract, rocke_contract())
+    found = differences(contract, rocke_side())
     version = contract.get("vllm_version") or args.path
     for line in found:
         print(line)
     if found:
-        print(f"rocke.vllm differs from vLLM {version}'s contract in {len(found)} place(s)")
+        print(f"{rocke_name} differs from vLLM {version}'s contract in {len(found)} place(s)")
         return 1
-    params = len(contract[FUNCTION]["parameters"])
-    print(f"rocke.vllm matches vLLM {version}'s contract: {FUNCTION}'s {params} parameters and "
-          f"{ENUM}'s {len(contract[ENUM]['members'])} members")
+    print(matches(contract, version))
     return 0
+
+
+def main(argv=None) -> int:
+    return run_cli(argv, prog="vllm_contract", rocke_name="rocke.vllm", extract=extract,
+                   dumps=dumps, differences=differences, rocke_side=rocke_contract,
+                   matches=lambda contract, version: (
+                       f"rocke.vllm matches vLLM {version}'s contract: {FUNCTION}'s "
+                       f"{len(contract[FUNCTION]['parameters'])} parameters and {ENUM}'s "
+                       f"{len(contract[ENUM]['members'])} members"))
 
 
 if __name__ == "__main__":

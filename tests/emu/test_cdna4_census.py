@@ -2,13 +2,14 @@
 (rocke.emu.cdna4.NEW_OPCODES) either decodes for gfx950 or is refused by name with a reason, and
 gfx942 refuses all of them. Then the handlers the census showed missing, one op at a time, with
 expected bits restated here from the guide's pseudocode (never from the emulator's tables)."""
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rocke.emu import cdna4, gfx950
+
+from tests.scripts import load_script
 
 from .asm_runner import run_asm
 
@@ -18,11 +19,7 @@ RNG = np.random.default_rng(4)
 
 @pytest.fixture(scope="module")
 def support():
-    spec = importlib.util.spec_from_file_location("emu_opcode_support",
-                                                  ROOT / "tools" / "emu_opcode_support.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/emu_opcode_support.py")
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +52,7 @@ def test_the_guides_opcode_numbers_are_llvms(llvm_samples):
     """AMD's LLVM encodes each census sample with the guide's opcode number (needs Triton's
     bundled LLVM, the only one here that knows gfx950)."""
     pytest.importorskip("triton")
-    spec = importlib.util.spec_from_file_location("gfx950_opcodes",
-                                                  ROOT / "tools" / "gfx950_opcodes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("tools/gfx950_opcodes.py")
     checked, wrong = module.check_opcodes(llvm_samples)
     assert checked >= 95 and not wrong, wrong
 

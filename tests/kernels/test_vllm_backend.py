@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
-import importlib.util
 import itertools
 import json
 import math
@@ -27,6 +26,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = json.loads((ROOT / "tests" / "fixtures" / "vllm_backend_contract_0.33.json").read_text())
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -34,11 +35,7 @@ GROUP = "vllm.general_plugins"
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("vllm_backend_contract",
-                                                  ROOT / "tools" / "vllm_backend_contract.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/vllm_backend_contract.py")
 
 
 # ---- without vLLM -----------------------------------------------------------------------------
