@@ -17,9 +17,7 @@ import torch
 from rocke import runtime
 from rocke.runtime.emu_device import EmuDevice
 from rocke.vllm import KVQuantMode, SUPPORTED_KV_QUANT_MODES, unified_attention
-from tests.kernels.test_attention_2d import make_problem
-from tests.kernels.test_vllm_contract import BLOCK, D, GROUP, HK, _close, _decode, _reference, \
-    _workspaces
+from tests.kernels.test_vllm_contract import D, _close, _decode, _problem, _reference, _workspaces
 
 SNAPSHOT = json.loads((Path(__file__).resolve().parents[1] / "fixtures" /
                        "vllm_contract_0.33.json").read_text())
@@ -48,12 +46,7 @@ def _no_launch_fixture(monkeypatch):
 
 
 def _prefill(q_lens=(3, 1, 2), kv_lens=(40, 23, 17), seed=0):
-    q, k, v, table, cu, seqused = make_problem("f16", D, BLOCK, GROUP, list(q_lens), list(kv_lens),
-                                               num_kv_heads=HK, seed=seed)
-    return dict(q=q, k=k, v=v, out=torch.zeros_like(q), cu_seqlens_q=cu,
-                max_seqlen_q=max(q_lens), seqused_k=seqused, max_seqlen_k=max(kv_lens),
-                softmax_scale=1 / math.sqrt(D), causal=True, window_size=(-1, -1),
-                block_table=table, softcap=0.0, q_descale=None, k_descale=None, v_descale=None)
+    return _problem(q_lens, kv_lens, seed)
 
 
 @pytest.mark.parametrize("name,value", NEUTRAL)

@@ -49,13 +49,18 @@ def test_the_parameter_list_is_vllms():
     assert set(KVQuantMode.__members__) == VLLM_KV_QUANT_MODES
 
 
-def _decode(kv_lens=(40, 23), seed=0):
-    q, k, v, table, cu, seqused = make_problem("f16", D, BLOCK, GROUP, [1] * len(kv_lens),
+def _problem(q_lens, kv_lens, seed=0):
+    """vLLM's first 16 arguments for a batch of (query, KV) lengths."""
+    q, k, v, table, cu, seqused = make_problem("f16", D, BLOCK, GROUP, list(q_lens),
                                                list(kv_lens), num_kv_heads=HK, seed=seed)
-    return dict(q=q, k=k, v=v, out=torch.zeros_like(q), cu_seqlens_q=cu, max_seqlen_q=1,
-                seqused_k=seqused, max_seqlen_k=max(kv_lens), softmax_scale=1 / math.sqrt(D),
-                causal=True, window_size=(-1, -1), block_table=table, softcap=0.0,
-                q_descale=None, k_descale=None, v_descale=None)
+    return dict(q=q, k=k, v=v, out=torch.zeros_like(q), cu_seqlens_q=cu,
+                max_seqlen_q=max(q_lens), seqused_k=seqused, max_seqlen_k=max(kv_lens),
+                softmax_scale=1 / math.sqrt(D), causal=True, window_size=(-1, -1),
+                block_table=table, softcap=0.0, q_descale=None, k_descale=None, v_descale=None)
+
+
+def _decode(kv_lens=(40, 23), seed=0):
+    return _problem([1] * len(kv_lens), kv_lens, seed)
 
 
 def _workspaces(rows, segments, hq=GROUP * HK):
