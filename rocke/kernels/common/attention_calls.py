@@ -299,13 +299,13 @@ def lookup(key) -> CachedCall | None:
     return None
 
 
-def remember(key, device, the_plan, launches, pack, problem, target, knobs,
+def remember(key, device, the_plan, call, pack, problem, target, knobs,
              max_seqlen_q: int, max_seqlen_k: int, host_metadata: tuple | None) -> CachedCall:
-    """Cache a call that just missed. ``launches``: its (compiled, grid, block, args); ``pack``:
-    (call's arguments) -> the same launches for another call with this key (the emulator's
-    entries re-pack per call, holding no tensor); ``host_metadata``: the call's cu_seqlens_q,
-    seqused_k and block_table when they live on the host (their bytes are re-checked on a hit
-    only when they changed)."""
+    """Cache a call that just missed. ``pack``: (call's arguments) -> its (compiled, grid,
+    block, args) launches; a GPU entry packs ``call`` once and keeps the kernarg bytes, an
+    emulator entry packs each call it runs (``call`` too, when it runs it), holding no tensor.
+    ``host_metadata``: the call's cu_seqlens_q, seqused_k and block_table when they live on the
+    host (their bytes are re-checked on a hit only when they changed)."""
     import dataclasses
     from rocke.runtime import prepare_launch
     prepared = repack = check = None
@@ -325,7 +325,7 @@ def remember(key, device, the_plan, launches, pack, problem, target, knobs,
         prepared = tuple(dataclasses.replace(
             prepare_launch(c, g, b, a, device_kind=device.kind),
             args=tuple(None if hasattr(x, "data_ptr") else x for x in a))
-            for c, g, b, a in launches)
+            for c, g, b, a in pack(call))
     would_replay = device.kind != "emu" and target.recommend_graph_replay(
         problem, knobs, path=the_plan.path, capturing=False)
     entry = CachedCall(the_plan, device, prepared, repack, would_replay,

@@ -143,12 +143,11 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                              max_seqlen_q, max_seqlen_k)
     call = (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale, k_descale,
             v_descale, segm_workspaces)
-    launches = pack(call)
     if key is None:
-        record = run_eagerly(device, the_plan, launches)
+        record = run_eagerly(device, the_plan, pack(call))
     else:       # cached: this call runs as the entry's first (a GPU entry captures on a repeat)
         host = (cu_seqlens_q, seqused_k, block_table) if q.device.type == "cpu" else None
-        record = remember(key, device, the_plan, launches, pack, problem, target, knobs,
+        record = remember(key, device, the_plan, call, pack, problem, target, knobs,
                           max_seqlen_q, max_seqlen_k, host).run(call)
     if check_after(device):
         check_device_now(device)
