@@ -11,8 +11,9 @@ graph is the list of prepared launches with their packed kernarg segments; repla
 order with the very kernarg bytes captured, and refuses if an argument's storage moved since the
 capture (the recorded pointers would be stale). A replay holds the device's `serial` lock: replays
 and launches from other threads run before or after it, never inside it. On HIP the launches go to a capturing stream (`hipStreamBeginCapture` ..
-`hipStreamEndCapture`, `hipGraphInstantiate`, `hipGraphLaunch`), or into a torch CUDA graph when
-torch drives a ROCm GPU -- so graph mode is exercised on every device.
+`hipStreamEndCapture`, `hipGraphInstantiate`, `hipGraphLaunch`): the device's own capture stream
+unless one is given, the graph then replaying on the caller's current stream (torch's on a ROCm
+torch) -- so graph mode is exercised on every device.
 """
 from __future__ import annotations
 
