@@ -39,6 +39,7 @@ from torch import Tensor      # at module scope: torch.library reads the op's an
 
 from . import env
 from .kernels.common import attention_unified as au
+from .kernels.common.attention_calls import call_key, lookup
 
 
 class KVQuantMode(enum.IntEnum):
@@ -84,7 +85,16 @@ def _mode_name(kv_quant_mode) -> str:
     name = _looked_up_mode_name(kv_quant_mode)
     if isinstance(kv_quant_mode, enum.Enum) or type(kv_quant_mode) is int:
         _MODE_NAMES[kv_quant_mode.__class__, kv_quant_mode] = name
+    if name == "NONE" and isinstance(kv_quant_mode, enum.Enum):
+        _NONE_MODES[id(kv_quant_mode)] = kv_quant_mode      # vLLM's own member, once seen
     return name
+
+
+# the KVQuantMode members (rocke's, vLLM's once seen) meaning no quantisation, by id: a cached
+# call's check of its mode is one look-up (the member itself is held: its id is never reused)
+_NONE_MODES = {id(KVQuantMode.NONE): KVQuantMode.NONE}
+# what the adapter's call keys say they are (never equal to the entry point's own keys)
+_KEY_TAG = "rocke.vllm"
 
 
 def _looked_up_mode_name(kv_quant_mode) -> str:
@@ -294,6 +304,31 @@ def unified_attention(
     `output_scale` (fp8 `out`), `use_alibi_sqrt`, the per-token-head modes with their scale
     caches (ALGORITHM.md §13) and `mm_prefix_range` (§12.8) run; in the per-token-head modes
     `k_descale`/`v_descale` are not read, as in vLLM's kernel."""
+    # A call like one made before (same tensors' addresses and layouts, numbers, levers: its
+    # key) runs that call's cached entry: no check here or in the entry point runs twice. Only
+    # calls with every feature off are keyed (the key holds all this call's tensors and numbers).
+    key = None
+    if rswa_prefix_lens is None and rswa_window is None and chunk_lookback.__class__ is int \
+            and chunk_lookback == -1 and mm_prefix_clamp_sliding_window is False \
+            and use_td.__class__ is bool and causal.__class__ is bool and output_scale is None \
+            and use_alibi_sqrt is False and k_scale_cache is None and v_scale_cache is None \
+            and mm_prefix_range is None and alibi_slopes is None and qq_bias is None \
+            and sinks is None and q_descale is None and k_descale is None and v_descale is None \
+            and (_NONE_MODES.get(id(kv_quant_mode)) is kv_quant_mode or
+                 _mode_name(kv_quant_mode) == "NONE"):      # a NONE member is known once read
+        workspaces = None if softmax_segm_output is None and softmax_segm_max is None and \
+            softmax_segm_expsum is None else (softmax_segm_output, softmax_segm_max,
+                                              softmax_segm_expsum)
+        key = call_key((q, k, v, out, cu_seqlens_q, seqused_k, block_table),
+                       (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap,
+                        seq_threshold_3D, num_par_softmax_segments, use_td, _KEY_TAG),
+                       window_size, workspaces)
+        entry = None if key is None else lookup(key)
+        if entry is not None:
+            entry.hit(cu_seqlens_q, seqused_k, block_table,
+                      (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale, None,
+                       None, workspaces if entry.plan.path == "3d" else None))
+            return
     _refuse_off_features(rswa_prefix_lens, rswa_window, chunk_lookback, use_td,
                          mm_prefix_clamp_sliding_window)
     mode = _refuse_unimplemented(output_scale, use_alibi_sqrt, kv_quant_mode,
@@ -333,7 +368,7 @@ def unified_attention(
                                        max_seqlen_k, softmax_scale, causal, window_size,
                                        block_table, softcap, q_descale, k_descale, v_descale,
                                        alibi_slopes, qq_bias, sinks, backend="2d", **quant,
-                                       batch_invariant=invariant)
+                                       batch_invariant=invariant, cache_key=key)
         return
     # vLLM's 3D contract: the caller's segment count and workspaces, as given (graph replay
     # keys them as the caller's tensors, so a captured decode step allocates nothing)
@@ -344,7 +379,7 @@ def unified_attention(
                                    segm_workspaces=(softmax_segm_output, softmax_segm_max,
                                                     softmax_segm_expsum),
                                    num_segments=num_par_softmax_segments, **quant,
-                                   batch_invariant=invariant)
+                                   batch_invariant=invariant, cache_key=key)
 
 
 # ---- torch.ops.rocke.unified_attention ---------------------------------------------------------

@@ -137,6 +137,13 @@ class Device:
         """Whether launches on `stream` (default: the current one) are being captured."""
         raise NotImplementedError
 
+    def stream_functions(self) -> tuple:
+        """``(current_stream, capturing)``: functions of no arguments giving the stream a launch
+        or replay goes to now (None: the device's own choice) and whether it is capturing, for
+        a caller that replays many times (a cached call binds them once). A device whose stream
+        belongs to torch answers with torch's cheapest reads."""
+        return (lambda: None), self.is_capturing
+
     def timed(self, fn, stream=None):
         """Run `fn`, which launches on this device; a `timing.Timing` on the device's clock."""
         raise NotImplementedError

@@ -9,10 +9,12 @@
 Inside `capture()` launches are recorded, not run (as in HIP stream capture). On the emulator a
 graph is the list of prepared launches with their packed kernarg segments; replay runs them in
 order with the very kernarg bytes captured, and refuses if an argument's storage moved since the
-capture (the recorded pointers would be stale). A replay holds the device's `serial` lock: replays
-and launches from other threads run before or after it, never inside it. On HIP the launches go to a capturing stream (`hipStreamBeginCapture` ..
-`hipStreamEndCapture`, `hipGraphInstantiate`, `hipGraphLaunch`): the device's own capture stream
-unless one is given, the graph then replaying on the caller's current stream (torch's on a ROCm
+capture (the recorded pointers would be stale). An emulator replay holds the device's `serial`
+lock: replays and launches from other threads run before or after it, never inside it (a HIP
+replay is one hipGraphLaunch, which HIP applies in full). On HIP the launches go to a capturing
+stream (`hipStreamBeginCapture` .. `hipStreamEndCapture`, `hipGraphInstantiate`,
+`hipGraphLaunch`): the device's own capture stream unless one is given, the graph then replaying
+on the caller's current stream (torch's on a ROCm
 torch) -- so graph mode is exercised on every device.
 """
 from __future__ import annotations
@@ -120,6 +122,10 @@ class Graph:
             raise GraphError("replay() before capture(): capture the launches first")
         if getattr(_local, "graph", None) is not None:
             raise GraphError("replay() inside a capture is not supported")
+        native = self._native
+        if native is not None and not synchronize:
+            native.replay(stream)           # one call (hipGraphLaunch): applied in full
+            return []
         with self.device.serial:
             if self.device.kind == "emu":
                 moved = tuple(map(self._data_ptr, self._watched)) != self._watched_addresses

@@ -487,6 +487,23 @@ class HipDevice(Device):
         return DeviceBuffer(self, nbytes)
 
     # --- graphs ---
+    def stream_functions(self) -> tuple:
+        """On a ROCm torch: torch's current raw stream of this GPU and its capture flag, read
+        through torch's C functions where the build has them (what Triton's launcher reads):
+        ``torch.cuda.current_stream`` builds a Stream object and ``is_available`` queries the
+        driver, a few microseconds a call. Without torch: the device's own choice."""
+        if not torch_rocm():
+            return (lambda: None), self.is_capturing
+        import functools
+        import torch
+        built = torch.backends.cuda.is_built()      # a CPU build names them as placeholders
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) if built else None
+        capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) if built else None
+        index = self.index
+        return (functools.partial(raw, index) if raw is not None else
+                (lambda: torch.cuda.current_stream(index).cuda_stream)), (
+            capturing if capturing is not None else torch.cuda.is_current_stream_capturing)
+
     def is_capturing(self, stream=None) -> bool:
         if stream is None:
             if torch_rocm():

@@ -63,8 +63,9 @@ class GraphCache:
         self._graphs: OrderedDict = OrderedDict()
         self._lock = threading.RLock()
 
-    def replay(self, key: Hashable, capture: Callable):
-        """(what the graph's replay returns, whether it was already cached)."""
+    def replay(self, key: Hashable, capture: Callable, *args):
+        """(what the graph's replay returns, whether it was already cached); ``args`` go to the
+        graph's replay (a stream)."""
         with self._lock:
             graph = self._graphs.get(key)
             cached = graph is not None
@@ -74,7 +75,7 @@ class GraphCache:
                 while len(self._graphs) > self.capacity:
                     self._graphs.popitem(last=False)[1].close()
             self._graphs.move_to_end(key)
-            return graph.replay(), cached
+            return graph.replay(*args), cached
 
     def __len__(self) -> int:
         return len(self._graphs)

@@ -406,8 +406,11 @@ class StandIn:
     def _graph_launch(self, exec_, stream):
         if exec_ not in self.execs:
             return INVALID_HANDLE
+        return self._run_graph(self.execs[exec_], stream)
+
+    def _run_graph(self, nodes: list, stream) -> int:
         with self._serial:
-            for record in self.execs[exec_]:       # a graph's nodes run on the launch's stream
+            for record in nodes:       # a graph's nodes run on the launch's stream
                 code = self._run(_Launch(record.function, record.grid, record.block,
                                          record.shared_mem, record.kernarg, stream))
                 if code != SUCCESS:

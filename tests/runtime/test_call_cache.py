@@ -340,6 +340,102 @@ def test_vllms_adapter_hits_the_cache_and_follows_new_contents(misses, path):
     _check(a)
 
 
+def _vllm_decode(segments=3, rows=4):
+    a = _problem()
+    a["cu_seqlens_q"] = torch.arange(3, dtype=torch.int32)        # decode: one query each
+    a["q"], a["out"], a["max_seqlen_q"] = a["q"][:2], a["out"][:2], 1
+    h = a["q"].shape[1]
+    return a, dict(seq_threshold_3D=4, num_par_softmax_segments=segments,
+                   softmax_segm_output=torch.full((rows, h, segments, D), math.nan),
+                   softmax_segm_max=torch.full((rows, h, segments), math.nan),
+                   softmax_segm_expsum=torch.full((rows, h, segments), math.nan))
+
+
+@pytest.fixture
+def adapter_work(monkeypatch):
+    """What rocke.vllm's adapter does per call: its checks and its 2D/3D rule (each call of
+    one recorded by name), and the entry-point calls it makes (their backend=)."""
+    from rocke import vllm
+    done = []
+    for name in ("_refuse_off_features", "_refuse_unimplemented", "_check_3d_numbers",
+                 "uses_3d", "batch_invariant"):
+        real = getattr(vllm, name)
+        monkeypatch.setattr(vllm, name, lambda *a, _real=real, _name=name, **k:
+                            done.append(_name) or _real(*a, **k))
+    entry = au.run_unified_attention_torch
+
+    def entry_point(*args, backend="auto", **kwargs):
+        done.append(f"entry point {backend}")
+        return entry(*args, backend=backend, **kwargs)
+    monkeypatch.setattr(au, "run_unified_attention_torch", entry_point)
+    return done
+
+
+@pytest.mark.parametrize("path", ["2d", "3d"])
+def test_vllms_adapter_hit_runs_none_of_its_checks_again(misses, adapter_work, path):
+    """A repeated call through rocke.vllm is looked up by the adapter's own key before any of
+    its checks or its 2D/3D rule: a hit calls neither them nor the entry point."""
+    from rocke.vllm import unified_attention
+    a, extra = _vllm_decode()
+    if path == "2d":
+        extra = {}
+    a["out"].fill_(7.0)
+    unified_attention(**a, **extra)
+    assert f"entry point {path}" in adapter_work and "uses_3d" in adapter_work
+    adapter_work.clear()
+    a["out"].fill_(7.0)
+    unified_attention(**a, **extra)
+    assert adapter_work == [] and len(misses) == 1
+    _check(a)
+
+
+@pytest.mark.parametrize("change, path", [
+    (dict(seq_threshold_3D=1), "2d"),           # 2 q blocks over a threshold of 1
+    (dict(num_par_softmax_segments=2), None),   # workspaces made for 3 segments: refused
+    ("VLLM_BATCH_INVARIANT", "2d"),             # vLLM's batch-invariant mode: never 3D
+])
+def test_what_the_adapter_decides_by_misses_its_key(misses, adapter_work, monkeypatch, change,
+                                                     path):
+    """Each input of the adapter's 2D/3D rule is in its key: a call that differs in one misses,
+    is decided again and runs the path vLLM's rule gives, correctly."""
+    from rocke.vllm import unified_attention
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
+    a, extra = _vllm_decode()
+    for _ in range(2):
+        unified_attention(**a, **extra)
+    adapter_work.clear()
+    if change == "VLLM_BATCH_INVARIANT":
+        monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
+    else:
+        extra.update(change)
+    a["out"].fill_(7.0)
+    if path is None:
+        with pytest.raises(ValueError, match="softmax_segm_output: shape must be"):
+            unified_attention(**a, **extra)
+        assert len(misses) == 2
+        return
+    unified_attention(**a, **extra)
+    assert f"entry point {path}" in adapter_work and len(misses) == 2
+    _check(a)
+
+
+def test_vllms_own_none_member_hits_once_seen(misses, adapter_work):
+    """vLLM passes its own KVQuantMode.NONE, not rocke's: the adapter's key accepts it once it
+    has read it as NONE."""
+    import enum
+    from rocke.vllm import unified_attention
+
+    class ForeignMode(enum.IntEnum):        # another KVQuantMode class, as vLLM's is
+        NONE = 0
+        FP8_PER_TENSOR = 1
+    a, extra = _vllm_decode()
+    for _ in range(2):
+        unified_attention(**a, **extra, kv_quant_mode=ForeignMode.NONE)
+    assert len(misses) == 1
+    with pytest.raises(ValueError, match="FP8_PER_TENSOR needs fp8 caches"):
+        unified_attention(**a, **extra, kv_quant_mode=ForeignMode.FP8_PER_TENSOR)
+
+
 def _decode_with_workspaces(segments=3):
     a = _problem()
     a["cu_seqlens_q"] = torch.arange(3, dtype=torch.int32)        # decode: one query each

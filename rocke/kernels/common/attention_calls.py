@@ -131,17 +131,18 @@ WORKSPACES = WorkspacePool()
 
 
 # the levers a call's plan depends on, read raw per call (one read each, plus the number of
-# environment variables); a changed value misses the cache, and the miss parses them
+# environment variables); a changed value misses the cache, and the miss parses them.
+# VLLM_BATCH_INVARIANT: rocke.vllm's adapter decides its path by it (its calls key by this too)
 _KEY_LEVERS = tuple(knobs_mod.PREFIX + lever for lever in knobs_mod.LEVERS) + (
-    "ROCKE_DEVICE", "ROCKE_CHECK_METADATA", "ROCKE_BATCH_INVARIANT")
+    "ROCKE_DEVICE", "ROCKE_CHECK_METADATA", "ROCKE_BATCH_INVARIANT", env.VLLM_BATCH_INVARIANT)
 _levers_now = env.state_reader(_KEY_LEVERS)
-# what a tensor's key reads, each in one C-level pass over the call's tensors: its class, shape,
-# dtype and device, then its address and strides by torch's own methods (a class that overrides
-# either is never cached: cacheable)
-_LAYOUT = operator.attrgetter("__class__", "shape", "dtype", "device")
+# what a tensor's key reads, each in one C-level pass over the call's tensors: its class, shape
+# and dtype, then its address, device index (-1 on the host) and strides by torch's own methods
+# (a class that overrides one of those is never cached: cacheable)
+_LAYOUT = operator.attrgetter("__class__", "shape", "dtype")
 # number types a key may hold: immutable, so equal keys mean equal values (a tensor or other
 # mutable object as a number is validated on every call, never cached)
-_KEYABLE_VALUES = frozenset((int, float, bool, type(None), tuple))
+_KEYABLE_VALUES = frozenset((int, float, bool, str, type(None), tuple))
 
 
 def _meta(t):
@@ -151,49 +152,61 @@ def _meta(t):
 
 def _tensor_methods():
     import torch
-    _TENSOR_METHODS[:] = torch.Tensor.data_ptr, torch.Tensor.stride
+    _TENSOR_METHODS[:] = torch.Tensor.data_ptr, torch.Tensor.stride, torch.Tensor.get_device
     return _TENSOR_METHODS
 
 
-_TENSOR_METHODS: list = []      # torch.Tensor's data_ptr and stride, once torch is imported
+# torch.Tensor's data_ptr, stride and get_device, once torch is imported
+_TENSOR_METHODS: list = []
 NO_DESCALES = (None, None, None)
 
 
-def call_key(tensors: tuple, values: tuple, descales: tuple, segm_workspaces, backend,
-              num_segments, batch_invariant) -> tuple | None:
-    """The cache key of a call, as (addresses, the rest): each tensor's address, and its class,
-    shape, dtype, device and strides; each number with its type (and a window's items' types:
-    ``(-1.0, -1)`` is not ``(-1, -1)``; ``batch_invariant=0`` is not ``False``); the levers' raw
-    values; the devices' generation. None
-    when the call cannot be keyed (host descales: their contents are checked on every call; an
-    argument not what it should be: the full validation names it)."""
-    data_ptr, stride = _TENSOR_METHODS or _tensor_methods()
+def call_key(tensors: tuple, numbers: tuple, window, more_tensors=None) -> tuple | None:
+    """The cache key of a call, as (its tensors' addresses, the rest): the first tensor's
+    device (where the call launches), each tensor's class, shape, dtype, device index and
+    strides; each number with its type, and the window's items with
+    theirs (``(-1.0, -1)`` is not ``(-1, -1)``; ``batch_invariant=0`` is not ``False``); the
+    levers' raw values; the devices' generation. A caller's numbers say what it is (the entry
+    point's and rocke.vllm's keys never meet). None when an argument is not what it should be
+    (not a tensor, a window that is not a sequence): the full validation names it.
+    ``more_tensors``: the caller's workspaces, keyed as tensors too.
+
+    Cost: each tensor's six reads dominate (about 0.4 us each on this machine's torch); the
+    look-up hashes the addresses only and compares the rest (``lookup``)."""
+    data_ptr, stride, device_index = _TENSOR_METHODS or _tensor_methods()
     try:
-        window = values[-1]     # a window tuple's items' types follow the numbers' (one pass)
-        rest = (tuple(map(_LAYOUT, tensors)), tuple(map(stride, tensors)), values,
-                tuple(map(type, values if window is None else values + tuple(window))),
-                _levers_now(), device_generation(), backend, num_segments,
-                batch_invariant, num_segments.__class__, batch_invariant.__class__)
-        if descales is not NO_DESCALES and descales != NO_DESCALES:
-            if any(t is not None and t.device.type == "cpu" for t in descales):
-                return None
-            rest += (tuple(None if t is None else _meta(t) for t in descales),)
-        if segm_workspaces is not None:     # what _meta reads, and the class, per C-level pass
-            rest += (tuple(map(_LAYOUT, segm_workspaces)), tuple(map(stride, segm_workspaces)),
-                     tuple(map(data_ptr, segm_workspaces)))
-        return tuple(map(data_ptr, tensors)), rest
+        if more_tensors is not None:        # the caller's workspaces
+            tensors += tuple(more_tensors)
+        return tuple(map(data_ptr, tensors)), (
+            tensors[0].device, *map(_LAYOUT, tensors), *map(device_index, tensors), *map(stride, tensors),
+            *numbers, *map(type, numbers),
+            window, *(() if window is None else map(type, window)), _levers_now(),
+            device_generation())
     except (AttributeError, TypeError, RuntimeError):     # not a plain tensor
         return None
 
 
-def cacheable(tensors: tuple, values: tuple) -> bool:
+def descales_key(descales: tuple):
+    """The part of a call's key its descale tensors make (None: none given), or False when the
+    call cannot be keyed (host descales: their contents are checked on every call)."""
+    if descales is NO_DESCALES or descales == NO_DESCALES:
+        return None
+    try:
+        if any(t is not None and t.device.type == "cpu" for t in descales):
+            return False
+        return tuple(None if t is None else _meta(t) for t in descales)
+    except (AttributeError, TypeError, RuntimeError):
+        return False
+
+
+def cacheable(tensors: tuple, numbers: tuple, window) -> bool:
     """Whether a call may be cached (checked once, when it is recorded): its numbers immutable,
     and its tensors' address and strides what torch's own methods (the key's) say."""
-    data_ptr, stride = _TENSOR_METHODS or _tensor_methods()
-    window = values[-1]
-    return all(type(v) in _KEYABLE_VALUES for v in values) and (
-        window is None or all(type(x) is int for x in window)) and all(
-        type(t).data_ptr is data_ptr and type(t).stride is stride for t in tensors)
+    data_ptr, stride, device_index = _TENSOR_METHODS or _tensor_methods()
+    return all(type(v) in _KEYABLE_VALUES for v in numbers) and (
+        window is None or type(window) is tuple and all(type(x) is int for x in window)) and all(
+        type(t).data_ptr is data_ptr and type(t).stride is stride and
+        type(t).get_device is device_index for t in tensors)
 
 
 class HostContents:
@@ -268,14 +281,30 @@ class CachedCall:
     calls: int = 0                  # identical calls so far
     last_use: int = 0
 
+    def __post_init__(self):
+        # what a replay hit returns (nothing to report: the launches are asynchronous), and the
+        # device's stream reads, bound once (Device.stream_functions)
+        self.replayed = RunRecord(self.plan, [], True)
+        self.current_stream, self.capturing = self.device.stream_functions()
+
+    def hit(self, cu_seqlens_q, seqused_k, block_table, args: tuple) -> RunRecord:
+        """A call of this entry's key: its content checks (emulator), its launches, the guard's
+        read-back where ``ROCKE_CHECK_METADATA=sync``."""
+        if self.check_contents is not None:
+            self.check_contents(cu_seqlens_q, seqused_k, block_table)
+        record = self.run(args)
+        if self.check_after:
+            check_device_now(self.device)
+        return record
+
     def run(self, args: tuple) -> RunRecord:
         self.last_use = next(_USE)
         self.calls += 1
         if self.repack is not None:                     # the emulator: nothing held
             return RunRecord(self.plan, [self.device.execute(p) for p in self.repack(args)])
-        if self.would_replay and (self.calls >= CAPTURE_AFTER or self.graph_key in GRAPHS) and \
-                not self.device.is_capturing():
-            return RunRecord(self.plan, GRAPHS.replay(self.graph_key, self.capture)[0], True)
+        if self.would_replay and self.calls >= CAPTURE_AFTER and not self.capturing():
+            GRAPHS.replay(self.graph_key, self.capture, self.current_stream())
+            return self.replayed
         return RunRecord(self.plan, [self.device.execute(p) for p in self.prepared])
 
     def capture(self):

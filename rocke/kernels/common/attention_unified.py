@@ -19,10 +19,10 @@ import dataclasses
 import functools
 
 from rocke.kernels.common import knobs as knobs_mod
-from rocke.kernels.common.attention_calls import (GRAPHS, NO_DESCALES, WORKSPACES, RunRecord,
-                                                 cacheable, call_key, check_after,
-                                                 check_device_now, guard_launches, lookup,
-                                                 remember, run_eagerly)
+from rocke.kernels.common.attention_calls import (GRAPHS, WORKSPACES, RunRecord, cacheable,
+                                                 call_key, check_after, check_device_now,
+                                                 descales_key, guard_launches, lookup, remember,
+                                                 run_eagerly)
 from rocke.kernels.common.attention_device import (compute_units, emulated_on_cuda,
                                                   launch_device, launch_device_kind,
                                                   launch_target)
@@ -53,7 +53,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                                 use_alibi_sqrt: bool = False, kv_quant_mode=None,
                                 k_scale_cache=None, v_scale_cache=None, mm_prefix_range=None,
                                 batch_invariant: bool | None = None,
-                                compile_only: bool = False) -> RunRecord | None:
+                                compile_only: bool = False,
+                                cache_key: tuple | None = None) -> RunRecord | None:
     """vLLM's ``unified_attention`` on rocke's kernels; ``out`` is written in place.
 
     The device follows the tensors (``launch_device_kind``): CPU tensors run on the emulator,
@@ -73,33 +74,36 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     ``compile_only``: every check, the plan and every kernel build of the call (into the compile
     cache, ``ROCKE_CACHE_DIR``), no launch and no write to ``out``: a machine with LLVM's tools
     prepares the kernels for one without (the emulator on a CUDA GPU); the record's ``kernels``
-    name them.
+    name them. ``cache_key``: the key (``attention_calls.call_key``) a caller that decides before
+    this entry point (rocke.vllm's adapter) keys this call by, its own arguments included: the
+    call is cached under it, for that caller's look-up (``attention_calls.lookup``), and is
+    never looked up here. The caller's key must hold every tensor and number of the call.
     Returns what was launched (vLLM ignores the return value), or None for an empty batch."""
     # A call seen before (same key: call_key) runs its cached entry: no validation, planning
     # or packing; on the emulator, its content checks run unless its metadata bytes are those
     # they last passed. Feature tensors' values are checked on every call (no key). vLLM's
     # adapter passes kv_quant_mode "none", which the validation reads exactly as None.
-    key = entry = None
-    if not compile_only and alibi_slopes is None and qq_bias is None and sinks is None and \
-            mm_prefix_range is None and output_scale is None and use_alibi_sqrt is False and \
-            (kv_quant_mode is None or kv_quant_mode.__class__ is str and kv_quant_mode == "none") \
-            and k_scale_cache is None and v_scale_cache is None:
-        key = call_key((q, k, v, out, cu_seqlens_q, seqused_k, block_table),
-                        (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, window_size),
-                        NO_DESCALES if q_descale is None and k_descale is None and
-                        v_descale is None else (q_descale, k_descale, v_descale),
-                        segm_workspaces, backend,
-                        num_segments, batch_invariant)
+    key = None
+    plain = compile_only is False and alibi_slopes is None and qq_bias is None and \
+        sinks is None and mm_prefix_range is None and output_scale is None and \
+        use_alibi_sqrt is False and k_scale_cache is None and v_scale_cache is None and \
+        (kv_quant_mode is None or kv_quant_mode.__class__ is str and kv_quant_mode == "none")
+    if plain and cache_key is not None:
+        key = cache_key
+    elif plain:
+        descales = None if q_descale is None and k_descale is None and v_descale is None else \
+            descales_key((q_descale, k_descale, v_descale))
+        if descales is not False:
+            key = call_key((q, k, v, out, cu_seqlens_q, seqused_k, block_table),
+                           (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, backend,
+                            num_segments, batch_invariant, descales), window_size,
+                           segm_workspaces)
         if key is not None:     # by the addresses (a hash of a few ints), then the rest
             entry = lookup(key)
-    if entry is not None:
-        if entry.check_contents is not None:
-            entry.check_contents(cu_seqlens_q, seqused_k, block_table)
-        record = entry.run((q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale,
-                            k_descale, v_descale, segm_workspaces))
-        if entry.check_after:
-            check_device_now(entry.device)
-        return record
+            if entry is not None:
+                return entry.hit(cu_seqlens_q, seqused_k, block_table,
+                                 (q, k, v, out, cu_seqlens_q, seqused_k, block_table,
+                                  softmax_scale, k_descale, v_descale, segm_workspaces))
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if segm_workspaces is not None and num_segments is None:
@@ -111,7 +115,7 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     if key is not None and not cacheable(
             (q, k, v, out, cu_seqlens_q, seqused_k, block_table) + (
                 () if segm_workspaces is None else tuple(segm_workspaces)),
-            (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, window_size)):
+            (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap), window_size):
         key = None
     invariant = resolve_batch_invariant(batch_invariant)
     quant = dict(output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
