@@ -161,7 +161,9 @@ def main(argv=None) -> int:
         runtime.get_device(None)
         return runtime.prepare_launch(compiled, grid, block, values)
 
-    print(f"machine: {machine()}")
+    from rocke.runtime import tensor_key
+    print(f"machine: {machine()}; the call cache's tensor key: "
+          f"{'native' if tensor_key.native() else 'torch getters (native helper not loaded)'}")
     print(f"variant: {a.variant} (kernel {compiled.name}), grid {grid}, block {block}, "
           f"{len(compiled.info.args)} kernarg entries, {compiled.info.kernarg_size} B segment; "
           f"default device {runtime.default_device_kind()}")
@@ -528,12 +530,14 @@ def standin_share_rows(gpu, exec_handle):
                    of the call;
       standin py = the stand-in's Python handler of hipGraphLaunch alone (a lower bound of its
                    share: the ctypes callback trampoline is not included);
-      reads gpu / reads cpu = the per-tensor reads the call key makes (class, shape, dtype,
-                   device, stride(), data_ptr() of the 7 tensors) on the fake ROCm tensors, and
-                   on the same tensors as plain torch.Tensors. Their difference is the fake
-                   tensors' surcharge: torch's getters cost more on a Tensor subclass (each
-                   first looks up the class's __torch_function__); a real ROCm tensor is a plain
-                   torch.Tensor and does not pay it."""
+      reads gpu / reads cpu = the tensor reads the call key makes of the 7 tensors (the
+                   native helper's one pass, rocke/runtime/tensor_key.py, where it is built;
+                   else class, shape, dtype, device, stride(), data_ptr() per tensor) on the fake
+                   ROCm tensors, and on the same tensors as plain torch.Tensors. Their
+                   difference is the fake tensors' surcharge: torch's getters cost more on a
+                   Tensor subclass (each first looks up the class's __torch_function__); a real
+                   ROCm tensor is a plain torch.Tensor and does not pay it (nor does the native
+                   pass, which reads no getter)."""
     from hip import hip
     stand_in = _STAND_IN[0]
     stream = torch.cuda.current_stream(0).cuda_stream       # the fake torch's: replays go there
@@ -554,8 +558,12 @@ def standin_share_rows(gpu, exec_handle):
     plain = tuple(torch.Tensor.as_subclass(t, torch.Tensor) for t in fake)
     assert len(fake) == 7 and all(type(t) is torch.Tensor for t in plain)
     layout = operator.attrgetter("__class__", "shape", "dtype", "device")
+    from rocke.runtime import tensor_key
+    native = tensor_key.native()
 
     def reads(tensors):
+        if native is not None:          # what the key reads: the TensorImpls, no getter
+            return lambda: native(tensors)
         return lambda: (tuple(map(layout, tensors)), tuple(map(torch.Tensor.stride, tensors)),
                         tuple(map(torch.Tensor.data_ptr, tensors)))
     assert hip.hipDeviceSynchronize()[0] == hip.hipError_t.hipSuccess

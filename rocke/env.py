@@ -175,6 +175,11 @@ LEVERS: dict[str, Lever] = {
         "0", "1: unified attention's output bits for a sequence do not depend on the rest of "
         "the batch (the 2D path only, no split-KV); rocke.vllm also honours vLLM's "
         "VLLM_BATCH_INVARIANT", "0 or 1", _flag),
+    "ROCKE_NATIVE_KEY": Lever(
+        "auto", "the call cache reads a call's tensors with rocke's native helper where it is "
+        "built (`python -m rocke.runtime.tensor_key --build`, run by set-up): auto | off (torch's "
+        "Python getters; the same key, slower); read at the first keyed call",
+        "auto or off", _one_of("auto", "off", accepts="auto or off")),
     "ROCKE_PREBUILT": Lever(
         "rocke/prebuilt/<processor> in the package", "bundle of prebuilt code objects (`rocke "
         "aot build`): a directory, or off", "a directory or 'off'",
@@ -379,6 +384,11 @@ def families() -> list[tuple[str, str]]:
 def prebuilt_dir() -> str | None:
     """``ROCKE_PREBUILT``: a bundle directory, "off", or None (the package's own bundle)."""
     return raw("ROCKE_PREBUILT")                  # checked by its row of LEVERS (a file: refused)
+
+
+def native_key() -> str:
+    """``ROCKE_NATIVE_KEY``: "auto" (default) or "off"."""
+    return raw("ROCKE_NATIVE_KEY") or "auto"        # checked by its row of LEVERS
 
 
 def check_metadata() -> str:

@@ -54,25 +54,26 @@ def test_every_lever_reads_its_default_and_a_good_value(monkeypatch, tmp_path):
             "ROCKE_EMU_STRETCHES": "0", "ROCKE_EMU_CUDA_KERNELS": "0",
             "ROCKE_FAMILIES": "mine=my_pkg.kernels, other=x", "ROCKE_CHECK_METADATA": "sync",
             "ROCKE_BATCH_INVARIANT": "1", "ROCKE_PREBUILT": "off",
-            "ROCKE_WRITE_PEER_FIXTURES": "1"}
+            "ROCKE_WRITE_PEER_FIXTURES": "1", "ROCKE_NATIVE_KEY": "off"}
     assert set(good) >= set(env.LEVERS), "a new lever: add a good value here"
     defaults = (env.linker(), env.device(), env.emu_target(), env.emu_timeout_s(),
                 env.emu_backend(), env.emu_device(), env.emu_race_check(), env.emu_init_check(),
                 env.emu_stretches(), env.emu_cuda_kernels(), env.families(),
                 env.check_metadata(), env.batch_invariant(), env.prebuilt_dir(),
-                env.write_peer_fixtures())
+                env.write_peer_fixtures(), env.native_key())
     assert defaults == ("ld.lld", None, "gfx942", 600.0, "numpy", "cpu", True, True, True, True,
-                        [], "off", False, None, False)
+                        [], "off", False, None, False, "auto")
     for name, value in good.items():
         monkeypatch.setenv(name, value)
     env.check_all()
     assert (env.linker(), env.device(), env.emu_target(), env.emu_timeout_s(), env.emu_workers(),
             env.emu_backend(), env.emu_race_check(), env.emu_init_check(), env.emu_stretches(),
             env.emu_cuda_kernels(), env.families(), env.check_metadata(), env.batch_invariant(),
-            env.prebuilt_dir(), env.write_peer_fixtures(), env.linker_override()) == (
+            env.prebuilt_dir(), env.write_peer_fixtures(), env.linker_override(),
+            env.native_key()) == (
         "comgr", "emu", "gfx950", 2.5, 1, "torch", False, False, False, False,
         [("mine", "my_pkg.kernels"), ("other", "x")], "sync", True, "off", True,
-        good["ROCKE_LD_LLD"])
+        good["ROCKE_LD_LLD"], "off")
     assert str(env.cache_dir()) == good["ROCKE_CACHE_DIR"]
 
 

@@ -23,6 +23,30 @@ D, BLOCK, GROUP, HK = 64, 16, 2, 1
 Q_LENS, KV_LENS = [1, 3], [40, 23]
 
 
+@pytest.fixture(autouse=True, params=["native", "python"])
+def key_reader(request):
+    """Every test runs with the native tensor key (rocke/runtime/tensor_key.cpp, built by the
+    set-up) and with torch's Python getters (ROCKE_NATIVE_KEY=off): the same decisions."""
+    from rocke.kernels.common import attention_calls
+    from rocke.runtime import tensor_key
+    saved = os.environ.get("ROCKE_NATIVE_KEY")
+    os.environ["ROCKE_NATIVE_KEY"] = "auto" if request.param == "native" else "off"
+    try:
+        loaded = tensor_key.native(reload=True)
+        attention_calls.forget_calls()
+        assert (loaded is not None) == (request.param == "native"), (
+            "the native tensor key is not built: run `python -m rocke.runtime.tensor_key "
+            "--build` (the set-up does)")
+        yield request.param
+    finally:
+        if saved is None:
+            os.environ.pop("ROCKE_NATIVE_KEY", None)
+        else:
+            os.environ["ROCKE_NATIVE_KEY"] = saved
+        tensor_key.native(reload=True)
+        attention_calls.forget_calls()
+
+
 @pytest.fixture
 def misses(monkeypatch):
     """The number of calls that missed the cache so far (a list: one item per miss)."""

@@ -152,36 +152,48 @@ def _meta(t):
 
 def _tensor_methods():
     import torch
-    _TENSOR_METHODS[:] = torch.Tensor.data_ptr, torch.Tensor.stride, torch.Tensor.get_device
+    from rocke.runtime import tensor_key
+    _TENSOR_METHODS[:] = (torch.Tensor.data_ptr, torch.Tensor.stride, torch.Tensor.get_device,
+                          tensor_key.native())
     return _TENSOR_METHODS
 
 
-# torch.Tensor's data_ptr, stride and get_device, once torch is imported
+# torch.Tensor's data_ptr, stride and get_device, and the native tensor key (None where it is
+# not built: rocke/runtime/tensor_key.py), once torch is imported
 _TENSOR_METHODS: list = []
 NO_DESCALES = (None, None, None)
 
 
 def call_key(tensors: tuple, numbers: tuple, window, more_tensors=None) -> tuple | None:
-    """The cache key of a call, as (its tensors' addresses, the rest): the first tensor's
-    device (where the call launches), each tensor's class, shape, dtype, device index and
-    strides; each number with its type, and the window's items with
-    theirs (``(-1.0, -1)`` is not ``(-1, -1)``; ``batch_invariant=0`` is not ``False``); the
-    levers' raw values; the devices' generation. A caller's numbers say what it is (the entry
-    point's and rocke.vllm's keys never meet). None when an argument is not what it should be
-    (not a tensor, a window that is not a sequence): the full validation names it.
-    ``more_tensors``: the caller's workspaces, keyed as tensors too.
+    """The cache key of a call, as (a first look-up, the rest): its tensors' layouts -- each
+    tensor's class, address, shape, dtype, device and strides --, each number with its type,
+    and the window's items with theirs (``(-1.0, -1)`` is not ``(-1, -1)``;
+    ``batch_invariant=0`` is not ``False``); the levers' raw values; the devices' generation. A
+    caller's numbers say what it is (the entry point's and rocke.vllm's keys never meet). None
+    when an argument is not what it should be (not a tensor, a window that is not a sequence):
+    the full validation names it. ``more_tensors``: the caller's workspaces, keyed as tensors.
 
-    Cost: each tensor's six reads dominate (about 0.4 us each on this machine's torch); the
-    look-up hashes the addresses only and compares the rest (``lookup``)."""
-    data_ptr, stride, device_index = _TENSOR_METHODS or _tensor_methods()
+    The layouts come from rocke's native helper in one C++ pass where it is built (the first
+    look-up is then its hash of them), else from torch's getters (the first look-up is the
+    addresses; each tensor's six reads, about 0.4 us a tensor on a 2-core EPYC, are then most
+    of a hit's cost): rocke/runtime/tensor_key.py. The look-up hashes the first part only and
+    compares the rest (``lookup``)."""
+    data_ptr, stride, device_index, native = _TENSOR_METHODS or _tensor_methods()
     try:
         if more_tensors is not None:        # the caller's workspaces
             tensors += tuple(more_tensors)
-        return tuple(map(data_ptr, tensors)), (
-            tensors[0].device, *map(_LAYOUT, tensors), *map(device_index, tensors), *map(stride, tensors),
-            *numbers, *map(type, numbers),
-            window, *(() if window is None else map(type, window)), _levers_now(),
-            device_generation())
+        if native is not None:              # one C++ pass: (hash, bytes) or None
+            found = native(tensors)
+            if found is None:
+                return None
+            head, layout = found
+        else:
+            head = tuple(map(data_ptr, tensors))
+            layout = (tensors[0].device, *map(_LAYOUT, tensors), *map(device_index, tensors),
+                      *map(stride, tensors))
+        return head, (layout, *numbers, *map(type, numbers), window,
+                      *(() if window is None else map(type, window)), _levers_now(),
+                      device_generation())
     except (AttributeError, TypeError, RuntimeError):     # not a plain tensor
         return None
 
@@ -202,7 +214,7 @@ def descales_key(descales: tuple):
 def cacheable(tensors: tuple, numbers: tuple, window) -> bool:
     """Whether a call may be cached (checked once, when it is recorded): its numbers immutable,
     and its tensors' address and strides what torch's own methods (the key's) say."""
-    data_ptr, stride, device_index = _TENSOR_METHODS or _tensor_methods()
+    data_ptr, stride, device_index, _ = _TENSOR_METHODS or _tensor_methods()
     return all(type(v) in _KEYABLE_VALUES for v in numbers) and (
         window is None or type(window) is tuple and all(type(x) is int for x in window)) and all(
         type(t).data_ptr is data_ptr and type(t).stride is stride and
@@ -264,6 +276,7 @@ CALLS: dict = {}
 BY_ADDRESSES: dict = {}
 CALLS_LOCK = threading.Lock()
 CALL_SERIAL = itertools.count()
+KEYED_CLASSES: set = set()        # every tensor class a cached call was keyed with
 _USE = itertools.count()          # the least recently used entry goes first
 
 
@@ -367,6 +380,11 @@ def remember(key, device, the_plan, call, pack, problem, target, knobs,
             return entry
         BY_ADDRESSES[key[0]] = tuple(item for item in BY_ADDRESSES.get(key[0], ())
                                      if item[0] != key[1]) + ((key[1], entry),)
+        # the native key holds a class by its address: a keyed class is never freed (so its
+        # address never names another class)
+        KEYED_CLASSES.update(map(type, call[:7]))
+        if isinstance(call[10], (tuple, list)):         # the caller's workspaces
+            KEYED_CLASSES.update(map(type, call[10]))
         while len(CALLS) > CALL_CACHE_SIZE:      # the new entry is the most recent: kept
             _evict_least_recent()
     return entry
@@ -392,8 +410,10 @@ def _evict_least_recent() -> None:
 
 
 def forget_calls() -> None:
-    """Drop every cached call and graph (tests; a process that swaps its devices)."""
+    """Drop every cached call and graph (tests; a process that swaps its devices); the next
+    key reads tensors with ``tensor_key.native()`` as it is then."""
     with CALLS_LOCK:
         CALLS.clear()
         BY_ADDRESSES.clear()
+        _TENSOR_METHODS.clear()
     GRAPHS.clear()
