@@ -53,7 +53,8 @@ loop: --layers layers (each its own KV cache: distinct calls) x --steps steps, e
 decode step (D: vLLM's 3D arguments, persistent buffers: call-cache hits, replayed once
 repeated) or a prefill step (P: vLLM's 2D path, fresh q and out every call: misses, eager), on
 the HIP path through rocke.vllm.unified_attention (decode also through the entry point
-directly). Per call, by kind, and what the calls did (the stand-in's HIP call counts: graph
+directly); every call carries vLLM's k and v descales (a layer's scale expanded per sequence,
+as vLLM passes on every call). Per call, by kind, and what the calls did (the stand-in's HIP call counts: graph
 captures, graph launches, graphs released; the call cache's misses). The call cache holds
 attention_calls.CALL_CACHE_SIZE calls and GRAPH_CACHE_SIZE graphs: more distinct repeated calls
 than graphs recapture every call. --graph-cache / --call-cache time the sequence with other
@@ -257,8 +258,11 @@ def print_sequence(a, clock) -> None:
     vllm_3d = dict(seq_threshold_3D=num_seqs, num_par_softmax_segments=segments,
                    softmax_segm_output=workspaces[0], softmax_segm_max=workspaces[1],
                    softmax_segm_expsum=workspaces[2])
+    # vLLM passes k and v descales on every call: its layer's scale expanded per sequence
+    scales = [on_gpu(torch.ones(())).expand(num_seqs, k.shape[2]) for _ in range(layers)]
     decode_args = [(q_out[i, 0], kv[i, 0], kv[i, 1], q_out[i, 1], cu_q, 1, seqused, kv_len, scale,
-                    causal, window, table, softcap, None, None, None) for i in range(layers)]
+                    causal, window, table, softcap, None, scales[i], scales[i])
+                   for i in range(layers)]
     # fresh q and out for every prefill call of every pass: views 256 bytes apart in two arenas
     prefills = (1 + a.seq_repeats) * steps.count("P") * layers
     numel, spacing = prefill_q.numel(), 256 // prefill_q.element_size()
@@ -266,8 +270,8 @@ def print_sequence(a, clock) -> None:
     fresh = [tuple(arena[n * spacing:n * spacing + numel].view(*prefill_q.shape)
                    for arena in arenas) for n in range(prefills)]
     prefill_args = [(fq, kv[i % layers, 0], kv[i % layers, 1], fo, prefill_cu, q_len, seqused,
-                     kv_len, scale, causal, window, table, softcap, None, None, None)
-                    for i, (fq, fo) in enumerate(fresh)]
+                     kv_len, scale, causal, window, table, softcap, None, scales[i % layers],
+                     scales[i % layers]) for i, (fq, fo) in enumerate(fresh)]
 
     def vllm(*args):
         unified_attention(*args, **vllm_3d)

@@ -39,7 +39,7 @@ from torch import Tensor      # at module scope: torch.library reads the op's an
 
 from . import env
 from .kernels.common import attention_unified as au
-from .kernels.common.attention_calls import call_key, lookup
+from .kernels.common.attention_calls import call_key, keyed_descales, lookup
 
 
 class KVQuantMode(enum.IntEnum):
@@ -313,21 +313,22 @@ def unified_attention(
             and use_td.__class__ is bool and causal.__class__ is bool and output_scale is None \
             and use_alibi_sqrt is False and k_scale_cache is None and v_scale_cache is None \
             and mm_prefix_range is None and alibi_slopes is None and qq_bias is None \
-            and sinks is None and q_descale is None and k_descale is None and v_descale is None \
-            and (_NONE_MODES.get(id(kv_quant_mode)) is kv_quant_mode or
+            and sinks is None and (_NONE_MODES.get(id(kv_quant_mode)) is kv_quant_mode or
                  _mode_name(kv_quant_mode) == "NONE"):      # a NONE member is known once read
         workspaces = None if softmax_segm_output is None and softmax_segm_max is None and \
             softmax_segm_expsum is None else (softmax_segm_output, softmax_segm_max,
                                               softmax_segm_expsum)
-        key = call_key((q, k, v, out, cu_seqlens_q, seqused_k, block_table),
-                       (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap,
-                        seq_threshold_3D, num_par_softmax_segments, use_td, _KEY_TAG),
-                       window_size, workspaces)
+        descales = keyed_descales(q_descale, k_descale, v_descale)   # vLLM passes k's and v's
+        key = None if descales is None else call_key(
+            (q, k, v, out, cu_seqlens_q, seqused_k, block_table, *descales),
+            (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, seq_threshold_3D,
+             num_par_softmax_segments, use_td, q_descale is None, k_descale is None,
+             v_descale is None, _KEY_TAG), window_size, workspaces)
         entry = None if key is None else lookup(key)
         if entry is not None:
             entry.hit(cu_seqlens_q, seqused_k, block_table,
-                      (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale, None,
-                       None, workspaces if entry.plan.path == "3d" else None))
+                      (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale,
+                       k_descale, v_descale, workspaces if entry.plan.path == "3d" else None))
             return
     _refuse_off_features(rswa_prefix_lens, rswa_window, chunk_lookback, use_td,
                          mm_prefix_clamp_sliding_window)

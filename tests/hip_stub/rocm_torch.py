@@ -23,12 +23,16 @@ class RocmTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
     device = CUDA
     is_cuda = True
+    is_cpu = False
 
     def __getitem__(self, index):
         return torch.Tensor.__getitem__(self, index).as_subclass(type(self))
 
     def view(self, *shape):
         return torch.Tensor.view(self, *shape).as_subclass(type(self))
+
+    def expand(self, *shape):           # vLLM's descales: a layer's scale expanded per call
+        return torch.Tensor.expand(self, *shape).as_subclass(type(self))
 
 
 def to_device(standin, t, cls=RocmTensor):

@@ -394,6 +394,38 @@ def test_a_repeated_call_is_captured_once_on_its_third_call_with_every_module_lo
                                atol=attention_atol("f16"), rtol=0)
 
 
+def test_vllms_own_call_with_its_descales_replays_and_a_new_descale_misses(rocm_torch,
+                                                                            monkeypatch):
+    """vLLM passes k and v descales on every call (its layer's scale expanded to
+    [num_seqs, num_kv_heads], a new view each call, fp8 cache or not): such a call is keyed by
+    rocke.vllm like any other -- repeated, it is captured once and replayed, none of the
+    adapter's or the entry point's checks running again -- and a descale at another address
+    misses (and is decided again)."""
+    from rocke.kernels.common.attention_calls import CAPTURE_AFTER
+    from rocke.kernels.common import attention_validation
+    monkeypatch.delenv("HIPDNN_GFX942_2D_GRAPH")         # the default levers: replay allowed
+    monkeypatch.delenv("HIPDNN_GFX942_3D_GRAPH")
+    a, g, extra = _vllm_decode_args(rocm_torch)
+    scales = [to_device(rocm_torch, torch.ones(())) for _ in range(2)]
+    from rocke import vllm
+    described = []
+    real, rule = attention_validation.describe_problem, vllm.uses_3d
+    monkeypatch.setattr(au, "describe_problem",
+                        lambda *x, **k: described.append(1) or real(*x, **k))
+    monkeypatch.setattr(vllm, "uses_3d", lambda *x, **k: described.append(3) or rule(*x, **k))
+
+    def call(scale):
+        vllm.unified_attention(**dict(g, k_descale=scale.expand(2, HK), v_descale=scale.expand(2, HK)),
+                          **extra)
+    for _ in range(CAPTURE_AFTER + 2):
+        call(scales[0])
+    assert described == [3, 1] and rocm_torch.calls.get("graph_launch", 0) == 3
+    call(scales[1])
+    assert described == [3, 1, 3, 1]
+    torch.testing.assert_close(host(g["out"]).float(), _expected(a),
+                               atol=attention_atol("f16"), rtol=0)
+
+
 def test_the_gpu_is_the_tensors_not_the_current_device(monkeypatch):
     """Tensors on GPU 1 under a current device 0 run on GPU 1: the device is looked up by the
     tensors' index (and the call key holds the device, so GPU 0's entry is never GPU 1's)."""

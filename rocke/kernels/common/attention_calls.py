@@ -198,17 +198,18 @@ def call_key(tensors: tuple, numbers: tuple, window, more_tensors=None) -> tuple
         return None
 
 
-def descales_key(descales: tuple):
-    """The part of a call's key its descale tensors make (None: none given), or False when the
-    call cannot be keyed (host descales: their contents are checked on every call)."""
-    if descales is NO_DESCALES or descales == NO_DESCALES:
-        return None
-    try:
-        if any(t is not None and t.device.type == "cpu" for t in descales):
-            return False
-        return tuple(None if t is None else _meta(t) for t in descales)
-    except (AttributeError, TypeError, RuntimeError):
-        return False
+def keyed_descales(q_descale, k_descale, v_descale) -> tuple | None:
+    """The descale tensors a call's key holds: those given (the key's numbers say which), or
+    None when one cannot be keyed -- on the host, its contents are checked on every call; not
+    a tensor, the validation names it. vLLM passes k and v descales (expanded views of a layer's
+    scale) on every call, fp8 cache or not."""
+    given = ()
+    for descale in (q_descale, k_descale, v_descale):
+        if descale is not None:
+            if getattr(descale, "is_cpu", True) is not False:
+                return None
+            given += (descale,)
+    return given
 
 
 def cacheable(tensors: tuple, numbers: tuple, window) -> bool:
@@ -341,9 +342,9 @@ def lookup(key) -> CachedCall | None:
     return None
 
 
-def remember(key, device, the_plan, call, pack, problem, target, knobs,
+def remember(key, keyed: tuple, device, the_plan, call, pack, problem, target, knobs,
              max_seqlen_q: int, max_seqlen_k: int, host_metadata: tuple | None) -> CachedCall:
-    """Cache a call that just missed. ``pack``: (call's arguments) -> its (compiled, grid,
+    """Cache a call that just missed under ``key``, which holds the tensors ``keyed``. ``pack``: (call's arguments) -> its (compiled, grid,
     block, args) launches; a GPU entry packs ``call`` once and keeps the kernarg bytes, an
     emulator entry packs each call it runs (``call`` too, when it runs it), holding no tensor.
     ``host_metadata``: the call's cu_seqlens_q, seqused_k and block_table when they live on the
@@ -382,9 +383,7 @@ def remember(key, device, the_plan, call, pack, problem, target, knobs,
                                      if item[0] != key[1]) + ((key[1], entry),)
         # the native key holds a class by its address: a keyed class is never freed (so its
         # address never names another class)
-        KEYED_CLASSES.update(map(type, call[:7]))
-        if isinstance(call[10], (tuple, list)):         # the caller's workspaces
-            KEYED_CLASSES.update(map(type, call[10]))
+        KEYED_CLASSES.update(map(type, keyed))
         while len(CALLS) > CALL_CACHE_SIZE:      # the new entry is the most recent: kept
             _evict_least_recent()
     return entry

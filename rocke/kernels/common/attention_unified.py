@@ -21,7 +21,7 @@ import functools
 from rocke.kernels.common import knobs as knobs_mod
 from rocke.kernels.common.attention_calls import (GRAPHS, WORKSPACES, RunRecord, cacheable,
                                                  call_key, check_after, check_device_now,
-                                                 descales_key, guard_launches, lookup, remember,
+                                                 guard_launches, keyed_descales, lookup, remember,
                                                  run_eagerly)
 from rocke.kernels.common.attention_device import (compute_units, emulated_on_cuda,
                                                   launch_device, launch_device_kind,
@@ -91,12 +91,12 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     if plain and cache_key is not None:
         key = cache_key
     elif plain:
-        descales = None if q_descale is None and k_descale is None and v_descale is None else \
-            descales_key((q_descale, k_descale, v_descale))
-        if descales is not False:
-            key = call_key((q, k, v, out, cu_seqlens_q, seqused_k, block_table),
+        descales = keyed_descales(q_descale, k_descale, v_descale)
+        if descales is not None:
+            key = call_key((q, k, v, out, cu_seqlens_q, seqused_k, block_table, *descales),
                            (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, backend,
-                            num_segments, batch_invariant, descales), window_size,
+                            num_segments, batch_invariant, q_descale is None,
+                            k_descale is None, v_descale is None), window_size,
                            segm_workspaces)
         if key is not None:     # by the addresses (a hash of a few ints), then the rest
             entry = lookup(key)
@@ -112,10 +112,13 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     args = (q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
             causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
             alibi_slopes, qq_bias, sinks)
+    # the tensors the key holds (the caller's key holds them too: rocke.vllm keys the same)
+    keyed = None if key is None else (
+        q, k, v, out, cu_seqlens_q, seqused_k, block_table,
+        *(keyed_descales(q_descale, k_descale, v_descale) or ()),
+        *(() if segm_workspaces is None else tuple(segm_workspaces)))
     if key is not None and not cacheable(
-            (q, k, v, out, cu_seqlens_q, seqused_k, block_table) + (
-                () if segm_workspaces is None else tuple(segm_workspaces)),
-            (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap), window_size):
+            keyed, (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap), window_size):
         key = None
     invariant = resolve_batch_invariant(batch_invariant)
     quant = dict(output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
@@ -151,7 +154,7 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         record = run_eagerly(device, the_plan, pack(call))
     else:       # cached: this call runs as the entry's first (a GPU entry captures on a repeat)
         host = (cu_seqlens_q, seqused_k, block_table) if q.device.type == "cpu" else None
-        record = remember(key, device, the_plan, call, pack, problem, target, knobs,
+        record = remember(key, keyed, device, the_plan, call, pack, problem, target, knobs,
                           max_seqlen_q, max_seqlen_k, host).run(call)
     if check_after(device):
         check_device_now(device)
