@@ -303,7 +303,9 @@ def unified_attention(
     stays refused (decode rows are the same either way).
     `output_scale` (fp8 `out`), `use_alibi_sqrt`, the per-token-head modes with their scale
     caches (ALGORITHM.md §13) and `mm_prefix_range` (§12.8) run; in the per-token-head modes
-    `k_descale`/`v_descale` are not read, as in vLLM's kernel."""
+    `k_descale`/`v_descale` are not read, as in vLLM's kernel. An fp8 `q` with its per-tensor
+    `q_descale` (what vLLM passes with an FP8_PER_TENSOR cache on gfx942) runs, `out` fp16/bf16
+    (ALGORITHM.md §11.1)."""
     # A call like one made before (same tensors' addresses and layouts, numbers, levers: its
     # key) runs that call's cached entry: no check here or in the entry point runs twice. Only
     # calls with every feature off are keyed (the key holds all this call's tensors and numbers).
@@ -328,7 +330,8 @@ def unified_attention(
         if entry is not None:
             entry.hit(cu_seqlens_q, seqused_k, block_table,
                       (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale,
-                       k_descale, v_descale, workspaces if entry.plan.path == "3d" else None))
+                       k_descale, v_descale, workspaces if entry.plan.path == "3d" else None,
+                       q_descale))
             return
     _refuse_off_features(rswa_prefix_lens, rswa_window, chunk_lookback, use_td,
                          mm_prefix_clamp_sliding_window)

@@ -48,6 +48,7 @@ class UnifiedAttentionProblem:
     alibi_sqrt: bool = False
     out_dtype: str | None = None
     kv_token_scales: bool = False
+    q_fp8: bool = False          # q in the fp8 cache's encoding, with a per-tensor q_descale
     mm_ranges: int = 0           # vLLM's mm_prefix_range: ranges per sequence (0 = not passed)
     batch_invariant: bool = False  # plan so a sequence's bits do not depend on the batch (§10.4)
 
@@ -113,6 +114,8 @@ class UnifiedAttentionProblem:
             out["out_dtype"] = self.out_dtype
         if self.kv_token_scales:
             out["kv_token_scales"] = True
+        if self.q_fp8:
+            out["q_fp8"] = True
         return out
 
     @property
@@ -218,6 +221,11 @@ def _check_quant_fields(p) -> None:
         raise ValueError("kv_token_scales: per-token-head scales need an int8 or fp8 cache (kv_dtype)")
     if p.out_dtype is not None and not isinstance(p.out_dtype, str):
         raise ValueError(f"out_dtype: must be None or an encoding's name, got {p.out_dtype!r}")
+    if not isinstance(p.q_fp8, bool):
+        raise ValueError(f"q_fp8: must be a bool, got {p.q_fp8!r}")
+    if p.q_fp8 and (p.kv_dtype is None or p.kv_token_scales or p.out_dtype is not None):
+        raise ValueError("q_fp8: an fp8 query goes with an fp8 cache's per-tensor descales "
+                         "(vLLM's FP8_PER_TENSOR) and a 16-bit output")
 
 
 def is_tensor(x) -> bool:

@@ -103,7 +103,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
             if entry is not None:
                 return entry.hit(cu_seqlens_q, seqused_k, block_table,
                                  (q, k, v, out, cu_seqlens_q, seqused_k, block_table,
-                                  softmax_scale, k_descale, v_descale, segm_workspaces))
+                                  softmax_scale, k_descale, v_descale, segm_workspaces,
+                                  q_descale))
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if segm_workspaces is not None and num_segments is None:
@@ -149,7 +150,7 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     pack = functools.partial(_pack, device, target, the_plan, kernels, problem, features,
                              max_seqlen_q, max_seqlen_k)
     call = (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale, k_descale,
-            v_descale, segm_workspaces)
+            v_descale, segm_workspaces, q_descale)
     if key is None:
         record = run_eagerly(device, the_plan, pack(call))
     else:       # cached: this call runs as the entry's first (a GPU entry captures on a repeat)
@@ -165,13 +166,16 @@ def _pack(device, target, the_plan, kernels, problem, features: dict, max_seqlen
           max_seqlen_k: int, call: tuple) -> list:
     """The (compiled, grid, block, args) launches of a planned call for ``call``'s tensors
     (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale, k_descale, v_descale,
-    segm_workspaces): the metadata guard where it is on, then the target's kernels, the 3D path
+    segm_workspaces, q_descale): the metadata guard where it is on, then the target's kernels, the 3D path
     on the caller's workspaces or the pool's. A cached emulator call re-packs per call with it,
     so its cache entry holds no tensor of the caller's (``features`` of a cached call hold no
     tensor either: a call with feature tensors is never cached)."""
-    q, k, v, out, cu_seqlens_q, seqused_k, block_table, scale, k_descale, v_descale, ws = call
+    (q, k, v, out, cu_seqlens_q, seqused_k, block_table, scale, k_descale, v_descale, ws,
+     q_descale) = call
     descales = ((descale_tensor("k_descale", k_descale), descale_tensor("v_descale", v_descale))
                 if problem.kv_dtype is not None and not problem.kv_token_scales else ())
+    if problem.q_fp8:
+        features = dict(features, q_descale=descale_tensor("q_descale", q_descale))
     if ws is None and the_plan.path == "3d":
         ws = WORKSPACES.views(q.device, device.is_capturing(), problem.total_q,
                               problem.num_q_heads, the_plan.geometry.num_segments,

@@ -135,7 +135,7 @@ def _check_descale(name: str, t, num_seqs: int, num_kv_heads: int, *, fp8: bool,
     if not fp8:
         if t.numel() and not bool((off == 1).all()):
             bad = off[off != 1].reshape(-1)[0].item()
-            why = ("rocke's queries are fp16/bf16, there is no fp8 query to dequantize"
+            why = ("the query is fp16/bf16, there is no fp8 query to dequantize"
                    if name == "q_descale" else "a non-fp8 KV cache takes no dequantization scale")
             raise ValueError(f"{name}: {why}; every entry must be 1, got {bad!r}")
         return
@@ -178,19 +178,32 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     # CPU (or CUDA, emulated there) -> emulator, ROCm GPU -> HIP, anything else refused
     host_readable = launch_device_kind(q) == "emu" or q.device.type == "cpu"   # checked on the host
 
-    if str(q.dtype).removeprefix("torch.") not in DTYPES:
-        raise ValueError(f"q: dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
-    dtype = DTYPES[str(q.dtype).removeprefix("torch.")]
+    # an fp8 query (vLLM quantises q with an fp8 cache): computed in out's 16-bit dtype
+    q_fp8 = "float8" in str(q.dtype)
+    if q_fp8 and "float8" in str(out.dtype):
+        raise NotImplementedError("out: an fp8 output from an fp8 query is not implemented by "
+                                  "rocke yet; pass a 16-bit out")
+    compute = out.dtype if q_fp8 else q.dtype
+    if str(compute).removeprefix("torch.") not in DTYPES:
+        raise ValueError(f"q: dtype must be torch.float16 or torch.bfloat16 (or the fp8 cache's "
+                         f"encoding, with q_descale and a 16-bit out), got {q.dtype}" + (
+                             f" with out {out.dtype}" if q_fp8 else ""))
+    dtype = DTYPES[str(compute).removeprefix("torch.")]
     token_scales = _token_scale_mode(kv_quant_mode, k, v, k_scale_cache, v_scale_cache, caps)
     if token_scales:
         kv_dtype = token_scales
     else:
-        kv_dtype = _cache_kv_dtype("k", k, q.dtype, caps)
-        if _cache_kv_dtype("v", v, q.dtype, caps) != kv_dtype or v.dtype != k.dtype:
+        kv_dtype = _cache_kv_dtype("k", k, compute, caps)
+        if _cache_kv_dtype("v", v, compute, caps) != kv_dtype or v.dtype != k.dtype:
             raise ValueError(f"v: dtype {v.dtype} differs from k's {k.dtype}; both caches share one "
                              "encoding")
+    if q_fp8 and (kv_dtype is None or token_scales or q.dtype != k.dtype):
+        raise ValueError(f"q: an fp8 query ({q.dtype}) is read with an fp8 KV cache of the same "
+                         f"encoding and its per-tensor descales (vLLM's FP8_PER_TENSOR); the "
+                         f"caches are {k.dtype}" + (" with per-token-head scales"
+                                                    if token_scales else ""))
     out_dtype = _check_output_scale(output_scale, out, q, caps)
-    if out_dtype is None and out.dtype != q.dtype:
+    if out_dtype is None and out.dtype != compute:
         raise ValueError(f"out: dtype {out.dtype} differs from q's {q.dtype}")
     for name in ("cu_seqlens_q", "seqused_k", "block_table"):
         if named[name].dtype != torch.int32:
@@ -261,10 +274,17 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
                    cache="K cache")
     _check_descale("v_descale", v_descale, num_seqs, num_kv_heads, fp8=fp8, device=q.device,
                    cache="V cache")
-    # q_descale dequantizes an fp8 query (vLLM's Triton unified path passes None). rocke's
-    # queries are fp16/bf16, so it may only be None or 1 (ALGORITHM.md §11.1).
+    # q_descale dequantizes an fp8 query (ALGORITHM.md §11.1): one fp32 value, as vLLM's
+    # per-tensor q scale; with a 16-bit query it may only be None or 1.
     q_descale = descale_tensor("q_descale", q_descale)
-    if q_descale is not None:
+    if q_fp8:
+        _check_descale("q_descale", q_descale, num_seqs, num_kv_heads, fp8=True, device=q.device,
+                       cache="query")
+        if q_descale.numel() != 1:
+            raise NotImplementedError(
+                f"q_descale: a per-head query scale (shape {list(q_descale.shape)}) is not "
+                "implemented by rocke yet; pass the per-tensor scale (shape [] or [1])")
+    elif q_descale is not None:
         _check_descale("q_descale", q_descale, num_seqs, num_kv_heads, fp8=False, device=q.device)
 
     window_left = _check_window(window_size)
@@ -297,7 +317,7 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
         num_blocks=num_blocks, kv_cache_bytes=cache_bytes, softcap=softcap,
         alibi=alibi_slopes is not None, qq_bias=qq_bias is not None, window_left=window_left,
         sinks=sinks is not None, kv_dtype=kv_dtype, alibi_sqrt=use_alibi_sqrt,
-        out_dtype=out_dtype, kv_token_scales=bool(token_scales))
+        out_dtype=out_dtype, kv_token_scales=bool(token_scales), q_fp8=q_fp8)
     caps.check(problem)
     return problem
 

@@ -6,6 +6,7 @@ import math
 
 from rocke.kernels.common.checks import (I32_LIMIT, check_buffer_bytes, check_extent,
                                          check_grid_extent, check_tensor)
+from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942.attention_policy import FEATURES
 
 
@@ -33,7 +34,8 @@ def check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, sequ
     """Per-tensor checks shared by the 2D and 3D kernels (cheap; the full problem validation is
     the dispatcher's)."""
     import torch
-    check_tensor("q", q, dtype=spec.dtype, dims=("total_q", "num_q_heads", "head_size"), contiguous=False)
+    check_tensor("q", q, dtype=quant.q_storage_dtype(spec), dims=("total_q", "num_q_heads", "head_size"),
+                 contiguous=False)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         check_tensor(name, t, dtype=spec.cache_dtype, dims=("num_blocks", "block_size", "num_kv_heads", "head_size"),
                      one_buffer=False, paged_cache=True)    # NHD, or vLLM's HND viewed as NHD

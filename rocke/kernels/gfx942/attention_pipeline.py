@@ -35,7 +35,7 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
     dt = spec.dtype
     # strided=True: the kernel takes these tensors' strides (q/out views of a wider tensor,
     # vLLM's cache views, padded block tables, expanded descales), so a launch accepts views
-    a.q = k.arg_ptr("q", dt, readonly=True, strided=True)
+    a.q = k.arg_ptr("q", quant.q_storage_dtype(spec), readonly=True, strided=True)
     a.k_cache = k.arg_ptr("k_cache", spec.cache_dtype, readonly=True, strided=True)
     a.v_cache = k.arg_ptr("v_cache", spec.cache_dtype, readonly=True, strided=True)
     if split:
@@ -235,7 +235,8 @@ def load_q_rows_to_lds(c: WorkgroupContext, q_lds):
             col = (i & (per_row - 1)) * STAGING_VECTOR
             tok, head = c.row_token(r)
             index = (c.q_seq_start + tok) * c.a.q_stride_token + head * c.a.q_stride_head + col
-            q_lds.store((r, col), c.q_buf.load(index, width=STAGING_VECTOR, mask=c.row_valid(r)))
+            q_lds.store((r, col), quant.q_decoded(s, c.q_buf.load(index, width=STAGING_VECTOR,
+                                                                  mask=c.row_valid(r))))
         if first + c.threads <= total:
             one()
         else:
@@ -264,16 +265,19 @@ def load_q_direct(c: WorkgroupContext, layout, row_axis: int, origin) -> Fragmen
     for v0, n, row, d in row_runs(c.k, layout, row_axis, origin):
         tok, head = c.row_token(row)
         index = (c.q_seq_start + tok) * c.a.q_stride_token + head * c.a.q_stride_head + d
-        parts.append(c.q_buf.load(index, width=n, mask=c.row_valid(row)))
+        parts.append(quant.q_decoded(c.spec, c.q_buf.load(index, width=n, mask=c.row_valid(row))))
     return Fragment(dsl.concat(*parts) if len(parts) > 1 else parts[0], layout)
 
 
 def score_scale(c: WorkgroupContext):
     """softmax_scale * log2(e), times k_descale for an fp8 cache (the exactly dequantized K tile
-    is unscaled, so S = (Q K^T) * k_descale * softmax_scale; ALGORITHM.md §11.1)."""
+    is unscaled, so S = (Q K^T) * k_descale * softmax_scale; ALGORITHM.md §11.1), and times
+    q_descale for an fp8 query (its tile decoded exactly too)."""
     if not c.spec.fp8_kv:
         return c.a.softmax_scale * LOG2E
-    return c.a.softmax_scale * c.descale("k") * LOG2E
+    scale = c.a.softmax_scale * c.descale("k")
+    q_scale = quant.q_descale(c)
+    return (scale if q_scale is None else scale * q_scale) * LOG2E
 
 
 def read_epilogue_scalars(c: WorkgroupContext):

@@ -11,6 +11,11 @@ and code only when their field is set.
   num_kv_heads]``, applied to the row in the paged tile copy (``rocke.dsl.paged``).
 - ``alibi_sqrt``: the ALiBi term is ``slope * -sqrt(query_pos - key_pos)`` for keys at or before
   the query, 0 after it, instead of ``slope * (key_pos - context_len)``.
+- ``q_fp8`` (with an fp8 cache and its per-tensor descales, vLLM's FP8_PER_TENSOR): the query
+  is stored in the cache's fp8 encoding with a one-element fp32 ``q_descale``; each element is
+  decoded exactly to ``dtype`` on load (every fp8 value is an f16 and a bf16 value) and
+  ``q_descale`` joins the score scale, as k_descale does (S = (Q K^T) q_descale k_descale
+  softmax_scale; ALGORITHM.md §11.1).
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from rocke.dsl.types import FINITE_MAX, FP8_FORMATS
 
 OUT_DTYPES = ("fp8_e4m3fnuz",)                   # gfx942's fp8
 TOKEN_SCALE_KV_DTYPES = ("i8", "fp8_e4m3fnuz")   # caches read with per-token-head scales
+FP8_KV_DTYPES = ("fp8_e4m3fnuz",)                # the fp8 caches an fp8 query (q_fp8) goes with
 
 
 def on_target(dtypes: tuple[str, ...], target: str) -> tuple[str, ...]:
@@ -41,6 +47,15 @@ def quant_problems(spec) -> list[str]:
     if spec.out_dtype is not None and spec.out_dtype not in out_dtypes:
         out.append(f"out_dtype: must be None (q's dtype) or one of {out_dtypes}, got "
                    f"{spec.out_dtype!r}")
+    q_fp8 = getattr(spec, "q_fp8", False)
+    if not isinstance(q_fp8, bool):
+        out.append(f"q_fp8: must be a bool, got {q_fp8!r}")
+    elif q_fp8 and (spec.kv_dtype not in on_target(FP8_KV_DTYPES, spec.target)
+                    or spec.kv_token_scales is not False):
+        out.append(f"q_fp8: an fp8 query is read with an fp8 cache and its per-tensor descales "
+                   f"(vLLM's FP8_PER_TENSOR): kv_dtype must be one of "
+                   f"{on_target(FP8_KV_DTYPES, spec.target)} without kv_token_scales, got "
+                   f"kv_dtype={spec.kv_dtype!r}, kv_token_scales={spec.kv_token_scales!r}")
     if not isinstance(spec.kv_token_scales, bool):
         out.append(f"kv_token_scales: must be a bool, got {spec.kv_token_scales!r}")
     elif spec.kv_token_scales:
@@ -59,6 +74,8 @@ def name_suffix(spec) -> str:
         tags += f"_kv{'i8' if spec.kv_dtype == 'i8' else 'fp8'}tok"
     if spec.out_dtype is not None:
         tags += "_ofp8"
+    if getattr(spec, "q_fp8", False):
+        tags += "_qfp8"
     return tags
 
 
@@ -70,6 +87,8 @@ def arg_names(spec, split: bool) -> tuple[str, ...]:
                   "scale_stride_head")
     if spec.out_dtype is not None and not split:
         names += ("output_scale",)
+    if getattr(spec, "q_fp8", False):
+        names += ("q_descale",)
     return names
 
 
@@ -84,6 +103,26 @@ def declare_args(k, spec, a, split: bool) -> None:
             setattr(a, name, k.arg_i32(name))
     if spec.out_dtype is not None and not split:
         a.output_scale = k.arg_ptr("output_scale", "f32", readonly=True)
+    if getattr(spec, "q_fp8", False):
+        a.q_descale = k.arg_ptr("q_descale", "f32", readonly=True)
+
+
+def q_storage_dtype(spec) -> str:
+    """The element type of ``q`` in memory: the cache's fp8 for ``q_fp8``, else ``dtype``."""
+    return spec.kv_dtype if getattr(spec, "q_fp8", False) else spec.dtype
+
+
+def q_decoded(spec, values):
+    """Loaded q elements in ``dtype``: an fp8 query's codes decoded exactly (through f32, the
+    hardware conversion; fp8 NaN stays NaN), a 16-bit query's as loaded."""
+    if not getattr(spec, "q_fp8", False):
+        return values
+    return values.to(dsl.f32).to(spec.dtype)
+
+
+def q_descale(c):
+    """An fp8 query's descale (one f32, read once per workgroup), or None."""
+    return c.a.q_descale.load(0) if getattr(c.spec, "q_fp8", False) else None
 
 
 def scale_view(c, which: str) -> PagedView | None:
@@ -144,16 +183,20 @@ def check_scale_cache(name: str, t, num_blocks: int, block_size: int, num_kv_hea
 
 
 def quant_args(spec, *, split: bool, k_cache=None, output_scale=None, k_scale_cache=None,
-               v_scale_cache=None) -> list:
+               v_scale_cache=None, q_descale=None) -> list:
     """The arguments ``arg_names`` lists, checked against the spec: a field the spec sets needs
     its tensor, a tensor the spec would ignore is refused."""
     import torch
     given = {"kv_token_scales": k_scale_cache is not None or v_scale_cache is not None,
-             "out_dtype": output_scale is not None and not split}
-    want = {"kv_token_scales": getattr(spec, "kv_token_scales", False), "out_dtype": spec.out_dtype is not None and not split}
+             "out_dtype": output_scale is not None and not split,
+             "q_fp8": q_descale is not None}
+    want = {"kv_token_scales": getattr(spec, "kv_token_scales", False),
+            "out_dtype": spec.out_dtype is not None and not split,
+            "q_fp8": getattr(spec, "q_fp8", False)}
     for field, on in want.items():
         if given[field] != on:
-            what = "k_scale_cache/v_scale_cache" if field == "kv_token_scales" else "output_scale"
+            what = {"kv_token_scales": "k_scale_cache/v_scale_cache", "out_dtype": "output_scale",
+                    "q_fp8": "q_descale"}[field]
             raise ValueError(f"{what}: the kernel {spec.kernel_name} "
                              f"{'needs' if on else 'takes no'} it, but the call "
                              f"{'passes' if given[field] else 'omits'} it")
@@ -172,4 +215,10 @@ def quant_args(spec, *, split: bool, k_cache=None, output_scale=None, k_scale_ca
                 output_scale.numel() != 1:
             raise ValueError("output_scale: must be a one-element float32 tensor")
         out.append(output_scale)
+    if want["q_fp8"]:
+        if not isinstance(q_descale, torch.Tensor) or q_descale.dtype != torch.float32 or \
+                q_descale.numel() != 1:
+            raise ValueError("q_descale: an fp8 query's descale must be a one-element float32 "
+                             "tensor")
+        out.append(q_descale)
     return out

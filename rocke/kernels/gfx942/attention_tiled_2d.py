@@ -96,6 +96,7 @@ class UnifiedAttention2DSpec:
     alibi_sqrt: bool = False           # ALiBi term slope * -sqrt(query - key) (needs alibi)
     out_dtype: str | None = None       # None: out in `dtype`; "fp8_e4m3fnuz": / output_scale, saturated
     kv_token_scales: bool = False      # kv_dtype i8/fp8 with [num_blocks, block_size, Hk] f32 scales
+    q_fp8: bool = False                # q in the cache's fp8 with a q_descale (fp8 kv_dtype)
     # a GQA group above MAX_GROUP runs as group_split q-head blocks of num_queries_per_kv heads
     # on the grid's head axis, each reading KV head block // group_split (ALGORITHM.md §7.1)
     group_split: int = 1
@@ -337,7 +338,7 @@ def lds_model(spec, *, tile: int | None = None) -> dict[str, int]:
 
 def kernel_args(spec, q, k_cache, v_cache, out, block_table, cu_seqlens_q, seqused_k,
                 softmax_scale: float, k_descale=None, v_descale=None, output_scale=None,
-                k_scale_cache=None, v_scale_cache=None, **features) -> list:
+                k_scale_cache=None, v_scale_cache=None, q_descale=None, **features) -> list:
     """Ordered kernel arguments (ARGS, then ARGS_FP8 for an fp8 cache, then
     ``feature_arg_names``) for vLLM-layout tensors; cheap per-tensor checks. ``features``:
     ``feature_args``'s keywords."""
@@ -353,7 +354,8 @@ def kernel_args(spec, q, k_cache, v_cache, out, block_table, cu_seqlens_q, sequs
             *cache_args(k_cache), *cache_args(v_cache)[:3], block_table.stride(0), *scales,
             *feature_args(spec, q.shape[1], **features),
             *quant.quant_args(spec, split=False, k_cache=k_cache, output_scale=output_scale,
-                              k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)]
+                              k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
+                              q_descale=q_descale)]
 
 
 ARGS = ("q", "k_cache", "v_cache", "out", "block_table", "cu_seqlens_q", "seqused_k", "softmax_scale",

@@ -80,7 +80,7 @@ def launch_geometry(spec, num_seqs: int, total_q: int, num_kv_heads: int, num_se
 def kernel_args(spec, q, k_cache, v_cache, segm_output, segm_max, segm_expsum, block_table,
                 cu_seqlens_q, seqused_k, softmax_scale: float, num_segments: int,
                 k_descale=None, v_descale=None, k_scale_cache=None, v_scale_cache=None,
-                **features) -> list:
+                q_descale=None, **features) -> list:
     """Ordered kernel arguments (ARGS, then ARGS_FP8 for an fp8 cache, then the 2D kernel's
     ``feature_arg_names``); cheap per-tensor checks. ``features``:
     ``attention_tiled_2d.feature_args``'s keywords."""
@@ -105,7 +105,7 @@ def kernel_args(spec, q, k_cache, v_cache, segm_output, segm_max, segm_expsum, b
             q.stride(1), int(num_segments), hq, *cache_args(k_cache), *cache_args(v_cache)[:3],
             block_table.stride(0), *scales, *feature_args(spec, hq, **features),
             *quant.quant_args(spec, split=True, k_cache=k_cache, k_scale_cache=k_scale_cache,
-                              v_scale_cache=v_scale_cache)]
+                              v_scale_cache=v_scale_cache, q_descale=q_descale)]
 
 
 ARGS = ("q", "k_cache", "v_cache", "segm_output", "segm_max", "segm_expsum", "block_table",
