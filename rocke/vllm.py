@@ -21,8 +21,10 @@ as in vLLM); with vLLM's `VLLM_BATCH_INVARIANT=1` (or `ROCKE_BATCH_INVARIANT=1`)
 as in vLLM. Arguments rocke's kernels do not implement yet are refused before anything is
 launched, naming the argument; `out` is then untouched. vLLM 0.33's Triton backend passes R-SWA
 (`rswa_prefix_lens`, `rswa_window`), chunked attention (`chunk_lookback`), `use_td` and
-`mm_prefix_clamp_sliding_window` on every call: each is accepted at the value the backend passes
-with its feature off (`use_td`, an XPU hint, is accepted and ignored), anything else is refused.
+`mm_prefix_clamp_sliding_window` on every call: R-SWA and chunked attention are accepted at the
+value the backend passes with the feature off, anything else is refused; `use_td`, an XPU hint,
+is accepted and ignored; `mm_prefix_clamp_sliding_window` runs (Gemma 4's ranges clamped by the
+sliding window, ALGORITHM.md §12.8).
 
 `torch.ops.rocke.unified_attention` is the same call as a torch custom op (it mutates `out`, has a
 fake implementation; it takes `kv_quant_mode` by member name, a str, and `causal` as a bool), so
@@ -152,8 +154,6 @@ NEUTRAL_PARAMETERS = (
     ("rswa_window", None, "R-SWA's sliding window"),
     ("chunk_lookback", -1, "chunked attention: aligned chunks of the sliding window with "
                            "lookback"),
-    ("mm_prefix_clamp_sliding_window", False, "mm_prefix_range's bidirectional ranges clamped "
-                                              "by the sliding window"),
 )
 
 
@@ -168,12 +168,11 @@ def _refuse_off_features(rswa_prefix_lens, rswa_window, chunk_lookback, use_td,
     """NotImplementedError naming a vLLM 0.33 feature parameter given a value other than the one
     vLLM's backend passes with that feature off. ``use_td`` is only checked to be a bool."""
     if rswa_prefix_lens is None and rswa_window is None and chunk_lookback.__class__ is int \
-            and chunk_lookback == -1 and mm_prefix_clamp_sliding_window is False \
+            and chunk_lookback == -1 and mm_prefix_clamp_sliding_window.__class__ is bool \
             and use_td.__class__ is bool:
-        return      # the common case: every feature off
+        return      # the common case: every feature off (the clamp runs either way)
     given = dict(rswa_prefix_lens=rswa_prefix_lens, rswa_window=rswa_window,
-                 chunk_lookback=chunk_lookback,
-                 mm_prefix_clamp_sliding_window=mm_prefix_clamp_sliding_window)
+                 chunk_lookback=chunk_lookback)
     for name, neutral, feature in NEUTRAL_PARAMETERS:
         value = given[name]
         same = value is neutral if neutral is None or isinstance(neutral, bool) else \
@@ -186,6 +185,9 @@ def _refuse_off_features(rswa_prefix_lens, rswa_window, chunk_lookback, use_td,
     if not isinstance(use_td, bool):
         raise ValueError(f"use_td: must be a bool (vLLM's tensor-descriptor hint, ignored by "
                          f"rocke), got {use_td!r}")
+    if not isinstance(mm_prefix_clamp_sliding_window, bool):
+        raise ValueError(f"mm_prefix_clamp_sliding_window: must be a bool, got "
+                         f"{mm_prefix_clamp_sliding_window!r}")
 
 
 def _host_causal(causal, num_seqs: int):
@@ -296,7 +298,7 @@ def unified_attention(
     naming the argument and the value: `kv_quant_mode`s other than `SUPPORTED_KV_QUANT_MODES`
     (by vLLM's member name), and the features of `NEUTRAL_PARAMETERS` at any value but the one
     vLLM's Triton backend passes with them off (`rswa_prefix_lens=None`, `rswa_window=None`,
-    `chunk_lookback=-1`, `mm_prefix_clamp_sliding_window=False`). `use_td` (vLLM's Intel XPU
+    `chunk_lookback=-1`). `use_td` (vLLM's Intel XPU
     tensor-descriptor hint, a performance choice) is accepted and ignored. `causal` is a bool, or
     vLLM's per-sequence int32 tensor when it is on the host and every entry is 1 (plain causal);
     any other tensor is refused (a GPU one would need a synchronising read). Non-causal prefill
@@ -346,7 +348,8 @@ def unified_attention(
         and k_scale_cache is None and v_scale_cache is None and mm_prefix_range is None else dict(
             output_scale=output_scale, use_alibi_sqrt=use_alibi_sqrt,
             kv_quant_mode=_ENTRY_MODES[mode], k_scale_cache=k_scale_cache,
-            v_scale_cache=v_scale_cache, mm_prefix_range=mm_prefix_range)
+            v_scale_cache=v_scale_cache, mm_prefix_range=mm_prefix_range,
+            mm_prefix_clamp_sliding_window=mm_prefix_clamp_sliding_window)
     shape = seqused_k.shape if isinstance(seqused_k, torch.Tensor) else ()
     num_seqs = shape[0] if len(shape) == 1 else 0     # describe_problem names what is wrong
     per_seq_causal = False

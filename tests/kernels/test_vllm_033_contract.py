@@ -1,7 +1,8 @@
 """vLLM 0.33's `unified_attention` through rocke.vllm on the emulator: the five parameters vLLM's
-Triton backend added (rswa_prefix_lens, rswa_window, chunk_lookback, use_td,
-mm_prefix_clamp_sliding_window) run at the value the backend passes with their feature off and
-are refused, naming them, at any other; the per-sequence `causal` tensor; vLLM 0.33's
+Triton backend added: rswa_prefix_lens, rswa_window and chunk_lookback run at the value the
+backend passes with their feature off and are refused, naming them, at any other; use_td is
+accepted and ignored; mm_prefix_clamp_sliding_window runs either way (inert without ranges and a
+window, tests/kernels/test_attention_mm_clamp.py); the per-sequence `causal` tensor; vLLM 0.33's
 KVQuantMode refused by member name; a positional call in vLLM 0.33's order; the torch op taking
 the mode by name."""
 from __future__ import annotations
@@ -27,7 +28,8 @@ VLLM_MODES = SNAPSHOT["KVQuantMode"]["members"]          # name -> value, CUSTOM
 # each new parameter at the value vLLM 0.33's Triton backend passes with its feature off
 NEUTRAL = [("rswa_prefix_lens", None), ("rswa_window", None), ("chunk_lookback", -1),
            ("use_td", False), ("use_td", True),      # use_td: an XPU hint, accepted and ignored
-           ("mm_prefix_clamp_sliding_window", False)]
+           ("mm_prefix_clamp_sliding_window", False),
+           ("mm_prefix_clamp_sliding_window", True)]    # no ranges here: changes nothing
 
 
 def no_launch(monkeypatch):
@@ -99,7 +101,7 @@ def test_all_35_parameters_bind_positionally_in_vllm_033_order():
     assert not ws["softmax_segm_max"][:a["q"].shape[0]].isnan().any()     # workspaces bound
 
 
-@pytest.mark.parametrize("position", [26, 27, 32, 34])    # 0-based: rswa_*, chunk_lookback, clamp
+@pytest.mark.parametrize("position", [26, 27, 32])    # 0-based: rswa_*, chunk_lookback
 def test_a_positional_non_neutral_value_is_refused_by_its_vllm_name(no_launch, position):
     a = _decode()
     args = [a[n] for n in NAMES[:16]] + [None] * 10 + [None, None, False, KVQuantMode.NONE,
@@ -114,8 +116,6 @@ def test_a_positional_non_neutral_value_is_refused_by_its_vllm_name(no_launch, p
     ("rswa_prefix_lens", torch.zeros(2, dtype=torch.int32), "a torch.int32 tensor of shape (2,)"),
     ("rswa_window", 128, "128"), ("rswa_window", 0, "0"),
     ("chunk_lookback", 0, "0"), ("chunk_lookback", 2, "2"), ("chunk_lookback", -1.0, "-1.0"),
-    ("mm_prefix_clamp_sliding_window", True, "True"),
-    ("mm_prefix_clamp_sliding_window", 0, "0"),
 ])
 def test_non_neutral_values_are_refused_before_launch(no_launch, name, value, shown):
     a = _decode()
@@ -123,6 +123,14 @@ def test_non_neutral_values_are_refused_before_launch(no_launch, name, value, sh
                        match=rf"^{name}: {shown.replace('(', '[(]').replace(')', '[)]')}.* "
                              r"is not implemented by rocke yet"):
         unified_attention(**a, **{name: value})
+    assert not a["out"].any()
+
+
+@pytest.mark.parametrize("value", [0, 1, "yes", None])
+def test_a_clamp_flag_that_is_not_a_bool_is_refused_before_launch(no_launch, value):
+    a = _decode()
+    with pytest.raises(ValueError, match="^mm_prefix_clamp_sliding_window: must be a bool"):
+        unified_attention(**a, mm_prefix_clamp_sliding_window=value)
     assert not a["out"].any()
 
 

@@ -50,6 +50,9 @@ class UnifiedAttentionProblem:
     kv_token_scales: bool = False
     q_fp8: bool = False          # q in the fp8 cache's encoding, with a per-tensor q_descale
     mm_ranges: int = 0           # vLLM's mm_prefix_range: ranges per sequence (0 = not passed)
+    # vLLM's mm_prefix_clamp_sliding_window with ranges and a window (else inert: False): the
+    # ranges widen the window to the right only (ALGORITHM.md §12.8)
+    mm_clamp_window: bool = False
     batch_invariant: bool = False  # plan so a sequence's bits do not depend on the batch (§10.4)
 
     def __post_init__(self):
@@ -102,6 +105,8 @@ class UnifiedAttentionProblem:
                    sliding_window=self.window_left >= 0, sinks=self.sinks)
         if self.mm_ranges:       # only when passed: the other kernels' specs stay as they were
             out["mm_prefix_ranges"] = 1 << (self.mm_ranges - 1).bit_length()   # capacity
+        if self.mm_clamp_window:
+            out["mm_clamp_window"] = True
         out.update(self.quant_spec_fields())
         return out
 
@@ -143,6 +148,11 @@ def _check_mm_and_invariance_fields(p) -> None:
                          "causal=True")
     if not isinstance(p.batch_invariant, bool):
         raise ValueError(f"batch_invariant: must be a bool, got {p.batch_invariant!r}")
+    if not isinstance(p.mm_clamp_window, bool):
+        raise ValueError(f"mm_clamp_window: must be a bool, got {p.mm_clamp_window!r}")
+    if p.mm_clamp_window and not (p.mm_ranges and p.window_left >= 0):
+        raise ValueError("mm_clamp_window: clamps mm_prefix_range's ranges by the sliding "
+                         "window; it needs both (else it changes nothing: leave it False)")
 
 
 @dataclass(frozen=True)

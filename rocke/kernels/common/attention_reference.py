@@ -19,6 +19,7 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
                    alibi_slopes=None, qq_bias=None, sinks=None, q_descale=None, k_descale=None,
                    v_descale=None, alibi_sqrt: bool = False, k_scale_cache=None,
                    v_scale_cache=None, output_scale=None, mm_prefix_range=None,
+                   mm_clamp_window: bool = False,
                    out_dtype=torch.float8_e4m3fnuz) -> torch.Tensor:
     """fp32 ``[total_q, num_q_heads, head_size]`` attention output.
 
@@ -28,7 +29,9 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
     it: ``left >= 0`` masks keys more than ``left`` positions before the query, ``right >= 0``
     keys more than ``right`` after it. ``mm_prefix_range`` ``[num_seqs, R, 2]`` (vLLM's): a
     query and a key both inside one inclusive ``[start, end]`` range of absolute positions
-    (``start < end``) see each other whatever the causal mask and window say. Descales multiply the (dequantized) q / k / v: a scalar,
+    (``start < end``) see each other whatever the causal mask and window say -- except, with
+    ``mm_clamp_window`` (vLLM's ``mm_prefix_clamp_sliding_window``, Gemma 4), keys older than
+    the left window, which stay masked. Descales multiply the (dequantized) q / k / v: a scalar,
     ``[1]``, or per KV head ``[num_seqs, Hk]`` / ``[Hk]`` (the first row is used).
 
     ALGORITHM.md §13 (vLLM's semantics): ``alibi_sqrt`` makes the ALiBi term
@@ -93,7 +96,10 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
                 if start < end:
                     q_in = (query_pos >= start) & (query_pos <= end)
                     k_in = (key_pos >= start) & (key_pos <= end)
-                    masked &= ~(q_in[:, None] & k_in[None, :])
+                    seen = q_in[:, None] & k_in[None, :]
+                    if mm_clamp_window and left >= 0:
+                        seen &= key_pos[None, :] >= query_pos[:, None] - left
+                    masked &= ~seen
         scores = scores.masked_fill(masked[None], -math.inf)
         if sinks is not None:                                                  # 7. sinks
             sink_col = sinks.float()[:, None, None].expand(hq, q_len, 1)

@@ -52,6 +52,7 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                                 num_segments: int | None = None, output_scale=None,
                                 use_alibi_sqrt: bool = False, kv_quant_mode=None,
                                 k_scale_cache=None, v_scale_cache=None, mm_prefix_range=None,
+                                mm_prefix_clamp_sliding_window: bool = False,
                                 batch_invariant: bool | None = None,
                                 compile_only: bool = False,
                                 cache_key: tuple | None = None) -> RunRecord | None:
@@ -69,7 +70,9 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     ``use_alibi_sqrt`` and ``kv_quant_mode`` ("none", "fp8_per_tensor", "int8_per_token_head",
     "fp8_per_token_head") with ``k_scale_cache`` / ``v_scale_cache``: vLLM's, ALGORITHM.md §13.
     ``mm_prefix_range``: vLLM's bidirectional multimodal ranges, int32
-    ``[num_seqs, max_ranges, 2]`` (ALGORITHM.md §12.8). ``batch_invariant``: a sequence's output
+    ``[num_seqs, max_ranges, 2]`` (ALGORITHM.md §12.8), clamped by the sliding window with
+    ``mm_prefix_clamp_sliding_window`` (vLLM's, for Gemma 4; inert without ranges or a window).
+    ``batch_invariant``: a sequence's output
     bits independent of the batch (ALGORITHM.md §10.4); None reads ``ROCKE_BATCH_INVARIANT``.
     ``compile_only``: every check, the plan and every kernel build of the call (into the compile
     cache, ``ROCKE_CACHE_DIR``), no launch and no write to ``out``: a machine with LLVM's tools
@@ -85,7 +88,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     # adapter passes kv_quant_mode "none", which the validation reads exactly as None.
     key = None
     plain = compile_only is False and alibi_slopes is None and qq_bias is None and \
-        sinks is None and mm_prefix_range is None and output_scale is None and \
+        sinks is None and mm_prefix_range is None and \
+        mm_prefix_clamp_sliding_window is False and output_scale is None and \
         use_alibi_sqrt is False and k_scale_cache is None and v_scale_cache is None and \
         (kv_quant_mode is None or kv_quant_mode.__class__ is str and kv_quant_mode == "none")
     if plain and cache_key is not None:
@@ -128,8 +132,13 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     target_name = launch_target(q)
     problem = describe_problem(*args, target=target_name, **quant)
     mm_ranges = check_mm_prefix_range(mm_prefix_range, q, problem.num_seqs, problem.causal)
+    if not isinstance(mm_prefix_clamp_sliding_window, bool):
+        raise ValueError(f"mm_prefix_clamp_sliding_window: must be a bool, got "
+                         f"{mm_prefix_clamp_sliding_window!r}")
+    clamp = mm_prefix_clamp_sliding_window and bool(mm_ranges) and problem.window_left >= 0
     if mm_ranges or invariant:
-        problem = dataclasses.replace(problem, mm_ranges=mm_ranges, batch_invariant=invariant)
+        problem = dataclasses.replace(problem, mm_ranges=mm_ranges, batch_invariant=invariant,
+                                      mm_clamp_window=clamp)
     if problem.total_q == 0:
         return None
     device = launch_device(q, launch_device_kind(q))     # the tensors' GPU, not the current one

@@ -57,8 +57,9 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
             # are never visited; the left-edge tiles (older than the window of its last query)
             # and the diagonal tiles are masked, the tiles between run unmasked
             # (with mm ranges every tile may hold a range's key: none is skipped)
-            w_lo = k.const(0, "i32") if mm else \
-                udiv_const(dsl.maximum(ctx + q_start - a.window_left, 0), T)
+            # (clamped by the window, mm_clamp_window, the ranges reach no older key)
+            w_lo = k.const(0, "i32") if mm and not getattr(spec, "mm_clamp_window", False) \
+                else udiv_const(dsl.maximum(ctx + q_start - a.window_left, 0), T)
             w_full = udiv_const(dsl.maximum(ctx + q_start + q_rows - 1 - a.window_left, 0) + (T - 1), T)
             if split:      # the segments split the window's tiles, not the whole sequence
                 per_seg = (n_tiles - w_lo + a.num_segments - 1) // a.num_segments

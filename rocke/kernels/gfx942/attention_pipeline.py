@@ -129,10 +129,13 @@ def mm_row_bounds(c, layout, row_axis, row_origins) -> list:
         k.barrier()  # every wave has read the ranges before the Q stage (aliased) overwrites them
     # merged with the causal mask and the window, whose interval [qpos - window, qpos] also
     # holds the query: one interval per query, one unsigned compare per score
+    # (mm_clamp_window: a range's keys older than the window stay masked, so the window's lower
+    # end is the interval's)
     out = []
     for (lo, hi), qpos in zip(bounds, query_pos):
         own_lo = qpos - c.a.window_left if c.spec.sliding_window else 0
-        out.append((dsl.minimum(lo, own_lo), dsl.maximum(dsl.minimum(hi, c.kv_len - 1), qpos)))
+        lo = own_lo if getattr(c.spec, "mm_clamp_window", False) else dsl.minimum(lo, own_lo)
+        out.append((lo, dsl.maximum(dsl.minimum(hi, c.kv_len - 1), qpos)))
     return out
 
 

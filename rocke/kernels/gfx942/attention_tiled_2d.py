@@ -105,6 +105,9 @@ class UnifiedAttention2DSpec:
     # capacity (0 = off; a power of two, at least the call's range count), the ranges being
     # unrolled once per row before the tile loop (ALGORITHM.md §12.8)
     mm_prefix_ranges: int = 0
+    # vLLM's mm_prefix_clamp_sliding_window (Gemma 4): the ranges widen the sliding window to the
+    # right only, keys older than the window stay masked (needs mm_prefix_ranges and the window)
+    mm_clamp_window: bool = False
     # the causal (+ window) mask as one interval per query row, precomputed before the tile
     # loop: one unsigned compare per score and no per-score token division (ALGORITHM.md §12.8)
     interval_mask: bool = False
@@ -174,7 +177,8 @@ class UnifiedAttention2DSpec:
                  ("cfv", self.cfv_store), ("a64", self.kv_addr_64), ("kvfp8", self.fp8_kv)]
         flags += [(tag, getattr(self, name)) for name, tag in FEATURES.items()]
         flags += [("gs", self.group_split if self.group_split != 1 else False),
-                  ("mm", self.mm_prefix_ranges), ("im", self.interval_mask),
+                  ("mm", self.mm_prefix_ranges), ("mmcw", self.mm_clamp_window),
+                  ("im", self.interval_mask),
                   ("op", self.one_page_tile), ("ev", self.early_v)]
         for tag, value in flags:
             if value is True:
@@ -220,6 +224,11 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_int_range, "group_split", spec.group_split, 1, MAX_GROUP_SPLIT)
     ok &= rule(check_choice, "mm_prefix_ranges", spec.mm_prefix_ranges, MM_RANGE_CAPACITIES)
     ok &= rule(check_bool, "interval_mask", spec.interval_mask)
+    ok &= rule(check_bool, "mm_clamp_window", spec.mm_clamp_window)
+    if ok and spec.mm_clamp_window and not (spec.mm_prefix_ranges and spec.sliding_window):
+        out.append("mm_clamp_window: clamps the mm ranges by the sliding window; it needs "
+                   "mm_prefix_ranges and sliding_window")
+        ok = False
     ok &= rule(check_bool, "one_page_tile", spec.one_page_tile)
     ok &= rule(check_bool, "early_v", spec.early_v)
     ok &= rule(check_choice, "kv_cache_policy", spec.kv_cache_policy, tuple(CACHE_POLICIES))
