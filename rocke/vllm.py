@@ -21,10 +21,9 @@ as in vLLM); with vLLM's `VLLM_BATCH_INVARIANT=1` (or `ROCKE_BATCH_INVARIANT=1`)
 as in vLLM. Arguments rocke's kernels do not implement yet are refused before anything is
 launched, naming the argument; `out` is then untouched. vLLM 0.33's Triton backend passes R-SWA
 (`rswa_prefix_lens`, `rswa_window`), chunked attention (`chunk_lookback`), `use_td` and
-`mm_prefix_clamp_sliding_window` on every call: R-SWA and chunked attention are accepted at the
-value the backend passes with the feature off, anything else is refused; `use_td`, an XPU hint,
-is accepted and ignored; `mm_prefix_clamp_sliding_window` runs (Gemma 4's ranges clamped by the
-sliding window, ALGORITHM.md §12.8).
+`mm_prefix_clamp_sliding_window` on every call: R-SWA (ALGORITHM.md §12.10), chunked attention
+(§12.9) and the clamp (Gemma 4's ranges clamped by the sliding window, §12.8) run; `use_td`, an
+XPU hint, is accepted and ignored.
 
 `torch.ops.rocke.unified_attention` is the same call as a torch custom op (it mutates `out`, has a
 fake implementation; it takes `kv_quant_mode` by member name, a str, and `causal` as a bool), so
@@ -145,46 +144,24 @@ _ENTRY_MODES = {name: name.lower() for name in SUPPORTED_KV_QUANT_MODES}
 _NO_QUANT: dict = {}
 
 
-# vLLM 0.33's parameters for features rocke's kernels do not implement yet: (name, the value
-# vLLM's Triton backend passes with the feature off, what the feature is). Only that value is
-# accepted; any other is refused before anything is launched.
-NEUTRAL_PARAMETERS = (
-    ("rswa_prefix_lens", None, "R-SWA: prefix tokens globally visible, generated tokens in a "
-                               "sliding window"),
-    ("rswa_window", None, "R-SWA's sliding window"),
-    ("chunk_lookback", -1, "chunked attention: aligned chunks of the sliding window with "
-                           "lookback"),
-)
-
-
 def _described(value) -> str:
     if isinstance(value, torch.Tensor):
         return f"a {value.dtype} tensor of shape {tuple(value.shape)} on {value.device}"
     return repr(value)
 
 
-def _refuse_off_features(rswa_prefix_lens, rswa_window, chunk_lookback, use_td,
-                         mm_prefix_clamp_sliding_window) -> None:
-    """NotImplementedError naming a vLLM 0.33 feature parameter given a value other than the one
-    vLLM's backend passes with that feature off. ``use_td`` is only checked to be a bool."""
-    if rswa_prefix_lens is None and rswa_window is None and chunk_lookback.__class__ is int \
-            and chunk_lookback == -1 and mm_prefix_clamp_sliding_window.__class__ is bool \
+def _check_feature_parameters(chunk_lookback, use_td, mm_prefix_clamp_sliding_window) -> None:
+    """The types of the vLLM 0.33 feature parameters the entry point does not check itself:
+    ``use_td`` a bool (ignored), ``chunk_lookback`` an int, the clamp a bool. R-SWA's two are
+    the entry point's (``rswa_prefix_lens``, ``rswa_window``)."""
+    if chunk_lookback.__class__ is int and mm_prefix_clamp_sliding_window.__class__ is bool \
             and use_td.__class__ is bool:
-        return      # the common case: every feature off (the clamp runs either way)
-    given = dict(rswa_prefix_lens=rswa_prefix_lens, rswa_window=rswa_window,
-                 chunk_lookback=chunk_lookback)
-    for name, neutral, feature in NEUTRAL_PARAMETERS:
-        value = given[name]
-        same = value is neutral if neutral is None or isinstance(neutral, bool) else \
-            value.__class__ is int and value == neutral
-        if not same:
-            raise NotImplementedError(
-                f"{name}: {_described(value)} is not implemented by rocke yet ({feature}); "
-                f"rocke accepts only {neutral!r}, what vLLM's Triton backend passes with the "
-                f"feature off")
+        return      # the common case
     if not isinstance(use_td, bool):
         raise ValueError(f"use_td: must be a bool (vLLM's tensor-descriptor hint, ignored by "
                          f"rocke), got {use_td!r}")
+    if isinstance(chunk_lookback, bool) or not isinstance(chunk_lookback, int):
+        raise ValueError(f"chunk_lookback: must be an int (-1: off), got {chunk_lookback!r}")
     if not isinstance(mm_prefix_clamp_sliding_window, bool):
         raise ValueError(f"mm_prefix_clamp_sliding_window: must be a bool, got "
                          f"{mm_prefix_clamp_sliding_window!r}")
@@ -296,9 +273,9 @@ def unified_attention(
 
     Every argument is checked before any launch; what rocke does not implement yet is refused
     naming the argument and the value: `kv_quant_mode`s other than `SUPPORTED_KV_QUANT_MODES`
-    (by vLLM's member name), and the features of `NEUTRAL_PARAMETERS` at any value but the one
-    vLLM's Triton backend passes with them off (`rswa_prefix_lens=None`, `rswa_window=None`,
-    `chunk_lookback=-1`). `use_td` (vLLM's Intel XPU
+    (by vLLM's member name); R-SWA with chunked attention or clamped mm ranges. R-SWA
+    (`rswa_prefix_lens` with `rswa_window`), chunked attention (`chunk_lookback`) and
+    `mm_prefix_clamp_sliding_window` run. `use_td` (vLLM's Intel XPU
     tensor-descriptor hint, a performance choice) is accepted and ignored. `causal` is a bool, or
     vLLM's per-sequence int32 tensor when it is on the host and every entry is 1 (plain causal);
     any other tensor is refused (a GPU one would need a synchronising read). Non-causal prefill
@@ -313,7 +290,7 @@ def unified_attention(
     # calls with every feature off are keyed (the key holds all this call's tensors and numbers).
     key = None
     if rswa_prefix_lens is None and rswa_window is None and chunk_lookback.__class__ is int \
-            and chunk_lookback == -1 and mm_prefix_clamp_sliding_window is False \
+            and mm_prefix_clamp_sliding_window is False \
             and use_td.__class__ is bool and causal.__class__ is bool and output_scale is None \
             and use_alibi_sqrt is False and k_scale_cache is None and v_scale_cache is None \
             and mm_prefix_range is None and alibi_slopes is None and qq_bias is None \
@@ -326,8 +303,8 @@ def unified_attention(
         key = None if descales is None else call_key(
             (q, k, v, out, cu_seqlens_q, seqused_k, block_table, *descales),
             (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, seq_threshold_3D,
-             num_par_softmax_segments, use_td, q_descale is None, k_descale is None,
-             v_descale is None, _KEY_TAG), window_size, workspaces)
+             num_par_softmax_segments, use_td, chunk_lookback, q_descale is None,
+             k_descale is None, v_descale is None, _KEY_TAG), window_size, workspaces)
         entry = None if key is None else lookup(key)
         if entry is not None:
             entry.hit(cu_seqlens_q, seqused_k, block_table,
@@ -335,8 +312,7 @@ def unified_attention(
                        k_descale, v_descale, workspaces if entry.plan.path == "3d" else None,
                        q_descale))
             return
-    _refuse_off_features(rswa_prefix_lens, rswa_window, chunk_lookback, use_td,
-                         mm_prefix_clamp_sliding_window)
+    _check_feature_parameters(chunk_lookback, use_td, mm_prefix_clamp_sliding_window)
     mode = _refuse_unimplemented(output_scale, use_alibi_sqrt, kv_quant_mode,
                                  k_scale_cache, v_scale_cache, k)
     if mode in PER_TOKEN_HEAD_MODES:
@@ -350,6 +326,9 @@ def unified_attention(
             kv_quant_mode=_ENTRY_MODES[mode], k_scale_cache=k_scale_cache,
             v_scale_cache=v_scale_cache, mm_prefix_range=mm_prefix_range,
             mm_prefix_clamp_sliding_window=mm_prefix_clamp_sliding_window)
+    if chunk_lookback != -1 or rswa_prefix_lens is not None or rswa_window is not None:
+        quant = dict(quant, chunk_lookback=chunk_lookback, rswa_prefix_lens=rswa_prefix_lens,
+                     rswa_window=rswa_window)
     shape = seqused_k.shape if isinstance(seqused_k, torch.Tensor) else ()
     num_seqs = shape[0] if len(shape) == 1 else 0     # describe_problem names what is wrong
     per_seq_causal = False
@@ -442,8 +421,8 @@ def _register_torch_op():
         given = signature.bind(*args, **kwargs)
         given.apply_defaults()
         a = given.arguments
-        _refuse_off_features(a["rswa_prefix_lens"], a["rswa_window"], a["chunk_lookback"],
-                             a["use_td"], a["mm_prefix_clamp_sliding_window"])
+        _check_feature_parameters(a["chunk_lookback"], a["use_td"],
+                                  a["mm_prefix_clamp_sliding_window"])
         _op_mode(a["kv_quant_mode"])
         return None
 

@@ -216,7 +216,7 @@ class RockeAttentionBackend(TritonAttentionBackend):
 
     @classmethod
     def supports_rswa(cls) -> bool:
-        return False            # rocke.vllm refuses rswa_prefix_lens / rswa_window
+        return True             # ALGORITHM.md §12.10 (R-SWA with chunks or clamped ranges: refused)
 
     @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:

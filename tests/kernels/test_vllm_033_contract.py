@@ -1,8 +1,8 @@
 """vLLM 0.33's `unified_attention` through rocke.vllm on the emulator: the five parameters vLLM's
-Triton backend added: rswa_prefix_lens, rswa_window and chunk_lookback run at the value the
-backend passes with their feature off and are refused, naming them, at any other; use_td is
-accepted and ignored; mm_prefix_clamp_sliding_window runs either way (inert without ranges and a
-window, tests/kernels/test_attention_mm_clamp.py); the per-sequence `causal` tensor; vLLM 0.33's
+Triton backend added run: R-SWA (rswa_prefix_lens with rswa_window), chunk_lookback and
+mm_prefix_clamp_sliding_window (tests/kernels/test_attention_rswa.py, test_attention_chunked.py,
+test_attention_mm_clamp.py check their masks), use_td is accepted and ignored, a value of the
+wrong type is refused by name; the per-sequence `causal` tensor; vLLM 0.33's
 KVQuantMode refused by member name; a positional call in vLLM 0.33's order; the torch op taking
 the mode by name."""
 from __future__ import annotations
@@ -27,6 +27,7 @@ VLLM_MODES = SNAPSHOT["KVQuantMode"]["members"]          # name -> value, CUSTOM
 
 # each new parameter at the value vLLM 0.33's Triton backend passes with its feature off
 NEUTRAL = [("rswa_prefix_lens", None), ("rswa_window", None), ("chunk_lookback", -1),
+           ("chunk_lookback", 2),                         # no window here: changes nothing
            ("use_td", False), ("use_td", True),      # use_td: an XPU hint, accepted and ignored
            ("mm_prefix_clamp_sliding_window", False),
            ("mm_prefix_clamp_sliding_window", True)]    # no ranges here: changes nothing
@@ -101,28 +102,25 @@ def test_all_35_parameters_bind_positionally_in_vllm_033_order():
     assert not ws["softmax_segm_max"][:a["q"].shape[0]].isnan().any()     # workspaces bound
 
 
-@pytest.mark.parametrize("position", [26, 27, 32])    # 0-based: rswa_*, chunk_lookback
-def test_a_positional_non_neutral_value_is_refused_by_its_vllm_name(no_launch, position):
+@pytest.mark.parametrize("position, name", [(26, "rswa_prefix_lens"), (27, "rswa_window")])
+def test_a_positional_r_swa_argument_alone_is_refused_by_its_vllm_name(no_launch, position,
+                                                                        name):
+    """R-SWA's two arguments bind at vLLM 0.33's positions: one without the other is named."""
     a = _decode()
     args = [a[n] for n in NAMES[:16]] + [None] * 10 + [None, None, False, KVQuantMode.NONE,
                                                         None, None, -1, False, False]
-    args[position] = 7                   # an int where each of these expects None / -1 / False
-    with pytest.raises(NotImplementedError, match=rf"^{NAMES[position]}: 7 is not implemented"):
+    args[position] = torch.zeros(2, dtype=torch.int32) if position == 26 else 7
+    assert NAMES[position] == name
+    with pytest.raises(ValueError, match=r"R-SWA takes both"):
         unified_attention(*args)
     assert not a["out"].any()
 
 
-@pytest.mark.parametrize("name,value,shown", [
-    ("rswa_prefix_lens", torch.zeros(2, dtype=torch.int32), "a torch.int32 tensor of shape (2,)"),
-    ("rswa_window", 128, "128"), ("rswa_window", 0, "0"),
-    ("chunk_lookback", 0, "0"), ("chunk_lookback", 2, "2"), ("chunk_lookback", -1.0, "-1.0"),
-])
-def test_non_neutral_values_are_refused_before_launch(no_launch, name, value, shown):
+@pytest.mark.parametrize("value", [-1.0, True, "2"])
+def test_a_chunk_lookback_that_is_not_an_int_is_refused_before_launch(no_launch, value):
     a = _decode()
-    with pytest.raises(NotImplementedError,
-                       match=rf"^{name}: {shown.replace('(', '[(]').replace(')', '[)]')}.* "
-                             r"is not implemented by rocke yet"):
-        unified_attention(**a, **{name: value})
+    with pytest.raises(ValueError, match="^chunk_lookback: must be an int"):
+        unified_attention(**a, chunk_lookback=value)
     assert not a["out"].any()
 
 
@@ -134,16 +132,17 @@ def test_a_clamp_flag_that_is_not_a_bool_is_refused_before_launch(no_launch, val
     assert not a["out"].any()
 
 
-def test_r_swa_as_vllms_backend_passes_it_is_refused(no_launch):
-    """vLLM's backend sets both R-SWA arguments together; the first is named. (The guard
-    against launches sees one: these tests' "refused before launch" is not vacuous.)"""
-    with pytest.raises(AssertionError, match="launched although"):
-        unified_attention(**_decode(kv_lens=(33, 17)))
-    a = _decode()
-    with pytest.raises(NotImplementedError, match=r"^rswa_prefix_lens: .*R-SWA"):
-        unified_attention(**a, rswa_prefix_lens=torch.tensor([4, 4], dtype=torch.int32),
+def test_r_swa_as_vllms_backend_passes_it_runs():
+    """vLLM's backend sets both R-SWA arguments together (tests/kernels/test_attention_rswa.py
+    checks the mask against the reference)."""
+    from rocke.kernels.common.attention_reference import ref_paged_attn
+    a = _decode(kv_lens=(33, 17))
+    prefix = torch.tensor([4, 4], dtype=torch.int32)
+    unified_attention(**a, rswa_prefix_lens=prefix, rswa_window=16)
+    want = ref_paged_attn(a["q"], a["k"], a["v"], a["cu_seqlens_q"], a["seqused_k"],
+                          a["block_table"], a["softmax_scale"], rswa_prefix_lens=prefix,
                           rswa_window=16)
-    assert not a["out"].any()
+    _close(a["out"], want)
 
 
 def test_use_td_must_be_a_bool(no_launch):
@@ -252,9 +251,6 @@ def test_the_ops_fake_refuses_what_the_op_refuses():
     with FakeTensorMode(allow_non_fake_inputs=True):
         torch.ops.rocke.unified_attention(*_op_args(dict(a, window_size=[-1, -1])),
                                           chunk_lookback=-1, use_td=True)
-        with pytest.raises(NotImplementedError, match=r"^chunk_lookback: 2 is not implemented"):
-            torch.ops.rocke.unified_attention(*_op_args(dict(a, window_size=[-1, -1])),
-                                              chunk_lookback=2)
         with pytest.raises(NotImplementedError, match=r"^kv_quant_mode: KVQuantMode\.NVFP4 "):
             torch.ops.rocke.unified_attention(*_op_args(dict(a, window_size=[-1, -1])),
                                               kv_quant_mode="NVFP4")

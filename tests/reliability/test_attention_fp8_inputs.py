@@ -71,10 +71,14 @@ CASES = [
     ("k_fp8_v_f16", _cache("v", torch.float16), ValueError, r"v: dtype torch.float16 differs from k's"),
     ("k_f16_v_fp8", _cache("k", torch.float16), ValueError, r"v: dtype .*float8_e4m3fnuz differs from k's"),
     ("q_descale_not_one", _set(q_descale=torch.tensor([2.0])), ValueError,
-     r"q_descale: rocke's queries are fp16/bf16.*must be 1, got 2.0"),
+     r"q_descale: the query is fp16/bf16.*must be 1, got 2.0"),
     ("q_descale_shape", _set(q_descale=torch.ones(5)), ValueError, r"q_descale: shape"),
-    ("q_fp8", _set(q=torch.zeros(8, 4, 64).to(FP8)), ValueError,
-     r"q: dtype must be torch.float16 or torch.bfloat16"),
+    # an fp8 query runs with its q_descale (tests/kernels/test_attention_fp8_query.py)
+    ("q_fp8_no_descale", _set(q=torch.zeros(8, 4, 64).to(FP8)), ValueError,
+     r"q_descale: the fp8 query needs its dequantization scale"),
+    ("q_fp8_other_encoding", _set(q=torch.zeros(8, 4, 64).to(torch.float8_e5m2fnuz),
+                                  q_descale=torch.tensor([1.0])), ValueError,
+     r"q: an fp8 query .*float8_e5m2fnuz.* same encoding"),
 ]
 
 

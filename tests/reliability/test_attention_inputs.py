@@ -132,7 +132,7 @@ CASES = [
     ("fp8_e4m3fn_cache", _tensor("k", lambda t, a: t.to(torch.float8_e4m3fn)), ValueError,
      r"k: a torch.float8_e4m3fn cache .*e4m3fnuz"),
     ("q_descale_not_one", _set(q_descale=torch.tensor(0.5)), ValueError,
-     r"q_descale: rocke's queries are fp16/bf16.*must be 1, got 0.5"),
+     r"q_descale: the query is fp16/bf16.*must be 1, got 0.5"),
     ("k_descale_not_one", _set(k_descale=torch.tensor(0.5).expand(3, 2)), ValueError,
      r"k_descale: a non-fp8 KV cache .*must be 1, got 0.5"),
     ("v_descale_f16", _set(v_descale=torch.tensor(1.0, dtype=torch.float16)), ValueError,

@@ -381,7 +381,7 @@ def adapter_work(monkeypatch):
     one recorded by name), and the entry-point calls it makes (their backend=)."""
     from rocke import vllm
     done = []
-    for name in ("_refuse_off_features", "_refuse_unimplemented", "_check_3d_numbers",
+    for name in ("_check_feature_parameters", "_refuse_unimplemented", "_check_3d_numbers",
                  "uses_3d", "batch_invariant"):
         real = getattr(vllm, name)
         monkeypatch.setattr(vllm, name, lambda *a, _real=real, _name=name, **k:

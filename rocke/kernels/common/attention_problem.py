@@ -53,6 +53,12 @@ class UnifiedAttentionProblem:
     # vLLM's mm_prefix_clamp_sliding_window with ranges and a window (else inert: False): the
     # ranges widen the window to the right only (ALGORITHM.md §12.8)
     mm_clamp_window: bool = False
+    # vLLM's chunked attention (ALGORITHM.md §12.9): -1 off, else the chunks before a query's own
+    # it sees; chunk_size = (window_left + 1) // (chunk_lookback + 1), vLLM's rule
+    chunk_lookback: int = -1
+    # vLLM's R-SWA (ALGORITHM.md §12.10): keys before the sequence's prefix length visible besides
+    # the window, which is then R-SWA's (window_left = rswa_window - 1)
+    rswa: bool = False
     batch_invariant: bool = False  # plan so a sequence's bits do not depend on the batch (§10.4)
 
     def __post_init__(self):
@@ -107,6 +113,10 @@ class UnifiedAttentionProblem:
             out["mm_prefix_ranges"] = 1 << (self.mm_ranges - 1).bit_length()   # capacity
         if self.mm_clamp_window:
             out["mm_clamp_window"] = True
+        if self.chunk_lookback >= 0:
+            out["chunked"] = True
+        if self.rswa:
+            out["rswa_prefix"] = True
         out.update(self.quant_spec_fields())
         return out
 
@@ -122,6 +132,14 @@ class UnifiedAttentionProblem:
         if self.q_fp8:
             out["q_fp8"] = True
         return out
+
+    @property
+    def chunk_size(self) -> int:
+        """Chunked attention's chunk (vLLM's rule: the window's keys split into
+        chunk_lookback + 1 chunks), 0 when off or without a window."""
+        if self.chunk_lookback < 0 or self.window_left < 0:
+            return 0
+        return (self.window_left + 1) // (self.chunk_lookback + 1)
 
     @property
     def num_queries_per_kv(self) -> int:
@@ -150,6 +168,19 @@ def _check_mm_and_invariance_fields(p) -> None:
         raise ValueError(f"batch_invariant: must be a bool, got {p.batch_invariant!r}")
     if not isinstance(p.mm_clamp_window, bool):
         raise ValueError(f"mm_clamp_window: must be a bool, got {p.mm_clamp_window!r}")
+    if isinstance(p.chunk_lookback, bool) or not isinstance(p.chunk_lookback, int) or \
+            p.chunk_lookback < -1:
+        raise ValueError(f"chunk_lookback: must be -1 (off) or an int >= 0, got "
+                         f"{p.chunk_lookback!r}")
+    if p.chunk_lookback >= 0 and p.chunk_size < 1:
+        raise ValueError(f"chunk_lookback: {p.chunk_lookback} needs a sliding window of at least "
+                         f"chunk_lookback + 1 = {p.chunk_lookback + 1} keys (window_left + 1), got "
+                         f"{p.window_left + 1}")
+    if not isinstance(p.rswa, bool):
+        raise ValueError(f"rswa: must be a bool, got {p.rswa!r}")
+    if p.rswa and (p.window_left < 0 or p.chunk_lookback >= 0 or p.mm_clamp_window):
+        raise ValueError("rswa: R-SWA's window is the problem's window_left, without chunked "
+                         "attention or clamped mm ranges")
     if p.mm_clamp_window and not (p.mm_ranges and p.window_left >= 0):
         raise ValueError("mm_clamp_window: clamps mm_prefix_range's ranges by the sliding "
                          "window; it needs both (else it changes nothing: leave it False)")

@@ -19,7 +19,8 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
                    alibi_slopes=None, qq_bias=None, sinks=None, q_descale=None, k_descale=None,
                    v_descale=None, alibi_sqrt: bool = False, k_scale_cache=None,
                    v_scale_cache=None, output_scale=None, mm_prefix_range=None,
-                   mm_clamp_window: bool = False,
+                   mm_clamp_window: bool = False, chunk_lookback: int = -1,
+                   rswa_prefix_lens=None, rswa_window: int | None = None,
                    out_dtype=torch.float8_e4m3fnuz) -> torch.Tensor:
     """fp32 ``[total_q, num_q_heads, head_size]`` attention output.
 
@@ -31,7 +32,13 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
     query and a key both inside one inclusive ``[start, end]`` range of absolute positions
     (``start < end``) see each other whatever the causal mask and window say -- except, with
     ``mm_clamp_window`` (vLLM's ``mm_prefix_clamp_sliding_window``, Gemma 4), keys older than
-    the left window, which stay masked. Descales multiply the (dequantized) q / k / v: a scalar,
+    the left window, which stay masked. ``chunk_lookback >= 0`` with a left window (vLLM's
+    chunked attention): positions fall in chunks of ``(left + 1) // (chunk_lookback + 1)``
+    keys, and a query sees the keys of its own chunk and the ``chunk_lookback`` chunks before
+    it (in place of the window; causal still applies). ``rswa_prefix_lens`` ``[num_seqs]``
+    with ``rswa_window`` (vLLM's R-SWA): a key is visible when it is before its sequence's
+    prefix length or fewer than ``rswa_window`` positions behind the query (causal still
+    applies; the left window of ``window_size`` is then not applied, as in vLLM). Descales multiply the (dequantized) q / k / v: a scalar,
     ``[1]``, or per KV head ``[num_seqs, Hk]`` / ``[Hk]`` (the first row is used).
 
     ALGORITHM.md §13 (vLLM's semantics): ``alibi_sqrt`` makes the ALiBi term
@@ -87,7 +94,14 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
         masked = torch.zeros(q_len, kv_len, dtype=torch.bool)
         if causal:                                                             # 5. causal
             masked |= key_pos[None, :] > query_pos[:, None]
-        if left >= 0:                                                          # 6. window
+        if rswa_prefix_lens is not None:                                       # 6. R-SWA
+            prefix = int(rswa_prefix_lens[s])
+            recent = query_pos[:, None] - key_pos[None, :] < rswa_window
+            masked |= ~((key_pos[None, :] < prefix) | recent)
+        elif left >= 0 and chunk_lookback >= 0:                    # 6. chunks (vLLM's rule)
+            size = (left + 1) // (chunk_lookback + 1)
+            masked |= (query_pos[:, None] // size - key_pos[None, :] // size) > chunk_lookback
+        elif left >= 0:                                                        # 6. window
             masked |= key_pos[None, :] < query_pos[:, None] - left
         if right >= 0:
             masked |= key_pos[None, :] > query_pos[:, None] + right

@@ -33,6 +33,7 @@ from rocke.kernels.common.attention_problem import (BACKENDS, DTYPES, AttentionC
                                                    cdiv, num_sms, plan)
 from rocke.kernels.common.attention_validation import (ARG_INDEX, ARG_NAMES, FAST_CHECK_MAX_SEQS,
                                                       check_contents, check_mm_prefix_range,
+                                                      check_rswa,
                                                       contents_plainly_valid, descale_tensor,
                                                       describe_problem, resolve_batch_invariant)
 from rocke.kernels.common.knobs import AttentionKnobs
@@ -53,6 +54,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
                                 use_alibi_sqrt: bool = False, kv_quant_mode=None,
                                 k_scale_cache=None, v_scale_cache=None, mm_prefix_range=None,
                                 mm_prefix_clamp_sliding_window: bool = False,
+                                chunk_lookback: int = -1, rswa_prefix_lens=None,
+                                rswa_window: int | None = None,
                                 batch_invariant: bool | None = None,
                                 compile_only: bool = False,
                                 cache_key: tuple | None = None) -> RunRecord | None:
@@ -72,7 +75,9 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     ``mm_prefix_range``: vLLM's bidirectional multimodal ranges, int32
     ``[num_seqs, max_ranges, 2]`` (ALGORITHM.md §12.8), clamped by the sliding window with
     ``mm_prefix_clamp_sliding_window`` (vLLM's, for Gemma 4; inert without ranges or a window).
-    ``batch_invariant``: a sequence's output
+    ``chunk_lookback``: vLLM's chunked attention (ALGORITHM.md §12.9; -1 off, inert without a
+    sliding window). ``rswa_prefix_lens`` (int32 ``[num_seqs]``) with ``rswa_window``: vLLM's
+    R-SWA (§12.10), both or neither. ``batch_invariant``: a sequence's output
     bits independent of the batch (ALGORITHM.md §10.4); None reads ``ROCKE_BATCH_INVARIANT``.
     ``compile_only``: every check, the plan and every kernel build of the call (into the compile
     cache, ``ROCKE_CACHE_DIR``), no launch and no write to ``out``: a machine with LLVM's tools
@@ -89,7 +94,9 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     key = None
     plain = compile_only is False and alibi_slopes is None and qq_bias is None and \
         sinks is None and mm_prefix_range is None and \
-        mm_prefix_clamp_sliding_window is False and output_scale is None and \
+        mm_prefix_clamp_sliding_window is False and chunk_lookback.__class__ is int and \
+        rswa_prefix_lens is None and rswa_window is None and \
+        output_scale is None and \
         use_alibi_sqrt is False and k_scale_cache is None and v_scale_cache is None and \
         (kv_quant_mode is None or kv_quant_mode.__class__ is str and kv_quant_mode == "none")
     if plain and cache_key is not None:
@@ -99,7 +106,7 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         if descales is not None:
             key = call_key((q, k, v, out, cu_seqlens_q, seqused_k, block_table, *descales),
                            (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, backend,
-                            num_segments, batch_invariant, q_descale is None,
+                            num_segments, batch_invariant, chunk_lookback, q_descale is None,
                             k_descale is None, v_descale is None), window_size,
                            segm_workspaces)
         if key is not None:     # by the addresses (a hash of a few ints), then the rest
@@ -136,9 +143,17 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         raise ValueError(f"mm_prefix_clamp_sliding_window: must be a bool, got "
                          f"{mm_prefix_clamp_sliding_window!r}")
     clamp = mm_prefix_clamp_sliding_window and bool(mm_ranges) and problem.window_left >= 0
-    if mm_ranges or invariant:
-        problem = dataclasses.replace(problem, mm_ranges=mm_ranges, batch_invariant=invariant,
-                                      mm_clamp_window=clamp)
+    if isinstance(chunk_lookback, bool) or not isinstance(chunk_lookback, int) or \
+            chunk_lookback < -1:
+        raise ValueError(f"chunk_lookback: must be -1 (off) or an int >= 0, got "
+                         f"{chunk_lookback!r}")
+    chunk = chunk_lookback if problem.window_left >= 0 else -1    # inert without a window
+    rswa_left = check_rswa(rswa_prefix_lens, rswa_window, q, problem.num_seqs, chunk, clamp)
+    if mm_ranges or invariant or chunk >= 0 or rswa_left is not None:
+        problem = dataclasses.replace(
+            problem, mm_ranges=mm_ranges, batch_invariant=invariant, mm_clamp_window=clamp,
+            chunk_lookback=chunk, rswa=rswa_left is not None,
+            window_left=problem.window_left if rswa_left is None else rswa_left)
     if problem.total_q == 0:
         return None
     device = launch_device(q, launch_device_kind(q))     # the tensors' GPU, not the current one
@@ -156,6 +171,10 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         features["output_scale"] = output_scale
     if mm_prefix_range is not None:
         features["mm_prefix_range"] = mm_prefix_range
+    if problem.chunk_lookback >= 0:
+        features["chunk"] = (problem.chunk_size, problem.chunk_lookback)
+    if problem.rswa:
+        features["rswa_prefix_lens"] = rswa_prefix_lens
     pack = functools.partial(_pack, device, target, the_plan, kernels, problem, features,
                              max_seqlen_q, max_seqlen_k)
     call = (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale, k_descale,

@@ -575,6 +575,37 @@ MAX_MM_RANGES = 16
 MM_POSITION_LIMIT = 2 ** 30     # |start|, |end|: their differences must not overflow int32
 
 
+def check_rswa(prefix_lens, window, q, num_seqs: int, chunk_lookback: int,
+               mm_clamp_window: bool) -> int | None:
+    """vLLM's R-SWA arguments: both None (returns None), or ``prefix_lens`` an int32
+    ``[num_seqs]`` tensor on q's device (on the host: each >= 0) with ``window`` an int >= 1;
+    returns the kernels' window_left, ``window - 1`` (R-SWA's window replaces the sliding
+    window's, as in vLLM). With chunked attention or clamped mm ranges it is not implemented."""
+    if prefix_lens is None and window is None:
+        return None
+    import torch
+    if prefix_lens is None or window is None:
+        raise ValueError("rswa_prefix_lens / rswa_window: R-SWA takes both (vLLM passes them "
+                         f"together), got rswa_prefix_lens={'a tensor' if prefix_lens is not None else None}, "
+                         f"rswa_window={window!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window < 2 ** 31:
+        raise ValueError(f"rswa_window: must be an int in [1, 2**31), got {window!r}")
+    if not is_tensor(prefix_lens) or prefix_lens.dtype != torch.int32 or \
+            list(prefix_lens.shape) != [num_seqs] or prefix_lens.stride(0) != 1:
+        raise ValueError(f"rswa_prefix_lens: must be a contiguous int32 tensor [num_seqs] = "
+                         f"[{num_seqs}], got {getattr(prefix_lens, 'dtype', type(prefix_lens).__name__)} "
+                         f"{list(getattr(prefix_lens, 'shape', []))}")
+    if prefix_lens.device != q.device:
+        raise ValueError(f"rswa_prefix_lens: on {prefix_lens.device}, but q is on {q.device}")
+    if prefix_lens.device.type == "cpu" and num_seqs and int(prefix_lens.min()) < 0:
+        raise ValueError(f"rswa_prefix_lens: prefix lengths must be >= 0, got "
+                         f"{int(prefix_lens.min())}")
+    if chunk_lookback >= 0 or mm_clamp_window:
+        raise NotImplementedError("rswa_prefix_lens: R-SWA with chunked attention or clamped "
+                                  "mm ranges is not implemented by rocke yet")
+    return window - 1
+
+
 def check_mm_prefix_range(t, q, num_seqs: int, causal: bool) -> int:
     """vLLM's ``mm_prefix_range``: None, or an int32 ``[num_seqs, max_ranges, 2]`` tensor of
     inclusive ``[start, end]`` key/query positions per sequence (a range with ``start >= end``

@@ -541,7 +541,8 @@ def needs_interval_mask(p: UnifiedAttentionProblem) -> bool:
     fp16 wide4 with an fp8 cache (``rocke report --reachable --corners``). A window alone does
     on the transposed-x8 path (x8_window_interval); mm ranges already mask by interval."""
     return p.window_left >= 0 and not p.mm_ranges and (len(p.features) > 1 or
-                                                        p.kv_dtype is not None)
+                                                        p.kv_dtype is not None or
+                                                        p.chunk_lookback >= 0 or p.rswa)
 
 
 def few_warp_x8_window(p: UnifiedAttentionProblem, geo: Geometry) -> bool:

@@ -84,11 +84,14 @@ def feature_arg_names(spec) -> tuple[str, ...]:
              "sliding_window": ("window_left",), "sinks": ("sinks",)}
     mm = ("mm_prefix_range", "mm_stride_seq", "mm_num_ranges") \
         if getattr(spec, "mm_prefix_ranges", 0) else ()
-    return tuple(n for f in spec.features for n in names[f]) + mm
+    chunk = ("chunk_size", "chunk_lookback") if getattr(spec, "chunked", False) else ()
+    rswa = ("rswa_prefix_lens",) if getattr(spec, "rswa_prefix", False) else ()
+    return tuple(n for f in spec.features for n in names[f]) + mm + chunk + rswa
 
 
 def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=None, qq_bias=None,
-                 window_left: int = -1, sinks=None, mm_prefix_range=None) -> list:
+                 window_left: int = -1, sinks=None, mm_prefix_range=None, chunk=None,
+                 rswa_prefix_lens=None) -> list:
     """The feature arguments of ``spec`` (``feature_arg_names`` order), each checked against the
     spec: a feature the spec applies needs its value, a value the spec would ignore is refused."""
     import torch
@@ -121,7 +124,42 @@ def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=N
         out.append(window_left)
     if spec.sinks:
         out.append(_per_head_tensor("sinks", sinks, num_q_heads))
-    return out + mm_prefix_args(spec, mm_prefix_range)
+    return (out + mm_prefix_args(spec, mm_prefix_range) + chunk_args(spec, chunk) +
+            rswa_args(spec, rswa_prefix_lens))
+
+
+def rswa_args(spec, prefix_lens) -> list:
+    """R-SWA's argument (after chunked attention's): the int32 [num_seqs] prefix lengths, given
+    exactly when the spec is ``rswa_prefix``."""
+    import torch
+    on = getattr(spec, "rswa_prefix", False)
+    if (prefix_lens is not None) != on:
+        state = "applies" if on else "does not apply"
+        raise ValueError(f"rswa_prefix_lens: the kernel {spec.kernel_name} {state} R-SWA, but the "
+                         f"call {'passes' if prefix_lens is not None else 'omits'} it")
+    if not on:
+        return []
+    if not isinstance(prefix_lens, torch.Tensor) or prefix_lens.dtype != torch.int32 or \
+            prefix_lens.dim() != 1 or prefix_lens.stride(0) != 1:
+        raise ValueError("rswa_prefix_lens: must be a contiguous 1-D int32 tensor [num_seqs]")
+    return [prefix_lens]
+
+
+def chunk_args(spec, chunk) -> list:
+    """Chunked attention's arguments (after the mm ranges'): ``chunk`` = (chunk_size,
+    chunk_lookback), given exactly when the spec is ``chunked``."""
+    on = getattr(spec, "chunked", False)
+    if (chunk is not None) != on:
+        state = "applies" if on else "does not apply"
+        raise ValueError(f"chunk_lookback: the kernel {spec.kernel_name} {state} chunked "
+                         f"attention, but the call {'passes' if chunk is not None else 'omits'} it")
+    if not on:
+        return []
+    size, lookback = chunk
+    for name, v, low in (("chunk_size", size, 1), ("chunk_lookback", lookback, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v < I32_LIMIT:
+            raise ValueError(f"{name}: must be an int in [{low}, 2**31), got {v!r}")
+    return [size, lookback]
 
 
 def mm_prefix_args(spec, t) -> list:

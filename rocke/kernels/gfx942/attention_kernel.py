@@ -57,10 +57,22 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
             # are never visited; the left-edge tiles (older than the window of its last query)
             # and the diagonal tiles are masked, the tiles between run unmasked
             # (with mm ranges every tile may hold a range's key: none is skipped)
-            # (clamped by the window, mm_clamp_window, the ranges reach no older key)
-            w_lo = k.const(0, "i32") if mm and not getattr(spec, "mm_clamp_window", False) \
-                else udiv_const(dsl.maximum(ctx + q_start - a.window_left, 0), T)
-            w_full = udiv_const(dsl.maximum(ctx + q_start + q_rows - 1 - a.window_left, 0) + (T - 1), T)
+            # (clamped by the window, mm_clamp_window, the ranges reach no older key; chunked
+            # attention's lower end is its first query's chunk, ALGORITHM.md §12.9)
+            chunked = getattr(spec, "chunked", False)
+
+            def oldest(qpos):       # the oldest key query ``qpos`` sees by causal + window
+                if chunked:
+                    return (qpos // a.chunk_size - a.chunk_lookback) * a.chunk_size
+                return qpos - a.window_left
+            if (mm and not getattr(spec, "mm_clamp_window", False)) or \
+                    getattr(spec, "rswa_prefix", False):     # R-SWA: the prefix's tiles too
+                w_lo = k.const(0, "i32")
+            elif mm:
+                w_lo = udiv_const(dsl.maximum(ctx + q_start - a.window_left, 0), T)
+            else:
+                w_lo = udiv_const(dsl.maximum(oldest(ctx + q_start), 0), T)
+            w_full = udiv_const(dsl.maximum(oldest(ctx + q_start + q_rows - 1), 0) + (T - 1), T)
             if split:      # the segments split the window's tiles, not the whole sequence
                 per_seg = (n_tiles - w_lo + a.num_segments - 1) // a.num_segments
                 lo = dsl.minimum(w_lo + segment * per_seg, n_tiles)

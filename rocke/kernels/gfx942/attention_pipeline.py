@@ -83,6 +83,11 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
         a.mm_prefix_range = k.arg_ptr("mm_prefix_range", "i32", readonly=True, strided=True)
         a.mm_stride_seq = k.arg_i32("mm_stride_seq")
         a.mm_num_ranges = k.arg_i32("mm_num_ranges")
+    if getattr(spec, "chunked", False):
+        a.chunk_size = k.arg_i32("chunk_size")
+        a.chunk_lookback = k.arg_i32("chunk_lookback")
+    if getattr(spec, "rswa_prefix", False):
+        a.rswa_prefix_lens = k.arg_ptr("rswa_prefix_lens", "i32", readonly=True)
     quant.declare_args(k, spec, a, split)      # after the features' (attention_quant)
     return a
 
@@ -133,10 +138,29 @@ def mm_row_bounds(c, layout, row_axis, row_origins) -> list:
     # end is the interval's)
     out = []
     for (lo, hi), qpos in zip(bounds, query_pos):
-        own_lo = qpos - c.a.window_left if c.spec.sliding_window else 0
-        lo = own_lo if getattr(c.spec, "mm_clamp_window", False) else dsl.minimum(lo, own_lo)
-        out.append((lo, dsl.maximum(dsl.minimum(hi, c.kv_len - 1), qpos)))
+        own_lo = visible_from(c, qpos)
+        if getattr(c.spec, "mm_clamp_window", False):
+            lo = dsl.maximum(lo, qpos - c.a.window_left)
+        out.append((dsl.minimum(lo, own_lo), dsl.maximum(dsl.minimum(hi, c.kv_len - 1), qpos)))
     return out
+
+
+def _query_rows(c, layout, row_axis, row_origin):
+    """(row token, absolute query position) per score value of ``layout`` for a row group."""
+    rows, _ = _axes(Fragment.full(c.k, layout, dsl.i32, 0), row_axis, row_origin, 0)
+    tok, _ = c.row_token(rows)
+    return tok, tok + c.ctx
+
+
+def visible_from(c, qpos):
+    """The oldest key the query at absolute position ``qpos`` sees by the causal mask and the
+    window: ``qpos - window_left``, or with chunked attention the start of the chunk
+    ``chunk_lookback`` chunks before its own (ALGORITHM.md §12.9; may be negative), 0 without a
+    window."""
+    if getattr(c.spec, "chunked", False):
+        size = c.a.chunk_size
+        return (qpos // size - c.a.chunk_lookback) * size
+    return qpos - c.a.window_left if c.spec.sliding_window else 0
 
 
 def cache_head(spec, head_block):
@@ -527,6 +551,8 @@ class TileLoop:
             # vLLM's (causal AND window) OR in-range, as one interval per query row
             lo, hi = self.mm_rows[group]         # that union, one interval per query
             visible = (keys - lo).bitcast(dsl.u32) <= (hi - lo).bitcast(dsl.u32)
+            if getattr(s, "rswa_prefix", False):     # or in the prefix (ALGORITHM.md §12.10)
+                visible = visible | (keys < self.prefix_rows[group])
             return scaled.where(visible, -math.inf)
         visible = keys <= tok + c.ctx
         if s.sliding_window:
@@ -551,6 +577,11 @@ class TileLoop:
                               for r0 in row_origins]
         if getattr(s, "mm_prefix_ranges", 0) or getattr(s, "interval_mask", False):
             self.mm_rows = mm_row_bounds(c, C, self.row_axis, row_origins)
+        if getattr(s, "rswa_prefix", False):
+            # R-SWA: keys before min(prefix, query + 1) are visible too (one signed compare)
+            prefix = c.a.rswa_prefix_lens.load(c.seq)
+            self.prefix_rows = [dsl.minimum(qpos + 1, prefix) for _, qpos in
+                                (_query_rows(c, C, self.row_axis, r0) for r0 in row_origins)]
 
     def initial_state(self, group: int, key_axis: int):
         """(m, l) a row starts from: (-inf, 0), or (sink, 1) with sinks (ALGORITHM.md §12.7). In

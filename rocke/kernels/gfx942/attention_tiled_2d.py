@@ -108,6 +108,15 @@ class UnifiedAttention2DSpec:
     # vLLM's mm_prefix_clamp_sliding_window (Gemma 4): the ranges widen the sliding window to the
     # right only, keys older than the window stay masked (needs mm_prefix_ranges and the window)
     mm_clamp_window: bool = False
+    # vLLM's chunked attention (chunk_lookback, Llama 4): a query sees the keys of its own
+    # window-aligned chunk and the chunk_lookback chunks before it (runtime chunk_size and
+    # chunk_lookback), in place of the window's lower end; needs sliding_window and
+    # interval_mask or mm_prefix_ranges (ALGORITHM.md §12.9)
+    chunked: bool = False
+    # vLLM's R-SWA: keys before the sequence's prefix length (a runtime [num_seqs] int32) stay
+    # visible besides the sliding window (the R-SWA window); needs sliding_window and
+    # interval_mask or mm_prefix_ranges (ALGORITHM.md §12.10)
+    rswa_prefix: bool = False
     # the causal (+ window) mask as one interval per query row, precomputed before the tile
     # loop: one unsigned compare per score and no per-score token division (ALGORITHM.md §12.8)
     interval_mask: bool = False
@@ -178,6 +187,7 @@ class UnifiedAttention2DSpec:
         flags += [(tag, getattr(self, name)) for name, tag in FEATURES.items()]
         flags += [("gs", self.group_split if self.group_split != 1 else False),
                   ("mm", self.mm_prefix_ranges), ("mmcw", self.mm_clamp_window),
+                  ("chunk", self.chunked), ("rswa", self.rswa_prefix),
                   ("im", self.interval_mask),
                   ("op", self.one_page_tile), ("ev", self.early_v)]
         for tag, value in flags:
@@ -225,6 +235,23 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_choice, "mm_prefix_ranges", spec.mm_prefix_ranges, MM_RANGE_CAPACITIES)
     ok &= rule(check_bool, "interval_mask", spec.interval_mask)
     ok &= rule(check_bool, "mm_clamp_window", spec.mm_clamp_window)
+    ok &= rule(check_bool, "chunked", spec.chunked)
+    ok &= rule(check_bool, "rswa_prefix", spec.rswa_prefix)
+    if ok and spec.rswa_prefix and not (spec.sliding_window and (spec.interval_mask or
+                                                                spec.mm_prefix_ranges)):
+        out.append("rswa_prefix: R-SWA adds the prefix to the sliding window's interval; it "
+                   "needs sliding_window and interval_mask (or mm_prefix_ranges)")
+        ok = False
+    if ok and spec.rswa_prefix and (spec.chunked or spec.mm_clamp_window):
+        out.append("rswa_prefix: R-SWA with chunked attention or clamped mm ranges is not "
+                   "implemented")
+        ok = False
+    if ok and spec.chunked and not (spec.sliding_window and (spec.interval_mask or
+                                                            spec.mm_prefix_ranges)):
+        out.append("chunked: chunked attention replaces the sliding window's lower end per query "
+                   "row; it needs sliding_window and interval_mask (or mm_prefix_ranges, which "
+                   "mask by interval too)")
+        ok = False
     if ok and spec.mm_clamp_window and not (spec.mm_prefix_ranges and spec.sliding_window):
         out.append("mm_clamp_window: clamps the mm ranges by the sliding window; it needs "
                    "mm_prefix_ranges and sliding_window")
