@@ -278,8 +278,8 @@ def unified_attention(
     `mm_prefix_clamp_sliding_window` run. `use_td` (vLLM's Intel XPU
     tensor-descriptor hint, a performance choice) is accepted and ignored. `causal` is a bool, or
     vLLM's per-sequence int32 tensor when it is on the host and every entry is 1 (plain causal);
-    any other tensor is refused (a GPU one would need a synchronising read). Non-causal prefill
-    stays refused (decode rows are the same either way).
+    any other tensor is refused (a GPU one would need a synchronising read). `causal=False`
+    runs: non-causal prefill, its window symmetric (ALGORITHM.md §12.11).
     `output_scale` (fp8 `out`), `use_alibi_sqrt`, the per-token-head modes with their scale
     caches (ALGORITHM.md §13) and `mm_prefix_range` (§12.8) run; in the per-token-head modes
     `k_descale`/`v_descale` are not read, as in vLLM's kernel. An fp8 `q` with its per-tensor

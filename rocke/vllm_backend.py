@@ -212,7 +212,7 @@ class RockeAttentionBackend(TritonAttentionBackend):
 
     @classmethod
     def supports_non_causal(cls) -> bool:
-        return False            # rocke refuses non-causal prefill (decode is causal either way)
+        return True             # non-causal decoder prefill, ALGORITHM.md §12.11
 
     @classmethod
     def supports_rswa(cls) -> bool:

@@ -149,7 +149,10 @@ CASES = [
     ("max_seqlen_k_not_int", _set(max_seqlen_k=33.0), ValueError, r"max_seqlen_k: must be an int"),
     ("softmax_scale_nan", _set(softmax_scale=math.nan), ValueError, r"softmax_scale"),
     ("causal_not_bool", _set(causal=1), ValueError, r"causal: must be a bool"),
-    ("non_causal_prefill", _set(causal=False), NotImplementedError, r"causal: non-causal prefill"),
+    # non-causal prefill runs (tests/kernels/test_attention_non_causal.py); its window is
+    # symmetric, vLLM's (sw - 1, sw - 1)
+    ("non_causal_one_sided_window", _set(causal=False, window_size=(4, 0)), ValueError,
+     r"window_size: non-causal, the window is symmetric"),
 ]
 
 

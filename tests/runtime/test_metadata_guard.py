@@ -42,7 +42,7 @@ def _lies(a):
         "kv_past_table": (("seqused_k", 0, width * 16 + 1),
                           f"seqused_k: sequence 0 has {width * 16 + 1} KV tokens, outside "
                           f"[0, {width * 16}] (its block table row's capacity)"),
-        "q_after_kv": (("seqused_k", 1, 2), "seqused_k: causal attention needs query_len <= "
+        "q_after_kv": (("seqused_k", 1, 2), "seqused_k: attention needs query_len <= "
                                             "kv_len, but sequence 1 has query_len 3 > kv_len 2"),
         "page_negative": (("block_table", (1, 1), -7), "block_table: sequence 1 uses block index -7 "
                                                         f"at column 1, outside the cache's [0, "

@@ -96,9 +96,10 @@ class UnifiedAttentionProblem:
                              f"{self.window_left!r}")
         _check_quant_fields(self)
         _check_mm_and_invariance_fields(self)
-        if self.window_left >= 0 and not self.causal and self.max_seqlen_q > 1:
-            raise ValueError("window_left: the sliding window is bottom-right aligned like the "
-                             "causal mask (ALGORITHM.md §12.6); it needs causal=True for prefill")
+        if not self.causal and self.max_seqlen_q > 1 and (self.mm_ranges or self.rswa or
+                                                          self.chunk_lookback >= 0):
+            raise ValueError("causal: mm ranges, R-SWA and chunked attention widen or narrow the "
+                             "causal mask; non-causal prefill takes none of them")
 
     @property
     def features(self) -> frozenset:
@@ -117,6 +118,8 @@ class UnifiedAttentionProblem:
             out["chunked"] = True
         if self.rswa:
             out["rswa_prefix"] = True
+        if not self.causal and self.max_seqlen_q > 1:    # a decode row is the same either way
+            out["non_causal"] = True
         out.update(self.quant_spec_fields())
         return out
 

@@ -263,8 +263,6 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     else:
         # a GPU's metadata is not read on the host (that would synchronise and break graph
         # capture): what is derivable from the numbers the caller passed is checked here
-        if not causal and max_seqlen_q > 1:
-            raise NotImplementedError(NON_CAUSAL_PREFILL)
         true_max_q = max_seqlen_q
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or \
             not math.isfinite(softmax_scale) or softmax_scale <= 0:
@@ -287,7 +285,7 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     elif q_descale is not None:
         _check_descale("q_descale", q_descale, num_seqs, num_kv_heads, fp8=False, device=q.device)
 
-    window_left = _check_window(window_size)
+    window_left = _check_window(window_size, causal)
     softcap = _check_softcap(softcap)
     if not isinstance(use_alibi_sqrt, bool):
         raise ValueError(f"use_alibi_sqrt: must be a bool, got {use_alibi_sqrt!r}")
@@ -412,11 +410,6 @@ def _check_output_scale(output_scale, out, q, caps=None) -> str | None:
     return out_fp8[out_name]
 
 
-NON_CAUSAL_PREFILL = ("causal: non-causal prefill (causal=False with a query longer than 1 token) "
-                      "is not supported; the kernels apply the bottom-right causal mask "
-                      "(ALGORITHM.md §3)")
-
-
 def check_contents(cu_seqlens_q, seqused_k, block_table, total_q: int, num_blocks: int,
                     block_size: int, causal: bool, max_seqlen_q: int, max_seqlen_k: int) -> int:
     """The checks that read the metadata's contents (host tensors only; numpy views, no copies);
@@ -448,12 +441,11 @@ def check_contents(cu_seqlens_q, seqused_k, block_table, total_q: int, num_block
         s = int(np.flatnonzero(lens_k > capacity)[0])
         raise ValueError(f"seqused_k: sequence {s} has {int(lens_k[s])} KV tokens, beyond its block "
                          f"table's capacity {block_table.shape[1]} blocks x {block_size} = {capacity}")
-    if not causal and true_max_q > 1:
-        # decode rows are the same either way; the kernels always apply the causal mask
-        raise NotImplementedError(NON_CAUSAL_PREFILL)
-    if causal and num_seqs and (q_lens > lens_k).any():
+    if num_seqs and (q_lens > lens_k).any():
+        # a query's position is ctx + i with ctx = kv_len - query_len >= 0 (non-causal too: its
+        # window is centred there, and vLLM's encoder layers pass query_len == kv_len)
         s = int(np.flatnonzero(q_lens > lens_k)[0])
-        raise ValueError(f"seqused_k: causal attention needs query_len <= kv_len, but sequence {s} "
+        raise ValueError(f"seqused_k: attention needs query_len <= kv_len, but sequence {s} "
                          f"has query_len {int(q_lens[s])} > kv_len {int(lens_k[s])}")
     if num_seqs:
         used_blocks = (lens_k + block_size - 1) // block_size
@@ -516,10 +508,12 @@ def table_plainly_valid(block_table, num_blocks: int) -> bool:
     return 0 <= lowest and highest < num_blocks
 
 
-def _check_window(window_size) -> int:
+def _check_window(window_size, causal: bool = True) -> int:
     """vLLM's ``window_size``: ``(-1, -1)`` (or None) = no window; ``(left, 0)`` with ``left >= 0``
     = keys at most ``left`` positions before the query (vLLM passes ``(sliding_window - 1, 0)``;
-    ``(left, -1)`` means the same under the causal mask). Returns ``left`` (-1 = off)."""
+    ``(left, -1)`` means the same under the causal mask). Non-causal, the window is symmetric
+    (vLLM's kernel reads ``left`` for both sides; its encoder layers pass ``(sw - 1, sw - 1)``):
+    ``(left, left)``. Returns ``left`` (-1 = off)."""
     if window_size is None:
         return -1
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2 or any(
@@ -529,6 +523,12 @@ def _check_window(window_size) -> int:
     left, right = window_size
     if (left, right) == (-1, -1):
         return -1
+    if not causal:
+        if left < 0 or right != left or left >= 2 ** 31:
+            raise ValueError(f"window_size: non-causal, the window is symmetric: must be (-1, -1) "
+                             f"or (left, left) with 0 <= left < 2**31 (vLLM's (sliding_window - "
+                             f"1, sliding_window - 1)), got {tuple(window_size)}")
+        return left
     if left < 0 or right not in (0, -1) or left >= 2 ** 31:
         raise ValueError(f"window_size: must be (-1, -1) (no window) or (left, 0) / (left, -1) with "
                          f"0 <= left < 2**31 (causal: no key after the query), got {tuple(window_size)}")

@@ -3,8 +3,9 @@
 them on the host would synchronise every call and break graph capture).
 
 One work-item per sequence checks, in this order: ``cu_seqlens_q`` starts at 0, does not
-decrease, ends at ``total_q``; ``seqused_k`` lies in ``[0, table width x block size]``; with the
-causal mask, the query is not longer than the keys; the lengths are within the caller's
+decrease, ends at ``total_q``; ``seqused_k`` lies in ``[0, table width x block size]``; the
+query is not longer than the keys (with the ``causal`` argument set: the host sets it for every
+call, non-causal ones too, whose query positions need it as well); the lengths are within the caller's
 ``max_seqlen_q`` / ``max_seqlen_k``; every page id the sequence uses lies in
 ``[0, num_blocks)``. A violation is claimed with a compare-and-swap on the device's error record
 (``rocke.runtime.device_checks``): the first claim wins and writes its details, later ones (this
@@ -32,7 +33,7 @@ MESSAGES = {
                                      f"{v}"),
     KV_RANGE: lambda s, i, v, lo, hi: (f"seqused_k: sequence {s} has {v} KV tokens, outside "
                                        f"[0, {hi}] (its block table row's capacity)"),
-    Q_AFTER_KV: lambda s, i, v, lo, hi: (f"seqused_k: causal attention needs query_len <= kv_len, "
+    Q_AFTER_KV: lambda s, i, v, lo, hi: (f"seqused_k: attention needs query_len <= kv_len, "
                                          f"but sequence {s} has query_len {v} > kv_len {hi}"),
     MAX_Q: lambda s, i, v, lo, hi: (f"max_seqlen_q: {hi} is below sequence {s}'s query length "
                                     f"{v}"),
@@ -125,8 +126,10 @@ def launch_geometry(spec: MetadataGuardSpec, num_seqs: int):
 def kernel_args(cu_seqlens_q, seqused_k, block_table, record, *, total_q: int, num_blocks: int,
                 block_size: int, causal: bool, max_seqlen_q: int, max_seqlen_k: int) -> list:
     """The guard's arguments (shapes only: nothing is read). ``record``: the device's error
-    record (``Device.error_record()``)."""
+    record (``Device.error_record()``). The query-not-longer-than-the-keys rule holds for
+    non-causal calls too (``check_contents``'s): the kernel's ``causal`` flag is always set."""
     num_seqs, width = block_table.shape
+    del causal
     return [cu_seqlens_q, seqused_k, block_table, record, num_seqs, total_q, num_blocks,
-            block_size, width, block_table.stride(0), int(causal), min(max_seqlen_q, I32_MAX),
+            block_size, width, block_table.stride(0), 1, min(max_seqlen_q, I32_MAX),
             min(max_seqlen_k, I32_MAX)]

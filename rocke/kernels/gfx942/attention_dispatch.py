@@ -539,10 +539,11 @@ def needs_interval_mask(p: UnifiedAttentionProblem) -> bool:
     per query row (spec ``interval_mask``): the two window compares and the per-score token
     division of the plain mask filled the SGPRs (lane masks) and spilled, up to 110 SGPRs on
     fp16 wide4 with an fp8 cache (``rocke report --reachable --corners``). A window alone does
-    on the transposed-x8 path (x8_window_interval); mm ranges already mask by interval."""
-    return p.window_left >= 0 and not p.mm_ranges and (len(p.features) > 1 or
-                                                        p.kv_dtype is not None or
-                                                        p.chunk_lookback >= 0 or p.rswa)
+    on the transposed-x8 path (x8_window_interval); mm ranges already mask by interval. So do
+    chunked attention, R-SWA and non-causal prefill (ALGORITHM.md §12.9-11)."""
+    windowed = p.window_left >= 0 and not p.mm_ranges and (
+        len(p.features) > 1 or p.kv_dtype is not None or p.chunk_lookback >= 0 or p.rswa)
+    return windowed or (not p.causal and p.max_seqlen_q > 1)    # non-causal prefill: by interval
 
 
 def few_warp_x8_window(p: UnifiedAttentionProblem, geo: Geometry) -> bool:

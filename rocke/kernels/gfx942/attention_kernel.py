@@ -49,9 +49,22 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         mm = getattr(spec, "mm_prefix_ranges", 0)
         # bidirectional ranges may reach keys after the block's queries: walk to the sequence's
         # end, those tiles masked (ALGORITHM.md §12.8)
-        kv_end = kv_len if mm else dsl.minimum(kv_len, ctx + q_start + q_rows)
+        # (non-causal, ALGORITHM.md §12.11: the newest key a row sees is its sequence's last, or
+        # window_left after it; tiles up to the first query's newest key run unmasked)
+        non_causal = getattr(spec, "non_causal", False)
+        if non_causal and spec.sliding_window:
+            kv_end = dsl.minimum(kv_len, ctx + q_start + q_rows + a.window_left)
+        elif non_causal:
+            kv_end = kv_len
+        else:
+            kv_end = kv_len if mm else dsl.minimum(kv_len, ctx + q_start + q_rows)
         n_tiles = udiv_const(kv_end + (T - 1), T)
-        n_full = dsl.minimum(udiv_const(ctx + q_start + 1, T), n_tiles)   # no key in the future
+        if non_causal:          # no key past the first query's newest
+            first_end = dsl.minimum(kv_len, ctx + q_start + 1 + a.window_left) \
+                if spec.sliding_window else kv_len
+            n_full = dsl.minimum(udiv_const(first_end, T), n_tiles)
+        else:
+            n_full = dsl.minimum(udiv_const(ctx + q_start + 1, T), n_tiles)   # no key in the future
         if spec.sliding_window:
             # ALGORITHM.md §12.6: tiles wholly older than the window of the block's first query
             # are never visited; the left-edge tiles (older than the window of its last query)

@@ -141,8 +141,18 @@ def mm_row_bounds(c, layout, row_axis, row_origins) -> list:
         own_lo = visible_from(c, qpos)
         if getattr(c.spec, "mm_clamp_window", False):
             lo = dsl.maximum(lo, qpos - c.a.window_left)
-        out.append((dsl.minimum(lo, own_lo), dsl.maximum(dsl.minimum(hi, c.kv_len - 1), qpos)))
+        own_hi = visible_to(c, qpos)
+        out.append((dsl.minimum(lo, own_lo), dsl.maximum(dsl.minimum(hi, c.kv_len - 1), own_hi)))
     return out
+
+
+def visible_to(c, qpos):
+    """The newest key the query at ``qpos`` sees: itself (causal), or non-causal its
+    sequence's last key, or the last within ``window_left`` after it (ALGORITHM.md §12.11)."""
+    if not getattr(c.spec, "non_causal", False):
+        return qpos
+    last = c.kv_len - 1
+    return dsl.minimum(qpos + c.a.window_left, last) if c.spec.sliding_window else last
 
 
 def _query_rows(c, layout, row_axis, row_origin):

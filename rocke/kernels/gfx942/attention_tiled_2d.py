@@ -117,6 +117,10 @@ class UnifiedAttention2DSpec:
     # visible besides the sliding window (the R-SWA window); needs sliding_window and
     # interval_mask or mm_prefix_ranges (ALGORITHM.md §12.10)
     rswa_prefix: bool = False
+    # non-causal prefill (vLLM's causal=False, embedding / encoder-only models): a query sees its
+    # sequence's every key, or those within window_left on either side; needs interval_mask
+    # (ALGORITHM.md §12.11)
+    non_causal: bool = False
     # the causal (+ window) mask as one interval per query row, precomputed before the tile
     # loop: one unsigned compare per score and no per-score token division (ALGORITHM.md §12.8)
     interval_mask: bool = False
@@ -188,6 +192,7 @@ class UnifiedAttention2DSpec:
         flags += [("gs", self.group_split if self.group_split != 1 else False),
                   ("mm", self.mm_prefix_ranges), ("mmcw", self.mm_clamp_window),
                   ("chunk", self.chunked), ("rswa", self.rswa_prefix),
+                  ("nc", self.non_causal),
                   ("im", self.interval_mask),
                   ("op", self.one_page_tile), ("ev", self.early_v)]
         for tag, value in flags:
@@ -237,6 +242,12 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_bool, "mm_clamp_window", spec.mm_clamp_window)
     ok &= rule(check_bool, "chunked", spec.chunked)
     ok &= rule(check_bool, "rswa_prefix", spec.rswa_prefix)
+    ok &= rule(check_bool, "non_causal", spec.non_causal)
+    if ok and spec.non_causal and (not spec.interval_mask or spec.mm_prefix_ranges or
+                                   spec.chunked or spec.rswa_prefix):
+        out.append("non_causal: a non-causal kernel masks by one interval per row "
+                   "(interval_mask) and takes no mm ranges, chunks or R-SWA")
+        ok = False
     if ok and spec.rswa_prefix and not (spec.sliding_window and (spec.interval_mask or
                                                                 spec.mm_prefix_ranges)):
         out.append("rswa_prefix: R-SWA adds the prefix to the sliding window's interval; it "
