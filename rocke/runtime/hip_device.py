@@ -173,6 +173,19 @@ def torch_rocm() -> bool:
     return bool(getattr(torch.version, "hip", None)) and torch.cuda.is_available()
 
 
+def _torch_stream_reads() -> tuple:
+    """(stream of GPU index: raw handle, current stream capturing: bool) from torch: its C
+    functions where the build has them (what Triton's launcher reads; a CPU build names them as
+    placeholders only), else torch.cuda's public ones (a Stream object per read)."""
+    import torch
+    built = torch.backends.cuda.is_built()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) if built else None
+    capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) if built else None
+    return (raw if raw is not None else
+            (lambda index: torch.cuda.current_stream(index).cuda_stream)), (
+        capturing if capturing is not None else torch.cuda.is_current_stream_capturing)
+
+
 def current_device_index() -> int:
     """The GPU launches go to: torch's current device on a ROCm torch, else hipGetDevice()."""
     if torch_rocm():
@@ -388,8 +401,7 @@ class HipDevice(Device):
         if native is not None and native.stream is not None:
             return native.stream
         if torch_rocm():
-            import torch
-            return torch.cuda.current_stream(self.index).cuda_stream    # this GPU's, not device 0's
+            return _torch_stream_reads()[0](self.index)     # this GPU's, not device 0's
         return None
 
     def launch_params(self, launch: PreparedLaunch, stream=None) -> tuple:
@@ -495,20 +507,13 @@ class HipDevice(Device):
         if not torch_rocm():
             return (lambda: None), self.is_capturing
         import functools
-        import torch
-        built = torch.backends.cuda.is_built()      # a CPU build names them as placeholders
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) if built else None
-        capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) if built else None
-        index = self.index
-        return (functools.partial(raw, index) if raw is not None else
-                (lambda: torch.cuda.current_stream(index).cuda_stream)), (
-            capturing if capturing is not None else torch.cuda.is_current_stream_capturing)
+        raw_stream, capturing = _torch_stream_reads()
+        return functools.partial(raw_stream, self.index), capturing
 
     def is_capturing(self, stream=None) -> bool:
         if stream is None:
             if torch_rocm():
-                import torch
-                return bool(torch.cuda.is_current_stream_capturing())
+                return bool(_torch_stream_reads()[1]())
             capture = _graph.active_capture(self)      # current_stream() without torch
             if capture is not None and capture._native is not None:
                 stream = capture._native.stream

@@ -426,6 +426,35 @@ def test_vllms_own_call_with_its_descales_replays_and_a_new_descale_misses(rocm_
                                atol=attention_atol("f16"), rtol=0)
 
 
+def test_a_replay_hit_reads_torchs_raw_stream_and_capture_flag_where_the_build_has_them(
+        rocm_torch, monkeypatch):
+    """A ROCm (or CUDA) build of torch has torch._C's raw current-stream and capture-flag
+    functions (what Triton's launcher reads); a cached call's replay reads them, not
+    torch.cuda.current_stream (a Stream object per call), and launches and replays on the
+    stream they name."""
+    from rocke.kernels.common.attention_calls import CAPTURE_AFTER
+    from rocke.vllm import unified_attention
+    monkeypatch.delenv("HIPDNN_GFX942_2D_GRAPH")         # the default levers: replay allowed
+    monkeypatch.delenv("HIPDNN_GFX942_3D_GRAPH")
+    read = []
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream",
+                        lambda index: read.append(("stream", index)) or rocm_torch.stream,
+                        raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing",
+                        lambda: read.append("capturing") or False, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda *a: pytest.fail("torch.cuda.current_stream read on a replay hit"))
+    a, g, extra = _vllm_decode_args(rocm_torch)
+    for _ in range(CAPTURE_AFTER + 1):
+        unified_attention(**g, **extra)
+    assert rocm_torch.calls.get("graph_launch", 0) == 2
+    # every launch and replay (eager ones too) read the stream there, never a Stream object
+    assert read.count(("stream", 0)) >= 2 and read.count("capturing") >= 2
+    torch.testing.assert_close(host(g["out"]).float(), _expected(a),
+                               atol=attention_atol("f16"), rtol=0)
+
+
 def test_the_gpu_is_the_tensors_not_the_current_device(monkeypatch):
     """Tensors on GPU 1 under a current device 0 run on GPU 1: the device is looked up by the
     tensors' index (and the call key holds the device, so GPU 0's entry is never GPU 1's)."""
