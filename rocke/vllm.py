@@ -169,7 +169,8 @@ def _check_feature_parameters(chunk_lookback, use_td, mm_prefix_clamp_sliding_wi
 
 def _host_causal(causal, num_seqs: int):
     """``causal`` as rocke's kernels read it: a bool passes as it is; vLLM 0.33's per-sequence
-    causal tensor is accepted only on the host with every entry 1 (then it is causal=True)."""
+    causal tensor is accepted on the host with every entry nonzero (then it is causal=True) or
+    every entry 0 (causal=False: non-causal prefill, ALGORITHM.md §12.11)."""
     if not isinstance(causal, torch.Tensor):
         return causal                       # a bool, or refused by the entry point's checks
     if causal.device.type != "cpu":
@@ -182,12 +183,14 @@ def _host_causal(causal, num_seqs: int):
             causal.is_floating_point() or causal.is_complex():
         raise ValueError(f"causal: a per-sequence causal tensor must be an integer (int32) or bool "
                          f"[num_seqs = {num_seqs}] tensor, got {_described(causal)}")
-    if not bool((causal == 1).all()):
-        first = int((causal != 1).nonzero()[0, 0])
+    if causal.numel() and bool((causal == 0).all()):
+        return False
+    if not bool((causal != 0).all()):       # vLLM reads a nonzero flag as causal
+        first = int((causal == 0).nonzero()[0, 0])
         raise NotImplementedError(
-            f"causal: per-sequence causal flags other than 1 (sequence {first} has "
+            f"causal: per-sequence causal flags that differ within a batch (sequence {first} has "
             f"{causal[first].item()!r}) are not implemented by rocke yet; rocke's kernels apply "
-            f"one causal mask to the whole batch")
+            f"one mask, causal or not, to the whole batch")
     return True
 
 
@@ -277,8 +280,8 @@ def unified_attention(
     (`rswa_prefix_lens` with `rswa_window`), chunked attention (`chunk_lookback`) and
     `mm_prefix_clamp_sliding_window` run. `use_td` (vLLM's Intel XPU
     tensor-descriptor hint, a performance choice) is accepted and ignored. `causal` is a bool, or
-    vLLM's per-sequence int32 tensor when it is on the host and every entry is 1 (plain causal);
-    any other tensor is refused (a GPU one would need a synchronising read). `causal=False`
+    vLLM's per-sequence int32 tensor when it is on the host with every entry nonzero (plain
+    causal) or every entry 0 (non-causal); any other tensor is refused (a GPU one would need a synchronising read). `causal=False`
     runs: non-causal prefill, its window symmetric (ALGORITHM.md §12.11).
     `output_scale` (fp8 `out`), `use_alibi_sqrt`, the per-token-head modes with their scale
     caches (ALGORITHM.md §13) and `mm_prefix_range` (§12.8) run; in the per-token-head modes

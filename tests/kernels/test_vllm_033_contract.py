@@ -152,11 +152,20 @@ def test_use_td_must_be_a_bool(no_launch):
         unified_attention(**a, use_td="yes")
 
 
+def test_a_host_causal_tensor_of_zeros_is_non_causal_prefill():
+    """Every sequence non-causal: the batch runs as causal=False (test_attention_non_causal.py)."""
+    from rocke.kernels.common.attention_reference import ref_paged_attn
+    a = _prefill()
+    unified_attention(**dict(a, causal=torch.zeros(3, dtype=torch.int32)))
+    _close(a["out"], ref_paged_attn(a["q"], a["k"], a["v"], a["cu_seqlens_q"], a["seqused_k"],
+                                    a["block_table"], a["softmax_scale"], causal=False))
+
+
 @pytest.mark.parametrize("flags,error,match", [
     (torch.tensor([1, 0], dtype=torch.int32), NotImplementedError,
-     r"^causal: per-sequence causal flags other than 1 \(sequence 1 has 0\) are not implemented "
-     r"by rocke yet"),
-    (torch.zeros(2, dtype=torch.int32), NotImplementedError,
+     r"^causal: per-sequence causal flags that differ within a batch \(sequence 1 has 0\) are "
+     r"not implemented by rocke yet"),
+    (torch.tensor([0, 2], dtype=torch.int32), NotImplementedError,
      r"^causal: per-sequence .*\(sequence 0 has 0\)"),
     (torch.ones(2, dtype=torch.int32, device="meta"), NotImplementedError,
      r"^causal: a per-sequence causal tensor on meta is not implemented by rocke yet: reading "
