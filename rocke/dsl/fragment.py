@@ -9,14 +9,14 @@ and reduction is derived from the layout, so kernels never write lane arithmetic
     a = load_fragment(a_lds, mma.A, origin=(row0, k0))       # A from a row-major LDS tile
     b = load_fragment(bt_lds, mma.B, origin=(k0, col0), transposed=True)   # LDS holds B^T
     acc = mma(a, b, acc)
-    row_max = acc.reduce(COL, "max")                         # one value per row
+    row_max = acc.reduce(PER_ROW, "max")                     # one value per row
     p = (acc - row_max.broadcast_to(acc.layout)).exp2()      # an AxisVector also broadcasts itself
     store_fragment_global(c_buf, p.to("f16"), origin=(m0, n0), ld=ldc, bounds=(M, N))
 
 Per-row / per-column vectors (``AxisVector``: a reduction's result, a bias, a running max) go
 to and from memory with ``store_axis`` / ``load_axis``. A per-column bias of a C tile is::
 
-    bias = load_axis(bias_buf, mma.C, ROW, origin=n0)      # one entry per column, from global
+    bias = load_axis(bias_buf, mma.C, PER_COL, origin=n0)  # one entry per column, from global
     out = acc + bias                                         # broadcast over the rows
 
 (the older idiom ``load_fragment_global(bias_buf, mma.C, (0, n0), 0)`` -- a row stride of 0, so
@@ -44,13 +44,14 @@ from .lanes import butterfly, shuffle_xor
 from .math import exp2, maximum, minimum
 from .memory import BUFFER_ACCESS_BYTES, BufferResource, LdsTensor
 from .tree import CarryLayout
-from .tv_layout import COL, ROW, WAVE, LaneAffine, TVLayout
+from .tv_layout import COL, PER_COL, PER_ROW, ROW, WAVE, LaneAffine, TVLayout
 from .values import Value, concat, select, shuffle, splat
 from ..arch.mfma import operand_type
 from ..arch.mfma import MFMA_CATALOG, MfmaAtom, atom_for, get_atom
 
 __all__ = ["Fragment", "AxisVector", "Mfma", "load_fragment", "store_fragment",
            "load_fragment_global", "store_fragment_global", "copy_tile_to_lds", "ROW", "COL",
+           "PER_ROW", "PER_COL",
            "store_axis", "load_axis", "merge_across_waves"]
 
 
@@ -186,13 +187,15 @@ class Fragment:
 
     # -- reductions -----------------------------------------------------------------------
     def reduce(self, axis: int, op: str = "sum", *, via: str = "swizzle") -> "AxisVector":
-        """Reduce along ``axis`` (COL: one result per row). In-lane first, then xor butterflies
-        (``via``: lanes.butterfly's); every lane ends up holding the result for each of its
-        rows (or cols)."""
+        """Reduce to one value per row (``PER_ROW``) or per column (``PER_COL``); ``axis`` is
+        the axis reduced away (``PER_ROW`` is ``COL``, ``PER_COL`` is ``ROW``). In-lane first,
+        then xor butterflies (``via``: lanes.butterfly's); every lane ends up holding the
+        result for each of its rows (or cols)."""
         if op not in ("sum", "max", "min"):
             raise dsl_value_error(f"reduce op must be 'sum', 'max' or 'min', got {op!r}")
         if axis not in (ROW, COL):
-            raise dsl_value_error(f"reduce axis must be ROW (0) or COL (1), got {axis!r}")
+            raise dsl_value_error(f"reduce axis must be PER_ROW (one value per row; = COL, 1) or "
+                                  f"PER_COL (one per column; = ROW, 0), got {axis!r}")
         plan = self.layout.reduce_plan(axis)
         vals = list(self.value) if self.value.lanes > 1 else [self.value]
         partials = []
@@ -260,7 +263,8 @@ def _combine(op: str, a: Value, b: Value) -> Value:
 
 class AxisVector:
     """A fragment reduced along one axis: per lane, one value per distinct kept coordinate
-    (``layout.reduced_coords(axis)``) -- a row vector (axis=COL) or a column vector (axis=ROW)."""
+    (``layout.reduced_coords(axis)``) -- one value per row (``axis=PER_ROW``, i.e. COL reduced
+    away) or per column (``axis=PER_COL``)."""
 
     __slots__ = ("value", "source", "axis")
 
@@ -273,7 +277,8 @@ class AxisVector:
         self.axis = axis
 
     def __repr__(self):
-        return f"AxisVector({self.source.name}, axis={self.axis}, {self.value.type_name})"
+        holds = "PER_ROW" if self.axis == PER_ROW else "PER_COL"
+        return f"AxisVector({self.source.name}, {holds}, {self.value.type_name})"
 
     @property
     def kernel(self):
@@ -773,8 +778,9 @@ def store_axis(mem, vec: "AxisVector", origin=0, *, bound=None):
 
 
 def load_axis(mem, source: TVLayout, axis: int, origin=0) -> "AxisVector":
-    """Load an ``AxisVector`` (the reduction of ``source`` along ``axis``) written by
-    ``store_axis``: every lane reads the entries it holds."""
+    """Load an ``AxisVector`` (the reduction of ``source`` along ``axis``: ``PER_ROW`` for one
+    entry per row, ``PER_COL`` per column) written by ``store_axis``: every lane reads the
+    entries it holds."""
     kind = _axis_memory(mem, "load_axis")
     k = mem.kernel
     lane_part, runs = _axis_runs(source, axis)

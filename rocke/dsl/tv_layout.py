@@ -15,7 +15,12 @@ import numpy as np
 from ..arch.mfma import WAVE, MfmaAtom
 
 _LANE_BITS = WAVE.bit_length() - 1
-ROW, COL = 0, 1
+ROW, COL = 0, 1          # a tile's coordinate axes: 0 indexes rows, 1 columns
+# What a reduction along an axis holds: ``frag.reduce(PER_ROW)`` reduces the columns away and
+# gives one value per row; ``PER_COL`` one per column (``load_axis(bias, layout, PER_COL)``: a
+# per-column bias). Read as the axis argument of reduce / AxisVector / load_axis, ROW and COL
+# name the axis reduced away, which reads backwards; these names say what the vector holds.
+PER_ROW, PER_COL = COL, ROW
 
 
 @dataclass(frozen=True)

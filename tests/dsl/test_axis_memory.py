@@ -40,6 +40,32 @@ def test_axis_vectors_round_trip_through_lds_and_global(atom):
     assert torch.equal(P, G.expand(rows, cols))
 
 
+@pytest.mark.parametrize("atom", ["16x16x16", "32x32x8"])
+def test_per_row_and_per_col_say_what_the_vector_holds(atom):
+    """reduce(PER_ROW) gives one value per row, reduce(PER_COL) one per column, and
+    load_axis(..., PER_COL) a per-column vector that broadcasts down the rows."""
+    from rocke.dsl.fragment import PER_COL, PER_ROW
+    k = dsl.Kernel("per_row_col", workgroup_size=64)
+    x, row_sum, col_max, bias, out = (k.arg_ptr(n, dsl.f32) for n in
+                                      ("x", "row_sum", "col_max", "bias", "out"))
+    mma = k.mfma(atom, dsl.f16)
+    rows, cols = mma.C.shape
+    frag = load_fragment_global(x.buffer(rows * cols), mma.C, (0, 0), cols)
+    per_row = frag.reduce(PER_ROW, "sum")
+    assert "PER_ROW" in repr(per_row)
+    store_axis(row_sum.buffer(rows), per_row)
+    store_axis(col_max.buffer(cols), frag.reduce(PER_COL, "max"))
+    store_fragment_global(out.buffer(rows * cols), frag + load_axis(bias.buffer(cols), mma.C,
+                                                                    PER_COL), (0, 0), cols)
+    gen = torch.Generator().manual_seed(5)
+    X, B = torch.randn(rows, cols, generator=gen), torch.randn(cols, generator=gen)
+    R, C, O = torch.zeros(rows), torch.zeros(cols), torch.zeros(rows, cols)
+    run(k, (1,), [X, R, C, B, O])
+    np.testing.assert_allclose(R.numpy(), X.sum(dim=1).numpy(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(C, X.max(dim=0).values)
+    assert torch.equal(O, X + B)
+
+
 def test_store_axis_checks_memory_shape_and_dtype():
     k = dsl.Kernel("axis_bad", workgroup_size=64)
     mma = k.mfma("16x16x16", dsl.f16)

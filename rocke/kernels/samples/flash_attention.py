@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from rocke import dsl
 from rocke.arch.mfma import atom_for
 from rocke.dsl import minimum, rcp
-from rocke.dsl.fragment import (AxisVector, ROW, copy_tile_to_lds, load_fragment,
+from rocke.dsl.fragment import (AxisVector, PER_COL, copy_tile_to_lds, load_fragment,
                                 load_fragment_global, store_fragment_global)
 from rocke.kernels.common.checks import (check_bool, check_choice, check_device, check_extent,
                                          check_grid_extent, check_i32_value, check_lds_budget, check_multiple,
@@ -181,8 +181,8 @@ def build(spec: FlashAttentionSpec) -> dsl.Kernel:
     q_ops = [[load_fragment_global(q_buf, mma.B, (d0, q_cols[t]), D, transposed=True)
               for t in range(q_frags)] for d0 in range(0, D, ak)]
 
-    m_init = AxisVector.full(k, mma.C, ROW, dsl.f32, -math.inf)     # one entry per query column
-    l_init = AxisVector.full(k, mma.C, ROW, dsl.f32, 0.0)
+    m_init = AxisVector.full(k, mma.C, PER_COL, dsl.f32, -math.inf)     # one entry per query column
+    l_init = AxisVector.full(k, mma.C, PER_COL, dsl.f32, 0.0)
     carry = [m_init] * q_frags + [l_init] * q_frags + [mma.zeros()] * (q_frags * d_frags)
 
     kv_end = minimum(seq_len, block_q0 + spec.block_m) if spec.causal else seq_len

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rocke import dsl
-from rocke.dsl.fragment import ROW, load_axis, store_fragment_global
+from rocke.dsl.fragment import PER_COL, load_axis, store_fragment_global
 from rocke.kernels.common.checks import check_choice, check_tensor
 from rocke.kernels.samples import gemm
 
@@ -70,7 +70,7 @@ def build(spec: GemmBiasGeluSpec) -> dsl.Kernel:
                                                      lambda: [bias.buffer(N), c.buffer((M - 1) * ldc + N)])
     for acc, origin in tiles:
         row0, col0 = origin()
-        per_column = load_axis(bias_buf, acc.layout, ROW, origin=col0)      # reads 0 past N
+        per_column = load_axis(bias_buf, acc.layout, PER_COL, origin=col0)      # reads 0 past N
         out = (acc + per_column.map(lambda v: v.to(dsl.f32))).map(
             lambda v: dsl.gelu(v, approximate=spec.approximate))
         store_fragment_global(c_buf, out.to(g.dtype), (row0, col0), ldc, bounds=(M, N))

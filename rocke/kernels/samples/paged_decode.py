@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from rocke import dsl
 from rocke.dsl import rcp
-from rocke.dsl.fragment import AxisVector, ROW, load_fragment, load_fragment_global, merge_across_waves, \
+from rocke.dsl.fragment import AxisVector, PER_COL, load_fragment, load_fragment_global, merge_across_waves, \
     store_fragment_global
 from rocke.dsl.paged import BlockTableRow, PagedView, copy_paged_tile, rows_per_wave
 from rocke.kernels.common.checks import (check_choice, check_extent, check_grid_extent, check_int_range,
@@ -150,8 +150,8 @@ def build(spec: PagedDecodeSpec) -> dsl.Kernel:
     copy = dict(table=table, valid_tokens=seq_len, thread_index=k.thread_id(0), threads=spec.workgroup_size,
                 vector=STAGING_VECTOR)
 
-    start = {"m": AxisVector.full(k, mma.C, ROW, dsl.f32, -math.inf),
-             "l": AxisVector.full(k, mma.C, ROW, dsl.f32, 0.0),
+    start = {"m": AxisVector.full(k, mma.C, PER_COL, dsl.f32, -math.inf),
+             "l": AxisVector.full(k, mma.C, PER_COL, dsl.f32, 0.0),
              "o": [mma.zeros() for _ in range(D // am)]}          # O^T: head dim x queries
     with k.for_range(0, seq_len, spec.tile_tokens, carry=start) as loop:
         copy_paged_tile(pages[0], lds=k_tile, first_token=loop.index, **copy)
