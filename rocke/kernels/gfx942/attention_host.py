@@ -128,15 +128,21 @@ def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=N
             rswa_args(spec, rswa_prefix_lens))
 
 
+def given_exactly_when(spec, on: bool, given: bool, name: str, what: str) -> None:
+    """A feature's argument is passed exactly when the spec applies the feature: else a
+    ValueError naming the argument, the kernel and which side is missing."""
+    if given != on:
+        state = "applies" if on else "does not apply"
+        raise ValueError(f"{name}: the kernel {spec.kernel_name} {state} {what}, but the call "
+                         f"{'passes' if given else 'omits'} it")
+
+
 def rswa_args(spec, prefix_lens) -> list:
     """R-SWA's argument (after chunked attention's): the int32 [num_seqs] prefix lengths, given
     exactly when the spec is ``rswa_prefix``."""
     import torch
     on = getattr(spec, "rswa_prefix", False)
-    if (prefix_lens is not None) != on:
-        state = "applies" if on else "does not apply"
-        raise ValueError(f"rswa_prefix_lens: the kernel {spec.kernel_name} {state} R-SWA, but the "
-                         f"call {'passes' if prefix_lens is not None else 'omits'} it")
+    given_exactly_when(spec, on, prefix_lens is not None, "rswa_prefix_lens", "R-SWA")
     if not on:
         return []
     if not isinstance(prefix_lens, torch.Tensor) or prefix_lens.dtype != torch.int32 or \
@@ -149,10 +155,7 @@ def chunk_args(spec, chunk) -> list:
     """Chunked attention's arguments (after the mm ranges'): ``chunk`` = (chunk_size,
     chunk_lookback), given exactly when the spec is ``chunked``."""
     on = getattr(spec, "chunked", False)
-    if (chunk is not None) != on:
-        state = "applies" if on else "does not apply"
-        raise ValueError(f"chunk_lookback: the kernel {spec.kernel_name} {state} chunked "
-                         f"attention, but the call {'passes' if chunk is not None else 'omits'} it")
+    given_exactly_when(spec, on, chunk is not None, "chunk_lookback", "chunked attention")
     if not on:
         return []
     size, lookback = chunk
@@ -167,10 +170,7 @@ def mm_prefix_args(spec, t) -> list:
     sequence stride and its range count (at most the spec's capacity ``mm_prefix_ranges``)."""
     import torch
     capacity = getattr(spec, "mm_prefix_ranges", 0)
-    if (t is not None) != bool(capacity):
-        state = "applies" if capacity else "does not apply"
-        raise ValueError(f"mm_prefix_range: the kernel {spec.kernel_name} {state} it, but the call "
-                         f"{'passes' if t is not None else 'omits'} it")
+    given_exactly_when(spec, bool(capacity), t is not None, "mm_prefix_range", "it")
     if not capacity:
         return []
     if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 3 or \

@@ -60,6 +60,27 @@ MM_RANGE_CAPACITIES = (0, 1, 2, 4, 8, 16)   # mm_prefix_ranges (0 = off); 16 sta
 MAX_GROUP_SPLIT = 256                  # q-head blocks one KV head's group may be split into
 
 
+# The masks beyond the window (ALGORITHM.md §12.8-12.11): each field, what it needs of the rest
+# of the spec, and why (spec_problems names the field with the reason)
+MASK_RULES = (
+    ("non_causal", lambda s: s.interval_mask and not (s.mm_prefix_ranges or s.chunked or
+                                                      s.rswa_prefix),
+     "a non-causal kernel masks by one interval per row (interval_mask) and takes no mm "
+     "ranges, chunks or R-SWA"),
+    ("rswa_prefix", lambda s: s.sliding_window and (s.interval_mask or s.mm_prefix_ranges)
+     and not (s.chunked or s.mm_clamp_window),
+     "R-SWA adds the prefix to the sliding window's interval: it needs sliding_window and "
+     "interval_mask (or mm_prefix_ranges); with chunked attention or clamped mm ranges it is "
+     "not implemented"),
+    ("chunked", lambda s: s.sliding_window and (s.interval_mask or s.mm_prefix_ranges),
+     "chunked attention replaces the sliding window's lower end per query row; it needs "
+     "sliding_window and interval_mask (or mm_prefix_ranges, which mask by interval too)"),
+    ("mm_clamp_window", lambda s: s.mm_prefix_ranges and s.sliding_window,
+     "clamps the mm ranges by the sliding window; it needs mm_prefix_ranges and "
+     "sliding_window"),
+)
+
+
 @dataclass(frozen=True)
 class UnifiedAttention2DSpec:
     """Every field changes the emitted code and is encoded in ``kernel_name``."""
@@ -243,30 +264,10 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_bool, "chunked", spec.chunked)
     ok &= rule(check_bool, "rswa_prefix", spec.rswa_prefix)
     ok &= rule(check_bool, "non_causal", spec.non_causal)
-    if ok and spec.non_causal and (not spec.interval_mask or spec.mm_prefix_ranges or
-                                   spec.chunked or spec.rswa_prefix):
-        out.append("non_causal: a non-causal kernel masks by one interval per row "
-                   "(interval_mask) and takes no mm ranges, chunks or R-SWA")
-        ok = False
-    if ok and spec.rswa_prefix and not (spec.sliding_window and (spec.interval_mask or
-                                                                spec.mm_prefix_ranges)):
-        out.append("rswa_prefix: R-SWA adds the prefix to the sliding window's interval; it "
-                   "needs sliding_window and interval_mask (or mm_prefix_ranges)")
-        ok = False
-    if ok and spec.rswa_prefix and (spec.chunked or spec.mm_clamp_window):
-        out.append("rswa_prefix: R-SWA with chunked attention or clamped mm ranges is not "
-                   "implemented")
-        ok = False
-    if ok and spec.chunked and not (spec.sliding_window and (spec.interval_mask or
-                                                            spec.mm_prefix_ranges)):
-        out.append("chunked: chunked attention replaces the sliding window's lower end per query "
-                   "row; it needs sliding_window and interval_mask (or mm_prefix_ranges, which "
-                   "mask by interval too)")
-        ok = False
-    if ok and spec.mm_clamp_window and not (spec.mm_prefix_ranges and spec.sliding_window):
-        out.append("mm_clamp_window: clamps the mm ranges by the sliding window; it needs "
-                   "mm_prefix_ranges and sliding_window")
-        ok = False
+    for field, holds, why in MASK_RULES:
+        if ok and getattr(spec, field) and not holds(spec):
+            out.append(f"{field}: {why}")
+            ok = False
     ok &= rule(check_bool, "one_page_tile", spec.one_page_tile)
     ok &= rule(check_bool, "early_v", spec.early_v)
     ok &= rule(check_choice, "kv_cache_policy", spec.kv_cache_policy, tuple(CACHE_POLICIES))
