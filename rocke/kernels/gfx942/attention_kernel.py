@@ -8,7 +8,7 @@ from rocke.dsl.magic import udiv_const
 from rocke.kernels.gfx942.attention_epilogue import (store_neutral_partials, store_output,
                                                      store_partials)
 from rocke.kernels.gfx942.attention_pipeline import (NarrowPath, TransposedX8Path, WorkgroupContext,
-                                                     declare_args)
+                                                     declare_args, newest_key, oldest_key)
 
 
 def build_tiled(spec, *, split: bool) -> dsl.Kernel:
@@ -52,17 +52,14 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         # (non-causal, ALGORITHM.md §12.11: the newest key a row sees is its sequence's last, or
         # window_left after it; tiles up to the first query's newest key run unmasked)
         non_causal = getattr(spec, "non_causal", False)
-        if non_causal and spec.sliding_window:
-            kv_end = dsl.minimum(kv_len, ctx + q_start + q_rows + a.window_left)
-        elif non_causal:
-            kv_end = kv_len
+        if non_causal:
+            kv_end = newest_key(spec, a, ctx + q_start + q_rows - 1, kv_len) + 1
         else:
             kv_end = kv_len if mm else dsl.minimum(kv_len, ctx + q_start + q_rows)
         n_tiles = udiv_const(kv_end + (T - 1), T)
         if non_causal:          # no key past the first query's newest
-            first_end = dsl.minimum(kv_len, ctx + q_start + 1 + a.window_left) \
-                if spec.sliding_window else kv_len
-            n_full = dsl.minimum(udiv_const(first_end, T), n_tiles)
+            n_full = dsl.minimum(udiv_const(newest_key(spec, a, ctx + q_start, kv_len) + 1, T),
+                                 n_tiles)
         else:
             n_full = dsl.minimum(udiv_const(ctx + q_start + 1, T), n_tiles)   # no key in the future
         if spec.sliding_window:
@@ -72,20 +69,15 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
             # (with mm ranges every tile may hold a range's key: none is skipped)
             # (clamped by the window, mm_clamp_window, the ranges reach no older key; chunked
             # attention's lower end is its first query's chunk, ALGORITHM.md §12.9)
-            chunked = getattr(spec, "chunked", False)
-
-            def oldest(qpos):       # the oldest key query ``qpos`` sees by causal + window
-                if chunked:
-                    return (qpos // a.chunk_size - a.chunk_lookback) * a.chunk_size
-                return qpos - a.window_left
             if (mm and not getattr(spec, "mm_clamp_window", False)) or \
                     getattr(spec, "rswa_prefix", False):     # R-SWA: the prefix's tiles too
                 w_lo = k.const(0, "i32")
             elif mm:
                 w_lo = udiv_const(dsl.maximum(ctx + q_start - a.window_left, 0), T)
             else:
-                w_lo = udiv_const(dsl.maximum(oldest(ctx + q_start), 0), T)
-            w_full = udiv_const(dsl.maximum(oldest(ctx + q_start + q_rows - 1), 0) + (T - 1), T)
+                w_lo = udiv_const(dsl.maximum(oldest_key(spec, a, ctx + q_start), 0), T)
+            w_full = udiv_const(dsl.maximum(oldest_key(spec, a, ctx + q_start + q_rows - 1), 0)
+                                + (T - 1), T)
             if split:      # the segments split the window's tiles, not the whole sequence
                 per_seg = (n_tiles - w_lo + a.num_segments - 1) // a.num_segments
                 lo = dsl.minimum(w_lo + segment * per_seg, n_tiles)

@@ -101,11 +101,7 @@ def mm_row_bounds(c, layout, row_axis, row_origins) -> list:
     query; range ends are clipped to the last key, so
     padding keys stay masked."""
     k, a = c.k, c.a
-    query_pos = []
-    for r0 in row_origins:
-        rows, _ = _axes(Fragment.full(k, layout, dsl.i32, 0), row_axis, r0, 0)
-        tok, _ = c.row_token(rows)
-        query_pos.append(tok + c.ctx)
+    query_pos = [_query_rows(c, layout, row_axis, r0)[1] for r0 in row_origins]
     bounds = [(Fragment.full(k, layout, dsl.i32, 2 ** 31 - 1).value,
                Fragment.full(k, layout, dsl.i32, -1).value) for _ in row_origins]
     # the ranges are staged through LDS and read back into VGPRs: as uniform scalar loads the
@@ -138,21 +134,21 @@ def mm_row_bounds(c, layout, row_axis, row_origins) -> list:
     # end is the interval's)
     out = []
     for (lo, hi), qpos in zip(bounds, query_pos):
-        own_lo = visible_from(c, qpos)
+        own_lo = oldest_key(c.spec, a, qpos)
         if getattr(c.spec, "mm_clamp_window", False):
-            lo = dsl.maximum(lo, qpos - c.a.window_left)
-        own_hi = visible_to(c, qpos)
+            lo = dsl.maximum(lo, qpos - a.window_left)
+        own_hi = newest_key(c.spec, a, qpos, c.kv_len)
         out.append((dsl.minimum(lo, own_lo), dsl.maximum(dsl.minimum(hi, c.kv_len - 1), own_hi)))
     return out
 
 
-def visible_to(c, qpos):
+def newest_key(spec, a, qpos, kv_len):
     """The newest key the query at ``qpos`` sees: itself (causal), or non-causal its
     sequence's last key, or the last within ``window_left`` after it (ALGORITHM.md §12.11)."""
-    if not getattr(c.spec, "non_causal", False):
+    if not getattr(spec, "non_causal", False):
         return qpos
-    last = c.kv_len - 1
-    return dsl.minimum(qpos + c.a.window_left, last) if c.spec.sliding_window else last
+    last = kv_len - 1
+    return dsl.minimum(qpos + a.window_left, last) if spec.sliding_window else last
 
 
 def _query_rows(c, layout, row_axis, row_origin):
@@ -162,15 +158,15 @@ def _query_rows(c, layout, row_axis, row_origin):
     return tok, tok + c.ctx
 
 
-def visible_from(c, qpos):
+def oldest_key(spec, a, qpos):
     """The oldest key the query at absolute position ``qpos`` sees by the causal mask and the
     window: ``qpos - window_left``, or with chunked attention the start of the chunk
     ``chunk_lookback`` chunks before its own (ALGORITHM.md §12.9; may be negative), 0 without a
     window."""
-    if getattr(c.spec, "chunked", False):
-        size = c.a.chunk_size
-        return (qpos // size - c.a.chunk_lookback) * size
-    return qpos - c.a.window_left if c.spec.sliding_window else 0
+    if getattr(spec, "chunked", False):
+        size = a.chunk_size
+        return (qpos // size - a.chunk_lookback) * size
+    return qpos - a.window_left if spec.sliding_window else 0
 
 
 def cache_head(spec, head_block):
