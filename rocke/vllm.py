@@ -303,12 +303,12 @@ def unified_attention(
             softmax_segm_expsum is None else (softmax_segm_output, softmax_segm_max,
                                               softmax_segm_expsum)
         descales = keyed_descales(q_descale, k_descale, v_descale)   # vLLM passes k's and v's
-        key = None if descales is None else call_key(
+        key = None if descales is None else call_key(      # (key, the tensors it holds)
             (q, k, v, out, cu_seqlens_q, seqused_k, block_table, *descales),
             (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, seq_threshold_3D,
              num_par_softmax_segments, use_td, chunk_lookback, q_descale is None,
              k_descale is None, v_descale is None, _KEY_TAG), window_size, workspaces)
-        entry = None if key is None else lookup(key)
+        entry = None if key is None else lookup(key[0])
         if entry is not None:
             entry.hit(cu_seqlens_q, seqused_k, block_table,
                       (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale,

@@ -74,12 +74,16 @@ def check_device_now(device) -> None:
         device.check_errors()
 
 
+def prepare_all(launches, device_kind: str) -> list:
+    """``prepare_launch`` of each (compiled, grid, block, args) launch."""
+    from rocke.runtime import prepare_launch
+    return [prepare_launch(c, g, b, a, device_kind=device_kind) for c, g, b, a in launches]
+
+
 def run_eagerly(device, plan, launches) -> RunRecord:
     """Launch a call that is not cached (features, host descales, an unusual tensor class):
     eagerly, never captured."""
-    from rocke.runtime import prepare_launch
-    return RunRecord(plan, [device.execute(prepare_launch(c, g, b, a, device_kind=device.kind))
-                            for c, g, b, a in launches])
+    return RunRecord(plan, [device.execute(p) for p in prepare_all(launches, device.kind)])
 
 
 class WorkspacePool:
@@ -145,11 +149,6 @@ _LAYOUT = operator.attrgetter("__class__", "shape", "dtype")
 _KEYABLE_VALUES = frozenset((int, float, bool, str, type(None), tuple))
 
 
-def _meta(t):
-    """A tensor's identity for the kernels: address, shape, strides, dtype, device."""
-    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
-
-
 def _tensor_methods():
     import torch
     from rocke.runtime import tensor_key
@@ -161,11 +160,11 @@ def _tensor_methods():
 # torch.Tensor's data_ptr, stride and get_device, and the native tensor key (None where it is
 # not built: rocke/runtime/tensor_key.py), once torch is imported
 _TENSOR_METHODS: list = []
-NO_DESCALES = (None, None, None)
 
 
 def call_key(tensors: tuple, numbers: tuple, window, more_tensors=None) -> tuple | None:
-    """The cache key of a call, as (a first look-up, the rest): its tensors' layouts -- each
+    """(the cache key of a call, the tensors it holds: ``tensors`` then ``more_tensors``). The
+    key is (a first look-up, the rest): its tensors' layouts -- each
     tensor's class, address, shape, dtype, device and strides --, each number with its type,
     and the window's items with theirs (``(-1.0, -1)`` is not ``(-1, -1)``;
     ``batch_invariant=0`` is not ``False``); the levers' raw values; the devices' generation. A
@@ -191,9 +190,9 @@ def call_key(tensors: tuple, numbers: tuple, window, more_tensors=None) -> tuple
             head = tuple(map(data_ptr, tensors))
             layout = (tensors[0].device, *map(_LAYOUT, tensors), *map(device_index, tensors),
                       *map(stride, tensors))
-        return head, (layout, *numbers, *map(type, numbers), window,
-                      *(() if window is None else map(type, window)), _levers_now(),
-                      device_generation())
+        return (head, (layout, *numbers, *map(type, numbers), window,
+                       *(() if window is None else map(type, window)), _levers_now(),
+                       device_generation())), tensors
     except (AttributeError, TypeError, RuntimeError):     # not a plain tensor
         return None
 
@@ -273,7 +272,8 @@ _RAW = operator.attrgetter("raw")
 # with the same layout launches the same bytes (the key's hit is right for it).
 CALL_CACHE_SIZE = 512      # every layer's decode and prefill calls of a large model, twice over
 CALLS: dict = {}
-# the same entries by their key's addresses: addresses -> ((rest of the key, entry), ...)
+# the same entries by their key's first look-up (the tensors' addresses, or the native key's
+# hash of their layouts): first look-up -> ((rest of the key, entry), ...)
 BY_ADDRESSES: dict = {}
 CALLS_LOCK = threading.Lock()
 CALL_SERIAL = itertools.count()
@@ -344,16 +344,17 @@ def lookup(key) -> CachedCall | None:
 
 def remember(key, keyed: tuple, device, the_plan, call, pack, problem, target, knobs,
              max_seqlen_q: int, max_seqlen_k: int, host_metadata: tuple | None) -> CachedCall:
-    """Cache a call that just missed under ``key``, which holds the tensors ``keyed``. ``pack``: (call's arguments) -> its (compiled, grid,
-    block, args) launches; a GPU entry packs ``call`` once and keeps the kernarg bytes, an
-    emulator entry packs each call it runs (``call`` too, when it runs it), holding no tensor.
+    """Cache a call that just missed under ``key``, which holds the tensors ``keyed``.
+    ``pack``: (call's arguments) -> its (compiled, grid, block, args) launches; a GPU entry
+    packs ``call`` once and keeps the kernarg bytes, an emulator entry packs each call it runs
+    (``call`` too, when it runs it), holding no tensor.
     ``host_metadata``: the call's cu_seqlens_q, seqused_k and block_table when they live on the
     host (their bytes are re-checked on a hit only when they changed)."""
     import dataclasses
-    from rocke.runtime import prepare_launch
-    prepared = repack = check = None
+    launches = repack = check = None
     if device.kind == "emu":
-        repack = _repacker(pack, device.kind)
+        def repack(args):
+            return prepare_all(pack(args), device.kind)
         if host_metadata is not None:
             check = HostContents(host_metadata, problem, max_seqlen_q, max_seqlen_k)
         else:       # GPU tensors emulated: checked on the host from a copy
@@ -365,13 +366,12 @@ def remember(key, keyed: tuple, device, the_plan, call, pack, problem, target, k
     else:
         # a GPU launch is its kernarg bytes: holding the caller's tensors would keep them alive
         # and keep torch's allocator from handing the next step the same addresses
-        prepared = tuple(dataclasses.replace(
-            prepare_launch(c, g, b, a, device_kind=device.kind),
-            args=tuple(None if hasattr(x, "data_ptr") else x for x in a))
-            for c, g, b, a in pack(call))
+        launches = tuple(dataclasses.replace(
+            p, args=tuple(None if hasattr(x, "data_ptr") else x for x in p.args))
+            for p in prepare_all(pack(call), device.kind))
     would_replay = device.kind != "emu" and target.recommend_graph_replay(
         problem, knobs, path=the_plan.path, capturing=False)
-    entry = CachedCall(the_plan, device, prepared, repack, would_replay,
+    entry = CachedCall(the_plan, device, launches, repack, would_replay,
                        ("call", next(CALL_SERIAL)), check, check_after(device),
                        last_use=next(_USE))
     with CALLS_LOCK:
@@ -387,14 +387,6 @@ def remember(key, keyed: tuple, device, the_plan, call, pack, problem, target, k
         while len(CALLS) > CALL_CACHE_SIZE:      # the new entry is the most recent: kept
             _evict_least_recent()
     return entry
-
-
-def _repacker(pack, device_kind: str):
-    from rocke.runtime import prepare_launch
-
-    def repack(args):
-        return [prepare_launch(c, g, b, a, device_kind=device_kind) for c, g, b, a in pack(args)]
-    return repack
 
 
 def _evict_least_recent() -> None:

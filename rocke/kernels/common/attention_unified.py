@@ -82,16 +82,17 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     ``compile_only``: every check, the plan and every kernel build of the call (into the compile
     cache, ``ROCKE_CACHE_DIR``), no launch and no write to ``out``: a machine with LLVM's tools
     prepares the kernels for one without (the emulator on a CUDA GPU); the record's ``kernels``
-    name them. ``cache_key``: the key (``attention_calls.call_key``) a caller that decides before
-    this entry point (rocke.vllm's adapter) keys this call by, its own arguments included: the
-    call is cached under it, for that caller's look-up (``attention_calls.lookup``), and is
-    never looked up here. The caller's key must hold every tensor and number of the call.
+    name them. ``cache_key``: (key, the tensors it holds), ``attention_calls.call_key``'s,
+    with which a caller that decides before this entry point (rocke.vllm's adapter) keys this
+    call by its own arguments: the call is cached under it, for that caller's look-up
+    (``attention_calls.lookup``), and is never looked up here. The caller's key must hold every
+    tensor and number of the call.
     Returns what was launched (vLLM ignores the return value), or None for an empty batch."""
     # A call seen before (same key: call_key) runs its cached entry: no validation, planning
     # or packing; on the emulator, its content checks run unless its metadata bytes are those
     # they last passed. Feature tensors' values are checked on every call (no key). vLLM's
     # adapter passes kv_quant_mode "none", which the validation reads exactly as None.
-    key = None
+    key = keyed = None
     plain = compile_only is False and alibi_slopes is None and qq_bias is None and \
         sinks is None and mm_prefix_range is None and \
         mm_prefix_clamp_sliding_window is False and chunk_lookback.__class__ is int and \
@@ -100,16 +101,16 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         use_alibi_sqrt is False and k_scale_cache is None and v_scale_cache is None and \
         (kv_quant_mode is None or kv_quant_mode.__class__ is str and kv_quant_mode == "none")
     if plain and cache_key is not None:
-        key = cache_key
+        key, keyed = cache_key
     elif plain:
         descales = keyed_descales(q_descale, k_descale, v_descale)
-        if descales is not None:
-            key = call_key((q, k, v, out, cu_seqlens_q, seqused_k, block_table, *descales),
-                           (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, backend,
-                            num_segments, batch_invariant, chunk_lookback, q_descale is None,
-                            k_descale is None, v_descale is None), window_size,
-                           segm_workspaces)
-        if key is not None:     # by the addresses (a hash of a few ints), then the rest
+        found = None if descales is None else call_key(
+            (q, k, v, out, cu_seqlens_q, seqused_k, block_table, *descales),
+            (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap, backend, num_segments,
+             batch_invariant, chunk_lookback, q_descale is None, k_descale is None,
+             v_descale is None), window_size, segm_workspaces)
+        if found is not None:   # by the first look-up (a hash of a few ints), then the rest
+            key, keyed = found
             entry = lookup(key)
             if entry is not None:
                 return entry.hit(cu_seqlens_q, seqused_k, block_table,
@@ -124,11 +125,6 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     args = (q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
             causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
             alibi_slopes, qq_bias, sinks)
-    # the tensors the key holds (the caller's key holds them too: rocke.vllm keys the same)
-    keyed = None if key is None else (
-        q, k, v, out, cu_seqlens_q, seqused_k, block_table,
-        *(keyed_descales(q_descale, k_descale, v_descale) or ()),
-        *(() if segm_workspaces is None else tuple(segm_workspaces)))
     if key is not None and not cacheable(
             keyed, (max_seqlen_q, max_seqlen_k, softmax_scale, causal, softcap), window_size):
         key = None
