@@ -14,9 +14,7 @@ from rocke import vllm
 from rocke.kernels.common import attention_unified as au
 from rocke.kernels.common.attention_reference import ref_paged_attn
 from rocke.kernels.common.tolerances import attention_atol
-from tests.kernels.test_attention_2d import make_problem
-
-D, BLOCK = 64, 16
+from tests.kernels.test_vllm_contract import D, _problem
 
 
 @pytest.fixture(name="paths")
@@ -34,12 +32,7 @@ def _paths(monkeypatch):
 
 
 def _batch(q_lens, kv_lens, group=2, hk=1, seed=0):
-    q, k, v, table, cu, seqused = make_problem("f16", D, BLOCK, group, list(q_lens),
-                                               list(kv_lens), num_kv_heads=hk, seed=seed)
-    return dict(q=q, k=k, v=v, out=torch.zeros_like(q), cu_seqlens_q=cu,
-                max_seqlen_q=max(q_lens), seqused_k=seqused, max_seqlen_k=max(kv_lens),
-                softmax_scale=1 / math.sqrt(D), causal=True, window_size=(-1, -1),
-                block_table=table, softcap=0.0, q_descale=None, k_descale=None, v_descale=None)
+    return _problem(q_lens, kv_lens, seed, group=group, hk=hk)
 
 
 def _workspaces(rows, hq, segments=3):

@@ -49,10 +49,10 @@ def test_the_parameter_list_is_vllms():
     assert set(KVQuantMode.__members__) == VLLM_KV_QUANT_MODES
 
 
-def _problem(q_lens, kv_lens, seed=0):
+def _problem(q_lens, kv_lens, seed=0, group=GROUP, hk=HK):
     """vLLM's first 16 arguments for a batch of (query, KV) lengths."""
-    q, k, v, table, cu, seqused = make_problem("f16", D, BLOCK, GROUP, list(q_lens),
-                                               list(kv_lens), num_kv_heads=HK, seed=seed)
+    q, k, v, table, cu, seqused = make_problem("f16", D, BLOCK, group, list(q_lens),
+                                               list(kv_lens), num_kv_heads=hk, seed=seed)
     return dict(q=q, k=k, v=v, out=torch.zeros_like(q), cu_seqlens_q=cu,
                 max_seqlen_q=max(q_lens), seqused_k=seqused, max_seqlen_k=max(kv_lens),
                 softmax_scale=1 / math.sqrt(D), causal=True, window_size=(-1, -1),
