@@ -9,16 +9,10 @@ import pytest
 import torch
 
 from rocke.kernels.common import attention_unified as au
-from rocke.kernels.common.attention_reference import ref_paged_attn
 from rocke.kernels.common.tolerances import attention_atol
-from tests.kernels.unified_inputs import make_inputs
+from tests.kernels.unified_inputs import make_inputs, reference as _ref
 
 PREFILL = [(9, 40), (17, 17), (1, 70)]       # context + prefill, pure prefill, decode
-
-
-def _ref(args, **kw):
-    return ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"],
-                          args["seqused_k"], args["block_table"], args["softmax_scale"], **kw)
 
 
 def test_the_reference_chunks_match_the_definition():

@@ -8,19 +8,13 @@ import pytest
 import torch
 
 from rocke.kernels.common import attention_unified as au
-from rocke.kernels.common.attention_reference import ref_paged_attn
 from rocke.kernels.common.tolerances import attention_atol
 from rocke.kernels.gfx942 import attention_tiled_2d as a2
-from tests.kernels.unified_inputs import make_inputs
+from tests.kernels.unified_inputs import make_inputs, reference as _ref
 
 PREFILL = [(9, 20), (6, 6), (1, 30)]
 # ranges reaching well behind the window (3 keys) of their queries: clamping changes the result
 MM = [[[2, 18], [0, 0]], [[0, 5], [5, 3]], [[3, 29], [-1, -1]]]
-
-
-def _ref(args, **kw):
-    return ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"],
-                          args["seqused_k"], args["block_table"], args["softmax_scale"], **kw)
 
 
 def test_the_reference_clamp_matches_the_definition():

@@ -12,17 +12,11 @@ import torch
 
 from rocke import runtime
 from rocke.kernels.common import attention_unified as au
-from rocke.kernels.common.attention_reference import ref_paged_attn
 from rocke.kernels.common.tolerances import attention_atol
 from rocke.kernels.gfx942 import attention_dispatch as dispatch
-from tests.kernels.unified_inputs import make_inputs
+from tests.kernels.unified_inputs import make_inputs, reference as _ref
 
 PREFILL = [(9, 20), (6, 6), (1, 30)]          # prefill with context, pure prefill, decode
-
-
-def _ref(args, **kw):
-    return ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"],
-                          args["seqused_k"], args["block_table"], args["softmax_scale"], **kw)
 
 
 def _check(args, ref, plain, dtype, record):

@@ -10,16 +10,14 @@ import torch
 from rocke.kernels.common import attention_unified as au
 from rocke.kernels.common.attention_reference import ref_paged_attn
 from rocke.kernels.common.tolerances import attention_atol
-from tests.kernels.unified_inputs import make_inputs
+from tests.kernels.unified_inputs import make_inputs, reference
 
 ENCODER = [(20, 20), (9, 9), (33, 33)]       # vLLM's encoder layers: query_len == kv_len
 MIXED = [(9, 40), (17, 17), (1, 70)]         # with context; a decode row is causal either way
 
 
 def _ref(args, **kw):
-    return ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"],
-                          args["seqused_k"], args["block_table"], args["softmax_scale"],
-                          causal=False, window_size=args["window_size"], **kw)
+    return reference(args, causal=False, window_size=args["window_size"], **kw)
 
 
 @pytest.mark.parametrize("backend, seqs, dtype, bs, hq, hk, d, window", [

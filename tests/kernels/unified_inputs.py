@@ -59,3 +59,10 @@ def compile_only_setting(monkeypatch, cache_dir):
         raise AssertionError("compile_only launched")
     monkeypatch.setattr(au, "_pack", no_launch)      # every launch is packed first
 
+
+def reference(args, **kw):
+    """``ref_paged_attn`` of a batch ``make_inputs`` built (its q, caches, metadata and scale);
+    ``kw``: the reference's keyword options (masks, features, descales)."""
+    from rocke.kernels.common.attention_reference import ref_paged_attn
+    return ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"],
+                          args["seqused_k"], args["block_table"], args["softmax_scale"], **kw)

@@ -351,7 +351,7 @@ def remember(key, keyed: tuple, device, the_plan, call, pack, problem, target, k
     ``host_metadata``: the call's cu_seqlens_q, seqused_k and block_table when they live on the
     host (their bytes are re-checked on a hit only when they changed)."""
     import dataclasses
-    launches = repack = check = None
+    launches = check = None
     if device.kind == "emu":
         def repack(args):
             return prepare_all(pack(args), device.kind)
@@ -364,6 +364,7 @@ def remember(key, keyed: tuple, device, the_plan, call, pack, problem, target, k
             def check(cu_seqlens_q, seqused_k, block_table):
                 check_contents(cu_seqlens_q.cpu(), seqused_k.cpu(), block_table.cpu(), *numbers)
     else:
+        repack = None
         # a GPU launch is its kernarg bytes: holding the caller's tensors would keep them alive
         # and keep torch's allocator from handing the next step the same addresses
         launches = tuple(dataclasses.replace(
