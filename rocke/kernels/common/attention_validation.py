@@ -155,8 +155,8 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
                      v_scale_cache=None) -> UnifiedAttentionProblem:
     """Validate every input on the host (nothing is launched) and describe the call.
 
-    Raises ``NotImplementedError`` for what no kernel does (non-causal prefill), ``ValueError``
-    for everything else; each message starts with the argument's name. ``target``'s capabilities
+    Raises ``NotImplementedError`` for what no kernel does yet (a per-head ``q_descale``, an fp8
+    output from an fp8 query), ``ValueError`` for everything else; each message starts with the argument's name. ``target``'s capabilities
     (default: the default target's) bound head size, block size, group and cache encoding."""
     import torch
     caps = attention_target(target).CAPABILITIES
