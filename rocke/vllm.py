@@ -169,29 +169,19 @@ def _check_feature_parameters(chunk_lookback, use_td, mm_prefix_clamp_sliding_wi
 
 def _host_causal(causal, num_seqs: int):
     """``causal`` as rocke's kernels read it: a bool passes as it is; vLLM 0.33's per-sequence
-    causal tensor is accepted on the host with every entry nonzero (then it is causal=True) or
-    every entry 0 (causal=False: non-causal prefill, ALGORITHM.md §12.11)."""
-    if not isinstance(causal, torch.Tensor):
-        return causal                       # a bool, or refused by the entry point's checks
-    if causal.device.type != "cpu":
-        raise NotImplementedError(
-            f"causal: a per-sequence causal tensor on {causal.device} is not implemented by rocke "
-            f"yet: reading its entries on the host would synchronise with the device (and break "
-            f"graph capture), and rocke's kernels apply one causal mask to the whole batch; pass "
-            f"causal=True")
-    if causal.dim() != 1 or (num_seqs and causal.shape[0] != num_seqs) or \
-            causal.is_floating_point() or causal.is_complex():
-        raise ValueError(f"causal: a per-sequence causal tensor must be an integer (int32) or bool "
-                         f"[num_seqs = {num_seqs}] tensor, got {_described(causal)}")
+    causal tensor on the host with every entry nonzero is causal=True, every entry 0
+    causal=False (non-causal prefill, ALGORITHM.md §12.11), so the batch runs the plain kernel;
+    a tensor mixing the two, or one on a GPU (never read on the host: that would synchronise),
+    passes on as it is and the kernel reads each sequence's flag (§12.12)."""
+    if not isinstance(causal, torch.Tensor) or causal.device.type != "cpu" or \
+            causal.dim() != 1 or causal.shape[0] != num_seqs or causal.is_floating_point() \
+            or causal.is_complex():
+        return causal           # a bool, flags the kernel reads, or refused by the entry point
     if causal.numel() and bool((causal == 0).all()):
         return False
-    if not bool((causal != 0).all()):       # vLLM reads a nonzero flag as causal
-        first = int((causal == 0).nonzero()[0, 0])
-        raise NotImplementedError(
-            f"causal: per-sequence causal flags that differ within a batch (sequence {first} has "
-            f"{causal[first].item()!r}) are not implemented by rocke yet; rocke's kernels apply "
-            f"one mask, causal or not, to the whole batch")
-    return True
+    if bool((causal != 0).all()):       # vLLM reads a nonzero flag as causal
+        return True
+    return causal
 
 
 def _check_3d_numbers(seq_threshold_3D, num_par_softmax_segments) -> None:
@@ -280,8 +270,8 @@ def unified_attention(
     (`rswa_prefix_lens` with `rswa_window`), chunked attention (`chunk_lookback`) and
     `mm_prefix_clamp_sliding_window` run. `use_td` (vLLM's Intel XPU
     tensor-descriptor hint, a performance choice) is accepted and ignored. `causal` is a bool, or
-    vLLM's per-sequence int32 tensor when it is on the host with every entry nonzero (plain
-    causal) or every entry 0 (non-causal); any other tensor is refused (a GPU one would need a synchronising read). `causal=False`
+    vLLM's per-sequence tensor (int32, bool, int8 or uint8 flags, nonzero = causal), on the host
+    or the GPU, sequences of both kinds in one batch (ALGORITHM.md §12.12). `causal=False`
     runs: non-causal prefill, its window symmetric (ALGORITHM.md §12.11).
     `output_scale` (fp8 `out`), `use_alibi_sqrt`, the per-token-head modes with their scale
     caches (ALGORITHM.md §13) and `mm_prefix_range` (§12.8) run; in the per-token-head modes
@@ -350,7 +340,8 @@ def unified_attention(
     if not group or not uses_3d(max_seqlen_q, num_seqs, seq_threshold_3D,
                                 num_par_softmax_segments, softmax_segm_output, softmax_segm_max,
                                 softmax_segm_expsum, invariant, num_tokens=q_shape[0],
-                                num_queries_per_kv=group, causal=bool(causal),
+                                num_queries_per_kv=group,
+                                causal=causal if causal.__class__ is bool else True,
                                 per_seq_causal=per_seq_causal,
                                 mm_prefix=mm_prefix_range is not None):
         au.run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,

@@ -60,6 +60,9 @@ class UnifiedAttentionProblem:
     # the window, which is then R-SWA's (window_left = rswa_window - 1)
     rswa: bool = False
     batch_invariant: bool = False  # plan so a sequence's bits do not depend on the batch (§10.4)
+    # vLLM 0.33's per-sequence causal tensor (ALGORITHM.md §12.12): its flags' bytes (1: bool /
+    # int8 / uint8, 4: int32), 0 = the bool `causal` holds for every sequence
+    causal_flags: int = 0
 
     def __post_init__(self):
         if self.dtype not in DTYPES.values():
@@ -96,6 +99,17 @@ class UnifiedAttentionProblem:
                              f"{self.window_left!r}")
         _check_quant_fields(self)
         _check_mm_and_invariance_fields(self)
+        if self.causal_flags.__class__ is not int or self.causal_flags not in (0, 1, 4):
+            raise ValueError(f"causal_flags: must be 0 (none), 1 or 4 (a flag's bytes), got "
+                             f"{self.causal_flags!r}")
+        if self.causal_flags and not self.causal:
+            raise ValueError("causal_flags: per-sequence flags decide causality; causal must be "
+                             "True with them")
+        if self.causal_flags and self.max_seqlen_q > 1 and (self.mm_ranges or self.rswa or
+                                                            self.chunk_lookback >= 0):
+            raise NotImplementedError(
+                "causal: per-sequence causal flags with mm_prefix_range, R-SWA or chunked "
+                "attention are not implemented by rocke yet")
         if not self.causal and self.max_seqlen_q > 1 and (self.mm_ranges or self.rswa or
                                                           self.chunk_lookback >= 0):
             raise ValueError("causal: mm ranges, R-SWA and chunked attention widen or narrow the "
@@ -120,6 +134,8 @@ class UnifiedAttentionProblem:
             out["rswa_prefix"] = True
         if not self.causal and self.max_seqlen_q > 1:    # a decode row is the same either way
             out["non_causal"] = True
+        if self.causal_flags and self.max_seqlen_q > 1:
+            out["per_seq_causal"] = self.causal_flags
         out.update(self.quant_spec_fields())
         return out
 

@@ -26,7 +26,8 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
 
     q ``[total_q, Hq, D]``; k/v caches ``[num_blocks, block_size, Hk, D]``; ``cu_seqlens_q``
     ``[num_seqs + 1]`` int32 prefix sums; ``seqused_k`` ``[num_seqs]`` KV lengths;
-    ``block_table`` ``[num_seqs, max_blocks]``. ``window_size = (left, right)`` as vLLM passes
+    ``block_table`` ``[num_seqs, max_blocks]``. ``causal``: a bool, or a flag per sequence
+    (vLLM 0.33's per-sequence tensor; nonzero = causal). ``window_size = (left, right)`` as vLLM passes
     it: ``left >= 0`` masks keys more than ``left`` positions before the query, ``right >= 0``
     keys more than ``right`` after it. ``mm_prefix_range`` ``[num_seqs, R, 2]`` (vLLM's): a
     query and a key both inside one inclusive ``[start, end]`` range of absolute positions
@@ -92,7 +93,7 @@ def ref_paged_attn(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, so
                 local[inside.expand(q_len, kv_len)], rel.expand(q_len, kv_len)[inside.expand(q_len, kv_len)]]
             scores = scores + bias[None]
         masked = torch.zeros(q_len, kv_len, dtype=torch.bool)
-        if causal:                                                             # 5. causal
+        if causal if isinstance(causal, bool) else bool(causal[s]):           # 5. causal
             masked |= key_pos[None, :] > query_pos[:, None]
         if rswa_prefix_lens is not None:                                       # 6. R-SWA
             prefix = int(rswa_prefix_lens[s])

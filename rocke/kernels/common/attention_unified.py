@@ -93,7 +93,7 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     # they last passed. Feature tensors' values are checked on every call (no key). vLLM's
     # adapter passes kv_quant_mode "none", which the validation reads exactly as None.
     key = keyed = None
-    plain = compile_only is False and alibi_slopes is None and qq_bias is None and \
+    plain = compile_only is False and causal.__class__ is bool and alibi_slopes is None and qq_bias is None and \
         sinks is None and mm_prefix_range is None and \
         mm_prefix_clamp_sliding_window is False and chunk_lookback.__class__ is int and \
         rswa_prefix_lens is None and rswa_window is None and \
@@ -171,6 +171,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         features["chunk"] = (problem.chunk_size, problem.chunk_lookback)
     if problem.rswa:
         features["rswa_prefix_lens"] = rswa_prefix_lens
+    if problem.spec_features().get("per_seq_causal"):
+        features["causal_flags"] = causal
     pack = functools.partial(_pack, device, target, the_plan, kernels, problem, features,
                              max_seqlen_q, max_seqlen_k)
     call = (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale, k_descale,

@@ -245,9 +245,14 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
             if a < hi and lo < b:
                 raise ValueError(f"out: overlaps {name} in memory; out must be its own buffer")
 
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal: must be a bool, got {causal!r}")
     num_seqs = seqused_k.shape[0]       # 0: an empty batch, checked like any other, runs nothing
+    causal_flags = 0
+    if isinstance(causal, torch.Tensor):        # vLLM 0.33's per-sequence flags (§12.12)
+        causal_flags = check_causal_flags(causal, q, num_seqs)
+        causal = True
+    elif not isinstance(causal, bool):
+        raise ValueError(f"causal: must be a bool or a per-sequence flag tensor [num_seqs], got "
+                         f"{causal!r}")
     if cu_seqlens_q.shape[0] != num_seqs + 1:
         raise ValueError(f"cu_seqlens_q: must have num_seqs + 1 = {num_seqs + 1} entries "
                          f"(seqused_k has {num_seqs}), got {cu_seqlens_q.shape[0]}")
@@ -285,7 +290,10 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     elif q_descale is not None:
         _check_descale("q_descale", q_descale, num_seqs, num_kv_heads, fp8=False, device=q.device)
 
-    window_left = _check_window(window_size, causal)
+    # per-sequence flags: a causal window, or vLLM's symmetric one (its non-causal sequences')
+    window_left = _check_window(window_size, causal and not (
+        causal_flags and isinstance(window_size, (tuple, list)) and len(window_size) == 2
+        and window_size[0] == window_size[1]))
     softcap = _check_softcap(softcap)
     if not isinstance(use_alibi_sqrt, bool):
         raise ValueError(f"use_alibi_sqrt: must be a bool, got {use_alibi_sqrt!r}")
@@ -315,7 +323,8 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
         num_blocks=num_blocks, kv_cache_bytes=cache_bytes, softcap=softcap,
         alibi=alibi_slopes is not None, qq_bias=qq_bias is not None, window_left=window_left,
         sinks=sinks is not None, kv_dtype=kv_dtype, alibi_sqrt=use_alibi_sqrt,
-        out_dtype=out_dtype, kv_token_scales=bool(token_scales), q_fp8=q_fp8)
+        out_dtype=out_dtype, kv_token_scales=bool(token_scales), q_fp8=q_fp8,
+        causal_flags=causal_flags)
     caps.check(problem)
     return problem
 
@@ -506,6 +515,26 @@ def table_plainly_valid(block_table, num_blocks: int) -> bool:
     import torch
     lowest, highest = (x.item() for x in torch.aminmax(block_table))
     return 0 <= lowest and highest < num_blocks
+
+
+# the dtypes of vLLM's per-sequence causal flags rocke's kernels read (a flag's bytes: 1 or 4)
+CAUSAL_FLAG_DTYPES = ("bool", "int8", "uint8", "int32")
+
+
+def check_causal_flags(flags, q, num_seqs: int) -> int:
+    """vLLM 0.33's per-sequence ``causal`` tensor: contiguous ``[num_seqs]`` flags on q's
+    device, nonzero = causal (read by the kernel, never on the host: a GPU's stays unread, so
+    the call can be captured). Returns a flag's bytes."""
+    if flags.dim() != 1 or flags.shape[0] != num_seqs or \
+            str(flags.dtype).removeprefix("torch.") not in CAUSAL_FLAG_DTYPES:
+        raise ValueError(f"causal: a per-sequence causal tensor must be [num_seqs = {num_seqs}] "
+                         f"of {' / '.join(CAUSAL_FLAG_DTYPES)}, got {flags.dtype} "
+                         f"{list(flags.shape)}")
+    if flags.device != q.device:
+        raise ValueError(f"causal: on {flags.device}, but q is on {q.device}")
+    if num_seqs and flags.stride(0) != 1:
+        raise ValueError(f"causal: must be contiguous, got stride {flags.stride()}")
+    return flags.element_size()
 
 
 def _check_window(window_size, causal: bool = True) -> int:

@@ -540,10 +540,11 @@ def needs_interval_mask(p: UnifiedAttentionProblem) -> bool:
     division of the plain mask filled the SGPRs (lane masks) and spilled, up to 110 SGPRs on
     fp16 wide4 with an fp8 cache (``rocke report --reachable --corners``). A window alone does
     on the transposed-x8 path (x8_window_interval); mm ranges already mask by interval. So do
-    chunked attention, R-SWA and non-causal prefill (ALGORITHM.md §12.9-11)."""
+    chunked attention, R-SWA, non-causal prefill and per-sequence causal flags (ALGORITHM.md
+    §12.9-12)."""
     windowed = p.window_left >= 0 and not p.mm_ranges and (
         len(p.features) > 1 or p.kv_dtype is not None or p.chunk_lookback >= 0 or p.rswa)
-    return windowed or (not p.causal and p.max_seqlen_q > 1)    # non-causal prefill: by interval
+    return windowed or ((not p.causal or p.causal_flags) and p.max_seqlen_q > 1)
 
 
 def few_warp_x8_window(p: UnifiedAttentionProblem, geo: Geometry) -> bool:

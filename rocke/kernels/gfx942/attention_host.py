@@ -86,12 +86,13 @@ def feature_arg_names(spec) -> tuple[str, ...]:
         if getattr(spec, "mm_prefix_ranges", 0) else ()
     chunk = ("chunk_size", "chunk_lookback") if getattr(spec, "chunked", False) else ()
     rswa = ("rswa_prefix_lens",) if getattr(spec, "rswa_prefix", False) else ()
-    return tuple(n for f in spec.features for n in names[f]) + mm + chunk + rswa
+    flags = ("causal_flags",) if getattr(spec, "per_seq_causal", 0) else ()
+    return tuple(n for f in spec.features for n in names[f]) + mm + chunk + rswa + flags
 
 
 def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=None, qq_bias=None,
                  window_left: int = -1, sinks=None, mm_prefix_range=None, chunk=None,
-                 rswa_prefix_lens=None) -> list:
+                 rswa_prefix_lens=None, causal_flags=None) -> list:
     """The feature arguments of ``spec`` (``feature_arg_names`` order), each checked against the
     spec: a feature the spec applies needs its value, a value the spec would ignore is refused."""
     import torch
@@ -125,7 +126,7 @@ def feature_args(spec, num_q_heads: int, *, softcap: float = 0.0, alibi_slopes=N
     if spec.sinks:
         out.append(_per_head_tensor("sinks", sinks, num_q_heads))
     return (out + mm_prefix_args(spec, mm_prefix_range) + chunk_args(spec, chunk) +
-            rswa_args(spec, rswa_prefix_lens))
+            rswa_args(spec, rswa_prefix_lens) + causal_flag_args(spec, causal_flags))
 
 
 def given_exactly_when(spec, on: bool, given: bool, name: str, what: str) -> None:
@@ -149,6 +150,28 @@ def rswa_args(spec, prefix_lens) -> list:
             prefix_lens.dim() != 1 or prefix_lens.stride(0) != 1:
         raise ValueError("rswa_prefix_lens: must be a contiguous 1-D int32 tensor [num_seqs]")
     return [prefix_lens]
+
+
+# per_seq_causal's flag bytes -> the torch dtypes a flag tensor may have
+CAUSAL_FLAG_DTYPES = {1: ("bool", "int8", "uint8"), 4: ("int32",)}
+
+
+def causal_flag_args(spec, flags) -> list:
+    """The per-sequence causal flags (after R-SWA's): a contiguous [num_seqs] tensor whose
+    element size is the spec's ``per_seq_causal``, given exactly when the spec reads them."""
+    import torch
+    width = getattr(spec, "per_seq_causal", 0)
+    given_exactly_when(spec, bool(width), flags is not None, "causal", "per-sequence causal flags")
+    if not width:
+        return []
+    names = CAUSAL_FLAG_DTYPES[width]
+    if not isinstance(flags, torch.Tensor) or str(flags.dtype).removeprefix("torch.") not in names \
+            or flags.dim() != 1 or flags.stride(0) != 1:
+        raise ValueError(f"causal: the kernel {spec.kernel_name} reads a contiguous 1-D "
+                         f"[num_seqs] tensor of {' / '.join(names)} flags, got "
+                         f"{getattr(flags, 'dtype', type(flags).__name__)}")
+    # a bool or uint8 flag is a byte as int8 reads it (a view: nothing copied or synchronised)
+    return [flags if width == 4 else flags.view(torch.int8)]
 
 
 def chunk_args(spec, chunk) -> list:

@@ -8,7 +8,8 @@ from rocke.dsl.magic import udiv_const
 from rocke.kernels.gfx942.attention_epilogue import (store_neutral_partials, store_output,
                                                      store_partials)
 from rocke.kernels.gfx942.attention_pipeline import (NarrowPath, TransposedX8Path, WorkgroupContext,
-                                                     declare_args, newest_key, oldest_key)
+                                                     declare_args, newest_key, oldest_key,
+                                                     sequence_is_causal)
 
 
 def build_tiled(spec, *, split: bool) -> dsl.Kernel:
@@ -51,14 +52,17 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         # end, those tiles masked (ALGORITHM.md §12.8)
         # (non-causal, ALGORITHM.md §12.11: the newest key a row sees is its sequence's last, or
         # window_left after it; tiles up to the first query's newest key run unmasked)
-        non_causal = getattr(spec, "non_causal", False)
+        # (per-sequence flags, §12.12: the sequence's flag picks the causal or the non-causal key)
+        non_causal = getattr(spec, "non_causal", False) or getattr(spec, "per_seq_causal", 0)
+        seq_causal = sequence_is_causal(spec, a, seq)
         if non_causal:
-            kv_end = newest_key(spec, a, ctx + q_start + q_rows - 1, kv_len) + 1
+            kv_end = newest_key(spec, a, ctx + q_start + q_rows - 1, kv_len, seq_causal) + 1
         else:
             kv_end = kv_len if mm else dsl.minimum(kv_len, ctx + q_start + q_rows)
         n_tiles = udiv_const(kv_end + (T - 1), T)
         if non_causal:          # no key past the first query's newest
-            n_full = dsl.minimum(udiv_const(newest_key(spec, a, ctx + q_start, kv_len) + 1, T),
+            n_full = dsl.minimum(udiv_const(newest_key(spec, a, ctx + q_start, kv_len,
+                                                       seq_causal) + 1, T),
                                  n_tiles)
         else:
             n_full = dsl.minimum(udiv_const(ctx + q_start + 1, T), n_tiles)   # no key in the future
@@ -95,6 +99,7 @@ def build_tiled(spec, *, split: bool) -> dsl.Kernel:
         else:
             bounds = (k.const(0, "i32"), n_full, n_tiles)
         wg = WorkgroupContext(k, spec, a, kv_head, seq, q_seq_start, q_len, q_start, kv_len, ctx, tid, threads)
+        wg.seq_causal = seq_causal
         wg.first_tile = bounds[0]         # its K loads may overlap Q's (TileLoop.prefetch_first_k)
         if split:
             wg.segment = segment

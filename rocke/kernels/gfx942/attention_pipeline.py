@@ -88,6 +88,9 @@ def declare_args(k, spec, split: bool) -> KernelArgs:
         a.chunk_lookback = k.arg_i32("chunk_lookback")
     if getattr(spec, "rswa_prefix", False):
         a.rswa_prefix_lens = k.arg_ptr("rswa_prefix_lens", "i32", readonly=True)
+    if getattr(spec, "per_seq_causal", 0):
+        a.causal_flags = k.arg_ptr("causal_flags", "i8" if spec.per_seq_causal == 1 else "i32",
+                                   readonly=True)
     quant.declare_args(k, spec, a, split)      # after the features' (attention_quant)
     return a
 
@@ -137,18 +140,30 @@ def mm_row_bounds(c, layout, row_axis, row_origins) -> list:
         own_lo = oldest_key(c.spec, a, qpos)
         if getattr(c.spec, "mm_clamp_window", False):
             lo = dsl.maximum(lo, qpos - a.window_left)
-        own_hi = newest_key(c.spec, a, qpos, c.kv_len)
+        own_hi = newest_key(c.spec, a, qpos, c.kv_len, c.seq_causal)
         out.append((dsl.minimum(lo, own_lo), dsl.maximum(dsl.minimum(hi, c.kv_len - 1), own_hi)))
     return out
 
 
-def newest_key(spec, a, qpos, kv_len):
+def newest_key(spec, a, qpos, kv_len, seq_causal=None):
     """The newest key the query at ``qpos`` sees: itself (causal), or non-causal its
-    sequence's last key, or the last within ``window_left`` after it (ALGORITHM.md §12.11)."""
-    if not getattr(spec, "non_causal", False):
+    sequence's last key, or the last within ``window_left`` after it (ALGORITHM.md §12.11);
+    with per-sequence flags (``per_seq_causal``) the one its sequence's flag
+    ``seq_causal`` (an i1) picks (§12.12)."""
+    per_seq = getattr(spec, "per_seq_causal", 0)
+    if not (getattr(spec, "non_causal", False) or per_seq):
         return qpos
     last = kv_len - 1
-    return dsl.minimum(qpos + a.window_left, last) if spec.sliding_window else last
+    free = dsl.minimum(qpos + a.window_left, last) if spec.sliding_window else last
+    return dsl.select(seq_causal, qpos, free) if per_seq else free
+
+
+def sequence_is_causal(spec, a, seq):
+    """The sequence's causal flag (an i1: nonzero reads as causal, as vLLM's kernel reads it),
+    or None without per-sequence flags (``per_seq_causal``)."""
+    if not getattr(spec, "per_seq_causal", 0):
+        return None
+    return a.causal_flags.load(seq) != 0
 
 
 def _query_rows(c, layout, row_axis, row_origin):
@@ -186,6 +201,7 @@ class WorkgroupContext:
         self.q_len, self.q_start, self.kv_len, self.ctx = q_len, q_start, kv_len, ctx
         self.tid, self.threads = tid, threads
         self.segment = None             # the 3D kernel's segment index
+        self.seq_causal = None          # per_seq_causal's flag (attention_kernel sets it)
         self.v_descale = self.inv_output_scale = None    # read_epilogue_scalars
         self.G = spec.num_queries_per_kv
         self.total_q = a.cu_seqlens_q.load(a.num_seqs)

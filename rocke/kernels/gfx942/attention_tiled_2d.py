@@ -57,6 +57,7 @@ TILE_SIZES = (16, 32, 64)
 NUM_WARPS = (1, 2, 4, 8)
 MAX_GROUP = 16
 MM_RANGE_CAPACITIES = (0, 1, 2, 4, 8, 16)   # mm_prefix_ranges (0 = off); 16 stays spill-free
+CAUSAL_FLAG_BYTES = (0, 1, 4)          # per_seq_causal: a flag's bytes (0 = off)
 MAX_GROUP_SPLIT = 256                  # q-head blocks one KV head's group may be split into
 
 
@@ -67,6 +68,10 @@ MASK_RULES = (
                                                       s.rswa_prefix),
      "a non-causal kernel masks by one interval per row (interval_mask) and takes no mm "
      "ranges, chunks or R-SWA"),
+    ("per_seq_causal", lambda s: s.interval_mask and not (s.non_causal or s.mm_prefix_ranges or
+                                                          s.chunked or s.rswa_prefix),
+     "per-sequence causal flags pick each sequence's newest key (one interval per row: "
+     "interval_mask); with non_causal, mm ranges, chunks or R-SWA it is not implemented"),
     ("rswa_prefix", lambda s: s.sliding_window and (s.interval_mask or s.mm_prefix_ranges)
      and not (s.chunked or s.mm_clamp_window),
      "R-SWA adds the prefix to the sliding window's interval: it needs sliding_window and "
@@ -142,6 +147,10 @@ class UnifiedAttention2DSpec:
     # sequence's every key, or those within window_left on either side; needs interval_mask
     # (ALGORITHM.md §12.11)
     non_causal: bool = False
+    # vLLM 0.33's per-sequence causal tensor (causal=tensor): a runtime [num_seqs] flag per
+    # sequence, nonzero = causal, 0 = non-causal (as non_causal); the field is the flag's bytes,
+    # 1 (bool, int8, uint8) or 4 (int32), 0 = off; needs interval_mask (ALGORITHM.md §12.12)
+    per_seq_causal: int = 0
     # the causal (+ window) mask as one interval per query row, precomputed before the tile
     # loop: one unsigned compare per score and no per-score token division (ALGORITHM.md §12.8)
     interval_mask: bool = False
@@ -213,7 +222,7 @@ class UnifiedAttention2DSpec:
         flags += [("gs", self.group_split if self.group_split != 1 else False),
                   ("mm", self.mm_prefix_ranges), ("mmcw", self.mm_clamp_window),
                   ("chunk", self.chunked), ("rswa", self.rswa_prefix),
-                  ("nc", self.non_causal),
+                  ("nc", self.non_causal), ("psc", self.per_seq_causal),
                   ("im", self.interval_mask),
                   ("op", self.one_page_tile), ("ev", self.early_v)]
         for tag, value in flags:
@@ -264,6 +273,7 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_bool, "chunked", spec.chunked)
     ok &= rule(check_bool, "rswa_prefix", spec.rswa_prefix)
     ok &= rule(check_bool, "non_causal", spec.non_causal)
+    ok &= rule(check_choice, "per_seq_causal", spec.per_seq_causal, CAUSAL_FLAG_BYTES)
     for field, holds, why in MASK_RULES:
         if ok and getattr(spec, field) and not holds(spec):
             out.append(f"{field}: {why}")
