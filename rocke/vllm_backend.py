@@ -59,15 +59,14 @@ KERNEL_BLOCK_SIZES = _common("block_sizes")   # 16, 32, 64: vLLM splits larger b
 MAX_GROUP = min(attention_target(t).CAPABILITIES.max_group for t in TARGETS.values())
 
 # vLLM's --kv-cache-dtype values rocke reads: q's dtype ("auto", or float16/bfloat16 when that is
-# the model's dtype: supports_combination) and fp8 with a per-tensor scale, the platform's fp8
-# (gfx942: e4m3fnuz, gfx950: e4m3fn; vLLM views the cache as current_platform.fp8_dtype()).
-# Not: fp8_e5m2 (rocke's kernels decode e4m3 only); the per-token-head modes -- rocke.vllm runs
-# INT8/FP8_PER_TOKEN_HEAD, but vLLM's Triton layout packs each scale inline after its head's data,
-# so its scale caches are views whose head stride is a whole packed K+V row, and rocke's kernels
-# read [num_blocks, block_size, num_kv_heads] scales with unit head stride (and K rows of
-# head_size elements, not head_size + the scale's padding);
-# int4_per_token_head and the other packed modes are not in rocke.vllm.SUPPORTED_KV_QUANT_MODES.
-KV_CACHE_DTYPES: list[CacheDType] = ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3"]
+# the model's dtype: supports_combination), fp8 with a per-tensor scale, the platform's fp8
+# (gfx942: e4m3fnuz, gfx950: e4m3fn; vLLM views the cache as current_platform.fp8_dtype()), and
+# the INT8 / FP8 per-token-head modes in vLLM 0.33's layout (each scale inline after its head's
+# row; the Triton backend's customize_spec sizes the cache for it). Not: fp8_e5m2 (rocke's
+# kernels decode e4m3 only); int4_per_token_head and the other packed modes (not in
+# rocke.vllm.SUPPORTED_KV_QUANT_MODES).
+KV_CACHE_DTYPES: list[CacheDType] = ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3",
+                                     "int8_per_token_head", "fp8_per_token_head"]
 _MODEL_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -130,18 +129,30 @@ class RockeAttentionImpl(TritonAttentionImpl):
         ``kv_cache`` is vLLM's logical [num_blocks, num_kv_heads, block_size, 2 * head_size]
         view; K and V are its two halves as [num_blocks, block_size, num_kv_heads, head_size]
         views (no copy), retyped to the platform's fp8 for an fp8 cache, whose per-tensor
-        scales (``layer._k_scale``/``_v_scale``) go as [num_seqs, num_kv_heads] descales."""
+        scales (``layer._k_scale``/``_v_scale``) go as [num_seqs, num_kv_heads] descales. A
+        per-token-head cache's halves are head_size plus the inline fp32 scale long, and the
+        scales go as the Triton backend's strided scale-cache views."""
         if output_block_scale is not None:
             raise NotImplementedError(f"{NAME}: fused block-scaled output quantization is not "
                                       f"implemented by rocke")
         if attn_metadata is None:           # vLLM's profiling run: no metadata, no attention
             return output.fill_(0)
         tokens = attn_metadata.num_actual_tokens
-        key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
-        if is_quantized_kv_cache(self.kv_cache_dtype) and key_cache.dtype != self.fp8_dtype:
-            key_cache = key_cache.view(self.fp8_dtype)      # vLLM allocates fp8 caches as bytes
-            value_cache = value_cache.view(self.fp8_dtype)
-        descales = (attn_metadata.query_start_loc.shape[0] - 1, key_cache.shape[2])
+        descales = (attn_metadata.query_start_loc.shape[0] - 1, kv_cache.shape[1])
+        k_scale_cache = v_scale_cache = None
+        if self._is_per_token_head_quant:
+            # the Triton backend's views: rows of head_size + the inline scale, the scale caches
+            # strided fp32 views of those bytes (vLLM passes no descales with them)
+            key_cache, value_cache = self._pth_key_value_caches(kv_cache)
+            k_scale_cache, v_scale_cache = self._k_scale_cache, self._v_scale_cache
+            k_descale = v_descale = None
+        else:
+            key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
+            if is_quantized_kv_cache(self.kv_cache_dtype) and key_cache.dtype != self.fp8_dtype:
+                key_cache = key_cache.view(self.fp8_dtype)   # vLLM allocates fp8 caches as bytes
+                value_cache = value_cache.view(self.fp8_dtype)
+            k_descale = layer._k_scale.expand(descales)
+            v_descale = layer._v_scale.expand(descales)
         rocke_vllm.unified_attention(
             q=query[:tokens], k=key_cache, v=value_cache, out=output[:tokens],
             cu_seqlens_q=attn_metadata.query_start_loc,
@@ -150,7 +161,7 @@ class RockeAttentionImpl(TritonAttentionImpl):
             softmax_scale=self.scale, causal=attn_metadata.causal,
             window_size=self.sliding_window, block_table=attn_metadata.block_table,
             softcap=self.logits_soft_cap, q_descale=None,
-            k_descale=layer._k_scale.expand(descales), v_descale=layer._v_scale.expand(descales),
+            k_descale=k_descale, v_descale=v_descale,
             seq_threshold_3D=attn_metadata.seq_threshold_3D,
             num_par_softmax_segments=attn_metadata.num_par_softmax_segments,
             softmax_segm_output=attn_metadata.softmax_segm_output,
@@ -160,7 +171,8 @@ class RockeAttentionImpl(TritonAttentionImpl):
             mm_prefix_range=attn_metadata.mm_prefix_range_tensor,
             rswa_prefix_lens=attn_metadata.rswa_prefix_lens,
             rswa_window=attn_metadata.rswa_window, use_alibi_sqrt=self.use_alibi_sqrt,
-            kv_quant_mode=self._kv_quant_mode, chunk_lookback=self.chunk_lookback,
+            kv_quant_mode=self._kv_quant_mode, k_scale_cache=k_scale_cache,
+            v_scale_cache=v_scale_cache, chunk_lookback=self.chunk_lookback,
             use_td=self.use_td,
             mm_prefix_clamp_sliding_window=getattr(layer, "mm_prefix_clamp_sliding_window",
                                                    False))

@@ -272,6 +272,20 @@ TOKEN_SCALE_MODES = {"int8_per_token_head": ("int8", "i8"),
                      "fp8_per_token_head": ("float8_e4m3fnuz", "fp8_e4m3fnuz")}
 
 
+# vLLM 0.33's per-token-head caches keep each (token, head)'s fp32 scale inline, right after
+# its row (vllm/v1/attention/backends/triton_attn.py, customize_spec): the k/v views' rows are
+# that much longer than head_size, and the scale caches are strided fp32 views of those bytes
+INLINE_SCALE_BYTES = 4
+
+
+def cache_row_lengths(head_size: int, token_scales: bool, element_size: int) -> tuple[int, ...]:
+    """The row lengths (elements) a cache may have whose first ``head_size`` the kernels read:
+    ``head_size``, and with per-token-head scales also vLLM 0.33's inline layout's."""
+    if not token_scales:
+        return (head_size,)
+    return (head_size, head_size + INLINE_SCALE_BYTES // element_size)
+
+
 def _check_quant_fields(p) -> None:
     if not isinstance(p.alibi_sqrt, bool) or not isinstance(p.kv_token_scales, bool):
         raise ValueError("alibi_sqrt / kv_token_scales: must be bools")

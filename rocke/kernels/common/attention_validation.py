@@ -8,7 +8,7 @@ import math
 from rocke.kernels.common.attention_device import launch_device_kind
 from rocke.kernels.common.attention_problem import (DTYPES, KV_QUANT_MODES, OUT_FP8_DTYPES,
                                                    TOKEN_SCALE_MODES, UnifiedAttentionProblem,
-                                                   attention_target, is_tensor)
+                                                   attention_target, cache_row_lengths, is_tensor)
 from rocke.kernels.common.checks import check_paged_cache_strides
 
 # vLLM's unified_attention arguments, names and order (the first 19)
@@ -215,8 +215,11 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
         raise ValueError(f"out: shape {list(out.shape)} differs from q's {list(q.shape)}")
     if list(v.shape) != list(k.shape):
         raise ValueError(f"v: shape {list(v.shape)} differs from k's {list(k.shape)}")
-    if kv_head_size != head_size:
-        raise ValueError(f"k: head_size {kv_head_size} differs from q's {head_size}")
+    rows = cache_row_lengths(head_size, bool(token_scales), k.element_size())
+    if kv_head_size not in rows:
+        raise ValueError(f"k: head_size {kv_head_size} differs from q's {head_size}" + (
+            f" (with per-token-head scales stored inline after each row: {rows[1]})"
+            if len(rows) > 1 else ""))
     if head_size not in caps.head_sizes:
         raise ValueError(f"q: head_size must be one of {caps.head_sizes}, got {head_size}")
     if block_size not in caps.block_sizes:
@@ -360,8 +363,10 @@ def _token_scale_mode(kv_quant_mode, k, v, k_scale_cache, v_scale_cache, caps=No
 def _check_scale_cache(name: str, t, q, out, shape) -> None:
     # contents: only the slots a call reads (_check_read_scales); vLLM's unused slots hold garbage
     _check_feature_tensor(name, t, q, list(shape), "[num_blocks, block_size, num_kv_heads]",
-                          contents=False)
-    _check_row_major(name, t, "[num_blocks, block_size, num_kv_heads]")
+                          contents=False, unit_stride=False)
+    # any order of the three dimensions (vLLM 0.33's inline scales are strided views into the
+    # caches' rows); no two entries overlap (a one-element row of a paged cache)
+    check_paged_cache_strides(name, (*t.shape, 1), (*t.stride(), 1))
     if t.numel() and out.numel():
         a, b = byte_range(t)
         lo, hi = byte_range(out)
@@ -574,9 +579,10 @@ def _check_softcap(softcap) -> float:
 
 
 def _check_feature_tensor(name: str, t, q, shape, dims: str, *, contents: bool = True,
-                          allow: tuple = ()):
+                          allow: tuple = (), unit_stride: bool = True):
     """An fp32 feature tensor on q's device; with ``contents``, a host tensor's entries are
-    finite or one of ``allow`` (e.g. -inf for sinks)."""
+    finite or one of ``allow`` (e.g. -inf for sinks); ``unit_stride``: its last dimension
+    has stride 1 (the caller checks the strides itself otherwise)."""
     import torch
     if not is_tensor(t):
         raise ValueError(f"{name}: must be a torch.float32 tensor {dims}, got {type(t).__name__}")
@@ -587,7 +593,7 @@ def _check_feature_tensor(name: str, t, q, shape, dims: str, *, contents: bool =
                          "one device")
     if shape is not None and list(t.shape) != shape:
         raise ValueError(f"{name}: shape must be {dims} = {shape}, got {list(t.shape)}")
-    if t.dim() and t.stride(-1) != 1:
+    if unit_stride and t.dim() and t.stride(-1) != 1:
         raise ValueError(f"{name}: the last dimension must have stride 1, got strides {t.stride()}")
     if contents and t.device.type == "cpu":           # host tensors only
         bad = ~torch.isfinite(t)

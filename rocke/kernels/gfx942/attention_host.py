@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from rocke.kernels.common.attention_problem import cache_row_lengths
 from rocke.kernels.common.checks import (I32_LIMIT, check_buffer_bytes, check_extent,
                                          check_grid_extent, check_tensor)
 from rocke.kernels.gfx942 import attention_quant as quant
@@ -39,7 +40,9 @@ def check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, sequ
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         check_tensor(name, t, dtype=spec.cache_dtype, dims=("num_blocks", "block_size", "num_kv_heads", "head_size"),
                      one_buffer=False, paged_cache=True)    # NHD, or vLLM's HND viewed as NHD
-        if tuple(t.shape[1:]) != (spec.block_size, k_cache.shape[2], spec.head_size):
+        rows = cache_row_lengths(spec.head_size, bool(getattr(spec, "kv_token_scales", False)),
+                                 t.element_size())          # vLLM 0.33's inline scales
+        if tuple(t.shape[1:3]) != (spec.block_size, k_cache.shape[2]) or t.shape[3] not in rows:
             raise ValueError(f"{name}: shape {tuple(t.shape)} does not match block_size "
                              f"{spec.block_size} / head_size {spec.head_size} of the spec")
         span = t.stride(0) * t.shape[0] * t.element_size()
