@@ -69,8 +69,9 @@ class KVQuantMode(enum.IntEnum):
 
 # What rocke's kernels read: a cache in q's dtype, gfx942 fp8 with per-tensor descales, and int8
 # or fp8 caches with per-token-head scale caches (ALGORITHM.md §13.2).
-SUPPORTED_KV_QUANT_MODES = ("NONE", "FP8_PER_TENSOR", "INT8_PER_TOKEN_HEAD", "FP8_PER_TOKEN_HEAD")
-PER_TOKEN_HEAD_MODES = ("INT8_PER_TOKEN_HEAD", "FP8_PER_TOKEN_HEAD")
+SUPPORTED_KV_QUANT_MODES = ("NONE", "FP8_PER_TENSOR", "INT8_PER_TOKEN_HEAD", "FP8_PER_TOKEN_HEAD",
+                            "INT4_PER_TOKEN_HEAD")
+PER_TOKEN_HEAD_MODES = ("INT8_PER_TOKEN_HEAD", "FP8_PER_TOKEN_HEAD", "INT4_PER_TOKEN_HEAD")
 
 
 # _mode_name's answers by (class, member): a mode is an enum member or an int (immutable), so a
@@ -212,11 +213,12 @@ def uses_3d(max_seqlen_q, num_seqs: int, seq_threshold_3D, num_par_softmax_segme
             softmax_segm_output, softmax_segm_max, softmax_segm_expsum,
             batch_invariant: bool = False, *, num_tokens: int, num_queries_per_kv: int,
             causal: bool = True, per_seq_causal: bool = False,
-            mm_prefix: bool = False) -> bool:
+            mm_prefix: bool = False, int4: bool = False) -> bool:
     """vLLM 0.33's rule for the split-KV (3D) path: every 3D argument given; a batch whose
     longest query is one token, or at most MAX_3D_QUERY_LEN (speculative decoding's verify
-    step) with plain causal masking (a bool, not vLLM's per-sequence tensor) and no
-    `mm_prefix_range`; no more q blocks than the threshold, counted as vLLM does (`num_seqs *
+    step) with plain causal masking (a bool, not vLLM's per-sequence tensor), no
+    `mm_prefix_range` and no INT4 cache (``int4``: vLLM's INT4 launcher runs only one-token
+    queries on 3D); no more q blocks than the threshold, counted as vLLM does (`num_seqs *
     ceil(max_seqlen_q / BLOCK_Q)`); not in batch-invariant mode; and `softmax_segm_max` with at
     least one row per query token (`num_tokens`, q's rows), else 2D. vLLM's large-head tuning
     that also sends a batch to 2D applies to compute capability 10.x only, never on ROCm."""
@@ -225,7 +227,7 @@ def uses_3d(max_seqlen_q, num_seqs: int, seq_threshold_3D, num_par_softmax_segme
             or softmax_segm_expsum is None or batch_invariant:
         return False
     if max_seqlen_q > 1 and (max_seqlen_q > MAX_3D_QUERY_LEN or not causal or per_seq_causal
-                             or mm_prefix):
+                             or mm_prefix or int4):
         return False
     block_q = query_block(num_queries_per_kv)
     if num_seqs * -(-max_seqlen_q // block_q) > seq_threshold_3D:
@@ -343,7 +345,8 @@ def unified_attention(
                                 num_queries_per_kv=group,
                                 causal=causal if causal.__class__ is bool else True,
                                 per_seq_causal=per_seq_causal,
-                                mm_prefix=mm_prefix_range is not None):
+                                mm_prefix=mm_prefix_range is not None,
+                                int4=mode == "INT4_PER_TOKEN_HEAD"):
         au.run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
                                        max_seqlen_k, softmax_scale, causal, window_size,
                                        block_table, softcap, q_descale, k_descale, v_descale,

@@ -61,12 +61,13 @@ MAX_GROUP = min(attention_target(t).CAPABILITIES.max_group for t in TARGETS.valu
 # vLLM's --kv-cache-dtype values rocke reads: q's dtype ("auto", or float16/bfloat16 when that is
 # the model's dtype: supports_combination), fp8 with a per-tensor scale, the platform's fp8
 # (gfx942: e4m3fnuz, gfx950: e4m3fn; vLLM views the cache as current_platform.fp8_dtype()), and
-# the INT8 / FP8 per-token-head modes in vLLM 0.33's layout (each scale inline after its head's
-# row; the Triton backend's customize_spec sizes the cache for it). Not: fp8_e5m2 (rocke's
-# kernels decode e4m3 only); int4_per_token_head and the other packed modes (not in
-# rocke.vllm.SUPPORTED_KV_QUANT_MODES).
+# the INT8 / FP8 / INT4 per-token-head modes in vLLM 0.33's layout (each scale inline after its
+# head's row; the Triton backend's customize_spec sizes the cache for it; INT4's rows rotated,
+# ALGORITHM.md §13.4). Not: fp8_e5m2 (rocke's kernels decode e4m3 only); the other packed modes
+# (not in rocke.vllm.SUPPORTED_KV_QUANT_MODES).
 KV_CACHE_DTYPES: list[CacheDType] = ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3",
-                                     "int8_per_token_head", "fp8_per_token_head"]
+                                     "int8_per_token_head", "fp8_per_token_head",
+                                     "int4_per_token_head"]
 _MODEL_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 

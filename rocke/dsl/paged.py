@@ -40,6 +40,11 @@ Rules the copy relies on:
   ``[num_blocks, block_size, heads]``): each lane reads its row's scale from the same page and
   the row is decoded to f32, multiplied by it and rounded to the LDS dtype once. Tokens past
   ``valid_tokens`` read scale 0 and code 0.
+- packed int4 rows (``packed_int4``, with ``row_scales``): a ``u8`` cache holding two unsigned
+  4-bit codes per byte, element ``2i`` in the low nibble of byte ``i`` (rows of ``D / 2``
+  bytes), each row's f32 scale word carrying the row's 4-bit zero point ``z`` in its low four
+  mantissa bits (vLLM's INT4_PER_TOKEN_HEAD): element = ``(code - z) * s``, ``s`` the word with
+  those bits cleared. A lane loads ``vector / 2`` bytes for its ``vector`` elements.
 """
 
 from __future__ import annotations
@@ -105,7 +110,8 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                     transpose: bool = False, lds_dma: bool = False, aux: int = CACHE_NORMAL,
                     tokens: int | None = None, lds_row0=0, scale: Value | None = None,
                     row_scales: PagedView | None = None, defer_stores: bool = False,
-                    tile_aligned: bool = False, loaded: list | None = None):
+                    tile_aligned: bool = False, loaded: list | None = None,
+                    packed_int4: bool = False):
     """Copy tokens ``[first_token, first_token + tokens)`` of ``cache`` (rows of ``D`` elements)
     into ``lds`` (``[tokens, D]``, or ``[D, tokens]`` with ``transpose``). See the module rules;
     ``first_token`` must be a multiple of ``rows_per_wave(...)`` (a tile start is).
@@ -123,8 +129,11 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
     a loop; every step must be whole)."""
     if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
         raise dsl_type_error("copy_paged_tile needs a 2-D LdsTensor destination")
+    if packed_int4 is not False and (packed_int4 is not True or row_scales is None):
+        raise dsl_value_error("copy_paged_tile: packed_int4 (a bool) decodes with the rows' "
+                              "scales and zero points: it needs row_scales")
     if row_scales is not None:
-        _check_row_scales(cache, lds, scale, row_scales, lds_dma)
+        _check_row_scales(cache, lds, scale, row_scales, lds_dma, packed_int4)
         dequant = True
     else:
         dequant = _check_dequant(cache, lds, scale, lds_dma)
@@ -203,6 +212,15 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                 rsrc.load_to_lds(lds.address(lds_row0 + row0, 0), _masked_elem(rsrc, index, ok), aux=aux)
                 return None, None
             r, c, paired = _lane_row_col(lds, lane, dim, vector, run, lds_row0, transpose)
+            if packed_int4:         # vector elements from vector / 2 bytes
+                index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + \
+                    (c >> 1)
+                codes = rsrc.load(index, width=vector // 2, mask=token0 + r < valid_tokens,
+                                  aux=aux)
+                word = _row_scale(row_scales, page, in_page0 + r, token0 + r < valid_tokens, aux)
+                loaded = _dequantize_int4(codes, word, lds.dtype)
+                return _run_store(lds, loaded, r, c, lds_row0, row0, lane, paired, transpose,
+                                  store_align), loaded
             index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
             loaded = rsrc.load(index, width=vector, mask=token0 + r < valid_tokens, aux=aux)
             if row_scales is not None:
@@ -344,6 +362,21 @@ def _dequantize(codes: Value, scale, dtype, biased_bytes: bool = False):
     return wide.to(dtype)
 
 
+def _dequantize_int4(packed: Value, word: Value, dtype) -> Value:
+    """Bytes of two 4-bit codes (low nibble first) -> ``2 x`` their count of ``dtype`` elements
+    ``(code - z) * s`` (module rules: ``word`` is the row's scale with its zero point ``z`` in
+    the low four bits), as one fma each: ``code * s - z * s``."""
+    from .values import shuffle
+    bits = word.bitcast(T.u32)
+    s = (bits & 0xFFFFFFF0).bitcast(T.f32)
+    zs = (bits & 0xF).to(T.f32) * s
+    low, high = packed & 0xF, packed >> 4
+    n = packed.lanes
+    codes = shuffle(low, [i // 2 + (i % 2) * n for i in range(2 * n)], high)   # interleaved
+    wide = codes.to(T.f32) * s - zs
+    return _to_bf16_without_compares(wide) if dtype == T.bf16 else wide.to(dtype)
+
+
 def _to_bf16_without_compares(x: Value) -> Value:
     """f32 -> bf16 rounded to nearest even, as ``Value.to`` does, but the NaN case without a
     compare: each compare is a 64-bit lane mask in SGPRs, and a copy step's 8-16 of them in
@@ -365,9 +398,15 @@ def _row_scale(row_scales: PagedView, page: Value, in_page: Value, ok: Value, au
                      mask=ok, aux=aux)
 
 
-def _check_row_scales(cache: PagedView, lds: LdsTensor, scale, row_scales: PagedView, lds_dma: bool):
+def _check_row_scales(cache: PagedView, lds: LdsTensor, scale, row_scales: PagedView,
+                      lds_dma: bool, packed_int4: bool = False):
     src, dst = cache.base.dtype, lds.dtype
-    if src.kind != "fp8" and src != T.i8 or dst.bits != 16:
+    if packed_int4:
+        if src != T.u8 or dst.bits != 16:
+            raise dsl_type_error(f"copy_paged_tile: packed_int4 decodes a u8 cache (two codes a "
+                                 f"byte) into a 16-bit LDS tile, got cache {src.name} and LDS "
+                                 f"{dst.name}")
+    elif src.kind != "fp8" and src != T.i8 or dst.bits != 16:
         raise dsl_type_error(f"copy_paged_tile: row_scales dequantize an int8 or fp8 cache into a "
                              f"16-bit LDS tile, got cache {src.name} and LDS {dst.name}")
     if row_scales.base.dtype != T.f32 or row_scales.page_size != cache.page_size:

@@ -187,7 +187,7 @@ def _bad(mutate):
     (lambda a: a.update(out=a["out"].to(torch.float8_e4m3fn)), r"^out: with output_scale the output is fp8"),
     (lambda a: a.update(use_alibi_sqrt=1), r"^use_alibi_sqrt: must be a bool"),
     (lambda a: a.update(alibi_slopes=None), r"^use_alibi_sqrt: square-root ALiBi scales alibi_slopes"),
-    (lambda a: a.update(kv_quant_mode="int4_per_token_head"), r"^kv_quant_mode: must be None or one of"),
+    (lambda a: a.update(kv_quant_mode="int2_per_token_head"), r"^kv_quant_mode: must be None or one of"),
     (lambda a: a.update(k_scale_cache=None), r"^k_scale_cache: kv_quant_mode int8_per_token_head needs"),
     (lambda a: a.update(v_scale_cache=a["v_scale_cache"][:, :, :1]), r"^v_scale_cache: shape must be"),
     (lambda a: a.update(k_scale_cache=a["k_scale_cache"].half()), r"^k_scale_cache: dtype must be torch.float32"),

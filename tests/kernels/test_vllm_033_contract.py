@@ -229,7 +229,7 @@ def test_the_op_runs_with_every_parameter_positional():
     _close(a["out"], _reference(a))
 
 
-@pytest.mark.parametrize("mode", ["TURBOQUANT_K8V4", "CUSTOM", "NVFP4", "INT4_PER_TOKEN_HEAD",
+@pytest.mark.parametrize("mode", ["TURBOQUANT_K8V4", "CUSTOM", "NVFP4", "ULTRAQUANT_4BIT",
                                   "SOME_FUTURE_MODE"])
 def test_the_op_takes_the_mode_by_name_and_refuses_it_by_name(no_launch, mode):
     a = _decode()

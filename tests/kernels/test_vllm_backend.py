@@ -226,6 +226,7 @@ ACCEPTED = [dict(), dict(head_size=64, dtype=torch.float16, block_size=128),
             dict(kv_cache_dtype="fp8_e4m3", use_mm_prefix=True, use_batch_invariant=True),
             dict(kv_cache_dtype="bfloat16", block_size=544),
             dict(kv_cache_dtype="int8_per_token_head"), dict(kv_cache_dtype="fp8_per_token_head"),
+            dict(kv_cache_dtype="int4_per_token_head"),
             dict(use_non_causal=True), dict(use_rswa=True)]
 REFUSED = [
     (dict(head_size=96), "head_size not supported"),
@@ -233,7 +234,6 @@ REFUSED = [
     (dict(head_size=32), "head_size not supported"),
     (dict(dtype=torch.float32), "dtype not supported"),
     (dict(kv_cache_dtype="fp8_e5m2"), "kv_cache_dtype not supported"),
-    (dict(kv_cache_dtype="int4_per_token_head"), "kv_cache_dtype not supported"),
     (dict(kv_cache_dtype="float16"), "kv_cache_dtype float16 differs from the model's"),
     (dict(block_size=8), "block_size not supported"),
     (dict(attn_type="encoder_only"), "attention type encoder_only not supported"),
@@ -263,7 +263,7 @@ def test_the_refusals_are_rockes_not_the_triton_backends(rocm):
     rocke's declaration)."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
     for changes in (dict(head_size=96), dict(dtype=torch.float32), dict(block_size=8),
-                    dict(kv_cache_dtype="int4_per_token_head"), dict(attn_type="encoder_only")):
+                    dict(kv_cache_dtype="fp8_e5m2"), dict(attn_type="encoder_only")):
         assert rocm.get_attn_backend_cls(AttentionBackendEnum.TRITON_ATTN,
                                          _selector(**changes)).endswith("TritonAttentionBackend")
 

@@ -107,10 +107,11 @@ def test_2d_runs_otherwise_and_the_workspaces_stay_untouched(why):
 
 
 @pytest.mark.parametrize("argument,value", [
-    ("kv_quant_mode", KVQuantMode.INT4_PER_TOKEN_HEAD),
     ("kv_quant_mode", KVQuantMode.TURBOQUANT_K8V4),
+    ("kv_quant_mode", KVQuantMode.OCTAVE_K3V3),
     ("kv_quant_mode", KVQuantMode.NVFP4),
-])    # output_scale, use_alibi_sqrt and the per-token-head modes run: test_attention_quant.py
+])    # output_scale, use_alibi_sqrt and the per-token-head modes run: test_attention_quant.py,
+      # test_attention_int4.py
 def test_unimplemented_arguments_are_refused_before_launch(monkeypatch, argument, value):
     a = _decode()
     launched = []

@@ -267,8 +267,12 @@ def num_sms(target: str | None = None) -> int:
 
 OUT_FP8_DTYPES = {"float8_e4m3fnuz": "fp8_e4m3fnuz"}
 # rocke's names of vLLM's KVQuantMode members (rocke.vllm maps the enum onto them)
-KV_QUANT_MODES = ("none", "fp8_per_tensor", "int8_per_token_head", "fp8_per_token_head")
-TOKEN_SCALE_MODES = {"int8_per_token_head": ("int8", "i8"),
+KV_QUANT_MODES = ("none", "fp8_per_tensor", "int8_per_token_head", "fp8_per_token_head",
+                  "int4_per_token_head")
+# mode -> (the caches' torch dtype, rocke's kv_dtype); int4: packed codes with zero points, the
+# query and output rotated (ALGORITHM.md §13.4)
+TOKEN_SCALE_MODES = {"int4_per_token_head": ("uint8", "int4"),
+                     "int8_per_token_head": ("int8", "i8"),
                      "fp8_per_token_head": ("float8_e4m3fnuz", "fp8_e4m3fnuz")}
 
 
@@ -278,12 +282,20 @@ TOKEN_SCALE_MODES = {"int8_per_token_head": ("int8", "i8"),
 INLINE_SCALE_BYTES = 4
 
 
-def cache_row_lengths(head_size: int, token_scales: bool, element_size: int) -> tuple[int, ...]:
-    """The row lengths (elements) a cache may have whose first ``head_size`` the kernels read:
-    ``head_size``, and with per-token-head scales also vLLM 0.33's inline layout's."""
+def codes_per_element(kv_dtype: str | None) -> int:
+    """Cache codes one stored element holds: two for int4 (a byte, low nibble first), else 1."""
+    return 2 if kv_dtype == "int4" else 1
+
+
+def cache_row_lengths(head_size: int, token_scales: bool, element_size: int,
+                      codes: int = 1) -> tuple[int, ...]:
+    """The row lengths (elements) a cache may have whose first ``head_size / codes`` the
+    kernels read (``codes``: codes per element): that, and with per-token-head scales also
+    vLLM 0.33's inline layout's, one fp32's elements longer."""
+    row = head_size // codes
     if not token_scales:
-        return (head_size,)
-    return (head_size, head_size + INLINE_SCALE_BYTES // element_size)
+        return (row,)
+    return (row, row + INLINE_SCALE_BYTES // element_size)
 
 
 def _check_quant_fields(p) -> None:
@@ -295,6 +307,11 @@ def _check_quant_fields(p) -> None:
         raise ValueError("kv_token_scales: per-token-head scales need an int8 or fp8 cache (kv_dtype)")
     if p.out_dtype is not None and not isinstance(p.out_dtype, str):
         raise ValueError(f"out_dtype: must be None or an encoding's name, got {p.out_dtype!r}")
+    if p.kv_dtype == "int4" and (not p.kv_token_scales or p.out_dtype is not None):
+        raise NotImplementedError(
+            "kv_dtype: int4 caches are read with their per-token-head scales, and the output is "
+            "rotated back after the kernels (ALGORITHM.md §13.4), so an fp8 output "
+            "(output_scale) from them is not implemented by rocke")
     if not isinstance(p.q_fp8, bool):
         raise ValueError(f"q_fp8: must be a bool, got {p.q_fp8!r}")
     if p.q_fp8 and (p.kv_dtype is None or p.kv_token_scales or p.out_dtype is not None):

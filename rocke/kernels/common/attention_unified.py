@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from rocke.kernels.common import hadamard
 from rocke.kernels.common import knobs as knobs_mod
 from rocke.kernels.common.attention_calls import (GRAPHS, WORKSPACES, RunRecord, cacheable,
                                                  call_key, check_after, check_device_now,
@@ -71,7 +72,9 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
     and segment count (vLLM's ``softmax_segm_*`` and ``num_par_softmax_segments``), used as
     given, so a captured decode step allocates nothing. ``output_scale`` (fp8 ``out``),
     ``use_alibi_sqrt`` and ``kv_quant_mode`` ("none", "fp8_per_tensor", "int8_per_token_head",
-    "fp8_per_token_head") with ``k_scale_cache`` / ``v_scale_cache``: vLLM's, ALGORITHM.md §13.
+    "fp8_per_token_head", "int4_per_token_head") with ``k_scale_cache`` / ``v_scale_cache``:
+    vLLM's, ALGORITHM.md §13 (int4: q is rotated before the kernels and ``out`` back after them,
+    §13.4). ``causal``: a bool, or vLLM 0.33's per-sequence flags (§12.12).
     ``mm_prefix_range``: vLLM's bidirectional multimodal ranges, int32
     ``[num_seqs, max_ranges, 2]`` (ALGORITHM.md §12.8), clamped by the sliding window with
     ``mm_prefix_clamp_sliding_window`` (vLLM's, for Gemma 4; inert without ranges or a window).
@@ -173,6 +176,10 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         features["rswa_prefix_lens"] = rswa_prefix_lens
     if problem.spec_features().get("per_seq_causal"):
         features["causal_flags"] = causal
+    rotated = problem.kv_dtype == "int4"
+    if rotated:     # vLLM's INT4 caches hold rotated rows: rotate q, and out back after (§13.4)
+        q = hadamard.rotate(q).to(q.dtype)
+        softmax_scale = softmax_scale / hadamard.rht_block(problem.head_size)
     pack = functools.partial(_pack, device, target, the_plan, kernels, problem, features,
                              max_seqlen_q, max_seqlen_k)
     call = (q, k, v, out, cu_seqlens_q, seqused_k, block_table, softmax_scale, k_descale,
@@ -183,6 +190,8 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         host = (cu_seqlens_q, seqused_k, block_table) if q.device.type == "cpu" else None
         record = remember(key, keyed, device, the_plan, call, pack, problem, target, knobs,
                           max_seqlen_q, max_seqlen_k, host).run(call)
+    if rotated:
+        out.copy_(hadamard.rotate_back(out).to(out.dtype))
     if check_after(device):
         check_device_now(device)
     return record

@@ -8,7 +8,8 @@ import math
 from rocke.kernels.common.attention_device import launch_device_kind
 from rocke.kernels.common.attention_problem import (DTYPES, KV_QUANT_MODES, OUT_FP8_DTYPES,
                                                    TOKEN_SCALE_MODES, UnifiedAttentionProblem,
-                                                   attention_target, cache_row_lengths, is_tensor)
+                                                   attention_target, cache_row_lengths, codes_per_element,
+                                                   is_tensor)
 from rocke.kernels.common.checks import check_paged_cache_strides
 
 # vLLM's unified_attention arguments, names and order (the first 19)
@@ -215,9 +216,11 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
         raise ValueError(f"out: shape {list(out.shape)} differs from q's {list(q.shape)}")
     if list(v.shape) != list(k.shape):
         raise ValueError(f"v: shape {list(v.shape)} differs from k's {list(k.shape)}")
-    rows = cache_row_lengths(head_size, bool(token_scales), k.element_size())
+    rows = cache_row_lengths(head_size, bool(token_scales), k.element_size(),
+                             codes_per_element(kv_dtype))
     if kv_head_size not in rows:
         raise ValueError(f"k: head_size {kv_head_size} differs from q's {head_size}" + (
+            f" (rows of {rows[0]}: two int4 codes a byte)" if rows[0] != head_size else "") + (
             f" (with per-token-head scales stored inline after each row: {rows[1]})"
             if len(rows) > 1 else ""))
     if head_size not in caps.head_sizes:

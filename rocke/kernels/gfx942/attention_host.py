@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from rocke.kernels.common.attention_problem import cache_row_lengths
+from rocke.kernels.common.attention_problem import cache_row_lengths, codes_per_element
 from rocke.kernels.common.checks import (I32_LIMIT, check_buffer_bytes, check_extent,
                                          check_grid_extent, check_tensor)
 from rocke.kernels.gfx942 import attention_quant as quant
@@ -41,7 +41,7 @@ def check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, sequ
         check_tensor(name, t, dtype=spec.cache_dtype, dims=("num_blocks", "block_size", "num_kv_heads", "head_size"),
                      one_buffer=False, paged_cache=True)    # NHD, or vLLM's HND viewed as NHD
         rows = cache_row_lengths(spec.head_size, bool(getattr(spec, "kv_token_scales", False)),
-                                 t.element_size())          # vLLM 0.33's inline scales
+                                 t.element_size(), codes_per_element(spec.kv_dtype))
         if tuple(t.shape[1:3]) != (spec.block_size, k_cache.shape[2]) or t.shape[3] not in rows:
             raise ValueError(f"{name}: shape {tuple(t.shape)} does not match block_size "
                              f"{spec.block_size} / head_size {spec.head_size} of the spec")

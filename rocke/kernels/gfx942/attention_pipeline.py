@@ -244,7 +244,8 @@ class WorkgroupContext:
         return copy_paged_tile(self.k_view, self.table, lds, first_token=first, valid_tokens=self.kv_len,
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
                         lds_dma=s.global_load_lds_k, aux=self.aux,
-                        row_scales=quant.scale_view(self, "k"), tile_aligned=one_page_copies(self), **kw)
+                        row_scales=quant.scale_view(self, "k"), tile_aligned=one_page_copies(self),
+                        packed_int4=quant.packed_int4(s), **kw)
 
     def copy_v(self, lds, first, defer_stores: bool = False, loaded=None):
         return copy_paged_tile(self.v_view, self.table, lds, first_token=first,
@@ -252,6 +253,7 @@ class WorkgroupContext:
                                threads=self.threads, vector=STAGING_VECTOR,
                                transpose=not self.spec.cfv_store, aux=self.aux,
                                row_scales=quant.scale_view(self, "v"), defer_stores=defer_stores,
+                               packed_int4=quant.packed_int4(self.spec),
                                tile_aligned=one_page_copies(self), loaded=loaded)
 
 

@@ -24,7 +24,10 @@ from rocke.dsl.paged import PagedView
 from rocke.dsl.types import FINITE_MAX, FP8_FORMATS
 
 OUT_DTYPES = ("fp8_e4m3fnuz",)                   # gfx942's fp8
-TOKEN_SCALE_KV_DTYPES = ("i8", "fp8_e4m3fnuz")   # caches read with per-token-head scales
+# caches read with per-token-head scales; "int4": two 4-bit codes a byte, each row's zero point in
+# its scale's low mantissa bits (vLLM's INT4_PER_TOKEN_HEAD, rocke.dsl.paged's packed_int4)
+TOKEN_SCALE_KV_DTYPES = ("i8", "fp8_e4m3fnuz", "int4")
+PACKED_INT4 = "int4"
 FP8_KV_DTYPES = ("fp8_e4m3fnuz",)                # the fp8 caches an fp8 query (q_fp8) goes with
 
 
@@ -60,7 +63,7 @@ def quant_problems(spec) -> list[str]:
         out.append(f"kv_token_scales: must be a bool, got {spec.kv_token_scales!r}")
     elif spec.kv_token_scales:
         if spec.kv_dtype not in token_scale_kv_dtypes:
-            out.append(f"kv_token_scales: per-token-head scales read an int8 or fp8 cache; "
+            out.append(f"kv_token_scales: per-token-head scales read an int8, fp8 or int4 cache; "
                        f"kv_dtype must be one of {token_scale_kv_dtypes}, got {spec.kv_dtype!r}")
     return out
 
@@ -71,7 +74,7 @@ def name_suffix(spec) -> str:
     if spec.alibi_sqrt:
         tags += "_asqrt"
     if spec.kv_token_scales:
-        tags += f"_kv{'i8' if spec.kv_dtype == 'i8' else 'fp8'}tok"
+        tags += f"_kv{ {'i8': 'i8', PACKED_INT4: 'i4'}.get(spec.kv_dtype, 'fp8')}tok"
     if spec.out_dtype is not None:
         tags += "_ofp8"
     if getattr(spec, "q_fp8", False):
@@ -105,6 +108,16 @@ def declare_args(k, spec, a, split: bool) -> None:
         a.output_scale = k.arg_ptr("output_scale", "f32", readonly=True)
     if getattr(spec, "q_fp8", False):
         a.q_descale = k.arg_ptr("q_descale", "f32", readonly=True)
+
+
+def cache_storage_dtype(kv_dtype: str | None, dtype: str) -> str:
+    """The element type of k_cache / v_cache in memory: bytes of two codes for int4."""
+    return "u8" if kv_dtype == PACKED_INT4 else kv_dtype or dtype
+
+
+def packed_int4(spec) -> bool:
+    """Whether the caches hold packed 4-bit codes (kv_dtype "int4")."""
+    return spec.kv_dtype == PACKED_INT4
 
 
 def q_storage_dtype(spec) -> str:

@@ -182,8 +182,8 @@ class UnifiedAttention2DSpec:
 
     @property
     def cache_dtype(self) -> str:
-        """The element type of k_cache / v_cache."""
-        return self.kv_dtype or self.dtype
+        """The element type of k_cache / v_cache (bytes of two codes for int4)."""
+        return quant.cache_storage_dtype(self.kv_dtype, self.dtype)
 
     @property
     def fp8_kv(self) -> bool:
