@@ -26,9 +26,10 @@ Storage conventions: LDS tiles and global matrices are row-major; ``transposed=T
 storage holds the transpose of the fragment's logical tile (``storage[c, r] = tile[r, c]``).
 ``origin`` is always in the fragment's logical (row, col) coordinates.
 
-Every gfx942 f16/bf16/fp8 atom works as fragments: fp8/bf8 operands are i8-carrier fragments
-(``fp8_e4m3fnuz`` / ``fp8_e5m2fnuz``), and a multi-block atom's operands are 2-D tiles with the
-block folded into the rows of A and C and the columns of B (see ``Mfma``). Fragments travel
+Every atom of the catalog (``rocke.arch.mfma``) works as fragments: f16, bf16, fp8/bf8 (i8-carrier
+fragments), i8 (i32 accumulators), f32, xf32 (f32 fragments), f64, and gfx950's wide-K and
+block-scaled f8f6f4 atoms; a multi-block atom's operands are 2-D tiles with the block folded into
+the rows of A and C and the columns of B (see ``Mfma``). Fragments travel
 through ``for_range`` / ``if_`` / ``if_else`` as carried values and come back as fragments.
 """
 
@@ -46,8 +47,7 @@ from .memory import BUFFER_ACCESS_BYTES, BufferResource, LdsTensor
 from .tree import CarryLayout
 from .tv_layout import COL, PER_COL, PER_ROW, ROW, WAVE, LaneAffine, TVLayout
 from .values import Value, concat, select, shuffle, splat
-from ..arch.mfma import operand_type
-from ..arch.mfma import MFMA_CATALOG, MfmaAtom, atom_for, get_atom
+from ..arch.mfma import MFMA_CATALOG, MfmaAtom, atom_for, get_atom, takes_dtype
 
 __all__ = ["Fragment", "AxisVector", "Mfma", "load_fragment", "store_fragment",
            "load_fragment_global", "store_fragment_global", "copy_tile_to_lds", "ROW", "COL",
@@ -344,16 +344,23 @@ class AxisVector:
 # ---- MFMA ---------------------------------------------------------------------------------------
 
 class Mfma:
-    """One MFMA atom with its operand layouts ``A``, ``B`` and accumulator ``C`` (f32).
+    """One MFMA atom with its operand layouts ``A``, ``B`` and accumulator ``C``.
 
     ``atom``: a shape ("32x32x8", "4x4x4_16b") or a catalog key ("16x16x32_fp8_bf8");
     ``dtype``: the A element type, ``b_dtype`` the B one when it differs (fp8 x bf8 atoms).
-    fp8/bf8 operands are ``fp8_e4m3fnuz`` / ``fp8_e5m2fnuz`` fragments (i8 carriers), 8 per lane,
-    passed to the intrinsic packed in one i64.
+    Operand fragments hold the element dtype the atom multiplies: f16, bf16, fp8/bf8 (i8
+    carriers, ``fp8_e4m3fnuz`` / ``fp8_e5m2fnuz`` on gfx942, ``fp8_e4m3fn`` / ``fp8_e5m2`` on
+    gfx950), i8, f32 (the f32 atoms, and gfx942's xf32 shapes 16x16x8 / 32x32x4) or f64; the
+    accumulator ``C`` is ``acc_dtype``: f32, i32 for i8 atoms, f64 for f64 atoms.
 
     A multi-block atom (``blocks`` > 1) is a batch of independent products folded into 2-D
     tiles (see ``TVLayout.mfma_a``): A is (blocks*M) x K, B is K x (blocks*N), C is
-    (blocks*M) x N, and C[b*M + m, n] = sum_k A[b*M + m, k] * B[k, b*N + n]."""
+    (blocks*M) x N, and C[b*M + m, n] = sum_k A[b*M + m, k] * B[k, b*N + n].
+
+    gfx950's f8f6f4 atoms (16x16x128, 32x32x64) also take block scales: ``A_scale`` is an
+    M x K/32 layout and ``B_scale`` a K/32 x N one, one E8M0 byte (a ``u8`` fragment) a lane;
+    ``mma(a, b, c, a_scale=..., b_scale=...)`` multiplies each 32-K block of a row of A
+    (column of B) by 2^(byte - 127)."""
 
     def __init__(self, kernel, atom, dtype, *, b_dtype=None):
         a_dt = T.dtype(dtype)
@@ -366,23 +373,27 @@ class Mfma:
         else:
             raise dsl_type_error(f"Mfma atom must be a shape string or MfmaAtom, got {type(atom).__name__}")
         expected = (self.atom.a_type, self.atom.b_type)
-        if (operand_type(a_dt.name), operand_type(b_dt.name)) != expected:
+        if not (takes_dtype(expected[0], a_dt.name) and takes_dtype(expected[1], b_dt.name)):
             takes = expected[0] if expected[0] == expected[1] else " x ".join(expected)
             given = a_dt.name if a_dt == b_dt else f"{a_dt.name} x {b_dt.name}"
             raise dsl_value_error(f"MFMA {self.atom.key} takes {takes} operands, not {given}")
         self.kernel = kernel
         self.dtype = a_dt
         self.b_dtype = b_dt
+        self.acc_dtype = T.dtype(self.atom.acc_type)
         self.A = TVLayout.mfma_a(self.atom)
         self.B = TVLayout.mfma_b(self.atom)
         self.C = TVLayout.mfma_c(self.atom)
+        if self.atom.scaled:
+            self.A_scale = TVLayout.mfma_scale(self.atom, "A")
+            self.B_scale = TVLayout.mfma_scale(self.atom, "B")
 
     def __repr__(self):
         return f"Mfma({self.atom.key})"
 
     def zeros(self) -> Fragment:
         """A zero accumulator (C) fragment."""
-        return Fragment.full(self.kernel, self.C, T.f32, 0.0)
+        return Fragment.full(self.kernel, self.C, self.acc_dtype, 0.0 if self.acc_dtype.is_float else 0)
 
     def _check(self, frag, layout: TVLayout, dtype: T.DType, role: str):
         if not isinstance(frag, Fragment):
@@ -396,23 +407,52 @@ class Mfma:
                                  f"got {frag.value.type_name}")
 
     def _operand(self, frag: Fragment):
-        """The intrinsic's operand (IR): the fragment's vector, its bytes as one i64 for fp8, or
-        its carriers as ``bfloat`` for gfx950's wide-K bf16 atoms."""
-        if self.atom.ir_operand_type == "i64":
-            return self.kernel.ir_of(frag.value.bitcast(T.i64))
-        if "bfloat" in self.atom.ir_operand_type:
+        """The intrinsic's operand (IR): the fragment's vector, its bytes packed into i32 / i64 /
+        <4 x i32> / <8 x i32> for 8-bit operands, or its carriers as ``bfloat`` for gfx950's
+        wide-K bf16 atoms."""
+        ir_type = self.atom.ir_operand_type
+        if frag.dtype.bits == 8:
+            words = frag.value.lanes // 4
+            packed = frag.value.bitcast(T.i64) if ir_type == "i64" else frag.value.bitcast(T.i32, words)
+            return self.kernel.ir_of(packed)
+        if "bfloat" in ir_type:
             return _as_bfloat_vector(self.kernel, frag.value)
         return self.kernel.ir_of(frag.value)
 
-    def __call__(self, a: Fragment, b: Fragment, c: Fragment) -> Fragment:
-        """D = A @ B + C (f32 accumulate), cbsz = abid = blgp = 0."""
+    def __call__(self, a: Fragment, b: Fragment, c: Fragment, *, a_scale: Fragment | None = None,
+                 b_scale: Fragment | None = None) -> Fragment:
+        """D = A @ B + C (accumulated in ``acc_dtype``), cbsz = abid = blgp = 0. ``a_scale`` /
+        ``b_scale``: the E8M0 block scales of an f8f6f4 atom (``u8`` fragments of ``A_scale`` /
+        ``B_scale``); either left out is 1."""
         self._check(a, self.A, self.dtype, "A")
         self._check(b, self.B, self.b_dtype, "B")
-        self._check(c, self.C, T.f32, "C")
+        self._check(c, self.C, self.acc_dtype, "C")
         k = self.kernel
-        zero = ir.Constant(ir.IntType(32), 0)       # cbsz, abid, blgp
-        d = k.call(self.atom.intrinsic, T.f32.vector_ir_type(self.atom.acc_regs),
-                   [self._operand(a), self._operand(b), k.ir_of(c.value), zero, zero, zero])
+        i32 = ir.IntType(32)
+        zero = ir.Constant(i32, 0)
+        acc_ir = self.acc_dtype.vector_ir_type(self.atom.acc_regs)
+        operands = [self._operand(a), self._operand(b), k.ir_of(c.value)]
+        if not self.atom.scaled:
+            if a_scale is not None or b_scale is not None:
+                raise dsl_value_error(f"MFMA {self.atom.key} takes no block scales; gfx950's "
+                                      f"f8f6f4 atoms (16x16x128, 32x32x64) do")
+            d = k.call(self.atom.intrinsic, acc_ir, operands + [zero, zero, zero])
+            return Fragment(k.wrap(d, self.acc_dtype, self.atom.acc_regs), self.C)
+        # f8f6f4: A / B formats (0 E4M3, 1 E5M2) in cbsz / blgp, then opsel and scale of A and B
+        formats = [ir.Constant(i32, 0 if t.startswith("fp8") else 1)
+                   for t in (self.atom.a_type, self.atom.b_type)]
+        # no scales at all: zeros, which LLVM selects as the unscaled v_mfma_f32_*_f8f6f4; one
+        # left out next to a given one: the E8M0 code of 1 (127)
+        unit = zero if a_scale is None and b_scale is None else ir.Constant(i32, 127)
+        scales = []
+        for frag, layout, role in ((a_scale, self.A_scale, "a_scale"), (b_scale, self.B_scale, "b_scale")):
+            if frag is None:
+                scales += [zero, unit]
+                continue
+            self._check(frag, layout, T.u8, role)
+            scales += [zero, k.ir_of(frag.value.to(T.u32).bitcast(T.i32))]
+        name = f"{self.atom.intrinsic}.v8i32.v8i32"
+        d = k.call(name, acc_ir, operands + formats + scales)
         return Fragment(k.wrap(d, T.f32, self.atom.acc_regs), self.C)
 
 

@@ -116,6 +116,17 @@ class TVLayout:
         return TVLayout(f"{atom.key}.C", (atom.blocks * atom.m, atom.n),
                         np.stack([block * atom.m + row, col], axis=-1))
 
+    @staticmethod
+    def mfma_scale(atom: MfmaAtom, operand: str) -> "TVLayout":
+        """A block-scaled atom's scales, one a lane: lane l holds the scale of row (A) or column
+        (B) l % M and K block l // M -- an M x K/32 tile for A, K/32 x N for B."""
+        lanes = np.arange(WAVE)
+        extent = atom.m if operand == "A" else atom.n
+        kept, block = lanes % extent, lanes // extent
+        if operand == "A":
+            return TVLayout(f"{atom.key}.A_scale", (atom.m, atom.k // 32), np.stack([kept, block], -1)[:, None])
+        return TVLayout(f"{atom.key}.B_scale", (atom.k // 32, atom.n), np.stack([block, kept], -1)[:, None])
+
     def transpose(self) -> "TVLayout":
         return TVLayout(f"{self.name}^T", (self.shape[1], self.shape[0]), self.coords[..., ::-1])
 

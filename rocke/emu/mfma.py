@@ -402,7 +402,9 @@ MFMA_OPS: dict[str, MfmaOp] = _catalog()
 # f32, i8 and f64 families: explicit element maps (CDNA3 ISA operand layouts)
 # ---------------------------------------------------------------------------------------
 
-_ELEMENT_BITS = {"f32": 32, "i8": 8, "f64": 64}
+_ELEMENT_BITS = {"f32": 32, "xf32": 32, "i8": 8, "f64": 64}
+# xf32 keeps f32's sign and exponent and the top 10 of its 23 mantissa bits
+_XF32_DROPPED_BITS = np.uint32((1 << 13) - 1)
 
 
 @dataclass(frozen=True)
@@ -423,6 +425,10 @@ class IndexedMfmaOp:
     Numerics: i8 sums are exact and wrap to int32; f32 products are exact in float64 and the
     K-sum plus C is rounded once; f64 results are A.B + C rounded once (error-free products
     summed by math.fsum), which is at least as accurate as the hardware's fused chain.
+    xf32 (gfx942's v_mfma_f32_{16x16x8,32x32x4}_xf32, f32 registers read as xf32: 1 sign, 8
+    exponent, 10 mantissa bits) runs as f32 on inputs xf32 holds exactly; how the hardware
+    narrows an f32 with more mantissa bits is not pinned down here, so such an input stops the
+    run naming it rather than guessing.
     """
 
     name: str
@@ -430,7 +436,7 @@ class IndexedMfmaOp:
     n: int
     k: int
     blocks: int
-    in_format: str     # f32 | i8 | f64
+    in_format: str     # f32 | xf32 | i8 | f64
     out_format: str    # f32 | i32 | f64
 
     @property
@@ -505,6 +511,13 @@ class IndexedMfmaOp:
             return _pairs_to_f64(words).reshape(n, -1)
         if self.in_format == "i8":
             return words.view(np.int8).reshape(n, -1).astype(np.int64)
+        if self.in_format == "xf32":
+            finite = (words & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
+            inexact = finite & ((words & _XF32_DROPPED_BITS) != 0)
+            if inexact.any():
+                raise NotImplementedError(
+                    f"{self.name}: an f32 operand with more than xf32's 10 mantissa bits "
+                    f"(0x{int(words[inexact][0]):08x}); its narrowing to xf32 is not modelled")
         return words.view(np.float32).reshape(n, -1).astype(np.float64)
 
     def execute(self, a, b, c, cbsz: int = 0, abid: int = 0, blgp: int = 0, out=None,
@@ -588,6 +601,8 @@ def _indexed_catalog() -> dict[str, IndexedMfmaOp]:
         IndexedMfmaOp("v_mfma_f32_4x4x1_16b_f32", 4, 4, 1, 16, "f32", "f32"),
         IndexedMfmaOp("v_mfma_f32_32x32x2_f32", 32, 32, 2, 1, "f32", "f32"),
         IndexedMfmaOp("v_mfma_f32_16x16x4_f32", 16, 16, 4, 1, "f32", "f32"),
+        IndexedMfmaOp("v_mfma_f32_16x16x8_xf32", 16, 16, 8, 1, "xf32", "f32"),
+        IndexedMfmaOp("v_mfma_f32_32x32x4_xf32", 32, 32, 4, 1, "xf32", "f32"),
         IndexedMfmaOp("v_mfma_i32_32x32x4_2b_i8", 32, 32, 4, 2, "i8", "i32"),
         IndexedMfmaOp("v_mfma_i32_16x16x4_4b_i8", 16, 16, 4, 4, "i8", "i32"),
         IndexedMfmaOp("v_mfma_i32_4x4x4_16b_i8", 4, 4, 4, 16, "i8", "i32"),

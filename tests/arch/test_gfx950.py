@@ -76,10 +76,10 @@ def test_gfx950_catalog_intrinsics_select_their_instructions_in_llvm():
     found = {int(bodies[i]): bodies[i + 1] for i in range(1, len(bodies) - 1, 2)}
     for index, key in enumerate(GFX950_ATOMS):
         atom = MFMA_CATALOG[key]
-        m = re.search(r"\b(v_mfma_\w+) [av]\[(\d+):(\d+)\], [av]\[(\d+):(\d+)\]", found[index])
+        m = re.search(r"\b(v_mfma_\w+) ([av]\[\d+:\d+\]|[av]\d+), ([av]\[\d+:\d+\]|[av]\d+)", found[index])
         assert m and m.group(1) == atom.mnemonic, (key, m and m.group(1))
-        assert int(m.group(3)) - int(m.group(2)) + 1 == atom.acc_regs, key
-        assert int(m.group(5)) - int(m.group(4)) + 1 == atom.k_per_lane * (16 if "f16" in atom.a_type or "bf16" in atom.a_type else 8) // 32, key
+        assert _registers(m.group(2)) == atom.acc_regs * (2 if atom.acc_type == "f64" else 1), key
+        assert _registers(m.group(3)) == atom.k_per_lane * _BITS[atom.a_type] // 32, key
         if "f8f6f4" in atom.mnemonic:   # formats travel in cbsz (A) / blgp (B)
             fmt = {"fp8_ocp": 0, "bf8_ocp": 1}
             line = found[index].split("\n")[[i for i, l in enumerate(found[index].split("\n")) if "v_mfma" in l][0]]
@@ -87,9 +87,18 @@ def test_gfx950_catalog_intrinsics_select_their_instructions_in_llvm():
             assert (f"blgp:{fmt[atom.b_type]}" in line) == bool(fmt[atom.b_type]), line
 
 
+_BITS = {"f16": 16, "bf16": 16, "fp8_ocp": 8, "bf8_ocp": 8, "i8": 8, "f32": 32, "f64": 64}
+
+
+def _registers(operand: str) -> int:
+    """32-bit registers of an operand as LLVM prints it: v7 or v[4:11]."""
+    m = re.fullmatch(r"[av]\[(\d+):(\d+)\]", operand)
+    return int(m.group(2)) - int(m.group(1)) + 1 if m else 1
+
+
 def test_emulator_runs_every_gfx950_catalog_atom():
     """The emulator's gfx950 table knows every instruction the gfx950 catalog can emit."""
     from rocke.emu import mfma as emu_mfma
     from rocke.emu.gfx950 import mfma_ops
-    table = mfma_ops(emu_mfma.MFMA_OPS, emu_mfma.MfmaOp)
+    table = mfma_ops(emu_mfma.MFMA_OPS, emu_mfma.MfmaOp, emu_mfma.IndexedMfmaOp)
     assert {MFMA_CATALOG[k].mnemonic for k in GFX950_ATOMS} <= set(table)
