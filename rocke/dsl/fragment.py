@@ -22,6 +22,15 @@ to and from memory with ``store_axis`` / ``load_axis``. A per-column bias of a C
 (the older idiom ``load_fragment_global(bias_buf, mma.C, (0, n0), 0)`` -- a row stride of 0, so
 every row reads the same values -- also works, but loads the whole tile's worth of registers).
 
+Gathers and atomic tiles (a fused-MoE expert): ``gather_rows_to_lds`` copies the rows an index
+array names into an LDS tile (rows past a valid count as zeros), and ``atomic_add_fragment`` /
+``atomic_store_fragment`` combine a fragment into a global matrix atomically (f16/bf16 as packed
+pairs of neighbouring columns)::
+
+    gather_rows_to_lds(x_buf, a_tile, token_ids, k0, ld_x, thread_index=tid, threads=256,
+                       valid_rows=tokens_here)
+    atomic_add_fragment(out_ptr, acc.to("bf16"), (m0, n0), ld_out, bounds=(M, N))
+
 Storage conventions: LDS tiles and global matrices are row-major; ``transposed=True`` means the
 storage holds the transpose of the fragment's logical tile (``storage[c, r] = tile[r, c]``).
 ``origin`` is always in the fragment's logical (row, col) coordinates.
@@ -38,19 +47,22 @@ from __future__ import annotations
 import math
 
 import llvmlite.ir as ir
+import numpy as np
 
 from . import types as T
 from .errors import dsl_type_error, dsl_value_error
 from .lanes import butterfly, shuffle_xor
 from .math import exp2, maximum, minimum
-from .memory import BUFFER_ACCESS_BYTES, BufferResource, LdsTensor
+from .atomics import OPS as ATOMIC_OPS
+from .memory import BUFFER_ACCESS_BYTES, BufferResource, GlobalPtr, LdsTensor
 from .tree import CarryLayout
 from .tv_layout import COL, PER_COL, PER_ROW, ROW, WAVE, LaneAffine, TVLayout
 from .values import Value, concat, select, shuffle, splat
 from ..arch.mfma import MFMA_CATALOG, MfmaAtom, atom_for, get_atom, takes_dtype
 
 __all__ = ["Fragment", "AxisVector", "Mfma", "load_fragment", "store_fragment",
-           "load_fragment_global", "store_fragment_global", "copy_tile_to_lds", "ROW", "COL",
+           "load_fragment_global", "store_fragment_global", "copy_tile_to_lds", "gather_rows_to_lds",
+           "atomic_store_fragment", "atomic_add_fragment", "ROW", "COL",
            "PER_ROW", "PER_COL",
            "store_axis", "load_axis", "merge_across_waves"]
 
@@ -676,6 +688,184 @@ def copy_tile_to_lds(src: BufferResource, lds: LdsTensor, origin, ld, *, thread_
         else:
             with k.if_(thread_index < total - first):
                 copy_one()
+
+
+def gather_rows_to_lds(src: BufferResource, lds: LdsTensor, rows, col0, ld, *, thread_index: Value,
+                       threads: int, valid_rows=None, vector: int = 8, cols_limit=None):
+    """Cooperative row gather into ``lds`` (Triton's ``tl.load(src + idx[:, None] * ld + cols)``;
+    the token rows of a fused-MoE expert): tile row ``r`` is source row ``rows.load(r)`` --
+    ``rows`` a ``BufferResource`` (or an offset ``GlobalPtr``) of integer row indices -- from
+    column ``col0``, row stride ``ld`` elements; ``lds.shape`` is (tile rows, tile columns).
+    Tile rows ``r >= valid_rows`` (when given) are written as 0 without reading their index,
+    so every element of the tile is written: a tail or padding row is never left unfilled. A
+    source row past ``src``'s extent reads 0 too, and so do columns >= ``cols_limit`` and
+    everything past a view's runtime extents, as in ``copy_tile_to_lds``. Each thread moves
+    ``vector`` consecutive elements of a row per access."""
+    if not isinstance(lds, LdsTensor) or len(lds.shape) != 2:
+        raise dsl_type_error("gather_rows_to_lds needs a 2-D LdsTensor destination")
+    if not isinstance(src, BufferResource):
+        raise dsl_type_error(f"gather_rows_to_lds reads a BufferResource, got {type(src).__name__}")
+    if not isinstance(rows, (BufferResource, GlobalPtr)) or not rows.dtype.is_int or rows.dtype.bits != 32:
+        raise dsl_type_error("gather_rows_to_lds: rows must be a BufferResource or GlobalPtr of i32/u32 "
+                             f"row indices, got {rows!r}")
+    if src.dtype != lds.dtype:
+        raise dsl_type_error(f"gather_rows_to_lds: source {src.dtype.name} and LDS {lds.dtype.name} differ")
+    k = src.kernel
+    tile_rows, cols = lds.shape
+    if cols % vector or vector & (vector - 1):
+        raise dsl_value_error(f"gather_rows_to_lds: vector {vector} must be a power of two dividing "
+                              f"the tile's {cols} columns")
+    per_row = cols // vector
+    total = tile_rows * per_row
+    zero = _zero_of(k, src.dtype)
+    for first in range(0, total, threads):
+        def copy_one():
+            i = thread_index + first if first else thread_index
+            r, c = (i // per_row, (i % per_row) * vector) if per_row > 1 else (i, 0)
+            valid = None if valid_rows is None else r < valid_rows
+            if valid is None:
+                row = rows.load(r)
+            else:       # an invalid row's index is never read (it may lie past the index array)
+                pick = k.if_else(valid)
+                with pick.then_():
+                    pick.yield_(rows.load(r))
+                with pick.else_():
+                    pick.yield_(k.const(0, rows.dtype))
+                row = pick.results[0]
+            index = row * ld + (col0 + c)
+            if cols_limit is None:
+                loaded = src.load(index, width=vector)
+            else:
+                loaded = _load_row_segment(k, src, index, col0 + c, cols_limit, vector)
+            if valid is not None:
+                loaded = select(valid, loaded, splat(zero, vector) if vector > 1 else zero)
+            if lds.valid is not None:
+                loaded = _zero_past_valid(k, lds.valid, r, c, loaded, vector, False)
+            lds.store((r, c), loaded)
+        if first + threads <= total:
+            copy_one()
+        else:
+            with k.if_(thread_index < total - first):
+                copy_one()
+
+
+def atomic_add_fragment(dst, frag: Fragment, origin, ld, *, bounds=None, transposed: bool = False):
+    """``atomic_store_fragment(..., op="add")``: add a tile into a global matrix atomically
+    (Triton's ``tl.atomic_add`` of a block; a split-K or fused-MoE epilogue)."""
+    atomic_store_fragment(dst, frag, origin, ld, op="add", bounds=bounds, transposed=transposed)
+
+
+def atomic_store_fragment(dst, frag: Fragment, origin, ld, *, op: str = "add", bounds=None,
+                          transposed: bool = False):
+    """Combine ``frag`` into a row-major global matrix (``dst``: a ``GlobalPtr`` or
+    ``BufferResource``, row stride ``ld``; origin, bounds and ``transposed`` as for
+    ``store_fragment_global``) with the device-wide atomic ``op`` (add, max, min, exchange, ...;
+    ``rocke.dsl.atomics``), so that fragments of many waves or workgroups may target the same
+    elements. 32/64-bit elements go one atomic each. f16 / bf16 tiles (``op="add"`` only: the
+    hardware has no 16-bit atomics) go as packed pairs of neighbouring columns
+    (``global_atomic_pk_add_f16/bf16``), taken from one lane's registers where a lane holds
+    both, else from lane pairs that hold neighbouring columns (an accumulator's layout: one
+    swizzle hands each lane its partner's half); ``ld`` and the origin's column must then be
+    even (checked when they are ints), and bf16 needs a ``GlobalPtr``. A pair straddling the
+    column bound adds -0.0, the identity of IEEE addition, past it. Lanes past a bound add
+    nothing; the old values are not returned."""
+    if not isinstance(frag, Fragment):
+        raise dsl_type_error(f"atomic_store_fragment stores a Fragment, got {type(frag).__name__}")
+    if not isinstance(dst, (GlobalPtr, BufferResource)):
+        raise dsl_type_error(f"atomic_store_fragment writes a GlobalPtr or BufferResource, got {type(dst).__name__}")
+    if op not in ATOMIC_OPS:
+        raise dsl_value_error(f"atomic op must be one of {', '.join(ATOMIC_OPS)}, got {op!r}")
+    if frag.dtype != dst.dtype:
+        raise dsl_type_error(f"atomically storing a {frag.dtype.name} fragment into {dst.dtype.name} "
+                             f"memory {dst.name!r}; convert with .to()")
+    k = frag.kernel
+    bounds = (None, None) if bounds is None else tuple(bounds)
+    row_bound, col_bound = _storage_origin(bounds, transposed)
+    storage = _storage_layout(frag.layout, transposed)
+    at = _storage_origin(origin, transposed)
+    if frag.dtype.bits == 16:
+        if op != "add":
+            raise dsl_type_error(f"atomic {op!r} on a {frag.dtype.name} fragment: 16-bit atomics are "
+                                 "packed adds only (global_atomic_pk_add_f16/bf16)")
+        for what, x in (("ld", ld), ("the origin's column", at[1])):
+            if isinstance(x, int) and x % 2:
+                raise dsl_value_error(f"atomic add of a {frag.dtype.name} fragment: {what} ({x}) must be "
+                                      "even, so that neighbouring-column pairs are aligned 32-bit words")
+        pairs = _column_pairs(k, storage, frag.value, at)
+    else:
+        pairs = []
+        for v0, n, row, col in _run_addresses(k, storage, at):
+            for j in range(n):
+                element = frag.value[v0 + j] if frag.value.lanes > 1 else frag.value
+                pairs.append((element, row, col + j if j else col))
+    for value, row, col in pairs:
+        ok = _in_bounds(row, col, row_bound, col_bound)
+        if value.lanes == 2 and col_bound is not None:      # the pair's upper half past the bound
+            upper = select(col + 1 < col_bound, value[1], _negative_zero(k, value.dtype))
+            value = concat(value[0], upper)
+        index = row * ld + col
+        if isinstance(dst, BufferResource):
+            dst.atomic(op, index, value, mask=ok)
+        elif ok is None:
+            dst.atomic(op, index, value)
+        else:
+            with k.if_(ok):
+                dst.atomic(op, index, value)
+
+
+def _nonzero(x) -> bool:
+    return not (isinstance(x, int) and x == 0)
+
+
+def _negative_zero(k, dtype: T.DType) -> Value:
+    return k.const(0x8000, T.u16).bitcast(dtype)
+
+
+def _column_pairs(k, storage: TVLayout, value: Value, origin):
+    """(2-wide value, row, col) for each pair of neighbouring columns (col even relative to the
+    origin) a lane adds: from its own registers when every run along the columns is even and
+    starts at an even column, else from lane pairs ``l``, ``l ^ m`` holding neighbouring columns
+    of the same rows (the even-column lane adds the first half of the values, its partner the
+    second)."""
+    coords = storage.coords
+    runs = storage.value_runs(COL)
+    if all(n % 2 == 0 for _, n in runs) and (coords[:, [v0 for v0, _ in runs], COL] % 2 == 0).all():
+        out = []
+        for v0, n, row, col in _run_addresses(k, storage, origin):
+            for j in range(0, n, 2):
+                out.append((value[v0 + j:v0 + j + 2], row, col + j if j else col))
+        return out
+    n = storage.values_per_lane
+    lanes = np.arange(WAVE)
+    mask = next((m for m in (1, 2, 4, 8, 16, 32)
+                 if n % 2 == 0 and ((coords[:, 0, COL] % 2 == 0) == ((lanes & m) == 0)).all()
+                 and (coords[lanes ^ m] == coords + np.where((lanes & m) == 0, 1, -1)[:, None, None]
+                      * np.array([0, 1])).all()), None)
+    if mask is None:
+        raise dsl_value_error(f"atomic add of a 16-bit {storage.name} fragment: neither a lane nor a pair "
+                              "of lanes holds neighbouring columns; store it transposed or through LDS")
+    half = n // 2
+    even = (k.lane_id() & mask) == 0
+    low, high = (value[:half], value[half:]) if half > 1 else (value[0], value[1])
+    given = shuffle_xor(select(even, high, low), mask)
+    lane_row = lane_affine_value(k, storage.lane_part(ROW))
+    lane_col = lane_affine_value(k, storage.lane_part(COL))
+    lane_col = select(even, lane_col, lane_col - 1)
+    off_r, off_c = storage.value_offsets(ROW), storage.value_offsets(COL)
+    r0, c0 = (_index(o) for o in origin)
+    out = []
+    for i in range(half):
+        mine_lo = low[i] if half > 1 else low
+        mine_hi = high[i] if half > 1 else high
+        got = given[i] if half > 1 else given
+        pair = select(even, concat(mine_lo, got), concat(got, mine_hi))
+        dr = select(even, k.const(off_r[i], T.i32), k.const(off_r[half + i], T.i32)) \
+            if off_r[i] != off_r[half + i] else off_r[i]
+        dc = select(even, k.const(off_c[i], T.i32), k.const(off_c[half + i], T.i32)) \
+            if off_c[i] != off_c[half + i] else off_c[i]
+        row, col = lane_row + dr, lane_col + dc
+        out.append((pair, row + r0 if _nonzero(r0) else row, col + c0 if _nonzero(c0) else col))
+    return out
 
 
 def _zero_past_valid(k, valid, r, c, loaded, vector: int, transpose: bool) -> Value:
