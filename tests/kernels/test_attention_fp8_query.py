@@ -83,21 +83,45 @@ def test_vllm_passes_an_fp8_query_through_its_contract():
      "q_descale: a per-head query scale"),
     (dict(q_descale=torch.tensor([-1.0])), ValueError, "q_descale: fp8 dequantization scales"),
     ("16-bit cache", ValueError, "q: an fp8 query"),
-    ("fp8 out", NotImplementedError, "out: an fp8 output from an fp8 query"),
-], ids=["no_descale", "per_head", "negative", "16bit_cache", "fp8_out"])
+    ("fp8 out", ValueError, "out: an .*float8_e4m3fnuz output needs output_scale"),
+], ids=["no_descale", "per_head", "negative", "16bit_cache", "fp8_out_unscaled"])
 def test_what_an_fp8_query_needs_is_named_before_launch(change, error, match):
     args = _fp8_query_inputs(MIXED, hq=4, hk=2, d=64, bs=16, dtype="f16")
     if change == "16-bit cache":
         args.update(k=args["k"].to(torch.float16), v=args["v"].to(torch.float16), k_descale=None,
                     v_descale=None)
     elif change == "fp8 out":
-        args.update(out=torch.zeros_like(args["q"]), output_scale=torch.tensor([1.0]))
+        args.update(out=torch.zeros_like(args["q"]))
     else:
         args.update(change)
     before = args["out"].clone()
     with pytest.raises(error, match=match):
         au.run_unified_attention_torch(**args)
     assert torch.equal(args["out"].view(torch.uint8), before.view(torch.uint8))
+
+
+@pytest.mark.parametrize("backend", ["2d", "3d"])
+def test_an_fp8_query_with_an_fp8_output_matches_the_reference(backend):
+    """vLLM's fp8 query with its fused output quantization (``output_scale``): computed in f16
+    (ALGORITHM.md §11.1), the output quantized by the 2D kernel or the 3D reduction."""
+    from rocke.kernels.common.tolerances import fp8_output_bound
+    args = _fp8_query_inputs(MIXED, hq=8, hk=2, d=64, bs=16, dtype="f16", seed=4)
+    for name in ("q", "v"):          # outputs up to ~100: fp8's range, past its subnormals
+        args[name] = (args[name].float() * 4).to(FP8)
+    scale = torch.tensor([0.25])
+    args.update(out=torch.zeros_like(args["q"]), output_scale=scale)
+    record = au.run_unified_attention_torch(**args, backend=backend)
+    spec = record.plan.specs[0]
+    assert spec.q_fp8 and spec.dtype == "f16" and record.plan.path == backend
+    ref = ref_paged_attn(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["seqused_k"],
+                         args["block_table"], args["softmax_scale"], q_descale=args["q_descale"],
+                         k_descale=args["k_descale"], v_descale=args["v_descale"],
+                         output_scale=scale)
+    assert ref.abs().max() > 10, "outputs too small to exercise the fp8 range"
+    bound = fp8_output_bound("f16", ref, 0.25, "fp8_e4m3fnuz")
+    out = args["out"].float()
+    assert bool(((out - ref).abs() <= bound).all()), \
+        f"fp8 out off by {((out - ref).abs() / bound).max().item():.2f} bounds"
 
 
 @pytest.mark.parametrize("backend", ["2d", "3d"])

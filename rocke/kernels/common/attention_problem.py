@@ -314,9 +314,9 @@ def _check_quant_fields(p) -> None:
             "(output_scale) from them is not implemented by rocke")
     if not isinstance(p.q_fp8, bool):
         raise ValueError(f"q_fp8: must be a bool, got {p.q_fp8!r}")
-    if p.q_fp8 and (p.kv_dtype is None or p.kv_token_scales or p.out_dtype is not None):
+    if p.q_fp8 and (p.kv_dtype is None or p.kv_token_scales):
         raise ValueError("q_fp8: an fp8 query goes with an fp8 cache's per-tensor descales "
-                         "(vLLM's FP8_PER_TENSOR) and a 16-bit output")
+                         "(vLLM's FP8_PER_TENSOR)")
 
 
 def is_tensor(x) -> bool:

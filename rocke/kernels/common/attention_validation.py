@@ -156,8 +156,8 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
                      v_scale_cache=None) -> UnifiedAttentionProblem:
     """Validate every input on the host (nothing is launched) and describe the call.
 
-    Raises ``NotImplementedError`` for what no kernel does yet (a per-head ``q_descale``, an fp8
-    output from an fp8 query), ``ValueError`` for everything else; each message starts with the argument's name. ``target``'s capabilities
+    Raises ``NotImplementedError`` for what no kernel does yet (a per-head ``q_descale``),
+    ``ValueError`` for everything else; each message starts with the argument's name. ``target``'s capabilities
     (default: the default target's) bound head size, block size, group and cache encoding."""
     import torch
     caps = attention_target(target).CAPABILITIES
@@ -179,15 +179,14 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     # CPU (or CUDA, emulated there) -> emulator, ROCm GPU -> HIP, anything else refused
     host_readable = launch_device_kind(q) == "emu" or q.device.type == "cpu"   # checked on the host
 
-    # an fp8 query (vLLM quantises q with an fp8 cache): computed in out's 16-bit dtype
+    # an fp8 query (vLLM quantises q with an fp8 cache): computed in out's 16-bit dtype, or with
+    # an fp8 out (vLLM's fused output quantization) in f16: every fp8 value is an f16 value, and
+    # f16 keeps three more bits of P than bf16 within fp8's range (ALGORITHM.md §11.1)
     q_fp8 = "float8" in str(q.dtype)
-    if q_fp8 and "float8" in str(out.dtype):
-        raise NotImplementedError("out: an fp8 output from an fp8 query is not implemented by "
-                                  "rocke yet; pass a 16-bit out")
-    compute = out.dtype if q_fp8 else q.dtype
+    compute = (torch.float16 if "float8" in str(out.dtype) else out.dtype) if q_fp8 else q.dtype
     if str(compute).removeprefix("torch.") not in DTYPES:
         raise ValueError(f"q: dtype must be torch.float16 or torch.bfloat16 (or the fp8 cache's "
-                         f"encoding, with q_descale and a 16-bit out), got {q.dtype}" + (
+                         f"encoding, with q_descale and a 16-bit or fp8 out), got {q.dtype}" + (
                              f" with out {out.dtype}" if q_fp8 else ""))
     dtype = DTYPES[str(compute).removeprefix("torch.")]
     token_scales = _token_scale_mode(kv_quant_mode, k, v, k_scale_cache, v_scale_cache, caps)
