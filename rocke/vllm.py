@@ -186,15 +186,18 @@ def _host_causal(causal, num_seqs: int):
 
 
 def _check_3d_numbers(seq_threshold_3D, num_par_softmax_segments) -> None:
-    if (seq_threshold_3D is None or seq_threshold_3D.__class__ is int and seq_threshold_3D >= 1) \
+    """``seq_threshold_3D`` a non-negative int (0: the 2D kernel always, as vLLM's own tests
+    pass it, with 0-row workspaces), ``num_par_softmax_segments`` a positive int; either None."""
+    if (seq_threshold_3D is None or seq_threshold_3D.__class__ is int and seq_threshold_3D >= 0) \
             and (num_par_softmax_segments is None or num_par_softmax_segments.__class__ is int
                  and num_par_softmax_segments >= 1):
         return      # the common case, decided without the loop below
-    for name, value in (("seq_threshold_3D", seq_threshold_3D),
-                        ("num_par_softmax_segments", num_par_softmax_segments)):
+    for name, value, least, what in (
+            ("seq_threshold_3D", seq_threshold_3D, 0, "a non-negative int"),
+            ("num_par_softmax_segments", num_par_softmax_segments, 1, "a positive int")):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
-            raise ValueError(f"{name}: must be None or a positive int, got {value!r}")
+                                  or value < least):
+            raise ValueError(f"{name}: must be None or {what}, got {value!r}")
 
 
 # vLLM 0.33's longest query (1 + speculative tokens) its split-KV path takes

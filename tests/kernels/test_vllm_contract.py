@@ -221,13 +221,24 @@ def test_a_remembered_mode_name_is_keyed_by_class_and_member():
                 vllm._mode_name(bad)
 
 
-@pytest.mark.parametrize("name, value", [("seq_threshold_3D", True), ("seq_threshold_3D", 0),
-                                         ("seq_threshold_3D", 2.0), ("num_par_softmax_segments", -3),
-                                         ("num_par_softmax_segments", False)])
-def test_bad_3d_numbers_are_named(name, value):
+@pytest.mark.parametrize("name, value, what", [
+    ("seq_threshold_3D", True, "a non-negative int"), ("seq_threshold_3D", -1, "a non-negative int"),
+    ("seq_threshold_3D", 2.0, "a non-negative int"),
+    ("num_par_softmax_segments", -3, "a positive int"),
+    ("num_par_softmax_segments", 0, "a positive int"),
+    ("num_par_softmax_segments", False, "a positive int")])
+def test_bad_3d_numbers_are_named(name, value, what):
     a = _decode()
     numbers = dict(seq_threshold_3D=4, num_par_softmax_segments=3)
     numbers[name] = value
-    with pytest.raises(ValueError, match=f"^{name}: must be None or a positive int"):
+    with pytest.raises(ValueError, match=f"^{name}: must be None or {what}"):
         unified_attention(**a, **numbers, **_workspaces(8, 3))
     assert not a["out"].any()
+
+
+def test_a_zero_threshold_is_vllms_2d_always():
+    """vLLM's own unified-attention tests pass seq_threshold_3D=0 with 0-row workspaces: 2D."""
+    a = _decode()
+    ws = _workspaces(rows=0, segments=16)
+    unified_attention(**a, seq_threshold_3D=0, num_par_softmax_segments=16, **ws)
+    _close(a["out"], _reference(a))
