@@ -1,0 +1,193 @@
+"""vLLM 0.33's own unified-attention test grid (tests/kernels/vllm_033_grid.py) through
+rocke.vllm.unified_attention on the emulator, with the keyword set vLLM's tests pass, against the
+fp32 reference; the grid's NOT_YET cases are refused before any launch."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rocke.kernels.common.attention_reference import ref_paged_attn
+from rocke.kernels.common.tolerances import attention_atol, fp8_output_bound
+from rocke.vllm import KVQuantMode, unified_attention
+from tests.kernels.test_vllm_033_contract import no_launch
+from tests.kernels.vllm_033_grid import NOT_YET, RUNNING, Case, not_yet_reason
+
+FP8 = torch.float8_e4m3fnuz         # gfx942's fp8 (vLLM's current_platform.fp8_dtype() on ROCm)
+TORCH = {"bf16": torch.bfloat16, "f16": torch.float16}
+MODES = {"same": KVQuantMode.NONE, "fp8": KVQuantMode.FP8_PER_TENSOR,
+         "int8_pth": KVQuantMode.INT8_PER_TOKEN_HEAD, "fp8_pth": KVQuantMode.FP8_PER_TOKEN_HEAD,
+         "int4_pth": KVQuantMode.INT4_PER_TOKEN_HEAD}
+
+
+def _uniform(shape, g):
+    return torch.rand(shape, generator=g) * 2 - 1
+
+
+def _per_token_head(x, kind, g):
+    """Codes and per-(block, slot, head) fp32 scales for a [blocks, bs, hk, d] cache whose
+    dequantized values are ``x``'s magnitude; INT4 packs two codes a byte (zero point 8 in the
+    scale's low mantissa bits, as vLLM's test writes it)."""
+    top = {"int8_pth": 127.0, "fp8_pth": 224.0, "int4_pth": 7.0}[kind]
+    scale = (x.abs().amax(-1) / top).clamp(min=1e-6)
+    codes = (x / scale[..., None]).clamp(-top, top)
+    if kind == "int8_pth":
+        return codes.round().to(torch.int8), scale
+    if kind == "fp8_pth":
+        return codes.to(FP8), scale
+    u = (codes.round() + 8).to(torch.uint8)
+    packed = (u[..., 0::2] & 0xF) | ((u[..., 1::2] & 0xF) << 4)
+    return packed, ((scale.view(torch.int32) & -16) | 8).view(torch.float32)
+
+
+def _inline(codes, scale):
+    """0.33's per-token-head cache: one [blocks, hk, bs, 2 * (d + 4)] byte tensor holding
+    [K | K scale | V | V scale] per (head, slot), viewed as vLLM's backend views it (k, v of
+    last dim d + 4; the scale caches fp32 strided views into the same storage)."""
+    (kc, vc), (ks, vs) = codes, scale
+    blocks, bs, hk, d = kc.shape
+    raw = torch.zeros(blocks, hk, bs, 2 * (d + 4), dtype=torch.uint8)
+    side = raw.transpose(1, 2)
+    for half, c, s in ((0, kc, ks), (1, vc, vs)):
+        part = side[..., half * (d + 4):(half + 1) * (d + 4)]
+        part[..., :d] = c.view(torch.uint8)
+        part[..., d:] = s.contiguous().view(torch.uint8).reshape(blocks, bs, hk, 4)
+    k, v = side.split(d + 4, dim=-1)
+    if kc.dtype != torch.uint8:
+        k, v = k.view(kc.dtype), v.view(kc.dtype)
+    f32 = torch.tensor([], dtype=torch.float32).set_(raw.untyped_storage())
+    stride = (hk * bs * 2 * (d + 4) // 4, 2 * (d + 4) // 4, bs * 2 * (d + 4) // 4)
+    scales = [torch.as_strided(f32, (blocks, bs, hk), stride, off // 4)
+              for off in (d, 2 * d + 4)]
+    return k, v, scales
+
+
+def build(case: Case, seed: int = 0):
+    """(vLLM's keyword arguments for ``case``, the reference's keyword options)."""
+    g = torch.Generator().manual_seed(seed)
+    hq, hk = case.heads
+    d, bs = case.head_size, case.block_size
+    dt = TORCH[case.dtype]
+    q_lens = [q for q, _ in case.seqs]
+    kv_lens = [k for _, k in case.seqs]
+    num_seqs = len(case.seqs)
+    q = _uniform((sum(q_lens), hq, d), g)
+    k = _uniform((case.num_blocks, bs, hk, d), g)
+    v = _uniform((case.num_blocks, bs, hk, d), g)
+    pages = -(-max(kv_lens) // bs)
+    # vLLM's tests draw every table entry at random (pages may repeat across sequences)
+    table = torch.randint(0, case.num_blocks, (num_seqs, pages), generator=g, dtype=torch.int32)
+    window = (case.sliding_window - 1, 0) if case.sliding_window else (-1, -1)
+    args = dict(q=q.to(dt), k=k.to(dt), v=v.to(dt), out=torch.full((sum(q_lens), hq, d), 7.0,
+                                                                     dtype=dt),
+                cu_seqlens_q=torch.tensor([0] + q_lens, dtype=torch.int32).cumsum(
+                    0, dtype=torch.int32),
+                seqused_k=torch.tensor(kv_lens, dtype=torch.int32), max_seqlen_q=max(q_lens),
+                max_seqlen_k=max(kv_lens), softmax_scale=d ** -0.5, causal=True,
+                window_size=window, block_table=table,
+                softcap=case.softcap if case.softcap is not None else 0,
+                q_descale=None, k_descale=None, v_descale=None)
+    ref = dict(window_size=window, softcap=case.softcap or 0.0)
+    if case.q_fp8 or case.kv == "fp8":
+        descales = dict(k_descale=torch.full((num_seqs, hk), 0.5),
+                        v_descale=torch.full((num_seqs, hk), 0.25))
+        args.update(k=(k / 0.5).to(FP8), v=(v / 0.25).to(FP8), **descales)
+        ref.update(descales)
+        if case.q_fp8:
+            args.update(q=(q / 0.75).to(FP8), q_descale=torch.tensor(0.75))
+            ref.update(q_descale=args["q_descale"])
+        args["kv_quant_mode"] = KVQuantMode.FP8_PER_TENSOR
+    elif case.kv.endswith("_pth"):
+        (kc, ks), (vc, vs) = _per_token_head(k, case.kv, g), _per_token_head(v, case.kv, g)
+        if case.scale_layout == "inline":
+            kc, vc, (ks, vs) = _inline((kc, vc), (ks, vs))
+        args.update(k=kc, v=vc, kv_quant_mode=MODES[case.kv], k_scale_cache=ks,
+                    v_scale_cache=vs)
+        ref.update(k_scale_cache=ks, v_scale_cache=vs)
+    elif case.kv == "same" and "kv_quant_mode" not in case.extra and case.source.startswith(
+            "T:unified"):
+        args["kv_quant_mode"] = KVQuantMode.NONE    # vLLM's main test always passes it
+    if case.out_fp8:
+        args.update(out=torch.zeros((sum(q_lens), hq, d), dtype=FP8),
+                    output_scale=torch.tensor(0.5))
+        ref.update(output_scale=args["output_scale"])
+    if case.causal is not None:
+        args["causal"] = torch.tensor(case.causal, dtype=torch.bool)
+    if case.descales_as_floats:
+        args.update(k_descale=1.0, v_descale=1.0)
+    if not case.extra.get("no_workspaces") and case.seq_threshold_3D is not None:
+        rows = case.seq_threshold_3D if case.workspace_rows is None else case.workspace_rows
+        width = 1 << (d - 1).bit_length()           # vLLM sizes them by the padded head
+        args.update(seq_threshold_3D=case.seq_threshold_3D,
+                    num_par_softmax_segments=case.segments,
+                    softmax_segm_output=torch.empty(rows, hq, case.segments, width),
+                    softmax_segm_max=torch.empty(rows, hq, case.segments),
+                    softmax_segm_expsum=torch.empty(rows, hq, case.segments))
+    elif case.extra.get("no_workspaces"):
+        args["seq_threshold_3D"] = case.seq_threshold_3D
+    if case.use_td:
+        args["use_td"] = True
+    return args, ref
+
+
+def reference(case: Case, args, ref_kw):
+    q, k, v = args["q"], args["k"], args["v"]
+    return ref_paged_attn(q, k, v, args["cu_seqlens_q"], args["seqused_k"], args["block_table"],
+                          args["softmax_scale"], **ref_kw)
+
+
+def check(case: Case, args, ref_kw):
+    want = reference(case, args, ref_kw)
+    got = args["out"].float()
+    quantised = case.q_fp8 or case.kv in ("fp8", "fp8_pth")
+    if case.out_fp8:
+        bound = fp8_output_bound(case.dtype, want, 0.5)
+        over = ((got - want).abs() - bound).max().item()
+        assert over <= 0, f"fp8 output beyond its bound by {over}"
+        return
+    err = (got - want).abs().max().item()
+    atol = attention_atol(case.dtype, "fp8_e4m3fnuz" if quantised else None)
+    assert err <= atol, f"max |out - ref| {err} > {atol}"
+
+
+@pytest.mark.parametrize("case", RUNNING, ids=[c.id for c in RUNNING])
+def test_vllm_033_case_matches_the_reference(case):
+    args, ref_kw = build(case)
+    unified_attention(**args)
+    check(case, args, ref_kw)
+    if case.repeat:         # vLLM's CUDA-graph test: the same call again (rocke's remembered call)
+        first = args["out"].clone()
+        args["out"].fill_(7.0)
+        unified_attention(**args)
+        assert torch.equal(args["out"], first)
+
+
+# what each not-yet feature's refusal says, at the start of the message
+REFUSALS = {
+    "head_size": r"^q: head_size must be one of",
+    "INT4_PER_TOKEN_HEAD": r"^kv_quant_mode: KVQuantMode\.INT4_PER_TOKEN_HEAD is not implemented",
+    "inline per-token-head scale layout": r"^k: ",
+    "per-sequence causal flags that differ": r"^causal: per-sequence causal flags that differ",
+}
+
+
+@pytest.mark.parametrize("case", NOT_YET, ids=[c.id for c in NOT_YET])
+def test_vllm_033_case_not_implemented_yet_is_refused_before_launch(monkeypatch, case):
+    no_launch(monkeypatch)
+    args, _ = build(case)
+    before = args["out"].clone()
+    reason = not_yet_reason(case)
+    with pytest.raises((NotImplementedError, ValueError),
+                       match=REFUSALS[reason.split(" ")[0] if reason.startswith("head_size")
+                                      else reason]):
+        unified_attention(**args)
+    assert torch.equal(args["out"].view(torch.uint8), before.view(torch.uint8))
+
+
+def test_the_grid_keeps_every_kind():
+    """Every vLLM test the grid reads has cases, and the not-yet list names only features."""
+    sources = {c.source for c in RUNNING + NOT_YET}
+    assert {"T:unified_attn", "T:bf16_query_fp8_kv", "T:swa_single_block", "T:small_m_3d",
+            "T:small_m_2d_above_threshold", "T:small_m_3d_mixed_rows", "T:small_m_3d_cuda_graph",
+            "T:fp16_input_fp8_output", "T:use_td", "T:use_td_tile_clamp",
+            "P:per_token_head_scale", "M:triton_mixed_causal"} <= sources
+    assert all(not_yet_reason(c) for c in NOT_YET) and not any(map(not_yet_reason, RUNNING))
