@@ -9,6 +9,8 @@ import torch
 from rocke.kernels.common.attention_reference import ref_paged_attn
 from rocke.kernels.common.tolerances import attention_atol, fp8_output_bound
 from rocke.vllm import KVQuantMode, unified_attention
+from tests.kernels.test_attention_inline_scales import inline_caches
+from tests.kernels.test_attention_int4 import decode_int4, quantize_int4, sylvester, vllm_signs
 from tests.kernels.test_vllm_033_contract import no_launch
 from tests.kernels.vllm_033_grid import NOT_YET, RUNNING, Case, not_yet_reason
 
@@ -24,41 +26,19 @@ def _uniform(shape, g):
 
 
 def _per_token_head(x, kind, g):
-    """Codes and per-(block, slot, head) fp32 scales for a [blocks, bs, hk, d] cache whose
-    dequantized values are ``x``'s magnitude; INT4 packs two codes a byte (zero point 8 in the
-    scale's low mantissa bits, as vLLM's test writes it)."""
-    top = {"int8_pth": 127.0, "fp8_pth": 224.0, "int4_pth": 7.0}[kind]
+    """(codes, per-(block, slot, head) fp32 scales, the rows the reference reads or None) of a
+    [blocks, bs, hk, d] cache whose dequantized values are ``x``'s magnitude. INT4 is vLLM's
+    write: rows rotated, asymmetric codes two a byte, the zero point in the scale's low bits
+    (test_attention_int4's quantizer); the reference reads its decoded rows rotated back."""
+    if kind == "int4_pth":
+        d = x.shape[-1]
+        h, signs = sylvester(d), vllm_signs(d)
+        packed, words = quantize_int4((x * signs) @ h)
+        return packed, words, (decode_int4(packed, words) @ h) * signs / d
+    top = {"int8_pth": 127.0, "fp8_pth": 224.0}[kind]
     scale = (x.abs().amax(-1) / top).clamp(min=1e-6)
     codes = (x / scale[..., None]).clamp(-top, top)
-    if kind == "int8_pth":
-        return codes.round().to(torch.int8), scale
-    if kind == "fp8_pth":
-        return codes.to(FP8), scale
-    u = (codes.round() + 8).to(torch.uint8)
-    packed = (u[..., 0::2] & 0xF) | ((u[..., 1::2] & 0xF) << 4)
-    return packed, ((scale.view(torch.int32) & -16) | 8).view(torch.float32)
-
-
-def _inline(codes, scale):
-    """0.33's per-token-head cache: one [blocks, hk, bs, 2 * (d + 4)] byte tensor holding
-    [K | K scale | V | V scale] per (head, slot), viewed as vLLM's backend views it (k, v of
-    last dim d + 4; the scale caches fp32 strided views into the same storage)."""
-    (kc, vc), (ks, vs) = codes, scale
-    blocks, bs, hk, d = kc.shape
-    raw = torch.zeros(blocks, hk, bs, 2 * (d + 4), dtype=torch.uint8)
-    side = raw.transpose(1, 2)
-    for half, c, s in ((0, kc, ks), (1, vc, vs)):
-        part = side[..., half * (d + 4):(half + 1) * (d + 4)]
-        part[..., :d] = c.view(torch.uint8)
-        part[..., d:] = s.contiguous().view(torch.uint8).reshape(blocks, bs, hk, 4)
-    k, v = side.split(d + 4, dim=-1)
-    if kc.dtype != torch.uint8:
-        k, v = k.view(kc.dtype), v.view(kc.dtype)
-    f32 = torch.tensor([], dtype=torch.float32).set_(raw.untyped_storage())
-    stride = (hk * bs * 2 * (d + 4) // 4, 2 * (d + 4) // 4, bs * 2 * (d + 4) // 4)
-    scales = [torch.as_strided(f32, (blocks, bs, hk), stride, off // 4)
-              for off in (d, 2 * d + 4)]
-    return k, v, scales
+    return (codes.round().to(torch.int8) if kind == "int8_pth" else codes.to(FP8)), scale, None
 
 
 def build(case: Case, seed: int = 0):
@@ -97,12 +77,16 @@ def build(case: Case, seed: int = 0):
             ref.update(q_descale=args["q_descale"])
         args["kv_quant_mode"] = KVQuantMode.FP8_PER_TENSOR
     elif case.kv.endswith("_pth"):
-        (kc, ks), (vc, vs) = _per_token_head(k, case.kv, g), _per_token_head(v, case.kv, g)
-        if case.scale_layout == "inline":
-            kc, vc, (ks, vs) = _inline((kc, vc), (ks, vs))
+        (kc, ks, k_rows), (vc, vs, v_rows) = (_per_token_head(k, case.kv, g),
+                                              _per_token_head(v, case.kv, g))
+        if k_rows is None:                      # int8 / fp8: codes times their scales
+            ref.update(k=kc, v=vc, k_scale_cache=ks, v_scale_cache=vs)
+        else:                                   # int4: the decoded rows, rotated back
+            ref.update(k=k_rows, v=v_rows)
+        if case.scale_layout == "inline":       # 0.33's cache: scales inline after each row
+            kc, vc, ks, vs = inline_caches((kc, vc), (ks, vs), "HND")
         args.update(k=kc, v=vc, kv_quant_mode=MODES[case.kv], k_scale_cache=ks,
                     v_scale_cache=vs)
-        ref.update(k_scale_cache=ks, v_scale_cache=vs)
     elif case.kv == "same" and "kv_quant_mode" not in case.extra and case.source.startswith(
             "T:unified"):
         args["kv_quant_mode"] = KVQuantMode.NONE    # vLLM's main test always passes it
@@ -130,9 +114,13 @@ def build(case: Case, seed: int = 0):
 
 
 def reference(case: Case, args, ref_kw):
-    q, k, v = args["q"], args["k"], args["v"]
-    return ref_paged_attn(q, k, v, args["cu_seqlens_q"], args["seqused_k"], args["block_table"],
-                          args["softmax_scale"], **ref_kw)
+    """``ref_kw``'s k / v (the plain rows of a quantized cache) stand in for the call's."""
+    kw = dict(ref_kw)
+    k, v = kw.pop("k", args["k"]), kw.pop("v", args["v"])
+    if case.causal is not None:
+        kw["causal"] = list(case.causal)
+    return ref_paged_attn(args["q"], k, v, args["cu_seqlens_q"], args["seqused_k"],
+                          args["block_table"], args["softmax_scale"], **kw)
 
 
 def check(case: Case, args, ref_kw):
@@ -164,9 +152,6 @@ def test_vllm_033_case_matches_the_reference(case):
 # what each not-yet feature's refusal says, at the start of the message
 REFUSALS = {
     "head_size": r"^q: head_size must be one of",
-    "INT4_PER_TOKEN_HEAD": r"^kv_quant_mode: KVQuantMode\.INT4_PER_TOKEN_HEAD is not implemented",
-    "inline per-token-head scale layout": r"^k: ",
-    "per-sequence causal flags that differ": r"^causal: per-sequence causal flags that differ",
 }
 
 

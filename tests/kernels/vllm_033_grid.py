@@ -219,12 +219,6 @@ def not_yet_reason(case: Case) -> str | None:
     """The feature rocke does not implement yet that ``case`` needs (None: it must run)."""
     if case.head_size not in (64, 128, 256):
         return f"head_size {case.head_size}"
-    if case.kv == "int4_pth":
-        return "INT4_PER_TOKEN_HEAD"
-    if case.scale_layout == "inline" and case.kv.endswith("_pth"):
-        return "inline per-token-head scale layout"
-    if case.causal is not None and len(set(case.causal)) > 1:
-        return "per-sequence causal flags that differ"
     return None
 
 
