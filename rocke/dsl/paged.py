@@ -40,6 +40,9 @@ Rules the copy relies on:
   ``[num_blocks, block_size, heads]``): each lane reads its row's scale from the same page and
   the row is decoded to f32, multiplied by it and rounded to the LDS dtype once. Tokens past
   ``valid_tokens`` read scale 0 and code 0.
+- short rows (``row_elements``): a cache row holds fewer elements than the LDS row (a head
+  size padded up to the kernel's): lanes past them load nothing and store 0, so the LDS row's
+  tail is zero. Not with ``lds_dma``.
 - packed int4 rows (``packed_int4``, with ``row_scales``): a ``u8`` cache holding two unsigned
   4-bit codes per byte, element ``2i`` in the low nibble of byte ``i`` (rows of ``D / 2``
   bytes), each row's f32 scale word carrying the row's 4-bit zero point ``z`` in its low four
@@ -111,14 +114,16 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                     tokens: int | None = None, lds_row0=0, scale: Value | None = None,
                     row_scales: PagedView | None = None, defer_stores: bool = False,
                     tile_aligned: bool = False, loaded: list | None = None,
-                    packed_int4: bool = False):
+                    packed_int4: bool = False, row_elements: int | None = None):
     """Copy tokens ``[first_token, first_token + tokens)`` of ``cache`` (rows of ``D`` elements)
     into ``lds`` (``[tokens, D]``, or ``[D, tokens]`` with ``transpose``). See the module rules;
     ``first_token`` must be a multiple of ``rows_per_wave(...)`` (a tile start is).
     ``tokens`` / ``lds_row0``: copy into rows (columns with ``transpose``) ``[lds_row0,
     lds_row0 + tokens)`` of a larger tile, e.g. one half of a double buffer. ``scale``: the
     dequantizing copy of an fp8 cache (module rules). ``row_scales``: the f32 paged scale cache
-    of a per-row quantized (int8 / fp8) cache (module rules). ``defer_stores``: the LDS stores of
+    of a per-row quantized (int8 / fp8) cache (module rules); ``packed_int4``: that cache holds
+    packed 4-bit codes with zero points (module rules). ``row_elements``: the elements of a
+    cache row, fewer than the LDS row's (module rules). ``defer_stores``: the LDS stores of
     whole copy steps are left to the returned function (call it after issuing other loads, so
     both loads are in flight before either is waited on); otherwise it returns a no-op.
     ``tile_aligned``: the caller promises ``first_token`` is a multiple of ``tokens``; where
@@ -139,6 +144,11 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
         dequant = _check_dequant(cache, lds, scale, lds_dma)
     k = lds.kernel
     full, dim = (lds.shape[1], lds.shape[0]) if transpose else lds.shape
+    if row_elements is not None and (not isinstance(row_elements, int) or
+                                     not 0 < row_elements < dim or row_elements % vector or lds_dma):
+        raise dsl_value_error(f"copy_paged_tile: row_elements ({row_elements!r}) must be a "
+                              f"multiple of the vector ({vector}) below the LDS row's {dim} "
+                              f"elements, without lds_dma")
     tokens = full if tokens is None else tokens
     elem = lds.dtype.nbytes
     if threads % 64:
@@ -179,7 +189,7 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
         one_page = (_page_of(cache, table, first_token, pages_used),
                     first_token - first_chunk * cache.page_size)
     lane_base = None
-    if one_page is not None and not lds_dma and row_scales is None:
+    if one_page is not None and not lds_dma and row_scales is None and row_elements is None:
         # one lane index for every step, each step adding its rows' scalar offset: a step's
         # address is then one add and its mask one compare with a scalar
         lane_base = _one_page_lane_base(cache, one_page, lds, lane, dim, vector, run, lds_row0,
@@ -212,17 +222,20 @@ def copy_paged_tile(cache: PagedView, table: BlockTableRow, lds: LdsTensor, *, f
                 rsrc.load_to_lds(lds.address(lds_row0 + row0, 0), _masked_elem(rsrc, index, ok), aux=aux)
                 return None, None
             r, c, paired = _lane_row_col(lds, lane, dim, vector, run, lds_row0, transpose)
+
+            def valid():        # the row's token exists (and the column, in a short row)
+                ok = token0 + r < valid_tokens
+                return ok if row_elements is None else ok & (c < row_elements)
             if packed_int4:         # vector elements from vector / 2 bytes
                 index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + \
                     (c >> 1)
-                codes = rsrc.load(index, width=vector // 2, mask=token0 + r < valid_tokens,
-                                  aux=aux)
+                codes = rsrc.load(index, width=vector // 2, mask=valid(), aux=aux)
                 word = _row_scale(row_scales, page, in_page0 + r, token0 + r < valid_tokens, aux)
                 loaded = _dequantize_int4(codes, word, lds.dtype)
                 return _run_store(lds, loaded, r, c, lds_row0, row0, lane, paired, transpose,
                                   store_align), loaded
             index = page_offset + (in_page0 + r) * cache.token_stride + cache.col_offset + c
-            loaded = rsrc.load(index, width=vector, mask=token0 + r < valid_tokens, aux=aux)
+            loaded = rsrc.load(index, width=vector, mask=valid(), aux=aux)
             if row_scales is not None:
                 # int8 decode by register pressure, measured on the attention kernels: the
                 # sign-extending conversion spilled 7 SGPRs in the bf16 d256 3D kernel, the

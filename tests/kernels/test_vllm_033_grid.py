@@ -151,7 +151,7 @@ def test_vllm_033_case_matches_the_reference(case):
 
 # what each not-yet feature's refusal says, at the start of the message
 REFUSALS = {
-    "head_size": r"^q: head_size must be one of",
+    "head_size": r"^q: head_size must be one of \(64, 128, 256\), or a multiple of 8 below",
 }
 
 

@@ -217,7 +217,7 @@ ALL = (_main_grid() + _fp8_kv_grid() + _swa_single_block() + _small_m_grid()
 
 def not_yet_reason(case: Case) -> str | None:
     """The feature rocke does not implement yet that ``case`` needs (None: it must run)."""
-    if case.head_size not in (64, 128, 256):
+    if case.head_size > 256:                # padded heads run up to the largest kernel's
         return f"head_size {case.head_size}"
     return None
 

@@ -12,6 +12,9 @@ from rocke.kernels.common.checks import fits_one_buffer
 from rocke.kernels.common.knobs import AttentionKnobs
 
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+# a head size the kernels do not have runs padded to the next one when it is a multiple of this
+# (the copies' 16-byte vectors of 16-bit elements stay whole: a lane is in the row or past it)
+HEAD_COLS_MULTIPLE = 8
 BACKENDS = ("auto", "2d", "3d")
 
 
@@ -63,6 +66,10 @@ class UnifiedAttentionProblem:
     # vLLM 0.33's per-sequence causal tensor (ALGORITHM.md §12.12): its flags' bytes (1: bool /
     # int8 / uint8, 4: int32), 0 = the bool `causal` holds for every sequence
     causal_flags: int = 0
+    # the tensors' head size when it is not a kernel's (ALGORITHM.md §11.3): ``head_size`` is then
+    # the kernels' padded size, the next one up, and head_cols the columns q, the caches and out
+    # hold (0 = head_size)
+    head_cols: int = 0
 
     def __post_init__(self):
         if self.dtype not in DTYPES.values():
@@ -99,6 +106,12 @@ class UnifiedAttentionProblem:
                              f"{self.window_left!r}")
         _check_quant_fields(self)
         _check_mm_and_invariance_fields(self)
+        if self.head_cols.__class__ is not int or not (
+                self.head_cols == 0 or 0 < self.head_cols < self.head_size
+                and self.head_cols % HEAD_COLS_MULTIPLE == 0):
+            raise ValueError(f"head_cols: must be 0 (head_size) or a multiple of "
+                             f"{HEAD_COLS_MULTIPLE} below head_size {self.head_size}, got "
+                             f"{self.head_cols!r}")
         if self.causal_flags.__class__ is not int or self.causal_flags not in (0, 1, 4):
             raise ValueError(f"causal_flags: must be 0 (none), 1 or 4 (a flag's bytes), got "
                              f"{self.causal_flags!r}")
@@ -136,6 +149,8 @@ class UnifiedAttentionProblem:
             out["non_causal"] = True
         if self.causal_flags and self.max_seqlen_q > 1:
             out["per_seq_causal"] = self.causal_flags
+        if self.head_cols:
+            out["head_cols"] = self.head_cols
         out.update(self.quant_spec_fields())
         return out
 
@@ -214,6 +229,15 @@ class AttentionCapabilities:
     kv_dtypes: tuple[str, ...]      # cache encodings besides q's dtype
     token_scale_kv_dtypes: tuple[str, ...] = ()   # caches read with per-token-head scales
     out_dtypes: tuple[str, ...] = ()              # output encodings besides q's dtype
+
+    def padded_head_size(self, head_size: int) -> int | None:
+        """The kernels' head size a tensor head size runs at: itself, or the next one up for a
+        multiple of HEAD_COLS_MULTIPLE (ALGORITHM.md §11.3); None when none fits."""
+        if head_size in self.head_sizes:
+            return head_size
+        if head_size % HEAD_COLS_MULTIPLE:
+            return None
+        return min((h for h in self.head_sizes if h > head_size), default=None)
 
     def check(self, p: UnifiedAttentionProblem) -> None:
         """Refuse a problem the target has no kernel for, naming the field."""

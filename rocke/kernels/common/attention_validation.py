@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 
 from rocke.kernels.common.attention_device import launch_device_kind
-from rocke.kernels.common.attention_problem import (DTYPES, KV_QUANT_MODES, OUT_FP8_DTYPES,
-                                                   TOKEN_SCALE_MODES, UnifiedAttentionProblem,
-                                                   attention_target, cache_row_lengths, codes_per_element,
+from rocke.kernels.common.attention_problem import (DTYPES, HEAD_COLS_MULTIPLE, KV_QUANT_MODES,
+                                                   OUT_FP8_DTYPES, TOKEN_SCALE_MODES,
+                                                   UnifiedAttentionProblem, attention_target,
+                                                   cache_row_lengths, codes_per_element,
                                                    is_tensor)
 from rocke.kernels.common.checks import check_paged_cache_strides
 
@@ -222,8 +223,11 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
             f" (rows of {rows[0]}: two int4 codes a byte)" if rows[0] != head_size else "") + (
             f" (with per-token-head scales stored inline after each row: {rows[1]})"
             if len(rows) > 1 else ""))
-    if head_size not in caps.head_sizes:
-        raise ValueError(f"q: head_size must be one of {caps.head_sizes}, got {head_size}")
+    padded_head = caps.padded_head_size(head_size)
+    if padded_head is None:
+        raise ValueError(f"q: head_size must be one of {caps.head_sizes}, or a multiple of "
+                         f"{HEAD_COLS_MULTIPLE} below {max(caps.head_sizes)} (run padded to the "
+                         f"next), got {head_size}")
     if block_size not in caps.block_sizes:
         raise ValueError(f"k: block_size must be one of {caps.block_sizes}, got {block_size}")
     if num_kv_heads < 1 or num_q_heads % num_kv_heads:
@@ -322,7 +326,8 @@ def describe_problem(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_se
     cache_bytes = max(k.stride(0) * num_blocks * k.element_size(),
                       v.stride(0) * num_blocks * v.element_size())
     problem = UnifiedAttentionProblem(
-        dtype=dtype, head_size=head_size, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
+        dtype=dtype, head_size=padded_head, head_cols=0 if padded_head == head_size else head_size,
+        num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
         block_size=block_size, num_seqs=num_seqs, total_q=total_q,
         max_seqlen_q=max(1, max_seqlen_q), max_seqlen_k=max(1, max_seqlen_k), causal=causal,
         num_blocks=num_blocks, kv_cache_bytes=cache_bytes, softcap=softcap,

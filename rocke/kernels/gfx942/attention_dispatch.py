@@ -528,7 +528,7 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
     if geo.path == "2d":
         return (spec,)
     # an fp8 output is quantized by the reduction (the 3D kernel writes fp32 partials)
-    reduce = cls_r(problem.dtype, problem.head_size)
+    reduce = cls_r(problem.dtype, problem.head_size, head_cols=problem.head_cols)
     if out_dtype is not None:
         reduce = replace(reduce, out_dtype=out_dtype)
     return (spec, reduce)

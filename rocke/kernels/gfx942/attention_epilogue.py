@@ -11,7 +11,8 @@ from __future__ import annotations
 from rocke import dsl
 from rocke.dsl.fragment import ROW, store_fragment
 from rocke.kernels.gfx942 import attention_quant as quant
-from rocke.kernels.gfx942.attention_pipeline import TransposedX8Path, WorkgroupContext, row_runs
+from rocke.kernels.gfx942.attention_pipeline import (TransposedX8Path, WorkgroupContext,
+                                                     column_valid, row_runs)
 from rocke.kernels.gfx942.attention_policy import STAGING_VECTOR
 
 
@@ -53,7 +54,7 @@ def _store_rows(c, buf, frag, row_axis, row0, d0, stride_token, stride_head):
         tok, head = c.row_token(row)
         index = (c.q_seq_start + tok) * stride_token + head * stride_head + d
         part = frag.value if n == frag.value.lanes else (frag.value[v0] if n == 1 else frag.value[v0:v0 + n])
-        buf.store(index, part, mask=c.row_valid(row))
+        buf.store(index, part, mask=column_valid(c.spec, d, c.row_valid(row)))
 
 
 def _store_transposed_x8_output(path, l, o):
@@ -80,7 +81,8 @@ def _store_transposed_x8_output(path, l, o):
         col = (i & (per_row - 1)) * STAGING_VECTOR
         tok, head = c.row_token(r)
         index = (c.q_seq_start + tok) * c.a.o_stride_token + head * c.a.o_stride_head + col
-        out_buf.store(index, acc_lds.load((r, col), width=STAGING_VECTOR), mask=r < valid_rows)
+        out_buf.store(index, acc_lds.load((r, col), width=STAGING_VECTOR),
+                      mask=column_valid(s, col, r < valid_rows))
 
 
 def store_partials(c: WorkgroupContext, path, m, l, o, segment):

@@ -40,7 +40,8 @@ def check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, sequ
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         check_tensor(name, t, dtype=spec.cache_dtype, dims=("num_blocks", "block_size", "num_kv_heads", "head_size"),
                      one_buffer=False, paged_cache=True)    # NHD, or vLLM's HND viewed as NHD
-        rows = cache_row_lengths(spec.head_size, bool(getattr(spec, "kv_token_scales", False)),
+        rows = cache_row_lengths(getattr(spec, "head_cols", 0) or spec.head_size,
+                                 bool(getattr(spec, "kv_token_scales", False)),
                                  t.element_size(), codes_per_element(spec.kv_dtype))
         if tuple(t.shape[1:3]) != (spec.block_size, k_cache.shape[2]) or t.shape[3] not in rows:
             raise ValueError(f"{name}: shape {tuple(t.shape)} does not match block_size "
@@ -53,8 +54,9 @@ def check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, sequ
                 raise ValueError(f"{name}: stride {t.stride(i)} exceeds the kernel's 32-bit strides")
     if v_cache.shape != k_cache.shape:
         raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} differs from k_cache's {tuple(k_cache.shape)}")
-    if q.shape[2] != spec.head_size:
-        raise ValueError(f"q: head_size {q.shape[2]} differs from the spec's {spec.head_size}")
+    head_cols = getattr(spec, "head_cols", 0) or spec.head_size     # a padded head's tensors'
+    if q.shape[2] != head_cols:
+        raise ValueError(f"q: head_size {q.shape[2]} differs from the spec's {head_cols}")
     hk = k_cache.shape[2]
     split = getattr(spec, "group_split", 1)
     if q.shape[1] != hk * spec.num_queries_per_kv * split:

@@ -245,7 +245,7 @@ class WorkgroupContext:
                         thread_index=self.tid, threads=self.threads, vector=STAGING_VECTOR,
                         lds_dma=s.global_load_lds_k, aux=self.aux,
                         row_scales=quant.scale_view(self, "k"), tile_aligned=one_page_copies(self),
-                        packed_int4=quant.packed_int4(s), **kw)
+                        packed_int4=quant.packed_int4(s), row_elements=tensor_cols(s), **kw)
 
     def copy_v(self, lds, first, defer_stores: bool = False, loaded=None):
         return copy_paged_tile(self.v_view, self.table, lds, first_token=first,
@@ -254,7 +254,20 @@ class WorkgroupContext:
                                transpose=not self.spec.cfv_store, aux=self.aux,
                                row_scales=quant.scale_view(self, "v"), defer_stores=defer_stores,
                                packed_int4=quant.packed_int4(self.spec),
+                               row_elements=tensor_cols(self.spec),
                                tile_aligned=one_page_copies(self), loaded=loaded)
+
+
+def tensor_cols(spec) -> int | None:
+    """The head columns q, the caches and out hold when fewer than the kernel's head size (a
+    padded head, ``head_cols``), else None."""
+    return getattr(spec, "head_cols", 0) or None
+
+
+def column_valid(spec, col, ok):
+    """``ok`` and, for a padded head, the head column ``col`` exists in the tensors."""
+    cols = tensor_cols(spec)
+    return ok if cols is None else ok & (col < cols)
 
 
 def one_page_copies(c: WorkgroupContext) -> bool:
@@ -286,8 +299,8 @@ def load_q_rows_to_lds(c: WorkgroupContext, q_lds):
             col = (i & (per_row - 1)) * STAGING_VECTOR
             tok, head = c.row_token(r)
             index = (c.q_seq_start + tok) * c.a.q_stride_token + head * c.a.q_stride_head + col
-            q_lds.store((r, col), quant.q_decoded(s, c.q_buf.load(index, width=STAGING_VECTOR,
-                                                                  mask=c.row_valid(r))))
+            q_lds.store((r, col), quant.q_decoded(s, c.q_buf.load(
+                index, width=STAGING_VECTOR, mask=column_valid(s, col, c.row_valid(r)))))
         if first + c.threads <= total:
             one()
         else:
@@ -316,7 +329,8 @@ def load_q_direct(c: WorkgroupContext, layout, row_axis: int, origin) -> Fragmen
     for v0, n, row, d in row_runs(c.k, layout, row_axis, origin):
         tok, head = c.row_token(row)
         index = (c.q_seq_start + tok) * c.a.q_stride_token + head * c.a.q_stride_head + d
-        parts.append(quant.q_decoded(c.spec, c.q_buf.load(index, width=n, mask=c.row_valid(row))))
+        parts.append(quant.q_decoded(c.spec, c.q_buf.load(
+            index, width=n, mask=column_valid(c.spec, d, c.row_valid(row)))))
     return Fragment(dsl.concat(*parts) if len(parts) > 1 else parts[0], layout)
 
 

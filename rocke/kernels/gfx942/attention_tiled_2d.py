@@ -151,6 +151,10 @@ class UnifiedAttention2DSpec:
     # sequence, nonzero = causal, 0 = non-causal (as non_causal); the field is the flag's bytes,
     # 1 (bool, int8, uint8) or 4 (int32), 0 = off; needs interval_mask (ALGORITHM.md §12.12)
     per_seq_causal: int = 0
+    # the tensors' head size when it is not one of HEAD_SIZES (0: head_size): q, the caches and
+    # out hold head_cols columns, the kernel computes head_size (the next size up) with the
+    # rest zero; a multiple of 8 (ALGORITHM.md §11.3)
+    head_cols: int = 0
     # the causal (+ window) mask as one interval per query row, precomputed before the tile
     # loop: one unsigned compare per score and no per-score token division (ALGORITHM.md §12.8)
     interval_mask: bool = False
@@ -223,6 +227,7 @@ class UnifiedAttention2DSpec:
                   ("mm", self.mm_prefix_ranges), ("mmcw", self.mm_clamp_window),
                   ("chunk", self.chunked), ("rswa", self.rswa_prefix),
                   ("nc", self.non_causal), ("psc", self.per_seq_causal),
+                  ("hc", self.head_cols),
                   ("im", self.interval_mask),
                   ("op", self.one_page_tile), ("ev", self.early_v)]
         for tag, value in flags:
@@ -231,6 +236,18 @@ class UnifiedAttention2DSpec:
             elif value and value is not False:
                 name += f"_{tag}{value}"
         return name + quant.name_suffix(self)
+
+
+def check_head_cols(spec) -> None:
+    """``head_cols``: 0, or a multiple of the copies' vector (8) below head_size; the LDS DMA
+    copies whole rows and cannot zero a padded tail."""
+    hc = spec.head_cols
+    if hc.__class__ is not int or not (hc == 0 or 0 < hc < spec.head_size and hc % STAGING_VECTOR == 0):
+        raise ValueError(f"head_cols: must be 0 or a multiple of {STAGING_VECTOR} below head_size "
+                         f"{spec.head_size}, got {hc!r}")
+    if hc and spec.global_load_lds_k:
+        raise ValueError("head_cols: the LDS DMA (global_load_lds_k) copies whole rows; a padded "
+                         "head needs the zero-filling copy")
 
 
 def resolved_tile(spec) -> int:
@@ -274,6 +291,7 @@ def spec_problems(spec) -> list[str]:
     ok &= rule(check_bool, "rswa_prefix", spec.rswa_prefix)
     ok &= rule(check_bool, "non_causal", spec.non_causal)
     ok &= rule(check_choice, "per_seq_causal", spec.per_seq_causal, CAUSAL_FLAG_BYTES)
+    ok &= rule(check_head_cols, spec)
     for field, holds, why in MASK_RULES:
         if ok and getattr(spec, field) and not holds(spec):
             out.append(f"{field}: {why}")

@@ -86,7 +86,8 @@ def kernel_args(spec, q, k_cache, v_cache, segm_output, segm_max, segm_expsum, b
     ``attention_tiled_2d.feature_args``'s keywords."""
     check_common_args(spec, q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k)
     check_extent("num_segments", num_segments)
-    total_q, hq, d = q.shape
+    total_q, hq = q.shape[:2]
+    d = spec.head_size          # a padded head's partials are padded (vLLM sizes them so too)
     check_tensor("segm_output", segm_output, dtype="f32",
                  dims=("total_q", "num_q_heads", "num_segments", "head_size"))
     for name, t in (("segm_max", segm_max), ("segm_expsum", segm_expsum)):

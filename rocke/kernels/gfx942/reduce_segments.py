@@ -44,6 +44,8 @@ class ReduceSegmentsSpec:
     vector_width: int = 4       # fp32 elements of one segment's ``o`` per lane per load
     out_dtype: str | None = None  # None: out in ``dtype``; "fp8_e4m3fnuz": times 1 / output_scale,
                                   # saturated (attention_quant, ALGORITHM.md §13.1)
+    head_cols: int = 0          # a padded head (ALGORITHM.md §11.3): out's columns; the
+                                # partials keep head_size's (vLLM pads its workspaces so too)
 
     def __post_init__(self):
         check_choice("dtype", self.dtype, DTYPES)
@@ -51,6 +53,12 @@ class ReduceSegmentsSpec:
             check_choice("out_dtype", self.out_dtype, quant.on_target(quant.OUT_DTYPES, self.target))
         check_choice("head_size", self.head_size, HEAD_SIZES)
         check_choice("vector_width", self.vector_width, (1, 2, 4))
+        if self.head_cols.__class__ is not int or not (
+                self.head_cols == 0 or 0 < self.head_cols < self.head_size
+                and self.head_cols % self.vector_width == 0):
+            raise ValueError(f"head_cols: must be 0 or a multiple of vector_width "
+                             f"{self.vector_width} below head_size {self.head_size}, got "
+                             f"{self.head_cols!r}")
         if self.head_size // self.vector_width > WAVE:
             raise ValueError(f"vector_width: head_size {self.head_size} / vector_width "
                              f"{self.vector_width} lanes exceed one wave ({WAVE})")
@@ -78,7 +86,8 @@ class ReduceSegmentsSpec:
     @property
     def kernel_name(self) -> str:
         return (f"reduce_segments_{self.dtype}_d{self.head_size}_v{self.vector_width}"
-                + ("_ofp8" if self.out_dtype else ""))
+                + ("_ofp8" if self.out_dtype else "")
+                + (f"_hc{self.head_cols}" if self.head_cols else ""))
 
 
 VARIANTS = {
@@ -158,7 +167,8 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
         result = quant.quantised(result, quant.inverse_output_scale(output_scale), spec.out_dtype)
     else:
         result = result.to(spec.dtype)
-    out_row.store(col, result, mask=group == 0)
+    ok = group == 0
+    out_row.store(col, result, mask=ok if not spec.head_cols else ok & (col < spec.head_cols))
     return k
 
 
@@ -174,9 +184,11 @@ def kernel_args(spec: ReduceSegmentsSpec, segm_output, segm_max, segm_expsum, ou
     check_extent("num_segments", num_segments)
     if not isinstance(out, torch.Tensor) or out.dim() != 3:
         raise ValueError("out: must be a 3-D [total_q, num_q_heads, head_size] torch tensor")
-    total_q, num_q_heads, head_size = out.shape
-    if head_size != spec.head_size:
-        raise ValueError(f"out: head_size {head_size} does not match the spec's {spec.head_size}")
+    total_q, num_q_heads, out_cols = out.shape
+    head_size = spec.head_size          # the partials' (padded) head size
+    if out_cols != (spec.head_cols or spec.head_size):
+        raise ValueError(f"out: head_size {out_cols} does not match the spec's "
+                         f"{spec.head_cols or spec.head_size}")
     if out.dtype != torch_dtype(spec.out_dtype or spec.dtype):
         raise ValueError(f"out: dtype must be {torch_dtype(spec.out_dtype or spec.dtype)}, got {out.dtype}")
     if out.stride(2) != 1:
@@ -202,7 +214,7 @@ def kernel_args(spec: ReduceSegmentsSpec, segm_output, segm_max, segm_expsum, ou
     st, sh = out.stride(0), out.stride(1)
     if st < 0 or sh < 0:
         raise ValueError(f"out: strides must be non-negative, got {out.stride()}")
-    last = (total_q - 1) * st + (num_q_heads - 1) * sh + head_size
+    last = (total_q - 1) * st + (num_q_heads - 1) * sh + out_cols
     if last >= I32_LIMIT:
         raise ValueError(f"out: spans {last} elements, beyond the kernel's 32-bit indexing")
     scale = quant.quant_args(spec, split=False, output_scale=output_scale) if spec.out_dtype else []
