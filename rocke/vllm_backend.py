@@ -54,7 +54,11 @@ def _common(field: str) -> list[int]:
     return sorted(set.intersection(*sets))
 
 
-HEAD_SIZES = _common("head_sizes")            # 64, 128, 256
+HEAD_SIZES = _common("head_sizes")            # 64, 128, 256: the kernels' own
+# and every head size they run padded to the next of those (ALGORITHM.md §11.3)
+SERVED_HEAD_SIZES = [h for h in range(1, max(HEAD_SIZES) + 1)
+                     if all(attention_target(t).CAPABILITIES.padded_head_size(h)
+                            for t in TARGETS.values())]
 KERNEL_BLOCK_SIZES = _common("block_sizes")   # 16, 32, 64: vLLM splits larger blocks into these
 MAX_GROUP = min(attention_target(t).CAPABILITIES.max_group for t in TARGETS.values())
 
@@ -202,11 +206,11 @@ class RockeAttentionBackend(TritonAttentionBackend):
 
     @classmethod
     def get_supported_head_sizes(cls) -> list[int]:
-        return list(HEAD_SIZES)
+        return list(SERVED_HEAD_SIZES)
 
     @classmethod
     def supports_head_size(cls, head_size: int) -> bool:
-        return head_size in HEAD_SIZES
+        return head_size in SERVED_HEAD_SIZES
 
     @staticmethod
     def get_supported_kernel_block_sizes(kv_cache_spec=None) -> list[int | MultipleOf]:
