@@ -54,7 +54,7 @@ def _common(field: str) -> list[int]:
     return sorted(set.intersection(*sets))
 
 
-HEAD_SIZES = _common("head_sizes")            # 64, 128, 256: the kernels' own
+HEAD_SIZES = _common("head_sizes")            # 64, 128, 256, 512: the kernels' own
 # and every head size they run padded to the next of those (ALGORITHM.md §11.3)
 SERVED_HEAD_SIZES = [h for h in range(1, max(HEAD_SIZES) + 1)
                      if all(attention_target(t).CAPABILITIES.padded_head_size(h)

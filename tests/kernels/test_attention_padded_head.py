@@ -1,5 +1,5 @@
 """Head sizes the kernels do not have (vLLM runs any: its kernels pad to a power of two): a
-multiple of 8 below 256 runs on the next kernel size up, q, the caches and out holding only their
+multiple of 8 below 512 runs on the next kernel size up, q, the caches and out holding only their
 own columns (ALGORITHM.md §11.3) -- on the emulator against the fp32 reference, both 2D regimes
 and 3D, with quantized caches, through the entry point and rocke.vllm; out's padding columns stay
 untouched; sizes that do not fit are refused before launch."""
@@ -32,6 +32,7 @@ def _out_in_wider_rows(args):
     ("2d", [(7, 50)], "bf16", 80, 8, 2, 128),
     ("2d", [(7, 50)], "f16", 40, 4, 4, 64),
     ("3d", [(1, 50), (1, 9)], "bf16", 192, 4, 1, 256),
+    ("2d", [(3, 30)], "f16", 384, 4, 2, 512),
 ])
 def test_a_padded_head_matches_the_reference(backend, seqs, dtype, d, hq, hk, kernel_d):
     args = make_inputs(seqs, hq=hq, hk=hk, d=d, bs=16, dtype=dtype, seed=d + hq)
@@ -58,8 +59,8 @@ def test_a_padded_head_reads_per_token_head_caches(kind, inline):
 
 
 @pytest.mark.parametrize("d, match", [
-    (100, r"^q: head_size must be one of \(64, 128, 256\), or a multiple of 8 below 256"),
-    (512, r"^q: head_size must be one of \(64, 128, 256\), or a multiple of 8 below 256"),
+    (100, r"^q: head_size must be one of \(64, 128, 256, 512\), or a multiple of 8 below 512"),
+    (520, r"^q: head_size must be one of \(64, 128, 256, 512\), or a multiple of 8 below 512"),
 ])
 def test_head_sizes_that_do_not_fit_are_refused_before_launch(monkeypatch, d, match):
     no_launch(monkeypatch)
@@ -68,3 +69,14 @@ def test_head_sizes_that_do_not_fit_are_refused_before_launch(monkeypatch, d, ma
     with pytest.raises(ValueError, match=match):
         au.run_unified_attention_torch(**args)
     assert torch.equal(args["out"], before)
+
+
+@pytest.mark.parametrize("backend, dtype", [("2d", "bf16"), ("3d", "f16")])
+def test_head_size_512_matches_the_reference(backend, dtype):
+    """d512 (vLLM's grid has it): d256's narrow path with twice the K-steps, 2 warps x 16 rows."""
+    seqs = [(5, 40), (9, 9)] if backend == "2d" else [(1, 70), (1, 23)]
+    args = make_inputs(seqs, hq=4, hk=2, d=512, bs=16, dtype=dtype, seed=5)
+    record = au.run_unified_attention_torch(**args, backend=backend)
+    assert record.plan.specs[0].head_size == 512 and record.plan.spill_fallback is None
+    err = (args["out"].float() - reference(args)).abs().max().item()
+    assert err <= attention_atol(dtype), f"max |out - ref| {err}"

@@ -1,6 +1,6 @@
 """vLLM 0.33's own unified-attention test grid (tests/kernels/vllm_033_grid.py) through
 rocke.vllm.unified_attention on the emulator, with the keyword set vLLM's tests pass, against the
-fp32 reference; the grid's NOT_YET cases are refused before any launch."""
+fp32 reference: every case of the grid runs."""
 from __future__ import annotations
 
 import pytest
@@ -11,8 +11,7 @@ from rocke.kernels.common.tolerances import attention_atol, fp8_output_bound
 from rocke.vllm import KVQuantMode, unified_attention
 from tests.kernels.test_attention_inline_scales import inline_caches
 from tests.kernels.test_attention_int4 import decode_int4, quantize_int4, sylvester, vllm_signs
-from tests.kernels.test_vllm_033_contract import no_launch
-from tests.kernels.vllm_033_grid import NOT_YET, RUNNING, Case, not_yet_reason
+from tests.kernels.vllm_033_grid import RUNNING, Case
 
 FP8 = torch.float8_e4m3fnuz         # gfx942's fp8 (vLLM's current_platform.fp8_dtype() on ROCm)
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16}
@@ -149,30 +148,11 @@ def test_vllm_033_case_matches_the_reference(case):
         assert torch.equal(args["out"], first)
 
 
-# what each not-yet feature's refusal says, at the start of the message
-REFUSALS = {
-    "head_size": r"^q: head_size must be one of \(64, 128, 256\), or a multiple of 8 below",
-}
-
-
-@pytest.mark.parametrize("case", NOT_YET, ids=[c.id for c in NOT_YET])
-def test_vllm_033_case_not_implemented_yet_is_refused_before_launch(monkeypatch, case):
-    no_launch(monkeypatch)
-    args, _ = build(case)
-    before = args["out"].clone()
-    reason = not_yet_reason(case)
-    with pytest.raises((NotImplementedError, ValueError),
-                       match=REFUSALS[reason.split(" ")[0] if reason.startswith("head_size")
-                                      else reason]):
-        unified_attention(**args)
-    assert torch.equal(args["out"].view(torch.uint8), before.view(torch.uint8))
-
-
 def test_the_grid_keeps_every_kind():
-    """Every vLLM test the grid reads has cases, and the not-yet list names only features."""
-    sources = {c.source for c in RUNNING + NOT_YET}
+    """Every vLLM test the grid reads has cases, the unusual head sizes and INT4 among them."""
+    sources = {c.source for c in RUNNING}
     assert {"T:unified_attn", "T:bf16_query_fp8_kv", "T:swa_single_block", "T:small_m_3d",
             "T:small_m_2d_above_threshold", "T:small_m_3d_mixed_rows", "T:small_m_3d_cuda_graph",
             "T:fp16_input_fp8_output", "T:use_td", "T:use_td_tile_clamp",
             "P:per_token_head_scale", "M:triton_mixed_causal"} <= sources
-    assert all(not_yet_reason(c) for c in NOT_YET) and not any(map(not_yet_reason, RUNNING))
+    assert {c.head_size for c in RUNNING} >= {96, 512} and any(c.kv == "int4_pth" for c in RUNNING)

@@ -230,10 +230,10 @@ ACCEPTED = [dict(), dict(head_size=64, dtype=torch.float16, block_size=128),
             dict(kv_cache_dtype="int8_per_token_head"), dict(kv_cache_dtype="fp8_per_token_head"),
             dict(kv_cache_dtype="int4_per_token_head"),
             dict(use_non_causal=True), dict(use_rswa=True),
-            dict(head_size=96), dict(head_size=192), dict(head_size=32)]
+            dict(head_size=96), dict(head_size=192), dict(head_size=32), dict(head_size=512)]
 REFUSED = [
     (dict(head_size=100), "head_size not supported"),
-    (dict(head_size=512), "head_size not supported"),
+    (dict(head_size=520), "head_size not supported"),
     (dict(head_size=36), "head_size not supported"),
     (dict(dtype=torch.float32), "dtype not supported"),
     (dict(kv_cache_dtype="fp8_e5m2"), "kv_cache_dtype not supported"),
@@ -265,7 +265,7 @@ def test_the_refusals_are_rockes_not_the_triton_backends(rocm):
     """The same selector takes vLLM's Triton backend for what rocke refuses (the narrowing is
     rocke's declaration)."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
-    for changes in (dict(head_size=100), dict(dtype=torch.float32), dict(head_size=512),
+    for changes in (dict(head_size=100), dict(dtype=torch.float32), dict(head_size=520),
                     dict(kv_cache_dtype="fp8_e5m2"), dict(attn_type="encoder_only")):
         assert rocm.get_attn_backend_cls(AttentionBackendEnum.TRITON_ATTN,
                                          _selector(**changes)).endswith("TritonAttentionBackend")

@@ -394,6 +394,10 @@ def _narrow_3d_double_k(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geomet
     return replace(_narrow_3d(p, k), k_single_buffer=False)
 
 
+def _narrow_3d_two_warps(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
+    return _narrow_geometry("3d", policy.geometry("narrow_w2m16"), p)
+
+
 def _narrow_2d_single_k(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geometry:
     return replace(_narrow_2d(p, k), k_single_buffer=True)
 
@@ -436,6 +440,10 @@ GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
      "CDNA3 ISA guide); d64 4 warps x 32 rows, d128 2 warps x 16 rows; T = min(block_size, 32). d256 "
      "(fp16 and bf16) is narrow only: 2 warps x 16 rows, the head dim split over 16 K-steps, "
      "LDS checked by the spec (ALGORITHM.md §11.2)"),
+    ("3d", lambda p: p.head_size > 256, _narrow_3d_two_warps,
+     "d512: narrow 2 warps x 16 rows, T = 16, one K buffer: one warp of 16 rows spilled 1-3 "
+     "registers (f16/bf16, block 16: its 16 x 512 fp32 output next to the K/V staging), two "
+     "warps none (ALGORITHM.md §11.2)"),
     ("3d", lambda p: True, _narrow_3d,
      "split-KV, every dtype and head size: one warp of 16 rows (a decode token's GQA group) per "
      "segment workgroup, T = min(block_size, 32): small LDS, several workgroups per CU; the "
@@ -528,7 +536,8 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
     if geo.path == "2d":
         return (spec,)
     # an fp8 output is quantized by the reduction (the 3D kernel writes fp32 partials)
-    reduce = cls_r(problem.dtype, problem.head_size, head_cols=problem.head_cols)
+    reduce = cls_r(problem.dtype, problem.head_size, head_cols=problem.head_cols,
+                   **({"vector_width": 8} if problem.head_size > 256 else {}))   # a row a wave
     if out_dtype is not None:
         reduce = replace(reduce, out_dtype=out_dtype)
     return (spec, reduce)

@@ -49,7 +49,8 @@ from rocke.kernels.gfx942.attention_kernel import build_tiled
 from rocke.kernels.gfx942.attention_policy import FEATURES, STAGING_VECTOR, TRANSPOSED_X8
 
 DTYPES = ("f16", "bf16")
-HEAD_SIZES = (64, 128, 256)
+SHIPPED_HEAD_SIZES = (64, 128, 256)    # the shipped (golden) variants'
+HEAD_SIZES = SHIPPED_HEAD_SIZES + (512,)   # d512: built on demand (ALGORITHM.md §11.3)
 TRANSPOSED_X8_HEAD_SIZES = (64, 128)   # d256: narrow only (ALGORITHM.md §11.2)
 KV_DTYPES = ("fp8_e4m3fnuz",)  # kv_dtype values besides None (= the Q dtype); gfx942's fp8
 BLOCK_SIZES = (16, 32, 64)
@@ -474,7 +475,7 @@ TRANSPOSED_X8_GEOMETRIES = policy.geometries_of(TRANSPOSED_X8)
 def _variants() -> dict[str, UnifiedAttention2DSpec]:
     out = {}
     for di, dtype in enumerate(DTYPES):
-        for hi, d in enumerate(HEAD_SIZES):
+        for hi, d in enumerate(SHIPPED_HEAD_SIZES):
             for bi, bs in enumerate(BLOCK_SIZES):
                 g = rotated_group(di, hi, bi)
                 out[f"narrow_{dtype}_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(

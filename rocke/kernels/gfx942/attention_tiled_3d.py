@@ -122,7 +122,7 @@ def _variants() -> dict[str, UnifiedAttention3DSpec]:
     the 2D table."""
     out = {}
     for di, dtype in enumerate(a2.DTYPES):
-        for hi, d in enumerate(a2.HEAD_SIZES):
+        for hi, d in enumerate(a2.SHIPPED_HEAD_SIZES):
             for bi, bs in enumerate(a2.BLOCK_SIZES):
                 g = a2.rotated_group(di, hi, bi)
                 out[f"narrow_{dtype}_d{d}_b{bs}_g{g}"] = UnifiedAttention3DSpec(

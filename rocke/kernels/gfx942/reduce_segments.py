@@ -23,14 +23,16 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rocke import dsl
-from rocke.dsl import exp2, maximum, rcp, select, shuffle_xor, splat, wave_max, wave_sum
+from rocke.dsl import concat, exp2, maximum, rcp, select, shuffle_xor, splat, wave_max, wave_sum
 from rocke.kernels.common.checks import (I32_LIMIT, check_choice, check_extent, check_index_extent,
                                          torch_dtype)
 from rocke.dsl.softmax import finite_base
 from rocke.kernels.gfx942 import attention_quant as quant
 
 DTYPES = ("f16", "bf16")
-HEAD_SIZES = (64, 128, 256)   # d256: 64 lanes x 4 fp32 hold one segment row (one pass per segment)
+# d256: 64 lanes x 4 fp32 hold one segment row (one pass per segment); d512: 64 lanes x 8
+SHIPPED_HEAD_SIZES = (64, 128, 256)     # the golden variants' (VARIANTS), attention's
+HEAD_SIZES = SHIPPED_HEAD_SIZES + (512,)
 WAVE = dsl.WAVE_SIZE
 PASS_UNROLL = 4     # pass-2 steps whose loads issue together, at least (pass_unroll)
 SEGMENTS_PER_TRIP = 32   # pass 2 loads this many segments per round trip (decode: one)
@@ -52,7 +54,7 @@ class ReduceSegmentsSpec:
         if self.out_dtype is not None:
             check_choice("out_dtype", self.out_dtype, quant.on_target(quant.OUT_DTYPES, self.target))
         check_choice("head_size", self.head_size, HEAD_SIZES)
-        check_choice("vector_width", self.vector_width, (1, 2, 4))
+        check_choice("vector_width", self.vector_width, (1, 2, 4, 8))
         if self.head_cols.__class__ is not int or not (
                 self.head_cols == 0 or 0 < self.head_cols < self.head_size
                 and self.head_cols % self.vector_width == 0):
@@ -91,7 +93,7 @@ class ReduceSegmentsSpec:
 
 
 VARIANTS = {
-    f"{dt}_d{d}": ReduceSegmentsSpec(dt, d, 4) for dt in DTYPES for d in HEAD_SIZES
+    f"{dt}_d{d}": ReduceSegmentsSpec(dt, d, 4) for dt in DTYPES for d in SHIPPED_HEAD_SIZES
 }
 GOLDEN_PERTURBATION = ("vector_width", {4: 2, 2: 4, 1: 2})     # see rocke.kernels.registry
 
@@ -145,7 +147,7 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
         loaded = []
         for u in range(unroll):
             s = walk.index + (group + u * per_pass)
-            loaded.append((s, max_buf.load(s), o_buf.load(s * d + col, width=vw)))   # past the extent: 0
+            loaded.append((s, max_buf.load(s), _load_row_part(o_buf, s * d + col, vw)))   # past the extent: 0
         # nothing crosses: LLVM's scheduler interleaved the loads with their uses, one wait each
         k.sched_barrier(dsl.SchedMask.NONE)
         for s, m_raw, o_s in loaded:
@@ -170,6 +172,13 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
     ok = group == 0
     out_row.store(col, result, mask=ok if not spec.head_cols else ok & (col < spec.head_cols))
     return k
+
+
+def _load_row_part(buf, index, width: int):
+    """``width`` fp32 from ``index``, in loads of at most 16 bytes (a buffer access's most)."""
+    if width <= 4:
+        return buf.load(index, width=width)
+    return concat(*(buf.load(index + i, width=4) for i in range(0, width, 4)))
 
 
 def _shape(t) -> list[int]:
