@@ -749,14 +749,16 @@ def gather_rows_to_lds(src: BufferResource, lds: LdsTensor, rows, col0, ld, *, t
                 copy_one()
 
 
-def atomic_add_fragment(dst, frag: Fragment, origin, ld, *, bounds=None, transposed: bool = False):
+def atomic_add_fragment(dst, frag: Fragment, origin, ld, *, bounds=None, transposed: bool = False,
+                        rows=None):
     """``atomic_store_fragment(..., op="add")``: add a tile into a global matrix atomically
     (Triton's ``tl.atomic_add`` of a block; a split-K or fused-MoE epilogue)."""
-    atomic_store_fragment(dst, frag, origin, ld, op="add", bounds=bounds, transposed=transposed)
+    atomic_store_fragment(dst, frag, origin, ld, op="add", bounds=bounds, transposed=transposed,
+                          rows=rows)
 
 
 def atomic_store_fragment(dst, frag: Fragment, origin, ld, *, op: str = "add", bounds=None,
-                          transposed: bool = False):
+                          transposed: bool = False, rows=None):
     """Combine ``frag`` into a row-major global matrix (``dst``: a ``GlobalPtr`` or
     ``BufferResource``, row stride ``ld``; origin, bounds and ``transposed`` as for
     ``store_fragment_global``) with the device-wide atomic ``op`` (add, max, min, exchange, ...;
@@ -768,9 +770,18 @@ def atomic_store_fragment(dst, frag: Fragment, origin, ld, *, op: str = "add", b
     swizzle hands each lane its partner's half); ``ld`` and the origin's column must then be
     even (checked when they are ints), and bf16 needs a ``GlobalPtr``. A pair straddling the
     column bound adds -0.0, the identity of IEEE addition, past it. Lanes past a bound add
-    nothing; the old values are not returned."""
+    nothing; the old values are not returned.
+
+    ``rows`` scatters the tile's rows (Triton's ``out + idx[:, None] * ld + cols``; a fused-MoE
+    epilogue adding each routed token's row back to its token): a ``BufferResource`` or
+    ``GlobalPtr`` of i32 row indices, memory row ``r`` (origin included, in storage
+    coordinates) going to row ``rows[r]``. An index is read only for rows inside the bounds."""
     if not isinstance(frag, Fragment):
         raise dsl_type_error(f"atomic_store_fragment stores a Fragment, got {type(frag).__name__}")
+    if rows is not None and (not isinstance(rows, (BufferResource, GlobalPtr)) or not rows.dtype.is_int
+                             or rows.dtype.bits != 32):
+        raise dsl_type_error("atomic_store_fragment: rows must be a BufferResource or GlobalPtr of "
+                             f"i32/u32 row indices, got {rows!r}")
     if not isinstance(dst, (GlobalPtr, BufferResource)):
         raise dsl_type_error(f"atomic_store_fragment writes a GlobalPtr or BufferResource, got {type(dst).__name__}")
     if op not in ATOMIC_OPS:
@@ -803,6 +814,13 @@ def atomic_store_fragment(dst, frag: Fragment, origin, ld, *, op: str = "add", b
         if value.lanes == 2 and col_bound is not None:      # the pair's upper half past the bound
             upper = select(col + 1 < col_bound, value[1], _negative_zero(k, value.dtype))
             value = concat(value[0], upper)
+        if rows is not None:        # the index is read under the bounds: it may end there
+            if ok is None:
+                dst.atomic(op, rows.load(row) * ld + col, value)
+            else:
+                with k.if_(ok):
+                    dst.atomic(op, rows.load(row) * ld + col, value)
+            continue
         index = row * ld + col
         if isinstance(dst, BufferResource):
             dst.atomic(op, index, value, mask=ok)

@@ -129,6 +129,7 @@ def test_atomic_fragment_refusals():
     k = dsl.Kernel("refusals", workgroup_size=64)
     out = k.arg_ptr("out", "bf16")
     out_f16 = k.arg_ptr("out_f16", "f16")
+    bad_rows = k.arg_ptr("bad_rows", "f32")
     mma = k.mfma("16x16x16", "f16")
     frag = mma.zeros().to("bf16")
     with pytest.raises(ValueError, match=r"ld \(37\) must be even"):
@@ -143,6 +144,8 @@ def test_atomic_fragment_refusals():
         atomic_add_fragment(out_f16, frag, (0, 0), 38)
     with pytest.raises(ValueError, match="atomic op must be one of"):
         atomic_store_fragment(out, frag, (0, 0), 38, op="mul")
+    with pytest.raises(TypeError, match="rows must be a BufferResource or GlobalPtr of i32/u32"):
+        atomic_add_fragment(out, frag, (0, 0), 38, rows=bad_rows)
     one_value = k.mfma("16x16x4", "f32").A          # one value a lane: no pair anywhere
     from rocke.dsl.fragment import Fragment
     with pytest.raises(ValueError, match="neither a lane nor a pair of lanes"):

@@ -160,7 +160,7 @@ def torch_dtype(dtype: str):
     import torch
     return {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
             "fp8_e4m3fnuz": torch.float8_e4m3fnuz, "fp8_e4m3fn": torch.float8_e4m3fn,
-            "i8": torch.int8, "u8": torch.uint8}[dtype]
+            "i8": torch.int8, "u8": torch.uint8, "i32": torch.int32}[dtype]
 
 
 def check_tensor(name: str, t, *, dtype: str, dims: tuple[str, ...], contiguous: bool = True,
