@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i8": torch.int8,
+                "i32": torch.int32}
 
 
 @dataclass
@@ -145,8 +146,9 @@ def _family_module(variant):
 def _declared(variant):
     """(problem builder, tensors function, shape keys) a family module declares for `rocke
     profile`: ``profile_problem(spec, **shape) -> Problem`` and ``profile_tensors(spec,
-    **shape) -> (dtype, {tensor name: elements})`` (what the builder will allocate, so a shape
-    is checked before anything is), the shape keys being profile_problem's keyword parameters;
+    **shape) -> (dtype, {tensor name: elements or (elements, dtype)})`` (what the builder will
+    allocate, so a shape is checked before anything is; a tensor of another dtype than the
+    family's names its own), the shape keys being profile_problem's keyword parameters;
     None when the module declares neither."""
     import inspect
     mod = _family_module(variant)
@@ -168,8 +170,13 @@ def host_bytes(variant, shape: dict[str, int]) -> tuple[int, dict[str, int]]:
     computed without allocating anything."""
     tensors = TENSORS.get(variant.family) or _declared(variant)[1]
     dtype, sizes = tensors(variant.spec, **shape)
-    size = torch.empty((), dtype=TORCH_DTYPES[dtype]).element_size()
-    per = {name: numel * size for name, numel in sizes.items()}
+    per = {}
+    for name, numel in sizes.items():
+        numel, elem = numel if isinstance(numel, tuple) else (numel, dtype)
+        if elem not in TORCH_DTYPES:
+            raise ValueError(f"family {variant.family!r}: tensor {name!r} has dtype {elem!r}; "
+                             f"profile tensors are {', '.join(TORCH_DTYPES)}")
+        per[name] = numel * torch.empty((), dtype=TORCH_DTYPES[elem]).element_size()
     return sum(per.values()), per
 
 

@@ -84,3 +84,34 @@ def test_an_out_of_tree_family_declares_its_problem(monkeypatch):
     finally:
         unregister_family("oot_demo")
         sys.modules.pop("rocke_oot_demo", None)
+
+
+def _expected_mfma(variant: str) -> int:
+    """MFMA issues of the shapes below, from the problem's own routing / mask."""
+    from rocke.kernels.registry import get_variant
+    from rocke.kernels.samples import block_sparse_attention, moe_gemm
+    spec = get_variant(variant).spec
+    if variant.startswith("int8"):
+        return 64 * 64 * 64 // (16 * 16 * 32)
+    if variant.startswith("moe"):        # 16 tokens x top-2 = 32 routes: one 32-route block per used expert
+        offsets = moe_gemm.profile_problem(spec, T=16, N=64, K=64).args[4]
+        return int((offsets[1:] > offsets[:-1]).sum()) * 32 * 64 * 64 // 16 ** 3
+    mask = block_sparse_attention.profile_problem(spec, B=1, H=1, S=128).args[4]
+    return int(mask.sum()) * 2 * 64 * 64 * 64 // 16 ** 3      # S^T and O^T per kept 64 x 64 block
+
+
+@pytest.mark.parametrize("variant, shape, atom", [
+    ("int8_gemm/i8_16x16x32", "M=64,N=64,K=64", "v_mfma_i32_16x16x32_i8"),
+    ("moe_gemm/bf16_16x16x16", "T=16,N=64,K=64", "v_mfma_f32_16x16x16_bf16"),
+    ("block_sparse_attention/f16_d64", "B=1,H=1,S=128", "v_mfma_f32_16x16x16_f16"),
+])
+def test_the_issue_40_samples_declare_their_problems(variant, shape, atom):
+    """The samples registered as families declare their problems (profile_problem): `rocke
+    profile` runs them, the MoE skipping unused experts, the block-sparse kernel masked blocks."""
+    r = run("profile", variant, "--shape", shape, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["counters"]["mfma_by_atom"] == {atom: _expected_mfma(variant)}
+    assert out["model"]["tflops"] > 0
+    r = run("profile", variant, "--shape", "Z=1")
+    assert r.exit_code == 2 and "unknown Z" in r.output

@@ -199,3 +199,32 @@ def build(spec: BlockSparseAttentionSpec) -> dsl.Kernel:
             out = (o_final[t * d_frags + j] * inv_l).to(spec.dtype)
             store_fragment_global(o_buf, out, (j * am, q_cols[t]), D, bounds=(None, seq_len), transposed=True)
     return k
+
+
+# `rocke profile block_sparse_attention/... --shape B=..,H=..,S=..`: the problem this family
+# declares (half the key blocks kept, drawn once from a seeded generator, plus the diagonal)
+def profile_tensors(spec: BlockSparseAttentionSpec, B: int = 1, H: int = 2, S: int = 512):
+    """What profile_problem allocates: (dtype, {tensor: elements or (elements, dtype)})."""
+    each = B * H * S * HEAD_DIM
+    qb, kb = mask_shape(spec, S)
+    return spec.dtype, {"q": each, "k": each, "v": each, "o": each, "block_mask": (qb * kb, "i32")}
+
+
+def profile_problem(spec: BlockSparseAttentionSpec, B: int = 1, H: int = 2, S: int = 512):
+    import torch
+    from rocke.perf.problems import TORCH_DTYPES, Problem
+    dt = TORCH_DTYPES[spec.dtype]
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, S, HEAD_DIM, generator=gen).to(dt) for _ in range(3))
+    o = torch.zeros_like(q)
+    qb, kb = mask_shape(spec, S)
+    block_mask = (torch.rand(qb, kb, generator=gen) < 0.5).to(torch.int32)
+    block_mask.diagonal().fill_(1)
+    grid, block = launch_geometry(spec, B, H, S)
+    rows = torch.tensor([min(spec.block_m, S - i * spec.block_m) for i in range(qb)], dtype=torch.int64)
+    cols = torch.tensor([min(spec.block_n, S - j * spec.block_n) for j in range(kb)], dtype=torch.int64)
+    kept_pairs = int((block_mask.long() * rows[:, None] * cols[None, :]).sum())
+    size = q.element_size()
+    return Problem(grid, block, kernel_args(spec, q, k, v, o, block_mask),
+                   read_bytes=3 * q.numel() * size + 4 * qb * kb, write_bytes=o.numel() * size,
+                   flops=4 * B * H * kept_pairs * HEAD_DIM)

@@ -69,6 +69,13 @@ class Int8GemmSpec:
                 f"k{self.block_k}_w{self.num_warps}")
 
 
+VARIANTS: dict[str, Int8GemmSpec] = {
+    "i8_16x16x32": Int8GemmSpec("16x16x32"),
+    "i8_32x32x16": Int8GemmSpec("32x32x16"),
+}
+GOLDEN_PERTURBATION = ("block_k", {64: 32, 32: 64})     # see rocke.kernels.registry
+
+
 def launch_geometry(spec: Int8GemmSpec, M: int, N: int):
     return (-(-N // spec.block_n), -(-M // spec.block_m), 1), (spec.workgroup_size, 1, 1)
 
@@ -110,3 +117,23 @@ def build(spec: Int8GemmSpec) -> dsl.Kernel:
         scaled = scaled * load_axis(cols_buf, acc.layout, PER_COL, origin=n0)
         store_fragment_global(c_buf, scaled.to("bf16"), (m0, n0), ldc, bounds=(M, N))
     return k
+
+
+# `rocke profile int8_gemm/... --shape M=..,N=..,K=..`: the problem this family declares
+def profile_tensors(spec: Int8GemmSpec, M: int = 256, N: int = 256, K: int = 256):
+    """What profile_problem allocates: (dtype, {tensor: elements or (elements, dtype)})."""
+    return "i8", {"a": M * K, "b": K * N, "row_scale": (M, "f32"), "col_scale": (N, "f32"),
+                  "c": (M * N, "bf16")}
+
+
+def profile_problem(spec: Int8GemmSpec, M: int = 256, N: int = 256, K: int = 256):
+    import torch
+    from rocke.perf.problems import Problem
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(-128, 128, (M, K), generator=gen, dtype=torch.int8)
+    b = torch.randint(-128, 128, (K, N), generator=gen, dtype=torch.int8)
+    row_scale, col_scale = torch.rand(M, generator=gen), torch.rand(N, generator=gen)
+    c = torch.zeros(M, N, dtype=torch.bfloat16)
+    grid, block = launch_geometry(spec, M, N)
+    return Problem(grid, block, kernel_args(spec, a, b, row_scale, col_scale, c),
+                   read_bytes=M * K + K * N + 4 * (M + N), write_bytes=2 * M * N, flops=2 * M * N * K)

@@ -219,3 +219,33 @@ def build(spec: MoeGemmSpec) -> dsl.Kernel:
                 atomic_add_fragment(out, scaled, (r0, n0 + warp_col + j * an), N, bounds=(end, N),
                                     rows=rows_buf)
     return k
+
+
+# `rocke profile moe_gemm/... --shape T=..,N=..,K=..`: the problem this family declares (routes
+# drawn once from a seeded generator: top-2 of 8 experts)
+PROFILE_EXPERTS, PROFILE_TOP_K = 8, 2
+
+
+def profile_tensors(spec: MoeGemmSpec, T: int = 64, N: int = 256, K: int = 256):
+    """What profile_problem allocates: (dtype, {tensor: elements or (elements, dtype)})."""
+    routes, E = T * PROFILE_TOP_K, PROFILE_EXPERTS
+    return spec.dtype, {"x": T * K, "w": E * K * N, "out": T * N, "route_rows": (routes, "i32"),
+                        "route_weights": (routes, "f32"), "expert_offsets": (E + 1, "i32")}
+
+
+def profile_problem(spec: MoeGemmSpec, T: int = 64, N: int = 256, K: int = 256):
+    import torch
+    from rocke.perf.problems import TORCH_DTYPES, Problem
+    dt = TORCH_DTYPES[spec.dtype]
+    E = PROFILE_EXPERTS
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(T, K, generator=gen).to(dt), torch.randn(E, K, N, generator=gen).to(dt)
+    weights, experts = torch.softmax(torch.randn(T, E, generator=gen), -1).topk(PROFILE_TOP_K, dim=-1)
+    rows, route_w, offsets = sort_routes(experts, weights, E)
+    out = torch.zeros(T, N, dtype=dt)
+    grid, block = launch_geometry(spec, N, offsets)
+    used = int((offsets[1:] > offsets[:-1]).sum())        # experts whose weights are read
+    size = x.element_size()
+    return Problem(grid, block, kernel_args(spec, x, w, rows, route_w, offsets, out),
+                   read_bytes=size * (T * K + used * K * N) + 8 * rows.numel() + 4 * (E + 1),
+                   write_bytes=size * T * N, flops=2 * rows.numel() * N * K)
