@@ -701,23 +701,27 @@ def golden_perturb(path, families):
 @click.option("--sample-rows", type=click.IntRange(min=1), default=None,
               help="emulate only the first rows of grid y; the model repeats them over the grid")
 def profile_cmd(variant, shape, annotate, as_json, sample_rows):
-    """Exact counters of one variant's launch in the emulator, and its modelled MI300X time."""
+    """Exact counters of one variant's launch in the emulator, its modelled MI300X time, and
+    advice naming the builder lines behind what binds it."""
     from .perf import model_time
+    from .perf.advice import advise
     from .perf.problems import build_problem, parse_shape, sample_grid
     from .runtime import launch
     (v,) = _variants((variant,))
     problem = build_problem(v, parse_shape(shape))
     grid = sample_grid(problem.grid, sample_rows)
-    compiled = v.compile()
+    compiled = _compiled_with_lines(v)
     report = launch(compiled, grid, problem.block, problem.args, device="emu", profile=True)
     p = report.profile
     sampled = grid != problem.grid
     model = model_time(p, grid=problem.grid if sampled else None,
                        footprint=problem.footprint if sampled else None)
+    advice = advise(p, model, grid=problem.grid)
     if as_json:
         out = {"variant": v.name, "shape": problem.shape, "grid": list(problem.grid),
                "emulated_grid": list(grid), "block": list(problem.block),
-               "resources": p.resources, "counters": p.counters(), "model": model.as_dict()}
+               "resources": p.resources, "counters": p.counters(), "model": model.as_dict(),
+               "advice": [a.as_dict() for a in advice]}
         if problem.flops:
             out["model"]["tflops"] = round(problem.flops / (model.us * 1e-6) / 1e12, 2)
         click.echo(json.dumps(out, indent=2))
@@ -738,8 +742,24 @@ def profile_cmd(variant, shape, annotate, as_json, sample_rows):
     click.echo(f"occupancy {model.occupancy}")
     click.echo(str(model))
     click.echo("         " + ", ".join(f"{k} {t:.2f} us" for k, t in model.parts_us.items()))
+    for a in advice:
+        click.echo(f"advice   {a}")
     if annotate:
         click.echo(p.annotate())
+
+
+def _compiled_with_lines(v):
+    """The variant compiled from its Kernel, so the listing carries the builder's lines (the
+    code is the same as the shipped build's); the shipped build where nothing here can link."""
+    from .arch import get_target
+    from .compiler import CompileCache, compile_ir
+    from .compiler.toolchain import ToolchainError
+    k = v.kernel()
+    try:      # the on-disk cache only: the prebuilt bundle's listings carry no lines
+        return compile_ir(k, variant=v.name, target=get_target(k.target).target_id,
+                          cache=CompileCache())
+    except ToolchainError:
+        return v.compile()
 
 
 

@@ -169,6 +169,11 @@ class LineCount:
     segments64: int = 0
     segments128: int = 0
     branch_target: bool = False   # some branch may land here (a basic block starts)
+    source: str | None = None     # the builder's `file:line` (the assembly's `.loc`), if known
+    # exposed vector-memory stall cycles at the MI300X round trip (summed over waves): at a
+    # `s_waitcnt vmcnt` the stall it took, at a vector-memory instruction the stall charged to
+    # it (it was the youngest load a stalled wait needed)
+    vm_stall: float = 0.0
 
 
 @dataclass
@@ -310,6 +315,8 @@ class Profiler:
         self.wg_vm_round_trips = np.zeros(total_wgs, np.int64)
         self.latencies = np.array(PROFILED_LATENCIES, np.float64)
         self.wg_vm_stall = np.zeros((total_wgs, len(PROFILED_LATENCIES)), np.float64)
+        self._model_column = PROFILED_LATENCIES.index(MI300X.memory_latency_cycles)
+        self.line_vm_stall = np.zeros(n, np.float64)     # see LineCount.vm_stall
         self.read_bytes = self.write_bytes = self.atomic_bytes = 0
         self.smem_bytes = self.lds_dma_bytes = 0
         self.reads, self.writes = _Footprint(), _Footprint()
@@ -366,6 +373,7 @@ class Profiler:
             tl.count[full] -= 1
             pos = (tl.head[waves] + tl.count[waves]) % _RING
             tl.ring[waves, :, pos] = tl.clock[waves, None] + tl.stall[waves]
+            tl.ring_index[waves, pos] = index
             tl.count[waves] += 1
         elif role == _VM_WAIT_ISSUE:
             keep = self.vm_keep[index]
@@ -378,6 +386,9 @@ class Profiler:
                 exposed = np.maximum(0.0, self.latencies - covered)
                 tl.stall[w] += exposed
                 np.add.at(self.wg_vm_stall, wgs[due], exposed)
+                mine = exposed[:, self._model_column]
+                self.line_vm_stall[index] += mine.sum()
+                np.add.at(self.line_vm_stall, tl.ring_index[w, youngest], mine)
                 tl.head[w] = (tl.head[w] + tl.count[w] - keep) % _RING
                 tl.count[w] = keep
         tl.clock[waves] += self.serial[index]
@@ -455,7 +466,8 @@ class Profiler:
                                    int(self.lds_bytes[i]), int(self.lds_cycles[i]),
                                    int(self.lds_conflicts[i]), int(self.global_bytes[i]),
                                    int(self.segments[64][i]), int(self.segments[128][i]),
-                                   bool(self.kernel.is_target[i])))
+                                   bool(self.kernel.is_target[i]), d.instr.source,
+                                   float(self.line_vm_stall[i])))
             issues[cls] += e
             lanes[cls] += la
             if e:
@@ -485,6 +497,7 @@ class _Timeline:
         self.clock = np.zeros(waves, np.float64)
         self.stall = np.zeros((waves, latencies), np.float64)
         self.ring = np.zeros((waves, latencies, _RING), np.float64)
+        self.ring_index = np.zeros((waves, _RING), np.int64)     # the instruction of each entry
         self.head = np.zeros(waves, np.int64)
         self.count = np.zeros(waves, np.int64)
 

@@ -1,6 +1,7 @@
 """`rocke profile`: the JSON interface scripts rely on, hand-checkable counts, and one-line
 errors for bad input."""
 import json
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -113,5 +114,13 @@ def test_the_issue_40_samples_declare_their_problems(variant, shape, atom):
     out = json.loads(r.output)
     assert out["counters"]["mfma_by_atom"] == {atom: _expected_mfma(variant)}
     assert out["model"]["tflops"] > 0
+    # each was bound by latency with a wait right after a tile load: the advice names that
+    # load's line in the builder (the int8 GEMM's main loop is the gemm sample's)
+    from rocke.kernels.registry import get_variant
+    from rocke.kernels.samples import gemm
+    module = gemm if variant.startswith("int8") else sys.modules[get_variant(variant).builder.__module__]
+    assert out["model"]["binding"] == "compute (latency)"
+    assert any(a["kind"] == "latency" and a["where"].startswith(f"{module.__file__}:")
+               for a in out["advice"]), out["advice"]
     r = run("profile", variant, "--shape", "Z=1")
     assert r.exit_code == 2 and "unknown Z" in r.output
