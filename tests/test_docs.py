@@ -204,8 +204,8 @@ def test_the_attention_page_names_every_hipdnn_lever():
 
 
 def test_worked_examples_section_matches_torch():
-    """docs/writing-kernels.md §10 (issue 40, item 7): the GEMM, int8 GEMM and MoE examples'
-    results, checked again here against torch, and the hand-built fragment's branch taken."""
+    """docs/writing-kernels.md §10 (issue 40, item 7): the GEMM, int8 GEMM, fp8 GEMM and MoE
+    examples' results, checked again here against torch, and the hand-built fragment's branch taken."""
     scope = run_document("docs/writing-kernels.md")
     torch.testing.assert_close(scope["gc"].float(), scope["ga"].float() @ scope["gb"].float(),
                                rtol=2e-3, atol=2e-3)
@@ -218,3 +218,5 @@ def test_worked_examples_section_matches_torch():
     ref = torch.einsum("te,tk,ekn->tn", dense, scope["tokens"].double(), scope["experts_w"].double())
     torch.testing.assert_close(scope["moe_out"].double(), ref, rtol=2 ** -6, atol=2e-2)
     assert scope["demo_flag"] == 1 and scope["demo_out"].max() <= 1.0
+    f8 = scope["f8a"].double() @ scope["f8b"].double() * 0.125      # fp8 codes, exact products
+    torch.testing.assert_close(scope["f8c"].double(), f8, rtol=1e-6, atol=1e-3)
