@@ -133,6 +133,11 @@ def _of_target(variants, target: str | None):
     return [v for v in variants if _variant_target(v) == target]
 
 
+_RAY_OPTION = click.option(
+    "--ray", "ray", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
+    help="run one task per spec on a Ray cluster (pip install 'rocke[cluster]'): --ray alone "
+         "connects to RAY_ADDRESS, else starts a local cluster; --ray HOST:PORT (or ray://...) a "
+         "running one; --ray local a local one")
 _TARGET_OPTION = click.option("--target", default=None, metavar="PROCESSOR",
                               help="only the variants built for this processor (gfx942, gfx950)")
 
@@ -182,13 +187,14 @@ def emit(variant, fmt, output):
                    "dispatcher's specs (default gfx942)")
 @click.option("--corners", is_flag=True,
               help="with --reachable: only the heaviest spec (every feature on) of each class")
-@click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
-              help="with --reachable: compile in this many processes")
+@click.option("--jobs", type=click.IntRange(1, 256), default=None,
+              help="with --reachable: compile in this many processes (default 1); with --ray and "
+                   "no address: the local Ray cluster's CPUs (default: this machine's)")
 @click.option("--progress", type=click.IntRange(0), default=100, show_default=True,
               help="with --reachable: a progress line on stderr every this many specs (0: none)")
-@click.option("--shard", default="1/1", show_default=True, metavar="I/N",
-              help="with --reachable: only the I-th of N interleaved parts of the (sorted) specs, "
-                   "so a long enumeration can run as N commands")
+@click.option("--shard", default="1/1", show_default=True, metavar="I/N", hidden=True,
+              help="(superseded by --ray and the result store) with --reachable: only the I-th "
+                   "of N interleaved parts of the (sorted) specs")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="with --reachable: also write the counts and every spilling spec (with its "
                    "spill fallback) to this JSON file")
@@ -196,10 +202,12 @@ def emit(variant, fmt, output):
               help="with --reachable: only the specs whose kernel name contains a match of REGEX")
 @click.option("--merge", is_flag=True,
               help="with --reachable: compile nothing; VARIANTS are the --json files of the N "
-                   "shards of one run (same enumeration, same code), summarised as one run")
+                   "shards of one old sharded run (same enumeration, same code), summarised as "
+                   "one run")
+@_RAY_OPTION
 @_TARGET_OPTION
 def report(variants, no_cache, reachable, corners, jobs, progress, shard, json_path, match, merge,
-           target):
+           ray, target):
     """Compile variants (default: all) and print their resource report with occupancy."""
     if reachable:
         if target is not None and target not in _REACHABLE_TARGETS:
@@ -208,21 +216,28 @@ def report(variants, no_cache, reachable, corners, jobs, progress, shard, json_p
         if merge:
             if not variants:
                 raise click.UsageError("--merge wants the shard reports' JSON files")
-            if corners or jobs != 1 or shard != "1/1" or json_path or match or target:
+            if corners or jobs is not None or shard != "1/1" or json_path or match or target \
+                    or ray is not None:
                 raise click.UsageError("--merge takes only the shard reports' JSON files")
             _merge_reachable(variants)
             return
         if variants:
             raise click.UsageError("--reachable enumerates its own specs: name no variants")
         pattern = _regex(match) if match is not None else None
+        shard = _shard(shard)
+        engine = _engine(ray, jobs)
+        if ray is not None and shard != (1, 1):
+            raise click.UsageError("--shard is for runs without --ray: on a cluster every spec "
+                                   "is its own task")
         if json_path:
             _write_output(json_path, None)        # before hours of compiling, not after
-        _report_reachable(corners, jobs, progress, _shard(shard), json_path, pattern,
-                          target or "gfx942")
+        _report_reachable(corners, engine, progress, shard, json_path, pattern,
+                          target or "gfx942", read_store=not no_cache)
         return
-    if corners or jobs != 1 or shard != "1/1" or json_path or match is not None or merge:
-        raise click.UsageError("--corners, --jobs, --shard, --json, --match and --merge go with "
-                               "--reachable")
+    if corners or jobs is not None or shard != "1/1" or json_path or match is not None or merge \
+            or ray is not None:
+        raise click.UsageError("--corners, --jobs, --shard, --json, --match, --merge and --ray go "
+                               "with --reachable")
     spills = 0
     rows = []
     advice = []
@@ -279,13 +294,19 @@ def _regex(text: str):
 _REACHABLE_TARGETS = ("gfx942", "gfx950")     # targets with an enumeration (attention_reachable)
 
 
-def _reachable_counts(item):
-    from rocke.kernels.gfx942 import attention_reachable
-    return attention_reachable.launch_counts(item[1])
+def _engine(ray: str | None, jobs: int | None):
+    """rocke.tasks.choose, its refusal (Ray not installed, a bad address) a one-line error
+    (exit 2) before any work."""
+    from . import tasks
+    try:
+        return tasks.choose(ray, jobs)
+    except tasks.EngineError as e:
+        raise CliError(str(e), EXIT_USER_ERROR) from None
 
 
-def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
-                      json_path: str | None = None, pattern=None, target: str = "gfx942") -> None:
+def _report_reachable(corners: bool, engine, progress: int, shard=(1, 1),
+                      json_path: str | None = None, pattern=None, target: str = "gfx942",
+                      read_store: bool = True) -> None:
     """``report --reachable``: compile every reachable attention spec (or each class's
     heaviest) to assembly -- no link, so no ld.lld needed -- and summarise its spills in one
     line. A spec whose code spills is followed by what a call launches instead (the spill
@@ -305,10 +326,18 @@ def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
     items = sorted(specs.items())[shard[0] - 1::shard[1]]
     kinds: dict[str, int] = {}
     spilling, failed, launch_spilling = [], [], []
+    stored = [0]
     t0 = time.monotonic()
 
     def tally(results):
-        for done, (name, kind, vs, ss, error, fallback) in enumerate(results, 1):
+        for done, (_, task) in enumerate(results, 1):
+            if task["code"] != code_sha256:
+                raise CliError(f"a task ran other rocke code or another LLVM (fingerprint "
+                               f"{task['code'][:12]}, here {code_sha256[:12]}): install the same "
+                               "rocke on every node of the cluster, and do not edit rocke/ while "
+                               "a run is in progress", EXIT_USER_ERROR)
+            stored[0] += task["stored"]
+            name, kind, vs, ss, error, fallback = task["counts"]
             kinds[kind] = kinds.get(kind, 0) + 1
             if error:
                 failed.append((name, error))
@@ -323,12 +352,20 @@ def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
                 click.echo(f"report --reachable: {done}/{len(items)} specs, {len(spilling)} spill, "
                            f"{len(launch_spilling)} launch spilling, {len(failed)} failed, "
                            f"{time.monotonic() - t0:.0f} s", err=True)
-    if jobs > 1:
-        import multiprocessing
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            tally(pool.imap_unordered(_reachable_counts, items, chunksize=1))
-    else:
-        tally(map(_reachable_counts, items))
+    from . import tasks
+    attention_reachable.read_store(read_store)
+    store = attention_reachable.result_store()
+    try:
+        tally(tasks.run(attention_reachable.report_task, [spec for _, spec in items], engine,
+                        progress="report --reachable" if progress else None))
+    except tasks.TaskFailed as e:
+        raise CliError(str(e), EXIT_TOOLCHAIN_ERROR) from None
+    finally:
+        attention_reachable.read_store(True)
+    click.echo(f"report --reachable: {stored[0]} of {len(items)} specs answered by the result "
+               f"store ({store.root if store is not None else 'off'}), "
+               f"{len(items) - stored[0]} compiled; {engine.describe()}, "
+               f"{time.monotonic() - t0:.1f} s", err=True)
     total = sum(v + s for _, v, s, _ in spilling)
     what = "heaviest reachable" if corners else "reachable"
     owner = "the" if target == "gfx942" else f"{target}'s"
@@ -347,6 +384,7 @@ def _report_reachable(corners: bool, jobs: int, progress: int, shard=(1, 1),
             enumeration_sha256=attention_reachable.enumeration_fingerprint(specs),
             code_sha256=code_sha256,
             kinds=kinds, seconds=round(time.monotonic() - t0, 1),
+            engine=engine.describe(), from_store=stored[0],
             spilling=[dict(name=n, vgpr_spills=v, sgpr_spills=s,
                            fallback=None if f is None else dict(
                                chosen=f.chosen, vgpr_spills=f.chosen_spills[0],

@@ -184,6 +184,14 @@ LEVERS: dict[str, Lever] = {
         "rocke/prebuilt/<processor> in the package", "bundle of prebuilt code objects (`rocke "
         "aot build`): a directory, or off", "a directory or 'off'",
         _path("a directory or 'off'", off=True, directory=True)),
+    "ROCKE_RESULTS_DIR": Lever(
+        "$ROCKE_CACHE_DIR/results", "the content-addressed result store (spill counts, resources "
+        "of `rocke report --reachable`, keyed by the IR's sha256 and the toolchain): a directory "
+        "(put it on a shared filesystem so machines share it), or off",
+        "a directory or 'off'", _path("a directory or 'off'", off=True, directory=True)),
+    "ROCKE_RAY_TIMEOUT_S": Lever(
+        "30", "seconds to reach a Ray cluster's address (`--ray ADDRESS` / RAY_ADDRESS) before "
+        "giving up with an error", "a positive number of seconds", _positive_seconds),
     "ROCKE_WRITE_PEER_FIXTURES": Lever(
         "0", "tools: 1 also writes each Triton peer kernel benchmarks/triton_peer.py compiles "
         "into tests/fixtures/triton_peer (to refresh them)", "0 or 1", _flag),
@@ -282,6 +290,28 @@ def cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "rocke"
+
+
+def results_dir() -> Path | None:
+    """``ROCKE_RESULTS_DIR``: the result store's directory (default ``cache_dir()/results``), or
+    None when it is ``off``."""
+    value = raw("ROCKE_RESULTS_DIR")              # checked by its row of LEVERS
+    if value == "off":
+        return None
+    return Path(value) if value else cache_dir() / "results"
+
+
+def ray_timeout_s() -> float:
+    """``ROCKE_RAY_TIMEOUT_S``: how long to wait for a Ray cluster's address to answer."""
+    value = raw("ROCKE_RAY_TIMEOUT_S")            # checked by its row of LEVERS
+    return float(value) if value else 30.0
+
+
+def ray_address() -> str | None:
+    """Ray's own ``RAY_ADDRESS`` (not a rocke lever: Ray defines it), or None when unset or
+    empty: the cluster ``--ray`` with no address connects to; unset, a local cluster."""
+    value = get("RAY_ADDRESS")
+    return value.strip() if value and value.strip() else None
 
 
 def linker_override() -> str | None:

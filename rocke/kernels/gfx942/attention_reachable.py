@@ -25,6 +25,7 @@ report is the target's chain (``attention_spill.chain_for``).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import itertools
 import warnings
@@ -145,19 +146,59 @@ def corner_specs(target: str = "gfx942") -> dict:
     return out
 
 
+# what the result store keeps of a spec's assembly (rocke.compiler.results): its spills and
+# resources; ``spill_counts`` reads them back instead of compiling when the IR is one seen before
+RESOURCE_FIELDS = ("vgprs", "agprs", "sgprs", "lds_bytes", "scratch_bytes", "vgpr_spills",
+                   "sgpr_spills", "max_workgroup_size")
+_STORE: list = [None, None]       # (results directory, ResultStore) of this process
+_READ_STORE = [True]              # False: recompute every spec, still storing (--no-cache)
+
+
+def result_store():
+    """This process's result store (ROCKE_RESULTS_DIR), None when it is off."""
+    from rocke import env
+    from rocke.compiler.results import ResultStore
+    root = env.results_dir()
+    if root is None:
+        return None
+    if _STORE[0] != root:
+        _STORE[:] = [root, ResultStore(root)]
+    return _STORE[1]
+
+
+def read_store(on: bool) -> None:
+    """Whether ``spill_counts`` may answer from the result store (it always writes to it)."""
+    _READ_STORE[0] = on
+
+
 def spill_counts(spec) -> tuple[str, str, int, int, str | None]:
     """(kernel name, spec class, VGPR spills, SGPR spills, error) of ``spec``, read from the
     assembly LLVM emits (its metadata's ``.vgpr_spill_count`` / ``.sgpr_spill_count``), with no
     object and no link: runs on a machine without ld.lld. ``error``: LLVM's one-line complaint
-    when the spec does not compile (spills then 0), so one bad spec does not end a long run."""
+    when the spec does not compile (spills then 0), so one bad spec does not end a long run.
+    The spec's IR is always built; its assembly only when the result store holds nothing for
+    that IR (and this toolchain), and what it finds is stored for the next run."""
+    from rocke.compiler.results import result_key
     kind = type(spec).__name__
-    try:
-        kern = importlib.import_module(type(spec).__module__).build(spec)
-        _, info = assemble_ir(kern.ir(), name=kern.name, workgroup_size=kern.workgroup_size,
-                              target=get_target(kern.target).target_id)
-    except CompileError as e:
-        return spec.kernel_name, kind, 0, 0, " | ".join(str(e).split("\n"))
-    return spec.kernel_name, kind, info.vgpr_spills, info.sgpr_spills, None
+    kern = importlib.import_module(type(spec).__module__).build(spec)
+    ir, target = kern.ir(), get_target(kern.target).target_id
+    store = result_store()
+    key = result_key("asm-resources", ir, target, {"name": kern.name, "opt": 3,
+                                                    "workgroup_size": kern.workgroup_size})
+    found = store.get(key) if store is not None and _READ_STORE[0] else None
+    if not (isinstance(found, dict) and ("error" in found or
+                                         all(type(found.get(f)) is int for f in RESOURCE_FIELDS))):
+        try:
+            _, info = assemble_ir(ir, name=kern.name, workgroup_size=kern.workgroup_size,
+                                  target=target, cache=store is None)
+            found = {f: getattr(info, f) for f in RESOURCE_FIELDS}
+        except CompileError as e:
+            found = {"error": " | ".join(str(e).split("\n"))}
+        if store is not None:
+            store.put(key, found)
+    if "error" in found:
+        return spec.kernel_name, kind, 0, 0, str(found["error"])
+    return spec.kernel_name, kind, found["vgpr_spills"], found["sgpr_spills"], None
 
 
 def asm_spills(spec) -> tuple[int, int]:
@@ -181,6 +222,23 @@ def launch_counts(spec):
             _, fallback = attention_spill.choose(spec, asm_spills,
                                                  planned_spills=(vgpr_spills, sgpr_spills))
     return name, kind, vgpr_spills, sgpr_spills, error, fallback
+
+
+def report_task(spec) -> dict:
+    """One task of ``rocke report --reachable`` (run here, in a forked process or on a Ray
+    worker): ``launch_counts`` of ``spec``, whether the result store answered every compile it
+    needed (``stored``: nothing was compiled), and the fingerprint of the code that ran it."""
+    store = result_store()
+    before = (store.misses, store.corrupt) if store is not None else None
+    counts = launch_counts(spec)
+    stored = store is not None and _READ_STORE[0] and (store.misses, store.corrupt) == before
+    return {"counts": counts, "stored": stored, "code": _worker_code()}
+
+
+@functools.lru_cache(maxsize=1)
+def _worker_code() -> str:
+    """``code_fingerprint`` as this process first read it (once per worker, not per task)."""
+    return code_fingerprint()
 
 
 def enumeration_fingerprint(names) -> str:
