@@ -352,16 +352,15 @@ def _report_reachable(corners: bool, engine, progress: int, shard=(1, 1),
                 click.echo(f"report --reachable: {done}/{len(items)} specs, {len(spilling)} spill, "
                            f"{len(launch_spilling)} launch spilling, {len(failed)} failed, "
                            f"{time.monotonic() - t0:.0f} s", err=True)
+    import functools
     from . import tasks
-    attention_reachable.read_store(read_store)
     store = attention_reachable.result_store()
     try:
-        tally(tasks.run(attention_reachable.report_task, [spec for _, spec in items], engine,
+        tally(tasks.run(functools.partial(attention_reachable.report_task, read=read_store),
+                        [spec for _, spec in items], engine,
                         progress="report --reachable" if progress else None))
     except tasks.TaskFailed as e:
         raise CliError(str(e), EXIT_TOOLCHAIN_ERROR) from None
-    finally:
-        attention_reachable.read_store(True)
     click.echo(f"report --reachable: {stored[0]} of {len(items)} specs answered by the result "
                f"store ({store.root if store is not None else 'off'}), "
                f"{len(items) - stored[0]} compiled; {engine.describe()}, "

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -80,8 +81,11 @@ class ResultStore:
         except (TypeError, ValueError):              # (UnicodeDecodeError is a ValueError)
             self.corrupt += 1
             self.misses += 1
-            try:
-                path.unlink()
+            try:             # whatever is there (a file, a directory squatting on the name)
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
             except OSError:
                 pass
             return None

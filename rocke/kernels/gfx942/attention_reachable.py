@@ -151,7 +151,7 @@ def corner_specs(target: str = "gfx942") -> dict:
 RESOURCE_FIELDS = ("vgprs", "agprs", "sgprs", "lds_bytes", "scratch_bytes", "vgpr_spills",
                    "sgpr_spills", "max_workgroup_size")
 _STORE: list = [None, None]       # (results directory, ResultStore) of this process
-_READ_STORE = [True]              # False: recompute every spec, still storing (--no-cache)
+_READ_STORE = [True]              # False: recompute every spec, still storing (report_task)
 
 
 def result_store():
@@ -164,11 +164,6 @@ def result_store():
     if _STORE[0] != root:
         _STORE[:] = [root, ResultStore(root)]
     return _STORE[1]
-
-
-def read_store(on: bool) -> None:
-    """Whether ``spill_counts`` may answer from the result store (it always writes to it)."""
-    _READ_STORE[0] = on
 
 
 def spill_counts(spec) -> tuple[str, str, int, int, str | None]:
@@ -224,14 +219,19 @@ def launch_counts(spec):
     return name, kind, vgpr_spills, sgpr_spills, error, fallback
 
 
-def report_task(spec) -> dict:
+def report_task(spec, read: bool = True) -> dict:
     """One task of ``rocke report --reachable`` (run here, in a forked process or on a Ray
     worker): ``launch_counts`` of ``spec``, whether the result store answered every compile it
-    needed (``stored``: nothing was compiled), and the fingerprint of the code that ran it."""
+    needed (``stored``: nothing was compiled), and the fingerprint of the code that ran it.
+    ``read`` False: compute even what the store holds (and store it again)."""
     store = result_store()
     before = (store.misses, store.corrupt) if store is not None else None
-    counts = launch_counts(spec)
-    stored = store is not None and _READ_STORE[0] and (store.misses, store.corrupt) == before
+    was, _READ_STORE[0] = _READ_STORE[0], read
+    try:
+        counts = launch_counts(spec)
+    finally:
+        _READ_STORE[0] = was
+    stored = store is not None and read and (store.misses, store.corrupt) == before
     return {"counts": counts, "stored": stored, "code": _worker_code()}
 
 
