@@ -837,9 +837,18 @@ def aot():
 @click.option("--replace", is_flag=True,
               help="the bundle holds only the variants built now (the default with no VARIANTS)")
 @click.option("--quiet", is_flag=True, help="print only the summary line")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=os.cpu_count() or 1,
-              show_default="the CPU count", help="variants compiled at once (processes)")
-def aot_build(variants, out, replace, quiet, jobs):
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              show_default="the CPU count", help="variants compiled at once (processes); with "
+                                                 "--ray and no address: the local cluster's CPUs")
+@click.option("--match", "match", default=None, metavar="REGEX",
+              help="only the variants (with --reachable: the specs' kernel names) that contain a "
+                   "match of REGEX")
+@click.option("--reachable", is_flag=True,
+              help="bundle the specs gfx942's attention dispatcher can reach (rocke report "
+                   "--reachable), not the shipped variants; needs --out; its entries are served "
+                   "by spec to the same rocke and LLVM (no golden table pins them)")
+@_RAY_OPTION
+def aot_build(variants, out, replace, quiet, jobs, match, reachable, ray):
     """Compile variants (default: all shipped) into the prebuilt bundle. A variant whose IR no
     longer matches the golden IR table is refused, never bundled (exit 1).
 
@@ -852,8 +861,18 @@ def aot_build(variants, out, replace, quiet, jobs):
     touched. In a bundle only the files its index names are ever removed or replaced; other
     files there are left alone. The new index replaces the old by one rename once every file it
     names is written, so an interrupted build leaves the old bundle whole."""
+    import time
+    from . import tasks
     from .compiler import DEFAULT_TARGET, prebuilt
+    from .compiler.toolchain import source_fingerprint
     from .kernels.golden import GOLDEN_PATH
+    pattern = _regex(match) if match is not None else None
+    if reachable and variants:
+        raise click.UsageError("--reachable enumerates its own specs: name no variants")
+    if reachable and not out:
+        raise click.UsageError("--reachable wants --out DIR: the reachable bundle is not the "
+                               "package's")
+    engine = _engine(ray, jobs if ray is not None else (jobs or os.cpu_count() or 1))
     target = Path(out) if out else prebuilt.default_dir(DEFAULT_TARGET)
     try:      # before any compile: refuse a directory that is not a bundle, or not writable
         prebuilt.check_bundle_dir(target)
@@ -862,25 +881,37 @@ def aot_build(variants, out, replace, quiet, jobs):
     except OSError as e:
         raise CliError(f"cannot write the bundle {target}: {e.strerror or e}",
                        EXIT_USER_ERROR) from None
-    replace = replace or not variants
+    replace = replace or not (variants or pattern or reachable)
     table = _read_golden(GOLDEN_PATH)
-    chosen = _variants(variants)
-    names = list(dict.fromkeys(v.name for v in chosen))     # a variant named twice is built once
-    if jobs > 1 and len(names) > 1 and hasattr(os, "fork"):
-        import concurrent.futures
-        import multiprocessing
-        with concurrent.futures.ProcessPoolExecutor(
-                jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-            built = list(pool.map(_aot_one, names, [table.get(n) for n in names]))
+    t0 = time.monotonic()
+    if reachable:
+        from rocke.kernels.gfx942 import attention_reachable
+        specs = attention_reachable.reachable_specs()
+        work = [(f"reachable/{n}", s) for n, s in sorted(specs.items())
+                if pattern is None or pattern.search(n)]
+        task = _aot_reachable_one
     else:
-        built = [_aot_one(n, table.get(n)) for n in names]
+        chosen = _variants(variants)
+        names = list(dict.fromkeys(v.name for v in chosen))    # a variant named twice: built once
+        work = [(n, table.get(n)) for n in names if pattern is None or pattern.search(n)]
+        task = _aot_task
+    if not work:
+        raise CliError(f"--match {match!r}: nothing to bundle matches", EXIT_USER_ERROR)
+    built = [None] * len(work)
+    try:
+        for i, item in tasks.run(task, work, engine, progress=None if quiet else "aot build"):
+            built[i] = item
+    except tasks.TaskFailed as e:
+        raise CliError(str(e), EXIT_TOOLCHAIN_ERROR) from None
+    names = [w[0] for w in work]
     items = [item for item in built if item is not None and item != _OTHER_TARGET]
     refused = [n for n, item in zip(names, built) if item is None]
     skipped = sum(item == _OTHER_TARGET for item in built)
     try:
         done = prebuilt.write_bundle(
             target, items, replace=replace,
-            progress=None if quiet else lambda name: click.echo(f"  {name}"))
+            progress=None if quiet else lambda name: click.echo(f"  {name}"),
+            code_sha256=source_fingerprint() if reachable else None)
     except prebuilt.NotABundle as e:
         raise CliError(f"cannot write the bundle: {e}", EXIT_USER_ERROR) from None
     except OSError as e:
@@ -896,8 +927,32 @@ def aot_build(variants, out, replace, quiet, jobs):
                f"({len(done.index['entries'])} entries; {', '.join(what)})"
                + (f"; refused {len(refused)}" if refused else "")
                + (f"; {skipped} built for another processor left out" if skipped else ""))
+    if items and not quiet:
+        size, first = prebuilt.measure(target, items[0][1], table, items[0][2].target)
+        click.echo(f"bundle {size / 2**20:.1f} MiB; first use of {items[0][0]} by spec (no IR "
+                   f"build, no link): " + (f"{first * 1e3:.1f} ms" if first is not None
+                                            else "not served") +
+                   f"; built on {engine.describe()} in {time.monotonic() - t0:.1f} s", err=True)
     if refused:
         raise SystemExit(EXIT_CHECK_FAILED)
+
+
+def _aot_task(item):
+    return _aot_one(*item)
+
+
+def _aot_reachable_one(item):
+    """(name, spec, CompiledKernel, workgroup size) of one reachable spec (no golden check:
+    its entry records the code that built it)."""
+    from .arch import get_target
+    from .compiler import compile_ir
+    name, spec = item
+    import importlib
+    kern = importlib.import_module(type(spec).__module__).build(spec)
+    workgroup_size = getattr(kern, "workgroup_size", None)
+    ck = compile_ir(kern.ir(), name=kern.name, variant=name, workgroup_size=workgroup_size,
+                    target=get_target(kern.target).target_id)
+    return name, spec, ck, workgroup_size
 
 
 if __name__ == "__main__":

@@ -174,3 +174,37 @@ def test_report_reachable_on_ray_equals_the_serial_run_with_a_worker_killed(clus
     from rocke.compiler.results import ResultStore
     store = ResultStore(cluster)                     # every entry whole (written atomically)
     assert all(store.get(name[:-5]) is not None for name in entries) and store.corrupt == 0
+
+
+def test_aot_build_reachable_on_ray_equals_serial_and_is_served_by_spec(cluster, tmp_path,
+                                                                        monkeypatch):
+    """`rocke aot build --reachable --match` of two real specs, serially and on the cluster:
+    the same bundle (entries and files); each entry served by spec with no IR build, to this
+    rocke only (another source fingerprint: not served); size and first use reported."""
+    from rocke.compiler import DEFAULT_TARGET, prebuilt, toolchain
+    from rocke.kernels.gfx942 import attention_reachable as reach
+    from rocke.kernels.gfx942 import reduce_segments as rs
+    specs = {s.kernel_name: s for s in rs.VARIANTS.values()}
+    monkeypatch.setattr(reach, "reachable_specs", lambda target="gfx942": dict(specs))
+    bundles = {}
+    for how, extra in (("serial", ["--jobs", "1"]), ("ray", ["--ray"])):
+        out = tmp_path / how
+        result = CliRunner().invoke(cli.main, ["aot", "build", "--reachable", "--match",
+                                               "^reduce_segments_f16_d(64|128)_", "--out",
+                                               str(out), *extra])
+        assert result.exit_code == 0, result.output
+        assert "prebuilt 2 variants" in result.output and "MiB; first use of" in result.output
+        bundles[how] = json.loads((out / "index.json").read_text())["entries"]
+    assert bundles["ray"] == bundles["serial"] and len(bundles["ray"]) == 2
+    for entry in bundles["ray"].values():
+        for suffix in (".hsaco", ".o", ".s"):
+            assert (tmp_path / "ray" / (entry["file"] + suffix)).read_bytes() == \
+                (tmp_path / "serial" / (entry["file"] + suffix)).read_bytes()
+    spec = specs["reduce_segments_f16_d64_v4"]
+    monkeypatch.setattr(rs, "build", lambda spec: pytest.fail("the IR was built"))
+    served = prebuilt.lookup_spec(spec, {}, DEFAULT_TARGET, root=tmp_path / "ray")
+    assert served is not None and served.name == spec.kernel_name and served.prebuilt
+    monkeypatch.setattr(toolchain, "source_fingerprint", lambda: "0" * 64)
+    assert prebuilt.lookup_spec(spec, {}, DEFAULT_TARGET, root=tmp_path / "ray") is None
+    bad = CliRunner().invoke(cli.main, ["aot", "build", "--reachable"])
+    assert bad.exit_code == 2 and "--reachable wants --out" in bad.output

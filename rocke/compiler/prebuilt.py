@@ -90,8 +90,8 @@ def _index(root: str, mtime_ns: int) -> tuple[dict, dict]:
     return entries, by_ir
 
 
-def _entries(target: str) -> tuple[Path, dict, dict] | None:
-    root = bundle_dir(target)
+def _entries(target: str, root: Path | None = None) -> tuple[Path, dict, dict] | None:
+    root = bundle_dir(target) if root is None else Path(root)
     if root is None:
         return None
     try:
@@ -143,11 +143,12 @@ def lookup_ir(ir: str, name: str, target: str, opt: int, workgroup_size=None, va
     return None
 
 
-def lookup_spec(spec, golden: dict, target: str, workgroup_size=None):
+def lookup_spec(spec, golden: dict, target: str, workgroup_size=None, root=None):
     """The bundle's kernel for `spec` without building its IR, when the golden IR table `golden`
-    (variant -> IR hash) still pins the IR the entry was built from; else None."""
+    (variant -> IR hash) still pins the IR the entry was built from, or the entry records this
+    rocke and LLVM (``code_sha256``); else None. ``root``: that bundle, not ROCKE_PREBUILT's."""
     t0 = time.perf_counter()
-    found = _entries(target)
+    found = _entries(target, root)
     if found is None:
         return None
     root, entries, _ = found
@@ -163,9 +164,13 @@ def lookup_spec(spec, golden: dict, target: str, workgroup_size=None):
         kernel_name = None
     if isinstance(kernel_name, str) and kernel_name != entry.get("name"):
         return None
-    # ... and built from the IR the golden table pins for its variant
+    # ... and built from the IR the golden table pins for its variant, or (an entry no table
+    # pins: `rocke aot build --reachable`) by exactly this rocke and LLVM
     if golden.get(entry.get("variant")) != entry.get("ir_sha256"):
-        return None
+        from .toolchain import source_fingerprint
+        code = entry.get("code_sha256")
+        if not isinstance(code, str) or code != source_fingerprint():
+            return None
     return _serve(root, entry, "", workgroup_size, t0)
 
 
@@ -250,14 +255,17 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def write_bundle(root: Path, items, *, replace: bool = False, progress=None) -> Written:
+def write_bundle(root: Path, items, *, replace: bool = False, progress=None,
+                 code_sha256: str | None = None) -> Written:
     """Write `items` -- (variant name, spec, CompiledKernel, workgroup_size) -- into the bundle at
     `root` (created when missing). By default the bundle keeps its other entries and the new ones
     take the place of those of the same spec key or variant; with `replace` it holds only the new
     ones. Raises NotABundle (before writing anything) when `root` is a non-empty directory that is
     not a bundle. Files the index does not name are never removed or overwritten; the new index
     replaces the old by one rename, after every file it names is in place, and only then are the
-    files that only the old index named removed. Concurrent builds into one bundle take turns."""
+    files that only the old index named removed. Concurrent builds into one bundle take turns.
+    ``code_sha256`` (``toolchain.source_fingerprint()``) is recorded in each new entry: entries
+    no golden table pins are served by spec only to the same rocke and LLVM."""
     from .cache import FORMAT_VERSION as CODEGEN
     from .toolchain import llvm_version
     root = Path(root)
@@ -297,6 +305,7 @@ def write_bundle(root: Path, items, *, replace: bool = False, progress=None) -> 
                     variant=variant, spec_key=key, name=ck.name, target=ck.target, opt=3,
                     file=stem, ir_sha256=ck.ir_hash, llvm=llvm_version(), codegen=CODEGEN,
                     linker=ck.linker, workgroup_size=workgroup_size,
+                    **({"code_sha256": code_sha256} if code_sha256 else {}),
                     **{field + "_sha256": digest for field, digest in digests.items()})
                 if progress is not None:
                     progress(variant)
@@ -333,3 +342,17 @@ def write_bundle(root: Path, items, *, replace: bool = False, progress=None) -> 
     updated = sum(key in old or entry["variant"] in old_variants for key, entry in new.items())
     return Written(index, added=len(new) - updated, updated=updated, kept=len(kept),
                    removed=len(old) - len(kept) - len(replaced))
+
+
+def measure(root: Path, spec, golden: dict, target: str) -> tuple[int, float | None]:
+    """(bytes, first-use seconds) of the bundle at `root`: the index and every file it names,
+    and the time a process's first lookup of `spec` takes (the index read and parsed, the
+    entry's files read, hashed and validated; no IR build, no link), None when not served."""
+    root = Path(root)
+    entries = read_bundle(root)
+    size = (root / INDEX).stat().st_size + sum(
+        (root / name).stat().st_size for entry in entries.values() for name in _entry_files(entry))
+    _index.cache_clear()
+    t0 = time.perf_counter()
+    served = lookup_spec(spec, golden, target, root=root)
+    return size, (time.perf_counter() - t0) if served is not None else None

@@ -124,3 +124,20 @@ def _linker_version(path: str, size: int, mtime_ns: int) -> str:
     proc = run_tool([path, "--version"], timeout=VERSION_TIMEOUT_S, what="reporting its version")
     first = (proc.stdout or proc.stderr).strip().splitlines()
     return f"{first[0] if first else 'no version'} (exit {proc.returncode})"
+
+
+@functools.lru_cache(maxsize=4)
+def source_fingerprint(exclude: tuple[str, ...] = ("emu",)) -> str:
+    """sha256 of rocke's Python sources (less the subpackages ``exclude`` names) and this LLVM
+    toolchain, read once per process: what a bundle entry no golden table pins (``rocke aot
+    build --reachable``) is served by spec against -- the code that built it."""
+    import hashlib
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]           # the rocke package
+    h = hashlib.sha256(toolchain_fingerprint().encode())
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in exclude:
+            continue
+        h.update(str(relative).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()

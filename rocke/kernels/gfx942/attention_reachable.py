@@ -257,15 +257,7 @@ NOT_ON_COMPILE_PATH = ("emu",)
 def code_fingerprint() -> str:
     """sha256 of rocke's Python sources (less NOT_ON_COMPILE_PATH) and the LLVM toolchain that
     compiled them: the spill counts of a shard report hold for exactly this code, so shards of
-    different code are never merged."""
-    import hashlib
-    from pathlib import Path
-    from rocke.compiler.toolchain import toolchain_fingerprint
-    root = Path(__file__).resolve().parents[2]           # the rocke package
-    h = hashlib.sha256(toolchain_fingerprint().encode())
-    for path in sorted(root.rglob("*.py")):
-        relative = path.relative_to(root)
-        if relative.parts[0] in NOT_ON_COMPILE_PATH:
-            continue
-        h.update(str(relative).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
+    different code are never merged (read afresh each call: ``toolchain.source_fingerprint``
+    caches it per process)."""
+    from rocke.compiler.toolchain import source_fingerprint
+    return source_fingerprint.__wrapped__(NOT_ON_COMPILE_PATH)
