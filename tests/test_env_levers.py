@@ -54,8 +54,10 @@ def test_every_lever_reads_its_default_and_a_good_value(monkeypatch, tmp_path):
             "ROCKE_EMU_STRETCHES": "0", "ROCKE_EMU_CUDA_KERNELS": "0",
             "ROCKE_FAMILIES": "mine=my_pkg.kernels, other=x", "ROCKE_CHECK_METADATA": "sync",
             "ROCKE_BATCH_INVARIANT": "1", "ROCKE_PREBUILT": "off",
-            "ROCKE_WRITE_PEER_FIXTURES": "1", "ROCKE_NATIVE_KEY": "off"}
+            "ROCKE_WRITE_PEER_FIXTURES": "1", "ROCKE_NATIVE_KEY": "off",
+            "ROCKE_RESULTS_DIR": "off", "ROCKE_RAY_TIMEOUT_S": "5"}
     assert set(good) >= set(env.LEVERS), "a new lever: add a good value here"
+    assert env.results_dir() == env.cache_dir() / "results" and env.ray_timeout_s() == 30.0
     defaults = (env.linker(), env.device(), env.emu_target(), env.emu_timeout_s(),
                 env.emu_backend(), env.emu_device(), env.emu_race_check(), env.emu_init_check(),
                 env.emu_stretches(), env.emu_cuda_kernels(), env.families(),
@@ -75,6 +77,9 @@ def test_every_lever_reads_its_default_and_a_good_value(monkeypatch, tmp_path):
         [("mine", "my_pkg.kernels"), ("other", "x")], "sync", True, "off", True,
         good["ROCKE_LD_LLD"], "off")
     assert str(env.cache_dir()) == good["ROCKE_CACHE_DIR"]
+    assert env.results_dir() is None and env.ray_timeout_s() == 5.0
+    monkeypatch.setenv("ROCKE_RESULTS_DIR", str(tmp_path / "store"))
+    assert env.results_dir() == tmp_path / "store"
 
 
 def test_a_path_lever_refuses_what_names_no_path_it_means(monkeypatch, tmp_path):
