@@ -30,4 +30,4 @@ def test_the_readme_stays_short_and_has_one_example():
     assert README.count("\n") <= 130
     assert README.count("```python") == 1
     assert [h for h in re.findall(r"^## (.+)$", README, re.M)] == [
-        "The two commands", "A first kernel", "With vLLM", "Where to read next"]
+        "The two commands", "A first kernel", "With vLLM", "On a Ray cluster", "Where to read next"]
