@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from .. import env
+from ..fileio import write_output
 
 FORMAT_VERSION = 1
 
@@ -101,17 +100,7 @@ class ResultStore:
         data = json.dumps(entry, sort_keys=True).encode()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}-", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            write_output(path, data)        # a temporary renamed over the entry: all or nothing
         except OSError:
             pass
 
