@@ -66,7 +66,8 @@ def test_aiter_anchors_say_not_run_without_a_checkout(capsys):
     assert cal.main(["--only", "aiter_fwd_b1h32kv8s1024"]) == 0
     out = capsys.readouterr().out
     assert "not run: pass --aiter-dir" in out
-    assert out.rstrip().splitlines()[-1] == "calibration: 0 anchors, max |error| nan %"
+    assert out.rstrip().splitlines()[-2:] == ["calibration: 0 anchors, max |error| nan %",
+                                              "test: 0 anchors, max |error| nan %"]
 
 
 def test_a_wrong_aiter_dir_is_refused(tmp_path, capsys):
@@ -85,7 +86,8 @@ def test_gfx950_anchors_are_aiters_mi355x_column(capsys):
     assert cal.main(["--target", "gfx950", "--only", "aiter_fwd_b1h32kv8s1024_mi355x"]) == 0
     out = capsys.readouterr().out
     assert "FWD TFLOPS MI355X" in out and "not run: pass --aiter-dir" in out
-    assert out.rstrip().splitlines()[-1] == "calibration: 0 anchors, max |error| nan %"
+    assert out.rstrip().splitlines()[-2:] == ["calibration: 0 anchors, max |error| nan %",
+                                              "test: 0 anchors, max |error| nan %"]
 
 
 def test_gfx950_anchor_without_a_gfx950_disassembler_says_why(tmp_path, capsys, monkeypatch):
@@ -100,7 +102,8 @@ def test_gfx950_anchor_without_a_gfx950_disassembler_says_why(tmp_path, capsys, 
                      "--only", "aiter_fwd_b1h32kv8s1024_mi355x"]) == 0
     out = capsys.readouterr().out
     assert "not run: cannot disassemble a gfx950 code object" in out
-    assert out.rstrip().splitlines()[-1] == "calibration: 0 anchors, max |error| nan %"
+    assert out.rstrip().splitlines()[-2:] == ["calibration: 0 anchors, max |error| nan %",
+                                              "test: 0 anchors, max |error| nan %"]
 
 
 def test_checked_launch_prints_a_race_and_models_a_run_without_the_checker(capsys):
@@ -125,3 +128,91 @@ def test_checked_launch_prints_a_race_and_models_a_run_without_the_checker(capsy
     calls.clear()
     assert cal.checked_launch(lambda check: calls.append(check) or "clean", out, "x") == "clean"
     assert calls == [True] and capsys.readouterr().out == ""
+
+
+# ---- the calibration / test split (issue 41) ----
+def test_the_split_is_declared_and_disjoint():
+    """Every row of AITER's table is either calibration or test on each target, never both; on
+    gfx942 the nine anchor rows calibrate and the other 85 test; on gfx950 the row MI355X's
+    loaded clock is fitted to calibrates as well (84 test)."""
+    assert len(cal.AITER_TABLE) == 94
+    assert len({r[:5] for r in cal.AITER_TABLE}) == 94
+    for target, n_cal in (("gfx942", 9), ("gfx950", 10)):
+        calib = {r[:5] for r in cal.aiter_calibration_rows(target)}
+        test = {r[:5] for r in cal.aiter_test_rows(target)}
+        assert len(calib) == n_cal and len(test) == 94 - n_cal
+        assert not calib & test
+        assert calib | test == {r[:5] for r in cal.AITER_TABLE}
+    assert (1, 32, 8, 10240, False) in {r[:5] for r in cal.aiter_calibration_rows("gfx950")}
+    assert (1, 32, 8, 10240, False) in {r[:5] for r in cal.aiter_test_rows("gfx942")}
+
+
+def test_table_transcription_against_the_readme_figures():
+    """A few cells read by hand off the README (aiter e4048607a535), and the calibration rows
+    agree with the table they were taken from."""
+    table = {r[:5]: r[5:] for r in cal.AITER_TABLE}
+    assert table[(1, 64, 4, 16384, True)] == (544.1, 1398.14)
+    assert table[(8, 64, 4, 1024, False)] == (497.15, 1016.32)
+    assert table[(1, 32, 8, 10240, False)] == (549.73, 1421.77)
+    assert table[(4, 32, 8, 2048, True)] == (419.435, 809.835)
+    for row in cal.AITER_ROWS:
+        assert table[row[:5]][0] == row[5]
+    for row in cal.AITER_ROWS_MI355X:
+        assert table[row[:5]][1] == row[5]
+
+
+def test_anchor_roles_follow_the_split():
+    for anchors, target in ((cal.ANCHORS, "gfx942"), (cal.ANCHORS_GFX950, "gfx950")):
+        test_names = {cal._aiter_name(*r[:5], target) for r in cal.aiter_test_rows(target)}
+        by_role = {a.name: a.role for a in anchors}
+        assert {n for n, role in by_role.items() if role == cal.TEST} == test_names
+        assert all(not a.fitted for a in anchors if a.role == cal.TEST)
+    fitted = [a for a in cal.ANCHORS_GFX950 if a.fitted]
+    assert [a.name for a in fitted] == ["aiter_fwd_b1h32kv8s10240_mi355x"]
+    assert fitted[0].role == cal.CALIBRATION
+
+
+def test_split_summary_figures():
+    """Errors -0.10, +0.20, -0.30: max 30 %, mean |error| 20 %, signed mean -6.7 %, 2 too fast."""
+    line = cal.split_summary(cal.CALIBRATION, [-0.10, 0.20, -0.30])
+    assert line == ("calibration: 3 anchors, max |error| 30.0 %, mean |error| 20.0 %, signed "
+                    "mean -6.7 %, 2 of 3 too fast")
+    assert cal.split_summary(cal.TEST, [0.1, -0.12]).endswith(": met)")
+    assert cal.split_summary(cal.TEST, [0.16, 0.0]).endswith(": not met)")     # max 16 %
+    assert cal.split_summary(cal.TEST, [-0.06, -0.06]).endswith(": not met)")  # mean -6 %
+
+
+def test_test_sample_is_even_and_deterministic():
+    rows = list(range(85))
+    assert cal.test_sample(rows, 5) == [0, 17, 34, 51, 68]
+    assert cal.test_sample(rows, None) == rows and cal.test_sample(rows, 100) == rows
+
+
+def test_no_test_row_feeds_the_calibration_line(monkeypatch, capsys):
+    """With every AITER row 'modelled' at a figure chosen here (calibration rows exactly right,
+    test rows 2x too slow), the calibration line shows 0 % and the test line +100 %: a test row
+    that leaked into the calibration figures would move them."""
+    from rocke.perf.model import Modelled
+    calib = {r[:5] for r in cal.AITER_ROWS}
+    published = {r[:5]: r[5] for r in cal.AITER_TABLE}
+
+    def fake_run(aiter_dir, b, h, hk, s, causal, target="gfx942"):
+        tflops = published[(b, h, hk, s, causal)] * (1.0 if (b, h, hk, s, causal) in calib
+                                                     else 0.5)
+        return None, {}, lambda us: tflops
+
+    monkeypatch.setattr(cal, "run_aiter_fwd", fake_run)
+    monkeypatch.setattr(cal, "model_time", lambda profile, costs=None, **kw: Modelled(
+        1.0, 1.0, "compute", occupancy={"clock_ghz": 2.1}))
+    only = [a.name for a in cal.ANCHORS if a.name.startswith("aiter_")]
+    argv = ["--aiter-dir", str(ROOT)]
+    monkeypatch.setattr(cal, "aiter_code_object", lambda target, causal: "tests/x.co")  # ROOT/tests passes the checkout check
+    for name in only:
+        argv += ["--only", name]
+    assert cal.main(argv) == 0
+    out = capsys.readouterr().out.rstrip().splitlines()
+    assert out[-3] == "test rows run: 85 of 85"
+    assert out[-2] == ("calibration: 9 anchors, max |error| 0.0 %, mean |error| 0.0 %, signed "
+                       "mean +0.0 %, 0 of 9 too fast")
+    assert out[-1].startswith("test: 85 anchors, max |error| 100.0 %, mean |error| 100.0 %, "
+                              "signed mean +100.0 %, 0 of 85 too fast")
