@@ -190,8 +190,12 @@ def sweep_case(case: Case, counts=SEGMENT_COUNTS) -> dict:
     ad = dispatcher(case.target)
     _, sp = sampled_inputs(case)
     p = full_problem(case, sp)
-    path, reason = ad.select_path(p)
-    chosen_ns = ad.geometry(p, "3d").num_segments
+    from rocke.kernels.common.knobs import AttentionKnobs
+    # the plan the dispatcher launches (on gfx942 it follows the model's table where the class
+    # is tabulated, tools/dispatch_tables.py; else the rule tables)
+    auto = ad.plan(p, "auto", AttentionKnobs(), with_specs=False)
+    path, reason = auto.path, auto.reason
+    chosen_ns = ad.plan(p, "3d", AttentionKnobs(), with_specs=False).geometry.num_segments
     options = {"2d": modelled(case, "2d")}
     for ns in sorted(set(counts) | {chosen_ns}):
         options[f"3d/{ns}"] = modelled(case, "3d", ns)
@@ -199,7 +203,7 @@ def sweep_case(case: Case, counts=SEGMENT_COUNTS) -> dict:
     if geo3.regime != "narrow" and case.target == "gfx942":         # weigh the dispatcher's 3D geometry against narrow
         for ns in sorted(set(counts) | {chosen_ns}):
             options[f"3dn/{ns}"] = modelled(case, "3d-narrow", ns)
-    choice = "2d" if path == "2d" else f"3d/{ad.geometry(p, '3d').num_segments}"
+    choice = "2d" if path == "2d" else f"3d/{auto.geometry.num_segments}"
     best = {c: min(options, key=lambda o: options[o][c]) for c in LATENCIES}
     return {"case": case.label, "kind": case.kind, "choice": choice, "reason": reason,
             "rule_segments": chosen_ns, "options": options, "best": best,

@@ -604,6 +604,58 @@ def batch_invariant_path(path: str, reason: str, num_segments: int | None):
                   "per-sequence work does not depend on the rest of the batch"), num_segments
 
 
+# ---- the model's table (issue 41): the modelled-fastest plan per problem class ----
+# tools/dispatch_tables.py models, per problem of its sweep, the 2D path and the 3D path at a set
+# of segment counts (rocke/perf over the emulator's counters, modelled MI300X time at the
+# 2000-cycle round trip) and writes the fastest per problem class here; plan() follows it on
+# gfx942 (304 CUs) and keeps the rule tables above for classes the sweep did not reach.
+# tests/kernels/test_dispatch_table.py checks the committed file against the tool's output.
+MODEL_TABLE_FILE = "dispatch_table.json"
+
+
+def _ceil_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def problem_class(p: UnifiedAttentionProblem) -> str:
+    """The class a problem's plan is tabulated under: what the kernels and specs depend on
+    (dtype, head size, cache dtype, GQA group, block size, score features and window, decode
+    or not) and, rounded up to powers of two, the 2D q-block x KV-head grid, the longest KV
+    walk and the longest query."""
+    feats = ",".join(sorted(p.features)) or "-"
+    window = f"/w{_ceil_pow2(p.window_left + 1)}" if p.window_left >= 0 else ""
+    return (f"{p.dtype}/d{p.head_size}/kv:{p.kv_dtype or '-'}/out:{p.out_dtype or '-'}"
+            f"/g{p.num_queries_per_kv}/bs{p.block_size}/{'decode' if p.is_decode else 'prefill'}"
+            f"/f:{feats}{window}/grid{_ceil_pow2(grid_2d_reference(p))}"
+            f"/k{_ceil_pow2(p.max_seqlen_k)}/q{_ceil_pow2(p.max_seqlen_q)}")
+
+
+_MODEL_TABLE: dict | None = None
+
+
+def model_table() -> dict:
+    """{problem class: entry} of the committed table (read once)."""
+    global _MODEL_TABLE
+    if _MODEL_TABLE is None:
+        import json
+        from pathlib import Path
+        path = Path(__file__).with_name(MODEL_TABLE_FILE)
+        _MODEL_TABLE = json.loads(path.read_text())["classes"] if path.is_file() else {}
+    return _MODEL_TABLE
+
+
+def table_segments(n: int, tiles: int) -> int:
+    """A tabulated segment count applied to a problem of ``tiles`` KV tiles: at most the tiles
+    and MAX_SEGMENTS, then the fewest segments with the same longest walk."""
+    n = max(1, min(n, tiles, MAX_SEGMENTS))
+    return cdiv(tiles, cdiv(tiles, n))
+
+
+def model_choice(p: UnifiedAttentionProblem):
+    """The table's entry for ``p``'s class, or None (the rules decide)."""
+    return model_table().get(problem_class(p))
+
+
 def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
          knobs: AttentionKnobs | None = None, *, with_specs: bool = True,
          num_segments: int | None = None, sms: int | None = None, capabilities=CAPABILITIES,
@@ -617,13 +669,27 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
     knobs = knobs_mod.read_knobs() if knobs is None else knobs
-    if backend == "auto":
+    # the model's table is gfx942's at its 304 CUs (another target or CU count: the rules)
+    entry = None
+    if geometry_of is None and capabilities is CAPABILITIES and (sms is None or sms == num_sms()) \
+            and not problem.batch_invariant:
+        entry = model_choice(problem)
+    if backend == "auto" and entry is not None:
+        path = entry["path"]
+        reason = (f"the model's fastest plan for class {problem_class(problem)} "
+                  f"(tools/dispatch_tables.py: {entry['best']} modelled "
+                  f"{entry['us'][entry['best']]:.1f} us at a 2000-cycle round trip)")
+    elif backend == "auto":
         path, reason = select_path(problem, sms)
     else:
         path, reason = backend, f"backend={backend!r} forced by the caller"
     if problem.batch_invariant:
         path, reason, num_segments = batch_invariant_path(path, reason, num_segments)
     geo = (geometry_of or geometry)(problem, path, knobs, sms)
+    if path == "3d" and entry is not None and entry.get("segments") and num_segments is None:
+        geo = replace(geo, num_segments=table_segments(
+            entry["segments"], cdiv(problem.max_seqlen_k, geo.tile_size)),
+            reason=geo.reason + "; segments from the model's table")
     if num_segments is not None:
         if path != "3d":
             raise ValueError(f"num_segments: only the 3D path has segments, this call takes "

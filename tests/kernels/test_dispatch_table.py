@@ -1,0 +1,98 @@
+"""gfx942's dispatch table from the model (issue 41): tools/dispatch_tables.py writes, per problem
+class, the plan the model puts fastest; attention_dispatch.plan follows it. The committed file
+must equal what the tool produces (checked here on a subset the emulator models in seconds)."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import dispatch_sweep as ds  # noqa: E402
+from rocke.kernels.common.knobs import AttentionKnobs  # noqa: E402
+from rocke.kernels.gfx942 import attention_dispatch as ad  # noqa: E402
+from tools import dispatch_tables as dt  # noqa: E402
+
+COMMITTED = json.loads((ROOT / "rocke/kernels/gfx942/dispatch_table.json").read_text())["classes"]
+
+
+def problem(case):
+    _, sp = ds.sampled_inputs(case)
+    return ds.full_problem(case, sp)
+
+
+def test_committed_table_equals_the_tools_output_on_a_subset():
+    """Two decode classes re-modelled from scratch (fp16 d128, 32/8 heads, 1 and 8 sequences x
+    1024 keys): the tool's entries equal the committed ones, times included."""
+    cases = [ds.Case("decode", ((1, 1024),), b, 32, 8, "f16", 128) for b in (1, 8)]
+    classes, rows = dt.build(cases, log=lambda *a: None)
+    assert len(classes) == 2
+    for key, entry in classes.items():
+        assert COMMITTED[key] == entry, key
+
+
+def test_problem_class_by_hand():
+    """8 sequences x 2048 keys, fp16 d128, 32/8 heads, block 64: the reference 2D grid is
+    (8 // 4 + 8) q blocks x 8 KV heads = 80 -> 128; KV 2048; one query token."""
+    p = problem(ds.Case("decode", ((1, 2048),), 8, 32, 8, "f16", 128))
+    assert ad.problem_class(p) == "f16/d128/kv:-/out:-/g4/bs64/decode/f:-/grid128/k2048/q1"
+    p = problem(ds.Case("decode", ((1, 3000),), 5, 32, 8, "bf16", 64))
+    # (5 // 4 + 5) x 8 = 48 -> 64; 3000 -> 4096
+    assert ad.problem_class(p) == "bf16/d64/kv:-/out:-/g4/bs64/decode/f:-/grid64/k4096/q1"
+
+
+def test_plan_follows_the_table(monkeypatch):
+    """A made-up entry for the class (2D where the rules split, and 3D at 5 segments) is what
+    plan() launches; a class the table lacks keeps the rules; batch-invariant calls, another
+    CU count and a caller's segment count are not overridden."""
+    p = problem(ds.Case("decode", ((1, 2048),), 8, 32, 8, "f16", 128))
+    key = ad.problem_class(p)
+    knobs = AttentionKnobs()
+    monkeypatch.setattr(ad, "_MODEL_TABLE", {key: {"path": "2d", "segments": 5, "best": "2d",
+                                                   "us": {"2d": 1.0}}})
+    got = ad.plan(p, "auto", knobs, with_specs=False)
+    assert got.path == "2d" and "model's fastest plan" in got.reason
+    forced = ad.plan(p, "3d", knobs, with_specs=False)
+    assert forced.geometry.num_segments == 5
+    assert ad.plan(p, "3d", knobs, with_specs=False, num_segments=7).geometry.num_segments == 7
+    assert ad.plan(p, "auto", knobs, with_specs=False, sms=256).path == "3d"   # rules (decode)
+    monkeypatch.setattr(ad, "_MODEL_TABLE", {key: {"path": "3d", "segments": 100, "best": "3d/100",
+                                                   "us": {"3d/100": 1.0}}})
+    got = ad.plan(p, "auto", knobs, with_specs=False)
+    # 100 segments over 2048 / 32 = 64 tiles: at most the tiles and MAX_SEGMENTS -> 64
+    assert got.path == "3d" and got.geometry.num_segments == 64
+    monkeypatch.setattr(ad, "_MODEL_TABLE", {})
+    got = ad.plan(p, "auto", knobs, with_specs=False)
+    assert (got.path, got.reason) == ad.select_path(p)
+    assert got.geometry.num_segments == ad.geometry(p, "3d").num_segments
+
+
+@pytest.mark.parametrize("n, tiles, want", [(64, 64, 64), (40, 64, 32), (24, 64, 22),
+                                            (9, 32, 8), (100, 4096, 64), (3, 2, 2)])
+def test_table_segments_by_hand(n, tiles, want):
+    """At most the tiles and 64, then the fewest segments with the same longest walk:
+    40 over 64 tiles walk 2 tiles each -> 32 segments; 24 walk 3 -> 22; 9 over 32 walk 4 -> 8."""
+    assert ad.table_segments(n, tiles) == want
+
+
+def test_choose_takes_the_least_worst_ratio():
+    """Two problems of one class: 3d/8 is 1.00x / 1.10x, 3d/16 1.05x / 1.00x, 2D 1.5x / 1.0x:
+    the least worst ratio is 3d/16 (1.05x); the best 3D count is the same."""
+    rows = [{"case": "a", "us": {"2d": 15.0, "3d/8": 10.0, "3d/16": 10.5}},
+            {"case": "b", "us": {"2d": 20.0, "3d/8": 22.0, "3d/16": 20.0}}]
+    e = dt.choose(rows)
+    assert (e["path"], e["segments"], e["best"], e["worst_ratio"]) == ("3d", 16, "3d/16", 1.05)
+    e = dt.choose([{"case": "a", "us": {"2d": 10.0, "3d/8": 10.0}}])     # a tie: 2D
+    assert (e["path"], e["segments"], e["best"]) == ("2d", 8, "2d")
+
+
+def test_committed_entries_are_their_problems_best_within_3_percent():
+    """Every committed class's plan is within 3 % of the fastest option of each of its swept
+    problems (the tool's worst ratio), and its times hold the option it names."""
+    assert COMMITTED
+    for key, e in COMMITTED.items():
+        assert e["worst_ratio"] <= dt.WITHIN, key
+        assert e["best"] in e["us"] and e["path"] == e["best"].split("/")[0], key
+        assert e["us"][e["best"]] <= dt.WITHIN * min(e["us"].values()), key
