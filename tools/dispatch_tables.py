@@ -37,6 +37,7 @@ LATENCY = 2000          # the model's central round trip (rocke/arch/costs.py)
 WITHIN = 1.03           # the dispatcher's plan must be the model's best within 3 % (issue 41)
 # 3D segment counts weighed (normalized to the problem's tiles, plus the rule's own count)
 SEGMENT_CANDIDATES = (2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64)
+FILL_ROUNDS = (1, 2)    # decode: also the counts that fill the resident slots once / twice
 
 # (dtype, head size, query heads, KV heads): vLLM-style production shapes, GQA 1-32, d64/128/256
 CONFIGS = ("f16/128/32/8", "bf16/128/32/8", "f16/64/32/8", "bf16/64/32/8", "f16/128/64/8",
@@ -82,11 +83,37 @@ def model_case(case: ds.Case) -> dict:
     us = {"2d": float(ds.modelled(case, "2d")[LATENCY])}
     for n in sorted(counts):
         us[f"3d/{n}"] = float(ds.modelled(case, "3d", n)[LATENCY])
-    return {"case": case.label, "class": ad.problem_class(p), "us": us, "rule": rule}
+    row = {"case": case.label, "class": ad.problem_class(p), "us": us, "rule": rule}
+    return add_fill(case, row)
+
+
+def add_fill(case: ds.Case, row: dict) -> dict:
+    """Decode rows gain the options "3d/fill1" and "3d/fill2": the count that fills the CUs'
+    resident 3D slots once / twice for this problem's own grid (rounds_segments; the mechanism
+    of ALGORITHM.md §10.1's fill rule), so that a class's entry can follow each problem's grid.
+    A count not modelled yet is modelled here."""
+    _, sp = ds.sampled_inputs(case)
+    p = ds.full_problem(case, sp)
+    if not p.is_decode:
+        return row
+    geo = ad.geometry(p, "3d")
+    for rounds in FILL_ROUNDS:
+        n = ad.rounds_segments(p, geo, rounds)
+        if n:
+            if f"3d/{n}" not in row["us"]:
+                row["us"][f"3d/{n}"] = float(ds.modelled(case, "3d", n)[LATENCY])
+            row.setdefault("fill", {})[f"fill{rounds}"] = n
+            row["us"][f"3d/fill{rounds}"] = row["us"][f"3d/{n}"]
+    return row
 
 
 def _key(option: str):
-    return (0, 0) if option == "2d" else (1, int(option.split("/")[1]))
+    """Preference among equals: 2D, then the fill options (they follow a problem's grid), then
+    fewer segments."""
+    if option == "2d":
+        return (0, 0)
+    n = option.split("/")[1]
+    return (1, int(n[4:]) - 10) if n.startswith("fill") else (1, int(n))
 
 
 def choose(rows: list) -> dict:
@@ -101,7 +128,9 @@ def choose(rows: list) -> dict:
     best = min(options, key=lambda o: (round(worst(o), 9), _key(o)))
     best3 = min((o for o in options if o != "2d"), key=lambda o: (round(worst(o), 9), _key(o)))
     us = {o: round(rows[0]["us"][o], 3) for o in sorted(rows[0]["us"], key=_key)}
-    return {"path": best.split("/")[0], "segments": int(best3.split("/")[1]), "best": best,
+    n3 = best3.split("/")[1]
+    return {"path": best.split("/")[0], "segments": n3 if n3.startswith("fill") else int(n3),
+            "best": best,
             "worst_ratio": round(float(worst(best)), 4), "problems": sorted(r["case"] for r in rows),
             "us": us}
 
@@ -178,6 +207,8 @@ def main(argv=None) -> int:
     ap.add_argument("--from-rows", type=Path, nargs="+", help="build from these JSON-lines "
                     "files (earlier --rows-out runs) instead of modelling anything")
     ap.add_argument("--grid", choices=["full"], default="full")
+    ap.add_argument("--refill", action="store_true", help="with --from-rows: add the fill "
+                    "options to decode rows that lack them (modelling the missing counts)")
     a = ap.parse_args(argv)
     cases = grid(a.only_configs, a.kv, a.batches, a.kinds)
     if a.list:
@@ -191,6 +222,18 @@ def main(argv=None) -> int:
         seen = {}
         for r in rows:      # a problem modelled twice: the last row
             seen[r["case"]] = r
+        by_label = {c.label: c for c in grid(CONFIGS, sorted(set(DECODE_KV) | set(a.kv)),
+                                             sorted(set(DECODE_BATCHES) | set(a.batches)))}
+        for r in seen.values():     # the class as problem_class gives it now
+            if r["case"] in by_label:
+                _, sp = ds.sampled_inputs(by_label[r["case"]])
+                r["class"] = ad.problem_class(ds.full_problem(by_label[r["case"]], sp))
+        if a.refill:        # rows of an earlier run without the fill options
+            for r in seen.values():
+                if "fill" not in r and r["case"] in by_label:
+                    add_fill(by_label[r["case"]], r)
+        if a.rows_out:
+            a.rows_out.write_text("".join(json.dumps(r) + "\n" for r in seen.values()))
         classes, rows = build([], rows=list(seen.values()))
     else:
         classes, rows = build(cases, rows_out=a.rows_out)

@@ -35,12 +35,12 @@ def test_committed_table_equals_the_tools_output_on_a_subset():
 
 def test_problem_class_by_hand():
     """8 sequences x 2048 keys, fp16 d128, 32/8 heads, block 64: the reference 2D grid is
-    (8 // 4 + 8) q blocks x 8 KV heads = 80 -> 128; KV 2048; one query token."""
+    (8 // 4 + 8) q blocks x 8 KV heads = 80; KV 2048; one query token. Exact numbers: 5
+    sequences x 3000 keys bf16 d64 -> (5 // 4 + 5) x 8 = 48."""
     p = problem(ds.Case("decode", ((1, 2048),), 8, 32, 8, "f16", 128))
-    assert ad.problem_class(p) == "f16/d128/kv:-/out:-/g4/bs64/decode/f:-/grid128/k2048/q1"
+    assert ad.problem_class(p) == "f16/d128/kv:-/out:-/g4/bs64/decode/f:-/grid80/k2048/q1"
     p = problem(ds.Case("decode", ((1, 3000),), 5, 32, 8, "bf16", 64))
-    # (5 // 4 + 5) x 8 = 48 -> 64; 3000 -> 4096
-    assert ad.problem_class(p) == "bf16/d64/kv:-/out:-/g4/bs64/decode/f:-/grid64/k4096/q1"
+    assert ad.problem_class(p) == "bf16/d64/kv:-/out:-/g4/bs64/decode/f:-/grid48/k3000/q1"
 
 
 def test_plan_follows_the_table(monkeypatch):
@@ -69,6 +69,21 @@ def test_plan_follows_the_table(monkeypatch):
     assert got.geometry.num_segments == ad.geometry(p, "3d").num_segments
 
 
+def test_fill_segments_by_hand(monkeypatch):
+    """8 decode sequences x 2048 keys, fp16 d128, 32/8 heads: the 3D grid's q blocks are
+    8 // 4 + 8 = 10 a KV head, x 8 heads = 80 workgroups a segment; a CU holds 3 narrow d128
+    3D workgroups (20224 B of LDS each), 912 on 304 CUs: one round 912 // 80 = 11 segments
+    (64 tiles: 6 a segment -> 11), two rounds 1824 // 80 = 22 (3 a segment -> 22). An entry
+    naming "fill2" launches 22."""
+    p = problem(ds.Case("decode", ((1, 2048),), 8, 32, 8, "f16", 128))
+    geo = ad.geometry(p, "3d")
+    assert ad.resident_3d_workgroups(p, geo) == 3
+    assert ad.rounds_segments(p, geo, 1) == 11 and ad.rounds_segments(p, geo, 2) == 22
+    monkeypatch.setattr(ad, "_MODEL_TABLE", {ad.problem_class(p): {
+        "path": "3d", "segments": "fill2", "best": "3d/fill2", "us": {"3d/fill2": 1.0}}})
+    assert ad.plan(p, "auto", AttentionKnobs(), with_specs=False).geometry.num_segments == 22
+
+
 @pytest.mark.parametrize("n, tiles, want", [(64, 64, 64), (40, 64, 32), (24, 64, 22),
                                             (9, 32, 8), (100, 4096, 64), (3, 2, 2)])
 def test_table_segments_by_hand(n, tiles, want):
@@ -86,6 +101,12 @@ def test_choose_takes_the_least_worst_ratio():
     assert (e["path"], e["segments"], e["best"], e["worst_ratio"]) == ("3d", 16, "3d/16", 1.05)
     e = dt.choose([{"case": "a", "us": {"2d": 10.0, "3d/8": 10.0}}])     # a tie: 2D
     assert (e["path"], e["segments"], e["best"]) == ("2d", 8, "2d")
+    # a fill option ties with the count it is on one problem and wins on the other
+    rows = [{"case": "a", "us": {"2d": 30.0, "3d/11": 20.0, "3d/7": 25.0, "3d/fill1": 20.0}},
+            {"case": "b", "us": {"2d": 30.0, "3d/11": 26.0, "3d/7": 21.0, "3d/fill1": 21.0}}]
+    e = dt.choose(rows)
+    assert (e["path"], e["segments"], e["best"], e["worst_ratio"]) == ("3d", "fill1",
+                                                                     "3d/fill1", 1.0)
 
 
 def test_committed_entries_are_their_problems_best_within_3_percent():

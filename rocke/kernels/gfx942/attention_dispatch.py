@@ -613,21 +613,20 @@ def batch_invariant_path(path: str, reason: str, num_segments: int | None):
 MODEL_TABLE_FILE = "dispatch_table.json"
 
 
-def _ceil_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
 def problem_class(p: UnifiedAttentionProblem) -> str:
     """The class a problem's plan is tabulated under: what the kernels and specs depend on
-    (dtype, head size, cache dtype, GQA group, block size, score features and window, decode
-    or not) and, rounded up to powers of two, the 2D q-block x KV-head grid, the longest KV
-    walk and the longest query."""
+    (dtype, head size, cache and output dtype, GQA group, block size, score features and window,
+    decode or not) and, exactly, the 2D q-block x KV-head grid, the longest KV walk and the
+    longest query. Exact, not rounded: the modelled time is a jagged function of the segment
+    count (whole rounds of resident workgroups), and problems off the sweep's points that shared
+    a rounded class with a swept one modelled up to 1.6x slower at its count (ALGORITHM.md
+    §10.0); so the table holds the swept problems themselves and the rules decide the rest."""
     feats = ",".join(sorted(p.features)) or "-"
-    window = f"/w{_ceil_pow2(p.window_left + 1)}" if p.window_left >= 0 else ""
+    window = f"/w{p.window_left}" if p.window_left >= 0 else ""
     return (f"{p.dtype}/d{p.head_size}/kv:{p.kv_dtype or '-'}/out:{p.out_dtype or '-'}"
             f"/g{p.num_queries_per_kv}/bs{p.block_size}/{'decode' if p.is_decode else 'prefill'}"
-            f"/f:{feats}{window}/grid{_ceil_pow2(grid_2d_reference(p))}"
-            f"/k{_ceil_pow2(p.max_seqlen_k)}/q{_ceil_pow2(p.max_seqlen_q)}")
+            f"/f:{feats}{window}/grid{grid_2d_reference(p)}"
+            f"/k{p.max_seqlen_k}/q{p.max_seqlen_q}")
 
 
 _MODEL_TABLE: dict | None = None
@@ -649,6 +648,27 @@ def table_segments(n: int, tiles: int) -> int:
     and MAX_SEGMENTS, then the fewest segments with the same longest walk."""
     n = max(1, min(n, tiles, MAX_SEGMENTS))
     return cdiv(tiles, cdiv(tiles, n))
+
+
+def rounds_segments(p: UnifiedAttentionProblem, geo: Geometry, rounds: int,
+                    sms: int | None = None) -> int:
+    """The segment count whose 3D grid fills the CUs' resident slots ``rounds`` times (the fill
+    of fill_segments without its MIN_FILL_SEGMENTS floor), cut by table_segments; 0 when even
+    one segment's grid passes them. A table entry may name it ("3d/fill1", "3d/fill2") instead
+    of a fixed count: the count then follows the problem's own grid inside its class."""
+    sms = num_sms() if sms is None else sms
+    block_q = max(1, geo.block_m // p.num_queries_per_kv)
+    base = total_num_q_blocks(p.total_q, p.num_seqs, block_q) * p.num_kv_heads
+    n = rounds * sms * resident_3d_workgroups(p, geo) // base
+    return table_segments(n, cdiv(p.max_seqlen_k, geo.tile_size)) if n >= 1 else 0
+
+
+def entry_segments(p: UnifiedAttentionProblem, geo: Geometry, segments) -> int:
+    """A table entry's segment count for ``p``: a fixed count (cut to its tiles) or
+    "fill<R>" (rounds_segments)."""
+    if isinstance(segments, str) and segments.startswith("fill"):
+        return max(1, rounds_segments(p, geo, int(segments[4:])))
+    return table_segments(int(segments), cdiv(p.max_seqlen_k, geo.tile_size))
 
 
 def model_choice(p: UnifiedAttentionProblem):
@@ -687,9 +707,8 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
         path, reason, num_segments = batch_invariant_path(path, reason, num_segments)
     geo = (geometry_of or geometry)(problem, path, knobs, sms)
     if path == "3d" and entry is not None and entry.get("segments") and num_segments is None:
-        geo = replace(geo, num_segments=table_segments(
-            entry["segments"], cdiv(problem.max_seqlen_k, geo.tile_size)),
-            reason=geo.reason + "; segments from the model's table")
+        geo = replace(geo, num_segments=entry_segments(problem, geo, entry["segments"]),
+                      reason=geo.reason + "; segments from the model's table")
     if num_segments is not None:
         if path != "3d":
             raise ValueError(f"num_segments: only the 3D path has segments, this call takes "
