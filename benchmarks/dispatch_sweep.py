@@ -54,11 +54,22 @@ class Case:
     d: int
     block_size: int = 64
     target: str = "gfx942"
+    window: int = -1            # sliding window (vLLM's window_size[0]); -1: none
+    softcap: float = 0.0        # logit softcap; 0: none
 
     @property
     def label(self) -> str:
         pat = "+".join(f"{q}x{k}" for q, k in self.pattern)
-        return (f"{self.kind} [{pat}]x{self.batch} h{self.hq}/{self.hk} {self.dtype} d{self.d}")
+        extra = (f" window {self.window}" if self.window >= 0 else "") + \
+            (f" softcap {self.softcap:g}" if self.softcap else "")
+        return (f"{self.kind} [{pat}]x{self.batch} h{self.hq}/{self.hk} {self.dtype} d{self.d}"
+                + extra)
+
+    @property
+    def features(self) -> dict:
+        """The score features' kernel arguments (attention_host.feature_args keywords)."""
+        return {**({"window_left": self.window} if self.window >= 0 else {}),
+                **({"softcap": self.softcap} if self.softcap else {})}
 
 
 def dispatcher(target: str):
@@ -93,11 +104,16 @@ _PROFILES: dict = {}
 
 
 def sampled_inputs(case: Case):
-    key = (case.pattern, case.hq // case.hk, case.dtype, case.d, case.block_size, case.target)
+    key = (case.pattern, case.hq // case.hk, case.dtype, case.d, case.block_size, case.target,
+           case.window, case.softcap)
     if key not in _INPUTS:
         from tests.kernels.unified_inputs import make_inputs
         args = make_inputs(list(case.pattern), hq=case.hq // case.hk, hk=1, d=case.d,
                            bs=case.block_size, dtype=case.dtype, seed=0)
+        if case.window >= 0:
+            args["window_size"] = (case.window, 0)
+        if case.softcap:
+            args["softcap"] = case.softcap
         _INPUTS[key] = (args, au.describe_problem(*(args[n] for n in NAMES)))
     return _INPUTS[key]
 
@@ -140,7 +156,7 @@ def profiles(case: Case, path: str, ns: int = 1):
     args, sp = sampled_inputs(case)
     specs = narrow_3d_specs(sp) if path == "3d-narrow" else full_problem_specs(case, sp, path)
     key = (case.pattern, sp.num_queries_per_kv, case.dtype, case.d, case.block_size, path, ns,
-           specs[0].kernel_name, case.target)
+           specs[0].kernel_name, case.target, case.window, case.softcap)
     if key in _PROFILES:
         return _PROFILES[key]
     q, k, v, out = args["q"], args["k"], args["v"], args["out"]
@@ -148,7 +164,7 @@ def profiles(case: Case, path: str, ns: int = 1):
               float(args["softmax_scale"]))
     if path == "2d":
         (spec,) = specs
-        a = k2.kernel_args(spec, q, k, v, out, *common)
+        a = k2.kernel_args(spec, q, k, v, out, *common, **case.features)
         g, b = k2.launch_geometry(spec, sp.num_seqs, sp.total_q, 1)
         runs = [(au.compiled(spec), g, b, a)]
     else:
@@ -159,7 +175,7 @@ def profiles(case: Case, path: str, ns: int = 1):
         se = torch.empty(sp.total_q, hq, ns, dtype=torch.float32)
         a3 = k3.kernel_args(spec3, q, k, v, so, sm, se, args["block_table"],
                             args["cu_seqlens_q"], args["seqused_k"],
-                            float(args["softmax_scale"]), ns)
+                            float(args["softmax_scale"]), ns, **case.features)
         g3, b3 = k3.launch_geometry(spec3, sp.num_seqs, sp.total_q, 1, ns)
         ar = kr.kernel_args(spec_r, so, sm, se, out, ns)
         gr, br = kr.launch_geometry(spec_r, sp.total_q, hq)

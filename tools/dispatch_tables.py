@@ -44,9 +44,10 @@ CONFIGS = ("f16/128/32/8", "bf16/128/32/8", "f16/64/32/8", "bf16/64/32/8", "f16/
            "bf16/256/16/2", "f16/128/32/32", "f16/128/32/2", "bf16/128/64/2")
 DECODE_KV = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-# not swept by this tool (the sweep harness launches no score feature and no quantized cache):
-# sliding windows, softcap, fp8 / int8 caches; their classes keep the rule tables
-NOT_SWEPT = "sliding windows, softcap, ALiBi and other score features, fp8 and int8 KV caches"
+# not swept by this tool (the sweep harness passes the window and softcap arguments only, no
+# quantized cache): their classes keep the rule tables
+NOT_SWEPT = ("score features other than a 1024-key window and softcap 50 (ALiBi, QQ-bias, sinks, "
+             "...), fp8 and int8 KV caches, block sizes other than 64")
 
 
 def parse_config(text: str):
@@ -54,15 +55,25 @@ def parse_config(text: str):
     return dt, int(d), int(hq), int(hk)
 
 
-def grid(configs=CONFIGS, kvs=DECODE_KV, batches=DECODE_BATCHES, kinds=None) -> list:
-    """The sweep's cases: per config, decode batches x KV lengths and dispatch_sweep's prefill
-    patterns (prefill mix, chunked, long prefill, decode-heavy mix) at their repeats."""
+# score features swept (--features): a sliding window of 1024 keys (Mistral / Gemma-style
+# local layers) and a logit softcap of 50 (Gemma 2)
+FEATURES = {"none": {}, "window1024": {"window": 1024}, "softcap50": {"softcap": 50.0}}
+
+
+def grid(configs=CONFIGS, kvs=DECODE_KV, batches=DECODE_BATCHES, kinds=None,
+         features=("none",)) -> list:
+    """The sweep's cases: per config and score feature, decode batches x KV lengths and
+    dispatch_sweep's prefill patterns (prefill mix, chunked, long prefill, decode-heavy mix) at
+    their repeats."""
     out = []
     for cfg in configs:
         dt, d, hq, hk = parse_config(cfg)
-        out += [ds.Case("decode", ((1, kv),), b, hq, hk, dt, d) for kv in kvs for b in batches]
-        for kind, pattern, repeats in ds.PREFILL:
-            out += [ds.Case(kind, pattern, b, hq, hk, dt, d) for b in repeats]
+        for f in features:
+            fk = FEATURES[f]
+            out += [ds.Case("decode", ((1, kv),), b, hq, hk, dt, d, **fk)
+                    for kv in kvs for b in batches]
+            for kind, pattern, repeats in ds.PREFILL:
+                out += [ds.Case(kind, pattern, b, hq, hk, dt, d, **fk) for b in repeats]
     return [c for c in out if kinds is None or c.kind in kinds]
 
 
@@ -198,6 +209,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kv", nargs="+", type=int, default=list(DECODE_KV))
     ap.add_argument("--batches", nargs="+", type=int, default=list(DECODE_BATCHES))
     ap.add_argument("--kinds", nargs="+")
+    ap.add_argument("--features", nargs="+", default=["none"], choices=sorted(FEATURES),
+                    help="score features swept (default: none)")
     ap.add_argument("--check", action="store_true",
                     help="compare with the committed table; write nothing; exit 1 on a difference")
     ap.add_argument("--fresh", action="store_true", help="replace the table instead of merging")
@@ -210,7 +223,7 @@ def main(argv=None) -> int:
     ap.add_argument("--refill", action="store_true", help="with --from-rows: add the fill "
                     "options to decode rows that lack them (modelling the missing counts)")
     a = ap.parse_args(argv)
-    cases = grid(a.only_configs, a.kv, a.batches, a.kinds)
+    cases = grid(a.only_configs, a.kv, a.batches, a.kinds, a.features)
     if a.list:
         for c in cases:
             print(c.label)
@@ -223,7 +236,8 @@ def main(argv=None) -> int:
         for r in rows:      # a problem modelled twice: the last row
             seen[r["case"]] = r
         by_label = {c.label: c for c in grid(CONFIGS, sorted(set(DECODE_KV) | set(a.kv)),
-                                             sorted(set(DECODE_BATCHES) | set(a.batches)))}
+                                             sorted(set(DECODE_BATCHES) | set(a.batches)),
+                                             features=tuple(FEATURES))}
         for r in seen.values():     # the class as problem_class gives it now
             if r["case"] in by_label:
                 _, sp = ds.sampled_inputs(by_label[r["case"]])
