@@ -47,7 +47,10 @@ def test_3d_segments_fill_256_cus_resident_slots():
     # (MI300X, gfx942's rule: 304 x 3 resident d128 slots / 80 = 11 segments fill them once)
     p = _problem(num_seqs=8, total_q=8, max_seqlen_k=2048)
     assert dispatch.plan(p, "3d", with_specs=False).geometry.num_segments == 32
-    assert gfx942.plan(p, "3d", with_specs=False).geometry.num_segments == 11
+    assert gfx942.geometry(p, "3d").num_segments == 11
+    # gfx942's plan follows the model's table for this swept problem (ALGORITHM.md §10.0): 13,
+    # modelled MI300X 40.8 us against 43.1 at the rule's 11 (2000 cycles)
+    assert gfx942.plan(p, "3d", with_specs=False).geometry.num_segments == 13
 
 
 def test_plans_hold_gfx950_specs():
