@@ -117,3 +117,22 @@ def test_committed_entries_are_their_problems_best_within_3_percent():
         assert e["worst_ratio"] <= dt.WITHIN, key
         assert e["best"] in e["us"] and e["path"] == e["best"].split("/")[0], key
         assert e["us"][e["best"]] <= dt.WITHIN * min(e["us"].values()), key
+
+
+def test_a_plan_the_table_moved_matches_the_reference():
+    """A windowed decode (1 x 2048 keys, window 1024, fp16 d128, 32/8 heads) that the rules sent
+    to 2D and the table sends to 3D (its fastest modelled plan): the launched plan is the
+    table's, and its output matches the reference."""
+    from rocke.kernels.common import attention_unified as au
+    from tests.kernels.unified_inputs import make_inputs, reference
+    args = make_inputs([(1, 2048)], hq=32, hk=8, d=128, bs=64, dtype="f16", seed=1)
+    args["window_size"] = (1024, 0)
+    p = au.describe_problem(*(args[n] for n in ds.NAMES))
+    entry = COMMITTED[ad.problem_class(p)]
+    assert ad.select_path(p)[0] == "2d" and entry["path"] == "3d"
+    record = au.run_unified_attention_torch(**args, backend="auto")
+    assert record.plan.path == "3d"
+    assert record.plan.geometry.num_segments == ad.entry_segments(p, record.plan.geometry,
+                                                                  entry["segments"])
+    err = (args["out"].float() - reference(args, window_size=(1024, 0))).abs().max().item()
+    assert err < 2e-3
