@@ -3,6 +3,8 @@ heads/GQA, dtype, head size), the 2D path and the 3D path at several segment cou
 modelled MI300X time at three vector-memory round-trip assumptions, and the dispatcher's choice
 beside the modelled-fastest option (ALGORITHM.md §10). `--target gfx950` sweeps gfx950's dispatcher
 and kernels in the emulator as gfx950 (emu:gfx950), modelled as MI355X time (rocke/arch/costs.py).
+"The dispatcher's choice" is the plan launched: on gfx942 the model's table where it holds the
+problem (tools/dispatch_tables.py, ALGORITHM.md §10.0), else the rule tables.
 
 Sampling (so each emulation stays small): a problem is a *pattern* of sequences repeated
 `batch` times over `num_kv_heads` KV heads. Every KV head and every repeat of the pattern does
