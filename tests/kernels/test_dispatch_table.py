@@ -136,3 +136,18 @@ def test_a_plan_the_table_moved_matches_the_reference():
                                                                   entry["segments"])
     err = (args["out"].float() - reference(args, window_size=(1024, 0))).abs().max().item()
     assert err < 2e-3
+
+
+def test_a_problem_with_an_unswept_field_never_takes_a_swept_plan(monkeypatch):
+    """A non-causal prefill (no 3D kernel) of the same shape as a tabulated causal one whose
+    entry is 3D: its class differs, so the rules plan it (2D), and it runs."""
+    from dataclasses import replace
+    p = problem(ds.Case("prefill", ((64, 64),), 2, 8, 2, "f16", 64))
+    key = ad.problem_class(p)
+    monkeypatch.setattr(ad, "_MODEL_TABLE", {key: {"path": "3d", "segments": 4, "best": "3d/4",
+                                                   "us": {"3d/4": 1.0}}})
+    assert ad.plan(p, "auto", AttentionKnobs(), with_specs=False).path == "3d"
+    nc = replace(p, causal=False)
+    assert ad.problem_class(nc) != key and ad.problem_class(nc).endswith("/x:causal=False")
+    planned = ad.plan(nc, "auto", AttentionKnobs())
+    assert planned.path == "2d" and planned.specs[0].non_causal

@@ -623,10 +623,21 @@ def problem_class(p: UnifiedAttentionProblem) -> str:
     §10.0); so the table holds the swept problems themselves and the rules decide the rest."""
     feats = ",".join(sorted(p.features)) or "-"
     window = f"/w{p.window_left}" if p.window_left >= 0 else ""
+    # the fields the sweep leaves at their defaults join the key when set, so such a problem
+    # never takes a plan modelled without them (its kernels may not exist on that path: a
+    # non-causal prefill has no 3D kernel)
+    extra = [f"{name}={getattr(p, name)}" for name, default in UNSWEPT_FIELDS
+             if getattr(p, name) != default]
     return (f"{p.dtype}/d{p.head_size}/kv:{p.kv_dtype or '-'}/out:{p.out_dtype or '-'}"
             f"/g{p.num_queries_per_kv}/bs{p.block_size}/{'decode' if p.is_decode else 'prefill'}"
             f"/f:{feats}{window}/grid{grid_2d_reference(p)}"
-            f"/k{p.max_seqlen_k}/q{p.max_seqlen_q}")
+            f"/k{p.max_seqlen_k}/q{p.max_seqlen_q}" + (f"/x:{','.join(extra)}" if extra else ""))
+
+
+# problem fields tools/dispatch_tables.py's sweep keeps at these defaults
+UNSWEPT_FIELDS = (("causal", True), ("causal_flags", 0), ("head_cols", 0), ("mm_ranges", 0),
+                  ("mm_clamp_window", False), ("chunk_lookback", -1), ("rswa", False),
+                  ("kv_token_scales", False), ("q_fp8", False), ("alibi_sqrt", False))
 
 
 _MODEL_TABLE: dict | None = None
