@@ -54,10 +54,11 @@ def test_golden_tests_cover_an_out_of_tree_family():
     env = dict(os.environ, ROCKE_FAMILIES="oot_demo=rocke_oot_demo",
                PYTHONPATH=os.pathsep.join([str(ROOT), str(OUT_OF_TREE)]))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-                        "tests/test_golden.py", "-k", "oot_demo or table_matches or declares"],
+                        "tests/test_golden.py", "-k", "oot_demo or declares"],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:]
-    assert "3 passed" in r.stdout, r.stdout[-2000:]
+    # the whole table's check is test_golden.py's own (30 s of IR builds: not run twice)
+    assert "2 passed" in r.stdout, r.stdout[-2000:]
 
 
 def test_entry_point_registers_a_family(tmp_path):
