@@ -63,8 +63,9 @@ def _decode(kv_lens=(40, 23), seed=0):
     return _problem([1] * len(kv_lens), kv_lens, seed)
 
 
-def _workspaces(rows, segments, hq=GROUP * HK):
-    return dict(softmax_segm_output=torch.full((rows, hq, segments, D), math.nan),
+def _workspaces(rows, segments, hq=GROUP * HK, d=D):
+    """vLLM's three split-KV workspaces, NaN where nothing wrote."""
+    return dict(softmax_segm_output=torch.full((rows, hq, segments, d), math.nan),
                 softmax_segm_max=torch.full((rows, hq, segments), math.nan),
                 softmax_segm_expsum=torch.full((rows, hq, segments), math.nan))
 

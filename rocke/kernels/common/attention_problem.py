@@ -12,6 +12,10 @@ from rocke.kernels.common.checks import fits_one_buffer
 from rocke.kernels.common.knobs import AttentionKnobs
 
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+# vLLM 0.33's per-sequence causal flags the kernels read: torch dtype name -> a flag's bytes
+CAUSAL_FLAG_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int32": 4}
+# rocke's kv_dtype of vLLM's INT4_PER_TOKEN_HEAD caches (two 4-bit codes a byte, rotated rows)
+INT4_KV = "int4"
 # a head size the kernels do not have runs padded to the next one when it is a multiple of this
 # (the copies' 16-byte vectors of 16-bit elements stay whole: a lane is in the row or past it)
 HEAD_COLS_MULTIPLE = 8
@@ -295,7 +299,7 @@ KV_QUANT_MODES = ("none", "fp8_per_tensor", "int8_per_token_head", "fp8_per_toke
                   "int4_per_token_head")
 # mode -> (the caches' torch dtype, rocke's kv_dtype); int4: packed codes with zero points, the
 # query and output rotated (ALGORITHM.md §13.4)
-TOKEN_SCALE_MODES = {"int4_per_token_head": ("uint8", "int4"),
+TOKEN_SCALE_MODES = {"int4_per_token_head": ("uint8", INT4_KV),
                      "int8_per_token_head": ("int8", "i8"),
                      "fp8_per_token_head": ("float8_e4m3fnuz", "fp8_e4m3fnuz")}
 
@@ -308,7 +312,7 @@ INLINE_SCALE_BYTES = 4
 
 def codes_per_element(kv_dtype: str | None) -> int:
     """Cache codes one stored element holds: two for int4 (a byte, low nibble first), else 1."""
-    return 2 if kv_dtype == "int4" else 1
+    return 2 if kv_dtype == INT4_KV else 1
 
 
 def cache_row_lengths(head_size: int, token_scales: bool, element_size: int,
@@ -331,7 +335,7 @@ def _check_quant_fields(p) -> None:
         raise ValueError("kv_token_scales: per-token-head scales need an int8 or fp8 cache (kv_dtype)")
     if p.out_dtype is not None and not isinstance(p.out_dtype, str):
         raise ValueError(f"out_dtype: must be None or an encoding's name, got {p.out_dtype!r}")
-    if p.kv_dtype == "int4" and (not p.kv_token_scales or p.out_dtype is not None):
+    if p.kv_dtype == INT4_KV and (not p.kv_token_scales or p.out_dtype is not None):
         raise NotImplementedError(
             "kv_dtype: int4 caches are read with their per-token-head scales, and the output is "
             "rotated back after the kernels (ALGORITHM.md §13.4), so an fp8 output "

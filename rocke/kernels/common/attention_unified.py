@@ -29,7 +29,7 @@ from rocke.kernels.common.attention_device import (compute_units, emulated_on_cu
                                                   launch_target)
 from rocke.kernels.common.attention_kernels import (compiled, compiled_cache_stats,
                                                    kernel_spills, spill_checked)
-from rocke.kernels.common.attention_problem import (BACKENDS, DTYPES, AttentionCapabilities,
+from rocke.kernels.common.attention_problem import (BACKENDS, DTYPES, INT4_KV, AttentionCapabilities,
                                                    UnifiedAttentionProblem, attention_target,
                                                    cdiv, num_sms, plan)
 from rocke.kernels.common.attention_validation import (ARG_INDEX, ARG_NAMES, FAST_CHECK_MAX_SEQS,
@@ -176,7 +176,7 @@ def run_unified_attention_torch(q, k, v, out, cu_seqlens_q, max_seqlen_q, sequse
         features["rswa_prefix_lens"] = rswa_prefix_lens
     if problem.spec_features().get("per_seq_causal"):
         features["causal_flags"] = causal
-    rotated = problem.kv_dtype == "int4"
+    rotated = problem.kv_dtype == INT4_KV
     if rotated:     # vLLM's INT4 caches hold rotated rows: rotate q, and out back after (§13.4)
         q = hadamard.rotate(q).to(q.dtype)
         softmax_scale = softmax_scale / hadamard.rht_block(problem.head_size)

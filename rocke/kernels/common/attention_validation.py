@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from rocke.kernels.common.attention_device import launch_device_kind
-from rocke.kernels.common.attention_problem import (DTYPES, HEAD_COLS_MULTIPLE, KV_QUANT_MODES,
+from rocke.kernels.common.attention_problem import (CAUSAL_FLAG_BYTES, DTYPES, HEAD_COLS_MULTIPLE,
+                                                   KV_QUANT_MODES,
                                                    OUT_FP8_DTYPES, TOKEN_SCALE_MODES,
                                                    UnifiedAttentionProblem, attention_target,
                                                    cache_row_lengths, codes_per_element,
@@ -529,18 +530,14 @@ def table_plainly_valid(block_table, num_blocks: int) -> bool:
     return 0 <= lowest and highest < num_blocks
 
 
-# the dtypes of vLLM's per-sequence causal flags rocke's kernels read (a flag's bytes: 1 or 4)
-CAUSAL_FLAG_DTYPES = ("bool", "int8", "uint8", "int32")
-
-
 def check_causal_flags(flags, q, num_seqs: int) -> int:
     """vLLM 0.33's per-sequence ``causal`` tensor: contiguous ``[num_seqs]`` flags on q's
     device, nonzero = causal (read by the kernel, never on the host: a GPU's stays unread, so
     the call can be captured). Returns a flag's bytes."""
     if flags.dim() != 1 or flags.shape[0] != num_seqs or \
-            str(flags.dtype).removeprefix("torch.") not in CAUSAL_FLAG_DTYPES:
+            str(flags.dtype).removeprefix("torch.") not in CAUSAL_FLAG_BYTES:
         raise ValueError(f"causal: a per-sequence causal tensor must be [num_seqs = {num_seqs}] "
-                         f"of {' / '.join(CAUSAL_FLAG_DTYPES)}, got {flags.dtype} "
+                         f"of {' / '.join(CAUSAL_FLAG_BYTES)}, got {flags.dtype} "
                          f"{list(flags.shape)}")
     if flags.device != q.device:
         raise ValueError(f"causal: on {flags.device}, but q is on {q.device}")

@@ -24,17 +24,20 @@ def rht_block(head_size: int) -> int:
 
 
 @functools.cache
-def _signs(block: int):
+def _signs(block: int, device: str = "cpu"):
+    """Drawn once on the host, copied to a device once (not a copy per call)."""
     import torch
+    if device != "cpu":
+        return _signs(block).to(device)
     generator = torch.Generator(device="cpu")
     generator.manual_seed(RHT_SEED)
     return torch.bernoulli(torch.full((block,), 0.5), generator=generator) * 2 - 1
 
 
 def rht_signs(head_size: int, device=None):
-    """The ±1 float32 signs ``D`` of a row's blocks (``rht_block(head_size)`` long)."""
-    signs = _signs(rht_block(head_size))
-    return signs if device is None else signs.to(device)
+    """The ±1 float32 signs ``D`` of a row's blocks (``rht_block(head_size)`` long), on
+    ``device`` (default: the host)."""
+    return _signs(rht_block(head_size), "cpu" if device is None else str(device))
 
 
 def hadamard(x):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from rocke.kernels.common.attention_problem import cache_row_lengths, codes_per_element
+from rocke.kernels.common.attention_problem import (CAUSAL_FLAG_BYTES, cache_row_lengths,
+                                                   codes_per_element)
 from rocke.kernels.common.checks import (I32_LIMIT, check_buffer_bytes, check_extent,
                                          check_grid_extent, check_tensor)
 from rocke.kernels.gfx942 import attention_quant as quant
@@ -157,10 +158,6 @@ def rswa_args(spec, prefix_lens) -> list:
     return [prefix_lens]
 
 
-# per_seq_causal's flag bytes -> the torch dtypes a flag tensor may have
-CAUSAL_FLAG_DTYPES = {1: ("bool", "int8", "uint8"), 4: ("int32",)}
-
-
 def causal_flag_args(spec, flags) -> list:
     """The per-sequence causal flags (after R-SWA's): a contiguous [num_seqs] tensor whose
     element size is the spec's ``per_seq_causal``, given exactly when the spec reads them."""
@@ -169,7 +166,7 @@ def causal_flag_args(spec, flags) -> list:
     given_exactly_when(spec, bool(width), flags is not None, "causal", "per-sequence causal flags")
     if not width:
         return []
-    names = CAUSAL_FLAG_DTYPES[width]
+    names = [name for name, size in CAUSAL_FLAG_BYTES.items() if size == width]
     if not isinstance(flags, torch.Tensor) or str(flags.dtype).removeprefix("torch.") not in names \
             or flags.dim() != 1 or flags.stride(0) != 1:
         raise ValueError(f"causal: the kernel {spec.kernel_name} reads a contiguous 1-D "

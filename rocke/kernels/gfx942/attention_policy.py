@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the head sizes of the shipped (golden) variants; d512 and padded heads are built on demand
+SHIPPED_HEAD_SIZES = (64, 128, 256)
+
 NARROW = "narrow"                 # 16x16x16, S = Q K^T, P staged through LDS
 TRANSPOSED_X8 = "transposed_x8"   # 32x32x8 (fp16 only), S^T = K Q^T, P^T stays in registers
 REGIMES = (NARROW, TRANSPOSED_X8)

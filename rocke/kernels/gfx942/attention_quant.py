@@ -22,12 +22,13 @@ from __future__ import annotations
 from rocke import dsl
 from rocke.dsl.paged import PagedView
 from rocke.dsl.types import FINITE_MAX, FP8_FORMATS
+from rocke.kernels.common.attention_problem import INT4_KV
 
 OUT_DTYPES = ("fp8_e4m3fnuz",)                   # gfx942's fp8
 # caches read with per-token-head scales; "int4": two 4-bit codes a byte, each row's zero point in
 # its scale's low mantissa bits (vLLM's INT4_PER_TOKEN_HEAD, rocke.dsl.paged's packed_int4)
 TOKEN_SCALE_KV_DTYPES = ("i8", "fp8_e4m3fnuz", "int4")
-PACKED_INT4 = "int4"
+PACKED_INT4 = INT4_KV
 FP8_KV_DTYPES = ("fp8_e4m3fnuz",)                # the fp8 caches an fp8 query (q_fp8) goes with
 
 

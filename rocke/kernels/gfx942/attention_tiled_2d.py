@@ -49,7 +49,7 @@ from rocke.kernels.gfx942.attention_kernel import build_tiled
 from rocke.kernels.gfx942.attention_policy import FEATURES, STAGING_VECTOR, TRANSPOSED_X8
 
 DTYPES = ("f16", "bf16")
-SHIPPED_HEAD_SIZES = (64, 128, 256)    # the shipped (golden) variants'
+SHIPPED_HEAD_SIZES = policy.SHIPPED_HEAD_SIZES
 HEAD_SIZES = SHIPPED_HEAD_SIZES + (512,)   # d512: built on demand (ALGORITHM.md §11.3)
 TRANSPOSED_X8_HEAD_SIZES = (64, 128)   # d256: narrow only (ALGORITHM.md §11.2)
 KV_DTYPES = ("fp8_e4m3fnuz",)  # kv_dtype values besides None (= the Q dtype); gfx942's fp8

@@ -28,10 +28,10 @@ from rocke.kernels.common.checks import (I32_LIMIT, check_choice, check_extent, 
                                          torch_dtype)
 from rocke.dsl.softmax import finite_base
 from rocke.kernels.gfx942 import attention_quant as quant
+from rocke.kernels.gfx942.attention_policy import SHIPPED_HEAD_SIZES
 
 DTYPES = ("f16", "bf16")
 # d256: 64 lanes x 4 fp32 hold one segment row (one pass per segment); d512: 64 lanes x 8
-SHIPPED_HEAD_SIZES = (64, 128, 256)     # the golden variants' (VARIANTS), attention's
 HEAD_SIZES = SHIPPED_HEAD_SIZES + (512,)
 WAVE = dsl.WAVE_SIZE
 PASS_UNROLL = 4     # pass-2 steps whose loads issue together, at least (pass_unroll)
