@@ -1,12 +1,15 @@
 """What the two attention harnesses share: the shape record, scaling a shape down for a CPU,
 the dense -> paged input mapping (``make_inputs``), the cost estimate, progress bars, timing
-reduction and the JSON report.
+reduction, the JSON report, and running the shape grid through rocke.tasks (``--jobs N``,
+``--ray [ADDRESS]``: one task per shape, serial by default; ``run_shapes``).
 
 Nothing here computes attention: kernels, the dispatcher, the knobs and the fp32 reference all
 live in ``rocke.kernels``. This module only feeds them and prints what they did.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
@@ -219,29 +222,150 @@ def first_of_each_problem(shapes: list[Shape]) -> dict[str, str]:
     return {s.name: first.setdefault(problem_key(s), s.name) for s in shapes}
 
 
-def run_shapes(shapes, groups, run_one, report_path=None, report=None) -> list[dict]:
-    """Run ``run_one(shape) -> (rows, status text)`` over ``shapes``, printing one progress line
-    each with the seconds it took (compiles included); a shape that is the same problem as an
-    earlier one after scaling is run once and reuses that shape's rows. After every shape the
-    report of the rows so far, ``report(rows)``, is rewritten at ``report_path`` (if given)."""
+def run_shapes(shapes, groups, task, settings, report_path=None, report=None, engine=None,
+               rate=None) -> list[dict]:
+    """Run every shape of the grid as one task of rocke.tasks on ``engine`` (None: serially,
+    here): ``task((shape, settings))`` -- a module-level function, its argument plain data --
+    returns ``in_task``'s answer. ``settings`` gains the run's levers (``task_environ``) and
+    ``serial`` (side by side, a task draws no progress bar and uses one CPU). A shape that is
+    the same problem as an earlier one after scaling is run once and reuses that shape's rows.
+
+    One progress line per shape as its task finishes, with the seconds it took (compiles
+    included) and its place in the grid (with --jobs / --ray tasks finish in any order); a
+    reused shape's line once every shape before it has one. What a task printed comes just
+    before its line. After every line the report of the rows so far (in the grid's order),
+    ``report(rows)``, is rewritten at ``report_path`` (if given). Returns the rows in the
+    grid's order, whatever the engine: the tables and the report are the serial run's.
+    ``rate`` (an EmuRate) is refined from every task's launches."""
+    from rocke import tasks
+    engine = engine or tasks.Engine("serial", 1)
     first = first_of_each_problem(shapes)
-    rows: list[dict] = []
-    for index, shape in enumerate(shapes, 1):
-        if first[shape.name] != shape.name:     # the same problem after scaling: measured once
-            earlier = [r for r in rows if r["shape"] == first[shape.name]]
-            rows.extend(reuse_row(r, shape, groups_of(groups, shape.name)) for r in earlier)
-            print(f"[{index}/{len(shapes)}] {shape.name}: same problem as {first[shape.name]} "
-                  f"after scaling, result reused   ({shape.describe()})", flush=True)
-        else:
-            start = time.perf_counter()
-            new, status = run_one(shape)
-            rows.extend(new)
-            took = format_seconds(time.perf_counter() - start)
-            print(f"[{index}/{len(shapes)}] {shape.name}: {status} in {took}   "
-                  f"({shape.describe()})", flush=True)
+    runs = [i for i, s in enumerate(shapes) if first[s.name] == s.name]
+    index_of = {s.name: i for i, s in enumerate(shapes)}
+    settings = dict(settings, environ=task_environ(engine), serial=engine.kind == "serial")
+    if engine.kind == "ray":
+        ship_by_value()
+    found: dict[int, list[dict]] = {}           # grid index -> its rows, once known
+    start = time.perf_counter()
+
+    def finished(index: int, rows: list[dict], line: str) -> None:
+        found[index] = rows
+        print(f"[{index + 1}/{len(shapes)}] {shapes[index].name}: {line}   "
+              f"({shapes[index].describe()})", flush=True)
         if report_path:
-            write_partial_report(report_path, report(rows), index, len(shapes))
-    return rows
+            write_partial_report(report_path, report(so_far()), len(found), len(shapes))
+
+    def so_far() -> list[dict]:
+        return [r for i in sorted(found) for r in found[i]]
+
+    def reused_in_turn() -> None:
+        """The reused shapes whose every predecessor in the grid has its line."""
+        for i, shape in enumerate(shapes):
+            if i not in found and first[shape.name] != shape.name and \
+                    all(j in found for j in range(i)):
+                source = found[index_of[first[shape.name]]]
+                finished(i, [reuse_row(r, shape, groups_of(groups, shape.name)) for r in source],
+                         f"same problem as {first[shape.name]} after scaling, result reused")
+
+    answers = tasks.run(task, [(shapes[i], settings) for i in runs], engine)
+    try:
+        for k, answer in answers:
+            i = runs[k]
+            if answer["printed"]:
+                sys.stdout.write(answer["printed"])
+            if rate is not None:
+                rate.merge(answer["flops"], answer["emulated_s"])
+            took = format_seconds(answer["seconds"])
+            finished(i, answer["rows"], f"{answer['status']} in {took}")
+            reused_in_turn()
+    except tasks.TaskFailed as exc:
+        raise failed(f"{exc}; the shapes finished are in the report"
+                     if report_path else str(exc)) from None
+    finally:
+        answers.close()
+    if engine.kind != "serial":
+        print(f"{len(runs)} shapes run as tasks on {engine.describe()}, "
+              f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return so_far()
+
+
+#: ROCKE_* levers a task's results depend on: each task runs with the driver's values (a Ray
+#: worker on another machine has its own environment); with every HIPDNN_GFX942_* lever. Paths
+#: (caches, toolchain, bundles) stay each machine's own.
+TASK_LEVERS = ("ROCKE_DEVICE", "ROCKE_EMU_BACKEND", "ROCKE_EMU_DEVICE", "ROCKE_EMU_RACE_CHECK",
+               "ROCKE_EMU_INIT_CHECK", "ROCKE_EMU_STRETCHES", "ROCKE_EMU_CUDA_KERNELS",
+               "ROCKE_EMU_TIMEOUT_S", "ROCKE_EMU_WORKERS", "ROCKE_CHECK_METADATA",
+               "ROCKE_BATCH_INVARIANT")
+
+
+def task_environ(engine) -> dict[str, str | None]:
+    """The levers each task runs with: TASK_LEVERS and every HIPDNN_GFX942_* variable as this
+    process has them (None: unset). Shapes run side by side (--jobs, --ray) emulate in one
+    process each -- ROCKE_EMU_WORKERS=1 unless it is set -- as each task holds one CPU."""
+    from rocke.kernels.common.knobs import PREFIX
+    environ = {name: os.environ.get(name) for name in TASK_LEVERS}
+    environ.update((name, value) for name, value in os.environ.items() if name.startswith(PREFIX))
+    if engine.kind != "serial" and environ["ROCKE_EMU_WORKERS"] is None:
+        environ["ROCKE_EMU_WORKERS"] = "1"
+    return environ
+
+
+@contextlib.contextmanager
+def applied_environ(environ: dict[str, str | None]):
+    """``environ`` (``task_environ``'s) in os.environ for the block -- a HIPDNN_GFX942_* lever
+    it does not name is unset -- and the old values back afterwards."""
+    from rocke.kernels.common.knobs import PREFIX
+    names = set(environ) | {n for n in os.environ if n.startswith(PREFIX)}
+    old = {name: os.environ.get(name) for name in names}
+
+    def put(values):
+        for name in names:
+            value = values.get(name)
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    put(environ)
+    try:
+        yield
+    finally:
+        put(old)
+
+
+def in_task(settings: dict, body) -> dict:
+    """A task's answer, plain data for rocke.tasks to carry back: ``body()`` -- ``(rows, status
+    text, EmuRate of its launches)`` -- run with the run's levers (``settings["environ"]``),
+    what it printed kept (printed by the driver before the shape's line), its wall seconds."""
+    printed = io.StringIO()
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    if not settings["serial"]:          # side by side: one CPU a task, torch's threads too
+        torch.set_num_threads(1)
+    try:
+        with applied_environ(settings["environ"]), contextlib.redirect_stdout(printed):
+            rows, status, rate = body()
+    finally:
+        torch.set_num_threads(threads)
+    return dict(rows=rows, status=status, flops=rate.flops, emulated_s=rate.seconds,
+                printed=printed.getvalue(), seconds=time.perf_counter() - start)
+
+
+def ship_by_value() -> None:
+    """Ray workers cannot import the harness modules (examples/ is no package; a worker's path
+    is not the script's): cloudpickle sends them, the task function with them, by value."""
+    from ray import cloudpickle
+    here = Path(__file__).resolve().parent
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and module.__name__ != "__main__" and Path(path).resolve().parent == here:
+            cloudpickle.register_pickle_by_value(module)
+
+
+def failed(message: str) -> SystemExit:
+    """Print ``error: message`` on stderr and return the exception to raise (exit 1: the run
+    did not finish)."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return SystemExit(1)
 
 
 def reuse_row(row: dict, shape: Shape, groups: list[str]) -> dict:
@@ -381,6 +505,41 @@ def add_compile_only_flag(parser) -> None:
                              "emulating)")
 
 
+def add_engine_flags(parser) -> None:
+    """``--jobs N`` and ``--ray [ADDRESS]``: how the shape grid runs (``choose_engine``)."""
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="run the shapes in N forked processes, one task per shape (default: "
+                             "serially, here); with --ray and no address: the local Ray "
+                             "cluster's CPUs (default: this machine's)")
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help="run one task per shape on a Ray cluster (pip install "
+                             "'rocke[cluster]'): --ray alone connects to RAY_ADDRESS, else starts "
+                             "a local cluster; --ray HOST:PORT (or ray://...) a running one; "
+                             "--ray local a local one")
+
+
+def choose_engine(args, device: str):
+    """The rocke.tasks engine of ``--jobs`` / ``--ray`` (serial without them), or one line and
+    exit 2 before any work: --jobs below 1, --ray without Ray installed or with a bad address,
+    either with --compile-only (which builds serially) or on a GPU (hip, or the emulator on
+    CUDA: shapes side by side would share it, and skew its timings)."""
+    from rocke import tasks
+    if args.jobs is not None and args.jobs < 1:
+        raise refuse(f"--jobs must be >= 1, got {args.jobs}")
+    side_by_side = args.ray is not None or (args.jobs or 1) > 1
+    if side_by_side and getattr(args, "compile_only", False):
+        raise refuse("--jobs / --ray run the shapes' launches; --compile-only builds serially: "
+                     "drop one")
+    if side_by_side and torch_device(device) == "cuda":
+        where = "the HIP GPU" if device == "hip" else "the CUDA GPU the emulator runs on"
+        raise refuse(f"--jobs / --ray run shapes side by side, which would share {where} and "
+                     "skew its timings: drop them (a GPU runs the shapes serially)")
+    try:
+        return tasks.choose(args.ray, args.jobs)
+    except tasks.EngineError as exc:
+        raise refuse(str(exc)) from None
+
+
 def compile_shapes(shapes: list[Shape], first: dict[str, str], build) -> int:
     """--compile-only: ``build(shape)`` plans and builds a problem's kernels on CPU tensors (a
     plan is the target's alone: the same on a CUDA GPU's tensors) and says what it built; once
@@ -490,11 +649,13 @@ def emulator_site(device: str) -> str:
     return " on this CPU, NOT GPU time"
 
 
-def echo_levers(printer=print):
+def echo_levers(printer=None):
     """Print every HIPDNN_GFX942_* lever as rocke reads it (rocke/kernels/common/knobs.py);
     returns ``(knobs, values for the report)``. A bad lever value stops the run here, before
-    any work."""
+    any work. (``printer`` None: print -- looked up at the call: this module travels to Ray
+    workers by value, and Ray's driver may have replaced builtins.print by then.)"""
     from rocke.kernels.common import knobs
+    printer = printer or print
     try:
         read = knobs.read_knobs(os.environ)
     except ValueError as exc:
@@ -538,6 +699,11 @@ class EmuRate:
         if work > 0:
             self.flops += flops
             self.seconds += work
+
+    def merge(self, flops: float, seconds: float) -> None:
+        """Add the totals another EmuRate recorded (a task's launches, in another process)."""
+        self.flops += flops
+        self.seconds += seconds
 
     @property
     def rate(self) -> float:
@@ -598,14 +764,15 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def progress(shape: Shape, launches: int, device: str, rate: EmuRate):
+def progress(shape: Shape, launches: int, device: str, rate: EmuRate, shown: bool = True):
     """A per-shape progress bar over its launches (stderr; silent when stderr is not a
-    terminal, so logs and tests stay clean)."""
+    terminal, so logs and tests stay clean, and when not ``shown``: shapes run side by side
+    would draw over each other's bars)."""
     from tqdm import tqdm
     eta = f" ~{format_seconds(rate.seconds_for(kernel_flops(shape) * launches, launches))}" \
         if device == "emu" else ""
     return tqdm(total=launches, desc=f"{shape.name}{eta}", unit="launch", leave=False,
-                file=sys.stderr, disable=None)
+                file=sys.stderr, disable=None if shown else True)
 
 
 # ---------------------------------------------------------------------------------------------

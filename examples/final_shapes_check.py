@@ -69,6 +69,7 @@ def parse_args(argv):
     p.add_argument("--dry-run", action="store_true",
                    help="print the selected shapes and the emulator-time estimate, run nothing")
     H.add_compile_only_flag(p)
+    H.add_engine_flags(p)
     p.add_argument("--inject-error", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     H.check_report_path(p, args.report)
@@ -219,7 +220,7 @@ def gate(out, ref, tol, args):
     return err, err <= tol
 
 
-def check_shape(shape, args, device, rate):
+def check_shape(shape, args, device, rate, bars=True):
     row = dict(H.shape_record(shape, H.groups_of(GROUPS, shape.name)), status=None,
                reason=None, tol=H.tolerance(shape, None), max_abs_err_eager=None,
                max_abs_err_graph=None, time_kind=H.time_label(device), cells={},
@@ -234,7 +235,7 @@ def check_shape(shape, args, device, rate):
     inputs = H.make_inputs(shape, H.torch_device(device))
     ref = H.reference(shape, inputs)
     out = inputs["out"]
-    with H.progress(shape, launches, device, rate) as bar:
+    with H.progress(shape, launches, device, rate, bars) as bar:
         launch = dispatcher_call(inputs)
         try:
             out.fill_(float("nan"))
@@ -289,9 +290,29 @@ def cell_text(cells, key, missing):
     return H.fmt_ms(cell["seconds"]) + (" noisy" if noisy else "")
 
 
+#: the flags a shape's task reads
+TASK_FLAGS = ("warmup", "iters", "reps", "reduce", "trim", "inject_error")
+
+
+def shape_task(item) -> dict:
+    """One shape's check: a task of rocke.tasks (``H.run_shapes``), self-contained -- ``item``
+    is ``(shape, settings)``, plain data: the device, TASK_FLAGS' values, the run's levers; the
+    inputs are built here from their seed -- and answering plain data (``H.in_task``: the row,
+    its status, the launches' FLOPs and emulated seconds)."""
+    shape, settings = item
+
+    def body():
+        rate = H.EmuRate(device=settings["device"])
+        row = check_shape(shape, argparse.Namespace(**settings["flags"]), settings["device"],
+                          rate, settings["serial"])
+        return [row], row["status"], rate
+    return H.in_task(settings, body)
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     device = H.resolve_device(args.device, args.target)
+    engine = H.choose_engine(args, device)
     target = H.current_target()
     defaults = HIP_DEFAULTS if device == "hip" else EMU_DEFAULTS
     for flag, value in defaults.items():
@@ -324,9 +345,6 @@ def main(argv=None) -> int:
     if args.compile_only:
         return H.compile_shapes(shapes, first, compile_one)
 
-    def run_one(shape):
-        row = check_shape(shape, args, device, rate)
-        return [row], row["status"]
     def report(rows):
         counts = H.summary(rows)
         return dict(
@@ -336,7 +354,8 @@ def main(argv=None) -> int:
             iters=args.iters, reps=args.reps, reduce=args.reduce, trim=args.trim,
             noisy_spread=NOISY_SPREAD, injected_error=args.inject_error, results=rows,
             summary=counts, exit_code=H.run_exit_code(counts))
-    rows = H.run_shapes(shapes, GROUPS, run_one, args.report, report)
+    settings = dict(device=device, flags={flag: getattr(args, flag) for flag in TASK_FLAGS})
+    rows = H.run_shapes(shapes, GROUPS, shape_task, settings, args.report, report, engine, rate)
 
     tdev = H.torch_device(device)
     body = []

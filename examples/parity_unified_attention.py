@@ -70,6 +70,7 @@ def parse_args(argv):
     p.add_argument("--dry-run", action="store_true",
                    help="print the selected shapes and the emulator-time estimate, run nothing")
     H.add_compile_only_flag(p)
+    H.add_engine_flags(p)
     p.add_argument("--inject-error", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     H.check_report_path(p, args.report)
@@ -416,9 +417,36 @@ def run_table(table, shape, inputs, ref, args, knobs, device, rate, bar):
     return row
 
 
+#: the flags a shape's task reads
+TASK_FLAGS = ("attempts", "warmup", "tol", "inject_error", "debug_mismatch")
+
+
+def shape_task(item) -> dict:
+    """One shape's three tables: a task of rocke.tasks (``H.run_shapes``), self-contained --
+    ``item`` is ``(shape, settings)``, plain data: the device, TASK_FLAGS' values, the run's
+    levers; the inputs are built here from their seeds -- and answering plain data
+    (``H.in_task``: the rows, the status text, the launches' FLOPs and emulated seconds)."""
+    shape, settings = item
+
+    def body():
+        from rocke.kernels.common.knobs import current_knobs
+        args = argparse.Namespace(**settings["flags"])
+        device, knobs = settings["device"], current_knobs()
+        rate = H.EmuRate(device=device)
+        steps = 1 + args.warmup + args.attempts
+        rows = []
+        inputs, ref = prepare(shape, device)
+        with H.progress(shape, len(TABLES) * steps, device, rate, settings["serial"]) as bar:
+            for table in TABLES:
+                rows.append(run_table(table, shape, inputs, ref, args, knobs, device, rate, bar))
+        return rows, ", ".join(f"{r['table']} {r['status']}" for r in rows), rate
+    return H.in_task(settings, body)
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     device = H.resolve_device(args.device, args.target)
+    engine = H.choose_engine(args, device)
     target = H.current_target()
     if args.attempts is None:
         args.attempts = HIP_ATTEMPTS if device == "hip" else EMU_ATTEMPTS
@@ -454,13 +482,6 @@ def main(argv=None) -> int:
     if args.compile_only:
         return H.compile_shapes(shapes, first, lambda shape: compile_tables(shape, knobs))
 
-    def run_one(shape):
-        mine = []
-        inputs, ref = prepare(shape, device)
-        with H.progress(shape, len(TABLES) * steps, device, rate) as bar:
-            for table in TABLES:
-                mine.append(run_table(table, shape, inputs, ref, args, knobs, device, rate, bar))
-        return mine, ", ".join(f"{r['table']} {r['status']}" for r in mine)
     def report(rows):
         counts = H.summary(rows)
         return dict(
@@ -470,7 +491,8 @@ def main(argv=None) -> int:
             attempts=args.attempts, warmup=args.warmup, tol_override=args.tol,
             injected_error=args.inject_error, tables=list(TABLES), results=rows, summary=counts,
             exit_code=H.run_exit_code(counts))
-    rows = H.run_shapes(shapes, GROUPS, run_one, args.report, report)
+    settings = dict(device=device, flags={flag: getattr(args, flag) for flag in TASK_FLAGS})
+    rows = H.run_shapes(shapes, GROUPS, shape_task, settings, args.report, report, engine, rate)
 
     for table in TABLES:
         body = []
