@@ -208,3 +208,23 @@ def test_aot_build_reachable_on_ray_equals_serial_and_is_served_by_spec(cluster,
     assert prebuilt.lookup_spec(spec, {}, DEFAULT_TARGET, root=tmp_path / "ray") is None
     bad = CliRunner().invoke(cli.main, ["aot", "build", "--reachable"])
     assert bad.exit_code == 2 and "--reachable wants --out" in bad.output
+
+
+def test_a_harness_grid_on_ray_prints_and_reports_the_serial_runs_results(cluster, tmp_path,
+                                                                          monkeypatch, capsys):
+    """examples/parity_unified_attention.py's tiny grid with --ray on the two-worker cluster:
+    its tasks (the harness modules shipped by value: workers cannot import examples/) answer
+    the serial run's tables, summary line and JSON report (less the times)."""
+    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "examples")
+    monkeypatch.syspath_prepend(examples)
+    import parity_unified_attention
+    from tests.examples.test_harnesses import GRIDS, grid_runs, printed_results, untimed
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    runs = grid_runs(parity_unified_attention, GRIDS["parity_unified_attention"],
+                     {"serial": [], "ray": ["--ray"]}, tmp_path, capsys)
+    (out, _, report), (ray_out, ray_err, ray_report) = runs["serial"], runs["ray"]
+    assert printed_results(ray_out) == printed_results(out)
+    assert untimed(ray_report) == untimed(report) and report["summary"]["PASS"] == 6
+    assert "shapes run as tasks on local Ray cluster" in ray_err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -454,3 +455,93 @@ def test_parity_compile_only_builds_every_table_and_launches_nothing(monkeypatch
     assert "auto -> attention_" in line and "2d -> attention_2d_" in line
     assert "3d -> attention_3d_" in line and "reduce_segments_bf16_d128_v4_ofp8" in line
     assert "compiled: every shape" in out and any(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------- --jobs / --ray
+
+#: tiny grids of each harness (at --max-kv 64): two shapes run side by side; the final grid's
+#: S4096 reuses S2048's result after scaling
+GRIDS = {
+    "parity_unified_attention": ["--scenario", TINY_PARITY[0], "--scenario", TINY_PARITY[1],
+                                 "--max-kv", "64"],
+    "final_shapes_check": ["--groups", "decode_d128_q1k1024", "fp16_h32kv8_b1_s2048x2048_d128",
+                           "fp16_h32kv8_b1_s4096x4096_d128", "--max-kv", "64"],
+}
+
+
+def printed_results(out: str) -> tuple[list[str], list[str]]:
+    """(every printed line but the per-shape progress lines, the progress lines sorted), the
+    times masked -- the ms columns, a shape's seconds, the emulated rate -- and the columns'
+    padding collapsed (a time's width sets its column's): what a rerun may change."""
+    lines, progress = [], []
+    for line in out.splitlines():
+        if line.startswith("report written to "):
+            continue
+        line = re.sub(r"\d+\.\d{3}", "T", line)
+        line = re.sub(r" in \d+(\.\d)? (s|min|h) ", " in N s ", line)
+        line = re.sub(r"emulated at [\d.]+ GFLOP/s", "emulated at R GFLOP/s", line)
+        (progress if line.startswith("[") else lines).append(" ".join(line.split()))
+    return lines, sorted(progress)
+
+
+def untimed(report: dict) -> dict:
+    """A JSON report less what a rerun changes: each row's times (parity: ``time_s``; final:
+    each timing cell's seconds, spread and samples)."""
+    rows = [dict(r, time_s=None, cells=sorted(r["cells"]) if "cells" in r else None)
+            for r in report["results"]]
+    return dict(report, results=rows)
+
+
+def grid_runs(module, argv, engines, tmp_path, capsys) -> dict:
+    """``module.main(argv)`` in-process once per engine (extra flags), each with a --report:
+    engine -> (stdout, stderr, report)."""
+    runs = {}
+    for how, extra in engines.items():
+        report = tmp_path / f"{how}.json"
+        assert module.main(argv + ["--report", str(report)] + extra) == 0
+        captured = capsys.readouterr()
+        runs[how] = (captured.out, captured.err, json.loads(report.read_text()))
+    return runs
+
+
+@pytest.mark.parametrize("module", [parity_unified_attention, final_shapes_check],
+                         ids=lambda m: m.__name__)
+def test_jobs_2_prints_and_reports_the_serial_runs_results(module, tmp_path, monkeypatch,
+                                                           capsys):
+    """--jobs 2: one task per shape in two forked processes, the results gathered back in the
+    grid's order -- the same tables, summary line and JSON report as the serial run (less the
+    times), the same progress lines (in any order); the engine said on stderr."""
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    runs = grid_runs(module, GRIDS[module.__name__], {"serial": [], "jobs": ["--jobs", "2"]},
+                     tmp_path, capsys)
+    (out, err, report), (jobs_out, jobs_err, jobs_report) = runs["serial"], runs["jobs"]
+    assert printed_results(jobs_out) == printed_results(out)
+    assert "\nsummary: PASS " in jobs_out
+    assert untimed(jobs_report) == untimed(report) and report["summary"]["FAIL"] == 0
+    assert [r["shape"] for r in jobs_report["results"]] == [r["shape"] for r in report["results"]]
+    assert "shapes run as tasks on 2 processes" in jobs_err and "run as tasks" not in err
+
+
+def test_bad_engine_flags_are_one_line_before_any_work(monkeypatch, capsys):
+    """--jobs 0, --ray without Ray, a bad --ray address, --jobs with --compile-only, and
+    --jobs on a GPU (the shapes would share it): each one line on stderr, exit 2, nothing run."""
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    cases = [(["--jobs", "0"], "error: --jobs must be >= 1, got 0"),
+             (["--ray", "no address"], "error: --ray: want HOST:PORT"),
+             (["--jobs", "2", "--compile-only"], "error: --jobs / --ray run the shapes' "
+                                                 "launches; --compile-only builds serially")]
+    for module in (parity_unified_attention, final_shapes_check):
+        for argv, words in cases:
+            with pytest.raises(SystemExit) as exc:
+                module.main(argv)
+            captured = capsys.readouterr()
+            assert exc.value.code == 2 and captured.err.startswith(words), (argv, captured.err)
+            assert captured.err.count("\n") == 1 and captured.out == "", argv
+    monkeypatch.setitem(sys.modules, "ray", None)            # Ray not installed
+    with pytest.raises(SystemExit):
+        final_shapes_check.main(["--ray"])
+    assert capsys.readouterr().err == "error: Ray is not installed: pip install 'rocke[cluster]'\n"
+    monkeypatch.setattr(H, "torch_device", lambda device: "cuda")      # the emulator on CUDA
+    with pytest.raises(SystemExit):
+        H.choose_engine(parity_unified_attention.parse_args(["--jobs", "2"]), "emu")
+    assert "share the CUDA GPU the emulator runs on" in capsys.readouterr().err
