@@ -15,10 +15,19 @@ CUDA GPU with ``ROCKE_EMU_BACKEND=torch ROCKE_EMU_DEVICE=cuda``; torch runs nati
 tensors are, there is no torch graph, and rocke/torch ratios are not printed: they would compare
 an emulator with native kernels. ``--quick`` / ``--max-kv N`` scale KV lengths.
 
+``--jobs N`` runs the shapes side by side in N forked processes, ``--ray [ADDRESS]`` on a Ray
+cluster (``--ray`` alone: RAY_ADDRESS's, else a local one; ``pip install 'rocke[cluster]'``):
+one task per shape through rocke.tasks, each emulating on one CPU; serial is the default. The
+table, the summary line and the ``--report`` JSON are the serial run's (rows in the grid's
+order); the progress lines come as shapes finish, and times are measured beside the other
+tasks. A bad ``--jobs`` / ``--ray`` is one line and exit 2 before any work (so is either with
+``--compile-only`` or on a GPU, which the shapes would share and whose timings they would skew).
+
 Test-only lever: the hidden ``--inject-error`` flag corrupts one output element after each
 rocke launch, so the tests can show a wrong result fails the gate and the exit status.
 
     python examples/final_shapes_check.py --quick
+    python examples/final_shapes_check.py --quick --jobs 2             # 2 processes
     python examples/final_shapes_check.py --quick --target gfx950     # gfx950 kernels, emulator
     python examples/final_shapes_check.py --groups decode prefill --reps 5 --reduce median
 """

@@ -12,10 +12,20 @@ wall time (on this CPU, or on a CUDA GPU with the torch backend), never gfx942 G
 ``--quick`` / ``--max-kv N`` scale every shape's KV length down (same names, same heads, dtypes,
 batches and kinds) so a CPU can run the set.
 
+``--jobs N`` runs the shapes side by side in N forked processes, ``--ray [ADDRESS]`` on a Ray
+cluster (``--ray`` alone: RAY_ADDRESS's, else a local one; ``pip install 'rocke[cluster]'``):
+one task per shape through rocke.tasks, each emulating on one CPU; serial is the default. The
+tables, the summary line and the ``--report`` JSON are the serial run's (rows in the grid's
+order); the progress lines come as shapes finish, and emulator times are measured beside the
+other tasks. A bad ``--jobs`` / ``--ray`` is one line and exit 2 before any work (so is either
+with ``--compile-only`` or on a GPU, which the shapes would share).
+
 Test-only lever: the hidden ``--inject-error`` flag corrupts one output element after each
 kernel launch, so the tests can show a wrong result fails the gate and the exit status.
 
     python examples/parity_unified_attention.py --quick --scenario default    # CPU-sized
+    python examples/parity_unified_attention.py --quick --scenario default --jobs 2   # 2 processes
+    python examples/parity_unified_attention.py --quick --ray HEAD:6379  # on a Ray cluster
     python examples/parity_unified_attention.py --quick --scenario default --target gfx950  # gfx950 kernels, emulator
     python examples/parity_unified_attention.py --scenario fmha --scenario decode_d128_q1k1024
     python examples/parity_unified_attention.py --scenario features      # softcap, ALiBi, ...
