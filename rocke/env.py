@@ -195,6 +195,11 @@ LEVERS: dict[str, Lever] = {
     "ROCKE_WRITE_PEER_FIXTURES": Lever(
         "0", "tools: 1 also writes each Triton peer kernel benchmarks/triton_peer.py compiles "
         "into tests/fixtures/triton_peer (to refresh them)", "0 or 1", _flag),
+    "ROCKE_VLLM_WHEEL": Lever(
+        "an installed vllm, else /tmp/vllm", "benchmarks: where benchmarks/vllm_peer.py reads "
+        "vLLM 0.33's Triton unified-attention kernels: a vllm-0.33 wheel (.whl), an unpacked "
+        "one, or a vllm package directory", "the path of a vLLM wheel or directory",
+        _path("the path of a vLLM wheel or directory")),
 }
 
 
@@ -458,6 +463,12 @@ def write_peer_fixtures() -> bool:
     """``ROCKE_WRITE_PEER_FIXTURES=1`` (tools): benchmarks/triton_peer.py also writes what it
     compiles into tests/fixtures/triton_peer."""
     return _on("ROCKE_WRITE_PEER_FIXTURES", "0")
+
+
+def vllm_wheel() -> str | None:
+    """``ROCKE_VLLM_WHEEL`` (benchmarks): the vLLM 0.33 wheel, unpacked wheel or package
+    directory benchmarks/vllm_peer.py reads vLLM's Triton kernels from; None when unset."""
+    return raw("ROCKE_VLLM_WHEEL")
 
 
 def vllm_batch_invariant() -> bool:

@@ -55,7 +55,8 @@ def test_every_lever_reads_its_default_and_a_good_value(monkeypatch, tmp_path):
             "ROCKE_FAMILIES": "mine=my_pkg.kernels, other=x", "ROCKE_CHECK_METADATA": "sync",
             "ROCKE_BATCH_INVARIANT": "1", "ROCKE_PREBUILT": "off",
             "ROCKE_WRITE_PEER_FIXTURES": "1", "ROCKE_NATIVE_KEY": "off",
-            "ROCKE_RESULTS_DIR": "off", "ROCKE_RAY_TIMEOUT_S": "5"}
+            "ROCKE_RESULTS_DIR": "off", "ROCKE_RAY_TIMEOUT_S": "5",
+            "ROCKE_VLLM_WHEEL": str(tmp_path / "vllm-0.33.0.whl")}
     assert set(good) >= set(env.LEVERS), "a new lever: add a good value here"
     assert env.results_dir() == env.cache_dir() / "results" and env.ray_timeout_s() == 30.0
     defaults = (env.linker(), env.device(), env.emu_target(), env.emu_timeout_s(),
@@ -77,6 +78,7 @@ def test_every_lever_reads_its_default_and_a_good_value(monkeypatch, tmp_path):
         [("mine", "my_pkg.kernels"), ("other", "x")], "sync", True, "off", True,
         good["ROCKE_LD_LLD"], "off")
     assert str(env.cache_dir()) == good["ROCKE_CACHE_DIR"]
+    assert env.vllm_wheel() == good["ROCKE_VLLM_WHEEL"]
     assert env.results_dir() is None and env.ray_timeout_s() == 5.0
     monkeypatch.setenv("ROCKE_RESULTS_DIR", str(tmp_path / "store"))
     assert env.results_dir() == tmp_path / "store"
