@@ -466,7 +466,7 @@ def run_vllm_peer(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqle
     one = torch.ones(1, dtype=torch.float32)
     k_descale = one.expand(num_seqs, hk) if k_descale is None else k_descale
     v_descale = one.expand(num_seqs, hk) if v_descale is None else v_descale
-    softcap = float(softcap or 0.0)
+    softcap = softcap or 0      # vLLM's backend passes 0 (an int) for no softcap
     dp = plan.head_size_padded
     rows = plan.scratch_rows
     segm_out = segm_max = segm_sum = None
