@@ -97,3 +97,24 @@ def test_find_vllm_refuses_what_is_not_vllm_033(tmp_path):
     (pkg / "_version.py").write_text("__version__ = version = '0.34.1'\n")
     with pytest.raises(ValueError, match="vLLM 0.34.1; the peer mirrors vLLM 0.33"):
         vp.find_vllm(tmp_path)
+
+
+def test_profile_vllm033_shape_set_and_peer_tables():
+    """profile.py --grid vllm033: the plain cases of vLLM 0.33's test grid, one shape each, at
+    their own dtype / head size / heads; a closing table per peer backend."""
+    from benchmarks import profile as bench
+    shapes = bench.vllm033_shapes()
+    assert len(shapes) == 13
+    assert all(s.dtype in ("f16", "bf16") and s.head_size in (96, 128, 256) and s.block_size == 16
+               for s in shapes.values())
+    assert {(s.hq, s.hk) for s in shapes.values()} == {(4, 4), (8, 2), (5, 1)}
+
+    def row(backend, us):
+        return {"shape": "s", "dtype": "f16", "head_size": 64, "backend": backend, "path": "2d",
+                "counters": {}, "modelled_us": us, "launches": [{"binding": "dram"}],
+                "modelled_us_at_latency": {c: us for c in bench.LATENCIES}}
+    rows = [row("auto", 8.0), row("peer", 10.0), row("peer-own", 16.0)]
+    (g,) = bench.summary(rows)
+    assert g["ratio"] == 0.8 and g["goal_met"] and g["peer_us"] == 10.0
+    (g,) = bench.summary(rows, "peer-own")
+    assert g["ratio"] == 0.5 and g["peer_us"] == 16.0
