@@ -1,9 +1,10 @@
-"""A Triton stand-in peer for rocke's unified attention (benchmarks/profile.py backend "peer-own";
-the "peer" backend is vLLM 0.33's own kernels, benchmarks/vllm_peer.py): our own Triton kernels
-written in the style of vLLM's unified attention (vllm/v1/attention/ops/triton_unified_attention.py: one q-block x KV
-head program per workgroup, a 2D grid that walks a sequence's whole KV range, a 3D grid that
-splits it into segments whose fp32 partials a reduce kernel combines), compiled by Triton for
-gfx942 on the CPU and run in rocke's emulator on rocke's inputs.
+"""A Triton stand-in peer for rocke's unified attention (benchmarks/profile.py backend
+"peer-own"; the "peer" backend is vLLM 0.33's own kernels, benchmarks/vllm_peer.py): our own
+Triton kernels written in the style of vLLM's unified attention
+(vllm/v1/attention/ops/triton_unified_attention.py: one q-block x KV head program per workgroup,
+a 2D grid that walks a sequence's whole KV range, a 3D grid that splits it into segments whose
+fp32 partials a reduce kernel combines), compiled by Triton for gfx942 on the CPU and run in
+rocke's emulator on rocke's inputs.
 
 What follows vLLM's algorithm (so the peer is the competitor rocke ships against):
   * BLOCK_M = 16 query rows per program (or the next power of two of the GQA group), i.e.
