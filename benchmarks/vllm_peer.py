@@ -88,8 +88,8 @@ class VllmSource:
 
 
 def _version_of(text: str) -> str | None:
-    m = re.search(r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""",
-                  text, re.M)
+    m = re.search(r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*"""
+                  r"""(?:version\s*=\s*)?['"]([^'"]+)['"]""", text, re.M)
     return m.group(1) if m else None
 
 
@@ -408,7 +408,8 @@ def compile_call(fn, src: VllmSource, kwargs: dict) -> Compiled:
     import yaml
     meta = asm[asm.index(".amdgpu_metadata") + len(".amdgpu_metadata"):
                asm.index(".end_amdgpu_metadata")]
-    (kmeta,) = yaml.safe_load(meta.strip().removeprefix("---").removesuffix("..."))["amdhsa.kernels"]
+    (kmeta,) = yaml.safe_load(
+        meta.strip().removeprefix("---").removesuffix("..."))["amdhsa.kernels"]
     explicit = [a for a in kmeta[".args"] if not a[".value_kind"].startswith("hidden_")]
     runtime = tuple(n for n, t in signature.items() if t != "constexpr")
     compiled = Compiled(asm, c.metadata.name, (64 * c.metadata.num_warps, 1, 1),
