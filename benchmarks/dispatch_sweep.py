@@ -17,8 +17,15 @@ the sample's repeated, not the hardware's x-fastest order. The dispatcher sees t
 Every time printed is a "modelled MI300X time" ("modelled MI355X time" with --target gfx950) -- a
 model, not a measurement, and not GPU time.
 
+The KV cache is q's dtype unless `--kv-dtypes` names quantized ones (gfx942): "fp8" (e4m3fnuz
+codes, a per-tensor descale as vLLM's FP8_PER_TENSOR passes it) and "int8_per_token_head" /
+"fp8_per_token_head" (codes with fp32 per-(token, head) scale caches), built by
+tests/kernels/unified_inputs.quantize_caches; `--block-sizes` the pages (16, 32, 64; vLLM's test
+grid uses 16 and 32).
+
 Run:  .venv/bin/python benchmarks/dispatch_sweep.py [--dtypes f16 bf16] [--head-sizes 128 64]
       [--heads 32/8 64/8] [--kv 1024 ...] [--kinds decode ...] [--batches 1 8 ...]
+      [--kv-dtypes auto fp8 int8_per_token_head fp8_per_token_head] [--block-sizes 16 32 64]
       [--segments 8 16 32 64] [--target gfx942|gfx950] [--json FILE]
 """
 from __future__ import annotations
@@ -58,12 +65,15 @@ class Case:
     target: str = "gfx942"
     window: int = -1            # sliding window (vLLM's window_size[0]); -1: none
     softcap: float = 0.0        # logit softcap; 0: none
+    kv: str = "auto"            # the KV cache (KV_DTYPES): "auto" -- q's dtype; else quantized
 
     @property
     def label(self) -> str:
         pat = "+".join(f"{q}x{k}" for q, k in self.pattern)
         extra = (f" window {self.window}" if self.window >= 0 else "") + \
-            (f" softcap {self.softcap:g}" if self.softcap else "")
+            (f" softcap {self.softcap:g}" if self.softcap else "") + \
+            (f" kv {self.kv}" if self.kv != "auto" else "") + \
+            (f" bs{self.block_size}" if self.block_size != 64 else "")
         return (f"{self.kind} [{pat}]x{self.batch} h{self.hq}/{self.hk} {self.dtype} d{self.d}"
                 + extra)
 
@@ -103,21 +113,43 @@ def full_problem(case: Case, sampled: au.UnifiedAttentionProblem) -> au.UnifiedA
 
 _INPUTS: dict = {}
 _PROFILES: dict = {}
+# the KV caches swept: vLLM's kv_cache_dtype names; "auto" a cache in q's dtype, "fp8" gfx942's
+# fp8 (e4m3fnuz) with a per-tensor descale, the per-token-head int8 / fp8 caches with their
+# fp32 scale caches (tests/kernels/unified_inputs.quantize_caches builds them)
+KV_DTYPES = ("auto", "fp8", "int8_per_token_head", "fp8_per_token_head")
+BLOCK_SIZES = (16, 32, 64)      # gfx942's page sizes (attention_tiled_2d.BLOCK_SIZES)
+QUANT_NAMES = ("kv_quant_mode", "k_scale_cache", "v_scale_cache")
 
 
 def sampled_inputs(case: Case):
     key = (case.pattern, case.hq // case.hk, case.dtype, case.d, case.block_size, case.target,
-           case.window, case.softcap)
+           case.window, case.softcap, case.kv)
     if key not in _INPUTS:
-        from tests.kernels.unified_inputs import make_inputs
+        from tests.kernels.unified_inputs import make_inputs, quantize_caches
+        if case.kv != "auto" and case.target != "gfx942":
+            raise ValueError(f"kv {case.kv}: the sweep's quantized caches are gfx942's "
+                             f"(fp8 e4m3fnuz), not {case.target}'s")
         args = make_inputs(list(case.pattern), hq=case.hq // case.hk, hk=1, d=case.d,
                            bs=case.block_size, dtype=case.dtype, seed=0)
         if case.window >= 0:
             args["window_size"] = (case.window, 0)
         if case.softcap:
             args["softcap"] = case.softcap
-        _INPUTS[key] = (args, au.describe_problem(*(args[n] for n in NAMES)))
+        if case.kv != "auto":
+            quantize_caches(args, case.kv, seed=0)
+        quant = {n: args[n] for n in QUANT_NAMES if n in args}
+        _INPUTS[key] = (args, au.describe_problem(*(args[n] for n in NAMES), **quant))
     return _INPUTS[key]
+
+
+def cache_kwargs(args: dict, sp) -> dict:
+    """The kernels' cache keywords of a sampled problem: the per-token-head scale caches, the
+    fp8 cache's per-tensor descales, or none (a cache in q's dtype)."""
+    if sp.kv_token_scales:
+        return {"k_scale_cache": args["k_scale_cache"], "v_scale_cache": args["v_scale_cache"]}
+    if sp.kv_dtype is not None:
+        return {"k_descale": args["k_descale"], "v_descale": args["v_descale"]}
+    return {}
 
 
 def narrow_3d_specs(p):
@@ -158,15 +190,16 @@ def profiles(case: Case, path: str, ns: int = 1):
     args, sp = sampled_inputs(case)
     specs = narrow_3d_specs(sp) if path == "3d-narrow" else full_problem_specs(case, sp, path)
     key = (case.pattern, sp.num_queries_per_kv, case.dtype, case.d, case.block_size, path, ns,
-           specs[0].kernel_name, case.target, case.window, case.softcap)
+           specs[0].kernel_name, case.target, case.window, case.softcap, case.kv)
     if key in _PROFILES:
         return _PROFILES[key]
     q, k, v, out = args["q"], args["k"], args["v"], args["out"]
     common = (args["block_table"], args["cu_seqlens_q"], args["seqused_k"],
               float(args["softmax_scale"]))
+    cache = cache_kwargs(args, sp)
     if path == "2d":
         (spec,) = specs
-        a = k2.kernel_args(spec, q, k, v, out, *common, **case.features)
+        a = k2.kernel_args(spec, q, k, v, out, *common, **cache, **case.features)
         g, b = k2.launch_geometry(spec, sp.num_seqs, sp.total_q, 1)
         runs = [(au.compiled(spec), g, b, a)]
     else:
@@ -177,7 +210,7 @@ def profiles(case: Case, path: str, ns: int = 1):
         se = torch.empty(sp.total_q, hq, ns, dtype=torch.float32)
         a3 = k3.kernel_args(spec3, q, k, v, so, sm, se, args["block_table"],
                             args["cu_seqlens_q"], args["seqused_k"],
-                            float(args["softmax_scale"]), ns, **case.features)
+                            float(args["softmax_scale"]), ns, **cache, **case.features)
         g3, b3 = k3.launch_geometry(spec3, sp.num_seqs, sp.total_q, 1, ns)
         ar = kr.kernel_args(spec_r, so, sm, se, out, ns)
         gr, br = kr.launch_geometry(spec_r, sp.total_q, hq)
@@ -236,17 +269,22 @@ PREFILL = (("prefill-mix", ((96, 512), (32, 1024), (1, 700)), (1, 2, 4)),
            ("decode-heavy-mix", ((1, 4096),) * 12 + ((64, 1024),), (1, 2)))
 
 
-def cases(configs, kvs=DECODE_KV, kinds=None, target="gfx942", batches=None) -> list[Case]:
+def cases(configs, kvs=DECODE_KV, kinds=None, target="gfx942", batches=None,
+          kv_dtypes=("auto",), block_sizes=(64,)) -> list[Case]:
     """configs: (dtype, head size, hq, hk) tuples; `batches`: the decode batch sizes (instead of
-    DECODE_BATCH), and only these of the prefill patterns' repeats."""
+    DECODE_BATCH), and only these of the prefill patterns' repeats; `kv_dtypes` (KV_DTYPES) and
+    `block_sizes`: the caches, each config swept with each."""
     out = []
     for dt, d, hq, hk in configs:
-        for kv in kvs:
-            out += [Case("decode", ((1, kv),), b, hq, hk, dt, d, target=target)
-                    for b in (DECODE_BATCH if batches is None else batches)]
-        for kind, pattern, prefill_batches in PREFILL:
-            out += [Case(kind, pattern, b, hq, hk, dt, d, target=target)
-                    for b in prefill_batches]
+        for cache in kv_dtypes:
+            for bs in block_sizes:
+                more = dict(target=target, kv=cache, block_size=bs)
+                for kv in kvs:
+                    out += [Case("decode", ((1, kv),), b, hq, hk, dt, d, **more)
+                            for b in (DECODE_BATCH if batches is None else batches)]
+                for kind, pattern, prefill_batches in PREFILL:
+                    out += [Case(kind, pattern, b, hq, hk, dt, d, **more)
+                            for b in prefill_batches]
     return [c for c in out if (kinds is None or c.kind in kinds)
             and (batches is None or c.batch in batches)]
 
@@ -269,10 +307,17 @@ def main(argv=None) -> int:
                     help="decode batch sizes (and only these prefill repeats)")
     ap.add_argument("--segments", nargs="+", type=int, default=list(SEGMENT_COUNTS),
                     help="the 3D segment counts weighed (besides the dispatcher's)")
+    ap.add_argument("--kv-dtypes", nargs="+", default=["auto"], choices=list(KV_DTYPES),
+                    help="the KV caches swept (gfx942): auto (q's dtype), fp8 (per-tensor "
+                         "descale), int8_per_token_head, fp8_per_token_head")
+    ap.add_argument("--block-sizes", nargs="+", type=int, default=[64], choices=list(BLOCK_SIZES),
+                    help="the caches' page sizes swept")
     ap.add_argument("--target", default="gfx942", choices=["gfx942", "gfx950"],
                     help="the dispatcher and kernels swept, and the GPU modelled (MI300X / MI355X)")
     ap.add_argument("--json", help="also write every row to this file")
     a = ap.parse_args(argv)
+    if a.target != "gfx942" and a.kv_dtypes != ["auto"]:
+        ap.error("--kv-dtypes: the quantized caches are swept on gfx942 only")
     print(f"times: {costs_for(a.target).label} in us at a vector-memory round trip of "
           f"{'/'.join(map(str, LATENCIES))} cycles (a model, not GPU time)")
     configs = []
@@ -282,7 +327,8 @@ def main(argv=None) -> int:
             ap.error(f"--heads: expected QUERY/KV with KV dividing QUERY, got {h!r}")
         configs += [(dt, d, int(hq), int(hk)) for dt in a.dtypes for d in a.head_sizes]
     rows = []
-    for case in cases(configs, a.kv, a.kinds, a.target, a.batches):
+    todo = cases(configs, a.kv, a.kinds, a.target, a.batches, a.kv_dtypes, a.block_sizes)
+    for case in todo:
         r = sweep_case(case, tuple(a.segments))
         rows.append(r)
         opts = "  ".join(f"{o} {fmt(t)}" for o, t in r["options"].items())

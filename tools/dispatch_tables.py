@@ -16,6 +16,8 @@ Usage:
   python tools/dispatch_tables.py --grid full            # the whole grid (>= 500 problems; hours on 2 cores)
   python tools/dispatch_tables.py --grid full --only-configs f16/128/32/8 --kv 1024 2048 \\
       --batches 1 8 --kinds decode                       # a subset, merged into the file
+  python tools/dispatch_tables.py --grid full --only-configs f16/128/32/8 --kv 2048 \\
+      --kv-dtypes fp8 int8_per_token_head --block-sizes 16 64   # quantized caches, 16-token pages
   python tools/dispatch_tables.py ... --check            # compare with the committed file, write nothing
 """
 from __future__ import annotations
@@ -44,10 +46,11 @@ CONFIGS = ("f16/128/32/8", "bf16/128/32/8", "f16/64/32/8", "bf16/64/32/8", "f16/
            "bf16/256/16/2", "f16/128/32/32", "f16/128/32/2", "bf16/128/64/2")
 DECODE_KV = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-# not swept by this tool (the sweep harness passes the window and softcap arguments only, no
-# quantized cache): their classes keep the rule tables
+# not swept by this tool (the sweep harness passes the window and softcap arguments and the
+# caches of --kv-dtypes, nothing else): their classes keep the rule tables
 NOT_SWEPT = ("score features other than a 1024-key window and softcap 50 (ALiBi, QQ-bias, sinks, "
-             "...), fp8 and int8 KV caches, block sizes other than 64")
+             "...), int4 KV caches, fp8 output and fp8 queries, and the fields "
+             "attention_dispatch.UNSWEPT_FIELDS names (non-causal, padded heads, chunks, ...)")
 
 
 def parse_config(text: str):
@@ -61,19 +64,23 @@ FEATURES = {"none": {}, "window1024": {"window": 1024}, "softcap50": {"softcap":
 
 
 def grid(configs=CONFIGS, kvs=DECODE_KV, batches=DECODE_BATCHES, kinds=None,
-         features=("none",)) -> list:
-    """The sweep's cases: per config and score feature, decode batches x KV lengths and
-    dispatch_sweep's prefill patterns (prefill mix, chunked, long prefill, decode-heavy mix) at
-    their repeats."""
+         features=("none",), kv_dtypes=("auto",), block_sizes=(64,)) -> list:
+    """The sweep's cases: per config, KV cache (dispatch_sweep.KV_DTYPES: "auto" -- q's dtype;
+    fp8 with a per-tensor descale; int8 / fp8 with per-token-head scales), block size and score
+    feature, decode batches x KV lengths and dispatch_sweep's prefill patterns (prefill mix,
+    chunked, long prefill, decode-heavy mix) at their repeats."""
     out = []
     for cfg in configs:
         dt, d, hq, hk = parse_config(cfg)
-        for f in features:
-            fk = FEATURES[f]
-            out += [ds.Case("decode", ((1, kv),), b, hq, hk, dt, d, **fk)
-                    for kv in kvs for b in batches]
-            for kind, pattern, repeats in ds.PREFILL:
-                out += [ds.Case(kind, pattern, b, hq, hk, dt, d, **fk) for b in repeats]
+        for cache in kv_dtypes:
+            for bs in block_sizes:
+                for f in features:
+                    fk = dict(FEATURES[f], kv=cache, block_size=bs)
+                    out += [ds.Case("decode", ((1, kv),), b, hq, hk, dt, d, **fk)
+                            for kv in kvs for b in batches]
+                    for kind, pattern, repeats in ds.PREFILL:
+                        out += [ds.Case(kind, pattern, b, hq, hk, dt, d, **fk)
+                                for b in repeats]
     return [c for c in out if kinds is None or c.kind in kinds]
 
 
@@ -211,6 +218,11 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", nargs="+")
     ap.add_argument("--features", nargs="+", default=["none"], choices=sorted(FEATURES),
                     help="score features swept (default: none)")
+    ap.add_argument("--kv-dtypes", nargs="+", default=["auto"], choices=list(ds.KV_DTYPES),
+                    help="KV caches swept (default: auto, q's dtype): fp8 (per-tensor descale), "
+                         "int8_per_token_head, fp8_per_token_head")
+    ap.add_argument("--block-sizes", nargs="+", type=int, default=[64],
+                    choices=list(ds.BLOCK_SIZES), help="the caches' page sizes (default: 64)")
     ap.add_argument("--check", action="store_true",
                     help="compare with the committed table; write nothing; exit 1 on a difference")
     ap.add_argument("--fresh", action="store_true", help="replace the table instead of merging")
@@ -223,7 +235,8 @@ def main(argv=None) -> int:
     ap.add_argument("--refill", action="store_true", help="with --from-rows: add the fill "
                     "options to decode rows that lack them (modelling the missing counts)")
     a = ap.parse_args(argv)
-    cases = grid(a.only_configs, a.kv, a.batches, a.kinds, a.features)
+    cases = grid(a.only_configs, a.kv, a.batches, a.kinds, a.features, a.kv_dtypes,
+                 a.block_sizes)
     if a.list:
         for c in cases:
             print(c.label)
@@ -237,7 +250,9 @@ def main(argv=None) -> int:
             seen[r["case"]] = r
         by_label = {c.label: c for c in grid(CONFIGS, sorted(set(DECODE_KV) | set(a.kv)),
                                              sorted(set(DECODE_BATCHES) | set(a.batches)),
-                                             features=tuple(FEATURES))}
+                                             features=tuple(FEATURES),
+                                             kv_dtypes=ds.KV_DTYPES,
+                                             block_sizes=ds.BLOCK_SIZES)}
         for r in seen.values():     # the class as problem_class gives it now
             if r["case"] in by_label:
                 _, sp = ds.sampled_inputs(by_label[r["case"]])

@@ -46,6 +46,38 @@ def make_inputs(seqs, *, hq=4, hk=2, d=64, bs=16, dtype="f16", seed=0, extra_blo
         k_descale=one.expand(len(seqs), hk), v_descale=one.expand(len(seqs), hk))
 
 
+# the quantized KV caches quantize_caches builds: vLLM's kv_cache_dtype names -> its kv_quant_mode
+KV_CACHES = {"fp8": "fp8_per_tensor", "int8_per_token_head": "int8_per_token_head",
+             "fp8_per_token_head": "fp8_per_token_head"}
+
+
+def quantize_caches(args, kv: str, seed: int = 0) -> dict:
+    """``args`` (make_inputs') with a quantized KV cache ``kv`` (a KV_CACHES name) in place of its
+    16-bit one, as vLLM passes it: "fp8" -- gfx942 fp8 (e4m3fnuz) codes of 4x the values with a
+    per-tensor descale of 1/4 expanded to [num_seqs, num_kv_heads]; the per-token-head modes --
+    int8 / fp8 codes with fp32 [num_blocks, block_size, num_kv_heads] scale caches whose products
+    are ~U(-1, 1) (as tests/kernels/test_attention_quant.py builds them), ``kv_quant_mode`` set and
+    no descales. Returns ``args``, updated."""
+    mode = KV_CACHES[kv]
+    num_seqs, hk = args["seqused_k"].shape[0], args["k"].shape[2]
+    if mode == "fp8_per_tensor":
+        for c in ("k", "v"):
+            args[c] = (args[c].float() * 4).to(torch.float8_e4m3fnuz)
+            args[f"{c}_descale"] = torch.tensor(0.25).expand(num_seqs, hk)
+        return args
+    g = torch.Generator().manual_seed(seed)
+    nb, bs, hk, d = args["k"].shape
+    top = 127 if mode == "int8_per_token_head" else 200
+    for c in ("k", "v"):
+        codes = torch.rand(nb, bs, hk, d, generator=g) * (2 * top) - top
+        args[c] = (codes.round().to(torch.int8) if mode == "int8_per_token_head"
+                   else codes.to(torch.float8_e4m3fnuz))
+        args[f"{c}_scale_cache"] = (torch.rand(nb, bs, hk, generator=g) + 0.5) / top
+        args[f"{c}_descale"] = None
+    args["kv_quant_mode"] = mode
+    return args
+
+
 def compile_only_setting(monkeypatch, cache_dir):
     """A fresh compile cache in `cache_dir` that every kernel build goes to (no prebuilt
     bundle, no kernel kept in the process), and any attention launch an error: for tests of

@@ -634,10 +634,11 @@ def problem_class(p: UnifiedAttentionProblem) -> str:
             f"/k{p.max_seqlen_k}/q{p.max_seqlen_q}" + (f"/x:{','.join(extra)}" if extra else ""))
 
 
-# problem fields tools/dispatch_tables.py's sweep keeps at these defaults
+# problem fields tools/dispatch_tables.py's sweep keeps at these defaults (its per-token-head
+# int8 / fp8 caches are keyed by kv: and the feature kv_token_scales)
 UNSWEPT_FIELDS = (("causal", True), ("causal_flags", 0), ("head_cols", 0), ("mm_ranges", 0),
                   ("mm_clamp_window", False), ("chunk_lookback", -1), ("rswa", False),
-                  ("kv_token_scales", False), ("q_fp8", False), ("alibi_sqrt", False))
+                  ("q_fp8", False), ("alibi_sqrt", False))
 
 
 _MODEL_TABLE: dict | None = None
