@@ -23,10 +23,15 @@ codes, a per-tensor descale as vLLM's FP8_PER_TENSOR passes it) and "int8_per_to
 tests/kernels/unified_inputs.quantize_caches; `--block-sizes` the pages (16, 32, 64; vLLM's test
 grid uses 16 and 32).
 
+One task per problem through rocke.tasks: serially (the default), in `--jobs N` forked
+processes, or on a Ray cluster (`--ray [ADDRESS]`); the rows are printed and written in the
+problems' order whatever the engine, so the output is the serial run's byte for byte (progress
+on stderr).
+
 Run:  .venv/bin/python benchmarks/dispatch_sweep.py [--dtypes f16 bf16] [--head-sizes 128 64]
       [--heads 32/8 64/8] [--kv 1024 ...] [--kinds decode ...] [--batches 1 8 ...]
       [--kv-dtypes auto fp8 int8_per_token_head fp8_per_token_head] [--block-sizes 16 32 64]
-      [--segments 8 16 32 64] [--target gfx942|gfx950] [--json FILE]
+      [--segments 8 16 32 64] [--target gfx942|gfx950] [--json FILE] [--jobs N | --ray [ADDRESS]]
 """
 from __future__ import annotations
 
@@ -289,6 +294,62 @@ def cases(configs, kvs=DECODE_KV, kinds=None, target="gfx942", batches=None,
             and (batches is None or c.batch in batches)]
 
 
+# ---- the engine (rocke.tasks): one task per problem, serially, in processes or on Ray ----
+
+def sweep_task(item) -> dict:
+    """One problem's task: sweep_case of (case, segment counts)."""
+    case, counts = item
+    return sweep_case(case, counts)
+
+
+def add_engine_options(ap) -> None:
+    ap.add_argument("--jobs", type=int, metavar="N",
+                    help="model the problems in N forked processes, one task a problem (default: "
+                         "serially); with --ray and no address: the local Ray cluster's CPUs")
+    ap.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                    help="one task a problem on a Ray cluster (pip install 'rocke[cluster]'): "
+                         "--ray alone connects to RAY_ADDRESS, else starts a local cluster; "
+                         "--ray HOST:PORT (or ray://...) a running one, whose nodes hold this "
+                         "checkout at the same path; --ray local a local one")
+
+
+def engine_of(ap, a):
+    """rocke.tasks.choose of --ray / --jobs, its refusal an argparse error before any work. On
+    Ray the workers import this checkout's benchmarks/ and tools/ (and tests/kernels' inputs):
+    its root joins PYTHONPATH, which a local cluster's workers inherit (a running cluster's
+    workers get the driver's working directory: run from the checkout's root)."""
+    from rocke import tasks
+    if a.jobs is not None and a.jobs < 1:
+        ap.error(f"--jobs: must be at least 1, got {a.jobs}")
+    try:
+        engine = tasks.choose(a.ray, a.jobs)
+    except tasks.EngineError as e:
+        ap.error(str(e))
+    if engine.kind == "ray":
+        path = os.environ.get("PYTHONPATH", "")
+        if str(ROOT) not in path.split(os.pathsep):
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
+    return engine
+
+
+def run_ordered(fn, items, engine, label: str, describe=lambda result: ""):
+    """fn's results over ``items`` on ``engine`` (rocke.tasks.run), in the items' order -- each
+    as soon as every earlier one is done, so what the caller prints or writes is the serial
+    run's byte for byte -- with a progress line on stderr per finished task (a bar where stderr
+    is a terminal)."""
+    import time
+    from rocke import tasks
+    items = list(items)
+    t0 = time.monotonic()
+    bar = sys.stderr.isatty()
+
+    def done(count, i, result):
+        if not bar:
+            print(f"{label}: {count}/{len(items)} done, {time.monotonic() - t0:.0f} s "
+                  f"({engine.describe()}){describe(result)}", file=sys.stderr, flush=True)
+    return tasks.ordered(tasks.run(fn, items, engine, progress=label if bar else None), done)
+
+
 def fmt(t: dict[int, float]) -> str:
     return "/".join(f"{t[c]:.1f}" for c in LATENCIES)
 
@@ -315,9 +376,11 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="gfx942", choices=["gfx942", "gfx950"],
                     help="the dispatcher and kernels swept, and the GPU modelled (MI300X / MI355X)")
     ap.add_argument("--json", help="also write every row to this file")
+    add_engine_options(ap)
     a = ap.parse_args(argv)
     if a.target != "gfx942" and a.kv_dtypes != ["auto"]:
         ap.error("--kv-dtypes: the quantized caches are swept on gfx942 only")
+    engine = engine_of(ap, a)
     print(f"times: {costs_for(a.target).label} in us at a vector-memory round trip of "
           f"{'/'.join(map(str, LATENCIES))} cycles (a model, not GPU time)")
     configs = []
@@ -328,8 +391,8 @@ def main(argv=None) -> int:
         configs += [(dt, d, int(hq), int(hk)) for dt in a.dtypes for d in a.head_sizes]
     rows = []
     todo = cases(configs, a.kv, a.kinds, a.target, a.batches, a.kv_dtypes, a.block_sizes)
-    for case in todo:
-        r = sweep_case(case, tuple(a.segments))
+    for r in run_ordered(sweep_task, [(c, tuple(a.segments)) for c in todo], engine,
+                         "dispatch_sweep"):
         rows.append(r)
         opts = "  ".join(f"{o} {fmt(t)}" for o, t in r["options"].items())
         best = "/".join(r["best"][c] for c in LATENCIES)
@@ -346,4 +409,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # run as the importable module (benchmarks.dispatch_sweep, not __main__), so that a task's
+    # function and cases reach forked processes and Ray workers by reference
+    from benchmarks import dispatch_sweep
+    raise SystemExit(dispatch_sweep.main())

@@ -162,14 +162,41 @@ def run(fn: Callable, items: Iterable, engine: Engine, *, progress: str | None =
             bar.close()
 
 
+def ordered(pairs: Iterable[tuple[int, object]], done: Callable | None = None) -> Iterator:
+    """The results of ``run``'s ``(index, result)`` pairs in index order, each as soon as every
+    earlier one has come (so a command's output is the serial run's whatever the engine);
+    ``done(count, index, result)`` is called on each pair as it arrives (progress)."""
+    held: dict = {}
+    following = 0
+    for count, (i, result) in enumerate(pairs, 1):
+        if done is not None:
+            done(count, i, result)
+        held[i] = result
+        while following in held:
+            yield held.pop(following)
+            following += 1
+    if held:
+        raise ValueError(f"tasks.ordered: results {sorted(held)} came without those before "
+                         f"them (missing index {following})")
+
+
 def _indexed(pair):
     fn, i, item = pair
     return i, fn(item)
 
 
+def _forked_worker() -> None:
+    """A forked worker runs torch's ops on one thread (its share of the CPUs): the parent's
+    OpenMP team (GNU libgomp) does not survive the fork, and a worker's first parallel op would
+    wait for the team's threads forever once the parent had run one."""
+    torch = sys.modules.get("torch")       # not imported by the parent: nothing inherited
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
 def _processes(fn, items, jobs: int):
     import multiprocessing
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+    with multiprocessing.get_context("fork").Pool(jobs, initializer=_forked_worker) as pool:
         yield from pool.imap_unordered(_indexed, [(fn, i, item) for i, item in
                                                   enumerate(items)], chunksize=1)
 

@@ -23,6 +23,11 @@ def test_the_serial_path_is_the_default_and_ray_is_not_imported(monkeypatch):
     assert tasks.choose(None, 3) == tasks.Engine("processes", 3)
     assert [r for _, r in tasks.run(abs, [-1, 2, -3], tasks.choose(None))] == [1, 2, 3]
     assert sorted(tasks.run(abs, [-1, 2, -3], tasks.choose(None, 2))) == [(0, 1), (1, 2), (2, 3)]
+    seen = []       # results back in the items' order, each once every earlier one came
+    assert list(tasks.ordered([(2, "c"), (0, "a"), (1, "b")], lambda *d: seen.append(d))) == \
+        ["a", "b", "c"] and seen == [(1, 2, "c"), (2, 0, "a"), (3, 1, "b")]
+    with pytest.raises(ValueError, match="missing index 0"):
+        list(tasks.ordered([(1, "b")]))
 
 
 def test_ray_missing_or_a_bad_address_is_refused_naming_the_fix(monkeypatch, tmp_path):
@@ -228,3 +233,25 @@ def test_a_harness_grid_on_ray_prints_and_reports_the_serial_runs_results(cluste
     assert printed_results(ray_out) == printed_results(out)
     assert untimed(ray_report) == untimed(report) and report["summary"]["PASS"] == 6
     assert "shapes run as tasks on local Ray cluster" in ray_err
+
+
+def test_dispatch_sweep_on_ray_equals_the_serial_run(cluster, tmp_path, capsys, monkeypatch):
+    """benchmarks/dispatch_sweep.py's two tiny decode problems (fp16 d64, 8/2 heads, 1 and 4
+    sequences x 512 keys), serially and with --ray (one task a problem on the two-worker
+    cluster, which models them from scratch): the printed table and summary and the written
+    JSON are the serial run's byte for byte."""
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parents[1])
+    monkeypatch.syspath_prepend(root)
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))   # engine_of adds root
+    from benchmarks import dispatch_sweep as sweep
+    argv = ["--dtypes", "f16", "--head-sizes", "64", "--heads", "8/2", "--kv", "512", "--kinds",
+            "decode", "--batches", "1", "4", "--segments", "2"]
+    runs = {}
+    for how, extra in (("serial", []), ("ray", ["--ray"])):
+        assert sweep.main([*argv, "--json", str(tmp_path / f"{how}.json"), *extra]) == 0
+        captured = capsys.readouterr()
+        runs[how] = (captured.out, (tmp_path / f"{how}.json").read_bytes(), captured.err)
+    assert "(serial)" in runs["serial"][2] and "(local Ray cluster" in runs["ray"][2]
+    assert "decode [1x512]x4 h8/2 f16 d64: dispatcher" in runs["serial"][0]
+    assert runs["ray"][:2] == runs["serial"][:2]

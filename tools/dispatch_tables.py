@@ -12,6 +12,11 @@ Deterministic: the same kernels and the same model give the same file (no clock,
 input the model reads; make_inputs is seeded). tests/kernels/test_dispatch_table.py re-runs a
 small subset and checks the committed entries equal what this tool produces.
 
+One task per problem through rocke.tasks (`--jobs N` forked processes, `--ray [ADDRESS]` a Ray
+cluster; serial by default): the rows come back as each problem is done and are kept, logged
+and appended to --rows-out in the problems' order, so the table, the report and stdout are the
+serial run's byte for byte; each problem's modelling time goes to the progress line on stderr.
+
 Usage:
   python tools/dispatch_tables.py --grid full            # the whole grid (>= 500 problems; hours on 2 cores)
   python tools/dispatch_tables.py --grid full --only-configs f16/128/32/8 --kv 1024 2048 \\
@@ -19,6 +24,8 @@ Usage:
   python tools/dispatch_tables.py --grid full --only-configs f16/128/32/8 --kv 2048 \\
       --kv-dtypes fp8 int8_per_token_head --block-sizes 16 64   # quantized caches, 16-token pages
   python tools/dispatch_tables.py ... --check            # compare with the committed file, write nothing
+  python tools/dispatch_tables.py ... --jobs 8           # one task a problem in 8 processes
+  python tools/dispatch_tables.py ... --ray [HOST:PORT]  # ... on a Ray cluster (rocke.tasks)
 """
 from __future__ import annotations
 
@@ -153,13 +160,29 @@ def choose(rows: list) -> dict:
             "us": us}
 
 
-def build(cases: list, log=print, rows_out: Path | None = None, rows=()) -> tuple[dict, list]:
-    """({class: entry}, rows) over `cases` (each modelled; its row appended to `rows_out` as a
-    JSON line as soon as it is done) and the already modelled `rows`."""
+def model_task(case: ds.Case) -> tuple[dict, float]:
+    """One problem's task (rocke.tasks): its row (model_case) and the seconds it took."""
+    start = time.perf_counter()
+    row = model_case(case)
+    return row, time.perf_counter() - start
+
+
+def build(cases: list, log=print, rows_out: Path | None = None, rows=(), engine=None,
+          progress: bool = False) -> tuple[dict, list]:
+    """({class: entry}, rows) over `cases` (each modelled, one task a problem on `engine`, a
+    rocke.tasks.Engine, default serial; the rows kept in the cases' order whatever the engine,
+    each appended to `rows_out` as a JSON line and logged as soon as it and every case before
+    it are done) and the already modelled `rows`. `progress`: a line on stderr per problem
+    done, with the seconds it took."""
+    from rocke import tasks
     rows = list(rows)
-    for case in cases:
-        start = time.perf_counter()
-        r = model_case(case)
+    engine = engine or tasks.Engine("serial", 1)
+    if progress:
+        results = ds.run_ordered(model_task, cases, engine, "dispatch_tables", describe=lambda
+                                 done: f"; {done[0]['case']} modelled in {done[1]:.0f} s")
+    else:
+        results = tasks.ordered(tasks.run(model_task, cases, engine))
+    for r, _ in results:
         rows.append(r)
         if rows_out is not None:
             with open(rows_out, "a") as f:
@@ -167,8 +190,7 @@ def build(cases: list, log=print, rows_out: Path | None = None, rows=()) -> tupl
         best = min(r["us"], key=r["us"].get)
         log(f"{r['case']}: class {r['class']} | fastest {best} {r['us'][best]:.1f} us | rules "
             f"{r['rule']} {r['us'].get(r['rule'], float('nan')):.1f} us "
-            f"({r['us'].get(r['rule'], float('nan')) / r['us'][best]:.2f}x) | modelled in "
-            f"{time.perf_counter() - start:.0f} s")
+            f"({r['us'].get(r['rule'], float('nan')) / r['us'][best]:.2f}x)")
     by_class: dict = {}
     for r in rows:
         by_class.setdefault(r["class"], []).append(r)
@@ -234,7 +256,9 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", choices=["full"], default="full")
     ap.add_argument("--refill", action="store_true", help="with --from-rows: add the fill "
                     "options to decode rows that lack them (modelling the missing counts)")
+    ds.add_engine_options(ap)
     a = ap.parse_args(argv)
+    engine = ds.engine_of(ap, a)
     cases = grid(a.only_configs, a.kv, a.batches, a.kinds, a.features, a.kv_dtypes,
                  a.block_sizes)
     if a.list:
@@ -265,7 +289,7 @@ def main(argv=None) -> int:
             a.rows_out.write_text("".join(json.dumps(r) + "\n" for r in seen.values()))
         classes, rows = build([], rows=list(seen.values()))
     else:
-        classes, rows = build(cases, rows_out=a.rows_out)
+        classes, rows = build(cases, rows_out=a.rows_out, engine=engine, progress=True)
     beyond = report(classes, rows)
     committed = read_table()["classes"]
     if a.check:
@@ -280,4 +304,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # run as the importable module (tools.dispatch_tables, not __main__), so that a task's
+    # function reaches forked processes and Ray workers by reference
+    from tools import dispatch_tables
+    raise SystemExit(dispatch_tables.main())

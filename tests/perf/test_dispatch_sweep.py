@@ -65,3 +65,48 @@ def test_heads_argument_is_checked_before_any_run(capsys):
     with pytest.raises(SystemExit):
         sweep.main(["--heads", "32/5"])
     assert "--heads" in capsys.readouterr().err
+
+
+# the engine (rocke.tasks): one task a problem, the output the serial run's byte for byte
+TINY = ["--dtypes", "f16", "--head-sizes", "64", "--heads", "8/2", "--kv", "512", "--kinds",
+        "decode", "--batches", "1", "4", "--segments", "2"]
+
+
+def sweep_output(capsys, json_path, *extra):
+    """(stdout, the --json file's bytes, stderr) of one dispatch_sweep run of TINY, every cache
+    of this process emptied first (forked processes start from the parent's caches)."""
+    sweep._INPUTS.clear()
+    sweep._PROFILES.clear()
+    assert sweep.main([*TINY, "--json", str(json_path), *extra]) == 0
+    captured = capsys.readouterr()
+    return captured.out, json_path.read_bytes(), captured.err
+
+
+@pytest.mark.parametrize("extra, words", [(["--jobs", "0"], "--jobs: must be at least 1"),
+                                          (["--ray", "not an address"], "--ray: want HOST:PORT")])
+def test_a_bad_engine_is_refused_before_any_run(capsys, monkeypatch, extra, words):
+    monkeypatch.setattr(sweep, "sweep_case", lambda *a: pytest.fail("ran"))
+    with pytest.raises(SystemExit):
+        sweep.main([*TINY, *extra])
+    assert words in capsys.readouterr().err
+
+
+def test_forked_processes_give_the_serial_output(tmp_path, capsys):
+    """Two decode problems (fp16 d64, 8/2 heads, 1 and 4 sequences x 512 keys) serially and in
+    two forked processes (--jobs 2): the printed table and summary and the written JSON are
+    identical byte for byte, and so are tools/dispatch_tables.py's rows, log and classes."""
+    out, js, err = sweep_output(capsys, tmp_path / "serial.json")
+    jobs_out, jobs_js, jobs_err = sweep_output(capsys, tmp_path / "jobs.json", "--jobs", "2")
+    assert "(serial)" in err and "(2 processes)" in jobs_err
+    assert out.count("\n") == 6 and "decode [1x512]x4 h8/2 f16 d64: dispatcher" in out
+    assert (jobs_out, jobs_js) == (out, js)
+    from rocke import tasks
+    from tools import dispatch_tables as dt
+    cases = [sweep.Case("decode", ((1, 512),), b, 8, 2, "f16", 64) for b in (1, 4)]
+    built = {}
+    for engine in (tasks.Engine("serial", 1), tasks.Engine("processes", 2)):
+        sweep._INPUTS.clear()
+        sweep._PROFILES.clear()
+        log = []
+        built[engine.kind] = (*dt.build(cases, log=log.append, engine=engine), log)
+    assert built["processes"] == built["serial"] and len(built["serial"][2]) == 2
