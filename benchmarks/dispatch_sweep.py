@@ -46,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.engine import add_engine_options, engine_of, run_ordered  # noqa: E402,F401
 from rocke.arch.costs import costs_for  # noqa: E402
 from rocke.kernels.common import attention_unified as au  # noqa: E402
 from rocke.perf import model_time  # noqa: E402
@@ -302,54 +303,6 @@ def sweep_task(item) -> dict:
     return sweep_case(case, counts)
 
 
-def add_engine_options(ap) -> None:
-    ap.add_argument("--jobs", type=int, metavar="N",
-                    help="model the problems in N forked processes, one task a problem (default: "
-                         "serially); with --ray and no address: the local Ray cluster's CPUs")
-    ap.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
-                    help="one task a problem on a Ray cluster (pip install 'rocke[cluster]'): "
-                         "--ray alone connects to RAY_ADDRESS, else starts a local cluster; "
-                         "--ray HOST:PORT (or ray://...) a running one, whose nodes hold this "
-                         "checkout at the same path; --ray local a local one")
-
-
-def engine_of(ap, a):
-    """rocke.tasks.choose of --ray / --jobs, its refusal an argparse error before any work. On
-    Ray the workers import this checkout's benchmarks/ and tools/ (and tests/kernels' inputs):
-    its root joins PYTHONPATH, which a local cluster's workers inherit (a running cluster's
-    workers get the driver's working directory: run from the checkout's root)."""
-    from rocke import tasks
-    if a.jobs is not None and a.jobs < 1:
-        ap.error(f"--jobs: must be at least 1, got {a.jobs}")
-    try:
-        engine = tasks.choose(a.ray, a.jobs)
-    except tasks.EngineError as e:
-        ap.error(str(e))
-    if engine.kind == "ray":
-        path = os.environ.get("PYTHONPATH", "")
-        if str(ROOT) not in path.split(os.pathsep):
-            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
-    return engine
-
-
-def run_ordered(fn, items, engine, label: str, describe=lambda result: ""):
-    """fn's results over ``items`` on ``engine`` (rocke.tasks.run), in the items' order -- each
-    as soon as every earlier one is done, so what the caller prints or writes is the serial
-    run's byte for byte -- with a progress line on stderr per finished task (a bar where stderr
-    is a terminal)."""
-    import time
-    from rocke import tasks
-    items = list(items)
-    t0 = time.monotonic()
-    bar = sys.stderr.isatty()
-
-    def done(count, i, result):
-        if not bar:
-            print(f"{label}: {count}/{len(items)} done, {time.monotonic() - t0:.0f} s "
-                  f"({engine.describe()}){describe(result)}", file=sys.stderr, flush=True)
-    return tasks.ordered(tasks.run(fn, items, engine, progress=label if bar else None), done)
-
-
 def fmt(t: dict[int, float]) -> str:
     return "/".join(f"{t[c]:.1f}" for c in LATENCIES)
 
@@ -404,7 +357,8 @@ def main(argv=None) -> int:
         print(f"at {c} cycles: dispatcher within {100 * (worst[c][0] - 1):.1f} % of the "
               f"modelled-fastest option everywhere (worst: {worst[c][1]})")
     if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+        from rocke.fileio import write_output
+        write_output(a.json, json.dumps(rows, indent=1).encode())
     return 0
 
 

@@ -26,7 +26,7 @@ time <= 0.8x the peer's), also at memory round trips of 1000 / 2000 / 4000 cycle
 
 Run:  .venv/bin/python benchmarks/profile.py [--shapes ...] [--grid default|vllm033]
       [--dtypes f16 bf16] [--head-sizes 64 128 256] [--backends auto 2d 3d peer peer-own]
-      [--vllm-wheel PATH] [--json FILE] [--plot FILE.png]
+      [--vllm-wheel PATH] [--json FILE] [--plot FILE.png] [--jobs N | --ray [ADDRESS]]
 (--plot: a roofline picture of every row against MI300X's limits, labelled "modelled MI300X")
 """
 from __future__ import annotations
@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from dataclasses import replace  # noqa: E402
 
+from benchmarks.engine import add_engine_options, engine_of, run_ordered  # noqa: E402
 from rocke.arch.costs import MI300X  # noqa: E402
 from rocke.kernels.common import attention_unified as au  # noqa: E402
 from rocke.kernels.common.tolerances import attention_atol  # noqa: E402
@@ -143,6 +144,16 @@ def run(shape: Shape, dtype: str, d: int, backend: str, vllm_wheel=None) -> dict
     return _row(shape, dtype, d, backend, record.plan.path,
                 g.num_segments if record.plan.path == "3d" else None,
                 [(rep.kernel, rep.profile) for rep in record.reports], args, wall)
+
+
+def row_task(item) -> dict:
+    """One row's task (rocke.tasks: serial, --jobs, --ray): ``run`` of (shape, dtype, head size,
+    backend, vLLM wheel), or ``{"not_run": reason}`` for a combination the backend refuses."""
+    shape, dtype, d, backend, vllm_wheel = item
+    try:
+        return run(shape, dtype, d, backend, vllm_wheel)
+    except (NotImplementedError, ValueError) as e:
+        return {"not_run": str(e)}
 
 
 def _row(shape, dtype, d, backend, path, segments, kernels_profiles, args, wall) -> dict:
@@ -288,6 +299,7 @@ def main(argv=None) -> int:
     ap.add_argument("--plot", help="write a roofline picture (PNG) of every row to this file")
     ap.add_argument("--segments", nargs="+", type=int,
                     help="also run the 3D path at these segment counts (decode shape)")
+    add_engine_options(ap, "row (shape, dtype, head size, backend)")
     a = ap.parse_args(argv)
     # every flag is checked before any emulation runs
     if a.grid == "vllm033" and a.shapes:
@@ -323,6 +335,7 @@ def main(argv=None) -> int:
         if not Path(a.plot).resolve().parent.is_dir():
             ap.error(f"--plot: directory of {a.plot!r} does not exist")
         import matplotlib  # noqa: F401  (optional dependency: fail now, not after the runs)
+    engine = engine_of(ap, a)
     print("times are modelled MI300X time (rocke.perf), from exact emulator counters; "
           "emulator wall time is CPU time, not GPU time")
     if "peer" in a.backends:
@@ -334,34 +347,34 @@ def main(argv=None) -> int:
     else:
         runs = [(SHAPES[name], dt, d) for name in (a.shapes or list(SHAPES))
                 for dt in a.dtypes for d in a.head_sizes]
-    for shape, dt, d in runs:
-        for backend in a.backends:
-            try:
-                row = run(shape, dt, d, backend, a.vllm_wheel)
-            except (NotImplementedError, ValueError) as e:
-                print(f"{shape.name} {dt} d{d} {backend}: not run ({e})")
-                continue
-            rows.append(row)
-            if not row["max_abs_error"] <= row["atol"]:
-                bad.append(f"{shape.name} {dt} d{d} {backend}")
-            c = row["counters"]
-            seg = f" {row['segments']} segments" if row["segments"] else ""
-            per = "; ".join(f"{l['kernel']} {l['modelled_us']} us ({l['binding']}, "
-                            f"{l['occupancy']['waves_per_simd']} waves/SIMD)"
-                            for l in row["launches"])
-            print(f"{shape.name} {dt} d{d} {backend:4s} -> {row['path']}{seg}: modelled "
-                  f"MI300X {row['modelled_us']} us [{per}] (at a memory round trip of "
-                  + ", ".join(f"{k} cycles: {v} us" for k, v in
-                              row["modelled_us_at_latency"].items())
-                  + f") | valu {c['valu']} mfma "
-                  f"{c['mfma']} ds {c['ds']} vmem {c['vmem']} | read "
-                  f"{c['global_read_bytes']} B write {c['global_write_bytes']} B unique "
-                  f"{c['unique_read_bytes']}/{c['unique_write_bytes']} B | LDS conflicts "
-                  f"{c['lds_bank_conflicts']} | max |out - ref| "
-                  f"{row['max_abs_error']:.1e}"
-                  + ("" if row["max_abs_error"] <= row["atol"] else
-                     f" OUTSIDE the tolerance {row['atol']}")
-                  + f" (emulated in {row['emulator_wall_s']} s)")
+    items = [(shape, dt, d, backend, a.vllm_wheel) for shape, dt, d in runs
+             for backend in a.backends]
+    for (shape, dt, d, backend, _), row in zip(items, run_ordered(row_task, items, engine,
+                                                                   "profile")):
+        if "not_run" in row:
+            print(f"{shape.name} {dt} d{d} {backend}: not run ({row['not_run']})")
+            continue
+        rows.append(row)
+        if not row["max_abs_error"] <= row["atol"]:
+            bad.append(f"{shape.name} {dt} d{d} {backend}")
+        c = row["counters"]
+        seg = f" {row['segments']} segments" if row["segments"] else ""
+        per = "; ".join(f"{l['kernel']} {l['modelled_us']} us ({l['binding']}, "
+                        f"{l['occupancy']['waves_per_simd']} waves/SIMD)"
+                        for l in row["launches"])
+        print(f"{shape.name} {dt} d{d} {backend:4s} -> {row['path']}{seg}: modelled "
+              f"MI300X {row['modelled_us']} us [{per}] (at a memory round trip of "
+              + ", ".join(f"{k} cycles: {v} us" for k, v in
+                          row["modelled_us_at_latency"].items())
+              + f") | valu {c['valu']} mfma "
+              f"{c['mfma']} ds {c['ds']} vmem {c['vmem']} | read "
+              f"{c['global_read_bytes']} B write {c['global_write_bytes']} B unique "
+              f"{c['unique_read_bytes']}/{c['unique_write_bytes']} B | LDS conflicts "
+              f"{c['lds_bank_conflicts']} | max |out - ref| "
+              f"{row['max_abs_error']:.1e}"
+              + ("" if row["max_abs_error"] <= row["atol"] else
+                 f" OUTSIDE the tolerance {row['atol']}")
+              + f" (emulated in {row['emulator_wall_s']} s)")
     if a.segments:
         for dt in a.dtypes:
             for d in a.head_sizes:
@@ -406,4 +419,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # run as the importable module (benchmarks.profile, not __main__), so that row_task and the
+    # shapes reach forked processes and Ray workers by reference
+    from benchmarks import profile
+    raise SystemExit(profile.main())

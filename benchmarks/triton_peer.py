@@ -232,7 +232,8 @@ def compile_kernel(name: str, values: dict, constexprs: dict) -> Compiled:
                         tuple(d["runtime_args"]), d["extra_pointers"])
     compiled = _triton_compile(name, sig, constexprs, divisible)
     CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(compiled.__dict__))
+    from rocke.fileio import write_output
+    write_output(path, json.dumps(compiled.__dict__).encode())   # atomic: side-by-side tasks
     from rocke import env
     if env.write_peer_fixtures():      # tools (ROCKE_WRITE_PEER_FIXTURES=1): refresh the fixtures
         FIXTURES.mkdir(parents=True, exist_ok=True)

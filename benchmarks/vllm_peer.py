@@ -49,6 +49,8 @@ from pathlib import Path
 
 import torch
 
+from rocke.fileio import write_output
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".rocke-cache" / "vllm_peer"
 KERNEL_FILE = "v1/attention/ops/triton_unified_attention.py"
@@ -254,7 +256,7 @@ def load_kernels(src: VllmSource):
     for rel, text in ((HELPERS_FILE, src.helpers), (KERNEL_FILE, src.kernel)):
         f = where / rel
         if not f.exists() or f.read_text() != text:
-            f.write_text(text)
+            write_output(f, text.encode())     # atomic: side-by-side tasks (--jobs, --ray)
         files[rel] = f
     stand_ins = _stand_ins()
     saved = {n: sys.modules.get(n) for n in stand_ins}
@@ -415,8 +417,8 @@ def compile_call(fn, src: VllmSource, kwargs: dict) -> Compiled:
     compiled = Compiled(asm, c.metadata.name, (64 * c.metadata.num_warps, 1, 1),
                         c.metadata.shared, runtime, len(explicit) - len(runtime))
     CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dict(compiled.__dict__, triton=triton.__version__,
-                                    vllm=src.version)))
+    write_output(path, json.dumps(dict(compiled.__dict__, triton=triton.__version__,
+                                       vllm=src.version)).encode())   # atomic, as above
     return compiled
 
 

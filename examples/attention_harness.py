@@ -507,15 +507,8 @@ def add_compile_only_flag(parser) -> None:
 
 def add_engine_flags(parser) -> None:
     """``--jobs N`` and ``--ray [ADDRESS]``: how the shape grid runs (``choose_engine``)."""
-    parser.add_argument("--jobs", type=int, default=None, metavar="N",
-                        help="run the shapes in N forked processes, one task per shape (default: "
-                             "serially, here); with --ray and no address: the local Ray "
-                             "cluster's CPUs (default: this machine's)")
-    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                        help="run one task per shape on a Ray cluster (pip install "
-                             "'rocke[cluster]'): --ray alone connects to RAY_ADDRESS, else starts "
-                             "a local cluster; --ray HOST:PORT (or ray://...) a running one; "
-                             "--ray local a local one")
+    from rocke import tasks
+    tasks.add_arguments(parser, "shape")
 
 
 def choose_engine(args, device: str):
@@ -524,8 +517,6 @@ def choose_engine(args, device: str):
     either with --compile-only (which builds serially) or on a GPU (hip, or the emulator on
     CUDA: shapes side by side would share it, and skew its timings)."""
     from rocke import tasks
-    if args.jobs is not None and args.jobs < 1:
-        raise refuse(f"--jobs must be >= 1, got {args.jobs}")
     side_by_side = args.ray is not None or (args.jobs or 1) > 1
     if side_by_side and getattr(args, "compile_only", False):
         raise refuse("--jobs / --ray run the shapes' launches; --compile-only builds serially: "
@@ -535,7 +526,7 @@ def choose_engine(args, device: str):
         raise refuse(f"--jobs / --ray run shapes side by side, which would share {where} and "
                      "skew its timings: drop them (a GPU runs the shapes serially)")
     try:
-        return tasks.choose(args.ray, args.jobs)
+        return tasks.from_arguments(args.jobs, args.ray)
     except tasks.EngineError as exc:
         raise refuse(str(exc)) from None
 

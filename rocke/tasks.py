@@ -89,6 +89,28 @@ def choose(ray: str | None, jobs: int | None = None) -> Engine:
     return Engine("ray", jobs, None if address == LOCAL else address)
 
 
+def add_arguments(parser, unit: str = "task") -> None:
+    """``--jobs N`` and ``--ray [ADDRESS]`` on an argparse ``parser`` (the benchmarks' and the
+    harnesses' one wording); ``from_arguments`` turns them into an Engine. ``unit``: what one
+    task is (a problem, a shape, a row)."""
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help=f"run in N forked processes, one task a {unit} (default: serially, "
+                             "here); with --ray and no address: the local Ray cluster's CPUs "
+                             "(default: this machine's)")
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help=f"one task a {unit} on a Ray cluster ({INSTALL_HINT}): --ray alone "
+                             "connects to RAY_ADDRESS, else starts a local cluster; --ray "
+                             "HOST:PORT (or ray://...) a running one; --ray local a local one")
+
+
+def from_arguments(jobs: int | None, ray: str | None) -> Engine:
+    """``choose`` for ``add_arguments``' values, also refusing ``--jobs`` below 1 (EngineError,
+    before any work)."""
+    if jobs is not None and jobs < 1:
+        raise EngineError(f"--jobs must be at least 1, got {jobs}")
+    return choose(ray, jobs)
+
+
 def _reachable(address: str, timeout: float) -> None:
     """Raise EngineError unless ``HOST:PORT`` accepts a TCP connection within ``timeout``
     (ray.init itself waits minutes for an address that does not answer)."""
@@ -178,6 +200,24 @@ def ordered(pairs: Iterable[tuple[int, object]], done: Callable | None = None) -
     if held:
         raise ValueError(f"tasks.ordered: results {sorted(held)} came without those before "
                          f"them (missing index {following})")
+
+
+def run_in_order(fn: Callable, items: Iterable, engine: Engine, label: str,
+                 describe: Callable = lambda result: "") -> Iterator:
+    """``fn``'s results over ``items`` in the items' order (``run`` then ``ordered``): each as
+    soon as every earlier one is done, so what a caller prints or writes is the serial run's
+    byte for byte whatever the engine. Progress on stderr: a bar where it is a terminal, else a
+    line per finished task (``label: k/n done, T s (engine)`` + ``describe(result)``)."""
+    import time
+    items = list(items)
+    t0 = time.monotonic()
+    bar = sys.stderr.isatty()
+
+    def done(count, i, result):
+        if not bar:
+            print(f"{label}: {count}/{len(items)} done, {time.monotonic() - t0:.0f} s "
+                  f"({engine.describe()}){describe(result)}", file=sys.stderr, flush=True)
+    return ordered(run(fn, items, engine, progress=label if bar else None), done)
 
 
 def _indexed(pair):

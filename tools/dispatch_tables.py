@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import dispatch_sweep as ds  # noqa: E402
+from benchmarks import engine as engines  # noqa: E402
 from rocke.kernels.gfx942 import attention_dispatch as ad  # noqa: E402
 
 TABLE = ROOT / "rocke" / "kernels" / "gfx942" / ad.MODEL_TABLE_FILE
@@ -178,7 +179,7 @@ def build(cases: list, log=print, rows_out: Path | None = None, rows=(), engine=
     rows = list(rows)
     engine = engine or tasks.Engine("serial", 1)
     if progress:
-        results = ds.run_ordered(model_task, cases, engine, "dispatch_tables", describe=lambda
+        results = engines.run_ordered(model_task, cases, engine, "dispatch_tables", describe=lambda
                                  done: f"; {done[0]['case']} modelled in {done[1]:.0f} s")
     else:
         results = tasks.ordered(tasks.run(model_task, cases, engine))
@@ -256,9 +257,9 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", choices=["full"], default="full")
     ap.add_argument("--refill", action="store_true", help="with --from-rows: add the fill "
                     "options to decode rows that lack them (modelling the missing counts)")
-    ds.add_engine_options(ap)
+    engines.add_engine_options(ap)
     a = ap.parse_args(argv)
-    engine = ds.engine_of(ap, a)
+    engine = engines.engine_of(ap, a)
     cases = grid(a.only_configs, a.kv, a.batches, a.kinds, a.features, a.kv_dtypes,
                  a.block_sizes)
     if a.list:

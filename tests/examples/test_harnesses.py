@@ -526,7 +526,7 @@ def test_bad_engine_flags_are_one_line_before_any_work(monkeypatch, capsys):
     """--jobs 0, --ray without Ray, a bad --ray address, --jobs with --compile-only, and
     --jobs on a GPU (the shapes would share it): each one line on stderr, exit 2, nothing run."""
     monkeypatch.setenv("ROCKE_DEVICE", "emu")
-    cases = [(["--jobs", "0"], "error: --jobs must be >= 1, got 0"),
+    cases = [(["--jobs", "0"], "error: --jobs must be at least 1, got 0"),
              (["--ray", "no address"], "error: --ray: want HOST:PORT"),
              (["--jobs", "2", "--compile-only"], "error: --jobs / --ray run the shapes' "
                                                  "launches; --compile-only builds serially")]

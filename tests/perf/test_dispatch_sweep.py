@@ -82,7 +82,7 @@ def sweep_output(capsys, json_path, *extra):
     return captured.out, json_path.read_bytes(), captured.err
 
 
-@pytest.mark.parametrize("extra, words", [(["--jobs", "0"], "--jobs: must be at least 1"),
+@pytest.mark.parametrize("extra, words", [(["--jobs", "0"], "--jobs must be at least 1"),
                                           (["--ray", "not an address"], "--ray: want HOST:PORT")])
 def test_a_bad_engine_is_refused_before_any_run(capsys, monkeypatch, extra, words):
     monkeypatch.setattr(sweep, "sweep_case", lambda *a: pytest.fail("ran"))
