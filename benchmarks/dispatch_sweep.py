@@ -36,6 +36,7 @@ Run:  .venv/bin/python benchmarks/dispatch_sweep.py [--dtypes f16 bf16] [--head-
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -194,7 +195,7 @@ def profiles(case: Case, path: str, ns: int = 1):
     from rocke.kernels.gfx942 import reduce_segments as kr
     from rocke.runtime import launch
     args, sp = sampled_inputs(case)
-    specs = narrow_3d_specs(sp) if path == "3d-narrow" else full_problem_specs(case, sp, path)
+    specs = option_specs(case, path)
     key = (case.pattern, sp.num_queries_per_kv, case.dtype, case.d, case.block_size, path, ns,
            specs[0].kernel_name, case.target, case.window, case.softcap, case.kv)
     if key in _PROFILES:
@@ -227,9 +228,64 @@ def profiles(case: Case, path: str, ns: int = 1):
     return _PROFILES[key]
 
 
+def option_specs(case: Case, path: str) -> tuple:
+    """The specs one option launches for ``case`` (what ``profiles`` emulates)."""
+    _, sp = sampled_inputs(case)
+    return tuple(narrow_3d_specs(sp) if path == "3d-narrow" else full_problem_specs(case, sp, path))
+
+
+# what a modelled time depends on besides the launched kernels' IR (and their families' host
+# side): the emulator that counted, the model and its constants, the runtime that launched,
+# the shared attention host code, this harness and its inputs
+MODELLED_SOURCES = ("rocke/emu", "rocke/perf", "rocke/arch", "rocke/runtime",
+                    "rocke/kernels/common", "benchmarks/dispatch_sweep.py",
+                    "tests/kernels/unified_inputs.py")
+
+
+@functools.lru_cache(maxsize=1)
+def _modelled_sources() -> str:
+    from rocke.compiler.results import sources_digest
+    return sources_digest(*(ROOT / p for p in MODELLED_SOURCES))
+
+
+def modelled_key(case: Case, path: str, ns: int) -> str:
+    """The result store's key of one option's modelled times: the launched kernels' IR (and
+    their families' modules), the case, the option, and MODELLED_SOURCES' digest -- an edit of
+    one kernel family moves only the keys of the options that launch it."""
+    import dataclasses
+    import importlib
+    from rocke.arch import get_target
+    from rocke.compiler.results import result_key, sources_digest
+    specs = option_specs(case, path)
+    kernels = [importlib.import_module(type(s).__module__).build(s) for s in specs]
+    ir = "\n".join(k.ir() for k in kernels)
+    families = sources_digest(*{importlib.import_module(type(s).__module__).__file__
+                                for s in specs})
+    return result_key("dispatch_sweep.modelled", ir, get_target(case.target).target_id,
+                      {"case": dataclasses.asdict(case), "path": path, "ns": ns,
+                       "latencies": list(LATENCIES), "families": families,
+                       "sources": _modelled_sources()})
+
+
 def modelled(case: Case, path: str, ns: int = 1) -> dict[int, float]:
     """{latency cycles: modelled us on the target's GPU} of one option on the full problem
-    (launches add)."""
+    (launches add); kept in the result store (ROCKE_RESULTS_DIR) under ``modelled_key``, so a
+    re-run models only the options whose kernels (or the emulator, model or inputs) moved."""
+    from rocke.compiler.results import default_store
+    store = default_store()
+    key = modelled_key(case, path, ns) if store is not None else None
+    found = store.get(key) if store is not None else None
+    if isinstance(found, dict) and sorted(found) == sorted(str(c) for c in LATENCIES) \
+            and all(isinstance(v, float) for v in found.values()):
+        return {c: found[str(c)] for c in LATENCIES}
+    out = model_option(case, path, ns)
+    if store is not None:
+        store.put(key, {str(c): float(v) for c, v in out.items()})
+    return out
+
+
+def model_option(case: Case, path: str, ns: int = 1) -> dict[int, float]:
+    """``modelled`` computed: the option's launches emulated (``profiles``) and modelled."""
     reps = case.batch * case.hk
     out = dict.fromkeys(LATENCIES, 0.0)
     for prof in profiles(case, path, ns):

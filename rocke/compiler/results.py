@@ -48,6 +48,19 @@ def result_key(kind: str, ir: str, target: str, options: dict | None = None) -> 
     return h.hexdigest()
 
 
+def sources_digest(*paths: str | Path) -> str:
+    """sha256 of the Python sources at ``paths`` (files, or directories searched for ``*.py``),
+    names and bytes: for results that depend on code besides a kernel's IR (the emulator that
+    counted, the model that timed, a harness's inputs), so that a change there moves their keys
+    and a change elsewhere does not."""
+    h = hashlib.sha256()
+    for root in sorted(Path(p).resolve() for p in paths):
+        files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+        for f in files:
+            h.update(f"{f.relative_to(root.parent)}".encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 class ResultStore:
     """Content-addressed JSON values under ``root`` (see the module's docstring). ``hits``,
     ``misses`` and ``corrupt`` count this object's lookups."""

@@ -110,3 +110,22 @@ def test_forked_processes_give_the_serial_output(tmp_path, capsys):
         log = []
         built[engine.kind] = (*dt.build(cases, log=log.append, engine=engine), log)
     assert built["processes"] == built["serial"] and len(built["serial"][2]) == 2
+
+
+# the result store: an option's modelled times kept under its kernels' IR and the code they
+# depend on (benchmarks/dispatch_sweep.modelled_key)
+def test_modelled_times_come_from_the_store_and_move_with_one_family(tmp_path, monkeypatch):
+    """A second run is answered by the store (no emulation); an edit that moves only
+    reduce_segments' IR moves the 3D options' keys (they launch it) and keeps the 2D one's."""
+    monkeypatch.setenv("ROCKE_RESULTS_DIR", str(tmp_path / "results"))
+    case = sweep.Case("decode", ((1, 512),), 4, 8, 2, "f16", 64)
+    first = {opt: sweep.modelled(case, *opt) for opt in (("2d", 1), ("3d", 2))}
+    keys = {opt: sweep.modelled_key(case, *opt) for opt in first}
+    monkeypatch.setattr(sweep, "model_option", lambda *a: pytest.fail("modelled again"))
+    assert {opt: sweep.modelled(case, *opt) for opt in first} == first
+    from rocke.kernels.gfx942 import reduce_segments
+    monkeypatch.setattr(reduce_segments, "SEGMENTS_PER_TRIP", 16)
+    assert sweep.modelled_key(case, "2d", 1) == keys[("2d", 1)]
+    assert sweep.modelled_key(case, "3d", 2) != keys[("3d", 2)]
+    with pytest.raises(pytest.fail.Exception, match="modelled again"):
+        sweep.modelled(case, "3d", 2)
