@@ -9,7 +9,9 @@ problem (tools/dispatch_tables.py, ALGORITHM.md §10.0), else the rule tables.
 Sampling (so each emulation stays small): a problem is a *pattern* of sequences repeated
 `batch` times over `num_kv_heads` KV heads. Every KV head and every repeat of the pattern does
 the same work, so the emulator runs the pattern once over ONE KV head (its q-blocks, its
-segments) and rocke.perf.model_time repeats those workgroups over the full grid (`grid=`, the
+segments, and all its query heads: a GQA group above 16 is split over `group_split` q-head
+blocks, the sample's grid taken from the real launch's, attention_launch.launch_geometries) and
+rocke.perf.model_time repeats those workgroups over the full grid (`grid=`, the
 schedule's rounds and tail over the target's CUs: 304, or MI355X's 256) with the full DRAM footprint (`footprint=`: unique
 bytes x batch x KV heads). The workgroup multiset is exact; the dispatch order within it is
 the sample's repeated, not the hardware's x-fastest order. The dispatcher sees the full problem.
@@ -190,12 +192,16 @@ def profiles(case: Case, path: str, ns: int = 1):
     """[(LaunchProfile, sampled grid, scale of the grid's repeated axis)] of one option, cached
     per sampled problem (the profile does not depend on batch or KV heads)."""
     import torch
+    from rocke.kernels.gfx942 import attention_launch as al
     from rocke.kernels.gfx942 import attention_tiled_2d as k2
     from rocke.kernels.gfx942 import attention_tiled_3d as k3
     from rocke.kernels.gfx942 import reduce_segments as kr
     from rocke.runtime import launch
     args, sp = sampled_inputs(case)
     specs = option_specs(case, path)
+    # the grids of the real launch (attention_launch.launch_geometries) over the sampled problem:
+    # its one KV head's q-head blocks, all group_split of them for a GQA group above 16
+    geometries = al.launch_geometries(sp, specs, None if path == "2d" else ns)
     key = (case.pattern, sp.num_queries_per_kv, case.dtype, case.d, case.block_size, path, ns,
            specs[0].kernel_name, case.target, case.window, case.softcap, case.kv)
     if key in _PROFILES:
@@ -207,7 +213,7 @@ def profiles(case: Case, path: str, ns: int = 1):
     if path == "2d":
         (spec,) = specs
         a = k2.kernel_args(spec, q, k, v, out, *common, **cache, **case.features)
-        g, b = k2.launch_geometry(spec, sp.num_seqs, sp.total_q, 1)
+        ((g, b),) = geometries
         runs = [(au.compiled(spec), g, b, a)]
     else:
         spec3, spec_r = specs
@@ -218,9 +224,8 @@ def profiles(case: Case, path: str, ns: int = 1):
         a3 = k3.kernel_args(spec3, q, k, v, so, sm, se, args["block_table"],
                             args["cu_seqlens_q"], args["seqused_k"],
                             float(args["softmax_scale"]), ns, **cache, **case.features)
-        g3, b3 = k3.launch_geometry(spec3, sp.num_seqs, sp.total_q, 1, ns)
         ar = kr.kernel_args(spec_r, so, sm, se, out, ns)
-        gr, br = kr.launch_geometry(spec_r, sp.total_q, hq)
+        (g3, b3), (gr, br) = geometries
         runs = [(au.compiled(spec3), g3, b3, a3), (au.compiled(spec_r), gr, br, ar)]
     with emulating_as(case.target):
         _PROFILES[key] = [launch(c, g, b, a, device="emu", profile=True).profile

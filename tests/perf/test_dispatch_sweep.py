@@ -1,5 +1,6 @@
 """benchmarks/dispatch_sweep.py's sampling: one KV head x one repeat of the sequence pattern,
 modelled over the full grid, gives the modelled time of emulating the whole problem."""
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -12,40 +13,102 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import dispatch_sweep as sweep  # noqa: E402
 from rocke.arch.costs import MI300X, MI355X  # noqa: E402
+from rocke.kernels.common.knobs import AttentionKnobs  # noqa: E402
 from rocke.kernels.common import attention_unified as au  # noqa: E402
-from rocke.kernels.gfx942 import attention_tiled_3d as k3, reduce_segments as kr  # noqa: E402
 from rocke.perf import model_time  # noqa: E402
 from rocke.runtime import launch  # noqa: E402
 from tests.kernels.unified_inputs import make_inputs  # noqa: E402
 
 
 def full_3d(seqs, hq, hk, d, ns, target="gfx942", costs=MI300X):
-    """Modelled us per latency of the whole problem, every workgroup emulated."""
+    """Modelled us per latency of the whole problem, every workgroup emulated, launched as the
+    entry point launches it (the target's plan packed by attention_dispatch.launches: its grids,
+    a GQA group above 16 split over group_split q-head blocks per KV head)."""
     args = make_inputs(seqs, hq=hq, hk=hk, d=d, bs=64, dtype="f16", seed=0)
     p = au.describe_problem(*(args[n] for n in sweep.NAMES))
-    spec3, spec_r = au.attention_target(target).plan(p, "3d").specs
-    so = torch.empty(p.total_q, hq, ns, d)
-    sm, se = torch.empty(p.total_q, hq, ns), torch.empty(p.total_q, hq, ns)
-    a3 = k3.kernel_args(spec3, args["q"], args["k"], args["v"], so, sm, se, args["block_table"],
-                        args["cu_seqlens_q"], args["seqused_k"], float(args["softmax_scale"]), ns)
-    g3, b3 = k3.launch_geometry(spec3, p.num_seqs, p.total_q, hk, ns)
-    ar = kr.kernel_args(spec_r, so, sm, se, args["out"], ns)
-    gr, br = kr.launch_geometry(spec_r, p.total_q, hq)
+    ad = au.attention_target(target)
+    the_plan = ad.plan(p, "3d", num_segments=ns)
+    workspaces = (torch.empty(p.total_q, hq, ns, d), torch.empty(p.total_q, hq, ns),
+                  torch.empty(p.total_q, hq, ns))
+    runs, _ = ad.launches(the_plan, [au.compiled(s) for s in the_plan.specs], args["q"],
+                          args["k"], args["v"], args["out"], args["cu_seqlens_q"],
+                          args["seqused_k"], args["block_table"], float(args["softmax_scale"]),
+                          (), {}, workspaces)
     out = dict.fromkeys(sweep.LATENCIES, 0.0)
-    for c, g, b, a in ((au.compiled(spec3), g3, b3, a3), (au.compiled(spec_r), gr, br, ar)):
+    for c, g, b, a in runs:
         with sweep.emulating_as(target):
             prof = launch(c, g, b, a, device="emu", profile=True).profile
         for cycles in sweep.LATENCIES:
             out[cycles] += model_time(prof, costs=replace(costs, memory_latency_cycles=cycles)).us
-    return out
+    return out, [g for _, g, _, _ in runs]
 
 
-def test_sampled_sweep_models_the_full_problem():
-    case = sweep.Case("decode", ((1, 256),), 2, 8, 2, "f16", 64)
+@pytest.mark.parametrize("hq, hk", [(8, 2), (64, 2)])
+def test_sampled_sweep_models_the_full_problem(hq, hk, monkeypatch):
+    """GQA 4 and GQA 32: the sample (one KV head, one repeat) modelled over the full grid equals
+    emulating every workgroup of the real launch, and models as many workgroups as that launch
+    has. GQA 32's 32 query heads a KV head run as group_split = 2 q-head blocks of 16: the
+    sample launches both (it once launched one: half the query heads and half the workgroups
+    modelled, a time within 2 % here only because this small grid is far from filling the
+    CUs)."""
+    grids = []
+    model = sweep.model_time
+    monkeypatch.setattr(sweep, "model_time",
+                        lambda prof, **kw: grids.append(kw["grid"]) or model(prof, **kw))
+    case = sweep.Case("decode", ((1, 256),), 2, hq, hk, "f16", 64)
     sampled = sweep.modelled(case, "3d", 4)
-    full = full_3d([(1, 256)] * 2, 8, 2, 64, 4)
+    full, real_grids = full_3d([(1, 256)] * 2, hq, hk, 64, 4)
     for cycles in sweep.LATENCIES:
         assert sampled[cycles] == pytest.approx(full[cycles], rel=0.02), cycles
+    # per launch (3D, reduction), one model_time call per latency: the modelled workgroups
+    assert [math.prod(g) for g in grids[::len(sweep.LATENCIES)]] == \
+        [math.prod(g) for g in real_grids]
+
+
+def real_launches(case: sweep.Case, path: str, ns: int):
+    """The grids of the full problem's launch as the entry point packs it
+    (attention_dispatch.launches), the plan at `path` (3d-narrow: the sweep's narrow specs)."""
+    from rocke.kernels.gfx942 import attention_dispatch as ad
+    seqs = list(case.pattern) * case.batch
+    args = make_inputs(seqs, hq=case.hq, hk=case.hk, d=case.d, bs=case.block_size,
+                       dtype=case.dtype, seed=0)
+    p = au.describe_problem(*(args[n] for n in sweep.NAMES))
+    the_plan = ad.plan(p, "2d" if path == "2d" else "3d", AttentionKnobs(),
+                       num_segments=None if path == "2d" else ns)
+    if path == "3d-narrow":
+        the_plan = replace(the_plan, specs=sweep.narrow_3d_specs(p))
+    tq, hq, d = p.total_q, p.num_q_heads, p.head_size
+    workspaces = (torch.empty(tq, hq, ns, d), torch.empty(tq, hq, ns), torch.empty(tq, hq, ns))
+    runs, _ = ad.launches(the_plan, [None] * len(the_plan.specs), args["q"], args["k"],
+                          args["v"], args["out"], args["cu_seqlens_q"], args["seqused_k"],
+                          args["block_table"], float(args["softmax_scale"]), (), {}, workspaces)
+    return the_plan.specs, [g for _, g, _, _ in runs]
+
+
+@pytest.mark.parametrize("hq, path, ns", [(64, "2d", 1), (64, "3d", 4), (64, "3d-narrow", 4),
+                                          (16, "2d", 1), (16, "3d", 4)])
+def test_the_sampled_launch_covers_every_query_head_of_its_kv_head(hq, path, ns):
+    """The sampled launch's head axis is the real launch's over one KV head: for GQA 32 (64/2
+    heads, bf16 d128, tools/dispatch_tables.py's bf16/128/64/2) group_split = 2 q-head blocks
+    of 16 heads, the real launch's 2 KV heads x 2 = 4 divided by its 2 KV heads (the sample once
+    launched 1: half the query heads, half the work modelled); for GQA 8 one block. The 2D
+    sample writes every query head of its KV head."""
+    case = sweep.Case("decode", ((1, 1024),), 4, hq, 2, "bf16", 128)
+    args, sp = sweep.sampled_inputs(case)
+    specs, grids = real_launches(case, path, ns)
+    split = specs[0].group_split
+    assert split == (2 if hq == 64 else 1)
+    sweep._PROFILES.clear()
+    args["out"].fill_(7.0)                  # make_inputs' fill: a head never written keeps it
+    profs = sweep.profiles(case, path, ns)
+    head = 0 if path == "2d" and not specs[0].q_major_grid else 1       # the grid's head axis
+    assert profs[0].grid[head] == sp.num_kv_heads * split == grids[0][head] // case.hk
+    # the reduction's workgroups (a token's query heads) repeat exactly over batch x KV heads
+    assert [math.prod(pr.grid) * case.batch * case.hk for pr in profs[1:]] == \
+        [math.prod(g) for g in grids[1:]]
+    if path == "2d":
+        written = (args["out"].float() != 7.0).all(-1).all(0)     # per query head
+        assert bool(written.all()), written.tolist()
 
 
 def test_gfx950_sweep_runs_gfx950_kernels_modelled_as_mi355x():
@@ -55,7 +118,7 @@ def test_gfx950_sweep_runs_gfx950_kernels_modelled_as_mi355x():
     (prof3, _), = [sweep.profiles(case, "3d", 4)]
     assert prof3.kernel.endswith("_gfx950")
     sampled = sweep.modelled(case, "3d", 4)
-    full = full_3d([(1, 256)] * 2, 8, 2, 64, 4, target="gfx950", costs=MI355X)
+    full, _ = full_3d([(1, 256)] * 2, 8, 2, 64, 4, target="gfx950", costs=MI355X)
     for cycles in sweep.LATENCIES:
         assert sampled[cycles] == pytest.approx(full[cycles], rel=0.02), cycles
     assert sampled[2000] != pytest.approx(sweep.modelled(replace(case, target="gfx942"), "3d", 4)[2000])

@@ -35,6 +35,30 @@ def caller_workspaces(workspaces, problem: UnifiedAttentionProblem, num_segments
     return tuple(out)
 
 
+def head_blocks(problem: UnifiedAttentionProblem, spec) -> int:
+    """The attention grid's head axis: a q-head block per KV head, ``group_split`` of them for a
+    GQA group above MAX_GROUP (``attention_dispatch.split_group``, ALGORITHM.md §7.1)."""
+    return problem.num_kv_heads * getattr(spec, "group_split", 1)
+
+
+def launch_geometries(problem: UnifiedAttentionProblem, specs: tuple,
+                      num_segments: int | None = None) -> list:
+    """[(grid, block)] of a plan's kernels, in launch order: the 2D kernel's (``specs`` = (2D,)),
+    or the 3D kernel's over ``num_segments`` and the reduction's (``specs`` = (3D, reduce)). The
+    one place the grids are derived: ``launches`` and benchmarks/dispatch_sweep.py's sampled
+    launches (one KV head) both take them from here."""
+    if len(specs) == 1:
+        (spec,) = specs
+        return [a2.launch_geometry(spec, problem.num_seqs, problem.total_q,
+                                   head_blocks(problem, spec))]
+    spec3, spec_r = specs
+    if num_segments is None:
+        raise ValueError("launch_geometries: the 3D path needs num_segments")
+    return [a3.launch_geometry(spec3, problem.num_seqs, problem.total_q,
+                               head_blocks(problem, spec3), num_segments),
+            reduce_segments.launch_geometry(spec_r, problem.total_q, problem.num_q_heads)]
+
+
 def launches(the_plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k, block_table,
              softmax_scale: float, descales: tuple, features: dict, workspaces=None):
     """(launches, workspace) of a plan: per kernel (compiled, grid, block, args), in order, and
@@ -45,8 +69,7 @@ def launches(the_plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k, block_tab
         (spec,) = the_plan.specs
         args = a2.kernel_args(spec, q, k, v, out, block_table, cu_seqlens_q, seqused_k,
                               softmax_scale, *descales, **features)
-        grid, block = a2.launch_geometry(spec, problem.num_seqs, problem.total_q,
-                                         problem.num_kv_heads * spec.group_split)
+        ((grid, block),) = launch_geometries(problem, the_plan.specs)
         return [(kernels[0], grid, block, args)], ()
     spec3, spec_r = the_plan.specs
     ns = the_plan.geometry.num_segments
@@ -61,9 +84,7 @@ def launches(the_plan, kernels, q, k, v, out, cu_seqlens_q, seqused_k, block_tab
     output_scale = features.pop("output_scale", None)       # reduce_segments quantizes
     args3 = a3.kernel_args(spec3, q, k, v, segm_output, segm_max, segm_expsum, block_table,
                            cu_seqlens_q, seqused_k, softmax_scale, ns, *descales, **features)
-    grid3, block3 = a3.launch_geometry(spec3, problem.num_seqs, problem.total_q,
-                                       problem.num_kv_heads * spec3.group_split, ns)
     args_r = reduce_segments.kernel_args(spec_r, segm_output, segm_max, segm_expsum, out, ns,
                                          output_scale=output_scale)
-    grid_r, block_r = reduce_segments.launch_geometry(spec_r, problem.total_q, hq)
+    (grid3, block3), (grid_r, block_r) = launch_geometries(problem, the_plan.specs, ns)
     return ([(kernels[0], grid3, block3, args3), (kernels[1], grid_r, block_r, args_r)], owned)
