@@ -241,9 +241,10 @@ def option_specs(case: Case, path: str) -> tuple:
 
 # what a modelled time depends on besides the launched kernels' IR (and their families' host
 # side): the emulator that counted, the model and its constants, the runtime that launched,
-# the shared attention host code, this harness and its inputs
+# the shared attention host code (arguments, launch grids), this harness and its inputs
 MODELLED_SOURCES = ("rocke/emu", "rocke/perf", "rocke/arch", "rocke/runtime",
-                    "rocke/kernels/common", "benchmarks/dispatch_sweep.py",
+                    "rocke/kernels/common", "rocke/kernels/gfx942/attention_host.py",
+                    "rocke/kernels/gfx942/attention_launch.py", "benchmarks/dispatch_sweep.py",
                     "tests/kernels/unified_inputs.py")
 
 
