@@ -26,6 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:      # run the rocke of the checkout this script sits in
     sys.path.insert(0, str(REPO_ROOT))
 
+from rocke import env  # noqa: E402
 from rocke.kernels.common.attention_unified import attention_target  # noqa: E402
 
 SUPPORTED_HEAD_SIZES = attention_target().CAPABILITIES.head_sizes
@@ -289,21 +290,14 @@ def run_shapes(shapes, groups, task, settings, report_path=None, report=None, en
     return so_far()
 
 
-#: ROCKE_* levers a task's results depend on: each task runs with the driver's values (a Ray
-#: worker on another machine has its own environment); with every HIPDNN_GFX942_* lever. Paths
-#: (caches, toolchain, bundles) stay each machine's own.
-TASK_LEVERS = ("ROCKE_DEVICE", "ROCKE_EMU_BACKEND", "ROCKE_EMU_DEVICE", "ROCKE_EMU_RACE_CHECK",
-               "ROCKE_EMU_INIT_CHECK", "ROCKE_EMU_STRETCHES", "ROCKE_EMU_CUDA_KERNELS",
-               "ROCKE_EMU_TIMEOUT_S", "ROCKE_EMU_WORKERS", "ROCKE_CHECK_METADATA",
-               "ROCKE_BATCH_INVARIANT")
 
 
 def task_environ(engine) -> dict[str, str | None]:
-    """The levers each task runs with: TASK_LEVERS and every HIPDNN_GFX942_* variable as this
+    """The levers each task runs with: rocke.env.RESULT_LEVERS and every HIPDNN_GFX942_* variable as this
     process has them (None: unset). Shapes run side by side (--jobs, --ray) emulate in one
     process each -- ROCKE_EMU_WORKERS=1 unless it is set -- as each task holds one CPU."""
     from rocke.kernels.common.knobs import PREFIX
-    environ = {name: os.environ.get(name) for name in TASK_LEVERS}
+    environ = {name: os.environ.get(name) for name in env.RESULT_LEVERS}
     environ.update((name, value) for name, value in os.environ.items() if name.startswith(PREFIX))
     if engine.kind != "serial" and environ["ROCKE_EMU_WORKERS"] is None:
         environ["ROCKE_EMU_WORKERS"] = "1"

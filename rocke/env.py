@@ -202,6 +202,15 @@ LEVERS: dict[str, Lever] = {
         _path("the path of a vLLM wheel or directory")),
 }
 
+#: the levers a task's results depend on: a task run elsewhere (a forked process, a Ray worker
+#: on another machine, which has its own environment) runs with the driver's values of these
+#: (examples/attention_harness.py's tasks do). Paths -- caches, toolchain, bundles -- stay each
+#: machine's own.
+RESULT_LEVERS = ("ROCKE_DEVICE", "ROCKE_EMU_BACKEND", "ROCKE_EMU_DEVICE", "ROCKE_EMU_RACE_CHECK",
+                 "ROCKE_EMU_INIT_CHECK", "ROCKE_EMU_STRETCHES", "ROCKE_EMU_CUDA_KERNELS",
+                 "ROCKE_EMU_TIMEOUT_S", "ROCKE_EMU_WORKERS", "ROCKE_CHECK_METADATA",
+                 "ROCKE_BATCH_INVARIANT")
+
 
 def problems() -> list[str]:
     """The error of every set ROCKE_* lever whose value its row of LEVERS refuses ([] when all

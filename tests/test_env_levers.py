@@ -139,3 +139,10 @@ def test_a_lever_the_run_never_uses_is_still_refused(name, value, words, monkeyp
     r = CliRunner().invoke(cli, ["profile", "vector_add/f32_v4", "--shape", "n=256"],
                            env={name: value})
     assert r.exit_code == 2 and r.output == f"Error: {words}\n", r.output
+
+
+def test_result_levers_are_levers():
+    """rocke.env.RESULT_LEVERS (what a task run elsewhere takes from the driver) names only
+    levers of the table, each once."""
+    assert len(set(env.RESULT_LEVERS)) == len(env.RESULT_LEVERS)
+    assert set(env.RESULT_LEVERS) <= set(env.LEVERS)
