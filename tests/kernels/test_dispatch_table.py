@@ -89,6 +89,45 @@ def test_fill_segments_by_hand(monkeypatch):
     assert ad.plan(p, "auto", AttentionKnobs(), with_specs=False).geometry.num_segments == 22
 
 
+def test_fill_counts_the_launched_grid_of_a_split_group(monkeypatch):
+    """GQA 32 (64/2 heads, bf16 d128) is launched as 2 q-head blocks of 16 heads a KV head
+    (split_group): 8 decode sequences x 1024 keys are (8 // 1 + 8) q blocks x 2 KV heads x 2 =
+    64 workgroups a segment, not the 32 the rules counted before. One round of the 912 resident
+    slots: 912 // 64 = 14 segments (32 tiles: 3 a segment -> 11), 704 workgroups; two rounds
+    28 -> 16, 1024 workgroups. An entry naming "fill1" / "fill2" launches a 3D grid within one /
+    two rounds (the old count, 16, launched 1024 workgroups for "fill1": 1.12 rounds)."""
+    from rocke.kernels.gfx942 import attention_launch as al
+    p = problem(ds.Case("decode", ((1, 1024),), 8, 64, 2, "bf16", 128))
+    geo = ad.geometry(p, "3d")
+    slots = ad.num_sms() * ad.resident_3d_workgroups(p, geo)
+    assert slots == 912 and ad.segment_workgroups(p, geo) == 64
+    assert ad.rounds_segments(p, geo, 1) == 11 and ad.rounds_segments(p, geo, 2) == 16
+    for rounds in (1, 2):
+        monkeypatch.setattr(ad, "_MODEL_TABLE", {ad.problem_class(p): {
+            "path": "3d", "segments": f"fill{rounds}", "best": f"3d/fill{rounds}",
+            "us": {f"3d/fill{rounds}": 1.0}}})
+        planned = ad.plan(p, "auto", AttentionKnobs())
+        (grid, _), _ = al.launch_geometries(p, planned.specs, planned.geometry.num_segments)
+        assert grid[1] == 4 and grid[0] * grid[1] * grid[2] <= rounds * slots
+
+
+@pytest.mark.parametrize("case", [
+    ds.Case("decode", ((1, 2048),), 8, 32, 8, "f16", 128),        # GQA 4
+    ds.Case("decode", ((1, 8192),), 3, 32, 32, "f16", 128),       # GQA 1
+    ds.Case("decode", ((1, 4096),), 16, 32, 2, "f16", 128),       # GQA 16
+    ds.Case("decode", ((1, 1024),), 64, 16, 2, "bf16", 256),      # GQA 8, d256
+    ds.Case("prefill-mix", ((96, 512), (32, 1024), (1, 700)), 1, 32, 8, "bf16", 64)])
+def test_segment_rules_unchanged_up_to_gqa_16(case):
+    """A group of at most 16 heads is one q-head block a KV head: a segment's workgroups are
+    q blocks x KV heads, as the rules counted before the split group was counted, so their
+    counts are unchanged."""
+    p = problem(case)
+    geo = ad.geometry(p, "3d")
+    block_q = max(1, geo.block_m // p.num_queries_per_kv)
+    assert ad.segment_workgroups(p, geo) == \
+        ad.total_num_q_blocks(p.total_q, p.num_seqs, block_q) * p.num_kv_heads
+
+
 @pytest.mark.parametrize("n, tiles, want", [(64, 64, 64), (40, 64, 32), (24, 64, 22),
                                             (9, 32, 8), (100, 4096, 64), (3, 2, 2)])
 def test_table_segments_by_hand(n, tiles, want):

@@ -140,8 +140,7 @@ def num_segments(p: UnifiedAttentionProblem, geo: Geometry, sms: int | None = No
     at most MAX_SEGMENTS and the KV tiles; and where the grid passes a round of the device target
     (num_sms * 4 workgroups), cut to whole rounds: a few workgroups past a round cost a round."""
     sms = num_sms() if sms is None else sms
-    block_q = max(1, geo.block_m // p.num_queries_per_kv)
-    base = total_num_q_blocks(p.total_q, p.num_seqs, block_q) * p.num_kv_heads
+    base = segment_workgroups(p, geo)
     tiles = cdiv(p.max_seqlen_k, geo.tile_size)
     filled = fill_segments(p, geo, base, tiles, sms)
     if filled:
@@ -154,14 +153,40 @@ def num_segments(p: UnifiedAttentionProblem, geo: Geometry, sms: int | None = No
     return wanted
 
 
+def rule_specs(p: UnifiedAttentionProblem, geo: Geometry):
+    """The specs of ``geo`` at the default knobs, the kernels the segment rules size; None when
+    the spec refuses the problem."""
+    try:
+        return make_specs(p, geo, AttentionKnobs())
+    except (ValueError, NotImplementedError):
+        return None
+
+
+def segment_workgroups(p: UnifiedAttentionProblem, geo: Geometry) -> int:
+    """Workgroups of one segment of ``geo``'s 3D launch: q blocks x head blocks of the grid
+    ``attention_launch.launch_geometries`` gives the launch itself, so the segment rules
+    (num_segments, fill_segments, rounds_segments) count the grid that runs -- KV heads x
+    ``group_split`` head blocks for a GQA group above MAX_GROUP (split_group, ALGORITHM.md
+    §7.1). Where the spec refuses the problem (no such launch), grid_2d's count, the same
+    q blocks x KV heads x split."""
+    specs = rule_specs(p, geo)
+    if specs is not None:
+        try:
+            (grid, _), _ = attention_launch.launch_geometries(p, specs, 1)
+            return grid[0] * grid[1]
+        except ValueError:      # a grid extent the launch refuses
+            pass
+    return grid_2d(p, geo)
+
+
 def resident_3d_workgroups(p: UnifiedAttentionProblem, geo: Geometry) -> int:
     """3D workgroups of ``geo`` one CU holds at once, by their LDS (the narrow 3D kernels are
     LDS-bound: d64 11008 B -> 5 a CU, d128 20224 B -> 3; one warp each, so the wave slots allow
     more); 0 when the spec refuses the problem (the caller keeps the square-root rule)."""
-    try:
-        spec = make_specs(p, geo, AttentionKnobs())[0]
-    except (ValueError, NotImplementedError):
+    specs = rule_specs(p, geo)
+    if specs is None:
         return 0
+    spec = specs[0]
     lds = sum(policy.lds_plan(spec).footprint().values())
     return occupancy(vgprs=1, lds_bytes=lds, workgroup_size=64 * geo.num_warps,
                      target=get_target("gfx942")).workgroups_per_cu
@@ -171,8 +196,9 @@ def fill_segments(p: UnifiedAttentionProblem, geo: Geometry, base: int, tiles: i
                   sms: int) -> int:
     """3D's segment count when the segment grid can fill every CU's resident slots once with
     at least MIN_FILL_SEGMENTS segments (small decode batches); else 0. The count is the most
-    segments whose grid (``base`` workgroups a segment) fits ``sms`` x the resident workgroups,
-    at most the KV tiles and MAX_SEGMENTS, then the fewest segments with the same longest walk
+    segments whose grid (``base`` workgroups a segment: segment_workgroups, the launch's) fits
+    ``sms`` x the resident workgroups, at most the KV tiles and MAX_SEGMENTS, then the fewest
+    segments with the same longest walk
     (``cdiv(tiles, cdiv(tiles, n))``: the extra ones would only add workgroups). Since
     reduce_segments waits once per 32 segments a segment costs little, and the walk is set by
     the longest segment: benchmarks/dispatch_sweep.py (modelled MI300X, 1/2/4 decode sequences,
@@ -665,12 +691,12 @@ def table_segments(n: int, tiles: int) -> int:
 def rounds_segments(p: UnifiedAttentionProblem, geo: Geometry, rounds: int,
                     sms: int | None = None) -> int:
     """The segment count whose 3D grid fills the CUs' resident slots ``rounds`` times (the fill
-    of fill_segments without its MIN_FILL_SEGMENTS floor), cut by table_segments; 0 when even
-    one segment's grid passes them. A table entry may name it ("3d/fill1", "3d/fill2") instead
-    of a fixed count: the count then follows the problem's own grid inside its class."""
+    of fill_segments without its MIN_FILL_SEGMENTS floor; the grid of the launch,
+    segment_workgroups a segment), cut by table_segments; 0 when even one segment's grid passes
+    them. A table entry may name it ("3d/fill1", "3d/fill2") instead of a fixed count: the count
+    then follows the problem's own grid inside its class."""
     sms = num_sms() if sms is None else sms
-    block_q = max(1, geo.block_m // p.num_queries_per_kv)
-    base = total_num_q_blocks(p.total_q, p.num_seqs, block_q) * p.num_kv_heads
+    base = segment_workgroups(p, geo)
     n = rounds * sms * resident_3d_workgroups(p, geo) // base
     return table_segments(n, cdiv(p.max_seqlen_k, geo.tile_size)) if n >= 1 else 0
 
