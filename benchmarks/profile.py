@@ -243,6 +243,7 @@ def segments_sweep(shape: Shape, dtype: str, d: int, counts) -> list[dict]:
     for the "16 vs 64 segments" question. The segment count is a launch argument, not a spec
     field, so this launches the 3D kernel and reduce_segments the way the entry point does."""
     import torch
+    from rocke.kernels.gfx942 import attention_launch
     from rocke.kernels.gfx942 import attention_tiled_3d as k3, reduce_segments as kr
     from rocke.runtime import launch
     args = inputs(shape, dtype, d)
@@ -261,10 +262,9 @@ def segments_sweep(shape: Shape, dtype: str, d: int, counts) -> list[dict]:
         a3 = k3.kernel_args(spec3, args["q"], args["k"], args["v"], so, sm, se,
                             args["block_table"], args["cu_seqlens_q"], args["seqused_k"],
                             float(args["softmax_scale"]), ns)
-        g3, b3 = k3.launch_geometry(spec3, problem.num_seqs, problem.total_q,
-                                    problem.num_kv_heads, ns)
         ar = kr.kernel_args(spec_r, so, sm, se, args["out"], ns)
-        gr, br = kr.launch_geometry(spec_r, problem.total_q, hq)
+        # the launch's own grids: a GQA group above 16 runs its group_split q-head blocks
+        (g3, b3), (gr, br) = attention_launch.launch_geometries(problem, (spec3, spec_r), ns)
         models = [model_time(launch(c, g, b, a, device="emu", profile=True).profile)
                   for c, g, b, a in ((c3, g3, b3, a3), (cr, gr, br, ar))]
         from rocke.kernels.common.attention_reference import ref_paged_attn
