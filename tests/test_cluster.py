@@ -244,6 +244,9 @@ def test_dispatch_sweep_on_ray_equals_the_serial_run(cluster, tmp_path, capsys, 
     root = str(Path(__file__).resolve().parents[1])
     monkeypatch.syspath_prepend(root)
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))   # engine_of adds root
+    # the serial run models without the result store, the workers into the cluster's fresh one:
+    # both compute (neither is answered by the other's stored times)
+    monkeypatch.setenv("ROCKE_RESULTS_DIR", "off")
     from benchmarks import dispatch_sweep as sweep
     argv = ["--dtypes", "f16", "--head-sizes", "64", "--heads", "8/2", "--kv", "512", "--kinds",
             "decode", "--batches", "1", "4", "--segments", "2"]

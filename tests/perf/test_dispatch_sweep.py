@@ -20,6 +20,14 @@ from rocke.runtime import launch  # noqa: E402
 from tests.kernels.unified_inputs import make_inputs  # noqa: E402
 
 
+
+@pytest.fixture(autouse=True)
+def no_result_store(monkeypatch):
+    """These tests check what the sweep computes: the result store (which would answer an
+    earlier run's modelled times) is off unless a test sets its own."""
+    monkeypatch.setenv("ROCKE_RESULTS_DIR", "off")
+
+
 def full_3d(seqs, hq, hk, d, ns, target="gfx942", costs=MI300X):
     """Modelled us per latency of the whole problem, every workgroup emulated, launched as the
     entry point launches it (the target's plan packed by attention_dispatch.launches: its grids,
