@@ -23,6 +23,8 @@ Usage:
       --batches 1 8 --kinds decode                       # a subset, merged into the file
   python tools/dispatch_tables.py --grid full --only-configs f16/128/32/8 --kv 2048 \\
       --kv-dtypes fp8 int8_per_token_head --block-sizes 16 64   # quantized caches, 16-token pages
+  python tools/dispatch_tables.py --problems profile vllm033   # benchmarks/profile.py's shapes
+                                                         # (f16/bf16 x d64/128/256) and vLLM 0.33's grid
   python tools/dispatch_tables.py ... --check            # compare with the committed file, write nothing
   python tools/dispatch_tables.py ... --jobs 8           # one task a problem in 8 processes
   python tools/dispatch_tables.py ... --ray [HOST:PORT]  # ... on a Ray cluster (rocke.tasks)
@@ -90,6 +92,101 @@ def grid(configs=CONFIGS, kvs=DECODE_KV, batches=DECODE_BATCHES, kinds=None,
                         out += [ds.Case(kind, pattern, b, hq, hk, dt, d, **fk)
                                 for b in repeats]
     return [c for c in out if kinds is None or c.kind in kinds]
+
+
+# --problems: the problem sets swept. "grid" is the grid above; "profile" benchmarks/profile.py's
+# default shapes (SHAPES) at PROFILE_DTYPES x PROFILE_HEAD_SIZES; "vllm033" the plain cases of
+# vLLM 0.33's unified-attention test grid (profile.py --grid vllm033), each at its own dtype, head
+# size, heads, block size, window and softcap. A profile / vllm033 shape is one Case: batch 1,
+# its own sequences the pattern, so the Case's full problem is the one profile.py launches.
+PROBLEM_SETS = ("grid", "profile", "vllm033")
+PROFILE_DTYPES = ("f16", "bf16")
+PROFILE_HEAD_SIZES = (64, 128, 256)
+
+
+def case_problem(case: ds.Case):
+    """The full problem a Case stands for (dispatch_sweep's sampling, the dispatcher's view)."""
+    _, sp = ds.sampled_inputs(case)
+    return ds.full_problem(case, sp)
+
+
+def shape_case(kind: str, shape, dtype: str, d: int):
+    """(Case, None) for benchmarks/profile.py's ``shape`` (a profile.Shape) at ``dtype`` / ``d``:
+    batch 1 over the shape's own sequences, its heads, block size, window and softcap; or (None,
+    why) where the sweep cannot stand for it or the table leaves it unswept
+    (attention_dispatch.UNSWEPT_FIELDS, e.g. a padded head size)."""
+    if shape.block_size not in ds.BLOCK_SIZES:
+        return None, f"block size {shape.block_size}: the sweep's pages are {ds.BLOCK_SIZES}"
+    if shape.hq % shape.hk:
+        return None, f"heads {shape.hq}/{shape.hk}: not whole GQA groups"
+    other = sorted(set(shape.extra) - {"window_size", "softcap"})
+    if other:
+        return None, f"arguments {', '.join(other)}: not passed by the sweep's harness"
+    window = -1
+    if "window_size" in shape.extra:
+        left, right = shape.extra["window_size"]
+        if (left, right) != (-1, -1):
+            if right != 0 or left < 0:
+                return None, f"window_size {(left, right)}: the sweep passes (left, 0) only"
+            window = left
+    case = ds.Case(kind, tuple(tuple(s) for s in shape.seqs), 1, shape.hq, shape.hk, dtype, d,
+                   block_size=shape.block_size, window=window,
+                   softcap=float(shape.extra.get("softcap", 0.0)))
+    try:
+        p = case_problem(case)
+        ad.CAPABILITIES.check(p)
+    except (ValueError, NotImplementedError) as e:
+        return None, f"not representable: {e}"
+    unswept = [f"{name}={getattr(p, name)}" for name, default in ad.UNSWEPT_FIELDS
+               if getattr(p, name) != default]
+    if unswept:
+        return None, (f"{', '.join(unswept)}: a field the table leaves unswept "
+                      "(attention_dispatch.UNSWEPT_FIELDS; the rules decide)")
+    return case, None
+
+
+def profile_problems(dtypes=PROFILE_DTYPES, head_sizes=PROFILE_HEAD_SIZES, log=print) -> list:
+    """benchmarks/profile.py's default shapes (SHAPES) at ``dtypes`` x ``head_sizes``: one Case
+    each (shape_case; kind "profile-<shape key>"); a shape the sweep cannot take is logged."""
+    from benchmarks import profile as pf
+    out = []
+    for key, shape in pf.SHAPES.items():
+        for dt in dtypes:
+            for d in head_sizes:
+                case, why = shape_case(f"profile-{key}", shape, dt, d)
+                if case is None:
+                    log(f"skipped: profile {shape.name} {dt} d{d}: {why}")
+                else:
+                    out.append(case)
+    return out
+
+
+def vllm033_problems(log=print) -> list:
+    """profile.py --grid vllm033's shapes (the plain cases of vLLM 0.33's test grid), each at its
+    own dtype and head size: one Case each (shape_case; kind "vllm033"); a shape the sweep cannot
+    take is logged."""
+    from benchmarks import profile as pf
+    out = []
+    for name, shape in pf.vllm033_shapes().items():
+        case, why = shape_case("vllm033", shape, shape.dtype, shape.head_size)
+        if case is None:
+            log(f"skipped: {name} ({shape.dtype}): {why}")
+        else:
+            out.append(case)
+    return out
+
+
+def problems(sets, grid_cases=(), log=print) -> list:
+    """The cases of the problem sets ``sets`` (PROBLEM_SETS; "grid" is ``grid_cases``), each
+    problem once (the first of equal labels)."""
+    out = []
+    for name in sets:
+        out += (list(grid_cases) if name == "grid" else profile_problems(log=log)
+                if name == "profile" else vllm033_problems(log=log))
+    seen: dict = {}
+    for c in out:
+        seen.setdefault(c.label, c)
+    return list(seen.values())
 
 
 def rule_choice(p) -> str:
@@ -198,10 +295,19 @@ def build(cases: list, log=print, rows_out: Path | None = None, rows=(), engine=
     return {k: choose(v) for k, v in sorted(by_class.items())}, rows
 
 
+def launched_option(row: dict, option: str) -> str:
+    """``option`` as the count it launches on ``row``'s problem ("3d/fill1" -> "3d/<n>")."""
+    if option.startswith("3d/fill"):
+        n = row.get("fill", {}).get(option[3:])
+        return f"3d/{n}" if n else option
+    return option
+
+
 def report(table: dict, rows: list, log=print) -> int:
     """Per problem: the table's plan and the rules' against the fastest; returns how many
-    problems the table puts beyond WITHIN."""
-    beyond = 0
+    problems the table puts beyond WITHIN. Also how many problems the table moves off the
+    rules' plan, and on how many the rules' plan is beyond WITHIN."""
+    beyond = moved = rules_beyond = 0
     worst_rule = worst_table = (1.0, "")
     for r in rows:
         fastest = min(r["us"].values())
@@ -211,12 +317,41 @@ def report(table: dict, rows: list, log=print) -> int:
         worst_table = max(worst_table, (ratio, r["case"]))
         worst_rule = max(worst_rule, (rule, r["case"]))
         beyond += ratio > WITHIN
+        moved += launched_option(r, e["best"]) != r["rule"]
+        rules_beyond += not rule <= WITHIN
     log(f"{len(rows)} problems, {len(table)} classes (modelled MI300X time, round trip "
         f"{LATENCY} cycles): the table's plan within {100 * (WITHIN - 1):.0f} % of the fastest "
         f"option on {len(rows) - beyond}, worst {worst_table[0]:.3f}x ({worst_table[1]}); the "
         f"rule tables' worst {worst_rule[0]:.3f}x ({worst_rule[1]})")
+    log(f"moved vs the rules: the table's plan differs from the rules' on {moved} of "
+        f"{len(rows)} problems; the rules' plan is beyond {100 * (WITHIN - 1):.0f} % of the "
+        f"fastest on {rules_beyond}")
     log(f"not swept (the rule tables decide): {NOT_SWEPT}")
     return beyond
+
+
+def merge(committed: dict, classes: dict, rows: list, log=print) -> dict:
+    """The committed table with this run's ``classes`` (built from ``rows``) merged in: a class
+    new to it is added; a class whose committed problems this run modelled again is replaced; a
+    class committed from one other problem (e.g. a grid problem of the same exact class as a
+    profile shape) is chosen again over that problem's committed times (the entry's "us") and
+    this run's rows; a class committed from several problems not all modelled here is kept
+    (log), as this run cannot weigh them."""
+    merged = dict(committed)
+    by_class: dict = {}
+    for r in rows:
+        by_class.setdefault(r["class"], []).append(r)
+    for key, entry in classes.items():
+        old = committed.get(key)
+        labels = {r["case"] for r in by_class[key]}
+        if old is None or set(old["problems"]) <= labels:
+            merged[key] = entry
+        elif len(old["problems"]) == 1:
+            merged[key] = choose([{"case": old["problems"][0], "us": old["us"]}, *by_class[key]])
+        else:
+            log(f"kept: {key}: committed from {len(old['problems'])} problems not all modelled "
+                "in this run")
+    return merged
 
 
 def read_table(path: Path = TABLE) -> dict:
@@ -255,13 +390,20 @@ def main(argv=None) -> int:
     ap.add_argument("--from-rows", type=Path, nargs="+", help="build from these JSON-lines "
                     "files (earlier --rows-out runs) instead of modelling anything")
     ap.add_argument("--grid", choices=["full"], default="full")
+    ap.add_argument("--problems", nargs="+", choices=PROBLEM_SETS, default=["grid"],
+                    help="the problem sets swept (default: grid, the options above): profile -- "
+                         "benchmarks/profile.py's default shapes at f16/bf16 x d64/128/256; "
+                         "vllm033 -- profile.py --grid vllm033's shapes (vLLM 0.33's test grid); "
+                         "one problem a shape (batch 1, its own sequences); shapes the table "
+                         "leaves unswept are skipped with the reason")
     ap.add_argument("--refill", action="store_true", help="with --from-rows: add the fill "
                     "options to decode rows that lack them (modelling the missing counts)")
     engines.add_engine_options(ap)
     a = ap.parse_args(argv)
     engine = engines.engine_of(ap, a)
-    cases = grid(a.only_configs, a.kv, a.batches, a.kinds, a.features, a.kv_dtypes,
-                 a.block_sizes)
+    cases = problems(a.problems, grid(a.only_configs, a.kv, a.batches, a.kinds, a.features,
+                                      a.kv_dtypes, a.block_sizes)
+                     if "grid" in a.problems else ())
     if a.list:
         for c in cases:
             print(c.label)
@@ -278,6 +420,8 @@ def main(argv=None) -> int:
                                              features=tuple(FEATURES),
                                              kv_dtypes=ds.KV_DTYPES,
                                              block_sizes=ds.BLOCK_SIZES)}
+        by_label.update((c.label, c) for c in problems(["profile", "vllm033"],
+                                                        log=lambda *_: None))
         for r in seen.values():     # the class as problem_class gives it now
             if r["case"] in by_label:
                 _, sp = ds.sampled_inputs(by_label[r["case"]])
@@ -293,13 +437,18 @@ def main(argv=None) -> int:
         classes, rows = build(cases, rows_out=a.rows_out, engine=engine, progress=True)
     beyond = report(classes, rows)
     committed = read_table()["classes"]
+    merged = classes if a.fresh else merge(committed, classes, rows)
     if a.check:
-        diff = [k for k in classes if committed.get(k) != classes[k]]
+        diff = [k for k in classes if committed.get(k) != merged.get(k)]
         for k in diff:
-            print(f"differs: {k}: committed {committed.get(k)} | tool {classes[k]}")
+            print(f"differs: {k}: committed {committed.get(k)} | tool {merged.get(k)}")
         print(f"check: {len(classes) - len(diff)} of {len(classes)} classes equal the committed table")
         return 1 if diff else 0
-    write_table(classes if a.fresh else {**committed, **classes})
+    added = sum(k not in committed for k in classes)
+    changed = sum(k in committed and committed[k] != merged[k] for k in classes)
+    print(f"merged: {added} classes added, {changed} changed, {len(classes) - added - changed} "
+          f"as committed; the table holds {len(merged)} classes")
+    write_table(merged)
     print(f"wrote {TABLE.relative_to(ROOT)}")
     return 1 if beyond else 0
 

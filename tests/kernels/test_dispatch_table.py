@@ -195,3 +195,50 @@ def test_a_problem_with_an_unswept_field_never_takes_a_swept_plan(monkeypatch):
     assert ad.problem_class(nc) != key and ad.problem_class(nc).endswith("/x:causal=False")
     planned = ad.plan(nc, "auto", AttentionKnobs())
     assert planned.path == "2d" and planned.specs[0].non_causal
+
+
+@pytest.mark.parametrize("which", ["profile", "vllm033"])
+def test_a_profile_shapes_case_is_the_problem_profile_launches(which):
+    """--problems profile / vllm033: the Case tools/dispatch_tables.py builds for a shape of
+    benchmarks/profile.py (its windowed prefill at bf16 d64; vLLM 0.33's windowed softcapped
+    decode, 5/1 heads, d256, 16-token pages) has the class of the problem profile.py launches
+    (its inputs through describe_problem, as run_unified_attention_torch builds it), and the
+    same problem but for the cache's page count; a padded head size (d96) is skipped."""
+    from dataclasses import replace
+    from benchmarks import profile as pf
+    from rocke.kernels.common import attention_unified as au
+    if which == "profile":
+        shape, dtype, d = pf.SHAPES["window"], "bf16", 64
+    else:
+        shape = pf.vllm033_shapes()["vllm033 q1x65-1x37-1x251 h5/1 sw32 cap50 d256"]
+        dtype, d = shape.dtype, shape.head_size
+    kind = "profile-window" if which == "profile" else "vllm033"
+    case, why = dt.shape_case(kind, shape, dtype, d)
+    assert why is None
+    args = pf.inputs(shape, dtype, d)
+    launched = au.describe_problem(*(args[n] for n in ds.NAMES))
+    assert ad.problem_class(problem(case)) == ad.problem_class(launched)
+    pages = dict(num_blocks=1, kv_cache_bytes=0)
+    assert replace(problem(case), **pages) == replace(launched, **pages)
+    if which == "vllm033":      # (profile's set models 42 problems' inputs: seconds)
+        assert case in dt.problems([which], log=lambda *a: None)
+    d96 = pf.vllm033_shapes()["vllm033 q1x166-5x18-17x58 h5/1 d96"]
+    assert dt.shape_case("vllm033", d96, d96.dtype, d96.head_size)[0] is None
+
+
+def test_merge_keeps_a_committed_problem_of_the_class():
+    """A class committed from one grid problem and modelled again from a profile shape of the
+    same exact class is chosen over both problems' times (2D 1.0x / 1.3x, 3d/8 1.2x / 1.0x:
+    3d/8); a new class is added; one committed from several problems, not all modelled again,
+    is kept."""
+    old = {"c": dt.choose([{"case": "grid a", "us": {"2d": 10.0, "3d/8": 12.0}}]),
+           "k": dt.choose([{"case": "x", "us": {"2d": 1.0, "3d/8": 2.0}},
+                           {"case": "y", "us": {"2d": 2.0, "3d/8": 3.0}}])}
+    rows = [{"case": "profile b", "class": "c", "us": {"2d": 13.0, "3d/8": 10.0}},
+            {"case": "profile n", "class": "n", "us": {"2d": 5.0, "3d/8": 4.0}},
+            {"case": "z", "class": "k", "us": {"2d": 3.0, "3d/8": 4.0}}]
+    classes = {k: dt.choose([r for r in rows if r["class"] == k]) for k in ("c", "n", "k")}
+    merged = dt.merge(old, classes, rows, log=lambda *a: None)
+    assert merged["c"]["problems"] == ["grid a", "profile b"]
+    assert merged["c"]["best"] == "3d/8" and merged["c"]["worst_ratio"] == 1.2
+    assert merged["n"] == classes["n"] and merged["k"] == old["k"]
