@@ -59,7 +59,8 @@ DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # not swept by this tool (the sweep harness passes the window and softcap arguments and the
 # caches of --kv-dtypes, nothing else): their classes keep the rule tables
 NOT_SWEPT = ("score features other than a 1024-key window and softcap 50 (ALiBi, QQ-bias, sinks, "
-             "...), int4 KV caches, fp8 output and fp8 queries, and the fields "
+             "...; --problems profile / vllm033 sweep their shapes' own windows and softcaps), "
+             "int4 KV caches, fp8 output and fp8 queries, and the fields "
              "attention_dispatch.UNSWEPT_FIELDS names (non-causal, padded heads, chunks, ...)")
 
 
@@ -445,9 +446,14 @@ def main(argv=None) -> int:
         print(f"check: {len(classes) - len(diff)} of {len(classes)} classes equal the committed table")
         return 1 if diff else 0
     added = sum(k not in committed for k in classes)
-    changed = sum(k in committed and committed[k] != merged[k] for k in classes)
-    print(f"merged: {added} classes added, {changed} changed, {len(classes) - added - changed} "
-          f"as committed; the table holds {len(merged)} classes")
+    plan = ("path", "segments", "best")
+    moved = sum(k in committed and [committed[k][f] for f in plan] != [merged[k][f] for f in plan]
+                for k in classes)
+    changed = sum(k in committed and committed[k] != merged[k] for k in classes) - moved
+    print(f"merged: {added} classes added; of the {len(classes) - added} already tabulated, "
+          f"{moved} with another plan, {changed} with the same plan and more problems or other "
+          f"times, {len(classes) - added - moved - changed} as committed; the table holds "
+          f"{len(merged)} classes")
     write_table(merged)
     print(f"wrote {TABLE.relative_to(ROOT)}")
     return 1 if beyond else 0
