@@ -331,13 +331,14 @@ def report(table: dict, rows: list, log=print) -> int:
     return beyond
 
 
-def merge(committed: dict, classes: dict, rows: list, log=print) -> dict:
+def merge(committed: dict, classes: dict, rows: list) -> dict:
     """The committed table with this run's ``classes`` (built from ``rows``) merged in: a class
     new to it is added; a class whose committed problems this run modelled again is replaced; a
-    class committed from one other problem (e.g. a grid problem of the same exact class as a
-    profile shape) is chosen again over that problem's committed times (the entry's "us") and
-    this run's rows; a class committed from several problems not all modelled here is kept
-    (log), as this run cannot weigh them."""
+    class committed from other problems too (e.g. a grid problem of the same exact class as a
+    profile shape) is chosen again over this run's rows and, for each committed problem not
+    modelled here, the committed entry's times (its "us": one exact class's problems are the
+    same problem to the dispatcher), the rows in their labels' order -- so a re-run of the same
+    problems leaves the entry as it is."""
     merged = dict(committed)
     by_class: dict = {}
     for r in rows:
@@ -347,11 +348,9 @@ def merge(committed: dict, classes: dict, rows: list, log=print) -> dict:
         labels = {r["case"] for r in by_class[key]}
         if old is None or set(old["problems"]) <= labels:
             merged[key] = entry
-        elif len(old["problems"]) == 1:
-            merged[key] = choose([{"case": old["problems"][0], "us": old["us"]}, *by_class[key]])
-        else:
-            log(f"kept: {key}: committed from {len(old['problems'])} problems not all modelled "
-                "in this run")
+            continue
+        kept = [{"case": c, "us": old["us"]} for c in old["problems"] if c not in labels]
+        merged[key] = choose(sorted(kept + by_class[key], key=lambda r: r["case"]))
     return merged
 
 

@@ -229,16 +229,17 @@ def test_a_profile_shapes_case_is_the_problem_profile_launches(which):
 def test_merge_keeps_a_committed_problem_of_the_class():
     """A class committed from one grid problem and modelled again from a profile shape of the
     same exact class is chosen over both problems' times (2D 1.0x / 1.3x, 3d/8 1.2x / 1.0x:
-    3d/8); a new class is added; one committed from several problems, not all modelled again,
-    is kept."""
+    3d/8); merging the same rows again changes nothing; a new class is added; a class
+    re-modelled from all its committed problems is replaced."""
     old = {"c": dt.choose([{"case": "grid a", "us": {"2d": 10.0, "3d/8": 12.0}}]),
-           "k": dt.choose([{"case": "x", "us": {"2d": 1.0, "3d/8": 2.0}},
-                           {"case": "y", "us": {"2d": 2.0, "3d/8": 3.0}}])}
+           "k": dt.choose([{"case": "z", "us": {"2d": 1.0, "3d/8": 2.0}}])}
     rows = [{"case": "profile b", "class": "c", "us": {"2d": 13.0, "3d/8": 10.0}},
             {"case": "profile n", "class": "n", "us": {"2d": 5.0, "3d/8": 4.0}},
             {"case": "z", "class": "k", "us": {"2d": 3.0, "3d/8": 4.0}}]
     classes = {k: dt.choose([r for r in rows if r["class"] == k]) for k in ("c", "n", "k")}
-    merged = dt.merge(old, classes, rows, log=lambda *a: None)
+    merged = dt.merge(old, classes, rows)
     assert merged["c"]["problems"] == ["grid a", "profile b"]
     assert merged["c"]["best"] == "3d/8" and merged["c"]["worst_ratio"] == 1.2
-    assert merged["n"] == classes["n"] and merged["k"] == old["k"]
+    assert merged["c"]["us"] == old["c"]["us"]          # the first problem's times
+    assert merged["n"] == classes["n"] and merged["k"] == classes["k"] != old["k"]
+    assert dt.merge(merged, classes, rows) == merged
