@@ -190,6 +190,13 @@ class Compiled:
     runtime_args: tuple     # names, in the kernel's argument order (constexprs left out)
     extra_pointers: int     # Triton's trailing scratch pointers (passed as None)
 
+    @classmethod
+    def from_json(cls, d: dict) -> "Compiled":
+        """A cached entry (``json.dumps(compiled.__dict__, ...)``) back (benchmarks/vllm_peer.py
+        caches the same record)."""
+        return cls(d["asm"], d["symbol"], tuple(d["block"]), d["shared"],
+                   tuple(d["runtime_args"]), d["extra_pointers"])
+
 
 def _signature(names, values):
     sig, divisible = {}, []
@@ -228,8 +235,7 @@ def compile_kernel(name: str, values: dict, constexprs: dict) -> Compiled:
         path = fixture
     if path.exists():
         d = json.loads(path.read_text())
-        return Compiled(d["asm"], d["symbol"], tuple(d["block"]), d["shared"],
-                        tuple(d["runtime_args"]), d["extra_pointers"])
+        return Compiled.from_json(d)
     compiled = _triton_compile(name, sig, constexprs, divisible)
     CACHE.mkdir(parents=True, exist_ok=True)
     from rocke.fileio import write_output

@@ -49,6 +49,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.triton_peer import Compiled  # the compiled-kernel record both peers cache
 from rocke.fileio import write_output
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -367,14 +368,6 @@ def launch_plan(num_tokens: int, num_seqs: int, max_seqlen_q: int, num_q_heads: 
 
 # --- compiling the way Triton's JIT launcher would, and running in the emulator ---------------
 
-@dataclass(frozen=True)
-class Compiled:
-    asm: str
-    symbol: str
-    block: tuple
-    shared: int
-    runtime_args: tuple     # parameter names Triton kept as kernel arguments, in order
-    extra_pointers: int     # Triton's trailing scratch pointers (passed as None)
 
 
 def _target():
@@ -400,8 +393,7 @@ def compile_call(fn, src: VllmSource, kwargs: dict) -> Compiled:
     path = CACHE / f"{fn.__name__}-{key}.json"
     if path.exists():
         d = json.loads(path.read_text())
-        return Compiled(d["asm"], d["symbol"], tuple(d["block"]), d["shared"],
-                        tuple(d["runtime_args"]), d["extra_pointers"])
+        return Compiled.from_json(d)
     opts, signature, constexprs, attrs = fn._pack_args(backend, options_in, bound,
                                                        specialization, options)
     c = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=_target(),
