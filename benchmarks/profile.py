@@ -287,9 +287,10 @@ def main(argv=None) -> int:
                          "(--shapes, --dtypes, --head-sizes do not apply)")
     ap.add_argument("--dtypes", nargs="+", default=["f16"], choices=["f16", "bf16"])
     ap.add_argument("--head-sizes", nargs="+", type=int, default=[128], choices=[64, 128, 256])
-    ap.add_argument("--backends", nargs="+", default=["auto", "2d", "3d", "peer"],
-                    choices=list(BACKENDS),
-                    help="rocke's dispatcher (auto), forced 2d / 3d, " + "; ".join(
+    ap.add_argument("--backends", nargs="+", choices=list(BACKENDS),
+                    help="default: auto 2d 3d, and peer where Triton and a vLLM 0.33 wheel are "
+                         "found (a note says why not otherwise); "
+                         "rocke's dispatcher (auto), forced 2d / 3d, " + "; ".join(
                         f"{k}: {v}" for k, v in PEERS.items()))
     ap.add_argument("--vllm-wheel", metavar="PATH",
                     help="the vLLM 0.33 wheel (.whl), unpacked wheel or vllm package directory "
@@ -304,16 +305,25 @@ def main(argv=None) -> int:
     # every flag is checked before any emulation runs
     if a.grid == "vllm033" and a.shapes:
         ap.error("--shapes names shapes of the default set; --grid vllm033 runs its own")
+    named_backends = a.backends is not None
+    if not named_backends:
+        a.backends = ["auto", "2d", "3d", "peer"]
     if "peer" in a.backends:
         from benchmarks.vllm_peer import VllmNotFound, find_vllm
+        why_not = None
         try:
             import triton  # noqa: F401
             found = find_vllm(a.vllm_wheel)
         except ImportError as e:
-            ap.error(f"--backends peer: Triton is not importable ({e}); install it "
-                     "(pip install 'triton>=3.2', the triton extra)")
+            why_not = (f"Triton is not importable ({e}); install it "
+                       "(pip install 'triton>=3.2', the triton extra)")
         except (VllmNotFound, ValueError, OSError) as e:
-            ap.error(f"--backends peer: {e}")
+            why_not = str(e)
+        if why_not and named_backends:
+            ap.error(f"--backends peer: {why_not}")
+        if why_not:     # the default set: run rocke's rows, say why the peer's are missing
+            a.backends.remove("peer")
+            print(f"note: the peer (vLLM 0.33's kernels) is not run: {why_not}", file=sys.stderr)
     decode = SHAPES["decode"]
     per_segment = sum(q for q, _ in decode.seqs) * decode.hq * max(a.head_sizes)
     for count in a.segments or ():

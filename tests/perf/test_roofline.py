@@ -63,6 +63,21 @@ def test_benchmark_rows_become_points_and_bad_plot_names_fail_early(tmp_path, ca
     with pytest.raises(SystemExit) as e:
         bench.main(["--shapes", "decode", "--plot", str(tmp_path / "roof.svg")])
     assert e.value.code == 2 and "PNG" in capsys.readouterr().err
+
+
+def test_default_backends_run_without_triton_and_a_named_peer_needs_it(tmp_path, capsys,
+                                                                         monkeypatch):
+    """Triton is an optional extra: the default set drops the peer with a note, naming it fails."""
+    bench = _benchmark()
+    monkeypatch.setitem(sys.modules, "triton", None)        # import triton -> ImportError
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--shapes", "decode", "--plot", str(tmp_path / "roof.svg")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "PNG" in err and "peer" in err and "not run" in err
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--shapes", "decode", "--backends", "auto", "peer"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--backends peer: Triton is not importable" in err
     with pytest.raises(SystemExit):
         bench.main(["--shapes", "decode", "--plot", str(tmp_path / "missing" / "roof.png")])
     assert "does not exist" in capsys.readouterr().err
