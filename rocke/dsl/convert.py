@@ -1,7 +1,9 @@
 """Numeric conversions between DTypes (``Value.to``).
 
 - f32 -> bf16 is emitted as the round-to-nearest-even bit sequence (NaN stays a quiet NaN), so
-  the rounding is explicit integer code rather than a backend lowering choice.
+  the rounding is explicit integer code rather than a backend lowering choice; ``rounding="rna"``
+  (to nearest, ties away from zero) and ``"rtz"`` (toward zero) are the same kind of sequence,
+  NaN quieted alike (AITER's fwd v3 bf16_cvt modes).
 - f32 -> f16 is ``fptrunc`` (RNE); ``rounding="rtz"`` uses ``v_cvt_pkrtz_f16_f32``.
 - fp8 conversions use ``v_cvt_pk_{fp8,bf8}_f32`` and ``v_cvt_f32_{fp8,bf8}`` through their LLVM
   intrinsics: the same opcodes read and write gfx942's fnuz codes (e4m3fnuz / e5m2fnuz) and
@@ -32,12 +34,17 @@ def _check_fnuz_target(k, dt: T.DType):
                              f"conversions read and write {' / '.join(formats) or 'nothing'})")
 
 
+ROUNDINGS = ("rne", "rna", "rtz")     # to nearest even, to nearest ties away, toward zero
+
+
 def convert(v, dst: T.DType, rounding: str):
     src = v.dtype
-    if rounding not in ("rne", "rtz"):
-        raise dsl_value_error(f"rounding must be 'rne' or 'rtz', got {rounding!r}")
-    if rounding == "rtz" and not (src == T.f32 and dst == T.f16):
-        raise dsl_value_error(f"rounding='rtz' is only available for f32 -> f16, not {src} -> {dst}")
+    if rounding not in ROUNDINGS:
+        raise dsl_value_error(f"rounding must be one of {', '.join(map(repr, ROUNDINGS))}, got {rounding!r}")
+    if rounding == "rtz" and not (src == T.f32 and dst in (T.f16, T.bf16)):
+        raise dsl_value_error(f"rounding='rtz' is only available for f32 -> f16 / bf16, not {src} -> {dst}")
+    if rounding == "rna" and not (src == T.f32 and dst == T.bf16):
+        raise dsl_value_error(f"rounding='rna' is only available for f32 -> bf16, not {src} -> {dst}")
     if "ptr" in (src.kind, dst.kind):
         raise dsl_type_error(f"cannot convert {v.type_name} to {dst.name}")
     if src == dst:
@@ -48,7 +55,7 @@ def convert(v, dst: T.DType, rounding: str):
         return as_f32 if dst == T.f32 else convert(as_f32, dst, "rne")
     if dst.kind in ("bf16", "fp8"):
         as_f32 = convert(v, T.f32, "rne")
-        return _f32_to_bf16(as_f32) if dst.kind == "bf16" else _f32_to_fp8(as_f32, dst)
+        return _f32_to_bf16(as_f32, rounding) if dst.kind == "bf16" else _f32_to_fp8(as_f32, dst)
     if rounding == "rtz":
         return _f32_to_f16_rtz(v)
     return _llvm_cast(v, dst)
@@ -92,20 +99,26 @@ def _bf16_to_f32(v):
     return k.wrap(b.bitcast(bits, T.f32.vector_ir_type(v.lanes)), T.f32, v.lanes)
 
 
-def _f32_to_bf16(v):
-    """Round to nearest even: add 0x7FFF plus the lsb of the kept half; NaN -> quiet NaN. On a
-    target with a native conversion (gfx950's v_cvt_pk_bf16_f32, RNE, NaN quieted) LLVM's
-    ``fptrunc`` to ``bfloat`` selects it: one instruction per two values, no compare."""
+def _f32_to_bf16(v, rounding: str = "rne"):
+    """Round to nearest even: add 0x7FFF plus the lsb of the kept half; "rna" (ties away from
+    zero): add 0x8000; "rtz": keep the high half. NaN -> quiet NaN in every mode. On a target
+    with a native conversion (gfx950's v_cvt_pk_bf16_f32, RNE, NaN quieted) LLVM's ``fptrunc`` to
+    ``bfloat`` selects it for "rne": one instruction per two values, no compare."""
     k = v.kernel
     b = k.builder
     x = k.ir_of(v)
-    if get_target(k.target).native_bf16_conversion:
+    if rounding == "rne" and get_target(k.target).native_bf16_conversion:
         narrow = b.fptrunc(x, T.bfloat_vector_ir_type(v.lanes))
         return k.wrap(b.bitcast(narrow, T.i16.vector_ir_type(v.lanes)), T.bf16, v.lanes)
     bits = b.bitcast(x, T.i32.vector_ir_type(v.lanes))
     high = b.lshr(bits, _const_like(v, 16))
-    lsb = b.and_(high, _const_like(v, 1))
-    rounded = b.lshr(b.add(b.add(bits, _const_like(v, 0x7FFF)), lsb), _const_like(v, 16))
+    if rounding == "rtz":
+        rounded = high
+    elif rounding == "rna":
+        rounded = b.lshr(b.add(bits, _const_like(v, 0x8000)), _const_like(v, 16))
+    else:
+        lsb = b.and_(high, _const_like(v, 1))
+        rounded = b.lshr(b.add(b.add(bits, _const_like(v, 0x7FFF)), lsb), _const_like(v, 16))
     quiet_nan = b.or_(high, _const_like(v, 0x40))
     is_nan = b.fcmp_unordered("uno", x, x)
     chosen = b.select(is_nan, quiet_nan, rounded)

@@ -95,8 +95,9 @@ class Value:
 
     # ---- conversions ------------------------------------------------------------------------
     def to(self, dtype, *, rounding: str = "rne") -> "Value":
-        """Convert to ``dtype`` (numeric conversion). ``rounding="rtz"`` is accepted for
-        f32->f16 only (``v_cvt_pkrtz``); everything else rounds to nearest even."""
+        """Convert to ``dtype`` (numeric conversion). ``rounding="rtz"`` (toward zero) is
+        accepted for f32->f16 (``v_cvt_pkrtz``) and f32->bf16, ``"rna"`` (to nearest, ties away
+        from zero) for f32->bf16; everything else rounds to nearest even ("rne")."""
         from .convert import convert
         return convert(self, T.dtype(dtype), rounding)
 

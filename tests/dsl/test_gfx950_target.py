@@ -77,13 +77,13 @@ def test_ocp_fp8_converts_on_gfx950_only():
             k942.arg_f32("x").to(dt)
 
 
-def _bf16_convert_kernel(target: str):
-    k = dsl.Kernel(f"to_bf16_{target}", target=target, workgroup_size=64)
+def _bf16_convert_kernel(target: str, rounding: str = "rne"):
+    k = dsl.Kernel(f"to_bf16_{target}_{rounding}", target=target, workgroup_size=64)
     x = k.arg_ptr("x", "f32", readonly=True)
     y = k.arg_ptr("y", "bf16")
     i = k.thread_id(0) * 2
     pair = x.load(i, width=2)
-    y.store(i, pair.to("bf16"))
+    y.store(i, pair.to("bf16", rounding=rounding))
     return k
 
 
@@ -106,3 +106,48 @@ def test_f32_to_bf16_rounds_to_nearest_even_on_both_targets(target):
     nan = want.isnan()
     assert torch.equal(y.isnan(), nan)
     assert torch.equal(y[~nan].view(torch.int16), want[~nan].view(torch.int16))
+
+
+def _bf16_by_definition(bits: int, rounding: str) -> int:
+    """The bf16 bit pattern of f32 ``bits`` by the modes' definitions, on exact integers: the
+    dropped half against half an ulp (0x8000); NaN -> its high half with the quiet bit set."""
+    sign, magnitude = bits & 0x80000000, bits & 0x7FFFFFFF
+    if magnitude > 0x7F800000:
+        return ((bits >> 16) | 0x40) & 0xFFFF
+    kept, dropped = magnitude >> 16, magnitude & 0xFFFF
+    if rounding == "rna" and dropped >= 0x8000:
+        kept += 1          # ties away from zero: a magnitude's tie rounds up (to inf past the top)
+    return ((sign >> 16) | kept) & 0xFFFF
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("rounding", ["rna", "rtz"])
+def test_f32_to_bf16_ties_away_and_toward_zero(target, rounding):
+    """AITER's other two bf16_cvt modes: ties away from zero (0x3F808000 -> 0x3F81, where RNE
+    keeps 0x3F80) and toward zero (0xBF80FFFF -> 0xBF80); the largest finite value rounds to inf
+    only ties away; NaN stays a quiet NaN; integer code on both targets (no native opcode)."""
+    k = _bf16_convert_kernel(target, rounding)
+    ck = compile_ir(k, target=target, cache=False)
+    assert "v_cvt_pk_bf16_f32" not in ck.asm
+    bits = [0x3F808000, 0x3F818000, 0x3F807FFF, 0xBF80FFFF, 0xBF808000, 0x7F7FFFFF, 0x00008000,
+            0x7F800000, 0xFF800000, 0x7FC00001, 0x7F800001, 0xFFA00000, 0x00000000, 0x80000000]
+    gen = torch.Generator().manual_seed(2)
+    rand = (torch.randn(128 - len(bits), generator=gen) * 1e3).view(torch.int32).tolist()
+    every = [b & 0xFFFFFFFF for b in bits] + [b & 0xFFFFFFFF for b in rand]
+    x = torch.tensor(every, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    y = torch.zeros(128, dtype=torch.bfloat16)
+    emu.launch(ck.asm, ck.name, (1, 1, 1), (64, 1, 1), [x, y], target=target)
+    got = [b & 0xFFFF for b in y.view(torch.int16).tolist()]
+    assert got == [_bf16_by_definition(b, rounding) for b in every]
+    assert got[0] == (0x3F81 if rounding == "rna" else 0x3F80)
+    assert got[5] == (0x7F80 if rounding == "rna" else 0x7F7F)
+
+
+def test_bf16_rounding_modes_are_refused_where_they_do_not_apply():
+    k = dsl.Kernel("bad_rounding", target="gfx942", workgroup_size=64)
+    x = k.arg_ptr("x", "f32", readonly=True)
+    v = x.load(k.thread_id(0))
+    with pytest.raises(ValueError, match="rounding=.rna. is only available for f32 -> bf16"):
+        v.to("f16", rounding="rna")
+    with pytest.raises(ValueError, match="rounding must be one of"):
+        v.to("bf16", rounding="rtne")
