@@ -48,6 +48,7 @@ FAMILIES: dict[str, str] = {
     "attention_3d": "rocke.kernels.gfx942.attention_tiled_3d",
     "reduce_segments": "rocke.kernels.gfx942.reduce_segments",
     "metadata_guard": "rocke.kernels.common.metadata_guard",
+    "dense_prefill_gfx942": "rocke.kernels.gfx942.dense_prefill",
     "dense_prefill_gfx950": "rocke.kernels.gfx950.dense_prefill",
     "attention_2d_gfx950": "rocke.kernels.gfx950.attention_2d_family",
     "attention_3d_gfx950": "rocke.kernels.gfx950.attention_3d_family",

@@ -19,7 +19,7 @@ _COMPILED = {}
 
 def _compiled(spec):
     if spec not in _COMPILED:
-        _COMPILED[spec] = compile_ir(dp.build(spec), target="gfx950")
+        _COMPILED[spec] = compile_ir(dp.build(spec), target=spec.target)
     return _COMPILED[spec]
 
 
@@ -51,9 +51,9 @@ def run_case(spec, lens, scale=None, seed=0, shape_inputs=None, workgroups=None)
     o = torch.full((B, S, H, D), SENTINEL, dtype=dt)
     grid, block = dp.launch_geometry(spec, B, workgroups)
     ck = _compiled(spec)
-    # the emulator's gfx950 mode on the compiled listing
+    # the emulator's mode for the spec's target (gfx950 or gfx942) on the compiled listing
     emu.launch(ck.asm, ck.name, grid, block, dp.kernel_args(spec, q, k, v, o, lens_t, scale, workgroups),
-               target="gfx950")
+               target=spec.target)
     ref = reference(q, k, v, lens_t, spec.causal, scale if scale is not None else 1 / math.sqrt(D))
     for b, n in enumerate(lens):
         err = (o[b, :n].float() - ref[b, :n]).abs().max().item() if n else 0.0

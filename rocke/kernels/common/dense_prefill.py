@@ -1,4 +1,6 @@
-"""Dense prefill attention for gfx950 (CDNA4): O = softmax(Q K^T * scale [+ causal mask]) V.
+"""Dense prefill attention for gfx942 (CDNA3) and gfx950 (CDNA4): O = softmax(Q K^T * scale [+
+causal mask]) V. The target is a spec field; the families rocke.kernels.gfx942.dense_prefill and
+rocke.kernels.gfx950.dense_prefill ship its variants.
 
 Q and O are contiguous ``[B, S, H, D]``, K and V ``[B, S, H_kv, D]`` (f16 or bf16, D in {64, 128});
 S, H, H_kv and D are compile-time (spec fields), B is the grid's z extent. ``seq_lens`` (int32
@@ -9,8 +11,9 @@ past L_b exit at once, and output rows past L_b are never written. GQA: query he
 
 One workgroup computes ``block_m`` queries of one (batch, head) with ``num_warps`` warps of
 ``block_m / num_warps`` queries each, streaming keys in tiles of ``block_n`` through LDS (K row-major,
-V transposed, each row padded by ``lds_pad`` elements against bank conflicts). It uses gfx950's
-wide-K MFMA (32x32x16: 8 elements per lane, twice gfx942's K per instruction) in the transposed
+V transposed, each row padded by ``lds_pad`` elements against bank conflicts). On gfx950 it uses
+the wide-K MFMA (32x32x16: 8 elements per lane, twice gfx942's K per instruction), on gfx942
+32x32x8 (``atom`` "auto" picks the target's), in the transposed
 orientation of ``rocke.kernels.samples.flash_attention``: S^T = K Q^T with Q^T resident in
 registers, so P^T comes out in the registers O^T = V^T P^T takes as its B operand. The softmax is
 the log2-domain online update (``rocke.dsl.softmax``): scale * log2(e) folded once, one native
@@ -32,9 +35,17 @@ the matrix core while the others do softmax VALU work; ``lazy_rescale`` skips th
 (d_frags x 16 multiplies per lane) on tiles where no query's running max moved -- exact, the
 skipped factor is 1 -- behind a wave-uniform ballot; ``grid_order`` picks whether a head's query
 blocks (qb_major) or the heads of one KV group (hkv_major) are dispatched together (``auto``:
-hkv_major for GQA, qb_major for MHA); ``persistent`` launches a fixed grid (default gfx950's 256
-CUs, at most the work items) whose workgroups walk the work items ``id, id + grid, ...``, each
+hkv_major for GQA, qb_major for MHA); ``persistent`` launches a fixed grid (default the target's CU
+count, at most the work items) whose workgroups walk the work items ``id, id + grid, ...``, each
 decoded in ``grid_order``'s axis order, so the grid's size is the host's choice, not the problem's.
+``pair_causal`` (causal) runs query
+blocks x and n-1-x in one workgroup, so a causal launch's workgroups do equal work (AITER's fwd v3
+head/tail pairing); ``vt_by_key`` stages V^T with a wave's lanes on consecutive keys, so each
+element write of a 32-lane phase covers 16 consecutive dwords (no bank conflicts; the rows-first
+order puts a phase's lanes on one bank). ``rounding`` converts P
+and O to the element type to nearest even (rne), to nearest with ties away from zero (rna, bf16)
+or toward zero (rtz), the three modes of AITER's fwd v3 code objects. ``pin_prefetch`` (with prefetch) puts a
+scheduling barrier after the prefetch loads so LLVM cannot sink them to the end of the tile.
 ``partial_vmcnt`` (with prefetch) writes the staged tile to LDS in the loads' issue order (every K
 vector, then every V one), so LLVM's in-order vmcnt waits let each write wait for its own load only
 (vmcnt 3, 2, 1, 0 for 4 loads a thread) instead of the interleaved K/V order's 3, 1, 0.
@@ -59,16 +70,19 @@ from rocke.kernels.common.checks import (check_bool, check_choice, check_device,
                                          check_i32_value, check_multiple, check_positive_int,
                                          check_register_budget, check_tensor)
 
-TARGET = "gfx950"
+TARGETS = ("gfx942", "gfx950")
 DTYPES = ("f16", "bf16")
 HEAD_DIMS = (64, 128)
-ATOMS = ("32x32x16",)     # PV reads P^T from the 32x32 accumulator (rocke.dsl.softmax.transposed_pv_operand)
+# per target; PV reads P^T from the 32x32 accumulator (rocke.dsl.softmax.transposed_pv_operand)
+ATOMS = {"gfx942": ("32x32x8",), "gfx950": ("32x32x16",)}
 STAGING_VECTOR = 8
 # qb_major: grid (query blocks, H, B), a head's query blocks dispatch together; hkv_major: grid
 # (H, query blocks, B), the heads sharing a KV head dispatch together (their K/V reads meet in L2);
 # auto: hkv_major for GQA (group > 1: a KV head's tiles serve the group's neighbouring workgroups),
 # qb_major for MHA (no KV head is shared) -- resolved when the spec is made
 GRID_ORDERS = ("qb_major", "hkv_major", "auto")
+# the rounding of P and O to the element type (rocke.dsl.convert): AITER's fwd v3 bf16_cvt modes
+ROUNDINGS = ("rne", "rna", "rtz")
 
 
 @dataclass(frozen=True)
@@ -82,7 +96,7 @@ class DensePrefillSpec:
     block_m: int = 256         # queries per workgroup
     block_n: int = 64          # keys per KV tile
     num_warps: int = 8
-    atom: str = "32x32x16"
+    atom: str = "auto"         # auto: the target's (ATOMS)
     lds_pad: int = 8           # elements appended to each K / V^T LDS row
     pv_setprio: bool = False   # s_setprio 1 around the PV MFMAs
     lazy_rescale: bool = False  # skip the O^T rescale when no query's running max moved
@@ -90,8 +104,16 @@ class DensePrefillSpec:
     prefetch: bool = False     # load the next K/V tile into registers while this one computes
     persistent: bool = False   # a fixed grid (<= the CUs) walking the work items in grid_order
     partial_vmcnt: bool = False  # prefetch: write the staged tile in load order (partial vmcnt waits)
+    vt_by_key: bool = False    # stage V^T with a wave's lanes down the keys (conflict-free writes)
+    pair_causal: bool = False  # causal: a workgroup runs query block x and block n-1-x (equal work)
+    rounding: str = "rne"      # f32 -> dtype of P and O: rne, rna (bf16: ties away), rtz
+    pin_prefetch: bool = False  # prefetch: a scheduling barrier keeps the next tile's loads first
+    target: str = "gfx950"
 
     def __post_init__(self):
+        check_choice("target", self.target, TARGETS)
+        if self.atom == "auto":
+            object.__setattr__(self, "atom", ATOMS[self.target][0])
         check_choice("dtype", self.dtype, DTYPES)
         check_choice("head_dim", self.head_dim, HEAD_DIMS)
         for name in ("seq_len", "num_heads", "num_kv_heads", "block_m", "block_n"):
@@ -103,16 +125,32 @@ class DensePrefillSpec:
         check_bool("prefetch", self.prefetch)
         check_bool("persistent", self.persistent)
         check_bool("partial_vmcnt", self.partial_vmcnt)
+        check_bool("vt_by_key", self.vt_by_key)
+        check_bool("pair_causal", self.pair_causal)
+        check_choice("rounding", self.rounding, ROUNDINGS)
+        check_bool("pin_prefetch", self.pin_prefetch)
+        if self.pin_prefetch and not self.prefetch:
+            raise ValueError("pin_prefetch: keeps the prefetched loads at the tile's start; it "
+                             "needs prefetch=True")
+        if self.rounding == "rna" and self.dtype != "bf16":
+            raise ValueError(f"rounding: 'rna' (ties away from zero) is a bf16 mode; {self.dtype} "
+                             "takes 'rne' or 'rtz'")
+        if self.pair_causal and not self.causal:
+            raise ValueError("pair_causal: pairs a causal launch's short and long query blocks; "
+                             "it needs causal=True (without the mask every block does equal work)")
+        if self.pair_causal and self.persistent:
+            raise ValueError("pair_causal: a persistent grid walks single work items; choose one "
+                             "of pair_causal and persistent")
         if self.partial_vmcnt and not self.prefetch:
             raise ValueError("partial_vmcnt: orders the prefetched tile's LDS writes; it needs prefetch=True")
-        check_choice("atom", self.atom, ATOMS)
+        check_choice("atom", self.atom, ATOMS[self.target])
         if self.grid_order == "auto":
             object.__setattr__(self, "grid_order", "hkv_major" if self.group > 1 else "qb_major")
         check_choice("num_warps", self.num_warps, (1, 2, 4, 8, 16))
         check_positive_int("lds_pad", self.lds_pad, allow_zero=True)
         check_multiple("num_heads", self.num_heads, self.num_kv_heads,
                        of=f"num_kv_heads ({self.num_kv_heads})", because="each KV head serves a whole group")
-        a = atom_for(self.atom, self.dtype, target=TARGET)
+        a = atom_for(self.atom, self.dtype, target=self.target)
         check_multiple("block_m", self.block_m, self.num_warps * a.n,
                        of=f"num_warps ({self.num_warps}) x the atom's N ({a.n})",
                        because="each warp owns whole query columns of S^T")
@@ -121,19 +159,20 @@ class DensePrefillSpec:
                        because="the causal split puts the diagonal on whole KV tiles")
         check_multiple("lds_pad", self.lds_pad, 4, because="operands are read from LDS 8 bytes at a time")
         lds = 2 * (self.block_n * (self.head_dim + self.lds_pad) + self.head_dim * (self.block_n + self.lds_pad))
-        limit = get_target(TARGET).max_lds_per_workgroup
+        limit = get_target(self.target).max_lds_per_workgroup
         if lds > limit:
-            raise ValueError(f"block_n: the K and V^T tiles need {lds} bytes of LDS, {TARGET} has {limit}")
-        if self.prefetch:
+            raise ValueError(f"block_n: the K and V^T tiles need {lds} bytes of LDS, {self.target} has {limit}")
+        if self.prefetch or self.vt_by_key:
             vectors, threads = self.block_n * self.head_dim // STAGING_VECTOR, self.num_warps * 64
             if vectors % threads:
-                raise ValueError(f"block_n: prefetch stages whole {STAGING_VECTOR}-element vectors per "
+                lever = "prefetch" if self.prefetch else "vt_by_key"
+                raise ValueError(f"block_n: {lever} stages whole {STAGING_VECTOR}-element vectors per "
                                  f"thread, but a {self.block_n} x {self.head_dim} tile has {vectors} for "
                                  f"{threads} threads (make block_n * head_dim / {STAGING_VECTOR} a "
                                  "multiple of the threads)")
         warp_q = self.block_m // self.num_warps
         check_register_budget("block_m/block_n", warp_q * (self.head_dim + self.block_n) // 64,
-                              "each warp's fp32 O^T and S^T accumulators", target=TARGET)
+                              "each warp's fp32 O^T and S^T accumulators", target=self.target)
         for what, heads in (("Q/O", self.num_heads), ("K/V", self.num_kv_heads)):
             check_i32_value("seq_len", self.seq_len * heads * self.head_dim - 1,
                             f"one sequence's {what} elements S * heads * D - 1")
@@ -148,29 +187,17 @@ class DensePrefillSpec:
 
     @property
     def kernel_name(self) -> str:
-        return (f"dense_prefill_gfx950_{self.dtype}_d{self.head_dim}_s{self.seq_len}"
+        return (f"dense_prefill_{self.target}_{self.dtype}_d{self.head_dim}_s{self.seq_len}"
                 f"_h{self.num_heads}kv{self.num_kv_heads}_{'causal' if self.causal else 'full'}"
                 f"_{self.atom.replace('x', '_')}_m{self.block_m}n{self.block_n}_w{self.num_warps}"
                 f"_pad{self.lds_pad}{'_prio' if self.pv_setprio else ''}"
                 f"{'_lazy' if self.lazy_rescale else ''}{'_hkv' if self.grid_order == 'hkv_major' else ''}"
                 f"{'_pf' if self.prefetch else ''}{'_persist' if self.persistent else ''}"
-                f"{'_vmcnt' if self.partial_vmcnt else ''}")
+                f"{'_vmcnt' if self.partial_vmcnt else ''}{'_vtkey' if self.vt_by_key else ''}"
+                f"{'_pair' if self.pair_causal else ''}"
+                f"{'' if self.rounding == 'rne' else '_' + self.rounding}"
+                f"{'_pin' if self.pin_prefetch else ''}")
 
-
-def _variants() -> dict[str, DensePrefillSpec]:
-    out = {}
-    # (heads, kv heads, head dim): Llama-3-8B (32/8), 40/8 and 28/4 GQA, a d64 MHA model
-    models = (("h32kv8", 32, 8, 128), ("h40kv8", 40, 8, 128), ("h28kv4", 28, 4, 128), ("h16kv16", 16, 16, 64))
-    for dtype in DTYPES:
-        for tag, h, hkv, d in models:
-            for causal in (True, False):
-                spec = DensePrefillSpec(dtype, d, 4096, h, hkv, causal)
-                out[f"{dtype}_d{d}_{tag}_{'causal' if causal else 'full'}"] = spec
-    return out
-
-
-VARIANTS: dict[str, DensePrefillSpec] = _variants()
-GOLDEN_PERTURBATION = ("causal", {True: False, False: True})     # see rocke.kernels.registry
 
 ARGS = ("q", "k", "v", "o", "seq_lens", "sm_scale")
 
@@ -185,10 +212,10 @@ def check_problem(spec: DensePrefillSpec, *, B: int) -> None:
 
 
 def persistent_workgroups(spec: DensePrefillSpec, B: int, workgroups: int | None = None) -> int:
-    """The persistent grid's size: ``workgroups`` (default: gfx950's CU count, one 256-query
+    """The persistent grid's size: ``workgroups`` (default: the target's CU count, one 256-query
     workgroup per CU), at most the work items B * query blocks * H."""
     if workgroups is None:
-        workgroups = get_target(TARGET).cu_count
+        workgroups = get_target(spec.target).cu_count
     check_positive_int("workgroups", workgroups)
     check_grid_extent("workgroups", workgroups, axis="x")
     return min(workgroups, B * -(-spec.seq_len // spec.block_m) * spec.num_heads)
@@ -204,6 +231,8 @@ def launch_geometry(spec: DensePrefillSpec, B: int, workgroups: int | None = Non
     if workgroups is not None:
         raise ValueError("workgroups: only a persistent spec takes a grid size")
     q_blocks = -(-spec.seq_len // spec.block_m)
+    if spec.pair_causal:        # blocks x and q_blocks-1-x share a workgroup
+        q_blocks = -(-q_blocks // 2)
     grid = (q_blocks, spec.num_heads, B) if spec.grid_order == "qb_major" else (spec.num_heads, q_blocks, B)
     return grid, (spec.workgroup_size, 1, 1)
 
@@ -242,7 +271,7 @@ def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | 
 
 
 def build(spec: DensePrefillSpec) -> dsl.Kernel:
-    k = dsl.Kernel(spec.kernel_name, target=TARGET, workgroup_size=spec.workgroup_size)
+    k = dsl.Kernel(spec.kernel_name, target=spec.target, workgroup_size=spec.workgroup_size)
     q_ptr = k.arg_ptr("q", spec.dtype, readonly=True)
     k_ptr = k.arg_ptr("k", spec.dtype, readonly=True)
     v_ptr = k.arg_ptr("v", spec.dtype, readonly=True)
@@ -282,7 +311,16 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
     else:
         q_axis, head_axis = (0, 1) if spec.grid_order == "qb_major" else (1, 0)
         head, batch = k.block_id(head_axis), k.block_id(2)
-        work(head, batch, lambda: k.block_id(q_axis))
+        if spec.pair_causal:
+            # AITER's head/tail pairing: block x runs x + 1 causal tiles, its partner
+            # q_blocks - x, so every workgroup runs q_blocks + 1 in all; with an odd count the
+            # middle block is its own partner and runs once. One loop body, not two copies.
+            x = k.block_id(q_axis)
+            step = (-(-S // spec.block_m) - 1) - 2 * x        # partner - x
+            with k.for_range(0, 1 + minimum(step, 1)) as pair:
+                work(head, batch, lambda: x + pair.index * step)
+        else:
+            work(head, batch, lambda: k.block_id(q_axis))
     return k
 
 
@@ -307,7 +345,7 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
             # each (batch, head) slice as a buffer ending at row L_b: padded rows read 0
             def slice_buffer(ptr, h, ld):
                 return ptr.offset(batch * (S * ld) + h * D).buffer((length - 1) * ld + D)
-            q_buf, o_buf = slice_buffer(q_ptr, head, q_ld), slice_buffer(o_ptr, head, q_ld)
+            q_buf = slice_buffer(q_ptr, head, q_ld)
             k_buf, v_buf = slice_buffer(k_ptr, kv_head, kv_ld), slice_buffer(v_ptr, kv_head, kv_ld)
 
             warp_q0 = block_q0 + k.wave_id() * warp_q
@@ -320,18 +358,41 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
             per_row = D // STAGING_VECTOR
             vectors = range(0, spec.block_n * per_row, threads)
 
-            def load_kv(kv0):
+            def v_place(i):
+                """(key, first head-dim element) of V vector i: by rows (16-byte vectors along a
+                row, a row's vectors on neighbouring lanes) or, vt_by_key, down the keys (a
+                wave's lanes on consecutive keys of one 8-column strip, so each V^T element
+                write of a 32-lane phase covers 16 consecutive dwords: no bank conflicts)."""
+                if spec.vt_by_key:
+                    return i % spec.block_n, (i // spec.block_n) * STAGING_VECTOR
+                return i // per_row, (i % per_row) * STAGING_VECTOR
+
+            def load_tile(buf, kv0, place):
                 out = []
-                for buf in (k_buf, v_buf):
-                    for first in vectors:
-                        i = tid + first if first else tid
-                        out.append(buf.load((kv0 + i // per_row) * kv_ld + (i % per_row) * STAGING_VECTOR,
-                                            width=STAGING_VECTOR))
+                for first in vectors:
+                    r, c = place(tid + first if first else tid)
+                    out.append(buf.load((kv0 + r) * kv_ld + c, width=STAGING_VECTOR))
                 return out
+
+            def load_kv(kv0):
+                return (load_tile(k_buf, kv0, lambda i: (i // per_row, (i % per_row) * STAGING_VECTOR))
+                        + load_tile(v_buf, kv0, v_place))
+
+            def store_v(staged_v):
+                for n, first in enumerate(vectors):
+                    i = tid + first if first else tid
+                    r, c = v_place(i)
+                    for j, e in enumerate(list(staged_v[n])):
+                        vt_tile.store((c + j, r), e)
 
             def store_kv(staged):
                 if spec.partial_vmcnt:
                     return store_kv_in_load_order(staged)
+                if spec.vt_by_key:
+                    for n, first in enumerate(vectors):
+                        i = tid + first if first else tid
+                        k_tile.store((i // per_row, (i % per_row) * STAGING_VECTOR), staged[n])
+                    return store_v(staged[len(vectors):])
                 for n, first in enumerate(vectors):
                     i = tid + first if first else tid
                     r, c = i // per_row, (i % per_row) * STAGING_VECTOR
@@ -345,11 +406,7 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
                 for n, first in enumerate(vectors):
                     i = tid + first if first else tid
                     k_tile.store((i // per_row, (i % per_row) * STAGING_VECTOR), staged[n])
-                for n, first in enumerate(vectors):
-                    i = tid + first if first else tid
-                    r, c = i // per_row, (i % per_row) * STAGING_VECTOR
-                    for j, e in enumerate(list(staged[len(vectors) + n])):
-                        vt_tile.store((c + j, r), e)
+                store_v(staged[len(vectors):])
 
             def kv_tile(kv0, m, l, o, masked: bool, staged=None):
                 """One KV tile folded into (m, l, o); ``masked`` tiles apply the length / causal mask.
@@ -358,11 +415,18 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
                     store_kv(staged)
                     k.barrier()
                     staged = load_kv(kv0 + spec.block_n)    # in flight during this tile's math
+                    if spec.pin_prefetch:
+                        # LLVM's scheduler may sink the loads to the loop's end (less register
+                        # pressure) where nothing covers their round trip; nothing crosses this
+                        k.sched_barrier(0)
                 else:
                     copy_tile_to_lds(k_buf, k_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
                                      vector=STAGING_VECTOR)
-                    copy_tile_to_lds(v_buf, vt_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
-                                     vector=STAGING_VECTOR, transpose=True)
+                    if spec.vt_by_key:
+                        store_v(load_tile(v_buf, kv0, v_place))
+                    else:
+                        copy_tile_to_lds(v_buf, vt_tile, (kv0, 0), kv_ld, thread_index=tid, threads=threads,
+                                         vector=STAGING_VECTOR, transpose=True)
                     k.barrier()
                 scores = transposed_scores(mma, k_tile, q_ops, kv_frags)
                 probs = [[None] * q_frags for _ in range(kv_frags)]
@@ -379,7 +443,7 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
                         tile.append(scaled)
                     m[t], l[t], p_t, alpha = online_softmax_update(m[t], l[t], tile)
                     for i in range(kv_frags):
-                        probs[i][t] = p_t[i].to(spec.dtype)
+                        probs[i][t] = p_t[i].to(spec.dtype, rounding=spec.rounding)
                     rescale(o, t, alpha)
                 if spec.pv_setprio:
                     k.s_setprio(1)
@@ -437,11 +501,13 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
             carry = run_tiles(0, unmasked_end, carry, masked=False)
             carry = run_tiles(unmasked_end, kv_end, carry, masked=True)
 
+            # the output's descriptor is made here, not live in SGPRs through the tile loops
+            o_buf = slice_buffer(o_ptr, head, q_ld)
             l_final = carry[q_frags:2 * q_frags]
             o_final = carry[2 * q_frags:]
             for t in range(q_frags):
                 inv_l = l_final[t].map(rcp).broadcast_to(mma.C)
                 for j in range(d_frags):
-                    out = (o_final[t * d_frags + j] * inv_l).to(spec.dtype)
+                    out = (o_final[t * d_frags + j] * inv_l).to(spec.dtype, rounding=spec.rounding)
                     store_fragment_global(o_buf, out, (j * am, q_cols[t]), q_ld, bounds=(None, length),
                                           transposed=True)

@@ -1,0 +1,40 @@
+"""The gfx942 (MI300X) dense prefill family: bf16/f16 ``[B, S, H, 128]`` forward attention, the
+kernel of rocke.kernels.common.dense_prefill built for gfx942 (32x32x8 atom), with the levers the
+modelled MI300X time chose (ALGORITHM.md §8.3): 256 queries over 8 waves (two a SIMD), 64-key
+tiles prefetched into registers, V^T staged with a wave's lanes down the keys (no LDS bank
+conflicts) and, causal, AITER's head/tail pairing of query blocks (equal work per workgroup).
+``benchmarks/dense_vs_aiter.py`` compares it with AMD AITER's fmha_v3_fwd code objects."""
+
+from __future__ import annotations
+
+from rocke.kernels.common.dense_prefill import (ARGS, DensePrefillSpec, build,  # noqa: F401
+                                                check_problem, kernel_args, launch_geometry,
+                                                persistent_workgroups)
+
+TARGET = "gfx942"
+
+
+def tuned_spec(dtype: str, seq_len: int, num_heads: int, num_kv_heads: int, causal: bool,
+               head_dim: int = 128, rounding: str = "rne") -> DensePrefillSpec:
+    """The shipped geometry and levers for one problem's compile-time sizes."""
+    return DensePrefillSpec(dtype, head_dim, seq_len, num_heads, num_kv_heads, causal,
+                            block_m=256, block_n=32, num_warps=8, prefetch=True, vt_by_key=True,
+                            pin_prefetch=True, pair_causal=causal, rounding=rounding, target=TARGET)
+
+
+def _variants() -> dict[str, DensePrefillSpec]:
+    out = {}
+    # (heads, kv heads): AITER's published MI300X table's three head layouts (and Llama-3-70B's
+    # 64/8), at 4096 tokens
+    for dtype in ("bf16", "f16"):
+        for h, hkv in ((32, 8), (64, 8), (64, 4)):
+            if dtype == "f16" and (h, hkv) != (32, 8):
+                continue
+            for causal in (True, False):
+                out[f"{dtype}_d128_h{h}kv{hkv}_s4096_{'causal' if causal else 'full'}"] = \
+                    tuned_spec(dtype, 4096, h, hkv, causal)
+    return out
+
+
+VARIANTS: dict[str, DensePrefillSpec] = _variants()
+GOLDEN_PERTURBATION = ("vt_by_key", {True: False, False: True})     # see rocke.kernels.registry
