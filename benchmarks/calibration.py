@@ -258,11 +258,21 @@ def aiter_calibration_rows(target: str = "gfx942") -> list:
     return rows
 
 
-def aiter_code_object(target: str, causal: bool) -> str:
-    """The AITER fwd v3 code object a row of `target`'s column times, relative to the checkout."""
+# the output rounding modes of AITER's gfx942 bf16 fwd v3 code objects (fmha_fwd.csv's bf16_cvt:
+# round to nearest even, to nearest with ties away from zero, toward zero); the README's MI300X
+# column times rtna (AITER_ROUNDING)
+AITER_ROUNDINGS = ("rtne", "rtna", "rtz")
+AITER_ROUNDING = "rtna"
+
+
+def aiter_code_object(target: str, causal: bool, rounding: str = AITER_ROUNDING) -> str:
+    """The AITER fwd v3 code object a row of `target`'s column times (gfx942: in output rounding
+    mode ``rounding``), relative to the checkout."""
     mask = "_causal" if causal else ""
     if target == "gfx942":
-        return f"{AITER_FWD_DIR}/fwd_hd128_bf16{mask}_rtna.co"
+        if rounding not in AITER_ROUNDINGS:
+            raise ValueError(f"rounding: one of {', '.join(AITER_ROUNDINGS)}, got {rounding!r}")
+        return f"{AITER_FWD_DIR}/fwd_hd128_bf16{mask}_{rounding}.co"
     return f"hsa/{target}/fmha_v3_fwd/fwd_hd128_bf16{mask}.co"
 
 
@@ -420,16 +430,18 @@ def pack_kernarg(metadata_args: list, size: int, values: dict) -> bytes:
 _AITER_PROFILES: dict = {}
 
 
-def _aiter_profile(aiter_dir, s, causal, h, h_kv, target="gfx942"):
+def _aiter_profile(aiter_dir, s, causal, h, h_kv, target="gfx942", rounding=AITER_ROUNDING,
+                   outputs=None):
     """Emulate workgroup (0, 0, 0) of the fwd v3 kernel on a batch-1 problem of the row's heads
     and seqlen (the row's strides; every workgroup of the row does the same work, so the batch
-    only repeats it); check its output rows against SDPA."""
-    key = (s, causal, h, h_kv, target)
-    if key in _AITER_PROFILES:
+    only repeats it); check its output rows against SDPA. ``outputs`` (a dict), when given,
+    receives the inputs and output tensor (for comparing another kernel on the same inputs)."""
+    key = (s, causal, h, h_kv, target, rounding)
+    if key in _AITER_PROFILES and outputs is None:
         return _AITER_PROFILES[key]
     if aiter_dir is None:
         raise NotRun("not run: pass --aiter-dir PATH (a checkout of github.com/ROCm/aiter)")
-    co = Path(aiter_dir) / aiter_code_object(target, causal)
+    co = Path(aiter_dir) / aiter_code_object(target, causal, rounding)
     name = co.stem
     if not co.is_file():
         raise NotRun(f"not run: {co} is missing (is --aiter-dir an AITER checkout?)")
@@ -465,6 +477,8 @@ def _aiter_profile(aiter_dir, s, causal, h, h_kv, target="gfx942"):
         raise RuntimeError(f"AITER {name} at seqlen {s}: output differs from torch SDPA by "
                            f"{err} (kernarg packing wrong?)")
     _AITER_PROFILES[key] = report.profile
+    if outputs is not None:
+        outputs.update(q=q, k=k, v=v, o=o, tiles=tiles)
     return report.profile
 
 

@@ -1,0 +1,264 @@
+"""rocke's gfx942 dense bf16 d128 forward attention against AMD AITER's hand-written fwd v3 (issue 42).
+
+Every forward row of AITER's published MI300X table (benchmarks/calibration.py AITER_TABLE: batch,
+heads, KV heads, sequence length, causal) runs both kernels in rocke's emulator on the same inputs:
+rocke's ``rocke.kernels.gfx942.dense_prefill`` (``tuned_spec``) and AITER's own gfx942 code object
+``hsa/gfx942/fmha_v3_fwd/MI300/fwd_hd128_bf16[_causal]_<mode>.co`` for each output rounding mode.
+Each emulates workgroup 0 (every workgroup of both launches does equal work: non-causal, or causal
+with head/tail pairing), checks its rows against torch SDPA (fp32), compares the two outputs in
+bf16 ulps, and models the whole launch's MI300X time at 1000 / 2000 / 4000-cycle memory round
+trips (rocke.perf.model_time; all times are **modelled MI300X time**, never GPU time).
+
+Printed per row and mode: both kernels' modelled TFLOPS at the three latencies, the speedup
+(AITER's time / rocke's), the counters side by side (MFMA busy, LDS cycles and bytes, global
+bytes, waves a SIMD, exposed vector-memory latency a wave) and the max ulp difference; then the
+geomean speedup per mode and latency and the rows below 1.0.
+
+rocke runs in the mode AITER's code object does (``rounding``: rtne -> rne, rtna -> rna, rtz ->
+rtz; P and O are rounded so). The ulp columns compare the two outputs element by element: in ulps
+of the element's own magnitude (near zero two summation orders differ by many of those) and in
+ulps at the row's largest |O|.
+
+Usage: python benchmarks/dense_vs_aiter.py --aiter-dir PATH [--modes rtne rtna rtz]
+[--rows N] [--jobs N | --ray [ADDRESS]] [--json FILE]
+(PATH: a checkout of github.com/ROCm/aiter; only its gfx942 fwd v3 code objects are read.)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.engine import add_engine_options, engine_of, run_ordered  # noqa: E402
+
+LATENCIES = (1000, 2000, 4000)      # cycles: the vector-memory round trips modelled
+D = 128
+from rocke.kernels.common.tolerances import attention_atol  # noqa: E402
+
+ATOL = attention_atol("bf16")       # max |error| against SDPA (fp32) of a bf16 output
+
+
+def rows() -> list[tuple]:
+    """AITER's published MI300X forward rows: (batch, heads, kv heads, seqlen, causal)."""
+    from benchmarks.calibration import AITER_TABLE
+    return [r[:5] for r in AITER_TABLE]
+
+
+def sample(items: list, n: int | None) -> list:
+    """n of the items, evenly spaced (all of them without n)."""
+    if n is None or n >= len(items):
+        return list(items)
+    return [items[round(i * (len(items) - 1) / max(n - 1, 1))] for i in range(n)]
+
+
+def bf16_ulps(a, b, scale=None) -> float:
+    """The largest difference between two bf16 tensors in bf16 ulps: of each element's larger
+    magnitude, or (``scale``, a tensor broadcasting against them) of that magnitude instead --
+    near zero an element's own ulp is tiny, so two summation orders differ by many of them."""
+    import torch
+    a, b = a.float(), b.float()
+    big = torch.maximum(a.abs(), b.abs()) if scale is None else scale.float().expand_as(a)
+    ulp = torch.exp2(torch.floor(torch.log2(big.clamp_min(2.0 ** -126))) - 7)
+    return float(((a - b).abs() / ulp).max()) if a.numel() else 0.0
+
+
+# AITER's mode names -> rocke's (rocke.dsl.convert ROUNDINGS)
+ROCKE_ROUNDING = {"rtne": "rne", "rtna": "rna", "rtz": "rtz"}
+
+
+def emulate(key) -> dict:
+    """One (seqlen, causal, heads, kv heads) problem: workgroup 0 of rocke's kernel and of
+    AITER's in each mode, on the same inputs; their profiles, errors against SDPA (fp32) and
+    ulp differences."""
+    s, causal, h, hk, modes, aiter_dir = key
+    import torch
+    from benchmarks import calibration as cal
+    from rocke import emu
+    from rocke.compiler import compile_ir
+    from rocke.kernels.gfx942 import dense_prefill as dp
+    out = {"aiter": {}, "rocke": {}, "ulps": {}, "ulps_row": {}, "aiter_error": {},
+           "rocke_error": {}, "spills": {}, "kernel": {}}
+    for mode in modes:
+        got = {}
+        out["aiter"][mode] = cal._aiter_profile(aiter_dir, s, causal, h, hk, "gfx942", mode,
+                                                outputs=got)
+        q, k, v, o_aiter, tiles = got["q"], got["k"], got["v"], got["o"], got["tiles"]
+        spec = dp.tuned_spec("bf16", s, h, hk, causal, rounding=ROCKE_ROUNDING[mode])
+        ck = compile_ir(dp.build(spec), target="gfx942")
+        o = torch.zeros_like(q)
+        _, block = dp.launch_geometry(spec, 1)
+        report = emu.launch(ck.asm, ck.name, (1, 1, 1), block,
+                            dp.kernel_args(spec, q, k, v, o, torch.tensor([s], dtype=torch.int32)),
+                            target="gfx942", profile=True, check=False)
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            *(t[:, :, :1].transpose(1, 2).float() for t in (q, k, v)),
+            is_causal=causal).transpose(1, 2)
+        # workgroup 0 computes query block 0 (and, causal, the last) of head 0, as AITER's does
+        rows_of = [slice(t * 256, (t + 1) * 256) for t in tiles]
+        out["rocke_error"][mode], out["aiter_error"][mode] = (
+            max(float((x[:, r, :1].float() - ref[:, r]).abs().max()) for r in rows_of)
+            for x in (o, o_aiter))
+        out["ulps"][mode] = max(bf16_ulps(o[:, r, :1], o_aiter[:, r, :1]) for r in rows_of)
+        out["ulps_row"][mode] = max(bf16_ulps(
+            o[:, r, :1], o_aiter[:, r, :1], ref[:, r].abs().amax(dim=-1, keepdim=True))
+            for r in rows_of)
+        out["rocke"][mode] = report.profile
+        out["spills"][mode] = {"vgpr": ck.info.vgpr_spills, "sgpr": ck.info.sgpr_spills,
+                               "scratch_bytes": ck.info.scratch_bytes}
+        out["kernel"][mode] = spec.kernel_name
+    return out
+
+
+def exposed_latency(profile, cycles: int) -> float:
+    """Vector-memory latency a wave waited uncovered (cycles, the sampled workgroup's mean)."""
+    if cycles not in profile.vm_latencies or not profile.wg_vm_stall.size:
+        return math.nan
+    column = profile.vm_latencies.index(cycles)
+    return float(profile.wg_vm_stall[:, column].sum()) / max(
+        profile.workgroups * profile.waves_per_workgroup, 1)
+
+
+def model_row(row, result, mode, costs):
+    """Both kernels' modelled times for one row (batch b), per latency, and their counters."""
+    from rocke.kernels.gfx942 import dense_prefill as dp
+    from rocke.perf import model_time
+    from benchmarks.calibration import aiter_grid
+    b, h, hk, s, causal = row
+    footprint = 2 * b * s * h * D * 2 + 2 * b * s * hk * D * 2
+    flops = 4 * b * h * s * s * D // (2 if causal else 1)
+    grids = {"rocke": dp.launch_geometry(dp.tuned_spec("bf16", s, h, hk, causal), b)[0],
+             "aiter": aiter_grid(b, h, s, causal)}
+    profiles = {"rocke": result["rocke"][mode], "aiter": result["aiter"][mode]}
+    out = {}
+    for who, profile in profiles.items():
+        per = {}
+        for c in LATENCIES:
+            m = model_time(profile, costs=replace(costs, memory_latency_cycles=c),
+                           grid=grids[who], footprint=footprint)
+            per[c] = {"us": m.us, "tflops": flops / (m.us * 1e-6) / 1e12, "binding": m.binding,
+                      "matrix_busy": float(m.occupancy.get("matrix_busy", math.nan)),
+                      "waves_per_simd": m.occupancy.get("waves_per_simd"),
+                      "exposed_cycles": exposed_latency(profile, c)}
+        out[who] = {"latency": per, "lds_cycles": int(profile.lds_cycles),
+                    "lds_bytes": int(profile.lds_bytes), "lds_conflicts": int(profile.lds_bank_conflicts),
+                    "global_bytes": int(profile.global_read_bytes + profile.global_write_bytes),
+                    "vgprs": profile.resources.get("vgprs"), "agprs": profile.resources.get("agprs")}
+    out["speedup"] = {c: out["aiter"]["latency"][c]["us"] / out["rocke"]["latency"][c]["us"]
+                      for c in LATENCIES}
+    return out
+
+
+def geomean(xs) -> float:
+    xs = list(xs)
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--aiter-dir", type=Path, required=True,
+                    help="a checkout of github.com/ROCm/aiter (its hsa/gfx942/fmha_v3_fwd code "
+                         "objects are run; nothing of it is copied)")
+    from benchmarks.calibration import AITER_FWD_DIR, AITER_ROUNDINGS, aiter_code_object
+    ap.add_argument("--modes", nargs="+", choices=AITER_ROUNDINGS, default=list(AITER_ROUNDINGS),
+                    help="AITER's output rounding modes to run (default: all three)")
+    ap.add_argument("--rows", type=int, metavar="N",
+                    help="run N of the table's 94 rows, evenly spaced (default: all)")
+    ap.add_argument("--json", help="also write every row to this file")
+    add_engine_options(ap, "problem (seqlen, causal, heads)")
+    a = ap.parse_args(argv)
+    if a.rows is not None and a.rows < 1:
+        ap.error(f"--rows: at least 1, got {a.rows}")
+    if not (a.aiter_dir / AITER_FWD_DIR).is_dir():
+        ap.error(f"--aiter-dir {a.aiter_dir}: no {AITER_FWD_DIR} there (a checkout of "
+                 "github.com/ROCm/aiter?)")
+    missing = [aiter_code_object("gfx942", c, m) for m in a.modes for c in (False, True)
+               if not (a.aiter_dir / aiter_code_object("gfx942", c, m)).is_file()]
+    if missing:
+        ap.error(f"--aiter-dir {a.aiter_dir}: missing {', '.join(missing)} (use --modes to "
+                 "run the modes present)")
+    if a.json:
+        from rocke.fileio import check_writable
+        try:
+            check_writable(a.json)
+        except OSError as e:
+            ap.error(f"--json {a.json}: cannot write it: {e.strerror or e}")
+    from rocke.emu.codeobject import cannot_disassemble, disassembler
+    if disassembler("gfx942") is None:
+        ap.error(f"AITER's code objects cannot be read here: {cannot_disassemble('gfx942')}")
+    engine = engine_of(ap, a)
+    from rocke.arch.costs import costs_for
+    costs = costs_for("gfx942")
+    chosen = sample(rows(), a.rows)
+    keys = sorted({(s, causal, h, hk) for _, h, hk, s, causal in chosen})
+    items = [(s, causal, h, hk, tuple(a.modes), str(a.aiter_dir)) for s, causal, h, hk in keys]
+    print(f"times are {costs.label} (rocke.perf), from exact emulator counters of workgroup 0; "
+          "emulator wall time is CPU time, not GPU time")
+    print(f"{len(chosen)} rows of AITER's MI300X table, {len(items)} problems emulated, modes "
+          f"{' '.join(a.modes)} (rocke rounds P and O in the same mode)")
+    start = time.perf_counter()
+    results = dict(zip(keys, run_ordered(emulate, items, engine, "dense_vs_aiter")))
+    bad, spilled, table = [], [], []
+    for row in chosen:
+        b, h, hk, s, causal = row
+        res = results[(s, causal, h, hk)]
+        label = f"b{b} h{h}/{hk} s{s} {'causal' if causal else 'full'}"
+        for mode in a.modes:
+            if not res["rocke_error"][mode] <= ATOL:
+                bad.append(f"{label} {mode}: rocke's max |error| {res['rocke_error'][mode]:.4f}")
+            spill = res["spills"][mode]
+            if any(spill.values()):
+                spilled.append(f"{label} {mode}: {spill['vgpr']} VGPR, {spill['sgpr']} SGPR "
+                               f"(to VGPR lanes), {spill['scratch_bytes']} scratch bytes")
+            m = model_row(row, res, mode, costs)
+            r, x = m["rocke"], m["aiter"]
+            lat = " ".join(f"{c}: {r['latency'][c]['tflops']:.0f}/{x['latency'][c]['tflops']:.0f} "
+                           f"TFLOPS {m['speedup'][c]:.3f}x" for c in LATENCIES)
+            at = r["latency"][2000], x["latency"][2000]
+            print(f"{label} {mode} | rocke/AITER {lat} | at 2000: MFMA busy "
+                  f"{at[0]['matrix_busy']:.2f}/{at[1]['matrix_busy']:.2f}, waves a SIMD "
+                  f"{at[0]['waves_per_simd']}/{at[1]['waves_per_simd']}, exposed latency a wave "
+                  f"{at[0]['exposed_cycles']:.0f}/{at[1]['exposed_cycles']:.0f} cycles, bound "
+                  f"{at[0]['binding']}/{at[1]['binding']} | workgroup 0: LDS cycles "
+                  f"{r['lds_cycles']}/{x['lds_cycles']} (conflicts {r['lds_conflicts']}/"
+                  f"{x['lds_conflicts']}), global bytes {r['global_bytes']}/{x['global_bytes']} | "
+                  f"max |err| vs SDPA {res['rocke_error'][mode]:.4f}/{res['aiter_error'][mode]:.4f}, "
+                  f"rocke vs AITER {res['ulps'][mode]:.1f} bf16 ulp ({res['ulps_row'][mode]:.2f} "
+                  "at the row's largest |O|)")
+            table.append({"row": {"batch": b, "heads": h, "kv_heads": hk, "seqlen": s,
+                                  "causal": causal}, "mode": mode, "kernel": res["kernel"][mode],
+                          "ulps": res["ulps"][mode], "ulps_row": res["ulps_row"][mode],
+                          "rocke_error": res["rocke_error"][mode],
+                          "aiter_error": res["aiter_error"][mode], **m})
+    for mode in a.modes:
+        mine = [t for t in table if t["mode"] == mode]
+        for c in LATENCIES:
+            below = [t for t in mine if t["speedup"][c] < 1.0]
+            print(f"geomean speedup over AITER ({mode}, {c} cycles): "
+                  f"{geomean(t['speedup'][c] for t in mine):.3f}x over {len(mine)} rows; "
+                  f"{len(below)} below 1.0x; worst {min(t['speedup'][c] for t in mine):.3f}x")
+        print(f"max rocke vs AITER ({mode}): {max(t['ulps'] for t in mine):.1f} bf16 ulp of the "
+              f"element, {max(t['ulps_row'] for t in mine):.2f} at the row's largest |O|")
+    print(f"goal (issue 42): geomean >= 1.18x in every mode and >= 1.0x on every row, at all "
+          f"three latencies ({time.perf_counter() - start:.0f} s)")
+    if a.json:
+        from rocke.fileio import write_output
+        write_output(a.json, (json.dumps(table, indent=1, default=float) + "\n").encode())
+    print(f"spills (goal 0): {len(spilled)} of {len(table)} rocke kernels spill"
+          + (": " + "; ".join(spilled) if spilled else ""))
+    if bad:
+        print(f"rows outside tolerance (max |error| against SDPA > {ATOL}): " + "; ".join(bad),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
