@@ -44,7 +44,8 @@ head/tail pairing); ``vt_by_key`` stages V^T with a wave's lanes on consecutive 
 element write of a 32-lane phase covers 16 consecutive dwords (no bank conflicts; the rows-first
 order puts a phase's lanes on one bank). ``rounding`` converts P
 and O to the element type to nearest even (rne), to nearest with ties away from zero (rna, bf16)
-or toward zero (rtz), the three modes of AITER's fwd v3 code objects. ``pin_prefetch`` (with prefetch) puts a
+or toward zero (rtz), the three modes of AITER's fwd v3 code objects. ``prefetch_distance`` 2 keeps two tiles'
+loads in flight (covering a round trip longer than one tile's math). ``pin_prefetch`` (with prefetch) puts a
 scheduling barrier after the prefetch loads so LLVM cannot sink them to the end of the tile.
 ``partial_vmcnt`` (with prefetch) writes the staged tile to LDS in the loads' issue order (every K
 vector, then every V one), so LLVM's in-order vmcnt waits let each write wait for its own load only
@@ -108,6 +109,7 @@ class DensePrefillSpec:
     pair_causal: bool = False  # causal: a workgroup runs query block x and block n-1-x (equal work)
     rounding: str = "rne"      # f32 -> dtype of P and O: rne, rna (bf16: ties away), rtz
     pin_prefetch: bool = False  # prefetch: a scheduling barrier keeps the next tile's loads first
+    prefetch_distance: int = 1  # prefetch: how many tiles ahead the loads run (1 or 2)
     target: str = "gfx950"
 
     def __post_init__(self):
@@ -129,6 +131,10 @@ class DensePrefillSpec:
         check_bool("pair_causal", self.pair_causal)
         check_choice("rounding", self.rounding, ROUNDINGS)
         check_bool("pin_prefetch", self.pin_prefetch)
+        check_choice("prefetch_distance", self.prefetch_distance, (1, 2))
+        if self.prefetch_distance != 1 and not self.prefetch:
+            raise ValueError("prefetch_distance: how far ahead the prefetched loads run; it "
+                             "needs prefetch=True")
         if self.pin_prefetch and not self.prefetch:
             raise ValueError("pin_prefetch: keeps the prefetched loads at the tile's start; it "
                              "needs prefetch=True")
@@ -196,7 +202,8 @@ class DensePrefillSpec:
                 f"{'_vmcnt' if self.partial_vmcnt else ''}{'_vtkey' if self.vt_by_key else ''}"
                 f"{'_pair' if self.pair_causal else ''}"
                 f"{'' if self.rounding == 'rne' else '_' + self.rounding}"
-                f"{'_pin' if self.pin_prefetch else ''}")
+                f"{'_pin' if self.pin_prefetch else ''}"
+                f"{'' if self.prefetch_distance == 1 else f'_ahead{self.prefetch_distance}'}")
 
 
 ARGS = ("q", "k", "v", "o", "seq_lens", "sm_scale")
@@ -414,7 +421,8 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
                 if spec.prefetch:
                     store_kv(staged)
                     k.barrier()
-                    staged = load_kv(kv0 + spec.block_n)    # in flight during this tile's math
+                    # in flight during this tile's math (2 ahead: and the next tile's)
+                    staged = load_kv(kv0 + spec.prefetch_distance * spec.block_n)
                     if spec.pin_prefetch:
                         # LLVM's scheduler may sink the loads to the loop's end (less register
                         # pressure) where nothing covers their round trip; nothing crosses this
@@ -477,6 +485,8 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
             n_state = 2 * q_frags + q_frags * d_frags
 
             def run_tiles(lo, hi, carry, masked: bool):
+                if spec.prefetch_distance == 2:
+                    return run_tile_pairs(lo, hi, carry, masked)
                 with k.for_range(lo, hi, spec.block_n, carry=carry) as loop:
                     m = list(loop.carry[:q_frags])
                     l = list(loop.carry[q_frags:2 * q_frags])
@@ -485,11 +495,39 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
                     loop.yield_(*m, *l, *o, *(staged if spec.prefetch else ()))
                 return list(loop.results)
 
+            def run_tile_pairs(lo, hi, carry, masked: bool):
+                """Two tiles an iteration, each with its own register slot (A: even tiles of
+                the iteration, B: odd), reloaded 2 tiles ahead: no slot rotates, so no copy of
+                an in-flight load (a copy would wait for it) -- each store waits only for its
+                own slot's loads. An odd last tile runs from A; the slots then swap once."""
+                half = (len(carry) - n_state) // 2
+                # [lo, hi) holds ceil((hi - lo) / block_n) tiles (the last may be partial)
+                tiles = (hi - lo + (spec.block_n - 1)) // spec.block_n
+                pairs_end = lo + (tiles // 2) * (2 * spec.block_n)
+                with k.for_range(lo, pairs_end, 2 * spec.block_n, carry=carry) as loop:
+                    m = list(loop.carry[:q_frags])
+                    l = list(loop.carry[q_frags:2 * q_frags])
+                    o = list(loop.carry[2 * q_frags:n_state])
+                    slot_a = kv_tile(loop.index, m, l, o, masked, list(loop.carry[n_state:n_state + half]))
+                    slot_b = kv_tile(loop.index + spec.block_n, m, l, o, masked,
+                                     list(loop.carry[n_state + half:]))
+                    loop.yield_(*m, *l, *o, *slot_a, *slot_b)
+                with k.if_(pairs_end < hi, carry=list(loop.results)) as last:
+                    state = list(loop.results)
+                    m = state[:q_frags]
+                    l = state[q_frags:2 * q_frags]
+                    o = state[2 * q_frags:n_state]
+                    slot_a = kv_tile(pairs_end, m, l, o, masked, state[n_state:n_state + half])
+                    last.yield_(*m, *l, *o, *state[n_state + half:], *slot_a)   # B holds the next tile
+                return list(last.results)
+
             m_init = AxisVector.full(k, mma.C, ROW, dsl.f32, -math.inf)     # one entry per query column
             l_init = AxisVector.full(k, mma.C, ROW, dsl.f32, 0.0)
             carry = [m_init] * q_frags + [l_init] * q_frags + [mma.zeros()] * (q_frags * d_frags)
             if spec.prefetch:
-                carry += load_kv(0)         # the first tile (both loops start from tile 0's successor chain)
+                # the first tiles (both loops continue one chain of loads)
+                for ahead in range(spec.prefetch_distance):
+                    carry += load_kv(ahead * spec.block_n)
             if spec.causal:
                 # tiles below the workgroup's first query need no mask (block_m is a multiple of
                 # block_n and block_q0 < L_b); the diagonal tiles up to min(L_b, block end) do

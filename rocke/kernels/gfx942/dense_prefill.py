@@ -19,7 +19,7 @@ def tuned_spec(dtype: str, seq_len: int, num_heads: int, num_kv_heads: int, caus
     """The shipped geometry and levers for one problem's compile-time sizes."""
     return DensePrefillSpec(dtype, head_dim, seq_len, num_heads, num_kv_heads, causal,
                             block_m=256, block_n=32, num_warps=8, prefetch=True, vt_by_key=True,
-                            pin_prefetch=True, pair_causal=causal, rounding=rounding, target=TARGET)
+                            pin_prefetch=True, prefetch_distance=2, pair_causal=causal, rounding=rounding, target=TARGET)
 
 
 def _variants() -> dict[str, DensePrefillSpec]:
