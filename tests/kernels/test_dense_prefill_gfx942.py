@@ -134,3 +134,29 @@ def test_two_tiles_ahead_pairs_tiles_without_copying_loads_in_flight():
         {"vmcnt(2)"} <= loop_waits(_compiled(two).asm)
     with pytest.raises(ValueError, match="prefetch_distance: how far ahead"):
         dp.DensePrefillSpec("bf16", 128, 4096, 32, 8, False, prefetch_distance=2, target="gfx942")
+
+
+def test_bhsd_layout_reads_and_writes_heads_as_contiguous_rows():
+    """layout bhsd: the same problem in [B, H, S, D] gives the bshd run's output, transposed."""
+    spec = dp.DensePrefillSpec("bf16", 64, 100, 4, 2, True, pair_causal=True, layout="bhsd",
+                               **SMALL, **TUNED)
+    assert spec.kernel_name.endswith("_bhsd")
+    gen = torch.Generator().manual_seed(6)
+    q = torch.randn(2, 100, 4, 64, generator=gen).bfloat16()
+    k, v = (torch.randn(2, 100, 2, 64, generator=gen).bfloat16() for _ in range(2))
+    lens = torch.tensor([100, 41], dtype=torch.int32)
+    outs = []
+    for s, tensors in ((spec, [t.transpose(1, 2).contiguous() for t in (q, k, v)]),
+                       (dp.DensePrefillSpec("bf16", 64, 100, 4, 2, True, pair_causal=True,
+                                            **SMALL, **TUNED), [q, k, v])):
+        o = torch.zeros_like(tensors[0])
+        grid, block = dp.launch_geometry(s, 2)
+        ck = _compiled(s)
+        emu.launch(ck.asm, ck.name, grid, block, dp.kernel_args(s, *tensors, o, lens),
+                   target="gfx942")
+        outs.append(o)
+    bhsd, bshd = outs
+    assert torch.equal(bhsd.transpose(1, 2)[0], bshd[0])
+    assert torch.equal(bhsd.transpose(1, 2)[1, :41], bshd[1, :41])
+    with pytest.raises(ValueError, match=r"not \[B, 4, 100, 64\] \(bhsd"):
+        dp.kernel_args(spec, q, k, v, torch.zeros_like(q), lens)

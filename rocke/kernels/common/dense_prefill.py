@@ -2,7 +2,8 @@
 causal mask]) V. The target is a spec field; the families rocke.kernels.gfx942.dense_prefill and
 rocke.kernels.gfx950.dense_prefill ship its variants.
 
-Q and O are contiguous ``[B, S, H, D]``, K and V ``[B, S, H_kv, D]`` (f16 or bf16, D in {64, 128});
+Q and O are contiguous ``[B, S, H, D]``, K and V ``[B, S, H_kv, D]`` (f16 or bf16, D in {64, 128};
+``layout="bhsd"``: ``[B, H, S, D]`` and ``[B, H_kv, S, D]``);
 S, H, H_kv and D are compile-time (spec fields), B is the grid's z extent. ``seq_lens`` (int32
 ``[B]``) holds each sequence's length L_b <= S: rows past L_b are padding, handled on chip -- keys
 past L_b read 0 from the buffer (its extent ends at row L_b) and are masked, query tiles wholly
@@ -84,6 +85,9 @@ STAGING_VECTOR = 8
 GRID_ORDERS = ("qb_major", "hkv_major", "auto")
 # the rounding of P and O to the element type (rocke.dsl.convert): AITER's fwd v3 bf16_cvt modes
 ROUNDINGS = ("rne", "rna", "rtz")
+# bshd: [B, S, H, D] (a row of one head every H * D elements); bhsd: [B, H, S, D] (rows contiguous)
+LAYOUTS = ("bshd", "bhsd")
+DIMS = {"bshd": ("B", "S", "H", "D"), "bhsd": ("B", "H", "S", "D")}
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,7 @@ class DensePrefillSpec:
     rounding: str = "rne"      # f32 -> dtype of P and O: rne, rna (bf16: ties away), rtz
     pin_prefetch: bool = False  # prefetch: a scheduling barrier keeps the next tile's loads first
     prefetch_distance: int = 1  # prefetch: how many tiles ahead the loads run (1 or 2)
+    layout: str = "bshd"       # the tensors' order: [B, S, H, D] (bshd) or [B, H, S, D] (bhsd)
     target: str = "gfx950"
 
     def __post_init__(self):
@@ -132,6 +137,7 @@ class DensePrefillSpec:
         check_choice("rounding", self.rounding, ROUNDINGS)
         check_bool("pin_prefetch", self.pin_prefetch)
         check_choice("prefetch_distance", self.prefetch_distance, (1, 2))
+        check_choice("layout", self.layout, LAYOUTS)
         if self.prefetch_distance != 1 and not self.prefetch:
             raise ValueError("prefetch_distance: how far ahead the prefetched loads run; it "
                              "needs prefetch=True")
@@ -203,7 +209,8 @@ class DensePrefillSpec:
                 f"{'_pair' if self.pair_causal else ''}"
                 f"{'' if self.rounding == 'rne' else '_' + self.rounding}"
                 f"{'_pin' if self.pin_prefetch else ''}"
-                f"{'' if self.prefetch_distance == 1 else f'_ahead{self.prefetch_distance}'}")
+                f"{'' if self.prefetch_distance == 1 else f'_ahead{self.prefetch_distance}'}"
+                f"{'' if self.layout == 'bshd' else '_' + self.layout}")
 
 
 ARGS = ("q", "k", "v", "o", "seq_lens", "sm_scale")
@@ -247,15 +254,18 @@ def launch_geometry(spec: DensePrefillSpec, B: int, workgroups: int | None = Non
 def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | None = None,
                 workgroups: int | None = None) -> list:
     """Ordered kernel arguments for contiguous torch tensors (q/o [B, S, H, D], k/v
-    [B, S, H_kv, D], seq_lens int32 [B] with 0 <= L_b <= S); ``sm_scale`` defaults to 1/sqrt(D).
+    [B, S, H_kv, D]; layout bhsd: [B, H, S, D] and [B, H_kv, S, D]), seq_lens int32 [B] with
+    0 <= L_b <= S; ``sm_scale`` defaults to 1/sqrt(D).
     A persistent spec adds B and its grid size (``workgroups`` as ``launch_geometry`` took it)."""
     import torch
     S, D = spec.seq_len, spec.head_dim
     for name, t, heads in (("q", q, spec.num_heads), ("k", k, spec.num_kv_heads),
                            ("v", v, spec.num_kv_heads), ("o", o, spec.num_heads)):
-        check_tensor(name, t, dtype=spec.dtype, dims=("B", "S", "H", "D"))
-        if tuple(t.shape[1:]) != (S, heads, D):
-            raise ValueError(f"{name}: shape {tuple(t.shape)} is not [B, {S}, {heads}, {D}] (the spec's S, heads, D)")
+        check_tensor(name, t, dtype=spec.dtype, dims=DIMS[spec.layout])
+        want = (S, heads, D) if spec.layout == "bshd" else (heads, S, D)
+        if tuple(t.shape[1:]) != want:
+            raise ValueError(f"{name}: shape {tuple(t.shape)} is not [B, {', '.join(map(str, want))}] "
+                             f"({spec.layout}: the spec's {'S, heads, D' if spec.layout == 'bshd' else 'heads, S, D'})")
         if t.shape[0] != q.shape[0]:
             raise ValueError(f"{name}: batch {t.shape[0]} differs from q's {q.shape[0]}")
     B = q.shape[0]
@@ -338,7 +348,8 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
     k_tile, vt_tile = tiles
     q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr = ptrs
     S, D, H, HKV = spec.seq_len, spec.head_dim, spec.num_heads, spec.num_kv_heads
-    q_ld, kv_ld = H * D, HKV * D
+    # a row of one head: every H * D elements (bshd) or D (bhsd, a head's rows contiguous)
+    q_ld, kv_ld = (H * D, HKV * D) if spec.layout == "bshd" else (D, D)
     am, an, ak = mma.atom.m, mma.atom.n, mma.atom.k
     warp_q = spec.block_m // spec.num_warps
     q_frags, kv_frags, d_frags = warp_q // an, spec.block_n // am, D // am
@@ -350,10 +361,13 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
 
     with k.if_(block_q0 < length):          # query tiles wholly in the padding do nothing
             # each (batch, head) slice as a buffer ending at row L_b: padded rows read 0
-            def slice_buffer(ptr, h, ld):
-                return ptr.offset(batch * (S * ld) + h * D).buffer((length - 1) * ld + D)
-            q_buf = slice_buffer(q_ptr, head, q_ld)
-            k_buf, v_buf = slice_buffer(k_ptr, kv_head, kv_ld), slice_buffer(v_ptr, kv_head, kv_ld)
+            def slice_buffer(ptr, h, ld, heads):
+                start = batch * (S * ld) + h * D if spec.layout == "bshd" else \
+                    batch * (heads * S * D) + h * (S * D)
+                return ptr.offset(start).buffer((length - 1) * ld + D)
+            q_buf = slice_buffer(q_ptr, head, q_ld, H)
+            k_buf, v_buf = (slice_buffer(k_ptr, kv_head, kv_ld, HKV),
+                            slice_buffer(v_ptr, kv_head, kv_ld, HKV))
 
             warp_q0 = block_q0 + k.wave_id() * warp_q
             q_cols = [warp_q0 + t * an for t in range(q_frags)]
@@ -540,7 +554,7 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
             carry = run_tiles(unmasked_end, kv_end, carry, masked=True)
 
             # the output's descriptor is made here, not live in SGPRs through the tile loops
-            o_buf = slice_buffer(o_ptr, head, q_ld)
+            o_buf = slice_buffer(o_ptr, head, q_ld, H)
             l_final = carry[q_frags:2 * q_frags]
             o_final = carry[2 * q_frags:]
             for t in range(q_frags):

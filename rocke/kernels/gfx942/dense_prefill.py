@@ -1,8 +1,10 @@
 """The gfx942 (MI300X) dense prefill family: bf16/f16 ``[B, S, H, 128]`` forward attention, the
 kernel of rocke.kernels.common.dense_prefill built for gfx942 (32x32x8 atom), with the levers the
-modelled MI300X time chose (ALGORITHM.md §8.3): 256 queries over 8 waves (two a SIMD), 64-key
-tiles prefetched into registers, V^T staged with a wave's lanes down the keys (no LDS bank
-conflicts) and, causal, AITER's head/tail pairing of query blocks (equal work per workgroup).
+modelled MI300X time chose (ALGORITHM.md §15): 256 queries over 8 waves (two a SIMD), 32-key
+tiles prefetched into registers two tiles ahead (two fixed slots, the loads pinned first), V^T
+staged with a wave's lanes down the keys (no LDS bank conflicts on its writes) and, causal,
+AITER's head/tail pairing of query blocks (equal work per workgroup). The public entry point is
+rocke.dense_attention.
 ``benchmarks/dense_vs_aiter.py`` compares it with AMD AITER's fmha_v3_fwd code objects."""
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ TARGET = "gfx942"
 
 
 def tuned_spec(dtype: str, seq_len: int, num_heads: int, num_kv_heads: int, causal: bool,
-               head_dim: int = 128, rounding: str = "rne") -> DensePrefillSpec:
+               head_dim: int = 128, rounding: str = "rne", layout: str = "bshd") -> DensePrefillSpec:
     """The shipped geometry and levers for one problem's compile-time sizes."""
     return DensePrefillSpec(dtype, head_dim, seq_len, num_heads, num_kv_heads, causal,
                             block_m=256, block_n=32, num_warps=8, prefetch=True, vt_by_key=True,
-                            pin_prefetch=True, prefetch_distance=2, pair_causal=causal, rounding=rounding, target=TARGET)
+                            pin_prefetch=True, prefetch_distance=2, pair_causal=causal,
+                            rounding=rounding, layout=layout, target=TARGET)
 
 
 def _variants() -> dict[str, DensePrefillSpec]:

@@ -1,0 +1,122 @@
+"""Dense forward attention: ``rocke.dense_attention(q, k, v, causal=...)`` and the torch op
+``torch.ops.rocke.dense_attention``.
+
+O = softmax(Q K^T * scale [+ causal mask]) V for q ``[B, S, H, D]`` and k / v ``[B, S, H_kv, D]``
+(``layout="bhsd"``: ``[B, H, S, D]`` and ``[B, H_kv, S, D]``), bf16 or f16, D = 128, any GQA group
+(H a multiple of H_kv). ``seq_lens`` (int32 ``[B]``, default all S) makes a ragged batch: rows past a
+sequence's length are neither read into a result nor written. Causal is bottom-right aligned
+(key <= query). ``rounding`` rounds P and O to the element type: "rne" (to nearest even),
+"rna" (to nearest, ties away from zero; bf16) or "rtz" (toward zero) -- the three modes of AMD
+AITER's fwd v3 kernels.
+
+The kernel is gfx942's dense prefill family (``rocke.kernels.gfx942.dense_prefill.tuned_spec``):
+one kernel per (dtype, S, H, H_kv, causal, rounding, layout), compiled on first use and kept for
+the process. It runs on the device rocke.runtime picks (the emulator by default). Every argument
+is checked before anything is launched; the output is a new tensor (or ``out``, written in place).
+Not covered: queries and keys of different lengths (cross-attention) and packed varlen
+(cu_seqlens) batches -- pad to S and pass ``seq_lens``.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Optional
+
+import torch
+from torch import Tensor      # at module scope: torch.library reads the op's annotations
+
+from rocke.kernels.common.dense_prefill import LAYOUTS, ROUNDINGS
+from rocke.kernels.gfx942 import dense_prefill as family
+
+DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+HEAD_DIM = 128
+
+
+def _problem(q, k, v, layout: str):
+    """(B, S, H, H_kv, dtype) of the call, or a ValueError naming what is wrong."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: one of {', '.join(LAYOUTS)}, got {layout!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: must be a torch tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name}: must be 4-D ({layout}), got shape {tuple(t.shape)}")
+        if t.dtype not in DTYPES:
+            raise ValueError(f"{name}: dtype must be bfloat16 or float16, got {t.dtype}")
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous ({layout})")
+    seq_axis, head_axis = (1, 2) if layout == "bshd" else (2, 1)
+    B, S, H, D = q.shape[0], q.shape[seq_axis], q.shape[head_axis], q.shape[3]
+    if D != HEAD_DIM:
+        raise ValueError(f"q: head size {D}; the dense kernel takes {HEAD_DIM}")
+    if k.shape != v.shape:
+        raise ValueError(f"v: shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
+    if k.shape[0] != B or k.shape[3] != D:
+        raise ValueError(f"k: shape {tuple(k.shape)} does not match q's batch {B} and head size {D}")
+    if k.shape[seq_axis] != S:
+        raise ValueError(f"k: {k.shape[seq_axis]} keys for {S} queries; the dense kernel takes "
+                         "equal lengths (no cross-attention): pad to one length, pass seq_lens")
+    HKV = k.shape[head_axis]
+    if HKV < 1 or H % HKV:
+        raise ValueError(f"k: {HKV} KV heads for {H} query heads; H must be a multiple of H_kv")
+    return B, S, H, HKV, DTYPES[q.dtype]
+
+
+@lru_cache(maxsize=64)
+def _compiled(spec):
+    from rocke.compiler import compile_ir
+    return compile_ir(family.build(spec), target=family.TARGET)
+
+
+def dense_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
+                    sm_scale: Optional[float] = None, seq_lens: Optional[Tensor] = None,
+                    layout: str = "bshd", rounding: str = "rne", out: Optional[Tensor] = None,
+                    device=None) -> Tensor:
+    """Dense forward attention (see the module doc); returns the output (``out`` if given)."""
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal: must be a bool, got {causal!r}")
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding: one of {', '.join(ROUNDINGS)}, got {rounding!r}")
+    B, S, H, HKV, dtype = _problem(q, k, v, layout)
+    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
+                                 or not math.isfinite(sm_scale)):
+        raise ValueError(f"sm_scale: must be a finite number or None, got {sm_scale!r}")
+    if seq_lens is None:
+        seq_lens = torch.full((B,), S, dtype=torch.int32, device=q.device)
+    spec = family.tuned_spec(dtype, S, H, HKV, causal, rounding=rounding, layout=layout)
+    if out is None:
+        out = torch.empty_like(q)
+    elif not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype:
+        raise ValueError(f"out: must be a {q.dtype} tensor of q's shape {tuple(q.shape)}, got "
+                         f"{getattr(out, 'dtype', type(out).__name__)} "
+                         f"{tuple(getattr(out, 'shape', ()))}")
+    args = family.kernel_args(spec, q, k, v, out, seq_lens, sm_scale)    # checks seq_lens too
+    grid, block = family.launch_geometry(spec, B)
+    if B:
+        from rocke.runtime import launch
+        launch(_compiled(spec), grid, block, args, device=device)
+    return out
+
+
+def _register_torch_op():
+    def call(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
+             sm_scale: Optional[float] = None, seq_lens: Optional[Tensor] = None,
+             layout: str = "bshd", rounding: str = "rne") -> Tensor:
+        return dense_attention(q, k, v, causal=causal, sm_scale=sm_scale, seq_lens=seq_lens,
+                               layout=layout, rounding=rounding)
+
+    op = torch.library.custom_op("rocke::dense_attention", mutates_args=())(call)
+
+    @op.register_fake
+    def _(q, k, v, causal=False, sm_scale=None, seq_lens=None, layout="bshd", rounding="rne"):
+        _problem(q, k, v, layout)           # what the real op refuses by shape is refused here too
+        return torch.empty_like(q)
+
+    return op
+
+
+dense_attention_op = _register_torch_op()
+
+__all__ = ["dense_attention", "dense_attention_op"]

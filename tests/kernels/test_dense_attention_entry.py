@@ -1,0 +1,78 @@
+"""rocke.dense_attention (and torch.ops.rocke.dense_attention) on the emulator against torch SDPA
+in fp32: both layouts, GQA, causal, a ragged batch, the rounding modes; refusals before launch."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import rocke.dense_attention as dense
+from rocke.kernels.common.tolerances import attention_atol
+
+
+def _reference(q, k, v, lens, causal, scale):
+    """SDPA per sequence on its first L rows, [B, S, H, D] in and out (fp32)."""
+    out = torch.zeros(q.shape, dtype=torch.float32)
+    group = q.shape[2] // k.shape[2]
+    for b, n in enumerate(lens):
+        qb, kb, vb = (t[b, :n].float().transpose(0, 1) for t in (q, k, v))
+        kb, vb = kb.repeat_interleave(group, 0), vb.repeat_interleave(group, 0)
+        out[b, :n] = F.scaled_dot_product_attention(qb, kb, vb, is_causal=causal,
+                                                    scale=scale).transpose(0, 1)
+    return out
+
+
+def _inputs(B, S, H, HKV, dtype=torch.bfloat16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, S, H, 128, generator=gen).to(dtype)
+    k, v = (torch.randn(B, S, HKV, 128, generator=gen).to(dtype) for _ in range(2))
+    return q, k, v
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_both_layouts_against_sdpa(layout, causal):
+    q, k, v = _inputs(1, 300, 4, 2)
+    ref = _reference(q, k, v, [300], causal, 1 / math.sqrt(128))
+    if layout == "bhsd":
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    out = dense.dense_attention(q, k, v, causal=causal, layout=layout)
+    if layout == "bhsd":
+        out = out.transpose(1, 2)
+    assert float((out.float() - ref).abs().max()) <= attention_atol("bf16")
+
+
+def test_ragged_batch_and_torch_op_with_rounding():
+    q, k, v = _inputs(2, 260, 2, 1, torch.bfloat16, seed=3)
+    lens = torch.tensor([260, 70], dtype=torch.int32)
+    out = torch.ops.rocke.dense_attention(q, k, v, True, 0.1, lens, "bshd", "rtz")
+    ref = _reference(q, k, v, [260, 70], True, 0.1)
+    assert float((out[0].float() - ref[0]).abs().max()) <= attention_atol("bf16")
+    assert float((out[1, :70].float() - ref[1, :70]).abs().max()) <= attention_atol("bf16")
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(k=torch.zeros(1, 64, 3, 128, dtype=torch.bfloat16),
+          v=torch.zeros(1, 64, 3, 128, dtype=torch.bfloat16)), "3 KV heads for 4 query heads"),
+    (dict(v=torch.zeros(1, 64, 1, 128, dtype=torch.bfloat16)), "differs from k's"),
+    (dict(k=torch.zeros(1, 32, 2, 128, dtype=torch.bfloat16),
+          v=torch.zeros(1, 32, 2, 128, dtype=torch.bfloat16)), "no cross-attention"),
+    (dict(q=torch.zeros(1, 64, 4, 64, dtype=torch.bfloat16)), "head size 64"),
+    (dict(q=torch.zeros(1, 64, 4, 128)), "bfloat16 or float16"),
+    (dict(layout="sbhd"), "layout: one of"),
+    (dict(rounding="rtne"), "rounding: one of"),
+    (dict(seq_lens=torch.tensor([65], dtype=torch.int32)), r"seq_lens: every length must be in \[0, 64\], got \[65\]"),
+    (dict(rounding="rna", q=torch.zeros(1, 64, 4, 128, dtype=torch.float16),
+          k=torch.zeros(1, 64, 2, 128, dtype=torch.float16),
+          v=torch.zeros(1, 64, 2, 128, dtype=torch.float16)), "bf16 mode"),
+])
+def test_bad_calls_are_refused_before_launch(change, words, monkeypatch):
+    import rocke.runtime
+    monkeypatch.setattr(rocke.runtime, "launch", lambda *a, **kw: pytest.fail("launched"))
+    args = dict(q=torch.zeros(1, 64, 4, 128, dtype=torch.bfloat16),
+                k=torch.zeros(1, 64, 2, 128, dtype=torch.bfloat16),
+                v=torch.zeros(1, 64, 2, 128, dtype=torch.bfloat16))
+    args.update(change)
+    q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
+    with pytest.raises(ValueError, match=words):
+        dense.dense_attention(q, k, v, **args)
