@@ -94,6 +94,9 @@ class Shape:
     seqlens: tuple[tuple[int, int], ...]
     covers: str = ""            # what the shape is in the set for
     scaled_from: tuple[tuple[int, int], ...] | None = None
+    # rocke's side of the row: "unified" (the paged dispatcher) or "dense" (rocke.dense_attention
+    # on the dense [B, S, H, D] twin: uniform square causal batches, head size 128)
+    kernel: str = "unified"
 
     def __post_init__(self):
         if self.dtype not in TORCH_DTYPES:
@@ -104,6 +107,12 @@ class Shape:
         for q, k in self.seqlens:
             if not 1 <= q <= k:
                 raise ValueError(f"{self.name}: causal needs 1 <= query_len <= kv_len, got {q}x{k}")
+        if self.kernel not in ("unified", "dense"):
+            raise ValueError(f"{self.name}: kernel must be 'unified' or 'dense', got {self.kernel!r}")
+        if self.kernel == "dense" and (len(set(self.seqlens)) != 1 or self.seqlens[0][0] != self.seqlens[0][1]
+                                       or self.head_size != 128):
+            raise ValueError(f"{self.name}: the dense kernel takes a uniform square batch at head "
+                             f"size 128, got {self.seqlens[0]} x{self.batch}, d{self.head_size}")
 
     @property
     def batch(self) -> int:
@@ -153,12 +162,14 @@ class Shape:
         return text
 
 
-def dense(dtype, heads, kv_heads, batch, seqlen_q, seqlen_k, head_size, covers="", name=None):
+def dense(dtype, heads, kv_heads, batch, seqlen_q, seqlen_k, head_size, covers="", name=None,
+          kernel="unified"):
     """A uniform batch, named ``<dtype>_h<heads>kv<kv_heads>_b<batch>_s<q>x<k>_d<head_size>``,
-    e.g. ``fp16_h32kv8_b1_s2048x2048_d128``."""
-    name = name or (f"{NAME_DTYPES[dtype]}_h{heads}kv{kv_heads}_b{batch}_s{seqlen_q}x{seqlen_k}"
-                    f"_d{head_size}")
-    return Shape(name, dtype, heads, kv_heads, head_size, ((seqlen_q, seqlen_k),) * batch, covers)
+    e.g. ``fp16_h32kv8_b1_s2048x2048_d128`` (``kernel="dense"``: prefixed ``dense_``)."""
+    name = name or (f"{'dense_' if kernel == 'dense' else ''}{NAME_DTYPES[dtype]}_h{heads}"
+                    f"kv{kv_heads}_b{batch}_s{seqlen_q}x{seqlen_k}_d{head_size}")
+    return Shape(name, dtype, heads, kv_heads, head_size, ((seqlen_q, seqlen_k),) * batch, covers,
+                 kernel=kernel)
 
 
 def decode(dtype, heads, kv_heads, batch, seqlen_k, head_size, covers="", name=None):
@@ -810,7 +821,7 @@ def shape_record(shape: Shape, groups: list[str]) -> dict:
                 seqlens=[list(p) for p in shape.seqlens],
                 scaled_from=None if shape.scaled_from is None
                 else [list(p) for p in shape.scaled_from],
-                kind=shape.kind, reused_from=None)
+                kind=shape.kind, kernel=shape.kernel, reused_from=None)
 
 
 def check_report_path(parser, path: str | None) -> None:

@@ -5,6 +5,8 @@ has a dense torch SDPA twin to time against. Every shape is causal (bottom-right
 - ``decode``: query_len 1 over 1-8 Ki keys (the dispatcher's split-KV 3D path and graph replay).
 - ``prefill``: short prefill, max_seqlen_q <= 768 (graphed by the dispatcher's rule).
 - ``long_prefill``: prefill up to S8192 plus a chunked (non-square) case (not graphed).
+- ``dense_kernel``: the dense prefill kernel (``rocke.dense_attention``, gfx942's dense family)
+  on the dense twin itself, against the same SDPA; small, so the emulator runs it in seconds.
 - ``d256_disabled``: head_size 256 (the tiled narrow d256 path, ALGORITHM.md §11.2). It runs
   like every other group now; the historical name is kept so existing ``--groups d256_disabled``
   command lines still work, and ``d256`` is an alias of the same shapes.
@@ -33,6 +35,10 @@ GROUPS = {
         dense("bf16", 32, 8, 1, 4096, 4096, 128, "long prefill, bf16 d128"),
         dense("f16", 16, 16, 1, 4096, 4096, 64, "long prefill, fp16 d64, MHA"),
         dense("f16", 32, 8, 1, 1024, 4096, 128, "chunked prefill (non-square: torch 'default')"),
+    ],
+    "dense_kernel": [
+        dense("bf16", 8, 2, 1, 512, 512, 128, "rocke.dense_attention, bf16 d128 GQA 4, causal",
+              kernel="dense"),
     ],
     "d256_disabled": [
         dense("f16", 8, 8, 1, 2048, 2048, 256, "d256 prefill"),

@@ -70,22 +70,29 @@ def _compiled(spec):
     return compile_ir(family.build(spec), target=family.TARGET)
 
 
-def dense_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
-                    sm_scale: Optional[float] = None, seq_lens: Optional[Tensor] = None,
-                    layout: str = "bshd", rounding: str = "rne", out: Optional[Tensor] = None,
-                    device=None) -> Tensor:
-    """Dense forward attention (see the module doc); returns the output (``out`` if given)."""
+def dense_spec(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, layout: str = "bshd",
+               rounding: str = "rne"):
+    """The kernel spec ``dense_attention`` runs for these tensors (its name: the kernel)."""
     if not isinstance(causal, bool):
         raise ValueError(f"causal: must be a bool, got {causal!r}")
     if rounding not in ROUNDINGS:
         raise ValueError(f"rounding: one of {', '.join(ROUNDINGS)}, got {rounding!r}")
     B, S, H, HKV, dtype = _problem(q, k, v, layout)
+    return family.tuned_spec(dtype, S, H, HKV, causal, rounding=rounding, layout=layout)
+
+
+def dense_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
+                    sm_scale: Optional[float] = None, seq_lens: Optional[Tensor] = None,
+                    layout: str = "bshd", rounding: str = "rne", out: Optional[Tensor] = None,
+                    device=None) -> Tensor:
+    """Dense forward attention (see the module doc); returns the output (``out`` if given)."""
+    spec = dense_spec(q, k, v, causal=causal, layout=layout, rounding=rounding)
+    B, S = q.shape[0], spec.seq_len
     if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
                                  or not math.isfinite(sm_scale)):
         raise ValueError(f"sm_scale: must be a finite number or None, got {sm_scale!r}")
     if seq_lens is None:
         seq_lens = torch.full((B,), S, dtype=torch.int32, device=q.device)
-    spec = family.tuned_spec(dtype, S, H, HKV, causal, rounding=rounding, layout=layout)
     if out is None:
         out = torch.empty_like(q)
     elif not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype:
@@ -119,4 +126,4 @@ def _register_torch_op():
 
 dense_attention_op = _register_torch_op()
 
-__all__ = ["dense_attention", "dense_attention_op"]
+__all__ = ["dense_attention", "dense_attention_op", "dense_spec"]

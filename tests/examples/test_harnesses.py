@@ -545,3 +545,25 @@ def test_bad_engine_flags_are_one_line_before_any_work(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         H.choose_engine(parity_unified_attention.parse_args(["--jobs", "2"]), "emu")
     assert "share the CUDA GPU the emulator runs on" in capsys.readouterr().err
+
+
+def test_final_shapes_dense_kernel_row_against_sdpa(tmp_path, monkeypatch):
+    """The dense_kernel group runs rocke.dense_attention (gfx942's dense family) on the dense
+    twin, eager and from a captured graph, gated against the fp32 reference; a corrupted output
+    fails it."""
+    monkeypatch.setenv("ROCKE_DEVICE", "emu")
+    (shape,) = final_shapes.GROUPS["dense_kernel"]
+    assert shape.kernel == "dense" and H.scale_shape(shape, 128).kernel == "dense"
+    report = tmp_path / "final.json"
+    argv = ["--groups", "dense_kernel", "--max-kv", "128", "--report", str(report)]
+    assert final_shapes_check.main(argv) == 0
+    (row,) = json.loads(report.read_text())["results"]
+    assert row["status"] == "PASS" and row["kernel"] == "dense" and row["seqlens"] == [[128, 128]]
+    assert row["path"].startswith("dense dense_prefill_gfx942_bf16_d128_s128_h8kv2_causal")
+    assert 0 <= row["max_abs_err_eager"] <= row["tol"] and 0 <= row["max_abs_err_graph"] <= row["tol"]
+    assert "torch_eager" in row["cells"]
+    assert final_shapes_check.main(argv + ["--inject-error"]) == 1
+    (row,) = json.loads(report.read_text())["results"]
+    assert row["status"] == "FAIL"
+    with pytest.raises(ValueError, match="the dense kernel takes a uniform square batch"):
+        H.dense("bf16", 8, 2, 1, 64, 128, 128, kernel="dense")
