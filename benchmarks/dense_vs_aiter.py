@@ -251,8 +251,12 @@ def main(argv=None) -> int:
     if a.json:
         from rocke.fileio import write_output
         write_output(a.json, (json.dumps(table, indent=1, default=float) + "\n").encode())
+    kinds = {}
+    for text in spilled:        # "label mode: N VGPR, M SGPR (to VGPR lanes), K scratch bytes"
+        kinds.setdefault(text.split(": ", 1)[1], []).append(text.split(": ", 1)[0])
     print(f"spills (goal 0): {len(spilled)} of {len(table)} rocke kernels spill"
-          + (": " + "; ".join(spilled) if spilled else ""))
+          + "".join(f"; {len(names)} x {kind} ({names[0]}{' ...' if len(names) > 1 else ''})"
+                    for kind, names in sorted(kinds.items())))
     if bad:
         print(f"rows outside tolerance (max |error| against SDPA > {ATOL}): " + "; ".join(bad),
               file=sys.stderr)
