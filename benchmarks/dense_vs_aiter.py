@@ -19,8 +19,11 @@ rtz; P and O are rounded so). The ulp columns compare the two outputs element by
 of the element's own magnitude (near zero two summation orders differ by many of those) and in
 ulps at the row's largest |O|.
 
+``--special-values`` also puts NaN or inf into q, k or v (and a 3e38 q row) and checks that
+rocke's NaN and inf outputs sit where AITER's do.
+
 Usage: python benchmarks/dense_vs_aiter.py --aiter-dir PATH [--modes rtne rtna rtz]
-[--rows N] [--jobs N | --ray [ADDRESS]] [--json FILE]
+[--rows N] [--special-values] [--jobs N | --ray [ADDRESS]] [--json FILE]
 (PATH: a checkout of github.com/ROCm/aiter; only its gfx942 fwd v3 code objects are read.)
 """
 from __future__ import annotations
@@ -117,6 +120,70 @@ def emulate(key) -> dict:
     return out
 
 
+# special values (issue 42: NaN/Inf handled as AITER does): one element of q, k or v of head 0
+# (or a whole q row at 3e38) set so, on a 1024-token problem; both outputs' query tile 0 compared
+SPECIAL_CASES = {
+    "q NaN": ("q", (5, 0, 7), float("nan")), "k +inf": ("k", (7, 0, 3), float("inf")),
+    "k -inf": ("k", (7, 0, 3), float("-inf")), "v NaN": ("v", (9, 0, 2), float("nan")),
+    "v +inf": ("v", (9, 0, 2), float("inf")), "q row 3e38": ("q", (5, 0, slice(None)), 3e38),
+}
+SPECIAL_SHAPE = (1024, 32, 8)       # seqlen, heads, kv heads
+
+
+def run_aiter(aiter_dir, q, k, v, causal, mode):
+    """AITER's fwd v3 workgroup 0 on these [1, S, H, D] inputs; its output."""
+    import torch
+    from benchmarks import calibration as cal
+    from rocke import emu
+    from rocke.emu.codeobject import code_object_metadata
+    co = str(Path(aiter_dir) / cal.aiter_code_object("gfx942", causal, mode))
+    meta = code_object_metadata(co)["amdhsa.kernels"][0]
+    o, lse = torch.zeros_like(q), torch.zeros(1, q.shape[2], q.shape[1])
+    kernarg = cal.pack_kernarg(meta[".args"], meta[".kernarg_segment_size"],
+                               cal.aiter_fwd_values(q, k, v, o, lse, D ** -0.5))
+    named = {"R": o, "Q": q, "K": k, "V": v, "LSE": lse}
+    args = [named.get(a[".name"]) if a[".value_kind"] == "global_buffer" else 0
+            for a in meta[".args"]]
+    emu.launch(co, meta[".name"], (1, 1, 1), tuple(meta[".reqd_workgroup_size"]), args,
+               kernarg=kernarg, check=False, target="gfx942")
+    return o
+
+
+def run_rocke(q, k, v, causal, mode):
+    """rocke's workgroup 0 (tuned_spec in AITER's mode) on the same inputs; its output."""
+    import torch
+    from rocke import emu
+    from rocke.compiler import compile_ir
+    from rocke.kernels.gfx942 import dense_prefill as dp
+    s, h, hk = q.shape[1], q.shape[2], k.shape[2]
+    spec = dp.tuned_spec("bf16", s, h, hk, causal, rounding=ROCKE_ROUNDING[mode])
+    ck = compile_ir(dp.build(spec), target="gfx942")
+    o = torch.zeros_like(q)
+    _, block = dp.launch_geometry(spec, 1)
+    emu.launch(ck.asm, ck.name, (1, 1, 1), block,
+               dp.kernel_args(spec, q, k, v, o, torch.tensor([s], dtype=torch.int32)),
+               target="gfx942", check=False)
+    return o
+
+
+def special_values(key) -> dict:
+    """One (case, causal, mode): whether rocke's NaN and inf positions equal AITER's."""
+    case, causal, mode, aiter_dir = key
+    import torch
+    s, h, hk = SPECIAL_SHAPE
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, s, h, D, generator=gen).to(torch.bfloat16)
+    k, v = (torch.randn(1, s, hk, D, generator=gen).to(torch.bfloat16) for _ in range(2))
+    name, (row, head, col), value = SPECIAL_CASES[case]
+    {"q": q, "k": k, "v": v}[name][0, row, head, col] = value
+    a = run_aiter(aiter_dir, q, k, v, causal, mode)[0, :256, 0].float()
+    r = run_rocke(q, k, v, causal, mode)[0, :256, 0].float()
+    return {"nan": (int(a.isnan().sum()), int(r.isnan().sum()), bool(torch.equal(a.isnan(), r.isnan()))),
+            "inf": (int(a.isinf().sum()), int(r.isinf().sum()),
+                    bool(torch.equal(a.isinf() & (a > 0), r.isinf() & (r > 0)))
+                    and bool(torch.equal(a.isinf() & (a < 0), r.isinf() & (r < 0))))}
+
+
 def exposed_latency(profile, cycles: int) -> float:
     """Vector-memory latency a wave waited uncovered (cycles, the sampled workgroup's mean)."""
     if cycles not in profile.vm_latencies or not profile.wg_vm_stall.size:
@@ -172,6 +239,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, metavar="N",
                     help="run N of the table's 94 rows, evenly spaced (default: all)")
     ap.add_argument("--json", help="also write every row to this file")
+    ap.add_argument("--special-values", action="store_true",
+                    help="also compare NaN / inf handling with AITER's (NaN or inf in q, k, v; "
+                         "a huge q row) on a 1024-token problem, causal and not, per mode")
     add_engine_options(ap, "problem (seqlen, causal, heads)")
     a = ap.parse_args(argv)
     if a.rows is not None and a.rows < 1:
@@ -246,6 +316,17 @@ def main(argv=None) -> int:
                   f"{len(below)} below 1.0x; worst {min(t['speedup'][c] for t in mine):.3f}x")
         print(f"max rocke vs AITER ({mode}): {max(t['ulps'] for t in mine):.1f} bf16 ulp of the "
               f"element, {max(t['ulps_row'] for t in mine):.2f} at the row's largest |O|")
+    if a.special_values:
+        keys = [(case, causal, mode, str(a.aiter_dir)) for case in SPECIAL_CASES
+                for causal in (False, True) for mode in a.modes]
+        for (case, causal, mode, _), got in zip(keys, run_ordered(special_values, keys, engine,
+                                                                  "special values")):
+            same = got["nan"][2] and got["inf"][2]
+            print(f"special values: {case}, {'causal' if causal else 'full'}, {mode}: NaN "
+                  f"{got['nan'][0]}/{got['nan'][1]}, inf {got['inf'][0]}/{got['inf'][1]} "
+                  f"(AITER/rocke, query tile 0 of head 0): {'same' if same else 'DIFFERENT'} positions")
+            if not same:
+                bad.append(f"special values {case} {mode}: NaN/inf positions differ from AITER's")
     print(f"goal (issue 42): geomean >= 1.18x in every mode and >= 1.0x on every row, at all "
           f"three latencies ({time.perf_counter() - start:.0f} s)")
     if a.json:
@@ -258,8 +339,8 @@ def main(argv=None) -> int:
           + "".join(f"; {len(names)} x {kind} ({names[0]}{' ...' if len(names) > 1 else ''})"
                     for kind, names in sorted(kinds.items())))
     if bad:
-        print(f"rows outside tolerance (max |error| against SDPA > {ATOL}): " + "; ".join(bad),
-              file=sys.stderr)
+        print(f"failed (max |error| against SDPA > {ATOL}, or NaN/inf unlike AITER's): "
+              + "; ".join(bad), file=sys.stderr)
         return 1
     return 0
 
