@@ -46,6 +46,8 @@ def test_ragged_batch_and_torch_op_with_rounding():
     q, k, v = _inputs(2, 260, 2, 1, torch.bfloat16, seed=3)
     lens = torch.tensor([260, 70], dtype=torch.int32)
     out = torch.ops.rocke.dense_attention(q, k, v, True, 0.1, lens, "bshd", "rtz")
+    again = dense.dense_attention(q, k, v, causal=True, sm_scale=0.1, seq_lens=lens, rounding="rtz")
+    assert torch.equal(out[0], again[0]) and torch.equal(out[1, :70], again[1, :70])   # bit-identical
     ref = _reference(q, k, v, [260, 70], True, 0.1)
     assert float((out[0].float() - ref[0]).abs().max()) <= attention_atol("bf16")
     assert float((out[1, :70].float() - ref[1, :70]).abs().max()) <= attention_atol("bf16")

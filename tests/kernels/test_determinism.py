@@ -16,6 +16,7 @@ VARIANTS = (
     "reduce_segments/bf16_d128",
     "flash_attention/bf16_d64_causal",
     "softmax/bf16_workgroup",
+    "dense_prefill_gfx942/bf16_d128_h64kv8_s4096_causal",
 )
 SCRIPT = """
 import sys
