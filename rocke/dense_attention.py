@@ -56,8 +56,8 @@ def _problem(q, k, v, layout: str):
     if k.shape[0] != B or k.shape[3] != D:
         raise ValueError(f"k: shape {tuple(k.shape)} does not match q's batch {B} and head size {D}")
     if k.shape[seq_axis] != S:
-        raise ValueError(f"k: {k.shape[seq_axis]} keys for {S} queries; the dense kernel takes "
-                         "equal lengths (no cross-attention): pad to one length, pass seq_lens")
+        raise ValueError(f"k: {k.shape[seq_axis]} keys for {S} queries; dense_attention takes "
+                         "equal lengths: for cross-attention use dense_attention_varlen")
     HKV = k.shape[head_axis]
     if HKV < 1 or H % HKV:
         raise ValueError(f"k: {HKV} KV heads for {H} query heads; H must be a multiple of H_kv")
@@ -107,6 +107,52 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     return out
 
 
+def dense_attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
+                           cu_seqlens_k: Tensor, max_seqlen_q: int, *, causal: bool = False,
+                           sm_scale: Optional[float] = None, rounding: str = "rne",
+                           out: Optional[Tensor] = None, device=None) -> Tensor:
+    """Packed variable-length batches (and cross-attention: query and key lengths may differ):
+    q ``[T_q, H, 128]``, k / v ``[T_k, H_kv, 128]``, sequence b's rows ``cu_seqlens_*[b] ..
+    cu_seqlens_*[b + 1]`` (int32 ``[B + 1]``), ``max_seqlen_q`` at least its longest query count.
+    Causal is bottom-right: query i of a sequence sees keys <= i + (L_k - L_q), so each causal
+    sequence needs L_k >= L_q. One kernel serves every max_seqlen_q up to the next multiple of
+    its 256-query block (the grid's extent)."""
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal: must be a bool, got {causal!r}")
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding: one of {', '.join(ROUNDINGS)}, got {rounding!r}")
+    if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, int) or max_seqlen_q < 1:
+        raise ValueError(f"max_seqlen_q: must be a positive int, got {max_seqlen_q!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            raise ValueError(f"{name}: must be a 3-D tensor [tokens, heads, {HEAD_DIM}] (packed), got "
+                             f"{tuple(getattr(t, 'shape', ())) or type(t).__name__}")
+        if t.dtype not in DTYPES or t.dtype != q.dtype:
+            raise ValueError(f"{name}: dtype must be q's, bfloat16 or float16, got {t.dtype}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous")
+    if q.shape[2] != HEAD_DIM:
+        raise ValueError(f"q: head size {q.shape[2]}; the dense kernel takes {HEAD_DIM}")
+    H, HKV = q.shape[1], k.shape[1]
+    if HKV < 1 or H % HKV:
+        raise ValueError(f"k: {HKV} KV heads for {H} query heads; H must be a multiple of H_kv")
+    block = family.tuned_spec(DTYPES[q.dtype], 1, H, HKV, False).block_m
+    seq_len = -(-max_seqlen_q // block) * block
+    spec = family.tuned_spec(DTYPES[q.dtype], seq_len, H, HKV, causal, rounding=rounding,
+                             layout="thd")
+    if out is None:
+        out = torch.empty_like(q)
+    elif not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype:
+        raise ValueError(f"out: must be a {q.dtype} tensor of q's shape {tuple(q.shape)}")
+    args = family.kernel_args(spec, q, k, v, out, (cu_seqlens_q, cu_seqlens_k), sm_scale)
+    batches = cu_seqlens_q.numel() - 1
+    grid, block_size = family.launch_geometry(spec, max(batches, 1))
+    if batches and q.shape[0]:
+        from rocke.runtime import launch
+        launch(_compiled(spec), grid, block_size, args, device=device)
+    return out
+
+
 def _register_torch_op():
     def call(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
              sm_scale: Optional[float] = None, seq_lens: Optional[Tensor] = None,
@@ -126,4 +172,4 @@ def _register_torch_op():
 
 dense_attention_op = _register_torch_op()
 
-__all__ = ["dense_attention", "dense_attention_op", "dense_spec"]
+__all__ = ["dense_attention", "dense_attention_op", "dense_attention_varlen", "dense_spec"]

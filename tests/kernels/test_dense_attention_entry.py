@@ -1,5 +1,6 @@
 """rocke.dense_attention (and torch.ops.rocke.dense_attention) on the emulator against torch SDPA
 in fp32: both layouts, GQA, causal, a ragged batch, the rounding modes; refusals before launch."""
+import itertools
 import math
 
 import pytest
@@ -58,7 +59,7 @@ def test_ragged_batch_and_torch_op_with_rounding():
           v=torch.zeros(1, 64, 3, 128, dtype=torch.bfloat16)), "3 KV heads for 4 query heads"),
     (dict(v=torch.zeros(1, 64, 1, 128, dtype=torch.bfloat16)), "differs from k's"),
     (dict(k=torch.zeros(1, 32, 2, 128, dtype=torch.bfloat16),
-          v=torch.zeros(1, 32, 2, 128, dtype=torch.bfloat16)), "no cross-attention"),
+          v=torch.zeros(1, 32, 2, 128, dtype=torch.bfloat16)), "use dense_attention_varlen"),
     (dict(q=torch.zeros(1, 64, 4, 64, dtype=torch.bfloat16)), "head size 64"),
     (dict(q=torch.zeros(1, 64, 4, 128)), "bfloat16 or float16"),
     (dict(layout="sbhd"), "layout: one of"),
@@ -78,3 +79,57 @@ def test_bad_calls_are_refused_before_launch(change, words, monkeypatch):
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
     with pytest.raises(ValueError, match=words):
         dense.dense_attention(q, k, v, **args)
+
+
+def _packed(lq, lk, H=4, HKV=2, seed=7):
+    gen = torch.Generator().manual_seed(seed)
+    cq = torch.tensor([0] + list(itertools.accumulate(lq)), dtype=torch.int32)
+    ck = torch.tensor([0] + list(itertools.accumulate(lk)), dtype=torch.int32)
+    q = torch.randn(int(cq[-1]), H, 128, generator=gen).bfloat16()
+    k, v = (torch.randn(int(ck[-1]), HKV, 128, generator=gen).bfloat16() for _ in range(2))
+    return q, k, v, cq, ck
+
+
+def _varlen_reference(q, k, v, cq, ck, causal, scale):
+    """SDPA per sequence, bottom-right causal (key j visible to query i when j <= i + L_k - L_q)."""
+    out = torch.zeros(q.shape, dtype=torch.float32)
+    group = q.shape[1] // k.shape[1]
+    for b in range(len(cq) - 1):
+        qs, qe, ks, ke = int(cq[b]), int(cq[b + 1]), int(ck[b]), int(ck[b + 1])
+        if qe == qs:
+            continue
+        qb = q[qs:qe].float().transpose(0, 1)
+        kb, vb = (t[ks:ke].float().transpose(0, 1).repeat_interleave(group, 0) for t in (k, v))
+        mask = None
+        if causal:
+            mask = torch.arange(ke - ks)[None, :] <= torch.arange(qe - qs)[:, None] + (ke - ks) - (qe - qs)
+        out[qs:qe] = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask,
+                                                    scale=scale).transpose(0, 1)
+    return out
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_varlen_and_cross_attention_lengths_against_sdpa(causal):
+    """Packed sequences of different lengths, keys longer or (non-causal) shorter than queries,
+    an empty sequence; the rows past the last token untouched."""
+    lq = [300, 37, 0, 65]
+    lk = [330, 37, 9, 200] if causal else [20, 300, 9, 64]
+    q, k, v, cq, ck = _packed(lq, lk)
+    out = torch.full_like(q, 7.0)
+    dense.dense_attention_varlen(q, k, v, cq, ck, max(lq), causal=causal, sm_scale=0.1, out=out)
+    ref = _varlen_reference(q, k, v, cq, ck, causal, 0.1)
+    assert float((out.float() - ref).abs().max()) <= attention_atol("bf16")
+
+
+@pytest.mark.parametrize("lk, words", [
+    ([30, 37], "sequence 0 has 30 keys for 100 queries"),
+    ([0, 37], "has 100 queries and no keys"),
+])
+def test_varlen_refusals_name_the_sequence(lk, words, monkeypatch):
+    import rocke.runtime
+    monkeypatch.setattr(rocke.runtime, "launch", lambda *a, **kw: pytest.fail("launched"))
+    q, k, v, cq, ck = _packed([100, 37], lk)
+    with pytest.raises(ValueError, match=words):
+        dense.dense_attention_varlen(q, k, v, cq, ck, 100, causal=True)
+    with pytest.raises(ValueError, match="more than the spec's seq_len 256"):
+        dense.dense_attention_varlen(*_packed([300, 37], [300, 37])[:5], 100, causal=True)

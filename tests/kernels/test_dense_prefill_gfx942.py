@@ -85,6 +85,7 @@ def test_pair_causal_gives_every_workgroup_the_same_mfma_work():
     (dict(pin_prefetch=True), "pin_prefetch: keeps the prefetched loads"),
     (dict(rounding="rna", dtype="f16"), "rounding: 'rna'"),
     (dict(rounding="rtne"), "rounding"),
+    (dict(layout="thd", pair_causal=True), "it takes neither pair_causal nor persistent"),
 ])
 def test_spec_rules_name_the_field(kwargs, words):
     base = dict(dtype="bf16", head_dim=128, seq_len=4096, num_heads=32, num_kv_heads=8, causal=True,

@@ -85,9 +85,11 @@ STAGING_VECTOR = 8
 GRID_ORDERS = ("qb_major", "hkv_major", "auto")
 # the rounding of P and O to the element type (rocke.dsl.convert): AITER's fwd v3 bf16_cvt modes
 ROUNDINGS = ("rne", "rna", "rtz")
-# bshd: [B, S, H, D] (a row of one head every H * D elements); bhsd: [B, H, S, D] (rows contiguous)
-LAYOUTS = ("bshd", "bhsd")
-DIMS = {"bshd": ("B", "S", "H", "D"), "bhsd": ("B", "H", "S", "D")}
+# bshd: [B, S, H, D] (a row of one head every H * D elements); bhsd: [B, H, S, D] (rows contiguous);
+# thd: packed varlen, q/o [T_q, H, D] and k/v [T_k, H_kv, D] with int32 cu_seqlens_q / cu_seqlens_k
+# [B + 1] (sequence b's rows cu[b] .. cu[b+1]; query and key lengths may differ: cross-attention)
+LAYOUTS = ("bshd", "bhsd", "thd")
+DIMS = {"bshd": ("B", "S", "H", "D"), "bhsd": ("B", "H", "S", "D"), "thd": ("T", "H", "D")}
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,9 @@ class DensePrefillSpec:
         check_bool("pin_prefetch", self.pin_prefetch)
         check_choice("prefetch_distance", self.prefetch_distance, (1, 2))
         check_choice("layout", self.layout, LAYOUTS)
+        if self.layout == "thd" and (self.pair_causal or self.persistent):
+            raise ValueError("layout: 'thd' (packed varlen) gives each sequence its own count of "
+                             "query blocks; it takes neither pair_causal nor persistent")
         if self.prefetch_distance != 1 and not self.prefetch:
             raise ValueError("prefetch_distance: how far ahead the prefetched loads run; it "
                              "needs prefetch=True")
@@ -214,12 +219,15 @@ class DensePrefillSpec:
 
 
 ARGS = ("q", "k", "v", "o", "seq_lens", "sm_scale")
+ARGS_THD = ("q", "k", "v", "o", "cu_seqlens_q", "cu_seqlens_k", "sm_scale")
 
 
 def check_problem(spec: DensePrefillSpec, *, B: int) -> None:
     """A batch of B sequences fits the kernel's i32 element indices and the grid."""
     check_positive_int("B", B)
     check_grid_extent("B", B, axis="z")
+    if spec.layout == "thd":        # packed: the token counts are checked with the tensors
+        return
     for what, heads in (("q/o", spec.num_heads), ("k/v", spec.num_kv_heads)):
         check_i32_value("B", B * spec.seq_len * heads * spec.head_dim - 1,
                         f"the last {what} element index B * S * heads * D - 1")
@@ -259,6 +267,8 @@ def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | 
     A persistent spec adds B and its grid size (``workgroups`` as ``launch_geometry`` took it)."""
     import torch
     S, D = spec.seq_len, spec.head_dim
+    if spec.layout == "thd":
+        return _thd_args(spec, q, k, v, o, seq_lens, sm_scale, workgroups)
     for name, t, heads in (("q", q, spec.num_heads), ("k", k, spec.num_kv_heads),
                            ("v", v, spec.num_kv_heads), ("o", o, spec.num_heads)):
         check_tensor(name, t, dtype=spec.dtype, dims=DIMS[spec.layout])
@@ -287,13 +297,71 @@ def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | 
     return [q, k, v, o, seq_lens, scale]
 
 
+def _thd_args(spec, q, k, v, o, cu_seqlens, sm_scale, workgroups) -> list:
+    """layout thd: ``cu_seqlens`` is (cu_seqlens_q, cu_seqlens_k), int32 [B + 1] each, from 0,
+    non-decreasing, ending at the tensors' token counts; each query length <= S (the spec's
+    longest, the grid's query blocks); a sequence with queries has keys, and causal (bottom-right)
+    at least as many keys as queries."""
+    import torch
+    D = spec.head_dim
+    if workgroups is not None:
+        raise ValueError("workgroups: only a persistent spec takes a grid size")
+    if not (isinstance(cu_seqlens, (tuple, list)) and len(cu_seqlens) == 2):
+        raise ValueError("cu_seqlens: layout thd takes (cu_seqlens_q, cu_seqlens_k)")
+    cu_q, cu_k = cu_seqlens
+    for name, t, heads in (("q", q, spec.num_heads), ("k", k, spec.num_kv_heads),
+                           ("v", v, spec.num_kv_heads), ("o", o, spec.num_heads)):
+        check_tensor(name, t, dtype=spec.dtype, dims=DIMS["thd"])
+        if tuple(t.shape[1:]) != (heads, D):
+            raise ValueError(f"{name}: shape {tuple(t.shape)} is not [T, {heads}, {D}] (thd: the "
+                             "spec's heads, D)")
+    if o.shape != q.shape or v.shape != k.shape:
+        raise ValueError(f"o / v: shapes {tuple(o.shape)} / {tuple(v.shape)} differ from q's "
+                         f"{tuple(q.shape)} / k's {tuple(k.shape)}")
+    for name, cu, total in (("cu_seqlens_q", cu_q, q.shape[0]), ("cu_seqlens_k", cu_k, k.shape[0])):
+        if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 2:
+            raise ValueError(f"{name}: must be an int32 tensor of shape [B + 1], got "
+                             f"{getattr(cu, 'dtype', type(cu).__name__)} {tuple(getattr(cu, 'shape', ()))}")
+        c = cu.cpu().tolist()
+        if c[0] != 0 or any(b < a for a, b in zip(c, c[1:])) or c[-1] != total:
+            raise ValueError(f"{name}: must start at 0, never decrease and end at the tensor's "
+                             f"{total} tokens, got {c}")
+    if cu_q.numel() != cu_k.numel():
+        raise ValueError(f"cu_seqlens_k: {cu_k.numel() - 1} sequences, cu_seqlens_q has {cu_q.numel() - 1}")
+    lq = (cu_q[1:] - cu_q[:-1]).tolist()
+    lk = (cu_k[1:] - cu_k[:-1]).tolist()
+    for b, (nq, nk) in enumerate(zip(lq, lk)):
+        if nq > spec.seq_len:
+            raise ValueError(f"cu_seqlens_q: sequence {b} has {nq} queries, more than the spec's "
+                             f"seq_len {spec.seq_len} (the longest)")
+        if nq and not nk:
+            raise ValueError(f"cu_seqlens_k: sequence {b} has {nq} queries and no keys")
+        if spec.causal and nk < nq:
+            raise ValueError(f"cu_seqlens_k: sequence {b} has {nk} keys for {nq} queries; causal "
+                             "(bottom-right) needs at least as many keys as queries")
+    for what, total, heads in (("q/o", q.shape[0], spec.num_heads), ("k/v", k.shape[0], spec.num_kv_heads)):
+        check_i32_value("T", max(total * heads * D - 1, 0), f"the last {what} element index T * heads * D - 1")
+    B = len(lq)
+    check_grid_extent("B", B, axis="z")
+    check_device({"q": q, "k": k, "v": v, "o": o, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k})
+    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
+                                 or not math.isfinite(sm_scale)):
+        raise ValueError(f"sm_scale: must be a finite number or None, got {sm_scale!r}")
+    scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    return [q, k, v, o, cu_q, cu_k, scale]
+
+
 def build(spec: DensePrefillSpec) -> dsl.Kernel:
     k = dsl.Kernel(spec.kernel_name, target=spec.target, workgroup_size=spec.workgroup_size)
     q_ptr = k.arg_ptr("q", spec.dtype, readonly=True)
     k_ptr = k.arg_ptr("k", spec.dtype, readonly=True)
     v_ptr = k.arg_ptr("v", spec.dtype, readonly=True)
     o_ptr = k.arg_ptr("o", spec.dtype)
-    lens_ptr = k.arg_ptr("seq_lens", "i32", readonly=True)
+    if spec.layout == "thd":        # each sequence's first row and length, queries and keys
+        lens_ptr = (k.arg_ptr("cu_seqlens_q", "i32", readonly=True),
+                    k.arg_ptr("cu_seqlens_k", "i32", readonly=True))
+    else:
+        lens_ptr = k.arg_ptr("seq_lens", "i32", readonly=True)
     sm_scale = k.arg_f32("sm_scale")
     if spec.persistent:     # B (runtime) and the grid's size, for the work-item walk
         batches, workgroups = k.arg_i32("batch"), k.arg_i32("num_workgroups")
@@ -348,26 +416,40 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
     k_tile, vt_tile = tiles
     q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr = ptrs
     S, D, H, HKV = spec.seq_len, spec.head_dim, spec.num_heads, spec.num_kv_heads
-    # a row of one head: every H * D elements (bshd) or D (bhsd, a head's rows contiguous)
-    q_ld, kv_ld = (H * D, HKV * D) if spec.layout == "bshd" else (D, D)
+    # a row of one head: every H * D elements (bshd, thd) or D (bhsd, a head's rows contiguous)
+    q_ld, kv_ld = (D, D) if spec.layout == "bhsd" else (H * D, HKV * D)
     am, an, ak = mma.atom.m, mma.atom.n, mma.atom.k
     warp_q = spec.block_m // spec.num_warps
     q_frags, kv_frags, d_frags = warp_q // an, spec.block_n // am, D // am
     threads = spec.workgroup_size
     tid = k.thread_id(0)
     kv_head = head // spec.group if spec.group > 1 else head
-    length = lens_ptr.load(batch)
+    if spec.layout == "thd":
+        cu_q, cu_k = lens_ptr
+        q_first, kv_first = cu_q.load(batch), cu_k.load(batch)
+        length, kv_length = cu_q.load(batch + 1) - q_first, cu_k.load(batch + 1) - kv_first
+        # causal, bottom-right: query i sees keys <= i + (L_k - L_q)
+        diagonal = kv_length - length
+    else:
+        length = kv_length = lens_ptr.load(batch)
+        diagonal = 0
     block_q0 = q_block_of() * spec.block_m
 
     with k.if_(block_q0 < length):          # query tiles wholly in the padding do nothing
             # each (batch, head) slice as a buffer ending at row L_b: padded rows read 0
-            def slice_buffer(ptr, h, ld, heads):
-                start = batch * (S * ld) + h * D if spec.layout == "bshd" else \
-                    batch * (heads * S * D) + h * (S * D)
-                return ptr.offset(start).buffer((length - 1) * ld + D)
-            q_buf = slice_buffer(q_ptr, head, q_ld, H)
-            k_buf, v_buf = (slice_buffer(k_ptr, kv_head, kv_ld, HKV),
-                            slice_buffer(v_ptr, kv_head, kv_ld, HKV))
+            def slice_buffer(ptr, h, ld, heads, rows, first=None):
+                if spec.layout == "thd":
+                    start = first * ld + h * D
+                elif spec.layout == "bshd":
+                    start = batch * (S * ld) + h * D
+                else:
+                    start = batch * (heads * S * D) + h * (S * D)
+                return ptr.offset(start).buffer((rows - 1) * ld + D)
+            q_first_row = q_first if spec.layout == "thd" else None
+            kv_first_row = kv_first if spec.layout == "thd" else None
+            q_buf = slice_buffer(q_ptr, head, q_ld, H, length, q_first_row)
+            k_buf, v_buf = (slice_buffer(k_ptr, kv_head, kv_ld, HKV, kv_length, kv_first_row),
+                            slice_buffer(v_ptr, kv_head, kv_ld, HKV, kv_length, kv_first_row))
 
             warp_q0 = block_q0 + k.wave_id() * warp_q
             q_cols = [warp_q0 + t * an for t in range(q_frags)]
@@ -458,9 +540,10 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
                         scaled = scores[i][t] * qk_scale
                         if masked:
                             keys, queries = scores[i][t].coords(origin=(kv0 + i * am, q_cols[t]))
-                            valid = keys < length
+                            valid = keys < kv_length
                             if spec.causal:
-                                valid = valid & (keys <= queries)
+                                valid = valid & (keys <= (queries + diagonal if spec.layout == "thd"
+                                                          else queries))
                             scaled = scaled.where(valid, -math.inf)
                         tile.append(scaled)
                     m[t], l[t], p_t, alpha = online_softmax_update(m[t], l[t], tile)
@@ -542,19 +625,24 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
                 # the first tiles (both loops continue one chain of loads)
                 for ahead in range(spec.prefetch_distance):
                     carry += load_kv(ahead * spec.block_n)
-            if spec.causal:
+            if spec.causal and spec.layout == "thd":
+                # whole tiles every query of the block sees (keys <= block_q0 + L_k - L_q) need
+                # no mask; the diagonal tiles up to min(L_k, the block's last query's) do
+                unmasked_end = ((block_q0 + diagonal + 1) // spec.block_n) * spec.block_n
+                kv_end = minimum(kv_length, block_q0 + spec.block_m + diagonal)
+            elif spec.causal:
                 # tiles below the workgroup's first query need no mask (block_m is a multiple of
                 # block_n and block_q0 < L_b); the diagonal tiles up to min(L_b, block end) do
                 unmasked_end = block_q0
                 kv_end = minimum(length, block_q0 + spec.block_m)
             else:
-                unmasked_end = (length // spec.block_n) * spec.block_n
-                kv_end = length
+                unmasked_end = (kv_length // spec.block_n) * spec.block_n
+                kv_end = kv_length
             carry = run_tiles(0, unmasked_end, carry, masked=False)
             carry = run_tiles(unmasked_end, kv_end, carry, masked=True)
 
             # the output's descriptor is made here, not live in SGPRs through the tile loops
-            o_buf = slice_buffer(o_ptr, head, q_ld, H)
+            o_buf = slice_buffer(o_ptr, head, q_ld, H, length, q_first_row)
             l_final = carry[q_frags:2 * q_frags]
             o_final = carry[2 * q_frags:]
             for t in range(q_frags):

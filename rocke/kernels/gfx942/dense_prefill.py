@@ -18,10 +18,12 @@ TARGET = "gfx942"
 
 def tuned_spec(dtype: str, seq_len: int, num_heads: int, num_kv_heads: int, causal: bool,
                head_dim: int = 128, rounding: str = "rne", layout: str = "bshd") -> DensePrefillSpec:
-    """The shipped geometry and levers for one problem's compile-time sizes."""
+    """The shipped geometry and levers for one problem's compile-time sizes (layout thd: packed
+    varlen, no pairing; seq_len the longest query count the grid covers)."""
     return DensePrefillSpec(dtype, head_dim, seq_len, num_heads, num_kv_heads, causal,
                             block_m=256, block_n=32, num_warps=8, prefetch=True, vt_by_key=True,
-                            pin_prefetch=True, prefetch_distance=2, pair_causal=causal,
+                            pin_prefetch=True, prefetch_distance=2,
+                            pair_causal=causal and layout != "thd",
                             rounding=rounding, layout=layout, target=TARGET)
 
 
