@@ -242,7 +242,31 @@ def check_all() -> None:
     errors = problems()
     if errors:
         raise ValueError("; ".join(errors))
+    warn_unknown()
     _checked_state[0] = now
+
+
+_warned_unknown: set = set()
+
+
+def unknown_names() -> list[str]:
+    """Set ROCKE_* variables that name no lever (a typo, or a lever of another rocke version)."""
+    return sorted(n for n in os.environ if n.startswith("ROCKE_") and n not in LEVERS)
+
+
+def warn_unknown() -> None:
+    """A RuntimeWarning, once a process, for each set ROCKE_* variable that is not a lever, with
+    the closest lever's name: it changes nothing, and a misspelt lever must not pass unseen."""
+    import difflib
+    import warnings
+    for name in unknown_names():
+        if name in _warned_unknown:
+            continue
+        _warned_unknown.add(name)
+        close = difflib.get_close_matches(name, list(LEVERS), n=1)
+        warnings.warn(f"{name} is set but is not a rocke lever, so it changes nothing"
+                      + (f"; did you mean {close[0]}?" if close else "")
+                      + " (docs/environment.md lists the levers)", RuntimeWarning, stacklevel=3)
 
 
 _ENCODED_NAMES: dict[tuple, tuple] = {}

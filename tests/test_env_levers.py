@@ -146,3 +146,19 @@ def test_result_levers_are_levers():
     levers of the table, each once."""
     assert len(set(env.RESULT_LEVERS)) == len(env.RESULT_LEVERS)
     assert set(env.RESULT_LEVERS) <= set(env.LEVERS)
+
+
+def test_a_misspelt_lever_is_warned_about_once_with_the_closest_name(monkeypatch):
+    monkeypatch.setattr(env, "_warned_unknown", set())
+    monkeypatch.setattr(env, "_checked_state", [None])
+    monkeypatch.delenv("ROCKE_EMU_BACKEND", raising=False)
+    monkeypatch.setenv("ROCKE_EMU_BACKEN", "torch")
+    with pytest.warns(RuntimeWarning, match="ROCKE_EMU_BACKEN is set but is not a rocke lever.*"
+                                            "did you mean ROCKE_EMU_BACKEND"):
+        env.check_all()
+    assert env.emu_backend() == "numpy"             # it changed nothing
+    monkeypatch.setattr(env, "_checked_state", [None])
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env.check_all()                                 # once a process: no second warning
