@@ -24,7 +24,6 @@ emulator gives exact counters, rocke.perf turns them into a *modelled* MI300X ti
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import tempfile

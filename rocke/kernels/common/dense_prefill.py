@@ -64,8 +64,8 @@ from rocke.arch.mfma import atom_for
 from rocke.dsl import minimum, rcp
 from rocke.dsl.magic import udiv_const
 from rocke.dsl.lanes import ballot
-from rocke.dsl.fragment import (AxisVector, Fragment, ROW, copy_tile_to_lds, load_fragment,
-                                load_fragment_global, store_fragment_global)
+from rocke.dsl.fragment import (AxisVector, ROW, copy_tile_to_lds, load_fragment_global,
+                                store_fragment_global)
 from rocke.dsl.softmax import (LOG2E, online_softmax_update, transposed_pv_operand, transposed_scores,
                                transposed_v_operand)
 from rocke.kernels.common.checks import (check_bool, check_choice, check_device, check_grid_extent,
