@@ -430,29 +430,34 @@ def pack_kernarg(metadata_args: list, size: int, values: dict) -> bytes:
 _AITER_PROFILES: dict = {}
 
 
-def _aiter_profile(aiter_dir, s, causal, h, h_kv, target="gfx942", rounding=AITER_ROUNDING,
-                   outputs=None):
-    """Emulate workgroup (0, 0, 0) of the fwd v3 kernel on a batch-1 problem of the row's heads
-    and seqlen (the row's strides; every workgroup of the row does the same work, so the batch
-    only repeats it); check its output rows against SDPA. ``outputs`` (a dict), when given,
-    receives the inputs and output tensor (for comparing another kernel on the same inputs)."""
-    key = (s, causal, h, h_kv, target, rounding)
-    if key in _AITER_PROFILES and outputs is None:
-        return _AITER_PROFILES[key]
+def aiter_inputs(s, h, h_kv, d=128):
+    """The batch-1 bf16 [1, S, H, D] q and [1, S, H_kv, D] k, v every AITER row runs on (seed 0)."""
+    torch.manual_seed(0)
+    q = torch.randn(1, s, h, d).to(torch.bfloat16)
+    k, v = (torch.randn(1, s, h_kv, d).to(torch.bfloat16) for _ in range(2))
+    return q, k, v
+
+
+def aiter_tiles(s, causal) -> list:
+    """The 256-row query tiles workgroup (0, 0, 0) computes: tile 0 and, causal, the last."""
+    return [0, s // 256 - 1] if causal else [0]
+
+
+def launch_aiter_fwd(aiter_dir, q, k, v, causal, target="gfx942", rounding=AITER_ROUNDING,
+                     profile=True):
+    """Workgroup (0, 0, 0) of AITER's fwd v3 code object on [1, S, H, D] inputs, with our
+    kernarg packing (LSE off): (output, the emulator's report). NotRun when the checkout, the
+    code object or a disassembler for it is missing."""
     if aiter_dir is None:
         raise NotRun("not run: pass --aiter-dir PATH (a checkout of github.com/ROCm/aiter)")
     co = Path(aiter_dir) / aiter_code_object(target, causal, rounding)
-    name = co.stem
     if not co.is_file():
         raise NotRun(f"not run: {co} is missing (is --aiter-dir an AITER checkout?)")
     from rocke.emu.codeobject import cannot_disassemble, code_object_metadata, disassembler
     if disassembler(target) is None:
         raise NotRun(f"not run: {cannot_disassemble(target)}")
     meta = code_object_metadata(str(co))["amdhsa.kernels"][0]
-    d = 128
-    torch.manual_seed(0)
-    q = torch.randn(1, s, h, d).to(torch.bfloat16)
-    k, v = (torch.randn(1, s, h_kv, d).to(torch.bfloat16) for _ in range(2))
+    h, s, d = q.shape[2], q.shape[1], q.shape[3]
     o, lse = torch.zeros_like(q), torch.zeros(1, h, s)
     kernarg = pack_kernarg(meta[".args"], meta[".kernarg_segment_size"],
                            aiter_fwd_values(q, k, v, o, lse, d ** -0.5))
@@ -460,25 +465,31 @@ def _aiter_profile(aiter_dir, s, causal, h, h_kv, target="gfx942", rounding=AITE
     args = [tensors.get(a[".name"]) if a[".value_kind"] == "global_buffer" else 0
             for a in meta[".args"]]
     launch = partial(emu.launch, str(co), meta[".name"], (1, 1, 1),
-                     tuple(meta[".reqd_workgroup_size"]), args, kernarg=kernarg, profile=True,
+                     tuple(meta[".reqd_workgroup_size"]), args, kernarg=kernarg, profile=profile,
                      target=target)
     if target == "gfx942":
-        report = launch(check=False)
-    else:
-        report = checked_launch(launch, o, f"AITER {name} at seqlen {s}")
-    # workgroup 0 computes query tile 0 (and, causal, the last tile) of head 0
-    tiles = [0, s // 256 - 1] if causal else [0]
+        return o, launch(check=False)
+    return o, checked_launch(launch, o, f"AITER {co.stem} at seqlen {s}")
+
+
+def _aiter_profile(aiter_dir, s, causal, h, h_kv, target="gfx942"):
+    """Emulate workgroup (0, 0, 0) of the fwd v3 kernel on a batch-1 problem of the row's heads
+    and seqlen (the row's strides; every workgroup of the row does the same work, so the batch
+    only repeats it); check its output rows against SDPA."""
+    key = (s, causal, h, h_kv, target)
+    if key in _AITER_PROFILES:
+        return _AITER_PROFILES[key]
+    q, k, v = aiter_inputs(s, h, h_kv)
+    o, report = launch_aiter_fwd(aiter_dir, q, k, v, causal, target)
     ref = torch.nn.functional.scaled_dot_product_attention(
         q[:, :, :1].transpose(1, 2).float(), k[:, :, :1].transpose(1, 2).float(),
         v[:, :, :1].transpose(1, 2).float(), is_causal=causal).transpose(1, 2)
     err = max(float((o[:, t * 256:(t + 1) * 256, :1].float()
-                     - ref[:, t * 256:(t + 1) * 256]).abs().max()) for t in tiles)
+                     - ref[:, t * 256:(t + 1) * 256]).abs().max()) for t in aiter_tiles(s, causal))
     if not err < 0.02:
-        raise RuntimeError(f"AITER {name} at seqlen {s}: output differs from torch SDPA by "
-                           f"{err} (kernarg packing wrong?)")
+        raise RuntimeError(f"AITER {aiter_code_object(target, causal)} at seqlen {s}: output "
+                           f"differs from torch SDPA by {err} (kernarg packing wrong?)")
     _AITER_PROFILES[key] = report.profile
-    if outputs is not None:
-        outputs.update(q=q, k=k, v=v, o=o, tiles=tiles)
     return report.profile
 
 

@@ -77,6 +77,24 @@ def bf16_ulps(a, b, scale=None) -> float:
 ROCKE_ROUNDING = {"rtne": "rne", "rtna": "rna", "rtz": "rtz"}
 
 
+def run_rocke(q, k, v, causal, mode, profile=False):
+    """rocke's workgroup 0 (tuned_spec in AITER's mode ``mode``) on [1, S, H, D] inputs:
+    (output, the emulator's report, the compiled kernel)."""
+    import torch
+    from rocke import emu
+    from rocke.compiler import compile_ir
+    from rocke.kernels.gfx942 import dense_prefill as dp
+    s, h, hk = q.shape[1], q.shape[2], k.shape[2]
+    spec = dp.tuned_spec("bf16", s, h, hk, causal, rounding=ROCKE_ROUNDING[mode])
+    ck = compile_ir(dp.build(spec), target="gfx942")
+    o = torch.zeros_like(q)
+    _, block = dp.launch_geometry(spec, 1)
+    report = emu.launch(ck.asm, ck.name, (1, 1, 1), block,
+                        dp.kernel_args(spec, q, k, v, o, torch.tensor([s], dtype=torch.int32)),
+                        target="gfx942", profile=profile, check=False)
+    return o, report, ck
+
+
 def emulate(key) -> dict:
     """One (seqlen, causal, heads, kv heads) problem: workgroup 0 of rocke's kernel and of
     AITER's in each mode, on the same inputs; their profiles, errors against SDPA (fp32) and
@@ -84,28 +102,16 @@ def emulate(key) -> dict:
     s, causal, h, hk, modes, aiter_dir = key
     import torch
     from benchmarks import calibration as cal
-    from rocke import emu
-    from rocke.compiler import compile_ir
-    from rocke.kernels.gfx942 import dense_prefill as dp
     out = {"aiter": {}, "rocke": {}, "ulps": {}, "ulps_row": {}, "aiter_error": {},
            "rocke_error": {}, "spills": {}, "kernel": {}}
+    q, k, v = cal.aiter_inputs(s, h, hk)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(t[:, :, :1].transpose(1, 2).float() for t in (q, k, v)), is_causal=causal).transpose(1, 2)
+    # workgroup 0 computes query block 0 (and, causal, the last) of head 0, in both kernels
+    rows_of = [slice(t * 256, (t + 1) * 256) for t in cal.aiter_tiles(s, causal)]
     for mode in modes:
-        got = {}
-        out["aiter"][mode] = cal._aiter_profile(aiter_dir, s, causal, h, hk, "gfx942", mode,
-                                                outputs=got)
-        q, k, v, o_aiter, tiles = got["q"], got["k"], got["v"], got["o"], got["tiles"]
-        spec = dp.tuned_spec("bf16", s, h, hk, causal, rounding=ROCKE_ROUNDING[mode])
-        ck = compile_ir(dp.build(spec), target="gfx942")
-        o = torch.zeros_like(q)
-        _, block = dp.launch_geometry(spec, 1)
-        report = emu.launch(ck.asm, ck.name, (1, 1, 1), block,
-                            dp.kernel_args(spec, q, k, v, o, torch.tensor([s], dtype=torch.int32)),
-                            target="gfx942", profile=True, check=False)
-        ref = torch.nn.functional.scaled_dot_product_attention(
-            *(t[:, :, :1].transpose(1, 2).float() for t in (q, k, v)),
-            is_causal=causal).transpose(1, 2)
-        # workgroup 0 computes query block 0 (and, causal, the last) of head 0, as AITER's does
-        rows_of = [slice(t * 256, (t + 1) * 256) for t in tiles]
+        o_aiter, aiter_report = cal.launch_aiter_fwd(aiter_dir, q, k, v, causal, "gfx942", mode)
+        o, report, ck = run_rocke(q, k, v, causal, mode, profile=True)
         out["rocke_error"][mode], out["aiter_error"][mode] = (
             max(float((x[:, r, :1].float() - ref[:, r]).abs().max()) for r in rows_of)
             for x in (o, o_aiter))
@@ -113,10 +119,10 @@ def emulate(key) -> dict:
         out["ulps_row"][mode] = max(bf16_ulps(
             o[:, r, :1], o_aiter[:, r, :1], ref[:, r].abs().amax(dim=-1, keepdim=True))
             for r in rows_of)
-        out["rocke"][mode] = report.profile
+        out["aiter"][mode], out["rocke"][mode] = aiter_report.profile, report.profile
         out["spills"][mode] = {"vgpr": ck.info.vgpr_spills, "sgpr": ck.info.sgpr_spills,
                                "scratch_bytes": ck.info.scratch_bytes}
-        out["kernel"][mode] = spec.kernel_name
+        out["kernel"][mode] = ck.name
     return out
 
 
@@ -130,42 +136,6 @@ SPECIAL_CASES = {
 SPECIAL_SHAPE = (1024, 32, 8)       # seqlen, heads, kv heads
 
 
-def run_aiter(aiter_dir, q, k, v, causal, mode):
-    """AITER's fwd v3 workgroup 0 on these [1, S, H, D] inputs; its output."""
-    import torch
-    from benchmarks import calibration as cal
-    from rocke import emu
-    from rocke.emu.codeobject import code_object_metadata
-    co = str(Path(aiter_dir) / cal.aiter_code_object("gfx942", causal, mode))
-    meta = code_object_metadata(co)["amdhsa.kernels"][0]
-    o, lse = torch.zeros_like(q), torch.zeros(1, q.shape[2], q.shape[1])
-    kernarg = cal.pack_kernarg(meta[".args"], meta[".kernarg_segment_size"],
-                               cal.aiter_fwd_values(q, k, v, o, lse, D ** -0.5))
-    named = {"R": o, "Q": q, "K": k, "V": v, "LSE": lse}
-    args = [named.get(a[".name"]) if a[".value_kind"] == "global_buffer" else 0
-            for a in meta[".args"]]
-    emu.launch(co, meta[".name"], (1, 1, 1), tuple(meta[".reqd_workgroup_size"]), args,
-               kernarg=kernarg, check=False, target="gfx942")
-    return o
-
-
-def run_rocke(q, k, v, causal, mode):
-    """rocke's workgroup 0 (tuned_spec in AITER's mode) on the same inputs; its output."""
-    import torch
-    from rocke import emu
-    from rocke.compiler import compile_ir
-    from rocke.kernels.gfx942 import dense_prefill as dp
-    s, h, hk = q.shape[1], q.shape[2], k.shape[2]
-    spec = dp.tuned_spec("bf16", s, h, hk, causal, rounding=ROCKE_ROUNDING[mode])
-    ck = compile_ir(dp.build(spec), target="gfx942")
-    o = torch.zeros_like(q)
-    _, block = dp.launch_geometry(spec, 1)
-    emu.launch(ck.asm, ck.name, (1, 1, 1), block,
-               dp.kernel_args(spec, q, k, v, o, torch.tensor([s], dtype=torch.int32)),
-               target="gfx942", check=False)
-    return o
-
-
 def special_values(key) -> dict:
     """One (case, causal, mode): whether rocke's NaN and inf positions equal AITER's."""
     case, causal, mode, aiter_dir = key
@@ -176,8 +146,10 @@ def special_values(key) -> dict:
     k, v = (torch.randn(1, s, hk, D, generator=gen).to(torch.bfloat16) for _ in range(2))
     name, (row, head, col), value = SPECIAL_CASES[case]
     {"q": q, "k": k, "v": v}[name][0, row, head, col] = value
-    a = run_aiter(aiter_dir, q, k, v, causal, mode)[0, :256, 0].float()
-    r = run_rocke(q, k, v, causal, mode)[0, :256, 0].float()
+    from benchmarks import calibration as cal
+    a = cal.launch_aiter_fwd(aiter_dir, q, k, v, causal, "gfx942", mode, profile=False)[0]
+    r = run_rocke(q, k, v, causal, mode)[0]
+    a, r = a[0, :256, 0].float(), r[0, :256, 0].float()
     return {"nan": (int(a.isnan().sum()), int(r.isnan().sum()), bool(torch.equal(a.isnan(), r.isnan()))),
             "inf": (int(a.isinf().sum()), int(r.isinf().sum()),
                     bool(torch.equal(a.isinf() & (a > 0), r.isinf() & (r > 0)))
