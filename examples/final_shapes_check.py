@@ -116,7 +116,7 @@ def dense_call(shape, inputs, compile_only=False):
     """rocke.dense_attention on the dense [B, S, H, D] twin: q and out are the paged inputs'
     own tensors viewed so (a uniform square batch is already that order), K/V gathered from
     the cache once here, outside the launch (so a captured graph replays only the kernel)."""
-    from rocke.dense_attention import dense_attention, dense_spec
+    from rocke.dense_attention import compiled_kernel, dense_attention, dense_spec
     b, (s, _), hq, hk, d = shape.batch, shape.seqlens[0], shape.num_heads, shape.num_kv_heads, \
         shape.head_size
     t = inputs
@@ -124,11 +124,15 @@ def dense_call(shape, inputs, compile_only=False):
     pages = t["block_table"].long()
     k, v = (t[n][pages].reshape(b, -1, hk, d)[:, :s].contiguous() for n in ("k", "v"))
 
+    spec = dense_spec(q, k, v, causal=True)
+    record = DenseRecord(spec.kernel_name)
+
     def launch():
         if compile_only:
-            return DenseRecord(dense_spec(q, k, v, causal=True).kernel_name)
-        dense_attention(q, k, v, causal=True, sm_scale=t["softmax_scale"], out=out)
-        return DenseRecord(dense_spec(q, k, v, causal=True).kernel_name)
+            compiled_kernel(spec)
+        else:
+            dense_attention(q, k, v, causal=True, sm_scale=t["softmax_scale"], out=out)
+        return record
     return launch
 
 

@@ -18,7 +18,6 @@ Not covered: queries and keys of different lengths (cross-attention) and packed 
 """
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from typing import Optional
 
@@ -64,8 +63,27 @@ def _problem(q, k, v, layout: str):
     return B, S, H, HKV, DTYPES[q.dtype]
 
 
+def _check_options(causal, rounding) -> None:
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal: must be a bool, got {causal!r}")
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding: one of {', '.join(ROUNDINGS)}, got {rounding!r}")
+
+
+def _output(out, q) -> Tensor:
+    """``out`` checked against q (a new tensor like q when None)."""
+    if out is None:
+        return torch.empty_like(q)
+    if not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype:
+        raise ValueError(f"out: must be a {q.dtype} tensor of q's shape {tuple(q.shape)}, got "
+                         f"{getattr(out, 'dtype', type(out).__name__)} "
+                         f"{tuple(getattr(out, 'shape', ()))}")
+    return out      # its strides and device: kernel_args
+
+
 @lru_cache(maxsize=64)
-def _compiled(spec):
+def compiled_kernel(spec):
+    """The compiled kernel of ``spec`` (dense_spec's), built once a process."""
     from rocke.compiler import compile_ir
     return compile_ir(family.build(spec), target=family.TARGET)
 
@@ -73,10 +91,7 @@ def _compiled(spec):
 def dense_spec(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, layout: str = "bshd",
                rounding: str = "rne"):
     """The kernel spec ``dense_attention`` runs for these tensors (its name: the kernel)."""
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal: must be a bool, got {causal!r}")
-    if rounding not in ROUNDINGS:
-        raise ValueError(f"rounding: one of {', '.join(ROUNDINGS)}, got {rounding!r}")
+    _check_options(causal, rounding)
     B, S, H, HKV, dtype = _problem(q, k, v, layout)
     return family.tuned_spec(dtype, S, H, HKV, causal, rounding=rounding, layout=layout)
 
@@ -88,22 +103,14 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     """Dense forward attention (see the module doc); returns the output (``out`` if given)."""
     spec = dense_spec(q, k, v, causal=causal, layout=layout, rounding=rounding)
     B, S = q.shape[0], spec.seq_len
-    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
-                                 or not math.isfinite(sm_scale)):
-        raise ValueError(f"sm_scale: must be a finite number or None, got {sm_scale!r}")
     if seq_lens is None:
         seq_lens = torch.full((B,), S, dtype=torch.int32, device=q.device)
-    if out is None:
-        out = torch.empty_like(q)
-    elif not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype:
-        raise ValueError(f"out: must be a {q.dtype} tensor of q's shape {tuple(q.shape)}, got "
-                         f"{getattr(out, 'dtype', type(out).__name__)} "
-                         f"{tuple(getattr(out, 'shape', ()))}")
-    args = family.kernel_args(spec, q, k, v, out, seq_lens, sm_scale)    # checks seq_lens too
+    out = _output(out, q)
+    # checks seq_lens and sm_scale too; an empty batch (B = 0) is refused by name
+    args = family.kernel_args(spec, q, k, v, out, seq_lens, sm_scale)
     grid, block = family.launch_geometry(spec, B)
-    if B:
-        from rocke.runtime import launch
-        launch(_compiled(spec), grid, block, args, device=device)
+    from rocke.runtime import launch
+    launch(compiled_kernel(spec), grid, block, args, device=device)
     return out
 
 
@@ -116,11 +123,9 @@ def dense_attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     cu_seqlens_*[b + 1]`` (int32 ``[B + 1]``), ``max_seqlen_q`` at least its longest query count.
     Causal is bottom-right: query i of a sequence sees keys <= i + (L_k - L_q), so each causal
     sequence needs L_k >= L_q. One kernel serves every max_seqlen_q up to the next multiple of
-    its 256-query block (the grid's extent)."""
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal: must be a bool, got {causal!r}")
-    if rounding not in ROUNDINGS:
-        raise ValueError(f"rounding: one of {', '.join(ROUNDINGS)}, got {rounding!r}")
+    its 256-query block (the grid's extent). The cu_seqlens contents are checked on the host
+    (on a GPU: a device-to-host copy per call, not graph-capturable)."""
+    _check_options(causal, rounding)
     if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, int) or max_seqlen_q < 1:
         raise ValueError(f"max_seqlen_q: must be a positive int, got {max_seqlen_q!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -136,20 +141,16 @@ def dense_attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     H, HKV = q.shape[1], k.shape[1]
     if HKV < 1 or H % HKV:
         raise ValueError(f"k: {HKV} KV heads for {H} query heads; H must be a multiple of H_kv")
-    block = family.tuned_spec(DTYPES[q.dtype], 1, H, HKV, False).block_m
-    seq_len = -(-max_seqlen_q // block) * block
+    seq_len = -(-max_seqlen_q // family.BLOCK_M) * family.BLOCK_M
     spec = family.tuned_spec(DTYPES[q.dtype], seq_len, H, HKV, causal, rounding=rounding,
                              layout="thd")
-    if out is None:
-        out = torch.empty_like(q)
-    elif not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype:
-        raise ValueError(f"out: must be a {q.dtype} tensor of q's shape {tuple(q.shape)}")
+    out = _output(out, q)
+    # checks cu_seqlens (at least one sequence) and sm_scale
     args = family.kernel_args(spec, q, k, v, out, (cu_seqlens_q, cu_seqlens_k), sm_scale)
-    batches = cu_seqlens_q.numel() - 1
-    grid, block_size = family.launch_geometry(spec, max(batches, 1))
-    if batches and q.shape[0]:
+    grid, block_size = family.launch_geometry(spec, cu_seqlens_q.numel() - 1)
+    if q.shape[0]:          # every sequence empty: nothing to compute
         from rocke.runtime import launch
-        launch(_compiled(spec), grid, block_size, args, device=device)
+        launch(compiled_kernel(spec), grid, block_size, args, device=device)
     return out
 
 
@@ -172,4 +173,5 @@ def _register_torch_op():
 
 dense_attention_op = _register_torch_op()
 
-__all__ = ["dense_attention", "dense_attention_op", "dense_attention_varlen", "dense_spec"]
+__all__ = ["dense_attention", "dense_attention_op", "dense_attention_varlen", "dense_spec",
+           "compiled_kernel"]

@@ -259,6 +259,14 @@ def launch_geometry(spec: DensePrefillSpec, B: int, workgroups: int | None = Non
     return grid, (spec.workgroup_size, 1, 1)
 
 
+def softmax_scale(sm_scale, head_dim: int) -> float:
+    """``sm_scale`` as the kernel takes it (None: 1/sqrt(head_dim)); not a finite number: an error."""
+    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
+                                 or not math.isfinite(sm_scale)):
+        raise ValueError(f"sm_scale: must be a finite number or None, got {sm_scale!r}")
+    return 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+
+
 def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | None = None,
                 workgroups: int | None = None) -> list:
     """Ordered kernel arguments for contiguous torch tensors (q/o [B, S, H, D], k/v
@@ -286,10 +294,7 @@ def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | 
         raise ValueError(f"seq_lens: every length must be in [0, {S}], got {seq_lens.tolist()}")
     check_problem(spec, B=B)
     check_device({"q": q, "k": k, "v": v, "o": o, "seq_lens": seq_lens})
-    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
-                                 or not math.isfinite(sm_scale)):
-        raise ValueError(f"sm_scale: must be a finite number or None, got {sm_scale!r}")
-    scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    scale = softmax_scale(sm_scale, D)
     if spec.persistent:
         return [q, k, v, o, seq_lens, scale, B, persistent_workgroups(spec, B, workgroups)]
     if workgroups is not None:
@@ -344,10 +349,7 @@ def _thd_args(spec, q, k, v, o, cu_seqlens, sm_scale, workgroups) -> list:
     B = len(lq)
     check_grid_extent("B", B, axis="z")
     check_device({"q": q, "k": k, "v": v, "o": o, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k})
-    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
-                                 or not math.isfinite(sm_scale)):
-        raise ValueError(f"sm_scale: must be a finite number or None, got {sm_scale!r}")
-    scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    scale = softmax_scale(sm_scale, D)
     return [q, k, v, o, cu_q, cu_k, scale]
 
 

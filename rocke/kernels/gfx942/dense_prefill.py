@@ -14,6 +14,7 @@ from rocke.kernels.common.dense_prefill import (ARGS, DensePrefillSpec, build,  
                                                 persistent_workgroups)
 
 TARGET = "gfx942"
+BLOCK_M = 256       # queries a workgroup in the tuned geometry (a packed launch's grid unit)
 
 
 def tuned_spec(dtype: str, seq_len: int, num_heads: int, num_kv_heads: int, causal: bool,
@@ -21,7 +22,7 @@ def tuned_spec(dtype: str, seq_len: int, num_heads: int, num_kv_heads: int, caus
     """The shipped geometry and levers for one problem's compile-time sizes (layout thd: packed
     varlen, no pairing; seq_len the longest query count the grid covers)."""
     return DensePrefillSpec(dtype, head_dim, seq_len, num_heads, num_kv_heads, causal,
-                            block_m=256, block_n=32, num_warps=8, prefetch=True, vt_by_key=True,
+                            block_m=BLOCK_M, block_n=32, num_warps=8, prefetch=True, vt_by_key=True,
                             pin_prefetch=True, prefetch_distance=2,
                             pair_causal=causal and layout != "thd",
                             rounding=rounding, layout=layout, target=TARGET)
