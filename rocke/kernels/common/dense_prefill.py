@@ -8,7 +8,10 @@ S, H, H_kv and D are compile-time (spec fields), B is the grid's z extent. ``seq
 ``[B]``) holds each sequence's length L_b <= S: rows past L_b are padding, handled on chip -- keys
 past L_b read 0 from the buffer (its extent ends at row L_b) and are masked, query tiles wholly
 past L_b exit at once, and output rows past L_b are never written. GQA: query head h reads KV head
-``h // (H / H_kv)``, any integer group (40 / 8, 28 / 4).
+``h // (H / H_kv)``, any integer group (40 / 8, 28 / 4). ``layout="thd"`` packs variable-length
+sequences instead: Q/O ``[T_q, H, D]``, K/V ``[T_k, H_kv, D]`` and int32 ``cu_seqlens_q`` /
+``cu_seqlens_k`` ``[B + 1]`` (query and key lengths may differ; causal is bottom-right, key <=
+query + L_k - L_q); S is then the longest query count the grid covers.
 
 One workgroup computes ``block_m`` queries of one (batch, head) with ``num_warps`` warps of
 ``block_m / num_warps`` queries each, streaming keys in tiles of ``block_n`` through LDS (K row-major,
