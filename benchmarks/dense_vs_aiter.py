@@ -77,29 +77,55 @@ def bf16_ulps(a, b, scale=None) -> float:
 ROCKE_ROUNDING = {"rtne": "rne", "rtna": "rna", "rtz": "rtz"}
 
 
-def run_rocke(q, k, v, causal, mode, profile=False):
-    """rocke's workgroup 0 (tuned_spec in AITER's mode ``mode``) on [1, S, H, D] inputs:
-    (output, the emulator's report, the compiled kernel)."""
+def rocke_spec(s, h, hk, causal, mode="rtne"):
+    from rocke.kernels.gfx942 import dense_prefill as dp
+    return dp.tuned_spec("bf16", s, h, hk, causal, rounding=ROCKE_ROUNDING[mode])
+
+
+def run_rocke(q, k, v, causal, mode, profile=False, chunks=1):
+    """A sample of rocke's launch (tuned_spec in AITER's mode ``mode``) on [1, S, H, D]
+    inputs: workgroup 0 runs work item 0 whole; with ``chunks`` > 1, workgroups 1..chunks run
+    work item 1 split as the tail of a split launch, and reduce_segments merges its rows.
+    (output, the main launch's report, the merge's report or None, the compiled kernel)."""
     import torch
     from rocke import emu
     from rocke.compiler import compile_ir
     from rocke.kernels.gfx942 import dense_prefill as dp
+    from rocke.kernels.gfx942 import reduce_segments as rs
     s, h, hk = q.shape[1], q.shape[2], k.shape[2]
-    spec = dp.tuned_spec("bf16", s, h, hk, causal, rounding=ROCKE_ROUNDING[mode])
+    spec = rocke_spec(s, h, hk, causal, mode)
     ck = compile_ir(dp.build(spec), target="gfx942")
     o = torch.zeros_like(q)
+    seq_lens = torch.tensor([s], dtype=torch.int32)
+    plan = dp.TailSplit(1, chunks, 1 if chunks > 1 else 0)
+    partials = dp.split_workspace(spec, plan)
     _, block = dp.launch_geometry(spec, 1)
-    report = emu.launch(ck.asm, ck.name, (1, 1, 1), block,
-                        dp.kernel_args(spec, q, k, v, o, torch.tensor([s], dtype=torch.int32)),
+    report = emu.launch(ck.asm, ck.name, (plan.workgroups, 1, 1), block,
+                        dp.kernel_args(spec, q, k, v, o, seq_lens, plan=plan, partials=partials),
                         target="gfx942", profile=profile, check=False)
-    return o, report, ck
+    merge = None
+    if plan.split:
+        mspec = dp.merge_spec(spec)
+        mk = compile_ir(rs.build(mspec), target="gfx942")
+        rows = dp.split_rows(spec, 1, plan, seq_lens)
+        merge = emu.launch(mk.asm, mk.name, (rows.numel(), 1, 1), (mspec.workgroup_size, 1, 1),
+                           rs.kernel_args(mspec, *partials, o, plan.chunks, out_rows=rows),
+                           target="gfx942", profile=profile, check=False)
+    return o, report, merge, ck
+
+
+def split_chunks(row) -> int:
+    """The pieces each tail item of this row's launch runs as (1: no split)."""
+    from rocke.kernels.gfx942 import dense_prefill as dp
+    b, h, hk, s, causal = row
+    return dp.tail_split(rocke_spec(s, h, hk, causal), b).chunks
 
 
 def emulate(key) -> dict:
     """One (seqlen, causal, heads, kv heads) problem: workgroup 0 of rocke's kernel and of
-    AITER's in each mode, on the same inputs; their profiles, errors against SDPA (fp32) and
-    ulp differences."""
-    s, causal, h, hk, modes, aiter_dir = key
+    AITER's in each mode, on the same inputs, and rocke's split tail item for each chunk count
+    its rows' launches use; their profiles, errors against SDPA (fp32) and ulp differences."""
+    s, causal, h, hk, modes, aiter_dir, chunk_counts = key
     import torch
     from benchmarks import calibration as cal
     out = {"aiter": {}, "rocke": {}, "ulps": {}, "ulps_row": {}, "aiter_error": {},
@@ -109,21 +135,41 @@ def emulate(key) -> dict:
         *(t[:, :, :1].transpose(1, 2).float() for t in (q, k, v)), is_causal=causal).transpose(1, 2)
     # workgroup 0 computes query block 0 (and, causal, the last) of head 0, in both kernels
     rows_of = [slice(t * 256, (t + 1) * 256) for t in cal.aiter_tiles(s, causal)]
+    from rocke.kernels.gfx942 import dense_prefill as dp
+    spec = rocke_spec(s, h, hk, causal)
     for mode in modes:
         o_aiter, aiter_report = cal.launch_aiter_fwd(aiter_dir, q, k, v, causal, "gfx942", mode)
-        o, report, ck = run_rocke(q, k, v, causal, mode, profile=True)
-        out["rocke_error"][mode], out["aiter_error"][mode] = (
-            max(float((x[:, r, :1].float() - ref[:, r]).abs().max()) for r in rows_of)
-            for x in (o, o_aiter))
+        out["aiter"][mode], out["rocke"][mode] = aiter_report.profile, {}
+        out["rocke_error"][mode] = 0.0
+        for chunks in chunk_counts:
+            o, report, merge, ck = run_rocke(q, k, v, causal, mode, profile=True, chunks=chunks)
+            out["rocke"][mode][chunks] = (report.profile, merge.profile if merge else None)
+            # the split item's rows too (head 0 of the first block pair, or block 1)
+            checked = [(0, r) for r in rows_of] + [
+                (head, slice(x * 256, (x + 1) * 256)) for _, head, x in
+                dp.split_blocks(spec, 1, dp.TailSplit(1, chunks, 1)) if x >= 0] * (chunks > 1)
+            out["rocke_error"][mode] = max(out["rocke_error"][mode], max(
+                float((o[:, r, hd].float() - ref_head(q, k, v, causal, hd)[:, r]).abs().max())
+                for hd, r in checked))
+        out["aiter_error"][mode] = max(float((o_aiter[:, r, :1].float() - ref[:, r]).abs().max())
+                                       for r in rows_of)
         out["ulps"][mode] = max(bf16_ulps(o[:, r, :1], o_aiter[:, r, :1]) for r in rows_of)
         out["ulps_row"][mode] = max(bf16_ulps(
             o[:, r, :1], o_aiter[:, r, :1], ref[:, r].abs().amax(dim=-1, keepdim=True))
             for r in rows_of)
-        out["aiter"][mode], out["rocke"][mode] = aiter_report.profile, report.profile
         out["spills"][mode] = {"vgpr": ck.info.vgpr_spills, "sgpr": ck.info.sgpr_spills,
                                "scratch_bytes": ck.info.scratch_bytes}
         out["kernel"][mode] = ck.name
     return out
+
+
+def ref_head(q, k, v, causal, head):
+    """SDPA (fp32) of query head ``head``: [1, S, D]."""
+    import torch
+    g = q.shape[2] // k.shape[2]
+    return torch.nn.functional.scaled_dot_product_attention(
+        *(t[:, :, i:i + 1].transpose(1, 2).float() for t, i in ((q, head), (k, head // g), (v, head // g))),
+        is_causal=causal).transpose(1, 2)[:, :, 0]
 
 
 # special values (issue 42: NaN/Inf handled as AITER does): one element of q, k or v of head 0
@@ -166,23 +212,39 @@ def exposed_latency(profile, cycles: int) -> float:
 
 
 def model_row(row, result, mode, costs):
-    """Both kernels' modelled times for one row (batch b), per latency, and their counters."""
+    """Both kernels' modelled times for one row (batch b), per latency, and their counters.
+    rocke's split launch: its whole items repeat sample 0, its pieces samples 1..chunks (in
+    dispatch order), and the merge (reduce_segments over the split rows) adds its own time."""
     from rocke.kernels.gfx942 import dense_prefill as dp
     from rocke.perf import model_time
     from benchmarks.calibration import aiter_grid
     b, h, hk, s, causal = row
     footprint = 2 * b * s * h * D * 2 + 2 * b * s * hk * D * 2
     flops = 4 * b * h * s * s * D // (2 if causal else 1)
-    grids = {"rocke": dp.launch_geometry(dp.tuned_spec("bf16", s, h, hk, causal), b)[0],
-             "aiter": aiter_grid(b, h, s, causal)}
-    profiles = {"rocke": result["rocke"][mode], "aiter": result["aiter"][mode]}
+    spec = rocke_spec(s, h, hk, causal)
+    plan = dp.tail_split(spec, b)
+    main, merge = result["rocke"][mode][plan.chunks]
+    order = [0] * plan.full_items + list(range(1, plan.chunks + 1)) * plan.tail_items
+    rows = plan.tail_items * (2 if spec.pair_causal else 1) * spec.block_m
+    partial_bytes = rows * plan.chunks * (D + 2) * 4
+    launches = {"rocke": [(main, dict(grid=(plan.workgroups, 1, 1), order=order,
+                                      footprint=footprint + partial_bytes))],
+                "aiter": [(result["aiter"][mode], dict(grid=aiter_grid(b, h, s, causal),
+                                                       footprint=footprint))]}
+    if plan.split:
+        launches["rocke"].append((merge, dict(grid=(rows, 1, 1),
+                                              footprint=partial_bytes + rows * D * 2)))
     out = {}
-    for who, profile in profiles.items():
+    for who, parts in launches.items():
+        profile = parts[0][0]
         per = {}
         for c in LATENCIES:
-            m = model_time(profile, costs=replace(costs, memory_latency_cycles=c),
-                           grid=grids[who], footprint=footprint)
-            per[c] = {"us": m.us, "tflops": flops / (m.us * 1e-6) / 1e12, "binding": m.binding,
+            lat = replace(costs, memory_latency_cycles=c)
+            ms = [model_time(p, costs=lat, **kw) for p, kw in parts]
+            m = ms[0]
+            us = sum(x.us for x in ms)
+            per[c] = {"us": us, "tflops": flops / (us * 1e-6) / 1e12, "binding": m.binding,
+                      "merge_us": sum(x.us for x in ms[1:]),
                       "matrix_busy": float(m.occupancy.get("matrix_busy", math.nan)),
                       "waves_per_simd": m.occupancy.get("waves_per_simd"),
                       "exposed_cycles": exposed_latency(profile, c)}
@@ -240,7 +302,12 @@ def main(argv=None) -> int:
     costs = costs_for("gfx942")
     chosen = sample(rows(), a.rows)
     keys = sorted({(s, causal, h, hk) for _, h, hk, s, causal in chosen})
-    items = [(s, causal, h, hk, tuple(a.modes), str(a.aiter_dir)) for s, causal, h, hk in keys]
+    # each problem's chunk counts over its chosen rows (1: items run whole)
+    chunk_counts = {key: tuple(sorted({split_chunks(r) for r in chosen
+                                       if (r[3], r[4], r[1], r[2]) == key}))
+                    for key in keys}
+    items = [(s, causal, h, hk, tuple(a.modes), str(a.aiter_dir), chunk_counts[(s, causal, h, hk)])
+             for s, causal, h, hk in keys]
     print(f"times are {costs.label} (rocke.perf), from exact emulator counters of workgroup 0; "
           "emulator wall time is CPU time, not GPU time")
     print(f"{len(chosen)} rows of AITER's MI300X table, {len(items)} problems emulated, modes "

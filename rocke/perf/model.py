@@ -147,10 +147,10 @@ def shared_bytes(shares: np.ndarray) -> np.ndarray:
     return below[k] + shares * (shares.size - k)
 
 
-def _schedule(duration: np.ndarray, total: int, slots: int) -> float:
-    """End of the dispatch: `duration` (sampled workgroups, repeated over `total` in order) go
-    to the first free of `slots` CU slots."""
-    order = np.resize(duration, total)
+def _schedule(duration: np.ndarray, total: int, slots: int, order=None) -> float:
+    """End of the dispatch: `duration` (sampled workgroups, repeated over `total` in order, or
+    picked by `order`) go to the first free of `slots` CU slots."""
+    order = np.resize(duration, total) if order is None else duration[order]
     heap = [0.0] * min(total, slots)
     heapq.heapify(heap)
     end = 0.0
@@ -162,9 +162,12 @@ def _schedule(duration: np.ndarray, total: int, slots: int) -> float:
     return end
 
 
-def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | None = None) \
-        -> Modelled:
-    """Modelled time of the launch `profile` counts on `costs`' GPU (see the module doc)."""
+def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | None = None,
+               order=None) -> Modelled:
+    """Modelled time of the launch `profile` counts on `costs`' GPU (see the module doc).
+    `order` (with `grid`): for a launch whose workgroups differ by kind (a split launch's whole
+    work items and pieces), the sampled workgroup each dispatched one repeats, in dispatch order
+    (len = the grid's workgroups); default: the samples in turn."""
     t = costs.target
     wpw = profile.waves_per_workgroup
     threads = profile.block[0] * profile.block[1] * profile.block[2]
@@ -175,7 +178,14 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
 
     sampled = profile.wg_issues.shape[0]
     total = sampled if grid is None else math.prod(grid)
-    if total < sampled:
+    if order is not None:
+        order = np.asarray(order, dtype=np.int64)
+        if grid is None or order.shape != (total,) or (order.size and (
+                order.min() < 0 or order.max() >= sampled)):
+            raise ValueError(f"order: one sampled workgroup (0..{sampled - 1}) for each of the "
+                             f"grid's {total} workgroups, with grid=")
+        counts = np.bincount(order, minlength=sampled).astype(np.float64)
+    elif total < sampled:
         raise ValueError(f"grid {grid} has fewer workgroups ({total}) than the profile ({sampled})")
     valu, mfma, scalar, serial, wait = _bucket_costs(profile, costs)
     issues = profile.wg_issues.astype(np.float64)
@@ -200,6 +210,8 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
     if footprint is None:
         footprint = profile.unique_read_bytes + profile.unique_write_bytes
         sample_footprint = footprint
+    elif order is not None:     # the samples' share of the launch's bytes
+        sample_footprint = footprint * float(bytes_.sum()) / max(float(bytes_ @ counts), 1.0)
     else:
         sample_footprint = footprint * sampled / total
     resident = min(total, t.cu_count * slots)
@@ -208,20 +220,25 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
     # the part of the queue each workgroup's path already waits (at most one round trip)
     covered = np.minimum(costs.memory_latency_cycles, exposed / wpw)
     scale = total / sampled
-    matrix_cycles = float((issues @ mfma).sum()) * scale / (t.cu_count * t.simds_per_cu)
+
+    def launch_sum(per_workgroup) -> float:
+        """A per-sampled-workgroup count summed over the launch."""
+        return float(per_workgroup @ counts) if order is not None else float(per_workgroup.sum()) * scale
+    matrix_cycles = launch_sum(issues @ mfma) / (t.cu_count * t.simds_per_cu)
     clock = costs.clock_hz
     for _ in range(_CLOCK_STEPS if queue_s.any() else 1):
         # the engine clock follows the matrix pipes' load (rocke.arch.costs, [MAF]): their busy
         # share of the schedule, averaged over every SIMD of the GPU
         queued = duration + np.maximum(0.0, queue_s * clock - covered)
-        end = _schedule(queued, total, t.cu_count * slots)
+        end = _schedule(queued, total, t.cu_count * slots, order)
         matrix_busy = matrix_cycles / end if end > 0 else 0.0
         clock = costs.effective_clock_hz(matrix_busy)
     queue_cycles = float(np.maximum(0.0, queue_s * clock - covered).max(initial=0.0))
     compute_s = end / clock
 
     dram_s = footprint / costs.hbm_achievable_bytes_s
-    l2_s = profile.segments64 * costs.segment_bytes * scale / costs.l2_bytes_s
+    l2_scale = scale if order is None else launch_sum(bytes_) / max(float(bytes_.sum()), 1.0)
+    l2_s = profile.segments64 * costs.segment_bytes * l2_scale / costs.l2_bytes_s
     launch_s = costs.launch_overhead_s
     # which part of the compute schedule dominates: the summed demand vs the serial path
     totals = {k: float(v.sum()) * share for k, v in demand.items()}
@@ -237,9 +254,9 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
 
     cus = t.cu_count
     sol = {
-        "mfma": float((issues @ mfma).sum()) * scale / (cus * simds) / costs.clock_hz,
-        "valu": float((issues @ valu).sum()) * scale / (cus * simds) / costs.clock_hz,
-        "lds": float(profile.wg_lds_cycles.sum()) * lds_scale * scale / cus / costs.clock_hz,
+        "mfma": launch_sum(issues @ mfma) / (cus * simds) / costs.clock_hz,
+        "valu": launch_sum(issues @ valu) / (cus * simds) / costs.clock_hz,
+        "lds": launch_sum(profile.wg_lds_cycles.astype(np.float64)) * lds_scale / cus / costs.clock_hz,
         "hbm": footprint / costs.hbm_peak_bytes_s,
     }
     bound_us = (max(sol.values()) + launch_s) * 1e6

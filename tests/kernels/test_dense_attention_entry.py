@@ -133,3 +133,26 @@ def test_varlen_refusals_name_the_sequence(lk, words, monkeypatch):
         dense.dense_attention_varlen(q, k, v, cq, ck, 100, causal=True)
     with pytest.raises(ValueError, match="more than the spec's seq_len 256"):
         dense.dense_attention_varlen(*_packed([300, 37], [300, 37])[:5], 100, causal=True)
+
+
+def test_a_split_launch_through_the_entry_point(monkeypatch):
+    """dense_attention's two launches (the split kernel, then reduce_segments' merge) with a
+    plan that splits this small problem (6 resident workgroups, no minimum of key tiles):
+    4 items, 2 whole and 2 in 3 pieces each; the ragged second sequence's padding untouched."""
+    from rocke.kernels.gfx942 import dense_prefill as family
+    real = family.tail_split
+    plans = []
+
+    def small(spec, B):
+        plans.append(real(spec, B, slots=6, min_key_tiles=0))
+        return plans[-1]
+    monkeypatch.setattr(family, "tail_split", small)
+    q, k, v = _inputs(2, 300, 2, 1, seed=4)
+    lens = torch.tensor([300, 90], dtype=torch.int32)
+    out = torch.full_like(q, 5.0)
+    dense.dense_attention(q, k, v, seq_lens=lens, out=out)
+    assert plans and (plans[0].full_items, plans[0].chunks, plans[0].tail_items) == (6, 3, 2)
+    ref = _reference(q, k, v, [300, 90], False, 1 / math.sqrt(128))
+    assert float((out[0].float() - ref[0]).abs().max()) <= attention_atol("bf16")
+    assert float((out[1, :90].float() - ref[1, :90]).abs().max()) <= attention_atol("bf16")
+    assert (out[1, 90:] == 5.0).all()

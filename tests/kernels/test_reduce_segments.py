@@ -157,3 +157,55 @@ def test_pass_two_loads_issue_together(num_segments, trips):
     live = torch.arange(num_segments) != 3
     want = (w[0, 0, live, None] * o.double()[0, 0, live]).sum(0) / (w * l.double())[0, 0].sum()
     torch.testing.assert_close(out[0, 0].double(), want, atol=OUT_ATOL["f16"], rtol=2 ** -10)
+
+
+@pytest.mark.parametrize("rounding", ["rne", "rtz"])
+def test_row_map_scatters_segment_major_rows(rounding):
+    """row_map (the dense split's merge): partials segment-major [segments, rows(, d)], row r
+    written at out_rows[r] of a flat out, -1 rows untouched; the §5 merge in fp64 here."""
+    spec = rs.ReduceSegmentsSpec("bf16", 128, 4, row_map=True, rounding=rounding)
+    gen = torch.Generator().manual_seed(5)
+    segments, rows = 3, 4
+    m = torch.randn(segments, rows, generator=gen) * 4
+    m[1, 2] = -math.inf                                  # an empty segment of row 2
+    l = torch.rand(segments, rows, generator=gen) + 0.5
+    l[1, 2] = 0.0
+    o = torch.randn(segments, rows, 128, generator=gen)
+    o[1, 2] = math.nan
+    out = torch.full((6 * 128,), 7.0, dtype=torch.bfloat16)
+    out_rows = torch.tensor([5 * 128, -1, 0, 2 * 128], dtype=torch.int32)
+    if spec not in _compiled:
+        _compiled[spec] = compile_ir(rs.build(spec), target="gfx942")
+    launch(_compiled[spec], (rows, 1, 1), (64, 1, 1),
+           rs.kernel_args(spec, o, m, l, out, segments, out_rows=out_rows))
+    for r, first in enumerate(out_rows.tolist()):
+        if first < 0:
+            continue
+        live = m[:, r] > -math.inf
+        big = m[live, r].double().max()
+        w = torch.exp2(m[live, r].double() - big) * l[live, r].double()
+        want = (torch.exp2(m[live, r].double() - big)[:, None] * o[live, r].double()).sum(0) / w.sum()
+        got = out[first:first + 128].double()
+        assert float((got - want).abs().max()) <= OUT_ATOL["bf16"] * max(1.0, float(want.abs().max()))
+    for untouched in (1, 3, 4):
+        assert (out[untouched * 128:(untouched + 1) * 128] == 7.0).all()
+
+
+def test_row_map_rules_and_arguments_name_the_field():
+    with pytest.raises(ValueError, match="row_map"):
+        rs.ReduceSegmentsSpec("bf16", 128, 4, row_map=True, head_cols=64)
+    with pytest.raises(ValueError, match="rounding"):
+        rs.ReduceSegmentsSpec("f16", 128, 4, rounding="rna")     # a bf16 mode
+    spec = rs.ReduceSegmentsSpec("bf16", 128, 4, row_map=True)
+    parts = (torch.zeros(2, 3, 128), torch.zeros(2, 3), torch.zeros(2, 3))
+    out = torch.zeros(4 * 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="out_rows"):
+        rs.kernel_args(spec, *parts, out, 2, out_rows=torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(ValueError, match="segm_max: must be a contiguous float32 tensor of shape \\[2, 3\\]"):
+        rs.kernel_args(spec, parts[0], torch.zeros(3, 2), parts[2], out, 2,
+                       out_rows=torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match="out_rows: only a row_map spec"):
+        rs.kernel_args(rs.ReduceSegmentsSpec("bf16", 128, 4), torch.zeros(1, 1, 2, 128),
+                       torch.zeros(1, 1, 2), torch.zeros(1, 1, 2),
+                       torch.zeros(1, 1, 128, dtype=torch.bfloat16), 2,
+                       out_rows=torch.zeros(1, dtype=torch.int32))

@@ -284,3 +284,24 @@ def test_mi355x_serves_lds_phases_at_twice_the_rate():
     m = model_time(p, costs=MI355X)
     assert m.us == pytest.approx(2 * 500 / 2.4e9 * 1e6 + LAUNCH_US)
     assert m.binding == "compute (lds)"
+
+
+def test_order_picks_each_dispatched_workgroups_sample():
+    """A launch of two kinds of workgroup (a split launch's whole items and pieces): sample 0
+    runs 1000 MFMAs (8000 cycles), sample 1 half of that. 300 whole then 8 halves end with the
+    first round (the 4 free CUs take two halves each); 8 halves first leave 4 whole ones for a
+    second round that starts when a half ends (4000 + 8000 cycles). The matrix load, and so the
+    clock, counts each dispatched workgroup's own MFMAs."""
+    p = _profile(2, ["v_mfma_f32_32x32x8_f16"], ["mfma"], [1000])
+    p.wg_issues[1] = 500
+    mfma = 300 * 32000 + 8 * 16000
+    for order, end in (([0] * 300 + [1] * 8, 8000), ([1] * 8 + [0] * 300, 12000)):
+        m = model_time(p, grid=(308, 1, 1), order=order)
+        busy = mfma / 1216 / end
+        assert m.occupancy["matrix_busy"] == pytest.approx(busy, abs=1e-3)
+        clock = CLOCK - busy * (CLOCK - LOADED)
+        assert m.us == pytest.approx(end / clock * 1e6 + LAUNCH_US)
+    with pytest.raises(ValueError, match="order"):
+        model_time(p, grid=(308, 1, 1), order=[0] * 307)
+    with pytest.raises(ValueError, match="order"):
+        model_time(p, grid=(3, 1, 1), order=[0, 1, 2])

@@ -54,17 +54,22 @@ scheduling barrier after the prefetch loads so LLVM cannot sink them to the end 
 ``partial_vmcnt`` (with prefetch) writes the staged tile to LDS in the loads' issue order (every K
 vector, then every V one), so LLVM's in-order vmcnt waits let each write wait for its own load only
 (vmcnt 3, 2, 1, 0 for 4 loads a thread) instead of the interleaved K/V order's 3, 1, 0.
+``split_tail`` (bshd / bhsd) takes a 1-D grid and a ``TailSplit`` plan: the first work items run
+whole, the grid's last, fractional round's items run as pieces over equal runs of their key
+tiles, writing f32 partials (``PARTIALS``) that reduce_segments' ``row_map`` merges
+(``split_rows``; ALGORITHM.md §15).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from rocke import dsl
 from rocke.arch import get_target
 from rocke.arch.mfma import atom_for
-from rocke.dsl import minimum, rcp
+from rocke.dsl import maximum, minimum, rcp, select
 from rocke.dsl.magic import udiv_const
 from rocke.dsl.lanes import ballot
 from rocke.dsl.fragment import (AxisVector, ROW, copy_tile_to_lds, load_fragment_global,
@@ -121,6 +126,7 @@ class DensePrefillSpec:
     prefetch_distance: int = 1  # prefetch: how many tiles ahead the loads run (1 or 2)
     layout: str = "bshd"       # the tensors' order: [B, S, H, D] (bshd) or [B, H, S, D] (bhsd)
     target: str = "gfx950"
+    split_tail: bool = False   # the last, fractional round's work items split over their keys
 
     def __post_init__(self):
         check_choice("target", self.target, TARGETS)
@@ -143,6 +149,10 @@ class DensePrefillSpec:
         check_bool("pin_prefetch", self.pin_prefetch)
         check_choice("prefetch_distance", self.prefetch_distance, (1, 2))
         check_choice("layout", self.layout, LAYOUTS)
+        check_bool("split_tail", self.split_tail)
+        if self.split_tail and (self.persistent or self.layout == "thd"):
+            raise ValueError("split_tail: splits the work items of the grid's last round over "
+                             "their keys; it takes neither persistent nor layout 'thd'")
         if self.layout == "thd" and (self.pair_causal or self.persistent):
             raise ValueError("layout: 'thd' (packed varlen) gives each sequence its own count of "
                              "query blocks; it takes neither pair_causal nor persistent")
@@ -218,10 +228,15 @@ class DensePrefillSpec:
                 f"{'' if self.rounding == 'rne' else '_' + self.rounding}"
                 f"{'_pin' if self.pin_prefetch else ''}"
                 f"{'' if self.prefetch_distance == 1 else f'_ahead{self.prefetch_distance}'}"
-                f"{'' if self.layout == 'bshd' else '_' + self.layout}")
+                f"{'' if self.layout == 'bshd' else '_' + self.layout}"
+                f"{'_split' if self.split_tail else ''}")
 
 
 ARGS = ("q", "k", "v", "o", "seq_lens", "sm_scale")
+# split_tail's f32 workspace, chunk-major: [chunks, rows, D] unnormalised O and [chunks, rows]
+# running max / sum of each split block row -- reduce_segments' row_map partials
+# (rocke.kernels.gfx942.reduce_segments)
+PARTIALS = ("partial_o", "partial_max", "partial_sum")
 ARGS_THD = ("q", "k", "v", "o", "cu_seqlens_q", "cu_seqlens_k", "sm_scale")
 
 
@@ -246,11 +261,131 @@ def persistent_workgroups(spec: DensePrefillSpec, B: int, workgroups: int | None
     return min(workgroups, B * -(-spec.seq_len // spec.block_m) * spec.num_heads)
 
 
-def launch_geometry(spec: DensePrefillSpec, B: int, workgroups: int | None = None):
+def work_items(spec: DensePrefillSpec, B: int) -> int:
+    """The launch's work items: B x H x query blocks (pair_causal: pairs of them)."""
+    units = -(-spec.seq_len // spec.block_m)
+    if spec.pair_causal:
+        units = -(-units // 2)
+    return B * spec.num_heads * units
+
+
+@dataclass(frozen=True)
+class TailSplit:
+    """split_tail's plan for one launch: the first ``full_items`` work items (whole rounds of
+    the grid) run whole, each of the ``tail_items`` after them runs as ``chunks`` workgroups over
+    equal runs of its key tiles, merged by reduce_segments (ALGORITHM.md §15)."""
+    full_items: int
+    chunks: int
+    tail_items: int
+
+    @property
+    def workgroups(self) -> int:
+        return self.full_items + self.tail_items * self.chunks
+
+    @property
+    def split(self) -> bool:
+        return self.tail_items > 0
+
+
+# split only items of at least this many key tiles: the merge (reduce_segments over the split
+# rows' f32 partials) costs tens of microseconds in the model (29.6 us for 28,672 rows at 2000
+# cycles), which a shorter item's saved part of a round does not repay (ALGORITHM.md §15:
+# B4 H32 S2048, 64 tiles an item, 465.0 us split against 470.9 whole)
+SPLIT_MIN_KEY_TILES = 128
+
+
+def item_key_tiles(spec: DensePrefillSpec) -> int:
+    """Key tiles one work item runs at full length (a causal pair: both blocks' diagonals)."""
+    q_blocks = -(-spec.seq_len // spec.block_m)
+    if not spec.causal:
+        return -(-spec.seq_len // spec.block_n)
+    per_block = spec.block_m // spec.block_n
+    return (q_blocks + 1) * per_block if spec.pair_causal else q_blocks * per_block
+
+
+def tail_split(spec: DensePrefillSpec, B: int, slots: int | None = None,
+               min_key_tiles: int = SPLIT_MIN_KEY_TILES) -> TailSplit:
+    """The plan for B sequences: the items of the last, fractional round (items mod ``slots``)
+    each split into as many pieces as fill the slots, at most block_m / block_n (a causal
+    launch's first block has that many key tiles); none when that is below 2 or an item runs
+    fewer than ``min_key_tiles`` key tiles. ``slots``: workgroups resident at once (default the
+    target's CU count: the tuned geometry runs one workgroup a CU)."""
+    if not spec.split_tail:
+        raise ValueError(f"tail_split: {spec.kernel_name} is not a split_tail spec")
+    if slots is None:
+        slots = get_target(spec.target).cu_count
+    check_positive_int("slots", slots)
+    check_positive_int("min_key_tiles", min_key_tiles, allow_zero=True)
+    items = work_items(spec, B)
+    tail = items % slots
+    chunks = min(slots // tail, spec.block_m // spec.block_n) if tail else 1
+    if chunks < 2 or item_key_tiles(spec) < min_key_tiles:
+        return TailSplit(items, 1, 0)
+    return TailSplit(items - tail, chunks, tail)
+
+
+def split_blocks(spec: DensePrefillSpec, B: int, plan: TailSplit) -> list[tuple[int, int, int]]:
+    """(batch, head, query block) of each split block, in workspace order (a pair's second
+    block after its first; an odd count's middle pair has one block: (batch, head, -1))."""
+    q_blocks = -(-spec.seq_len // spec.block_m)
+    units = -(-q_blocks // 2) if spec.pair_causal else q_blocks
+    H = spec.num_heads
+    out = []
+    for w in range(plan.full_items, plan.full_items + plan.tail_items):
+        if spec.grid_order == "qb_major":
+            x, head, batch = w % units, (w // units) % H, w // (units * H)
+        else:
+            head, x, batch = w % H, (w // H) % units, w // (units * H)
+        out.append((batch, head, x))
+        if spec.pair_causal:
+            partner = q_blocks - 1 - x
+            out.append((batch, head, partner if partner != x else -1))
+    return out
+
+
+def split_workspace(spec: DensePrefillSpec, plan: TailSplit, device=None) -> tuple:
+    """The f32 workspace of ``plan`` (PARTIALS; one element each when nothing is split)."""
+    import torch
+    rows = plan.tail_items * (2 if spec.pair_causal else 1) * spec.block_m
+    if not plan.split:
+        return tuple(torch.empty(1, dtype=torch.float32, device=device) for _ in PARTIALS)
+    return (torch.empty(plan.chunks, rows, spec.head_dim, dtype=torch.float32, device=device),
+            torch.empty(plan.chunks, rows, dtype=torch.float32, device=device),
+            torch.empty(plan.chunks, rows, dtype=torch.float32, device=device))
+
+
+def split_rows(spec: DensePrefillSpec, B: int, plan: TailSplit, seq_lens):
+    """reduce_segments' row map for ``plan``: each workspace row's first element in o (q's
+    layout), -1 for a row past its sequence's length (never written) or of a missing block.
+    Computed on seq_lens' device from its contents without reading them on the host."""
+    import torch
+    blocks = torch.tensor(split_blocks(spec, B, plan), dtype=torch.int64, device=seq_lens.device)
+    S, H, D, bm = spec.seq_len, spec.num_heads, spec.head_dim, spec.block_m
+    batch, head, q_block = blocks[:, 0:1], blocks[:, 1:2], blocks[:, 2:3]
+    query = q_block * bm + torch.arange(bm, device=seq_lens.device)
+    if spec.layout == "bshd":
+        first = batch * (S * H * D) + query * (H * D) + head * D
+    else:
+        first = batch * (H * S * D) + head * (S * D) + query * D
+    live = (q_block >= 0) & (query < seq_lens.to(torch.int64)[batch])
+    return torch.where(live, first, -1).reshape(-1).to(torch.int32)
+
+
+def launch_geometry(spec: DensePrefillSpec, B: int, workgroups: int | None = None,
+                    plan: TailSplit | None = None):
     """(grid in workgroups, block in threads): (query blocks of S, H, B), or (H, query blocks,
     B) for grid_order hkv_major; a persistent spec's (``persistent_workgroups``, 1, 1), with
-    ``workgroups`` as ``kernel_args`` took it."""
+    ``workgroups`` as ``kernel_args`` took it; a split_tail spec's (``plan.workgroups``, 1, 1),
+    ``plan`` default ``tail_split(spec, B)``."""
     check_problem(spec, B=B)
+    if spec.split_tail:
+        plan = tail_split(spec, B) if plan is None else plan
+        if work_items(spec, B) != plan.full_items + plan.tail_items:
+            raise ValueError(f"plan: {plan} covers {plan.full_items + plan.tail_items} work "
+                             f"items, the launch has {work_items(spec, B)}")
+        return (plan.workgroups, 1, 1), (spec.workgroup_size, 1, 1)
+    if plan is not None:
+        raise ValueError("plan: only a split_tail spec takes a tail split plan")
     if spec.persistent:
         return (persistent_workgroups(spec, B, workgroups), 1, 1), (spec.workgroup_size, 1, 1)
     if workgroups is not None:
@@ -271,11 +406,15 @@ def softmax_scale(sm_scale, head_dim: int) -> float:
 
 
 def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | None = None,
-                workgroups: int | None = None) -> list:
+                workgroups: int | None = None, plan: TailSplit | None = None,
+                partials: tuple | None = None) -> list:
     """Ordered kernel arguments for contiguous torch tensors (q/o [B, S, H, D], k/v
     [B, S, H_kv, D]; layout bhsd: [B, H, S, D] and [B, H_kv, S, D]), seq_lens int32 [B] with
     0 <= L_b <= S; ``sm_scale`` defaults to 1/sqrt(D).
-    A persistent spec adds B and its grid size (``workgroups`` as ``launch_geometry`` took it)."""
+    A persistent spec adds B and its grid size (``workgroups`` as ``launch_geometry`` took it);
+    a split_tail spec its ``plan`` (default ``tail_split``; one covering fewer than the launch's
+    work items runs only the first ones: a sample launch, as the benchmarks profile) and the
+    workspace ``partials`` (``split_workspace``'s)."""
     import torch
     S, D = spec.seq_len, spec.head_dim
     if spec.layout == "thd":
@@ -302,6 +441,27 @@ def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | 
         return [q, k, v, o, seq_lens, scale, B, persistent_workgroups(spec, B, workgroups)]
     if workgroups is not None:
         raise ValueError("workgroups: only a persistent spec takes a grid size")
+    if spec.split_tail:
+        plan = tail_split(spec, B) if plan is None else plan
+        if not isinstance(plan, TailSplit) or plan.full_items + plan.tail_items > work_items(spec, B) \
+                or min(plan.full_items, plan.tail_items) < 0 or plan.chunks < 1:
+            raise ValueError(f"plan: {plan!r} is not a TailSplit of at most the launch's "
+                             f"{work_items(spec, B)} work items")
+        want = split_workspace(spec, plan, device="meta")
+        if partials is None or len(partials) != len(PARTIALS):
+            raise ValueError(f"partials: a split_tail launch takes the workspace ({', '.join(PARTIALS)}) "
+                             "of split_workspace(spec, plan)")
+        for name, t, w in zip(PARTIALS, partials, want):
+            if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.shape != w.shape \
+                    or not t.is_contiguous():
+                raise ValueError(f"{name}: must be a contiguous float32 tensor of shape "
+                                 f"{tuple(w.shape)} (split_workspace), got "
+                                 f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+        check_device({"q": q, **dict(zip(PARTIALS, partials))})
+        return [q, k, v, o, seq_lens, scale, plan.full_items, plan.chunks,
+                want[0].shape[1] if plan.split else 0, *partials]
+    if plan is not None or partials is not None:
+        raise ValueError("plan / partials: only a split_tail spec takes a tail split")
     return [q, k, v, o, seq_lens, scale]
 
 
@@ -370,6 +530,10 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
     sm_scale = k.arg_f32("sm_scale")
     if spec.persistent:     # B (runtime) and the grid's size, for the work-item walk
         batches, workgroups = k.arg_i32("batch"), k.arg_i32("num_workgroups")
+    if spec.split_tail:     # the plan (TailSplit) and the split items' partials (f32 workspace)
+        full_items, chunks = k.arg_i32("full_items"), k.arg_i32("chunks")
+        split_rows = k.arg_i32("split_rows")
+        partials = tuple(k.arg_ptr(name, dsl.f32) for name in PARTIALS)
 
     S, D, H = spec.seq_len, spec.head_dim, spec.num_heads
     mma = k.mfma(spec.atom, spec.dtype)
@@ -378,11 +542,41 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
     k_tile = k.lds("k_tile", (spec.block_n, D), spec.dtype, pad=spec.lds_pad)
     vt_tile = k.lds("vt_tile", (D, spec.block_n), spec.dtype, pad=spec.lds_pad)
 
-    def work(head, batch, q_block_of):
+    def work(head, batch, q_block_of, piece=None):
         _work_item(k, spec, mma, (k_tile, vt_tile), (q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr),
-                   sm_scale, head, batch, q_block_of)
+                   sm_scale, head, batch, q_block_of, piece)
 
-    if spec.persistent:
+    if spec.split_tail:
+        # a 1-D grid: workgroups below full_items run work item id whole (the dispatch order of
+        # the 3-D grid); the rest are pieces: piece p runs key range p % chunks of tail item
+        # full_items + p // chunks (ALGORITHM.md §15) and writes partials for reduce_segments
+        q_blocks = -(-S // spec.block_m)
+        units = -(-q_blocks // 2) if spec.pair_causal else q_blocks
+        wg = k.block_id(0)
+        is_piece = wg >= full_items
+        p = select(is_piece, wg - full_items, 0)
+        tail = p // chunks
+        w = select(is_piece, full_items + tail, wg)
+        inner, middle = (units, H) if spec.grid_order == "qb_major" else (H, units)
+        rest = udiv_const(w, inner)
+        batch = udiv_const(rest, middle)
+        fast, slow = w - rest * inner, rest - batch * middle
+        x, head = (fast, slow) if spec.grid_order == "qb_major" else (slow, fast)
+
+        chunk = p - tail * chunks
+        chunk_rows = chunk * split_rows
+
+        def piece_of(which):
+            return Piece(is_piece, chunk, select(is_piece, chunks, 1),
+                         chunk_rows + (tail * (2 if spec.pair_causal else 1) + which) * spec.block_m,
+                         partials)
+        if spec.pair_causal:
+            step = (q_blocks - 1) - 2 * x
+            with k.for_range(0, 1 + minimum(step, 1)) as pair:
+                work(head, batch, lambda: x + pair.index * step, piece_of(pair.index))
+        else:
+            work(head, batch, lambda: x, piece_of(0))
+    elif spec.persistent:
         # a fixed grid of workgroups, each walking work items w = id, id + grid, ... (B is a
         # runtime value: total = B * query blocks * H); w decodes in grid_order's axis order
         q_blocks = -(-S // spec.block_m)
@@ -414,10 +608,20 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
     return k
 
 
-def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
+class Piece(NamedTuple):
+    """split_tail: which part of a query block's keys a workgroup runs, and where it writes."""
+    is_piece: object        # i1: a piece (partials) or a whole work item (the output)
+    chunk: object           # which of ``chunks`` equal runs of the block's key tiles
+    chunks: object          # 1 for a whole work item
+    first_row: object       # the block's first row in its chunk's workspace (chunk-major)
+    partials: tuple         # partial_o, partial_max, partial_sum (PARTIALS)
+
+
+def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of, piece=None):
     """One (query block, head, batch) work item: the tile loop and the output of ``block_m``
     queries. ``q_block_of`` gives the query block's index (called where the default grid has
-    always read its workgroup id, so that grid's IR is unchanged)."""
+    always read its workgroup id, so that grid's IR is unchanged). ``piece`` (split_tail): the
+    key range this workgroup runs and, for a piece, where its partials go."""
     k_tile, vt_tile = tiles
     q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr = ptrs
     S, D, H, HKV = spec.seq_len, spec.head_dim, spec.num_heads, spec.num_kv_heads
@@ -626,33 +830,76 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of):
             m_init = AxisVector.full(k, mma.C, ROW, dsl.f32, -math.inf)     # one entry per query column
             l_init = AxisVector.full(k, mma.C, ROW, dsl.f32, 0.0)
             carry = [m_init] * q_frags + [l_init] * q_frags + [mma.zeros()] * (q_frags * d_frags)
+            def key_range():
+                if spec.causal and spec.layout == "thd":
+                    # whole tiles every query of the block sees (keys <= block_q0 + L_k - L_q)
+                    # need no mask; the diagonal tiles up to min(L_k, the block's last query's) do
+                    return (((block_q0 + diagonal + 1) // spec.block_n) * spec.block_n,
+                            minimum(kv_length, block_q0 + spec.block_m + diagonal))
+                if spec.causal:
+                    # tiles below the workgroup's first query need no mask (block_m is a multiple
+                    # of block_n and block_q0 < L_b); the diagonal tiles up to min(L_b, block end) do
+                    return block_q0, minimum(length, block_q0 + spec.block_m)
+                return (kv_length // spec.block_n) * spec.block_n, kv_length
+
+            if piece is None:
+                kv_lo = 0
+            else:
+                # chunk c of the block's n key tiles: tiles [c n / chunks, (c + 1) n / chunks)
+                unmasked_end, kv_end = key_range()
+                n_tiles = (kv_end + (spec.block_n - 1)) // spec.block_n
+                kv_lo = (piece.chunk * n_tiles) // piece.chunks * spec.block_n
+                kv_hi = minimum(((piece.chunk + 1) * n_tiles) // piece.chunks * spec.block_n, kv_end)
+                kv_mid = minimum(maximum(unmasked_end, kv_lo), kv_hi)
             if spec.prefetch:
                 # the first tiles (both loops continue one chain of loads)
                 for ahead in range(spec.prefetch_distance):
-                    carry += load_kv(ahead * spec.block_n)
-            if spec.causal and spec.layout == "thd":
-                # whole tiles every query of the block sees (keys <= block_q0 + L_k - L_q) need
-                # no mask; the diagonal tiles up to min(L_k, the block's last query's) do
-                unmasked_end = ((block_q0 + diagonal + 1) // spec.block_n) * spec.block_n
-                kv_end = minimum(kv_length, block_q0 + spec.block_m + diagonal)
-            elif spec.causal:
-                # tiles below the workgroup's first query need no mask (block_m is a multiple of
-                # block_n and block_q0 < L_b); the diagonal tiles up to min(L_b, block end) do
-                unmasked_end = block_q0
-                kv_end = minimum(length, block_q0 + spec.block_m)
+                    carry += load_kv(kv_lo + ahead * spec.block_n)
+            if piece is None:
+                unmasked_end, kv_end = key_range()
+                carry = run_tiles(0, unmasked_end, carry, masked=False)
+                carry = run_tiles(unmasked_end, kv_end, carry, masked=True)
             else:
-                unmasked_end = (kv_length // spec.block_n) * spec.block_n
-                kv_end = kv_length
-            carry = run_tiles(0, unmasked_end, carry, masked=False)
-            carry = run_tiles(unmasked_end, kv_end, carry, masked=True)
+                carry = run_tiles(kv_lo, kv_mid, carry, masked=False)
+                carry = run_tiles(kv_mid, kv_hi, carry, masked=True)
 
-            # the output's descriptor is made here, not live in SGPRs through the tile loops
-            o_buf = slice_buffer(o_ptr, head, q_ld, H, length, q_first_row)
+            m_final = carry[:q_frags]
             l_final = carry[q_frags:2 * q_frags]
             o_final = carry[2 * q_frags:]
-            for t in range(q_frags):
-                inv_l = l_final[t].map(rcp).broadcast_to(mma.C)
-                for j in range(d_frags):
-                    out = (o_final[t * d_frags + j] * inv_l).to(spec.dtype, rounding=spec.rounding)
-                    store_fragment_global(o_buf, out, (j * am, q_cols[t]), q_ld, bounds=(None, length),
-                                          transposed=True)
+
+            def store_output():
+                # the output's descriptor is made here, not live in SGPRs through the tile loops
+                o_buf = slice_buffer(o_ptr, head, q_ld, H, length, q_first_row)
+                for t in range(q_frags):
+                    inv_l = l_final[t].map(rcp).broadcast_to(mma.C)
+                    for j in range(d_frags):
+                        out = (o_final[t * d_frags + j] * inv_l).to(spec.dtype, rounding=spec.rounding)
+                        store_fragment_global(o_buf, out, (j * am, q_cols[t]), q_ld,
+                                              bounds=(None, length), transposed=True)
+
+            def store_partials():
+                """This piece's unnormalised O, running max m and sum l (log2 domain, as
+                reduce_segments merges them) for its block's rows: chunk c's workspace rows
+                first_row .. + block_m (O: D wide, as the output's rows but f32)."""
+                part_o, part_m, part_l = piece.partials
+                # row q of the sequence at first_row + q - block_q0: the stores' addresses are
+                # the output's (q * D + d, made per block), not a lane-only offset LLVM would
+                # hoist to the kernel's entry and hold (spilled) through every tile loop
+                base = piece.first_row - block_q0
+                o_ws = part_o.offset(base * D).buffer((block_q0 + spec.block_m) * D)
+                for t in range(q_frags):
+                    for j in range(d_frags):
+                        store_fragment_global(o_ws, o_final[t * d_frags + j], (j * am, q_cols[t]), D,
+                                              bounds=(None, length), transposed=True)
+                    for ptr, value in ((part_m, m_final[t]), (part_l, l_final[t])):
+                        value.store(ptr.offset(base).buffer(block_q0 + spec.block_m), q_cols[t],
+                                    bound=length - q_cols[t])
+
+            if piece is None:
+                store_output()
+            else:
+                branch = k.if_else(piece.is_piece)
+                with branch.then_():
+                    store_partials()
+                with branch.else_():
+                    store_output()
