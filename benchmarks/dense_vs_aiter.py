@@ -85,13 +85,12 @@ def rocke_spec(s, h, hk, causal, mode="rtne"):
 def run_rocke(q, k, v, causal, mode, profile=False, chunks=1):
     """A sample of rocke's launch (tuned_spec in AITER's mode ``mode``) on [1, S, H, D]
     inputs: workgroup 0 runs work item 0 whole; with ``chunks`` > 1, workgroups 1..chunks run
-    work item 1 split as the tail of a split launch, and reduce_segments merges its rows.
-    (output, the main launch's report, the merge's report or None, the compiled kernel)."""
+    work item 1 split as the tail of a split launch (the last of them merges).
+    (output, the emulator's report, the compiled kernel)."""
     import torch
     from rocke import emu
     from rocke.compiler import compile_ir
     from rocke.kernels.gfx942 import dense_prefill as dp
-    from rocke.kernels.gfx942 import reduce_segments as rs
     s, h, hk = q.shape[1], q.shape[2], k.shape[2]
     spec = rocke_spec(s, h, hk, causal, mode)
     ck = compile_ir(dp.build(spec), target="gfx942")
@@ -103,15 +102,7 @@ def run_rocke(q, k, v, causal, mode, profile=False, chunks=1):
     report = emu.launch(ck.asm, ck.name, (plan.workgroups, 1, 1), block,
                         dp.kernel_args(spec, q, k, v, o, seq_lens, plan=plan, partials=partials),
                         target="gfx942", profile=profile, check=False)
-    merge = None
-    if plan.split:
-        mspec = dp.merge_spec(spec)
-        mk = compile_ir(rs.build(mspec), target="gfx942")
-        rows = dp.split_rows(spec, 1, plan, seq_lens)
-        merge = emu.launch(mk.asm, mk.name, (rows.numel(), 1, 1), (mspec.workgroup_size, 1, 1),
-                           rs.kernel_args(mspec, *partials, o, plan.chunks, out_rows=rows),
-                           target="gfx942", profile=profile, check=False)
-    return o, report, merge, ck
+    return o, report, ck
 
 
 def split_chunks(row) -> int:
@@ -142,8 +133,8 @@ def emulate(key) -> dict:
         out["aiter"][mode], out["rocke"][mode] = aiter_report.profile, {}
         out["rocke_error"][mode] = 0.0
         for chunks in chunk_counts:
-            o, report, merge, ck = run_rocke(q, k, v, causal, mode, profile=True, chunks=chunks)
-            out["rocke"][mode][chunks] = (report.profile, merge.profile if merge else None)
+            o, report, ck = run_rocke(q, k, v, causal, mode, profile=True, chunks=chunks)
+            out["rocke"][mode][chunks] = report.profile
             # the split item's rows too (head 0 of the first block pair, or block 1)
             checked = [(0, r) for r in rows_of] + [
                 (head, slice(x * 256, (x + 1) * 256)) for _, head, x in
@@ -214,7 +205,8 @@ def exposed_latency(profile, cycles: int) -> float:
 def model_row(row, result, mode, costs):
     """Both kernels' modelled times for one row (batch b), per latency, and their counters.
     rocke's split launch: its whole items repeat sample 0, its pieces samples 1..chunks (in
-    dispatch order), and the merge (reduce_segments over the split rows) adds its own time."""
+    dispatch order; the last, which merges, as the last of each item's pieces); the partials
+    count in its footprint twice (written, then read by the merging piece)."""
     from rocke.kernels.gfx942 import dense_prefill as dp
     from rocke.perf import model_time
     from benchmarks.calibration import aiter_grid
@@ -223,28 +215,22 @@ def model_row(row, result, mode, costs):
     flops = 4 * b * h * s * s * D // (2 if causal else 1)
     spec = rocke_spec(s, h, hk, causal)
     plan = dp.tail_split(spec, b)
-    main, merge = result["rocke"][mode][plan.chunks]
+    main = result["rocke"][mode][plan.chunks]
     order = [0] * plan.full_items + list(range(1, plan.chunks + 1)) * plan.tail_items
     rows = plan.tail_items * (2 if spec.pair_causal else 1) * spec.block_m
     partial_bytes = rows * plan.chunks * (D + 2) * 4
-    launches = {"rocke": [(main, dict(grid=(plan.workgroups, 1, 1), order=order,
-                                      footprint=footprint + partial_bytes))],
-                "aiter": [(result["aiter"][mode], dict(grid=aiter_grid(b, h, s, causal),
-                                                       footprint=footprint))]}
-    if plan.split:
-        launches["rocke"].append((merge, dict(grid=(rows, 1, 1),
-                                              footprint=partial_bytes + rows * D * 2)))
+    launches = {"rocke": (main, dict(grid=(plan.workgroups, 1, 1), order=order,
+                                     footprint=footprint + 2 * partial_bytes)),
+                "aiter": (result["aiter"][mode], dict(grid=aiter_grid(b, h, s, causal),
+                                                      footprint=footprint))}
     out = {}
-    for who, parts in launches.items():
-        profile = parts[0][0]
+    for who, (profile, kw) in launches.items():
         per = {}
         for c in LATENCIES:
-            lat = replace(costs, memory_latency_cycles=c)
-            ms = [model_time(p, costs=lat, **kw) for p, kw in parts]
-            m = ms[0]
-            us = sum(x.us for x in ms)
+            m = model_time(profile, costs=replace(costs, memory_latency_cycles=c), **kw)
+            us = m.us
             per[c] = {"us": us, "tflops": flops / (us * 1e-6) / 1e12, "binding": m.binding,
-                      "merge_us": sum(x.us for x in ms[1:]),
+                      "chunks": plan.chunks if who == "rocke" else None,
                       "matrix_busy": float(m.occupancy.get("matrix_busy", math.nan)),
                       "waves_per_simd": m.occupancy.get("waves_per_simd"),
                       "exposed_cycles": exposed_latency(profile, c)}

@@ -83,12 +83,9 @@ def _output(out, q) -> Tensor:
 
 @lru_cache(maxsize=64)
 def compiled_kernel(spec):
-    """The compiled kernel of ``spec`` (dense_spec's, or its split launch's merge,
-    ``family.merge_spec``), built once a process."""
+    """The compiled kernel of ``spec`` (dense_spec's), built once a process."""
     from rocke.compiler import compile_ir
-    from rocke.kernels.gfx942 import reduce_segments
-    build = reduce_segments.build if isinstance(spec, reduce_segments.ReduceSegmentsSpec) else family.build
-    return compile_ir(build(spec), target=family.TARGET)
+    return compile_ir(family.build(spec), target=family.TARGET)
 
 
 def dense_spec(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, layout: str = "bshd",
@@ -109,30 +106,18 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     if seq_lens is None:
         seq_lens = torch.full((B,), S, dtype=torch.int32, device=q.device)
     out = _output(out, q)
+    split = {}
+    if spec.split_tail:
+        # the grid's last, fractional round split over its keys (ALGORITHM.md §15): the plan
+        # and a fresh workspace (its ticket counters zero)
+        family.check_problem(spec, B=B)
+        plan = family.tail_split(spec, B)
+        split = dict(plan=plan, partials=family.split_workspace(spec, plan, device=q.device))
+    # checks seq_lens and sm_scale too; an empty batch (B = 0) is refused by name
+    args = family.kernel_args(spec, q, k, v, out, seq_lens, sm_scale, **split)
+    grid, block = family.launch_geometry(spec, B, **({"plan": split["plan"]} if split else {}))
     from rocke.runtime import launch
-    if not spec.split_tail:
-        # checks seq_lens and sm_scale too; an empty batch (B = 0) is refused by name
-        args = family.kernel_args(spec, q, k, v, out, seq_lens, sm_scale)
-        grid, block = family.launch_geometry(spec, B)
-        launch(compiled_kernel(spec), grid, block, args, device=device)
-        return out
-    # the grid's last, fractional round split over its keys, then merged (ALGORITHM.md §15);
-    # both launches' arguments are checked before the first runs
-    family.check_problem(spec, B=B)
-    plan = family.tail_split(spec, B)
-    partials = family.split_workspace(spec, plan, device=q.device)
-    args = family.kernel_args(spec, q, k, v, out, seq_lens, sm_scale, plan=plan, partials=partials)
-    grid, block = family.launch_geometry(spec, B, plan=plan)
-    merge = None
-    if plan.split:
-        from rocke.kernels.gfx942 import reduce_segments
-        mspec = family.merge_spec(spec)
-        rows = family.split_rows(spec, B, plan, seq_lens)
-        merge = (compiled_kernel(mspec), (rows.numel(), 1, 1), (mspec.workgroup_size, 1, 1),
-                 reduce_segments.kernel_args(mspec, *partials, out, plan.chunks, out_rows=rows))
     launch(compiled_kernel(spec), grid, block, args, device=device)
-    if merge is not None:
-        launch(*merge, device=device)
     return out
 
 

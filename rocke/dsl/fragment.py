@@ -352,40 +352,6 @@ class AxisVector:
             return Fragment(splat(self.value, n) if n > 1 else self.value, layout)
         return Fragment(shuffle(self.value, picks), layout)
 
-    def store(self, buf: BufferResource, origin=0, *, bound=None):
-        """Write each coordinate c this vector holds once, at ``buf[origin + c]`` (c < ``bound``
-        when given): of the lanes holding a copy of c, only the first writes -- one store per
-        value a lane holds, not one per element of the source tile."""
-        if not isinstance(buf, BufferResource):
-            raise dsl_type_error(f"AxisVector.store writes a BufferResource, got {type(buf).__name__}")
-        k = self.kernel
-        keep = 1 - self.axis
-        groups = self.source.reduce_plan(self.axis).in_lane
-        coords = self.broadcast_to(self.source).coords((0, 0))[keep]
-        coords = list(coords) if coords.lanes > 1 else [coords]
-        values = list(self.value) if self.value.lanes > 1 else [self.value]
-        lane = k.lane_id()
-        seen = set()
-        for g, group in enumerate(groups):
-            writers = 0
-            for ln, c in enumerate(self.source.coords[:, group[0], keep]):
-                if int(c) not in seen:
-                    seen.add(int(c))
-                    writers |= 1 << ln
-            if not writers:
-                continue
-            coord = coords[group[0]]
-            # bit `lane` of the 64-bit writer set, as two i32 halves (bit 0 after the shift is
-            # the lane's, arithmetic or not)
-            low, high = (((writers >> s) & 0xFFFFFFFF) for s in (0, 32))
-            low, high = (h - (1 << 32) if h >> 31 else h for h in (low, high))
-            bits = select(lane < 32, k.const(low, T.i32) >> lane, k.const(high, T.i32) >> (lane - 32))
-            mask = (bits & 1) != 0
-            if bound is not None:
-                mask = mask & (coord < _index(bound))
-            buf.store(coord + origin if not (isinstance(origin, int) and origin == 0) else coord,
-                      values[g], mask=mask)
-
 
 # ---- MFMA ---------------------------------------------------------------------------------------
 

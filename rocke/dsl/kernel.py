@@ -278,6 +278,18 @@ class Kernel(Emitter):
         self.call("llvm.amdgcn.s.barrier", ir.VoidType(), [])
         b.fence("acquire", "workgroup")
 
+    def fence(self, ordering: str, scope: str = "agent"):
+        """A memory fence: ``ordering`` "release" (this wave's earlier stores are visible at
+        ``scope`` before its later ones), "acquire" (its later loads see what was released
+        there) or "acq_rel"; ``scope`` "workgroup" or "agent" (the whole GPU: other workgroups,
+        with a global atomic as the flag -- LLVM's gfx942 memory model emits the L2 writeback /
+        invalidate)."""
+        if ordering not in ("acquire", "release", "acq_rel"):
+            raise dsl_value_error(f"fence ordering must be 'acquire', 'release' or 'acq_rel', got {ordering!r}")
+        if scope not in ("workgroup", "agent"):
+            raise dsl_value_error(f"fence scope must be 'workgroup' or 'agent', got {scope!r}")
+        self.builder.fence(ordering, scope)
+
     def waitcnt(self, *, vmcnt: int = 63, expcnt: int = 7, lgkmcnt: int = 15):
         """``s_waitcnt`` with the gfx9 encoding; counters left at their maximum do not wait."""
         for field, value, top in (("vmcnt", vmcnt, 63), ("expcnt", expcnt, 7), ("lgkmcnt", lgkmcnt, 15)):

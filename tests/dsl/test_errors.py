@@ -235,3 +235,16 @@ def test_launch_geometry_and_args():
     assert softmax.launch_geometry(wg, rows=9, cols=100) == ((9, 1, 1), (128, 1, 1))
     with pytest.raises(ValueError, match="cols"):
         softmax.launch_geometry(sm, rows=9, cols=0)
+
+
+def test_fence_names_a_bad_ordering_or_scope_and_emits_an_agent_fence():
+    from rocke import dsl
+    k = dsl.Kernel("fences", workgroup_size=64)
+    with pytest.raises(ValueError, match="fence ordering"):
+        k.fence("seq_cst")
+    with pytest.raises(ValueError, match="fence scope"):
+        k.fence("release", "system")
+    k.fence("release")
+    k.fence("acquire", "workgroup")
+    ir = k.ir()
+    assert 'fence syncscope("agent") release' in ir and 'fence syncscope("workgroup") acquire' in ir

@@ -136,15 +136,15 @@ def test_varlen_refusals_name_the_sequence(lk, words, monkeypatch):
 
 
 def test_a_split_launch_through_the_entry_point(monkeypatch):
-    """dense_attention's two launches (the split kernel, then reduce_segments' merge) with a
-    plan that splits this small problem (6 resident workgroups, no minimum of key tiles):
-    4 items, 2 whole and 2 in 3 pieces each; the ragged second sequence's padding untouched."""
+    """dense_attention's split launch with a plan that splits this small problem (6 resident
+    workgroups): 8 items, 6 whole and 2 in 3 pieces each (the last
+    piece of each merging); the ragged second sequence's padding untouched."""
     from rocke.kernels.gfx942 import dense_prefill as family
     real = family.tail_split
     plans = []
 
     def small(spec, B):
-        plans.append(real(spec, B, slots=6, min_key_tiles=0))
+        plans.append(real(spec, B, slots=6))
         return plans[-1]
     monkeypatch.setattr(family, "tail_split", small)
     q, k, v = _inputs(2, 300, 2, 1, seed=4)

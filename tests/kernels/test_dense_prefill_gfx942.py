@@ -164,13 +164,12 @@ def test_bhsd_layout_reads_and_writes_heads_as_contiguous_rows():
 
 
 @pytest.mark.parametrize("S, H, causal, B, plan", [
-    (4096, 8, False, 1, (0, 2, 128)),        # 128 items on 304 CUs: each in 2 pieces
-    (8192, 4, True, 1, (0, 4, 64)),          # 64 block pairs: 4 pieces (304 // 64)
-    (4096, 8, False, 4, (512, 1, 0)),        # 512 = 304 + 208: 208 tail items cannot double
     (8192, 32, False, 1, (912, 2, 112)),     # 3 whole rounds, then 112 items in 2 pieces
-    (4096, 2, False, 1, (0, 8, 32)),         # at most block_m / block_n pieces
-    (1024, 32, False, 1, (128, 1, 0)),       # 32 key tiles an item: the merge would cost more
-    (2048, 32, True, 1, (128, 1, 0)),        # a causal pair of 2048: 72 tiles, below 128
+    (10240, 32, True, 1, (608, 8, 32)),      # 640 block pairs: 32 behind 2 rounds, 8 pieces
+    (1024, 32, False, 8, (912, 2, 112)),
+    (4096, 8, False, 4, (512, 1, 0)),        # 512 = 304 + 208: 208 tail items cannot double
+    (4096, 8, False, 1, (128, 1, 0)),        # no whole round before the tail: no split
+    (2048, 32, True, 1, (128, 1, 0)),
 ])
 def test_tail_split_plans_by_hand(S, H, causal, B, plan):
     spec = dp.tuned_spec("bf16", S, H, 8 if H % 8 == 0 else H, causal)
@@ -182,12 +181,11 @@ def test_tail_split_plans_by_hand(S, H, causal, B, plan):
 
 
 def _split_launch(S, H, HKV, causal, lens, slots, rounding="rne", seed=0):
-    """The split launch (whole items, pieces, then reduce_segments' merge) on the emulator with
+    """The split launch (whole items, then pieces whose last merges) on the emulator with
     ``slots`` resident workgroups; o starts NaN so a row left unwritten shows."""
-    from rocke.kernels.gfx942 import reduce_segments as rs
     spec = dp.tuned_spec("bf16", S, H, HKV, causal, rounding=rounding)
     B = len(lens)
-    plan = dp.tail_split(spec, B, slots, min_key_tiles=0)
+    plan = dp.tail_split(spec, B, slots, min_rounds=0)
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(B, S, H, 128, generator=gen).bfloat16()
     k, v = (torch.randn(B, S, HKV, 128, generator=gen).bfloat16() for _ in range(2))
@@ -199,14 +197,7 @@ def _split_launch(S, H, HKV, causal, lens, slots, rounding="rne", seed=0):
     emu.launch(ck.asm, ck.name, grid, block,
                dp.kernel_args(spec, q, k, v, o, seq_lens, plan=plan, partials=partials),
                target="gfx942", check=False)
-    mspec = dp.merge_spec(spec)
-    from rocke.compiler import compile_ir
-    mk = compile_ir(rs.build(mspec), target="gfx942")
-    rows = dp.split_rows(spec, B, plan, seq_lens)
-    emu.launch(mk.asm, mk.name, (rows.numel(), 1, 1), (64, 1, 1),
-               rs.kernel_args(mspec, *partials, o, plan.chunks, out_rows=rows),
-               target="gfx942", check=False)
-    return plan, q, k, v, o
+    return plan, q, k, v, o, partials
 
 
 @pytest.mark.parametrize("S, H, HKV, causal, lens, slots, rounding, plan", [
@@ -220,32 +211,26 @@ def test_split_launch_against_sdpa_leaves_padding_unwritten(S, H, HKV, causal, l
                                                             rounding, plan):
     from tests.kernels.test_dense_attention_entry import _reference
     from rocke.kernels.common.tolerances import attention_atol
-    got, q, k, v, o = _split_launch(S, H, HKV, causal, lens, slots, rounding)
+    got, q, k, v, o, partials = _split_launch(S, H, HKV, causal, lens, slots, rounding)
     assert (got.full_items, got.chunks, got.tail_items) == plan
+    assert partials[3].tolist() == [0] * partials[3].numel()     # the tickets, reset
     ref = _reference(q, k, v, lens, causal, 1 / 128 ** 0.5)
     for b, n in enumerate(lens):
         assert float((o[b, :n].float() - ref[b, :n]).abs().max()) <= attention_atol("bf16")
         assert o[b, n:].isnan().all()
 
 
-def test_split_rows_map_each_split_row_to_its_output_row():
-    """bshd, 2 heads, pairs (0, 2) and (1) of 3 blocks: the tail items' blocks in workspace
-    order, rows past a length or of the middle pair's missing partner -1."""
+def test_split_blocks_list_the_tail_items_blocks_in_workspace_order():
+    """Pairs (0, 2) and (1) of 3 blocks, items 2 and 3 (head 1): a pair's blocks in order, the
+    middle pair's missing partner -1."""
     spec = dp.tuned_spec("bf16", 768, 2, 2, True)
-    plan = dp.TailSplit(2, 3, 2)        # items 2, 3: pairs x = 0, 1 of head 1, batch 0
-    assert dp.split_blocks(spec, 1, plan) == [(0, 1, 0), (0, 1, 2), (0, 1, 1), (0, 1, -1)]
-    rows = dp.split_rows(spec, 1, plan, torch.tensor([600], dtype=torch.int32)).tolist()
-    assert len(rows) == 4 * 256
-    H, D = 2, 128
-    assert rows[0] == 0 * H * D + 1 * D and rows[255] == 255 * H * D + D          # block 0
-    assert rows[256] == 512 * H * D + D and rows[256 + 87] == 599 * H * D + D     # block 2
-    assert rows[256 + 88:512] == [-1] * (256 - 88)                                 # past 600
-    assert rows[512] == 256 * H * D + D and rows[768:] == [-1] * 256
+    assert dp.split_blocks(spec, 1, dp.TailSplit(2, 3, 2)) == [(0, 1, 0), (0, 1, 2), (0, 1, 1),
+                                                               (0, 1, -1)]
 
 
 @pytest.mark.parametrize("change, words", [
     (dict(partials=None), "split_workspace"),
-    (dict(partials="wrong shape"), "partial_o: must be a contiguous float32"),
+    (dict(partials="wrong shape"), "partial_o: must be a contiguous torch.float32"),
     (dict(plan=dp.TailSplit(5, 2, 1)), "at most the launch's 4 work items"),
 ])
 def test_split_launch_refuses_a_bad_plan_or_workspace(change, words):

@@ -56,8 +56,9 @@ vector, then every V one), so LLVM's in-order vmcnt waits let each write wait fo
 (vmcnt 3, 2, 1, 0 for 4 loads a thread) instead of the interleaved K/V order's 3, 1, 0.
 ``split_tail`` (bshd / bhsd) takes a 1-D grid and a ``TailSplit`` plan: the first work items run
 whole, the grid's last, fractional round's items run as pieces over equal runs of their key
-tiles, writing f32 partials (``PARTIALS``) that reduce_segments' ``row_map`` merges
-(``split_rows``; ALGORITHM.md §15).
+tiles, writing f32 partials (``PARTIALS``); the last piece of a block to finish (a ticket from a
+global counter, behind agent-scope release / acquire fences) merges them into the output
+(ALGORITHM.md §15).
 """
 
 from __future__ import annotations
@@ -69,11 +70,12 @@ from typing import NamedTuple
 from rocke import dsl
 from rocke.arch import get_target
 from rocke.arch.mfma import atom_for
-from rocke.dsl import maximum, minimum, rcp, select
+from rocke.dsl import exp2, maximum, minimum, rcp, readfirstlane, select
 from rocke.dsl.magic import udiv_const
 from rocke.dsl.lanes import ballot
-from rocke.dsl.fragment import (AxisVector, ROW, copy_tile_to_lds, load_fragment_global,
-                                store_fragment_global)
+from rocke.dsl.fragment import (AxisVector, ROW, copy_tile_to_lds, load_axis,
+                                load_fragment_global, store_axis, store_fragment_global)
+from rocke.dsl.softmax import finite_base
 from rocke.dsl.softmax import (LOG2E, online_softmax_update, transposed_pv_operand, transposed_scores,
                                transposed_v_operand)
 from rocke.kernels.common.checks import (check_bool, check_choice, check_device, check_grid_extent,
@@ -233,10 +235,10 @@ class DensePrefillSpec:
 
 
 ARGS = ("q", "k", "v", "o", "seq_lens", "sm_scale")
-# split_tail's f32 workspace, chunk-major: [chunks, rows, D] unnormalised O and [chunks, rows]
-# running max / sum of each split block row -- reduce_segments' row_map partials
-# (rocke.kernels.gfx942.reduce_segments)
-PARTIALS = ("partial_o", "partial_max", "partial_sum")
+# split_tail's workspace: chunk-major f32 [chunks, rows, D] unnormalised O and [chunks, rows]
+# running max / sum of each split block's rows, and an int32 ticket counter per split block (zero
+# before a launch; the block's merging piece sets it back to zero)
+PARTIALS = ("partial_o", "partial_max", "partial_sum", "split_tickets")
 ARGS_THD = ("q", "k", "v", "o", "cu_seqlens_q", "cu_seqlens_k", "sm_scale")
 
 
@@ -273,7 +275,7 @@ def work_items(spec: DensePrefillSpec, B: int) -> int:
 class TailSplit:
     """split_tail's plan for one launch: the first ``full_items`` work items (whole rounds of
     the grid) run whole, each of the ``tail_items`` after them runs as ``chunks`` workgroups over
-    equal runs of its key tiles, merged by reduce_segments (ALGORITHM.md §15)."""
+    equal runs of its key tiles, the last of them to finish merging (ALGORITHM.md §15)."""
     full_items: int
     chunks: int
     tail_items: int
@@ -287,39 +289,30 @@ class TailSplit:
         return self.tail_items > 0
 
 
-# split only items of at least this many key tiles: the merge (reduce_segments over the split
-# rows' f32 partials) costs tens of microseconds in the model (29.6 us for 28,672 rows at 2000
-# cycles), which a shorter item's saved part of a round does not repay (ALGORITHM.md §15:
-# B4 H32 S2048, 64 tiles an item, 465.0 us split against 470.9 whole)
-SPLIT_MIN_KEY_TILES = 128
-
-
-def item_key_tiles(spec: DensePrefillSpec) -> int:
-    """Key tiles one work item runs at full length (a causal pair: both blocks' diagonals)."""
-    q_blocks = -(-spec.seq_len // spec.block_m)
-    if not spec.causal:
-        return -(-spec.seq_len // spec.block_n)
-    per_block = spec.block_m // spec.block_n
-    return (q_blocks + 1) * per_block if spec.pair_causal else q_blocks * per_block
+# split only a tail behind at least this many whole rounds: a launch of fewer items than slots
+# gains too little in the model (its clock falls as more CUs load their matrix pipes, ALGORITHM.md
+# §15) to repay the pieces' partial writes and merge (B1 H32 S2048 causal: 129.4 us split, 117.6
+# whole; behind whole rounds, B8 H32 S1024: 248.6 split, 257.2 whole)
+SPLIT_MIN_ROUNDS = 1
 
 
 def tail_split(spec: DensePrefillSpec, B: int, slots: int | None = None,
-               min_key_tiles: int = SPLIT_MIN_KEY_TILES) -> TailSplit:
+               min_rounds: int = SPLIT_MIN_ROUNDS) -> TailSplit:
     """The plan for B sequences: the items of the last, fractional round (items mod ``slots``)
     each split into as many pieces as fill the slots, at most block_m / block_n (a causal
-    launch's first block has that many key tiles); none when that is below 2 or an item runs
-    fewer than ``min_key_tiles`` key tiles. ``slots``: workgroups resident at once (default the
-    target's CU count: the tuned geometry runs one workgroup a CU)."""
+    launch's first block has that many key tiles); none when that is below 2 or fewer than
+    ``min_rounds`` whole rounds precede the tail. ``slots``: workgroups resident at once
+    (default the target's CU count: the tuned geometry runs one workgroup a CU)."""
     if not spec.split_tail:
         raise ValueError(f"tail_split: {spec.kernel_name} is not a split_tail spec")
     if slots is None:
         slots = get_target(spec.target).cu_count
     check_positive_int("slots", slots)
-    check_positive_int("min_key_tiles", min_key_tiles, allow_zero=True)
+    check_positive_int("min_rounds", min_rounds, allow_zero=True)
     items = work_items(spec, B)
     tail = items % slots
     chunks = min(slots // tail, spec.block_m // spec.block_n) if tail else 1
-    if chunks < 2 or item_key_tiles(spec) < min_key_tiles:
+    if chunks < 2 or items // slots < min_rounds:
         return TailSplit(items, 1, 0)
     return TailSplit(items - tail, chunks, tail)
 
@@ -348,27 +341,12 @@ def split_workspace(spec: DensePrefillSpec, plan: TailSplit, device=None) -> tup
     import torch
     rows = plan.tail_items * (2 if spec.pair_causal else 1) * spec.block_m
     if not plan.split:
-        return tuple(torch.empty(1, dtype=torch.float32, device=device) for _ in PARTIALS)
+        return tuple(torch.empty(1, dtype=dt, device=device)
+                     for dt in (torch.float32,) * 3 + (torch.int32,))
     return (torch.empty(plan.chunks, rows, spec.head_dim, dtype=torch.float32, device=device),
             torch.empty(plan.chunks, rows, dtype=torch.float32, device=device),
-            torch.empty(plan.chunks, rows, dtype=torch.float32, device=device))
-
-
-def split_rows(spec: DensePrefillSpec, B: int, plan: TailSplit, seq_lens):
-    """reduce_segments' row map for ``plan``: each workspace row's first element in o (q's
-    layout), -1 for a row past its sequence's length (never written) or of a missing block.
-    Computed on seq_lens' device from its contents without reading them on the host."""
-    import torch
-    blocks = torch.tensor(split_blocks(spec, B, plan), dtype=torch.int64, device=seq_lens.device)
-    S, H, D, bm = spec.seq_len, spec.num_heads, spec.head_dim, spec.block_m
-    batch, head, q_block = blocks[:, 0:1], blocks[:, 1:2], blocks[:, 2:3]
-    query = q_block * bm + torch.arange(bm, device=seq_lens.device)
-    if spec.layout == "bshd":
-        first = batch * (S * H * D) + query * (H * D) + head * D
-    else:
-        first = batch * (H * S * D) + head * (S * D) + query * D
-    live = (q_block >= 0) & (query < seq_lens.to(torch.int64)[batch])
-    return torch.where(live, first, -1).reshape(-1).to(torch.int32)
+            torch.empty(plan.chunks, rows, dtype=torch.float32, device=device),
+            torch.zeros(rows // spec.block_m, dtype=torch.int32, device=device))
 
 
 def launch_geometry(spec: DensePrefillSpec, B: int, workgroups: int | None = None,
@@ -452,9 +430,9 @@ def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | 
             raise ValueError(f"partials: a split_tail launch takes the workspace ({', '.join(PARTIALS)}) "
                              "of split_workspace(spec, plan)")
         for name, t, w in zip(PARTIALS, partials, want):
-            if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.shape != w.shape \
+            if not isinstance(t, torch.Tensor) or t.dtype != w.dtype or t.shape != w.shape \
                     or not t.is_contiguous():
-                raise ValueError(f"{name}: must be a contiguous float32 tensor of shape "
+                raise ValueError(f"{name}: must be a contiguous {w.dtype} tensor of shape "
                                  f"{tuple(w.shape)} (split_workspace), got "
                                  f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
         check_device({"q": q, **dict(zip(PARTIALS, partials))})
@@ -533,7 +511,8 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
     if spec.split_tail:     # the plan (TailSplit) and the split items' partials (f32 workspace)
         full_items, chunks = k.arg_i32("full_items"), k.arg_i32("chunks")
         split_rows = k.arg_i32("split_rows")
-        partials = tuple(k.arg_ptr(name, dsl.f32) for name in PARTIALS)
+        partials = tuple(k.arg_ptr(name, dsl.f32) for name in PARTIALS[:3]) + (
+            k.arg_ptr(PARTIALS[3], dsl.i32),)
 
     S, D, H = spec.seq_len, spec.head_dim, spec.num_heads
     mma = k.mfma(spec.atom, spec.dtype)
@@ -541,6 +520,7 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
 
     k_tile = k.lds("k_tile", (spec.block_n, D), spec.dtype, pad=spec.lds_pad)
     vt_tile = k.lds("vt_tile", (D, spec.block_n), spec.dtype, pad=spec.lds_pad)
+    ticket = k.lds("split_ticket", (1,), "i32") if spec.split_tail else None
 
     def work(head, batch, q_block_of, piece=None):
         _work_item(k, spec, mma, (k_tile, vt_tile), (q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr),
@@ -549,7 +529,7 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
     if spec.split_tail:
         # a 1-D grid: workgroups below full_items run work item id whole (the dispatch order of
         # the 3-D grid); the rest are pieces: piece p runs key range p % chunks of tail item
-        # full_items + p // chunks (ALGORITHM.md §15) and writes partials for reduce_segments
+        # full_items + p // chunks (ALGORITHM.md §15), the last to finish merging them
         q_blocks = -(-S // spec.block_m)
         units = -(-q_blocks // 2) if spec.pair_causal else q_blocks
         wg = k.block_id(0)
@@ -567,9 +547,9 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
         chunk_rows = chunk * split_rows
 
         def piece_of(which):
-            return Piece(is_piece, chunk, select(is_piece, chunks, 1),
-                         chunk_rows + (tail * (2 if spec.pair_causal else 1) + which) * spec.block_m,
-                         partials)
+            block = tail * (2 if spec.pair_causal else 1) + which
+            return Piece(is_piece, chunk, select(is_piece, chunks, 1), block,
+                         chunk_rows + block * spec.block_m, split_rows, partials, ticket)
         if spec.pair_causal:
             step = (q_blocks - 1) - 2 * x
             with k.for_range(0, 1 + minimum(step, 1)) as pair:
@@ -613,8 +593,11 @@ class Piece(NamedTuple):
     is_piece: object        # i1: a piece (partials) or a whole work item (the output)
     chunk: object           # which of ``chunks`` equal runs of the block's key tiles
     chunks: object          # 1 for a whole work item
+    block: object           # the block's index among the split blocks (its ticket)
     first_row: object       # the block's first row in its chunk's workspace (chunk-major)
-    partials: tuple         # partial_o, partial_max, partial_sum (PARTIALS)
+    rows: object            # the workspace's rows a chunk (split_rows)
+    partials: tuple         # partial_o, partial_max, partial_sum, split_tickets (PARTIALS)
+    ticket: object          # one i32 of LDS: the workgroup's place among the block's pieces
 
 
 def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of, piece=None):
@@ -867,7 +850,7 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of, pie
             l_final = carry[q_frags:2 * q_frags]
             o_final = carry[2 * q_frags:]
 
-            def store_output():
+            def store_output(l_final=l_final, o_final=o_final):
                 # the output's descriptor is made here, not live in SGPRs through the tile loops
                 o_buf = slice_buffer(o_ptr, head, q_ld, H, length, q_first_row)
                 for t in range(q_frags):
@@ -878,10 +861,10 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of, pie
                                               bounds=(None, length), transposed=True)
 
             def store_partials():
-                """This piece's unnormalised O, running max m and sum l (log2 domain, as
-                reduce_segments merges them) for its block's rows: chunk c's workspace rows
-                first_row .. + block_m (O: D wide, as the output's rows but f32)."""
-                part_o, part_m, part_l = piece.partials
+                """This piece's unnormalised O, running max m and sum l (log2 domain, §5) for
+                its block's rows: chunk c's workspace rows first_row .. + block_m (O: D wide, as
+                the output's rows but f32)."""
+                part_o, part_m, part_l, _ = piece.partials
                 # row q of the sequence at first_row + q - block_q0: the stores' addresses are
                 # the output's (q * D + d, made per block), not a lane-only offset LLVM would
                 # hoist to the kernel's entry and hold (spilled) through every tile loop
@@ -892,14 +875,66 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of, pie
                         store_fragment_global(o_ws, o_final[t * d_frags + j], (j * am, q_cols[t]), D,
                                               bounds=(None, length), transposed=True)
                     for ptr, value in ((part_m, m_final[t]), (part_l, l_final[t])):
-                        value.store(ptr.offset(base).buffer(block_q0 + spec.block_m), q_cols[t],
-                                    bound=length - q_cols[t])
+                        store_axis(ptr.offset(base).buffer(block_q0 + spec.block_m), value,
+                                   q_cols[t], bound=length)
+
+            def merged_partials():
+                """(l, O^T) of this block's chunks merged (the §5 merge), each wave for its own
+                query columns, every chunk read back from the workspace in chunk order (keeping
+                this piece's own in registers through the loop, or the next chunk's loads in
+                flight, spills VGPRs in the causal kernel)."""
+                part_o, part_m, part_l, _ = piece.partials
+                m_axis = m_final[0].axis
+                carry = ([AxisVector.full(k, mma.C, m_axis, dsl.f32, -math.inf)] * q_frags
+                         + [AxisVector.full(k, mma.C, m_axis, dsl.f32, 0.0)] * q_frags
+                         + [mma.zeros()] * (q_frags * d_frags))
+                with k.for_range(0, piece.chunks, carry=carry) as merge:
+                    m = list(merge.carry[:q_frags])
+                    l = list(merge.carry[q_frags:2 * q_frags])
+                    o = list(merge.carry[2 * q_frags:])
+                    # chunk c's row q: c * rows + first_row - own chunk * rows - block_q0 + q
+                    base = merge.index * piece.rows + piece.first_row - piece.chunk * piece.rows - block_q0
+                    o_ws = part_o.offset(base * D).buffer((block_q0 + spec.block_m) * D)
+                    for t in range(q_frags):
+                        m_c, l_c = (load_axis(ptr.offset(base).buffer(block_q0 + spec.block_m),
+                                              mma.C, m_axis, q_cols[t])
+                                    for ptr in (part_m, part_l))
+                        m_new = m[t].maximum(m_c)
+                        top = m_new.map(finite_base)
+                        a = (m[t] - top).map(lambda x: exp2(x, fast=True))
+                        b = (m_c - top).map(lambda x: exp2(x, fast=True))
+                        m[t], l[t] = m_new, l[t] * a + l_c * b
+                        a_o, b_o = a.broadcast_to(mma.C), b.broadcast_to(mma.C)
+                        for j in range(d_frags):
+                            o_c = load_fragment_global(o_ws, mma.C, (j * am, q_cols[t]), D, transposed=True)
+                            o[t * d_frags + j] = o[t * d_frags + j] * a_o + o_c * b_o
+                    merge.yield_(*m, *l, *o)
+                state = list(merge.results)
+                return state[q_frags:2 * q_frags], state[2 * q_frags:]
+
+            def finish_piece():
+                """Partials out; the block's last piece to finish (a ticket from a global
+                counter, after every wave released its stores) merges them into the output and
+                resets the counter for the next launch."""
+                tickets = piece.partials[3].offset(0).buffer(piece.block + 1)
+                store_partials()
+                k.fence("release", "agent")
+                k.barrier()
+                with k.if_(tid == 0):
+                    piece.ticket.store(0, tickets.atomic_add(piece.block, 1))
+                k.barrier()
+                last = readfirstlane(piece.ticket.load(0)) == piece.chunks - 1
+                with k.if_(last):
+                    k.fence("acquire", "agent")
+                    store_output(*merged_partials())
+                    with k.if_(tid == 0):
+                        tickets.store(piece.block, k.const(0, dsl.i32))
 
             if piece is None:
                 store_output()
             else:
                 branch = k.if_else(piece.is_piece)
                 with branch.then_():
-                    store_partials()
+                    finish_piece()
                 with branch.else_():
                     store_output()

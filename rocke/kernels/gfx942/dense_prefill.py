@@ -4,8 +4,8 @@ modelled MI300X time chose (ALGORITHM.md §15): 256 queries over 8 waves (two a 
 tiles prefetched into registers two tiles ahead (two fixed slots, the loads pinned first), V^T
 staged with a wave's lanes down the keys (no LDS bank conflicts on its writes) and, causal,
 AITER's head/tail pairing of query blocks (equal work per workgroup) and, for bshd / bhsd, the
-split of the grid's last, fractional round: its work items run as pieces over their keys,
-merged by reduce_segments (``merge_spec``). The public entry point is rocke.dense_attention.
+split of the grid's last, fractional round: its work items run as pieces over their keys, the
+last piece of each merging them. The public entry point is rocke.dense_attention.
 ``benchmarks/dense_vs_aiter.py`` compares it with AMD AITER's fmha_v3_fwd code objects."""
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from __future__ import annotations
 from rocke.kernels.common.dense_prefill import (ARGS, PARTIALS, DensePrefillSpec,  # noqa: F401
                                                 TailSplit, build, check_problem, kernel_args,
                                                 launch_geometry, persistent_workgroups,
-                                                split_blocks, split_rows, split_workspace,
-                                                tail_split, work_items)
-from rocke.kernels.gfx942.reduce_segments import ReduceSegmentsSpec
+                                                split_blocks, split_workspace, tail_split,
+                                                work_items)
 
 TARGET = "gfx942"
 BLOCK_M = 256       # queries a workgroup in the tuned geometry (a packed launch's grid unit)
@@ -31,11 +30,6 @@ def tuned_spec(dtype: str, seq_len: int, num_heads: int, num_kv_heads: int, caus
                             pair_causal=causal and layout != "thd",
                             split_tail=layout != "thd",
                             rounding=rounding, layout=layout, target=TARGET)
-
-
-def merge_spec(spec: DensePrefillSpec) -> ReduceSegmentsSpec:
-    """The reduce_segments that merges a split_tail launch's pieces into its output rows."""
-    return ReduceSegmentsSpec(spec.dtype, spec.head_dim, 4, row_map=True, rounding=spec.rounding)
 
 
 def _variants() -> dict[str, DensePrefillSpec]:

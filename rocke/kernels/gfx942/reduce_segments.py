@@ -26,7 +26,6 @@ from rocke import dsl
 from rocke.dsl import concat, exp2, maximum, rcp, select, shuffle_xor, splat, wave_max, wave_sum
 from rocke.kernels.common.checks import (I32_LIMIT, check_choice, check_extent, check_index_extent,
                                          torch_dtype)
-from rocke.dsl.convert import ROUNDINGS
 from rocke.dsl.softmax import finite_base
 from rocke.kernels.gfx942 import attention_quant as quant
 from rocke.kernels.gfx942.attention_policy import SHIPPED_HEAD_SIZES
@@ -49,9 +48,6 @@ class ReduceSegmentsSpec:
                                   # saturated (attention_quant, ALGORITHM.md §13.1)
     head_cols: int = 0          # a padded head (ALGORITHM.md §11.3): out's columns; the
                                 # partials keep head_size's (vLLM pads its workspaces so too)
-    row_map: bool = False       # rows scattered: out_rows[token] is the row's first element in
-                                # out (-1: not written); one head (the dense split's combine)
-    rounding: str = "rne"       # f32 -> dtype: rne, rna (bf16), rtz (rocke.dsl.convert)
 
     def __post_init__(self):
         check_choice("dtype", self.dtype, DTYPES)
@@ -65,18 +61,6 @@ class ReduceSegmentsSpec:
             raise ValueError(f"head_cols: must be 0 or a multiple of vector_width "
                              f"{self.vector_width} below head_size {self.head_size}, got "
                              f"{self.head_cols!r}")
-        check_choice("rounding", self.rounding, ROUNDINGS)
-        if self.rounding != "rne" and self.out_dtype:
-            raise ValueError(f"rounding: {self.rounding!r} rounds to dtype; an fp8 out_dtype "
-                             "saturates its own way")
-        if self.rounding == "rna" and self.dtype != "bf16":
-            raise ValueError(f"rounding: 'rna' (ties away from zero) is a bf16 mode; {self.dtype} "
-                             "takes 'rne' or 'rtz'")
-        if self.row_map.__class__ is not bool:
-            raise ValueError(f"row_map: must be a bool, got {self.row_map!r}")
-        if self.row_map and (self.head_cols or self.out_dtype):
-            raise ValueError("row_map: a scattered row is head_size wide, in dtype; it takes "
-                             "neither head_cols nor out_dtype")
         if self.head_size // self.vector_width > WAVE:
             raise ValueError(f"vector_width: head_size {self.head_size} / vector_width "
                              f"{self.vector_width} lanes exceed one wave ({WAVE})")
@@ -105,9 +89,7 @@ class ReduceSegmentsSpec:
     def kernel_name(self) -> str:
         return (f"reduce_segments_{self.dtype}_d{self.head_size}_v{self.vector_width}"
                 + ("_ofp8" if self.out_dtype else "")
-                + (f"_hc{self.head_cols}" if self.head_cols else "")
-                + ("_rows" if self.row_map else "")
-                + ("" if self.rounding == "rne" else f"_{self.rounding}"))
+                + (f"_hc{self.head_cols}" if self.head_cols else ""))
 
 
 VARIANTS = {
@@ -128,38 +110,22 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
     out_stride_token = k.arg_i32("out_stride_token")
     out_stride_head = k.arg_i32("out_stride_head")
     output_scale = k.arg_ptr("output_scale", dsl.f32, readonly=True) if spec.out_dtype else None
-    out_rows = k.arg_ptr("out_rows", dsl.i32, readonly=True) if spec.row_map else None
-    rows = k.arg_i32("rows") if spec.row_map else None     # row_map: the partials' row count
 
     token, head = k.block_id(0), k.block_id(1)
     lane = k.lane_id()
-    if spec.row_map:
-        # segment-major partials [num_segments, rows(, d)]: segment s of row token at
-        # s * rows + token; an index past the last segment's row is past the extent (reads 0)
-        extent = (num_segments - 1) * rows + 1
-        max_buf = segm_max.offset(token).buffer(extent)
-        sum_buf = segm_expsum.offset(token).buffer(extent)
-        o_buf = segm_output.offset(token * d).buffer(extent * d)
-
-        def stat(s):
-            return s * rows
-    else:
-        row = token * num_q_heads + head
-        stats = row * num_segments
-        max_buf = segm_max.offset(stats).buffer(num_segments)
-        sum_buf = segm_expsum.offset(stats).buffer(num_segments)
-        o_buf = segm_output.offset(stats * d).buffer(num_segments * d)
-
-        def stat(s):
-            return s
+    row = token * num_q_heads + head
+    stats = row * num_segments
+    max_buf = segm_max.offset(stats).buffer(num_segments)
+    sum_buf = segm_expsum.offset(stats).buffer(num_segments)
+    o_buf = segm_output.offset(stats * d).buffer(num_segments * d)
 
     # pass 1: M and L over all segments (ALGORITHM.md §5)
     neg_inf = k.const(-math.inf, dsl.f32)
     with k.for_range(0, num_segments, WAVE, carry=(neg_inf, k.const(0.0, dsl.f32))) as scan:
         m, l = scan.carry
         s = scan.index + lane
-        m_s = select(s < num_segments, max_buf.load(stat(s)), -math.inf)
-        l_s = sum_buf.load(stat(s))              # past the extent: 0
+        m_s = select(s < num_segments, max_buf.load(s), -math.inf)
+        l_s = sum_buf.load(s)                    # past the extent: 0
         m_new = maximum(m, m_s)
         base = finite_base(m_new)
         scan.yield_(m_new, l * exp2(m - base, fast=True) + l_s * exp2(m_s - base, fast=True))
@@ -181,7 +147,7 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
         loaded = []
         for u in range(unroll):
             s = walk.index + (group + u * per_pass)
-            loaded.append((s, max_buf.load(stat(s)), _load_row_part(o_buf, stat(s) * d + col, vw)))   # past the extent: 0
+            loaded.append((s, max_buf.load(s), _load_row_part(o_buf, s * d + col, vw)))   # past the extent: 0
         # nothing crosses: LLVM's scheduler interleaved the loads with their uses, one wait each
         k.sched_barrier(dsl.SchedMask.NONE)
         for s, m_raw, o_s in loaded:
@@ -198,20 +164,12 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
     # every segment empty (L = 0) -> 0; a NaN L (a NaN input in some segment) stays NaN (§2.2)
     inv_l = select(l_row == 0.0, 0.0, rcp(l_row))
     result = acc * (splat(inv_l, vw) if vw > 1 else inv_l)
-    if spec.row_map:
-        first = out_rows.load(token)
-        out_row = out.offset(first).buffer(d)
-    else:
-        out_row = out.offset(token * out_stride_token + head * out_stride_head).buffer(d)
+    out_row = out.offset(token * out_stride_token + head * out_stride_head).buffer(d)
     if spec.out_dtype:
         result = quant.quantised(result, quant.inverse_output_scale(output_scale), spec.out_dtype)
-    elif spec.rounding != "rne":
-        result = result.to(spec.dtype, rounding=spec.rounding)
     else:
         result = result.to(spec.dtype)
     ok = group == 0
-    if spec.row_map:
-        ok = ok & (first >= 0)
     out_row.store(col, result, mask=ok if not spec.head_cols else ok & (col < spec.head_cols))
     return k
 
@@ -228,15 +186,11 @@ def _shape(t) -> list[int]:
 
 
 def kernel_args(spec: ReduceSegmentsSpec, segm_output, segm_max, segm_expsum, out,
-                num_segments: int, output_scale=None, out_rows=None) -> list:
+                num_segments: int, output_scale=None) -> list:
     """The launch arguments, after cheap per-tensor checks (dtypes, shapes, strides, 32-bit
     limits). ``out`` may be a strided view with a unit stride on head_size."""
     import torch
     check_extent("num_segments", num_segments)
-    if spec.row_map:
-        return _row_map_args(spec, segm_output, segm_max, segm_expsum, out, num_segments, out_rows)
-    if out_rows is not None:
-        raise ValueError("out_rows: only a row_map spec takes a row map")
     if not isinstance(out, torch.Tensor) or out.dim() != 3:
         raise ValueError("out: must be a 3-D [total_q, num_q_heads, head_size] torch tensor")
     total_q, num_q_heads, out_cols = out.shape
@@ -277,35 +231,6 @@ def kernel_args(spec: ReduceSegmentsSpec, segm_output, segm_max, segm_expsum, ou
         raise ValueError(f"output_scale: the kernel {spec.kernel_name} writes q's dtype and takes "
                          "no output scale")
     return [segm_output, segm_max, segm_expsum, out, num_segments, num_q_heads, st, sh, *scale]
-
-
-def _row_map_args(spec, segm_output, segm_max, segm_expsum, out, num_segments, out_rows) -> list:
-    """row_map: ``out_rows`` int32 [rows] (each row's first element in ``out``, a contiguous
-    tensor of the spec's dtype, or -1), the partials segment-major [num_segments, rows(,
-    head_size)]."""
-    import torch
-    if not isinstance(out_rows, torch.Tensor) or out_rows.dtype != torch.int32 or out_rows.dim() != 1:
-        raise ValueError("out_rows: a row_map spec takes an int32 [rows] tensor of each row's "
-                         f"first element in out, got {getattr(out_rows, 'dtype', type(out_rows).__name__)}")
-    if not isinstance(out, torch.Tensor) or not out.is_contiguous() \
-            or out.dtype != torch_dtype(spec.dtype):
-        raise ValueError(f"out: must be a contiguous {torch_dtype(spec.dtype)} tensor")
-    check_index_extent("out", out.numel())
-    rows = out_rows.numel()
-    check_extent("rows", rows)
-    want = {"segm_output": [num_segments, rows, spec.head_size],
-            "segm_max": [num_segments, rows], "segm_expsum": [num_segments, rows]}
-    for name, t in (("segm_output", segm_output), ("segm_max", segm_max), ("segm_expsum", segm_expsum)):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or _shape(t) != want[name] \
-                or not t.is_contiguous():
-            raise ValueError(f"{name}: must be a contiguous float32 tensor of shape {want[name]}, "
-                             f"got {getattr(t, 'dtype', type(t).__name__)} {_shape(t) if isinstance(t, torch.Tensor) else ''}")
-        if t.device != out.device:
-            raise ValueError(f"{name}: on {t.device}, but out is on {out.device}")
-    # pass 2 reads up to pass_unroll segments past the last (their loads fall past the extent)
-    reach = (num_segments + spec.pass_unroll * spec.segments_per_pass) * rows * spec.head_size
-    check_index_extent("segm_output (with pass 2's overreach)", reach)
-    return [segm_output, segm_max, segm_expsum, out, num_segments, 1, 0, 0, out_rows, rows]
 
 
 def launch_geometry(spec: ReduceSegmentsSpec, total_q: int, num_q_heads: int):
