@@ -43,3 +43,19 @@ def test_missing_modes_are_named(tmp_path, capsys):
         bench.main(["--aiter-dir", str(tmp_path), "--modes", "rtz", "rtne"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "fwd_hd128_bf16_rtne.co" in err and "_rtz.co" not in err
+
+
+def test_rockes_sample_launch_runs_a_whole_item_and_a_split_one():
+    """run_rocke's sample of a split launch: workgroup 0 runs item 0 whole, workgroups 1-2 run
+    item 1 (query block 1 of head 0) as two pieces, the second merging; both items' rows match
+    SDPA and the profile holds the three workgroups the model repeats (model_row's order)."""
+    import torch
+    from benchmarks.dense_vs_aiter import ATOL, ref_head, run_rocke, split_chunks
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 512, 2, 128, generator=gen).bfloat16()
+    k, v = (torch.randn(1, 512, 1, 128, generator=gen).bfloat16() for _ in range(2))
+    o, report, _ = run_rocke(q, k, v, False, "rtne", profile=True, chunks=2)
+    assert report.profile.wg_issues.shape[0] == 3
+    ref = ref_head(q, k, v, False, 0)
+    assert float((o[:, :512, 0].float() - ref).abs().max()) <= ATOL       # blocks 0 and 1
+    assert split_chunks((8, 32, 8, 1024, False)) == 2 and split_chunks((1, 32, 8, 1024, False)) == 1
