@@ -83,8 +83,10 @@ def _report(monkeypatch, tmp_path, specs, *extra):
 
 def test_a_rerun_compiles_only_the_specs_whose_ir_moved(tmp_path, monkeypatch):
     """Three real specs (reduce_segments: small): the first run compiles all three, a re-run
-    none (nothing is compiled: LLVM is not reached), a corrupt entry is recomputed to the same
-    counts, and after one kernel's IR changes only that one is compiled again."""
+    none (nothing is compiled: LLVM is not reached; each spec's report is found by the spec
+    under this code, no IR built), a corrupt entry is recomputed to the same counts, and after an
+    edit (another code fingerprint) that moves one kernel's IR only that one is compiled again,
+    the others answered by their IR."""
     from rocke.compiler import pipeline
     from rocke.kernels.gfx942 import attention_reachable as reach
     from rocke.kernels.gfx942 import reduce_segments as rs
@@ -93,7 +95,8 @@ def test_a_rerun_compiles_only_the_specs_whose_ir_moved(tmp_path, monkeypatch):
     first, record = _report(monkeypatch, tmp_path, specs)
     assert "0 of 3 specs answered by the result store" in first and record["from_store"] == 0
     store = ResultStore(tmp_path / "store")
-    assert len(store) == 3
+    assert len(store) == 6          # each spec's compile, by its IR, and its report, by the spec
+    index = {store.path(reach.report_key(s)) for s in specs.values()}
 
     compiled = []
     real = pipeline._codegen_isolated
@@ -102,7 +105,10 @@ def test_a_rerun_compiles_only_the_specs_whose_ir_moved(tmp_path, monkeypatch):
         compiled.append(variant)
         return real(mod, tm, opt, variant, emit_object)
     monkeypatch.setattr(pipeline, "_codegen_isolated", counting)
+    real_counts = reach.spill_counts
+    monkeypatch.setattr(reach, "spill_counts", lambda spec: pytest.fail("an IR was built"))
     again, record2 = _report(monkeypatch, tmp_path, specs)
+    monkeypatch.setattr(reach, "spill_counts", real_counts)
     assert "3 of 3 specs answered by the result store" in again and compiled == []
     assert again.strip().splitlines()[-1] == first.strip().splitlines()[-1]
     # --no-cache: every spec compiled again, the same answer
@@ -110,9 +116,11 @@ def test_a_rerun_compiles_only_the_specs_whose_ir_moved(tmp_path, monkeypatch):
     assert "0 of 3 specs answered" in fresh and len(compiled) == 3
     compiled.clear()
 
-    # a corrupt entry: detected, recomputed (one compile), the same report
-    victim = next(iter((tmp_path / "store").rglob("*.json")))
-    victim.write_text(victim.read_text()[:-30])
+    # a corrupt entry: detected, recomputed (one compile), the same report (every report entry
+    # corrupt too, so the compile entries are asked)
+    victim = next(p for p in (tmp_path / "store").rglob("*.json") if p not in index)
+    for path in (victim, *index):
+        path.write_text(path.read_text()[:-30])
     healed, record3 = _report(monkeypatch, tmp_path, specs)
     assert "2 of 3 specs answered by the result store" in healed and len(compiled) == 1
     for r in (record2, record3):
@@ -120,7 +128,9 @@ def test_a_rerun_compiles_only_the_specs_whose_ir_moved(tmp_path, monkeypatch):
             {k: v for k, v in record.items() if k not in ("seconds", "from_store")}
     compiled.clear()
 
-    # one kernel's IR moves (a builder edit): only it is compiled
+    # one kernel's IR moves (a builder edit, so another code fingerprint): only it is compiled
+    monkeypatch.setattr(reach, "_worker_code", lambda: "edited")
+    monkeypatch.setattr(reach, "code_fingerprint", lambda: "edited")
     touched = sorted(specs)[1]
     real_build = rs.build
 

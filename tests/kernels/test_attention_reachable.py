@@ -85,6 +85,7 @@ def test_report_reachable_prints_one_summary_line_and_fails_on_spills(monkeypatc
         n = spec.kernel_name
         s = spills if n == spilling else fallback_spills if n == fallback else 0
         return n, type(spec).__name__, 0, s, None
+    monkeypatch.setenv("ROCKE_RESULTS_DIR", "off")   # faked counts stay out of any store
     monkeypatch.setattr(reach, "spill_counts", fake_counts)
     # the planned kernel spills, the chain's next one does not: a call launches that one
     out = tmp_path / "reach.json"
@@ -153,6 +154,7 @@ def _fake_reachable(monkeypatch, count=5, spilling_index=1):
     spilling = sorted(specs)[spilling_index]
     fallback = attention_spill.candidates(specs[spilling])[1].kernel_name
     monkeypatch.setattr(reach, "reachable_specs", lambda target="gfx942": dict(specs))
+    monkeypatch.setenv("ROCKE_RESULTS_DIR", "off")   # faked counts stay out of any store
     monkeypatch.setattr(reach, "spill_counts", lambda spec: (
         spec.kernel_name, type(spec).__name__, 0, 2 if spec.kernel_name == spilling else 0, None))
     return sorted(specs), spilling, fallback
@@ -164,6 +166,7 @@ def test_report_reachable_match_compiles_only_the_matching_specs(monkeypatch, tm
     names, spilling, _ = _fake_reachable(monkeypatch)
     compiled = []
     counts = reach.spill_counts
+    monkeypatch.setenv("ROCKE_RESULTS_DIR", "off")   # faked counts stay out of any store
     monkeypatch.setattr(reach, "spill_counts", lambda spec: compiled.append(spec.kernel_name)
                         or counts(spec))
     out = tmp_path / "m.json"
@@ -261,7 +264,7 @@ def test_report_reachable_needs_no_linker(tmp_path, monkeypatch):
     assert result.output.strip().splitlines()[-1] == \
         "reachable attention specs: 2 (2 UnifiedAttention2D); 0 spill (0 spills); " \
         "0 launch spilling after the fallback"
-    assert len(list((tmp_path / "cache" / "results").rglob("*.json"))) == 2   # compiled here
+    assert len(list((tmp_path / "cache" / "results").rglob("*.json"))) == 4   # 2 compiled here, 2 reports
 
 
 def test_the_compile_path_never_loads_the_emulator():

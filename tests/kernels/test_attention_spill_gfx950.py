@@ -216,6 +216,7 @@ def test_report_reachable_target_gfx950(monkeypatch, tmp_path):
                         lambda target="gfx942": asked.append(("corners", target)) or dict(specs))
     spilling = _wide4_bf16_d128().kernel_name
     fallback = spill.candidates(_wide4_bf16_d128())[1].kernel_name
+    monkeypatch.setenv("ROCKE_RESULTS_DIR", "off")   # faked counts stay out of any store
     monkeypatch.setattr(reach, "spill_counts", lambda spec: (
         spec.kernel_name, type(spec).__name__, 0, 3 if spec.kernel_name == spilling else 0, None))
     out = tmp_path / "r.json"

@@ -223,8 +223,19 @@ def report_task(spec, read: bool = True) -> dict:
     """One task of ``rocke report --reachable`` (run here, in a forked process or on a Ray
     worker): ``launch_counts`` of ``spec``, whether the result store answered every compile it
     needed (``stored``: nothing was compiled), and the fingerprint of the code that ran it.
-    ``read`` False: compute even what the store holds (and store it again)."""
+    ``read`` False: compute even what the store holds (and store it again). The store answers
+    first by the spec under this exact code (``report_key``: no IR is built, so an unchanged
+    tree's re-run costs a lookup a spec), then by each compile's IR (a kernel whose IR did not
+    move after an edit elsewhere)."""
     store = result_store()
+    key = report_key(spec) if store is not None else None
+    if key is not None and read:
+        found = store.get(key)
+        if found is not None:
+            try:
+                return {"counts": _counts_from_json(found), "stored": True, "code": _worker_code()}
+            except (TypeError, ValueError, KeyError):
+                store.corrupt += 1              # a value of the wrong shape: recompute it
     before = (store.misses, store.corrupt) if store is not None else None
     was, _READ_STORE[0] = _READ_STORE[0], read
     try:
@@ -232,7 +243,40 @@ def report_task(spec, read: bool = True) -> dict:
     finally:
         _READ_STORE[0] = was
     stored = store is not None and read and (store.misses, store.corrupt) == before
+    if key is not None:
+        store.put(key, _counts_to_json(counts))
     return {"counts": counts, "stored": stored, "code": _worker_code()}
+
+
+def report_key(spec) -> str:
+    """The store key of ``spec``'s report under this code (``code_fingerprint``: rocke's
+    sources and the LLVM toolchain) -- any edit moves every such key."""
+    import hashlib
+    h = hashlib.sha256()
+    for part in ("reachable-report-v1", _worker_code(), repr(spec)):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _counts_to_json(counts) -> list:
+    name, kind, vs, ss, error, fallback = counts
+    return [name, kind, vs, ss, error, None if fallback is None else {
+        "planned": fallback.planned, "planned_spills": list(fallback.planned_spills),
+        "chosen": fallback.chosen, "chosen_spills": list(fallback.chosen_spills),
+        "tried": fallback.tried}]
+
+
+def _counts_from_json(value) -> tuple:
+    name, kind, vs, ss, error, fallback = value
+    if not (isinstance(name, str) and isinstance(kind, str) and isinstance(vs, int)
+            and isinstance(ss, int) and (error is None or isinstance(error, str))):
+        raise ValueError("a stored report of the wrong shape")
+    if fallback is not None:
+        fallback = attention_spill.SpillFallback(
+            fallback["planned"], tuple(fallback["planned_spills"]), fallback["chosen"],
+            tuple(fallback["chosen_spills"]), fallback["tried"])
+    return name, kind, vs, ss, error, fallback
 
 
 @functools.lru_cache(maxsize=1)
