@@ -93,14 +93,18 @@ def run_rocke(q, k, v, causal, mode, profile=False, chunks=1):
     from rocke.kernels.gfx942 import dense_prefill as dp
     s, h, hk = q.shape[1], q.shape[2], k.shape[2]
     spec = rocke_spec(s, h, hk, causal, mode)
-    ck = compile_ir(dp.build(spec), target="gfx942")
     o = torch.zeros_like(q)
     seq_lens = torch.tensor([s], dtype=torch.int32)
-    plan = dp.TailSplit(1, chunks, 1 if chunks > 1 else 0)
-    partials = dp.split_workspace(spec, plan)
+    if chunks > 1:
+        plan = dp.TailSplit(1, chunks, 1)
+        split = dict(plan=plan, partials=dp.split_workspace(spec, plan))
+        grid = (plan.workgroups, 1, 1)
+    else:               # a launch that does not split runs the kernel without split_tail
+        spec, split, grid = replace(spec, split_tail=False), {}, (1, 1, 1)
+    ck = compile_ir(dp.build(spec), target="gfx942")
     _, block = dp.launch_geometry(spec, 1)
-    report = emu.launch(ck.asm, ck.name, (plan.workgroups, 1, 1), block,
-                        dp.kernel_args(spec, q, k, v, o, seq_lens, plan=plan, partials=partials),
+    report = emu.launch(ck.asm, ck.name, grid, block,
+                        dp.kernel_args(spec, q, k, v, o, seq_lens, **split),
                         target="gfx942", profile=profile, check=False)
     return o, report, ck
 
@@ -213,14 +217,18 @@ def model_row(row, result, mode, costs):
     b, h, hk, s, causal = row
     footprint = 2 * b * s * h * D * 2 + 2 * b * s * hk * D * 2
     flops = 4 * b * h * s * s * D // (2 if causal else 1)
-    spec = rocke_spec(s, h, hk, causal)
-    plan = dp.tail_split(spec, b)
-    main = result["rocke"][mode][plan.chunks]
-    order = [0] * plan.full_items + list(range(1, plan.chunks + 1)) * plan.tail_items
-    rows = plan.tail_items * (2 if spec.pair_causal else 1) * spec.block_m
-    partial_bytes = rows * plan.chunks * (D + 2) * 4
-    launches = {"rocke": (main, dict(grid=(plan.workgroups, 1, 1), order=order,
-                                     footprint=footprint + 2 * partial_bytes)),
+    spec, plan = dp.launch_plan(rocke_spec(s, h, hk, causal), b)
+    chunks = plan.chunks if plan else 1
+    main = result["rocke"][mode][chunks]
+    if plan:
+        order = [0] * plan.full_items + list(range(1, chunks + 1)) * plan.tail_items
+        rows = plan.tail_items * (2 if spec.pair_causal else 1) * spec.block_m
+        # the partials, written by the pieces and read back by the merging one
+        rocke = dict(grid=(plan.workgroups, 1, 1), order=order,
+                     footprint=footprint + 2 * rows * chunks * (D + 2) * 4)
+    else:
+        rocke = dict(grid=dp.launch_geometry(spec, b)[0], footprint=footprint)
+    launches = {"rocke": (main, rocke),
                 "aiter": (result["aiter"][mode], dict(grid=aiter_grid(b, h, s, causal),
                                                       footprint=footprint))}
     out = {}
@@ -230,7 +238,7 @@ def model_row(row, result, mode, costs):
             m = model_time(profile, costs=replace(costs, memory_latency_cycles=c), **kw)
             us = m.us
             per[c] = {"us": us, "tflops": flops / (us * 1e-6) / 1e12, "binding": m.binding,
-                      "chunks": plan.chunks if who == "rocke" else None,
+                      "chunks": chunks if who == "rocke" else None,
                       "matrix_busy": float(m.occupancy.get("matrix_busy", math.nan)),
                       "waves_per_simd": m.occupancy.get("waves_per_simd"),
                       "exposed_cycles": exposed_latency(profile, c)}

@@ -106,16 +106,15 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     if seq_lens is None:
         seq_lens = torch.full((B,), S, dtype=torch.int32, device=q.device)
     out = _output(out, q)
-    split = {}
-    if spec.split_tail:
-        # the grid's last, fractional round split over its keys (ALGORITHM.md §15): the plan
-        # and a fresh workspace (its ticket counters zero)
-        family.check_problem(spec, B=B)
-        plan = family.tail_split(spec, B)
-        split = dict(plan=plan, partials=family.split_workspace(spec, plan, device=q.device))
-    # checks seq_lens and sm_scale too; an empty batch (B = 0) is refused by name
+    family.check_problem(spec, B=B)      # an empty batch (B = 0) is refused by name
+    # the grid's last, fractional round split over its keys when that pays (ALGORITHM.md §15):
+    # the split kernel, its plan and a fresh workspace (its ticket counters zero)
+    spec, plan = family.launch_plan(spec, B)
+    split = {} if plan is None else dict(
+        plan=plan, partials=family.split_workspace(spec, plan, device=q.device))
+    # checks seq_lens and sm_scale too
     args = family.kernel_args(spec, q, k, v, out, seq_lens, sm_scale, **split)
-    grid, block = family.launch_geometry(spec, B, **({"plan": split["plan"]} if split else {}))
+    grid, block = family.launch_geometry(spec, B, plan=plan)
     from rocke.runtime import launch
     launch(compiled_kernel(spec), grid, block, args, device=device)
     return out

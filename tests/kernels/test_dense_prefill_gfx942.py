@@ -178,6 +178,11 @@ def test_tail_split_plans_by_hand(S, H, causal, B, plan):
     assert got.full_items + got.tail_items == dp.work_items(spec, B)
     grid, _ = dp.launch_geometry(spec, B)
     assert grid == (got.workgroups, 1, 1)
+    # a launch that does not split runs the kernel without split_tail, on its 3-D grid
+    launched, plan = dp.launch_plan(spec, B)
+    assert launched.split_tail == got.split and (plan == got if got.split else plan is None)
+    if not got.split:
+        assert launched.kernel_name == spec.kernel_name.removesuffix("_split")
 
 
 def _split_launch(S, H, HKV, causal, lens, slots, rounding="rne", seed=0):

@@ -10,6 +10,8 @@ last piece of each merging them. The public entry point is rocke.dense_attention
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rocke.kernels.common.dense_prefill import (ARGS, PARTIALS, DensePrefillSpec,  # noqa: F401
                                                 TailSplit, build, check_problem, kernel_args,
                                                 launch_geometry, persistent_workgroups,
@@ -30,6 +32,16 @@ def tuned_spec(dtype: str, seq_len: int, num_heads: int, num_kv_heads: int, caus
                             pair_causal=causal and layout != "thd",
                             split_tail=layout != "thd",
                             rounding=rounding, layout=layout, target=TARGET)
+
+
+def launch_plan(spec: DensePrefillSpec, B: int) -> tuple[DensePrefillSpec, TailSplit | None]:
+    """What a launch of ``spec`` (a split_tail spec, tuned_spec's for bshd / bhsd) for B
+    sequences runs: the split kernel and its plan when the plan splits, else the same spec
+    without split_tail (its 3-D grid, no pieces' state in its registers) and None."""
+    if not spec.split_tail:
+        return spec, None
+    plan = tail_split(spec, B)
+    return (spec, plan) if plan.split else (replace(spec, split_tail=False), None)
 
 
 def _variants() -> dict[str, DensePrefillSpec]:
