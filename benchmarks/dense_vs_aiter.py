@@ -136,6 +136,11 @@ def emulate(key) -> dict:
         o_aiter, aiter_report = cal.launch_aiter_fwd(aiter_dir, q, k, v, causal, "gfx942", mode)
         out["aiter"][mode], out["rocke"][mode] = aiter_report.profile, {}
         out["rocke_error"][mode] = 0.0
+        for key in ("ulps", "ulps_row", "spills", "kernel"):
+            out[key][mode] = {}
+        out["aiter_error"][mode] = max(float((o_aiter[:, r, :1].float() - ref[:, r]).abs().max())
+                                       for r in rows_of)
+        # per chunk count (1: the kernel without split_tail): what a row of that plan launches
         for chunks in chunk_counts:
             o, report, ck = run_rocke(q, k, v, causal, mode, profile=True, chunks=chunks)
             out["rocke"][mode][chunks] = report.profile
@@ -146,15 +151,13 @@ def emulate(key) -> dict:
             out["rocke_error"][mode] = max(out["rocke_error"][mode], max(
                 float((o[:, r, hd].float() - ref_head(q, k, v, causal, hd)[:, r]).abs().max())
                 for hd, r in checked))
-        out["aiter_error"][mode] = max(float((o_aiter[:, r, :1].float() - ref[:, r]).abs().max())
-                                       for r in rows_of)
-        out["ulps"][mode] = max(bf16_ulps(o[:, r, :1], o_aiter[:, r, :1]) for r in rows_of)
-        out["ulps_row"][mode] = max(bf16_ulps(
-            o[:, r, :1], o_aiter[:, r, :1], ref[:, r].abs().amax(dim=-1, keepdim=True))
-            for r in rows_of)
-        out["spills"][mode] = {"vgpr": ck.info.vgpr_spills, "sgpr": ck.info.sgpr_spills,
-                               "scratch_bytes": ck.info.scratch_bytes}
-        out["kernel"][mode] = ck.name
+            out["ulps"][mode][chunks] = max(bf16_ulps(o[:, r, :1], o_aiter[:, r, :1]) for r in rows_of)
+            out["ulps_row"][mode][chunks] = max(bf16_ulps(
+                o[:, r, :1], o_aiter[:, r, :1], ref[:, r].abs().amax(dim=-1, keepdim=True))
+                for r in rows_of)
+            out["spills"][mode][chunks] = {"vgpr": ck.info.vgpr_spills, "sgpr": ck.info.sgpr_spills,
+                                           "scratch_bytes": ck.info.scratch_bytes}
+            out["kernel"][mode][chunks] = ck.name
     return out
 
 
@@ -312,6 +315,9 @@ def main(argv=None) -> int:
     for row in chosen:
         b, h, hk, s, causal = row
         res = results[(s, causal, h, hk)]
+        chunks = split_chunks(row)
+        res = {**res, **{key: {mode: res[key][mode][chunks] for mode in a.modes}
+                         for key in ("ulps", "ulps_row", "spills", "kernel")}}
         label = f"b{b} h{h}/{hk} s{s} {'causal' if causal else 'full'}"
         for mode in a.modes:
             if not res["rocke_error"][mode] <= ATOL:
