@@ -94,12 +94,15 @@ class Value:
         return abs_(self)
 
     # ---- conversions ------------------------------------------------------------------------
-    def to(self, dtype, *, rounding: str = "rne") -> "Value":
+    def to(self, dtype, *, rounding: str = "rne", quiet_nans: bool = False) -> "Value":
         """Convert to ``dtype`` (numeric conversion). ``rounding="rtz"`` (toward zero) is
         accepted for f32->f16 (``v_cvt_pkrtz``) and f32->bf16, ``"rna"`` (to nearest, ties away
-        from zero) for f32->bf16; everything else rounds to nearest even ("rne")."""
+        from zero) for f32->bf16; everything else rounds to nearest even ("rne").
+        ``quiet_nans``: the value holds no signaling NaN (true of every arithmetic result: the
+        hardware quiets NaNs), so f32->bf16 toward zero is the bare truncation (a quiet NaN keeps
+        its quiet bit) without the NaN select."""
         from .convert import convert
-        return convert(self, T.dtype(dtype), rounding)
+        return convert(self, T.dtype(dtype), rounding, quiet_nans=quiet_nans)
 
     def bitcast(self, dtype, lanes: int | None = None) -> "Value":
         """Reinterpret the bits as ``dtype``; the lane count follows from the total width."""

@@ -151,3 +151,33 @@ def test_bf16_rounding_modes_are_refused_where_they_do_not_apply():
         v.to("f16", rounding="rna")
     with pytest.raises(ValueError, match="rounding must be one of"):
         v.to("bf16", rounding="rtne")
+
+
+def test_toward_zero_with_quiet_nans_is_the_bare_truncation():
+    """quiet_nans (the value is an arithmetic result): f32 -> bf16 toward zero keeps the high
+    half with no NaN compare; every quiet NaN stays a NaN (its quiet bit is in the high half) and
+    every other value converts as with the check. A signaling NaN whose payload is only in the
+    low half (0x7F800001) is what the promise rules out: it truncates to +inf."""
+    k = dsl.Kernel("to_bf16_rtz_quiet", target="gfx942", workgroup_size=64)
+    x = k.arg_ptr("x", "f32", readonly=True)
+    y = k.arg_ptr("y", "bf16")
+    i = k.thread_id(0) * 2
+    y.store(i, x.load(i, width=2).to("bf16", rounding="rtz", quiet_nans=True))
+    ck = compile_ir(k, target="gfx942", cache=False)
+    checked = compile_ir(_bf16_convert_kernel("gfx942", "rtz"), target="gfx942", cache=False)
+    assert "v_cmp_u_f32" in checked.asm and "v_cmp_u_f32" not in ck.asm
+    bits = [0xBF80FFFF, 0x7F7FFFFF, 0x7FC00001, 0xFFC00000, 0x7FFFFFFF, 0x7F800000, 0x7F800001]
+    gen = torch.Generator().manual_seed(4)
+    rand = (torch.randn(128 - len(bits), generator=gen) * 1e3).view(torch.int32).tolist()
+    every = [b & 0xFFFFFFFF for b in bits] + [b & 0xFFFFFFFF for b in rand]
+    x_t = torch.tensor(every, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    y_t = torch.zeros(128, dtype=torch.bfloat16)
+    emu.launch(ck.asm, ck.name, (1, 1, 1), (64, 1, 1), [x_t, y_t], target="gfx942")
+    got = [b & 0xFFFF for b in y_t.view(torch.int16).tolist()]
+    assert got[:6] == [0xBF80, 0x7F7F, 0x7FC0, 0xFFC0, 0x7FFF, 0x7F80]
+    assert got[6] == 0x7F80                       # the signaling NaN: +inf, as the doc says
+    assert got[7:] == [_bf16_by_definition(b, "rtz") for b in every[7:]]
+    other = dsl.Kernel("to_bf16_bad", target="gfx942", workgroup_size=64)
+    v = other.arg_ptr("x", "f32", readonly=True).load(other.thread_id(0))
+    with pytest.raises(ValueError, match="quiet_nans must be a bool"):
+        v.to("bf16", rounding="rtz", quiet_nans=1)

@@ -740,7 +740,9 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of, pie
                         tile.append(scaled)
                     m[t], l[t], p_t, alpha = online_softmax_update(m[t], l[t], tile)
                     for i in range(kv_frags):
-                        probs[i][t] = p_t[i].to(spec.dtype, rounding=spec.rounding)
+                        # exp2's results, like the products O * (1 / l) below: arithmetic
+                        # results, so no signaling NaN (rtz needs no NaN select)
+                        probs[i][t] = p_t[i].to(spec.dtype, rounding=spec.rounding, quiet_nans=True)
                     rescale(o, t, alpha)
                 if spec.pv_setprio:
                     k.s_setprio(1)
@@ -856,7 +858,8 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of, pie
                 for t in range(q_frags):
                     inv_l = l_final[t].map(rcp).broadcast_to(mma.C)
                     for j in range(d_frags):
-                        out = (o_final[t * d_frags + j] * inv_l).to(spec.dtype, rounding=spec.rounding)
+                        out = (o_final[t * d_frags + j] * inv_l).to(spec.dtype, rounding=spec.rounding,
+                                                                    quiet_nans=True)
                         store_fragment_global(o_buf, out, (j * am, q_cols[t]), q_ld,
                                               bounds=(None, length), transposed=True)
 
