@@ -90,10 +90,12 @@ def compiled_kernel(spec):
 
 def dense_spec(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, layout: str = "bshd",
                rounding: str = "rne"):
-    """The kernel spec ``dense_attention`` runs for these tensors (its name: the kernel)."""
+    """The kernel spec ``dense_attention`` runs for these tensors (its name: the kernel): the
+    tuned spec, with the tail split when this batch's grid splits (``family.launch_plan``)."""
     _check_options(causal, rounding)
     B, S, H, HKV, dtype = _problem(q, k, v, layout)
-    return family.tuned_spec(dtype, S, H, HKV, causal, rounding=rounding, layout=layout)
+    tuned = family.tuned_spec(dtype, S, H, HKV, causal, rounding=rounding, layout=layout)
+    return family.launch_plan(tuned, B)[0]
 
 
 def dense_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
@@ -108,8 +110,8 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     out = _output(out, q)
     family.check_problem(spec, B=B)      # an empty batch (B = 0) is refused by name
     # the grid's last, fractional round split over its keys when that pays (ALGORITHM.md §15):
-    # the split kernel, its plan and a fresh workspace (its ticket counters zero)
-    spec, plan = family.launch_plan(spec, B)
+    # the split kernel (dense_spec chose it), its plan and a fresh workspace (tickets zero)
+    plan = family.tail_split(spec, B) if spec.split_tail else None
     split = {} if plan is None else dict(
         plan=plan, partials=family.split_workspace(spec, plan, device=q.device))
     # checks seq_lens and sm_scale too

@@ -152,6 +152,10 @@ def test_a_split_launch_through_the_entry_point(monkeypatch):
     out = torch.full_like(q, 5.0)
     dense.dense_attention(q, k, v, seq_lens=lens, out=out)
     assert plans and (plans[0].full_items, plans[0].chunks, plans[0].tail_items) == (6, 3, 2)
+    # dense_spec names the kernel the call launches: the split one here, the plain one unsplit
+    assert dense.dense_spec(q, k, v).kernel_name.endswith("_split")
+    monkeypatch.setattr(family, "tail_split", real)
+    assert not dense.dense_spec(q, k, v).split_tail
     ref = _reference(q, k, v, [300, 90], False, 1 / math.sqrt(128))
     assert float((out[0].float() - ref[0]).abs().max()) <= attention_atol("bf16")
     assert float((out[1, :90].float() - ref[1, :90]).abs().max()) <= attention_atol("bf16")
