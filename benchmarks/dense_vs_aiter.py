@@ -331,7 +331,8 @@ def main(argv=None) -> int:
             lat = " ".join(f"{c}: {r['latency'][c]['tflops']:.0f}/{x['latency'][c]['tflops']:.0f} "
                            f"TFLOPS {m['speedup'][c]:.3f}x" for c in LATENCIES)
             at = r["latency"][2000], x["latency"][2000]
-            print(f"{label} {mode} | rocke/AITER {lat} | at 2000: MFMA busy "
+            split = f" (tail split, {chunks} pieces)" if chunks > 1 else ""
+            print(f"{label} {mode}{split} | rocke/AITER {lat} | at 2000: MFMA busy "
                   f"{at[0]['matrix_busy']:.2f}/{at[1]['matrix_busy']:.2f}, waves a SIMD "
                   f"{at[0]['waves_per_simd']}/{at[1]['waves_per_simd']}, exposed latency a wave "
                   f"{at[0]['exposed_cycles']:.0f}/{at[1]['exposed_cycles']:.0f} cycles, bound "
