@@ -225,10 +225,9 @@ def model_row(row, result, mode, costs):
     main = result["rocke"][mode][chunks]
     if plan:
         order = [0] * plan.full_items + list(range(1, chunks + 1)) * plan.tail_items
-        rows = plan.tail_items * (2 if spec.pair_causal else 1) * spec.block_m
         # the partials, written by the pieces and read back by the merging one
         rocke = dict(grid=(plan.workgroups, 1, 1), order=order,
-                     footprint=footprint + 2 * rows * chunks * (D + 2) * 4)
+                     footprint=footprint + 2 * dp.split_rows(spec, plan) * chunks * (D + 2) * 4)
     else:
         rocke = dict(grid=dp.launch_geometry(spec, b)[0], footprint=footprint)
     launches = {"rocke": (main, rocke),

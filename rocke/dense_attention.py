@@ -13,6 +13,9 @@ The kernel is gfx942's dense prefill family (``rocke.kernels.gfx942.dense_prefil
 one kernel per (dtype, S, H, H_kv, causal, rounding, layout), compiled on first use and kept for
 the process. It runs on the device rocke.runtime picks (the emulator by default). Every argument
 is checked before anything is launched; the output is a new tensor (or ``out``, written in place).
+A launch whose last round is split over its keys (ALGORITHM.md §15) also allocates its f32
+workspace per call (``family.split_workspace``; on a GPU through torch's caching allocator, plus
+a fill of its int32 ticket counters).
 Not covered: queries and keys of different lengths (cross-attention) and packed varlen
 (cu_seqlens) batches -- pad to S and pass ``seq_lens``.
 """
@@ -92,10 +95,15 @@ def dense_spec(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, layout:
                rounding: str = "rne"):
     """The kernel spec ``dense_attention`` runs for these tensors (its name: the kernel): the
     tuned spec, with the tail split when this batch's grid splits (``family.launch_plan``)."""
+    return _launch_plan(q, k, v, causal, layout, rounding)[0]
+
+
+def _launch_plan(q, k, v, causal, layout, rounding):
+    """(spec, tail split plan or None) of the call: the tuned spec through launch_plan."""
     _check_options(causal, rounding)
     B, S, H, HKV, dtype = _problem(q, k, v, layout)
     tuned = family.tuned_spec(dtype, S, H, HKV, causal, rounding=rounding, layout=layout)
-    return family.launch_plan(tuned, B)[0]
+    return family.launch_plan(tuned, B)
 
 
 def dense_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
@@ -103,15 +111,14 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
                     layout: str = "bshd", rounding: str = "rne", out: Optional[Tensor] = None,
                     device=None) -> Tensor:
     """Dense forward attention (see the module doc); returns the output (``out`` if given)."""
-    spec = dense_spec(q, k, v, causal=causal, layout=layout, rounding=rounding)
+    spec, plan = _launch_plan(q, k, v, causal, layout, rounding)
     B, S = q.shape[0], spec.seq_len
     if seq_lens is None:
         seq_lens = torch.full((B,), S, dtype=torch.int32, device=q.device)
     out = _output(out, q)
     family.check_problem(spec, B=B)      # an empty batch (B = 0) is refused by name
     # the grid's last, fractional round split over its keys when that pays (ALGORITHM.md §15):
-    # the split kernel (dense_spec chose it), its plan and a fresh workspace (tickets zero)
-    plan = family.tail_split(spec, B) if spec.split_tail else None
+    # the split kernel and its plan (launch_plan), a fresh workspace (tickets zero)
     split = {} if plan is None else dict(
         plan=plan, partials=family.split_workspace(spec, plan, device=q.device))
     # checks seq_lens and sm_scale too

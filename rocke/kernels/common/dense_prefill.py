@@ -336,10 +336,15 @@ def split_blocks(spec: DensePrefillSpec, B: int, plan: TailSplit) -> list[tuple[
     return out
 
 
+def split_rows(spec: DensePrefillSpec, plan: TailSplit) -> int:
+    """The workspace's rows a chunk: every split block's queries (a causal pair's two blocks)."""
+    return plan.tail_items * (2 if spec.pair_causal else 1) * spec.block_m
+
+
 def split_workspace(spec: DensePrefillSpec, plan: TailSplit, device=None) -> tuple:
-    """The f32 workspace of ``plan`` (PARTIALS; one element each when nothing is split)."""
+    """The workspace of ``plan`` (PARTIALS; one element each when nothing is split)."""
     import torch
-    rows = plan.tail_items * (2 if spec.pair_causal else 1) * spec.block_m
+    rows = split_rows(spec, plan)
     if not plan.split:
         return tuple(torch.empty(1, dtype=dt, device=device)
                      for dt in (torch.float32,) * 3 + (torch.int32,))
@@ -437,7 +442,7 @@ def kernel_args(spec: DensePrefillSpec, q, k, v, o, seq_lens, sm_scale: float | 
                                  f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
         check_device({"q": q, **dict(zip(PARTIALS, partials))})
         return [q, k, v, o, seq_lens, scale, plan.full_items, plan.chunks,
-                want[0].shape[1] if plan.split else 0, *partials]
+                split_rows(spec, plan), *partials]
     if plan is not None or partials is not None:
         raise ValueError("plan / partials: only a split_tail spec takes a tail split")
     return [q, k, v, o, seq_lens, scale]
@@ -510,7 +515,7 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
         batches, workgroups = k.arg_i32("batch"), k.arg_i32("num_workgroups")
     if spec.split_tail:     # the plan (TailSplit) and the split items' partials (f32 workspace)
         full_items, chunks = k.arg_i32("full_items"), k.arg_i32("chunks")
-        split_rows = k.arg_i32("split_rows")
+        workspace_rows = k.arg_i32("split_rows")
         partials = tuple(k.arg_ptr(name, dsl.f32) for name in PARTIALS[:3]) + (
             k.arg_ptr(PARTIALS[3], dsl.i32),)
 
@@ -536,24 +541,18 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
         is_piece = wg >= full_items
         p = select(is_piece, wg - full_items, 0)
         tail = p // chunks
-        w = select(is_piece, full_items + tail, wg)
-        inner, middle = (units, H) if spec.grid_order == "qb_major" else (H, units)
-        rest = udiv_const(w, inner)
-        batch = udiv_const(rest, middle)
-        fast, slow = w - rest * inner, rest - batch * middle
-        x, head = (fast, slow) if spec.grid_order == "qb_major" else (slow, fast)
+        x, head, batch = _item_of(spec, select(is_piece, full_items + tail, wg), units)
 
         chunk = p - tail * chunks
-        chunk_rows = chunk * split_rows
+        chunk_rows = chunk * workspace_rows
 
         def piece_of(which):
             block = tail * (2 if spec.pair_causal else 1) + which
             return Piece(is_piece, chunk, select(is_piece, chunks, 1), block,
-                         chunk_rows + block * spec.block_m, split_rows, partials, ticket)
+                         chunk_rows + block * spec.block_m, workspace_rows, partials, ticket)
         if spec.pair_causal:
-            step = (q_blocks - 1) - 2 * x
-            with k.for_range(0, 1 + minimum(step, 1)) as pair:
-                work(head, batch, lambda: x + pair.index * step, piece_of(pair.index))
+            _paired_blocks(k, q_blocks, x, lambda q_block_of, which:
+                           work(head, batch, q_block_of, piece_of(which)))
         else:
             work(head, batch, lambda: x, piece_of(0))
     elif spec.persistent:
@@ -562,30 +561,41 @@ def build(spec: DensePrefillSpec) -> dsl.Kernel:
         q_blocks = -(-S // spec.block_m)
         wg = k.block_id(0)
         items = (batches * (q_blocks * H) - wg + workgroups - 1) // workgroups
-        # qb_major: w = (batch * H + head) * q_blocks + q_block; hkv_major: w = (batch *
-        # q_blocks + q_block) * H + head (a KV group's heads are neighbours)
-        inner, middle = (q_blocks, H) if spec.grid_order == "qb_major" else (H, q_blocks)
         with k.for_range(0, items) as walk:
-            w = wg + walk.index * workgroups
-            rest = udiv_const(w, inner)
-            batch = udiv_const(rest, middle)
-            fast, slow = w - rest * inner, rest - batch * middle
-            q_block, head = (fast, slow) if spec.grid_order == "qb_major" else (slow, fast)
+            q_block, head, batch = _item_of(spec, wg + walk.index * workgroups, q_blocks)
             work(head, batch, lambda: q_block)
     else:
         q_axis, head_axis = (0, 1) if spec.grid_order == "qb_major" else (1, 0)
         head, batch = k.block_id(head_axis), k.block_id(2)
         if spec.pair_causal:
-            # AITER's head/tail pairing: block x runs x + 1 causal tiles, its partner
-            # q_blocks - x, so every workgroup runs q_blocks + 1 in all; with an odd count the
-            # middle block is its own partner and runs once. One loop body, not two copies.
-            x = k.block_id(q_axis)
-            step = (-(-S // spec.block_m) - 1) - 2 * x        # partner - x
-            with k.for_range(0, 1 + minimum(step, 1)) as pair:
-                work(head, batch, lambda: x + pair.index * step)
+            _paired_blocks(k, -(-S // spec.block_m), k.block_id(q_axis),
+                           lambda q_block_of, which: work(head, batch, q_block_of))
         else:
             work(head, batch, lambda: k.block_id(q_axis))
     return k
+
+
+def _item_of(spec, w, units):
+    """Work item ``w``'s (unit, head, batch), ``units`` a head's query blocks (or block pairs),
+    in grid_order's axis order: qb_major w = (batch * H + head) * units + unit; hkv_major w =
+    (batch * units + unit) * H + head (a KV group's heads are neighbours)."""
+    H = spec.num_heads
+    inner, middle = (units, H) if spec.grid_order == "qb_major" else (H, units)
+    rest = udiv_const(w, inner)
+    batch = udiv_const(rest, middle)
+    fast, slow = w - rest * inner, rest - batch * middle
+    unit, head = (fast, slow) if spec.grid_order == "qb_major" else (slow, fast)
+    return unit, head, batch
+
+
+def _paired_blocks(k, q_blocks: int, x, body):
+    """AITER's head/tail pairing: block x runs x + 1 causal tiles, its partner q_blocks - 1 - x
+    runs q_blocks - x, so a pair runs q_blocks + 1 in all; with an odd count the middle block is
+    its own partner and runs once. ``body(q_block_of, which)`` once per block (one loop body,
+    not two copies); which: 0 for x, 1 for its partner."""
+    step = (q_blocks - 1) - 2 * x        # partner - x
+    with k.for_range(0, 1 + minimum(step, 1)) as pair:
+        body(lambda: x + pair.index * step, pair.index)
 
 
 class Piece(NamedTuple):

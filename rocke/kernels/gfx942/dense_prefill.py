@@ -15,8 +15,8 @@ from dataclasses import replace
 from rocke.kernels.common.dense_prefill import (ARGS, PARTIALS, DensePrefillSpec,  # noqa: F401
                                                 TailSplit, build, check_problem, kernel_args,
                                                 launch_geometry, persistent_workgroups,
-                                                split_blocks, split_workspace, tail_split,
-                                                work_items)
+                                                split_blocks, split_rows, split_workspace,
+                                                tail_split, work_items)
 
 TARGET = "gfx942"
 BLOCK_M = 256       # queries a workgroup in the tuned geometry (a packed launch's grid unit)
