@@ -12,7 +12,10 @@ trips (rocke.perf.model_time; all times are **modelled MI300X time**, never GPU 
 Printed per row and mode: both kernels' modelled TFLOPS at the three latencies, the speedup
 (AITER's time / rocke's), the counters side by side (MFMA busy, LDS cycles and bytes, global
 bytes, waves a SIMD, exposed vector-memory latency a wave) and the max ulp difference; then the
-geomean speedup per mode and latency and the rows below 1.0.
+geomean speedup per mode and latency and the rows below 1.0, beside the ceiling: AITER's time
+over ``rocke.perf.matrix_ceiling_us`` (the row's FLOPs at the most matrix throughput the model's
+clock rule allows, plus the launch overhead), the most any kernel could beat AITER by in this
+model.
 
 rocke runs in the mode AITER's code object does (``rounding``: rtne -> rne, rtna -> rna, rtz ->
 rtz; P and O are rounded so). The ulp columns compare the two outputs element by element: in ulps
@@ -215,7 +218,7 @@ def model_row(row, result, mode, costs):
     dispatch order; the last, which merges, as the last of each item's pieces); the partials
     count in its footprint twice (written, then read by the merging piece)."""
     from rocke.kernels.gfx942 import dense_prefill as dp
-    from rocke.perf import model_time
+    from rocke.perf import matrix_ceiling_us, model_time
     from benchmarks.calibration import aiter_grid
     b, h, hk, s, causal = row
     footprint = 2 * b * s * h * D * 2 + 2 * b * s * hk * D * 2
@@ -250,6 +253,9 @@ def model_row(row, result, mode, costs):
                     "vgprs": profile.resources.get("vgprs"), "agprs": profile.resources.get("agprs")}
     out["speedup"] = {c: out["aiter"]["latency"][c]["us"] / out["rocke"]["latency"][c]["us"]
                       for c in LATENCIES}
+    # the most any kernel doing this row's FLOPs could beat AITER by in this model
+    ceiling_us = matrix_ceiling_us(flops, costs)
+    out["ceiling"] = {c: out["aiter"]["latency"][c]["us"] / ceiling_us for c in LATENCIES}
     return out
 
 
@@ -352,7 +358,9 @@ def main(argv=None) -> int:
             below = [t for t in mine if t["speedup"][c] < 1.0]
             print(f"geomean speedup over AITER ({mode}, {c} cycles): "
                   f"{geomean(t['speedup'][c] for t in mine):.3f}x over {len(mine)} rows; "
-                  f"{len(below)} below 1.0x; worst {min(t['speedup'][c] for t in mine):.3f}x")
+                  f"{len(below)} below 1.0x; worst {min(t['speedup'][c] for t in mine):.3f}x; "
+                  f"ceiling {geomean(t['ceiling'][c] for t in mine):.3f}x (lowest row "
+                  f"{min(t['ceiling'][c] for t in mine):.3f}x)")
         print(f"max rocke vs AITER ({mode}): {max(t['ulps'] for t in mine):.1f} bf16 ulp of the "
               f"element, {max(t['ulps_row'] for t in mine):.2f} at the row's largest |O|")
     if a.special_values:

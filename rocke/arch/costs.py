@@ -135,6 +135,15 @@ class Costs:
         return self.clock_hz - busy * (self.clock_hz - self.loaded_clock_hz)
 
     @property
+    def max_matrix_flops(self) -> float:
+        """The most dense f16/bf16 matrix FLOP/s the clock rule allows: the pipes' rate at
+        `effective_clock_hz(busy)` is `busy x clock(busy)` times the peak per cycle, which is
+        largest at busy = clock_hz / (2 (clock_hz - loaded_clock_hz)), capped at 1 (saturated
+        pipes on both targets: MI300X gives AMD's 708 TFLOPS MAF itself)."""
+        best = min(1.0, self.clock_hz / (2 * (self.clock_hz - self.loaded_clock_hz)))
+        return self.peak_dense_f16_flops * best * self.effective_clock_hz(best) / self.clock_hz
+
+    @property
     def simds(self) -> int:
         return self.target.cu_count * self.target.simds_per_cu
 

@@ -4,6 +4,6 @@
 counters into a modelled MI300X time, its speed-of-light bound and the binding resource. Every
 figure it prints is labelled "modelled MI300X time": there is no MI300X here.
 """
-from .model import LABEL, Modelled, model_time
+from .model import LABEL, Modelled, matrix_ceiling_us, model_time
 
-__all__ = ["model_time", "Modelled", "LABEL"]
+__all__ = ["model_time", "matrix_ceiling_us", "Modelled", "LABEL"]

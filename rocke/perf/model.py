@@ -118,6 +118,17 @@ def _exposed_latency(profile, costs: Costs, vm_waits: np.ndarray) -> np.ndarray:
     return trips * latency
 
 
+def matrix_ceiling_us(flops: float, costs: Costs = MI300X) -> float:
+    """The least modelled time (us) of any launch that does `flops` of dense f16/bf16 matrix
+    work on `costs`' GPU: its compute term is at least the work at `Costs.max_matrix_flops`
+    (the schedule's cycles at the clock its matrix load allows), and every modelled time adds
+    the launch overhead to its largest term. A bound on what any kernel can reach in this
+    model, not a prediction."""
+    if not flops >= 0:
+        raise ValueError(f"flops: a non-negative count, got {flops}")
+    return (flops / costs.max_matrix_flops + costs.launch_overhead_s) * 1e6
+
+
 _CLOCK_STEPS = 6       # fixed-point steps of clock <-> schedule (converged to <0.1 % on the anchors)
 
 

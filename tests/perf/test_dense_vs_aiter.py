@@ -59,3 +59,30 @@ def test_rockes_sample_launch_runs_a_whole_item_and_a_split_one():
     ref = ref_head(q, k, v, False, 0)
     assert float((o[:, :512, 0].float() - ref).abs().max()) <= ATOL       # blocks 0 and 1
     assert split_chunks((8, 32, 8, 1024, False)) == 2 and split_chunks((1, 32, 8, 1024, False)) == 1
+
+
+def test_each_rows_ceiling_is_aiters_time_over_its_flops_at_the_max_matrix_rate():
+    """model_row's ceiling for B1 H32/8 S1024 (not causal: 4 x 32 x 1024^2 x 128 = 17.18
+    GFLOP): AITER's modelled time over 17.18 GFLOP at 708 TFLOPS (24.26 us) plus the 4 us
+    launch, at each latency. A synthetic profile stands in for both kernels: each of the
+    launch's 128 workgroups (4 query blocks of 256 x 32 heads) does its share of the row's
+    work, 256 x 1024 x 128 x 4 FLOP = 8192 v_mfma_f32_32x32x8 (16384 FLOP each), so the
+    speedup (1.0) cannot pass the ceiling."""
+    import numpy as np
+    from rocke.arch.costs import costs_for
+    from rocke.emu.profile import LaunchProfile
+    p = LaunchProfile(
+        "synthetic", (1, 1, 1), (512, 1, 1), 1, 8,
+        {"vgprs": 256, "agprs": 0, "sgprs": 64, "lds_bytes": 32768}, [], {}, {}, {},
+        buckets=("v_mfma_f32_32x32x8_f16",), bucket_classes=("mfma",),
+        wg_issues=np.array([[8192]], np.int64), wg_lds_cycles=np.zeros(1, np.int64),
+        wg_global_bytes=np.zeros(1, np.int64))
+    row = (1, 32, 8, 1024, False)
+    assert bench.split_chunks(row) == 1
+    out = bench.model_row(row, {"rocke": {"rtne": {1: p}}, "aiter": {"rtne": p}}, "rtne",
+                          costs_for("gfx942"))
+    ceiling_us = 4 * 32 * 1024 ** 2 * 128 / 708e12 * 1e6 + 4.0
+    for c in bench.LATENCIES:
+        aiter_us = out["aiter"]["latency"][c]["us"]
+        assert out["ceiling"][c] == pytest.approx(aiter_us / ceiling_us, rel=1e-4)
+        assert out["ceiling"][c] >= out["speedup"][c]

@@ -1,12 +1,14 @@
 """The MI300X time model on counts worked out by hand, and its cost table against the MFMA
 catalog (two independent readings of the same CDNA3 facts)."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 from rocke.arch.costs import MI300X, MI355X, costs_for
 from rocke.arch.mfma import MFMA_CATALOG
 from rocke.emu.profile import LaunchProfile
-from rocke.perf import LABEL, model_time
+from rocke.perf import LABEL, matrix_ceiling_us, model_time
 
 CLOCK = MI300X.clock_hz
 LOADED = 2.1e9 * 708 / 1307.4     # AMD's MAF: 708 of 1307.4 BF16 TFLOPS, read as clock
@@ -305,3 +307,32 @@ def test_order_picks_each_dispatched_workgroups_sample():
         model_time(p, grid=(308, 1, 1), order=[0] * 307)
     with pytest.raises(ValueError, match="order"):
         model_time(p, grid=(3, 1, 1), order=[0, 1, 2])
+
+
+def test_max_matrix_flops_is_the_clock_rules_best():
+    """busy x clock(busy) grows up to busy 1 on both targets (loaded clock above half the
+    boost), so the most the rule allows is the peak at the loaded clock: MI300X 1307.4 x 708 /
+    1307.4 = 708 TFLOPS (AMD's MAF), MI355X 2516.6 x 1421.77 / 2516.6. A rule whose loaded
+    clock is below half the boost peaks inside: boost 2 GHz, loaded 0.5 GHz -> best busy 2/3,
+    clock 1 GHz, rate 2/3 x 1 / 2 = 1/3 of the peak (busy 1: 0.25 of it)."""
+    assert MI300X.max_matrix_flops == pytest.approx(708e12, rel=1e-4)
+    assert MI355X.max_matrix_flops == pytest.approx(1421.77e12, rel=1e-4)
+    steep = dataclasses.replace(MI300X, clock_hz=2e9, loaded_clock_hz=0.5e9)
+    assert steep.max_matrix_flops == pytest.approx(steep.peak_dense_f16_flops / 3, rel=1e-9)
+
+
+@pytest.mark.parametrize("workgroups", [1, 304, 609, 3040])
+def test_no_launch_beats_the_matrix_ceiling(workgroups):
+    """matrix_ceiling_us bounds model_time from below: pure MFMA launches of 1 to 3040
+    workgroups (8192 FLOP a v_mfma_f32_32x32x8_f16, 1000 a workgroup) are never faster; the
+    saturated whole rounds (3040 = 10 x 304) reach it to the fixed point's precision."""
+    p = _profile(workgroups, ["v_mfma_f32_32x32x8_f16"], ["mfma"], [1000])
+    flops = workgroups * 1000 * 2 * 32 * 32 * 8
+    m = model_time(p)
+    ceiling = matrix_ceiling_us(flops)
+    assert ceiling == pytest.approx(flops / 708e12 * 1e6 + LAUNCH_US, rel=1e-4)
+    assert m.us >= ceiling * (1 - 1e-9)
+    if workgroups == 3040:
+        assert m.us == pytest.approx(ceiling, rel=1e-6)
+    with pytest.raises(ValueError, match="flops"):
+        matrix_ceiling_us(-1.0)
