@@ -37,10 +37,12 @@ def _check_fnuz_target(k, dt: T.DType):
 ROUNDINGS = ("rne", "rna", "rtz")     # to nearest even, to nearest ties away, toward zero
 
 
-def convert(v, dst: T.DType, rounding: str, *, quiet_nans: bool = False):
+def convert(v, dst: T.DType, rounding: str, *, quiet_nans: bool = False, nan_check: bool = True):
     src = v.dtype
     if not isinstance(quiet_nans, bool):
         raise dsl_value_error(f"quiet_nans must be a bool, got {quiet_nans!r}")
+    if not isinstance(nan_check, bool):
+        raise dsl_value_error(f"nan_check must be a bool, got {nan_check!r}")
     if rounding not in ROUNDINGS:
         raise dsl_value_error(f"rounding must be one of {', '.join(map(repr, ROUNDINGS))}, got {rounding!r}")
     if rounding == "rtz" and not (src == T.f32 and dst in (T.f16, T.bf16)):
@@ -57,7 +59,7 @@ def convert(v, dst: T.DType, rounding: str, *, quiet_nans: bool = False):
         return as_f32 if dst == T.f32 else convert(as_f32, dst, "rne")
     if dst.kind in ("bf16", "fp8"):
         as_f32 = convert(v, T.f32, "rne")
-        return (_f32_to_bf16(as_f32, rounding, quiet_nans) if dst.kind == "bf16"
+        return (_f32_to_bf16(as_f32, rounding, quiet_nans, nan_check) if dst.kind == "bf16"
                 else _f32_to_fp8(as_f32, dst))
     if rounding == "rtz":
         return _f32_to_f16_rtz(v)
@@ -102,11 +104,13 @@ def _bf16_to_f32(v):
     return k.wrap(b.bitcast(bits, T.f32.vector_ir_type(v.lanes)), T.f32, v.lanes)
 
 
-def _f32_to_bf16(v, rounding: str = "rne", quiet_nans: bool = False):
+def _f32_to_bf16(v, rounding: str = "rne", quiet_nans: bool = False, nan_check: bool = True):
     """Round to nearest even: add 0x7FFF plus the lsb of the kept half; "rna" (ties away from
     zero): add 0x8000; "rtz": keep the high half. NaN -> quiet NaN in every mode (``quiet_nans``
     with "rtz": no NaN select -- the high half of a quiet NaN is one; a signaling NaN whose
-    payload lies only in the low half would become an infinity). On a target
+    payload lies only in the low half would become an infinity). ``nan_check=False``: no NaN
+    select in any mode; a NaN converts to what the rounding's integer arithmetic gives (a NaN,
+    an infinity or a zero). On a target
     with a native conversion (gfx950's v_cvt_pk_bf16_f32, RNE, NaN quieted) LLVM's ``fptrunc`` to
     ``bfloat`` selects it for "rne": one instruction per two values, no compare."""
     k = v.kernel
@@ -126,6 +130,8 @@ def _f32_to_bf16(v, rounding: str = "rne", quiet_nans: bool = False):
     else:
         lsb = b.and_(high, _const_like(v, 1))
         rounded = b.lshr(b.add(b.add(bits, _const_like(v, 0x7FFF)), lsb), _const_like(v, 16))
+    if not nan_check:
+        return k.wrap(b.trunc(rounded, T.i16.vector_ir_type(v.lanes)), T.bf16, v.lanes)
     quiet_nan = b.or_(high, _const_like(v, 0x40))
     is_nan = b.fcmp_unordered("uno", x, x)
     chosen = b.select(is_nan, quiet_nan, rounded)

@@ -174,8 +174,10 @@ class Fragment:
         """``cond ? self : other`` per element (``cond`` an i1 vector from ``coords()``)."""
         return Fragment(select(cond, self.value, self._other(other, "where")), self.layout)
 
-    def to(self, dtype, *, rounding: str = "rne", quiet_nans: bool = False) -> "Fragment":
-        return Fragment(self.value.to(dtype, rounding=rounding, quiet_nans=quiet_nans), self.layout)
+    def to(self, dtype, *, rounding: str = "rne", quiet_nans: bool = False,
+           nan_check: bool = True) -> "Fragment":
+        return Fragment(self.value.to(dtype, rounding=rounding, quiet_nans=quiet_nans,
+                                      nan_check=nan_check), self.layout)
 
     # -- coordinates ----------------------------------------------------------------------
     def coords(self, origin=(0, 0)) -> tuple[Value, Value]:

@@ -94,15 +94,20 @@ class Value:
         return abs_(self)
 
     # ---- conversions ------------------------------------------------------------------------
-    def to(self, dtype, *, rounding: str = "rne", quiet_nans: bool = False) -> "Value":
+    def to(self, dtype, *, rounding: str = "rne", quiet_nans: bool = False,
+           nan_check: bool = True) -> "Value":
         """Convert to ``dtype`` (numeric conversion). ``rounding="rtz"`` (toward zero) is
         accepted for f32->f16 (``v_cvt_pkrtz``) and f32->bf16, ``"rna"`` (to nearest, ties away
         from zero) for f32->bf16; everything else rounds to nearest even ("rne").
         ``quiet_nans``: the value holds no signaling NaN (true of every arithmetic result: the
         hardware quiets NaNs), so f32->bf16 toward zero is the bare truncation (a quiet NaN keeps
-        its quiet bit) without the NaN select."""
+        its quiet bit) without the NaN select. ``nan_check=False``: the caller needs no NaN
+        kept, so f32->bf16 drops the NaN select in every mode and a NaN converts to whatever the
+        rounding's integer add gives (a NaN, an infinity or a zero) -- for values whose NaNs
+        reach the result another way (attention's P: the row sum, taken from the unrounded P,
+        turns the row's output into NaN)."""
         from .convert import convert
-        return convert(self, T.dtype(dtype), rounding, quiet_nans=quiet_nans)
+        return convert(self, T.dtype(dtype), rounding, quiet_nans=quiet_nans, nan_check=nan_check)
 
     def bitcast(self, dtype, lanes: int | None = None) -> "Value":
         """Reinterpret the bits as ``dtype``; the lane count follows from the total width."""

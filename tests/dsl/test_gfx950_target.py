@@ -153,6 +153,46 @@ def test_bf16_rounding_modes_are_refused_where_they_do_not_apply():
         v.to("bf16", rounding="rtne")
 
 
+@pytest.mark.parametrize("rounding", ["rne", "rna"])
+def test_without_the_nan_check_finite_values_round_as_with_it(rounding):
+    """nan_check=False (the caller's NaNs reach its result another way): no NaN compare on
+    gfx942, every non-NaN value (ties, the largest finite, infinities, zeros, random) converts
+    bit for bit as with the check, and a NaN becomes what the integer rounding add gives: the
+    default NaN 0x7FC00000 and a NaN with a zero low half stay NaNs (0x7FC0, 0xFFFF), one whose
+    low half carries into the exponent does not (0x7FFFFFFF + 0x7FFF + 1 -> 0x8000, -0.0 in
+    rne; + 0x8000 -> 0x8000 in rna too)."""
+    k = dsl.Kernel(f"to_bf16_unchecked_{rounding}", target="gfx942", workgroup_size=64)
+    x = k.arg_ptr("x", "f32", readonly=True)
+    y = k.arg_ptr("y", "bf16")
+    i = k.thread_id(0) * 2
+    y.store(i, x.load(i, width=2).to("bf16", rounding=rounding, nan_check=False))
+    ck = compile_ir(k, target="gfx942", cache=False)
+    checked = compile_ir(_bf16_convert_kernel("gfx942", rounding), target="gfx942", cache=False)
+    assert "v_cmp_u_f32" in checked.asm and "v_cmp_u_f32" not in ck.asm
+    finite = [0x3F808000, 0x3F818000, 0x3F807FFF, 0xBF80FFFF, 0x7F7FFFFF, 0x00008000,
+              0x7F800000, 0xFF800000, 0x00000000, 0x80000000]
+    nans = [0x7FC00000, 0xFFFF0000, 0x7FFFFFFF]
+    gen = torch.Generator().manual_seed(5)
+    rand = (torch.randn(128 - len(finite) - len(nans), generator=gen) * 1e3).view(torch.int32)
+    every = [b & 0xFFFFFFFF for b in finite + nans + rand.tolist()]
+    x_t = torch.tensor(every, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    y_t = torch.zeros(128, dtype=torch.bfloat16)
+    emu.launch(ck.asm, ck.name, (1, 1, 1), (64, 1, 1), [x_t, y_t], target="gfx942")
+    got = [b & 0xFFFF for b in y_t.view(torch.int16).tolist()]
+    with_check = torch.zeros(128, dtype=torch.bfloat16)
+    emu.launch(checked.asm, checked.name, (1, 1, 1), (64, 1, 1), [x_t, with_check], target="gfx942")
+    want = [b & 0xFFFF for b in with_check.view(torch.int16).tolist()]
+    n = len(finite)
+    assert got[:n] == want[:n] and got[n + len(nans):] == want[n + len(nans):]
+    if rounding == "rna":
+        assert got[:n] == [_bf16_by_definition(b, "rna") for b in finite]
+    assert got[n:n + len(nans)] == [0x7FC0, 0xFFFF, 0x8000]
+    other = dsl.Kernel("to_bf16_bad_check", target="gfx942", workgroup_size=64)
+    v = other.arg_ptr("x", "f32", readonly=True).load(other.thread_id(0))
+    with pytest.raises(ValueError, match="nan_check must be a bool"):
+        v.to("bf16", nan_check=0)
+
+
 def test_toward_zero_with_quiet_nans_is_the_bare_truncation():
     """quiet_nans (the value is an arithmetic result): f32 -> bf16 toward zero keeps the high
     half with no NaN compare; every quiet NaN stays a NaN (its quiet bit is in the high half) and
