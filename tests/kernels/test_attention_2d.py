@@ -107,6 +107,54 @@ def test_flash_geometries_match_reference(geometry, head_size, block_size, group
     assert_close(spec, out, ref)
 
 
+@pytest.mark.parametrize("geometry", ["wide4", "L4"])
+@pytest.mark.parametrize("head_size, block_size, group", [(128, 64, 1), (64, 16, 5)])
+def test_bf16_flash_geometries_match_reference(geometry, head_size, block_size, group):
+    """gfx942's 32x32x8 atom has bf16 (v_mfma_f32_32x32x8_bf16): the transposed-x8 regime in
+    bf16, P rounded to nearest even without its NaN select (the row sum carries a NaN)."""
+    spec = a2.UnifiedAttention2DSpec(**dict(GEOMETRIES[geometry], dtype="bf16"), head_size=head_size,
+                                     block_size=block_size, num_queries_per_kv=group)
+    assert "mfma.f32.32x32x8bf16" in a2.build(spec).ir()
+    out, ref, _ = run_2d(spec, *MIX_LONG, num_kv_heads=1)
+    assert_close(spec, out, ref)
+
+
+def test_bf16_flash_with_window_and_softcap_matches_reference():
+    spec = a2.UnifiedAttention2DSpec(**dict(GEOMETRIES["wide4"], dtype="bf16"), head_size=64,
+                                     block_size=16, num_queries_per_kv=4, softcap=True,
+                                     sliding_window=True, interval_mask=True)
+    q, kc, vc, table, cu, seqused = make_problem("bf16", 64, 16, 4, *MIX_LONG, num_kv_heads=1)
+    out = torch.full_like(q, 7.0)
+    scale = 1 / math.sqrt(64)
+    grid, block = a2.launch_geometry(spec, 3, q.shape[0], 1)
+    launch(compiled(spec), grid, block, a2.kernel_args(spec, q, kc, vc, out, table, cu, seqused, scale,
+                                                       softcap=5.0, window_left=23))
+    ref = ref_paged_attn(q, kc, vc, cu, seqused, table, scale, softcap=5.0, window_size=(23, 0))
+    plain = ref_paged_attn(q, kc, vc, cu, seqused, table, scale)
+    assert (plain - ref).abs().max().item() > 3 * attention_atol("bf16")    # the features bite
+    assert_close(spec, out, ref)
+
+
+@pytest.mark.parametrize("regime", ["narrow", "flash"])
+def test_bf16_nan_in_a_query_row_reaches_only_its_output_row(regime):
+    """A NaN in one query element: that token-head's output row is all NaN, every other row
+    matches the reference -- also in the transposed-x8 regime, whose P conversion drops the NaN
+    select (the row's sum l, taken from the unrounded P, carries the NaN)."""
+    fields = dict(GEOMETRIES["wide4"], dtype="bf16") if regime == "flash" else \
+        dict(dtype="bf16", num_warps=2)
+    spec = a2.UnifiedAttention2DSpec(**fields, head_size=64, block_size=16, num_queries_per_kv=2)
+    q, kc, vc, table, cu, seqused = make_problem("bf16", 64, 16, 2, *MIX_LONG, num_kv_heads=1)
+    q[5, 1, 7] = float("nan")
+    out = torch.full_like(q, 7.0)
+    grid, block = a2.launch_geometry(spec, 3, q.shape[0], 1)
+    launch(compiled(spec), grid, block, a2.kernel_args(spec, q, kc, vc, out, table, cu, seqused, 0.125))
+    ref = ref_paged_attn(q, kc, vc, cu, seqused, table, 0.125)
+    nan = torch.zeros(q.shape, dtype=torch.bool)
+    nan[5, 1] = True
+    assert torch.equal(out.isnan(), nan) and torch.equal(ref.isnan(), nan)
+    assert_close(spec, out[~nan], ref[~nan])
+
+
 def test_k_buffering_follows_the_seed_rule():
     """use_k_single_buffer defaults to num_warps * 32 <= T on the flash path (ALGORITHM.md §9)."""
     assert not a2.UnifiedAttention2DSpec(**GEOMETRIES["wide4"]).use_k_single_buffer

@@ -826,7 +826,9 @@ class TransposedX8Path(TileLoop):
                 acc = mma(k_op, self.q_ops[st], acc)
             scores.append(self.masked_scores(acc, kv0, kv0 + i * 32, self.warp_col0, masked))
         m0, l0, probs, alpha = online_softmax_update(m[0], l[0], scores, axis=ROW)
-        probs = [p.to(s.dtype) for p in probs]
+        # bf16 (no native conversion on gfx942) without the NaN select: a NaN in P already
+        # made the row's sum l NaN (it sums the unrounded P), and with it the row's output
+        probs = [p.to(s.dtype, nan_check=False) for p in probs]
         if before_pv is not None:
             before_pv()                          # V_j lands (TileLoop._run_late_v)
         alpha_o = alpha.broadcast_to(mma.C)

@@ -10,7 +10,7 @@ group's heads share every K/V tile (GQA packed into M, ALGORITHM.md §7).
 Two matmul orientations (ALGORITHM.md §8):
 - narrow (default): 16x16x16 MFMA, ``S = Q K^T`` (queries on rows), P goes through LDS as the
   A operand of ``O = P V``;
-- transposed-x8 (``regime="transposed_x8"``, f16 only):
+- transposed-x8 (``regime="transposed_x8"``, f16 and bf16 on the 32x32x8 atom):
   ``S^T = K Q^T`` with 32x32x8, ``P^T`` stays in registers as the B operand of ``O^T = V^T P^T``;
   the output is staged through LDS aliased onto the dead K/V tiles.
 
@@ -313,8 +313,6 @@ def spec_problems(spec) -> list[str]:
     if spec.head_size not in TRANSPOSED_X8_HEAD_SIZES and spec.transposed_x8:
         out.append(f"head_size: {spec.head_size} has only the narrow path; the transposed-x8 "
                    f"path ships head sizes {TRANSPOSED_X8_HEAD_SIZES}")
-    if spec.transposed_x8 and spec.dtype != "f16" and getattr(spec, "x8t_atom", "32x32x8") == "32x32x8":
-        out.append("regime: transposed_x8 (the 32x32x8 atom) is fp16-only")   # gfx950's 32x32x16: bf16 too
     if out:
         return out
     transposed_x8 = spec.transposed_x8
@@ -486,6 +484,11 @@ def _variants() -> dict[str, UnifiedAttention2DSpec]:
                 g = rotated_group(hi, bi, gi)
                 out[f"{geometry}_f16_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(
                     dtype="f16", head_size=d, block_size=bs, num_queries_per_kv=g, **transposed_x8_geometry(geometry, d))
+            # bf16: the default geometry (the model's table picks the regime for bf16 classes)
+            g = rotated_group(hi, bi, 1)
+            out[f"wide4_bf16_d{d}_b{bs}_g{g}"] = UnifiedAttention2DSpec(
+                dtype="bf16", head_size=d, block_size=bs, num_queries_per_kv=g,
+                **transposed_x8_geometry("wide4", d))
     out.update(feature_variants(UnifiedAttention2DSpec, narrow_geometry, transposed_x8="wide4"))
     out.update(fp8_variants(UnifiedAttention2DSpec, transposed_x8_geometries=TRANSPOSED_X8_GEOMETRIES))
     return out
