@@ -175,6 +175,15 @@ def narrow_3d_specs(p):
     return ad.make_specs(p, geo, AttentionKnobs())
 
 
+# the 2D options in each of the two generic regimes (attention_dispatch.regime_geometry):
+# "2d" is the rules' regime, these name one regime whatever the rules or the table say
+REGIME_OPTIONS = {"2d:x8t": "transposed_x8", "2d:narrow": "narrow"}
+
+
+def is_2d(path: str) -> bool:
+    return path == "2d" or path in REGIME_OPTIONS
+
+
 def full_problem_specs(case: Case, sp, path: str):
     """The specs of the geometry the dispatcher picks for the FULL problem (its grid decides,
     e.g. the one-round KV tile of ALGORITHM.md §10.2), built for the sampled one; on gfx950 the
@@ -184,7 +193,13 @@ def full_problem_specs(case: Case, sp, path: str):
     from rocke.kernels.gfx942 import attention_dispatch as ad
     if case.target != "gfx942":
         return dispatcher(case.target).plan(full_problem(case, sp), path, AttentionKnobs()).specs
-    geo = ad.plan(full_problem(case, sp), path, AttentionKnobs(), with_specs=False).geometry
+    full = full_problem(case, sp)
+    regime = REGIME_OPTIONS.get(path)
+    if path == "2d":    # the rules' regime, not the one the committed table may name
+        rules = ad.geometry(full, "2d").regime
+        regime = rules if ad.regime_geometry(full, rules) is not None else None
+    geo = ad.plan(full, "2d" if is_2d(path) else path, AttentionKnobs(), with_specs=False,
+                  regime=regime).geometry
     return ad.make_specs(sp, geo, AttentionKnobs())
 
 
@@ -201,7 +216,7 @@ def profiles(case: Case, path: str, ns: int = 1):
     specs = option_specs(case, path)
     # the grids of the real launch (attention_launch.launch_geometries) over the sampled problem:
     # its one KV head's q-head blocks, all group_split of them for a GQA group above 16
-    geometries = al.launch_geometries(sp, specs, None if path == "2d" else ns)
+    geometries = al.launch_geometries(sp, specs, None if is_2d(path) else ns)
     key = (case.pattern, sp.num_queries_per_kv, case.dtype, case.d, case.block_size, path, ns,
            specs[0].kernel_name, case.target, case.window, case.softcap, case.kv)
     if key in _PROFILES:
@@ -210,7 +225,7 @@ def profiles(case: Case, path: str, ns: int = 1):
     common = (args["block_table"], args["cu_seqlens_q"], args["seqused_k"],
               float(args["softmax_scale"]))
     cache = cache_kwargs(args, sp)
-    if path == "2d":
+    if is_2d(path):
         (spec,) = specs
         a = k2.kernel_args(spec, q, k, v, out, *common, **cache, **case.features)
         ((g, b),) = geometries
@@ -323,6 +338,10 @@ def sweep_case(case: Case, counts=SEGMENT_COUNTS) -> dict:
         for ns in sorted(set(counts) | {chosen_ns}):
             options[f"3dn/{ns}"] = modelled(case, "3d-narrow", ns)
     choice = "2d" if path == "2d" else f"3d/{auto.geometry.num_segments}"
+    if path == "2d" and auto.geometry.regime != ad.geometry(p, "2d").regime:
+        # the table's regime: the 2D option in it
+        choice = next(o for o, r in REGIME_OPTIONS.items() if r == auto.geometry.regime)
+        options[choice] = modelled(case, choice)
     best = {c: min(options, key=lambda o: options[o][c]) for c in LATENCIES}
     return {"case": case.label, "kind": case.kind, "choice": choice, "reason": reason,
             "rule_segments": chosen_ns, "options": options, "best": best,

@@ -205,10 +205,23 @@ def model_case(case: ds.Case) -> dict:
     counts = {ad.table_segments(n, tiles) for n in SEGMENT_CANDIDATES}
     counts.add(ad.geometry(p, "3d").num_segments)
     us = {"2d": float(ds.modelled(case, "2d")[LATENCY])}
+    other = other_regime_option(p)
+    if other:
+        us[other] = float(ds.modelled(case, other)[LATENCY])
     for n in sorted(counts):
         us[f"3d/{n}"] = float(ds.modelled(case, "3d", n)[LATENCY])
     row = {"case": case.label, "class": ad.problem_class(p), "us": us, "rule": rule}
     return add_fill(case, row)
+
+
+def other_regime_option(p) -> str | None:
+    """The 2D option in the regime the rules do not pick ("2d:x8t" / "2d:narrow"), where both
+    regimes apply to ``p`` (attention_dispatch.regime_geometry); None elsewhere."""
+    rules = ad.geometry(p, "2d").regime
+    for option, regime in ds.REGIME_OPTIONS.items():
+        if regime != rules and ad.regime_geometry(p, regime) is not None:
+            return option
+    return None
 
 
 def add_fill(case: ds.Case, row: dict) -> dict:
@@ -232,10 +245,12 @@ def add_fill(case: ds.Case, row: dict) -> dict:
 
 
 def _key(option: str):
-    """Preference among equals: 2D, then the fill options (they follow a problem's grid), then
-    fewer segments."""
+    """Preference among equals: 2D in the rules' regime, then in the other, then the fill
+    options (they follow a problem's grid), then fewer segments."""
     if option == "2d":
         return (0, 0)
+    if option in ds.REGIME_OPTIONS:
+        return (0, 1)
     n = option.split("/")[1]
     return (1, int(n[4:]) - 10) if n.startswith("fill") else (1, int(n))
 
@@ -243,20 +258,25 @@ def _key(option: str):
 def choose(rows: list) -> dict:
     """The class's entry from its problems' rows: the option whose worst ratio to each
     problem's fastest is least (ties: 2D, then fewer segments), and the best 3D count alike
-    (for a forced 3D call)."""
+    (for a forced 3D call); a 2D best in the regime the rules do not pick is named
+    ("regime", which attention_dispatch.plan follows)."""
     options = sorted({o for r in rows for o in r["us"]}, key=_key)
 
     def worst(o):
         return max(r["us"][o] / min(r["us"].values()) if o in r["us"] else float("inf")
                    for r in rows)
     best = min(options, key=lambda o: (round(worst(o), 9), _key(o)))
-    best3 = min((o for o in options if o != "2d"), key=lambda o: (round(worst(o), 9), _key(o)))
+    best3 = min((o for o in options if o.startswith("3d/")),
+                key=lambda o: (round(worst(o), 9), _key(o)))
     us = {o: round(rows[0]["us"][o], 3) for o in sorted(rows[0]["us"], key=_key)}
     n3 = best3.split("/")[1]
-    return {"path": best.split("/")[0], "segments": n3 if n3.startswith("fill") else int(n3),
-            "best": best,
-            "worst_ratio": round(float(worst(best)), 4), "problems": sorted(r["case"] for r in rows),
-            "us": us}
+    entry = {"path": "2d" if ds.is_2d(best) else "3d",
+             "segments": n3 if n3.startswith("fill") else int(n3), "best": best,
+             "worst_ratio": round(float(worst(best)), 4),
+             "problems": sorted(r["case"] for r in rows), "us": us}
+    if best in ds.REGIME_OPTIONS:
+        entry["regime"] = ds.REGIME_OPTIONS[best]
+    return entry
 
 
 def model_task(case: ds.Case) -> tuple[dict, float]:

@@ -153,13 +153,83 @@ def test_choose_takes_the_least_worst_ratio():
                                                                      "3d/fill1", 1.0)
 
 
+def test_choose_names_the_other_regime_when_it_is_fastest():
+    """"2d:x8t" (transposed-x8 where the rules run narrow) 1.0x, the rules' 2D 1.6x, 3d/8
+    2.0x: the entry is 2D with regime transposed_x8 and 8 segments for a forced 3D call; on a
+    tie the rules' regime wins and no regime is named."""
+    e = dt.choose([{"case": "a", "us": {"2d": 16.0, "2d:x8t": 10.0, "3d/8": 20.0}}])
+    assert (e["path"], e["best"], e["regime"], e["segments"]) == ("2d", "2d:x8t", "transposed_x8", 8)
+    e = dt.choose([{"case": "a", "us": {"2d": 10.0, "2d:x8t": 10.0, "3d/8": 20.0}}])
+    assert (e["path"], e["best"]) == ("2d", "2d") and "regime" not in e
+
+
+def _bf16_prefill():
+    return problem(ds.Case("prefill", ((96, 96),), 2, 8, 2, "bf16", 64))
+
+
+def test_regime_geometry_applies_to_the_generic_2d_rows_only():
+    """bf16 d64 prefill: the rules run it narrow, transposed-x8 applies (4 warps x 32 query
+    columns); d256 and QQ-bias pin narrow (None); a regime that is not one is refused."""
+    from dataclasses import replace
+    p = _bf16_prefill()
+    assert ad.geometry(p, "2d").regime == "narrow"
+    x8 = ad.regime_geometry(p, "transposed_x8")
+    assert (x8.regime, x8.num_warps, x8.block_m_per_warp) == ("transposed_x8", 4, 32)
+    assert ad.regime_geometry(p, "narrow").regime == "narrow"
+    assert ad.regime_geometry(replace(p, head_size=256), "transposed_x8") is None
+    assert ad.regime_geometry(replace(p, qq_bias=True), "transposed_x8") is None
+    with pytest.raises(ValueError, match="regime: must be one of transposed_x8, narrow, got 'x8t'"):
+        ad.regime_geometry(p, "x8t")
+
+
+def test_plan_follows_a_tables_regime(monkeypatch):
+    """An entry naming transposed-x8 for a bf16 class: plan() (auto and forced 2D) launches
+    that regime and says so; a caller's regime= overrides it; a class without an entry keeps
+    the rules' narrow; regime= on 3D or a pinned problem is refused."""
+    from dataclasses import replace
+    p = _bf16_prefill()
+    knobs = AttentionKnobs()
+    monkeypatch.setattr(ad, "_MODEL_TABLE", {ad.problem_class(p): {
+        "path": "2d", "segments": 4, "best": "2d:x8t", "regime": "transposed_x8",
+        "us": {"2d:x8t": 1.0}}})
+    for backend in ("auto", "2d"):
+        got = ad.plan(p, backend, knobs)
+        assert got.geometry.regime == "transposed_x8" and "regime from the model's table" in got.geometry.reason
+        assert got.specs[0].transposed_x8 and got.specs[0].dtype == "bf16"
+    assert ad.plan(p, "2d", knobs, regime="narrow").geometry.regime == "narrow"
+    monkeypatch.setattr(ad, "_MODEL_TABLE", {})
+    assert ad.plan(p, "auto", knobs).geometry.regime == "narrow"
+    with pytest.raises(ValueError, match="regime: only gfx942's 2D path has a choice of regime"):
+        ad.plan(p, "3d", knobs, regime="transposed_x8")
+    with pytest.raises(ValueError, match="regime: 'transposed_x8' does not apply to this problem"):
+        ad.plan(replace(p, head_size=256), "2d", knobs, regime="transposed_x8")
+
+
+def test_a_bf16_transposed_x8_plan_from_the_table_matches_the_reference(monkeypatch):
+    """Through the entry point: a bf16 d64 prefill mix whose (made-up) entry names transposed-x8
+    runs the 32x32x8 bf16 kernel, and its output matches the reference."""
+    from rocke.kernels.common import attention_unified as au
+    from rocke.kernels.common.tolerances import attention_atol
+    from tests.kernels.unified_inputs import make_inputs, reference
+    args = make_inputs([(1, 40), (33, 33), (5, 70)], hq=8, hk=2, d=64, bs=16, dtype="bf16", seed=3)
+    p = au.describe_problem(*(args[n] for n in ds.NAMES))
+    monkeypatch.setattr(ad, "_MODEL_TABLE", {ad.problem_class(p): {
+        "path": "2d", "segments": 2, "best": "2d:x8t", "regime": "transposed_x8",
+        "us": {"2d:x8t": 1.0}}})
+    record = au.run_unified_attention_torch(**args, backend="auto")
+    assert record.plan.specs[0].transposed_x8 and record.plan.specs[0].dtype == "bf16"
+    err = (args["out"].float() - reference(args)).abs().max().item()
+    assert err <= attention_atol("bf16")
+
+
 def test_committed_entries_are_their_problems_best_within_3_percent():
     """Every committed class's plan is within 3 % of the fastest option of each of its swept
     problems (the tool's worst ratio), and its times hold the option it names."""
     assert COMMITTED
     for key, e in COMMITTED.items():
         assert e["worst_ratio"] <= dt.WITHIN, key
-        assert e["best"] in e["us"] and e["path"] == e["best"].split("/")[0], key
+        assert e["best"] in e["us"] and e["path"] == ("2d" if ds.is_2d(e["best"]) else "3d"), key
+        assert e.get("regime") == ds.REGIME_OPTIONS.get(e["best"]), key
         assert e["us"][e["best"]] <= dt.WITHIN * min(e["us"].values()), key
 
 

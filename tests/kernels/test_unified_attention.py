@@ -191,11 +191,13 @@ def test_num_warps_lever_overrides_flash_width():
 
 @pytest.mark.parametrize("d, warps, rows, bs, tile, single", [
     (128, 2, 16, 64, 32, True), (128, 2, 16, 16, 16, False), (64, 4, 32, 32, 32, False)])
-def test_bf16_is_narrow(d, warps, rows, bs, tile, single):
+def test_bf16_is_narrow_by_the_rules(d, warps, rows, bs, tile, single):
+    """The rules keep bf16 narrow; transposed-x8 (32x32x8 has bf16) comes from the model's table
+    (attention_dispatch.regime_geometry)."""
     geo = dispatch.geometry(_filling(dtype="bf16", head_size=d, block_size=bs), "2d", sms=MI300X_SMS)
     assert (geo.regime, geo.num_warps, geo.block_m_per_warp, geo.tile_size, geo.k_single_buffer) == \
         ("narrow", warps, rows, tile, single)
-    assert "fp16-only" in geo.reason
+    assert "model's dispatch table picks transposed-x8" in geo.reason
 
 
 @pytest.mark.parametrize("dtype, d, regime, block_m", [
@@ -290,10 +292,12 @@ def test_one_round_grid_grows_the_kv_tile(dtype, d, name, table_tile, tile, work
     ("f16", 256, 64, dict(softcap=30.0), False, 2),  # a score feature: the table's body
     ("bf16", 128, 64, dict(kv_dtype="fp8_e4m3fnuz"), False, 2),   # fp8 cache: the table's body
 ])
-def test_one_round_body_of_a_plain_prefill(dtype, d, block_size, kw, one_page, warps):
+def test_one_round_body_of_a_plain_prefill(dtype, d, block_size, kw, one_page, warps, monkeypatch):
     """A plain one-round prefill (no score feature, cache and output in the Q dtype) looks its
     page up once per tile where the page holds the tile (spec one_page_tile, "_op" in its name),
-    and d256 takes 4 warps x 16 rows (ALGORITHM.md §10.2, one_round_body)."""
+    and d256 takes 4 warps x 16 rows (ALGORITHM.md §10.2, one_round_body). The rules' regime:
+    the model's table names narrow for the fp16 d128 class of this shape (§10.0)."""
+    monkeypatch.setattr(dispatch, "_MODEL_TABLE", {})
     p = _problem(dtype=dtype, head_size=d, block_size=block_size, **SHORT_PREFILL, **kw)
     the_plan = dispatch.plan(p, "auto", AttentionKnobs(), sms=MI300X_SMS)
     (spec,) = the_plan.specs

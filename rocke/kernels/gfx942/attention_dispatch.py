@@ -428,6 +428,14 @@ def _narrow_2d_single_k(p: UnifiedAttentionProblem, k: AttentionKnobs) -> Geomet
     return replace(_narrow_2d(p, k), k_single_buffer=True)
 
 
+def _f16_transposed_x8_row(p: UnifiedAttentionProblem) -> bool:
+    return p.dtype == "f16" and p.head_size in a2.TRANSPOSED_X8_HEAD_SIZES
+
+
+def _narrow_2d_row(p: UnifiedAttentionProblem) -> bool:
+    return True
+
+
 # (path, applies(problem), make(problem, knobs) -> Geometry, reason). The numbers (warps, rows,
 # tile) come from the kernel's shipped geometry table, so the dispatcher picks shipped variants.
 GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
@@ -456,16 +464,17 @@ GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
     ("3d", lambda p: p.qq_bias, _narrow_3d,
      "QQ-bias: narrow 1 warp x 16 rows, as in 2D (the transposed-x8 L4 geometry spills with the "
      "per-score bias gather, ALGORITHM.md §12.4)"),
-    ("2d", lambda p: p.dtype == "f16" and p.head_size in a2.TRANSPOSED_X8_HEAD_SIZES, _transposed_x8_2d,
-     "fp16: transposed-x8 (S^T = K Q^T on the fp16-only 32x32x8 atom keeps P^T in "
-     "registers, ALGORITHM.md §8; d64 and d128); wide4 is the analytic default, FLASH_WIDE picks "
+    ("2d", _f16_transposed_x8_row, _transposed_x8_2d,
+     "fp16 at d64 / d128: transposed-x8 (S^T = K Q^T on the 32x32x8 atom keeps P^T in "
+     "registers, ALGORITHM.md §8); wide4 is the analytic default, FLASH_WIDE picks "
      "wide2/L4, NUM_WARPS overrides; d128 walks T = 32 so K + V^T + the aliased stages fit "
      "32 KiB, 2 WG/CU (ALGORITHM.md §9)"),
-    ("2d", lambda p: True, _narrow_2d,
-     "bf16: narrow 16x16x16, P through LDS (the 32x32x8 atom is fp16-only on gfx942, "
-     "CDNA3 ISA guide); d64 4 warps x 32 rows, d128 2 warps x 16 rows; T = min(block_size, 32). d256 "
-     "(fp16 and bf16) is narrow only: 2 warps x 16 rows, the head dim split over 16 K-steps, "
-     "LDS checked by the spec (ALGORITHM.md §11.2)"),
+    ("2d", _narrow_2d_row, _narrow_2d,
+     "bf16: narrow 16x16x16, P through LDS; d64 4 warps x 32 rows, d128 2 warps x 16 rows; T = "
+     "min(block_size, 32) (gfx942's 32x32x8 atom has bf16 too: the model's dispatch table picks "
+     "transposed-x8 for the classes where it models faster, REGIME_GEOMETRIES). d256 (fp16 and "
+     "bf16) is narrow only: 2 warps x 16 rows, the head dim split over 16 K-steps, LDS checked by "
+     "the spec (ALGORITHM.md §11.2)"),
     ("3d", lambda p: p.head_size > 256, _narrow_3d_two_warps,
      "d512: narrow 2 warps x 16 rows, T = 16, one K buffer: one warp of 16 rows spilled 1-3 "
      "registers (f16/bf16, block 16: its 16 x 512 fp32 output next to the K/V staging), two "
@@ -477,6 +486,32 @@ GEOMETRY_RULES: tuple[tuple[str, Callable, Callable, str], ...] = (
      "geometry (32 query columns, ~200 VGPRs) models 2-4x slower on decode at every round-trip "
      "assumption (benchmarks/dispatch_sweep.py, ALGORITHM.md §10.2)"),
 )
+
+
+# the two generic 2D regimes at d64 / d128: where the rules' 2D row is one of these, the model's
+# dispatch table (tools/dispatch_tables.py) may name the other for a class ("regime")
+REGIME_GEOMETRIES = {policy.TRANSPOSED_X8: _transposed_x8_2d, policy.NARROW: _narrow_2d}
+
+
+def regime_geometry(p: UnifiedAttentionProblem, regime: str, knobs: AttentionKnobs | None = None,
+                    sms: int | None = None) -> Geometry | None:
+    """``p``'s 2D geometry in ``regime`` (attention_policy.NARROW / TRANSPOSED_X8), its KV tile
+    grown as ``geometry`` grows it; None where the rules' 2D row is not one of the two generic
+    regimes (d256, QQ-bias, the per-token-head corners: a regime the rules pin)."""
+    if regime not in REGIME_GEOMETRIES:
+        raise ValueError(f"regime: must be one of {', '.join(REGIME_GEOMETRIES)}, got {regime!r}")
+    knobs = AttentionKnobs() if knobs is None else knobs
+    if p.head_size not in a2.TRANSPOSED_X8_HEAD_SIZES:
+        return None
+    for rule_path, applies, make, _ in GEOMETRY_RULES:
+        if rule_path == "2d" and applies(p):
+            if applies not in (_f16_transposed_x8_row, _narrow_2d_row):
+                return None          # a feature's or corner's own row pins the regime
+            break
+    geo = REGIME_GEOMETRIES[regime](p, knobs)
+    reason = (f"{regime} 2D, chosen over the rules' regime" if make is not REGIME_GEOMETRIES[regime]
+              else "the rules' 2D regime")
+    return one_round_tile(p, replace(geo, reason=reason), knobs, sms)
 
 
 def recommend_graph_replay(problem: UnifiedAttentionProblem, knobs: AttentionKnobs | None = None,
@@ -717,10 +752,13 @@ def model_choice(p: UnifiedAttentionProblem):
 def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
          knobs: AttentionKnobs | None = None, *, with_specs: bool = True,
          num_segments: int | None = None, sms: int | None = None, capabilities=CAPABILITIES,
-         spec_classes: tuple | None = None, geometry_of: Callable | None = None) -> Plan:
+         spec_classes: tuple | None = None, geometry_of: Callable | None = None,
+         regime: str | None = None) -> Plan:
     """Path, geometry and kernel specs of ``problem`` (refused if gfx942 has no kernel for it).
     ``num_segments``: the caller's 3D segment count (vLLM's ``num_par_softmax_segments``), used
-    as given instead of the dispatcher's. ``sms``, ``capabilities``, ``spec_classes``,
+    as given instead of the dispatcher's. ``regime``: the 2D regime (attention_policy.NARROW /
+    TRANSPOSED_X8) where both apply (``regime_geometry``); default: the table's for a
+    tabulated class, else the rules'. ``sms``, ``capabilities``, ``spec_classes``,
     ``geometry_of``: another target's facts, kernels and geometry rules
     (rocke/kernels/gfx950/attention_dispatch.py)."""
     capabilities.check(problem)
@@ -744,6 +782,19 @@ def plan(problem: UnifiedAttentionProblem, backend: str = "auto",
     if problem.batch_invariant:
         path, reason, num_segments = batch_invariant_path(path, reason, num_segments)
     geo = (geometry_of or geometry)(problem, path, knobs, sms)
+    if regime is not None:
+        if geometry_of is not None or path != "2d":
+            raise ValueError(f"regime: only gfx942's 2D path has a choice of regime, this call "
+                             f"takes {path} ({reason})")
+        chosen = regime_geometry(problem, regime, knobs, sms)
+        if chosen is None:
+            raise ValueError(f"regime: {regime!r} does not apply to this problem (its 2D "
+                             f"geometry is pinned: {geo.reason})")
+        geo = chosen
+    elif path == "2d" and entry is not None and entry.get("regime") and geometry_of is None:
+        chosen = regime_geometry(problem, entry["regime"], knobs, sms)
+        if chosen is not None:
+            geo = replace(chosen, reason=chosen.reason + "; regime from the model's table")
     if path == "3d" and entry is not None and entry.get("segments") and num_segments is None:
         geo = replace(geo, num_segments=entry_segments(problem, geo, entry["segments"]),
                       reason=geo.reason + "; segments from the model's table")

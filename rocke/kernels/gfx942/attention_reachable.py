@@ -8,7 +8,8 @@ descales, int8 / fp8 with per-token-head scales: KV_ENCODINGS) x every subset of
 features (softcap, ALiBi, QQ-bias, sliding window, sinks, mm_prefix_range) x the output-side
 extras (square-root ALiBi, fp8 output: EXTRAS, all off or all on) x path (2D, 3D: both are
 reachable for every class, 3D by ``backend="3d"`` or vLLM's 3D rule) x the transposed-x8
-geometry lever (HIPDNN_GFX942_FLASH_WIDE), plus ``reduce_segments`` per dtype x head size x
+geometry lever (HIPDNN_GFX942_FLASH_WIDE) x, on 2D at d64 / d128, both regimes (the model's
+dispatch table may name either for a class: ``planned_specs``), plus ``reduce_segments`` per dtype x head size x
 output dtype. mm_prefix_range's capacity (1..16 ranges, unrolled) is enumerated at its least and
 most code (MM_CAPACITIES), and so are the extras. Each class is asked at 1 and 1024 KV
 heads (KV_HEADS): a 2D grid of one round gets the grown KV tile
@@ -116,12 +117,24 @@ def problems(target: str = "gfx942"):
         yield p, path, AttentionKnobs()
 
 
+def planned_specs(p, path: str, knobs, target: str = "gfx942"):
+    """The specs ``target``'s dispatcher plans for ``p`` on ``path``: the rules' plan and, on
+    gfx942's 2D path, the plan in each regime the model's dispatch table may name for the class
+    (attention_dispatch.regime_geometry: transposed-x8 or narrow at d64 / d128)."""
+    plan = dispatcher(target).plan
+    yield from plan(p, path, knobs, num_segments=None).specs
+    if target == "gfx942" and path == "2d":
+        for regime in dispatch.REGIME_GEOMETRIES:
+            if dispatch.regime_geometry(p, regime, knobs) is not None:
+                yield from plan(p, path, knobs, regime=regime).specs
+
+
 def reachable_specs(target: str = "gfx942") -> dict:
     """kernel name -> spec, every spec ``target``'s dispatcher plans for the classes of
     ``problems`` (duplicates collapse: a lever that does not apply plans the same spec)."""
-    out, plan = {}, dispatcher(target).plan
+    out = {}
     for p, path, knobs in problems(target):
-        for spec in plan(p, path, knobs, num_segments=None).specs:
+        for spec in planned_specs(p, path, knobs, target):
             out.setdefault(spec.kernel_name, spec)
     return out
 
@@ -131,7 +144,7 @@ def corner_specs(target: str = "gfx942") -> dict:
     encoding): every feature and extra on, with and without QQ-bias (it pins 2D to narrow)
     and with and without mm ranges (their one-compare mask replaces the causal + window
     compares, so the kernel without them can be the heavier)."""
-    out, plan = {}, dispatcher(target).plan
+    out = {}
     for dtype, d, bs, (kv, tok) in itertools.product(a2.DTYPES, ENUMERATED_HEAD_SIZES, a2.BLOCK_SIZES,
                                                      kv_encodings(target)):
         for drop, heads in itertools.product(
@@ -141,7 +154,7 @@ def corner_specs(target: str = "gfx942") -> dict:
                            kv_heads=heads, target=target)
             for path in PATHS:
                 for wide in FLASH_GEOMETRIES:
-                    for spec in plan(p, path, AttentionKnobs(flash_wide=wide)).specs:
+                    for spec in planned_specs(p, path, AttentionKnobs(flash_wide=wide), target):
                         out.setdefault(spec.kernel_name, spec)
     return out
 
