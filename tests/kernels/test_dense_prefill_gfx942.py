@@ -120,6 +120,32 @@ def test_rounding_modes_stay_within_tolerance_and_change_the_conversion(rounding
     assert "v_bfe_u32" in _compiled(nearest_even).asm and "v_bfe_u32" not in _compiled(spec).asm
 
 
+@pytest.mark.parametrize("rounding", ["rne", "rna"])
+def test_a_nan_in_one_query_element_gives_exactly_its_output_row_nan(rounding):
+    """P is rounded without its NaN select (nan_check=False): a NaN in q (batch 0, token 40, head
+    3) makes exactly that output row NaN -- through the row sum l -- and every other row stays
+    within tolerance of SDPA on the same inputs."""
+    import math
+    from rocke.kernels.common.tolerances import attention_atol
+    from tests.kernels.test_dense_prefill_gfx950 import reference
+    spec = dp.DensePrefillSpec("bf16", 64, 100, 4, 2, True, pair_causal=True, rounding=rounding,
+                               **SMALL, **TUNED)
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn(1, 100, 4, 64, generator=gen).bfloat16()
+    k, v = (torch.randn(1, 100, 2, 64, generator=gen).bfloat16() for _ in range(2))
+    q[0, 40, 3, 5] = float("nan")
+    o = torch.zeros_like(q)
+    lens = torch.tensor([100], dtype=torch.int32)
+    grid, block = dp.launch_geometry(spec, 1)
+    ck = _compiled(spec)
+    emu.launch(ck.asm, ck.name, grid, block, dp.kernel_args(spec, q, k, v, o, lens), target="gfx942")
+    nan = torch.zeros(o.shape, dtype=torch.bool)
+    nan[0, 40, 3] = True
+    assert torch.equal(o.isnan(), nan)
+    ref = reference(q, k, v, lens, True, 1 / math.sqrt(64))
+    assert (o.float() - ref)[~nan].abs().max().item() <= attention_atol("bf16")
+
+
 def test_two_tiles_ahead_pairs_tiles_without_copying_loads_in_flight():
     """prefetch_distance 2 runs two tiles an iteration from fixed register slots: the stores wait
     for their own slot's loads (a partial vmcnt), not for every load (vmcnt(0) before a copy)."""

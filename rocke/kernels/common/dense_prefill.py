@@ -750,9 +750,9 @@ def _work_item(k, spec, mma, tiles, ptrs, sm_scale, head, batch, q_block_of, pie
                         tile.append(scaled)
                     m[t], l[t], p_t, alpha = online_softmax_update(m[t], l[t], tile)
                     for i in range(kv_frags):
-                        # exp2's results, like the products O * (1 / l) below: arithmetic
-                        # results, so no signaling NaN (rtz needs no NaN select)
-                        probs[i][t] = p_t[i].to(spec.dtype, rounding=spec.rounding, quiet_nans=True)
+                        # no NaN select in any mode: a NaN in P came from a NaN score, which
+                        # already made the row's l NaN (it sums the unrounded P), and O / l with it
+                        probs[i][t] = p_t[i].to(spec.dtype, rounding=spec.rounding, nan_check=False)
                     rescale(o, t, alpha)
                 if spec.pv_setprio:
                     k.s_setprio(1)
