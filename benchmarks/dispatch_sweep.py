@@ -338,7 +338,7 @@ def sweep_case(case: Case, counts=SEGMENT_COUNTS) -> dict:
         for ns in sorted(set(counts) | {chosen_ns}):
             options[f"3dn/{ns}"] = modelled(case, "3d-narrow", ns)
     choice = "2d" if path == "2d" else f"3d/{auto.geometry.num_segments}"
-    if path == "2d" and auto.geometry.regime != ad.geometry(p, "2d").regime:
+    if case.target == "gfx942" and path == "2d" and auto.geometry.regime != ad.geometry(p, "2d").regime:
         # the table's regime: the 2D option in it
         choice = next(o for o, r in REGIME_OPTIONS.items() if r == auto.geometry.regime)
         options[choice] = modelled(case, choice)

@@ -200,3 +200,20 @@ def test_modelled_times_come_from_the_store_and_move_with_one_family(tmp_path, m
     assert sweep.modelled_key(case, "3d", 2) != keys[("3d", 2)]
     with pytest.raises(pytest.fail.Exception, match="modelled again"):
         sweep.modelled(case, "3d", 2)
+
+
+def test_the_2d_options_name_their_regime_whatever_the_table_says(monkeypatch):
+    """"2d" is the rules' regime (bf16: narrow) even where the committed table names the other
+    for the class -- tools/dispatch_tables.py models both from it, so the table cannot feed back
+    into its own options; "2d:x8t" / "2d:narrow" are the regimes outright."""
+    from rocke.kernels.gfx942 import attention_dispatch as ad
+    case = sweep.Case("prefill", ((96, 96),), 2, 8, 2, "bf16", 64)
+    _, sp = sweep.sampled_inputs(case)
+    key = ad.problem_class(sweep.full_problem(case, sp))
+    monkeypatch.setattr(ad, "_MODEL_TABLE", {key: {"path": "2d", "segments": 2, "best": "2d:x8t",
+                                                   "regime": "transposed_x8", "us": {"2d:x8t": 1.0}}})
+    (rules,) = sweep.option_specs(case, "2d")
+    (x8t,) = sweep.option_specs(case, "2d:x8t")
+    (narrow,) = sweep.option_specs(case, "2d:narrow")
+    assert not rules.transposed_x8 and x8t.transposed_x8 and narrow == rules
+    assert sweep.is_2d("2d:x8t") and not sweep.is_2d("3d-narrow")
