@@ -123,8 +123,8 @@ def _f32_to_bf16(v, rounding: str = "rne", quiet_nans: bool = False, nan_check: 
     high = b.lshr(bits, _const_like(v, 16))
     if rounding == "rtz":
         rounded = high
-        if quiet_nans:
-            return k.wrap(b.trunc(rounded, T.i16.vector_ir_type(v.lanes)), T.bf16, v.lanes)
+        # a quiet NaN's quiet bit is in the high half: the truncation keeps it a NaN
+        nan_check = nan_check and not quiet_nans
     elif rounding == "rna":
         rounded = b.lshr(b.add(bits, _const_like(v, 0x8000)), _const_like(v, 16))
     else:
