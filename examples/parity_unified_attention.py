@@ -214,7 +214,8 @@ def build_2d_spec(shape: H.Shape, inputs, knobs):
     (wide4 = 4 warps, the provider's default, set explicitly since a bare spec is not wide4;
     L4 = 1; wide2 = 2; NUM_WARPS overrides), K single-buffered when num_warps * 32 <= T;
     everything else the narrow 16x16x16 path — d64 with 4 warps x 32 rows, d128 bf16 with 2
-    warps (the x8 atom path is fp16-only). The other levers apply as the knobs module maps
+    warps (the rules' regime; the dispatcher's model table may run a bf16 class transposed-x8,
+    which this hand-built spec does not follow). The other levers apply as the knobs module maps
     them. The narrow path must pass the ``supports_tiled_2d`` LDS gate (else SKIP); the flash
     configs bypass it and the spec's own rules arbitrate (the gate charges an LDS stage for P,
     which the flash path keeps in registers)."""

@@ -81,7 +81,7 @@ TILE_RULES: tuple[tuple[Callable, int, str], ...] = (
 REGIME_RULES: tuple[tuple[Callable, str], ...] = (
     (lambda p, g: g.path == "2d" and p.dtype == "bf16" and g.regime == policy.NARROW,
      "gfx950: bf16 takes fp16's transposed-x8 row -- the wide-K 32x32x16 atom has bf16 (CDNA4; "
-     "gfx942's 32x32x8 regime is fp16-only), so P^T stays in registers instead of a round trip "
+     "gfx942's rules run bf16 narrow), so P^T stays in registers instead of a round trip "
      "through LDS, and the native v_cvt_pk_bf16_f32 rounds it (no compare per value: the "
      "integer rounding's lane masks spilled SGPRs); modelled, not measured (no MI355X)"),
 )
