@@ -26,6 +26,8 @@ Usage:
   python tools/dispatch_tables.py --problems profile vllm033   # benchmarks/profile.py's shapes
                                                          # (f16/bf16 x d64/128/256) and vLLM 0.33's grid
   python tools/dispatch_tables.py ... --check            # compare with the committed file, write nothing
+  python tools/dispatch_tables.py --add-regimes --jobs 8 # only the other 2D regime's time, for every
+                                                         # committed class that lacks it
   python tools/dispatch_tables.py ... --jobs 8           # one task a problem in 8 processes
   python tools/dispatch_tables.py ... --ray [HOST:PORT]  # ... on a Ray cluster (rocke.tasks)
 """
@@ -374,6 +376,72 @@ def merge(committed: dict, classes: dict, rows: list) -> dict:
     return merged
 
 
+def cases_by_label(kvs=DECODE_KV, batches=DECODE_BATCHES) -> dict:
+    """{label: Case} over every problem a committed entry can name: the grid at every config,
+    score feature, cache and page size (decode at ``kvs`` x ``batches``), and the profile and
+    vllm033 shapes."""
+    out = {c.label: c for c in grid(CONFIGS, kvs, batches, features=tuple(FEATURES),
+                                    kv_dtypes=ds.KV_DTYPES, block_sizes=ds.BLOCK_SIZES)}
+    out.update((c.label, c) for c in problems(["profile", "vllm033"], log=lambda *_: None))
+    return out
+
+
+def missing_regimes(committed: dict, log=print) -> list:
+    """[(class, Case, option)]: each committed class whose problem can launch 2D in the regime
+    the rules do not pick (other_regime_option) and whose times lack that option -- one Case a
+    class, its first problem (one exact class's problems are the same problem to the
+    dispatcher). A class none of whose problems this tool can name is logged and left."""
+    by_label = cases_by_label(DECODE_KV, range(1, max(DECODE_BATCHES) + 1))
+    out = []
+    for key, entry in committed.items():
+        case = next((by_label[c] for c in entry["problems"] if c in by_label), None)
+        if case is None:
+            log(f"add-regimes: {key}: no problem of it can be named here ({entry['problems'][0]})")
+            continue
+        option = other_regime_option(case_problem(case))
+        if option is not None and option not in entry["us"]:
+            out.append((key, case, option))
+    return out
+
+
+def regime_task(item: tuple) -> tuple[str, str, float, float]:
+    """One class's missing option (rocke.tasks): (class, option, modelled us at LATENCY,
+    seconds it took)."""
+    key, case, option = item
+    start = time.perf_counter()
+    us = float(ds.modelled(case, option)[LATENCY])
+    return key, option, us, time.perf_counter() - start
+
+
+def add_regime(entry: dict, option: str, us: float) -> dict:
+    """``entry`` with ``option``'s time added: where it is faster than the entry's best, the
+    entry is chosen again over its problems (each with the entry's times, as merge does);
+    otherwise only the time is added and the plan stays."""
+    times = {**entry["us"], option: us}
+    if us < entry["us"][entry["best"]]:
+        return choose([{"case": c, "us": times} for c in entry["problems"]])
+    return {**entry, "us": {o: round(times[o], 3) for o in sorted(times, key=_key)}}
+
+
+def add_regimes(committed: dict, engine=None, log=print) -> tuple[dict, int]:
+    """The committed table with every missing other-regime option modelled (one task a class on
+    ``engine``, default serial) and added (add_regime); and how many entries changed plan."""
+    from rocke import tasks
+    todo = missing_regimes(committed, log=log)
+    engine = engine or tasks.Engine("serial", 1)
+    log(f"add-regimes: {len(todo)} classes lack the other regime's 2D time")
+    merged, moved = dict(committed), 0
+    for key, option, us, _ in engines.run_ordered(
+            regime_task, todo, engine, "add-regimes",
+            describe=lambda done: f"; {done[0]} {done[1]} {done[2]:.1f} us in {done[3]:.0f} s"):
+        old = committed[key]
+        merged[key] = add_regime(old, option, us)
+        if merged[key]["best"] != old["best"]:
+            moved += 1
+            log(f"{key}: {old['best']} {old['us'][old['best']]:.1f} us -> {option} {us:.1f} us")
+    return merged, moved
+
+
 def read_table(path: Path = TABLE) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {"classes": {}}
 
@@ -418,9 +486,21 @@ def main(argv=None) -> int:
                          "leaves unswept are skipped with the reason")
     ap.add_argument("--refill", action="store_true", help="with --from-rows: add the fill "
                     "options to decode rows that lack them (modelling the missing counts)")
+    ap.add_argument("--add-regimes", action="store_true", help="model only the 2D option in "
+                    "the regime the rules do not pick, for every committed class that can take "
+                    "it and lacks its time (one task a class), and choose those entries again")
     engines.add_engine_options(ap)
     a = ap.parse_args(argv)
     engine = engines.engine_of(ap, a)
+    if a.add_regimes:
+        committed = read_table()["classes"]
+        merged, moved = add_regimes(committed, engine)
+        print(f"add-regimes: {sum(merged[k] != committed[k] for k in committed)} entries gained "
+              f"a time, {moved} of them another plan; the table holds {len(merged)} classes")
+        if not a.check:
+            write_table(merged)
+            print(f"wrote {TABLE.relative_to(ROOT)}")
+        return 1 if a.check and merged != committed else 0
     cases = problems(a.problems, grid(a.only_configs, a.kv, a.batches, a.kinds, a.features,
                                       a.kv_dtypes, a.block_sizes)
                      if "grid" in a.problems else ())
@@ -435,13 +515,8 @@ def main(argv=None) -> int:
         seen = {}
         for r in rows:      # a problem modelled twice: the last row
             seen[r["case"]] = r
-        by_label = {c.label: c for c in grid(CONFIGS, sorted(set(DECODE_KV) | set(a.kv)),
-                                             sorted(set(DECODE_BATCHES) | set(a.batches)),
-                                             features=tuple(FEATURES),
-                                             kv_dtypes=ds.KV_DTYPES,
-                                             block_sizes=ds.BLOCK_SIZES)}
-        by_label.update((c.label, c) for c in problems(["profile", "vllm033"],
-                                                        log=lambda *_: None))
+        by_label = cases_by_label(sorted(set(DECODE_KV) | set(a.kv)),
+                                  sorted(set(DECODE_BATCHES) | set(a.batches)))
         for r in seen.values():     # the class as problem_class gives it now
             if r["case"] in by_label:
                 _, sp = ds.sampled_inputs(by_label[r["case"]])

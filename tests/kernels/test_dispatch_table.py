@@ -163,6 +163,29 @@ def test_choose_names_the_other_regime_when_it_is_fastest():
     assert (e["path"], e["best"]) == ("2d", "2d") and "regime" not in e
 
 
+def test_add_regime_keeps_the_plan_unless_the_option_is_faster():
+    """A class whose best is 3d/8 (10 us) gains "2d:x8t": at 12 us only the time is added (the
+    plan, worst ratio and problems stay); at 8 us the entry is chosen again and names
+    transposed-x8."""
+    entry = dt.choose([{"case": "a", "us": {"2d": 16.0, "3d/8": 10.0}},
+                       {"case": "b", "us": {"2d": 16.0, "3d/8": 10.0}}])
+    slower = dt.add_regime(entry, "2d:x8t", 12.0)
+    assert slower == {**entry, "us": {"2d": 16.0, "2d:x8t": 12.0, "3d/8": 10.0}}
+    faster = dt.add_regime(entry, "2d:x8t", 8.0)
+    assert (faster["path"], faster["best"], faster["regime"], faster["segments"]) == \
+        ("2d", "2d:x8t", "transposed_x8", 8)
+    assert faster["problems"] == ["a", "b"] and faster["worst_ratio"] == 1.0
+
+
+def test_every_committed_class_holds_its_other_regimes_time():
+    """Where a committed class's problem can launch 2D in the regime the rules do not pick, its
+    entry holds that option's time (tools/dispatch_tables.py --add-regimes fills it in), so the
+    plan is the model's best over both regimes; and every class's problem can be named."""
+    logged = []
+    assert dt.missing_regimes(COMMITTED, log=logged.append) == []
+    assert logged == []
+
+
 def _bf16_prefill():
     return problem(ds.Case("prefill", ((96, 96),), 2, 8, 2, "bf16", 64))
 
@@ -205,20 +228,31 @@ def test_plan_follows_a_tables_regime(monkeypatch):
         ad.plan(replace(p, head_size=256), "2d", knobs, regime="transposed_x8")
 
 
-def test_a_bf16_transposed_x8_plan_from_the_table_matches_the_reference(monkeypatch):
+@pytest.mark.parametrize("kv", ["auto", "fp8", "int8_per_token_head"])
+def test_a_bf16_transposed_x8_plan_from_the_table_matches_the_reference(monkeypatch, kv):
     """Through the entry point: a bf16 d64 prefill mix whose (made-up) entry names transposed-x8
-    runs the 32x32x8 bf16 kernel, and its output matches the reference."""
+    runs the 32x32x8 bf16 kernel, and its output matches the reference -- over a bf16 cache, an
+    fp8 one with per-tensor descales and an int8 one with per-token-head scales (the committed
+    table sends bf16 prefills over either quantized cache to transposed-x8)."""
     from rocke.kernels.common import attention_unified as au
     from rocke.kernels.common.tolerances import attention_atol
-    from tests.kernels.unified_inputs import make_inputs, reference
+    from tests.kernels.unified_inputs import make_inputs, quantize_caches, reference
     args = make_inputs([(1, 40), (33, 33), (5, 70)], hq=8, hk=2, d=64, bs=16, dtype="bf16", seed=3)
-    p = au.describe_problem(*(args[n] for n in ds.NAMES))
+    scales = {}
+    if kv != "auto":
+        quantize_caches(args, kv, seed=3)
+        scales = {n: args[n] for n in ("k_scale_cache", "v_scale_cache", "k_descale",
+                                       "v_descale") if args.get(n) is not None}
+    quant = {n: args[n] for n in ds.QUANT_NAMES if n in args}
+    p = au.describe_problem(*(args[n] for n in ds.NAMES), **quant)
     monkeypatch.setattr(ad, "_MODEL_TABLE", {ad.problem_class(p): {
         "path": "2d", "segments": 2, "best": "2d:x8t", "regime": "transposed_x8",
         "us": {"2d:x8t": 1.0}}})
     record = au.run_unified_attention_torch(**args, backend="auto")
     assert record.plan.specs[0].transposed_x8 and record.plan.specs[0].dtype == "bf16"
-    err = (args["out"].float() - reference(args)).abs().max().item()
+    assert (record.plan.specs[0].kv_dtype, record.plan.specs[0].kv_token_scales) == \
+        {"auto": (None, False), "fp8": ("fp8_e4m3fnuz", False), "int8_per_token_head": ("i8", True)}[kv]
+    err = (args["out"].float() - reference(args, **scales)).abs().max().item()
     assert err <= attention_atol("bf16")
 
 
