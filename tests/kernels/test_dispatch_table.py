@@ -228,16 +228,22 @@ def test_plan_follows_a_tables_regime(monkeypatch):
         ad.plan(replace(p, head_size=256), "2d", knobs, regime="transposed_x8")
 
 
-@pytest.mark.parametrize("kv", ["auto", "fp8", "int8_per_token_head"])
-def test_a_bf16_transposed_x8_plan_from_the_table_matches_the_reference(monkeypatch, kv):
-    """Through the entry point: a bf16 d64 prefill mix whose (made-up) entry names transposed-x8
-    runs the 32x32x8 bf16 kernel, and its output matches the reference -- over a bf16 cache, an
-    fp8 one with per-tensor descales and an int8 one with per-token-head scales (the committed
-    table sends bf16 prefills over either quantized cache to transposed-x8)."""
+@pytest.mark.parametrize("dtype,option,kv,heads,seqs", [
+    ("bf16", "2d:x8t", "auto", (8, 2), [(1, 40), (33, 33), (5, 70)]),
+    ("bf16", "2d:x8t", "fp8", (8, 2), [(1, 40), (33, 33), (5, 70)]),
+    ("bf16", "2d:x8t", "int8_per_token_head", (8, 2), [(1, 40), (33, 33), (5, 70)]),
+    ("f16", "2d:narrow", "auto", (4, 4), [(1, 90), (1, 17), (1, 64)])])
+def test_a_plan_in_the_other_regime_from_the_table_matches_the_reference(
+        monkeypatch, dtype, option, kv, heads, seqs):
+    """Through the entry point: a d64 problem whose (made-up) entry names the regime the rules
+    do not pick runs that kernel, and its output matches the reference -- a bf16 prefill mix on
+    the 32x32x8 bf16 kernel over a bf16 cache, an fp8 one with per-tensor descales and an int8
+    one with per-token-head scales, and an fp16 GQA-1 decode on the narrow kernel (the committed
+    table sends problems of each kind there)."""
     from rocke.kernels.common import attention_unified as au
     from rocke.kernels.common.tolerances import attention_atol
     from tests.kernels.unified_inputs import make_inputs, quantize_caches, reference
-    args = make_inputs([(1, 40), (33, 33), (5, 70)], hq=8, hk=2, d=64, bs=16, dtype="bf16", seed=3)
+    args = make_inputs(seqs, hq=heads[0], hk=heads[1], d=64, bs=16, dtype=dtype, seed=3)
     scales = {}
     if kv != "auto":
         quantize_caches(args, kv, seed=3)
@@ -245,15 +251,18 @@ def test_a_bf16_transposed_x8_plan_from_the_table_matches_the_reference(monkeypa
                                        "v_descale") if args.get(n) is not None}
     quant = {n: args[n] for n in ds.QUANT_NAMES if n in args}
     p = au.describe_problem(*(args[n] for n in ds.NAMES), **quant)
+    regime = ds.REGIME_OPTIONS[option]
+    assert ad.geometry(p, "2d").regime != regime        # the rules pick the other one
     monkeypatch.setattr(ad, "_MODEL_TABLE", {ad.problem_class(p): {
-        "path": "2d", "segments": 2, "best": "2d:x8t", "regime": "transposed_x8",
-        "us": {"2d:x8t": 1.0}}})
+        "path": "2d", "segments": 2, "best": option, "regime": regime, "us": {option: 1.0}}})
     record = au.run_unified_attention_torch(**args, backend="auto")
-    assert record.plan.specs[0].transposed_x8 and record.plan.specs[0].dtype == "bf16"
-    assert (record.plan.specs[0].kv_dtype, record.plan.specs[0].kv_token_scales) == \
-        {"auto": (None, False), "fp8": ("fp8_e4m3fnuz", False), "int8_per_token_head": ("i8", True)}[kv]
+    spec = record.plan.specs[0]
+    assert spec.transposed_x8 == (regime == "transposed_x8") and spec.dtype == dtype
+    assert (spec.kv_dtype, spec.kv_token_scales) == {
+        "auto": (None, False), "fp8": ("fp8_e4m3fnuz", False),
+        "int8_per_token_head": ("i8", True)}[kv]
     err = (args["out"].float() - reference(args, **scales)).abs().max().item()
-    assert err <= attention_atol("bf16")
+    assert err <= attention_atol(dtype)
 
 
 def test_committed_entries_are_their_problems_best_within_3_percent():
