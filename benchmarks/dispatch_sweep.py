@@ -218,7 +218,7 @@ def profiles(case: Case, path: str, ns: int = 1):
     # its one KV head's q-head blocks, all group_split of them for a GQA group above 16
     geometries = al.launch_geometries(sp, specs, None if is_2d(path) else ns)
     key = (case.pattern, sp.num_queries_per_kv, case.dtype, case.d, case.block_size, path, ns,
-           specs[0].kernel_name, case.target, case.window, case.softcap, case.kv)
+           tuple(s.kernel_name for s in specs), case.target, case.window, case.softcap, case.kv)
     if key in _PROFILES:
         return _PROFILES[key]
     q, k, v, out = args["q"], args["k"], args["v"], args["out"]

@@ -28,6 +28,7 @@ Usage:
   python tools/dispatch_tables.py ... --check            # compare with the committed file, write nothing
   python tools/dispatch_tables.py --add-regimes --jobs 8 # only the other 2D regime's time, for every
                                                          # committed class that lacks it
+  python tools/dispatch_tables.py --remodel '/d256/' --jobs 8   # the committed d256 classes again
   python tools/dispatch_tables.py ... --jobs 8           # one task a problem in 8 processes
   python tools/dispatch_tables.py ... --ray [HOST:PORT]  # ... on a Ray cluster (rocke.tasks)
 """
@@ -386,6 +387,20 @@ def cases_by_label(kvs=DECODE_KV, batches=DECODE_BATCHES) -> dict:
     return out
 
 
+def committed_cases(committed: dict, pattern: str) -> list:
+    """The Cases of every problem of the committed classes whose key matches ``pattern``
+    (re.search), in label order; a label this tool cannot name is an error (ValueError)."""
+    import re
+    rx = re.compile(pattern)
+    labels = sorted({c for key, e in committed.items() if rx.search(key) for c in e["problems"]})
+    by_label = cases_by_label(DECODE_KV, range(1, max(DECODE_BATCHES) + 1))
+    unknown = [c for c in labels if c not in by_label]
+    if unknown:
+        raise ValueError(f"committed problems this tool cannot name: {unknown[:3]} "
+                         f"({len(unknown)} in all)")
+    return [by_label[c] for c in labels]
+
+
 def missing_regimes(committed: dict, log=print) -> list:
     """[(class, Case, option)]: each committed class whose problem can launch 2D in the regime
     the rules do not pick (other_regime_option) and whose times lack that option -- one Case a
@@ -486,6 +501,10 @@ def main(argv=None) -> int:
                          "leaves unswept are skipped with the reason")
     ap.add_argument("--refill", action="store_true", help="with --from-rows: add the fill "
                     "options to decode rows that lack them (modelling the missing counts)")
+    ap.add_argument("--remodel", metavar="REGEX", help="model again every problem of the "
+                    "committed classes whose key matches REGEX (re.search), e.g. after a kernel "
+                    "change that moves only their times, and merge them (the other options "
+                    "select nothing)")
     ap.add_argument("--add-regimes", action="store_true", help="model only the 2D option in "
                     "the regime the rules do not pick, for every committed class that can take "
                     "it and lacks its time (one task a class), and choose those entries again")
@@ -501,9 +520,14 @@ def main(argv=None) -> int:
             write_table(merged)
             print(f"wrote {TABLE.relative_to(ROOT)}")
         return 1 if a.check and merged != committed else 0
-    cases = problems(a.problems, grid(a.only_configs, a.kv, a.batches, a.kinds, a.features,
-                                      a.kv_dtypes, a.block_sizes)
-                     if "grid" in a.problems else ())
+    if a.remodel:
+        cases = committed_cases(read_table()["classes"], a.remodel)
+        if not cases:
+            ap.error(f"--remodel {a.remodel!r}: no committed class matches")
+    else:
+        cases = problems(a.problems, grid(a.only_configs, a.kv, a.batches, a.kinds, a.features,
+                                          a.kv_dtypes, a.block_sizes)
+                         if "grid" in a.problems else ())
     if a.list:
         for c in cases:
             print(c.label)

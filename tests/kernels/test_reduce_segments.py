@@ -157,3 +157,39 @@ def test_pass_two_loads_issue_together(num_segments, trips):
     live = torch.arange(num_segments) != 3
     want = (w[0, 0, live, None] * o.double()[0, 0, live]).sum(0) / (w * l.double())[0, 0].sum()
     torch.testing.assert_close(out[0, 0].double(), want, atol=OUT_ATOL["f16"], rtol=2 ** -10)
+
+
+def _round_trips_and_out(spec, o, m, l):
+    out = torch.zeros(1, 1, spec.head_size, dtype=torch_dtype(spec.dtype))
+    if spec not in _compiled:
+        kern = rs.build(spec)
+        _compiled[spec] = compile_ir(kern.ir(), name=kern.name)
+    report = launch(_compiled[spec], (1, 1, 1), (64, 1, 1),
+                    rs.kernel_args(spec, o, m, l, out, m.shape[-1]), profile=True)
+    return report.profile.wg_vm_round_trips.tolist()[0], out
+
+
+@pytest.mark.parametrize("head_size, num_segments, empty_first", [
+    (256, 5, 0), (256, 32, 0), (256, 43, 0), (256, 70, 0), (256, 70, 64), (256, 43, 43),
+    (128, 36, 0), (64, 100, 3)])
+def test_early_loads_wait_once_less(head_size, num_segments, empty_first):
+    """early_loads: pass 2's first trip issues with pass 1's first step, so a wave waits on
+    memory once less than the same merge without it (exact emulator counts), and the merge is
+    the §5 formula's -- also where the first ``empty_first`` segments are empty (a window: the
+    first trip folds at -inf and must add nothing; every segment empty: a zero row)."""
+    plain = rs.ReduceSegmentsSpec("f16", head_size, 4)
+    early = rs.ReduceSegmentsSpec("f16", head_size, 4, early_loads=True)
+    assert early.kernel_name == plain.kernel_name + "_early"
+    gen = torch.Generator().manual_seed(num_segments + empty_first)
+    m = torch.randn(1, 1, num_segments, generator=gen) * 4
+    l = torch.rand(1, 1, num_segments, generator=gen) + 0.5
+    o = torch.randn(1, 1, num_segments, head_size, generator=gen)
+    m[..., :empty_first] = -math.inf
+    l[..., :empty_first] = 0.0
+    o[..., :empty_first, :] = math.nan                   # never read: an empty segment adds nothing
+    trips_plain, _ = _round_trips_and_out(plain, o, m, l)
+    trips_early, out = _round_trips_and_out(early, o, m, l)
+    assert trips_early == trips_plain - 1
+    want = _formula_merge(o, m, l)[0, 0]
+    assert not torch.isnan(out).any()
+    torch.testing.assert_close(out[0, 0].double(), want, atol=OUT_ATOL["f16"], rtol=2 ** -10)

@@ -598,7 +598,10 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
         return (spec,)
     # an fp8 output is quantized by the reduction (the 3D kernel writes fp32 partials)
     reduce = cls_r(problem.dtype, problem.head_size, head_cols=problem.head_cols,
-                   **({"vector_width": 8} if problem.head_size > 256 else {}))   # a row a wave
+                   **({"vector_width": 8} if problem.head_size > 256 else {}),
+                   # pass 2's first trip under pass 1 (one round trip less, reduce_segments); at
+                   # d256 only so far: the model's table holds the other head sizes without it
+                   **({"early_loads": True} if problem.head_size == 256 else {}))
     if out_dtype is not None:
         reduce = replace(reduce, out_dtype=out_dtype)
     return (spec, reduce)

@@ -11,6 +11,11 @@ its own dtype:
   ``vector_width`` fp32 per lane, 16-byte loads): ``acc += 2^(m_s - M)·o_s``; the groups are
   summed with an xor butterfly and the first group writes ``acc / L``.
 
+``early_loads`` issues pass 2's first trip right after pass 1's first step (peeled), so the two
+round trips overlap: the trip is folded at the first 64 segments' max and rescaled to ``M`` once
+pass 1 is done (§5's fold; all of them empty: weight 0). A decode of up to 64 segments then
+waits on memory once less.
+
 An empty segment (m = -inf, l = 0) contributes nothing: its weight is 0 and its ``o``, loaded
 with the others so that a pass costs one memory round trip, is dropped by a select, so even
 garbage there could not leak in. A row whose every segment
@@ -48,6 +53,8 @@ class ReduceSegmentsSpec:
                                   # saturated (attention_quant, ALGORITHM.md §13.1)
     head_cols: int = 0          # a padded head (ALGORITHM.md §11.3): out's columns; the
                                 # partials keep head_size's (vLLM pads its workspaces so too)
+    early_loads: bool = False   # pass 2's first trip loads before pass 1 (overlapping the two
+                                # round trips; the trip's registers are live through pass 1)
 
     def __post_init__(self):
         check_choice("dtype", self.dtype, DTYPES)
@@ -89,12 +96,13 @@ class ReduceSegmentsSpec:
     def kernel_name(self) -> str:
         return (f"reduce_segments_{self.dtype}_d{self.head_size}_v{self.vector_width}"
                 + ("_ofp8" if self.out_dtype else "")
-                + (f"_hc{self.head_cols}" if self.head_cols else ""))
+                + (f"_hc{self.head_cols}" if self.head_cols else "")
+                + ("_early" if self.early_loads else ""))
 
 
 VARIANTS = {
     f"{dt}_d{d}": ReduceSegmentsSpec(dt, d, 4) for dt in DTYPES for d in SHIPPED_HEAD_SIZES
-}
+} | {f"{dt}_d256_early": ReduceSegmentsSpec(dt, 256, 4, early_loads=True) for dt in DTYPES}
 GOLDEN_PERTURBATION = ("vector_width", {4: 2, 2: 4, 1: 2})     # see rocke.kernels.registry
 
 
@@ -119,42 +127,77 @@ def build(spec: ReduceSegmentsSpec) -> dsl.Kernel:
     sum_buf = segm_expsum.offset(stats).buffer(num_segments)
     o_buf = segm_output.offset(stats * d).buffer(num_segments * d)
 
+    per_pass, unroll = spec.segments_per_pass, spec.pass_unroll
+
+    def lane_slot():
+        """(group, col): one lane group per segment, ``vw`` fp32 of its row per lane."""
+        return (lane >> (spec.lanes_per_row.bit_length() - 1),
+                (lane & (spec.lanes_per_row - 1)) * vw)
+
+    def trip_loads(first, group, col):
+        """Every load of one pass-2 trip from segment ``first``: o unmasked (an empty or
+        past-the-end segment's o is dropped by the select in fold_trip, never used)."""
+        return [(s, max_buf.load(s), _load_row_part(o_buf, s * d + col, vw))   # past the extent: 0
+                for s in (first + (group + u * per_pass) for u in range(unroll))]
+
     # pass 1: M and L over all segments (ALGORITHM.md §5)
     neg_inf = k.const(-math.inf, dsl.f32)
-    with k.for_range(0, num_segments, WAVE, carry=(neg_inf, k.const(0.0, dsl.f32))) as scan:
-        m, l = scan.carry
-        s = scan.index + lane
+
+    def scan_step(m, l, first):
+        s = first + lane
         m_s = select(s < num_segments, max_buf.load(s), -math.inf)
         l_s = sum_buf.load(s)                    # past the extent: 0
         m_new = maximum(m, m_s)
         base = finite_base(m_new)
-        scan.yield_(m_new, l * exp2(m - base, fast=True) + l_s * exp2(m_s - base, fast=True))
+        return m_new, l * exp2(m - base, fast=True) + l_s * exp2(m_s - base, fast=True)
+
+    zeros = k.zeros(dsl.f32, vw)
+
+    def fold_trip(acc, loaded, base):
+        """acc + Σ 2^(m_s - base)·o_s over one trip's loads (an empty segment adds nothing)."""
+        for s, m_raw, o_s in loaded:
+            m_s = select(s < num_segments, m_raw, -math.inf)
+            weight = exp2(m_s - base, fast=True)
+            acc = acc + select(m_s > -math.inf, o_s * (splat(weight, vw) if vw > 1 else weight), zeros)
+        return acc
+
+    early = None
+    if spec.early_loads:
+        # pass 1's first WAVE segments peeled, pass 2's first trip loaded right after them (one
+        # wait, in issue order, covers pass 1's loads); the sched barrier in pass 1's loop keeps
+        # LLVM from sinking the trip's loads below it, to the fold's uses after the loop
+        m_lane, l_lane = scan_step(neg_inf, k.const(0.0, dsl.f32), 0)
+        group, col = lane_slot()
+        loaded = trip_loads(0, group, col)
+        m_first = wave_max(m_lane)
+        early = (m_first, fold_trip(zeros, loaded, finite_base(m_first)))
+        rest = (WAVE, (m_lane, l_lane))
+    else:
+        rest = (0, (neg_inf, k.const(0.0, dsl.f32)))
+    with k.for_range(rest[0], num_segments, WAVE, carry=rest[1]) as scan:
+        if early is not None:
+            k.sched_barrier(dsl.SchedMask.NONE)
+        scan.yield_(*scan_step(*scan.carry, scan.index))
     m_lane, l_lane = scan.results
     m_row = wave_max(m_lane)
     base_row = finite_base(m_row)
     l_row = wave_sum(l_lane * exp2(m_lane - base_row, fast=True))
 
     # pass 2: acc = Σ_s 2^(m_s - M)·o_s, one lane group per segment
-    group = lane >> (spec.lanes_per_row.bit_length() - 1)
-    col = (lane & (spec.lanes_per_row - 1)) * vw
-    per_pass = spec.segments_per_pass
-    zeros = k.zeros(dsl.f32, vw)
-    unroll = spec.pass_unroll
-    with k.for_range(0, num_segments, per_pass * unroll, carry=(zeros,)) as walk:
+    if early is None:
+        group, col = lane_slot()
+        first, acc0 = 0, zeros
+    else:       # the first trip's sum, from the first segments' max to M (0 if all were empty)
+        m_first, acc_first = early
+        scale = select(m_first > -math.inf, exp2(m_first - base_row, fast=True), 0.0)
+        first, acc0 = per_pass * unroll, acc_first * (splat(scale, vw) if vw > 1 else scale)
+    with k.for_range(first, num_segments, per_pass * unroll, carry=(acc0,)) as walk:
         (acc,) = walk.carry
-        # every load of the unrolled passes first (one memory round trip for all), o unmasked:
-        # an empty or past-the-end segment's o is dropped by the select, never used
-        loaded = []
-        for u in range(unroll):
-            s = walk.index + (group + u * per_pass)
-            loaded.append((s, max_buf.load(s), _load_row_part(o_buf, s * d + col, vw)))   # past the extent: 0
+        # every load of the unrolled passes first (one memory round trip for all)
+        loaded = trip_loads(walk.index, group, col)
         # nothing crosses: LLVM's scheduler interleaved the loads with their uses, one wait each
         k.sched_barrier(dsl.SchedMask.NONE)
-        for s, m_raw, o_s in loaded:
-            m_s = select(s < num_segments, m_raw, -math.inf)
-            weight = exp2(m_s - base_row, fast=True)
-            acc = acc + select(m_s > -math.inf, o_s * (splat(weight, vw) if vw > 1 else weight), zeros)
-        walk.yield_(acc)
+        walk.yield_(fold_trip(acc, loaded, base_row))
     (acc,) = walk.results
     step = spec.lanes_per_row
     while step < WAVE:
