@@ -193,3 +193,18 @@ def test_early_loads_wait_once_less(head_size, num_segments, empty_first):
     want = _formula_merge(o, m, l)[0, 0]
     assert not torch.isnan(out).any()
     torch.testing.assert_close(out[0, 0].double(), want, atol=OUT_ATOL["f16"], rtol=2 ** -10)
+
+
+@pytest.mark.parametrize("field, num_segments", [("m", 5), ("o", 43), ("l", 70)])
+def test_early_loads_keep_nan_in_nan_out(field, num_segments):
+    """A NaN partial (max, sum or output; in the early trip, or past pass 1's first step) makes
+    the row NaN with early_loads exactly where it does without (ALGORITHM.md §2.2)."""
+    gen = torch.Generator().manual_seed(num_segments)
+    parts = {"m": torch.randn(1, 1, num_segments, generator=gen) * 4,
+             "l": torch.rand(1, 1, num_segments, generator=gen) + 0.5,
+             "o": torch.randn(1, 1, num_segments, 128, generator=gen)}
+    parts[field][0, 0, 3 if num_segments < 64 else 66] = math.nan
+    nans = [torch.isnan(_round_trips_and_out(rs.ReduceSegmentsSpec("f16", 128, 4, early_loads=e),
+                                             parts["o"], parts["m"], parts["l"])[1])
+            for e in (False, True)]
+    assert nans[0].all() and torch.equal(nans[0], nans[1])
