@@ -393,6 +393,8 @@ def committed_cases(committed: dict, pattern: str) -> list:
     import re
     rx = re.compile(pattern)
     labels = sorted({c for key, e in committed.items() if rx.search(key) for c in e["problems"]})
+    if not labels:
+        return []
     by_label = cases_by_label(DECODE_KV, range(1, max(DECODE_BATCHES) + 1))
     unknown = [c for c in labels if c not in by_label]
     if unknown:
@@ -510,6 +512,10 @@ def main(argv=None) -> int:
                     "it and lacks its time (one task a class), and choose those entries again")
     engines.add_engine_options(ap)
     a = ap.parse_args(argv)
+    modes = [m for m, on in (("--add-regimes", a.add_regimes), ("--remodel", a.remodel),
+                             ("--from-rows", a.from_rows)) if on]
+    if len(modes) > 1:
+        ap.error(f"{' and '.join(modes)}: choose one (each decides what is modelled)")
     engine = engines.engine_of(ap, a)
     if a.add_regimes:
         committed = read_table()["classes"]
@@ -521,7 +527,11 @@ def main(argv=None) -> int:
             print(f"wrote {TABLE.relative_to(ROOT)}")
         return 1 if a.check and merged != committed else 0
     if a.remodel:
-        cases = committed_cases(read_table()["classes"], a.remodel)
+        import re
+        try:
+            cases = committed_cases(read_table()["classes"], a.remodel)
+        except (ValueError, re.error) as e:
+            ap.error(f"--remodel {a.remodel!r}: {e}")
         if not cases:
             ap.error(f"--remodel {a.remodel!r}: no committed class matches")
     else:

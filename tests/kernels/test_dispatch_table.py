@@ -186,6 +186,22 @@ def test_every_committed_class_holds_its_other_regimes_time():
     assert logged == []
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--add-regimes", "--remodel", "/d256/"], "--add-regimes and --remodel: choose one"),
+    (["--remodel", "("], "--remodel '\\(': missing \\)"),
+    (["--remodel", "no such class"], "--remodel 'no such class': no committed class matches")])
+def test_the_table_tools_modes_refuse_bad_arguments(argv, message, capsys):
+    """Before modelling anything: two modes at once, a pattern that is not a regular expression,
+    one that matches no committed class -- a usage error naming the option, the table as it was."""
+    before = dt.TABLE.read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        dt.main(argv + ["--list"])
+    assert exit_info.value.code == 2
+    import re
+    assert re.search(message, capsys.readouterr().err)
+    assert dt.TABLE.read_text() == before
+
+
 def _bf16_prefill():
     return problem(ds.Case("prefill", ((96, 96),), 2, 8, 2, "bf16", 64))
 
