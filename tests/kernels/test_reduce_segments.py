@@ -208,3 +208,12 @@ def test_early_loads_keep_nan_in_nan_out(field, num_segments):
                                              parts["o"], parts["m"], parts["l"])[1])
             for e in (False, True)]
     assert nans[0].all() and torch.equal(nans[0], nans[1])
+
+
+def test_early_loads_refuse_a_trip_beyond_pass_ones_first_step(monkeypatch):
+    """The early trip folds at the max of pass 1's first 64 segments, so it must lie inside
+    them: a trip of 128 segments is refused by the spec, naming the field."""
+    monkeypatch.setattr(rs, "SEGMENTS_PER_TRIP", 128)
+    assert rs.ReduceSegmentsSpec("f16", 256, 4).pass_unroll == 128
+    with pytest.raises(ValueError, match=r"^early_loads: pass 2's trip of 128 segments exceeds"):
+        rs.ReduceSegmentsSpec("f16", 256, 4, early_loads=True)

@@ -53,8 +53,8 @@ class ReduceSegmentsSpec:
                                   # saturated (attention_quant, ALGORITHM.md §13.1)
     head_cols: int = 0          # a padded head (ALGORITHM.md §11.3): out's columns; the
                                 # partials keep head_size's (vLLM pads its workspaces so too)
-    early_loads: bool = False   # pass 2's first trip loads before pass 1 (overlapping the two
-                                # round trips; the trip's registers are live through pass 1)
+    early_loads: bool = False   # pass 2's first trip loads with pass 1's first step (the two
+                                # round trips overlap; the trip's registers live through pass 1)
 
     def __post_init__(self):
         check_choice("dtype", self.dtype, DTYPES)
@@ -71,6 +71,10 @@ class ReduceSegmentsSpec:
         if self.head_size // self.vector_width > WAVE:
             raise ValueError(f"vector_width: head_size {self.head_size} / vector_width "
                              f"{self.vector_width} lanes exceed one wave ({WAVE})")
+        if self.early_loads and self.segments_per_pass * self.pass_unroll > WAVE:
+            # the early trip is folded at pass 1's first step's max: it must lie inside that step
+            raise ValueError(f"early_loads: pass 2's trip of {self.segments_per_pass * self.pass_unroll} "
+                             f"segments exceeds pass 1's first step ({WAVE})")
 
     @property
     def lanes_per_row(self) -> int:
