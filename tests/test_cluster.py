@@ -140,16 +140,16 @@ def _kill_a_busy_worker(stop, killed):
 
 def test_report_reachable_on_ray_equals_the_serial_run_with_a_worker_killed(cluster, tmp_path,
                                                                             monkeypatch):
-    """Twelve real specs (reduce_segments, the smallest kernels) through `rocke report
+    """Sixteen real specs (reduce_segments, the smallest kernels) through `rocke report
     --reachable`: serially, then on the two-worker cluster while a worker busy with a spec is
     killed. The same summary line and JSON report (less the timing, the engine and the store
     count); every spec computed by the workers (their store was empty), none twice-stored."""
     import dataclasses
     from rocke.kernels.gfx942 import attention_reachable as reach
     from rocke.kernels.gfx942 import reduce_segments as rs
-    specs = {s.kernel_name: s for v in rs.VARIANTS.values()        # the 12 reachable ones
+    specs = {s.kernel_name: s for v in rs.VARIANTS.values()        # each also with fp8 output
              for s in (v, dataclasses.replace(v, out_dtype=reach.fp8_out()))}
-    assert len(specs) == 12
+    assert len(specs) == 2 * len(rs.VARIANTS) == 16
     monkeypatch.setattr(reach, "reachable_specs", lambda target="gfx942": dict(specs))
     monkeypatch.setenv("ROCKE_RESULTS_DIR", str(tmp_path / "serial-store"))
     runs = {}
@@ -166,7 +166,7 @@ def test_report_reachable_on_ray_equals_the_serial_run_with_a_worker_killed(clus
         runs[how] = (result.output.strip().splitlines()[-1], json.loads(out.read_text()), killed)
     (line, serial, _), (ray_line, on_ray, killed) = runs["serial"], runs["ray"]
     assert killed, "no worker was caught mid-task: the kill did not happen"
-    assert ray_line == line == ("reachable attention specs: 12 (12 ReduceSegments); 0 spill "
+    assert ray_line == line == ("reachable attention specs: 16 (16 ReduceSegments); 0 spill "
                                 "(0 spills); 0 launch spilling after the fallback")
     volatile = ("seconds", "engine", "from_store")
     assert {k: v for k, v in on_ray.items() if k not in volatile} == \
@@ -175,7 +175,7 @@ def test_report_reachable_on_ray_equals_the_serial_run_with_a_worker_killed(clus
     assert on_ray["engine"].startswith("local Ray cluster") and serial["engine"] == "serial"
     entries = sorted(p.name for p in cluster.rglob("*.json"))
     # each spec's compile (by its IR) and its report (by the spec under this code)
-    assert len(entries) == 24 and entries == sorted(p.name for p in
+    assert len(entries) == 32 and entries == sorted(p.name for p in
                                                     (tmp_path / "serial-store").rglob("*.json"))
     from rocke.compiler.results import ResultStore
     store = ResultStore(cluster)                     # every entry whole (written atomically)
