@@ -387,6 +387,13 @@ def cases_by_label(kvs=DECODE_KV, batches=DECODE_BATCHES) -> dict:
     return out
 
 
+def label_batches(labels) -> set:
+    """The batch counts Case labels name ("<kind> [<pattern>]x<batch> ..."), so that a label
+    index need not hold every batch from 1 to 256."""
+    import re
+    return {int(m.group(1)) for c in labels if (m := re.search(r"\]x(\d+) ", c))}
+
+
 def committed_cases(committed: dict, pattern: str) -> list:
     """The Cases of every problem of the committed classes whose key matches ``pattern``
     (re.search), in label order; a label this tool cannot name is an error (ValueError)."""
@@ -395,7 +402,7 @@ def committed_cases(committed: dict, pattern: str) -> list:
     labels = sorted({c for key, e in committed.items() if rx.search(key) for c in e["problems"]})
     if not labels:
         return []
-    by_label = cases_by_label(DECODE_KV, range(1, max(DECODE_BATCHES) + 1))
+    by_label = cases_by_label(DECODE_KV, sorted(set(DECODE_BATCHES) | label_batches(labels)))
     unknown = [c for c in labels if c not in by_label]
     if unknown:
         raise ValueError(f"committed problems this tool cannot name: {unknown[:3]} "
@@ -408,7 +415,8 @@ def missing_regimes(committed: dict, log=print) -> list:
     the rules do not pick (other_regime_option) and whose times lack that option -- one Case a
     class, its first problem (one exact class's problems are the same problem to the
     dispatcher). A class none of whose problems this tool can name is logged and left."""
-    by_label = cases_by_label(DECODE_KV, range(1, max(DECODE_BATCHES) + 1))
+    labels = {c for e in committed.values() for c in e["problems"]}
+    by_label = cases_by_label(DECODE_KV, sorted(set(DECODE_BATCHES) | label_batches(labels)))
     out = []
     for key, entry in committed.items():
         case = next((by_label[c] for c in entry["problems"] if c in by_label), None)
