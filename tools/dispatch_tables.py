@@ -377,21 +377,21 @@ def merge(committed: dict, classes: dict, rows: list) -> dict:
     return merged
 
 
-def cases_by_label(kvs=DECODE_KV, batches=DECODE_BATCHES) -> dict:
-    """{label: Case} over every problem a committed entry can name: the grid at every config,
-    score feature, cache and page size (decode at ``kvs`` x ``batches``), and the profile and
-    vllm033 shapes."""
+def label_batches(labels) -> set:
+    """The batch counts Case labels name ("<kind> [<pattern>]x<batch> ...")."""
+    import re
+    return {int(m.group(1)) for c in labels if (m := re.search(r"\]x(\d+) ", c))}
+
+
+def cases_by_label(labels, kvs=DECODE_KV) -> dict:
+    """{label: Case} over every problem a committed entry or a row can name: the grid at every
+    config, score feature, cache and page size (decode at ``kvs`` x the default batches and
+    every batch ``labels`` name, e.g. held-out ones), and the profile and vllm033 shapes."""
+    batches = sorted(set(DECODE_BATCHES) | label_batches(labels))
     out = {c.label: c for c in grid(CONFIGS, kvs, batches, features=tuple(FEATURES),
                                     kv_dtypes=ds.KV_DTYPES, block_sizes=ds.BLOCK_SIZES)}
     out.update((c.label, c) for c in problems(["profile", "vllm033"], log=lambda *_: None))
     return out
-
-
-def label_batches(labels) -> set:
-    """The batch counts Case labels name ("<kind> [<pattern>]x<batch> ..."), so that a label
-    index need not hold every batch from 1 to 256."""
-    import re
-    return {int(m.group(1)) for c in labels if (m := re.search(r"\]x(\d+) ", c))}
 
 
 def committed_cases(committed: dict, pattern: str) -> list:
@@ -402,7 +402,7 @@ def committed_cases(committed: dict, pattern: str) -> list:
     labels = sorted({c for key, e in committed.items() if rx.search(key) for c in e["problems"]})
     if not labels:
         return []
-    by_label = cases_by_label(DECODE_KV, sorted(set(DECODE_BATCHES) | label_batches(labels)))
+    by_label = cases_by_label(labels)
     unknown = [c for c in labels if c not in by_label]
     if unknown:
         raise ValueError(f"committed problems this tool cannot name: {unknown[:3]} "
@@ -415,8 +415,7 @@ def missing_regimes(committed: dict, log=print) -> list:
     the rules do not pick (other_regime_option) and whose times lack that option -- one Case a
     class, its first problem (one exact class's problems are the same problem to the
     dispatcher). A class none of whose problems this tool can name is logged and left."""
-    labels = {c for e in committed.values() for c in e["problems"]}
-    by_label = cases_by_label(DECODE_KV, sorted(set(DECODE_BATCHES) | label_batches(labels)))
+    by_label = cases_by_label({c for e in committed.values() for c in e["problems"]})
     out = []
     for key, entry in committed.items():
         case = next((by_label[c] for c in entry["problems"] if c in by_label), None)
@@ -557,8 +556,7 @@ def main(argv=None) -> int:
         seen = {}
         for r in rows:      # a problem modelled twice: the last row
             seen[r["case"]] = r
-        by_label = cases_by_label(sorted(set(DECODE_KV) | set(a.kv)),
-                                  sorted(set(DECODE_BATCHES) | set(a.batches)))
+        by_label = cases_by_label(seen, sorted(set(DECODE_KV) | set(a.kv)))
         for r in seen.values():     # the class as problem_class gives it now
             if r["case"] in by_label:
                 _, sp = ds.sampled_inputs(by_label[r["case"]])
