@@ -39,6 +39,10 @@ SHORT_CONTEXT_K = 512
 # the q-block granularity the path rule counts in (vLLM/AITER's 2D BLOCK_M, ALGORITHM.md §10.1)
 REFERENCE_BLOCK_M = 16
 MAX_SEGMENTS = 64                   # bounds the 3D workspace and reduce_segments' walk
+# reduce_segments issues pass 2's first trip under pass 1 (spec early_loads, ALGORITHM.md §5.2) at
+# these head sizes: those whose classes in the model's table were modelled with it (every 3D time
+# of a class is modelled with one reduce). d128 joins once its 561 classes are modelled again
+REDUCE_EARLY_LOADS_HEAD_SIZES = (64, 256)
 # segments per sqrt(KV tiles): the modelled optimum of the walk/merge trade (ALGORITHM.md §10.1)
 SEGMENTS_PER_SQRT_TILE = 2
 # 3D fills the CUs' resident slots once when that gives every q block at least this many
@@ -598,10 +602,8 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
         return (spec,)
     # an fp8 output is quantized by the reduction (the 3D kernel writes fp32 partials)
     reduce = cls_r(problem.dtype, problem.head_size, head_cols=problem.head_cols,
-                   **({"vector_width": 8} if problem.head_size > 256 else {}),
-                   # pass 2's first trip under pass 1 (one round trip less, reduce_segments); at
-                   # d256 only so far: the model's table holds the other head sizes without it
-                   **({"early_loads": True} if problem.head_size == 256 else {}))
+                   early_loads=problem.head_size in REDUCE_EARLY_LOADS_HEAD_SIZES,
+                   **({"vector_width": 8} if problem.head_size > 256 else {}))
     if out_dtype is not None:
         reduce = replace(reduce, out_dtype=out_dtype)
     return (spec, reduce)

@@ -106,7 +106,8 @@ class ReduceSegmentsSpec:
 
 VARIANTS = {
     f"{dt}_d{d}": ReduceSegmentsSpec(dt, d, 4) for dt in DTYPES for d in SHIPPED_HEAD_SIZES
-} | {f"{dt}_d256_early": ReduceSegmentsSpec(dt, 256, 4, early_loads=True) for dt in DTYPES}
+} | {f"{dt}_d{d}_early": ReduceSegmentsSpec(dt, d, 4, early_loads=True)
+     for dt in DTYPES for d in SHIPPED_HEAD_SIZES}
 GOLDEN_PERTURBATION = ("vector_width", {4: 2, 2: 4, 1: 2})     # see rocke.kernels.registry
 
 
