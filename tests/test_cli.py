@@ -52,7 +52,8 @@ def test_list_and_report_by_target():
     assert "attention_2d" in gfx942 and "vector_add" in gfx942 and not gfx942 & listed
     r = run("list", "--target", "gfx90a")
     assert r.exit_code == 2 and "--target: rocke knows gfx942, gfx950, got 'gfx90a'" in r.output
-    r = run("report", "--target", "gfx950", "reduce_segments_gfx950/f16_d64_v4", "vector_add/f32_v4")
+    r = run("report", "--target", "gfx950", "reduce_segments_gfx950/f16_d64_v4_early",
+            "vector_add/f32_v4")
     assert r.exit_code == 0, r.output
-    assert "reduce_segments_gfx950/f16_d64_v4" in r.output and "vector_add" not in r.output
+    assert "reduce_segments_gfx950/f16_d64_v4_early" in r.output and "vector_add" not in r.output
     assert "1 variants for gfx950; total spills: 0" in r.output

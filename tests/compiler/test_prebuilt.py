@@ -123,7 +123,8 @@ def test_aot_build_leaves_out_variants_built_for_another_processor(tmp_path):
     other = next(n for n in all_variants() if n.startswith("dense_prefill_gfx950/"))
     out = tmp_path / "bundle"
     result = CliRunner().invoke(main, ["aot", "build", "--quiet", "--out", str(out), "-j", "1",
-                                       other, "reduce_segments_gfx950/f16_d64_v4", "softmax/f16_wave"])
+                                       other, "reduce_segments_gfx950/f16_d64_v4_early",
+                                       "softmax/f16_wave"])
     assert result.exit_code == 0, result.output
     assert "2 built for another processor left out" in result.output
     entries = json.loads((out / "index.json").read_text())["entries"].values()
