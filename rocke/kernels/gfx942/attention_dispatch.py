@@ -8,6 +8,7 @@ the same name and functions under ``rocke/kernels/<target>/``.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields, replace
 from typing import Callable
@@ -597,16 +598,32 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
     out_dtype = kwargs.pop("out_dtype", None) if geo.path == "3d" else None
     if geo.path == "3d":
         kwargs.pop("q_major_grid", None)     # a 2D grid lever: the 3D grid has no query-major form
-    spec = cls(**kwargs)
+    spec = built_spec(cls, kwargs)
     if geo.path == "2d":
         return (spec,)
     # an fp8 output is quantized by the reduction (the 3D kernel writes fp32 partials)
-    reduce = cls_r(problem.dtype, problem.head_size, head_cols=problem.head_cols,
-                   early_loads=problem.head_size in REDUCE_EARLY_LOADS_HEAD_SIZES,
-                   **({"vector_width": 8} if problem.head_size > 256 else {}))
+    reduce = built_spec(cls_r, dict(
+        dtype=problem.dtype, head_size=problem.head_size, head_cols=problem.head_cols,
+        early_loads=problem.head_size in REDUCE_EARLY_LOADS_HEAD_SIZES,
+        **({"vector_width": 8} if problem.head_size > 256 else {})))
     if out_dtype is not None:
         reduce = replace(reduce, out_dtype=out_dtype)
     return (spec, reduce)
+
+
+def built_spec(cls, kwargs: dict):
+    """``cls(**kwargs)``, one instance per distinct field set: a spec is frozen, and its checks
+    (__post_init__) are most of the cost of planning (the reachable enumeration plans ~10 times
+    as many specs as there are distinct ones). A spec that refuses raises every time."""
+    try:
+        return _built_spec(cls, tuple(sorted(kwargs.items())))
+    except TypeError:       # an unhashable field value: build it uncached
+        return cls(**kwargs)
+
+
+@functools.lru_cache(maxsize=65536)
+def _built_spec(cls, items: tuple):
+    return cls(**dict(items))
 
 
 def needs_interval_mask(p: UnifiedAttentionProblem) -> bool:
