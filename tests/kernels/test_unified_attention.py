@@ -630,3 +630,18 @@ def test_compile_only_builds_the_plans_kernels_and_launches_nothing(monkeypatch,
     bad = dict(inputs, block_table=inputs["block_table"].long())
     with pytest.raises(ValueError, match="block_table: dtype must be torch.int32"):
         au.run_unified_attention_torch(*bad.values(), compile_only=True)
+
+
+def test_built_spec_builds_each_distinct_spec_once_and_a_refusal_every_time():
+    """make_specs' specs come from built_spec: one instance per distinct field set (its checks
+    run once), while a field set the spec refuses raises on every call, never a cached spec."""
+    from rocke.kernels.gfx942 import reduce_segments as rs
+    fields = dict(dtype="f16", head_size=128, vector_width=4)
+    first = dispatch.built_spec(rs.ReduceSegmentsSpec, fields)
+    assert dispatch.built_spec(rs.ReduceSegmentsSpec, dict(reversed(fields.items()))) is first
+    assert first == rs.ReduceSegmentsSpec("f16", 128, 4)
+    other = dispatch.built_spec(rs.ReduceSegmentsSpec, dict(fields, early_loads=True))
+    assert other is not first and other.early_loads
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            dispatch.built_spec(rs.ReduceSegmentsSpec, dict(fields, head_size=100))
