@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -379,7 +380,6 @@ def merge(committed: dict, classes: dict, rows: list) -> dict:
 
 def label_batches(labels) -> set:
     """The batch counts Case labels name ("<kind> [<pattern>]x<batch> ...")."""
-    import re
     return {int(m.group(1)) for c in labels if (m := re.search(r"\]x(\d+) ", c))}
 
 
@@ -397,7 +397,6 @@ def cases_by_label(labels, kvs=DECODE_KV) -> dict:
 def committed_cases(committed: dict, pattern: str) -> list:
     """The Cases of every problem of the committed classes whose key matches ``pattern``
     (re.search), in label order; a label this tool cannot name is an error (ValueError)."""
-    import re
     rx = re.compile(pattern)
     labels = sorted({c for key, e in committed.items() if rx.search(key) for c in e["problems"]})
     if not labels:
@@ -534,7 +533,6 @@ def main(argv=None) -> int:
             print(f"wrote {TABLE.relative_to(ROOT)}")
         return 1 if a.check and merged != committed else 0
     if a.remodel:
-        import re
         try:
             cases = committed_cases(read_table()["classes"], a.remodel)
         except (ValueError, re.error) as e:

@@ -615,10 +615,12 @@ def built_spec(cls, kwargs: dict):
     """``cls(**kwargs)``, one instance per distinct field set: a spec is frozen, and its checks
     (__post_init__) are most of the cost of planning (the reachable enumeration plans ~10 times
     as many specs as there are distinct ones). A spec that refuses raises every time."""
+    fields_key = tuple(sorted(kwargs.items()))
     try:
-        return _built_spec(cls, tuple(sorted(kwargs.items())))
+        hash(fields_key)
     except TypeError:       # an unhashable field value: build it uncached
         return cls(**kwargs)
+    return _built_spec(cls, fields_key)
 
 
 @functools.lru_cache(maxsize=65536)
