@@ -283,6 +283,54 @@ def choose(rows: list) -> dict:
     return entry
 
 
+def case_options(case: ds.Case) -> list[tuple[str, int]]:
+    """Every (path, segments) option ``model_case`` models for ``case`` (the fill counts
+    ``add_fill`` adds included), each once, in the order model_case takes them."""
+    _, sp = ds.sampled_inputs(case)
+    p = ds.full_problem(case, sp)
+    geo = ad.geometry(p, "3d")
+    tiles = ad.cdiv(p.max_seqlen_k, geo.tile_size)
+    counts = {ad.table_segments(n, tiles) for n in SEGMENT_CANDIDATES} | {geo.num_segments}
+    options = [("2d", 1)]
+    other = other_regime_option(p)
+    if other:
+        options.append((other, 1))
+    options += [("3d", n) for n in sorted(counts)]
+    if p.is_decode:
+        fills = {ad.rounds_segments(p, geo, rounds) for rounds in FILL_ROUNDS} - {0, None}
+        options += [("3d", n) for n in sorted(fills - counts)]
+    return options
+
+
+def option_task(item: tuple) -> float:
+    """One option of one problem (rocke.tasks): modelled and kept in the result store, so that
+    ``model_case`` then finds it; returns the seconds it took."""
+    case, path, ns = item
+    start = time.perf_counter()
+    ds.modelled(case, path, ns)
+    return time.perf_counter() - start
+
+
+def model_options(cases: list, engine, log=print) -> None:
+    """``--per-option``: every option of every case as its own task, the longest KV walks
+    first, each kept in the result store (which must be on). A problem's options then run on
+    as many processes as there are, so a few long problems no longer hold the run's end."""
+    from rocke import tasks
+    from rocke.compiler.results import default_store
+    if default_store() is None:
+        raise ValueError("--per-option keeps each option in the result store, and "
+                         "ROCKE_RESULTS_DIR is off")
+    items = [(c, path, ns) for c in cases for path, ns in case_options(c)]
+    items.sort(key=lambda it: -max(k for _, k in it[0].pattern))   # stable: cases' order
+    t0 = time.monotonic()
+    for count, (i, seconds) in enumerate(tasks.run(option_task, items, engine), 1):
+        case, path, ns = items[i]
+        print(f"dispatch_tables --per-option: {count}/{len(items)} options, "
+              f"{time.monotonic() - t0:.0f} s; {case.label} {path}/{ns} in {seconds:.0f} s",
+              file=sys.stderr, flush=True)
+    log(f"per-option: {len(items)} options of {len(cases)} problems modelled")
+
+
 def model_task(case: ds.Case) -> tuple[dict, float]:
     """One problem's task (rocke.tasks): its row (model_case) and the seconds it took."""
     start = time.perf_counter()
@@ -500,6 +548,9 @@ def main(argv=None) -> int:
                     "JSON-lines file as it is done")
     ap.add_argument("--from-rows", type=Path, nargs="+", help="build from these JSON-lines "
                     "files (earlier --rows-out runs) instead of modelling anything")
+    ap.add_argument("--per-option", action="store_true", help="first model every option of "
+                    "every problem as its own task (kept in the result store), then build the "
+                    "rows from the store: balances --jobs / --ray when a few problems are long")
     ap.add_argument("--grid", choices=["full"], default="full")
     ap.add_argument("--problems", nargs="+", choices=PROBLEM_SETS, default=["grid"],
                     help="the problem sets swept (default: grid, the options above): profile -- "
@@ -567,6 +618,11 @@ def main(argv=None) -> int:
             a.rows_out.write_text("".join(json.dumps(r) + "\n" for r in seen.values()))
         classes, rows = build([], rows=list(seen.values()))
     else:
+        if a.per_option:
+            try:
+                model_options(cases, engine)
+            except ValueError as e:
+                ap.error(str(e))
         classes, rows = build(cases, rows_out=a.rows_out, engine=engine, progress=True)
     beyond = report(classes, rows)
     committed = read_table()["classes"]

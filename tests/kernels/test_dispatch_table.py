@@ -374,3 +374,33 @@ def test_merge_keeps_a_committed_problem_of_the_class():
     assert merged["c"]["us"] == old["c"]["us"]          # the first problem's times
     assert merged["n"] == classes["n"] and merged["k"] == classes["k"] != old["k"]
     assert dt.merge(merged, classes, rows) == merged
+
+
+@pytest.mark.parametrize("case", [
+    ds.Case("decode", ((1, 1024),), 8, 32, 8, "f16", 128),           # fill options
+    ds.Case("decode", ((1, 2048),), 256, 32, 8, "f16", 128),
+    ds.Case("chunked-prefill", ((128, 2048),), 1, 32, 8, "bf16", 128),  # no fill options
+    ds.Case("decode", ((1, 1024),), 32, 32, 8, "f16", 128),          # both 2D regimes apply
+])
+def test_per_option_models_exactly_the_options_a_row_holds(case, monkeypatch):
+    """--per-option models each (path, segments) option as its own task, then builds the rows
+    from the result store: it must model every option model_case then asks for, and no other
+    (a missing one would be modelled again inside the row's task; an extra is wasted)."""
+    asked = []
+    monkeypatch.setattr(ds, "modelled", lambda c, path, ns=1: asked.append((path, ns)) or
+                        {dt.LATENCY: 1.0})
+    row = dt.model_case(case)
+    options = dt.case_options(case)
+    assert len(options) == len(set(options))
+    assert set(options) == set(asked)
+    # the row's options are exactly these (the fill aliases name counts among them)
+    named = {(o.split("/")[0], 1 if "/" not in o else int(o.split("/")[1]))
+             for o in row["us"] if "fill" not in o}
+    assert named == set(options)
+
+
+def test_per_option_needs_the_result_store(monkeypatch, capsys):
+    monkeypatch.setenv("ROCKE_RESULTS_DIR", "off")
+    with pytest.raises(SystemExit):
+        dt.main(["--remodel", "/d128/.*/grid320/k1024/", "--per-option"])
+    assert "ROCKE_RESULTS_DIR is off" in capsys.readouterr().err
