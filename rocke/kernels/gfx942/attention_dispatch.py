@@ -42,8 +42,8 @@ REFERENCE_BLOCK_M = 16
 MAX_SEGMENTS = 64                   # bounds the 3D workspace and reduce_segments' walk
 # reduce_segments issues pass 2's first trip under pass 1 (spec early_loads, ALGORITHM.md §5.2) at
 # these head sizes: those whose classes in the model's table were modelled with it (every 3D time
-# of a class is modelled with one reduce). d128 joins once its 561 classes are modelled again
-REDUCE_EARLY_LOADS_HEAD_SIZES = (64, 256)
+# of a class is modelled with one reduce); other head sizes keep the rules, modelled without it
+REDUCE_EARLY_LOADS_HEAD_SIZES = (64, 128, 256)
 # segments per sqrt(KV tiles): the modelled optimum of the walk/merge trade (ALGORITHM.md §10.1)
 SEGMENTS_PER_SQRT_TILE = 2
 # 3D fills the CUs' resident slots once when that gives every q block at least this many
