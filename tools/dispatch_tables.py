@@ -573,6 +573,9 @@ def main(argv=None) -> int:
                              ("--from-rows", a.from_rows)) if on]
     if len(modes) > 1:
         ap.error(f"{' and '.join(modes)}: choose one (each decides what is modelled)")
+    if a.per_option and (a.add_regimes or a.from_rows):
+        ap.error(f"--per-option models the problems of --remodel or the grid; "
+                 f"{'--add-regimes' if a.add_regimes else '--from-rows'} models no such set")
     engine = engines.engine_of(ap, a)
     if a.add_regimes:
         committed = read_table()["classes"]

@@ -404,3 +404,12 @@ def test_per_option_needs_the_result_store(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         dt.main(["--remodel", "/d128/.*/grid320/k1024/", "--per-option"])
     assert "ROCKE_RESULTS_DIR is off" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("other", [["--add-regimes"], ["--from-rows", "rows.jsonl"]])
+def test_per_option_refuses_a_mode_that_models_no_problem_set(other, capsys):
+    """--per-option beside --add-regimes / --from-rows would be ignored: an error instead,
+    before anything is read or modelled."""
+    with pytest.raises(SystemExit):
+        dt.main(["--per-option", *other])
+    assert "--per-option models the problems of --remodel or the grid" in capsys.readouterr().err
