@@ -23,7 +23,8 @@ the timing facts of rocke.arch.costs (each with its source there). The model:
      requests) through the one HBM, so by Little's law a round trip that waits on those bytes
      lasts at least resident x share / achievable bandwidth, not the unloaded round trip
      (unequal shares: fair sharing, a workgroup's last byte after sum_j min(share_j, its share);
-     a workgroup that loads nothing waits on nothing). The
+     a workgroup that loads nothing waits on nothing; with `order=`, each sample weighs in the
+     resident set as its dispatched share of the launch, not as one sample of several). The
      path already holds one round trip of that wait (its exposed latency, at most one round
      trip); the rest is added. ASSUMPTION: a workgroup's unique bytes move in one exposed phase
      (as a tile kernel's Q load and output store do; workgroups of equal work start together
@@ -148,14 +149,21 @@ def workgroup_shares(requested: np.ndarray, footprint: float) -> np.ndarray:
     return footprint * requested / total
 
 
-def shared_bytes(shares: np.ndarray) -> np.ndarray:
+def shared_bytes(shares: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     """Bytes the HBM delivers before each workgroup's last byte when the workgroups' requests
     share it fairly: sum over j of min(share_j, share_i) (processor sharing; all equal: n x
-    share)."""
-    order = np.sort(shares)
-    below = np.concatenate(([0.0], np.cumsum(order)))
+    share). `weights`: how many resident workgroups each share stands for (default one each)."""
+    if weights is None:
+        order = np.sort(shares)
+        below = np.concatenate(([0.0], np.cumsum(order)))
+        k = np.searchsorted(order, shares, side="left")
+        return below[k] + shares * (shares.size - k)
+    by_share = np.argsort(shares, kind="stable")
+    order, weight = shares[by_share], np.asarray(weights, np.float64)[by_share]
+    below = np.concatenate(([0.0], np.cumsum(order * weight)))
+    at_or_above = np.concatenate((np.cumsum(weight[::-1])[::-1], [0.0]))
     k = np.searchsorted(order, shares, side="left")
-    return below[k] + shares * (shares.size - k)
+    return below[k] + shares * at_or_above[k]
 
 
 def _schedule(duration: np.ndarray, total: int, slots: int, order=None) -> float:
@@ -226,8 +234,11 @@ def model_time(profile, *, costs: Costs = MI300X, grid=None, footprint: int | No
     else:
         sample_footprint = footprint * sampled / total
     resident = min(total, t.cu_count * slots)
-    queue_s = dram_queue_seconds(resident / sampled,
-                                 shared_bytes(workgroup_shares(bytes_, sample_footprint)), costs)
+    shares = workgroup_shares(bytes_, sample_footprint)
+    if order is None:           # each sample stands for resident / sampled of the resident set
+        queue_s = dram_queue_seconds(resident / sampled, shared_bytes(shares), costs)
+    else:                       # ... or for its part of the launch's mix (its dispatched count)
+        queue_s = dram_queue_seconds(1.0, shared_bytes(shares, resident * counts / total), costs)
     # the part of the queue each workgroup's path already waits (at most one round trip)
     covered = np.minimum(costs.memory_latency_cycles, exposed / wpw)
     scale = total / sampled

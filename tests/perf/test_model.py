@@ -336,3 +336,30 @@ def test_no_launch_beats_the_matrix_ceiling(workgroups):
         assert m.us == pytest.approx(ceiling, rel=1e-6)
     with pytest.raises(ValueError, match="flops"):
         matrix_ceiling_us(-1.0)
+
+
+def test_weighted_shared_bytes():
+    """Shares 1 and 3 standing for 10 and 2 resident workgroups: the 1 is done after 10 x 1 +
+    2 x 1 = 12 bytes, the 3 after 10 x 1 + 2 x 3 = 16; unit weights are the unweighted sum."""
+    from rocke.perf.model import shared_bytes
+    assert shared_bytes(np.array([1.0, 3.0]), np.array([10.0, 2.0])).tolist() == [12.0, 16.0]
+    shares = np.array([1.0, 3.0, 3.0, 0.0])
+    assert shared_bytes(shares, np.ones(4)).tolist() == shared_bytes(shares).tolist()
+
+
+def test_order_weighs_the_dram_queue_by_the_launch_mix():
+    """One round of 304 workgroups: 300 of sample 0 (requesting 3 byte units each) and 4 of
+    sample 1 (1 unit), footprint F = 64 MiB. Shares: 3F / 904 and F / 904. A sample-0
+    workgroup's last byte comes after 300 x 3F / 904 + 4 x F / 904 = F, as if every resident
+    workgroup were the one it is (F / 4.073 TB/s beyond its round trip). Weighing the two
+    samples half and half instead would give it 152 x 4F / 904 = 0.67 F."""
+    footprint = 64 << 20
+    p = _profile(2, *WAITING, [400, 40], trips=4)
+    p.wg_global_bytes = np.array([3, 1], np.int64)
+    m = model_time(p, grid=(304, 1, 1), order=[0] * 300 + [1] * 4, footprint=footprint)
+    assert m.us == pytest.approx((440 / CLOCK + footprint / BW) * 1e6 + LAUNCH_US)
+    # an order that repeats the samples in turn is the default's sampling
+    p.wg_global_bytes = np.array([1, 1], np.int64)
+    turns = model_time(p, grid=(304, 1, 1), order=[0, 1] * 152, footprint=footprint)
+    assert turns.us == pytest.approx(model_time(p, grid=(304, 1, 1), footprint=footprint).us,
+                                     rel=1e-12)
