@@ -87,7 +87,17 @@ class TVLayout:
             raise ValueError(f"layout {self.name}: coordinate outside tile {self.shape}")
         if len(np.unique(flat)) != flat.size or flat.size != self.shape[0] * self.shape[1]:
             raise ValueError(f"layout {self.name}: must hold each element of {self.shape} exactly once")
-        object.__setattr__(self, "coords", c.astype(np.int64))
+        c = c.astype(np.int64)
+        c.setflags(write=False)         # the queries below are memoised on it
+        object.__setattr__(self, "coords", c)
+        object.__setattr__(self, "_memo", {})
+
+    def _memoised(self, query: str, axis: int, compute):
+        """A query's answer, computed once per layout (builders ask the same ones many times)."""
+        key = (query, axis)
+        if key not in self._memo:
+            self._memo[key] = compute(axis)
+        return self._memo[key]
 
     # -- construction ---------------------------------------------------------------------
     # A multi-block atom (e.g. 4x4x4_16b) computes `blocks` independent products at once. Its
@@ -128,7 +138,8 @@ class TVLayout:
         return TVLayout(f"{atom.key}.B_scale", (atom.k // 32, atom.n), np.stack([block, kept], -1)[:, None])
 
     def transpose(self) -> "TVLayout":
-        return TVLayout(f"{self.name}^T", (self.shape[1], self.shape[0]), self.coords[..., ::-1])
+        return self._memoised("transpose", 0, lambda _: TVLayout(
+            f"{self.name}^T", (self.shape[1], self.shape[0]), self.coords[..., ::-1]))
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -142,6 +153,9 @@ class TVLayout:
         """Maximal runs (first value, length) of values that every lane holds at consecutive
         positions along `axis` (COL: along a row) — the vector width of a memory copy of the
         fragment to/from a tile that is contiguous along that axis."""
+        return self._memoised("value_runs", axis, self._value_runs)
+
+    def _value_runs(self, axis: int) -> tuple[tuple[int, int], ...]:
         other = 1 - axis
         runs, v, n = [], 0, self.values_per_lane
         while v < n:
@@ -172,6 +186,9 @@ class TVLayout:
 
     def lane_part(self, axis: int) -> LaneAffine:
         """The lane-dependent part of the coordinate along `axis` (value 0's coordinate)."""
+        return self._memoised("lane_part", axis, self._lane_part)
+
+    def _lane_part(self, axis: int) -> LaneAffine:
         f = LaneAffine.fit(self.coords[:, 0, axis])
         if f is None or not self._separable(axis):
             raise ValueError(f"layout {self.name}: axis {axis} is not lane-affine + value offset")
@@ -179,6 +196,9 @@ class TVLayout:
 
     def value_offsets(self, axis: int) -> tuple[int, ...]:
         """Per-value offset along `axis` relative to value 0 (same for every lane)."""
+        return self._memoised("value_offsets", axis, self._value_offsets)
+
+    def _value_offsets(self, axis: int) -> tuple[int, ...]:
         if not self._separable(axis):
             raise ValueError(f"layout {self.name}: axis {axis} value offsets depend on the lane")
         return tuple(int(x) for x in self.coords[0, :, axis] - self.coords[0, 0, axis])
@@ -189,6 +209,9 @@ class TVLayout:
 
     def reduce_plan(self, axis: int) -> ReducePlan:
         """Plan a reduction that removes `axis` (axis=COL: one result per row, e.g. a row max)."""
+        return self._memoised("reduce_plan", axis, self._reduce_plan)
+
+    def _reduce_plan(self, axis: int) -> ReducePlan:
         keep = 1 - axis
         kept = self.coords[:, :, keep]
         groups: list[tuple[int, ...]] = []

@@ -74,3 +74,18 @@ def test_fp8_atoms_hold_eight_consecutive_k_per_lane():
     a = TVLayout.mfma_a(get_atom("16x16x32_fp8_bf8"))
     assert a.shape == (16, 32) and a.value_runs() == ((0, 8),)
     assert a.lane_part(1)(np.arange(64)).tolist() == [8 * (l // 16) for l in range(64)]
+
+
+def test_a_layouts_coordinates_cannot_change_under_its_memoised_queries():
+    """A layout answers each query once (builders ask the same reduce plan, runs and lane parts
+    thousands of times); its coordinates are read-only so no answer can go stale, and the
+    answers are those of a fresh layout of the same table."""
+    atom = MFMA_CATALOG["32x32x8_f16"]
+    c = TVLayout.mfma_c(atom)
+    first = c.reduce_plan(COL)
+    assert c.reduce_plan(COL) is first and c.transpose() is c.transpose()
+    with pytest.raises(ValueError):
+        c.coords[0, 0, 0] = 1
+    fresh = TVLayout("copy", c.shape, np.array(c.coords))
+    assert fresh.reduce_plan(COL) == first and fresh.value_runs(ROW) == c.value_runs(ROW)
+    assert c.transpose().same_as(fresh.transpose())
