@@ -19,7 +19,7 @@ from rocke.kernels.gfx942 import attention_reachable as reach
 # minute) is built once, not once per pytest-xdist worker
 pytestmark = pytest.mark.xdist_group("reachable_enumeration")
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")      # session: pytest-xdist may interleave other modules' tests
 def reachable():
     return reach.reachable_specs()
 
