@@ -10,6 +10,7 @@ echoes at start-up.
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, fields
 from typing import Mapping
@@ -117,11 +118,17 @@ def _spec_value(knob: str, value):
     return value
 
 
+@functools.lru_cache(maxsize=None)
+def spec_field_names(spec_cls) -> frozenset:
+    """The field names of a spec dataclass (asked on every plan; a class's fields never change)."""
+    return frozenset(f.name for f in fields(spec_cls))
+
+
 def spec_overrides(knobs: AttentionKnobs, spec_cls) -> dict:
     """The spec fields the levers set, for a spec dataclass ``spec_cls``. Every lever is applied
     (so the provider defaults hold); a lever the kernel has no field for is an error naming
     both when it is set away from its default, never silently dropped."""
-    have = {f.name for f in fields(spec_cls)}
+    have = spec_field_names(spec_cls)
     default = AttentionKnobs()
     out = {}
     for knob, field_name in SPEC_FIELDS.items():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from rocke.arch import get_target
@@ -60,7 +60,6 @@ GRAPH_PREFILL_MAX_Q = 768
 def num_sms(target: str = "gfx942") -> int:
     """Compute units of the target (rocke/arch: 304 for MI300X, 256 for MI355X). A call on a GPU
     passes that GPU's own count to ``plan`` (``attention_device.compute_units``)."""
-    from rocke.arch import get_target
     return get_target(target).cu_count
 
 
@@ -572,7 +571,7 @@ def make_specs(problem: UnifiedAttentionProblem, geo: Geometry, knobs: Attention
     cls2, cls3, cls_r = spec_classes or (a2.UnifiedAttention2DSpec, a3.UnifiedAttention3DSpec,
                                          reduce_segments.ReduceSegmentsSpec)
     cls = cls2 if geo.path == "2d" else cls3
-    have = {f.name for f in fields(cls)}
+    have = knobs_mod.spec_field_names(cls)
     group, split = split_group(problem.num_queries_per_kv)
     wanted = dict(dtype=problem.dtype, head_size=problem.head_size, block_size=problem.block_size,
                   num_queries_per_kv=group,
