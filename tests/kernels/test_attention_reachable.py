@@ -15,11 +15,10 @@ from rocke.kernels.gfx942 import attention_dispatch as dispatch
 from rocke.kernels.gfx942 import attention_pipeline as pipeline
 from rocke.kernels.gfx942 import attention_reachable as reach
 
-# one worker runs this module (scripts/test.sh: --dist loadgroup), so the enumeration (about a
-# minute) is built once, not once per pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("reachable_enumeration")
 
-@pytest.fixture(scope="session")      # session: pytest-xdist may interleave other modules' tests
+# one worker runs this module (scripts/test.sh: --dist loadfile), so the enumeration (about a
+# minute) is built once, not once per pytest-xdist worker
+@pytest.fixture(scope="session")
 def reachable():
     return reach.reachable_specs()
 
