@@ -157,9 +157,11 @@ def num_segments(p: UnifiedAttentionProblem, geo: Geometry, sms: int | None = No
     return wanted
 
 
+@functools.lru_cache(maxsize=4096)
 def rule_specs(p: UnifiedAttentionProblem, geo: Geometry):
     """The specs of ``geo`` at the default knobs, the kernels the segment rules size; None when
-    the spec refuses the problem."""
+    the spec refuses the problem. Memoised (problem and geometry are frozen, and the answer is
+    theirs alone): each segment rule asks it, num_segments twice."""
     try:
         return make_specs(p, geo, AttentionKnobs())
     except (ValueError, NotImplementedError):
@@ -525,14 +527,15 @@ def recommend_graph_replay(problem: UnifiedAttentionProblem, knobs: AttentionKno
     Never for feature-flagged problems, never when the caller is already capturing (its graph
     takes precedence), and never for a path whose HIPDNN_GFX942_{2D,3D}_GRAPH lever is off."""
     knobs = AttentionKnobs() if knobs is None else knobs
-    if capturing is None:
-        capturing = _caller_is_capturing()
-    if capturing or problem.features or problem.kv_dtype is not None:     # fp8: never graph-replayed
+    if problem.features or problem.kv_dtype is not None:     # fp8: never graph-replayed
         return False
     path = select_path(problem)[0] if path is None else path
     if not (knobs.graph_2d if path == "2d" else knobs.graph_3d):
         return False
-    return problem.max_seqlen_q <= GRAPH_PREFILL_MAX_Q      # decode (== 1) included
+    if problem.max_seqlen_q > GRAPH_PREFILL_MAX_Q:      # decode (== 1) included below
+        return False
+    # asked last: the device and torch lookups are most of a plan's cost in an enumeration
+    return not (_caller_is_capturing() if capturing is None else capturing)
 
 
 def _caller_is_capturing() -> bool:
