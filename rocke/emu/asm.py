@@ -5,13 +5,16 @@ keeps the source line it came from (`Instr.source`), which findings print beside
 from __future__ import annotations
 
 import functools
+import hashlib
 import operator
+from collections import OrderedDict
 import re
 from dataclasses import dataclass, field
 
 import yaml
 
-class _MetadataLoader(yaml.SafeLoader):
+# libyaml's loader when present (the pure-Python one was a fifth of preparing a launch)
+class _MetadataLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """YAML 1.1 with LLVM's `!str` tag (llvm-readelf marks a string that would read as another
     type -- an argument named `n`, `y`, ... -- `!str`): a plain string."""
 
@@ -168,6 +171,8 @@ def _looks_like_modifier(tok: str) -> bool:
 
 
 def _strip_comment(line: str) -> str:
+    if ";" not in line and "//" not in line:      # most lines: nothing to strip
+        return line
     quoted = False
     for i, ch in enumerate(line):
         if ch == '"':
@@ -354,6 +359,27 @@ def evaluate_expression(text: str, symbols: dict[str, str], _depth: int = 0) -> 
     if pos != len(tokens):
         raise ValueError(f"malformed expression {text!r}: unexpected {peek()[1]!r}")
     return result
+
+
+_PARSED: "OrderedDict[str, Program]" = OrderedDict()
+_PARSED_SIZE = 32
+
+
+def parsed_program(text: str) -> Program:
+    """``parse_program(text)``, kept for the process's last few texts by their sha256: the
+    check that a listing is its code object's kernel and the launch that then runs it read the
+    same text (a Program is never changed once parsed)."""
+    key = hashlib.sha256(text.encode()).hexdigest() if isinstance(text, str) else None
+    if key is None:
+        return parse_program(text)
+    program = _PARSED.get(key)
+    if program is None:
+        program = _PARSED[key] = parse_program(text)
+        while len(_PARSED) > _PARSED_SIZE:
+            _PARSED.popitem(last=False)
+    else:
+        _PARSED.move_to_end(key)
+    return program
 
 
 def parse_program(text: str) -> Program:

@@ -308,8 +308,8 @@ def code_object_assembly(code, verified: bool = False) -> str:
         else:
             listing = verified_listing(data, library)
     import yaml
-    metadata_text = yaml.safe_dump(metadata, explicit_start=True, explicit_end=True,
-                                   sort_keys=False)
+    metadata_text = yaml.dump(metadata, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+                              explicit_start=True, explicit_end=True, sort_keys=False)
 
     # instructions with byte addresses; function symbols as labels
     entries: list[tuple[int, str, str]] = []
@@ -408,9 +408,9 @@ def listings_agree(listing: str, other: str, kernel: str) -> bool:
     """Whether two assembly texts hold the same kernel `kernel`: instruction for instruction, with
     the same kernel arguments and (ungranulated) descriptor fields; `.loc` lines aside. Any
     doubt is False."""
-    from .asm import parse_program
-    try:
-        mine, truth = parse_program(listing), parse_program(other)
+    from .asm import parse_program, parsed_program
+    try:      # the listing is read again by the launch that runs it: the parse is kept
+        mine, truth = parsed_program(listing), parse_program(other)
         a, b = mine.kernels[kernel], truth.kernels[kernel]
     except Exception:
         return False

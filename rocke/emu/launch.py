@@ -53,7 +53,7 @@ from rocke.arch import abi
 from rocke.arch.targets import GFX942, get_target
 
 from .access import put_pair_words, sgpr_column
-from .asm import Program, parse_program
+from .asm import Program, parsed_program
 from .gfx950 import check_target
 from . import scratch
 from .memory import GlobalMemory, host_view
@@ -154,7 +154,7 @@ def _program_and_target(code) -> tuple[Program, dict, str | None]:
     if isinstance(code, bytes):
         code = _disassembly(key, code)
     declared = _AMDGCN_TARGET.search(code)
-    entry = (parse_program(code), {}, declared.group(1) if declared else None)
+    entry = (parsed_program(code), {}, declared.group(1) if declared else None)
     _CACHE[key] = entry
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
