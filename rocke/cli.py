@@ -693,7 +693,8 @@ def golden_perturbation_problems(family: str, golden: dict[str, str]) -> list[st
                             "not reach the code")
         elif v is not victim and digest != golden[v.name]:
             problems.append(f"{v.name} changed after {victim.name} was rebuilt with another "
-                            f"{field}: state leaks between builds")
+                            f"{field}: state leaks between builds, or its IR moved (`rocke "
+                            "golden check` builds it alone)")
     return problems
 
 
