@@ -37,6 +37,6 @@ of ``n`` waves of pool ``P`` (control flow: ``run(P, sel, n, pc)``, setting ``P.
 never touches machine state, so one decoded kernel serves every launch.
 """
 from .errors import EmulatorError, LaunchTimeout, LdsFault, LdsRace, LdsUninitialised, MemoryFault
-from .launch import MEMCHECK_SCOPES, LaunchReport, launch
+from .launch import MEMCHECK_SCOPES, LaunchReport, launch, relax_garbage_collection
 
-__all__ = ["launch", "LaunchReport", "MEMCHECK_SCOPES", "EmulatorError", "MemoryFault", "LdsFault", "LdsRace", "LdsUninitialised", "LaunchTimeout"]
+__all__ = ["launch", "relax_garbage_collection", "LaunchReport", "MEMCHECK_SCOPES", "EmulatorError", "MemoryFault", "LdsFault", "LdsRace", "LdsUninitialised", "LaunchTimeout"]

@@ -94,6 +94,23 @@ LOOP_TRIPS = 8
 _CACHE: OrderedDict[str, tuple[Program, dict[str, DecodedKernel]]] = OrderedDict()
 _CACHE_SIZE = 32
 
+# Python's cyclic collector, for a process that emulates many kernels: each decoded kernel kept
+# above is ~50K closures and cells, which every full collection rescans; with the default
+# thresholds (700, 10, 10) an emulator test process spent a quarter of its time collecting
+# (tests/kernels/test_attention_2d.py: 11 of 46 s). Only the frequency changes: every cycle is
+# still collected.
+RELAXED_GC_THRESHOLDS = (50_000, 50, 100)
+
+
+def relax_garbage_collection() -> tuple[int, int, int]:
+    """Collect cycles less often (RELAXED_GC_THRESHOLDS) in this process, which emulates many
+    kernels; returns the thresholds it had. Opt-in, for programs that own their process (the
+    example harnesses, the test suite): a library does not change its host's collector."""
+    import gc
+    before = gc.get_threshold()
+    gc.set_threshold(*RELAXED_GC_THRESHOLDS)
+    return before
+
 
 @dataclass
 class LaunchReport:
