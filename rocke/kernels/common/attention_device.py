@@ -1,6 +1,8 @@
 """Where a unified-attention call runs: the device kind and target follow the call's tensors."""
 from __future__ import annotations
 
+import sys
+
 from rocke.kernels.common.attention_problem import is_tensor
 
 
@@ -79,8 +81,12 @@ def caller_is_capturing() -> bool:
             return True
     except Exception:       # no usable device: nobody is capturing on it
         pass
+    # a torch capture needs a torch already imported: planning ahead of time (`rocke list`'s
+    # shipped variants) does not import it (2 s) just to learn that nobody captures
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
     try:
-        import torch
         return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
     except Exception:
         return False
