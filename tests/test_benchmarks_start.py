@@ -52,12 +52,29 @@ def test_emu_benchmark_refuses_bad_input_in_one_line(argv, words):
     assert "Traceback" not in r.stderr and "lane-instructions" not in r.stdout
 
 
-def test_emu_benchmark_fails_a_wrong_output(monkeypatch, capsys):
+@pytest.fixture
+def benchmarks_on_path(monkeypatch):
+    """benchmarks/ first on sys.path for one test, as its scripts see it, and none of its modules
+    left behind: benchmarks/profile.py would otherwise stand in sys.modules for the standard
+    library's `profile`, and the worker's next first import of cProfile (torch._dynamo's, say)
+    failed in whichever test came later."""
+    import cProfile  # noqa: F401  (the standard library's profile and cProfile, imported first)
+    import profile as stdlib_profile
+    bench_dir = str(ROOT / "benchmarks")
+    before = set(sys.modules)
+    monkeypatch.syspath_prepend(bench_dir)
+    yield
+    for name in set(sys.modules) - before:
+        if (getattr(sys.modules[name], "__file__", None) or "").startswith(bench_dir):
+            del sys.modules[name]
+    sys.modules["profile"] = stdlib_profile
+
+
+def test_emu_benchmark_fails_a_wrong_output(benchmarks_on_path, monkeypatch, capsys):
     """benchmarks/emu.py holds each workload's output to its fp32 reference: a wrong output
     (here: a reference the kernel does not compute) prints its figures, says WRONG and exits 1;
     the right one exits 0."""
     import importlib.util
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))   # its sibling modules
     spec = importlib.util.spec_from_file_location("emu_benchmark", ROOT / "benchmarks" / "emu.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -76,11 +93,11 @@ def test_emu_benchmark_fails_a_wrong_output(monkeypatch, capsys):
     assert "wrong output" in captured.err and "axpy" in captured.err
 
 
-def test_emu_benchmark_torch_profile_names_the_emulators_own_work(monkeypatch, capsys):
+def test_emu_benchmark_torch_profile_names_the_emulators_own_work(benchmarks_on_path, monkeypatch,
+                                                                   capsys):
     """--torch-profile: one more launch of each torch workload under torch's profiler, its top
     rows printed as the emulator's own work, never as gfx942 time."""
     import importlib.util
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location("emu_benchmark", ROOT / "benchmarks" / "emu.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
