@@ -9,6 +9,7 @@ import torch
 
 from rocke import llvm_disasm
 from rocke.emu import codeobject
+from tests.doubling_kernel import doubling_kernel
 
 S_NOP_0, S_ENDPGM = 0xBF800000, 0xBF810000    # SOPP: 0b101111111, op 0 / op 1, simm16 0
 
@@ -106,15 +107,8 @@ def test_setup_asks_for_debians_library_only_when_none_serves(monkeypatch, tmp_p
 
 def _doubler(target, factor=2.0):
     from rocke.compiler import compile_ir
-    from rocke.dsl import Kernel, f32
     suffix = "" if factor == 2.0 else f"_x{factor:g}"
-    k = Kernel(f"double_{target}{suffix}", workgroup_size=64, target=target)
-    x = k.arg_ptr("x", f32)
-    n = k.arg_i32("n")
-    i = k.block_id(0) * 64 + k.thread_id(0)
-    buf = x.buffer(n)
-    buf.store(i, buf.load(i) * factor)
-    return compile_ir(k, target=target)
+    return compile_ir(doubling_kernel(f"double_{target}{suffix}", target, factor), target=target)
 
 
 def test_gfx942_code_objects_still_go_through_llvm_objdump_and_agree():

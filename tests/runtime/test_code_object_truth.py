@@ -10,19 +10,13 @@ import torch
 
 from rocke import runtime
 from rocke.compiler import CompileCache, compile_ir
-from rocke.dsl import Kernel, f32
+from tests.doubling_kernel import doubling_kernel
 
 N = 64
 
 
 def _doubler_ir():
-    k = Kernel("double_for_truth", workgroup_size=64)
-    x = k.arg_ptr("x", f32)
-    n = k.arg_i32("n")
-    i = k.block_id(0) * 64 + k.thread_id(0)
-    buf = x.buffer(n)
-    buf.store(i, buf.load(i) * 2.0)
-    return k
+    return doubling_kernel("double_for_truth")
 
 
 def test_an_edited_assembly_listing_in_the_cache_is_not_what_runs(tmp_path):

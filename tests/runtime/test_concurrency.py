@@ -8,8 +8,8 @@ import torch
 
 from rocke import runtime
 from rocke.compiler import compile_ir
-from rocke.dsl import Kernel, f32
 from rocke.runtime import Graph
+from tests.doubling_kernel import doubling_kernel
 
 N = 64
 THREADS = 4
@@ -17,12 +17,7 @@ ROUNDS = 6
 
 
 def _doubler():
-    k = Kernel("double_in_place", workgroup_size=64)
-    x = k.arg_ptr("x", f32)
-    n = k.arg_i32("n")
-    i = k.block_id(0) * 64 + k.thread_id(0)
-    buf = x.buffer(n)
-    buf.store(i, buf.load(i) * 2.0)
+    k = doubling_kernel("double_in_place")
     return compile_ir(k.ir(), name=k.name, workgroup_size=64)
 
 

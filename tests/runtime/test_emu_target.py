@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from rocke import runtime
+from tests.doubling_kernel import doubling_kernel
 
 
 def test_emu_gfx950_device(monkeypatch):
@@ -39,14 +40,7 @@ def test_emu_gfx950_device_refuses_gfx942_code(monkeypatch, vector_add):
 
 def _doubler_gfx950():
     from rocke.compiler import compile_ir
-    from rocke.dsl import Kernel, f32
-    k = Kernel("double_gfx950", workgroup_size=64, target="gfx950")
-    x = k.arg_ptr("x", f32)
-    n = k.arg_i32("n")
-    i = k.block_id(0) * 64 + k.thread_id(0)
-    buf = x.buffer(n)
-    buf.store(i, buf.load(i) * 2.0)
-    return compile_ir(k, target="gfx950")
+    return compile_ir(doubling_kernel("double_gfx950", "gfx950"), target="gfx950")
 
 
 def _launch_on_gfx950(monkeypatch, ck, x):
@@ -91,14 +85,7 @@ def test_a_gfx950_listing_beside_another_code_object_is_not_proven():
     assert not listing_proven_by_rebuild(dataclasses.replace(ck, ir=""))       # no IR to rebuild
     # the same kernel scaled by 3 instead of 2: the code differs in one constant
     from rocke.compiler import compile_ir
-    from rocke.dsl import Kernel, f32
-    k = Kernel("double_gfx950", workgroup_size=64, target="gfx950")
-    x = k.arg_ptr("x", f32)
-    n = k.arg_i32("n")
-    i = k.block_id(0) * 64 + k.thread_id(0)
-    buf = x.buffer(n)
-    buf.store(i, buf.load(i) * 3.0)
-    tripler = compile_ir(k, target="gfx950")
+    tripler = compile_ir(doubling_kernel("double_gfx950", "gfx950", factor=3.0), target="gfx950")
     assert not listing_proven_by_rebuild(dataclasses.replace(ck, code_object=tripler.code_object))
     assert not listing_proven_by_rebuild(dataclasses.replace(tripler, asm=ck.asm))
 

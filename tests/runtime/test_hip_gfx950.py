@@ -16,20 +16,14 @@ from rocke.arch.elf import code_object_target
 from rocke.kernels.common import attention_unified as au
 from rocke.kernels.common import attention_kernels
 from tests.hip_stub.rocm_torch import install, to_device
+from tests.doubling_kernel import doubling_kernel
 
 GFX950 = "gfx950:sramecc+:xnack-"
 
 
 def _doubler(target="gfx950"):
     from rocke.compiler import compile_ir
-    from rocke.dsl import Kernel, f32
-    k = Kernel(f"double_{target}", workgroup_size=64, target=target)
-    x = k.arg_ptr("x", f32)
-    n = k.arg_i32("n")
-    i = k.block_id(0) * 64 + k.thread_id(0)
-    buf = x.buffer(n)
-    buf.store(i, buf.load(i) * 2.0)
-    return compile_ir(k, target=target)
+    return compile_ir(doubling_kernel(f"double_{target}", target), target=target)
 
 
 @pytest.fixture(scope="module")

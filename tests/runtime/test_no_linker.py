@@ -6,18 +6,12 @@ from __future__ import annotations
 import pytest
 
 from rocke.compiler import CompileCache, ToolchainError, compile_ir, toolchain
-from rocke.dsl import Kernel, f32
 from rocke.runtime.emu_device import listing_proven_by_rebuild
+from tests.doubling_kernel import doubling_kernel
 
 
 def _doubler():
-    k = Kernel("double_without_linker", workgroup_size=64)
-    x = k.arg_ptr("x", f32)
-    n = k.arg_i32("n")
-    i = k.block_id(0) * 64 + k.thread_id(0)
-    buf = x.buffer(n)
-    buf.store(i, buf.load(i) * 2.0)
-    return k
+    return doubling_kernel("double_without_linker")
 
 
 @pytest.fixture
