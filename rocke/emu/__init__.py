@@ -30,6 +30,8 @@ File map (the data flow of one launch, top to bottom):
                   the watchdog, checkers.
 - ``memory.py``   the launch's global memory map (host buffers by real address).
 - ``parallel.py`` a launch's workgroup pools in forked worker processes (ROCKE_EMU_WORKERS).
+- ``lru.py``      the bounded most-recently-used map behind the per-process caches (parsed
+                  programs, decoded kernels, disassemblies).
 - ``errors.py``   the exception types.
 
 Closure protocol: every decoded instruction is ``run(P, sel, n) -> lanes`` over a batch ``sel``

@@ -7,11 +7,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import operator
-from collections import OrderedDict
 import re
 from dataclasses import dataclass, field
 
 import yaml
+
+from .lru import RecentCache
 
 # libyaml's loader when present (the pure-Python one was a fifth of preparing a launch)
 class _MetadataLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
@@ -361,25 +362,17 @@ def evaluate_expression(text: str, symbols: dict[str, str], _depth: int = 0) -> 
     return result
 
 
-_PARSED: "OrderedDict[str, Program]" = OrderedDict()
-_PARSED_SIZE = 32
+_PARSED: RecentCache[Program] = RecentCache(32)
 
 
-def parsed_program(text: str) -> Program:
-    """``parse_program(text)``, kept for the process's last few texts by their sha256: the
-    check that a listing is its code object's kernel and the launch that then runs it read the
-    same text (a Program is never changed once parsed)."""
-    key = hashlib.sha256(text.encode()).hexdigest() if isinstance(text, str) else None
-    if key is None:
+def parsed_program(text: str, digest: str | None = None) -> Program:
+    """``parse_program(text)``, kept for the process's last few texts by their sha256 (``digest``
+    when the caller has it): the check that a listing is its code object's kernel and the launch
+    that then runs it read the same text (a Program is never changed once parsed)."""
+    if not isinstance(text, str):
         return parse_program(text)
-    program = _PARSED.get(key)
-    if program is None:
-        program = _PARSED[key] = parse_program(text)
-        while len(_PARSED) > _PARSED_SIZE:
-            _PARSED.popitem(last=False)
-    else:
-        _PARSED.move_to_end(key)
-    return program
+    digest = digest or hashlib.sha256(text.encode()).hexdigest()
+    return _PARSED.get_or_make(digest, lambda: parse_program(text))
 
 
 def parse_program(text: str) -> Program:

@@ -43,7 +43,6 @@ import re
 import struct
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +53,7 @@ from rocke.arch.targets import GFX942, get_target
 
 from .access import put_pair_words, sgpr_column
 from .asm import Program, parsed_program
+from .lru import RecentCache
 from .gfx950 import check_target
 from . import scratch
 from .memory import GlobalMemory, host_view
@@ -91,8 +91,7 @@ RACE_TRACKER_BUDGET = 96 << 20   # bytes of race bookkeeping per pool
 # first launch its instructions with each loop body counted LOOP_TRIPS times.
 PARALLEL_MIN_WORK = 1 << 19
 LOOP_TRIPS = 8
-_CACHE: OrderedDict[str, tuple[Program, dict[str, DecodedKernel]]] = OrderedDict()
-_CACHE_SIZE = 32
+_CACHE: RecentCache[tuple[Program, dict[str, DecodedKernel], str | None]] = RecentCache(32)
 
 # Python's cyclic collector, for a process that emulates many kernels: each decoded kernel kept
 # above is ~50K closures and cells, which every full collection rescans; with the default
@@ -165,38 +164,27 @@ def _program_and_target(code) -> tuple[Program, dict, str | None]:
     else:
         raise ValueError(f"code must be gfx942/gfx950 assembly text (str) or a code object, got "
                          f"{type(code).__name__}")
-    if key in _CACHE:
-        _CACHE.move_to_end(key)
-        return _CACHE[key]
-    if isinstance(code, bytes):
-        code = _disassembly(key, code)
-    declared = _AMDGCN_TARGET.search(code)
-    entry = (parsed_program(code), {}, declared.group(1) if declared else None)
-    _CACHE[key] = entry
-    while len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return entry
+
+    def make():
+        text = _disassembly(key, code) if isinstance(code, bytes) else code
+        declared = _AMDGCN_TARGET.search(text)
+        program = parsed_program(text, None if isinstance(code, bytes) else key)
+        return program, {}, declared.group(1) if declared else None
+    return _CACHE.get_or_make(key, make)
 
 
 _AMDGCN_TARGET = re.compile(r'^\s*\.amdgcn_target\s+"[^"]*?-(gfx\w+)', re.M)
 
 
-_DISASSEMBLY: OrderedDict[str, str] = OrderedDict()
-_DISASSEMBLY_SIZE = 256      # texts of ~10-200 KB: a process's kernels stay disassembled
+# texts of ~10-200 KB: a process's kernels stay disassembled
+_DISASSEMBLY: RecentCache[str] = RecentCache(256)
 
 
 def _disassembly(key: str, code_object: bytes) -> str:
     """The assembly text of a code object, disassembled once per process (llvm-objdump costs
     ~0.1 s; the parsed program cache above is smaller)."""
     from .codeobject import code_object_assembly
-    text = _DISASSEMBLY.get(key)
-    if text is None:
-        text = _DISASSEMBLY[key] = code_object_assembly(code_object)
-        while len(_DISASSEMBLY) > _DISASSEMBLY_SIZE:
-            _DISASSEMBLY.popitem(last=False)
-    else:
-        _DISASSEMBLY.move_to_end(key)
-    return text
+    return _DISASSEMBLY.get_or_make(key, lambda: code_object_assembly(code_object))
 
 
 def _is_tensor(value) -> bool:

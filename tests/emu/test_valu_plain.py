@@ -1,12 +1,12 @@
 """valu._plain_run: the closure of a VALU instruction without operand modifiers, DPP, SDWA or
 flushing gives the general closure's bits (full and partial EXEC, VGPR / SGPR / constant
 sources, VGPR and lane-mask destinations)."""
-import collections
 import importlib
 
 import numpy as np
 
 from rocke.emu import valu
+from rocke.emu.lru import RecentCache
 
 from .asm_runner import run_asm
 
@@ -30,7 +30,7 @@ BODY = """
 
 
 def run(monkeypatch, plain: bool, vgprs, sgprs):
-    monkeypatch.setattr(launch_module, "_CACHE", collections.OrderedDict())   # decode afresh
+    monkeypatch.setattr(launch_module, "_CACHE", RecentCache(32))   # decode afresh
     if not plain:
         monkeypatch.setattr(valu, "_plain_run", lambda *args: None)
     result = run_asm(BODY, vgprs=vgprs, sgprs=sgprs)
