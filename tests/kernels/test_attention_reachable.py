@@ -43,6 +43,19 @@ def test_the_enumeration_spans_every_dimension(reachable):
     assert x8 == {(4, "attention_2d"), (2, "attention_2d"), (1, "attention_2d")}
 
 
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_a_3d_plan_does_not_read_flash_wide(target):
+    """The enumeration plans 3D classes under the default levers only (reach.path_knobs): on
+    every 97th 3D class of ``target``, each FLASH_WIDE plans the same specs as the default."""
+    classes = [p for p, path, _ in reach.problems(target) if path == "3d"][::97]
+    assert len(classes) > 250 and reach.path_knobs("3d") == [AttentionKnobs()]
+    assert len(reach.path_knobs("2d")) == 3
+    for p in classes:
+        plans = {wide: [s.kernel_name for s in reach.planned_specs(
+            p, "3d", AttentionKnobs(flash_wide=wide), target)] for wide in (4, 2, 0)}
+        assert plans[2] == plans[4] and plans[0] == plans[4], (p, plans)
+
+
 @pytest.mark.parametrize("problem, backend, knobs", [
     (dict(dtype="f16", head_size=64, softcap=50.0, window_left=127), "auto", AttentionKnobs()),
     (dict(dtype="bf16", head_size=256, alibi=True, sinks=True), "3d", AttentionKnobs()),

@@ -59,6 +59,16 @@ FP8_OUT = "fp8_e4m3fnuz"
 PATHS = ("2d", "3d")
 
 
+def path_knobs(path: str):
+    """The lever settings a class is planned under on ``path``: each FLASH_WIDE geometry on 2D;
+    the defaults on 3D, whose plans never read FLASH_WIDE (it picks the 2D transposed-x8
+    geometry; on 2026-12-08 none of the 27,660 3D classes of either target planned another spec
+    under another FLASH_WIDE, and tests/kernels/test_attention_reachable.py checks a sample)."""
+    if path == "2d":
+        return [AttentionKnobs(flash_wide=wide) for wide in FLASH_GEOMETRIES]
+    return [AttentionKnobs()]
+
+
 def kv_encodings(target: str = "gfx942") -> tuple:
     """KV_ENCODINGS with ``target``'s fp8 (OCP e4m3fn on gfx950)."""
     return tuple((kv if kv is None else quant.on_target((kv,), target)[0], tok)
@@ -109,8 +119,8 @@ def problems(target: str = "gfx942"):
                         p = problem_of(dtype, d, bs, kv, feats, mm_ranges=mm, token_scales=tok,
                                        extras=extras, kv_heads=heads, target=target)
                         for path in PATHS:
-                            for wide in FLASH_GEOMETRIES:
-                                yield p, path, AttentionKnobs(flash_wide=wide)
+                            for knobs in path_knobs(path):
+                                yield p, path, knobs
     for dtype, d, path, heads in itertools.product(a2.DTYPES, ENUMERATED_HEAD_SIZES, PATHS, KV_HEADS):
         p = problem_of(dtype, d, 16, None, FEATURES, group=SPLIT_GROUP, kv_heads=heads,
                        target=target)
@@ -153,8 +163,8 @@ def corner_specs(target: str = "gfx942") -> dict:
             p = problem_of(dtype, d, bs, kv, feats, token_scales=tok, extras=EXTRAS,
                            kv_heads=heads, target=target)
             for path in PATHS:
-                for wide in FLASH_GEOMETRIES:
-                    for spec in planned_specs(p, path, AttentionKnobs(flash_wide=wide), target):
+                for knobs in path_knobs(path):
+                    for spec in planned_specs(p, path, knobs, target):
                         out.setdefault(spec.kernel_name, spec)
     return out
 
