@@ -4,6 +4,8 @@
 # does not group under pytest 9).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# no prebuilt bundle (setup.sh): the suite builds its own; a bundle already there is still used
+prebuild_bundle=0
 source "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 exec "$ROOT/.venv/bin/python" -m pytest -n 2 --dist loadfile -q "$@"
