@@ -6,14 +6,17 @@ Columns (median of --repeats runs; LLVM's one-time target initialisation is repo
   hit   = compile_ir on that IR with a warm cache (IR hash, entry load, metadata);
   warm  = dsl + hit, what rebuilding a variant in a new process costs with a warm cache;
   fork  = what crash isolation adds to cold (codegen in a forked child, so an LLVM abort becomes
-          a CompileError): cold minus the same build with codegen in-process.
+          a CompileError): cold minus the same build with codegen in-process. A fork copies the
+          process's page tables and the child's writes copy pages, so it grows with the
+          resident memory of the process that compiles: --resident-gib G holds G GiB (touched)
+          for the run, as a serving process would.
 
 Then the first-call cost per variant with the prebuilt bundle (`rocke aot build`; one is written
 for the measured variants into a temporary directory) against cold, the first call without it:
   by IR   = dsl + compile_ir served from the bundle (no link, no ld.lld);
   by spec = compiler.prebuilt.lookup_spec: no IR build either (checked against the golden table).
 
-    .venv/bin/python benchmarks/compile.py [--repeats 5] [VARIANT ...]
+    .venv/bin/python benchmarks/compile.py [--repeats 5] [--resident-gib 0] [VARIANT ...]
 """
 from __future__ import annotations
 
@@ -40,6 +43,15 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
+def resident_mib() -> int:
+    """This process's resident set, MiB (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def machine() -> str:
     return (f"{cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
             f"LLVM {llvm_version()}")
@@ -49,11 +61,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("variants", nargs="*")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--resident-gib", type=float, default=0.0,
+                    help="GiB of touched memory this process holds while it measures (default 0)")
     a = ap.parse_args(argv)
     if a.repeats < 1:
         ap.error("--repeats must be >= 1")
+    if not 0 <= a.resident_gib <= 1024:
+        ap.error(f"--resident-gib must be between 0 and 1024, got {a.resident_gib:g}")
     variants = [get_variant(v) for v in a.variants] if a.variants else list(all_variants().values())
+    held = bytearray(int(a.resident_gib * (1 << 30)))
+    for page in range(0, len(held), 4096):      # touched, so the pages are resident
+        held[page] = 1
     print(f"machine: {machine()}")
+    print(f"resident: {resident_mib()} MiB ({a.resident_gib:g} GiB held by --resident-gib)")
     t0 = time.perf_counter()
     target_machine(DEFAULT_TARGET, 3)
     print(f"LLVM target init (once per process): {(time.perf_counter() - t0) * 1e3:.1f} ms")

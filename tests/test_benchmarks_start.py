@@ -52,6 +52,18 @@ def test_emu_benchmark_refuses_bad_input_in_one_line(argv, words):
     assert "Traceback" not in r.stderr and "lane-instructions" not in r.stdout
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["--resident-gib", "-1"], "--resident-gib must be between 0 and 1024, got -1"),
+    (["--repeats", "0"], "--repeats must be >= 1"),
+])
+def test_compile_benchmark_refuses_bad_input_before_any_build(argv, words):
+    """benchmarks/compile.py: a bad flag is one line and exit 2 before anything is held or built."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compile.py"), *argv],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 2 and words in r.stderr, r.stderr[-2000:]
+    assert "machine:" not in r.stdout and "Traceback" not in r.stderr
+
+
 @pytest.fixture
 def benchmarks_on_path(monkeypatch):
     """benchmarks/ first on sys.path for one test, as its scripts see it, and none of its modules
