@@ -565,6 +565,14 @@ def current_target() -> str:
     return env.emu_target()
 
 
+def relax_gc_when_emulating(device: str) -> None:
+    """On the emulator this process decodes and keeps many kernels: collect cycles less often
+    (rocke.emu.relax_garbage_collection says why). A harness owns its process, so it may."""
+    if device == "emu":
+        from rocke.emu import relax_garbage_collection
+        relax_garbage_collection()
+
+
 def resolve_device(requested: str | None, target: str | None = None) -> str:
     """``--device`` else ``ROCKE_DEVICE`` else rocke.runtime's default (hip when hip-python
     finds a gfx942 / gfx950 GPU, else emu). Checked before any work: a hip run also needs a ROCm torch

@@ -458,9 +458,7 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     device = H.resolve_device(args.device, args.target)
     engine = H.choose_engine(args, device)
-    if device == "emu":           # this process emulates many kernels (the collector's cost)
-        from rocke.emu import relax_garbage_collection
-        relax_garbage_collection()
+    H.relax_gc_when_emulating(device)
     target = H.current_target()
     if args.attempts is None:
         args.attempts = HIP_ATTEMPTS if device == "hip" else EMU_ATTEMPTS

@@ -157,3 +157,21 @@ def test_the_emulator_time_label_and_estimate_follow_where_it_runs(monkeypatch):
     # the run-time estimate starts from the rate measured on a GPU, not the CPU's (40x slower)
     assert H.EmuRate(device="emu").rate == H.EMU_CUDA_FLOPS_PER_S_GUESS > 10 * H.EMU_FLOPS_PER_S_GUESS
     assert H.emulator_site("hip") == ""
+
+
+def test_the_harnesses_relax_the_collector_only_when_they_emulate():
+    """Both harnesses call H.relax_gc_when_emulating with their resolved device: on the emulator
+    the collector runs less often (rocke.emu.RELAXED_GC_THRESHOLDS), on a GPU it is left alone."""
+    import gc
+    from rocke.emu.launch import RELAXED_GC_THRESHOLDS
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        H.relax_gc_when_emulating("hip")
+        assert gc.get_threshold() == (700, 10, 10)
+        H.relax_gc_when_emulating("emu")
+        assert gc.get_threshold() == RELAXED_GC_THRESHOLDS
+    finally:
+        gc.set_threshold(*saved)
+    for script in ("parity_unified_attention.py", "final_shapes_check.py"):
+        assert "H.relax_gc_when_emulating(device)" in (H.REPO_ROOT / "examples" / script).read_text()
