@@ -66,8 +66,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.repeats < 1:
         ap.error("--repeats must be >= 1")
-    if not 0 <= a.resident_gib <= 1024:
-        ap.error(f"--resident-gib must be between 0 and 1024, got {a.resident_gib:g}")
+    physical_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / (1 << 30)
+    if not 0 <= a.resident_gib <= physical_gib * 3 / 4:   # leave the builds room: no OOM kill
+        ap.error(f"--resident-gib must be between 0 and 3/4 of this machine's memory "
+                 f"({physical_gib * 3 / 4:.1f} GiB), got {a.resident_gib:g}")
     variants = [get_variant(v) for v in a.variants] if a.variants else list(all_variants().values())
     held = bytearray(int(a.resident_gib * (1 << 30)))
     for page in range(0, len(held), 4096):      # touched, so the pages are resident

@@ -53,7 +53,8 @@ def test_emu_benchmark_refuses_bad_input_in_one_line(argv, words):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--resident-gib", "-1"], "--resident-gib must be between 0 and 1024, got -1"),
+    (["--resident-gib", "-1"], "--resident-gib must be between 0 and 3/4 of this machine's memory"),
+    (["--resident-gib", "1e6"], "got 1e+06"),
     (["--repeats", "0"], "--repeats must be >= 1"),
 ])
 def test_compile_benchmark_refuses_bad_input_before_any_build(argv, words):

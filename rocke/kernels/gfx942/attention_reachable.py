@@ -8,9 +8,9 @@ descales, int8 / fp8 with per-token-head scales: KV_ENCODINGS) x every subset of
 features (softcap, ALiBi, QQ-bias, sliding window, sinks, mm_prefix_range) x the output-side
 extras (square-root ALiBi, fp8 output: EXTRAS, all off or all on) x path (2D, 3D: both are
 reachable for every class, 3D by ``backend="3d"`` or vLLM's 3D rule) x, on 2D, the
-transposed-x8 geometry lever (HIPDNN_GFX942_FLASH_WIDE; ``path_knobs``) x, on 2D at d64 / d128, both regimes (the model's
-dispatch table may name either for a class: ``planned_specs``), plus ``reduce_segments`` per dtype x head size x
-output dtype. mm_prefix_range's capacity (1..16 ranges, unrolled) is enumerated at its least and
+transposed-x8 geometry lever (HIPDNN_GFX942_FLASH_WIDE; ``path_knobs``) x, on 2D at d64 / d128,
+both regimes (the model's dispatch table may name either for a class: ``planned_specs``), plus
+``reduce_segments`` per dtype x head size x output dtype. mm_prefix_range's capacity (1..16 ranges, unrolled) is enumerated at its least and
 most code (MM_CAPACITIES), and so are the extras. Each class is asked at 1 and 1024 KV
 heads (KV_HEADS): a 2D grid of one round gets the grown KV tile
 (attention_dispatch.one_round_tile), a larger one the table's. The GQA group is a compile-time constant that does not change the register plan
